@@ -1,0 +1,2 @@
+//! `perch`: the host side of Perch.
+fn main() {}

@@ -1,0 +1,1 @@
+//! QEMU and end-to-end tests for Perch live in `tests/tests/`.

@@ -1,0 +1,2 @@
+//! Build, run, image, self-test, bench and hwcheck commands for Perch.
+fn main() {}
