@@ -1,0 +1,375 @@
+//! Turns a decoded stream into perf.data: one attr per event, the runtime
+//! as `[kernel.kallsyms]` with its relocation reference, COMM and user MMAPs
+//! per task, samples, losses and throttling, then the feature sections.
+//! Also checks the target's End counters against what arrived, so every
+//! sample the target took is either in the file or counted as lost.
+
+use std::io::{Seek, Write};
+
+use thiserror::Error;
+
+use crate::image::Image;
+use crate::model::{EndCounters, EventKind, EventSource, Hello, Item, SampleView, TaskInfo};
+use crate::perf_abi::{self, context, misc};
+use crate::perf_data::{
+    AttrSpec, BuildIdEntry, FileMeta, PerfDataWriter, SampleRecord, WriteError, WriteStats,
+};
+
+/// The comm given to pid 0, the runtime itself.
+pub const RUNTIME_COMM: &str = "perch-runtime";
+
+/// Why a stream could not be converted.
+#[derive(Debug, Error)]
+pub enum ConvertError {
+    /// perf.data writing failed.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// The stream never said Hello.
+    #[error("the stream has no Hello record: not a Perch stream, or its start was lost")]
+    NoHello,
+    /// A Hello without events.
+    #[error("the stream's Hello declares no events")]
+    NoEvents,
+    /// The image does not belong to the stream.
+    #[error(
+        "{image} has build-id {image_id}, but the stream was produced by build-id {stream_id}: \
+         pass the image the appliance was booted from"
+    )]
+    WrongImage {
+        /// The image path.
+        image: String,
+        /// Its build-id.
+        image_id: String,
+        /// The stream's build-id.
+        stream_id: String,
+    },
+    /// A second, different Hello (the target restarted mid-stream).
+    #[error("the stream restarted with a different Hello; split the capture and convert each run")]
+    Restarted,
+}
+
+/// Options for a conversion.
+#[derive(Clone, Debug, Default)]
+pub struct ConvertOptions {
+    /// The image the stream came from (symbols, build-id, maps).
+    pub image: Option<Image>,
+    /// The command line recorded in CMDLINE.
+    pub cmdline: Vec<String>,
+}
+
+/// What a conversion wrote and checked.
+#[derive(Clone, Debug, Default)]
+pub struct ConvertSummary {
+    /// Writer counters.
+    pub written: WriteStats,
+    /// The target's final counters, if the stream ended properly.
+    pub end: Option<EndCounters>,
+    /// Samples the target delivered that never arrived intact (bad frames),
+    /// written as losses so the file still adds up.
+    pub wire_lost: u64,
+    /// Samples whose event id matched no declared event (counted, not written).
+    pub unknown_event_samples: u64,
+    /// Records before the Hello (skipped, counted).
+    pub before_hello: u64,
+    /// Things the user should know.
+    pub warnings: Vec<String>,
+}
+
+/// Hex of a build-id.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Streams items into a perf.data file.
+pub struct Converter<W: Write + Seek> {
+    out: Option<W>,
+    writer: Option<PerfDataWriter<W>>,
+    options: ConvertOptions,
+    hello: Option<Hello>,
+    event_ids: Vec<u32>,
+    chain: Vec<u64>,
+    last_time: u64,
+    end: Option<EndCounters>,
+    summary: ConvertSummary,
+}
+
+impl<W: Write + Seek> Converter<W> {
+    /// A converter writing to `out` once the Hello arrives.
+    pub fn new(out: W, options: ConvertOptions) -> Self {
+        Converter {
+            out: Some(out),
+            writer: None,
+            options,
+            hello: None,
+            event_ids: Vec::new(),
+            chain: Vec::with_capacity(128),
+            last_time: 0,
+            end: None,
+            summary: ConvertSummary::default(),
+        }
+    }
+
+    /// The stream's Hello, once seen.
+    pub fn hello(&self) -> Option<&Hello> {
+        self.hello.as_ref()
+    }
+
+    /// Consumes one stream item.
+    pub fn push(&mut self, item: &Item<'_>) -> Result<(), ConvertError> {
+        match item {
+            Item::Hello(h) => return self.on_hello(h),
+            Item::Log(_) | Item::Defmt(_) => return Ok(()),
+            _ => {}
+        }
+        let Some(w) = self.writer.as_mut() else {
+            self.summary.before_hello += 1;
+            return Ok(());
+        };
+        match item {
+            Item::Task(t) => Self::on_task(w, &self.options, t)?,
+            Item::Sample(s) => {
+                let Some(attr) = self.event_ids.iter().position(|&e| e == s.event) else {
+                    self.summary.unknown_event_samples += 1;
+                    return Ok(());
+                };
+                self.last_time = self.last_time.max(s.time);
+                Self::on_sample(w, &mut self.chain, attr, s)?;
+            }
+            Item::Lost { event, cpu, count, time } => {
+                let attr = self.event_ids.iter().position(|e| e == event).unwrap_or(0);
+                w.lost(attr, *count, *time, *cpu)?;
+                w.lost_samples(attr, *count, *time, *cpu)?;
+            }
+            Item::Throttle { event, cpu, on, time } => {
+                let attr = self.event_ids.iter().position(|e| e == event).unwrap_or(0);
+                w.throttle(attr, *on, *time, *cpu)?;
+            }
+            Item::End(e) => self.end = Some(*e),
+            Item::Hello(_) | Item::Log(_) | Item::Defmt(_) => {}
+        }
+        Ok(())
+    }
+
+    fn on_hello(&mut self, h: &Hello) -> Result<(), ConvertError> {
+        if let Some(old) = &self.hello {
+            return if old == h { Ok(()) } else { Err(ConvertError::Restarted) };
+        }
+        if h.events.is_empty() {
+            return Err(ConvertError::NoEvents);
+        }
+        if let Some(img) = &self.options.image
+            && !h.build_id.is_empty()
+            && img.build_id.as_deref() != Some(&h.build_id[..])
+        {
+            return Err(ConvertError::WrongImage {
+                image: img.path.display().to_string(),
+                image_id: img.build_id_hex().unwrap_or_else(|| "(none)".into()),
+                stream_id: hex(&h.build_id),
+            });
+        }
+        let attrs: Vec<AttrSpec> = h
+            .events
+            .iter()
+            .map(|e| AttrSpec {
+                id: u64::from(e.id) + 1,
+                name: e.perf_name(h.source),
+                type_: match e.kind {
+                    EventKind::Hardware => perf_abi::attr_type::HARDWARE,
+                    EventKind::Raw => perf_abi::attr_type::RAW,
+                    EventKind::CpuClock => perf_abi::attr_type::SOFTWARE,
+                },
+                config: e.config,
+                period_or_freq: e.period_or_freq,
+                freq: e.freq,
+                sample_type: e.sample_type,
+                regs_user: e.regs_user,
+                regs_intr: e.regs_intr,
+                branch_sample_type: e.branch_sample_type,
+                exclude_user: e.exclude_user,
+                exclude_kernel: e.exclude_kernel,
+                precise_ip: e.precise,
+                max_stack: e.max_stack,
+            })
+            .collect();
+        self.event_ids = h.events.iter().map(|e| e.id).collect();
+        let out = self.out.take().ok_or(ConvertError::Restarted)?;
+        let mut w = PerfDataWriter::new(out, attrs)?;
+        w.comm(0, 0, RUNTIME_COMM, 0)?;
+        if let Some(img) = &self.options.image {
+            let (ref_name, ref_addr) = &img.ref_symbol;
+            w.mmap(
+                misc::KERNEL,
+                u32::MAX,
+                0,
+                img.kernel_start,
+                img.kernel_end - img.kernel_start,
+                *ref_addr,
+                &format!("[kernel.kallsyms]{ref_name}"),
+                0,
+            )?;
+        }
+        self.writer = Some(w);
+        self.hello = Some(h.clone());
+        Ok(())
+    }
+
+    fn on_task(w: &mut PerfDataWriter<W>, options: &ConvertOptions, t: &TaskInfo) -> Result<(), ConvertError> {
+        w.comm(t.pid, t.tid, &t.name, t.time)?;
+        let Some(img) = &options.image else { return Ok(()) };
+        let file = img.path.display().to_string();
+        if t.text.is_empty() {
+            for u in &img.user_text {
+                w.mmap(misc::USER, t.pid, t.tid, u.addr, u.size, u.file_offset, &file, t.time)?;
+            }
+        } else {
+            for &(start, len, off) in &t.text {
+                // Prefer the offset the image itself gives for this address.
+                let pgoff = img
+                    .user_text
+                    .iter()
+                    .find(|u| start >= u.addr && start < u.addr + u.size)
+                    .map_or(off, |u| u.file_offset + (start - u.addr));
+                w.mmap(misc::USER, t.pid, t.tid, start, len, pgoff, &file, t.time)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_sample(
+        w: &mut PerfDataWriter<W>,
+        chain: &mut Vec<u64>,
+        attr: usize,
+        s: &SampleView<'_>,
+    ) -> Result<(), ConvertError> {
+        let cpumode = if s.user { misc::USER } else { misc::KERNEL };
+        let callchain = match s.callchain.first() {
+            Some(&first) if first < (-4095i64) as u64 => {
+                // No leading marker: add the one for the sampled mode.
+                chain.clear();
+                chain.push(if s.user { context::USER } else { context::KERNEL });
+                chain.extend_from_slice(s.callchain);
+                &chain[..]
+            }
+            _ => s.callchain,
+        };
+        w.sample(&SampleRecord {
+            attr,
+            misc: cpumode,
+            ip: s.ip,
+            pid: s.pid,
+            tid: s.tid,
+            time: s.time,
+            addr: s.addr,
+            cpu: s.cpu,
+            period: s.period,
+            callchain,
+            branches: s.branches,
+            branch_hw_idx: s.branch_hw_idx,
+            regs_user_abi: s.regs_user_abi,
+            regs_user: s.regs_user,
+            weight: s.weight,
+            data_src: s.data_src,
+            regs_intr_abi: s.regs_intr_abi,
+            regs_intr: s.regs_intr,
+        })?;
+        Ok(())
+    }
+
+    /// Reconciles the End counters, writes the feature sections and returns
+    /// what was written.
+    pub fn finish(mut self) -> Result<(W, ConvertSummary), ConvertError> {
+        let mut w = self.writer.take().ok_or(ConvertError::NoHello)?;
+        let h = self.hello.take().ok_or(ConvertError::NoHello)?;
+        let mut summary = std::mem::take(&mut self.summary);
+        if summary.before_hello > 0 {
+            summary
+                .warnings
+                .push(format!("{} records before the Hello were skipped", summary.before_hello));
+        }
+        if summary.unknown_event_samples > 0 {
+            summary.warnings.push(format!(
+                "{} samples named an event the Hello did not declare and were dropped",
+                summary.unknown_event_samples
+            ));
+        }
+        match self.end {
+            Some(end) => {
+                let st = w.stats();
+                if end.taken != end.delivered + end.lost {
+                    summary.warnings.push(format!(
+                        "target counters disagree: taken {} != delivered {} + lost {}",
+                        end.taken, end.delivered, end.lost
+                    ));
+                }
+                // Samples delivered by the target that did not arrive intact.
+                summary.wire_lost = end.delivered.saturating_sub(st.samples);
+                // Target losses whose Lost records did not arrive.
+                let target_unreported = end.lost.saturating_sub(st.lost);
+                let missing = summary.wire_lost + target_unreported;
+                if missing > 0 {
+                    w.lost(0, missing, self.last_time, 0)?;
+                    w.lost_samples(0, missing, self.last_time, 0)?;
+                }
+                if summary.wire_lost > 0 {
+                    summary.warnings.push(format!(
+                        "{} samples were damaged on the wire; written as lost",
+                        summary.wire_lost
+                    ));
+                }
+            }
+            None => summary.warnings.push(
+                "the stream ended without an End record (stopped early or truncated): \
+                 loss counts cover only what arrived"
+                    .into(),
+            ),
+        }
+        summary.end = self.end;
+        let meta = self.meta(&h);
+        let (out, written) = w.finish(&meta)?;
+        summary.written = written;
+        Ok((out, summary))
+    }
+
+    fn meta(&self, h: &Hello) -> FileMeta {
+        let image = self.options.image.as_ref();
+        let source = match h.source {
+            EventSource::Pmu => "PMU",
+            EventSource::SimulatedPmu => "simulated PMU (pmu=sim)",
+            EventSource::NmiClock => "no PMU: NMI clock (cpu-clock)",
+        };
+        let mut build_ids = Vec::new();
+        let kernel_id = image.and_then(|i| i.build_id.clone()).unwrap_or_else(|| h.build_id.clone());
+        if !kernel_id.is_empty() {
+            build_ids.push(BuildIdEntry {
+                cpumode: misc::KERNEL,
+                build_id: kernel_id.clone(),
+                filename: "[kernel.kallsyms]".into(),
+            });
+        }
+        if let Some(img) = image
+            && !kernel_id.is_empty()
+        {
+            build_ids.push(BuildIdEntry {
+                cpumode: misc::USER,
+                build_id: kernel_id,
+                filename: img.path.display().to_string(),
+            });
+        }
+        let mut cmdline = self.options.cmdline.clone();
+        if !h.cmdline.is_empty() {
+            cmdline.push(format!("[appliance: {}]", h.cmdline));
+        }
+        FileMeta {
+            hostname: image
+                .and_then(|i| i.path.file_stem())
+                .map_or_else(|| "perch-appliance".into(), |s| s.to_string_lossy().into_owned()),
+            osrelease: format!("perch-runtime (wire protocol {})", h.protocol_version),
+            version: format!("perch {}", env!("CARGO_PKG_VERSION")),
+            arch: "x86_64".into(),
+            nr_cpus: (h.cpus.max(1), h.cpus.max(1)),
+            cpudesc: format!("{} [{source}]", h.cpu_desc),
+            cmdline,
+            build_ids,
+        }
+    }
+}

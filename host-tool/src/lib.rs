@@ -1,0 +1,8 @@
+//! The host side of Perch as a library: the perf.data writer, the image
+//! reader, the stream model and the conversions the `perch` binary drives.
+
+pub mod convert;
+pub mod image;
+pub mod model;
+pub mod perf_abi;
+pub mod perf_data;

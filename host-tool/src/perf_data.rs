@@ -1,0 +1,805 @@
+//! A streaming perf.data writer: header, attrs with ids, COMM/MMAP/SAMPLE/
+//! LOST/THROTTLE records in time-sorted batches separated by FINISHED_ROUND,
+//! and the header feature sections perf uses for names, build-ids and the
+//! machine description. Built to the facts in perf's
+//! `Documentation/perf.data-file-format.txt` as read by perf 6.1.
+
+use std::io::{self, Seek, SeekFrom, Write};
+
+use thiserror::Error;
+
+use crate::perf_abi::{
+    self, FILE_ATTR_SIZE, FILE_HEADER_SIZE, attr_flag, attr_offset, feature, misc, record,
+    regs_abi, sample,
+};
+
+/// Records per sorted batch; a FINISHED_ROUND follows each batch when the
+/// order allows it. Keeps perf's memory flat on long recordings.
+pub const ROUND_RECORDS: usize = 16 * 1024;
+
+/// What went wrong while writing perf.data.
+#[derive(Debug, Error)]
+pub enum WriteError {
+    /// The output could not be written.
+    #[error("writing perf.data: {0}")]
+    Io(#[from] io::Error),
+    /// No event was configured.
+    #[error("a perf.data file needs at least one event")]
+    NoEvents,
+    /// A sample names an attr index that does not exist.
+    #[error("sample refers to event index {0}, but only {1} events are configured")]
+    UnknownEvent(usize, usize),
+    /// A register block's length does not match the attr's mask.
+    #[error("{what} has {got} registers but the event's mask selects {want}")]
+    RegisterCount {
+        /// Which block ("user registers" or "interrupt registers").
+        what: &'static str,
+        /// Registers supplied.
+        got: usize,
+        /// Registers the mask selects.
+        want: usize,
+    },
+    /// Two events share an id.
+    #[error("event id {0} is used by more than one event")]
+    DuplicateId(u64),
+    /// A record would not fit the 16-bit size field of its header.
+    #[error("record of {0} bytes exceeds the 65535-byte perf record limit")]
+    RecordTooLarge(usize),
+}
+
+/// One event (`perf_event_attr` plus its name and sample id).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttrSpec {
+    /// The id samples carry in IDENTIFIER; unique in the file.
+    pub id: u64,
+    /// Name shown by perf (EVENT_DESC), e.g. "cycles" or "cpu-clock".
+    pub name: String,
+    /// `perf_event_attr.type`.
+    pub type_: u32,
+    /// `perf_event_attr.config`.
+    pub config: u64,
+    /// Sample period, or frequency when `freq` is set.
+    pub period_or_freq: u64,
+    /// Frequency mode.
+    pub freq: bool,
+    /// `PERF_SAMPLE_*` bits; IDENTIFIER, TID, TIME and CPU are always added.
+    pub sample_type: u64,
+    /// `sample_regs_user`.
+    pub regs_user: u64,
+    /// `sample_regs_intr`.
+    pub regs_intr: u64,
+    /// `branch_sample_type`.
+    pub branch_sample_type: u64,
+    /// `exclude_user`.
+    pub exclude_user: bool,
+    /// `exclude_kernel`.
+    pub exclude_kernel: bool,
+    /// `precise_ip` (0..=3).
+    pub precise_ip: u8,
+    /// `sample_max_stack`.
+    pub max_stack: u16,
+}
+
+impl AttrSpec {
+    /// A cpu-clock software event with the fields every Perch sample has.
+    pub fn cpu_clock(id: u64, name: &str, freq_hz: u64) -> Self {
+        AttrSpec {
+            id,
+            name: name.to_owned(),
+            type_: perf_abi::attr_type::SOFTWARE,
+            config: perf_abi::SW_CPU_CLOCK,
+            period_or_freq: freq_hz,
+            freq: true,
+            sample_type: sample::IP | sample::PERIOD,
+            regs_user: 0,
+            regs_intr: 0,
+            branch_sample_type: 0,
+            exclude_user: false,
+            exclude_kernel: false,
+            precise_ip: 0,
+            max_stack: 0,
+        }
+    }
+
+    /// The sample type actually written: the configured bits plus the ones
+    /// the writer always needs (IDENTIFIER first in every sample so several
+    /// attrs line up; TID/TIME/CPU for tasks, ordering and `-C`).
+    pub fn effective_sample_type(&self) -> u64 {
+        self.sample_type | sample::IDENTIFIER | sample::TID | sample::TIME | sample::CPU
+    }
+
+    fn encode(&self) -> [u8; FILE_ATTR_SIZE] {
+        let mut b = [0u8; FILE_ATTR_SIZE];
+        let put32 = |b: &mut [u8; FILE_ATTR_SIZE], off: usize, v: u32| {
+            b[off..off + 4].copy_from_slice(&v.to_le_bytes())
+        };
+        let put64 = |b: &mut [u8; FILE_ATTR_SIZE], off: usize, v: u64| {
+            b[off..off + 8].copy_from_slice(&v.to_le_bytes())
+        };
+        put32(&mut b, attr_offset::TYPE, self.type_);
+        put32(&mut b, attr_offset::SIZE, perf_abi::ATTR_SIZE as u32);
+        put64(&mut b, attr_offset::CONFIG, self.config);
+        put64(&mut b, attr_offset::SAMPLE_PERIOD, self.period_or_freq);
+        put64(&mut b, attr_offset::SAMPLE_TYPE, self.effective_sample_type());
+        let mut flags = attr_flag::SAMPLE_ID_ALL | attr_flag::EXCLUDE_HV | attr_flag::EXCLUDE_GUEST;
+        if self.freq {
+            flags |= attr_flag::FREQ;
+        }
+        if self.exclude_user {
+            flags |= attr_flag::EXCLUDE_USER;
+        }
+        if self.exclude_kernel {
+            flags |= attr_flag::EXCLUDE_KERNEL;
+        }
+        flags |= u64::from(self.precise_ip & 3) << attr_flag::PRECISE_IP_SHIFT;
+        put64(&mut b, attr_offset::FLAGS, flags);
+        put64(&mut b, attr_offset::BRANCH_SAMPLE_TYPE, self.branch_sample_type);
+        put64(&mut b, attr_offset::SAMPLE_REGS_USER, self.regs_user);
+        put64(&mut b, attr_offset::SAMPLE_REGS_INTR, self.regs_intr);
+        b[attr_offset::SAMPLE_MAX_STACK..attr_offset::SAMPLE_MAX_STACK + 2]
+            .copy_from_slice(&self.max_stack.to_le_bytes());
+        b
+    }
+}
+
+/// One LBR entry (`struct perf_branch_entry`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BranchEntry {
+    /// Branch source.
+    pub from: u64,
+    /// Branch target.
+    pub to: u64,
+    /// Packed flags: mispred bit 0, predicted 1, in_tx 2, abort 3, cycles 4-19, type 20-23.
+    pub flags: u64,
+}
+
+/// One sample to write. Fields the attr does not select are ignored.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SampleRecord<'a> {
+    /// Index of the event in the writer's attr list.
+    pub attr: usize,
+    /// `misc::KERNEL` or `misc::USER`.
+    pub misc: u16,
+    /// Instruction pointer.
+    pub ip: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Time in ns.
+    pub time: u64,
+    /// Data address.
+    pub addr: u64,
+    /// CPU number.
+    pub cpu: u32,
+    /// Period.
+    pub period: u64,
+    /// Callchain including context markers; the first ip is the sample ip.
+    pub callchain: &'a [u64],
+    /// Branch stack entries, newest first.
+    pub branches: &'a [BranchEntry],
+    /// `hw_idx` (written only with `PERF_SAMPLE_BRANCH_HW_INDEX`).
+    pub branch_hw_idx: u64,
+    /// `regs_abi` of the user registers (0 writes no registers).
+    pub regs_user_abi: u64,
+    /// User registers in mask-bit order.
+    pub regs_user: &'a [u64],
+    /// Weight (WEIGHT or WEIGHT_STRUCT).
+    pub weight: u64,
+    /// `perf_mem_data_src`.
+    pub data_src: u64,
+    /// `regs_abi` of the interrupt registers.
+    pub regs_intr_abi: u64,
+    /// Interrupt registers in mask-bit order.
+    pub regs_intr: &'a [u64],
+}
+
+/// A BUILD_ID feature entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuildIdEntry {
+    /// `misc::KERNEL` for `[kernel.kallsyms]`, `misc::USER` for user DSOs.
+    pub cpumode: u16,
+    /// Build-id bytes (at most 20).
+    pub build_id: Vec<u8>,
+    /// DSO name: `[kernel.kallsyms]` or the absolute path of the ELF.
+    pub filename: String,
+}
+
+/// Machine description written into the feature sections.
+#[derive(Clone, Debug, Default)]
+pub struct FileMeta {
+    /// HOSTNAME.
+    pub hostname: String,
+    /// OSRELEASE.
+    pub osrelease: String,
+    /// VERSION (the writing tool's version).
+    pub version: String,
+    /// ARCH, e.g. "x86_64".
+    pub arch: String,
+    /// NRCPUS: (available, online).
+    pub nr_cpus: (u32, u32),
+    /// CPUDESC.
+    pub cpudesc: String,
+    /// CMDLINE arguments.
+    pub cmdline: Vec<String>,
+    /// BUILD_ID entries.
+    pub build_ids: Vec<BuildIdEntry>,
+}
+
+/// Counters of what was written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// SAMPLE records.
+    pub samples: u64,
+    /// Sum of LOST record counts.
+    pub lost: u64,
+    /// Sum of LOST_SAMPLES counts.
+    pub lost_samples: u64,
+    /// FINISHED_ROUND records.
+    pub rounds: u64,
+    /// Bytes of the data section.
+    pub data_bytes: u64,
+    /// Earliest and latest sample time, if any sample was written.
+    pub sample_time: Option<(u64, u64)>,
+}
+
+struct Pending {
+    time: u64,
+    start: u32,
+    len: u32,
+}
+
+/// Writes one perf.data file. Records may arrive slightly out of time
+/// order (several CPUs); each batch is sorted before it is written.
+pub struct PerfDataWriter<W: Write + Seek> {
+    out: io::BufWriter<W>,
+    attrs: Vec<AttrSpec>,
+    data_offset: u64,
+    batch: Vec<u8>,
+    pending: Vec<Pending>,
+    stats: WriteStats,
+    // perf's ordered-events state, mirrored to decide when a round is safe.
+    max_time_written: u64,
+    next_flush: u64,
+    scratch: Vec<u8>,
+}
+
+impl<W: Write + Seek> PerfDataWriter<W> {
+    /// Starts a file with these events; the header is completed by [`finish`](Self::finish).
+    pub fn new(out: W, attrs: Vec<AttrSpec>) -> Result<Self, WriteError> {
+        if attrs.is_empty() {
+            return Err(WriteError::NoEvents);
+        }
+        for (i, a) in attrs.iter().enumerate() {
+            if attrs[..i].iter().any(|b| b.id == a.id) {
+                return Err(WriteError::DuplicateId(a.id));
+            }
+        }
+        let mut out = io::BufWriter::with_capacity(1 << 20, out);
+        out.write_all(&[0u8; FILE_HEADER_SIZE as usize])?;
+        let attrs_offset = FILE_HEADER_SIZE;
+        let ids_offset = attrs_offset + (attrs.len() * FILE_ATTR_SIZE) as u64;
+        for (i, a) in attrs.iter().enumerate() {
+            let mut b = a.encode();
+            let ids = ids_offset + 8 * i as u64;
+            b[perf_abi::ATTR_SIZE..perf_abi::ATTR_SIZE + 8].copy_from_slice(&ids.to_le_bytes());
+            b[perf_abi::ATTR_SIZE + 8..].copy_from_slice(&8u64.to_le_bytes());
+            out.write_all(&b)?;
+        }
+        for a in &attrs {
+            out.write_all(&a.id.to_le_bytes())?;
+        }
+        let data_offset = ids_offset + 8 * attrs.len() as u64;
+        Ok(PerfDataWriter {
+            out,
+            attrs,
+            data_offset,
+            batch: Vec::with_capacity(1 << 20),
+            pending: Vec::with_capacity(ROUND_RECORDS),
+            stats: WriteStats::default(),
+            max_time_written: 0,
+            next_flush: 0,
+            scratch: Vec::with_capacity(256),
+        })
+    }
+
+    /// The configured events.
+    pub fn attrs(&self) -> &[AttrSpec] {
+        &self.attrs
+    }
+
+    /// What has been written so far.
+    pub fn stats(&self) -> WriteStats {
+        self.stats
+    }
+
+    /// The sample_id trailer of non-sample records, laid out for attr 0.
+    fn push_sample_id(buf: &mut Vec<u8>, attr: &AttrSpec, pid: u32, tid: u32, time: u64, cpu: u32) {
+        let st = attr.effective_sample_type();
+        if st & sample::TID != 0 {
+            buf.extend_from_slice(&pid.to_le_bytes());
+            buf.extend_from_slice(&tid.to_le_bytes());
+        }
+        if st & sample::TIME != 0 {
+            buf.extend_from_slice(&time.to_le_bytes());
+        }
+        if st & sample::ID != 0 {
+            buf.extend_from_slice(&attr.id.to_le_bytes());
+        }
+        if st & sample::STREAM_ID != 0 {
+            buf.extend_from_slice(&attr.id.to_le_bytes());
+        }
+        if st & sample::CPU != 0 {
+            buf.extend_from_slice(&cpu.to_le_bytes());
+            buf.extend_from_slice(&0u32.to_le_bytes());
+        }
+        buf.extend_from_slice(&attr.id.to_le_bytes());
+    }
+
+    fn begin(buf: &mut Vec<u8>, type_: u32, misc: u16) -> usize {
+        let start = buf.len();
+        buf.extend_from_slice(&type_.to_le_bytes());
+        buf.extend_from_slice(&misc.to_le_bytes());
+        buf.extend_from_slice(&0u16.to_le_bytes());
+        start
+    }
+
+    /// Fixes the size of the record started at `start` and queues it.
+    fn end(&mut self, start: usize, time: u64) -> Result<(), WriteError> {
+        let len = self.batch.len() - start;
+        debug_assert_eq!(len % 8, 0);
+        if len > usize::from(u16::MAX) {
+            self.batch.truncate(start);
+            return Err(WriteError::RecordTooLarge(len));
+        }
+        self.batch[start + 6..start + 8].copy_from_slice(&(len as u16).to_le_bytes());
+        self.pending.push(Pending { time, start: start as u32, len: len as u32 });
+        if self.pending.len() >= ROUND_RECORDS {
+            self.flush_batch()?;
+        }
+        Ok(())
+    }
+
+    fn push_str_padded(buf: &mut Vec<u8>, s: &str) {
+        let bytes = s.as_bytes();
+        let bytes = &bytes[..bytes.iter().position(|&c| c == 0).unwrap_or(bytes.len())];
+        buf.extend_from_slice(bytes);
+        let padded = perf_abi::align8(bytes.len() + 1);
+        buf.resize(buf.len() + padded - bytes.len(), 0);
+    }
+
+    /// PERF_RECORD_COMM: names a task from `time` on.
+    pub fn comm(&mut self, pid: u32, tid: u32, name: &str, time: u64) -> Result<(), WriteError> {
+        let mut buf = std::mem::take(&mut self.batch);
+        let start = Self::begin(&mut buf, record::COMM, 0);
+        buf.extend_from_slice(&pid.to_le_bytes());
+        buf.extend_from_slice(&tid.to_le_bytes());
+        Self::push_str_padded(&mut buf, name);
+        Self::push_sample_id(&mut buf, &self.attrs[0], pid, tid, time, 0);
+        self.batch = buf;
+        self.end(start, time)
+    }
+
+    /// PERF_RECORD_MMAP. Kernel maps use `pid = u32::MAX` (-1), `tid = 0`
+    /// and `misc::KERNEL`; user maps `misc::USER` and the task's ids.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmap(
+        &mut self,
+        cpumode: u16,
+        pid: u32,
+        tid: u32,
+        addr: u64,
+        len: u64,
+        pgoff: u64,
+        filename: &str,
+        time: u64,
+    ) -> Result<(), WriteError> {
+        let mut buf = std::mem::take(&mut self.batch);
+        let start = Self::begin(&mut buf, record::MMAP, cpumode);
+        buf.extend_from_slice(&pid.to_le_bytes());
+        buf.extend_from_slice(&tid.to_le_bytes());
+        buf.extend_from_slice(&addr.to_le_bytes());
+        buf.extend_from_slice(&len.to_le_bytes());
+        buf.extend_from_slice(&pgoff.to_le_bytes());
+        Self::push_str_padded(&mut buf, filename);
+        Self::push_sample_id(&mut buf, &self.attrs[0], pid, tid, time, 0);
+        self.batch = buf;
+        self.end(start, time)
+    }
+
+    /// PERF_RECORD_LOST: `count` samples of event `attr` were dropped.
+    pub fn lost(&mut self, attr: usize, count: u64, time: u64, cpu: u32) -> Result<(), WriteError> {
+        let a = self.attrs.get(attr).ok_or(WriteError::UnknownEvent(attr, self.attrs.len()))?;
+        let id = a.id;
+        let mut buf = std::mem::take(&mut self.batch);
+        let start = Self::begin(&mut buf, record::LOST, 0);
+        buf.extend_from_slice(&id.to_le_bytes());
+        buf.extend_from_slice(&count.to_le_bytes());
+        Self::push_sample_id(&mut buf, &self.attrs[attr], 0, 0, time, cpu);
+        self.batch = buf;
+        self.stats.lost += count;
+        self.end(start, time)
+    }
+
+    /// PERF_RECORD_LOST_SAMPLES: `count` samples were dropped (shown by
+    /// `perf report` as "Total Lost Samples").
+    pub fn lost_samples(&mut self, attr: usize, count: u64, time: u64, cpu: u32) -> Result<(), WriteError> {
+        if attr >= self.attrs.len() {
+            return Err(WriteError::UnknownEvent(attr, self.attrs.len()));
+        }
+        let mut buf = std::mem::take(&mut self.batch);
+        let start = Self::begin(&mut buf, record::LOST_SAMPLES, 0);
+        buf.extend_from_slice(&count.to_le_bytes());
+        Self::push_sample_id(&mut buf, &self.attrs[attr], 0, 0, time, cpu);
+        self.batch = buf;
+        self.stats.lost_samples += count;
+        self.end(start, time)
+    }
+
+    /// PERF_RECORD_THROTTLE (or UNTHROTTLE when `throttled` is false).
+    pub fn throttle(&mut self, attr: usize, throttled: bool, time: u64, cpu: u32) -> Result<(), WriteError> {
+        let a = self.attrs.get(attr).ok_or(WriteError::UnknownEvent(attr, self.attrs.len()))?;
+        let id = a.id;
+        let ty = if throttled { record::THROTTLE } else { record::UNTHROTTLE };
+        let mut buf = std::mem::take(&mut self.batch);
+        let start = Self::begin(&mut buf, ty, 0);
+        buf.extend_from_slice(&time.to_le_bytes());
+        buf.extend_from_slice(&id.to_le_bytes());
+        buf.extend_from_slice(&id.to_le_bytes());
+        Self::push_sample_id(&mut buf, &self.attrs[attr], 0, 0, time, cpu);
+        self.batch = buf;
+        self.end(start, time)
+    }
+
+    fn push_regs(
+        buf: &mut Vec<u8>,
+        what: &'static str,
+        mask: u64,
+        abi: u64,
+        regs: &[u64],
+    ) -> Result<(), WriteError> {
+        if abi == regs_abi::NONE {
+            buf.extend_from_slice(&0u64.to_le_bytes());
+            return Ok(());
+        }
+        let want = mask.count_ones() as usize;
+        if regs.len() != want {
+            return Err(WriteError::RegisterCount { what, got: regs.len(), want });
+        }
+        buf.extend_from_slice(&abi.to_le_bytes());
+        for r in regs {
+            buf.extend_from_slice(&r.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    /// PERF_RECORD_SAMPLE, laid out for the sample's attr.
+    pub fn sample(&mut self, s: &SampleRecord<'_>) -> Result<(), WriteError> {
+        let a = self.attrs.get(s.attr).ok_or(WriteError::UnknownEvent(s.attr, self.attrs.len()))?;
+        let st = a.effective_sample_type();
+        let buf = &mut self.scratch;
+        buf.clear();
+        Self::begin(buf, record::SAMPLE, s.misc);
+        buf.extend_from_slice(&a.id.to_le_bytes()); // IDENTIFIER
+        if st & sample::IP != 0 {
+            buf.extend_from_slice(&s.ip.to_le_bytes());
+        }
+        buf.extend_from_slice(&s.pid.to_le_bytes());
+        buf.extend_from_slice(&s.tid.to_le_bytes());
+        buf.extend_from_slice(&s.time.to_le_bytes());
+        if st & sample::ADDR != 0 {
+            buf.extend_from_slice(&s.addr.to_le_bytes());
+        }
+        if st & sample::ID != 0 {
+            buf.extend_from_slice(&a.id.to_le_bytes());
+        }
+        if st & sample::STREAM_ID != 0 {
+            buf.extend_from_slice(&a.id.to_le_bytes());
+        }
+        buf.extend_from_slice(&s.cpu.to_le_bytes());
+        buf.extend_from_slice(&0u32.to_le_bytes());
+        if st & sample::PERIOD != 0 {
+            buf.extend_from_slice(&s.period.to_le_bytes());
+        }
+        if st & sample::CALLCHAIN != 0 {
+            buf.extend_from_slice(&(s.callchain.len() as u64).to_le_bytes());
+            for ip in s.callchain {
+                buf.extend_from_slice(&ip.to_le_bytes());
+            }
+        }
+        if st & sample::BRANCH_STACK != 0 {
+            buf.extend_from_slice(&(s.branches.len() as u64).to_le_bytes());
+            if a.branch_sample_type & perf_abi::branch::HW_INDEX != 0 {
+                buf.extend_from_slice(&s.branch_hw_idx.to_le_bytes());
+            }
+            for b in s.branches {
+                buf.extend_from_slice(&b.from.to_le_bytes());
+                buf.extend_from_slice(&b.to.to_le_bytes());
+                buf.extend_from_slice(&b.flags.to_le_bytes());
+            }
+        }
+        if st & sample::REGS_USER != 0 {
+            Self::push_regs(buf, "user registers", a.regs_user, s.regs_user_abi, s.regs_user)?;
+        }
+        if st & (sample::WEIGHT | sample::WEIGHT_STRUCT) != 0 {
+            buf.extend_from_slice(&s.weight.to_le_bytes());
+        }
+        if st & sample::DATA_SRC != 0 {
+            buf.extend_from_slice(&s.data_src.to_le_bytes());
+        }
+        if st & sample::REGS_INTR != 0 {
+            Self::push_regs(buf, "interrupt registers", a.regs_intr, s.regs_intr_abi, s.regs_intr)?;
+        }
+        let start = self.batch.len();
+        self.batch.extend_from_slice(&self.scratch);
+        self.stats.samples += 1;
+        self.stats.sample_time = Some(match self.stats.sample_time {
+            None => (s.time, s.time),
+            Some((lo, hi)) => (lo.min(s.time), hi.max(s.time)),
+        });
+        self.end(start, s.time)
+    }
+
+    /// Writes the queued records in time order; puts a FINISHED_ROUND in
+    /// front of them when no queued record is older than what perf will
+    /// have flushed by then, so perf never sees an out-of-order event.
+    fn flush_batch(&mut self) -> Result<(), WriteError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        if !self.pending.is_sorted_by_key(|p| p.time) {
+            self.pending.sort_by_key(|p| p.time);
+        }
+        let min = self.pending[0].time;
+        if self.stats.samples > 0 && min >= self.next_flush && self.max_time_written > 0 {
+            self.out.write_all(&record::FINISHED_ROUND.to_le_bytes())?;
+            self.out.write_all(&0u16.to_le_bytes())?;
+            self.out.write_all(&8u16.to_le_bytes())?;
+            self.stats.rounds += 1;
+            self.stats.data_bytes += 8;
+            self.next_flush = self.max_time_written;
+        }
+        for p in &self.pending {
+            let (s, l) = (p.start as usize, p.len as usize);
+            self.out.write_all(&self.batch[s..s + l])?;
+            self.stats.data_bytes += l as u64;
+            self.max_time_written = self.max_time_written.max(p.time);
+        }
+        self.pending.clear();
+        self.batch.clear();
+        Ok(())
+    }
+
+    /// Writes the remaining records, the feature sections and the header.
+    pub fn finish(mut self, meta: &FileMeta) -> Result<(W, WriteStats), WriteError> {
+        self.flush_batch()?;
+        let data_size = self.stats.data_bytes;
+        let mut feats: Vec<(u32, Vec<u8>)> = Vec::new();
+        let has_branch = self
+            .attrs
+            .iter()
+            .any(|a| a.effective_sample_type() & sample::BRANCH_STACK != 0);
+        if !meta.build_ids.is_empty() {
+            feats.push((feature::BUILD_ID, encode_build_ids(&meta.build_ids)));
+        }
+        feats.push((feature::HOSTNAME, encode_string(&meta.hostname)));
+        feats.push((feature::OSRELEASE, encode_string(&meta.osrelease)));
+        feats.push((feature::VERSION, encode_string(&meta.version)));
+        feats.push((feature::ARCH, encode_string(&meta.arch)));
+        let mut nr = Vec::with_capacity(8);
+        nr.extend_from_slice(&meta.nr_cpus.0.to_le_bytes());
+        nr.extend_from_slice(&meta.nr_cpus.1.to_le_bytes());
+        feats.push((feature::NRCPUS, nr));
+        feats.push((feature::CPUDESC, encode_string(&meta.cpudesc)));
+        let mut cmd = Vec::new();
+        cmd.extend_from_slice(&(meta.cmdline.len() as u32).to_le_bytes());
+        for c in &meta.cmdline {
+            cmd.extend_from_slice(&encode_string(c));
+        }
+        feats.push((feature::CMDLINE, cmd));
+        feats.push((feature::EVENT_DESC, self.encode_event_desc()));
+        if has_branch {
+            feats.push((feature::BRANCH_STACK, Vec::new()));
+        }
+        if let Some((first, last)) = self.stats.sample_time {
+            let mut t = Vec::with_capacity(16);
+            t.extend_from_slice(&first.to_le_bytes());
+            t.extend_from_slice(&last.to_le_bytes());
+            feats.push((feature::SAMPLE_TIME, t));
+        }
+        feats.sort_by_key(|f| f.0);
+        let index_offset = self.data_offset + data_size;
+        let mut payload_offset = index_offset + 16 * feats.len() as u64;
+        for (_, p) in &feats {
+            self.out.write_all(&payload_offset.to_le_bytes())?;
+            self.out.write_all(&(p.len() as u64).to_le_bytes())?;
+            payload_offset += p.len() as u64;
+        }
+        for (_, p) in &feats {
+            self.out.write_all(p)?;
+        }
+        let mut bits = [0u8; 32];
+        for (f, _) in &feats {
+            bits[(*f / 8) as usize] |= 1 << (f % 8);
+        }
+        let mut h = Vec::with_capacity(FILE_HEADER_SIZE as usize);
+        h.extend_from_slice(perf_abi::MAGIC);
+        h.extend_from_slice(&FILE_HEADER_SIZE.to_le_bytes());
+        h.extend_from_slice(&(FILE_ATTR_SIZE as u64).to_le_bytes());
+        h.extend_from_slice(&FILE_HEADER_SIZE.to_le_bytes());
+        h.extend_from_slice(&((self.attrs.len() * FILE_ATTR_SIZE) as u64).to_le_bytes());
+        h.extend_from_slice(&self.data_offset.to_le_bytes());
+        h.extend_from_slice(&data_size.to_le_bytes());
+        h.extend_from_slice(&[0u8; 16]);
+        h.extend_from_slice(&bits);
+        let mut out = self.out.into_inner().map_err(|e| WriteError::Io(e.into_error()))?;
+        out.seek(SeekFrom::Start(0))?;
+        out.write_all(&h)?;
+        out.seek(SeekFrom::End(0))?;
+        out.flush()?;
+        Ok((out, self.stats))
+    }
+
+    fn encode_event_desc(&self) -> Vec<u8> {
+        let mut d = Vec::new();
+        d.extend_from_slice(&(self.attrs.len() as u32).to_le_bytes());
+        d.extend_from_slice(&(perf_abi::ATTR_SIZE as u32).to_le_bytes());
+        for a in &self.attrs {
+            d.extend_from_slice(&a.encode()[..perf_abi::ATTR_SIZE]);
+            d.extend_from_slice(&1u32.to_le_bytes());
+            d.extend_from_slice(&encode_string(&a.name));
+            d.extend_from_slice(&a.id.to_le_bytes());
+        }
+        d
+    }
+}
+
+/// `struct perf_header_string`: u32 len, then the string NUL-padded to 64.
+fn encode_string(s: &str) -> Vec<u8> {
+    let s = s.replace('\0', "");
+    let len = (s.len() + 1).div_ceil(64) * 64;
+    let mut v = Vec::with_capacity(4 + len);
+    v.extend_from_slice(&(len as u32).to_le_bytes());
+    v.extend_from_slice(s.as_bytes());
+    v.resize(4 + len, 0);
+    v
+}
+
+fn encode_build_ids(entries: &[BuildIdEntry]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for e in entries {
+        let name_len = (e.filename.len() + 1).div_ceil(64) * 64;
+        let size = 8 + 4 + 24 + name_len;
+        v.extend_from_slice(&0u32.to_le_bytes());
+        v.extend_from_slice(&(e.cpumode | misc::BUILD_ID_SIZE).to_le_bytes());
+        v.extend_from_slice(&(size as u16).to_le_bytes());
+        v.extend_from_slice(&(-1i32).to_le_bytes());
+        let mut id = [0u8; 24];
+        let n = e.build_id.len().min(20);
+        id[..n].copy_from_slice(&e.build_id[..n]);
+        id[20] = n as u8;
+        v.extend_from_slice(&id);
+        v.extend_from_slice(e.filename.as_bytes());
+        v.resize(v.len() + name_len - e.filename.len(), 0);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    fn u64_at(b: &[u8], off: usize) -> u64 {
+        u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+    }
+
+    #[test]
+    fn header_points_at_attrs_data_and_features() {
+        let attrs = vec![AttrSpec::cpu_clock(7, "cpu-clock", 1000)];
+        let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), attrs).unwrap();
+        w.comm(1, 1, "task", 0).unwrap();
+        w.sample(&SampleRecord { ip: 0x1000, pid: 1, tid: 1, time: 5, period: 9, misc: misc::USER, ..Default::default() })
+            .unwrap();
+        let (out, stats) = w.finish(&FileMeta { arch: "x86_64".into(), ..Default::default() }).unwrap();
+        let b = out.into_inner();
+        assert_eq!(&b[..8], b"PERFILE2");
+        assert_eq!(u64_at(&b, 8), 104);
+        assert_eq!(u64_at(&b, 16), 144);
+        assert_eq!(u64_at(&b, 24), 104);
+        assert_eq!(u64_at(&b, 32), 144);
+        let data_off = u64_at(&b, 40);
+        let data_size = u64_at(&b, 48);
+        assert_eq!(data_off, 104 + 144 + 8);
+        assert_eq!(data_size, stats.data_bytes);
+        // The attr's ids section holds the single id 7.
+        let ids_off = u64_at(&b, 104 + 128) as usize;
+        assert_eq!(u64_at(&b, ids_off), 7);
+        // First record is the COMM, its size a multiple of 8.
+        let rec = data_off as usize;
+        assert_eq!(u32::from_le_bytes(b[rec..rec + 4].try_into().unwrap()), record::COMM);
+        let size = u16::from_le_bytes(b[rec + 6..rec + 8].try_into().unwrap());
+        assert_eq!(size % 8, 0);
+        assert_eq!(stats.sample_time, Some((5, 5)));
+    }
+
+    #[test]
+    fn register_count_must_match_mask() {
+        let mut a = AttrSpec::cpu_clock(1, "cpu-clock", 1000);
+        a.sample_type |= sample::REGS_USER;
+        a.regs_user = 0b111;
+        let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), vec![a]).unwrap();
+        let regs = [1u64, 2];
+        let err = w
+            .sample(&SampleRecord { regs_user_abi: regs_abi::ABI_64, regs_user: &regs, ..Default::default() })
+            .unwrap_err();
+        assert!(matches!(err, WriteError::RegisterCount { got: 2, want: 3, .. }), "{err}");
+        // ABI_NONE writes no registers and is always fine.
+        w.sample(&SampleRecord::default()).unwrap();
+    }
+
+    #[test]
+    fn bad_configuration_is_refused() {
+        assert!(matches!(
+            PerfDataWriter::new(Cursor::new(Vec::new()), vec![]),
+            Err(WriteError::NoEvents)
+        ));
+        let a = AttrSpec::cpu_clock(1, "a", 1);
+        assert!(matches!(
+            PerfDataWriter::new(Cursor::new(Vec::new()), vec![a.clone(), a]),
+            Err(WriteError::DuplicateId(1))
+        ));
+        let mut w =
+            PerfDataWriter::new(Cursor::new(Vec::new()), vec![AttrSpec::cpu_clock(1, "a", 1)]).unwrap();
+        assert!(matches!(
+            w.sample(&SampleRecord { attr: 3, ..Default::default() }),
+            Err(WriteError::UnknownEvent(3, 1))
+        ));
+    }
+
+    #[test]
+    fn batches_are_sorted_and_rounds_never_precede_older_records() {
+        let attrs = vec![AttrSpec::cpu_clock(1, "cpu-clock", 1000)];
+        let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), attrs).unwrap();
+        let n = ROUND_RECORDS * 3 + 5;
+        for i in 0..n as u64 {
+            // Pairs swapped: slightly out of order, as from two CPUs.
+            let t = if i % 2 == 0 { i * 10 + 10 } else { i * 10 - 10 };
+            w.sample(&SampleRecord { time: t, ..Default::default() }).unwrap();
+        }
+        let (out, stats) = w.finish(&FileMeta::default()).unwrap();
+        assert_eq!(stats.samples, n as u64);
+        assert!(stats.rounds >= 2, "rounds {}", stats.rounds);
+        let b = out.into_inner();
+        let mut off = u64_at(&b, 40) as usize;
+        let end = off + u64_at(&b, 48) as usize;
+        let mut times = Vec::new();
+        let mut last_round_bound = 0;
+        let mut max_seen = 0;
+        let mut next_flush = 0;
+        while off < end {
+            let ty = u32::from_le_bytes(b[off..off + 4].try_into().unwrap());
+            let size = u16::from_le_bytes(b[off + 6..off + 8].try_into().unwrap()) as usize;
+            if ty == record::FINISHED_ROUND {
+                last_round_bound = next_flush;
+                next_flush = max_seen;
+            } else {
+                let t = u64_at(&b, off + 8 + 8 + 8 + 8);
+                assert!(t >= last_round_bound, "record at {t} after perf flushed up to {last_round_bound}");
+                max_seen = max_seen.max(t);
+                times.push(t);
+            }
+            off += size;
+        }
+        assert_eq!(times.len(), n);
+    }
+
+    #[test]
+    fn strings_are_padded_to_64() {
+        let s = encode_string("x86_64");
+        assert_eq!(u32::from_le_bytes(s[..4].try_into().unwrap()), 64);
+        assert_eq!(s.len(), 68);
+        assert_eq!(&s[4..10], b"x86_64");
+        assert_eq!(s[10], 0);
+    }
+}
