@@ -223,7 +223,7 @@ pub mod feature {
     /// `HEADER_CLOCKID`: u64 clock resolution in ns.
     pub const CLOCKID: u32 = 23;
     /// `HEADER_SAMPLE_TIME`: u64 first, u64 last.
-    pub const SAMPLE_TIME: u32 = 27;
+    pub const SAMPLE_TIME: u32 = 21;
 }
 
 /// Pads `n` up to the next multiple of 8.
@@ -260,6 +260,39 @@ mod tests {
         assert_eq!(names.len(), 20);
         assert!(!names.contains(&"DS") && !names.contains(&"GS"));
         assert!(names.contains(&"R15") && names.contains(&"SS"));
+    }
+
+    #[test]
+    fn feature_ids_match_an_independent_reader() {
+        use linux_perf_data::Feature;
+        for (ours, theirs) in [
+            (feature::BUILD_ID, Feature::BUILD_ID),
+            (feature::HOSTNAME, Feature::HOSTNAME),
+            (feature::OSRELEASE, Feature::OSRELEASE),
+            (feature::VERSION, Feature::VERSION),
+            (feature::ARCH, Feature::ARCH),
+            (feature::NRCPUS, Feature::NRCPUS),
+            (feature::CPUDESC, Feature::CPUDESC),
+            (feature::CMDLINE, Feature::CMDLINE),
+            (feature::EVENT_DESC, Feature::EVENT_DESC),
+            (feature::BRANCH_STACK, Feature::BRANCH_STACK),
+            (feature::CLOCKID, Feature::CLOCKID),
+            (feature::SAMPLE_TIME, Feature::SAMPLE_TIME),
+        ] {
+            assert_eq!(ours, theirs.0, "{theirs:?}");
+        }
+    }
+
+    #[test]
+    fn record_ids_match_an_independent_reader() {
+        use linux_perf_data::linux_perf_event_reader::RecordType;
+        assert_eq!(record::MMAP, RecordType::MMAP.0);
+        assert_eq!(record::LOST, RecordType::LOST.0);
+        assert_eq!(record::COMM, RecordType::COMM.0);
+        assert_eq!(record::THROTTLE, RecordType::THROTTLE.0);
+        assert_eq!(record::UNTHROTTLE, RecordType::UNTHROTTLE.0);
+        assert_eq!(record::SAMPLE, RecordType::SAMPLE.0);
+        assert_eq!(record::LOST_SAMPLES, RecordType::LOST_SAMPLES.0);
     }
 
     #[test]
