@@ -1,0 +1,645 @@
+//! The compact sample encoding: a flag word selects which fields follow, and
+//! values are either absolute (keyframes) or zigzag varint deltas against
+//! the previous sample of the same task ([`TaskRef`]).
+
+use core::fmt;
+
+use serde::de::{self, SeqAccess, Visitor};
+use serde::ser::SerializeTuple;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::regs::{Abi, MAX_SAMPLED_REGS, RegsSample};
+use crate::sample::{
+    BranchEntry, BranchFlags, BranchStack, CpuMode, MAX_BRANCHES, MAX_CALLCHAIN, MemInfo, Sample,
+};
+
+/// Flag bits of a wire sample. The seven most common fit the first varint
+/// byte.
+pub(crate) mod flag {
+    pub const UREGS: u32 = 1 << 0;
+    pub const UREGS_DELTA: u32 = 1 << 1;
+    pub const UREGS_SPARSE: u32 = 1 << 2;
+    pub const KEY: u32 = 1 << 3;
+    pub const CPU: u32 = 1 << 4;
+    pub const KERNEL: u32 = 1 << 5;
+    pub const CALLCHAIN: u32 = 1 << 6;
+    pub const UREGS_SHAPE: u32 = 1 << 7;
+    pub const PID: u32 = 1 << 8;
+    pub const BRANCHES: u32 = 1 << 9;
+    pub const IREGS: u32 = 1 << 10;
+    pub const IREGS_SHAPE: u32 = 1 << 11;
+    pub const IREGS_DELTA: u32 = 1 << 12;
+    pub const IREGS_SPARSE: u32 = 1 << 13;
+    pub const MEM: u32 = 1 << 14;
+    pub const ALL: u32 = (1 << 15) - 1;
+}
+
+/// Per-task reference state: the previous delivered sample of the task, as
+/// both encoder and decoder see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskRef {
+    /// The task.
+    pub tid: u32,
+    /// Plain CRC-32 of the sample frame this state came from.
+    pub chain: u32,
+    /// Samples since the last keyframe.
+    pub since_key: u32,
+    pub(crate) time: u64,
+    pub(crate) ip: u64,
+    pub(crate) period: u64,
+    pub(crate) cpu: u32,
+    pub(crate) regs_user: Option<RegsSample>,
+    pub(crate) regs_intr: Option<RegsSample>,
+}
+
+impl TaskRef {
+    /// The state after `s` was sent in a frame with plain CRC `chain`.
+    pub(crate) fn after(s: &Sample, chain: u32, since_key: u32) -> Self {
+        TaskRef {
+            tid: s.tid,
+            chain,
+            since_key,
+            time: s.time,
+            ip: s.ip,
+            period: s.period,
+            cpu: s.cpu,
+            regs_user: s.regs_user.clone(),
+            regs_intr: s.regs_intr.clone(),
+        }
+    }
+}
+
+/// How a register set is sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WireRegs {
+    /// ABI and mask, when [`flag::UREGS_SHAPE`] / [`flag::IREGS_SHAPE`] is set.
+    pub abi: u8,
+    pub mask: u64,
+    /// Sparse mode: which values changed.
+    pub changed: u64,
+    /// Absolute values, dense deltas, or the changed deltas (sparse).
+    pub values: heapless::Vec<u64, MAX_SAMPLED_REGS>,
+}
+
+/// A sample as it travels: flags plus the fields they select. Values are
+/// absolute in keyframes and wrapping deltas otherwise.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WireSample {
+    pub(crate) flags: u32,
+    pub(crate) event: u32,
+    pub(crate) tid: u32,
+    pub(crate) pid: u32,
+    pub(crate) time: u64,
+    pub(crate) ip: u64,
+    pub(crate) period: u64,
+    pub(crate) cpu: u32,
+    pub(crate) callchain: heapless::Vec<u64, MAX_CALLCHAIN>,
+    pub(crate) hw_idx: u64,
+    pub(crate) branches: heapless::Vec<(u64, u64, u64), MAX_BRANCHES>,
+    pub(crate) uregs: WireRegs,
+    pub(crate) iregs: WireRegs,
+    pub(crate) mem: MemInfo,
+}
+
+impl WireSample {
+    /// True for a keyframe (no reference needed).
+    pub fn is_key(&self) -> bool {
+        self.flags & flag::KEY != 0
+    }
+
+    /// The task the sample belongs to.
+    pub fn tid(&self) -> u32 {
+        self.tid
+    }
+}
+
+/// Bytes of the LEB128 varint of `v`.
+pub(crate) const fn varint_len(v: u64) -> usize {
+    let bits = 64 - v.leading_zeros() as usize;
+    if bits == 0 { 1 } else { bits.div_ceil(7) }
+}
+
+/// Postcard's zigzag mapping of a wrapping delta.
+pub(crate) const fn zigzag(d: u64) -> u64 {
+    let d = d as i64;
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+/// Chooses the cheapest encoding of `cur` against `reference` and returns
+/// (wire regs, delta flag, sparse flag, shape flag).
+fn encode_regs(
+    cur: &RegsSample,
+    reference: Option<&RegsSample>,
+    key: bool,
+) -> (WireRegs, bool, bool, bool) {
+    let same_shape = !key && reference.is_some_and(|r| r.abi == cur.abi && r.mask == cur.mask);
+    let mut out = WireRegs {
+        abi: cur.abi as u8,
+        mask: cur.mask,
+        ..Default::default()
+    };
+    if cur.abi == Abi::None {
+        return (out, false, false, !same_shape);
+    }
+    let absolute: usize = cur.values.iter().map(|v| varint_len(*v)).sum();
+    let Some(r) = reference.filter(|_| same_shape) else {
+        out.values = cur.values.clone();
+        return (out, false, false, true);
+    };
+    let mut dense = 0;
+    let mut changed = 0u64;
+    let mut sparse_values = 0;
+    for (i, (c, p)) in cur.values.iter().zip(r.values.iter()).enumerate() {
+        let z = zigzag(c.wrapping_sub(*p));
+        dense += varint_len(z);
+        if z != 0 {
+            changed |= 1 << i;
+            sparse_values += varint_len(z);
+        }
+    }
+    let sparse = varint_len(changed) + sparse_values;
+    if absolute < dense && absolute < sparse {
+        out.values = cur.values.clone();
+        (out, false, false, false)
+    } else if sparse < dense {
+        out.changed = changed;
+        for (c, p) in cur.values.iter().zip(r.values.iter()) {
+            if c != p {
+                // Cannot fail: at most as many values as `cur` has.
+                let _ = out.values.push(c.wrapping_sub(*p));
+            }
+        }
+        (out, false, true, false)
+    } else {
+        for (c, p) in cur.values.iter().zip(r.values.iter()) {
+            // Cannot fail: at most as many values as `cur` has.
+            let _ = out.values.push(c.wrapping_sub(*p));
+        }
+        (out, true, false, false)
+    }
+}
+
+/// Encodes `s` against `reference` (a keyframe when `reference` is `None`).
+pub(crate) fn encode_sample(s: &Sample, reference: Option<&TaskRef>) -> WireSample {
+    let key = reference.is_none();
+    let mut w = WireSample {
+        event: s.event,
+        tid: s.tid,
+        pid: s.pid,
+        cpu: s.cpu,
+        mem: s.mem.unwrap_or_default(),
+        hw_idx: 0,
+        ..Default::default()
+    };
+    let mut f = 0;
+    if let Some(r) = reference {
+        w.time = s.time.wrapping_sub(r.time);
+        w.ip = s.ip.wrapping_sub(r.ip);
+        w.period = s.period.wrapping_sub(r.period);
+        if s.cpu != r.cpu {
+            f |= flag::CPU;
+        }
+    } else {
+        f |= flag::KEY | flag::CPU;
+        w.time = s.time;
+        w.ip = s.ip;
+        w.period = s.period;
+    }
+    if s.pid != s.tid {
+        f |= flag::PID;
+    }
+    if s.cpumode == CpuMode::Kernel {
+        f |= flag::KERNEL;
+    }
+    if !s.callchain.is_empty() {
+        f |= flag::CALLCHAIN;
+        let mut prev = s.ip;
+        for e in &s.callchain {
+            // Cannot fail: same capacity.
+            let _ = w.callchain.push(e.wrapping_sub(prev));
+            prev = *e;
+        }
+    }
+    if let Some(b) = &s.branches {
+        f |= flag::BRANCHES;
+        w.hw_idx = b.hw_idx;
+        let mut prev = s.ip;
+        for e in &b.entries {
+            // Cannot fail: same capacity.
+            let _ = w.branches.push((
+                e.from.wrapping_sub(prev),
+                e.to.wrapping_sub(e.from),
+                e.flags.to_perf(),
+            ));
+            prev = e.from;
+        }
+    }
+    if let Some(u) = &s.regs_user {
+        f |= flag::UREGS;
+        let (regs, delta, sparse, shape) =
+            encode_regs(u, reference.and_then(|r| r.regs_user.as_ref()), key);
+        w.uregs = regs;
+        f |= if delta { flag::UREGS_DELTA } else { 0 }
+            | if sparse { flag::UREGS_SPARSE } else { 0 }
+            | if shape { flag::UREGS_SHAPE } else { 0 };
+    }
+    if let Some(i) = &s.regs_intr {
+        f |= flag::IREGS;
+        let (regs, delta, sparse, shape) =
+            encode_regs(i, reference.and_then(|r| r.regs_intr.as_ref()), key);
+        w.iregs = regs;
+        f |= if delta { flag::IREGS_DELTA } else { 0 }
+            | if sparse { flag::IREGS_SPARSE } else { 0 }
+            | if shape { flag::IREGS_SHAPE } else { 0 };
+    }
+    if s.mem.is_some() {
+        f |= flag::MEM;
+    }
+    w.flags = f;
+    w
+}
+
+/// Why a wire sample could not be turned back into a sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CodecError {
+    /// A delta sample without reference state.
+    NoReference,
+    /// The flags or shapes are inconsistent.
+    Malformed,
+}
+
+fn decode_regs(
+    w: &WireRegs,
+    reference: Option<&RegsSample>,
+    delta: bool,
+    sparse: bool,
+    shape: bool,
+) -> Result<RegsSample, CodecError> {
+    let (abi, mask) = if shape {
+        let abi = Abi::from_perf_value(u64::from(w.abi)).ok_or(CodecError::Malformed)?;
+        (abi, w.mask)
+    } else {
+        let r = reference.ok_or(CodecError::NoReference)?;
+        (r.abi, r.mask)
+    };
+    if mask & !crate::regs::VALID_MASK_WITH_XMM != 0 {
+        return Err(CodecError::Malformed);
+    }
+    let n = mask.count_ones() as usize;
+    let mut out = RegsSample {
+        abi,
+        mask,
+        values: heapless::Vec::new(),
+    };
+    if abi == Abi::None {
+        return if w.values.is_empty() && !delta && !sparse {
+            Ok(out)
+        } else {
+            Err(CodecError::Malformed)
+        };
+    }
+    if delta || sparse {
+        if shape {
+            return Err(CodecError::Malformed);
+        }
+        let r = reference.ok_or(CodecError::NoReference)?;
+        if r.values.len() != n {
+            return Err(CodecError::Malformed);
+        }
+        if delta {
+            if w.values.len() != n {
+                return Err(CodecError::Malformed);
+            }
+            for (d, p) in w.values.iter().zip(r.values.iter()) {
+                out.values
+                    .push(p.wrapping_add(*d))
+                    .map_err(|_| CodecError::Malformed)?;
+            }
+        } else {
+            if (n < 64 && w.changed >> n != 0) || w.changed.count_ones() as usize != w.values.len()
+            {
+                return Err(CodecError::Malformed);
+            }
+            let mut next = w.values.iter();
+            for (i, p) in r.values.iter().enumerate() {
+                let v = if w.changed & (1 << i) != 0 {
+                    p.wrapping_add(*next.next().ok_or(CodecError::Malformed)?)
+                } else {
+                    *p
+                };
+                out.values.push(v).map_err(|_| CodecError::Malformed)?;
+            }
+        }
+    } else {
+        if w.values.len() != n {
+            return Err(CodecError::Malformed);
+        }
+        out.values = w.values.clone();
+    }
+    Ok(out)
+}
+
+/// Rebuilds a sample from its wire form and the task's reference state.
+pub(crate) fn decode_sample(
+    w: &WireSample,
+    reference: Option<&TaskRef>,
+) -> Result<Sample, CodecError> {
+    let f = w.flags;
+    if f & !flag::ALL != 0 {
+        return Err(CodecError::Malformed);
+    }
+    let key = f & flag::KEY != 0;
+    let reference = if key {
+        None
+    } else {
+        Some(reference.ok_or(CodecError::NoReference)?)
+    };
+    let mut s = Sample {
+        event: w.event,
+        tid: w.tid,
+        pid: if f & flag::PID != 0 { w.pid } else { w.tid },
+        cpumode: if f & flag::KERNEL != 0 {
+            CpuMode::Kernel
+        } else {
+            CpuMode::User
+        },
+        ..Default::default()
+    };
+    match reference {
+        None => {
+            s.time = w.time;
+            s.ip = w.ip;
+            s.period = w.period;
+            s.cpu = w.cpu;
+        }
+        Some(r) => {
+            if r.tid != w.tid {
+                return Err(CodecError::NoReference);
+            }
+            s.time = r.time.wrapping_add(w.time);
+            s.ip = r.ip.wrapping_add(w.ip);
+            s.period = r.period.wrapping_add(w.period);
+            s.cpu = if f & flag::CPU != 0 { w.cpu } else { r.cpu };
+        }
+    }
+    if f & flag::CALLCHAIN != 0 {
+        let mut prev = s.ip;
+        for d in &w.callchain {
+            prev = prev.wrapping_add(*d);
+            s.callchain.push(prev).map_err(|_| CodecError::Malformed)?;
+        }
+    }
+    if f & flag::BRANCHES != 0 {
+        let mut b = BranchStack {
+            hw_idx: w.hw_idx,
+            entries: heapless::Vec::new(),
+        };
+        let mut prev = s.ip;
+        for (df, dt, fl) in &w.branches {
+            let from = prev.wrapping_add(*df);
+            let e = BranchEntry {
+                from,
+                to: from.wrapping_add(*dt),
+                flags: BranchFlags::from_perf(*fl),
+            };
+            b.entries.push(e).map_err(|_| CodecError::Malformed)?;
+            prev = from;
+        }
+        s.branches = Some(b);
+    }
+    if f & flag::UREGS != 0 {
+        s.regs_user = Some(decode_regs(
+            &w.uregs,
+            reference.and_then(|r| r.regs_user.as_ref()),
+            f & flag::UREGS_DELTA != 0,
+            f & flag::UREGS_SPARSE != 0,
+            f & flag::UREGS_SHAPE != 0,
+        )?);
+    }
+    if f & flag::IREGS != 0 {
+        s.regs_intr = Some(decode_regs(
+            &w.iregs,
+            reference.and_then(|r| r.regs_intr.as_ref()),
+            f & flag::IREGS_DELTA != 0,
+            f & flag::IREGS_SPARSE != 0,
+            f & flag::IREGS_SHAPE != 0,
+        )?);
+    }
+    if f & flag::MEM != 0 {
+        s.mem = Some(w.mem);
+    }
+    Ok(s)
+}
+
+/// Writes a signed (zigzag) or unsigned varint depending on `signed`.
+fn ser_value<S: SerializeTuple>(t: &mut S, v: u64, signed: bool) -> Result<(), S::Error> {
+    if signed {
+        t.serialize_element(&(v as i64))
+    } else {
+        t.serialize_element(&v)
+    }
+}
+
+fn ser_regs<S: SerializeTuple>(
+    t: &mut S,
+    r: &WireRegs,
+    shape: bool,
+    delta: bool,
+    sparse: bool,
+) -> Result<(), S::Error> {
+    if shape {
+        t.serialize_element(&r.abi)?;
+        t.serialize_element(&r.mask)?;
+    }
+    if sparse {
+        t.serialize_element(&r.changed)?;
+    }
+    t.serialize_element(&(r.values.len() as u8))?;
+    for v in &r.values {
+        ser_value(t, *v, delta || sparse)?;
+    }
+    Ok(())
+}
+
+impl Serialize for WireSample {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let f = self.flags;
+        let key = f & flag::KEY != 0;
+        // postcard ignores the tuple length; the flags say what follows.
+        let mut t = serializer.serialize_tuple(usize::MAX)?;
+        t.serialize_element(&f)?;
+        t.serialize_element(&self.event)?;
+        t.serialize_element(&self.tid)?;
+        if f & flag::PID != 0 {
+            t.serialize_element(&self.pid)?;
+        }
+        ser_value(&mut t, self.time, !key)?;
+        ser_value(&mut t, self.ip, !key)?;
+        ser_value(&mut t, self.period, !key)?;
+        if f & flag::CPU != 0 {
+            t.serialize_element(&self.cpu)?;
+        }
+        if f & flag::CALLCHAIN != 0 {
+            t.serialize_element(&(self.callchain.len() as u8))?;
+            for d in &self.callchain {
+                t.serialize_element(&(*d as i64))?;
+            }
+        }
+        if f & flag::BRANCHES != 0 {
+            t.serialize_element(&self.hw_idx)?;
+            t.serialize_element(&(self.branches.len() as u8))?;
+            for (df, dt, fl) in &self.branches {
+                t.serialize_element(&(*df as i64))?;
+                t.serialize_element(&(*dt as i64))?;
+                t.serialize_element(fl)?;
+            }
+        }
+        if f & flag::UREGS != 0 {
+            ser_regs(
+                &mut t,
+                &self.uregs,
+                f & flag::UREGS_SHAPE != 0,
+                f & flag::UREGS_DELTA != 0,
+                f & flag::UREGS_SPARSE != 0,
+            )?;
+        }
+        if f & flag::IREGS != 0 {
+            ser_regs(
+                &mut t,
+                &self.iregs,
+                f & flag::IREGS_SHAPE != 0,
+                f & flag::IREGS_DELTA != 0,
+                f & flag::IREGS_SPARSE != 0,
+            )?;
+        }
+        if f & flag::MEM != 0 {
+            t.serialize_element(&self.mem.addr)?;
+            t.serialize_element(&self.mem.weight)?;
+            t.serialize_element(&self.mem.ins_lat)?;
+            t.serialize_element(&self.mem.data_src)?;
+        }
+        t.end()
+    }
+}
+
+struct WireSampleVisitor;
+
+fn next<'de, A: SeqAccess<'de>, T: Deserialize<'de>>(seq: &mut A) -> Result<T, A::Error> {
+    seq.next_element()?
+        .ok_or_else(|| de::Error::custom("truncated sample"))
+}
+
+fn next_value<'de, A: SeqAccess<'de>>(seq: &mut A, signed: bool) -> Result<u64, A::Error> {
+    if signed {
+        Ok(next::<A, i64>(seq)? as u64)
+    } else {
+        next(seq)
+    }
+}
+
+fn de_regs<'de, A: SeqAccess<'de>>(
+    seq: &mut A,
+    shape: bool,
+    delta: bool,
+    sparse: bool,
+) -> Result<WireRegs, A::Error> {
+    let mut r = WireRegs::default();
+    if shape {
+        r.abi = next(seq)?;
+        r.mask = next(seq)?;
+    }
+    if sparse {
+        r.changed = next(seq)?;
+    }
+    let n: u8 = next(seq)?;
+    for _ in 0..n {
+        let v = next_value(seq, delta || sparse)?;
+        r.values
+            .push(v)
+            .map_err(|_| de::Error::custom("too many registers"))?;
+    }
+    Ok(r)
+}
+
+impl<'de> Visitor<'de> for WireSampleVisitor {
+    type Value = WireSample;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a compact sample")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<WireSample, A::Error> {
+        let mut w = WireSample {
+            flags: next(&mut seq)?,
+            ..Default::default()
+        };
+        let f = w.flags;
+        if f & !flag::ALL != 0 {
+            return Err(de::Error::custom("unknown sample flags"));
+        }
+        let key = f & flag::KEY != 0;
+        w.event = next(&mut seq)?;
+        w.tid = next(&mut seq)?;
+        if f & flag::PID != 0 {
+            w.pid = next(&mut seq)?;
+        }
+        w.time = next_value(&mut seq, !key)?;
+        w.ip = next_value(&mut seq, !key)?;
+        w.period = next_value(&mut seq, !key)?;
+        if f & flag::CPU != 0 {
+            w.cpu = next(&mut seq)?;
+        }
+        if f & flag::CALLCHAIN != 0 {
+            let n: u8 = next(&mut seq)?;
+            for _ in 0..n {
+                let d: i64 = next(&mut seq)?;
+                w.callchain
+                    .push(d as u64)
+                    .map_err(|_| de::Error::custom("callchain too deep"))?;
+            }
+        }
+        if f & flag::BRANCHES != 0 {
+            w.hw_idx = next(&mut seq)?;
+            let n: u8 = next(&mut seq)?;
+            for _ in 0..n {
+                let df: i64 = next(&mut seq)?;
+                let dt: i64 = next(&mut seq)?;
+                let fl: u64 = next(&mut seq)?;
+                w.branches
+                    .push((df as u64, dt as u64, fl))
+                    .map_err(|_| de::Error::custom("branch stack too deep"))?;
+            }
+        }
+        if f & flag::UREGS != 0 {
+            w.uregs = de_regs(
+                &mut seq,
+                f & flag::UREGS_SHAPE != 0,
+                f & flag::UREGS_DELTA != 0,
+                f & flag::UREGS_SPARSE != 0,
+            )?;
+        }
+        if f & flag::IREGS != 0 {
+            w.iregs = de_regs(
+                &mut seq,
+                f & flag::IREGS_SHAPE != 0,
+                f & flag::IREGS_DELTA != 0,
+                f & flag::IREGS_SPARSE != 0,
+            )?;
+        }
+        if f & flag::MEM != 0 {
+            w.mem = MemInfo {
+                addr: next(&mut seq)?,
+                weight: next(&mut seq)?,
+                ins_lat: next(&mut seq)?,
+                data_src: next(&mut seq)?,
+            };
+        }
+        Ok(w)
+    }
+}
+
+impl<'de> Deserialize<'de> for WireSample {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_tuple(usize::MAX, WireSampleVisitor)
+    }
+}

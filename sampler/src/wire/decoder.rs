@@ -1,0 +1,284 @@
+//! The incremental stream decoder used by the host: accepts arbitrary byte
+//! chunks, splits frames at `0x00`, checks COBS and CRC, rebuilds delta
+//! samples from per-task state, resynchronises after corruption and counts
+//! everything it had to skip. Fixed memory (no allocation), never panics.
+
+use core::fmt;
+
+use super::codec::{TaskRef, decode_sample};
+use super::encoder::CRC32;
+use super::{MAGIC, MAX_FRAME, PROTOCOL_VERSION, Record, SAMPLE_TAG, WireRecord};
+
+/// Tasks whose delta state the decoder keeps. When full, the oldest entry
+/// is evicted; that task's next delta sample is counted as unresolved.
+pub const DECODER_TASKS: usize = 128;
+
+/// Errors the decoder reports to its caller (bad frames are only counted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// A Hello with another protocol version: this decoder cannot read the
+    /// stream. Frames are ignored until a compatible Hello arrives.
+    VersionMismatch {
+        /// The stream's version.
+        found: u16,
+        /// The version this decoder speaks.
+        expected: u16,
+    },
+    /// A valid frame whose Hello magic is wrong: not a Perch stream.
+    BadMagic([u8; 4]),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::VersionMismatch { found, expected } => write!(
+                f,
+                "stream speaks Perch protocol version {found}, this decoder speaks version {expected}"
+            ),
+            DecodeError::BadMagic(m) => write!(f, "not a Perch stream (magic {m:02x?})"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for DecodeError {}
+
+/// What the decoder has seen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecoderStats {
+    /// Frames that decoded to a record.
+    pub frames_ok: u64,
+    /// Frames that failed COBS, CRC or postcard checks (or were too long),
+    /// unresolved delta samples included.
+    pub bad_frames: u64,
+    /// Bytes belonging to bad frames or skipped while resynchronising.
+    pub bytes_skipped: u64,
+    /// Delta samples whose reference (the task's previous sample) was lost:
+    /// correct frames that cannot be rebuilt. Also counted in `bad_frames`.
+    pub unresolved_samples: u64,
+    /// Frames ignored after a version mismatch.
+    pub frames_ignored: u64,
+}
+
+/// The incremental decoder.
+///
+/// ```
+/// use sampler::wire::{Decoder, Encoder, End, Record, MAX_FRAME};
+/// let mut enc: Encoder = Encoder::new(Default::default());
+/// let mut buf = [0u8; MAX_FRAME];
+/// let n = enc.encode(&Record::End(End { taken: 3, ..End::default() }), &mut buf).unwrap();
+/// let mut dec = Decoder::new();
+/// let mut got = Vec::new();
+/// dec.push(&buf[..2], |r| got.push(r)); // any chunking works
+/// dec.push(&buf[2..n], |r| got.push(r));
+/// assert_eq!(got, [Ok(Record::End(End { taken: 3, ..End::default() }))]);
+/// ```
+pub struct Decoder {
+    frame: heapless::Vec<u8, MAX_FRAME>,
+    /// Discarding an overlong frame until the next delimiter.
+    overflow: bool,
+    tasks: heapless::Deque<TaskRef, DECODER_TASKS>,
+    incompatible: bool,
+    stats: DecoderStats,
+}
+
+impl fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decoder")
+            .field("stats", &self.stats)
+            .field("incompatible", &self.incompatible)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Decoder {
+    /// A decoder at the start of a stream (or anywhere in one: it
+    /// synchronises at the first delimiter).
+    pub fn new() -> Self {
+        Decoder {
+            frame: heapless::Vec::new(),
+            overflow: false,
+            tasks: heapless::Deque::new(),
+            incompatible: false,
+            stats: DecoderStats::default(),
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> DecoderStats {
+        self.stats
+    }
+
+    /// Feeds `chunk`, calling `sink` for every record (or error) completed
+    /// by it, in stream order.
+    pub fn push(&mut self, chunk: &[u8], mut sink: impl FnMut(Result<Record, DecodeError>)) {
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            match rest.iter().position(|b| *b == 0) {
+                None => {
+                    self.take(rest);
+                    rest = &[];
+                }
+                Some(end) => {
+                    self.take(&rest[..end]);
+                    rest = &rest[end + 1..];
+                    self.finish_frame(&mut sink);
+                }
+            }
+        }
+    }
+
+    /// Feeds `chunk` and returns the records it completed.
+    #[cfg(feature = "std")]
+    pub fn push_vec(&mut self, chunk: &[u8]) -> std::vec::Vec<Result<Record, DecodeError>> {
+        let mut out = std::vec::Vec::new();
+        self.push(chunk, |r| out.push(r));
+        out
+    }
+
+    fn take(&mut self, bytes: &[u8]) {
+        if self.overflow {
+            self.stats.bytes_skipped += bytes.len() as u64;
+            return;
+        }
+        if self.frame.extend_from_slice(bytes).is_err() {
+            self.stats.bytes_skipped += (self.frame.len() + bytes.len()) as u64;
+            self.frame.clear();
+            self.overflow = true;
+        }
+    }
+
+    fn bad(&mut self, len: usize) {
+        self.stats.bad_frames += 1;
+        self.stats.bytes_skipped += len as u64 + 1;
+    }
+
+    fn finish_frame(&mut self, sink: &mut impl FnMut(Result<Record, DecodeError>)) {
+        if self.overflow {
+            self.overflow = false;
+            self.stats.bad_frames += 1;
+            self.stats.bytes_skipped += 1;
+            return;
+        }
+        let mut frame = core::mem::take(&mut self.frame);
+        let len = frame.len();
+        if len == 0 {
+            // Back-to-back delimiters: a resync point, not a frame.
+            return;
+        }
+        let Ok(n) = cobs::decode_in_place(&mut frame) else {
+            return self.bad(len);
+        };
+        if n < 5 {
+            return self.bad(len);
+        }
+        let (payload, crc_bytes) = frame[..n].split_at(n - 4);
+        let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
+        let plain = CRC32.checksum(payload);
+
+        if payload[0] == 0 {
+            // A Hello: check magic and version before the rest, whose
+            // layout may differ in other versions.
+            if stored != plain {
+                return self.bad(len);
+            }
+            if let Ok((tag, magic, version)) =
+                postcard::take_from_bytes::<(u32, [u8; 4], u16)>(payload).map(|(t, _)| t)
+            {
+                debug_assert_eq!(tag, 0);
+                if magic != MAGIC {
+                    self.stats.frames_ignored += 1;
+                    return sink(Err(DecodeError::BadMagic(magic)));
+                }
+                if version != PROTOCOL_VERSION {
+                    self.incompatible = true;
+                    self.stats.frames_ignored += 1;
+                    return sink(Err(DecodeError::VersionMismatch {
+                        found: version,
+                        expected: PROTOCOL_VERSION,
+                    }));
+                }
+                self.incompatible = false;
+                // A new stream: old delta state is meaningless.
+                self.tasks.clear();
+            }
+        } else if self.incompatible {
+            self.stats.frames_ignored += 1;
+            return;
+        }
+
+        let Ok(rec) = postcard::from_bytes::<WireRecord>(payload) else {
+            return self.bad(len);
+        };
+        let rec = match rec {
+            WireRecord::Sample(w) => {
+                debug_assert_eq!(payload[0], SAMPLE_TAG);
+                let pos = self.tasks.iter().position(|t| t.tid == w.tid());
+                if w.is_key() {
+                    if stored != plain {
+                        return self.bad(len);
+                    }
+                    let Ok(s) = decode_sample(&w, None) else {
+                        return self.bad(len);
+                    };
+                    self.remember(pos, TaskRef::after(&s, plain, 0));
+                    Record::Sample(s)
+                } else {
+                    let reference = pos.and_then(|p| self.tasks.iter().nth(p));
+                    let ok =
+                        reference.is_some_and(|r| r.chain ^ plain == stored) && stored != plain;
+                    if !ok {
+                        self.stats.unresolved_samples += u64::from(stored != plain);
+                        return self.bad(len);
+                    }
+                    let Ok(s) = decode_sample(&w, reference) else {
+                        return self.bad(len);
+                    };
+                    let since = reference.map_or(0, |r| r.since_key + 1);
+                    self.remember(pos, TaskRef::after(&s, plain, since));
+                    Record::Sample(s)
+                }
+            }
+            other => {
+                if stored != plain {
+                    return self.bad(len);
+                }
+                match other {
+                    WireRecord::Hello(h) => Record::Hello(h),
+                    WireRecord::Sample(_) => return self.bad(len),
+                    WireRecord::Lost(l) => Record::Lost(l),
+                    WireRecord::Throttle(t) => Record::Throttle(t),
+                    WireRecord::Unthrottle(t) => Record::Unthrottle(t),
+                    WireRecord::Task(t) => Record::Task(t),
+                    WireRecord::Log(l) => Record::Log(l),
+                    WireRecord::SelfTest(t) => Record::SelfTest(t),
+                    WireRecord::End(e) => Record::End(e),
+                }
+            }
+        };
+        self.stats.frames_ok += 1;
+        sink(Ok(rec));
+    }
+
+    /// Stores `state` for its task, replacing the entry at `pos`, or
+    /// evicting the oldest entry when the table is full.
+    fn remember(&mut self, pos: Option<usize>, state: TaskRef) {
+        if let Some(p) = pos
+            && let Some(slot) = self.tasks.iter_mut().nth(p)
+        {
+            *slot = state;
+            return;
+        }
+        if self.tasks.is_full() {
+            self.tasks.pop_front();
+        }
+        // Cannot fail: there is room now.
+        let _ = self.tasks.push_back(state);
+    }
+}

@@ -1,0 +1,379 @@
+//! The wire protocol between the runtime and the host: versioned records,
+//! each one postcard-encoded, followed by a CRC-32, COBS-stuffed and ended by
+//! a `0x00` delimiter, so logs and samples share one serial line and a reader
+//! can start or resynchronise at any frame boundary.
+//!
+//! # Frame
+//! ```text
+//! COBS( postcard(record) ++ le32(crc32(postcard(record)) ^ chain) ) ++ 0x00
+//! ```
+//! `chain` is 0 except for a *delta* sample (see below), where it is the
+//! plain CRC-32 of the previous sample frame of the same task. A delta sample
+//! therefore only verifies against the exact reference the encoder used: a
+//! decoder that missed that reference (lost or corrupted frame) rejects the
+//! sample instead of reconstructing wrong values, and counts it.
+//!
+//! # Records
+//! [`Record::Hello`] is always variant 0 and starts with the magic and the
+//! protocol version, so any future version can still be recognised and
+//! refused with a clear error.
+//!
+//! # Compact samples
+//! Samples are encoded against per-task reference state that both sides keep
+//! (time, IP, period, CPU, user and interrupt registers of the previous
+//! sample of the same task). Values are zigzag varint deltas; registers use
+//! either dense deltas or a changed-bitmap plus deltas, whichever is
+//! smaller. Every [`EncoderConfig::keyframe_interval`] samples of a task, and
+//! whenever the encoder has no state for it, a keyframe with absolute values
+//! is sent. State is only updated from samples that were encoded, so ring
+//! losses never desynchronise the two sides; wire losses cost at most the
+//! samples up to the task's next keyframe, and those are counted
+//! ([`DecoderStats::unresolved_samples`]).
+//!
+//! # Bytes per sample
+//! Measured by `cargo test -p sampler --test wire_size -- --nocapture` and
+//! the `wire_size` table printed by `cargo bench -p sampler`, on a
+//! simulated 4 kHz cpu-clock task running a loop (see `tests/wire_size.rs`),
+//! whole frames included (COBS, CRC, delimiter), averaged over 10,000
+//! samples with keyframes every 128 samples:
+//!
+//! MEASURED_TABLE
+//!
+//! MEASURED_PLAIN
+
+mod codec;
+mod decoder;
+mod encoder;
+
+pub use codec::{TaskRef, WireSample};
+pub use decoder::{DecodeError, Decoder, DecoderStats};
+pub use encoder::{EncodeError, Encoder, EncoderConfig};
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{EventConfig, PmuCaps};
+use crate::regs::Abi;
+use crate::sample::Sample;
+
+/// The magic at the start of every Hello.
+pub const MAGIC: [u8; 4] = *b"PRCH";
+/// The protocol version this crate speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// The frame delimiter. A writer should send one before its first frame
+/// (and after any reset of the line) so that noise on the line before it is
+/// not glued to that frame.
+pub const DELIMITER: u8 = 0;
+/// The largest encoded frame (COBS, CRC and delimiter included). Decoders
+/// discard longer runs as corrupt.
+pub const MAX_FRAME: usize = 4096;
+/// The most event configs in a Hello.
+pub const MAX_EVENTS: usize = 8;
+/// Longest command line carried in a Hello.
+pub const MAX_CMDLINE: usize = 256;
+/// Longest build-id.
+pub const MAX_BUILD_ID: usize = 32;
+/// Longest task name.
+pub const MAX_TASK_NAME: usize = 32;
+/// Most text ranges of a task.
+pub const MAX_TASK_RANGES: usize = 4;
+/// Longest log payload.
+pub const MAX_LOG: usize = 512;
+/// Longest self-test name / detail.
+pub const MAX_SELFTEST_TEXT: usize = 64;
+
+/// CPU vendor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CpuVendor {
+    /// GenuineIntel.
+    Intel,
+    /// AuthenticAMD.
+    Amd,
+    /// Anything else: the 12-byte CPUID vendor string.
+    Other([u8; 12]),
+}
+
+/// CPU identification from CPUID leaf 0/1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuId {
+    /// Vendor.
+    pub vendor: CpuVendor,
+    /// Display family.
+    pub family: u16,
+    /// Display model.
+    pub model: u16,
+    /// Stepping.
+    pub stepping: u8,
+}
+
+/// The first record of a stream: who is talking and what it samples.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Always [`MAGIC`]. Must stay the first field.
+    pub magic: [u8; 4],
+    /// Always [`PROTOCOL_VERSION`] for this crate. Must stay the second field.
+    pub version: u16,
+    /// The CPU.
+    pub cpu: CpuId,
+    /// Number of CPUs sampling.
+    pub ncpus: u32,
+    /// PMU capabilities, including the event source in use.
+    pub pmu: PmuCaps,
+    /// True when the PMU is the simulated one (`pmu=sim`).
+    pub simulated: bool,
+    /// TSC frequency in Hz (0 if unknown).
+    pub tsc_hz: u64,
+    /// GNU build-id of the runtime ELF.
+    pub build_id: heapless::Vec<u8, MAX_BUILD_ID>,
+    /// The kernel command line.
+    pub cmdline: heapless::String<MAX_CMDLINE>,
+    /// The events being sampled.
+    pub events: heapless::Vec<EventConfig, MAX_EVENTS>,
+}
+
+impl Hello {
+    /// A Hello with the magic and version filled in.
+    pub fn new(cpu: CpuId, pmu: PmuCaps) -> Self {
+        Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+            cpu,
+            ncpus: 1,
+            simulated: pmu.source == crate::event::EventSource::Simulated,
+            pmu,
+            tsc_hz: 0,
+            build_id: heapless::Vec::new(),
+            cmdline: heapless::String::new(),
+            events: heapless::Vec::new(),
+        }
+    }
+}
+
+/// Why samples were lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LostReason {
+    /// The per-CPU ring was full.
+    RingFull,
+    /// The pending store of samples waiting for return-to-user registers was
+    /// full.
+    PendingFull,
+    /// PEBS records collided or were malformed.
+    Pebs,
+}
+
+/// Samples counted but not delivered (becomes PERF_RECORD_LOST / LOST_SAMPLES).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lost {
+    /// Time of the drain that noticed the loss (ns).
+    pub time: u64,
+    /// CPU.
+    pub cpu: u32,
+    /// The event, if known (0 otherwise).
+    pub event: u32,
+    /// Number of samples lost.
+    pub count: u64,
+    /// Why.
+    pub reason: LostReason,
+}
+
+/// An event was throttled or unthrottled (PERF_RECORD_THROTTLE / UNTHROTTLE).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThrottleEvent {
+    /// Time (ns).
+    pub time: u64,
+    /// CPU.
+    pub cpu: u32,
+    /// The event.
+    pub event: u32,
+}
+
+/// A range of a task's user text, for an MMAP record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TextRange {
+    /// Start address.
+    pub start: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Page-aligned offset of the segment in the runtime ELF (MMAP pgoff).
+    pub file_offset: u64,
+}
+
+/// A task appeared (COMM + MMAP on the host).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    /// Time the task was created (ns).
+    pub time: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Task (thread) id.
+    pub tid: u32,
+    /// Name.
+    pub name: heapless::String<MAX_TASK_NAME>,
+    /// ABI of its user code.
+    pub abi: Abi,
+    /// Its user text.
+    pub text: heapless::Vec<TextRange, MAX_TASK_RANGES>,
+}
+
+/// Log severity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogLevel {
+    /// Error.
+    Error,
+    /// Warning.
+    Warn,
+    /// Info.
+    Info,
+    /// Debug.
+    Debug,
+    /// Trace.
+    Trace,
+}
+
+/// What a log record carries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogPayload {
+    /// Raw defmt frame bytes (decoded on the host with the ELF's table).
+    Defmt(heapless::Vec<u8, MAX_LOG>),
+    /// Plain UTF-8 text (panics, exception reports via `core::fmt`).
+    Text(heapless::String<MAX_LOG>),
+}
+
+/// A log line or defmt frame.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Log {
+    /// Time (ns).
+    pub time: u64,
+    /// Severity.
+    pub level: LogLevel,
+    /// The text or defmt bytes.
+    pub payload: LogPayload,
+    /// True when the payload was cut to fit [`MAX_LOG`].
+    pub truncated: bool,
+}
+
+impl Log {
+    /// A text log, cut at a character boundary to fit [`MAX_LOG`] bytes.
+    pub fn text(time: u64, level: LogLevel, text: &str) -> Self {
+        let mut end = text.len().min(MAX_LOG);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut s = heapless::String::new();
+        // Cannot fail: `end <= MAX_LOG`.
+        let _ = s.push_str(&text[..end]);
+        Log {
+            time,
+            level,
+            payload: LogPayload::Text(s),
+            truncated: end < text.len(),
+        }
+    }
+
+    /// A defmt frame, cut to fit [`MAX_LOG`] bytes.
+    pub fn defmt(time: u64, level: LogLevel, frame: &[u8]) -> Self {
+        let end = frame.len().min(MAX_LOG);
+        let mut v = heapless::Vec::new();
+        // Cannot fail: `end <= MAX_LOG`.
+        let _ = v.extend_from_slice(&frame[..end]);
+        Log {
+            time,
+            level,
+            payload: LogPayload::Defmt(v),
+            truncated: end < frame.len(),
+        }
+    }
+}
+
+/// One self-test result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SelfTest {
+    /// Test name.
+    pub name: heapless::String<MAX_SELFTEST_TEXT>,
+    /// Whether it passed.
+    pub passed: bool,
+    /// What was measured.
+    pub measured: u64,
+    /// What was expected.
+    pub expected: u64,
+    /// Free-form detail.
+    pub detail: heapless::String<MAX_SELFTEST_TEXT>,
+}
+
+/// Final counters, sent once at the end of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct End {
+    /// Time (ns).
+    pub time: u64,
+    /// Samples the target took (offered to a ring).
+    pub taken: u64,
+    /// Samples delivered (encoded onto the wire).
+    pub delivered: u64,
+    /// Samples lost (counted in Lost records).
+    pub lost: u64,
+    /// Times an event was throttled.
+    pub throttled: u64,
+    /// Frames written, this one excluded.
+    pub frames: u64,
+}
+
+/// One record of the stream.
+// Samples are large but fixed-size by design: no_std has no Box, and the
+// drain encodes one record at a time.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// Stream header (always variant 0 on the wire).
+    Hello(Hello),
+    /// A sample.
+    Sample(Sample),
+    /// Samples counted but not delivered.
+    Lost(Lost),
+    /// An event was throttled.
+    Throttle(ThrottleEvent),
+    /// An event was unthrottled.
+    Unthrottle(ThrottleEvent),
+    /// A task appeared.
+    Task(Task),
+    /// A log line or defmt frame.
+    Log(Log),
+    /// A self-test result.
+    SelfTest(SelfTest),
+    /// Final counters.
+    End(End),
+}
+
+/// The on-wire form of a record (the sample replaced by its compact form).
+/// Variant order is the protocol: never reorder, only append.
+#[derive(Serialize)]
+enum WireRecordRef<'a> {
+    Hello(&'a Hello),
+    Sample(&'a WireSample),
+    Lost(&'a Lost),
+    Throttle(&'a ThrottleEvent),
+    Unthrottle(&'a ThrottleEvent),
+    Task(&'a Task),
+    Log(&'a Log),
+    SelfTest(&'a SelfTest),
+    End(&'a End),
+}
+
+/// The decoded on-wire form of a record; must mirror [`WireRecordRef`].
+#[allow(clippy::large_enum_variant)]
+#[derive(Deserialize)]
+enum WireRecord {
+    Hello(Hello),
+    Sample(WireSample),
+    Lost(Lost),
+    Throttle(ThrottleEvent),
+    Unthrottle(ThrottleEvent),
+    Task(Task),
+    Log(Log),
+    SelfTest(SelfTest),
+    End(End),
+}
+
+/// The postcard variant index of [`Record::Sample`].
+const SAMPLE_TAG: u8 = 1;
+
+#[cfg(test)]
+mod tests;
