@@ -2,7 +2,10 @@
 //! reader, the stream model and the conversions the `perch` binary drives.
 
 pub mod convert;
+pub mod error;
 pub mod image;
+pub mod input;
 pub mod model;
 pub mod perf_abi;
 pub mod perf_data;
+pub mod wire;

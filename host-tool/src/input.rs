@@ -1,0 +1,291 @@
+//! Reading a stream: bytes from any source through the wire decoder and the
+//! adapter to model items, with running counters (`perch stat`, progress)
+//! and target log display (text as is, defmt decoded against the image).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Read;
+
+use sampler::wire::{DecodeError, Decoder, DecoderStats};
+
+use crate::error::HostError;
+use crate::model::{EndCounters, Hello, Item};
+use crate::wire::Adapter;
+
+/// Whether the caller wants more input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Keep reading.
+    Continue,
+    /// The stream ended (End record).
+    Done,
+}
+
+/// Decodes chunks of a stream into items.
+pub struct Pump {
+    decoder: Decoder,
+    adapter: Adapter,
+    /// Counters of everything seen.
+    pub stats: StreamStats,
+}
+
+impl Default for Pump {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Pump {
+    /// A pump at the start of a stream.
+    pub fn new() -> Self {
+        Pump { decoder: Decoder::new(), adapter: Adapter::new(), stats: StreamStats::default() }
+    }
+
+    /// Feeds `chunk`; `sink` sees each item after the counters are updated.
+    /// Returns `Done` once the End record has been handled.
+    pub fn feed(
+        &mut self,
+        chunk: &[u8],
+        sink: &mut dyn FnMut(&Item<'_>) -> Result<(), HostError>,
+    ) -> Result<Flow, HostError> {
+        self.stats.bytes += chunk.len() as u64;
+        let mut result = Ok(Flow::Continue);
+        let adapter = &mut self.adapter;
+        let stats = &mut self.stats;
+        self.decoder.push(chunk, |rec| {
+            if result.is_err() {
+                return;
+            }
+            match rec {
+                Ok(rec) => {
+                    let r = adapter.with_item(&rec, |item| {
+                        stats.observe(item);
+                        sink(item)
+                    });
+                    match r {
+                        Err(e) => result = Err(e),
+                        Ok(()) if matches!(rec, sampler::wire::Record::End(_)) => result = Ok(Flow::Done),
+                        Ok(()) => {}
+                    }
+                }
+                Err(DecodeError::VersionMismatch { found, expected }) => {
+                    result = Err(HostError::Protocol(format!(
+                        "the stream speaks Perch wire protocol version {found}, this perch speaks version {expected}"
+                    )))
+                }
+                Err(DecodeError::BadMagic(m)) => {
+                    result = Err(HostError::NotPerch(format!(
+                        "not a Perch stream: its first record has magic {m:02x?}, expected \"PRCH\""
+                    )))
+                }
+            }
+        });
+        self.stats.decoder = self.decoder.stats();
+        result
+    }
+
+    /// Reads `input` to its end (or to the End record).
+    pub fn read_all(
+        &mut self,
+        mut input: impl Read,
+        sink: &mut dyn FnMut(&Item<'_>) -> Result<(), HostError>,
+    ) -> Result<Flow, HostError> {
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = match input.read(&mut buf) {
+                Ok(0) => return Ok(Flow::Continue),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(HostError::io("reading the stream", e)),
+            };
+            if self.feed(&buf[..n], sink)? == Flow::Done {
+                return Ok(Flow::Done);
+            }
+        }
+    }
+
+    /// An error for a stream that held nothing Perch could decode.
+    pub fn check_recognised(&self) -> Result<(), HostError> {
+        if self.stats.hello.is_none() {
+            let d = self.stats.decoder;
+            return Err(HostError::NotPerch(if self.stats.bytes == 0 {
+                "the stream is empty".to_owned()
+            } else if d.frames_ok == 0 {
+                format!(
+                    "not a Perch stream: no valid frame in {} bytes ({} damaged frames)",
+                    self.stats.bytes, d.bad_frames
+                )
+            } else {
+                format!(
+                    "the stream has no Hello record ({} frames decoded): its start was lost or it is not a Perch capture",
+                    d.frames_ok
+                )
+            }));
+        }
+        Ok(())
+    }
+}
+
+/// Counters over a stream.
+#[derive(Clone, Debug, Default)]
+pub struct StreamStats {
+    /// Bytes read.
+    pub bytes: u64,
+    /// The Hello, once seen.
+    pub hello: Option<Hello>,
+    /// Samples decoded.
+    pub samples: u64,
+    /// Samples taken in ring 3.
+    pub user_samples: u64,
+    /// Samples per event id.
+    pub by_event: BTreeMap<u32, u64>,
+    /// Samples per (pid, tid).
+    pub by_task: BTreeMap<(u32, u32), u64>,
+    /// Task names by tid.
+    pub task_names: BTreeMap<u32, String>,
+    /// Samples the target reported lost.
+    pub lost: u64,
+    /// Throttle starts.
+    pub throttled: u64,
+    /// Throttle ends.
+    pub unthrottled: u64,
+    /// Log records.
+    pub logs: u64,
+    /// End counters.
+    pub end: Option<EndCounters>,
+    /// The decoder's counters (bad frames, skipped bytes).
+    pub decoder: DecoderStats,
+}
+
+impl StreamStats {
+    /// Counts `item`.
+    pub fn observe(&mut self, item: &Item<'_>) {
+        match item {
+            Item::Hello(h) => {
+                if self.hello.is_none() {
+                    self.hello = Some(h.clone());
+                }
+            }
+            Item::Task(t) => {
+                self.task_names.insert(t.tid, t.name.clone());
+            }
+            Item::Sample(s) => {
+                self.samples += 1;
+                self.user_samples += u64::from(s.user);
+                *self.by_event.entry(s.event).or_default() += 1;
+                *self.by_task.entry((s.pid, s.tid)).or_default() += 1;
+            }
+            Item::Lost { count, .. } => self.lost += count,
+            Item::Throttle { on: true, .. } => self.throttled += 1,
+            Item::Throttle { on: false, .. } => self.unthrottled += 1,
+            Item::Log(_) | Item::Defmt(_) => self.logs += 1,
+            Item::End(e) => self.end = Some(*e),
+        }
+    }
+
+    /// The `perch stat` report.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "stream: {} bytes", self.bytes);
+        if let Some(h) = &self.hello {
+            let _ = writeln!(
+                s,
+                "appliance: protocol {}, {} cpu(s), {}, source {:?}, cmdline \"{}\"",
+                h.protocol_version, h.cpus, h.cpu_desc, h.source, h.cmdline
+            );
+        }
+        let _ = writeln!(s, "samples: {} ({} user, {} runtime)", self.samples, self.user_samples, self.samples - self.user_samples);
+        let _ = writeln!(s, "\nper event:");
+        for (id, n) in &self.by_event {
+            let name = self
+                .hello
+                .as_ref()
+                .and_then(|h| h.events.iter().find(|e| e.id == *id).map(|e| e.perf_name(h.source)))
+                .unwrap_or_else(|| "(undeclared)".into());
+            let _ = writeln!(s, "  {id:>4} {name:<24} {n:>10}  {:>6.2}%", pct(*n, self.samples));
+        }
+        let _ = writeln!(s, "\nper task:");
+        for ((pid, tid), n) in &self.by_task {
+            let name = if *pid == 0 {
+                crate::convert::RUNTIME_COMM.to_owned()
+            } else {
+                self.task_names.get(tid).cloned().unwrap_or_else(|| "(unnamed)".into())
+            };
+            let _ = writeln!(s, "  {pid:>4}/{tid:<4} {name:<20} {n:>10}  {:>6.2}%", pct(*n, self.samples));
+        }
+        let d = self.decoder;
+        let _ = writeln!(s, "\nlost (target): {}", self.lost);
+        let _ = writeln!(s, "throttled: {} (unthrottled {})", self.throttled, self.unthrottled);
+        let _ = writeln!(
+            s,
+            "bad frames: {} ({} unresolved delta samples, {} bytes skipped, {} frames ignored)",
+            d.bad_frames, d.unresolved_samples, d.bytes_skipped, d.frames_ignored
+        );
+        let _ = writeln!(s, "log records: {}", self.logs);
+        if self.samples > 0 {
+            let _ = writeln!(s, "bytes per sample: {:.1}", self.bytes as f64 / self.samples as f64);
+        }
+        match self.end {
+            Some(e) => {
+                let _ = writeln!(
+                    s,
+                    "end: taken {} = delivered {} + lost {} ({}), throttled {}",
+                    e.taken,
+                    e.delivered,
+                    e.lost,
+                    if e.taken == e.delivered + e.lost { "consistent" } else { "INCONSISTENT" },
+                    e.throttled
+                );
+                let missing = e.delivered.saturating_sub(self.samples);
+                let _ = writeln!(s, "delivered but not received intact: {missing}");
+            }
+            None => {
+                let _ = writeln!(s, "end: no End record (stream stopped early or was truncated)");
+            }
+        }
+        s
+    }
+}
+
+fn pct(n: u64, total: u64) -> f64 {
+    if total == 0 { 0.0 } else { 100.0 * n as f64 / total as f64 }
+}
+
+/// Shows target logs on stderr: text as is, defmt frames decoded with the
+/// image's defmt table.
+pub struct LogPrinter {
+    table: Option<defmt_decoder::Table>,
+}
+
+impl LogPrinter {
+    /// A printer; `elf` supplies the defmt table when the image has one.
+    pub fn new(elf: Option<&[u8]>) -> Self {
+        let table = elf.and_then(|b| defmt_decoder::Table::parse(b).ok().flatten());
+        LogPrinter { table }
+    }
+
+    /// The text for a log item, or None for other items.
+    pub fn render(&self, item: &Item<'_>) -> Option<String> {
+        match item {
+            Item::Log(t) => Some(format!("target: {t}")),
+            Item::Defmt(bytes) => Some(match &self.table {
+                None => format!("target: defmt frame {bytes:02x?} (no defmt table: pass --image)"),
+                Some(table) => match table.decode(bytes) {
+                    Ok((frame, _)) => format!("target: {}", frame.display(false)),
+                    Err(_) => {
+                        let mut dec = table.new_stream_decoder();
+                        dec.received(bytes);
+                        if bytes.last() != Some(&0) {
+                            dec.received(&[0]);
+                        }
+                        match dec.decode() {
+                            Ok(frame) => format!("target: {}", frame.display(false)),
+                            Err(e) => format!("target: undecodable defmt frame ({e:?}): {bytes:02x?}"),
+                        }
+                    }
+                },
+            }),
+            _ => None,
+        }
+    }
+}
