@@ -3,9 +3,12 @@
 
 pub mod convert;
 pub mod error;
+pub mod flamegraph;
 pub mod image;
 pub mod input;
 pub mod model;
 pub mod perf_abi;
 pub mod perf_data;
+pub mod qemu;
+pub mod synth;
 pub mod wire;

@@ -1,2 +1,479 @@
-//! `perch`: the host side of Perch.
-fn main() {}
+//! `perch`: record a Perch appliance (QEMU, a serial line or a saved
+//! capture), write perf.data that stock perf opens with symbols, and show
+//! stats and flamegraphs.
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use host_tool::convert::{ConvertOptions, Converter, hex};
+use host_tool::error::{HostError, exit};
+use host_tool::flamegraph::Folder;
+use host_tool::image::Image;
+use host_tool::input::{Flow, LogPrinter, Pump};
+use host_tool::model::Item;
+use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
+use host_tool::synth::{SynthConfig, write_capture};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+const EXIT_CODES: &str = "Exit codes: 0 ok, 1 I/O failure, 2 usage, 3 not a usable Perch stream \
+(garbage, wrong protocol version, no Hello), 4 bad or mismatched image, 5 QEMU or perf missing, \
+6 the appliance failed or crashed, 7 the stream stopped before its End record (output written).";
+
+#[derive(Parser)]
+#[command(name = "perch", version, about = "Profile a Perch appliance into perf.data", after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PmuMode {
+    /// Use the PMU when one works, else the NMI clock.
+    Auto,
+    /// The simulated PMU (marked as simulated in perf.data).
+    Sim,
+    /// The NMI clock (cpu-clock) only.
+    Off,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Boot the appliance under QEMU (or read a serial line or capture) and write perf.data.
+    Record(RecordArgs),
+    /// Convert a saved capture to perf.data.
+    Convert {
+        /// The capture file (raw wire stream).
+        capture: PathBuf,
+        /// The appliance image the stream came from (symbols, build-id).
+        #[arg(long)]
+        image: Option<PathBuf>,
+        /// Output file.
+        #[arg(short = 'o', long, default_value = "perf.data")]
+        output: PathBuf,
+    },
+    /// Samples per task and event, losses, throttling, bad frames, bytes per sample.
+    Stat {
+        /// A capture file.
+        file: PathBuf,
+    },
+    /// Render a flamegraph SVG from a capture.
+    Flamegraph {
+        /// A capture file.
+        file: PathBuf,
+        /// The appliance image (symbols).
+        #[arg(long)]
+        image: Option<PathBuf>,
+        /// Output SVG.
+        #[arg(short = 'o', long, default_value = "flamegraph.svg")]
+        output: PathBuf,
+    },
+    /// Write a synthetic capture (for benchmarks and trying the tools).
+    Synth {
+        /// Output capture file.
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+        /// Image whose task and runtime symbols the samples hit.
+        #[arg(long)]
+        image: Option<PathBuf>,
+        /// Number of samples.
+        #[arg(long, default_value_t = 10_000)]
+        samples: u64,
+        /// Lost samples reported halfway.
+        #[arg(long, default_value_t = 0)]
+        lost: u64,
+        /// Leave out the End record (a truncated capture).
+        #[arg(long)]
+        no_end: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct RecordArgs {
+    /// The appliance image (runtime ELF) to boot and symbolise with.
+    #[arg(long)]
+    image: Option<PathBuf>,
+    /// Sampling frequency in Hz.
+    #[arg(long, default_value_t = 1000)]
+    freq: u64,
+    /// Run QEMU with `-icount shift=0,sleep=off` (instruction-exact, repeatable).
+    #[arg(long)]
+    icount: bool,
+    /// Event source.
+    #[arg(long, value_enum, default_value_t = PmuMode::Auto)]
+    pmu: PmuMode,
+    /// How long the appliance samples, in seconds.
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+    /// Ring size in samples (runtime `ring=N`).
+    #[arg(long)]
+    ring: Option<u32>,
+    /// Output file.
+    #[arg(short = 'o', long, default_value = "perf.data")]
+    output: PathBuf,
+    /// Also save the raw stream to this file.
+    #[arg(long)]
+    save_capture: Option<PathBuf>,
+    /// Read a real serial line instead of starting QEMU.
+    #[arg(long, conflicts_with = "input")]
+    serial: Option<String>,
+    /// Baud rate of --serial.
+    #[arg(long, default_value_t = 115_200, requires = "serial")]
+    baud: u32,
+    /// Read a saved capture instead of starting QEMU.
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// The QEMU binary.
+    #[arg(long, default_value = "qemu-system-x86_64")]
+    qemu: PathBuf,
+    /// Hard time limit in seconds (default: duration + 60).
+    #[arg(long)]
+    timeout: Option<f64>,
+    /// Extra QEMU arguments.
+    #[arg(last = true)]
+    qemu_args: Vec<String>,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { exit::USAGE as u8 } else { 0 });
+        }
+    };
+    let r = match cli.cmd {
+        Cmd::Record(a) => record(a),
+        Cmd::Convert { capture, image, output } => convert(&capture, image.as_deref(), &output),
+        Cmd::Stat { file } => stat(&file),
+        Cmd::Flamegraph { file, image, output } => flamegraph(&file, image.as_deref(), &output),
+        Cmd::Synth { output, image, samples, lost, no_end } => synth(&output, image.as_deref(), samples, lost, !no_end),
+    };
+    match r {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            eprintln!("perch: error: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}
+
+fn open_image(path: Option<&Path>) -> Result<(Option<Image>, Option<Vec<u8>>), HostError> {
+    let Some(p) = path else { return Ok((None, None)) };
+    let bytes = std::fs::read(p).map_err(|source| host_tool::image::ImageError::Io { path: p.to_owned(), source })?;
+    let abs = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+    let image = Image::parse(&bytes, abs)?;
+    Ok((Some(image), Some(bytes)))
+}
+
+fn open_file(path: &Path) -> Result<File, HostError> {
+    File::open(path).map_err(|e| HostError::io(format!("opening {}", path.display()), e))
+}
+
+/// Why reading stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    End,
+    Eof,
+    Interrupted,
+    TimeLimit,
+}
+
+/// Progress on stderr when it is a terminal.
+struct Progress {
+    bar: Option<ProgressBar>,
+    start: Instant,
+    last: Instant,
+}
+
+impl Progress {
+    fn new() -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            b.set_style(ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("static template"));
+            b
+        });
+        Progress { bar, start: Instant::now(), last: Instant::now() }
+    }
+
+    fn update(&mut self, pump: &Pump, force: bool) {
+        let Some(bar) = &self.bar else { return };
+        if !force && self.last.elapsed() < Duration::from_millis(100) {
+            return;
+        }
+        self.last = Instant::now();
+        let s = &pump.stats;
+        let secs = self.start.elapsed().as_secs_f64().max(1e-3);
+        bar.set_message(format!(
+            "{} samples, {} lost, {:.0} samples/s, {} bytes, {} bad frames",
+            s.samples,
+            s.lost,
+            s.samples as f64 / secs,
+            s.bytes,
+            s.decoder.bad_frames
+        ));
+        bar.tick();
+    }
+
+    fn println(&self, line: &str) {
+        match &self.bar {
+            Some(b) => b.suspend(|| eprintln!("{line}")),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// Reads `src` into the converter until End, EOF, Ctrl-C or the deadline.
+fn run(
+    src: &mut dyn Read,
+    image: Option<Image>,
+    elf: Option<&[u8]>,
+    output: &Path,
+    save: Option<&Path>,
+    deadline: Option<Instant>,
+) -> Result<i32, HostError> {
+    let out = File::create(output).map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
+    let mut save = match save {
+        Some(p) => Some(BufWriter::new(
+            File::create(p).map_err(|e| HostError::io(format!("creating {}", p.display()), e))?,
+        )),
+        None => None,
+    };
+    let image_path = image.as_ref().map(|i| i.path.clone());
+    let cmdline: Vec<String> = std::env::args().collect();
+    let mut conv = Converter::new(out, ConvertOptions { image, cmdline });
+    let logs = LogPrinter::new(elf);
+    let mut pump = Pump::new();
+    let mut progress = Progress::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let stop = loop {
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            break Stop::Interrupted;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break Stop::TimeLimit;
+        }
+        let n = match src.read(&mut buf) {
+            Ok(0) => break Stop::Eof,
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+                ) =>
+            {
+                progress.update(&pump, false);
+                continue;
+            }
+            Err(e) => return Err(HostError::io("reading the stream", e)),
+        };
+        if let Some(s) = save.as_mut() {
+            s.write_all(&buf[..n]).map_err(|e| HostError::io("saving the capture", e))?;
+        }
+        let mut sink = |item: &Item<'_>| -> Result<(), HostError> {
+            if let Some(line) = logs.render(item) {
+                progress.println(&line);
+            }
+            conv.push(item).map_err(HostError::from)
+        };
+        let flow = pump.feed(&buf[..n], &mut sink)?;
+        progress.update(&pump, false);
+        if flow == Flow::Done {
+            break Stop::End;
+        }
+    };
+    progress.update(&pump, true);
+    progress.finish();
+    if let Some(mut s) = save {
+        s.flush().map_err(|e| HostError::io("saving the capture", e))?;
+    }
+    pump.check_recognised()?;
+    let (_, summary) = conv.finish()?;
+    let w = summary.written;
+    let d = pump.stats.decoder;
+    eprintln!(
+        "perch: wrote {}: {} samples, {} lost ({} on the target, {} on the wire), {} bad frames, {:.1} bytes/sample on the wire",
+        output.display(),
+        w.samples,
+        w.lost,
+        pump.stats.lost,
+        summary.wire_lost,
+        d.bad_frames,
+        if w.samples > 0 { pump.stats.bytes as f64 / w.samples as f64 } else { 0.0 }
+    );
+    if let Some(e) = summary.end {
+        eprintln!(
+            "perch: target counters: taken {} = delivered {} + lost {}; file holds {} samples + {} lost",
+            e.taken, e.delivered, e.lost, w.samples, w.lost
+        );
+    }
+    for warn in &summary.warnings {
+        eprintln!("perch: warning: {warn}");
+    }
+    match &image_path {
+        Some(p) => eprintln!(
+            "perch: open it with: perf report -i {} --vmlinux={}   (or perf script ... --vmlinux={})",
+            output.display(),
+            p.display(),
+            p.display()
+        ),
+        None => eprintln!("perch: no --image given: perf cannot symbolise this file"),
+    }
+    Ok(match stop {
+        Stop::End => exit::OK,
+        Stop::Interrupted => {
+            eprintln!("perch: stopped by Ctrl-C");
+            exit::OK
+        }
+        Stop::TimeLimit => {
+            eprintln!("perch: stopped at the time limit before the appliance sent End");
+            exit::TRUNCATED
+        }
+        Stop::Eof if summary.end.is_some() => exit::OK,
+        Stop::Eof => {
+            eprintln!("perch: the stream ended before its End record (truncated capture or the appliance stopped)");
+            exit::TRUNCATED
+        }
+    })
+}
+
+fn record(a: RecordArgs) -> Result<i32, HostError> {
+    let (image, elf) = open_image(a.image.as_deref())?;
+    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed));
+    if let Some(input) = &a.input {
+        let mut f = open_file(input)?;
+        return run(&mut f, image, elf.as_deref(), &a.output, a.save_capture.as_deref(), None);
+    }
+    let deadline = a.timeout.map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
+    if let Some(dev) = &a.serial {
+        let mut port = serialport::new(dev, a.baud)
+            .timeout(Duration::from_millis(100))
+            .open()
+            .map_err(|source| HostError::Serial { device: dev.clone(), source })?;
+        return run(&mut port, image, elf.as_deref(), &a.output, a.save_capture.as_deref(), deadline);
+    }
+    let Some(img) = a.image.as_ref() else {
+        return Err(HostError::Usage(
+            "perch record needs --image ELF to boot (or --input FILE / --serial DEVICE)".into(),
+        ));
+    };
+    if !(a.duration > 0.0) {
+        return Err(HostError::Usage(format!("--duration must be positive, got {}", a.duration)));
+    }
+    let mut append = format!(
+        "console=wire freq={} pmu={} duration={}",
+        a.freq,
+        match a.pmu {
+            PmuMode::Auto => "auto",
+            PmuMode::Sim => "sim",
+            PmuMode::Off => "off",
+        },
+        (a.duration * 1000.0).round() as u64
+    );
+    if let Some(r) = a.ring {
+        append.push_str(&format!(" ring={r}"));
+    }
+    let cfg = QemuConfig { qemu: a.qemu.clone(), image: img.clone(), append, icount: a.icount, extra: a.qemu_args.clone() };
+    let limit = a.timeout.unwrap_or(a.duration + 60.0);
+    let deadline = Instant::now() + Duration::from_secs_f64(limit);
+    let (mut qemu, mut stream) = Qemu::spawn(&cfg)?;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .map_err(|e| HostError::io("configuring the wire socket", e))?;
+    let code = run(&mut stream, image, elf.as_deref(), &a.output, a.save_capture.as_deref(), Some(deadline));
+    let status = qemu.wait(Duration::from_secs(5));
+    let qemu_err = qemu.take_stderr();
+    let code = code?;
+    match describe_exit(status) {
+        Ok(msg) => {
+            eprintln!("perch: {msg}");
+            Ok(code)
+        }
+        Err(msg) => {
+            if !qemu_err.trim().is_empty() {
+                eprintln!("perch: QEMU said: {}", qemu_err.trim());
+            }
+            Err(HostError::Appliance(msg))
+        }
+    }
+}
+
+fn convert(capture: &Path, image: Option<&Path>, output: &Path) -> Result<i32, HostError> {
+    let (image, elf) = open_image(image)?;
+    let mut f = open_file(capture)?;
+    run(&mut f, image, elf.as_deref(), output, None, None)
+}
+
+fn stat(file: &Path) -> Result<i32, HostError> {
+    let mut f = open_file(file)?;
+    let mut head = [0u8; 8];
+    if f.read(&mut head).map_err(|e| HostError::io("reading", e))? == 8 && &head == host_tool::perf_abi::MAGIC {
+        return Err(HostError::Usage(format!(
+            "{} is a perf.data file; perch stat reads captures (use `perf report --stats -i {}`)",
+            file.display(),
+            file.display()
+        )));
+    }
+    let mut f = open_file(file)?;
+    let mut pump = Pump::new();
+    pump.read_all(&mut f, &mut |_| Ok(()))?;
+    pump.check_recognised()?;
+    print!("{}", pump.stats.render());
+    if let Some(h) = &pump.stats.hello {
+        println!("build-id: {}", hex(&h.build_id));
+    }
+    Ok(exit::OK)
+}
+
+fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, HostError> {
+    let (image, _) = open_image(image)?;
+    let mut folder = Folder::new(image.clone());
+    let mut pump = Pump::new();
+    let mut f = open_file(file)?;
+    let mut mismatch = None;
+    pump.read_all(&mut f, &mut |item| {
+        if let (Item::Hello(h), Some(img)) = (item, &image)
+            && !h.build_id.is_empty()
+            && img.build_id.as_deref() != Some(&h.build_id[..])
+        {
+            mismatch = Some(host_tool::convert::ConvertError::WrongImage {
+                image: img.path.display().to_string(),
+                image_id: img.build_id_hex().unwrap_or_default(),
+                stream_id: hex(&h.build_id),
+            });
+        }
+        folder.push(item);
+        Ok(())
+    })?;
+    pump.check_recognised()?;
+    if let Some(e) = mismatch {
+        return Err(e.into());
+    }
+    let out = File::create(output).map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
+    folder.render(&format!("perch: {}", file.display()), BufWriter::new(out))?;
+    eprintln!("perch: wrote {} ({} samples)", output.display(), pump.stats.samples);
+    Ok(exit::OK)
+}
+
+fn synth(output: &Path, image: Option<&Path>, samples: u64, lost: u64, end: bool) -> Result<i32, HostError> {
+    let (image, _) = open_image(image)?;
+    let f = File::create(output).map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
+    let mut w = BufWriter::new(f);
+    let cfg = SynthConfig { samples, lost, end, ..SynthConfig::default() };
+    let bytes = write_capture(image.as_ref(), &cfg, &mut w).map_err(|e| HostError::io("writing the capture", e))?;
+    w.flush().map_err(|e| HostError::io("writing the capture", e))?;
+    eprintln!("perch: wrote {} ({samples} samples, {bytes} bytes)", output.display());
+    Ok(exit::OK)
+}

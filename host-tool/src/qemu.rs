@@ -1,0 +1,182 @@
+//! Running the appliance under QEMU: PVH boot with `-kernel`, the wire
+//! stream on COM1 through a unix-socket chardev that waits for perch (so no
+//! byte is lost before the reader attaches), stdin closed, a hard timeout,
+//! and a guard that kills QEMU if perch stops first.
+
+use std::io::Read;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::HostError;
+
+/// isa-debug-exit status for a normal end of run.
+pub const EXIT_PASS: i32 = 33;
+/// isa-debug-exit status for a failure the runtime reported.
+pub const EXIT_FAIL: i32 = 35;
+/// isa-debug-exit status for a runtime crash.
+pub const EXIT_CRASH: i32 = 37;
+
+/// How to start the appliance.
+#[derive(Clone, Debug)]
+pub struct QemuConfig {
+    /// The QEMU binary.
+    pub qemu: PathBuf,
+    /// The runtime ELF (PVH).
+    pub image: PathBuf,
+    /// The runtime command line (`-append`).
+    pub append: String,
+    /// Add `-icount shift=0,sleep=off`.
+    pub icount: bool,
+    /// Extra arguments after `--`.
+    pub extra: Vec<String>,
+}
+
+impl QemuConfig {
+    /// The full argument list, with the wire chardev at `socket`.
+    pub fn args(&self, socket: &Path) -> Vec<String> {
+        let mut a: Vec<String> = [
+            "-nodefaults",
+            "-no-reboot",
+            "-display",
+            "none",
+            "-machine",
+            "pc",
+            "-m",
+            "128M",
+            "-device",
+            "isa-debug-exit,iobase=0xf4,iosize=0x04",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        a.push("-chardev".into());
+        a.push(format!("socket,id=wire,path={},server=on,wait=on", socket.display()));
+        a.push("-serial".into());
+        a.push("chardev:wire".into());
+        a.push("-kernel".into());
+        a.push(self.image.display().to_string());
+        a.push("-append".into());
+        a.push(self.append.clone());
+        if self.icount {
+            a.push("-icount".into());
+            a.push("shift=0,sleep=off".into());
+        }
+        a.extend(self.extra.iter().cloned());
+        a
+    }
+}
+
+/// A running QEMU; killed when dropped.
+pub struct Qemu {
+    child: Child,
+    stderr: Option<JoinHandle<String>>,
+    _dir: tempfile::TempDir,
+}
+
+/// Checks that `qemu` can be run.
+pub fn check_qemu(qemu: &Path) -> Result<(), HostError> {
+    match Command::new(qemu).arg("--version").stdin(Stdio::null()).output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(HostError::MissingTool {
+            tool: qemu.display().to_string(),
+            reason: format!("`--version` exited with {}", o.status),
+            install: "apt-get install qemu-system-x86".into(),
+        }),
+        Err(e) => Err(HostError::MissingTool {
+            tool: qemu.display().to_string(),
+            reason: e.to_string(),
+            install: "apt-get install qemu-system-x86".into(),
+        }),
+    }
+}
+
+impl Qemu {
+    /// Starts QEMU and connects to its wire socket.
+    pub fn spawn(cfg: &QemuConfig) -> Result<(Qemu, UnixStream), HostError> {
+        check_qemu(&cfg.qemu)?;
+        let dir = tempfile::Builder::new()
+            .prefix("perch-")
+            .tempdir()
+            .map_err(|e| HostError::io("creating a socket directory", e))?;
+        let socket = dir.path().join("wire.sock");
+        let mut child = Command::new(&cfg.qemu)
+            .args(cfg.args(&socket))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| HostError::io(format!("starting {}", cfg.qemu.display()), e))?;
+        let stderr = child.stderr.take().map(|mut s| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = s.read_to_string(&mut text);
+                text
+            })
+        });
+        let mut q = Qemu { child, stderr, _dir: dir };
+        let start = Instant::now();
+        loop {
+            if let Ok(stream) = UnixStream::connect(&socket) {
+                return Ok((q, stream));
+            }
+            if let Ok(Some(status)) = q.child.try_wait() {
+                let err = q.take_stderr();
+                return Err(HostError::Appliance(format!(
+                    "QEMU exited ({status}) before the wire socket opened: {}",
+                    err.trim()
+                )));
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                return Err(HostError::Appliance("QEMU did not open its wire socket within 20 s".into()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// QEMU's stderr so far (after it exited).
+    pub fn take_stderr(&mut self) -> String {
+        self.stderr.take().and_then(|h| h.join().ok()).unwrap_or_default()
+    }
+
+    /// Waits up to `timeout` for QEMU to exit; kills it after that.
+    /// Returns the exit status, or None when it had to be killed.
+    pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(st)) => return Some(st),
+                Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(10)),
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Qemu {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// What an exit status means for a run.
+pub fn describe_exit(status: Option<ExitStatus>) -> Result<&'static str, String> {
+    match status.and_then(|s| s.code()) {
+        Some(EXIT_PASS) => Ok("appliance ended normally"),
+        Some(EXIT_FAIL) => Err("the appliance reported a failure (exit status 35)".into()),
+        Some(EXIT_CRASH) => Err("the runtime crashed (exit status 37)".into()),
+        Some(0) => Err("QEMU exited with status 0: a triple fault reset the appliance".into()),
+        Some(c) => Err(format!("QEMU exited with unexpected status {c}")),
+        None if status.is_some() => Err("QEMU was killed by a signal".into()),
+        None => Ok("QEMU stopped by perch"),
+    }
+}
