@@ -1,8 +1,98 @@
-//! The Perch appliance runtime.
+//! The Perch appliance runtime: boots, takes over the CPU, runs the
+//! appliance's ring-3 tasks under a periodic NMI, and either runs the
+//! on-target self-test (`selftest`) or the demo appliance.
 #![no_std]
 #![no_main]
 
+mod boot;
+mod clock;
+mod console;
+mod cpu;
+mod demo;
+mod entry;
+mod nmi;
+mod paging;
+mod selftest;
+mod symbols;
+mod syscall;
+mod task;
+mod trap;
+mod user;
+
+use arch_x86::cmdline::{self, ConsoleMode};
+use arch_x86::exit::ExitCode;
+
+critical_section::set_impl!(arch_x86::single_core_cs::SingleCoreCriticalSection);
+
+/// Called by the boot code in 64-bit mode on the boot stack.
+pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
+    console::init();
+    let boot = boot::read_boot_info(magic, info);
+    kprintln!("perch: runtime booted via {}", boot.protocol.name());
+    kprintln!("perch: command line \"{}\"", boot.cmdline());
+    if boot.cmdline_truncated {
+        kprintln!(
+            "perch: command line longer than {} bytes, cut",
+            boot::CMDLINE_MAX
+        );
+    }
+    let cfg = cmdline::parse(boot.cmdline(), |issue| kprintln!("perch: {issue}"));
+    if cfg.console_mode() == ConsoleMode::Wire {
+        kprintln!("perch: console=wire: no record stream in this build, staying in text mode");
+    }
+    console::set_sink(console::Sink::Text);
+
+    cpu::init();
+    let features = cpu::enable_protection();
+    if let Err(paging::PagingError::ImageTooLarge(end)) = paging::init(features.nx) {
+        kprintln!("perch: image ends at {end:#x}, past the 4 KiB-mapped region");
+        exit(ExitCode::Crash);
+    }
+    kprintln!(
+        "perch: cpu tables loaded; nx={} smep={} smap={}",
+        features.nx,
+        features.smep,
+        features.smap
+    );
+    defmt::info!("runtime up, selftest={=bool}", cfg.selftest);
+    kprintln!("perch: pmu={:?}; overflow source: NMI clock", cfg.pmu);
+    match clock::start(cfg.freq_hz) {
+        Ok(c) => kprintln!(
+            "perch: nmi clock: {} at {} Hz (divisor {}, {}.{:03} Hz){}",
+            c.source,
+            cfg.freq_hz,
+            c.rate.divisor,
+            c.rate.actual_mhz / 1000,
+            c.rate.actual_mhz % 1000,
+            if c.hpet_found {
+                "; HPET legacy routing off"
+            } else {
+                ""
+            }
+        ),
+        Err(clock::ClockError::Rate(e)) => {
+            kprintln!(
+                "perch: nmi clock not started: freq={} Hz: {e:?}",
+                cfg.freq_hz
+            )
+        }
+    }
+    if cfg.selftest {
+        selftest::run(&cfg)
+    } else {
+        demo::run(&cfg)
+    }
+}
+
+/// Stops the clock and leaves through the debug-exit device.
+pub fn exit(code: ExitCode) -> ! {
+    clock::stop();
+    // SAFETY: port 0xf4 is QEMU's isa-debug-exit or unused on hardware.
+    unsafe { arch_x86::exit::exit(code) }
+}
+
 #[panic_handler]
-fn panic(_: &core::panic::PanicInfo) -> ! {
-    loop {}
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    console::emergency_print(format_args!("\nRUNTIME PANIC: {info}\n"));
+    exit(ExitCode::Crash)
 }

@@ -1,0 +1,211 @@
+//! Parsing of the kernel command line (`selftest freq=4000 pmu=auto ...`).
+//!
+//! Keys are separated by spaces and are either `key` or `key=value`. Unknown
+//! keys and malformed values are reported through a callback and otherwise
+//! ignored, so a typo never stops the appliance from booting.
+
+/// Default NMI rate in Hz when `freq=` is not given.
+pub const DEFAULT_FREQ_HZ: u32 = 4000;
+/// Highest NMI rate accepted from `freq=`.
+pub const MAX_FREQ_HZ: u32 = 200_000;
+
+/// Which overflow source the runtime should use (`pmu=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PmuMode {
+    /// Use the hardware PMU when CPUID reports one, else the NMI clock.
+    Auto,
+    /// Use the simulated PMU (testing only; marked as simulated downstream).
+    Sim,
+    /// Never touch the PMU; use the NMI clock.
+    Off,
+}
+
+/// What COM1 carries (`console=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConsoleMode {
+    /// Plain text lines.
+    Text,
+    /// The framed record stream; text is wrapped as log records.
+    Wire,
+}
+
+/// The parsed kernel command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// `selftest`: run the on-target self-test instead of the appliance.
+    pub selftest: bool,
+    /// `freq=HZ`: NMI clock rate.
+    pub freq_hz: u32,
+    /// `pmu=auto|sim|off`.
+    pub pmu: PmuMode,
+    /// `console=text|wire`; `None` when not given (the runtime picks).
+    pub console: Option<ConsoleMode>,
+    /// `ring=N`: cap on usable ring slots.
+    pub ring_slots: Option<u32>,
+    /// `duration=MS`: length of a profiling run.
+    pub duration_ms: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            selftest: false,
+            freq_hz: DEFAULT_FREQ_HZ,
+            pmu: PmuMode::Auto,
+            console: None,
+            ring_slots: None,
+            duration_ms: None,
+        }
+    }
+}
+
+impl Config {
+    /// The console mode in force: the explicit `console=` value, else text.
+    pub fn console_mode(&self) -> ConsoleMode {
+        self.console.unwrap_or(ConsoleMode::Text)
+    }
+}
+
+/// A problem found while parsing; the offending item is ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Issue<'a> {
+    /// A key this runtime does not know.
+    UnknownKey(&'a str),
+    /// A known key with a value that does not parse or is out of range.
+    BadValue {
+        /// The key.
+        key: &'a str,
+        /// The rejected value (empty when the value was missing).
+        value: &'a str,
+        /// What was expected.
+        expected: &'static str,
+    },
+}
+
+impl core::fmt::Display for Issue<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Issue::UnknownKey(k) => write!(f, "unknown command-line key `{k}` ignored"),
+            Issue::BadValue {
+                key,
+                value,
+                expected,
+            } => write!(
+                f,
+                "bad value `{value}` for `{key}` ignored (expected {expected})"
+            ),
+        }
+    }
+}
+
+/// Parses `line`, reporting every ignored item through `on_issue`.
+pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
+    let mut cfg = Config::default();
+    for item in line.split_ascii_whitespace() {
+        let (key, value) = match item.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (item, None),
+        };
+        let mut bad = |expected: &'static str| {
+            on_issue(Issue::BadValue {
+                key,
+                value: value.unwrap_or(""),
+                expected,
+            })
+        };
+        match key {
+            "selftest" => match value {
+                None | Some("1") | Some("on") => cfg.selftest = true,
+                Some("0") | Some("off") => cfg.selftest = false,
+                Some(_) => bad("no value, on or off"),
+            },
+            "freq" => match value.and_then(|v| v.parse::<u32>().ok()) {
+                Some(hz) if (1..=MAX_FREQ_HZ).contains(&hz) => cfg.freq_hz = hz,
+                _ => bad("a rate in Hz from 1 to 200000"),
+            },
+            "pmu" => match value {
+                Some("auto") => cfg.pmu = PmuMode::Auto,
+                Some("sim") => cfg.pmu = PmuMode::Sim,
+                Some("off") => cfg.pmu = PmuMode::Off,
+                _ => bad("auto, sim or off"),
+            },
+            "console" => match value {
+                Some("text") => cfg.console = Some(ConsoleMode::Text),
+                Some("wire") => cfg.console = Some(ConsoleMode::Wire),
+                _ => bad("text or wire"),
+            },
+            "ring" => match value.and_then(|v| v.parse::<u32>().ok()) {
+                Some(n) if n > 0 => cfg.ring_slots = Some(n),
+                _ => bad("a slot count above 0"),
+            },
+            "duration" => match value.and_then(|v| v.parse::<u64>().ok()) {
+                Some(ms) if ms > 0 => cfg.duration_ms = Some(ms),
+                _ => bad("milliseconds above 0"),
+            },
+            _ => on_issue(Issue::UnknownKey(key)),
+        }
+    }
+    cfg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(line: &str) -> (Config, Vec<String>) {
+        let mut issues = Vec::new();
+        let cfg = parse(line, |i| issues.push(i.to_string()));
+        (cfg, issues)
+    }
+
+    #[test]
+    fn empty_line_gives_defaults() {
+        let (cfg, issues) = parse_all("   ");
+        assert_eq!(cfg, Config::default());
+        assert!(issues.is_empty());
+        assert_eq!(cfg.freq_hz, 4000);
+        assert_eq!(cfg.console_mode(), ConsoleMode::Text);
+    }
+
+    #[test]
+    fn all_known_keys() {
+        let (cfg, issues) =
+            parse_all("selftest freq=1000 pmu=sim console=wire ring=16 duration=250");
+        assert!(issues.is_empty(), "{issues:?}");
+        assert!(cfg.selftest);
+        assert_eq!(cfg.freq_hz, 1000);
+        assert_eq!(cfg.pmu, PmuMode::Sim);
+        assert_eq!(cfg.console, Some(ConsoleMode::Wire));
+        assert_eq!(cfg.ring_slots, Some(16));
+        assert_eq!(cfg.duration_ms, Some(250));
+    }
+
+    #[test]
+    fn unknown_key_is_reported_and_ignored() {
+        let (cfg, issues) = parse_all("bogus=1 selftest quiet");
+        assert!(cfg.selftest);
+        assert_eq!(
+            issues,
+            [
+                "unknown command-line key `bogus` ignored",
+                "unknown command-line key `quiet` ignored"
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_values_keep_defaults() {
+        let (cfg, issues) = parse_all("freq=0 freq=abc freq=999999 pmu=maybe ring=0 duration=");
+        assert_eq!(cfg, Config::default());
+        assert_eq!(issues.len(), 6);
+        assert!(issues[0].contains("`0` for `freq`"));
+        assert!(issues[5].contains("`duration`"));
+    }
+
+    #[test]
+    fn later_value_wins() {
+        let (cfg, _) = parse_all("freq=10 freq=20 selftest selftest=off");
+        assert_eq!(cfg.freq_hz, 20);
+        assert!(!cfg.selftest);
+    }
+}

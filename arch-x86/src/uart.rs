@@ -1,0 +1,95 @@
+//! A polled 16550 UART driver behind `embedded_io::Write`.
+
+use core::convert::Infallible;
+
+/// I/O port base of COM1.
+pub const COM1: u16 = 0x3f8;
+
+/// Polls of the line-status register before a byte is written regardless;
+/// a missing or wedged UART must never hang the runtime.
+const TX_SPIN_LIMIT: u32 = 100_000;
+
+/// A 16550-compatible UART reached through port I/O.
+#[derive(Debug, Clone, Copy)]
+pub struct Uart16550 {
+    base: u16,
+}
+
+impl Uart16550 {
+    /// A handle for the UART at `base`.
+    ///
+    /// # Safety
+    /// `base` must be the I/O base of a 16550-compatible UART (or of nothing),
+    /// and no other code may program that UART differently.
+    pub const unsafe fn new(base: u16) -> Self {
+        Self { base }
+    }
+
+    /// Programs 115200 baud, 8N1, FIFOs on, interrupts off.
+    pub fn init(&self) {
+        let b = self.base;
+        // SAFETY: `new`'s contract says these ports belong to this UART.
+        unsafe {
+            outb(b + 1, 0x00); // no interrupts
+            outb(b + 3, 0x80); // DLAB
+            outb(b, 0x01); // divisor 1 = 115200
+            outb(b + 1, 0x00);
+            outb(b + 3, 0x03); // 8N1
+            outb(b + 2, 0xc7); // FIFO on, cleared, 14-byte threshold
+            outb(b + 4, 0x03); // DTR, RTS
+        }
+    }
+
+    /// Writes one byte, waiting (boundedly) for room in the transmitter.
+    pub fn write_byte(&self, byte: u8) {
+        let mut spins = 0;
+        // SAFETY: as in `init`.
+        while unsafe { inb(self.base + 5) } & 0x20 == 0 && spins < TX_SPIN_LIMIT {
+            spins += 1;
+            core::hint::spin_loop();
+        }
+        // SAFETY: as in `init`.
+        unsafe { outb(self.base, byte) };
+    }
+
+    /// Writes all of `bytes`.
+    pub fn write_bytes(&self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_byte(b);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+unsafe fn outb(port: u16, val: u8) {
+    // SAFETY: forwarded from the caller.
+    unsafe { x86::io::outb(port, val) }
+}
+
+#[cfg(target_arch = "x86_64")]
+unsafe fn inb(port: u16) -> u8 {
+    // SAFETY: forwarded from the caller.
+    unsafe { x86::io::inb(port) }
+}
+
+impl embedded_io::ErrorType for Uart16550 {
+    type Error = Infallible;
+}
+
+impl embedded_io::Write for Uart16550 {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
+        self.write_bytes(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+impl core::fmt::Write for Uart16550 {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.write_bytes(s.as_bytes());
+        Ok(())
+    }
+}

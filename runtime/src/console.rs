@@ -1,0 +1,157 @@
+//! The one path for every byte the runtime emits on COM1.
+//!
+//! Exception reports, panics, self-test lines and task output all go through
+//! [`print`] (via `kprintln!`). The sink depends on the console mode: in text
+//! mode the text goes to the UART as is; in wire mode (`console=wire`) the
+//! record stream owns COM1 and text must be wrapped as Log records by the wire
+//! sink (the seam is [`Sink::Wire`]; until that sink is attached, text is
+//! counted as dropped instead of garbling the stream).
+//!
+//! defmt frames take the same route: text mode drops and counts them, wire
+//! mode will carry them as Log records. Nothing here may be called from NMI
+//! context.
+
+use arch_x86::uart::{COM1, Uart16550};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+
+/// Where console output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Sink {
+    /// Plain text on COM1.
+    Text = 0,
+    /// The framed record stream on COM1.
+    Wire = 1,
+}
+
+static SINK: AtomicU8 = AtomicU8::new(Sink::Text as u8);
+static DROPPED_TEXT_BYTES: AtomicU64 = AtomicU64::new(0);
+static DROPPED_DEFMT_FRAMES: AtomicU64 = AtomicU64::new(0);
+
+fn uart() -> Uart16550 {
+    // SAFETY: COM1 is the PC's first serial port; only this module programs it.
+    unsafe { Uart16550::new(COM1) }
+}
+
+/// Programs the UART; call once at boot.
+pub fn init() {
+    uart().init();
+}
+
+/// Selects the sink.
+pub fn set_sink(sink: Sink) {
+    SINK.store(sink as u8, Ordering::Relaxed);
+}
+
+/// The sink in force.
+pub fn sink() -> Sink {
+    if SINK.load(Ordering::Relaxed) == Sink::Wire as u8 {
+        Sink::Wire
+    } else {
+        Sink::Text
+    }
+}
+
+/// Text bytes and defmt frames that no sink carried.
+pub fn dropped() -> (u64, u64) {
+    (
+        DROPPED_TEXT_BYTES.load(Ordering::Relaxed),
+        DROPPED_DEFMT_FRAMES.load(Ordering::Relaxed),
+    )
+}
+
+/// Writes raw bytes to the current sink.
+pub fn write_bytes(bytes: &[u8]) {
+    match sink() {
+        Sink::Text => uart().write_bytes(bytes),
+        Sink::Wire => {
+            DROPPED_TEXT_BYTES.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+struct ConsoleWriter;
+
+impl core::fmt::Write for ConsoleWriter {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        write_bytes(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Formats to the console.
+pub fn print(args: core::fmt::Arguments<'_>) {
+    let _ = core::fmt::Write::write_fmt(&mut ConsoleWriter, args);
+}
+
+/// Writes straight to the UART, bypassing the sink: only for the last words
+/// of a crash, when nothing else can be trusted.
+pub fn emergency_print(args: core::fmt::Arguments<'_>) {
+    let mut u = uart();
+    let _ = core::fmt::Write::write_fmt(&mut u, args);
+}
+
+/// Prints a line to the console.
+#[macro_export]
+macro_rules! kprintln {
+    () => { $crate::console::print(format_args!("\n")) };
+    ($($arg:tt)*) => {{
+        $crate::console::print(format_args!($($arg)*));
+        $crate::console::print(format_args!("\n"));
+    }};
+}
+
+/// Prints to the console without a newline.
+#[macro_export]
+macro_rules! kprint {
+    ($($arg:tt)*) => { $crate::console::print(format_args!($($arg)*)) };
+}
+
+// ---- defmt global logger ----
+
+static DEFMT_TAKEN: AtomicBool = AtomicBool::new(false);
+static DEFMT_RESTORE: AtomicBool = AtomicBool::new(false);
+static DEFMT_ENCODER: critical_section::Mutex<core::cell::RefCell<defmt::Encoder>> =
+    critical_section::Mutex::new(core::cell::RefCell::new(defmt::Encoder::new()));
+
+fn defmt_sink(bytes: &[u8]) {
+    // Text mode: raw defmt bytes would garble the text console. The wire sink
+    // will carry them as Log records; until then they are dropped and counted
+    // per frame in `release`.
+    let _ = bytes;
+}
+
+#[defmt::global_logger]
+struct DefmtLogger;
+
+// SAFETY: acquire/release bracket each frame; re-entry is refused by the
+// `DEFMT_TAKEN` flag and interrupts are masked in between, and the runtime
+// never logs from NMI context.
+unsafe impl defmt::Logger for DefmtLogger {
+    fn acquire() {
+        let restore = arch_x86::cpu::disable_interrupts();
+        if DEFMT_TAKEN.swap(true, Ordering::Acquire) {
+            // A nested log (e.g. from a fault inside a log call): refuse it.
+            // SAFETY: undoes the disable above.
+            unsafe { arch_x86::cpu::restore_interrupts(restore) };
+            panic!("defmt logger re-entered");
+        }
+        DEFMT_RESTORE.store(restore, Ordering::Relaxed);
+        critical_section::with(|cs| DEFMT_ENCODER.borrow_ref_mut(cs).start_frame(defmt_sink));
+    }
+
+    unsafe fn flush() {}
+
+    unsafe fn release() {
+        critical_section::with(|cs| DEFMT_ENCODER.borrow_ref_mut(cs).end_frame(defmt_sink));
+        DROPPED_DEFMT_FRAMES.fetch_add(1, Ordering::Relaxed);
+        DEFMT_TAKEN.store(false, Ordering::Release);
+        let restore = DEFMT_RESTORE.load(Ordering::Relaxed);
+        // SAFETY: matches the disable in `acquire`.
+        unsafe { arch_x86::cpu::restore_interrupts(restore) };
+    }
+
+    unsafe fn write(bytes: &[u8]) {
+        critical_section::with(|cs| DEFMT_ENCODER.borrow_ref_mut(cs).write(bytes, defmt_sink));
+    }
+}

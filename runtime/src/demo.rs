@@ -1,0 +1,269 @@
+//! The demo appliance (the default when `selftest` is not given): what a
+//! profile of Perch shows. Three ring-3 tasks run round-robin until
+//! `duration=MS` of NMI-clock time has passed:
+//!
+//! - `demo64`, 64-bit, splits its work 50/30/20 between three named hot
+//!   functions (`demo_checksum_blocks`, `demo_parse_records`,
+//!   `demo_update_stats`), built with frame pointers;
+//! - `demo32`, a hand-written compat-mode loop (`perch_demo32_crc_loop`);
+//! - `demosys`, which spends most of its time in the runtime inside the
+//!   `spin` system call, with a little user work between calls.
+
+use crate::syscall::{SYS_EXIT, SYS_SPIN, SYS_WRITE, SYS_YIELD};
+use crate::task::{self, Abi, TaskSpec};
+use crate::{kprintln, nmi};
+use arch_x86::cmdline::Config;
+use arch_x86::exit::ExitCode;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// Default run length when `duration=` is not given.
+pub const DEFAULT_DURATION_MS: u64 = 1000;
+
+/// Work units per outer iteration of `demo64`; the three functions get
+/// 50 %, 30 % and 20 % of them.
+const UNITS: u64 = 10_000;
+
+#[unsafe(link_section = ".user.data.demo")]
+static DEMO_SINK: AtomicU64 = AtomicU64::new(0);
+
+#[unsafe(link_section = ".user.data.demo")]
+static DEMO_HELLO: [u8; 30] = *b"demo64: appliance task ready\n\0";
+
+/// Makes a system call from 64-bit user code.
+#[inline(always)]
+fn user_syscall(nr: u64, a0: u64, a1: u64) -> u64 {
+    let ret: u64;
+    // SAFETY: SYSCALL into the runtime, which saves and restores every
+    // register but rcx/r11 (clobbered by the instruction) and rax (result).
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") a0,
+            in("rsi") a1,
+            out("rcx") _,
+            out("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// One unit of "work": a few rounds of xorshift mixing.
+#[inline(always)]
+fn mix(mut x: u64) -> u64 {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x
+}
+
+/// 50 % of `demo64`'s work.
+#[unsafe(link_section = ".user.text.demo")]
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub extern "C" fn demo_checksum_blocks(seed: u64, units: u64) -> u64 {
+    let mut x = seed | 1;
+    let mut i = 0;
+    while i < units {
+        x = mix(x).wrapping_add(i);
+        i += 1;
+    }
+    x
+}
+
+/// 30 % of `demo64`'s work.
+#[unsafe(link_section = ".user.text.demo")]
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub extern "C" fn demo_parse_records(seed: u64, units: u64) -> u64 {
+    let mut x = seed | 3;
+    let mut i = 0;
+    while i < units {
+        x = mix(x) ^ i;
+        i += 1;
+    }
+    x
+}
+
+/// 20 % of `demo64`'s work.
+#[unsafe(link_section = ".user.text.demo")]
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub extern "C" fn demo_update_stats(seed: u64, units: u64) -> u64 {
+    let mut x = seed | 5;
+    let mut i = 0;
+    while i < units {
+        x = mix(x).wrapping_sub(i);
+        i += 1;
+    }
+    x
+}
+
+/// Entry of `demo64`.
+#[unsafe(link_section = ".user.text.demo")]
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub extern "C" fn demo64_main() -> ! {
+    user_syscall(SYS_WRITE, DEMO_HELLO.as_ptr() as u64, 29);
+    let mut x = 0x1234_5678u64;
+    loop {
+        x = demo_checksum_blocks(x, UNITS * 5 / 10);
+        x = demo_parse_records(x, UNITS * 3 / 10);
+        x = demo_update_stats(x, UNITS * 2 / 10);
+        DEMO_SINK.store(x, Ordering::Relaxed);
+        user_syscall(SYS_YIELD, 0, 0);
+    }
+}
+
+/// A little user work between the system calls of `demosys`.
+#[unsafe(link_section = ".user.text.demo")]
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub extern "C" fn demosys_prepare_request(seed: u64) -> u64 {
+    demo_update_stats(seed, 500)
+}
+
+/// Entry of `demosys`.
+#[unsafe(link_section = ".user.text.demo")]
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub extern "C" fn demosys_main() -> ! {
+    let mut x = 7u64;
+    loop {
+        x = demosys_prepare_request(x);
+        user_syscall(SYS_SPIN, 2, 0);
+        DEMO_SINK.store(x, Ordering::Relaxed);
+        user_syscall(SYS_YIELD, 0, 0);
+    }
+}
+
+core::arch::global_asm!(
+    r#"
+    .section .user.text.demo32, "ax"
+    .code32
+    .balign 16
+    .global perch_demo32_main
+perch_demo32_main:
+    mov esi, 0x9e3779b9
+perch_demo32_outer:
+    mov ecx, 20000
+    .global perch_demo32_crc_loop
+perch_demo32_crc_loop:
+    mov eax, esi
+    shr eax, 1
+    jnc 2f
+    xor eax, 0xedb88320
+2:
+    mov esi, eax
+    dec ecx
+    jnz perch_demo32_crc_loop
+    mov eax, {yld}
+    int 0x80
+    jmp perch_demo32_outer
+    .global perch_demo32_end
+perch_demo32_end:
+    mov eax, {exit}
+    xor ebx, ebx
+    int 0x80
+    .code64
+    "#,
+    yld = const SYS_YIELD,
+    exit = const SYS_EXIT,
+);
+
+unsafe extern "C" {
+    fn perch_demo32_main();
+    fn perch_demo32_crc_loop();
+    fn perch_demo32_end();
+}
+
+/// The demo's named functions (for reports).
+pub fn symbols() -> impl Iterator<Item = (u64, &'static str)> {
+    [
+        (demo64_main as *const () as u64, "demo64_main"),
+        (
+            demo_checksum_blocks as *const () as u64,
+            "demo_checksum_blocks",
+        ),
+        (demo_parse_records as *const () as u64, "demo_parse_records"),
+        (demo_update_stats as *const () as u64, "demo_update_stats"),
+        (demosys_main as *const () as u64, "demosys_main"),
+        (
+            demosys_prepare_request as *const () as u64,
+            "demosys_prepare_request",
+        ),
+        (perch_demo32_main as *const () as u64, "perch_demo32_main"),
+        (
+            perch_demo32_crc_loop as *const () as u64,
+            "perch_demo32_crc_loop",
+        ),
+    ]
+    .into_iter()
+}
+
+/// Runs the demo appliance for the configured duration, then exits QEMU.
+pub fn run(cfg: &Config) -> ! {
+    let ms = cfg.duration_ms.unwrap_or(DEFAULT_DURATION_MS);
+    let ticks = (ms * u64::from(cfg.freq_hz)).div_ceil(1000).max(1);
+    let text = crate::paging::layout().user_text;
+    let specs = [
+        TaskSpec {
+            name: "demo64",
+            abi: Abi::X64,
+            entry: demo64_main as *const () as u64,
+            text,
+            gprs: [0; 15],
+        },
+        TaskSpec {
+            name: "demo32",
+            abi: Abi::Compat32,
+            entry: perch_demo32_main as *const () as u64,
+            text: (
+                perch_demo32_main as *const () as u64,
+                perch_demo32_end as *const () as u64,
+            ),
+            gprs: [0; 15],
+        },
+        TaskSpec {
+            name: "demosys",
+            abi: Abi::X64,
+            entry: demosys_main as *const () as u64,
+            text,
+            gprs: [0; 15],
+        },
+    ];
+    for s in specs {
+        match task::spawn(s) {
+            Ok(id) => kprintln!(
+                "demo: task {id} {} ({}) text {:#x}..{:#x}",
+                s.name,
+                s.abi.name(),
+                s.text.0,
+                s.text.1
+            ),
+            Err(e) => kprintln!("demo: cannot start {}: {e:?}", s.name),
+        }
+    }
+    kprintln!("demo: running for {ms} ms ({ticks} NMI clock ticks)");
+    let start = nmi::nmi_count();
+    task::run_all(|| nmi::nmi_count() - start >= ticks);
+    let mut ok = true;
+    for id in 0..task::MAX_TASKS as u8 {
+        if let Some(t) = task::get(id) {
+            kprintln!(
+                "demo: task {} {:?}, {} yields",
+                t.spec.name,
+                t.state,
+                t.yields
+            );
+            ok &= t.state == task::TaskState::Ready;
+        }
+    }
+    let (text_dropped, defmt_dropped) = crate::console::dropped();
+    kprintln!(
+        "demo: done after {} NMIs; console dropped {text_dropped} text bytes, {defmt_dropped} defmt frames",
+        nmi::nmi_count() - start
+    );
+    crate::exit(if ok { ExitCode::Pass } else { ExitCode::Fail })
+}

@@ -1,0 +1,244 @@
+//! Entry and exit stubs: the 256 IDT stubs, the SYSCALL entry, the NMI entry,
+//! and the switch between the scheduler and a ring-3 task.
+//!
+//! Every path saves all 15 GPRs plus the hardware frame into one
+//! [`TrapFrame`] layout. Entries from ring 3 (SYSCALL, `int 0x80`,
+//! exceptions) build that frame at the top of the current task's kernel
+//! stack, so it is the task's saved user frame (like Linux's task_pt_regs).
+//!
+//! Symbols bracket the windows in which that frame is incomplete: from the
+//! first instruction of any entry to the point where every GPR is saved
+//! (`perch_entry_window_start..perch_entry_window_end`), and from the first
+//! restore to the `iretq` (`perch_exit_window_start..perch_exit_window_end`).
+//! The NMI handler checks the interrupted RIP against them.
+
+use arch_x86::frame::TrapFrame;
+use arch_x86::gdt;
+use core::sync::atomic::AtomicU64;
+
+/// Top of the current task's kernel stack; the SYSCALL entry switches to it.
+pub static CURRENT_KSTACK_TOP: AtomicU64 = AtomicU64::new(0);
+/// The scheduler's stack pointer while a task runs.
+static KERNEL_RESUME_RSP: AtomicU64 = AtomicU64::new(0);
+/// The user RSP at SYSCALL, held for the two instructions before it is pushed.
+static SYSCALL_SCRATCH_RSP: AtomicU64 = AtomicU64::new(0);
+
+/// Size of one IDT stub; stub `v` is at `perch_isr_table + v * ISR_STUB_SIZE`.
+pub const ISR_STUB_SIZE: u64 = 16;
+
+core::arch::global_asm!(
+    r#"
+    .section .text.entry, "ax"
+    .code64
+
+    .global perch_entry_window_start
+perch_entry_window_start:
+
+    .balign 16
+    .global perch_isr_table
+perch_isr_table:
+    .set perch_vec, 0
+    .rept 256
+    .balign 16
+    .if (perch_vec == 8) || (perch_vec == 10) || (perch_vec == 11) || (perch_vec == 12) || (perch_vec == 13) || (perch_vec == 14) || (perch_vec == 17) || (perch_vec == 21) || (perch_vec == 29) || (perch_vec == 30)
+    .else
+    push 0
+    .endif
+    push perch_vec
+    jmp perch_trap_common
+    .set perch_vec, perch_vec + 1
+    .endr
+
+    .balign 16
+    .global perch_syscall_entry
+perch_syscall_entry:
+    mov [rip + {scratch}], rsp
+    mov rsp, [rip + {kstack}]
+    push {udata}
+    push qword ptr [rip + {scratch}]
+    push r11
+    push {ucode64}
+    push rcx
+    push 0
+    push {syscall_vec}
+
+perch_trap_common:
+    push rax
+    push rbx
+    push rcx
+    push rdx
+    push rsi
+    push rdi
+    push rbp
+    push r8
+    push r9
+    push r10
+    push r11
+    push r12
+    push r13
+    push r14
+    push r15
+    .global perch_entry_window_end
+perch_entry_window_end:
+    cld
+    mov rdi, rsp
+    call {dispatch}
+    test rax, rax
+    jnz perch_leave_to_scheduler
+
+    .global perch_exit_window_start
+perch_exit_window_start:
+    pop r15
+    pop r14
+    pop r13
+    pop r12
+    pop r11
+    pop r10
+    pop r9
+    pop r8
+    pop rbp
+    pop rdi
+    pop rsi
+    pop rdx
+    pop rcx
+    pop rbx
+    pop rax
+    add rsp, 16
+    iretq
+    .global perch_exit_window_end
+perch_exit_window_end:
+
+perch_leave_to_scheduler:
+    mov rsp, [rip + {resume}]
+    pop r15
+    pop r14
+    pop r13
+    pop r12
+    pop rbx
+    pop rbp
+    ret
+
+    .global perch_enter_user
+perch_enter_user:
+    push rbp
+    push rbx
+    push r12
+    push r13
+    push r14
+    push r15
+    mov [rip + {resume}], rsp
+    mov rsp, rdi
+    jmp perch_exit_window_start
+
+    .balign 16
+    .global perch_nmi_entry
+perch_nmi_entry:
+    push 0
+    push 2
+    push rax
+    push rbx
+    push rcx
+    push rdx
+    push rsi
+    push rdi
+    push rbp
+    push r8
+    push r9
+    push r10
+    push r11
+    push r12
+    push r13
+    push r14
+    push r15
+    cld
+    mov rdi, rsp
+    call {nmi}
+    pop r15
+    pop r14
+    pop r13
+    pop r12
+    pop r11
+    pop r10
+    pop r9
+    pop r8
+    pop rbp
+    pop rdi
+    pop rsi
+    pop rdx
+    pop rcx
+    pop rbx
+    pop rax
+    add rsp, 16
+    iretq
+    "#,
+    scratch = sym SYSCALL_SCRATCH_RSP,
+    kstack = sym CURRENT_KSTACK_TOP,
+    resume = sym KERNEL_RESUME_RSP,
+    dispatch = sym crate::trap::trap_dispatch,
+    nmi = sym crate::nmi::nmi_dispatch,
+    udata = const gdt::USER_DATA as u64,
+    ucode64 = const gdt::USER_CODE64 as u64,
+    syscall_vec = const arch_x86::frame::SYSCALL_VECTOR,
+);
+
+unsafe extern "C" {
+    static perch_entry_window_start: u8;
+    static perch_entry_window_end: u8;
+    static perch_exit_window_start: u8;
+    static perch_exit_window_end: u8;
+    static perch_isr_table: u8;
+    fn perch_syscall_entry();
+    fn perch_nmi_entry();
+    fn perch_enter_user(frame: *mut TrapFrame);
+}
+
+/// Address of the IDT stub for `vector`.
+pub fn isr_stub(vector: u8) -> u64 {
+    (&raw const perch_isr_table) as u64 + u64::from(vector) * ISR_STUB_SIZE
+}
+
+/// Address of the SYSCALL entry (for IA32_LSTAR).
+pub fn syscall_entry() -> u64 {
+    perch_syscall_entry as *const () as u64
+}
+
+/// Address of the NMI entry stub.
+pub fn nmi_entry() -> u64 {
+    perch_nmi_entry as *const () as u64
+}
+
+/// The entry window (frame being built) as `[start, end)`.
+pub fn entry_window() -> (u64, u64) {
+    (
+        (&raw const perch_entry_window_start) as u64,
+        (&raw const perch_entry_window_end) as u64,
+    )
+}
+
+/// The exit window (frame being restored) as `[start, end)`.
+pub fn exit_window() -> (u64, u64) {
+    (
+        (&raw const perch_exit_window_start) as u64,
+        (&raw const perch_exit_window_end) as u64,
+    )
+}
+
+/// True when `rip` lies where a user frame is only partly saved or restored.
+pub fn in_frame_window(rip: u64) -> bool {
+    let (a, b) = entry_window();
+    let (c, d) = exit_window();
+    (a..b).contains(&rip) || (c..d).contains(&rip)
+}
+
+/// Runs the task whose saved user frame is `frame` until it enters the
+/// runtime with a request that leaves to the scheduler (yield, exit, fault).
+///
+/// # Safety
+/// `frame` must be the [`TrapFrame`] at the very top of the task's kernel
+/// stack, [`CURRENT_KSTACK_TOP`] and TSS.rsp0 must equal the end of that frame,
+/// and the frame must describe valid ring-3 state (user CS/SS, canonical RIP).
+pub unsafe fn enter_user(frame: *mut TrapFrame) {
+    // SAFETY: forwarded from the caller; the stub saves and restores every
+    // callee-saved register and returns here when the task leaves.
+    unsafe { perch_enter_user(frame) }
+}

@@ -1,0 +1,677 @@
+//! The on-target self-test (`selftest` on the command line). Each test
+//! prints `selftest: NAME ... ok` or `... FAILED (why)`; the run ends with
+//! `N passed, M failed` and QEMU exits with the pass or fail code.
+// Failure reasons are formatted into a fixed-size buffer (there is no
+// allocator), so the error type is large by design.
+#![allow(clippy::result_large_err)]
+
+use crate::nmi::{self, UserFrameState, recorder};
+use crate::task::{self, Abi, TaskSpec, TaskState};
+use crate::user::{self, pattern32, pattern64};
+use crate::{kprintln, paging, syscall};
+use arch_x86::cmdline::Config;
+use arch_x86::exit::ExitCode;
+use arch_x86::frame::{INT80_VECTOR, Mode, SYSCALL_VECTOR, TrapFrame};
+use arch_x86::{cpu, gdt, paging as pg};
+use core::fmt::Write;
+
+type Why = heapless::String<200>;
+
+macro_rules! fail {
+    ($($arg:tt)*) => {{
+        let mut why = Why::new();
+        let _ = write!(why, $($arg)*);
+        return Err(why);
+    }};
+}
+
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)*) => {
+        if !$cond {
+            fail!($($arg)*);
+        }
+    };
+}
+
+type TestResult = Result<(), Why>;
+
+struct Runner {
+    passed: u32,
+    failed: u32,
+}
+
+impl Runner {
+    fn check(&mut self, name: &str, f: impl FnOnce() -> TestResult) {
+        task::clear();
+        match f() {
+            Ok(()) => {
+                self.passed += 1;
+                kprintln!("selftest: {name} ... ok");
+            }
+            Err(why) => {
+                self.failed += 1;
+                kprintln!("selftest: {name} ... FAILED ({why})");
+            }
+        }
+    }
+}
+
+/// NMIs wanted per capture test.
+const WANT_CAPTURES: u32 = 8;
+/// Iteration budget of the user spin loops (ends them if NMIs never come).
+const SPIN_BUDGET: u64 = 400_000_000;
+
+/// Runs every test and exits QEMU.
+pub fn run(cfg: &Config) -> ! {
+    kprintln!("selftest: starting (nmi clock at {} Hz)", cfg.freq_hz);
+    let mut r = Runner {
+        passed: 0,
+        failed: 0,
+    };
+    r.check("descriptor_tables", descriptor_tables);
+    r.check("frame_windows", frame_windows);
+    r.check("paging_rights", paging_rights);
+    r.check("syscall_abi_64", syscall_abi_64);
+    r.check("int80_abi_compat", int80_abi_compat);
+    for f in FAULTS {
+        r.check(f.name, || user_fault(f));
+    }
+    r.check("runtime_survives_faults", || {
+        syscall_abi_64()?;
+        int80_abi_compat()
+    });
+    r.check("nmi_clock_ticks", nmi_clock_ticks);
+    r.check("nmi_in_user64_exact_regs", exact_regs_user64);
+    r.check("nmi_in_compat_exact_regs", exact_regs_compat);
+    r.check("nmi_in_syscall_user_frame", spin_in_syscall64);
+    r.check("nmi_in_int80_user_frame", spin_in_int80);
+    kprintln!("{} passed, {} failed", r.passed, r.failed);
+    crate::exit(if r.failed == 0 {
+        ExitCode::Pass
+    } else {
+        ExitCode::Fail
+    })
+}
+
+fn descriptor_tables() -> TestResult {
+    let g = cpu::sgdt();
+    let (gbase, glimit) = (g.base, g.limit);
+    ensure!(
+        gbase == crate::cpu::gdt_base(),
+        "GDTR base {gbase:#x} is not the runtime GDT"
+    );
+    ensure!(
+        usize::from(glimit) == gdt::GDT_ENTRIES * 8 - 1,
+        "GDTR limit {glimit}"
+    );
+    let live = crate::cpu::gdt_copy();
+    let tss_base = {
+        let lo = live[6];
+        ((lo >> 16) & 0xff_ffff) | (((lo >> 56) & 0xff) << 24) | (live[7] << 32)
+    };
+    let want = gdt::build(tss_base);
+    for (i, (l, w)) in live.iter().zip(want.iter()).enumerate() {
+        // The CPU marks the TSS busy (type 9 -> 0xb) on `ltr` and sets the
+        // accessed bit of segments it loads.
+        let l = if i == 6 {
+            l & !(2 << 40)
+        } else {
+            l & !(1 << 40)
+        };
+        ensure!(l == *w, "GDT slot {i}: {l:#018x}, built {w:#018x}");
+    }
+    ensure!(cpu::str() == gdt::TSS, "TR = {:#x}", cpu::str());
+    ensure!(cpu::cs() == gdt::KERNEL_CODE, "CS = {:#x}", cpu::cs());
+    let i = cpu::sidt();
+    let (ibase, ilimit) = (i.base, i.limit);
+    ensure!(
+        ibase == crate::cpu::idt_base() && ilimit == 4095,
+        "IDTR {ibase:#x}/{ilimit}"
+    );
+    let nmi = crate::cpu::idt_entry(2);
+    ensure!(
+        nmi.ist() == gdt::IST_NMI && nmi.handler() == crate::entry::nmi_entry(),
+        "NMI gate"
+    );
+    ensure!(
+        crate::cpu::idt_entry(8).ist() == gdt::IST_DOUBLE_FAULT,
+        "#DF gate has no IST"
+    );
+    ensure!(
+        crate::cpu::idt_entry(18).ist() == gdt::IST_MACHINE_CHECK,
+        "#MC gate has no IST"
+    );
+    ensure!(
+        crate::cpu::idt_entry(0x80).dpl() == 3,
+        "int 0x80 gate not DPL 3"
+    );
+    ensure!(
+        crate::cpu::idt_entry(13).dpl() == 0,
+        "#GP gate reachable from ring 3"
+    );
+    for v in 0..=255u8 {
+        ensure!(crate::cpu::idt_entry(v).present(), "vector {v} has no gate");
+    }
+    // SAFETY: reading the STAR/LSTAR MSRs has no side effects.
+    let (star, lstar) = unsafe {
+        (
+            x86::msr::rdmsr(x86::msr::IA32_STAR),
+            x86::msr::rdmsr(x86::msr::IA32_LSTAR),
+        )
+    };
+    ensure!(star == gdt::star(), "STAR {star:#x}");
+    ensure!(lstar == crate::entry::syscall_entry(), "LSTAR {lstar:#x}");
+    Ok(())
+}
+
+fn frame_windows() -> TestResult {
+    let (a, b) = crate::entry::entry_window();
+    let (c, d) = crate::entry::exit_window();
+    ensure!(
+        a < b && c < d && b <= c,
+        "windows out of order: {a:#x}..{b:#x}, {c:#x}..{d:#x}"
+    );
+    ensure!(
+        crate::entry::in_frame_window(crate::entry::syscall_entry()),
+        "SYSCALL entry outside the entry window"
+    );
+    ensure!(
+        crate::entry::in_frame_window(crate::entry::isr_stub(0x80)),
+        "int 0x80 stub outside the entry window"
+    );
+    ensure!(
+        !crate::entry::in_frame_window(crate::entry::nmi_entry()),
+        "NMI entry inside a frame window"
+    );
+    ensure!(
+        !crate::entry::in_frame_window(syscall::sys_spin as *const () as u64),
+        "sys_spin inside a frame window"
+    );
+    Ok(())
+}
+
+fn paging_rights() -> TestResult {
+    let f = cpu::features();
+    ensure!(cpu::cr0() & cpu::CR0_WP != 0, "CR0.WP off");
+    ensure!(
+        (cpu::cr4() & cpu::CR4_SMEP != 0) == f.smep,
+        "CR4.SMEP does not match CPUID ({})",
+        f.smep
+    );
+    ensure!(
+        (cpu::cr4() & cpu::CR4_SMAP != 0) == f.smap,
+        "CR4.SMAP does not match CPUID ({})",
+        f.smap
+    );
+    let nx = if f.nx { pg::NO_EXECUTE } else { 0 };
+    let kernel_text = crate::perch_kmain as *const () as u64;
+    let kernel_data = crate::cpu::gdt_base();
+    let user_text = user::addr(user::perch_st_hello64);
+    let user_data = user::addr(user::perch_st_data_code);
+    let cases = [
+        ("page 0", 0, 0, pg::PRESENT),
+        (
+            "runtime text",
+            kernel_text,
+            pg::PRESENT,
+            pg::USER | pg::WRITABLE | pg::NO_EXECUTE,
+        ),
+        (
+            "runtime data",
+            kernel_data,
+            pg::PRESENT | pg::WRITABLE | nx,
+            pg::USER,
+        ),
+        (
+            "appliance text",
+            user_text,
+            pg::PRESENT | pg::USER,
+            pg::WRITABLE | pg::NO_EXECUTE,
+        ),
+        (
+            "appliance data",
+            user_data,
+            pg::PRESENT | pg::USER | pg::WRITABLE | nx,
+            0,
+        ),
+    ];
+    for (what, addr, must, must_not) in cases {
+        let e = paging::leaf_entry(addr);
+        ensure!(
+            e & must == must && e & must_not == 0,
+            "{what} at {addr:#x} mapped {e:#x}"
+        );
+    }
+    Ok(())
+}
+
+fn spec(name: &'static str, abi: Abi, entry: unsafe extern "C" fn()) -> TaskSpec {
+    TaskSpec {
+        name,
+        abi,
+        entry: user::addr(entry),
+        text: (
+            user::addr(user::perch_st_hello64),
+            user::addr(user::perch_st_end),
+        ),
+        gprs: [0; 15],
+    }
+}
+
+fn run_to_end(s: TaskSpec) -> Result<task::Task, Why> {
+    let id = match task::spawn(s) {
+        Ok(id) => id,
+        Err(e) => fail!("spawn {}: {e:?}", s.name),
+    };
+    task::run_all(|| false);
+    match task::get(id) {
+        Some(t) => Ok(t),
+        None => fail!("task {} vanished", s.name),
+    }
+}
+
+fn syscall_abi_64() -> TestResult {
+    let t = run_to_end(spec("hello64", Abi::X64, user::perch_st_hello64))?;
+    ensure!(
+        t.state == TaskState::Exited(user::HELLO64_EXIT),
+        "state {:?}",
+        t.state
+    );
+    ensure!(t.bytes_written == 32, "wrote {} bytes", t.bytes_written);
+    ensure!(t.yields == 1, "yielded {} times", t.yields);
+    Ok(())
+}
+
+fn int80_abi_compat() -> TestResult {
+    let t = run_to_end(spec("hello32", Abi::Compat32, user::perch_st_hello32))?;
+    ensure!(
+        t.state == TaskState::Exited(user::HELLO32_EXIT),
+        "state {:?}",
+        t.state
+    );
+    ensure!(t.bytes_written == 37, "wrote {} bytes", t.bytes_written);
+    ensure!(t.yields == 1, "yielded {} times", t.yields);
+    Ok(())
+}
+
+struct FaultCase {
+    name: &'static str,
+    abi: Abi,
+    entry: unsafe extern "C" fn(),
+    vector: u64,
+    /// Required page-fault error code bits (present, write, user, fetch).
+    error_code: Option<u64>,
+    /// Required CR2 (page faults).
+    cr2: Option<fn() -> u64>,
+}
+
+const FAULTS: &[FaultCase] = &[
+    FaultCase {
+        name: "user64_divide_error",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_de,
+        vector: 0,
+        error_code: None,
+        cr2: None,
+    },
+    FaultCase {
+        name: "user64_invalid_opcode",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_ud,
+        vector: 6,
+        error_code: None,
+        cr2: None,
+    },
+    FaultCase {
+        name: "user64_breakpoint",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_bp,
+        vector: 3,
+        error_code: None,
+        cr2: None,
+    },
+    FaultCase {
+        name: "user64_rdmsr_privileged",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_rdmsr,
+        vector: 13,
+        error_code: Some(0),
+        cr2: None,
+    },
+    FaultCase {
+        name: "user64_hlt_privileged",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_hlt,
+        vector: 13,
+        error_code: Some(0),
+        cr2: None,
+    },
+    FaultCase {
+        name: "user64_noncanonical_gp",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_noncanonical,
+        vector: 13,
+        error_code: Some(0),
+        cr2: None,
+    },
+    FaultCase {
+        name: "user64_null_page_fault",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_null,
+        vector: 14,
+        error_code: Some(0x4),
+        cr2: Some(|| 0),
+    },
+    FaultCase {
+        name: "user64_reads_runtime",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_kernel_read,
+        vector: 14,
+        error_code: Some(0x5),
+        cr2: Some(|| crate::perch_kmain as *const () as u64),
+    },
+    FaultCase {
+        name: "user64_writes_own_text",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_text_write,
+        vector: 14,
+        error_code: Some(0x7),
+        cr2: Some(|| user::addr(user::perch_st_fault_text_write)),
+    },
+    FaultCase {
+        name: "user64_executes_data_nx",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_nx,
+        vector: 14,
+        error_code: Some(0x15),
+        cr2: Some(|| user::addr(user::perch_st_data_code)),
+    },
+    FaultCase {
+        name: "compat_invalid_opcode",
+        abi: Abi::Compat32,
+        entry: user::perch_st_fault32_ud,
+        vector: 6,
+        error_code: None,
+        cr2: None,
+    },
+    FaultCase {
+        name: "compat_null_page_fault",
+        abi: Abi::Compat32,
+        entry: user::perch_st_fault32_pf,
+        vector: 14,
+        error_code: Some(0x4),
+        cr2: Some(|| 0),
+    },
+    FaultCase {
+        name: "compat_divide_error",
+        abi: Abi::Compat32,
+        entry: user::perch_st_fault32_de,
+        vector: 0,
+        error_code: None,
+        cr2: None,
+    },
+];
+
+fn user_fault(c: &FaultCase) -> TestResult {
+    if c.name == "user64_executes_data_nx" && !cpu::features().nx {
+        return Ok(());
+    }
+    let t = run_to_end(spec(c.name, c.abi, c.entry))?;
+    let TaskState::Faulted(f) = t.state else {
+        fail!("task was not ended by a fault: {:?}", t.state);
+    };
+    ensure!(
+        f.vector == c.vector,
+        "vector {} (want {})",
+        f.vector,
+        c.vector
+    );
+    let want_cs = match c.abi {
+        Abi::X64 => gdt::USER_CODE64,
+        Abi::Compat32 => gdt::USER_CODE32,
+    };
+    ensure!(f.cs == u64::from(want_cs), "cs {:#x}", f.cs);
+    // An instruction fetch fault reports the target as RIP; others the faulting instruction.
+    let fetch_fault = f.vector == 14 && f.error_code & 0x10 != 0;
+    ensure!(
+        (f.rip >= user::addr(c.entry) && f.rip < user::addr(c.entry) + 32)
+            || (fetch_fault && f.rip == f.cr2),
+        "rip {:#x} outside the task",
+        f.rip
+    );
+    if let Some(e) = c.error_code {
+        ensure!(
+            f.error_code == e,
+            "error code {:#x} (want {e:#x})",
+            f.error_code
+        );
+    }
+    if let Some(cr2) = c.cr2 {
+        ensure!(f.cr2 == cr2(), "cr2 {:#x} (want {:#x})", f.cr2, cr2());
+    }
+    Ok(())
+}
+
+fn nmi_clock_ticks() -> TestResult {
+    let start = nmi::nmi_count();
+    let t0 = cpu::rdtsc();
+    while nmi::nmi_count() - start < 20 {
+        if cpu::rdtsc() - t0 > 4_000_000_000 {
+            fail!("only {} NMIs arrived", nmi::nmi_count() - start);
+        }
+        cpu::halt();
+    }
+    Ok(())
+}
+
+/// Runs `s` while recording NMIs in `mode`; returns the task id and the captures.
+fn run_recorded(
+    s: TaskSpec,
+    mode: Mode,
+) -> Result<(u8, heapless::Vec<nmi::NmiCapture, { recorder::SLOTS }>), Why> {
+    let id = match task::spawn(s) {
+        Ok(id) => id,
+        Err(e) => fail!("spawn: {e:?}"),
+    };
+    recorder::start(mode, WANT_CAPTURES, SPIN_BUDGET);
+    task::run_all(|| false);
+    let (n, overflow) = recorder::stop();
+    let t = task::get(id).map(|t| t.state);
+    ensure!(t == Some(TaskState::Exited(0)), "task state {t:?}");
+    let mut caps = heapless::Vec::new();
+    for i in 0..n {
+        if let Some(c) = recorder::get(i) {
+            let _ = caps.push(c);
+        }
+    }
+    ensure!(
+        caps.len() >= WANT_CAPTURES as usize || overflow > 0,
+        "only {} NMIs landed in {mode:?} (budget ran out)",
+        caps.len()
+    );
+    Ok((id, caps))
+}
+
+fn compare(what: &str, regs: &TrapFrame, want: &[(usize, u64)], mask: u64) -> TestResult {
+    let got = regs.gprs();
+    for &(i, w) in want {
+        ensure!(
+            got[i] & mask == w & mask,
+            "{what}: {} = {:#x}, want {w:#x}",
+            arch_x86::frame::GPR_NAMES[i],
+            got[i]
+        );
+    }
+    Ok(())
+}
+
+fn exact_regs_user64() -> TestResult {
+    let s = spec("regs64", Abi::X64, user::perch_st_regs64);
+    let (id, caps) = run_recorded(s, Mode::User64)?;
+    let loop_range =
+        user::addr(user::perch_st_regs64_loop)..user::addr(user::perch_st_regs64_loop_end);
+    let want: [(usize, u64); 15] = core::array::from_fn(|i| (i, pattern64(i)));
+    let mut exact = 0;
+    for c in &caps {
+        let r = &c.interrupted;
+        ensure!(c.task == Some(id), "capture without the task");
+        ensure!(r.cs == u64::from(gdt::USER_CODE64), "cs {:#x}", r.cs);
+        ensure!(
+            c.user_state == UserFrameState::Complete,
+            "user frame {:?}",
+            c.user_state
+        );
+        if loop_range.contains(&r.rip) {
+            compare("user64", r, &want, u64::MAX)?;
+            ensure!(r.rsp == user::PATTERN_RSP64, "rsp {:#x}", r.rsp);
+            ensure!(r.ss == u64::from(gdt::USER_DATA), "ss {:#x}", r.ss);
+            ensure!(
+                c.user_regs == *r,
+                "user_regs differ from the interrupted frame"
+            );
+            exact += 1;
+        }
+    }
+    ensure!(
+        exact > 0,
+        "no NMI landed in the spin loop ({} captures)",
+        caps.len()
+    );
+    Ok(())
+}
+
+fn compat_r8_r15() -> [u64; 15] {
+    core::array::from_fn(|i| if i >= 7 { pattern64(i) } else { 0 })
+}
+
+fn exact_regs_compat() -> TestResult {
+    let mut s = spec("regs32", Abi::Compat32, user::perch_st_regs32);
+    s.gprs = compat_r8_r15();
+    let (id, caps) = run_recorded(s, Mode::UserCompat)?;
+    let loop_range =
+        user::addr(user::perch_st_regs32_loop)..user::addr(user::perch_st_regs32_loop_end);
+    let low: [(usize, u64); 7] = core::array::from_fn(|i| (i, pattern32(i)));
+    let high: [(usize, u64); 8] = core::array::from_fn(|i| (i + 7, pattern64(i + 7)));
+    let mut exact = 0;
+    for c in &caps {
+        let r = &c.interrupted;
+        ensure!(c.task == Some(id), "capture without the task");
+        ensure!(r.cs == u64::from(gdt::USER_CODE32), "cs {:#x}", r.cs);
+        if loop_range.contains(&r.rip) {
+            compare("compat", r, &low, 0xffff_ffff)?;
+            compare("compat r8-r15", r, &high, u64::MAX)?;
+            ensure!(r.rsp as u32 == user::PATTERN_ESP32, "esp {:#x}", r.rsp);
+            exact += 1;
+        }
+    }
+    ensure!(
+        exact > 0,
+        "no NMI landed in the spin loop ({} captures)",
+        caps.len()
+    );
+    Ok(())
+}
+
+/// Checks the saved user frames seen by NMIs that hit the runtime during a system call.
+fn check_in_syscall(
+    caps: &[nmi::NmiCapture],
+    id: u8,
+    want: &[(usize, u64)],
+    mask: u64,
+    ret: u64,
+    cs: u16,
+    vector: u64,
+) -> TestResult {
+    let mut complete = 0;
+    let mut in_window = 0;
+    for c in caps {
+        ensure!(
+            c.mode == Mode::Kernel && c.task == Some(id),
+            "capture {:?}/{:?}",
+            c.mode,
+            c.task
+        );
+        match c.user_state {
+            UserFrameState::InWindow => in_window += 1,
+            UserFrameState::NoTask => fail!("capture with no task"),
+            UserFrameState::Complete => {
+                let u = &c.user_regs;
+                compare("saved frame", u, want, mask)?;
+                ensure!(u.rip == ret, "saved rip {:#x}, want {ret:#x}", u.rip);
+                ensure!(u.cs == u64::from(cs), "saved cs {:#x}", u.cs);
+                ensure!(u.ss == u64::from(gdt::USER_DATA), "saved ss {:#x}", u.ss);
+                ensure!(u.vector == vector, "saved vector {:#x}", u.vector);
+                complete += 1;
+            }
+        }
+    }
+    ensure!(complete > 0, "no complete frame ({in_window} in a window)");
+    Ok(())
+}
+
+fn spin_in_syscall64() -> TestResult {
+    let s = spec("spin64", Abi::X64, user::perch_st_spin64);
+    let (id, caps) = run_recorded(s, Mode::Kernel)?;
+    let ret = user::addr(user::perch_st_spin64_ret);
+    let mut want: heapless::Vec<(usize, u64), 15> = [1, 3, 4, 6, 7, 8, 9, 11, 12, 13, 14]
+        .into_iter()
+        .map(|i| (i, pattern64(i)))
+        .collect();
+    let _ = want.push((0, syscall::SYS_SPIN));
+    let _ = want.push((5, user::SPIN_ARG));
+    // SYSCALL puts the return RIP in rcx.
+    let _ = want.push((2, ret));
+    check_in_syscall(
+        &caps,
+        id,
+        &want,
+        u64::MAX,
+        ret,
+        gdt::USER_CODE64,
+        SYSCALL_VECTOR,
+    )?;
+    for c in &caps {
+        if c.user_state == UserFrameState::Complete {
+            let u = &c.user_regs;
+            ensure!(
+                u.r11 == u.rflags,
+                "r11 {:#x} != rflags {:#x}",
+                u.r11,
+                u.rflags
+            );
+            ensure!(u.rsp == user::PATTERN_RSP64, "saved rsp {:#x}", u.rsp);
+        }
+    }
+    Ok(())
+}
+
+fn spin_in_int80() -> TestResult {
+    let mut s = spec("spin32", Abi::Compat32, user::perch_st_spin32);
+    s.gprs = compat_r8_r15();
+    let (id, caps) = run_recorded(s, Mode::Kernel)?;
+    let ret = user::addr(user::perch_st_spin32_ret);
+    let mut want: heapless::Vec<(usize, u64), 15> = (2..=6).map(|i| (i, pattern32(i))).collect();
+    let _ = want.push((0, syscall::SYS_SPIN));
+    let _ = want.push((1, user::SPIN_ARG));
+    check_in_syscall(
+        &caps,
+        id,
+        &want,
+        0xffff_ffff,
+        ret,
+        gdt::USER_CODE32,
+        INT80_VECTOR,
+    )?;
+    let high: [(usize, u64); 8] = core::array::from_fn(|i| (i + 7, pattern64(i + 7)));
+    for c in &caps {
+        if c.user_state == UserFrameState::Complete {
+            compare("saved frame r8-r15", &c.user_regs, &high, u64::MAX)?;
+            ensure!(
+                c.user_regs.rsp as u32 == user::PATTERN_ESP32,
+                "saved esp {:#x}",
+                c.user_regs.rsp
+            );
+        }
+    }
+    Ok(())
+}

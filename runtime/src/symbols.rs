@@ -1,0 +1,56 @@
+//! Nearest-symbol lookup for reports, over a table of the runtime's and the
+//! appliance's named entry points (the full symbol table stays in the ELF
+//! for the host).
+
+use core::fmt;
+
+/// Formats as `name+0xoff`, or `?` when no known symbol is close.
+pub struct Nearest(pub u64);
+
+const MAX_DISTANCE: u64 = 64 * 1024;
+
+fn table() -> [(u64, &'static str); 16] {
+    [
+        (crate::perch_kmain as *const () as u64, "perch_kmain"),
+        (
+            crate::trap::trap_dispatch as *const () as u64,
+            "trap_dispatch",
+        ),
+        (
+            crate::trap::runtime_exception as *const () as u64,
+            "runtime_exception",
+        ),
+        (crate::nmi::nmi_dispatch as *const () as u64, "nmi_dispatch"),
+        (
+            crate::syscall::handle as *const () as u64,
+            "syscall::handle",
+        ),
+        (crate::syscall::sys_spin as *const () as u64, "sys_spin"),
+        (crate::task::run_once as *const () as u64, "task::run_once"),
+        (crate::entry::syscall_entry(), "perch_syscall_entry"),
+        (crate::entry::nmi_entry(), "perch_nmi_entry"),
+        (crate::entry::isr_stub(0), "perch_isr_table"),
+        (crate::entry::exit_window().0, "perch_exit_window_start"),
+        (crate::entry::exit_window().1, "perch_leave_to_scheduler"),
+        (crate::selftest::run as *const () as u64, "selftest::run"),
+        (crate::demo::run as *const () as u64, "demo::run"),
+        (crate::paging::layout().user_text.0, "appliance .user.text"),
+        (crate::paging::layout().text.0, ".text"),
+    ]
+}
+
+impl fmt::Display for Nearest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut best: Option<(u64, &str)> = None;
+        for (addr, name) in table().into_iter().chain(crate::user::symbols()) {
+            if addr <= self.0 && self.0 - addr < MAX_DISTANCE && best.is_none_or(|(b, _)| addr > b)
+            {
+                best = Some((addr, name));
+            }
+        }
+        match best {
+            Some((addr, name)) => write!(f, "{name}+{:#x}", self.0 - addr),
+            None => f.write_str("?"),
+        }
+    }
+}

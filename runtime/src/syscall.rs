@@ -1,0 +1,119 @@
+//! The appliance system call ABI.
+//!
+//! 64-bit tasks use SYSCALL with the number in `rax` and arguments in `rdi`,
+//! `rsi`, `rdx`; compat tasks use `int 0x80` with the number in `eax` and
+//! arguments in `ebx`, `ecx`, `edx`. The result comes back in `rax`.
+
+use crate::task::{self, Abi, Outcome};
+use crate::trap::{LEAVE, RESUME};
+use arch_x86::frame::TrapFrame;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+/// `exit(code)`: ends the task.
+pub const SYS_EXIT: u64 = 0;
+/// `write(ptr, len)`: prints the task's bytes; returns the count.
+pub const SYS_WRITE: u64 = 1;
+/// `yield()`: lets the other tasks run.
+pub const SYS_YIELD: u64 = 2;
+/// `clock()`: the TSC.
+pub const SYS_CLOCK: u64 = 3;
+/// `spin(ticks)`: busy-waits in the runtime for `ticks` NMI clock ticks.
+pub const SYS_SPIN: u64 = 4;
+
+/// `-EFAULT`.
+pub const EFAULT: u64 = (-14i64) as u64;
+/// `-ENOSYS`.
+pub const ENOSYS: u64 = (-38i64) as u64;
+
+/// Most bytes one `write` copies.
+pub const WRITE_MAX: usize = 256;
+
+/// Set (from NMI context) to end every `spin` early.
+pub static SPIN_ABORT: AtomicBool = AtomicBool::new(false);
+
+/// Handles a system call from the current task.
+pub fn handle(frame: &mut TrapFrame, abi: Abi) -> u64 {
+    let (nr, a0, a1) = match abi {
+        Abi::X64 => (frame.rax, frame.rdi, frame.rsi),
+        Abi::Compat32 => (
+            frame.rax & 0xffff_ffff,
+            frame.rbx & 0xffff_ffff,
+            frame.rcx & 0xffff_ffff,
+        ),
+    };
+    let Some(id) = task::current() else {
+        return ENOSYS;
+    };
+    match nr {
+        SYS_EXIT => {
+            let code = match abi {
+                Abi::X64 => a0 as i64,
+                Abi::Compat32 => i64::from(a0 as u32 as i32),
+            };
+            task::set_outcome(Outcome::Exit(code));
+            LEAVE
+        }
+        SYS_WRITE => {
+            frame.rax = sys_write(id, a0, a1);
+            RESUME
+        }
+        SYS_YIELD => {
+            frame.rax = 0;
+            task::set_outcome(Outcome::Yield);
+            LEAVE
+        }
+        SYS_CLOCK => {
+            frame.rax = arch_x86::cpu::rdtsc();
+            RESUME
+        }
+        SYS_SPIN => {
+            frame.rax = sys_spin(a0);
+            RESUME
+        }
+        _ => {
+            frame.rax = ENOSYS;
+            RESUME
+        }
+    }
+}
+
+fn sys_write(id: u8, ptr: u64, len: u64) -> u64 {
+    let n = (len as usize).min(WRITE_MAX);
+    if !crate::paging::is_user_range(ptr, n as u64) {
+        return EFAULT;
+    }
+    let mut buf = [0u8; WRITE_MAX];
+    crate::cpu::with_user_access(|| {
+        // SAFETY: [ptr, ptr+n) lies in the appliance's mapped pages (checked above).
+        let src = unsafe { core::slice::from_raw_parts(ptr as usize as *const u8, n) };
+        buf[..n].copy_from_slice(src);
+    });
+    let name = task::get(id).map_or("?", |t| t.spec.name);
+    crate::kprint!("[{name}] ");
+    crate::console::write_bytes(&buf[..n]);
+    task::update(id, |t| t.bytes_written += n as u64);
+    n as u64
+}
+
+/// Spins in the runtime for `ticks` NMI clock ticks (or until [`SPIN_ABORT`]);
+/// gives up if the clock stops ticking. Returns the ticks that passed.
+#[inline(never)]
+pub fn sys_spin(ticks: u64) -> u64 {
+    const STALL_TSC: u64 = 500_000_000;
+    let start = crate::nmi::nmi_count();
+    let mut last = start;
+    let mut last_change = arch_x86::cpu::rdtsc();
+    loop {
+        let now = crate::nmi::nmi_count();
+        if now - start >= ticks || SPIN_ABORT.load(Ordering::Relaxed) {
+            return now - start;
+        }
+        if now != last {
+            last = now;
+            last_change = arch_x86::cpu::rdtsc();
+        } else if arch_x86::cpu::rdtsc().wrapping_sub(last_change) > STALL_TSC {
+            return now - start;
+        }
+        core::hint::spin_loop();
+    }
+}

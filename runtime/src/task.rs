@@ -1,0 +1,301 @@
+//! Ring-3 appliance tasks: their table, kernel and user stacks, saved user
+//! frames, and the round-robin scheduler that runs them.
+//!
+//! A task runs until it enters the runtime with a request that leaves to
+//! the scheduler (yield, exit) or faults. Its saved user frame sits at the top
+//! of its kernel stack, written by the entry stubs on every entry.
+
+use crate::entry;
+use arch_x86::frame::{Mode, TrapFrame};
+use arch_x86::gdt;
+use core::cell::{Cell, RefCell, UnsafeCell};
+use core::sync::atomic::{AtomicU8, Ordering};
+use critical_section::Mutex;
+
+/// Most tasks at once.
+pub const MAX_TASKS: usize = 8;
+const KSTACK_SIZE: usize = 16 * 1024;
+const USTACK_SIZE: usize = 16 * 1024;
+/// Value of [`CURRENT_TASK`] when no task is current.
+pub const NO_TASK: u8 = 0xff;
+
+/// The task whose frame is at the top of [`entry::CURRENT_KSTACK_TOP`], or [`NO_TASK`].
+pub static CURRENT_TASK: AtomicU8 = AtomicU8::new(NO_TASK);
+
+/// Which user ABI a task runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Abi {
+    /// 64-bit code, enters with SYSCALL.
+    X64,
+    /// 32-bit compatibility-mode code, enters with `int 0x80`.
+    Compat32,
+}
+
+impl Abi {
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Abi::X64 => "x86_64",
+            Abi::Compat32 => "i386",
+        }
+    }
+}
+
+/// How a task ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fault {
+    /// Exception vector.
+    pub vector: u64,
+    /// Error code (0 if none).
+    pub error_code: u64,
+    /// Faulting RIP.
+    pub rip: u64,
+    /// CS at the fault.
+    pub cs: u64,
+    /// CR2 at the fault (page faults).
+    pub cr2: u64,
+}
+
+/// The state of a task slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskState {
+    /// Can run.
+    Ready,
+    /// Ended with `exit(code)`.
+    Exited(i64),
+    /// Ended by a fault.
+    Faulted(Fault),
+}
+
+/// Why a task came back to the scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// `yield`.
+    Yield,
+    /// `exit(code)`.
+    Exit(i64),
+    /// An exception in ring 3.
+    Fault(Fault),
+}
+
+/// What to start.
+#[derive(Clone, Copy, Debug)]
+pub struct TaskSpec {
+    /// Name shown in output and profiles.
+    pub name: &'static str,
+    /// ABI.
+    pub abi: Abi,
+    /// Entry point (in `.user.text`).
+    pub entry: u64,
+    /// The task's code range (for symbolisation downstream).
+    pub text: (u64, u64),
+    /// Initial GPRs in `TrapFrame::gprs` order (`rsp` is the user stack).
+    pub gprs: [u64; 15],
+}
+
+/// Bookkeeping for one task.
+#[derive(Clone, Copy, Debug)]
+pub struct Task {
+    /// The spec it was started from.
+    pub spec: TaskSpec,
+    /// Current state.
+    pub state: TaskState,
+    /// Times it entered the runtime with `yield`.
+    pub yields: u64,
+    /// Bytes it wrote with `write`.
+    pub bytes_written: u64,
+}
+
+static TASKS: Mutex<RefCell<[Option<Task>; MAX_TASKS]>> =
+    Mutex::new(RefCell::new([None; MAX_TASKS]));
+static OUTCOME: Mutex<Cell<Option<Outcome>>> = Mutex::new(Cell::new(None));
+
+#[repr(C, align(16))]
+struct Stacks<const N: usize>(UnsafeCell<[[u8; N]; MAX_TASKS]>);
+
+// SAFETY: single core. Kernel stacks are used by the CPU and the entry
+// stubs; Rust only touches the saved frame at the top through raw pointers
+// while the task is not running. User stacks belong to their task.
+unsafe impl<const N: usize> Sync for Stacks<N> {}
+
+static KSTACKS: Stacks<KSTACK_SIZE> = Stacks(UnsafeCell::new([[0; KSTACK_SIZE]; MAX_TASKS]));
+#[unsafe(link_section = ".user.bss.stacks")]
+static USTACKS: Stacks<USTACK_SIZE> = Stacks(UnsafeCell::new([[0; USTACK_SIZE]; MAX_TASKS]));
+
+fn kstack_top(slot: usize) -> u64 {
+    KSTACKS.0.get() as u64 + ((slot + 1) * KSTACK_SIZE) as u64
+}
+
+fn ustack_top(slot: usize) -> u64 {
+    USTACKS.0.get() as u64 + ((slot + 1) * USTACK_SIZE) as u64
+}
+
+fn frame_ptr(slot: usize) -> *mut TrapFrame {
+    (kstack_top(slot) - core::mem::size_of::<TrapFrame>() as u64) as *mut TrapFrame
+}
+
+/// The saved user frame of the task owning the kernel stack that ends at `top`.
+pub fn frame_at_kstack_top(top: u64) -> *const TrapFrame {
+    (top - core::mem::size_of::<TrapFrame>() as u64) as *const TrapFrame
+}
+
+/// Why a task could not be started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpawnError {
+    /// All slots are in use.
+    NoFreeSlot,
+    /// The entry point is not in the appliance's code.
+    EntryNotUserCode,
+}
+
+/// Starts a task; returns its id.
+pub fn spawn(spec: TaskSpec) -> Result<u8, SpawnError> {
+    if !crate::paging::is_user_range(spec.entry, 1) {
+        return Err(SpawnError::EntryNotUserCode);
+    }
+    critical_section::with(|cs| {
+        let mut tasks = TASKS.borrow_ref_mut(cs);
+        let slot = tasks
+            .iter()
+            .position(Option::is_none)
+            .ok_or(SpawnError::NoFreeSlot)?;
+        let g = spec.gprs;
+        let frame = TrapFrame {
+            rax: g[0],
+            rbx: g[1],
+            rcx: g[2],
+            rdx: g[3],
+            rsi: g[4],
+            rdi: g[5],
+            rbp: g[6],
+            r8: g[7],
+            r9: g[8],
+            r10: g[9],
+            r11: g[10],
+            r12: g[11],
+            r13: g[12],
+            r14: g[13],
+            r15: g[14],
+            vector: 0,
+            error_code: 0,
+            rip: spec.entry,
+            cs: u64::from(match spec.abi {
+                Abi::X64 => gdt::USER_CODE64,
+                Abi::Compat32 => gdt::USER_CODE32,
+            }),
+            rflags: 0x2,
+            rsp: ustack_top(slot) - 16,
+            ss: u64::from(gdt::USER_DATA),
+        };
+        // SAFETY: the slot is free, so no task runs on this kernel stack.
+        unsafe { frame_ptr(slot).write(frame) };
+        tasks[slot] = Some(Task {
+            spec,
+            state: TaskState::Ready,
+            yields: 0,
+            bytes_written: 0,
+        });
+        Ok(slot as u8)
+    })
+}
+
+/// A copy of the task in `id`, if any.
+pub fn get(id: u8) -> Option<Task> {
+    critical_section::with(|cs| TASKS.borrow_ref(cs).get(id as usize).copied().flatten())
+}
+
+/// Updates the task in `id`.
+pub fn update(id: u8, f: impl FnOnce(&mut Task)) {
+    critical_section::with(|cs| {
+        if let Some(Some(t)) = TASKS.borrow_ref_mut(cs).get_mut(id as usize) {
+            f(t);
+        }
+    });
+}
+
+/// Frees every slot.
+pub fn clear() {
+    critical_section::with(|cs| *TASKS.borrow_ref_mut(cs) = [None; MAX_TASKS]);
+}
+
+/// The current task, if a task is current.
+pub fn current() -> Option<u8> {
+    match CURRENT_TASK.load(Ordering::Relaxed) {
+        NO_TASK => None,
+        id => Some(id),
+    }
+}
+
+/// Records why the current task leaves; called by the trap handler.
+pub fn set_outcome(o: Outcome) {
+    critical_section::with(|cs| OUTCOME.borrow(cs).set(Some(o)));
+}
+
+/// Runs task `id` until it leaves to the scheduler, and applies the outcome.
+pub fn run_once(id: u8) -> Option<Outcome> {
+    let task = get(id)?;
+    if task.state != TaskState::Ready {
+        return None;
+    }
+    let slot = id as usize;
+    let top = kstack_top(slot);
+    critical_section::with(|cs| OUTCOME.borrow(cs).set(None));
+    entry::CURRENT_KSTACK_TOP.store(top, Ordering::Relaxed);
+    crate::cpu::set_rsp0(top);
+    CURRENT_TASK.store(id, Ordering::Relaxed);
+    // SAFETY: the frame at the top of this task's kernel stack was written by
+    // `spawn` or by the entry stubs when the task last entered the runtime;
+    // CURRENT_KSTACK_TOP and rsp0 point at the end of that frame.
+    unsafe { entry::enter_user(frame_ptr(slot)) };
+    CURRENT_TASK.store(NO_TASK, Ordering::Relaxed);
+    let outcome = critical_section::with(|cs| OUTCOME.borrow(cs).take());
+    update(id, |t| match outcome {
+        Some(Outcome::Yield) => t.yields += 1,
+        Some(Outcome::Exit(code)) => t.state = TaskState::Exited(code),
+        Some(Outcome::Fault(f)) => t.state = TaskState::Faulted(f),
+        None => {}
+    });
+    if let Some(Outcome::Fault(f)) = outcome {
+        report_fault(task.spec.name, &f);
+    }
+    outcome
+}
+
+/// Prints why a task was ended.
+pub fn report_fault(name: &str, f: &Fault) {
+    let mode = match Mode::from_cs(f.cs) {
+        Mode::UserCompat => "compat",
+        _ => "64-bit",
+    };
+    crate::kprint!(
+        "task {name} ({mode}) ended: {} (vector {}) error={:#x} rip={:#x} <{}>",
+        arch_x86::frame::exception_name(f.vector),
+        f.vector,
+        f.error_code,
+        f.rip,
+        crate::symbols::Nearest(f.rip),
+    );
+    if f.vector == 14 {
+        crate::kprint!(" cr2={:#x}", f.cr2);
+    }
+    crate::kprintln!();
+}
+
+/// Runs every ready task round-robin until none is ready or `stop` says so.
+pub fn run_all(mut stop: impl FnMut() -> bool) {
+    loop {
+        let mut ran = false;
+        for id in 0..MAX_TASKS as u8 {
+            if stop() {
+                return;
+            }
+            if get(id).is_some_and(|t| t.state == TaskState::Ready) {
+                run_once(id);
+                ran = true;
+            }
+        }
+        if !ran {
+            return;
+        }
+    }
+}

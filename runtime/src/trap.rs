@@ -1,0 +1,63 @@
+//! The Rust side of every non-NMI entry: system calls, ring-3 faults (which
+//! end only the task), and runtime exceptions (reported, then QEMU exits with
+//! the crash code — never a silent hang or triple fault).
+
+use crate::syscall;
+use crate::task::{self, Abi, Fault, Outcome};
+use arch_x86::frame::{INT80_VECTOR, SYSCALL_VECTOR, TrapFrame, exception_name};
+
+/// Returned to the entry stub: resume the interrupted context.
+pub const RESUME: u64 = 0;
+/// Returned to the entry stub: leave to the scheduler.
+pub const LEAVE: u64 = 1;
+
+/// Called by the entry stubs with the saved frame.
+pub extern "C" fn trap_dispatch(frame: &mut TrapFrame) -> u64 {
+    crate::cpu::clear_ac();
+    let user = frame.mode().is_user();
+    match frame.vector {
+        SYSCALL_VECTOR if user => syscall::handle(frame, Abi::X64),
+        INT80_VECTOR if user => syscall::handle(frame, Abi::Compat32),
+        _ if user && task::current().is_some() => {
+            task::set_outcome(Outcome::Fault(Fault {
+                vector: frame.vector,
+                error_code: frame.error_code,
+                rip: frame.rip,
+                cs: frame.cs,
+                cr2: arch_x86::cpu::cr2(),
+            }));
+            LEAVE
+        }
+        _ => runtime_exception(frame),
+    }
+}
+
+/// Reports an exception taken in the runtime itself and exits with the crash code.
+pub fn runtime_exception(frame: &TrapFrame) -> ! {
+    use crate::console::emergency_print as p;
+    p(format_args!(
+        "\nRUNTIME EXCEPTION: {} (vector {}) error={:#x}\n  rip={:#018x} <{}>\n  cs={:#x} rflags={:#x} rsp={:#018x} ss={:#x} cr2={:#018x}\n",
+        exception_name(frame.vector),
+        frame.vector,
+        frame.error_code,
+        frame.rip,
+        crate::symbols::Nearest(frame.rip),
+        frame.cs,
+        frame.rflags,
+        frame.rsp,
+        frame.ss,
+        arch_x86::cpu::cr2(),
+    ));
+    for (i, (name, v)) in arch_x86::frame::GPR_NAMES
+        .iter()
+        .zip(frame.gprs())
+        .enumerate()
+    {
+        p(format_args!(
+            "  {name:>3}={v:#018x}{}",
+            if i % 4 == 3 { "\n" } else { "" }
+        ));
+    }
+    p(format_args!("\n"));
+    crate::exit(arch_x86::exit::ExitCode::Crash)
+}

@@ -1,0 +1,334 @@
+//! Hand-written appliance programs used by the self-test: 64-bit and
+//! compat-mode tasks that make system calls, provoke faults, and hold known
+//! register patterns while NMIs arrive. All of it lives in `.user.text` /
+//! `.user.data`, mapped user-accessible.
+
+use crate::syscall::{SYS_CLOCK, SYS_EXIT, SYS_SPIN, SYS_WRITE, SYS_YIELD};
+
+/// The pattern a task loads into GPR `i` (`TrapFrame::gprs` order), 64-bit.
+pub const fn pattern64(i: usize) -> u64 {
+    0x5a00_0000_0000_0000
+        | ((i as u64 + 1) << 48)
+        | ((i as u64 + 1) * 0x0101_0101_0101) & 0xffff_ffff_ffff
+}
+
+/// The 32-bit pattern a compat task loads into GPR `i` (only 0..=6 exist there).
+pub const fn pattern32(i: usize) -> u64 {
+    0xc300_0000 | ((i as u64 + 1) * 0x0001_0101)
+}
+
+/// Pattern user RSP for the register test (never dereferenced).
+pub const PATTERN_RSP64: u64 = 0x0000_7e57_0000_1230;
+/// Pattern user ESP for the compat register test.
+pub const PATTERN_ESP32: u32 = 0x7e57_1230;
+/// Argument given to `spin` by the in-syscall tests (ticks; large: the NMI recorder ends it).
+pub const SPIN_ARG: u64 = 100_000;
+/// Exit code of the hello tasks.
+pub const HELLO64_EXIT: i64 = 42;
+/// Exit code of the compat hello task.
+pub const HELLO32_EXIT: i64 = -7;
+
+core::arch::global_asm!(
+    r#"
+    .section .user.data.selftest, "aw"
+perch_st_msg64: .ascii "hello from a 64-bit ring-3 task\n"
+perch_st_msg64_end:
+perch_st_msg32: .ascii "hello from a compat-mode ring-3 task\n"
+perch_st_msg32_end:
+    .balign 16
+    .global perch_st_data_code
+perch_st_data_code:
+    .byte 0xc3
+
+    .section .user.text.selftest, "ax"
+    .code64
+    .balign 16
+    .global perch_st_hello64
+perch_st_hello64:
+    lea rdi, [rip + perch_st_msg64]
+    lea rsi, [rip + perch_st_msg64_end]
+    sub rsi, rdi
+    mov eax, {write}
+    syscall
+    mov eax, {clock}
+    syscall
+    mov eax, {yld}
+    syscall
+    mov edi, {hello64}
+    mov eax, {exit}
+    syscall
+    ud2
+
+    .global perch_st_fault_de
+perch_st_fault_de:
+    xor edx, edx
+    xor eax, eax
+    xor ecx, ecx
+    div ecx
+    ud2
+    .global perch_st_fault_ud
+perch_st_fault_ud:
+    ud2
+    .global perch_st_fault_bp
+perch_st_fault_bp:
+    int3
+    ud2
+    .global perch_st_fault_rdmsr
+perch_st_fault_rdmsr:
+    mov ecx, 0x10
+    rdmsr
+    ud2
+    .global perch_st_fault_hlt
+perch_st_fault_hlt:
+    hlt
+    ud2
+    .global perch_st_fault_noncanonical
+perch_st_fault_noncanonical:
+    movabs rax, 0x8000000000000000
+    mov rax, [rax]
+    ud2
+    .global perch_st_fault_null
+perch_st_fault_null:
+    xor eax, eax
+    mov rax, [rax]
+    ud2
+    .global perch_st_fault_kernel_read
+perch_st_fault_kernel_read:
+    lea rbx, [rip + {kmain}]
+    mov rax, [rbx]
+    ud2
+    .global perch_st_fault_text_write
+perch_st_fault_text_write:
+    lea rbx, [rip + perch_st_fault_text_write]
+    mov byte ptr [rbx], 0
+    ud2
+    .global perch_st_fault_nx
+perch_st_fault_nx:
+    lea rbx, [rip + perch_st_data_code]
+    call rbx
+    ud2
+
+    .balign 16
+    .global perch_st_regs64
+perch_st_regs64:
+    movabs rax, {p0}
+    movabs rbx, {p1}
+    movabs rcx, {p2}
+    movabs rdx, {p3}
+    movabs rsi, {p4}
+    movabs rdi, {p5}
+    movabs rbp, {p6}
+    movabs r8, {p7}
+    movabs r9, {p8}
+    movabs r10, {p9}
+    movabs r11, {p10}
+    movabs r12, {p11}
+    movabs r13, {p12}
+    movabs r14, {p13}
+    movabs r15, {p14}
+    movabs rsp, {prsp}
+    .global perch_st_regs64_loop
+perch_st_regs64_loop:
+    cmp dword ptr [rip + perch_user_stop], 0
+    jne 3f
+    dec qword ptr [rip + perch_user_budget]
+    jnz perch_st_regs64_loop
+    .global perch_st_regs64_loop_end
+perch_st_regs64_loop_end:
+3:
+    xor edi, edi
+    mov eax, {exit}
+    syscall
+    ud2
+
+    .balign 16
+    .global perch_st_spin64
+perch_st_spin64:
+    movabs rbx, {p1}
+    movabs rdx, {p3}
+    movabs rsi, {p4}
+    movabs rbp, {p6}
+    movabs r8, {p7}
+    movabs r9, {p8}
+    movabs r10, {p9}
+    movabs r12, {p11}
+    movabs r13, {p12}
+    movabs r14, {p13}
+    movabs r15, {p14}
+    movabs rsp, {prsp}
+    mov edi, {spin_arg}
+    mov eax, {spin}
+    syscall
+    .global perch_st_spin64_ret
+perch_st_spin64_ret:
+    xor edi, edi
+    mov eax, {exit}
+    syscall
+    ud2
+
+    .code32
+    .balign 16
+    .global perch_st_hello32
+perch_st_hello32:
+    mov eax, {write}
+    mov ebx, offset perch_st_msg32
+    mov ecx, offset perch_st_msg32_end
+    sub ecx, ebx
+    int 0x80
+    mov eax, {yld}
+    int 0x80
+    mov eax, {exit}
+    mov ebx, {hello32}
+    int 0x80
+    ud2
+
+    .global perch_st_fault32_ud
+perch_st_fault32_ud:
+    ud2
+    .global perch_st_fault32_pf
+perch_st_fault32_pf:
+    xor eax, eax
+    mov eax, [eax]
+    ud2
+    .global perch_st_fault32_de
+perch_st_fault32_de:
+    xor edx, edx
+    xor eax, eax
+    xor ecx, ecx
+    div ecx
+    ud2
+
+    .balign 16
+    .global perch_st_regs32
+perch_st_regs32:
+    mov eax, {q0}
+    mov ebx, {q1}
+    mov ecx, {q2}
+    mov edx, {q3}
+    mov esi, {q4}
+    mov edi, {q5}
+    mov ebp, {q6}
+    mov esp, {pesp}
+    .global perch_st_regs32_loop
+perch_st_regs32_loop:
+    cmp dword ptr [perch_user_stop], 0
+    jne 3f
+    dec dword ptr [perch_user_budget]
+    jnz perch_st_regs32_loop
+    .global perch_st_regs32_loop_end
+perch_st_regs32_loop_end:
+3:
+    mov eax, {exit}
+    xor ebx, ebx
+    int 0x80
+    ud2
+
+    .balign 16
+    .global perch_st_spin32
+perch_st_spin32:
+    mov ecx, {q2}
+    mov edx, {q3}
+    mov esi, {q4}
+    mov edi, {q5}
+    mov ebp, {q6}
+    mov esp, {pesp}
+    mov ebx, {spin_arg}
+    mov eax, {spin}
+    int 0x80
+    .global perch_st_spin32_ret
+perch_st_spin32_ret:
+    mov eax, {exit}
+    xor ebx, ebx
+    int 0x80
+    ud2
+    .global perch_st_end
+perch_st_end:
+    .code64
+    "#,
+    write = const SYS_WRITE,
+    clock = const SYS_CLOCK,
+    yld = const SYS_YIELD,
+    exit = const SYS_EXIT,
+    spin = const SYS_SPIN,
+    spin_arg = const SPIN_ARG,
+    hello64 = const HELLO64_EXIT,
+    hello32 = const HELLO32_EXIT,
+    kmain = sym crate::perch_kmain,
+    p0 = const pattern64(0),
+    p1 = const pattern64(1),
+    p2 = const pattern64(2),
+    p3 = const pattern64(3),
+    p4 = const pattern64(4),
+    p5 = const pattern64(5),
+    p6 = const pattern64(6),
+    p7 = const pattern64(7),
+    p8 = const pattern64(8),
+    p9 = const pattern64(9),
+    p10 = const pattern64(10),
+    p11 = const pattern64(11),
+    p12 = const pattern64(12),
+    p13 = const pattern64(13),
+    p14 = const pattern64(14),
+    prsp = const PATTERN_RSP64,
+    q0 = const pattern32(0),
+    q1 = const pattern32(1),
+    q2 = const pattern32(2),
+    q3 = const pattern32(3),
+    q4 = const pattern32(4),
+    q5 = const pattern32(5),
+    q6 = const pattern32(6),
+    pesp = const PATTERN_ESP32,
+);
+
+macro_rules! user_symbols {
+    ($($name:ident),* $(,)?) => {
+        unsafe extern "C" {
+            $(
+                #[doc = concat!("The appliance program `", stringify!($name), "`.")]
+                pub fn $name();
+            )*
+        }
+
+        /// The named appliance entry points (for reports).
+        pub fn symbols() -> impl Iterator<Item = (u64, &'static str)> {
+            [$(($name as *const () as u64, stringify!($name))),*]
+                .into_iter()
+                .chain(crate::demo::symbols())
+        }
+    };
+}
+
+user_symbols!(
+    perch_st_hello64,
+    perch_st_fault_de,
+    perch_st_fault_ud,
+    perch_st_fault_bp,
+    perch_st_fault_rdmsr,
+    perch_st_fault_hlt,
+    perch_st_fault_noncanonical,
+    perch_st_fault_null,
+    perch_st_fault_kernel_read,
+    perch_st_fault_text_write,
+    perch_st_fault_nx,
+    perch_st_regs64,
+    perch_st_regs64_loop,
+    perch_st_regs64_loop_end,
+    perch_st_spin64,
+    perch_st_spin64_ret,
+    perch_st_hello32,
+    perch_st_fault32_ud,
+    perch_st_fault32_pf,
+    perch_st_fault32_de,
+    perch_st_regs32,
+    perch_st_regs32_loop,
+    perch_st_regs32_loop_end,
+    perch_st_spin32,
+    perch_st_spin32_ret,
+    perch_st_end,
+    perch_st_data_code,
+);
+
+/// Address of an appliance symbol.
+pub fn addr(f: unsafe extern "C" fn()) -> u64 {
+    f as *const () as u64
+}
