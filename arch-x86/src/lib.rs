@@ -1,2 +1,18 @@
 //! Everything that touches the x86-64 CPU. The hardware `unsafe` lives here.
 #![cfg_attr(not(test), no_std)]
+
+pub mod bootinfo;
+pub mod cmdline;
+pub mod cpu;
+pub mod exit;
+pub mod frame;
+pub mod gdt;
+pub mod hpet;
+pub mod idt;
+pub mod ioapic;
+pub mod lapic;
+pub mod paging;
+pub mod pic;
+pub mod pit;
+pub mod single_core_cs;
+pub mod uart;
