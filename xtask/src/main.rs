@@ -1,2 +1,180 @@
 //! Build, run, image, self-test, bench and hwcheck commands for Perch.
-fn main() {}
+//!
+//! `cargo xtask <command>`; every command that boots the runtime runs QEMU
+//! through [`qemu`], with a hard timeout, stdin closed and a kill guard.
+
+mod image;
+mod kernel;
+mod qemu;
+mod test;
+mod tools;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Perch build and test tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// One variant per command; each delegates to its module.
+#[derive(Subcommand)]
+enum Command {
+    /// Build the runtime ELF and print its path.
+    Build,
+    /// Build and boot the demo appliance in QEMU.
+    Run(RunArgs),
+    /// Boot the runtime with `selftest` in QEMU; exit 0 only on a full pass.
+    Selftest(SelftestArgs),
+    /// Build the bootable GRUB ISO (multiboot2, BIOS and UEFI).
+    Image(ImageArgs),
+    /// fmt check, clippy, host tests, and the self-test in QEMU (plain and icount).
+    Test(TestArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Length of the run in ms of NMI-clock time.
+    #[arg(long, default_value_t = 2000)]
+    duration: u64,
+    /// Extra kernel command-line items.
+    #[arg(long, default_value = "")]
+    append: String,
+    /// Run under `-icount shift=0,sleep=off` (repeatable timing).
+    #[arg(long)]
+    icount: bool,
+    /// Hard timeout in seconds.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+}
+
+#[derive(clap::Args, Clone)]
+pub struct SelftestArgs {
+    /// Run under `-icount shift=0,sleep=off`.
+    #[arg(long)]
+    pub icount: bool,
+    /// Boot the GRUB ISO under BIOS instead of `-kernel`.
+    #[arg(long)]
+    pub iso: bool,
+    /// Boot the GRUB ISO under UEFI (OVMF, q35).
+    #[arg(long)]
+    pub uefi: bool,
+    /// Extra kernel command-line items.
+    #[arg(long, default_value = "")]
+    pub append: String,
+    /// Hard timeout in seconds.
+    #[arg(long, default_value_t = 180)]
+    pub timeout: u64,
+}
+
+#[derive(clap::Args)]
+struct ImageArgs {
+    /// Kernel command line baked into the GRUB entry.
+    #[arg(long, default_value = "")]
+    cmdline: String,
+    /// Output path (default: out/perch.iso).
+    #[arg(long)]
+    output: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct TestArgs {
+    /// Skip the ISO boots (BIOS and UEFI).
+    #[arg(long)]
+    no_iso: bool,
+}
+
+/// The workspace root (the parent of this crate).
+pub fn project_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result: Result<i32> = match cli.command {
+        Command::Build => kernel::build().map(|elf| {
+            println!("{}", elf.display());
+            0
+        }),
+        Command::Run(a) => run(a),
+        Command::Selftest(a) => selftest(&a).map(|ok| if ok { 0 } else { 1 }),
+        Command::Image(a) => {
+            let out = a
+                .output
+                .unwrap_or_else(|| project_root().join("out/perch.iso"));
+            kernel::build()
+                .and_then(|elf| image::build_iso(&elf, &a.cmdline, &out))
+                .map(|()| {
+                    println!("{}", out.display());
+                    0
+                })
+        }
+        Command::Test(a) => test::run(!a.no_iso),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn run(a: RunArgs) -> Result<i32> {
+    let elf = kernel::build()?;
+    let cmdline = format!("duration={} {}", a.duration, a.append);
+    let cfg = qemu::Config {
+        boot: qemu::Boot::Kernel {
+            elf,
+            cmdline: cmdline.trim().to_string(),
+        },
+        icount: a.icount,
+        timeout: std::time::Duration::from_secs(a.timeout),
+    };
+    let out = qemu::run(&cfg)?;
+    println!("xtask: QEMU ended: {}", out.verdict());
+    Ok(if out.exit == qemu::Exit::Pass { 0 } else { 1 })
+}
+
+/// Runs the self-test as `a` says; true on a full pass.
+pub fn selftest(a: &SelftestArgs) -> Result<bool> {
+    let elf = kernel::build()?;
+    let cmdline = format!("selftest {}", a.append).trim().to_string();
+    let boot = if a.iso || a.uefi {
+        let iso = project_root().join(if a.uefi {
+            "out/perch-selftest-uefi.iso"
+        } else {
+            "out/perch-selftest.iso"
+        });
+        image::build_iso(&elf, &cmdline, &iso)?;
+        qemu::Boot::Iso { iso, uefi: a.uefi }
+    } else {
+        qemu::Boot::Kernel { elf, cmdline }
+    };
+    let cfg = qemu::Config {
+        boot,
+        icount: a.icount,
+        timeout: std::time::Duration::from_secs(a.timeout),
+    };
+    let out = qemu::run(&cfg)?;
+    let summary = out.selftest_summary();
+    let pass = out.exit == qemu::Exit::Pass && summary.is_some_and(|(_, failed)| failed == 0);
+    match (pass, summary) {
+        (true, Some((p, _))) => println!("xtask: selftest passed ({p} tests)"),
+        (_, Some((p, f))) => println!(
+            "xtask: selftest FAILED: {p} passed, {f} failed; QEMU: {}",
+            out.verdict()
+        ),
+        (_, None) => println!(
+            "xtask: selftest FAILED: no summary line; QEMU: {}",
+            out.verdict()
+        ),
+    }
+    Ok(pass)
+}

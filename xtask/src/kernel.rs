@@ -1,0 +1,38 @@
+//! Building the runtime ELF for `x86_64-unknown-none`.
+
+use crate::project_root;
+use anyhow::{Context, Result, bail};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The cargo target directory in use.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| project_root().join("target"))
+}
+
+/// Builds the runtime (optimised, with debug info) and returns the ELF path.
+pub fn build() -> Result<PathBuf> {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(project_root())
+        .args([
+            "build",
+            "--package",
+            "runtime",
+            "--target",
+            "x86_64-unknown-none",
+            "--release",
+        ])
+        .env("DEFMT_LOG", "info")
+        .status()
+        .context("running cargo build for the runtime")?;
+    if !status.success() {
+        bail!("building the runtime failed ({status})");
+    }
+    let elf = target_dir().join("x86_64-unknown-none/release/perch-runtime");
+    if !elf.exists() {
+        bail!("the runtime was built but {} is missing", elf.display());
+    }
+    Ok(elf)
+}

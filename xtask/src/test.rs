@@ -1,0 +1,97 @@
+//! `cargo xtask test`: formatting, lints, host tests and the on-target
+//! self-test in QEMU (plain, under icount, and from the ISO under BIOS and
+//! UEFI), with a summary whose last line is `N passed, M failed`.
+
+use crate::{SelftestArgs, project_root, selftest};
+use anyhow::Result;
+use std::process::Command;
+use std::time::Instant;
+
+fn cargo(args: &[&str]) -> Result<bool> {
+    println!("xtask: cargo {}", args.join(" "));
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(project_root())
+        .args(args)
+        .status()?;
+    Ok(status.success())
+}
+
+/// Runs every step; returns the process exit code.
+pub fn run(with_iso: bool) -> Result<i32> {
+    type Step = (&'static str, Box<dyn Fn() -> Result<bool>>);
+    let st = |icount, iso, uefi| SelftestArgs {
+        icount,
+        iso,
+        uefi,
+        append: String::new(),
+        timeout: 240,
+    };
+    let mut steps: Vec<Step> = vec![
+        ("fmt", Box::new(|| cargo(&["fmt", "--all", "--check"]))),
+        (
+            "clippy (host crates)",
+            Box::new(|| cargo(&["clippy", "--all-targets", "--", "-D", "warnings"])),
+        ),
+        (
+            "clippy (runtime, x86_64-unknown-none)",
+            Box::new(|| {
+                cargo(&[
+                    "clippy",
+                    "--package",
+                    "runtime",
+                    "--target",
+                    "x86_64-unknown-none",
+                    "--release",
+                    "--",
+                    "-D",
+                    "warnings",
+                ])
+            }),
+        ),
+        ("host tests", Box::new(|| cargo(&["test"]))),
+        (
+            "selftest (QEMU, -kernel)",
+            Box::new(move || selftest(&st(false, false, false))),
+        ),
+        (
+            "selftest (QEMU, -icount shift=0,sleep=off)",
+            Box::new(move || selftest(&st(true, false, false))),
+        ),
+    ];
+    if with_iso {
+        steps.push((
+            "selftest (GRUB ISO, BIOS)",
+            Box::new(move || selftest(&st(false, true, false))),
+        ));
+        steps.push((
+            "selftest (GRUB ISO, UEFI)",
+            Box::new(move || selftest(&st(false, false, true))),
+        ));
+    }
+    let mut results = Vec::new();
+    for (name, step) in &steps {
+        println!("\nxtask: ==== {name}");
+        let t = Instant::now();
+        let ok = match step() {
+            Ok(ok) => ok,
+            Err(e) => {
+                println!("xtask: {name}: {e:#}");
+                false
+            }
+        };
+        results.push((*name, ok, t.elapsed()));
+    }
+    println!("\nxtask: summary");
+    for (name, ok, t) in &results {
+        println!(
+            "  {:<44} {} ({:.1}s)",
+            name,
+            if *ok { "ok" } else { "FAILED" },
+            t.as_secs_f64()
+        );
+    }
+    let passed = results.iter().filter(|r| r.1).count();
+    let failed = results.len() - passed;
+    println!("{passed} passed, {failed} failed");
+    Ok(if failed == 0 { 0 } else { 1 })
+}
