@@ -135,12 +135,22 @@ impl<W: Write + Seek> Converter<W> {
                 self.last_time = self.last_time.max(s.time);
                 Self::on_sample(w, &mut self.chain, attr, s)?;
             }
-            Item::Lost { event, cpu, count, time } => {
+            Item::Lost {
+                event,
+                cpu,
+                count,
+                time,
+            } => {
                 let attr = self.event_ids.iter().position(|e| e == event).unwrap_or(0);
                 w.lost(attr, *count, *time, *cpu)?;
                 w.lost_samples(attr, *count, *time, *cpu)?;
             }
-            Item::Throttle { event, cpu, on, time } => {
+            Item::Throttle {
+                event,
+                cpu,
+                on,
+                time,
+            } => {
                 let attr = self.event_ids.iter().position(|e| e == event).unwrap_or(0);
                 w.throttle(attr, *on, *time, *cpu)?;
             }
@@ -152,7 +162,11 @@ impl<W: Write + Seek> Converter<W> {
 
     fn on_hello(&mut self, h: &Hello) -> Result<(), ConvertError> {
         if let Some(old) = &self.hello {
-            return if old == h { Ok(()) } else { Err(ConvertError::Restarted) };
+            return if old == h {
+                Ok(())
+            } else {
+                Err(ConvertError::Restarted)
+            };
         }
         if h.events.is_empty() {
             return Err(ConvertError::NoEvents);
@@ -213,13 +227,28 @@ impl<W: Write + Seek> Converter<W> {
         Ok(())
     }
 
-    fn on_task(w: &mut PerfDataWriter<W>, options: &ConvertOptions, t: &TaskInfo) -> Result<(), ConvertError> {
+    fn on_task(
+        w: &mut PerfDataWriter<W>,
+        options: &ConvertOptions,
+        t: &TaskInfo,
+    ) -> Result<(), ConvertError> {
         w.comm(t.pid, t.tid, &t.name, t.time)?;
-        let Some(img) = &options.image else { return Ok(()) };
+        let Some(img) = &options.image else {
+            return Ok(());
+        };
         let file = img.path.display().to_string();
         if t.text.is_empty() {
             for u in &img.user_text {
-                w.mmap(misc::USER, t.pid, t.tid, u.addr, u.size, u.file_offset, &file, t.time)?;
+                w.mmap(
+                    misc::USER,
+                    t.pid,
+                    t.tid,
+                    u.addr,
+                    u.size,
+                    u.file_offset,
+                    &file,
+                    t.time,
+                )?;
             }
         } else {
             for &(start, len, off) in &t.text {
@@ -246,7 +275,11 @@ impl<W: Write + Seek> Converter<W> {
             Some(&first) if first < (-4095i64) as u64 => {
                 // No leading marker: add the one for the sampled mode.
                 chain.clear();
-                chain.push(if s.user { context::USER } else { context::KERNEL });
+                chain.push(if s.user {
+                    context::USER
+                } else {
+                    context::KERNEL
+                });
                 chain.extend_from_slice(s.callchain);
                 &chain[..]
             }
@@ -282,9 +315,10 @@ impl<W: Write + Seek> Converter<W> {
         let h = self.hello.take().ok_or(ConvertError::NoHello)?;
         let mut summary = std::mem::take(&mut self.summary);
         if summary.before_hello > 0 {
-            summary
-                .warnings
-                .push(format!("{} records before the Hello were skipped", summary.before_hello));
+            summary.warnings.push(format!(
+                "{} records before the Hello were skipped",
+                summary.before_hello
+            ));
         }
         if summary.unknown_event_samples > 0 {
             summary.warnings.push(format!(
@@ -338,7 +372,9 @@ impl<W: Write + Seek> Converter<W> {
             EventSource::NmiClock => "no PMU: NMI clock (cpu-clock)",
         };
         let mut build_ids = Vec::new();
-        let kernel_id = image.and_then(|i| i.build_id.clone()).unwrap_or_else(|| h.build_id.clone());
+        let kernel_id = image
+            .and_then(|i| i.build_id.clone())
+            .unwrap_or_else(|| h.build_id.clone());
         if !kernel_id.is_empty() {
             build_ids.push(BuildIdEntry {
                 cpumode: misc::KERNEL,
@@ -360,9 +396,10 @@ impl<W: Write + Seek> Converter<W> {
             cmdline.push(format!("[appliance: {}]", h.cmdline));
         }
         FileMeta {
-            hostname: image
-                .and_then(|i| i.path.file_stem())
-                .map_or_else(|| "perch-appliance".into(), |s| s.to_string_lossy().into_owned()),
+            hostname: image.and_then(|i| i.path.file_stem()).map_or_else(
+                || "perch-appliance".into(),
+                |s| s.to_string_lossy().into_owned(),
+            ),
             osrelease: format!("perch-runtime (wire protocol {})", h.protocol_version),
             version: format!("perch {}", env!("CARGO_PKG_VERSION")),
             arch: "x86_64".into(),

@@ -80,17 +80,24 @@ pub enum HostError {
 impl HostError {
     /// An I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        HostError::Io { context: context.into(), source }
+        HostError::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     /// The process exit code for this error.
     pub fn exit_code(&self) -> i32 {
         match self {
-            HostError::Io { .. } | HostError::Serial { .. } | HostError::Flamegraph(_) => exit::FAILURE,
+            HostError::Io { .. } | HostError::Serial { .. } | HostError::Flamegraph(_) => {
+                exit::FAILURE
+            }
             HostError::Image(_) => exit::BAD_IMAGE,
             HostError::Convert(ConvertError::WrongImage { .. }) => exit::BAD_IMAGE,
             HostError::Convert(ConvertError::Write(_)) => exit::FAILURE,
-            HostError::Convert(_) | HostError::NotPerch(_) | HostError::Protocol(_) => exit::BAD_STREAM,
+            HostError::Convert(_) | HostError::NotPerch(_) | HostError::Protocol(_) => {
+                exit::BAD_STREAM
+            }
             HostError::MissingTool { .. } => exit::MISSING_TOOL,
             HostError::Appliance(_) => exit::APPLIANCE_FAILED,
             HostError::Usage(_) => exit::USAGE,

@@ -21,7 +21,10 @@ pub struct Folder {
 impl Folder {
     /// A folder symbolising with `image`.
     pub fn new(image: Option<Image>) -> Self {
-        Folder { image, ..Default::default() }
+        Folder {
+            image,
+            ..Default::default()
+        }
     }
 
     fn frame(&self, ip: u64, kernel: bool, out: &mut String) {
@@ -75,7 +78,11 @@ impl Folder {
 
     /// The folded stacks, sorted, one `stack count` per line.
     pub fn folded(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.stacks.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let mut v: Vec<String> = self
+            .stacks
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
         v.sort();
         v
     }
@@ -91,5 +98,48 @@ impl Folder {
         opts.count_name = "period".to_owned();
         inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), out)
             .map_err(|e| HostError::Flamegraph(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SampleView;
+
+    #[test]
+    fn stacks_run_outer_to_inner_with_runtime_frames_marked() {
+        let mut f = Folder::new(None);
+        f.push(&Item::Task(crate::model::TaskInfo {
+            pid: 1,
+            tid: 1,
+            name: "app".into(),
+            compat: false,
+            time: 0,
+            text: vec![],
+        }));
+        let chain = [context::KERNEL, 0x10, 0x20, context::USER, 0x30, 0x40];
+        let s = SampleView {
+            pid: 1,
+            tid: 1,
+            ip: 0x10,
+            period: 3,
+            callchain: &chain,
+            ..Default::default()
+        };
+        f.push(&Item::Sample(s));
+        f.push(&Item::Sample(s));
+        let u = SampleView {
+            pid: 9,
+            tid: 9,
+            ip: 0x50,
+            user: true,
+            period: 1,
+            ..Default::default()
+        };
+        f.push(&Item::Sample(u));
+        assert_eq!(
+            f.folded(),
+            ["app;0x40;0x30;0x20_[k];0x10_[k] 6", "tid-9;0x50 1"]
+        );
     }
 }

@@ -94,27 +94,40 @@ pub struct Image {
 impl Image {
     /// Reads and parses `path`.
     pub fn open(path: &Path) -> Result<Image, ImageError> {
-        let data = std::fs::read(path).map_err(|source| ImageError::Io { path: path.to_owned(), source })?;
+        let data = std::fs::read(path).map_err(|source| ImageError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
         let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
         Self::parse(&data, abs)
     }
 
     /// Parses image bytes; `path` is what perf will be told.
     pub fn parse(data: &[u8], path: PathBuf) -> Result<Image, ImageError> {
-        let file = object::File::parse(data)
-            .map_err(|e| ImageError::NotElf { path: path.clone(), reason: e.to_string() })?;
+        let file = object::File::parse(data).map_err(|e| ImageError::NotElf {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
         if file.format() != object::BinaryFormat::Elf {
-            return Err(ImageError::NotElf { path, reason: format!("{:?} object, not ELF", file.format()) });
+            return Err(ImageError::NotElf {
+                path,
+                reason: format!("{:?} object, not ELF", file.format()),
+            });
         }
         if file.architecture() != object::Architecture::X86_64 {
-            return Err(ImageError::WrongArch { path, arch: format!("{:?}", file.architecture()) });
+            return Err(ImageError::WrongArch {
+                path,
+                arch: format!("{:?}", file.architecture()),
+            });
         }
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let mut kernel_start = u64::MAX;
         let mut kernel_end = 0;
         let mut user_text = Vec::new();
         for s in file.sections() {
-            let SectionFlags::Elf { sh_flags, .. } = s.flags() else { continue };
+            let SectionFlags::Elf { sh_flags, .. } = s.flags() else {
+                continue;
+            };
             let exec = sh_flags.0 & object::elf::SHF_EXECINSTR.0 != 0;
             let alloc = sh_flags.0 & object::elf::SHF_ALLOC.0 != 0;
             if !exec || !alloc || s.size() == 0 {
@@ -123,7 +136,12 @@ impl Image {
             let name = s.name().unwrap_or("").to_owned();
             if name.starts_with(USER_SECTION_PREFIX) {
                 let file_offset = s.file_range().map(|r| r.0).unwrap_or(0);
-                user_text.push(UserText { name, addr: s.address(), size: s.size(), file_offset });
+                user_text.push(UserText {
+                    name,
+                    addr: s.address(),
+                    size: s.size(),
+                    file_offset,
+                });
             } else {
                 kernel_start = kernel_start.min(s.address());
                 kernel_end = kernel_end.max(s.address() + s.size());
@@ -160,17 +178,29 @@ impl Image {
                 (s.name.clone(), s.addr)
             }
         };
-        Ok(Image { path, build_id, kernel_start, kernel_end, ref_symbol, user_text, symbols })
+        Ok(Image {
+            path,
+            build_id,
+            kernel_start,
+            kernel_end,
+            ref_symbol,
+            user_text,
+            symbols,
+        })
     }
 
     /// The build-id as lowercase hex.
     pub fn build_id_hex(&self) -> Option<String> {
-        self.build_id.as_ref().map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
+        self.build_id
+            .as_ref()
+            .map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
     }
 
     /// Whether `ip` lies in task text.
     pub fn is_user_ip(&self, ip: u64) -> bool {
-        self.user_text.iter().any(|t| ip >= t.addr && ip < t.addr + t.size)
+        self.user_text
+            .iter()
+            .any(|t| ip >= t.addr && ip < t.addr + t.size)
     }
 
     /// The function containing `ip`, if any.

@@ -38,7 +38,11 @@ impl Default for Pump {
 impl Pump {
     /// A pump at the start of a stream.
     pub fn new() -> Self {
-        Pump { decoder: Decoder::new(), adapter: Adapter::new(), stats: StreamStats::default() }
+        Pump {
+            decoder: Decoder::new(),
+            adapter: Adapter::new(),
+            stats: StreamStats::default(),
+        }
     }
 
     /// Feeds `chunk`; `sink` sees each item after the counters are updated.
@@ -194,28 +198,54 @@ impl StreamStats {
                 h.protocol_version, h.cpus, h.cpu_desc, h.source, h.cmdline
             );
         }
-        let _ = writeln!(s, "samples: {} ({} user, {} runtime)", self.samples, self.user_samples, self.samples - self.user_samples);
+        let _ = writeln!(
+            s,
+            "samples: {} ({} user, {} runtime)",
+            self.samples,
+            self.user_samples,
+            self.samples - self.user_samples
+        );
         let _ = writeln!(s, "\nper event:");
         for (id, n) in &self.by_event {
             let name = self
                 .hello
                 .as_ref()
-                .and_then(|h| h.events.iter().find(|e| e.id == *id).map(|e| e.perf_name(h.source)))
+                .and_then(|h| {
+                    h.events
+                        .iter()
+                        .find(|e| e.id == *id)
+                        .map(|e| e.perf_name(h.source))
+                })
                 .unwrap_or_else(|| "(undeclared)".into());
-            let _ = writeln!(s, "  {id:>4} {name:<24} {n:>10}  {:>6.2}%", pct(*n, self.samples));
+            let _ = writeln!(
+                s,
+                "  {id:>4} {name:<24} {n:>10}  {:>6.2}%",
+                pct(*n, self.samples)
+            );
         }
         let _ = writeln!(s, "\nper task:");
         for ((pid, tid), n) in &self.by_task {
             let name = if *pid == 0 {
                 crate::convert::RUNTIME_COMM.to_owned()
             } else {
-                self.task_names.get(tid).cloned().unwrap_or_else(|| "(unnamed)".into())
+                self.task_names
+                    .get(tid)
+                    .cloned()
+                    .unwrap_or_else(|| "(unnamed)".into())
             };
-            let _ = writeln!(s, "  {pid:>4}/{tid:<4} {name:<20} {n:>10}  {:>6.2}%", pct(*n, self.samples));
+            let _ = writeln!(
+                s,
+                "  {pid:>4}/{tid:<4} {name:<20} {n:>10}  {:>6.2}%",
+                pct(*n, self.samples)
+            );
         }
         let d = self.decoder;
         let _ = writeln!(s, "\nlost (target): {}", self.lost);
-        let _ = writeln!(s, "throttled: {} (unthrottled {})", self.throttled, self.unthrottled);
+        let _ = writeln!(
+            s,
+            "throttled: {} (unthrottled {})",
+            self.throttled, self.unthrottled
+        );
         let _ = writeln!(
             s,
             "bad frames: {} ({} unresolved delta samples, {} bytes skipped, {} frames ignored)",
@@ -223,7 +253,11 @@ impl StreamStats {
         );
         let _ = writeln!(s, "log records: {}", self.logs);
         if self.samples > 0 {
-            let _ = writeln!(s, "bytes per sample: {:.1}", self.bytes as f64 / self.samples as f64);
+            let _ = writeln!(
+                s,
+                "bytes per sample: {:.1}",
+                self.bytes as f64 / self.samples as f64
+            );
         }
         match self.end {
             Some(e) => {
@@ -233,14 +267,21 @@ impl StreamStats {
                     e.taken,
                     e.delivered,
                     e.lost,
-                    if e.taken == e.delivered + e.lost { "consistent" } else { "INCONSISTENT" },
+                    if e.taken == e.delivered + e.lost {
+                        "consistent"
+                    } else {
+                        "INCONSISTENT"
+                    },
                     e.throttled
                 );
                 let missing = e.delivered.saturating_sub(self.samples);
                 let _ = writeln!(s, "delivered but not received intact: {missing}");
             }
             None => {
-                let _ = writeln!(s, "end: no End record (stream stopped early or was truncated)");
+                let _ = writeln!(
+                    s,
+                    "end: no End record (stream stopped early or was truncated)"
+                );
             }
         }
         s
@@ -248,7 +289,11 @@ impl StreamStats {
 }
 
 fn pct(n: u64, total: u64) -> f64 {
-    if total == 0 { 0.0 } else { 100.0 * n as f64 / total as f64 }
+    if total == 0 {
+        0.0
+    } else {
+        100.0 * n as f64 / total as f64
+    }
 }
 
 /// Shows target logs on stderr: text as is, defmt frames decoded with the
@@ -280,7 +325,9 @@ impl LogPrinter {
                         }
                         match dec.decode() {
                             Ok(frame) => format!("target: {}", frame.display(false)),
-                            Err(e) => format!("target: undecodable defmt frame ({e:?}): {bytes:02x?}"),
+                            Err(e) => {
+                                format!("target: undecodable defmt frame ({e:?}): {bytes:02x?}")
+                            }
                         }
                     }
                 },

@@ -150,10 +150,24 @@ fn main() -> ExitCode {
     };
     let r = match cli.cmd {
         Cmd::Record(a) => record(a),
-        Cmd::Convert { capture, image, output } => convert(&capture, image.as_deref(), &output),
+        Cmd::Convert {
+            capture,
+            image,
+            output,
+        } => convert(&capture, image.as_deref(), &output),
         Cmd::Stat { file } => stat(&file),
-        Cmd::Flamegraph { file, image, output } => flamegraph(&file, image.as_deref(), &output),
-        Cmd::Synth { output, image, samples, lost, no_end } => synth(&output, image.as_deref(), samples, lost, !no_end),
+        Cmd::Flamegraph {
+            file,
+            image,
+            output,
+        } => flamegraph(&file, image.as_deref(), &output),
+        Cmd::Synth {
+            output,
+            image,
+            samples,
+            lost,
+            no_end,
+        } => synth(&output, image.as_deref(), samples, lost, !no_end),
     };
     match r {
         Ok(code) => ExitCode::from(code as u8),
@@ -165,8 +179,13 @@ fn main() -> ExitCode {
 }
 
 fn open_image(path: Option<&Path>) -> Result<(Option<Image>, Option<Vec<u8>>), HostError> {
-    let Some(p) = path else { return Ok((None, None)) };
-    let bytes = std::fs::read(p).map_err(|source| host_tool::image::ImageError::Io { path: p.to_owned(), source })?;
+    let Some(p) = path else {
+        return Ok((None, None));
+    };
+    let bytes = std::fs::read(p).map_err(|source| host_tool::image::ImageError::Io {
+        path: p.to_owned(),
+        source,
+    })?;
     let abs = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
     let image = Image::parse(&bytes, abs)?;
     Ok((Some(image), Some(bytes)))
@@ -196,10 +215,16 @@ impl Progress {
     fn new() -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
             let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-            b.set_style(ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("static template"));
+            b.set_style(
+                ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("static template"),
+            );
             b
         });
-        Progress { bar, start: Instant::now(), last: Instant::now() }
+        Progress {
+            bar,
+            start: Instant::now(),
+            last: Instant::now(),
+        }
     }
 
     fn update(&mut self, pump: &Pump, force: bool) {
@@ -244,11 +269,14 @@ fn run(
     save: Option<&Path>,
     deadline: Option<Instant>,
 ) -> Result<i32, HostError> {
-    let out = File::create(output).map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
+    let out = File::create(output)
+        .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
     let mut save = match save {
-        Some(p) => Some(BufWriter::new(
-            File::create(p).map_err(|e| HostError::io(format!("creating {}", p.display()), e))?,
-        )),
+        Some(p) => {
+            Some(BufWriter::new(File::create(p).map_err(|e| {
+                HostError::io(format!("creating {}", p.display()), e)
+            })?))
+        }
         None => None,
     };
     let image_path = image.as_ref().map(|i| i.path.clone());
@@ -271,7 +299,9 @@ fn run(
             Err(e)
                 if matches!(
                     e.kind(),
-                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+                    std::io::ErrorKind::Interrupted
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::WouldBlock
                 ) =>
             {
                 progress.update(&pump, false);
@@ -280,7 +310,8 @@ fn run(
             Err(e) => return Err(HostError::io("reading the stream", e)),
         };
         if let Some(s) = save.as_mut() {
-            s.write_all(&buf[..n]).map_err(|e| HostError::io("saving the capture", e))?;
+            s.write_all(&buf[..n])
+                .map_err(|e| HostError::io("saving the capture", e))?;
         }
         let mut sink = |item: &Item<'_>| -> Result<(), HostError> {
             if let Some(line) = logs.render(item) {
@@ -297,7 +328,8 @@ fn run(
     progress.update(&pump, true);
     progress.finish();
     if let Some(mut s) = save {
-        s.flush().map_err(|e| HostError::io("saving the capture", e))?;
+        s.flush()
+            .map_err(|e| HostError::io("saving the capture", e))?;
     }
     pump.check_recognised()?;
     let (_, summary) = conv.finish()?;
@@ -311,7 +343,11 @@ fn run(
         pump.stats.lost,
         summary.wire_lost,
         d.bad_frames,
-        if w.samples > 0 { pump.stats.bytes as f64 / w.samples as f64 } else { 0.0 }
+        if w.samples > 0 {
+            pump.stats.bytes as f64 / w.samples as f64
+        } else {
+            0.0
+        }
     );
     if let Some(e) = summary.end {
         eprintln!(
@@ -343,7 +379,9 @@ fn run(
         }
         Stop::Eof if summary.end.is_some() => exit::OK,
         Stop::Eof => {
-            eprintln!("perch: the stream ended before its End record (truncated capture or the appliance stopped)");
+            eprintln!(
+                "perch: the stream ended before its End record (truncated capture or the appliance stopped)"
+            );
             exit::TRUNCATED
         }
     })
@@ -354,23 +392,45 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed));
     if let Some(input) = &a.input {
         let mut f = open_file(input)?;
-        return run(&mut f, image, elf.as_deref(), &a.output, a.save_capture.as_deref(), None);
+        return run(
+            &mut f,
+            image,
+            elf.as_deref(),
+            &a.output,
+            a.save_capture.as_deref(),
+            None,
+        );
     }
-    let deadline = a.timeout.map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
+    let deadline = a
+        .timeout
+        .map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
     if let Some(dev) = &a.serial {
         let mut port = serialport::new(dev, a.baud)
             .timeout(Duration::from_millis(100))
             .open()
-            .map_err(|source| HostError::Serial { device: dev.clone(), source })?;
-        return run(&mut port, image, elf.as_deref(), &a.output, a.save_capture.as_deref(), deadline);
+            .map_err(|source| HostError::Serial {
+                device: dev.clone(),
+                source,
+            })?;
+        return run(
+            &mut port,
+            image,
+            elf.as_deref(),
+            &a.output,
+            a.save_capture.as_deref(),
+            deadline,
+        );
     }
     let Some(img) = a.image.as_ref() else {
         return Err(HostError::Usage(
             "perch record needs --image ELF to boot (or --input FILE / --serial DEVICE)".into(),
         ));
     };
-    if !(a.duration > 0.0) {
-        return Err(HostError::Usage(format!("--duration must be positive, got {}", a.duration)));
+    if !a.duration.is_finite() || a.duration <= 0.0 {
+        return Err(HostError::Usage(format!(
+            "--duration must be positive, got {}",
+            a.duration
+        )));
     }
     let mut append = format!(
         "console=wire freq={} pmu={} duration={}",
@@ -385,14 +445,27 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
     if let Some(r) = a.ring {
         append.push_str(&format!(" ring={r}"));
     }
-    let cfg = QemuConfig { qemu: a.qemu.clone(), image: img.clone(), append, icount: a.icount, extra: a.qemu_args.clone() };
+    let cfg = QemuConfig {
+        qemu: a.qemu.clone(),
+        image: img.clone(),
+        append,
+        icount: a.icount,
+        extra: a.qemu_args.clone(),
+    };
     let limit = a.timeout.unwrap_or(a.duration + 60.0);
     let deadline = Instant::now() + Duration::from_secs_f64(limit);
     let (mut qemu, mut stream) = Qemu::spawn(&cfg)?;
     stream
         .set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| HostError::io("configuring the wire socket", e))?;
-    let code = run(&mut stream, image, elf.as_deref(), &a.output, a.save_capture.as_deref(), Some(deadline));
+    let code = run(
+        &mut stream,
+        image,
+        elf.as_deref(),
+        &a.output,
+        a.save_capture.as_deref(),
+        Some(deadline),
+    );
     let status = qemu.wait(Duration::from_secs(5));
     let qemu_err = qemu.take_stderr();
     let code = code?;
@@ -419,7 +492,9 @@ fn convert(capture: &Path, image: Option<&Path>, output: &Path) -> Result<i32, H
 fn stat(file: &Path) -> Result<i32, HostError> {
     let mut f = open_file(file)?;
     let mut head = [0u8; 8];
-    if f.read(&mut head).map_err(|e| HostError::io("reading", e))? == 8 && &head == host_tool::perf_abi::MAGIC {
+    if f.read(&mut head).map_err(|e| HostError::io("reading", e))? == 8
+        && &head == host_tool::perf_abi::MAGIC
+    {
         return Err(HostError::Usage(format!(
             "{} is a perf.data file; perch stat reads captures (use `perf report --stats -i {}`)",
             file.display(),
@@ -461,19 +536,41 @@ fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, H
     if let Some(e) = mismatch {
         return Err(e.into());
     }
-    let out = File::create(output).map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
+    let out = File::create(output)
+        .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
     folder.render(&format!("perch: {}", file.display()), BufWriter::new(out))?;
-    eprintln!("perch: wrote {} ({} samples)", output.display(), pump.stats.samples);
+    eprintln!(
+        "perch: wrote {} ({} samples)",
+        output.display(),
+        pump.stats.samples
+    );
     Ok(exit::OK)
 }
 
-fn synth(output: &Path, image: Option<&Path>, samples: u64, lost: u64, end: bool) -> Result<i32, HostError> {
+fn synth(
+    output: &Path,
+    image: Option<&Path>,
+    samples: u64,
+    lost: u64,
+    end: bool,
+) -> Result<i32, HostError> {
     let (image, _) = open_image(image)?;
-    let f = File::create(output).map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
+    let f = File::create(output)
+        .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
     let mut w = BufWriter::new(f);
-    let cfg = SynthConfig { samples, lost, end, ..SynthConfig::default() };
-    let bytes = write_capture(image.as_ref(), &cfg, &mut w).map_err(|e| HostError::io("writing the capture", e))?;
-    w.flush().map_err(|e| HostError::io("writing the capture", e))?;
-    eprintln!("perch: wrote {} ({samples} samples, {bytes} bytes)", output.display());
+    let cfg = SynthConfig {
+        samples,
+        lost,
+        end,
+        ..SynthConfig::default()
+    };
+    let bytes = write_capture(image.as_ref(), &cfg, &mut w)
+        .map_err(|e| HostError::io("writing the capture", e))?;
+    w.flush()
+        .map_err(|e| HostError::io("writing the capture", e))?;
+    eprintln!(
+        "perch: wrote {} ({samples} samples, {bytes} bytes)",
+        output.display()
+    );
     Ok(exit::OK)
 }

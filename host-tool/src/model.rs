@@ -82,7 +82,11 @@ impl EventInfo {
             2 => ":pp",
             _ => ":ppp",
         };
-        let sim = if source == EventSource::SimulatedPmu { "-simulated" } else { "" };
+        let sim = if source == EventSource::SimulatedPmu {
+            "-simulated"
+        } else {
+            ""
+        };
         format!("{base}{sim}{precise}")
     }
 }

@@ -120,7 +120,11 @@ impl AttrSpec {
         put32(&mut b, attr_offset::SIZE, perf_abi::ATTR_SIZE as u32);
         put64(&mut b, attr_offset::CONFIG, self.config);
         put64(&mut b, attr_offset::SAMPLE_PERIOD, self.period_or_freq);
-        put64(&mut b, attr_offset::SAMPLE_TYPE, self.effective_sample_type());
+        put64(
+            &mut b,
+            attr_offset::SAMPLE_TYPE,
+            self.effective_sample_type(),
+        );
         let mut flags = attr_flag::SAMPLE_ID_ALL | attr_flag::EXCLUDE_HV | attr_flag::EXCLUDE_GUEST;
         if self.freq {
             flags |= attr_flag::FREQ;
@@ -133,7 +137,11 @@ impl AttrSpec {
         }
         flags |= u64::from(self.precise_ip & 3) << attr_flag::PRECISE_IP_SHIFT;
         put64(&mut b, attr_offset::FLAGS, flags);
-        put64(&mut b, attr_offset::BRANCH_SAMPLE_TYPE, self.branch_sample_type);
+        put64(
+            &mut b,
+            attr_offset::BRANCH_SAMPLE_TYPE,
+            self.branch_sample_type,
+        );
         put64(&mut b, attr_offset::SAMPLE_REGS_USER, self.regs_user);
         put64(&mut b, attr_offset::SAMPLE_REGS_INTR, self.regs_intr);
         b[attr_offset::SAMPLE_MAX_STACK..attr_offset::SAMPLE_MAX_STACK + 2]
@@ -353,7 +361,11 @@ impl<W: Write + Seek> PerfDataWriter<W> {
             return Err(WriteError::RecordTooLarge(len));
         }
         self.batch[start + 6..start + 8].copy_from_slice(&(len as u16).to_le_bytes());
-        self.pending.push(Pending { time, start: start as u32, len: len as u32 });
+        self.pending.push(Pending {
+            time,
+            start: start as u32,
+            len: len as u32,
+        });
         if self.pending.len() >= ROUND_RECORDS {
             self.flush_batch()?;
         }
@@ -409,7 +421,10 @@ impl<W: Write + Seek> PerfDataWriter<W> {
 
     /// PERF_RECORD_LOST: `count` samples of event `attr` were dropped.
     pub fn lost(&mut self, attr: usize, count: u64, time: u64, cpu: u32) -> Result<(), WriteError> {
-        let a = self.attrs.get(attr).ok_or(WriteError::UnknownEvent(attr, self.attrs.len()))?;
+        let a = self
+            .attrs
+            .get(attr)
+            .ok_or(WriteError::UnknownEvent(attr, self.attrs.len()))?;
         let id = a.id;
         let mut buf = std::mem::take(&mut self.batch);
         let start = Self::begin(&mut buf, record::LOST, 0);
@@ -423,7 +438,13 @@ impl<W: Write + Seek> PerfDataWriter<W> {
 
     /// PERF_RECORD_LOST_SAMPLES: `count` samples were dropped (shown by
     /// `perf report` as "Total Lost Samples").
-    pub fn lost_samples(&mut self, attr: usize, count: u64, time: u64, cpu: u32) -> Result<(), WriteError> {
+    pub fn lost_samples(
+        &mut self,
+        attr: usize,
+        count: u64,
+        time: u64,
+        cpu: u32,
+    ) -> Result<(), WriteError> {
         if attr >= self.attrs.len() {
             return Err(WriteError::UnknownEvent(attr, self.attrs.len()));
         }
@@ -437,10 +458,23 @@ impl<W: Write + Seek> PerfDataWriter<W> {
     }
 
     /// PERF_RECORD_THROTTLE (or UNTHROTTLE when `throttled` is false).
-    pub fn throttle(&mut self, attr: usize, throttled: bool, time: u64, cpu: u32) -> Result<(), WriteError> {
-        let a = self.attrs.get(attr).ok_or(WriteError::UnknownEvent(attr, self.attrs.len()))?;
+    pub fn throttle(
+        &mut self,
+        attr: usize,
+        throttled: bool,
+        time: u64,
+        cpu: u32,
+    ) -> Result<(), WriteError> {
+        let a = self
+            .attrs
+            .get(attr)
+            .ok_or(WriteError::UnknownEvent(attr, self.attrs.len()))?;
         let id = a.id;
-        let ty = if throttled { record::THROTTLE } else { record::UNTHROTTLE };
+        let ty = if throttled {
+            record::THROTTLE
+        } else {
+            record::UNTHROTTLE
+        };
         let mut buf = std::mem::take(&mut self.batch);
         let start = Self::begin(&mut buf, ty, 0);
         buf.extend_from_slice(&time.to_le_bytes());
@@ -464,7 +498,11 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         }
         let want = mask.count_ones() as usize;
         if regs.len() != want {
-            return Err(WriteError::RegisterCount { what, got: regs.len(), want });
+            return Err(WriteError::RegisterCount {
+                what,
+                got: regs.len(),
+                want,
+            });
         }
         buf.extend_from_slice(&abi.to_le_bytes());
         for r in regs {
@@ -475,7 +513,10 @@ impl<W: Write + Seek> PerfDataWriter<W> {
 
     /// PERF_RECORD_SAMPLE, laid out for the sample's attr.
     pub fn sample(&mut self, s: &SampleRecord<'_>) -> Result<(), WriteError> {
-        let a = self.attrs.get(s.attr).ok_or(WriteError::UnknownEvent(s.attr, self.attrs.len()))?;
+        let a = self
+            .attrs
+            .get(s.attr)
+            .ok_or(WriteError::UnknownEvent(s.attr, self.attrs.len()))?;
         let st = a.effective_sample_type();
         let buf = &mut self.scratch;
         buf.clear();
@@ -519,7 +560,13 @@ impl<W: Write + Seek> PerfDataWriter<W> {
             }
         }
         if st & sample::REGS_USER != 0 {
-            Self::push_regs(buf, "user registers", a.regs_user, s.regs_user_abi, s.regs_user)?;
+            Self::push_regs(
+                buf,
+                "user registers",
+                a.regs_user,
+                s.regs_user_abi,
+                s.regs_user,
+            )?;
         }
         if st & (sample::WEIGHT | sample::WEIGHT_STRUCT) != 0 {
             buf.extend_from_slice(&s.weight.to_le_bytes());
@@ -528,7 +575,13 @@ impl<W: Write + Seek> PerfDataWriter<W> {
             buf.extend_from_slice(&s.data_src.to_le_bytes());
         }
         if st & sample::REGS_INTR != 0 {
-            Self::push_regs(buf, "interrupt registers", a.regs_intr, s.regs_intr_abi, s.regs_intr)?;
+            Self::push_regs(
+                buf,
+                "interrupt registers",
+                a.regs_intr,
+                s.regs_intr_abi,
+                s.regs_intr,
+            )?;
         }
         let start = self.batch.len();
         self.batch.extend_from_slice(&self.scratch);
@@ -632,7 +685,10 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         h.extend_from_slice(&data_size.to_le_bytes());
         h.extend_from_slice(&[0u8; 16]);
         h.extend_from_slice(&bits);
-        let mut out = self.out.into_inner().map_err(|e| WriteError::Io(e.into_error()))?;
+        let mut out = self
+            .out
+            .into_inner()
+            .map_err(|e| WriteError::Io(e.into_error()))?;
         out.seek(SeekFrom::Start(0))?;
         out.write_all(&h)?;
         out.seek(SeekFrom::End(0))?;
@@ -699,9 +755,22 @@ mod tests {
         let attrs = vec![AttrSpec::cpu_clock(7, "cpu-clock", 1000)];
         let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), attrs).unwrap();
         w.comm(1, 1, "task", 0).unwrap();
-        w.sample(&SampleRecord { ip: 0x1000, pid: 1, tid: 1, time: 5, period: 9, misc: misc::USER, ..Default::default() })
+        w.sample(&SampleRecord {
+            ip: 0x1000,
+            pid: 1,
+            tid: 1,
+            time: 5,
+            period: 9,
+            misc: misc::USER,
+            ..Default::default()
+        })
+        .unwrap();
+        let (out, stats) = w
+            .finish(&FileMeta {
+                arch: "x86_64".into(),
+                ..Default::default()
+            })
             .unwrap();
-        let (out, stats) = w.finish(&FileMeta { arch: "x86_64".into(), ..Default::default() }).unwrap();
         let b = out.into_inner();
         assert_eq!(&b[..8], b"PERFILE2");
         assert_eq!(u64_at(&b, 8), 104);
@@ -717,7 +786,10 @@ mod tests {
         assert_eq!(u64_at(&b, ids_off), 7);
         // First record is the COMM, its size a multiple of 8.
         let rec = data_off as usize;
-        assert_eq!(u32::from_le_bytes(b[rec..rec + 4].try_into().unwrap()), record::COMM);
+        assert_eq!(
+            u32::from_le_bytes(b[rec..rec + 4].try_into().unwrap()),
+            record::COMM
+        );
         let size = u16::from_le_bytes(b[rec + 6..rec + 8].try_into().unwrap());
         assert_eq!(size % 8, 0);
         assert_eq!(stats.sample_time, Some((5, 5)));
@@ -731,9 +803,23 @@ mod tests {
         let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), vec![a]).unwrap();
         let regs = [1u64, 2];
         let err = w
-            .sample(&SampleRecord { regs_user_abi: regs_abi::ABI_64, regs_user: &regs, ..Default::default() })
+            .sample(&SampleRecord {
+                regs_user_abi: regs_abi::ABI_64,
+                regs_user: &regs,
+                ..Default::default()
+            })
             .unwrap_err();
-        assert!(matches!(err, WriteError::RegisterCount { got: 2, want: 3, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                WriteError::RegisterCount {
+                    got: 2,
+                    want: 3,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         // ABI_NONE writes no registers and is always fine.
         w.sample(&SampleRecord::default()).unwrap();
     }
@@ -749,10 +835,16 @@ mod tests {
             PerfDataWriter::new(Cursor::new(Vec::new()), vec![a.clone(), a]),
             Err(WriteError::DuplicateId(1))
         ));
-        let mut w =
-            PerfDataWriter::new(Cursor::new(Vec::new()), vec![AttrSpec::cpu_clock(1, "a", 1)]).unwrap();
+        let mut w = PerfDataWriter::new(
+            Cursor::new(Vec::new()),
+            vec![AttrSpec::cpu_clock(1, "a", 1)],
+        )
+        .unwrap();
         assert!(matches!(
-            w.sample(&SampleRecord { attr: 3, ..Default::default() }),
+            w.sample(&SampleRecord {
+                attr: 3,
+                ..Default::default()
+            }),
             Err(WriteError::UnknownEvent(3, 1))
         ));
     }
@@ -765,7 +857,11 @@ mod tests {
         for i in 0..n as u64 {
             // Pairs swapped: slightly out of order, as from two CPUs.
             let t = if i % 2 == 0 { i * 10 + 10 } else { i * 10 - 10 };
-            w.sample(&SampleRecord { time: t, ..Default::default() }).unwrap();
+            w.sample(&SampleRecord {
+                time: t,
+                ..Default::default()
+            })
+            .unwrap();
         }
         let (out, stats) = w.finish(&FileMeta::default()).unwrap();
         assert_eq!(stats.samples, n as u64);
@@ -785,7 +881,10 @@ mod tests {
                 next_flush = max_seen;
             } else {
                 let t = u64_at(&b, off + 8 + 8 + 8 + 8);
-                assert!(t >= last_round_bound, "record at {t} after perf flushed up to {last_round_bound}");
+                assert!(
+                    t >= last_round_bound,
+                    "record at {t} after perf flushed up to {last_round_bound}"
+                );
                 max_seen = max_seen.max(t);
                 times.push(t);
             }

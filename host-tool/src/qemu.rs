@@ -53,7 +53,10 @@ impl QemuConfig {
         .map(|s| (*s).to_owned())
         .collect();
         a.push("-chardev".into());
-        a.push(format!("socket,id=wire,path={},server=on,wait=on", socket.display()));
+        a.push(format!(
+            "socket,id=wire,path={},server=on,wait=on",
+            socket.display()
+        ));
         a.push("-serial".into());
         a.push("chardev:wire".into());
         a.push("-kernel".into());
@@ -78,7 +81,11 @@ pub struct Qemu {
 
 /// Checks that `qemu` can be run.
 pub fn check_qemu(qemu: &Path) -> Result<(), HostError> {
-    match Command::new(qemu).arg("--version").stdin(Stdio::null()).output() {
+    match Command::new(qemu)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+    {
         Ok(o) if o.status.success() => Ok(()),
         Ok(o) => Err(HostError::MissingTool {
             tool: qemu.display().to_string(),
@@ -116,7 +123,11 @@ impl Qemu {
                 text
             })
         });
-        let mut q = Qemu { child, stderr, _dir: dir };
+        let mut q = Qemu {
+            child,
+            stderr,
+            _dir: dir,
+        };
         let start = Instant::now();
         loop {
             if let Ok(stream) = UnixStream::connect(&socket) {
@@ -130,7 +141,9 @@ impl Qemu {
                 )));
             }
             if start.elapsed() > Duration::from_secs(20) {
-                return Err(HostError::Appliance("QEMU did not open its wire socket within 20 s".into()));
+                return Err(HostError::Appliance(
+                    "QEMU did not open its wire socket within 20 s".into(),
+                ));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -138,7 +151,10 @@ impl Qemu {
 
     /// QEMU's stderr so far (after it exited).
     pub fn take_stderr(&mut self) -> String {
-        self.stderr.take().and_then(|h| h.join().ok()).unwrap_or_default()
+        self.stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
     }
 
     /// Waits up to `timeout` for QEMU to exit; kills it after that.
@@ -148,7 +164,9 @@ impl Qemu {
         loop {
             match self.child.try_wait() {
                 Ok(Some(st)) => return Some(st),
-                Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(10)),
+                Ok(None) if start.elapsed() < timeout => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
                 _ => {
                     let _ = self.child.kill();
                     let _ = self.child.wait();

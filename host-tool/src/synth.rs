@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use sampler::event::{EventConfig, PmuCaps, sample_type as st};
 use sampler::regs::{CodeMode, GPR_MASK, RegFile, RegsSample};
 use sampler::sample::{CpuMode, PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER, Sample};
-use sampler::wire::{self, CpuId, CpuVendor, Encoder, EncoderConfig, Record, MAX_FRAME};
+use sampler::wire::{self, CpuId, CpuVendor, Encoder, EncoderConfig, MAX_FRAME, Record};
 
 use crate::image::Image;
 
@@ -28,28 +28,50 @@ pub struct SynthConfig {
 
 impl Default for SynthConfig {
     fn default() -> Self {
-        SynthConfig { samples: 10_000, freq: 4000, kernel_every: 10, lost: 0, end: true }
+        SynthConfig {
+            samples: 10_000,
+            freq: 4000,
+            kernel_every: 10,
+            lost: 0,
+            end: true,
+        }
     }
 }
 
 /// Addresses used for samples: (user functions, runtime function, build-id).
 fn addresses(image: Option<&Image>) -> (Vec<u64>, u64, Vec<u8>) {
     let Some(img) = image else {
-        return (vec![0x40_1000, 0x40_1100, 0x40_1200], 0x10_0100, vec![0xab; 20]);
+        return (
+            vec![0x40_1000, 0x40_1100, 0x40_1200],
+            0x10_0100,
+            vec![0xab; 20],
+        );
     };
-    let user: Vec<u64> =
-        img.symbols.iter().filter(|s| img.is_user_ip(s.addr)).map(|s| s.addr).collect();
+    let user: Vec<u64> = img
+        .symbols
+        .iter()
+        .filter(|s| img.is_user_ip(s.addr))
+        .map(|s| s.addr)
+        .collect();
     let kernel = img
         .symbols
         .iter()
         .find(|s| s.addr >= img.kernel_start && s.addr < img.kernel_end)
         .map_or(img.kernel_start, |s| s.addr);
-    let user = if user.is_empty() { vec![img.user_text.first().map_or(0x40_1000, |t| t.addr)] } else { user };
+    let user = if user.is_empty() {
+        vec![img.user_text.first().map_or(0x40_1000, |t| t.addr)]
+    } else {
+        user
+    };
     (user, kernel, img.build_id.clone().unwrap_or_default())
 }
 
 /// Writes a synthetic capture to `out`; returns the bytes written.
-pub fn write_capture(image: Option<&Image>, cfg: &SynthConfig, out: &mut impl Write) -> io::Result<u64> {
+pub fn write_capture(
+    image: Option<&Image>,
+    cfg: &SynthConfig,
+    out: &mut impl Write,
+) -> io::Result<u64> {
     let (user, kernel, build_id) = addresses(image);
     let mut enc = Encoder::new(EncoderConfig::default());
     let mut buf = vec![0u8; MAX_FRAME];
@@ -61,9 +83,16 @@ pub fn write_capture(image: Option<&Image>, cfg: &SynthConfig, out: &mut impl Wr
         bytes += n as u64;
         out.write_all(&buf[..n])
     };
-    let cpu = CpuId { vendor: CpuVendor::Other(*b"PerchSynth\0\0"), family: 0, model: 0, stepping: 0 };
+    let cpu = CpuId {
+        vendor: CpuVendor::Other(*b"PerchSynth\0\0"),
+        family: 0,
+        model: 0,
+        stepping: 0,
+    };
     let mut hello = wire::Hello::new(cpu, PmuCaps::cpu_clock());
-    let _ = hello.build_id.extend_from_slice(&build_id[..build_id.len().min(wire::MAX_BUILD_ID)]);
+    let _ = hello
+        .build_id
+        .extend_from_slice(&build_id[..build_id.len().min(wire::MAX_BUILD_ID)]);
     let _ = hello.cmdline.push_str("console=wire synthetic");
     let mut ev = EventConfig::cpu_clock(0, cfg.freq);
     ev.sample_type |= st::CALLCHAIN | st::CPU | st::REGS_USER;
@@ -109,7 +138,11 @@ pub fn write_capture(image: Option<&Image>, cfg: &SynthConfig, out: &mut impl Wr
         let _ = chain.push(user[0] + 5);
         let s = Sample {
             event: 0,
-            cpumode: if in_kernel { CpuMode::Kernel } else { CpuMode::User },
+            cpumode: if in_kernel {
+                CpuMode::Kernel
+            } else {
+                CpuMode::User
+            },
             ip,
             pid: 1,
             tid: 1,

@@ -5,7 +5,9 @@ use sampler::event::{EventKind as WireKind, EventSource as WireSource, Sampling}
 use sampler::sample::CpuMode;
 use sampler::wire::{self, CpuVendor, LogPayload, Record};
 
-use crate::model::{EndCounters, EventInfo, EventKind, EventSource, Hello, Item, SampleView, TaskInfo};
+use crate::model::{
+    EndCounters, EventInfo, EventKind, EventSource, Hello, Item, SampleView, TaskInfo,
+};
 use crate::perf_data::BranchEntry;
 
 /// Converts records to items, reusing its buffers between samples.
@@ -28,7 +30,9 @@ pub fn hello(h: &wire::Hello) -> Hello {
     let vendor = match h.cpu.vendor {
         CpuVendor::Intel => "GenuineIntel".to_owned(),
         CpuVendor::Amd => "AuthenticAMD".to_owned(),
-        CpuVendor::Other(v) => String::from_utf8_lossy(&v).trim_end_matches('\0').to_owned(),
+        CpuVendor::Other(v) => String::from_utf8_lossy(&v)
+            .trim_end_matches('\0')
+            .to_owned(),
     };
     let cpu_desc = format!(
         "{vendor} family {} model {} stepping {}",
@@ -82,7 +86,11 @@ pub fn task(t: &wire::Task) -> TaskInfo {
         name: t.name.as_str().to_owned(),
         compat: t.abi == sampler::regs::Abi::Bits32,
         time: t.time,
-        text: t.text.iter().map(|r| (r.start, r.len, r.file_offset)).collect(),
+        text: t
+            .text
+            .iter()
+            .map(|r| (r.start, r.len, r.file_offset))
+            .collect(),
     }
 }
 
@@ -134,19 +142,38 @@ impl Adapter {
                     regs_intr: ir,
                     branches: &self.branches,
                     branch_hw_idx: hw_idx,
-                    weight: if mem.ins_lat != 0 { mem.weight_struct() } else { mem.weight },
+                    weight: if mem.ins_lat != 0 {
+                        mem.weight_struct()
+                    } else {
+                        mem.weight
+                    },
                     data_src: mem.data_src,
                 }))
             }
-            Record::Lost(l) => f(&Item::Lost { event: l.event, cpu: l.cpu, count: l.count, time: l.time }),
-            Record::Throttle(t) => f(&Item::Throttle { event: t.event, cpu: t.cpu, on: true, time: t.time }),
-            Record::Unthrottle(t) => {
-                f(&Item::Throttle { event: t.event, cpu: t.cpu, on: false, time: t.time })
-            }
+            Record::Lost(l) => f(&Item::Lost {
+                event: l.event,
+                cpu: l.cpu,
+                count: l.count,
+                time: l.time,
+            }),
+            Record::Throttle(t) => f(&Item::Throttle {
+                event: t.event,
+                cpu: t.cpu,
+                on: true,
+                time: t.time,
+            }),
+            Record::Unthrottle(t) => f(&Item::Throttle {
+                event: t.event,
+                cpu: t.cpu,
+                on: false,
+                time: t.time,
+            }),
             Record::Log(l) => match &l.payload {
                 LogPayload::Text(t) => {
                     let cut = if l.truncated { " [truncated]" } else { "" };
-                    f(&Item::Log(format!("{:?} {}{cut}", l.level, t.as_str()).to_uppercase_level()))
+                    f(&Item::Log(
+                        format!("{:?} {}{cut}", l.level, t.as_str()).to_uppercase_level(),
+                    ))
                 }
                 LogPayload::Defmt(b) => f(&Item::Defmt(b)),
             },

@@ -38,14 +38,20 @@ fn parse_script(out: &str) -> Vec<ScriptSample> {
             v.last_mut().unwrap().frames.push(sym);
         } else {
             let comm = line.split_whitespace().next().unwrap().to_owned();
-            v.push(ScriptSample { comm, frames: vec![], uregs: String::new() });
+            v.push(ScriptSample {
+                comm,
+                frames: vec![],
+                uregs: String::new(),
+            });
         }
     }
     v
 }
 
 fn uregs_text(abi: u32, values: &[u64]) -> String {
-    let names = (0..24).filter(|b| reg::GPR_MASK_64 & (1 << b) != 0).map(|b| reg::NAMES[b]);
+    let names = (0..24)
+        .filter(|b| reg::GPR_MASK_64 & (1 << b) != 0)
+        .map(|b| reg::NAMES[b]);
     let mut s = format!("ABI:{abi}");
     for (n, v) in names.zip(values) {
         s.push_str(&format!(" {n}:{v:#x}"));
@@ -61,14 +67,24 @@ fn squash(s: &str) -> String {
 fn perf_script_resolves_symbols_and_exact_registers() {
     let (_dir, data, image) = demo(Demo::PLAIN);
     let vmlinux = format!("--vmlinux={}", image.path.display());
-    let Some((out, err)) = perf(&["script", "-i", &data, &vmlinux, "-F", "comm,tid,ip,sym,uregs"]) else {
+    let Some((out, err)) = perf(&[
+        "script",
+        "-i",
+        &data,
+        &vmlinux,
+        "-F",
+        "comm,tid,ip,sym,uregs",
+    ]) else {
         return;
     };
     assert_eq!(err, "", "perf script printed warnings");
     let samples = parse_script(&out);
     assert_eq!(samples.len() as u64, Demo::PLAIN.samples());
     let count = |comm: &str, top: &str| {
-        samples.iter().filter(|s| s.comm == comm && s.frames.first().map(String::as_str) == Some(top)).count()
+        samples
+            .iter()
+            .filter(|s| s.comm == comm && s.frames.first().map(String::as_str) == Some(top))
+            .count()
     };
     assert_eq!(count("app64", "hot_alpha"), 50);
     assert_eq!(count("app64", "hot_beta"), 30);
@@ -82,25 +98,44 @@ fn perf_script_resolves_symbols_and_exact_registers() {
             ("app64", "runtime_syscall") => {
                 // Inside a syscall: the user frame saved at entry, and a
                 // callchain through the runtime into the task.
-                assert_eq!(s.frames, ["runtime_syscall", "runtime_entry", "hot_beta", "task_main"]);
-                assert_eq!(squash(&s.uregs), uregs_text(2, &regs64(sym(&image, "hot_beta") + 16)));
+                assert_eq!(
+                    s.frames,
+                    ["runtime_syscall", "runtime_entry", "hot_beta", "task_main"]
+                );
+                assert_eq!(
+                    squash(&s.uregs),
+                    uregs_text(2, &regs64(sym(&image, "hot_beta") + 16))
+                );
             }
             ("app64", _) => {
                 assert_eq!(s.frames[1], "task_main");
-                let ip_reg = s.uregs.split_whitespace().find(|w| w.starts_with("IP:")).unwrap();
+                let ip_reg = s
+                    .uregs
+                    .split_whitespace()
+                    .find(|w| w.starts_with("IP:"))
+                    .unwrap();
                 let ipv = u64::from_str_radix(ip_reg.trim_start_matches("IP:0x"), 16).unwrap();
                 assert!((ip(4)..ip(12)).contains(&ipv), "{ipv:#x} not in {top}");
                 assert_eq!(squash(&s.uregs), uregs_text(2, &regs64(ipv)));
             }
             ("compat32", "compat_main") => {
                 let ipv = u64::from_str_radix(
-                    s.uregs.split_whitespace().find(|w| w.starts_with("IP:")).unwrap().trim_start_matches("IP:0x"),
+                    s.uregs
+                        .split_whitespace()
+                        .find(|w| w.starts_with("IP:"))
+                        .unwrap()
+                        .trim_start_matches("IP:0x"),
                     16,
                 )
                 .unwrap();
                 assert_eq!(squash(&s.uregs), uregs_text(1, &regs32(ipv)));
                 for r in ["R8", "R9", "R10", "R11", "R12", "R13", "R14", "R15"] {
-                    assert!(s.uregs.contains(&format!("{r}:0x0 ")) || s.uregs.ends_with(&format!("{r}:0x0")), "{}", s.uregs);
+                    assert!(
+                        s.uregs.contains(&format!("{r}:0x0 "))
+                            || s.uregs.ends_with(&format!("{r}:0x0")),
+                        "{}",
+                        s.uregs
+                    );
                 }
             }
             other => panic!("unexpected sample {other:?}"),
@@ -112,9 +147,18 @@ fn perf_script_resolves_symbols_and_exact_registers() {
 fn perf_report_shares_match_and_stderr_is_clean() {
     let (_dir, data, image) = demo(Demo::PLAIN);
     let vmlinux = format!("--vmlinux={}", image.path.display());
-    let Some((out, err)) =
-        perf(&["report", "--stdio", "-i", &data, &vmlinux, "--no-children", "--sort", "comm,sym", "-g", "none"])
-    else {
+    let Some((out, err)) = perf(&[
+        "report",
+        "--stdio",
+        "-i",
+        &data,
+        &vmlinux,
+        "--no-children",
+        "--sort",
+        "comm,sym",
+        "-g",
+        "none",
+    ]) else {
         return;
     };
     assert_eq!(err, "", "perf report printed warnings");
@@ -123,7 +167,12 @@ fn perf_report_shares_match_and_stderr_is_clean() {
             .lines()
             .find(|l| l.contains(comm) && l.trim_end().ends_with(name) && !l.starts_with('#'))
             .unwrap_or_else(|| panic!("no {comm} {name} in\n{out}"));
-        line.split_whitespace().next().unwrap().trim_end_matches('%').parse().unwrap()
+        line.split_whitespace()
+            .next()
+            .unwrap()
+            .trim_end_matches('%')
+            .parse()
+            .unwrap()
     };
     let total = Demo::PLAIN.samples() as f64;
     for (comm, name, n) in [
@@ -134,10 +183,17 @@ fn perf_report_shares_match_and_stderr_is_clean() {
         ("app64", "runtime_syscall", 10.0),
     ] {
         let want = 100.0 * n / total;
-        assert!((share(comm, name) - want).abs() < 0.01, "{name}: {} vs {want}", share(comm, name));
+        assert!(
+            (share(comm, name) - want).abs() < 0.01,
+            "{name}: {} vs {want}",
+            share(comm, name)
+        );
     }
     // Kernel samples are marked [k], user samples [.].
-    assert!(out.lines().any(|l| l.contains("[k] runtime_syscall")), "{out}");
+    assert!(
+        out.lines().any(|l| l.contains("[k] runtime_syscall")),
+        "{out}"
+    );
     assert!(out.lines().any(|l| l.contains("[.] hot_alpha")), "{out}");
 }
 
@@ -164,14 +220,26 @@ fn perf_header_describes_the_appliance() {
 
 #[test]
 fn losses_show_in_perf_report_and_script() {
-    let d = Demo { lost: 5, ..Demo::PLAIN };
+    let d = Demo {
+        lost: 5,
+        ..Demo::PLAIN
+    };
     let (_dir, data, image) = demo(d);
     let vmlinux = format!("--vmlinux={}", image.path.display());
     let Some((out, _err)) = perf(&["report", "--stdio", "-i", &data, &vmlinux]) else {
         return;
     };
     assert!(out.contains("# Total Lost Samples: 5"), "{out}");
-    let (script, _) = perf(&["script", "-i", &data, &vmlinux, "--show-lost-events", "-F", "comm,ip"]).unwrap();
+    let (script, _) = perf(&[
+        "script",
+        "-i",
+        &data,
+        &vmlinux,
+        "--show-lost-events",
+        "-F",
+        "comm,ip",
+    ])
+    .unwrap();
     let lost: Vec<_> = script.lines().filter(|l| l.contains("LOST")).collect();
     assert_eq!(lost.len(), 1, "{script}");
     assert!(lost[0].contains("PERF_RECORD_LOST lost 5"), "{}", lost[0]);

@@ -15,7 +15,10 @@ fn every_field_reads_back() {
     let image = Image::open(&fixture("appliance.elf")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("perf.data");
-    let d = Demo { lost: 3, ..Demo::PLAIN };
+    let d = Demo {
+        lost: 3,
+        ..Demo::PLAIN
+    };
     let summary = write_demo(&image, d, &path);
     assert_eq!(summary.written.samples, d.samples());
     assert_eq!(summary.written.lost, 3);
@@ -39,21 +42,33 @@ fn every_field_reads_back() {
     });
 
     let reader = std::io::BufReader::new(std::fs::File::open(&path).unwrap());
-    let PerfFileReader { mut perf_file, mut record_iter } = PerfFileReader::parse_file(reader).unwrap();
+    let PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = PerfFileReader::parse_file(reader).unwrap();
 
     let attrs = perf_file.event_attributes();
     assert_eq!(attrs.len(), 1);
     assert_eq!(attrs[0].name(), Some("cpu-clock"));
     assert_eq!(attrs[0].ids(), &[1]);
     let a = attrs[0].attributes();
-    assert_eq!(a.sample_format.bits(), DEMO_SAMPLE_TYPE | sample::IDENTIFIER);
+    assert_eq!(
+        a.sample_format.bits(),
+        DEMO_SAMPLE_TYPE | sample::IDENTIFIER
+    );
     assert_eq!(a.sample_regs_user, reg::GPR_MASK_64);
     assert_eq!(a.sample_regs_intr, reg::GPR_MASK_64);
 
     assert_eq!(perf_file.arch().unwrap(), Some("x86_64"));
     assert_eq!(perf_file.hostname().unwrap(), Some("appliance"));
-    assert_eq!(perf_file.os_release().unwrap(), Some("perch-runtime (wire protocol 1)"));
-    assert_eq!(perf_file.cpu_desc().unwrap(), Some("QEMU TCG x86_64 [no PMU: NMI clock (cpu-clock)]"));
+    assert_eq!(
+        perf_file.os_release().unwrap(),
+        Some("perch-runtime (wire protocol 1)")
+    );
+    assert_eq!(
+        perf_file.cpu_desc().unwrap(),
+        Some("QEMU TCG x86_64 [no PMU: NMI clock (cpu-clock)]")
+    );
     let nr = perf_file.nr_cpus().unwrap().unwrap();
     assert_eq!((nr.nr_cpus_available, nr.nr_cpus_online), (1, 1));
     assert_eq!(
@@ -68,7 +83,10 @@ fn every_field_reads_back() {
     let want_id = image.build_id.clone().unwrap();
     let kernel = ids.get(&DsoKey::Kernel).expect("kernel build-id");
     assert_eq!(kernel.build_id, want_id);
-    let user = ids.values().find(|i| i.path == image.path.to_str().unwrap().as_bytes()).expect("user build-id");
+    let user = ids
+        .values()
+        .find(|i| i.path == image.path.to_str().unwrap().as_bytes())
+        .expect("user build-id");
     assert_eq!(user.build_id, want_id);
 
     let mut comms = Vec::new();
@@ -85,7 +103,11 @@ fn every_field_reads_back() {
                     continue;
                 }
                 match record.parse().unwrap() {
-                    EventRecord::Comm(c) => comms.push((c.pid, c.tid, String::from_utf8_lossy(&c.name.as_slice()).into_owned())),
+                    EventRecord::Comm(c) => comms.push((
+                        c.pid,
+                        c.tid,
+                        String::from_utf8_lossy(&c.name.as_slice()).into_owned(),
+                    )),
                     EventRecord::Mmap(m) => mmaps.push((
                         m.pid,
                         m.address,
@@ -98,13 +120,17 @@ fn every_field_reads_back() {
                         let chain = s.callchain.unwrap();
                         let ur = s.user_regs.unwrap();
                         let ir = s.intr_regs.unwrap();
-                        let bits: Vec<u64> = (0..24).filter(|b| reg::GPR_MASK_64 & (1 << b) != 0).collect();
+                        let bits: Vec<u64> = (0..24)
+                            .filter(|b| reg::GPR_MASK_64 & (1 << b) != 0)
+                            .collect();
                         samples.push((
                             s.ip.unwrap(),
                             s.pid.unwrap() as u32,
                             s.timestamp.unwrap(),
                             s.cpu_mode == CpuMode::User,
-                            (0..chain.len()).map(|i| chain.get(i).unwrap()).collect::<Vec<_>>(),
+                            (0..chain.len())
+                                .map(|i| chain.get(i).unwrap())
+                                .collect::<Vec<_>>(),
                             bits.iter().map(|&b| ur.get(b).unwrap()).collect::<Vec<_>>(),
                             bits.iter().map(|&b| ir.get(b).unwrap()).collect::<Vec<_>>(),
                             s.tid.unwrap() as u32,
@@ -116,12 +142,19 @@ fn every_field_reads_back() {
                     other => panic!("unexpected record {other:?}"),
                 }
             }
-            PerfFileRecord::UserRecord(u) => assert_eq!(u.record_type, linux_perf_data::UserRecordType::PERF_FINISHED_ROUND),
+            PerfFileRecord::UserRecord(u) => assert_eq!(
+                u.record_type,
+                linux_perf_data::UserRecordType::PERF_FINISHED_ROUND
+            ),
         }
     }
     assert_eq!(
         comms,
-        [(0, 0, "perch-runtime".to_owned()), (1, 1, "app64".to_owned()), (2, 2, "compat32".to_owned())]
+        [
+            (0, 0, "perch-runtime".to_owned()),
+            (1, 1, "app64".to_owned()),
+            (2, 2, "compat32".to_owned())
+        ]
     );
     let kernel_map = &mmaps[0];
     assert_eq!(kernel_map.0, -1);
@@ -133,7 +166,10 @@ fn every_field_reads_back() {
     let ut = &image.user_text[0];
     for (i, pid) in [(1, 1), (2, 2)] {
         let m = &mmaps[i];
-        assert_eq!((m.0, m.1, m.2, m.3, m.4), (pid, ut.addr, ut.size, ut.file_offset, CpuMode::User));
+        assert_eq!(
+            (m.0, m.1, m.2, m.3, m.4),
+            (pid, ut.addr, ut.size, ut.file_offset, CpuMode::User)
+        );
         assert_eq!(m.5, image.path.to_str().unwrap());
     }
     assert_eq!(mmaps.len(), 3);
@@ -159,32 +195,53 @@ fn wrong_image_for_the_stream_is_refused() {
     let image = Image::open(&fixture("appliance.elf")).unwrap();
     let other = Image::open(&fixture("other.elf")).unwrap();
     assert_ne!(image.build_id, other.build_id);
-    let mut conv = Converter::new(std::io::Cursor::new(Vec::new()), ConvertOptions { image: Some(other), cmdline: vec![] });
+    let mut conv = Converter::new(
+        std::io::Cursor::new(Vec::new()),
+        ConvertOptions {
+            image: Some(other),
+            cmdline: vec![],
+        },
+    );
     let err = conv.push(&Item::Hello(common::hello(&image))).unwrap_err();
     assert!(matches!(err, ConvertError::WrongImage { .. }), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains(&image.build_id_hex().unwrap()) && msg.contains("other.elf"), "{msg}");
+    assert!(
+        msg.contains(&image.build_id_hex().unwrap()) && msg.contains("other.elf"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn unreported_losses_are_written_so_the_file_adds_up() {
     use host_tool::convert::{ConvertOptions, Converter};
     let image = Image::open(&fixture("appliance.elf")).unwrap();
-    let mut conv =
-        Converter::new(std::io::Cursor::new(Vec::new()), ConvertOptions { image: Some(image.clone()), cmdline: vec![] });
+    let mut conv = Converter::new(
+        std::io::Cursor::new(Vec::new()),
+        ConvertOptions {
+            image: Some(image.clone()),
+            cmdline: vec![],
+        },
+    );
     // Drop every third sample as if its frame was damaged on the wire, and
     // the Lost record too; End still says what the target did.
     let mut n = 0;
-    demo_items(&image, Demo { lost: 4, ..Demo::PLAIN }, |item| match item {
-        Item::Sample(_) => {
-            n += 1;
-            if n % 3 != 0 {
-                conv.push(item).unwrap();
+    demo_items(
+        &image,
+        Demo {
+            lost: 4,
+            ..Demo::PLAIN
+        },
+        |item| match item {
+            Item::Sample(_) => {
+                n += 1;
+                if n % 3 != 0 {
+                    conv.push(item).unwrap();
+                }
             }
-        }
-        Item::Lost { .. } => {}
-        other => conv.push(other).unwrap(),
-    });
+            Item::Lost { .. } => {}
+            other => conv.push(other).unwrap(),
+        },
+    );
     let (_, s) = conv.finish().unwrap();
     let end = s.end.unwrap();
     assert_eq!(end.taken, Demo::PLAIN.samples() + 4);

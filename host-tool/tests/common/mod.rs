@@ -7,22 +7,37 @@ use std::path::{Path, PathBuf};
 
 use host_tool::convert::{ConvertOptions, ConvertSummary, Converter};
 use host_tool::image::Image;
-use host_tool::model::{EndCounters, EventInfo, EventKind, EventSource, Hello, Item, SampleView, TaskInfo};
+use host_tool::model::{
+    EndCounters, EventInfo, EventKind, EventSource, Hello, Item, SampleView, TaskInfo,
+};
 use host_tool::perf_abi::{context, reg, sample};
 
 /// The fixture image.
 pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// Address of a symbol in the fixture image.
 pub fn sym(image: &Image, name: &str) -> u64 {
-    image.symbols.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no {name}")).addr
+    image
+        .symbols
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no {name}"))
+        .addr
 }
 
 /// Sample type of the demo event.
-pub const DEMO_SAMPLE_TYPE: u64 =
-    sample::IP | sample::TID | sample::TIME | sample::CPU | sample::PERIOD | sample::CALLCHAIN | sample::REGS_USER | sample::REGS_INTR;
+pub const DEMO_SAMPLE_TYPE: u64 = sample::IP
+    | sample::TID
+    | sample::TIME
+    | sample::CPU
+    | sample::PERIOD
+    | sample::CALLCHAIN
+    | sample::REGS_USER
+    | sample::REGS_INTR;
 
 /// The demo Hello: one cpu-clock event on the NMI clock.
 pub fn hello(image: &Image) -> Hello {
@@ -93,7 +108,14 @@ pub struct Demo {
 }
 
 impl Demo {
-    pub const PLAIN: Demo = Demo { alpha: 50, beta: 30, gamma: 20, compat: 10, syscall: 10, lost: 0 };
+    pub const PLAIN: Demo = Demo {
+        alpha: 50,
+        beta: 30,
+        gamma: 20,
+        compat: 10,
+        syscall: 10,
+        lost: 0,
+    };
     pub fn samples(&self) -> u64 {
         self.alpha + self.beta + self.gamma + self.compat + self.syscall
     }
@@ -102,11 +124,28 @@ impl Demo {
 /// The demo stream's items, in order, handed to `f` one by one.
 pub fn demo_items(image: &Image, d: Demo, mut f: impl FnMut(&Item<'_>)) {
     f(&Item::Hello(hello(image)));
-    f(&Item::Task(TaskInfo { pid: 1, tid: 1, name: "app64".into(), compat: false, time: 0, text: vec![] }));
-    f(&Item::Task(TaskInfo { pid: 2, tid: 2, name: "compat32".into(), compat: true, time: 0, text: vec![] }));
+    f(&Item::Task(TaskInfo {
+        pid: 1,
+        tid: 1,
+        name: "app64".into(),
+        compat: false,
+        time: 0,
+        text: vec![],
+    }));
+    f(&Item::Task(TaskInfo {
+        pid: 2,
+        tid: 2,
+        name: "compat32".into(),
+        compat: true,
+        time: 0,
+        text: vec![],
+    }));
     let task_main = sym(image, "task_main");
     let runtime_entry = sym(image, "runtime_entry");
-    let intr_kernel: Vec<u64> = regs64(0).iter().map(|v| v ^ 0xffff_0000_0000_0000).collect();
+    let intr_kernel: Vec<u64> = regs64(0)
+        .iter()
+        .map(|v| v ^ 0xffff_0000_0000_0000)
+        .collect();
     let mut time = 1_000_000u64;
     let mut n = 0u64;
     let plan = [
@@ -125,13 +164,28 @@ pub fn demo_items(image: &Image, d: Demo, mut f: impl FnMut(&Item<'_>)) {
             let user_ip = sym(image, "hot_beta") + 16;
             let kernel = name.starts_with("runtime");
             let (chain, ur, abi) = if kernel {
-                (vec![context::KERNEL, ip, runtime_entry + 8, context::USER, user_ip, task_main + 5], regs64(user_ip), 2)
+                (
+                    vec![
+                        context::KERNEL,
+                        ip,
+                        runtime_entry + 8,
+                        context::USER,
+                        user_ip,
+                        task_main + 5,
+                    ],
+                    regs64(user_ip),
+                    2,
+                )
             } else if pid == 2 {
                 (vec![context::USER, ip], regs32(ip), 1)
             } else {
                 (vec![context::USER, ip, task_main + 5], regs64(ip), 2)
             };
-            let ir = if kernel { intr_kernel.clone() } else { ur.clone() };
+            let ir = if kernel {
+                intr_kernel.clone()
+            } else {
+                ur.clone()
+            };
             f(&Item::Sample(SampleView {
                 event: 0,
                 cpu: 0,
@@ -149,17 +203,33 @@ pub fn demo_items(image: &Image, d: Demo, mut f: impl FnMut(&Item<'_>)) {
                 ..Default::default()
             }));
             if d.lost > 0 && n == 7 {
-                f(&Item::Lost { event: 0, cpu: 0, count: d.lost, time });
+                f(&Item::Lost {
+                    event: 0,
+                    cpu: 0,
+                    count: d.lost,
+                    time,
+                });
             }
         }
     }
-    f(&Item::End(EndCounters { taken: n + d.lost, delivered: n, lost: d.lost, throttled: 0 }));
+    f(&Item::End(EndCounters {
+        taken: n + d.lost,
+        delivered: n,
+        lost: d.lost,
+        throttled: 0,
+    }));
 }
 
 /// Writes the demo recording to `out`.
 pub fn write_demo(image: &Image, d: Demo, out: &Path) -> ConvertSummary {
     let file = std::fs::File::create(out).unwrap();
-    let mut conv = Converter::new(file, ConvertOptions { image: Some(image.clone()), cmdline: vec!["perch".into(), "test".into()] });
+    let mut conv = Converter::new(
+        file,
+        ConvertOptions {
+            image: Some(image.clone()),
+            cmdline: vec!["perch".into(), "test".into()],
+        },
+    );
     let mut err = None;
     demo_items(image, d, |item| {
         if let Err(e) = conv.push(item) {
@@ -172,13 +242,26 @@ pub fn write_demo(image: &Image, d: Demo, out: &Path) -> ConvertSummary {
 
 /// Runs `perf` with `args`; None (with the reason printed) when perf is missing.
 pub fn perf(args: &[&str]) -> Option<(String, String)> {
-    let out = match std::process::Command::new("perf").args(args).env("PAGER", "cat").output() {
+    let out = match std::process::Command::new("perf")
+        .args(args)
+        .env("PAGER", "cat")
+        .output()
+    {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("skipping perf check: cannot run perf ({e}); install it with `apt-get install linux-perf`");
+            eprintln!(
+                "skipping perf check: cannot run perf ({e}); install it with `apt-get install linux-perf`"
+            );
             return None;
         }
     };
-    assert!(out.status.success(), "perf {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    Some((String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned()))
+    assert!(
+        out.status.success(),
+        "perf {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
 }

@@ -1,0 +1,426 @@
+//! The `perch` binary on good and bad input: exit codes, messages, and
+//! never a panic.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::fixture;
+use host_tool::image::Image;
+use host_tool::synth::{SynthConfig, write_capture};
+use sampler::event::{EventConfig, PmuCaps};
+use sampler::wire::{self, CpuId, CpuVendor, Encoder, Record};
+
+struct Run {
+    code: i32,
+    stderr: String,
+    stdout: String,
+}
+
+fn perch(args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(args)
+        .output()
+        .unwrap();
+    let r = Run {
+        code: out.status.code().unwrap_or(-1),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+    };
+    assert!(
+        !r.stderr.contains("panicked"),
+        "perch panicked: {}",
+        r.stderr
+    );
+    r
+}
+
+fn capture(dir: &Path, name: &str, cfg: &SynthConfig) -> String {
+    let image = Image::open(&fixture("appliance.elf")).unwrap();
+    let path = dir.join(name);
+    let mut f = std::fs::File::create(&path).unwrap();
+    write_capture(Some(&image), cfg, &mut f).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+fn hello_capture(dir: &Path, name: &str, edit: impl FnOnce(&mut wire::Hello)) -> String {
+    let cpu = CpuId {
+        vendor: CpuVendor::Intel,
+        family: 6,
+        model: 85,
+        stepping: 4,
+    };
+    let mut h = wire::Hello::new(cpu, PmuCaps::cpu_clock());
+    let _ = h.events.push(EventConfig::cpu_clock(0, 1000));
+    edit(&mut h);
+    let mut enc: Encoder = Encoder::new(Default::default());
+    let mut buf = [0u8; wire::MAX_FRAME];
+    let n = enc.encode(&Record::Hello(h), &mut buf).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, &buf[..n]).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn convert_writes_perf_data_and_reports_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(
+        dir.path(),
+        "c.bin",
+        &SynthConfig {
+            samples: 500,
+            lost: 9,
+            ..Default::default()
+        },
+    );
+    let out = dir.path().join("perf.data");
+    let img = fixture("appliance.elf");
+    let r = perch(&["convert", &cap, "--image", s(&img), "-o", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("500 samples, 9 lost (9 on the target, 0 on the wire)"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("taken 509 = delivered 500 + lost 9"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains(&format!(
+            "--vmlinux={}",
+            img.canonicalize().unwrap().display()
+        )),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(&std::fs::read(&out).unwrap()[..8], b"PERFILE2");
+}
+
+#[test]
+fn stat_counts_tasks_events_losses_and_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(
+        dir.path(),
+        "c.bin",
+        &SynthConfig {
+            samples: 1000,
+            lost: 3,
+            kernel_every: 4,
+            ..Default::default()
+        },
+    );
+    let bytes = std::fs::metadata(&cap).unwrap().len();
+    let r = perch(&["stat", &cap]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("samples: 1000 (750 user, 250 runtime)"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("synth64"), "{}", r.stdout);
+    assert!(r.stdout.contains("cpu-clock"), "{}", r.stdout);
+    assert!(r.stdout.contains("lost (target): 3"), "{}", r.stdout);
+    assert!(r.stdout.contains("bad frames: 0"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains(&format!("bytes per sample: {:.1}", bytes as f64 / 1000.0)),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("taken 1003 = delivered 1000 + lost 3 (consistent)"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn damaged_frames_are_counted_and_written_as_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(
+        dir.path(),
+        "c.bin",
+        &SynthConfig {
+            samples: 2000,
+            ..Default::default()
+        },
+    );
+    let mut bytes = std::fs::read(&cap).unwrap();
+    // Flip a byte inside a frame in the middle of the stream.
+    let mid = bytes.len() / 2;
+    let pos = (mid..bytes.len())
+        .find(|&i| bytes[i] != 0 && bytes[i + 1] != 0)
+        .unwrap();
+    bytes[pos] ^= 0x55;
+    std::fs::write(&cap, &bytes).unwrap();
+    let out = dir.path().join("perf.data");
+    let r = perch(&[
+        "convert",
+        &cap,
+        "--image",
+        s(&fixture("appliance.elf")),
+        "-o",
+        s(&out),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // The damaged sample and any delta samples that depended on it are lost,
+    // and the file still adds up to what the target took.
+    let line = r.stderr.lines().find(|l| l.contains("wrote")).unwrap();
+    let counts = line.split_once("perf.data:").unwrap().1;
+    let nums: Vec<u64> = counts
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let (samples, lost, wire_lost, bad) = (nums[0], nums[1], nums[3], nums[4]);
+    assert!(bad >= 1, "{line}");
+    assert!(wire_lost >= 1, "{line}");
+    assert_eq!(samples + lost, 2000, "{line}");
+    assert_eq!(lost, wire_lost, "{line}");
+}
+
+#[test]
+fn garbage_and_empty_input_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.bin");
+    let junk: Vec<u8> = (0..50_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&garbage, junk).unwrap();
+    let out = dir.path().join("perf.data");
+    let r = perch(&["convert", s(&garbage), "-o", s(&out)]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains("not a Perch stream"), "{}", r.stderr);
+    let empty = dir.path().join("empty.bin");
+    std::fs::write(&empty, b"").unwrap();
+    let r = perch(&["convert", s(&empty), "-o", s(&out)]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains("empty"), "{}", r.stderr);
+    let r = perch(&["stat", s(&garbage)]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+}
+
+#[test]
+fn truncated_capture_is_converted_but_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(
+        dir.path(),
+        "c.bin",
+        &SynthConfig {
+            samples: 300,
+            ..Default::default()
+        },
+    );
+    let bytes = std::fs::read(&cap).unwrap();
+    std::fs::write(&cap, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let out = dir.path().join("perf.data");
+    let r = perch(&[
+        "convert",
+        &cap,
+        "--image",
+        s(&fixture("appliance.elf")),
+        "-o",
+        s(&out),
+    ]);
+    assert_eq!(r.code, 7, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("ended before its End record"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("without an End record"), "{}", r.stderr);
+    assert_eq!(&std::fs::read(&out).unwrap()[..8], b"PERFILE2");
+}
+
+#[test]
+fn wrong_protocol_version_and_magic_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("perf.data");
+    let v2 = hello_capture(dir.path(), "v2.bin", |h| {
+        h.version = wire::PROTOCOL_VERSION + 1
+    });
+    let r = perch(&["convert", &v2, "-o", s(&out)]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains(&format!("protocol version {}", wire::PROTOCOL_VERSION + 1)),
+        "{}",
+        r.stderr
+    );
+    let bad = hello_capture(dir.path(), "magic.bin", |h| h.magic = *b"NOPE");
+    let r = perch(&["convert", &bad, "-o", s(&out)]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains("not a Perch stream"), "{}", r.stderr);
+}
+
+#[test]
+fn wrong_or_bad_image_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(
+        dir.path(),
+        "c.bin",
+        &SynthConfig {
+            samples: 10,
+            ..Default::default()
+        },
+    );
+    let out = dir.path().join("perf.data");
+    let r = perch(&[
+        "convert",
+        &cap,
+        "--image",
+        s(&fixture("other.elf")),
+        "-o",
+        s(&out),
+    ]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(r.stderr.contains("build-id"), "{}", r.stderr);
+    let r = perch(&[
+        "convert",
+        &cap,
+        "--image",
+        s(&fixture("appliance.S")),
+        "-o",
+        s(&out),
+    ]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(r.stderr.contains("not a valid ELF"), "{}", r.stderr);
+    let r = perch(&[
+        "convert",
+        &cap,
+        "--image",
+        "/nonexistent/image.elf",
+        "-o",
+        s(&out),
+    ]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    let r = perch(&[
+        "flamegraph",
+        &cap,
+        "--image",
+        s(&fixture("other.elf")),
+        "-o",
+        s(&dir.path().join("f.svg")),
+    ]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+}
+
+#[test]
+fn missing_qemu_names_the_install_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("perf.data");
+    let r = perch(&[
+        "record",
+        "--image",
+        s(&fixture("appliance.elf")),
+        "--qemu",
+        "/nonexistent/qemu-system-x86_64",
+        "-o",
+        s(&out),
+    ]);
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("apt-get install qemu-system-x86"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(perch(&["convert", "--no-such-flag"]).code, 2);
+    assert_eq!(perch(&["frobnicate"]).code, 2);
+    let r = perch(&["record", "--baud", "9600"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let r = perch(&["record"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("--image"), "{}", r.stderr);
+}
+
+#[test]
+fn stat_refuses_perf_data_with_a_pointer() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(
+        dir.path(),
+        "c.bin",
+        &SynthConfig {
+            samples: 10,
+            ..Default::default()
+        },
+    );
+    let out = dir.path().join("perf.data");
+    assert_eq!(perch(&["convert", &cap, "-o", s(&out)]).code, 0);
+    let r = perch(&["stat", s(&out)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("perf report --stats"), "{}", r.stderr);
+}
+
+#[test]
+fn record_from_input_saves_the_capture() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(
+        dir.path(),
+        "c.bin",
+        &SynthConfig {
+            samples: 100,
+            ..Default::default()
+        },
+    );
+    let saved = dir.path().join("saved.bin");
+    let out = dir.path().join("perf.data");
+    let r = perch(&[
+        "record",
+        "--input",
+        &cap,
+        "--save-capture",
+        s(&saved),
+        "-o",
+        s(&out),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(std::fs::read(&saved).unwrap(), std::fs::read(&cap).unwrap());
+}
+
+#[test]
+fn flamegraph_names_the_image_functions() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(
+        dir.path(),
+        "c.bin",
+        &SynthConfig {
+            samples: 400,
+            ..Default::default()
+        },
+    );
+    let svg = dir.path().join("f.svg");
+    let r = perch(&[
+        "flamegraph",
+        &cap,
+        "--image",
+        s(&fixture("appliance.elf")),
+        "-o",
+        s(&svg),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<?xml"), "not an SVG");
+    // inferno colours `_[k]` frames as kernel and drops the suffix.
+    for f in [
+        "synth64",
+        "task_main",
+        "hot_alpha",
+        "hot_beta",
+        "compat_main",
+        "runtime_entry",
+    ] {
+        assert!(text.contains(f), "{f} missing from the flamegraph");
+    }
+}
