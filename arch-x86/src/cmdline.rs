@@ -29,6 +29,17 @@ pub enum ConsoleMode {
     Wire,
 }
 
+/// A runtime fault to provoke after boot (`crash=`), to test crash reporting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashKind {
+    /// A page fault in the runtime (`crash=pf`).
+    PageFault,
+    /// An invalid opcode in the runtime (`crash=ud`).
+    InvalidOpcode,
+    /// A Rust panic in the runtime (`crash=panic`).
+    Panic,
+}
+
 /// The parsed kernel command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -44,6 +55,8 @@ pub struct Config {
     pub ring_slots: Option<u32>,
     /// `duration=MS`: length of a profiling run.
     pub duration_ms: Option<u64>,
+    /// `crash=pf|ud|panic`: provoke a runtime fault after boot.
+    pub crash: Option<CrashKind>,
 }
 
 impl Default for Config {
@@ -55,6 +68,7 @@ impl Default for Config {
             console: None,
             ring_slots: None,
             duration_ms: None,
+            crash: None,
         }
     }
 }
@@ -142,6 +156,12 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 Some(ms) if ms > 0 => cfg.duration_ms = Some(ms),
                 _ => bad("milliseconds above 0"),
             },
+            "crash" => match value {
+                Some("pf") => cfg.crash = Some(CrashKind::PageFault),
+                Some("ud") => cfg.crash = Some(CrashKind::InvalidOpcode),
+                Some("panic") => cfg.crash = Some(CrashKind::Panic),
+                _ => bad("pf, ud or panic"),
+            },
             _ => on_issue(Issue::UnknownKey(key)),
         }
     }
@@ -200,6 +220,21 @@ mod tests {
         assert_eq!(issues.len(), 6);
         assert!(issues[0].contains("`0` for `freq`"));
         assert!(issues[5].contains("`duration`"));
+    }
+
+    #[test]
+    fn crash_hook() {
+        let (cfg, issues) = parse_all("crash=pf");
+        assert_eq!(cfg.crash, Some(CrashKind::PageFault));
+        assert!(issues.is_empty());
+        let (cfg, issues) = parse_all("crash=boom");
+        assert_eq!(cfg.crash, None);
+        assert_eq!(issues.len(), 1);
+        assert_eq!(parse_all("crash=panic").0.crash, Some(CrashKind::Panic));
+        assert_eq!(
+            parse_all("crash=ud").0.crash,
+            Some(CrashKind::InvalidOpcode)
+        );
     }
 
     #[test]

@@ -77,10 +77,31 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             )
         }
     }
+    if let Some(kind) = cfg.crash {
+        provoke_crash(kind);
+    }
     if cfg.selftest {
         selftest::run(&cfg)
     } else {
         demo::run(&cfg)
+    }
+}
+
+/// Provokes a fault in the runtime itself (`crash=`), to exercise crash reporting.
+#[inline(never)]
+pub fn provoke_crash(kind: cmdline::CrashKind) {
+    kprintln!("perch: crash={kind:?} requested");
+    match kind {
+        // SAFETY: deliberately reads the unmapped page 0; the #PF handler
+        // reports the fault and exits, it never returns here.
+        cmdline::CrashKind::PageFault => unsafe {
+            core::arch::asm!("mov rax, [0]", out("rax") _, options(nostack, readonly))
+        },
+        // SAFETY: deliberately raises #UD; the handler reports and exits.
+        cmdline::CrashKind::InvalidOpcode => unsafe {
+            core::arch::asm!("ud2", options(nostack, nomem))
+        },
+        cmdline::CrashKind::Panic => panic!("crash=panic requested on the command line"),
     }
 }
 

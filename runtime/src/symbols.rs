@@ -9,8 +9,9 @@ pub struct Nearest(pub u64);
 
 const MAX_DISTANCE: u64 = 64 * 1024;
 
-fn table() -> [(u64, &'static str); 16] {
+fn table() -> [(u64, &'static str); 17] {
     [
+        (crate::provoke_crash as *const () as u64, "provoke_crash"),
         (crate::perch_kmain as *const () as u64, "perch_kmain"),
         (
             crate::trap::trap_dispatch as *const () as u64,

@@ -1,1 +1,143 @@
-//! QEMU and end-to-end tests for Perch live in `tests/tests/`.
+//! Helpers for Perch's QEMU end-to-end tests (in `tests/tests/`): build the
+//! runtime once, boot it with a command line under a hard timeout, and
+//! collect its serial output and exit status.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// QEMU status for the runtime's pass code (0x10).
+pub const STATUS_PASS: i32 = 33;
+/// QEMU status for the runtime's fail code (0x11).
+pub const STATUS_FAIL: i32 = 35;
+/// QEMU status for the runtime's crash code (0x12).
+pub const STATUS_CRASH: i32 = 37;
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives one level below the workspace root")
+        .to_path_buf()
+}
+
+/// Builds the runtime ELF (once per test binary) and returns its path.
+pub fn runtime_elf() -> PathBuf {
+    static ELF: OnceLock<PathBuf> = OnceLock::new();
+    ELF.get_or_init(|| {
+        let root = workspace_root();
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(&root)
+            .args([
+                "build",
+                "--package",
+                "runtime",
+                "--target",
+                "x86_64-unknown-none",
+                "--release",
+            ])
+            .env("DEFMT_LOG", "info")
+            .status()
+            .expect("running cargo to build the runtime");
+        assert!(status.success(), "building the runtime failed: {status}");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target"));
+        target.join("x86_64-unknown-none/release/perch-runtime")
+    })
+    .clone()
+}
+
+/// The end of one boot.
+#[derive(Debug)]
+pub struct Boot {
+    /// QEMU's exit status (`None` if killed by a signal or the timeout).
+    pub status: Option<i32>,
+    /// Whether the timeout killed QEMU.
+    pub timed_out: bool,
+    /// Everything written to the serial line.
+    pub output: String,
+}
+
+impl Boot {
+    /// The last non-empty line.
+    pub fn last_line(&self) -> &str {
+        self.output
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+    }
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Boots the runtime with `cmdline` (`-kernel`, PVH) and waits at most `timeout`.
+pub fn boot(cmdline: &str, timeout: Duration) -> Boot {
+    let elf = runtime_elf();
+    let child = Command::new("qemu-system-x86_64")
+        .args([
+            "-nodefaults",
+            "-no-reboot",
+            "-display",
+            "none",
+            "-machine",
+            "pc",
+            "-cpu",
+            "max",
+            "-m",
+            "256M",
+            "-serial",
+            "stdio",
+            "-device",
+            "isa-debug-exit,iobase=0xf4,iosize=0x04",
+            "-kernel",
+        ])
+        .arg(&elf)
+        .args(["-append", cmdline])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn();
+    let child = match child {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "qemu-system-x86_64 not found: install it with `sudo apt-get install qemu-system-x86`"
+        ),
+        Err(e) => panic!("starting QEMU: {e}"),
+    };
+    let mut child = KillOnDrop(child);
+    let mut stdout = child.0.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = stdout.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    });
+    let start = Instant::now();
+    let (status, timed_out) = loop {
+        if let Some(s) = child.0.try_wait().expect("waiting for QEMU") {
+            break (s.code(), false);
+        }
+        if start.elapsed() > timeout {
+            let _ = child.0.kill();
+            let _ = child.0.wait();
+            break (None, true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(child);
+    let output = reader.join().unwrap_or_default();
+    Boot {
+        status,
+        timed_out,
+        output,
+    }
+}

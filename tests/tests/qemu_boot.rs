@@ -1,0 +1,92 @@
+//! Short QEMU boots of the runtime that check what the host sees: exit
+//! statuses, crash reports and command-line handling.
+
+use e2e_tests::{STATUS_CRASH, STATUS_PASS, boot};
+use std::time::Duration;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+#[test]
+fn unknown_key_is_reported_and_ignored() {
+    let b = boot("selftest bogus=1 freq=abc", TIMEOUT);
+    assert!(
+        b.output
+            .contains("perch: unknown command-line key `bogus` ignored"),
+        "{}",
+        b.output
+    );
+    assert!(
+        b.output.contains("bad value `abc` for `freq` ignored"),
+        "{}",
+        b.output
+    );
+    assert!(
+        b.output.contains("at 4000 Hz"),
+        "default rate kept: {}",
+        b.output
+    );
+    assert_eq!(b.status, Some(STATUS_PASS), "{}", b.output);
+    assert!(b.last_line().ends_with("passed, 0 failed"), "{}", b.output);
+}
+
+#[test]
+fn runtime_page_fault_is_reported_with_the_crash_status() {
+    let b = boot("crash=pf", TIMEOUT);
+    assert_eq!(b.status, Some(STATUS_CRASH), "{}", b.output);
+    assert!(
+        b.output
+            .contains("RUNTIME EXCEPTION: #PF page fault (vector 14) error=0x0"),
+        "{}",
+        b.output
+    );
+    assert!(
+        b.output.contains("<provoke_crash+0x"),
+        "nearest symbol: {}",
+        b.output
+    );
+    assert!(b.output.contains("cr2=0x0000000000000000"), "{}", b.output);
+    assert!(b.output.contains("cs=0x8 "), "{}", b.output);
+}
+
+#[test]
+fn runtime_invalid_opcode_is_reported_with_the_crash_status() {
+    let b = boot("crash=ud", TIMEOUT);
+    assert_eq!(b.status, Some(STATUS_CRASH), "{}", b.output);
+    assert!(
+        b.output
+            .contains("RUNTIME EXCEPTION: #UD invalid opcode (vector 6)"),
+        "{}",
+        b.output
+    );
+}
+
+#[test]
+fn runtime_panic_is_reported_with_the_crash_status() {
+    let b = boot("crash=panic", TIMEOUT);
+    assert_eq!(b.status, Some(STATUS_CRASH), "{}", b.output);
+    assert!(
+        b.output
+            .contains("RUNTIME PANIC: panicked at runtime/src/main.rs"),
+        "{}",
+        b.output
+    );
+}
+
+#[test]
+fn demo_runs_for_its_duration_and_passes() {
+    let b = boot("duration=200 freq=2000", TIMEOUT);
+    assert_eq!(b.status, Some(STATUS_PASS), "{}", b.output);
+    assert!(
+        b.output
+            .contains("demo: running for 200 ms (400 NMI clock ticks)"),
+        "{}",
+        b.output
+    );
+    for task in ["demo64", "demo32", "demosys"] {
+        assert!(
+            b.output.contains(&format!("demo: task {task} Ready")),
+            "{task} still runnable at the end: {}",
+            b.output
+        );
+    }
+}
