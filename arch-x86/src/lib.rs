@@ -4,6 +4,7 @@
 pub mod bootinfo;
 pub mod cmdline;
 pub mod cpu;
+pub mod cpuid;
 pub mod exit;
 pub mod frame;
 pub mod gdt;
@@ -11,8 +12,10 @@ pub mod hpet;
 pub mod idt;
 pub mod ioapic;
 pub mod lapic;
+pub mod msr;
 pub mod paging;
 pub mod pic;
 pub mod pit;
+pub mod pmu;
 pub mod single_core_cs;
 pub mod uart;

@@ -9,6 +9,8 @@
 #![warn(missing_docs)]
 
 pub mod event;
+pub mod lbr;
+pub mod pebs;
 pub mod regs;
 pub mod sample;
 pub mod throttle;

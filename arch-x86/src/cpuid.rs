@@ -1,0 +1,384 @@
+//! CPUID access behind a narrow trait, and PMU detection from CPUID alone.
+//!
+//! Detection never probes MSRs (QEMU TCG returns 0 for any of them without a
+//! fault). The only MSRs read are IA32_PERF_CAPABILITIES, when CPUID.1:ECX.PDCM
+//! says it exists, and IA32_MISC_ENABLE, which is architectural, when DS is
+//! advertised.
+
+use crate::msr::{Msr, addr};
+use raw_cpuid::CpuId;
+pub use raw_cpuid::CpuIdResult;
+
+/// A source of CPUID results: the real instruction or a table.
+pub trait Cpuid {
+    /// Execute CPUID with `leaf` in EAX and `subleaf` in ECX.
+    fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuIdResult;
+}
+
+/// The processor's own CPUID instruction.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuCpuid;
+
+impl Cpuid for CpuCpuid {
+    fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuIdResult {
+        let r = core::arch::x86_64::__cpuid_count(leaf, subleaf);
+        CpuIdResult {
+            eax: r.eax,
+            ebx: r.ebx,
+            ecx: r.ecx,
+            edx: r.edx,
+        }
+    }
+}
+
+/// A fixed CPUID table (tests and the simulator). Leaves not listed read as zero.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuidTable<'a> {
+    /// `(leaf, subleaf, result)` rows; a leaf's first matching row wins.
+    pub rows: &'a [(u32, u32, CpuIdResult)],
+}
+
+impl Cpuid for CpuidTable<'_> {
+    fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuIdResult {
+        self.rows
+            .iter()
+            .find(|(l, s, _)| *l == leaf && *s == subleaf)
+            .map(|(_, _, r)| *r)
+            .unwrap_or(CpuIdResult {
+                eax: 0,
+                ebx: 0,
+                ecx: 0,
+                edx: 0,
+            })
+    }
+}
+
+/// Build a [`CpuIdResult`] from its four registers.
+pub const fn regs(eax: u32, ebx: u32, ecx: u32, edx: u32) -> CpuIdResult {
+    CpuIdResult { eax, ebx, ecx, edx }
+}
+
+/// CPU vendor, as far as the PMU drivers care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vendor {
+    /// GenuineIntel.
+    Intel,
+    /// AuthenticAMD or HygonGenuine.
+    Amd,
+    /// Anything else (including a hypervisor that hides the vendor).
+    Other,
+}
+
+/// Which LBR facility the CPU has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LbrKind {
+    /// No usable LBR.
+    None,
+    /// Model-specific LBR: format from PERF_CAPABILITIES[5:0], depth and MSR
+    /// addresses from the model table.
+    Legacy {
+        /// LBR format (PERF_CAPABILITIES[5:0]).
+        format: u8,
+        /// Number of entries.
+        depth: u8,
+        /// Address of FROM_IP entry 0.
+        from: u32,
+        /// Address of TO_IP entry 0.
+        to: u32,
+        /// Address of LBR_INFO entry 0 (format 5 and 7), else 0.
+        info: u32,
+    },
+    /// Architectural LBR (CPUID.7.0:EDX[19], leaf 0x1C).
+    Arch {
+        /// Largest supported depth.
+        max_depth: u8,
+        /// Bitmap of supported depths: bit n set means depth 8*(n+1).
+        depth_mask: u8,
+        /// CPL filtering supported.
+        cpl_filter: bool,
+        /// Branch-type filtering supported.
+        branch_filter: bool,
+        /// Call-stack mode supported.
+        call_stack: bool,
+        /// INFO carries the mispredict bit.
+        mispredict: bool,
+        /// INFO carries cycle counts.
+        timed: bool,
+        /// INFO carries the branch type.
+        branch_type: bool,
+    },
+    /// AMD LbrExtV2 (CPUID 0x8000_0022 EAX[1]).
+    AmdV2 {
+        /// Number of entries (EBX[9:4]).
+        depth: u8,
+        /// LBR and counters freeze on PMI (EAX[2]).
+        freeze: bool,
+    },
+}
+
+/// Everything the drivers need to know about the PMU, from CPUID (and
+/// IA32_PERF_CAPABILITIES when CPUID says it exists).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PmuInfo {
+    /// CPU vendor.
+    pub vendor: Vendor,
+    /// Display family.
+    pub family: u8,
+    /// Display model.
+    pub model: u8,
+    /// Intel architectural perfmon version (CPUID.0xA:EAX[7:0]); 0 when none.
+    /// On AMD: 1 for the legacy counters, 2 with PerfMonV2.
+    pub version: u8,
+    /// Number of general-purpose counters.
+    pub gp_counters: u8,
+    /// Width of the general-purpose counters in bits.
+    pub gp_width: u8,
+    /// Bitmap of the fixed counters present (Intel only).
+    pub fixed_mask: u8,
+    /// Width of the fixed counters in bits.
+    pub fixed_width: u8,
+    /// CPUID.0xA:EBX: architectural events NOT available (bit set = missing).
+    pub events_unavailable: u32,
+    /// IA32_PERF_CAPABILITIES, 0 when PDCM is clear.
+    pub perf_capabilities: u64,
+    /// PEBS record format when PEBS is usable (DS, DTES64, PDCM, not disabled
+    /// in IA32_MISC_ENABLE), else `None`.
+    pub pebs_format: Option<u8>,
+    /// Adaptive PEBS (PERF_CAPABILITIES[14], "PEBS baseline").
+    pub pebs_baseline: bool,
+    /// LBR facility.
+    pub lbr: LbrKind,
+    /// AMD: the six-counter extended set at 0xC001_0200 (PerfCtrExtCore).
+    pub amd_ext: bool,
+    /// AMD: PerfMonV2 global control and status.
+    pub amd_v2: bool,
+}
+
+impl PmuInfo {
+    /// True when there are counters to program.
+    pub fn has_pmu(&self) -> bool {
+        self.gp_counters > 0 || self.fixed_mask != 0
+    }
+
+    /// Counters can be written with their full width (IA32_A_PMCx).
+    pub fn full_width_write(&self) -> bool {
+        self.perf_capabilities & (1 << 13) != 0
+    }
+
+    /// A short human-readable reason when there is no PMU, for the fallback message.
+    pub fn missing_reason(&self) -> Option<&'static str> {
+        if self.has_pmu() {
+            return None;
+        }
+        Some(match self.vendor {
+            Vendor::Intel => {
+                "no PMU: CPUID leaf 0xA reports no architectural perfmon (emulator or hypervisor without a virtual PMU)"
+            }
+            Vendor::Amd => "no PMU: AMD CPU without performance counters in CPUID",
+            Vendor::Other => "no PMU: unknown CPU vendor, CPUID advertises no counters",
+        })
+    }
+}
+
+fn bits(v: u32, lo: u32, hi: u32) -> u32 {
+    (v >> lo) & ((1u32 << (hi - lo + 1)) - 1)
+}
+
+/// Detect the PMU through CPUID. `msr` is used only for IA32_PERF_CAPABILITIES
+/// (when PDCM is set) and IA32_MISC_ENABLE (when DS is set).
+pub fn detect(cpuid: &impl Cpuid, msr: &mut impl Msr) -> PmuInfo {
+    let reader = |a: u32, c: u32| cpuid.cpuid(a, c);
+    let rc = CpuId::with_cpuid_reader(reader);
+    let vendor = match rc.get_vendor_info().as_ref().map(|v| v.as_str()) {
+        Some("GenuineIntel") => Vendor::Intel,
+        Some("AuthenticAMD") | Some("HygonGenuine") => Vendor::Amd,
+        _ => Vendor::Other,
+    };
+    let fi = rc.get_feature_info();
+    let (family, model) = fi
+        .as_ref()
+        .map(|f| (f.family_id(), f.model_id()))
+        .unwrap_or((0, 0));
+    let mut info = PmuInfo {
+        vendor,
+        family,
+        model,
+        version: 0,
+        gp_counters: 0,
+        gp_width: 0,
+        fixed_mask: 0,
+        fixed_width: 0,
+        events_unavailable: 0,
+        perf_capabilities: 0,
+        pebs_format: None,
+        pebs_baseline: false,
+        lbr: LbrKind::None,
+        amd_ext: false,
+        amd_v2: false,
+    };
+    match vendor {
+        Vendor::Amd => detect_amd(cpuid, &mut info),
+        Vendor::Intel | Vendor::Other => {
+            let max_leaf = cpuid.cpuid(0, 0).eax;
+            if max_leaf < 0xA {
+                return info;
+            }
+            // SDM vol. 2 CPUID leaf 0AH; SDM vol. 3 20.2 "Architectural Performance Monitoring".
+            let a = cpuid.cpuid(0xA, 0);
+            info.version = bits(a.eax, 0, 7) as u8;
+            if info.version == 0 {
+                return info;
+            }
+            info.gp_counters = bits(a.eax, 8, 15) as u8;
+            info.gp_width = bits(a.eax, 16, 23) as u8;
+            let ebx_len = bits(a.eax, 24, 31);
+            info.events_unavailable = a.ebx
+                & if ebx_len >= 32 {
+                    u32::MAX
+                } else {
+                    (1u32 << ebx_len) - 1
+                };
+            if info.version >= 2 {
+                let nfixed = bits(a.edx, 0, 4);
+                info.fixed_width = bits(a.edx, 5, 12) as u8;
+                // v5: ECX is a bitmap of supported fixed counters; a counter is
+                // usable if its ECX bit is set or its index is below EDX[4:0].
+                let mut mask = if nfixed >= 8 {
+                    0xFF
+                } else {
+                    (1u32 << nfixed) - 1
+                };
+                if info.version >= 5 {
+                    mask |= a.ecx;
+                }
+                info.fixed_mask = (mask & 0xF) as u8; // FIXED_CTR0..3 are the ones we program
+            }
+            let pdcm = fi.as_ref().is_some_and(|f| f.has_pdcm());
+            if pdcm {
+                info.perf_capabilities = msr.read(addr::IA32_PERF_CAPABILITIES);
+            }
+            let ds = fi.as_ref().is_some_and(|f| f.has_ds());
+            let dtes64 = fi.as_ref().is_some_and(|f| f.has_ds_area());
+            if ds && dtes64 && pdcm {
+                let misc = msr.read(addr::IA32_MISC_ENABLE);
+                if misc & (1 << 12) == 0 {
+                    info.pebs_format = Some(((info.perf_capabilities >> 8) & 0xF) as u8);
+                    info.pebs_baseline = info.perf_capabilities & (1 << 14) != 0;
+                }
+            }
+            info.lbr = detect_intel_lbr(cpuid, &info, max_leaf);
+        }
+    }
+    info
+}
+
+fn detect_intel_lbr(cpuid: &impl Cpuid, info: &PmuInfo, max_leaf: u32) -> LbrKind {
+    if max_leaf >= 0x1C && cpuid.cpuid(7, 0).edx & (1 << 19) != 0 {
+        // SDM vol. 3 "Architectural Last Branch Records", CPUID leaf 1CH.
+        let l = cpuid.cpuid(0x1C, 0);
+        let depth_mask = (l.eax & 0xFF) as u8;
+        if depth_mask != 0 {
+            let max_depth = 8 * (8 - depth_mask.leading_zeros() as u8);
+            return LbrKind::Arch {
+                max_depth,
+                depth_mask,
+                cpl_filter: l.ebx & 1 != 0,
+                branch_filter: l.ebx & 2 != 0,
+                call_stack: l.ebx & 4 != 0,
+                mispredict: l.ecx & 1 != 0,
+                timed: l.ecx & 2 != 0,
+                branch_type: l.ecx & 4 != 0,
+            };
+        }
+    }
+    if info.vendor != Vendor::Intel || info.family != 6 || info.perf_capabilities == 0 {
+        return LbrKind::None;
+    }
+    let format = (info.perf_capabilities & 0x3F) as u8;
+    match legacy_lbr_model(info.model) {
+        Some((depth, from, to)) => {
+            let info_addr = if matches!(format, 5 | 7) {
+                addr::MSR_LBR_INFO_0
+            } else {
+                0
+            };
+            LbrKind::Legacy {
+                format,
+                depth,
+                from,
+                to,
+                info: info_addr,
+            }
+        }
+        None => LbrKind::None,
+    }
+}
+
+/// Depth and FROM/TO base addresses of the model-specific LBR stack for Intel
+/// family 6 models (SDM vol. 3 "Last Branch, Interrupt, and Exception
+/// Recording", per-microarchitecture sections, and vol. 4 MSR tables).
+pub fn legacy_lbr_model(model: u8) -> Option<(u8, u32, u32)> {
+    use addr::{
+        MSR_LBR_CORE_FROM as CF, MSR_LBR_CORE_TO as CT, MSR_LBR_NHM_FROM as NF,
+        MSR_LBR_NHM_TO as NT,
+    };
+    Some(match model {
+        // Core 2 (Merom, Penryn, Dunnington): 4 entries at 0x40/0x60.
+        0x0F | 0x16 | 0x17 | 0x1D => (4, CF, CT),
+        // Atom Bonnell / Saltwell: 8 entries at 0x40/0x60.
+        0x1C | 0x26 | 0x27 | 0x35 | 0x36 => (8, CF, CT),
+        // Silvermont / Airmont: 8 entries at 0x40/0x60.
+        0x37 | 0x4A | 0x4C | 0x4D | 0x5A | 0x5D => (8, CF, CT),
+        // Nehalem, Westmere, Sandy Bridge, Ivy Bridge, Haswell, Broadwell: 16.
+        0x1A | 0x1E | 0x1F | 0x2E | 0x25 | 0x2C | 0x2F | 0x2A | 0x2D | 0x3A | 0x3E | 0x3C
+        | 0x3F | 0x45 | 0x46 | 0x3D | 0x47 | 0x4F | 0x56 => (16, NF, NT),
+        // Goldmont, Goldmont Plus, Tremont: 32 entries (Goldmont Plus/Tremont use 32).
+        0x5C | 0x5F | 0x7A | 0x86 | 0x96 | 0x9C => (32, NF, NT),
+        // Skylake, Kaby/Coffee/Comet Lake, Cannon Lake, Ice Lake, Tiger Lake, Knights: 32.
+        0x4E | 0x5E | 0x55 | 0x8E | 0x9E | 0xA5 | 0xA6 | 0x66 | 0x7D | 0x7E | 0x6A | 0x6C
+        | 0x8C | 0x8D | 0xA7 | 0x57 | 0x85 => (32, NF, NT),
+        _ => return None,
+    })
+}
+
+fn detect_amd(cpuid: &impl Cpuid, info: &mut PmuInfo) {
+    // AMD APM vol. 3 CPUID Fn8000_0001_ECX[23] PerfCtrExtCore, Fn8000_0022.
+    // The four legacy counters have no CPUID bit of their own. They are
+    // trusted only on bare metal (CPUID.1:ECX[31] clear) before family 15h;
+    // under a hypervisor (QEMU TCG's default CPU is an AMD model) the
+    // PerfCtrExtCore or PerfMonV2 bit must advertise them.
+    let hypervisor = cpuid.cpuid(1, 0).ecx & (1 << 31) != 0;
+    let max_ext = cpuid.cpuid(0x8000_0000, 0).eax;
+    if max_ext >= 0x8000_0001 {
+        info.amd_ext = cpuid.cpuid(0x8000_0001, 0).ecx & (1 << 23) != 0;
+    }
+    if max_ext >= 0x8000_0022 {
+        let l = cpuid.cpuid(0x8000_0022, 0);
+        if l.eax & 1 != 0 {
+            info.amd_v2 = true;
+            info.gp_counters = bits(l.ebx, 0, 3) as u8;
+        }
+        if l.eax & 2 != 0 {
+            let depth = bits(l.ebx, 4, 9) as u8;
+            if depth > 0 {
+                info.lbr = LbrKind::AmdV2 {
+                    depth,
+                    freeze: l.eax & 4 != 0,
+                };
+            }
+        }
+    }
+    let legacy_bare_metal = !hypervisor && (6..0x15).contains(&info.family);
+    if !(info.amd_ext || info.amd_v2 || legacy_bare_metal) {
+        info.lbr = LbrKind::None;
+        return;
+    }
+    info.gp_width = 48;
+    info.version = if info.amd_v2 { 2 } else { 1 };
+    if info.gp_counters == 0 {
+        info.gp_counters = if info.amd_ext { 6 } else { 4 };
+    }
+    if !info.amd_ext && !info.amd_v2 {
+        info.gp_counters = info.gp_counters.min(4);
+    }
+}

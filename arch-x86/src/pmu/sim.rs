@@ -1,0 +1,1325 @@
+//! A simulated PMU, written from the Intel SDM vol. 3 (chapters "Performance
+//! Monitoring" and "Last Branch Records") and the AMD APM/PPR, not from the
+//! drivers. It implements [`Msr`], [`Cpuid`] and [`Lvt`], so the real drivers
+//! run against it unchanged, and is driven by a synthetic stream of
+//! [`SimStep`]s.
+//!
+//! Modelled: counter width, wrap and the 32-bit sign-extending PMC write; the
+//! full-width IA32_A_PMCx aliases; EVTSEL/FIXED_CTR_CTRL enables and USR/OS
+//! filtering; GLOBAL_CTRL/STATUS, OVF_CTRL (v2, v3) and STATUS_RESET/SET (v4+);
+//! freeze on PMI, legacy (v1-v3: GLOBAL_CTRL and DEBUGCTL.LBR cleared) and
+//! streamlined (v4+: CTR_FRZ / LBR_FRZ status bits); the LVT mask set on each
+//! PMI delivery; PEBS records in every fixed format and adaptive groups written
+//! into the DS buffer, counter reload from the DS reset slots, the buffer
+//! threshold interrupt and collisions; legacy LBR with TOS and INFO, arch LBR
+//! with entry 0 newest, call-stack mode; AMD legacy and extended counters,
+//! PerfMonV2 global registers and LbrExtV2. It is `no_std` and allocation-free,
+//! so `pmu=sim` runs it on the target too.
+
+use crate::cpuid::{CpuIdResult, Cpuid, regs};
+use crate::msr::{Msr, addr, debugctl};
+use crate::pmu::Lvt;
+use crate::pmu::ds::{DsArea, DsMemory, RESET_FIXED_BASE};
+
+/// LBR model of a simulated Intel CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimLbr {
+    /// No LBR.
+    None,
+    /// Model-specific LBR.
+    Legacy {
+        /// PERF_CAPABILITIES[5:0].
+        format: u8,
+        /// Entries.
+        depth: u8,
+        /// FROM_IP entry 0.
+        from: u32,
+        /// TO_IP entry 0.
+        to: u32,
+    },
+    /// Architectural LBR with this maximum depth (multiple of 8).
+    Arch {
+        /// Maximum depth.
+        depth: u8,
+    },
+}
+
+/// Which CPU is simulated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimCpu {
+    /// An Intel CPU with architectural perfmon.
+    Intel {
+        /// Family 6 model number reported by CPUID.
+        model: u8,
+        /// Perfmon version (1-5).
+        version: u8,
+        /// General-purpose counters.
+        gp: u8,
+        /// Fixed counters (v2+).
+        fixed: u8,
+        /// GP counter width.
+        gp_width: u8,
+        /// Fixed counter width.
+        fixed_width: u8,
+        /// PEBS record format, or `None` for no PEBS.
+        pebs_format: Option<u8>,
+        /// Full-width counter writes (PERF_CAPABILITIES[13]).
+        full_width: bool,
+        /// Meminfo latency split into instruction and cache latency.
+        split_latency: bool,
+        /// LBR.
+        lbr: SimLbr,
+    },
+    /// An AMD CPU.
+    Amd {
+        /// Extended six-counter set (PerfCtrExtCore).
+        ext: bool,
+        /// PerfMonV2.
+        v2: bool,
+        /// LbrExtV2 depth, 0 for none.
+        lbr_depth: u8,
+    },
+    /// A CPU without any PMU (what QEMU TCG presents).
+    NoPmu,
+}
+
+impl SimCpu {
+    /// A Skylake-like client: v4, 4 GP + 3 fixed, 48-bit, PEBS format 3, LBR format 5 x 32.
+    pub const fn skylake() -> Self {
+        SimCpu::Intel {
+            model: 0x5E,
+            version: 4,
+            gp: 4,
+            fixed: 3,
+            gp_width: 48,
+            fixed_width: 48,
+            pebs_format: Some(3),
+            full_width: true,
+            split_latency: false,
+            lbr: SimLbr::Legacy {
+                format: 5,
+                depth: 32,
+                from: 0x680,
+                to: 0x6C0,
+            },
+        }
+    }
+
+    /// A Sapphire-Rapids-like server: v5, 8 GP + 4 fixed, adaptive PEBS format 5, arch LBR x 32.
+    pub const fn sapphire_rapids() -> Self {
+        SimCpu::Intel {
+            model: 0x8F,
+            version: 5,
+            gp: 8,
+            fixed: 4,
+            gp_width: 48,
+            fixed_width: 48,
+            pebs_format: Some(5),
+            full_width: true,
+            split_latency: true,
+            lbr: SimLbr::Arch { depth: 32 },
+        }
+    }
+
+    /// A Zen 4-like AMD CPU: 6 counters, PerfMonV2, LbrExtV2 x 16.
+    pub const fn zen4() -> Self {
+        SimCpu::Amd {
+            ext: true,
+            v2: true,
+            lbr_depth: 16,
+        }
+    }
+}
+
+/// Kind of a simulated branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BranchKind {
+    /// Conditional jump.
+    Cond,
+    /// Direct jump.
+    Jmp,
+    /// Indirect jump.
+    IndJmp,
+    /// Direct call.
+    Call,
+    /// Indirect call.
+    IndCall,
+    /// Near return.
+    Ret,
+    /// Far transfer, interrupt, syscall.
+    Far,
+}
+
+/// A branch taken during a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimBranch {
+    /// Source.
+    pub from: u64,
+    /// Target.
+    pub to: u64,
+    /// Mispredicted.
+    pub mispred: bool,
+    /// Kind.
+    pub kind: BranchKind,
+}
+
+/// A memory access during a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimMem {
+    /// Data linear address.
+    pub addr: u64,
+    /// Latency in cycles (loads).
+    pub latency: u16,
+    /// Intel data-source encoding.
+    pub dse: u8,
+    /// A store rather than a load.
+    pub store: bool,
+}
+
+/// Register values at a step, in SDM PEBS (fixed-format) order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimRegs {
+    /// RFLAGS.
+    pub flags: u64,
+    /// RAX, RBX, RCX, RDX, RSI, RDI, RBP, RSP, R8..R15.
+    pub gprs: [u64; 16],
+}
+
+/// One step of the synthetic event stream: `instructions` retire, the last
+/// one at `ip` (execution continues at `next_ip`), taking `cycles` cycles,
+/// optionally with a branch and a memory access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimStep {
+    /// Address of the last instruction retired.
+    pub ip: u64,
+    /// Address of the following instruction.
+    pub next_ip: u64,
+    /// Executing in user mode.
+    pub user: bool,
+    /// Registers after the step.
+    pub regs: SimRegs,
+    /// Instructions retired.
+    pub instructions: u64,
+    /// Core cycles taken.
+    pub cycles: u64,
+    /// A branch retired in the step.
+    pub branch: Option<SimBranch>,
+    /// A memory access retired in the step.
+    pub mem: Option<SimMem>,
+}
+
+impl SimStep {
+    /// A plain step of `n` instructions at `ip` (one cycle each).
+    pub fn plain(ip: u64, n: u64) -> Self {
+        SimStep {
+            ip,
+            next_ip: ip + 4,
+            user: true,
+            regs: SimRegs::default(),
+            instructions: n,
+            cycles: n,
+            branch: None,
+            mem: None,
+        }
+    }
+}
+
+/// Counters of things the simulated hardware saw that a correct driver never
+/// causes, plus delivery statistics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// PMIs delivered as NMIs.
+    pub pmis_delivered: u64,
+    /// PMIs dropped because the LVT entry was masked (driver did not re-arm).
+    pub pmis_masked: u64,
+    /// PEBS records written.
+    pub pebs_records: u64,
+    /// PEBS records dropped because the buffer was full.
+    pub pebs_dropped: u64,
+    /// Writes to read-only or unimplemented MSRs (a #GP on hardware).
+    pub bad_msr_writes: u64,
+    /// Reads of unimplemented MSRs (a #GP on hardware).
+    pub bad_msr_reads: u64,
+    /// DS area or PEBS buffer address not matching the memory supplied.
+    pub ds_faults: u64,
+}
+
+const MAX_GP: usize = 8;
+const MAX_FIXED: usize = 4;
+const MAX_LBR: usize = 32;
+
+const STATUS_OVF_BUF: u64 = 1 << 62;
+const STATUS_CTR_FRZ: u64 = 1 << 59;
+const STATUS_LBR_FRZ: u64 = 1 << 58;
+
+const EVTSEL_USR: u64 = 1 << 16;
+const EVTSEL_OS: u64 = 1 << 17;
+const EVTSEL_INT: u64 = 1 << 20;
+const EVTSEL_EN: u64 = 1 << 22;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct LbrSlot {
+    from: u64,
+    to: u64,
+    info: u64,
+}
+
+/// The simulated PMU and local APIC LVT entry of one CPU.
+#[derive(Debug)]
+pub struct SimPmu {
+    cpu: SimCpu,
+    evtsel: [u64; MAX_GP],
+    pmc: [u64; MAX_GP],
+    fixed: [u64; MAX_FIXED],
+    fixed_ctrl: u64,
+    global_ctrl: u64,
+    global_status: u64,
+    debugctl: u64,
+    pebs_enable: u64,
+    pebs_data_cfg: u64,
+    ld_lat: u64,
+    ds_area: u64,
+    lbr_select: u64,
+    lbr_ctl: u64,
+    lbr_depth: u64,
+    amd_ext_cfg: u64,
+    lbr: [LbrSlot; MAX_LBR],
+    tos: u64,
+    cycles_since_branch: u64,
+    lvt: u32,
+    tsc: u64,
+    pmi_pending: bool,
+    /// Statistics.
+    pub stats: SimStats,
+}
+
+fn width_mask(w: u8) -> u64 {
+    if w >= 64 { u64::MAX } else { (1u64 << w) - 1 }
+}
+
+impl SimPmu {
+    /// A simulated CPU in its reset state (LVT masked, everything disabled).
+    pub fn new(cpu: SimCpu) -> Self {
+        SimPmu {
+            cpu,
+            evtsel: [0; MAX_GP],
+            pmc: [0; MAX_GP],
+            fixed: [0; MAX_FIXED],
+            fixed_ctrl: 0,
+            global_ctrl: 0,
+            global_status: 0,
+            debugctl: 0,
+            pebs_enable: 0,
+            pebs_data_cfg: 0,
+            ld_lat: 0,
+            ds_area: 0,
+            lbr_select: 0,
+            lbr_ctl: 0,
+            lbr_depth: 0,
+            amd_ext_cfg: 0,
+            lbr: [LbrSlot::default(); MAX_LBR],
+            tos: 0,
+            cycles_since_branch: 0,
+            lvt: crate::pmu::LVT_MASKED,
+            tsc: 0,
+            pmi_pending: false,
+            stats: SimStats::default(),
+        }
+    }
+
+    /// The simulated CPU.
+    pub fn cpu(&self) -> SimCpu {
+        self.cpu
+    }
+
+    /// Current TSC (advanced by each step's cycles).
+    pub fn tsc(&self) -> u64 {
+        self.tsc
+    }
+
+    /// A PMI was delivered and not yet taken with [`SimPmu::take_pmi`].
+    pub fn pmi_pending(&self) -> bool {
+        self.pmi_pending
+    }
+
+    /// Take the pending PMI (the NMI handler is about to run).
+    pub fn take_pmi(&mut self) -> bool {
+        core::mem::replace(&mut self.pmi_pending, false)
+    }
+
+    /// The LVT performance-counter entry as last written (or masked by delivery).
+    pub fn lvt(&self) -> u32 {
+        self.lvt
+    }
+
+    fn intel(&self) -> Option<(u8, u8, u8, u8, u8)> {
+        match self.cpu {
+            SimCpu::Intel {
+                version,
+                gp,
+                fixed,
+                gp_width,
+                fixed_width,
+                ..
+            } => Some((version, gp, fixed, gp_width, fixed_width)),
+            _ => None,
+        }
+    }
+
+    fn version(&self) -> u8 {
+        self.intel().map_or(0, |i| i.0)
+    }
+
+    fn n_gp(&self) -> usize {
+        match self.cpu {
+            SimCpu::Intel { gp, .. } => usize::from(gp),
+            SimCpu::Amd { ext, v2, .. } => {
+                if ext || v2 {
+                    6
+                } else {
+                    4
+                }
+            }
+            SimCpu::NoPmu => 0,
+        }
+    }
+
+    fn gp_width(&self) -> u8 {
+        match self.cpu {
+            SimCpu::Intel { gp_width, .. } => gp_width,
+            SimCpu::Amd { .. } => 48,
+            SimCpu::NoPmu => 0,
+        }
+    }
+
+    fn n_fixed(&self) -> usize {
+        match self.cpu {
+            SimCpu::Intel { version, fixed, .. } if version >= 2 => usize::from(fixed),
+            _ => 0,
+        }
+    }
+
+    fn pebs_format(&self) -> Option<u8> {
+        match self.cpu {
+            SimCpu::Intel { pebs_format, .. } => pebs_format,
+            _ => None,
+        }
+    }
+
+    fn perf_capabilities(&self) -> u64 {
+        match self.cpu {
+            SimCpu::Intel {
+                pebs_format,
+                full_width,
+                lbr,
+                ..
+            } => {
+                let lbr_fmt = match lbr {
+                    SimLbr::Legacy { format, .. } => u64::from(format),
+                    SimLbr::Arch { .. } => 0x3F,
+                    SimLbr::None => 0,
+                };
+                let mut c = lbr_fmt;
+                if let Some(f) = pebs_format {
+                    c |= 1 << 6 | 1 << 7 | (u64::from(f) & 0xF) << 8;
+                    if f >= 4 {
+                        c |= 1 << 14;
+                    }
+                }
+                if full_width {
+                    c |= 1 << 13;
+                }
+                c
+            }
+            _ => 0,
+        }
+    }
+
+    fn frozen(&self) -> bool {
+        self.global_status & STATUS_CTR_FRZ != 0
+    }
+
+    fn gp_enabled(&self, i: usize, user: bool) -> bool {
+        let sel = self.evtsel[i];
+        if sel & EVTSEL_EN == 0 {
+            return false;
+        }
+        let mode_ok = if user {
+            sel & EVTSEL_USR != 0
+        } else {
+            sel & EVTSEL_OS != 0
+        };
+        let global_ok = match self.cpu {
+            SimCpu::Intel { version, .. } => version < 2 || self.global_ctrl & (1 << i) != 0,
+            SimCpu::Amd { v2, .. } => !v2 || self.global_ctrl & (1 << i) != 0,
+            SimCpu::NoPmu => false,
+        };
+        mode_ok && global_ok && !self.frozen()
+    }
+
+    fn fixed_enabled(&self, i: usize, user: bool) -> bool {
+        let f = (self.fixed_ctrl >> (4 * i)) & 0xF;
+        let mode_ok = if user { f & 2 != 0 } else { f & 1 != 0 };
+        mode_ok && self.global_ctrl & (1 << (32 + i)) != 0 && !self.frozen()
+    }
+
+    /// How many events a GP event-select counts in `s` (the events the
+    /// simulator knows; any other code counts nothing).
+    fn gp_increment(&self, sel: u64, s: &SimStep) -> u64 {
+        let event = (sel & 0xFF) | ((sel >> 24) & 0xF00);
+        let umask = (sel >> 8) & 0xFF;
+        let branch = u64::from(s.branch.is_some());
+        let mispred = u64::from(s.branch.is_some_and(|b| b.mispred));
+        let load = s.mem.filter(|m| !m.store);
+        let store = u64::from(s.mem.is_some_and(|m| m.store));
+        match self.cpu {
+            SimCpu::Amd { .. } => match event {
+                0x76 => s.cycles,
+                0xC0 => s.instructions,
+                0xC2 => branch,
+                0xC3 => mispred,
+                _ => 0,
+            },
+            _ => match (event, umask) {
+                (0x3C, 0x00) | (0x3C, 0x01) => s.cycles,
+                (0xC0, 0x00) => s.instructions,
+                (0xC4, 0x00) => branch,
+                (0xC5, 0x00) => mispred,
+                // LLC reference: a load not served by L1, LFB or L2.
+                (0x2E, 0x4F) => {
+                    u64::from(load.is_some_and(|m| (m.dse & 0xF) >= 4 || m.dse & 0xF == 0))
+                }
+                // LLC miss: a load served by DRAM, a remote cache or unknown L3 miss.
+                (0x2E, 0x41) => u64::from(load.is_some_and(|m| matches!(m.dse & 0xF, 0 | 8..=0xD))),
+                // Load latency: loads at or above the threshold.
+                (0xCD, 0x01) => {
+                    u64::from(load.is_some_and(|m| u64::from(m.latency) >= self.ld_lat.max(3)))
+                }
+                (0xD0, 0x82) => store,
+                _ => 0,
+            },
+        }
+    }
+
+    /// Run one step. Returns true when a PMI is pending afterwards.
+    pub fn advance(&mut self, mem: Option<&mut DsMemory<'_>>, s: &SimStep) -> bool {
+        self.tsc = self.tsc.wrapping_add(s.cycles);
+        self.cycles_since_branch += s.cycles;
+        let mut overflow_pmi = false;
+        let mut pebs_hits = 0u64; // PEBS_ENABLE-style bits of PEBS counters that overflowed
+        let gp_mask = width_mask(self.gp_width());
+        for i in 0..self.n_gp() {
+            if !self.gp_enabled(i, s.user) {
+                continue;
+            }
+            let inc = self.gp_increment(self.evtsel[i], s);
+            if inc == 0 {
+                continue;
+            }
+            let sum = self.pmc[i] + inc;
+            self.pmc[i] = sum & gp_mask;
+            if sum > gp_mask {
+                if self.pebs_enable & (1 << i) != 0 && self.pebs_format().is_some() {
+                    pebs_hits |= 1 << i;
+                } else {
+                    self.counter_overflow(
+                        1 << i,
+                        self.evtsel[i] & EVTSEL_INT != 0,
+                        &mut overflow_pmi,
+                    );
+                }
+            }
+        }
+        if let Some((_, _, _, _, fw)) = self.intel() {
+            let fmask = width_mask(fw);
+            for i in 0..self.n_fixed() {
+                if !self.fixed_enabled(i, s.user) {
+                    continue;
+                }
+                let inc = match i {
+                    0 => s.instructions,
+                    1 | 2 => s.cycles,
+                    _ => 4 * s.cycles,
+                };
+                let sum = self.fixed[i] + inc;
+                self.fixed[i] = sum & fmask;
+                if sum > fmask {
+                    let bit = 1u64 << (32 + i);
+                    let adaptive = self.pebs_format().is_some_and(|f| f >= 4);
+                    if adaptive && self.pebs_enable & bit != 0 {
+                        pebs_hits |= bit;
+                    } else {
+                        let int = (self.fixed_ctrl >> (4 * i + 3)) & 1 != 0;
+                        self.counter_overflow(bit, int, &mut overflow_pmi);
+                    }
+                }
+            }
+        }
+        if pebs_hits != 0 {
+            self.pebs_assist(mem, s, pebs_hits, &mut overflow_pmi);
+        }
+        if let Some(b) = s.branch {
+            self.record_branch(&b, s.user);
+        }
+        if overflow_pmi {
+            self.raise_pmi();
+        }
+        self.pmi_pending
+    }
+
+    fn counter_overflow(&mut self, bit: u64, interrupt: bool, pmi: &mut bool) {
+        match self.cpu {
+            SimCpu::Intel { version, .. } if version >= 2 => self.global_status |= bit,
+            SimCpu::Amd { v2: true, .. } => self.global_status |= bit,
+            _ => {}
+        }
+        if interrupt {
+            *pmi = true;
+        }
+    }
+
+    /// Request a PMI: apply freeze-on-PMI, then deliver through the LVT.
+    fn raise_pmi(&mut self) {
+        let v = self.version();
+        if self.debugctl & debugctl::FREEZE_PERFMON_ON_PMI != 0 && v >= 2 {
+            if v >= 4 {
+                self.global_status |= STATUS_CTR_FRZ;
+            } else {
+                self.global_ctrl = 0;
+            }
+        }
+        let arch_lbr = matches!(
+            self.cpu,
+            SimCpu::Intel {
+                lbr: SimLbr::Arch { .. },
+                ..
+            }
+        );
+        if self.debugctl & debugctl::FREEZE_LBRS_ON_PMI != 0 {
+            if v >= 4 || arch_lbr || matches!(self.cpu, SimCpu::Amd { .. }) {
+                self.global_status |= STATUS_LBR_FRZ;
+            } else {
+                self.debugctl &= !debugctl::LBR;
+            }
+        }
+        if self.lvt & crate::pmu::LVT_MASKED != 0 || self.lvt & 0x700 != crate::pmu::LVT_PMI_NMI {
+            self.stats.pmis_masked += 1;
+            return;
+        }
+        self.lvt |= crate::pmu::LVT_MASKED;
+        self.pmi_pending = true;
+        self.stats.pmis_delivered += 1;
+    }
+
+    fn reset_value(&self, area: &DsArea, bit: u64) -> u64 {
+        let idx = bit.trailing_zeros() as usize;
+        let slot = if idx >= 32 {
+            RESET_FIXED_BASE + idx - 32
+        } else {
+            idx
+        };
+        DsArea::get(&area.pebs_reset[slot])
+    }
+
+    /// Write one PEBS record for the counters in `hits` (SDM "PEBS Record
+    /// Format" tables; adaptive: "PEBS Data Configuration"), reload them from
+    /// the DS reset slots and raise the threshold interrupt.
+    fn pebs_assist(
+        &mut self,
+        mem: Option<&mut DsMemory<'_>>,
+        s: &SimStep,
+        hits: u64,
+        pmi: &mut bool,
+    ) {
+        let Some(format) = self.pebs_format() else {
+            return;
+        };
+        let Some(mem) = mem else {
+            self.stats.ds_faults += 1;
+            return;
+        };
+        if self.ds_area != mem.area_addr() {
+            self.stats.ds_faults += 1;
+            return;
+        }
+        let area = mem.area;
+        let base = DsArea::get(&area.pebs_base);
+        if base != mem.pebs_addr() {
+            self.stats.ds_faults += 1;
+            return;
+        }
+        let mut rec = [0u8; 2048];
+        let len = self.build_record(format, s, hits, &mut rec);
+        let index = DsArea::get(&area.pebs_index);
+        let max = DsArea::get(&area.pebs_max).min(base + mem.pebs.len() as u64);
+        if index < base || index + len as u64 > max {
+            self.stats.pebs_dropped += 1;
+        } else {
+            let off = (index - base) as usize;
+            mem.pebs[off..off + len].copy_from_slice(&rec[..len]);
+            area.pebs_index
+                .store(index + len as u64, core::sync::atomic::Ordering::Release);
+            self.stats.pebs_records += 1;
+        }
+        // Reload each counter that produced the record.
+        let mut h = hits;
+        while h != 0 {
+            let bit = h & h.wrapping_neg();
+            h &= h - 1;
+            let v = self.reset_value(area, bit);
+            let idx = bit.trailing_zeros() as usize;
+            if idx >= 32 {
+                let fw = self.intel().map_or(48, |i| i.4);
+                self.fixed[idx - 32] = v & width_mask(fw);
+            } else {
+                self.pmc[idx] = v & width_mask(self.gp_width());
+            }
+        }
+        let thr = DsArea::get(&area.pebs_threshold);
+        if DsArea::get(&area.pebs_index) >= thr {
+            self.global_status |= STATUS_OVF_BUF;
+            *pmi = true;
+        }
+    }
+
+    fn build_record(&self, format: u8, s: &SimStep, hits: u64, out: &mut [u8]) -> usize {
+        let mut n = 0usize;
+        let mut put = |v: u64, out: &mut [u8]| {
+            out[n..n + 8].copy_from_slice(&v.to_le_bytes());
+            n += 8;
+        };
+        let r = &s.regs;
+        let (dla, dse, lat) = match s.mem {
+            Some(m) => (m.addr, u64::from(m.dse), u64::from(m.latency)),
+            None => (0, 0, 0),
+        };
+        if format < 4 {
+            // FLAGS, IP (trap-like: the next instruction), AX, BX, CX, DX, SI, DI, BP, SP, R8-R15.
+            put(r.flags, out);
+            put(s.next_ip, out);
+            for g in r.gprs {
+                put(g, out);
+            }
+            if format >= 1 {
+                put(hits, out); // IA32_PERF_GLOBAL_STATUS: applicable counters
+                put(dla, out);
+                put(dse, out);
+                put(lat, out);
+            }
+            if format >= 2 {
+                put(s.ip, out); // eventing IP
+                put(0, out); // TSX tuning
+            }
+            if format >= 3 {
+                put(self.tsc, out);
+            }
+            return n;
+        }
+        let cfg = self.pebs_data_cfg;
+        let groups = cfg & 0xFF00_000F;
+        let lbr_n = if cfg & 8 != 0 {
+            ((cfg >> 24) & 0xFF) as usize + 1
+        } else {
+            0
+        };
+        let size = 32
+            + if cfg & 1 != 0 { 32 } else { 0 }
+            + if cfg & 2 != 0 { 144 } else { 0 }
+            + if cfg & 4 != 0 { 256 } else { 0 }
+            + 24 * lbr_n;
+        let retire_latency = s.cycles.min(0xFFFF);
+        put((size as u64) << 48 | retire_latency << 32 | groups, out);
+        put(s.ip, out);
+        put(hits, out);
+        put(self.tsc, out);
+        if cfg & 1 != 0 {
+            put(dla, out);
+            put(dse, out);
+            let split = matches!(
+                self.cpu,
+                SimCpu::Intel {
+                    split_latency: true,
+                    ..
+                }
+            );
+            put(
+                if split {
+                    (lat << 32) | (s.cycles & 0xFFFF)
+                } else {
+                    lat
+                },
+                out,
+            );
+            put(0, out);
+        }
+        if cfg & 2 != 0 {
+            // FLAGS, IP, AX, CX, DX, BX, SP, BP, SI, DI, R8-R15.
+            let g = &r.gprs;
+            for v in [
+                r.flags, s.next_ip, g[0], g[2], g[3], g[1], g[7], g[6], g[4], g[5],
+            ] {
+                put(v, out);
+            }
+            for v in &g[8..16] {
+                put(*v, out);
+            }
+        }
+        if cfg & 4 != 0 {
+            for _ in 0..32 {
+                put(0, out);
+            }
+        }
+        for i in 0..lbr_n {
+            let e = if i < MAX_LBR {
+                self.lbr_entry_newest(i)
+            } else {
+                LbrSlot::default()
+            };
+            put(e.from, out);
+            put(e.to, out);
+            put(e.info, out);
+        }
+        n
+    }
+
+    fn lbr_entry_newest(&self, i: usize) -> LbrSlot {
+        match self.cpu {
+            SimCpu::Intel {
+                lbr: SimLbr::Arch { .. },
+                ..
+            }
+            | SimCpu::Amd { .. } => self.lbr[i],
+            SimCpu::Intel {
+                lbr: SimLbr::Legacy { depth, .. },
+                ..
+            } => {
+                let d = u64::from(depth);
+                self.lbr[((self.tos + d - (i as u64 % d)) % d) as usize]
+            }
+            _ => LbrSlot::default(),
+        }
+    }
+
+    fn suppressed_legacy(sel: u64, kind: BranchKind, user: bool) -> bool {
+        let cpl_bit = if user { 1 } else { 0 };
+        let kind_bit = match kind {
+            BranchKind::Cond => 2,
+            BranchKind::Call => 3,
+            BranchKind::IndCall => 4,
+            BranchKind::Ret => 5,
+            BranchKind::IndJmp => 6,
+            BranchKind::Jmp => 7,
+            BranchKind::Far => 8,
+        };
+        sel & (1 << cpl_bit) != 0 || sel & (1 << kind_bit) != 0
+    }
+
+    fn record_branch(&mut self, b: &SimBranch, user: bool) {
+        let cycles = self.cycles_since_branch.min(0xFFFF);
+        let mut recorded = false;
+        match self.cpu {
+            SimCpu::Intel {
+                lbr: SimLbr::Legacy { format, depth, .. },
+                ..
+            } => {
+                if self.debugctl & debugctl::LBR == 0 || self.global_status & STATUS_LBR_FRZ != 0 {
+                    return;
+                }
+                let call_stack = self.lbr_select & (1 << 9) != 0;
+                if Self::suppressed_legacy(self.lbr_select & 0x1FF, b.kind, user) {
+                    return;
+                }
+                let d = u64::from(depth);
+                if call_stack && b.kind == BranchKind::Ret {
+                    self.lbr[self.tos as usize] = LbrSlot::default();
+                    self.tos = (self.tos + d - 1) % d;
+                    return;
+                }
+                if call_stack && !matches!(b.kind, BranchKind::Call | BranchKind::IndCall) {
+                    return;
+                }
+                self.tos = (self.tos + 1) % d;
+                let mis = u64::from(b.mispred);
+                let slot = match format {
+                    0 => LbrSlot {
+                        from: b.from & 0xFFFF_FFFF,
+                        to: b.to & 0xFFFF_FFFF,
+                        info: 0,
+                    },
+                    1 | 2 => LbrSlot {
+                        from: b.from,
+                        to: b.to,
+                        info: 0,
+                    },
+                    3 => LbrSlot {
+                        from: (b.from & !(1 << 63)) | mis << 63,
+                        to: b.to,
+                        info: 0,
+                    },
+                    4 => LbrSlot {
+                        from: (b.from & ((1 << 61) - 1)) | mis << 63,
+                        to: b.to,
+                        info: 0,
+                    },
+                    5 | 7 => LbrSlot {
+                        from: b.from,
+                        to: b.to,
+                        info: mis << 63 | cycles,
+                    },
+                    _ => LbrSlot {
+                        from: (b.from & ((1 << 48) - 1)) | mis << 63,
+                        to: (b.to & ((1 << 48) - 1)) | cycles << 48,
+                        info: 0,
+                    },
+                };
+                self.lbr[self.tos as usize] = slot;
+                recorded = true;
+            }
+            SimCpu::Intel {
+                lbr: SimLbr::Arch { .. },
+                ..
+            } => {
+                let ctl = self.lbr_ctl;
+                if ctl & 1 == 0 || self.global_status & STATUS_LBR_FRZ != 0 {
+                    return;
+                }
+                let mode_ok = if user { ctl & 4 != 0 } else { ctl & 2 != 0 };
+                let (en_bit, br_type) = match b.kind {
+                    BranchKind::Cond => (16, 0),
+                    BranchKind::Jmp => (17, 2),
+                    BranchKind::IndJmp => (18, 1),
+                    BranchKind::Call => (19, 4),
+                    BranchKind::IndCall => (20, 3),
+                    BranchKind::Ret => (21, 5),
+                    BranchKind::Far => (22, 6),
+                };
+                if !mode_ok || ctl & (1 << en_bit) == 0 {
+                    return;
+                }
+                let depth = (self.lbr_depth as usize).min(MAX_LBR);
+                if depth == 0 {
+                    return;
+                }
+                let call_stack = ctl & 8 != 0;
+                if call_stack && b.kind == BranchKind::Ret {
+                    self.lbr.copy_within(1..depth, 0);
+                    self.lbr[depth - 1] = LbrSlot::default();
+                    return;
+                }
+                if call_stack && !matches!(b.kind, BranchKind::Call | BranchKind::IndCall) {
+                    return;
+                }
+                self.lbr.copy_within(0..depth - 1, 1);
+                let info = u64::from(b.mispred) << 63 | 1 << 60 | (br_type as u64) << 56 | cycles;
+                self.lbr[0] = LbrSlot {
+                    from: b.from,
+                    to: b.to,
+                    info,
+                };
+                recorded = true;
+            }
+            SimCpu::Amd { lbr_depth, .. } if lbr_depth > 0 => {
+                if self.amd_ext_cfg & (1 << 6) == 0 || self.global_status & STATUS_LBR_FRZ != 0 {
+                    return;
+                }
+                if Self::suppressed_legacy(self.lbr_select & 0x1FF, b.kind, user) {
+                    return;
+                }
+                let depth = usize::from(lbr_depth).min(MAX_LBR);
+                self.lbr.copy_within(0..depth - 1, 1);
+                let ip_mask = (1u64 << 58) - 1;
+                self.lbr[0] = LbrSlot {
+                    from: (b.from & ip_mask) | u64::from(b.mispred) << 63,
+                    to: (b.to & ip_mask) | 1 << 63,
+                    info: 0,
+                };
+                recorded = true;
+            }
+            _ => {}
+        }
+        if recorded {
+            self.cycles_since_branch = 0;
+        }
+    }
+
+    fn gp_slot(&self, a: u32, base: u32, stride: u32) -> Option<usize> {
+        let off = a.checked_sub(base)?;
+        if off % stride != 0 {
+            return None;
+        }
+        let i = (off / stride) as usize;
+        (i < self.n_gp()).then_some(i)
+    }
+
+    fn lbr_msr(&self, a: u32) -> Option<(usize, u8)> {
+        match self.cpu {
+            SimCpu::Intel {
+                lbr:
+                    SimLbr::Legacy {
+                        depth,
+                        from,
+                        to,
+                        format,
+                    },
+                ..
+            } => {
+                let d = u32::from(depth);
+                if (from..from + d).contains(&a) {
+                    Some(((a - from) as usize, 0))
+                } else if (to..to + d).contains(&a) {
+                    Some(((a - to) as usize, 1))
+                } else if matches!(format, 5 | 7)
+                    && (addr::MSR_LBR_INFO_0..addr::MSR_LBR_INFO_0 + d).contains(&a)
+                {
+                    Some(((a - addr::MSR_LBR_INFO_0) as usize, 2))
+                } else {
+                    None
+                }
+            }
+            SimCpu::Intel {
+                lbr: SimLbr::Arch { depth },
+                ..
+            } => {
+                let d = u32::from(depth);
+                if (addr::IA32_LBR_0_FROM_IP..addr::IA32_LBR_0_FROM_IP + d).contains(&a) {
+                    Some(((a - addr::IA32_LBR_0_FROM_IP) as usize, 0))
+                } else if (addr::IA32_LBR_0_TO_IP..addr::IA32_LBR_0_TO_IP + d).contains(&a) {
+                    Some(((a - addr::IA32_LBR_0_TO_IP) as usize, 1))
+                } else if (addr::IA32_LBR_0_INFO..addr::IA32_LBR_0_INFO + d).contains(&a) {
+                    Some(((a - addr::IA32_LBR_0_INFO) as usize, 2))
+                } else {
+                    None
+                }
+            }
+            SimCpu::Amd { lbr_depth, .. } => {
+                let d = 2 * u32::from(lbr_depth);
+                let off = a.checked_sub(addr::AMD_SAMP_BR_FROM0)?;
+                (off < d).then_some(((off / 2) as usize, (off % 2) as u8))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Lvt for SimPmu {
+    fn write_lvt_pmi(&mut self, entry: u32) {
+        self.lvt = entry;
+    }
+}
+
+impl Msr for SimPmu {
+    fn read(&mut self, a: u32) -> u64 {
+        let gpw = width_mask(self.gp_width());
+        match self.cpu {
+            SimCpu::Amd { ext, v2, .. } => {
+                if let Some(i) = self
+                    .gp_slot(a, addr::AMD_K7_PERF_CTL0, 1)
+                    .filter(|&i| i < 4)
+                {
+                    return self.evtsel[i];
+                }
+                if let Some(i) = self
+                    .gp_slot(a, addr::AMD_K7_PERF_CTR0, 1)
+                    .filter(|&i| i < 4)
+                {
+                    return self.pmc[i];
+                }
+                if ext || v2 {
+                    if let Some(i) = self.gp_slot(a, addr::AMD_F15H_PERF_CTL0, 2) {
+                        return self.evtsel[i];
+                    }
+                    if let Some(i) = self.gp_slot(a, addr::AMD_F15H_PERF_CTR0, 2) {
+                        return self.pmc[i];
+                    }
+                }
+                if v2 {
+                    match a {
+                        addr::AMD_PERF_CNTR_GLOBAL_STATUS => return self.global_status,
+                        addr::AMD_PERF_CNTR_GLOBAL_CTL => return self.global_ctrl,
+                        _ => {}
+                    }
+                }
+                match a {
+                    addr::IA32_DEBUGCTL => return self.debugctl,
+                    addr::AMD_DBG_EXTN_CFG => return self.amd_ext_cfg,
+                    addr::AMD_LBR_SELECT => return self.lbr_select,
+                    _ => {}
+                }
+                if let Some((i, part)) = self.lbr_msr(a) {
+                    let e = self.lbr[i];
+                    return if part == 0 { e.from } else { e.to };
+                }
+                self.stats.bad_msr_reads += 1;
+                0
+            }
+            SimCpu::NoPmu => {
+                // Like QEMU TCG: reads of PMU MSRs return 0 without a fault.
+                0
+            }
+            SimCpu::Intel { version, .. } => {
+                if let Some(i) = self.gp_slot(a, addr::IA32_PERFEVTSEL0, 1) {
+                    return self.evtsel[i];
+                }
+                if let Some(i) = self.gp_slot(a, addr::IA32_PMC0, 1) {
+                    return self.pmc[i] & gpw;
+                }
+                if let Some(i) = self.gp_slot(a, addr::IA32_A_PMC0, 1) {
+                    return self.pmc[i] & gpw;
+                }
+                if (addr::IA32_FIXED_CTR0..addr::IA32_FIXED_CTR0 + self.n_fixed() as u32)
+                    .contains(&a)
+                {
+                    return self.fixed[(a - addr::IA32_FIXED_CTR0) as usize];
+                }
+                if let Some((i, part)) = self.lbr_msr(a) {
+                    let e = self.lbr[i];
+                    return [e.from, e.to, e.info][usize::from(part)];
+                }
+                let v2 = version >= 2;
+                match a {
+                    addr::IA32_PERF_CAPABILITIES => self.perf_capabilities(),
+                    addr::IA32_MISC_ENABLE => {
+                        if self.pebs_format().is_some() {
+                            0
+                        } else {
+                            1 << 12
+                        }
+                    }
+                    addr::IA32_DEBUGCTL => self.debugctl,
+                    addr::IA32_FIXED_CTR_CTRL if v2 => self.fixed_ctrl,
+                    addr::IA32_PERF_GLOBAL_STATUS if v2 => self.global_status,
+                    addr::IA32_PERF_GLOBAL_CTRL if v2 => self.global_ctrl,
+                    addr::IA32_PEBS_ENABLE => self.pebs_enable,
+                    addr::MSR_PEBS_DATA_CFG => self.pebs_data_cfg,
+                    addr::MSR_PEBS_LD_LAT_THRESHOLD => self.ld_lat,
+                    addr::IA32_DS_AREA => self.ds_area,
+                    addr::MSR_LBR_SELECT => self.lbr_select,
+                    addr::MSR_LASTBRANCH_TOS => self.tos,
+                    addr::IA32_LBR_CTL => self.lbr_ctl,
+                    addr::IA32_LBR_DEPTH => self.lbr_depth,
+                    _ => {
+                        self.stats.bad_msr_reads += 1;
+                        0
+                    }
+                }
+            }
+        }
+    }
+
+    fn write(&mut self, a: u32, v: u64) {
+        let gpw = width_mask(self.gp_width());
+        match self.cpu {
+            SimCpu::NoPmu => {}
+            SimCpu::Amd { ext, v2, .. } => {
+                if let Some(i) = self
+                    .gp_slot(a, addr::AMD_K7_PERF_CTL0, 1)
+                    .filter(|&i| i < 4)
+                {
+                    self.evtsel[i] = v;
+                } else if let Some(i) = self
+                    .gp_slot(a, addr::AMD_K7_PERF_CTR0, 1)
+                    .filter(|&i| i < 4)
+                {
+                    self.pmc[i] = v & gpw;
+                } else if let (true, Some(i)) =
+                    (ext || v2, self.gp_slot(a, addr::AMD_F15H_PERF_CTL0, 2))
+                {
+                    self.evtsel[i] = v;
+                } else if let (true, Some(i)) =
+                    (ext || v2, self.gp_slot(a, addr::AMD_F15H_PERF_CTR0, 2))
+                {
+                    self.pmc[i] = v & gpw;
+                } else if v2 && a == addr::AMD_PERF_CNTR_GLOBAL_CTL {
+                    self.global_ctrl = v;
+                } else if v2 && a == addr::AMD_PERF_CNTR_GLOBAL_STATUS_CLR {
+                    self.global_status &= !v;
+                } else if a == addr::IA32_DEBUGCTL {
+                    self.debugctl = v;
+                } else if a == addr::AMD_DBG_EXTN_CFG {
+                    self.amd_ext_cfg = v;
+                } else if a == addr::AMD_LBR_SELECT {
+                    self.lbr_select = v;
+                } else {
+                    self.stats.bad_msr_writes += 1;
+                }
+            }
+            SimCpu::Intel {
+                version,
+                full_width,
+                ..
+            } => {
+                let v2 = version >= 2;
+                if let Some(i) = self.gp_slot(a, addr::IA32_PERFEVTSEL0, 1) {
+                    self.evtsel[i] = v;
+                } else if let Some(i) = self.gp_slot(a, addr::IA32_PMC0, 1) {
+                    // SDM: a write to IA32_PMCx sets bits 31:0 and sign-extends bit 31.
+                    self.pmc[i] = ((v as u32 as i32) as i64 as u64) & gpw;
+                } else if let (true, Some(i)) = (full_width, self.gp_slot(a, addr::IA32_A_PMC0, 1))
+                {
+                    self.pmc[i] = v & gpw;
+                } else if (addr::IA32_FIXED_CTR0..addr::IA32_FIXED_CTR0 + self.n_fixed() as u32)
+                    .contains(&a)
+                {
+                    let fw = self.intel().map_or(48, |i| i.4);
+                    self.fixed[(a - addr::IA32_FIXED_CTR0) as usize] = v & width_mask(fw);
+                } else if v2 && a == addr::IA32_FIXED_CTR_CTRL {
+                    self.fixed_ctrl = v;
+                } else if v2 && a == addr::IA32_PERF_GLOBAL_CTRL {
+                    self.global_ctrl = v;
+                } else if v2 && a == addr::IA32_PERF_GLOBAL_OVF_CTRL {
+                    // v2/v3 OVF_CTRL and v4 STATUS_RESET both clear the bits written;
+                    // only v4+ knows the freeze bits.
+                    let clearable = if version >= 4 {
+                        u64::MAX
+                    } else {
+                        !(STATUS_CTR_FRZ | STATUS_LBR_FRZ)
+                    };
+                    self.global_status &= !(v & clearable);
+                } else if version >= 4 && a == addr::IA32_PERF_GLOBAL_STATUS_SET {
+                    self.global_status |= v;
+                } else if a == addr::IA32_DEBUGCTL {
+                    self.debugctl = v;
+                } else if a == addr::IA32_PEBS_ENABLE && self.pebs_format().is_some() {
+                    self.pebs_enable = v;
+                } else if a == addr::MSR_PEBS_DATA_CFG && self.pebs_format().is_some_and(|f| f >= 4)
+                {
+                    self.pebs_data_cfg = v;
+                } else if a == addr::MSR_PEBS_LD_LAT_THRESHOLD && self.pebs_format().is_some() {
+                    self.ld_lat = v & 0xFFFF;
+                } else if a == addr::IA32_DS_AREA {
+                    self.ds_area = v;
+                } else if a == addr::MSR_LBR_SELECT
+                    && matches!(
+                        self.cpu,
+                        SimCpu::Intel {
+                            lbr: SimLbr::Legacy { .. },
+                            ..
+                        }
+                    )
+                {
+                    self.lbr_select = v;
+                } else if a == addr::MSR_LASTBRANCH_TOS {
+                    self.tos = v;
+                } else if a == addr::IA32_LBR_CTL
+                    && matches!(
+                        self.cpu,
+                        SimCpu::Intel {
+                            lbr: SimLbr::Arch { .. },
+                            ..
+                        }
+                    )
+                {
+                    self.lbr_ctl = v;
+                } else if let (
+                    SimCpu::Intel {
+                        lbr: SimLbr::Arch { depth },
+                        ..
+                    },
+                    addr::IA32_LBR_DEPTH,
+                ) = (self.cpu, a)
+                {
+                    // Writing the depth resets the stack (SDM "IA32_LBR_DEPTH").
+                    if v == 0 || !v.is_multiple_of(8) || v > u64::from(depth) {
+                        self.stats.bad_msr_writes += 1;
+                    } else {
+                        self.lbr_depth = v;
+                        self.lbr = [LbrSlot::default(); MAX_LBR];
+                    }
+                } else if let Some((i, part)) = self.lbr_msr(a) {
+                    match part {
+                        0 => self.lbr[i].from = v,
+                        1 => self.lbr[i].to = v,
+                        _ => self.lbr[i].info = v,
+                    }
+                } else {
+                    self.stats.bad_msr_writes += 1;
+                }
+            }
+        }
+    }
+}
+
+impl Cpuid for SimPmu {
+    fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuIdResult {
+        const ZERO: CpuIdResult = regs(0, 0, 0, 0);
+        // "GenuineIntel" / "AuthenticAMD" in EBX, EDX, ECX.
+        let intel_vendor = |max: u32| regs(max, 0x756E_6547, 0x6C65_746E, 0x4965_6E69);
+        let amd_vendor = |max: u32| regs(max, 0x6874_7541, 0x444D_4163, 0x6974_6E65);
+        match self.cpu {
+            SimCpu::NoPmu => match leaf {
+                0 => amd_vendor(0xD),
+                // Family 15 model 107 (QEMU's qemu64), hypervisor bit set.
+                1 => regs(0x0006_0FB1, 0, 1 << 31, 0),
+                0x8000_0000 => regs(0x8000_000A, 0, 0, 0),
+                _ => ZERO,
+            },
+            SimCpu::Amd { ext, v2, lbr_depth } => match leaf {
+                0 => amd_vendor(0x10),
+                // Zen 4 (family 19h model 11h) under a hypervisor when it has
+                // the extended set; otherwise a bare-metal family 10h part,
+                // whose four legacy counters have no CPUID bit.
+                1 if ext || v2 => regs(0x00A1_0F10, 0, 1 << 31, 0),
+                1 => regs(0x0010_0F20, 0, 0, 0),
+                0x8000_0000 => regs(0x8000_0022, 0, 0, 0),
+                0x8000_0001 => regs(0, 0, if ext { 1 << 23 } else { 0 }, 0),
+                0x8000_0022 => {
+                    let eax = u32::from(v2) | if lbr_depth > 0 { 2 } else { 0 };
+                    let ebx = if v2 { 6 } else { 0 } | u32::from(lbr_depth) << 4;
+                    regs(eax, ebx, 0, 0)
+                }
+                _ => ZERO,
+            },
+            SimCpu::Intel {
+                model,
+                version,
+                gp,
+                fixed,
+                gp_width,
+                fixed_width,
+                pebs_format,
+                lbr,
+                ..
+            } => match leaf {
+                0 => intel_vendor(0x1C),
+                1 => {
+                    let eax = 6 << 8 | u32::from(model & 0xF) << 4 | u32::from(model >> 4) << 16;
+                    let pebs = pebs_format.is_some();
+                    let ecx = 1 << 15 | if pebs { 1 << 2 } else { 0 }; // PDCM, DTES64
+                    let edx = if pebs { 1 << 21 } else { 0 }; // DS
+                    regs(eax, 0, ecx, edx)
+                }
+                7 if subleaf == 0 => regs(
+                    0,
+                    0,
+                    0,
+                    if matches!(lbr, SimLbr::Arch { .. }) {
+                        1 << 19
+                    } else {
+                        0
+                    },
+                ),
+                0xA => {
+                    let eax = u32::from(version)
+                        | u32::from(gp) << 8
+                        | u32::from(gp_width) << 16
+                        | 7 << 24;
+                    let (ecx, edx) = if version >= 2 {
+                        let bitmap = if version >= 5 { (1u32 << fixed) - 1 } else { 0 };
+                        (bitmap, u32::from(fixed) | u32::from(fixed_width) << 5)
+                    } else {
+                        (0, 0)
+                    };
+                    regs(eax, 0, ecx, edx)
+                }
+                0x1C => match lbr {
+                    SimLbr::Arch { depth } => {
+                        let mask = (1u32 << (depth / 8)) - 1;
+                        regs(mask, 0b111, 0b111, 0)
+                    }
+                    _ => ZERO,
+                },
+                _ => ZERO,
+            },
+        }
+    }
+}

@@ -1,0 +1,1131 @@
+//! Host tests: the real PMU drivers run against the simulated PMU, and their
+//! raw records are decoded by `sampler::pebs` / `sampler::lbr`.
+
+use arch_x86::cpuid::{self, LbrKind, PmuInfo, Vendor};
+use arch_x86::msr::{Msr, addr};
+use arch_x86::pmu::amd::AmdPmu;
+use arch_x86::pmu::ds::{DsArea, DsMemory};
+use arch_x86::pmu::events::{self, Event, EventKind};
+use arch_x86::pmu::intel::{IntelOptions, IntelPmu};
+use arch_x86::pmu::lbr::{LbrConfig, LbrRawFormat, filter};
+use arch_x86::pmu::selftest::{self, Reason, Verdict};
+use arch_x86::pmu::sim::{BranchKind, SimBranch, SimCpu, SimLbr, SimMem, SimPmu, SimRegs, SimStep};
+use arch_x86::pmu::{Counter, EventConfig, PmiSummary, PmuError, SampleMode};
+use sampler::lbr::{self as slbr, LbrFormat, RawBranch as SRaw};
+use sampler::pebs::{self, DecodeConfig, MemKind, PebsFormat, perf_reg};
+
+fn detect(sim: &mut SimPmu) -> PmuInfo {
+    // The simulator is both the CPUID source and the MSR space.
+    let snapshot = SimCpuid(sim.cpu());
+    cpuid::detect(&snapshot, sim)
+}
+
+/// CPUID of a fresh simulator of the same CPU (CPUID does not depend on state).
+struct SimCpuid(SimCpu);
+impl cpuid::Cpuid for SimCpuid {
+    fn cpuid(&self, leaf: u32, sub: u32) -> cpuid::CpuIdResult {
+        cpuid::Cpuid::cpuid(&SimPmu::new(self.0), leaf, sub)
+    }
+}
+
+fn intel(version: u8, pebs_format: Option<u8>, lbr: SimLbr) -> SimCpu {
+    SimCpu::Intel {
+        model: 0x3C,
+        version,
+        gp: 4,
+        fixed: if version >= 2 { 3 } else { 0 },
+        gp_width: 48,
+        fixed_width: 48,
+        pebs_format,
+        full_width: version >= 2,
+        split_latency: false,
+        lbr,
+    }
+}
+
+fn ev(kind: EventKind, period: u64) -> EventConfig {
+    EventConfig {
+        event: Event::new(kind),
+        mode: SampleMode::Period(period),
+    }
+}
+
+fn precise(kind: EventKind, period: u64) -> EventConfig {
+    EventConfig {
+        event: Event {
+            precise: 2,
+            ..Event::new(kind)
+        },
+        mode: SampleMode::Period(period),
+    }
+}
+
+/// Step `i` of a deterministic workload: one instruction, two cycles, a
+/// branch every step (mispredicted every fifth), a load every step.
+fn step(i: u64) -> SimStep {
+    let ip = 0x40_1000 + 4 * (i % 64);
+    let mut gprs = [0u64; 16];
+    for (k, g) in gprs.iter_mut().enumerate() {
+        *g = i * 100 + k as u64;
+    }
+    SimStep {
+        ip,
+        next_ip: ip + 4,
+        user: true,
+        regs: SimRegs { flags: 0x202, gprs },
+        instructions: 1,
+        cycles: 2,
+        branch: Some(SimBranch {
+            from: ip,
+            to: 0x50_0000 + 16 * i,
+            mispred: i.is_multiple_of(5),
+            kind: if i.is_multiple_of(2) {
+                BranchKind::Cond
+            } else {
+                BranchKind::Jmp
+            },
+        }),
+        mem: Some(SimMem {
+            addr: 0x10_0000 + 8 * i,
+            latency: 20 + (i % 50) as u16,
+            dse: 0x3,
+            store: false,
+        }),
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    event: usize,
+    period: u64,
+    pebs: Option<Vec<u8>>,
+    pebs_format: u8,
+    lbr: Vec<SRaw>,
+    lbr_format: Option<LbrRawFormat>,
+}
+
+struct Rig {
+    sim: SimPmu,
+    area: Box<DsArea>,
+    buf: Vec<u8>,
+    seen: Vec<Seen>,
+    total: PmiSummary,
+    pmis: u64,
+}
+
+impl Rig {
+    fn new(cpu: SimCpu) -> Self {
+        Rig {
+            sim: SimPmu::new(cpu),
+            area: Box::new(DsArea::new()),
+            buf: vec![0u8; 16 * 1024],
+            seen: Vec::new(),
+            total: PmiSummary::default(),
+            pmis: 0,
+        }
+    }
+
+    fn info(&mut self) -> PmuInfo {
+        detect(&mut self.sim)
+    }
+
+    fn intel(&mut self, events: &[EventConfig], opts: IntelOptions) -> Result<IntelPmu, PmuError> {
+        let info = self.info();
+        let mut d = IntelPmu::new(&info)?;
+        let mut mem = DsMemory::new(&self.area, &mut self.buf);
+        d.configure(&mut self.sim, Some(&mut mem), events, &opts)?;
+        d.start(&mut self.sim);
+        Ok(d)
+    }
+
+    fn record(&mut self, ov: &arch_x86::pmu::Overflow<'_>) {
+        self.seen.push(Seen {
+            event: ov.event,
+            period: ov.period,
+            pebs: ov.pebs.map(<[u8]>::to_vec),
+            pebs_format: ov.pebs_format,
+            lbr: ov
+                .lbr
+                .iter()
+                .map(|r| SRaw {
+                    from: r.from,
+                    to: r.to,
+                    info: r.info,
+                })
+                .collect(),
+            lbr_format: Some(ov.lbr_format),
+        });
+    }
+
+    fn add(&mut self, s: PmiSummary) {
+        self.pmis += 1;
+        self.total.overflows += s.overflows;
+        self.total.pebs_records += s.pebs_records;
+        self.total.pebs_lost += s.pebs_lost;
+    }
+
+    /// Run steps `range` through the simulator, taking each PMI with the driver.
+    fn run_intel(&mut self, d: &mut IntelPmu, steps: impl Iterator<Item = SimStep>) {
+        for s in steps {
+            let mut mem = DsMemory::new(&self.area, &mut self.buf);
+            if self.sim.advance(Some(&mut mem), &s) {
+                self.sim.take_pmi();
+                let tsc = self.sim.tsc();
+                let mut got = Vec::new();
+                let sum = d.handle_pmi(&mut self.sim, Some(&mut mem), tsc, &mut |ov| {
+                    got.push(Seen {
+                        event: ov.event,
+                        period: ov.period,
+                        pebs: ov.pebs.map(<[u8]>::to_vec),
+                        pebs_format: ov.pebs_format,
+                        lbr: ov
+                            .lbr
+                            .iter()
+                            .map(|r| SRaw {
+                                from: r.from,
+                                to: r.to,
+                                info: r.info,
+                            })
+                            .collect(),
+                        lbr_format: Some(ov.lbr_format),
+                    })
+                });
+                self.seen.extend(got);
+                self.add(sum);
+            }
+        }
+    }
+
+    fn run_amd(&mut self, d: &mut AmdPmu, steps: impl Iterator<Item = SimStep>) {
+        for s in steps {
+            if self.sim.advance(None, &s) {
+                self.sim.take_pmi();
+                let tsc = self.sim.tsc();
+                let mut got = Vec::new();
+                let sum = d.handle_pmi(&mut self.sim, tsc, &mut |ov| got.push(ov.event));
+                let _ = &got;
+                for e in got {
+                    self.seen.push(Seen {
+                        event: e,
+                        ..Seen::default()
+                    });
+                }
+                self.add(sum);
+            }
+        }
+        let _ = Self::record;
+    }
+
+    fn count(&self, event: usize) -> usize {
+        self.seen.iter().filter(|s| s.event == event).count()
+    }
+}
+
+// ---------------------------------------------------------------- detection
+
+#[test]
+fn detection_on_a_cpu_without_pmu_reports_no_pmu() {
+    let mut sim = SimPmu::new(SimCpu::NoPmu);
+    let info = detect(&mut sim);
+    assert!(!info.has_pmu());
+    assert_eq!(info.lbr, LbrKind::None);
+    assert!(info.missing_reason().unwrap().contains("no PMU"));
+    assert!(matches!(IntelPmu::new(&info), Err(PmuError::NoPmu)));
+    assert!(matches!(AmdPmu::new(&info), Err(PmuError::NoPmu)));
+    assert!(matches!(
+        selftest::verdict(&info, 0, 1000, 0),
+        Verdict::Fallback(Reason::NotDetected(_))
+    ));
+}
+
+#[test]
+fn detection_intel_skylake_and_sapphire_rapids() {
+    let info = detect(&mut SimPmu::new(SimCpu::skylake()));
+    assert_eq!(
+        (info.vendor, info.family, info.model),
+        (Vendor::Intel, 6, 0x5E)
+    );
+    assert_eq!(
+        (
+            info.version,
+            info.gp_counters,
+            info.gp_width,
+            info.fixed_mask,
+            info.fixed_width
+        ),
+        (4, 4, 48, 0b111, 48)
+    );
+    assert_eq!((info.pebs_format, info.pebs_baseline), (Some(3), false));
+    assert_eq!(
+        info.lbr,
+        LbrKind::Legacy {
+            format: 5,
+            depth: 32,
+            from: 0x680,
+            to: 0x6C0,
+            info: 0xDC0
+        }
+    );
+    assert!(info.full_width_write());
+
+    let info = detect(&mut SimPmu::new(SimCpu::sapphire_rapids()));
+    assert_eq!(
+        (info.version, info.gp_counters, info.fixed_mask),
+        (5, 8, 0b1111)
+    );
+    assert_eq!((info.pebs_format, info.pebs_baseline), (Some(5), true));
+    assert!(matches!(
+        info.lbr,
+        LbrKind::Arch {
+            max_depth: 32,
+            depth_mask: 0xF,
+            call_stack: true,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn detection_amd_variants() {
+    let info = detect(&mut SimPmu::new(SimCpu::zen4()));
+    assert_eq!(
+        (info.vendor, info.gp_counters, info.amd_ext, info.amd_v2),
+        (Vendor::Amd, 6, true, true)
+    );
+    assert_eq!(
+        info.lbr,
+        LbrKind::AmdV2 {
+            depth: 16,
+            freeze: false
+        }
+    );
+    let info = detect(&mut SimPmu::new(SimCpu::Amd {
+        ext: true,
+        v2: false,
+        lbr_depth: 0,
+    }));
+    assert_eq!(
+        (info.gp_counters, info.amd_ext, info.amd_v2, info.version),
+        (6, true, false, 1)
+    );
+    let info = detect(&mut SimPmu::new(SimCpu::Amd {
+        ext: false,
+        v2: false,
+        lbr_depth: 0,
+    }));
+    assert_eq!(
+        (info.gp_counters, info.amd_ext, info.has_pmu()),
+        (4, false, true)
+    );
+}
+
+// ------------------------------------------------------- Intel: counting
+
+#[test]
+fn intel_overflows_at_the_programmed_period_with_rearm() {
+    let mut rig = Rig::new(SimCpu::skylake());
+    let events = [
+        ev(EventKind::Cycles, 1000),
+        ev(EventKind::Branches, 37),
+        ev(EventKind::Instructions, 250),
+    ];
+    let mut d = rig
+        .intel(
+            &events,
+            IntelOptions {
+                freeze_on_pmi: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(d.counter_of(0), Some(Counter::Fixed(1)));
+    assert_eq!(d.counter_of(1), Some(Counter::Gp(0)));
+    assert_eq!(d.counter_of(2), Some(Counter::Fixed(0)));
+    rig.run_intel(&mut d, (0..10_000).map(step));
+    // 10,000 steps: 20,000 cycles, 10,000 branches, 10,000 instructions.
+    assert_eq!(rig.count(0), 20);
+    assert_eq!(rig.count(1), 10_000 / 37);
+    assert_eq!(rig.count(2), 40);
+    assert_eq!(rig.sim.stats.pmis_masked, 0, "LVT was not re-armed");
+    assert_eq!(rig.sim.stats.bad_msr_writes, 0);
+    assert!(rig.seen.iter().all(|s| s.pebs.is_none()));
+}
+
+#[test]
+fn intel_v4_freeze_holds_counters_until_status_reset() {
+    let mut rig = Rig::new(SimCpu::skylake());
+    let mut d = rig
+        .intel(
+            &[ev(EventKind::Instructions, 10)],
+            IntelOptions {
+                freeze_on_pmi: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let mut i = 0;
+    while !rig.sim.advance(None, &step(i)) {
+        i += 1;
+    }
+    let status = rig.sim.read(addr::IA32_PERF_GLOBAL_STATUS);
+    assert_ne!(status & (1 << 59), 0, "CTR_FRZ set on PMI");
+    assert_ne!(status & (1 << 32), 0, "fixed counter 0 overflow bit");
+    let frozen = rig.sim.read(addr::IA32_FIXED_CTR0);
+    for k in 0..5 {
+        rig.sim.advance(None, &step(100 + k));
+    }
+    assert_eq!(
+        rig.sim.read(addr::IA32_FIXED_CTR0),
+        frozen,
+        "frozen counter moved"
+    );
+    assert_ne!(
+        rig.sim.lvt() & arch_x86::pmu::LVT_MASKED,
+        0,
+        "delivery masks the LVT"
+    );
+    rig.sim.take_pmi();
+    let s = d.handle_pmi(&mut rig.sim, None, 0, &mut |_| {});
+    assert_eq!(s.overflows, 1);
+    assert_eq!(
+        rig.sim.read(addr::IA32_PERF_GLOBAL_STATUS),
+        0,
+        "status and freeze bits cleared"
+    );
+    assert_eq!(rig.sim.lvt(), arch_x86::pmu::LVT_PMI_NMI, "LVT re-armed");
+    let before = rig.sim.read(addr::IA32_FIXED_CTR0);
+    rig.sim.advance(None, &step(200));
+    assert_eq!(
+        rig.sim.read(addr::IA32_FIXED_CTR0),
+        before + 1,
+        "counting resumed"
+    );
+}
+
+#[test]
+fn intel_v3_legacy_freeze_clears_global_ctrl_and_handler_restores_it() {
+    let mut rig = Rig::new(intel(3, None, SimLbr::None));
+    let mut d = rig
+        .intel(
+            &[ev(EventKind::Instructions, 10)],
+            IntelOptions {
+                freeze_on_pmi: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let mut i = 0;
+    while !rig.sim.advance(None, &step(i)) {
+        i += 1;
+    }
+    assert_eq!(
+        rig.sim.read(addr::IA32_PERF_GLOBAL_CTRL),
+        0,
+        "legacy freeze clears GLOBAL_CTRL"
+    );
+    rig.sim.take_pmi();
+    d.handle_pmi(&mut rig.sim, None, 0, &mut |_| {});
+    assert_eq!(rig.sim.read(addr::IA32_PERF_GLOBAL_CTRL), 1 << 32);
+    assert_eq!(rig.sim.read(addr::IA32_PERF_GLOBAL_STATUS), 0);
+    rig.run_intel(&mut d, (0..1000).map(step));
+    assert_eq!(rig.count(0), 100);
+}
+
+#[test]
+fn intel_v1_without_global_registers() {
+    let mut rig = Rig::new(intel(1, None, SimLbr::None));
+    let info = rig.info();
+    assert_eq!((info.version, info.fixed_mask), (1, 0));
+    // Instructions fall back to a GP counter; v1 writes PMCs 32 bits wide.
+    let mut d = rig
+        .intel(
+            &[ev(EventKind::Instructions, 100), ev(EventKind::Cycles, 300)],
+            IntelOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(d.counter_of(0), Some(Counter::Gp(0)));
+    rig.run_intel(&mut d, (0..3000).map(step));
+    assert_eq!(rig.count(0), 30);
+    assert_eq!(rig.count(1), 20);
+    assert_eq!(
+        rig.sim.stats.bad_msr_writes, 0,
+        "v1 has no global MSRs to write"
+    );
+    // Without full-width writes a period of 2^31 or more cannot be programmed.
+    let mut rig = Rig::new(intel(1, None, SimLbr::None));
+    assert!(matches!(
+        rig.intel(&[ev(EventKind::Branches, 1 << 31)], IntelOptions::default()),
+        Err(PmuError::BadPeriod { event: 0 })
+    ));
+}
+
+#[test]
+fn intel_counter_constraints() {
+    let mut rig = Rig::new(SimCpu::skylake());
+    let four = [
+        ev(EventKind::Branches, 10),
+        ev(EventKind::BranchMisses, 10),
+        ev(EventKind::CacheMisses, 10),
+        ev(EventKind::CacheReferences, 10),
+    ];
+    let mut five = four.to_vec();
+    five.push(ev(EventKind::Raw(0x01C2), 10));
+    assert!(rig.intel(&four, IntelOptions::default()).is_ok());
+    assert_eq!(
+        rig.intel(&five, IntelOptions::default()).unwrap_err(),
+        PmuError::NoCounter { event: 4 }
+    );
+    // Fixed-counter events still fit beside four GP events.
+    let mut seven = four.to_vec();
+    seven.extend([
+        ev(EventKind::Cycles, 10),
+        ev(EventKind::Instructions, 10),
+        ev(EventKind::RefCycles, 10),
+    ]);
+    assert!(rig.intel(&seven, IntelOptions::default()).is_ok());
+    // Format 0 (Core 2): PEBS on PMC0 only, so two precise events do not fit.
+    let mut rig = Rig::new(intel(2, Some(0), SimLbr::None));
+    let two = [
+        precise(EventKind::Instructions, 10),
+        precise(EventKind::Branches, 10),
+    ];
+    assert_eq!(
+        rig.intel(&two, IntelOptions::default()).unwrap_err(),
+        PmuError::NoCounter { event: 1 }
+    );
+    // No PEBS at all.
+    let mut rig = Rig::new(intel(4, None, SimLbr::None));
+    assert_eq!(
+        rig.intel(
+            &[precise(EventKind::Instructions, 10)],
+            IntelOptions::default()
+        )
+        .unwrap_err(),
+        PmuError::PebsUnavailable
+    );
+    assert_eq!(
+        rig.intel(&[ev(EventKind::Cycles, 0)], IntelOptions::default())
+            .unwrap_err(),
+        PmuError::BadPeriod { event: 0 }
+    );
+}
+
+#[test]
+fn frequency_mode_converges_on_the_target_rate() {
+    let mut rig = Rig::new(SimCpu::skylake());
+    // 2 cycles per step: TSC advances 2 per step. Target: 1 sample per 2,000 TSC.
+    let cfg = EventConfig {
+        event: Event::new(EventKind::Instructions),
+        mode: SampleMode::Frequency {
+            hz: 1000,
+            tsc_hz: 2_000_000,
+        },
+    };
+    let mut d = rig.intel(&[cfg], IntelOptions::default()).unwrap();
+    rig.run_intel(&mut d, (0..200_000).map(step));
+    let last = rig.seen.last().unwrap().period;
+    // 2,000 TSC ticks = 1,000 instructions.
+    assert!((900..=1100).contains(&last), "period {last}");
+    assert!(rig.seen.first().unwrap().period > 5_000);
+}
+
+// ---------------------------------------------------------------- PEBS
+
+fn decode_cfg(format: u8, mem: MemKind, split: bool) -> DecodeConfig {
+    DecodeConfig {
+        format: PebsFormat::from_number(format).unwrap(),
+        mem,
+        split_latency: split,
+    }
+}
+
+#[test]
+fn pebs_each_fixed_format_through_driver_and_decoder() {
+    for format in 0..=3u8 {
+        let mut rig = Rig::new(intel(4, Some(format), SimLbr::None));
+        let mut d = rig
+            .intel(
+                &[precise(EventKind::Instructions, 100)],
+                IntelOptions::default(),
+            )
+            .unwrap();
+        assert_eq!(d.pebs_format(), Some(format));
+        rig.run_intel(&mut d, (0..1000).map(step));
+        assert_eq!(rig.total.pebs_records, 10, "format {format}");
+        assert_eq!(rig.total.pebs_lost, 0);
+        assert_eq!(rig.sim.stats.pmis_masked, 0);
+        for (k, s) in rig.seen.iter().enumerate() {
+            let bytes = s.pebs.as_ref().unwrap();
+            assert_eq!(s.pebs_format, format);
+            assert_eq!(bytes.len(), [144, 176, 192, 200][format as usize]);
+            let r = pebs::decode(bytes, &decode_cfg(format, MemKind::None, false)).unwrap();
+            // The 100th instruction of each period retires at step 100k + 99.
+            let i = 100 * k as u64 + 99;
+            let expect = step(i);
+            let regs = r.regs.unwrap();
+            assert_eq!(regs[perf_reg::AX], expect.regs.gprs[0]);
+            assert_eq!(regs[perf_reg::BX], expect.regs.gprs[1]);
+            assert_eq!(regs[perf_reg::SP], expect.regs.gprs[7]);
+            assert_eq!(regs[perf_reg::R8 + 7], expect.regs.gprs[15]);
+            if format >= 2 {
+                assert_eq!((r.ip, r.precise), (expect.ip, true));
+            } else {
+                assert_eq!((r.ip, r.precise), (expect.next_ip, false));
+            }
+            assert_eq!(r.tsc.is_some(), format == 3);
+            if let Some(t) = r.tsc {
+                assert_eq!(t, 2 * (i + 1));
+            }
+        }
+    }
+}
+
+#[test]
+fn pebs_memory_fields_for_mem_loads() {
+    let mut rig = Rig::new(intel(4, Some(3), SimLbr::None));
+    let mut d = rig
+        .intel(&[precise(EventKind::MemLoads, 10)], IntelOptions::default())
+        .unwrap();
+    assert_eq!(rig.sim.read(addr::MSR_PEBS_LD_LAT_THRESHOLD), 3);
+    assert_ne!(
+        rig.sim.read(addr::IA32_PEBS_ENABLE) & (1 << 32),
+        0,
+        "LL_EN for PMC0"
+    );
+    rig.run_intel(&mut d, (0..100).map(step));
+    assert_eq!(rig.total.pebs_records, 10);
+    let r = pebs::decode(
+        rig.seen[0].pebs.as_ref().unwrap(),
+        &decode_cfg(3, MemKind::Load, false),
+    )
+    .unwrap();
+    let m = r.mem.unwrap();
+    assert_eq!((m.addr, m.weight), (0x10_0000 + 8 * 9, 29));
+    assert_eq!(m.data_src, pebs::data_src(MemKind::Load, 0x3));
+}
+
+#[test]
+fn pebs_large_buffer_with_auto_reload() {
+    let mut rig = Rig::new(intel(4, Some(3), SimLbr::None));
+    let mut d = rig
+        .intel(
+            &[precise(EventKind::Instructions, 10)],
+            IntelOptions {
+                large_pebs: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(d.large_pebs());
+    let capacity = rig.buf.len() / 200;
+    rig.run_intel(&mut d, (0..10 * capacity as u64 * 3).map(step));
+    // Many records per PMI: one PMI per (capacity - 1) records.
+    let pmis = 3 * capacity / (capacity - 1);
+    assert_eq!(rig.pmis as usize, pmis);
+    assert_eq!(rig.total.pebs_records as usize, pmis * (capacity - 1));
+    // The rest is drained when the recording stops.
+    let mut mem = DsMemory::new(&rig.area, &mut rig.buf);
+    let mut rest = Vec::new();
+    let s = d.flush_pebs(&mut mem, &mut |ov| rest.push(ov.pebs.unwrap().to_vec()));
+    assert_eq!(
+        s.pebs_records as usize,
+        3 * capacity - pmis * (capacity - 1)
+    );
+    rig.seen.extend(rest.into_iter().map(|b| Seen {
+        pebs: Some(b),
+        ..Seen::default()
+    }));
+    assert_eq!(rig.seen.len(), 3 * capacity);
+    assert_eq!(rig.sim.stats.pebs_dropped, 0);
+    let ips: Vec<u64> = rig
+        .seen
+        .iter()
+        .map(|s| {
+            pebs::decode(
+                s.pebs.as_ref().unwrap(),
+                &decode_cfg(3, MemKind::None, false),
+            )
+            .unwrap()
+            .ip
+        })
+        .collect();
+    for (k, ip) in ips.iter().enumerate() {
+        assert_eq!(*ip, step(10 * k as u64 + 9).ip, "record {k}");
+    }
+    // Frequency-mode PEBS events never use large PEBS.
+    let mut rig = Rig::new(intel(4, Some(3), SimLbr::None));
+    let f = EventConfig {
+        event: Event {
+            precise: 1,
+            ..Event::new(EventKind::Instructions)
+        },
+        mode: SampleMode::Frequency {
+            hz: 100,
+            tsc_hz: 1 << 20,
+        },
+    };
+    let d = rig
+        .intel(
+            &[f],
+            IntelOptions {
+                large_pebs: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(!d.large_pebs());
+}
+
+#[test]
+fn pebs_collisions_are_counted_as_lost() {
+    let mut rig = Rig::new(intel(4, Some(1), SimLbr::None));
+    // Both events overflow on the same step every 10 steps.
+    let mut d = rig
+        .intel(
+            &[
+                precise(EventKind::Instructions, 10),
+                precise(EventKind::Branches, 10),
+            ],
+            IntelOptions::default(),
+        )
+        .unwrap();
+    rig.run_intel(&mut d, (0..100).map(step));
+    assert_eq!(rig.total.pebs_records, 0);
+    assert_eq!(rig.total.pebs_lost, 20);
+}
+
+#[test]
+fn pebs_unknown_format_is_refused() {
+    let mut rig = Rig::new(intel(4, Some(9), SimLbr::None));
+    let e = rig
+        .intel(
+            &[precise(EventKind::Instructions, 10)],
+            IntelOptions::default(),
+        )
+        .unwrap_err();
+    assert_eq!(e, PmuError::PebsUnknownFormat(9));
+    assert!(e.to_string().contains("PEBS disabled"));
+    // Non-precise events still work.
+    assert!(
+        rig.intel(&[ev(EventKind::Instructions, 10)], IntelOptions::default())
+            .is_ok()
+    );
+}
+
+fn adaptive_run(lbr: bool, mem_event: bool) -> (Rig, IntelPmu) {
+    let mut rig = Rig::new(SimCpu::sapphire_rapids());
+    let kind = if mem_event {
+        EventKind::MemLoads
+    } else {
+        EventKind::Instructions
+    };
+    let opts = IntelOptions {
+        lbr: lbr.then(LbrConfig::default),
+        ..Default::default()
+    };
+    let mut d = rig.intel(&[precise(kind, 10)], opts).unwrap();
+    rig.run_intel(&mut d, (0..100).map(step));
+    (rig, d)
+}
+
+#[test]
+fn adaptive_pebs_group_combinations() {
+    for (lbr, mem) in [(false, false), (false, true), (true, false), (true, true)] {
+        let (rig, d) = adaptive_run(lbr, mem);
+        let cfg = d.pebs_data_cfg();
+        assert_eq!(cfg & 1 != 0, mem, "meminfo group");
+        assert_ne!(cfg & 2, 0, "GPR group always");
+        assert_eq!(cfg & 8 != 0, lbr, "LBR group");
+        assert_eq!(rig.total.pebs_records, 10, "lbr {lbr} mem {mem}");
+        let size = pebs::adaptive_record_size(cfg);
+        for (k, s) in rig.seen.iter().enumerate() {
+            let bytes = s.pebs.as_ref().unwrap();
+            assert_eq!(bytes.len(), size);
+            let dc = decode_cfg(5, if mem { MemKind::Load } else { MemKind::None }, true);
+            let r = pebs::decode(bytes, &dc).unwrap();
+            let i = 10 * k as u64 + 9;
+            assert_eq!(r.ip, step(i).ip);
+            assert_eq!(r.tsc, Some(2 * (i + 1)));
+            assert_eq!(r.applicable, 1);
+            let regs = r.regs.unwrap();
+            assert_eq!(
+                (regs[perf_reg::AX], regs[perf_reg::CX], regs[perf_reg::BX]),
+                (i * 100, i * 100 + 2, i * 100 + 1)
+            );
+            assert_eq!(r.mem.is_some(), mem);
+            if let Some(m) = r.mem {
+                assert_eq!(
+                    (m.addr, m.weight, m.ins_lat),
+                    (0x10_0000 + 8 * i, 20 + i % 50, 2)
+                );
+            }
+            if lbr {
+                assert_eq!(r.lbr_len(), 32);
+                let newest = slbr::decode(LbrFormat::Arch, &r.lbr().next().unwrap()).unwrap();
+                // The branch of step i is recorded after the PEBS record of step i.
+                assert_eq!(
+                    (newest.from, newest.to),
+                    (step(i - 1).ip, 0x50_0000 + 16 * (i - 1))
+                );
+                assert_eq!(s.lbr_format, Some(LbrRawFormat::Arch));
+            }
+        }
+    }
+}
+
+#[test]
+fn adaptive_size_mismatch_is_skipped_and_counted() {
+    let mut rig = Rig::new(SimCpu::sapphire_rapids());
+    let mut d = rig
+        .intel(
+            &[precise(EventKind::Instructions, 10)],
+            IntelOptions::default(),
+        )
+        .unwrap();
+    // Change the groups behind the driver's back: records no longer match.
+    rig.sim.write(addr::MSR_PEBS_DATA_CFG, 0x3);
+    rig.run_intel(&mut d, (0..30).map(step));
+    assert_eq!(rig.total.pebs_records, 0);
+    assert_eq!(rig.total.pebs_lost, 3);
+}
+
+// ---------------------------------------------------------------- LBR
+
+fn lbr_cpu(format: u8) -> SimCpu {
+    SimCpu::Intel {
+        model: 0x5E,
+        version: 4,
+        gp: 4,
+        fixed: 3,
+        gp_width: 48,
+        fixed_width: 48,
+        pebs_format: None,
+        full_width: true,
+        split_latency: false,
+        lbr: SimLbr::Legacy {
+            format,
+            depth: 32,
+            from: 0x680,
+            to: 0x6C0,
+        },
+    }
+}
+
+#[test]
+fn legacy_lbr_formats_tos_walk_newest_first() {
+    for format in [3u8, 4, 5, 6] {
+        let mut rig = Rig::new(lbr_cpu(format));
+        let mut d = rig
+            .intel(
+                &[ev(EventKind::Instructions, 50)],
+                IntelOptions {
+                    lbr: Some(LbrConfig::default()),
+                    freeze_on_pmi: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        rig.run_intel(&mut d, (0..100).map(step));
+        assert_eq!(rig.seen.len(), 2);
+        let s = &rig.seen[1];
+        assert_eq!(s.lbr_format, Some(LbrRawFormat::Legacy(format)));
+        assert_eq!(s.lbr.len(), 32, "format {format}");
+        let mut out = [slbr::BranchEntry::default(); 32];
+        let n = slbr::decode_stack(LbrFormat::Legacy(format), &s.lbr, &mut out);
+        assert_eq!(n, 32);
+        // Newest first: the PMI came at step 99, whose branch was recorded too.
+        for (k, e) in out.iter().enumerate() {
+            let i = 99 - k as u64;
+            assert_eq!(
+                (e.from, e.to),
+                (step(i).ip, 0x50_0000 + 16 * i),
+                "format {format} entry {k}"
+            );
+            assert_eq!(e.mispred, i.is_multiple_of(5));
+        }
+        if matches!(format, 5 | 6) {
+            assert_eq!(out[0].cycles, 2);
+        }
+        assert_eq!(
+            rig.sim.read(addr::IA32_PERF_GLOBAL_STATUS),
+            0,
+            "LBR_FRZ cleared"
+        );
+    }
+}
+
+#[test]
+fn legacy_lbr_filter_and_v3_thaw() {
+    let mut cpu = lbr_cpu(5);
+    if let SimCpu::Intel { version, .. } = &mut cpu {
+        *version = 3;
+    }
+    let mut rig = Rig::new(cpu);
+    let cond_only = LbrConfig {
+        filter: filter::USER | filter::COND,
+        call_stack: false,
+    };
+    let mut d = rig
+        .intel(
+            &[ev(EventKind::Instructions, 50)],
+            IntelOptions {
+                lbr: Some(cond_only),
+                freeze_on_pmi: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    rig.run_intel(&mut d, (0..150).map(step));
+    assert_eq!(rig.seen.len(), 3);
+    let s = &rig.seen[2];
+    // Only even steps take conditional branches.
+    assert!(s.lbr.iter().all(|r| (r.to - 0x50_0000) / 16 % 2 == 0));
+    assert_eq!(
+        slbr::decode(LbrFormat::Legacy(5), &s.lbr[0]).unwrap().from,
+        step(148).ip
+    );
+    // The v3 freeze cleared DEBUGCTL.LBR; the handler set it again.
+    assert_ne!(rig.sim.read(addr::IA32_DEBUGCTL) & 1, 0);
+}
+
+#[test]
+fn arch_lbr_entry_zero_newest_and_call_stack_mode() {
+    let mut rig = Rig::new(SimCpu::sapphire_rapids());
+    let cs = LbrConfig {
+        filter: filter::ALL,
+        call_stack: true,
+    };
+    let mut d = rig
+        .intel(
+            &[ev(EventKind::Instructions, 8)],
+            IntelOptions {
+                lbr: Some(cs),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(rig.sim.read(addr::IA32_LBR_DEPTH), 32);
+    // Calls A -> B -> C, return from C, call D: the stack is [D, B, A].
+    let calls = [
+        (0x1000, 0x2000, BranchKind::Call),
+        (0x2010, 0x3000, BranchKind::Call),
+        (0x3010, 0x2014, BranchKind::Ret),
+        (0x2020, 0x4000, BranchKind::IndCall),
+    ];
+    let mut steps: Vec<SimStep> = calls
+        .iter()
+        .map(|&(from, to, kind)| SimStep {
+            branch: Some(SimBranch {
+                from,
+                to,
+                mispred: false,
+                kind,
+            }),
+            ..SimStep::plain(from, 1)
+        })
+        .collect();
+    steps.extend((0..4).map(|i| SimStep::plain(0x4000 + 4 * i, 1)));
+    rig.run_intel(&mut d, steps.into_iter());
+    assert_eq!(rig.seen.len(), 1);
+    let mut out = [slbr::BranchEntry::default(); 32];
+    let n = slbr::decode_stack(LbrFormat::Arch, &rig.seen[0].lbr, &mut out);
+    let froms: Vec<u64> = out[..n].iter().map(|e| e.from).collect();
+    assert_eq!(froms, [0x2020, 0x1000]);
+    assert_eq!(out[0].kind, slbr::branch_type::IND_CALL);
+    let mut cc = [0u64; 8];
+    let m = slbr::callchain_from_call_stack(0x400C, &out[..n], &mut cc);
+    assert_eq!(&cc[..m], &[0x400C, 0x2020, 0x1000]);
+}
+
+// ---------------------------------------------------------------- AMD
+
+#[test]
+fn amd_legacy_four_counters() {
+    let mut rig = Rig::new(SimCpu::Amd {
+        ext: false,
+        v2: false,
+        lbr_depth: 0,
+    });
+    let info = rig.info();
+    let mut d = AmdPmu::new(&info).unwrap();
+    assert_eq!(d.msrs(2), (0xC001_0002, 0xC001_0006));
+    let evs = [
+        ev(EventKind::Cycles, 100),
+        ev(EventKind::Instructions, 100),
+        ev(EventKind::Branches, 7),
+        ev(EventKind::BranchMisses, 3),
+    ];
+    d.configure(&mut rig.sim, &evs, None).unwrap();
+    d.start(&mut rig.sim);
+    rig.run_amd(&mut d, (0..1000).map(step));
+    assert_eq!(
+        (rig.count(0), rig.count(1), rig.count(2), rig.count(3)),
+        (20, 10, 142, 66)
+    );
+    assert_eq!(rig.sim.stats.pmis_masked, 0);
+    let mut five = evs.to_vec();
+    five.push(ev(EventKind::Cycles, 10));
+    assert_eq!(
+        d.configure(&mut rig.sim, &five, None).unwrap_err(),
+        PmuError::NoCounter { event: 4 }
+    );
+    assert_eq!(
+        d.configure(&mut rig.sim, &[ev(EventKind::RefCycles, 10)], None)
+            .unwrap_err(),
+        PmuError::EventUnavailable { event: 0 }
+    );
+}
+
+#[test]
+fn amd_extended_six_counters_and_perfmon_v2() {
+    for v2 in [false, true] {
+        let mut rig = Rig::new(SimCpu::Amd {
+            ext: true,
+            v2,
+            lbr_depth: 0,
+        });
+        let info = rig.info();
+        let mut d = AmdPmu::new(&info).unwrap();
+        assert_eq!(d.msrs(5), (0xC001_020A, 0xC001_020B));
+        let evs: Vec<EventConfig> = (1..=6)
+            .map(|p| ev(EventKind::Instructions, 10 * p))
+            .collect();
+        d.configure(&mut rig.sim, &evs, None).unwrap();
+        d.start(&mut rig.sim);
+        if v2 {
+            assert_eq!(rig.sim.read(addr::AMD_PERF_CNTR_GLOBAL_CTL), 0x3F);
+        }
+        rig.run_amd(&mut d, (0..600).map(step));
+        for (k, p) in (1..=6).enumerate() {
+            assert_eq!(rig.count(k), 600 / (10 * p as usize), "v2 {v2} counter {k}");
+        }
+        if v2 {
+            assert_eq!(rig.sim.read(addr::AMD_PERF_CNTR_GLOBAL_STATUS), 0);
+        }
+        assert_eq!(rig.sim.stats.bad_msr_writes, 0);
+    }
+}
+
+#[test]
+fn amd_lbr_ext_v2() {
+    let mut rig = Rig::new(SimCpu::zen4());
+    let info = rig.info();
+    let mut d = AmdPmu::new(&info).unwrap();
+    d.configure(
+        &mut rig.sim,
+        &[ev(EventKind::Instructions, 40)],
+        Some(LbrConfig::default()),
+    )
+    .unwrap();
+    d.start(&mut rig.sim);
+    let mut lbrs = Vec::new();
+    for i in 0..40 {
+        if rig.sim.advance(None, &step(i)) {
+            rig.sim.take_pmi();
+            d.handle_pmi(&mut rig.sim, 0, &mut |ov| {
+                assert_eq!(ov.lbr_format, LbrRawFormat::AmdV2);
+                lbrs = ov
+                    .lbr
+                    .iter()
+                    .map(|r| SRaw {
+                        from: r.from,
+                        to: r.to,
+                        info: r.info,
+                    })
+                    .collect();
+            });
+        }
+    }
+    assert_eq!(lbrs.len(), 16);
+    let mut out = [slbr::BranchEntry::default(); 16];
+    let n = slbr::decode_stack(LbrFormat::AmdV2 { va_bits: 48 }, &lbrs, &mut out);
+    assert_eq!(n, 16);
+    for (k, e) in out.iter().enumerate() {
+        let i = 39 - k as u64;
+        assert_eq!(
+            (e.from, e.to, e.mispred),
+            (step(i).ip, 0x50_0000 + 16 * i, i.is_multiple_of(5))
+        );
+    }
+    // Recording resumed after the read.
+    assert_ne!(rig.sim.read(addr::AMD_DBG_EXTN_CFG) & (1 << 6), 0);
+}
+
+// ---------------------------------------------------------------- self-test
+
+#[test]
+fn selftest_verdicts_against_the_simulator() {
+    // A working PMU: count instructions, then sample them at a period.
+    let mut rig = Rig::new(SimCpu::skylake());
+    let info = rig.info();
+    let mut d = rig
+        .intel(&[ev(EventKind::Instructions, 500)], IntelOptions::default())
+        .unwrap();
+    let before = d.read_counter(&mut rig.sim, Counter::Fixed(0));
+    rig.run_intel(&mut d, (0..10_250).map(step));
+    let nmis = rig.pmis;
+    let counted = 10_250;
+    assert!(d.read_counter(&mut rig.sim, Counter::Fixed(0)) != before);
+    assert_eq!(
+        selftest::verdict(&info, counted, 500, nmis),
+        Verdict::Usable
+    );
+    // Counters that never move (what an emulator without a PMU shows).
+    match selftest::verdict(&info, 0, 500, 0) {
+        Verdict::Fallback(r @ Reason::CountersDead { .. }) => {
+            assert!(r.to_string().contains("NMI clock"))
+        }
+        v => panic!("{v:?}"),
+    }
+    // Overflow interrupts that never come.
+    assert!(matches!(
+        selftest::verdict(&info, counted, 500, 0),
+        Verdict::Fallback(Reason::OverflowOff {
+            expected: 20,
+            observed: 0
+        })
+    ));
+    assert!(matches!(
+        selftest::verdict(&info, counted, 500, 40),
+        Verdict::Fallback(Reason::OverflowOff { .. })
+    ));
+}
+
+#[test]
+fn event_table_round_trip() {
+    let e = events::parse("branch-misses:u").unwrap();
+    let mut rig = Rig::new(SimCpu::skylake());
+    let mut d = rig
+        .intel(
+            &[EventConfig {
+                event: e,
+                mode: SampleMode::Period(5),
+            }],
+            IntelOptions::default(),
+        )
+        .unwrap();
+    let sel = rig.sim.read(addr::IA32_PERFEVTSEL0);
+    assert_eq!(sel & 0xFFFF, 0x00C5);
+    assert_eq!(sel & (3 << 16), 1 << 16, "user only");
+    rig.run_intel(&mut d, (0..100).map(step));
+    assert_eq!(rig.count(0), 4); // 20 mispredicts
+    // Kernel-mode steps are not counted by a :u event.
+    let mut rig = Rig::new(SimCpu::skylake());
+    let mut d = rig
+        .intel(
+            &[EventConfig {
+                event: e,
+                mode: SampleMode::Period(5),
+            }],
+            IntelOptions::default(),
+        )
+        .unwrap();
+    rig.run_intel(
+        &mut d,
+        (0..100).map(|i| SimStep {
+            user: false,
+            ..step(i)
+        }),
+    );
+    assert_eq!(rig.count(0), 0);
+}

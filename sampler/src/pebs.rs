@@ -1,0 +1,959 @@
+//! Decoding of Intel PEBS records (fixed formats 0-3 and adaptive format 4+)
+//! into sample fields: IP, GPRs in perf order, TSC and memory fields, plus the
+//! pre-Haswell IP fixup from LBR entry 0 and an instruction-length decoder.
+//!
+//! Layouts: Intel SDM vol. 3 "Processor Event Based Sampling" (the per-
+//! microarchitecture PEBS record tables and "Adaptive PEBS").
+
+use crate::lbr::RawBranch;
+
+/// perf register indices on x86 (`enum perf_event_x86_regs`).
+pub mod perf_reg {
+    /// RAX.
+    pub const AX: usize = 0;
+    /// RBX.
+    pub const BX: usize = 1;
+    /// RCX.
+    pub const CX: usize = 2;
+    /// RDX.
+    pub const DX: usize = 3;
+    /// RSI.
+    pub const SI: usize = 4;
+    /// RDI.
+    pub const DI: usize = 5;
+    /// RBP.
+    pub const BP: usize = 6;
+    /// RSP.
+    pub const SP: usize = 7;
+    /// RIP.
+    pub const IP: usize = 8;
+    /// RFLAGS.
+    pub const FLAGS: usize = 9;
+    /// R8 (R9..R15 follow).
+    pub const R8: usize = 16;
+    /// Number of perf register slots on x86-64 without XMM.
+    pub const COUNT: usize = 24;
+}
+
+/// The perf register mask a PEBS record can fill: AX..FLAGS and R8..R15
+/// (no segment registers).
+pub const PEBS_REGS_MASK: u64 = 0x00FF_03FF;
+
+/// perf register index of each GPR in the fixed-format record order
+/// (FLAGS, IP, AX, BX, CX, DX, SI, DI, BP, SP, R8..R15).
+pub const FIXED_GPR_ORDER: [usize; 18] = [
+    perf_reg::FLAGS,
+    perf_reg::IP,
+    perf_reg::AX,
+    perf_reg::BX,
+    perf_reg::CX,
+    perf_reg::DX,
+    perf_reg::SI,
+    perf_reg::DI,
+    perf_reg::BP,
+    perf_reg::SP,
+    16,
+    17,
+    18,
+    19,
+    20,
+    21,
+    22,
+    23,
+];
+
+/// perf register index of each GPR in the adaptive GPR group order
+/// (FLAGS, IP, AX, CX, DX, BX, SP, BP, SI, DI, R8..R15).
+pub const ADAPTIVE_GPR_ORDER: [usize; 18] = [
+    perf_reg::FLAGS,
+    perf_reg::IP,
+    perf_reg::AX,
+    perf_reg::CX,
+    perf_reg::DX,
+    perf_reg::BX,
+    perf_reg::SP,
+    perf_reg::BP,
+    perf_reg::SI,
+    perf_reg::DI,
+    16,
+    17,
+    18,
+    19,
+    20,
+    21,
+    22,
+    23,
+];
+
+/// Format 0 ("core", Core 2 / Atom): 144 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RecordCore {
+    /// RFLAGS, RIP, then RAX, RBX, RCX, RDX, RSI, RDI, RBP, RSP, R8..R15.
+    pub gprs: [u64; 18],
+}
+
+/// Format 1 ("nhm", Nehalem .. Ivy Bridge): 176 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RecordNhm {
+    /// As format 0.
+    pub core: RecordCore,
+    /// IA32_PERF_GLOBAL_STATUS at the time of the record (applicable counters).
+    pub status: u64,
+    /// Data linear address.
+    pub dla: u64,
+    /// Data source encoding.
+    pub dse: u64,
+    /// Load latency in cycles.
+    pub lat: u64,
+}
+
+/// Format 2 ("hsw", Haswell, Broadwell): 192 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RecordHsw {
+    /// As format 1.
+    pub nhm: RecordNhm,
+    /// Eventing IP of the instruction that caused the event.
+    pub real_ip: u64,
+    /// TSX abort information.
+    pub tsx_tuning: u64,
+}
+
+/// Format 3 ("skl", Skylake .. Cascade Lake): 200 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RecordSkl {
+    /// As format 2.
+    pub hsw: RecordHsw,
+    /// TSC when the record was written.
+    pub tsc: u64,
+}
+
+/// Adaptive PEBS basic group (always present): 32 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct AdaptiveBasic {
+    /// [31:0] groups present (PEBS_DATA_CFG layout), [47:32] retire latency,
+    /// [63:48] record size in bytes.
+    pub format_size: u64,
+    /// Eventing IP.
+    pub ip: u64,
+    /// Applicable counters (bit per counter, fixed at 32+).
+    pub applicable_counters: u64,
+    /// TSC.
+    pub tsc: u64,
+}
+
+/// Adaptive PEBS memory-info group: 32 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct AdaptiveMemInfo {
+    /// Data linear address.
+    pub address: u64,
+    /// Data source (same encoding as the fixed formats' DSE).
+    pub aux: u64,
+    /// Load latency; from Alder Lake on [15:0] instruction latency and
+    /// [47:32] cache latency.
+    pub latency: u64,
+    /// TSX tuning.
+    pub tsx_tuning: u64,
+}
+
+/// Adaptive PEBS GPR group: 144 bytes (order in [`ADAPTIVE_GPR_ORDER`]).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct AdaptiveGprs {
+    /// FLAGS, IP, AX, CX, DX, BX, SP, BP, SI, DI, R8..R15.
+    pub gprs: [u64; 18],
+}
+
+/// Adaptive PEBS XMM group: 256 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct AdaptiveXmm {
+    /// XMM0..XMM15, two u64 each.
+    pub xmm: [u64; 32],
+}
+
+/// Adaptive PEBS LBR entry: 24 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct AdaptiveLbrEntry {
+    /// FROM.
+    pub from: u64,
+    /// TO.
+    pub to: u64,
+    /// INFO (arch-LBR INFO layout).
+    pub info: u64,
+}
+
+/// PEBS_DATA_CFG / basic-group format bits.
+pub mod data_cfg {
+    /// Memory-info group.
+    pub const MEMINFO: u64 = 1 << 0;
+    /// GPR group.
+    pub const GPRS: u64 = 1 << 1;
+    /// XMM group.
+    pub const XMMS: u64 = 1 << 2;
+    /// LBR group; the number of entries minus one is in bits 31:24.
+    pub const LBRS: u64 = 1 << 3;
+    /// Shift of the LBR entry count field.
+    pub const LBR_SHIFT: u32 = 24;
+}
+
+/// A PEBS record format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PebsFormat {
+    /// Format 0, 144 bytes.
+    Core,
+    /// Format 1, 176 bytes.
+    Nhm,
+    /// Format 2, 192 bytes.
+    Hsw,
+    /// Format 3, 200 bytes.
+    Skl,
+    /// Format 4 and later (the number is kept).
+    Adaptive(u8),
+}
+
+/// Why a record could not be decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PebsError {
+    /// The format number is not one this decoder knows: PEBS must be disabled.
+    UnknownFormat(u8),
+    /// The record is shorter than its format requires.
+    Truncated {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes available.
+        have: usize,
+    },
+    /// An adaptive record whose size field does not match its group bits.
+    SizeMismatch {
+        /// Size computed from the group bits.
+        expected: usize,
+        /// Size in the record.
+        found: usize,
+    },
+}
+
+impl core::fmt::Display for PebsError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PebsError::UnknownFormat(n) => {
+                write!(f, "unknown PEBS record format {n}; PEBS disabled")
+            }
+            PebsError::Truncated { need, have } => {
+                write!(f, "PEBS record truncated: need {need} bytes, have {have}")
+            }
+            PebsError::SizeMismatch { expected, found } => {
+                write!(
+                    f,
+                    "adaptive PEBS record size {found} does not match its groups ({expected})"
+                )
+            }
+        }
+    }
+}
+
+/// The last adaptive format this decoder was written against.
+pub const MAX_KNOWN_ADAPTIVE_FORMAT: u8 = 6;
+
+impl PebsFormat {
+    /// Format from IA32_PERF_CAPABILITIES[11:8].
+    pub fn from_number(n: u8) -> Result<Self, PebsError> {
+        Ok(match n {
+            0 => PebsFormat::Core,
+            1 => PebsFormat::Nhm,
+            2 => PebsFormat::Hsw,
+            3 => PebsFormat::Skl,
+            4..=MAX_KNOWN_ADAPTIVE_FORMAT => PebsFormat::Adaptive(n),
+            _ => return Err(PebsError::UnknownFormat(n)),
+        })
+    }
+
+    /// Size of a record in a fixed format; `None` for adaptive formats.
+    pub fn fixed_size(self) -> Option<usize> {
+        match self {
+            PebsFormat::Core => Some(size_of::<RecordCore>()),
+            PebsFormat::Nhm => Some(size_of::<RecordNhm>()),
+            PebsFormat::Hsw => Some(size_of::<RecordHsw>()),
+            PebsFormat::Skl => Some(size_of::<RecordSkl>()),
+            PebsFormat::Adaptive(_) => None,
+        }
+    }
+}
+
+/// Size of an adaptive record with the groups selected by `cfg` (PEBS_DATA_CFG
+/// or the basic group's low 32 bits).
+pub fn adaptive_record_size(cfg: u64) -> usize {
+    let mut size = size_of::<AdaptiveBasic>();
+    if cfg & data_cfg::MEMINFO != 0 {
+        size += size_of::<AdaptiveMemInfo>();
+    }
+    if cfg & data_cfg::GPRS != 0 {
+        size += size_of::<AdaptiveGprs>();
+    }
+    if cfg & data_cfg::XMMS != 0 {
+        size += size_of::<AdaptiveXmm>();
+    }
+    if cfg & data_cfg::LBRS != 0 {
+        size += adaptive_lbr_entries(cfg) * size_of::<AdaptiveLbrEntry>();
+    }
+    size
+}
+
+/// Number of LBR entries an adaptive record carries under `cfg`.
+pub fn adaptive_lbr_entries(cfg: u64) -> usize {
+    if cfg & data_cfg::LBRS == 0 {
+        0
+    } else {
+        ((cfg >> data_cfg::LBR_SHIFT) & 0xFF) as usize + 1
+    }
+}
+
+/// What kind of memory event the record belongs to, so DSE bits are read right.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemKind {
+    /// Not a memory event: no memory fields.
+    None,
+    /// Load (load-latency or data-LA load event).
+    Load,
+    /// Store (precise store or data-LA store event).
+    Store,
+}
+
+/// Decoder settings, fixed when PEBS is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeConfig {
+    /// Record format.
+    pub format: PebsFormat,
+    /// Memory event kind of the counter that produced the record.
+    pub mem: MemKind,
+    /// The meminfo latency word is split into instruction and cache latency
+    /// (Alder Lake / Sapphire Rapids and later).
+    pub split_latency: bool,
+}
+
+/// Memory fields of a sample (perf ADDR, WEIGHT_STRUCT, DATA_SRC).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemFields {
+    /// Data linear address.
+    pub addr: u64,
+    /// Latency weight (cache latency where split).
+    pub weight: u64,
+    /// Instruction latency (0 unless the latency word is split).
+    pub ins_lat: u64,
+    /// perf `perf_mem_data_src` encoding.
+    pub data_src: u64,
+}
+
+/// A decoded PEBS record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PebsRecord<'a> {
+    /// Sample IP: the eventing IP where the format has it, else the record's
+    /// (trap-like, next-instruction) IP; see [`fixup_ip`].
+    pub ip: u64,
+    /// `ip` is the eventing IP (format 2+).
+    pub precise: bool,
+    /// GPRs in perf order (valid under [`PEBS_REGS_MASK`]); `None` when the
+    /// record has no GPRs (adaptive without the GPR group).
+    pub regs: Option<[u64; perf_reg::COUNT]>,
+    /// TSC (format 3+).
+    pub tsc: Option<u64>,
+    /// Counters the record applies to (bit n = PMCn, 32+n = fixed n); 0 when
+    /// the format does not say (format 0).
+    pub applicable: u64,
+    /// Memory fields for memory events.
+    pub mem: Option<MemFields>,
+    /// Retire latency (adaptive basic group [47:32]; 0 if absent).
+    pub retire_latency: u16,
+    lbr: &'a [u8],
+}
+
+impl PebsRecord<'_> {
+    /// LBR entries carried in an adaptive record (arch-LBR INFO layout), newest first.
+    pub fn lbr(&self) -> impl Iterator<Item = RawBranch> + '_ {
+        self.lbr.chunks_exact(24).map(|c| RawBranch {
+            from: rd(c, 0),
+            to: rd(c, 8),
+            info: rd(c, 16),
+        })
+    }
+
+    /// Number of LBR entries in the record.
+    pub fn lbr_len(&self) -> usize {
+        self.lbr.len() / 24
+    }
+}
+
+fn rd(b: &[u8], off: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[off..off + 8]);
+    u64::from_le_bytes(w)
+}
+
+fn need(bytes: &[u8], n: usize) -> Result<(), PebsError> {
+    if bytes.len() < n {
+        Err(PebsError::Truncated {
+            need: n,
+            have: bytes.len(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+fn gprs(bytes: &[u8], off: usize, order: &[usize; 18]) -> [u64; perf_reg::COUNT] {
+    let mut regs = [0u64; perf_reg::COUNT];
+    for (i, &slot) in order.iter().enumerate() {
+        regs[slot] = rd(bytes, off + 8 * i);
+    }
+    regs
+}
+
+/// Decode one record from `bytes` (which starts at the record).
+pub fn decode<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord<'a>, PebsError> {
+    match cfg.format {
+        PebsFormat::Adaptive(_) => decode_adaptive(bytes, cfg),
+        fixed => {
+            let size = fixed.fixed_size().unwrap_or(0);
+            need(bytes, size)?;
+            let regs = gprs(bytes, 0, &FIXED_GPR_ORDER);
+            let mut rec = PebsRecord {
+                ip: regs[perf_reg::IP],
+                precise: false,
+                regs: Some(regs),
+                tsc: None,
+                applicable: 0,
+                mem: None,
+                retire_latency: 0,
+                lbr: &[],
+            };
+            if fixed != PebsFormat::Core {
+                rec.applicable = rd(bytes, 144);
+                if cfg.mem != MemKind::None {
+                    let dse = rd(bytes, 160);
+                    rec.mem = Some(MemFields {
+                        addr: rd(bytes, 152),
+                        weight: rd(bytes, 168),
+                        ins_lat: 0,
+                        data_src: data_src(cfg.mem, dse),
+                    });
+                }
+            }
+            if matches!(fixed, PebsFormat::Hsw | PebsFormat::Skl) {
+                let real_ip = rd(bytes, 176);
+                if real_ip != 0 {
+                    rec.ip = real_ip;
+                    rec.precise = true;
+                }
+            }
+            if fixed == PebsFormat::Skl {
+                rec.tsc = Some(rd(bytes, 192));
+            }
+            Ok(rec)
+        }
+    }
+}
+
+fn decode_adaptive<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord<'a>, PebsError> {
+    need(bytes, size_of::<AdaptiveBasic>())?;
+    let header = rd(bytes, 0);
+    let groups = header & 0xFFFF_FFFF;
+    let found = (header >> 48) as usize;
+    let expected = adaptive_record_size(groups);
+    if found != expected {
+        return Err(PebsError::SizeMismatch { expected, found });
+    }
+    need(bytes, found)?;
+    let mut rec = PebsRecord {
+        ip: rd(bytes, 8),
+        precise: true,
+        regs: None,
+        tsc: Some(rd(bytes, 24)),
+        applicable: rd(bytes, 16),
+        mem: None,
+        retire_latency: (header >> 32) as u16,
+        lbr: &[],
+    };
+    let mut off = size_of::<AdaptiveBasic>();
+    if groups & data_cfg::MEMINFO != 0 {
+        if cfg.mem != MemKind::None {
+            let lat = rd(bytes, off + 16);
+            let (weight, ins_lat) = if cfg.split_latency {
+                ((lat >> 32) & 0xFFFF, lat & 0xFFFF)
+            } else {
+                (lat, 0)
+            };
+            rec.mem = Some(MemFields {
+                addr: rd(bytes, off),
+                weight,
+                ins_lat,
+                data_src: data_src(cfg.mem, rd(bytes, off + 8)),
+            });
+        }
+        off += size_of::<AdaptiveMemInfo>();
+    }
+    if groups & data_cfg::GPRS != 0 {
+        let mut regs = gprs(bytes, off, &ADAPTIVE_GPR_ORDER);
+        // The basic group's IP is the eventing IP; the GPR group's is where
+        // execution resumed. Report the eventing one as perf's IP register.
+        regs[perf_reg::IP] = rec.ip;
+        rec.regs = Some(regs);
+        off += size_of::<AdaptiveGprs>();
+    }
+    if groups & data_cfg::XMMS != 0 {
+        off += size_of::<AdaptiveXmm>();
+    }
+    if groups & data_cfg::LBRS != 0 {
+        let n = adaptive_lbr_entries(groups) * size_of::<AdaptiveLbrEntry>();
+        rec.lbr = &bytes[off..off + n];
+    }
+    Ok(rec)
+}
+
+/// perf_mem_data_src field values (include/uapi/linux/perf_event.h).
+pub mod mem {
+    /// mem_op shift and values.
+    pub const OP_SHIFT: u32 = 0;
+    /// Load.
+    pub const OP_LOAD: u64 = 0x02;
+    /// Store.
+    pub const OP_STORE: u64 = 0x04;
+    /// mem_lvl shift.
+    pub const LVL_SHIFT: u32 = 5;
+    /// Not available.
+    pub const LVL_NA: u64 = 0x01;
+    /// Hit.
+    pub const LVL_HIT: u64 = 0x02;
+    /// Miss.
+    pub const LVL_MISS: u64 = 0x04;
+    /// L1.
+    pub const LVL_L1: u64 = 0x08;
+    /// Line fill buffer.
+    pub const LVL_LFB: u64 = 0x10;
+    /// L2.
+    pub const LVL_L2: u64 = 0x20;
+    /// L3.
+    pub const LVL_L3: u64 = 0x40;
+    /// Local DRAM.
+    pub const LVL_LOC_RAM: u64 = 0x80;
+    /// Remote DRAM, one hop.
+    pub const LVL_REM_RAM1: u64 = 0x100;
+    /// Remote cache, one hop.
+    pub const LVL_REM_CCE1: u64 = 0x400;
+    /// I/O memory.
+    pub const LVL_IO: u64 = 0x1000;
+    /// Uncached.
+    pub const LVL_UNC: u64 = 0x2000;
+    /// mem_snoop shift.
+    pub const SNOOP_SHIFT: u32 = 19;
+    /// Not available.
+    pub const SNOOP_NA: u64 = 0x01;
+    /// No snoop.
+    pub const SNOOP_NONE: u64 = 0x02;
+    /// Snoop hit.
+    pub const SNOOP_HIT: u64 = 0x04;
+    /// Snoop miss.
+    pub const SNOOP_MISS: u64 = 0x08;
+    /// Snoop hit modified.
+    pub const SNOOP_HITM: u64 = 0x10;
+    /// mem_lock shift.
+    pub const LOCK_SHIFT: u32 = 24;
+    /// Locked.
+    pub const LOCK_LOCKED: u64 = 0x02;
+    /// mem_dtlb shift.
+    pub const TLB_SHIFT: u32 = 26;
+    /// TLB hit.
+    pub const TLB_HIT: u64 = 0x02;
+    /// TLB miss.
+    pub const TLB_MISS: u64 = 0x04;
+    /// L2 (second-level TLB).
+    pub const TLB_L2: u64 = 0x10;
+}
+
+/// Translate an Intel data-source encoding (SDM "Data Source Encoding for
+/// Load Latency Record"; bit 4 STLB miss and bit 5 lock on Haswell and later)
+/// into perf's `perf_mem_data_src`.
+pub fn data_src(kind: MemKind, dse: u64) -> u64 {
+    use mem::*;
+    let (op, lvl, snoop) = match kind {
+        MemKind::None => return 0,
+        MemKind::Store => {
+            // Stores report only L1 hit (bit 0) or miss.
+            let lvl = if dse & 1 != 0 {
+                LVL_L1 | LVL_HIT
+            } else {
+                LVL_L1 | LVL_MISS
+            };
+            (OP_STORE, lvl, SNOOP_NA)
+        }
+        MemKind::Load => {
+            let (lvl, snoop) = match dse & 0xF {
+                0x0 => (LVL_L3 | LVL_MISS, SNOOP_NA),
+                0x1 => (LVL_L1 | LVL_HIT, SNOOP_NONE),
+                0x2 => (LVL_LFB | LVL_HIT, SNOOP_NONE),
+                0x3 => (LVL_L2 | LVL_HIT, SNOOP_NONE),
+                0x4 => (LVL_L3 | LVL_HIT, SNOOP_NONE),
+                0x5 => (LVL_L3 | LVL_HIT, SNOOP_MISS),
+                0x6 => (LVL_L3 | LVL_HIT, SNOOP_HIT),
+                0x7 => (LVL_L3 | LVL_HIT, SNOOP_HITM),
+                0x8 => (LVL_REM_CCE1 | LVL_HIT, SNOOP_HIT),
+                0x9 => (LVL_REM_CCE1 | LVL_HIT, SNOOP_HITM),
+                0xA => (LVL_LOC_RAM | LVL_HIT, SNOOP_HIT),
+                0xB => (LVL_REM_RAM1 | LVL_HIT, SNOOP_HIT),
+                0xC => (LVL_LOC_RAM | LVL_HIT, SNOOP_NONE),
+                0xD => (LVL_REM_RAM1 | LVL_HIT, SNOOP_NONE),
+                0xE => (LVL_IO | LVL_HIT, SNOOP_NONE),
+                _ => (LVL_UNC | LVL_HIT, SNOOP_NONE),
+            };
+            (OP_LOAD, lvl, snoop)
+        }
+    };
+    let tlb = if dse & (1 << 4) != 0 {
+        TLB_L2 | TLB_MISS
+    } else {
+        TLB_HIT
+    };
+    let lock = if dse & (1 << 5) != 0 {
+        LOCK_LOCKED
+    } else {
+        0x01
+    };
+    op << OP_SHIFT | lvl << LVL_SHIFT | snoop << SNOOP_SHIFT | lock << LOCK_SHIFT | tlb << TLB_SHIFT
+}
+
+/// Why the pre-Haswell IP fixup gave up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FixupError {
+    /// LBR entry 0 is empty.
+    EmptyLbr,
+    /// The basic block from LBR TO to the IP crosses user and kernel space.
+    CrossesPrivilege,
+    /// The IP is not within a page after the branch target.
+    TooFar,
+    /// Code bytes could not be read.
+    Unreadable,
+    /// Decoding did not land exactly on the IP.
+    Misaligned,
+}
+
+/// Longest x86 instruction.
+const MAX_INSN: usize = 15;
+
+/// Recover the eventing IP for trap-like PEBS (formats 0 and 1): the record's
+/// IP is the instruction after the one that caused the event. LBR entry 0
+/// gives the last branch; if it targets `ip`, the branch itself was the
+/// instruction; otherwise decode forward from the branch target to `ip` and
+/// return the last instruction before it.
+///
+/// `read_code(addr, buf)` copies code bytes and returns false when unreadable;
+/// `is_user(addr)` tells which side of the user/kernel split an address is on.
+pub fn fixup_ip(
+    ip: u64,
+    lbr0: RawBranch,
+    bitness: u32,
+    mut read_code: impl FnMut(u64, &mut [u8]) -> bool,
+    is_user: impl Fn(u64) -> bool,
+) -> Result<u64, FixupError> {
+    let (from, to) = (lbr0.from, lbr0.to);
+    if from == 0 && to == 0 {
+        return Err(FixupError::EmptyLbr);
+    }
+    if ip == to {
+        return Ok(from);
+    }
+    if is_user(ip) != is_user(to) {
+        return Err(FixupError::CrossesPrivilege);
+    }
+    if ip < to || ip - to > 4096 {
+        return Err(FixupError::TooFar);
+    }
+    let mut cur = to;
+    let mut prev = to;
+    let mut buf = [0u8; MAX_INSN];
+    while cur < ip {
+        if !read_code(cur, &mut buf) {
+            return Err(FixupError::Unreadable);
+        }
+        let mut dec =
+            iced_x86::Decoder::with_ip(bitness, &buf, cur, iced_x86::DecoderOptions::NONE);
+        let insn = dec.decode();
+        if insn.is_invalid() {
+            return Err(FixupError::Misaligned);
+        }
+        prev = cur;
+        cur += insn.len() as u64;
+    }
+    if cur == ip {
+        Ok(prev)
+    } else {
+        Err(FixupError::Misaligned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::offset_of;
+
+    #[test]
+    fn fixed_record_layouts() {
+        assert_eq!(size_of::<RecordCore>(), 144);
+        assert_eq!(size_of::<RecordNhm>(), 176);
+        assert_eq!(size_of::<RecordHsw>(), 192);
+        assert_eq!(size_of::<RecordSkl>(), 200);
+        assert_eq!(offset_of!(RecordNhm, status), 144);
+        assert_eq!(offset_of!(RecordNhm, dla), 152);
+        assert_eq!(offset_of!(RecordNhm, dse), 160);
+        assert_eq!(offset_of!(RecordNhm, lat), 168);
+        assert_eq!(offset_of!(RecordHsw, real_ip), 176);
+        assert_eq!(offset_of!(RecordHsw, tsx_tuning), 184);
+        assert_eq!(offset_of!(RecordSkl, tsc), 192);
+    }
+
+    #[test]
+    fn adaptive_group_layouts() {
+        assert_eq!(size_of::<AdaptiveBasic>(), 32);
+        assert_eq!(offset_of!(AdaptiveBasic, applicable_counters), 16);
+        assert_eq!(offset_of!(AdaptiveBasic, tsc), 24);
+        assert_eq!(size_of::<AdaptiveMemInfo>(), 32);
+        assert_eq!(offset_of!(AdaptiveMemInfo, latency), 16);
+        assert_eq!(size_of::<AdaptiveGprs>(), 144);
+        assert_eq!(size_of::<AdaptiveXmm>(), 256);
+        assert_eq!(size_of::<AdaptiveLbrEntry>(), 24);
+        assert_eq!(adaptive_record_size(0), 32);
+        assert_eq!(
+            adaptive_record_size(data_cfg::MEMINFO | data_cfg::GPRS),
+            32 + 32 + 144
+        );
+        assert_eq!(
+            adaptive_record_size(data_cfg::LBRS | (31 << 24)),
+            32 + 32 * 24
+        );
+        assert_eq!(
+            adaptive_record_size(0xF | (7 << 24)),
+            32 + 32 + 144 + 256 + 8 * 24
+        );
+    }
+
+    #[test]
+    fn gpr_orders_are_permutations_of_the_pebs_mask() {
+        for order in [&FIXED_GPR_ORDER, &ADAPTIVE_GPR_ORDER] {
+            let mask = order.iter().fold(0u64, |m, &i| m | 1 << i);
+            assert_eq!(mask, PEBS_REGS_MASK);
+        }
+    }
+
+    fn put(buf: &mut [u8], off: usize, v: u64) {
+        buf[off..off + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    fn fixed_record(format: PebsFormat) -> [u8; 200] {
+        let mut b = [0u8; 200];
+        // FLAGS, IP, AX, BX, CX, DX, SI, DI, BP, SP, R8..R15 = 100 + index.
+        for i in 0..18 {
+            put(&mut b, 8 * i, 100 + i as u64);
+        }
+        if format != PebsFormat::Core {
+            put(&mut b, 144, 0b10);
+            put(&mut b, 152, 0xDEAD_0000);
+            put(&mut b, 160, 0x3 | (1 << 4));
+            put(&mut b, 168, 42);
+        }
+        if matches!(format, PebsFormat::Hsw | PebsFormat::Skl) {
+            put(&mut b, 176, 0x40_1234);
+        }
+        if format == PebsFormat::Skl {
+            put(&mut b, 192, 9_999);
+        }
+        b
+    }
+
+    #[test]
+    fn each_fixed_format_decodes() {
+        for format in [
+            PebsFormat::Core,
+            PebsFormat::Nhm,
+            PebsFormat::Hsw,
+            PebsFormat::Skl,
+        ] {
+            let bytes = fixed_record(format);
+            let size = format.fixed_size().unwrap();
+            let cfg = DecodeConfig {
+                format,
+                mem: MemKind::Load,
+                split_latency: false,
+            };
+            let r = decode(&bytes[..size], &cfg).unwrap();
+            let regs = r.regs.unwrap();
+            assert_eq!(regs[perf_reg::FLAGS], 100);
+            assert_eq!(regs[perf_reg::IP], 101);
+            assert_eq!(regs[perf_reg::AX], 102);
+            assert_eq!(regs[perf_reg::BX], 103);
+            assert_eq!(regs[perf_reg::SP], 109);
+            assert_eq!(regs[perf_reg::R8 + 7], 117);
+            match format {
+                PebsFormat::Core => {
+                    assert_eq!((r.ip, r.precise, r.mem, r.tsc), (101, false, None, None));
+                }
+                PebsFormat::Nhm => {
+                    assert_eq!((r.ip, r.precise, r.applicable), (101, false, 0b10));
+                    let m = r.mem.unwrap();
+                    assert_eq!((m.addr, m.weight), (0xDEAD_0000, 42));
+                }
+                PebsFormat::Hsw => assert_eq!((r.ip, r.precise, r.tsc), (0x40_1234, true, None)),
+                PebsFormat::Skl => assert_eq!((r.ip, r.tsc), (0x40_1234, Some(9_999))),
+                PebsFormat::Adaptive(_) => unreachable!(),
+            }
+            assert!(matches!(
+                decode(&bytes[..size - 8], &cfg),
+                Err(PebsError::Truncated { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn adaptive_groups_decode_in_order() {
+        let cfg_bits =
+            data_cfg::MEMINFO | data_cfg::GPRS | data_cfg::XMMS | data_cfg::LBRS | (1 << 24);
+        let size = adaptive_record_size(cfg_bits);
+        let mut b = [0u8; 1024];
+        put(&mut b, 0, (size as u64) << 48 | 7 << 32 | cfg_bits);
+        put(&mut b, 8, 0x40_2000);
+        put(&mut b, 16, 1 << 33);
+        put(&mut b, 24, 123_456);
+        put(&mut b, 32, 0xBEEF_0000);
+        put(&mut b, 40, 0x1);
+        put(&mut b, 48, (300 << 32) | 12);
+        for i in 0..18 {
+            put(&mut b, 64 + 8 * i, 200 + i as u64);
+        }
+        let lbr_off = 64 + 144 + 256;
+        put(&mut b, lbr_off, 0x111);
+        put(&mut b, lbr_off + 8, 0x222);
+        put(&mut b, lbr_off + 24, 0x333);
+        let cfg = DecodeConfig {
+            format: PebsFormat::Adaptive(5),
+            mem: MemKind::Load,
+            split_latency: true,
+        };
+        let r = decode(&b[..size], &cfg).unwrap();
+        assert_eq!(
+            (r.ip, r.tsc, r.applicable, r.retire_latency),
+            (0x40_2000, Some(123_456), 1 << 33, 7)
+        );
+        let m = r.mem.unwrap();
+        assert_eq!((m.addr, m.weight, m.ins_lat), (0xBEEF_0000, 300, 12));
+        assert_eq!(m.data_src & 0x1F, mem::OP_LOAD);
+        let regs = r.regs.unwrap();
+        assert_eq!(regs[perf_reg::CX], 203);
+        assert_eq!(regs[perf_reg::BX], 205);
+        assert_eq!(regs[perf_reg::SP], 206);
+        assert_eq!(regs[perf_reg::IP], 0x40_2000);
+        assert_eq!(r.lbr_len(), 2);
+        let l: [RawBranch; 2] = [r.lbr().next().unwrap(), r.lbr().nth(1).unwrap()];
+        assert_eq!((l[0].from, l[0].to, l[1].from), (0x111, 0x222, 0x333));
+        // Unsplit latency is the whole word.
+        let cfg2 = DecodeConfig {
+            split_latency: false,
+            ..cfg
+        };
+        assert_eq!(
+            decode(&b[..size], &cfg2).unwrap().mem.unwrap().weight,
+            (300 << 32) | 12
+        );
+    }
+
+    #[test]
+    fn adaptive_size_mismatch_and_unknown_format() {
+        let mut b = [0u8; 64];
+        put(&mut b, 0, 40u64 << 48);
+        let cfg = DecodeConfig {
+            format: PebsFormat::Adaptive(4),
+            mem: MemKind::None,
+            split_latency: false,
+        };
+        assert_eq!(
+            decode(&b, &cfg).unwrap_err(),
+            PebsError::SizeMismatch {
+                expected: 32,
+                found: 40
+            }
+        );
+        assert_eq!(PebsFormat::from_number(7), Err(PebsError::UnknownFormat(7)));
+        assert_eq!(
+            PebsFormat::from_number(15),
+            Err(PebsError::UnknownFormat(15))
+        );
+        assert_eq!(PebsFormat::from_number(3), Ok(PebsFormat::Skl));
+    }
+
+    #[test]
+    fn data_source_encodings() {
+        let l1 = data_src(MemKind::Load, 0x1);
+        assert_eq!(l1 & 0x1F, mem::OP_LOAD);
+        assert_eq!((l1 >> mem::LVL_SHIFT) & 0x3FFF, mem::LVL_L1 | mem::LVL_HIT);
+        let ram = data_src(MemKind::Load, 0xC | (1 << 4) | (1 << 5));
+        assert_eq!(
+            (ram >> mem::LVL_SHIFT) & 0x3FFF,
+            mem::LVL_LOC_RAM | mem::LVL_HIT
+        );
+        assert_eq!((ram >> mem::TLB_SHIFT) & 0x7F, mem::TLB_MISS | mem::TLB_L2);
+        assert_eq!((ram >> mem::LOCK_SHIFT) & 0x3, mem::LOCK_LOCKED);
+        let st = data_src(MemKind::Store, 0);
+        assert_eq!(st & 0x1F, mem::OP_STORE);
+        assert_eq!((st >> mem::LVL_SHIFT) & 0x3FFF, mem::LVL_L1 | mem::LVL_MISS);
+        assert_eq!(data_src(MemKind::None, 0x1), 0);
+    }
+
+    // Code at 0x1000: mov eax,1 (5 bytes); add rax,rbx (3); nop (1); ret (1).
+    const CODE: [u8; 10] = [0xB8, 1, 0, 0, 0, 0x48, 0x01, 0xD8, 0x90, 0xC3];
+
+    fn read(addr: u64, buf: &mut [u8]) -> bool {
+        let off = match addr.checked_sub(0x1000) {
+            Some(o) if (o as usize) < CODE.len() => o as usize,
+            _ => return false,
+        };
+        buf.fill(0x90);
+        let n = (CODE.len() - off).min(buf.len());
+        buf[..n].copy_from_slice(&CODE[off..off + n]);
+        true
+    }
+
+    #[test]
+    fn fixup_walks_from_branch_target() {
+        let lbr = RawBranch {
+            from: 0x900,
+            to: 0x1000,
+            info: 0,
+        };
+        let user = |a: u64| a < 0x8000_0000_0000;
+        // Record IP after `nop` (0x1009): the eventing instruction is the nop at 0x1008.
+        assert_eq!(fixup_ip(0x1009, lbr, 64, read, user), Ok(0x1008));
+        assert_eq!(fixup_ip(0x1005, lbr, 64, read, user), Ok(0x1000));
+        // IP equal to the branch target: the branch itself.
+        assert_eq!(fixup_ip(0x1000, lbr, 64, read, user), Ok(0x900));
+        // Not on an instruction boundary.
+        assert_eq!(
+            fixup_ip(0x1006, lbr, 64, read, user),
+            Err(FixupError::Misaligned)
+        );
+        assert_eq!(
+            fixup_ip(0x1009, RawBranch::default(), 64, read, user),
+            Err(FixupError::EmptyLbr)
+        );
+        assert_eq!(
+            fixup_ip(0x3000, lbr, 64, read, user),
+            Err(FixupError::TooFar)
+        );
+        let kernel = |a: u64| a < 0x1005;
+        assert_eq!(
+            fixup_ip(0x1008, lbr, 64, read, kernel),
+            Err(FixupError::CrossesPrivilege)
+        );
+    }
+}
