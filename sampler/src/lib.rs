@@ -8,10 +8,12 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod capture;
 pub mod event;
 pub mod lbr;
 pub mod pebs;
 pub mod regs;
+pub mod ring;
 pub mod sample;
 pub mod throttle;
 pub mod wire;

@@ -191,9 +191,10 @@ impl Abi {
 
 /// The code mode a CS selector refers to, taken from the descriptor's L bit
 /// (the sampler cannot read the GDT, so the caller says which it is).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum CodeMode {
     /// 64-bit mode (L=1).
+    #[default]
     Long64,
     /// Compatibility mode (L=0, D=1): a 32-bit task.
     Compat32,

@@ -1,0 +1,286 @@
+//! Tests of the user-register rules, sample building and the
+//! return-to-user mode.
+
+use super::*;
+use crate::event::sample_type as st;
+use crate::regs::{Abi, GPR_MASK, R8_R15_MASK, SEGMENT_MASK};
+
+const USER_CS64: u64 = 0x2b;
+const USER_CS32: u64 = 0x23;
+const KERNEL_CS: u64 = 0x08;
+
+/// A frame whose every register holds a distinct recognisable value.
+fn frame(tag: u64, cs: u64, code: CodeMode) -> InterruptFrame {
+    let mut regs = RegFile::default();
+    for (i, v) in regs.0.iter_mut().enumerate() {
+        *v = tag << 32 | i as u64;
+    }
+    regs.set(Reg::Cs, cs);
+    InterruptFrame { regs, code }
+}
+
+fn event(mode: UserRegsMode) -> EventConfig {
+    let mut e = EventConfig::cpu_clock(3, 4000);
+    e.sample_type |= st::REGS_USER | st::REGS_INTR | st::CALLCHAIN;
+    e.regs_user = GPR_MASK;
+    e.regs_intr = GPR_MASK;
+    e.user_regs_mode = mode;
+    e
+}
+
+fn assert_regs_from(r: &RegsSample, f: &InterruptFrame, abi: Abi) {
+    assert_eq!(r.abi, abi);
+    assert_eq!(r.mask, GPR_MASK);
+    assert_eq!(r.values.len(), 20, "never dropped from under the mask");
+    for reg in crate::regs::ALL_REGS {
+        if reg.bit() & SEGMENT_MASK != 0 {
+            continue;
+        }
+        let expected = if abi == Abi::Bits32 && reg.bit() & R8_R15_MASK != 0 {
+            0
+        } else {
+            f.regs.get(reg)
+        };
+        assert_eq!(r.get(reg), Some(expected), "{}", reg.name());
+    }
+}
+
+#[test]
+fn user_mode_interrupt_uses_the_interrupt_frame() {
+    let e = event(UserRegsMode::AtInterrupt);
+    let nmi = frame(1, USER_CS64, CodeMode::Long64);
+    let saved = frame(2, USER_CS64, CodeMode::Long64);
+    let s = build_sample(&SampleInput::new(
+        &e,
+        &nmi,
+        UserFrame::Complete(&saved),
+        10,
+        1,
+        7,
+        100,
+    ))
+    .unwrap();
+    assert_eq!(s.cpumode, CpuMode::User);
+    assert_eq!(s.ip, nmi.regs.get(Reg::Ip));
+    assert_eq!(
+        (s.event, s.time, s.cpu, s.tid, s.pid, s.period),
+        (3, 10, 1, 7, 7, 100)
+    );
+    assert_regs_from(s.regs_user.as_ref().unwrap(), &nmi, Abi::Bits64);
+    assert_regs_from(s.regs_intr.as_ref().unwrap(), &nmi, Abi::Bits64);
+}
+
+#[test]
+fn compat_task_gives_abi_32_and_zero_r8_to_r15() {
+    let e = event(UserRegsMode::AtInterrupt);
+    let nmi = frame(1, USER_CS32, CodeMode::Compat32);
+    let s = build_sample(&SampleInput::new(&e, &nmi, UserFrame::NoTask, 0, 0, 1, 1)).unwrap();
+    assert_regs_from(s.regs_user.as_ref().unwrap(), &nmi, Abi::Bits32);
+    // From the saved frame too.
+    let k = frame(9, KERNEL_CS, CodeMode::Long64);
+    let s = build_sample(&SampleInput::new(
+        &e,
+        &k,
+        UserFrame::Complete(&nmi),
+        0,
+        0,
+        1,
+        1,
+    ))
+    .unwrap();
+    assert_regs_from(s.regs_user.as_ref().unwrap(), &nmi, Abi::Bits32);
+}
+
+#[test]
+fn runtime_interrupt_uses_the_complete_saved_frame_exactly() {
+    let e = event(UserRegsMode::AtInterrupt);
+    let k = frame(9, KERNEL_CS, CodeMode::Long64);
+    let saved = frame(2, USER_CS64, CodeMode::Long64);
+    let s = build_sample(&SampleInput::new(
+        &e,
+        &k,
+        UserFrame::Complete(&saved),
+        0,
+        0,
+        1,
+        1,
+    ))
+    .unwrap();
+    assert_eq!(s.cpumode, CpuMode::Kernel);
+    let u = s.regs_user.as_ref().unwrap();
+    assert_regs_from(u, &saved, Abi::Bits64);
+    // Linux reports these as -1 from an NMI; ours are exact.
+    for reg in [Reg::Bx, Reg::R12, Reg::R13, Reg::R14, Reg::R15] {
+        assert_eq!(u.get(reg), Some(saved.regs.get(reg)));
+        assert_ne!(u.get(reg), Some(u64::MAX));
+    }
+    // REGS_INTR is the interrupted (runtime) frame.
+    assert_regs_from(s.regs_intr.as_ref().unwrap(), &k, Abi::Bits64);
+}
+
+#[test]
+fn incomplete_frames_give_abi_none_and_no_values() {
+    let e = event(UserRegsMode::AtInterrupt);
+    let k = frame(9, KERNEL_CS, CodeMode::Long64);
+    let not_user = frame(3, KERNEL_CS, CodeMode::Long64);
+    for uf in [
+        UserFrame::InWindow,
+        UserFrame::NoTask,
+        UserFrame::Complete(&not_user),
+    ] {
+        let s = build_sample(&SampleInput::new(&e, &k, uf, 0, 0, 1, 1)).unwrap();
+        let u = s.regs_user.unwrap();
+        assert_eq!(u.abi, Abi::None, "{uf:?}");
+        assert!(u.values.is_empty(), "{uf:?}");
+        assert_eq!(u.mask, GPR_MASK);
+    }
+}
+
+#[test]
+fn exclusions_filter_by_interrupted_mode() {
+    let mut e = event(UserRegsMode::AtInterrupt);
+    let u = frame(1, USER_CS64, CodeMode::Long64);
+    let k = frame(2, KERNEL_CS, CodeMode::Long64);
+    e.exclude_kernel = true;
+    assert!(build_sample(&SampleInput::new(&e, &k, UserFrame::NoTask, 0, 0, 1, 1)).is_none());
+    assert!(build_sample(&SampleInput::new(&e, &u, UserFrame::NoTask, 0, 0, 1, 1)).is_some());
+    e.exclude_kernel = false;
+    e.exclude_user = true;
+    assert!(build_sample(&SampleInput::new(&e, &u, UserFrame::NoTask, 0, 0, 1, 1)).is_none());
+    assert!(build_sample(&SampleInput::new(&e, &k, UserFrame::NoTask, 0, 0, 1, 1)).is_some());
+}
+
+#[test]
+fn only_requested_fields_are_filled() {
+    let e = EventConfig::cpu_clock(0, 1000);
+    let u = frame(1, USER_CS64, CodeMode::Long64);
+    let chain = [1, 2, 3];
+    let mut input = SampleInput::new(&e, &u, UserFrame::NoTask, 0, 0, 1, 1);
+    input.callchain = &chain;
+    input.mem = Some(MemInfo {
+        addr: 5,
+        ..Default::default()
+    });
+    let s = build_sample(&input).unwrap();
+    assert!(
+        s.regs_user.is_none() && s.regs_intr.is_none() && s.branches.is_none() && s.mem.is_none()
+    );
+    assert!(s.callchain.is_empty());
+}
+
+#[test]
+fn callchain_respects_max_stack_and_markers() {
+    let mut e = event(UserRegsMode::AtInterrupt);
+    e.max_stack = 3;
+    let mut b = CallchainBuilder::new();
+    b.push(CpuMode::Kernel, 0xffff_8000_0000_1000);
+    b.push(CpuMode::Kernel, 0xffff_8000_0000_2000);
+    b.push(CpuMode::User, 0x40_1000);
+    b.push(CpuMode::User, 0x40_2000);
+    assert_eq!(
+        b.as_slice(),
+        &[
+            PERF_CONTEXT_KERNEL,
+            0xffff_8000_0000_1000,
+            0xffff_8000_0000_2000,
+            PERF_CONTEXT_USER,
+            0x40_1000,
+            0x40_2000
+        ]
+    );
+    let k = frame(2, KERNEL_CS, CodeMode::Long64);
+    let mut input = SampleInput::new(&e, &k, UserFrame::NoTask, 0, 0, 1, 1);
+    input.callchain = b.as_slice();
+    let s = build_sample(&input).unwrap();
+    assert_eq!(&s.callchain[..], &b.as_slice()[..3]);
+    let mut full = CallchainBuilder::new();
+    for i in 0..100 {
+        full.push(CpuMode::User, i);
+    }
+    assert!(full.truncated());
+    assert_eq!(full.as_slice().len(), MAX_CALLCHAIN);
+}
+
+#[test]
+fn pebs_fields_override_the_interrupt_frame() {
+    let mut e = event(UserRegsMode::AtInterrupt);
+    e.sample_type |= st::WEIGHT_STRUCT | st::ADDR;
+    let u = frame(1, USER_CS64, CodeMode::Long64);
+    let pebs = frame(5, USER_CS64, CodeMode::Long64).regs;
+    let mut input = SampleInput::new(&e, &u, UserFrame::NoTask, 0, 0, 1, 1);
+    input.pebs_regs = Some(&pebs);
+    input.precise_ip = Some(0x1234);
+    input.mem = Some(MemInfo {
+        addr: 0xdead,
+        weight: 40,
+        ins_lat: 3,
+        data_src: 0x42,
+    });
+    let s = build_sample(&input).unwrap();
+    assert_eq!(s.ip, 0x1234);
+    assert_eq!(
+        s.regs_intr.as_ref().unwrap().get(Reg::Ax),
+        Some(pebs.get(Reg::Ax))
+    );
+    assert_eq!(
+        s.regs_user.as_ref().unwrap().get(Reg::R15),
+        Some(pebs.get(Reg::R15))
+    );
+    assert_eq!(s.mem.unwrap().addr, 0xdead);
+}
+
+#[test]
+fn return_to_user_mode_completes_parked_samples() {
+    let e = event(UserRegsMode::AtReturnToUser);
+    let store: DeferredUserRegs<2> = DeferredUserRegs::new();
+    let k = frame(9, KERNEL_CS, CodeMode::Long64);
+    // The saved frame at NMI time is stale by the time we return: ignored.
+    let stale = frame(2, USER_CS64, CodeMode::Long64);
+    let s = build_sample(&SampleInput::new(
+        &e,
+        &k,
+        UserFrame::Complete(&stale),
+        0,
+        0,
+        1,
+        1,
+    ))
+    .unwrap();
+    assert!(needs_deferred_regs(&e, &s));
+    assert_eq!(s.regs_user.as_ref().unwrap().abi, Abi::None, "placeholder");
+    assert_eq!(store.defer(s.clone()), Deferred::Pending);
+    assert_eq!(store.defer(s.clone()), Deferred::Pending);
+    assert_eq!(store.defer(s.clone()), Deferred::Lost, "store of 2 is full");
+    assert_eq!(store.take_lost(), 1);
+
+    let ret = frame(4, USER_CS64, CodeMode::Long64);
+    store.enter_exit_window();
+    let mut out = std::vec::Vec::new();
+    assert_eq!(store.complete(&ret, |s| out.push(s)), 2);
+    for s in &out {
+        assert_regs_from(s.regs_user.as_ref().unwrap(), &ret, Abi::Bits64);
+    }
+
+    // An NMI inside the exit window is not parked: ABI_NONE right away.
+    match store.defer(s.clone()) {
+        Deferred::Ready(r) => {
+            assert_eq!(r.regs_user.as_ref().unwrap().abi, Abi::None);
+            assert!(r.regs_user.as_ref().unwrap().values.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(store.complete(&ret, |_| panic!("nothing parked")), 0);
+    store.leave_exit_window();
+
+    // A user-mode NMI needs no deferral: the frame is complete.
+    let u = frame(1, USER_CS64, CodeMode::Long64);
+    let s2 = build_sample(&SampleInput::new(&e, &u, UserFrame::NoTask, 0, 0, 1, 1)).unwrap();
+    assert!(!needs_deferred_regs(&e, &s2));
+    assert_regs_from(s2.regs_user.as_ref().unwrap(), &u, Abi::Bits64);
+
+    // A task that exits hands parked samples back without registers.
+    assert_eq!(store.defer(s), Deferred::Pending);
+    let mut abandoned = std::vec::Vec::new();
+    assert_eq!(store.abandon(|s| abandoned.push(s)), 1);
+    assert_eq!(abandoned[0].regs_user.as_ref().unwrap().abi, Abi::None);
+}

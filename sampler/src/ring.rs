@@ -1,0 +1,434 @@
+//! The per-CPU sample ring: bounded, lock-free, safe to push from NMI
+//! context, with exact loss accounting (`taken = delivered + lost` once the
+//! ring is drained).
+//!
+//! # Design
+//! A bounded queue with one sequence stamp per slot (D. Vyukov's bounded
+//! MPMC queue). Producers claim a position with a compare-and-swap on the
+//! tail, write the slot, then publish it by advancing the slot's stamp; the
+//! consumer does the mirror image on the head. This is what makes nesting
+//! correct on one CPU:
+//! - an NMI producer that interrupts a producer between claim and publish
+//!   simply claims the next position and publishes it; it never waits;
+//! - the consumer stops at the first unpublished slot (returns `None`) and
+//!   picks up the rest on its next call, so it never waits either;
+//! - a producer that finds its slot not yet freed drops the sample and
+//!   counts it: the ring is full.
+//!
+//! No operation blocks, allocates, or loops waiting for another context: the
+//! only retry loop is the tail CAS, which fails only when a nested producer
+//! completed a claim in between, so it makes progress every iteration.
+//!
+//! `heapless::spsc::Queue` allows only one producer, and heapless'
+//! `mpmc::Queue` is deprecated, needs a power-of-two size and cannot be
+//! capped at boot; hence this small ring. Capacity is a const generic so
+//! the ring can be a `static`; [`Ring::set_capacity`] lowers the usable
+//! capacity at boot (`ring=N`).
+#![allow(unsafe_code)]
+
+use core::cell::UnsafeCell;
+use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+struct Slot<T> {
+    /// `stamp + 2 * index` is the slot's sequence: `2p` when the slot is
+    /// free for the producer of position `p`, `2p + 1` once that producer
+    /// published it, and `2(p + cap)` once the consumer freed it. Doubling
+    /// keeps "published" and "free for the next lap" distinct even with a
+    /// capacity of 1; storing it relative to the index lets every slot
+    /// start at 0 in a `const fn`.
+    stamp: AtomicUsize,
+    value: UnsafeCell<MaybeUninit<T>>,
+}
+
+impl<T> Slot<T> {
+    const fn empty() -> Self {
+        Slot {
+            stamp: AtomicUsize::new(0),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+}
+
+/// Why [`Ring::set_capacity`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapacityError {
+    /// 0 or more than the compile-time capacity.
+    OutOfRange {
+        /// Requested.
+        requested: usize,
+        /// Compile-time capacity.
+        max: usize,
+    },
+    /// The ring has already been used.
+    InUse,
+}
+
+impl core::fmt::Display for CapacityError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            CapacityError::OutOfRange { requested, max } => {
+                write!(f, "ring capacity {requested} is outside 1..={max}")
+            }
+            CapacityError::InUse => write!(f, "ring capacity can only be set before first use"),
+        }
+    }
+}
+
+/// Counters of one ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// Push attempts (samples the target took).
+    pub taken: u64,
+    /// Samples popped by the consumer.
+    pub delivered: u64,
+    /// Samples dropped because the ring was full.
+    pub lost: u64,
+}
+
+/// A bounded lock-free ring of `T` with compile-time capacity `N`.
+///
+/// ```
+/// use sampler::ring::Ring;
+/// static RING: Ring<u32, 4> = Ring::new();
+/// assert!(RING.push(1));
+/// assert_eq!(RING.pop(), Some(1));
+/// ```
+pub struct Ring<T, const N: usize> {
+    slots: [Slot<T>; N],
+    /// Usable capacity (`1..=N`), fixed before first use.
+    cap: AtomicUsize,
+    head: AtomicUsize,
+    tail: AtomicUsize,
+    taken: AtomicU64,
+    delivered: AtomicU64,
+    lost: AtomicU64,
+    /// Part of `lost` already handed to the consumer by [`Ring::take_lost`].
+    lost_reported: AtomicU64,
+}
+
+// SAFETY: slots are only accessed by the one producer that claimed a
+// position (write) and the one consumer that claimed it (read), with the
+// hand-over ordered by the slot stamp (release store / acquire load); a
+// `T: Send` value thus moves between contexts but is never shared.
+unsafe impl<T: Send, const N: usize> Sync for Ring<T, N> {}
+
+impl<T, const N: usize> core::fmt::Debug for Ring<T, N> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Ring")
+            .field("capacity", &self.capacity())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T, const N: usize> Default for Ring<T, N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T, const N: usize> Ring<T, N> {
+    /// An empty ring with usable capacity `N`.
+    pub const fn new() -> Self {
+        assert!(N > 0, "a ring needs at least one slot");
+        Ring {
+            slots: [const { Slot::empty() }; N],
+            cap: AtomicUsize::new(N),
+            head: AtomicUsize::new(0),
+            tail: AtomicUsize::new(0),
+            taken: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            lost_reported: AtomicU64::new(0),
+        }
+    }
+
+    /// Limits the usable capacity to `cap` (`1..=N`). Only before the first
+    /// push: call it at boot (e.g. for `ring=N`).
+    pub fn set_capacity(&self, cap: usize) -> Result<(), CapacityError> {
+        if cap == 0 || cap > N {
+            return Err(CapacityError::OutOfRange {
+                requested: cap,
+                max: N,
+            });
+        }
+        if self.taken.load(Ordering::Acquire) != 0 || self.tail.load(Ordering::Acquire) != 0 {
+            return Err(CapacityError::InUse);
+        }
+        self.cap.store(cap, Ordering::Release);
+        Ok(())
+    }
+
+    /// The usable capacity.
+    pub fn capacity(&self) -> usize {
+        self.cap.load(Ordering::Relaxed)
+    }
+
+    /// Pushes `value`; NMI-safe. Returns false (and counts the loss) when
+    /// the ring is full; the value is dropped.
+    pub fn push(&self, value: T) -> bool {
+        self.taken.fetch_add(1, Ordering::Relaxed);
+        let cap = self.cap.load(Ordering::Relaxed);
+        let mut pos = self.tail.load(Ordering::Relaxed);
+        loop {
+            let index = pos % cap;
+            let slot = &self.slots[index];
+            let base = index.wrapping_mul(2);
+            let seq = slot.stamp.load(Ordering::Acquire).wrapping_add(base);
+            let diff = seq.wrapping_sub(pos.wrapping_mul(2)) as isize;
+            if diff == 0 {
+                match self.tail.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        // SAFETY: the successful CAS gave this context
+                        // exclusive ownership of position `pos`, whose slot
+                        // the consumer has freed (stamp == pos); nobody
+                        // else touches the value until the release store
+                        // below publishes it.
+                        unsafe { (*slot.value.get()).write(value) };
+                        let published = pos.wrapping_mul(2).wrapping_add(1);
+                        slot.stamp
+                            .store(published.wrapping_sub(base), Ordering::Release);
+                        return true;
+                    }
+                    Err(now) => pos = now,
+                }
+            } else if diff < 0 {
+                // The slot still holds an unconsumed value: full.
+                self.lost.fetch_add(1, Ordering::Relaxed);
+                return false;
+            } else {
+                // Another producer claimed `pos` meanwhile: move on. The
+                // tail has necessarily advanced; if it has not, the state
+                // is inconsistent and the sample is dropped rather than
+                // looping.
+                let now = self.tail.load(Ordering::Relaxed);
+                if now == pos {
+                    self.lost.fetch_add(1, Ordering::Relaxed);
+                    return false;
+                }
+                pos = now;
+            }
+        }
+    }
+
+    /// Pops the oldest published value. Returns `None` when empty or when
+    /// the oldest slot is claimed but not yet published (its producer was
+    /// interrupted); call again later.
+    pub fn pop(&self) -> Option<T> {
+        let cap = self.cap.load(Ordering::Relaxed);
+        let mut pos = self.head.load(Ordering::Relaxed);
+        loop {
+            let index = pos % cap;
+            let slot = &self.slots[index];
+            let base = index.wrapping_mul(2);
+            let seq = slot.stamp.load(Ordering::Acquire).wrapping_add(base);
+            let diff = seq.wrapping_sub(pos.wrapping_mul(2).wrapping_add(1)) as isize;
+            if diff == 0 {
+                match self.head.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        // SAFETY: the stamp (acquire) says the producer of
+                        // `pos` published an initialised value, and the CAS
+                        // made this context its only reader; the release
+                        // store below hands the now-empty slot back.
+                        let value = unsafe { (*slot.value.get()).assume_init_read() };
+                        let freed = pos.wrapping_add(cap).wrapping_mul(2);
+                        slot.stamp
+                            .store(freed.wrapping_sub(base), Ordering::Release);
+                        self.delivered.fetch_add(1, Ordering::Relaxed);
+                        return Some(value);
+                    }
+                    Err(now) => pos = now,
+                }
+            } else if diff < 0 {
+                return None;
+            } else {
+                // Another consumer took `pos`; as above, never loop on an
+                // unchanged head.
+                let now = self.head.load(Ordering::Relaxed);
+                if now == pos {
+                    return None;
+                }
+                pos = now;
+            }
+        }
+    }
+
+    /// Losses not yet reported: returns the count since the previous call
+    /// (the consumer turns it into a Lost record). Exact: every increment is
+    /// reported exactly once.
+    pub fn take_lost(&self) -> u64 {
+        let total = self.lost.load(Ordering::Acquire);
+        let reported = self.lost_reported.swap(total, Ordering::AcqRel);
+        total.wrapping_sub(reported)
+    }
+
+    /// The counters. `taken == delivered + lost + len()` whenever no push
+    /// or pop is in progress.
+    pub fn stats(&self) -> RingStats {
+        RingStats {
+            taken: self.taken.load(Ordering::Acquire),
+            delivered: self.delivered.load(Ordering::Acquire),
+            lost: self.lost.load(Ordering::Acquire),
+        }
+    }
+
+    /// Values currently claimed or published and not yet popped.
+    pub fn len(&self) -> usize {
+        let tail = self.tail.load(Ordering::Acquire);
+        let head = self.head.load(Ordering::Acquire);
+        tail.wrapping_sub(head)
+    }
+
+    /// True when no value is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<T, const N: usize> Drop for Ring<T, N> {
+    fn drop(&mut self) {
+        while self.pop().is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::VecDeque;
+
+    #[test]
+    fn fifo_and_full() {
+        let r: Ring<u32, 4> = Ring::new();
+        for i in 0..4 {
+            assert!(r.push(i));
+        }
+        assert!(!r.push(99), "full");
+        assert_eq!(r.take_lost(), 1);
+        assert_eq!(r.take_lost(), 0, "reported once");
+        for i in 0..4 {
+            assert_eq!(r.pop(), Some(i));
+        }
+        assert_eq!(r.pop(), None);
+        assert_eq!(
+            r.stats(),
+            RingStats {
+                taken: 5,
+                delivered: 4,
+                lost: 1
+            }
+        );
+    }
+
+    #[test]
+    fn runtime_capacity() {
+        let r: Ring<u8, 8> = Ring::new();
+        assert_eq!(
+            r.set_capacity(9),
+            Err(CapacityError::OutOfRange {
+                requested: 9,
+                max: 8
+            })
+        );
+        assert!(r.set_capacity(0).is_err());
+        r.set_capacity(3).unwrap();
+        assert_eq!(r.capacity(), 3);
+        for round in 0..5u8 {
+            assert!(r.push(round));
+            assert!(r.push(round));
+            assert!(r.push(round));
+            assert!(!r.push(round), "capped at 3");
+            for _ in 0..3 {
+                assert_eq!(r.pop(), Some(round));
+            }
+        }
+        assert_eq!(r.set_capacity(8), Err(CapacityError::InUse));
+    }
+
+    #[test]
+    fn an_unpublished_slot_stops_the_consumer_but_not_producers() {
+        // Simulate "producer interrupted between claim and publish" by
+        // claiming a position by hand.
+        let r: Ring<u32, 4> = Ring::new();
+        r.tail.store(1, Ordering::SeqCst); // position 0 claimed, unpublished
+        r.taken.fetch_add(1, Ordering::SeqCst);
+        assert!(r.push(7), "a nested producer takes the next slot");
+        assert_eq!(r.pop(), None, "the consumer waits for position 0");
+        // The interrupted producer publishes.
+        // SAFETY: position 0 was claimed above by this test, and nothing
+        // else reads slot 0 until its stamp is advanced.
+        unsafe { (*r.slots[0].value.get()).write(6) };
+        r.slots[0].stamp.store(1, Ordering::Release); // 2 * 0 + 1: published
+        assert_eq!(r.pop(), Some(6));
+        assert_eq!(r.pop(), Some(7));
+    }
+
+    #[test]
+    fn drops_remaining_values() {
+        use std::rc::Rc;
+        let counted = Rc::new(());
+        {
+            let r: Ring<Rc<()>, 4> = Ring::new();
+            r.push(counted.clone());
+            r.push(counted.clone());
+            assert_eq!(Rc::strong_count(&counted), 3);
+        }
+        assert_eq!(Rc::strong_count(&counted), 1);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Push(u16),
+        Pop,
+        Lost,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            any::<u16>().prop_map(Op::Push),
+            Just(Op::Pop),
+            Just(Op::Lost)
+        ]
+    }
+
+    proptest! {
+        /// The ring behaves like a bounded FIFO that drops when full, with
+        /// exact counters, for any capacity and operation sequence
+        /// (positions wrap the slot array many times).
+        #[test]
+        fn matches_a_bounded_fifo(cap in 1usize..=8, ops in proptest::collection::vec(op(), 0..400)) {
+            let r: Ring<u16, 8> = Ring::new();
+            r.set_capacity(cap).unwrap();
+            let mut model = VecDeque::new();
+            let (mut taken, mut lost, mut unreported) = (0u64, 0u64, 0u64);
+            for op in ops {
+                match op {
+                    Op::Push(v) => {
+                        taken += 1;
+                        let fits = model.len() < cap;
+                        prop_assert_eq!(r.push(v), fits);
+                        if fits { model.push_back(v) } else { lost += 1; unreported += 1; }
+                    }
+                    Op::Pop => prop_assert_eq!(r.pop(), model.pop_front()),
+                    Op::Lost => { prop_assert_eq!(r.take_lost(), unreported); unreported = 0; }
+                }
+                prop_assert_eq!(r.len(), model.len());
+                let s = r.stats();
+                prop_assert_eq!(s.taken, taken);
+                prop_assert_eq!(s.lost, lost);
+                prop_assert_eq!(s.taken, s.delivered + s.lost + model.len() as u64);
+            }
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! A ring producer really interrupted by another producer on the same CPU:
+//! a SIGPROF handler (driven by `setitimer(ITIMER_PROF)`) pushes into the
+//! ring that the interrupted thread is pushing into and draining, the way
+//! an NMI interrupts the runtime. Checks that every value is delivered
+//! exactly once or counted as lost, and that each producer's values come
+//! out in order.
+
+#![cfg(unix)]
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sampler::ring::Ring;
+
+/// Small enough that the handler often finds it full.
+static RING: Ring<u64, 64> = Ring::new();
+static HANDLER_PUSHED: AtomicU64 = AtomicU64::new(0);
+static HANDLER_RUNS: AtomicU64 = AtomicU64::new(0);
+/// Signals that arrived while the main thread was inside `push` or `pop`.
+static NESTED_IN_OP: AtomicU64 = AtomicU64::new(0);
+static IN_OP: AtomicBool = AtomicBool::new(false);
+
+const HANDLER_TAG: u64 = 1 << 63;
+
+extern "C" fn on_sigprof(_: libc::c_int) {
+    HANDLER_RUNS.fetch_add(1, Ordering::Relaxed);
+    if IN_OP.load(Ordering::Relaxed) {
+        NESTED_IN_OP.fetch_add(1, Ordering::Relaxed);
+    }
+    // Several pushes per signal so the ring fills up at times.
+    for _ in 0..8 {
+        let n = HANDLER_PUSHED.fetch_add(1, Ordering::Relaxed);
+        RING.push(HANDLER_TAG | n);
+    }
+}
+
+#[test]
+fn signal_handler_nests_into_producer_and_consumer() {
+    // SAFETY: installs a handler that only touches atomics and the
+    // lock-free ring (async-signal-safe), and a profiling timer for this
+    // process; both are undone at the end of the test.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigprof as extern "C" fn(libc::c_int) as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        assert_eq!(libc::sigaction(libc::SIGPROF, &sa, std::ptr::null_mut()), 0);
+        let t = libc::itimerval {
+            it_interval: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 100,
+            },
+            it_value: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 100,
+            },
+        };
+        assert_eq!(
+            libc::setitimer(libc::ITIMER_PROF, &t, std::ptr::null_mut()),
+            0
+        );
+    }
+
+    let mut main_pushed = 0u64;
+    let mut next_main = 0u64;
+    let mut next_handler = 0u64;
+    let mut delivered_main = 0u64;
+    let mut delivered_handler = 0u64;
+    let mut check = |v: u64, next_main: &mut u64, next_handler: &mut u64| {
+        if v & HANDLER_TAG != 0 {
+            let n = v & !HANDLER_TAG;
+            assert!(
+                n >= *next_handler,
+                "handler values out of order: {n} after {next_handler}"
+            );
+            *next_handler = n + 1;
+            delivered_handler += 1;
+        } else {
+            assert!(
+                v >= *next_main,
+                "main values out of order: {v} after {next_main}"
+            );
+            *next_main = v + 1;
+            delivered_main += 1;
+        }
+    };
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1500) {
+        for _ in 0..16 {
+            IN_OP.store(true, Ordering::Relaxed);
+            RING.push(main_pushed);
+            IN_OP.store(false, Ordering::Relaxed);
+            main_pushed += 1;
+        }
+        for _ in 0..12 {
+            IN_OP.store(true, Ordering::Relaxed);
+            let v = RING.pop();
+            IN_OP.store(false, Ordering::Relaxed);
+            match v {
+                Some(v) => check(v, &mut next_main, &mut next_handler),
+                None => break,
+            }
+        }
+    }
+    // SAFETY: stops the timer started above; the handler stays installed
+    // but can no longer fire from this timer.
+    unsafe {
+        let stop = libc::itimerval {
+            it_interval: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            },
+            it_value: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            },
+        };
+        libc::setitimer(libc::ITIMER_PROF, &stop, std::ptr::null_mut());
+    }
+    // A signal may still be in flight; let it land before draining.
+    std::thread::sleep(Duration::from_millis(20));
+    while let Some(v) = RING.pop() {
+        check(v, &mut next_main, &mut next_handler);
+    }
+    let handler_pushed = HANDLER_PUSHED.load(Ordering::Relaxed);
+    let stats = RING.stats();
+    let runs = HANDLER_RUNS.load(Ordering::Relaxed);
+    let nested = NESTED_IN_OP.load(Ordering::Relaxed);
+    println!(
+        "handler runs {runs} (inside push/pop: {nested}), pushed main {main_pushed} handler {handler_pushed}, \
+         delivered main {delivered_main} handler {delivered_handler}, lost {}",
+        stats.lost
+    );
+    assert_eq!(
+        stats.taken,
+        main_pushed + handler_pushed,
+        "every push is counted"
+    );
+    assert_eq!(stats.delivered, delivered_main + delivered_handler);
+    assert_eq!(
+        stats.taken,
+        stats.delivered + stats.lost,
+        "taken = delivered + lost"
+    );
+    assert!(
+        runs > 100,
+        "the timer really interrupted the thread ({runs} runs)"
+    );
+    assert!(
+        nested > 10,
+        "signals really landed inside push/pop ({nested})"
+    );
+    assert!(stats.lost > 0, "the ring really overflowed");
+    assert!(delivered_handler > 0 && delivered_main > 0);
+}
