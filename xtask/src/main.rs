@@ -3,6 +3,7 @@
 //! `cargo xtask <command>`; every command that boots the runtime runs QEMU
 //! through [`qemu`], with a hard timeout, stdin closed and a kill guard.
 
+mod hwcheck;
 mod image;
 mod kernel;
 mod qemu;
@@ -33,6 +34,9 @@ enum Command {
     Image(ImageArgs),
     /// fmt check, clippy, host tests, and the self-test in QEMU (plain and icount).
     Test(TestArgs),
+    /// Run the PMU self-test under KVM `-cpu host` when a virtual PMU exists;
+    /// otherwise say why not and how to boot the ISO on bare metal (exit 0).
+    Hwcheck,
 }
 
 #[derive(clap::Args)]
@@ -116,6 +120,7 @@ fn main() {
                 })
         }
         Command::Test(a) => test::run(!a.no_iso),
+        Command::Hwcheck => hwcheck::run(),
     };
     match result {
         Ok(code) => std::process::exit(code),
