@@ -12,7 +12,8 @@ use arch_x86::pmu::selftest::{self, Reason, Verdict};
 use arch_x86::pmu::sim::{BranchKind, SimBranch, SimCpu, SimLbr, SimMem, SimPmu, SimRegs, SimStep};
 use arch_x86::pmu::{Counter, EventConfig, PmiSummary, PmuError, SampleMode};
 use sampler::lbr::{self as slbr, LbrFormat, RawBranch as SRaw};
-use sampler::pebs::{self, DecodeConfig, MemKind, PebsFormat, perf_reg};
+use sampler::pebs::{self, DecodeConfig, MemKind, PebsFormat};
+use sampler::regs::Reg;
 
 fn detect(sim: &mut SimPmu) -> PmuInfo {
     // The simulator is both the CPUID source and the MSR space.
@@ -563,10 +564,10 @@ fn pebs_each_fixed_format_through_driver_and_decoder() {
             let i = 100 * k as u64 + 99;
             let expect = step(i);
             let regs = r.regs.unwrap();
-            assert_eq!(regs[perf_reg::AX], expect.regs.gprs[0]);
-            assert_eq!(regs[perf_reg::BX], expect.regs.gprs[1]);
-            assert_eq!(regs[perf_reg::SP], expect.regs.gprs[7]);
-            assert_eq!(regs[perf_reg::R8 + 7], expect.regs.gprs[15]);
+            assert_eq!(regs.get(Reg::Ax), expect.regs.gprs[0]);
+            assert_eq!(regs.get(Reg::Bx), expect.regs.gprs[1]);
+            assert_eq!(regs.get(Reg::Sp), expect.regs.gprs[7]);
+            assert_eq!(regs.get(Reg::R15), expect.regs.gprs[15]);
             if format >= 2 {
                 assert_eq!((r.ip, r.precise), (expect.ip, true));
             } else {
@@ -749,7 +750,7 @@ fn adaptive_pebs_group_combinations() {
             assert_eq!(r.applicable, 1);
             let regs = r.regs.unwrap();
             assert_eq!(
-                (regs[perf_reg::AX], regs[perf_reg::CX], regs[perf_reg::BX]),
+                (regs.get(Reg::Ax), regs.get(Reg::Cx), regs.get(Reg::Bx)),
                 (i * 100, i * 100 + 2, i * 100 + 1)
             );
             assert_eq!(r.mem.is_some(), mem);
@@ -841,10 +842,10 @@ fn legacy_lbr_formats_tos_walk_newest_first() {
                 (step(i).ip, 0x50_0000 + 16 * i),
                 "format {format} entry {k}"
             );
-            assert_eq!(e.mispred, i.is_multiple_of(5));
+            assert_eq!(e.flags.mispred, i.is_multiple_of(5));
         }
         if matches!(format, 5 | 6) {
-            assert_eq!(out[0].cycles, 2);
+            assert_eq!(out[0].flags.cycles, 2);
         }
         assert_eq!(
             rig.sim.read(addr::IA32_PERF_GLOBAL_STATUS),
@@ -931,7 +932,7 @@ fn arch_lbr_entry_zero_newest_and_call_stack_mode() {
     let n = slbr::decode_stack(LbrFormat::Arch, &rig.seen[0].lbr, &mut out);
     let froms: Vec<u64> = out[..n].iter().map(|e| e.from).collect();
     assert_eq!(froms, [0x2020, 0x1000]);
-    assert_eq!(out[0].kind, slbr::branch_type::IND_CALL);
+    assert_eq!(out[0].flags.kind, slbr::branch_kind::IND_CALL);
     let mut cc = [0u64; 8];
     let m = slbr::callchain_from_call_stack(0x400C, &out[..n], &mut cc);
     assert_eq!(&cc[..m], &[0x400C, 0x2020, 0x1000]);
@@ -1043,7 +1044,7 @@ fn amd_lbr_ext_v2() {
     for (k, e) in out.iter().enumerate() {
         let i = 39 - k as u64;
         assert_eq!(
-            (e.from, e.to, e.mispred),
+            (e.from, e.to, e.flags.mispred),
             (step(i).ip, 0x50_0000 + 16 * i, i.is_multiple_of(5))
         );
     }

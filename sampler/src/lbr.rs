@@ -50,57 +50,7 @@ pub mod legacy {
     pub const FMT_INFO2: u8 = 7;
 }
 
-/// perf branch type values (`enum perf_branch_types` in perf_event.h).
-pub mod branch_type {
-    /// Unknown.
-    pub const UNKNOWN: u8 = 0;
-    /// Conditional.
-    pub const COND: u8 = 1;
-    /// Unconditional.
-    pub const UNCOND: u8 = 2;
-    /// Indirect jump.
-    pub const IND: u8 = 3;
-    /// Direct call.
-    pub const CALL: u8 = 4;
-    /// Indirect call.
-    pub const IND_CALL: u8 = 5;
-    /// Return.
-    pub const RET: u8 = 6;
-}
-
-/// A decoded branch, in perf's terms.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BranchEntry {
-    /// Branch source.
-    pub from: u64,
-    /// Branch target.
-    pub to: u64,
-    /// Mispredicted.
-    pub mispred: bool,
-    /// Predicted (only meaningful when the format knows about prediction).
-    pub predicted: bool,
-    /// In a transaction.
-    pub in_tx: bool,
-    /// Transaction abort.
-    pub abort: bool,
-    /// Cycles since the previous branch (0 = unknown).
-    pub cycles: u16,
-    /// perf branch type ([`branch_type`]).
-    pub kind: u8,
-}
-
-impl BranchEntry {
-    /// The `flags` word of a `perf_branch_entry` (mispred bit 0, predicted 1,
-    /// in_tx 2, abort 3, cycles 4-19, type 20-23).
-    pub fn perf_flags(&self) -> u64 {
-        u64::from(self.mispred)
-            | u64::from(self.predicted) << 1
-            | u64::from(self.in_tx) << 2
-            | u64::from(self.abort) << 3
-            | u64::from(self.cycles) << 4
-            | u64::from(self.kind & 0xF) << 20
-    }
-}
+pub use crate::sample::{BranchEntry, BranchFlags, BranchStack, MAX_BRANCHES, branch_kind};
 
 /// Sign-extend `v` from bit `bits - 1`.
 fn sign_extend(v: u64, bits: u32) -> u64 {
@@ -112,7 +62,7 @@ fn sign_extend(v: u64, bits: u32) -> u64 {
 /// (an unused arch-LBR slot, an AMD entry without its valid bit, a zero legacy
 /// entry) and for an unknown legacy format.
 pub fn decode(format: LbrFormat, raw: &RawBranch) -> Option<BranchEntry> {
-    let mut e = BranchEntry::default();
+    let mut e = Flat::default();
     match format {
         LbrFormat::Legacy(fmt) => {
             if raw.from == 0 && raw.to == 0 {
@@ -180,13 +130,13 @@ pub fn decode(format: LbrFormat, raw: &RawBranch) -> Option<BranchEntry> {
                 e.cycles = raw.info as u16;
             }
             e.kind = match (raw.info >> 56) & 0xF {
-                0 => branch_type::COND,
-                1 => branch_type::IND,
-                2 => branch_type::UNCOND,
-                3 => branch_type::IND_CALL,
-                4 => branch_type::CALL,
-                5 => branch_type::RET,
-                _ => branch_type::UNKNOWN,
+                0 => branch_kind::COND,
+                1 => branch_kind::IND,
+                2 => branch_kind::UNCOND,
+                3 => branch_kind::IND_CALL,
+                4 => branch_kind::CALL,
+                5 => branch_kind::RET,
+                _ => branch_kind::UNKNOWN,
             };
         }
         LbrFormat::AmdV2 { va_bits } => {
@@ -205,7 +155,45 @@ pub fn decode(format: LbrFormat, raw: &RawBranch) -> Option<BranchEntry> {
             e.predicted = !e.mispred;
         }
     }
-    Some(e)
+    Some(BranchEntry {
+        from: e.from,
+        to: e.to,
+        flags: BranchFlags {
+            mispred: e.mispred,
+            predicted: e.predicted,
+            in_tx: e.in_tx,
+            abort: e.abort,
+            cycles: e.cycles,
+            kind: e.kind,
+        },
+    })
+}
+
+/// Working copy of an entry while its format is unpacked.
+#[derive(Default)]
+struct Flat {
+    from: u64,
+    to: u64,
+    mispred: bool,
+    predicted: bool,
+    in_tx: bool,
+    abort: bool,
+    cycles: u16,
+    kind: u8,
+}
+
+/// Decode a newest-first list of raw entries into a perf branch stack
+/// (at most [`MAX_BRANCHES`] entries), skipping empty slots.
+pub fn to_stack(format: LbrFormat, raw: &[RawBranch]) -> BranchStack {
+    let mut st = BranchStack::default();
+    for r in raw {
+        if let Some(e) = decode(format, r)
+            && st.entries.push(e).is_err()
+        {
+            break;
+        }
+    }
+    st
 }
 
 /// Decode a newest-first list of raw entries into `out`, skipping empty slots.
@@ -257,7 +245,7 @@ mod tests {
         };
         // Bit 62 set means the address is negative after dropping the flag bit.
         let e = decode(LbrFormat::Legacy(legacy::FMT_EIP_FLAGS), &raw).unwrap();
-        assert!(e.mispred && !e.predicted);
+        assert!(e.flags.mispred && !e.flags.predicted);
         assert_eq!(e.from, 0xFFFF_FFFF_FFFF_F000);
         let raw = RawBranch {
             from: 0x40_1000,
@@ -265,7 +253,7 @@ mod tests {
             info: 0,
         };
         let e = decode(LbrFormat::Legacy(legacy::FMT_EIP_FLAGS), &raw).unwrap();
-        assert!(!e.mispred && e.predicted);
+        assert!(!e.flags.mispred && e.flags.predicted);
         assert_eq!((e.from, e.to), (0x40_1000, 0x40_2000));
     }
 
@@ -277,7 +265,7 @@ mod tests {
             info: 0,
         };
         let e = decode(LbrFormat::Legacy(legacy::FMT_EIP_FLAGS2), &raw).unwrap();
-        assert!(!e.mispred && e.in_tx && e.abort);
+        assert!(!e.flags.mispred && e.flags.in_tx && e.flags.abort);
         assert_eq!(e.from, 0x1234);
     }
 
@@ -289,10 +277,10 @@ mod tests {
             info: (1 << 63) | (1 << 62) | 77,
         };
         let e = decode(LbrFormat::Legacy(legacy::FMT_INFO), &raw).unwrap();
-        assert!(e.mispred && e.in_tx && !e.abort);
-        assert_eq!(e.cycles, 77);
+        assert!(e.flags.mispred && e.flags.in_tx && !e.flags.abort);
+        assert_eq!(e.flags.cycles, 77);
         let e2 = decode(LbrFormat::Legacy(legacy::FMT_INFO2), &raw).unwrap();
-        assert!(e2.mispred && !e2.in_tx);
+        assert!(e2.flags.mispred && !e2.flags.in_tx);
     }
 
     #[test]
@@ -303,7 +291,7 @@ mod tests {
             info: 0,
         };
         let e = decode(LbrFormat::Legacy(legacy::FMT_TIME), &raw).unwrap();
-        assert_eq!((e.to, e.cycles), (0x2000, 500));
+        assert_eq!((e.to, e.flags.cycles), (0x2000, 500));
     }
 
     #[test]
@@ -332,8 +320,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (e.kind, e.cycles, e.mispred),
-            (branch_type::CALL, 33, false)
+            (e.flags.kind, e.flags.cycles, e.flags.mispred),
+            (branch_kind::CALL, 33, false)
         );
         // Without CYC_CNT_VALID the count is not reported.
         let e = decode(
@@ -345,7 +333,7 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(e.cycles, 0);
+        assert_eq!(e.flags.cycles, 0);
         assert!(
             decode(
                 LbrFormat::Arch,
@@ -370,7 +358,7 @@ mod tests {
         let e = decode(fmt, &raw).unwrap();
         assert_eq!(e.from, 0xFFFF_8000_0000_1000);
         assert_eq!(e.to, 0x4000);
-        assert!(e.mispred);
+        assert!(e.flags.mispred);
         assert!(
             decode(
                 fmt,
@@ -397,21 +385,6 @@ mod tests {
     }
 
     #[test]
-    fn perf_flags_bit_positions() {
-        let e = BranchEntry {
-            mispred: true,
-            predicted: false,
-            in_tx: true,
-            abort: false,
-            cycles: 0xABCD,
-            kind: branch_type::RET,
-            from: 0,
-            to: 0,
-        };
-        assert_eq!(e.perf_flags(), 1 | 4 | (0xABCD << 4) | (6 << 20));
-    }
-
-    #[test]
     fn stack_skips_empty_slots_and_callchain_starts_at_ip() {
         let raw = [
             RawBranch {
@@ -433,5 +406,8 @@ mod tests {
         let mut cc = [0u64; 8];
         let m = callchain_from_call_stack(0x99, &out[..n], &mut cc);
         assert_eq!(&cc[..m], &[0x99, 0x10, 0x30]);
+        let st = to_stack(LbrFormat::Arch, &raw);
+        assert_eq!(st.entries.len(), 2);
+        assert_eq!(st.entries[1], out[1]);
     }
 }

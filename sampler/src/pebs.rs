@@ -6,84 +6,14 @@
 //! microarchitecture PEBS record tables and "Adaptive PEBS").
 
 use crate::lbr::RawBranch;
-
-/// perf register indices on x86 (`enum perf_event_x86_regs`).
-pub mod perf_reg {
-    /// RAX.
-    pub const AX: usize = 0;
-    /// RBX.
-    pub const BX: usize = 1;
-    /// RCX.
-    pub const CX: usize = 2;
-    /// RDX.
-    pub const DX: usize = 3;
-    /// RSI.
-    pub const SI: usize = 4;
-    /// RDI.
-    pub const DI: usize = 5;
-    /// RBP.
-    pub const BP: usize = 6;
-    /// RSP.
-    pub const SP: usize = 7;
-    /// RIP.
-    pub const IP: usize = 8;
-    /// RFLAGS.
-    pub const FLAGS: usize = 9;
-    /// R8 (R9..R15 follow).
-    pub const R8: usize = 16;
-    /// Number of perf register slots on x86-64 without XMM.
-    pub const COUNT: usize = 24;
-}
+use crate::regs::{
+    PEBS_ADAPTIVE_GPR_ORDER, PEBS_LEGACY_GPR_ORDER, Reg, RegFile, regfile_from_pebs,
+};
+pub use crate::sample::MemInfo;
 
 /// The perf register mask a PEBS record can fill: AX..FLAGS and R8..R15
 /// (no segment registers).
 pub const PEBS_REGS_MASK: u64 = 0x00FF_03FF;
-
-/// perf register index of each GPR in the fixed-format record order
-/// (FLAGS, IP, AX, BX, CX, DX, SI, DI, BP, SP, R8..R15).
-pub const FIXED_GPR_ORDER: [usize; 18] = [
-    perf_reg::FLAGS,
-    perf_reg::IP,
-    perf_reg::AX,
-    perf_reg::BX,
-    perf_reg::CX,
-    perf_reg::DX,
-    perf_reg::SI,
-    perf_reg::DI,
-    perf_reg::BP,
-    perf_reg::SP,
-    16,
-    17,
-    18,
-    19,
-    20,
-    21,
-    22,
-    23,
-];
-
-/// perf register index of each GPR in the adaptive GPR group order
-/// (FLAGS, IP, AX, CX, DX, BX, SP, BP, SI, DI, R8..R15).
-pub const ADAPTIVE_GPR_ORDER: [usize; 18] = [
-    perf_reg::FLAGS,
-    perf_reg::IP,
-    perf_reg::AX,
-    perf_reg::CX,
-    perf_reg::DX,
-    perf_reg::BX,
-    perf_reg::SP,
-    perf_reg::BP,
-    perf_reg::SI,
-    perf_reg::DI,
-    16,
-    17,
-    18,
-    19,
-    20,
-    21,
-    22,
-    23,
-];
 
 /// Format 0 ("core", Core 2 / Atom): 144 bytes.
 #[repr(C)]
@@ -161,7 +91,7 @@ pub struct AdaptiveMemInfo {
     pub tsx_tuning: u64,
 }
 
-/// Adaptive PEBS GPR group: 144 bytes (order in [`ADAPTIVE_GPR_ORDER`]).
+/// Adaptive PEBS GPR group: 144 bytes (order in [`PEBS_ADAPTIVE_GPR_ORDER`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct AdaptiveGprs {
@@ -337,19 +267,6 @@ pub struct DecodeConfig {
     pub split_latency: bool,
 }
 
-/// Memory fields of a sample (perf ADDR, WEIGHT_STRUCT, DATA_SRC).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MemFields {
-    /// Data linear address.
-    pub addr: u64,
-    /// Latency weight (cache latency where split).
-    pub weight: u64,
-    /// Instruction latency (0 unless the latency word is split).
-    pub ins_lat: u64,
-    /// perf `perf_mem_data_src` encoding.
-    pub data_src: u64,
-}
-
 /// A decoded PEBS record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PebsRecord<'a> {
@@ -360,14 +277,14 @@ pub struct PebsRecord<'a> {
     pub precise: bool,
     /// GPRs in perf order (valid under [`PEBS_REGS_MASK`]); `None` when the
     /// record has no GPRs (adaptive without the GPR group).
-    pub regs: Option<[u64; perf_reg::COUNT]>,
+    pub regs: Option<RegFile>,
     /// TSC (format 3+).
     pub tsc: Option<u64>,
     /// Counters the record applies to (bit n = PMCn, 32+n = fixed n); 0 when
     /// the format does not say (format 0).
     pub applicable: u64,
     /// Memory fields for memory events.
-    pub mem: Option<MemFields>,
+    pub mem: Option<MemInfo>,
     /// Retire latency (adaptive basic group [47:32]; 0 if absent).
     pub retire_latency: u16,
     lbr: &'a [u8],
@@ -406,12 +323,12 @@ fn need(bytes: &[u8], n: usize) -> Result<(), PebsError> {
     }
 }
 
-fn gprs(bytes: &[u8], off: usize, order: &[usize; 18]) -> [u64; perf_reg::COUNT] {
-    let mut regs = [0u64; perf_reg::COUNT];
-    for (i, &slot) in order.iter().enumerate() {
-        regs[slot] = rd(bytes, off + 8 * i);
+fn gprs(bytes: &[u8], off: usize, order: &[Reg; 18]) -> RegFile {
+    let mut words = [0u64; 18];
+    for (i, w) in words.iter_mut().enumerate() {
+        *w = rd(bytes, off + 8 * i);
     }
-    regs
+    regfile_from_pebs(RegFile::default(), order, &words)
 }
 
 /// Decode one record from `bytes` (which starts at the record).
@@ -421,9 +338,9 @@ pub fn decode<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord<'a>,
         fixed => {
             let size = fixed.fixed_size().unwrap_or(0);
             need(bytes, size)?;
-            let regs = gprs(bytes, 0, &FIXED_GPR_ORDER);
+            let regs = gprs(bytes, 0, &PEBS_LEGACY_GPR_ORDER);
             let mut rec = PebsRecord {
-                ip: regs[perf_reg::IP],
+                ip: regs.get(Reg::Ip),
                 precise: false,
                 regs: Some(regs),
                 tsc: None,
@@ -436,7 +353,7 @@ pub fn decode<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord<'a>,
                 rec.applicable = rd(bytes, 144);
                 if cfg.mem != MemKind::None {
                     let dse = rd(bytes, 160);
-                    rec.mem = Some(MemFields {
+                    rec.mem = Some(MemInfo {
                         addr: rd(bytes, 152),
                         weight: rd(bytes, 168),
                         ins_lat: 0,
@@ -488,20 +405,20 @@ fn decode_adaptive<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord
             } else {
                 (lat, 0)
             };
-            rec.mem = Some(MemFields {
+            rec.mem = Some(MemInfo {
                 addr: rd(bytes, off),
                 weight,
-                ins_lat,
+                ins_lat: ins_lat as u16,
                 data_src: data_src(cfg.mem, rd(bytes, off + 8)),
             });
         }
         off += size_of::<AdaptiveMemInfo>();
     }
     if groups & data_cfg::GPRS != 0 {
-        let mut regs = gprs(bytes, off, &ADAPTIVE_GPR_ORDER);
+        let mut regs = gprs(bytes, off, &PEBS_ADAPTIVE_GPR_ORDER);
         // The basic group's IP is the eventing IP; the GPR group's is where
         // execution resumed. Report the eventing one as perf's IP register.
-        regs[perf_reg::IP] = rec.ip;
+        regs.set(Reg::Ip, rec.ip);
         rec.regs = Some(regs);
         off += size_of::<AdaptiveGprs>();
     }
@@ -741,9 +658,9 @@ mod tests {
     }
 
     #[test]
-    fn gpr_orders_are_permutations_of_the_pebs_mask() {
-        for order in [&FIXED_GPR_ORDER, &ADAPTIVE_GPR_ORDER] {
-            let mask = order.iter().fold(0u64, |m, &i| m | 1 << i);
+    fn gpr_orders_cover_the_pebs_mask() {
+        for order in [&PEBS_LEGACY_GPR_ORDER, &PEBS_ADAPTIVE_GPR_ORDER] {
+            let mask = order.iter().fold(0u64, |m, r| m | r.bit());
             assert_eq!(mask, PEBS_REGS_MASK);
         }
     }
@@ -790,12 +707,12 @@ mod tests {
             };
             let r = decode(&bytes[..size], &cfg).unwrap();
             let regs = r.regs.unwrap();
-            assert_eq!(regs[perf_reg::FLAGS], 100);
-            assert_eq!(regs[perf_reg::IP], 101);
-            assert_eq!(regs[perf_reg::AX], 102);
-            assert_eq!(regs[perf_reg::BX], 103);
-            assert_eq!(regs[perf_reg::SP], 109);
-            assert_eq!(regs[perf_reg::R8 + 7], 117);
+            assert_eq!(regs.get(Reg::Flags), 100);
+            assert_eq!(regs.get(Reg::Ip), 101);
+            assert_eq!(regs.get(Reg::Ax), 102);
+            assert_eq!(regs.get(Reg::Bx), 103);
+            assert_eq!(regs.get(Reg::Sp), 109);
+            assert_eq!(regs.get(Reg::R15), 117);
             match format {
                 PebsFormat::Core => {
                     assert_eq!((r.ip, r.precise, r.mem, r.tsc), (101, false, None, None));
@@ -850,10 +767,10 @@ mod tests {
         assert_eq!((m.addr, m.weight, m.ins_lat), (0xBEEF_0000, 300, 12));
         assert_eq!(m.data_src & 0x1F, mem::OP_LOAD);
         let regs = r.regs.unwrap();
-        assert_eq!(regs[perf_reg::CX], 203);
-        assert_eq!(regs[perf_reg::BX], 205);
-        assert_eq!(regs[perf_reg::SP], 206);
-        assert_eq!(regs[perf_reg::IP], 0x40_2000);
+        assert_eq!(regs.get(Reg::Cx), 203);
+        assert_eq!(regs.get(Reg::Bx), 205);
+        assert_eq!(regs.get(Reg::Sp), 206);
+        assert_eq!(regs.get(Reg::Ip), 0x40_2000);
         assert_eq!(r.lbr_len(), 2);
         let l: [RawBranch; 2] = [r.lbr().next().unwrap(), r.lbr().nth(1).unwrap()];
         assert_eq!((l[0].from, l[0].to, l[1].from), (0x111, 0x222, 0x333));
