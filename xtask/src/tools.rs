@@ -51,14 +51,34 @@ fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-/// Makes sure `program` exists: installs `packages` when running as root,
-/// otherwise fails with the exact install command.
+/// Whether a missing tool may be installed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Install {
+    /// Install with apt-get when running as root.
+    IfRoot,
+    /// Never install; only explain.
+    Never,
+}
+
+/// Makes sure `program` exists: installs `packages` when running as root
+/// (unless `PERCH_NO_INSTALL` is set), otherwise fails with the exact
+/// install command.
 pub fn require(program: &str, packages: &[&str]) -> Result<()> {
+    let policy = if std::env::var_os("PERCH_NO_INSTALL").is_some() {
+        Install::Never
+    } else {
+        Install::IfRoot
+    };
+    require_with(program, packages, policy)
+}
+
+/// [`require`] with an explicit install policy.
+pub fn require_with(program: &str, packages: &[&str], policy: Install) -> Result<()> {
     if found(program) {
         return Ok(());
     }
     let cmd = format!("apt-get install -y {}", packages.join(" "));
-    if is_root() && found("apt-get") {
+    if policy == Install::IfRoot && is_root() && found("apt-get") {
         eprintln!("xtask: {program} is missing; running as root, so installing it: {cmd}");
         let ok = Command::new("sh")
             .args([
@@ -79,4 +99,25 @@ pub fn require(program: &str, packages: &[&str]) -> Result<()> {
 /// [`require`] for a [`Tool`].
 pub fn require_tool(t: &Tool) -> Result<()> {
     require(t.program, t.packages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_tool_names_the_install_command() {
+        let e = require_with("perch-no-such-tool", &["qemu-system-x86"], Install::Never)
+            .expect_err("the tool does not exist");
+        assert_eq!(
+            e.to_string(),
+            "perch-no-such-tool is missing; install it with: sudo apt-get install -y qemu-system-x86"
+        );
+    }
+
+    #[test]
+    fn present_tool_is_accepted() {
+        require_with("sh", &["dash"], Install::Never).expect("sh exists");
+        require_with("/", &["base-files"], Install::Never).expect("/ exists");
+    }
 }
