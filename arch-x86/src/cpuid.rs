@@ -165,6 +165,31 @@ impl PmuInfo {
         self.perf_capabilities & (1 << 13) != 0
     }
 
+    /// Number of fixed counters present.
+    pub fn fixed_counters(&self) -> u8 {
+        self.fixed_mask.count_ones() as u8
+    }
+
+    /// LBR format for the stream's capabilities: PERF_CAPABILITIES[5:0] for
+    /// legacy LBR, 0x3F for architectural LBR, `None` without (or on AMD,
+    /// whose LbrExtV2 has no format number).
+    pub fn lbr_format(&self) -> Option<u8> {
+        match self.lbr {
+            LbrKind::Legacy { format, .. } => Some(format),
+            LbrKind::Arch { .. } => Some(0x3F),
+            LbrKind::AmdV2 { .. } | LbrKind::None => None,
+        }
+    }
+
+    /// LBR depth, 0 without LBR.
+    pub fn lbr_depth(&self) -> u8 {
+        match self.lbr {
+            LbrKind::Legacy { depth, .. } | LbrKind::AmdV2 { depth, .. } => depth,
+            LbrKind::Arch { max_depth, .. } => max_depth,
+            LbrKind::None => 0,
+        }
+    }
+
     /// A short human-readable reason when there is no PMU, for the fallback message.
     pub fn missing_reason(&self) -> Option<&'static str> {
         if self.has_pmu() {

@@ -1130,3 +1130,85 @@ fn event_table_round_trip() {
     );
     assert_eq!(rig.count(0), 0);
 }
+
+// ---------------------------------------------------------------- pmu=sim
+
+#[test]
+fn sim_clock_carries_real_ips_registers_branches_and_memory() {
+    use arch_x86::pmu::sim::SimClock;
+    let mut clock = SimClock::new(SimCpu::sapphire_rapids(), 100);
+    let info = detect(&mut clock.sim);
+    assert_eq!(
+        (info.lbr_format(), info.lbr_depth(), info.fixed_counters()),
+        (Some(0x3F), 32, 4)
+    );
+    let mut d = IntelPmu::new(&info).unwrap();
+    let area = Box::new(DsArea::new());
+    let mut buf = vec![0u8; 16 * 1024];
+    let events = [
+        precise(EventKind::MemLoads, 3),
+        EventConfig {
+            event: Event::new(EventKind::Cycles),
+            mode: SampleMode::Period(1000),
+        },
+    ];
+    let opts = IntelOptions {
+        lbr: Some(LbrConfig::default()),
+        freeze_on_pmi: true,
+        ..Default::default()
+    };
+    {
+        let mut mem = DsMemory::new(&area, &mut buf);
+        d.configure(&mut clock.sim, Some(&mut mem), &events, &opts)
+            .unwrap();
+    }
+    d.start(&mut clock.sim);
+    // An appliance loop over three functions.
+    let ips = [0x40_1000u64, 0x40_2000, 0x40_3000];
+    let mut samples = Vec::new();
+    let mut cycles_samples = 0;
+    for t in 0..60u64 {
+        let ip = ips[(t % 3) as usize] + t;
+        let mut gprs = [0u64; 16];
+        gprs[0] = t;
+        gprs[7] = 0x7FFF_0000 - 8 * t;
+        let regs = SimRegs { flags: 0x202, gprs };
+        let mut mem = DsMemory::new(&area, &mut buf);
+        if clock.on_tick(Some(&mut mem), ip, true, regs) {
+            clock.sim.take_pmi();
+            let tsc = clock.sim.tsc();
+            d.handle_pmi(
+                &mut clock.sim,
+                Some(&mut mem),
+                tsc,
+                &mut |ov| match ov.pebs {
+                    Some(bytes) => {
+                        let cfg = DecodeConfig {
+                            format: PebsFormat::Adaptive(5),
+                            mem: MemKind::Load,
+                            split_latency: true,
+                        };
+                        let r = pebs::decode(bytes, &cfg).unwrap();
+                        let stack = slbr::to_stack(LbrFormat::Arch, &r.lbr().collect::<Vec<_>>());
+                        samples.push((r.ip, r.regs.unwrap().get(Reg::Ax), r.mem.unwrap(), stack));
+                    }
+                    None => cycles_samples += 1,
+                },
+            );
+        }
+    }
+    // Every third tick is a load sample; 60 ticks x 200 cycles = 12 cycles samples.
+    assert_eq!(samples.len(), 20);
+    assert_eq!(cycles_samples, 12);
+    for (k, (ip, ax, m, stack)) in samples.iter().enumerate() {
+        let t = 3 * k as u64 + 2;
+        assert_eq!(*ip, ips[(t % 3) as usize] + t);
+        assert_eq!(*ax, t);
+        assert_eq!(m.addr, 0x7FFF_0000 - 8 * t);
+        assert!(m.weight >= 4 && m.data_src != 0);
+        // The newest branch led from the previous tick's IP to this tick's one.
+        assert!(!stack.entries.is_empty());
+        assert_eq!(stack.entries[0].to, ips[((t - 1) % 3) as usize] + t - 1);
+    }
+    assert_eq!(clock.sim.stats.pmis_masked, 0);
+}

@@ -1323,3 +1323,76 @@ impl Cpuid for SimPmu {
         }
     }
 }
+
+/// `pmu=sim` on the target: each NMI-clock tick becomes one [`SimStep`]
+/// built from the interrupted context, so the simulator's counters, PEBS
+/// records and LBR entries carry the appliance's real IPs and registers
+/// through the real drivers, NMI handler, ring, wire and host tool.
+///
+/// The synthetic parts are deterministic: each tick retires
+/// `instructions_per_tick` instructions (two cycles each), takes one branch
+/// from the previous tick's IP to this one (every seventh mispredicted) and
+/// performs one load at the interrupted stack pointer, with a latency and
+/// data source that cycle through the load-latency encodings.
+#[derive(Debug)]
+pub struct SimClock {
+    /// The simulated PMU the drivers talk to.
+    pub sim: SimPmu,
+    instructions_per_tick: u64,
+    tick: u64,
+    last_ip: u64,
+}
+
+impl SimClock {
+    /// A simulator of `cpu` advanced by `instructions_per_tick` per clock tick.
+    pub fn new(cpu: SimCpu, instructions_per_tick: u64) -> Self {
+        SimClock {
+            sim: SimPmu::new(cpu),
+            instructions_per_tick: instructions_per_tick.max(1),
+            tick: 0,
+            last_ip: 0,
+        }
+    }
+
+    /// The step for a tick that interrupted `ip` (user mode or not) with `regs`.
+    pub fn step_for(&mut self, ip: u64, user: bool, regs: SimRegs) -> SimStep {
+        const SOURCES: [u8; 6] = [0x1, 0x2, 0x3, 0x4, 0x7, 0xC];
+        let t = self.tick;
+        self.tick += 1;
+        let from = if self.last_ip == 0 { ip } else { self.last_ip };
+        self.last_ip = ip;
+        SimStep {
+            ip,
+            next_ip: ip + 1,
+            user,
+            regs,
+            instructions: self.instructions_per_tick,
+            cycles: 2 * self.instructions_per_tick,
+            branch: Some(SimBranch {
+                from,
+                to: ip,
+                mispred: t % 7 == 6,
+                kind: BranchKind::Jmp,
+            }),
+            mem: Some(SimMem {
+                addr: regs.gprs[7],
+                latency: 4 + (t % 61) as u16,
+                dse: SOURCES[(t % SOURCES.len() as u64) as usize],
+                store: false,
+            }),
+        }
+    }
+
+    /// Advance the simulator by one tick. Returns true when a PMI is pending:
+    /// then call [`SimPmu::take_pmi`] and the driver's `handle_pmi`.
+    pub fn on_tick(
+        &mut self,
+        mem: Option<&mut DsMemory<'_>>,
+        ip: u64,
+        user: bool,
+        regs: SimRegs,
+    ) -> bool {
+        let s = self.step_for(ip, user, regs);
+        self.sim.advance(mem, &s)
+    }
+}
