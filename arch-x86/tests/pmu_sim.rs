@@ -963,6 +963,7 @@ fn amd_legacy_four_counters() {
         (rig.count(0), rig.count(1), rig.count(2), rig.count(3)),
         (20, 10, 142, 66)
     );
+    assert_eq!(d.events_since_reload(&mut rig.sim, 2), Some(1000 % 7));
     assert_eq!(rig.sim.stats.pmis_masked, 0);
     let mut five = evs.to_vec();
     five.push(ev(EventKind::Cycles, 10));
@@ -1059,14 +1060,24 @@ fn selftest_verdicts_against_the_simulator() {
     // A working PMU: count instructions, then sample them at a period.
     let mut rig = Rig::new(SimCpu::skylake());
     let info = rig.info();
+    // Counting: a period too long to overflow during the workload.
+    let mut d = rig
+        .intel(
+            &[ev(EventKind::Instructions, 1 << 40)],
+            IntelOptions::default(),
+        )
+        .unwrap();
+    rig.run_intel(&mut d, (0..10_250).map(step));
+    let counted = d.events_since_reload(&mut rig.sim, 0).unwrap();
+    assert_eq!(counted, 10_250);
+    assert_eq!(rig.pmis, 0);
+    // Sampling: the same workload at a period of 500.
     let mut d = rig
         .intel(&[ev(EventKind::Instructions, 500)], IntelOptions::default())
         .unwrap();
-    let before = d.read_counter(&mut rig.sim, Counter::Fixed(0));
     rig.run_intel(&mut d, (0..10_250).map(step));
     let nmis = rig.pmis;
-    let counted = 10_250;
-    assert!(d.read_counter(&mut rig.sim, Counter::Fixed(0)) != before);
+    assert_eq!(d.events_since_reload(&mut rig.sim, 0), Some(250));
     assert_eq!(
         selftest::verdict(&info, counted, 500, nmis),
         Verdict::Usable

@@ -190,6 +190,13 @@ impl AmdPmu {
         hw.read(self.msrs(counter).1)
     }
 
+    /// Events counted by event `i` since its counter was last loaded with -period.
+    pub fn events_since_reload(&self, hw: &mut impl Msr, i: usize) -> Option<u64> {
+        let s = self.slots.get(i).copied().flatten()?;
+        let start = s.period.wrapping_neg() & WIDTH;
+        Some(self.read_counter(hw, s.counter).wrapping_sub(start) & WIDTH)
+    }
+
     /// Handle a PMI: one `Overflow` per overflowed counter.
     pub fn handle_pmi(
         &mut self,

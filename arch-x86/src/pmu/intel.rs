@@ -424,6 +424,20 @@ impl IntelPmu {
         }
     }
 
+    /// Events counted by event `i` since its counter was last loaded with
+    /// -period (at configure time or at its last overflow). The self-check
+    /// uses it to see whether counters advance.
+    pub fn events_since_reload(&self, hw: &mut impl Msr, i: usize) -> Option<u64> {
+        let s = self.slots.get(i).copied().flatten()?;
+        let width = match s.counter {
+            Counter::Gp(_) => self.info.gp_width,
+            Counter::Fixed(_) => self.info.fixed_width,
+        };
+        let mask = width_mask(width);
+        let start = s.period.wrapping_neg() & mask;
+        Some(self.read_counter(hw, s.counter).wrapping_sub(start) & mask)
+    }
+
     /// Start counting.
     pub fn start(&mut self, hw: &mut impl PmuHw) {
         if self.pebs.is_some() {
