@@ -38,6 +38,9 @@ pub enum CrashKind {
     InvalidOpcode,
     /// A Rust panic in the runtime (`crash=panic`).
     Panic,
+    /// A page fault while pushing onto an unmapped stack, which escalates to
+    /// a double fault taken on its IST stack (`crash=df`).
+    DoubleFault,
 }
 
 /// The parsed kernel command line.
@@ -55,7 +58,7 @@ pub struct Config {
     pub ring_slots: Option<u32>,
     /// `duration=MS`: length of a profiling run.
     pub duration_ms: Option<u64>,
-    /// `crash=pf|ud|panic`: provoke a runtime fault after boot.
+    /// `crash=pf|ud|df|panic`: provoke a runtime fault after boot.
     pub crash: Option<CrashKind>,
 }
 
@@ -160,7 +163,8 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 Some("pf") => cfg.crash = Some(CrashKind::PageFault),
                 Some("ud") => cfg.crash = Some(CrashKind::InvalidOpcode),
                 Some("panic") => cfg.crash = Some(CrashKind::Panic),
-                _ => bad("pf, ud or panic"),
+                Some("df") => cfg.crash = Some(CrashKind::DoubleFault),
+                _ => bad("pf, ud, df or panic"),
             },
             _ => on_issue(Issue::UnknownKey(key)),
         }
@@ -235,6 +239,7 @@ mod tests {
             parse_all("crash=ud").0.crash,
             Some(CrashKind::InvalidOpcode)
         );
+        assert_eq!(parse_all("crash=df").0.crash, Some(CrashKind::DoubleFault));
     }
 
     #[test]

@@ -101,6 +101,12 @@ pub fn provoke_crash(kind: cmdline::CrashKind) {
         cmdline::CrashKind::InvalidOpcode => unsafe {
             core::arch::asm!("ud2", options(nostack, nomem))
         },
+        // SAFETY: deliberately points RSP at an unmapped page and pushes: the
+        // #PF cannot be delivered on that stack, so the CPU raises #DF on its
+        // IST stack, whose handler reports and exits.
+        cmdline::CrashKind::DoubleFault => unsafe {
+            core::arch::asm!("xor esp, esp", "push rax", options(noreturn))
+        },
         cmdline::CrashKind::Panic => panic!("crash=panic requested on the command line"),
     }
 }

@@ -99,7 +99,7 @@ fn sys_write(id: u8, ptr: u64, len: u64) -> u64 {
 /// gives up if the clock stops ticking. Returns the ticks that passed.
 #[inline(never)]
 pub fn sys_spin(ticks: u64) -> u64 {
-    const STALL_TSC: u64 = 500_000_000;
+    const STALL_TSC: u64 = 2_000_000_000;
     let start = crate::nmi::nmi_count();
     let mut last = start;
     let mut last_change = arch_x86::cpu::rdtsc();

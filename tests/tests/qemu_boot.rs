@@ -61,6 +61,22 @@ fn runtime_invalid_opcode_is_reported_with_the_crash_status() {
 }
 
 #[test]
+fn double_fault_is_taken_on_its_ist_stack_and_reported() {
+    let b = boot("crash=df", TIMEOUT);
+    assert_eq!(b.status, Some(STATUS_CRASH), "{}", b.output);
+    assert!(
+        b.output
+            .contains("RUNTIME EXCEPTION: #DF double fault (vector 8) error=0x0"),
+        "{}",
+        b.output
+    );
+    // The push to the unmapped stack is what faulted, and the CPU could not
+    // deliver that #PF on the same stack.
+    assert!(b.output.contains("cr2=0xfffffffffffffff8"), "{}", b.output);
+    assert!(b.output.contains("rsp=0x0000000000000000"), "{}", b.output);
+}
+
+#[test]
 fn runtime_panic_is_reported_with_the_crash_status() {
     let b = boot("crash=panic", TIMEOUT);
     assert_eq!(b.status, Some(STATUS_CRASH), "{}", b.output);
