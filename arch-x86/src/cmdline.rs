@@ -41,6 +41,9 @@ pub enum CrashKind {
     /// A page fault while pushing onto an unmapped stack, which escalates to
     /// a double fault taken on its IST stack (`crash=df`).
     DoubleFault,
+    /// A runtime read of appliance memory without `stac`, which SMAP
+    /// refuses (`crash=smap`; only faults where CPUID reports SMAP).
+    Smap,
 }
 
 /// The parsed kernel command line.
@@ -58,7 +61,7 @@ pub struct Config {
     pub ring_slots: Option<u32>,
     /// `duration=MS`: length of a profiling run.
     pub duration_ms: Option<u64>,
-    /// `crash=pf|ud|df|panic`: provoke a runtime fault after boot.
+    /// `crash=pf|ud|df|smap|panic`: provoke a runtime fault after boot.
     pub crash: Option<CrashKind>,
 }
 
@@ -164,7 +167,8 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 Some("ud") => cfg.crash = Some(CrashKind::InvalidOpcode),
                 Some("panic") => cfg.crash = Some(CrashKind::Panic),
                 Some("df") => cfg.crash = Some(CrashKind::DoubleFault),
-                _ => bad("pf, ud, df or panic"),
+                Some("smap") => cfg.crash = Some(CrashKind::Smap),
+                _ => bad("pf, ud, df, smap or panic"),
             },
             _ => on_issue(Issue::UnknownKey(key)),
         }
@@ -240,6 +244,7 @@ mod tests {
             Some(CrashKind::InvalidOpcode)
         );
         assert_eq!(parse_all("crash=df").0.crash, Some(CrashKind::DoubleFault));
+        assert_eq!(parse_all("crash=smap").0.crash, Some(CrashKind::Smap));
     }
 
     #[test]

@@ -107,6 +107,14 @@ pub fn provoke_crash(kind: cmdline::CrashKind) {
         cmdline::CrashKind::DoubleFault => unsafe {
             core::arch::asm!("xor esp, esp", "push rax", options(noreturn))
         },
+        cmdline::CrashKind::Smap => {
+            let addr = nmi::recorder::perch_user_stop.as_ptr() as u64;
+            // SAFETY: deliberately reads an appliance page without `stac`; with
+            // SMAP on this raises #PF, whose handler reports and exits. Without
+            // SMAP the read of the (mapped) flag is harmless.
+            let v = unsafe { core::ptr::read_volatile(addr as *const u32) };
+            kprintln!("perch: read appliance memory without stac: {v} (SMAP is off)");
+        }
         cmdline::CrashKind::Panic => panic!("crash=panic requested on the command line"),
     }
 }

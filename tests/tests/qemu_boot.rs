@@ -77,6 +77,21 @@ fn double_fault_is_taken_on_its_ist_stack_and_reported() {
 }
 
 #[test]
+fn smap_stops_the_runtime_reading_appliance_memory() {
+    // `-cpu max` reports SMAP, so the runtime turns it on.
+    let b = boot("crash=smap", TIMEOUT);
+    assert!(b.output.contains("smap=true"), "{}", b.output);
+    assert_eq!(b.status, Some(STATUS_CRASH), "{}", b.output);
+    // Present page, read, supervisor access.
+    assert!(
+        b.output
+            .contains("RUNTIME EXCEPTION: #PF page fault (vector 14) error=0x1"),
+        "{}",
+        b.output
+    );
+}
+
+#[test]
 fn runtime_panic_is_reported_with_the_crash_status() {
     let b = boot("crash=panic", TIMEOUT);
     assert_eq!(b.status, Some(STATUS_CRASH), "{}", b.output);
