@@ -74,10 +74,10 @@ pub enum Vendor {
 pub enum LbrKind {
     /// No usable LBR.
     None,
-    /// Model-specific LBR: format from PERF_CAPABILITIES[5:0], depth and MSR
+    /// Model-specific LBR: format from PERF_CAPABILITIES\[5:0\], depth and MSR
     /// addresses from the model table.
     Legacy {
-        /// LBR format (PERF_CAPABILITIES[5:0]).
+        /// LBR format (PERF_CAPABILITIES\[5:0\]).
         format: u8,
         /// Number of entries.
         depth: u8,
@@ -88,7 +88,7 @@ pub enum LbrKind {
         /// Address of LBR_INFO entry 0 (format 5 and 7), else 0.
         info: u32,
     },
-    /// Architectural LBR (CPUID.7.0:EDX[19], leaf 0x1C).
+    /// Architectural LBR (CPUID.7.0:EDX\[19\], leaf 0x1C).
     Arch {
         /// Largest supported depth.
         max_depth: u8,
@@ -107,11 +107,11 @@ pub enum LbrKind {
         /// INFO carries the branch type.
         branch_type: bool,
     },
-    /// AMD LbrExtV2 (CPUID 0x8000_0022 EAX[1]).
+    /// AMD LbrExtV2 (CPUID 0x8000_0022 EAX\[1\]).
     AmdV2 {
-        /// Number of entries (EBX[9:4]).
+        /// Number of entries (EBX\[9:4\]).
         depth: u8,
-        /// LBR and counters freeze on PMI (EAX[2]).
+        /// LBR and counters freeze on PMI (EAX\[2\]).
         freeze: bool,
     },
 }
@@ -126,7 +126,7 @@ pub struct PmuInfo {
     pub family: u8,
     /// Display model.
     pub model: u8,
-    /// Intel architectural perfmon version (CPUID.0xA:EAX[7:0]); 0 when none.
+    /// Intel architectural perfmon version (CPUID.0xA:EAX\[7:0\]); 0 when none.
     /// On AMD: 1 for the legacy counters, 2 with PerfMonV2.
     pub version: u8,
     /// Number of general-purpose counters.
@@ -144,7 +144,7 @@ pub struct PmuInfo {
     /// PEBS record format when PEBS is usable (DS, DTES64, PDCM, not disabled
     /// in IA32_MISC_ENABLE), else `None`.
     pub pebs_format: Option<u8>,
-    /// Adaptive PEBS (PERF_CAPABILITIES[14], "PEBS baseline").
+    /// Adaptive PEBS (PERF_CAPABILITIES\[14\], "PEBS baseline").
     pub pebs_baseline: bool,
     /// LBR facility.
     pub lbr: LbrKind,
@@ -170,7 +170,7 @@ impl PmuInfo {
         self.fixed_mask.count_ones() as u8
     }
 
-    /// LBR format for the stream's capabilities: PERF_CAPABILITIES[5:0] for
+    /// LBR format for the stream's capabilities: PERF_CAPABILITIES\[5:0\] for
     /// legacy LBR, 0x3F for architectural LBR, `None` without (or on AMD,
     /// whose LbrExtV2 has no format number).
     pub fn lbr_format(&self) -> Option<u8> {
@@ -405,5 +405,87 @@ fn detect_amd(cpuid: &impl Cpuid, info: &mut PmuInfo) {
     }
     if !info.amd_ext && !info.amd_v2 {
         info.gp_counters = info.gp_counters.min(4);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoMsr;
+    impl Msr for NoMsr {
+        fn read(&mut self, addr: u32) -> u64 {
+            panic!("detection read MSR {addr:#x} without CPUID saying it exists")
+        }
+        fn write(&mut self, addr: u32, _: u64) {
+            panic!("detection wrote MSR {addr:#x}")
+        }
+    }
+
+    // "AuthenticAMD" / "GenuineIntel" in EBX, EDX, ECX.
+    const AMD: CpuIdResult = regs(0xD, 0x6874_7541, 0x444D_4163, 0x6974_6E65);
+    const INTEL: CpuIdResult = regs(0xD, 0x756E_6547, 0x6C65_746E, 0x4965_6E69);
+
+    #[test]
+    fn qemu_tcg_default_cpu_has_no_pmu_and_no_msr_is_touched() {
+        // qemu64: AMD family 15 model 107, hypervisor bit, no PerfCtrExtCore.
+        let rows = [
+            (0, 0, AMD),
+            (1, 0, regs(0x0006_0FB1, 0, 0x8000_2209, 0x078B_FBFD)),
+            (0x8000_0000, 0, regs(0x8000_000A, 0, 0, 0)),
+            (0x8000_0001, 0, regs(0, 0, 0x0000_0021, 0x2191_3800)),
+        ];
+        let info = detect(&CpuidTable { rows: &rows }, &mut NoMsr);
+        assert_eq!(
+            (info.vendor, info.family, info.model),
+            (Vendor::Amd, 0xF, 0x6B)
+        );
+        assert!(!info.has_pmu());
+        assert_eq!(info.lbr, LbrKind::None);
+        assert!(info.missing_reason().is_some());
+    }
+
+    #[test]
+    fn intel_model_with_leaf_0xa_zeroed_has_no_pmu() {
+        // QEMU TCG with an Intel model (e.g. Skylake-Server): leaf 0xA all zeros, PDCM clear.
+        let rows = [
+            (0, 0, INTEL),
+            (1, 0, regs(0x0005_0654, 0, 0x8000_0001, 0x0780_0000)),
+        ];
+        let info = detect(&CpuidTable { rows: &rows }, &mut NoMsr);
+        assert_eq!(info.vendor, Vendor::Intel);
+        assert!(!info.has_pmu());
+        assert!(info.missing_reason().unwrap().contains("leaf 0xA"));
+        assert_eq!(info.perf_capabilities, 0);
+    }
+
+    #[test]
+    fn leaf_0xa_v5_fixed_bitmap() {
+        // v5, 8 GP x 48, 3 fixed by count plus FIXED_CTR3 only in the ECX bitmap.
+        let rows = [
+            (0, 0, INTEL),
+            (0xA, 0, regs(0x0730_0805, 0, 0b1000, 3 | 48 << 5)),
+        ];
+        let info = detect(&CpuidTable { rows: &rows }, &mut NoMsr);
+        assert_eq!((info.version, info.gp_counters, info.gp_width), (5, 8, 48));
+        assert_eq!((info.fixed_mask, info.fixed_width), (0b1111, 48));
+        assert_eq!(info.fixed_counters(), 4);
+    }
+
+    #[test]
+    fn legacy_lbr_model_table() {
+        assert_eq!(
+            legacy_lbr_model(0x17),
+            Some((4, addr::MSR_LBR_CORE_FROM, addr::MSR_LBR_CORE_TO))
+        );
+        assert_eq!(
+            legacy_lbr_model(0x3C),
+            Some((16, addr::MSR_LBR_NHM_FROM, addr::MSR_LBR_NHM_TO))
+        );
+        assert_eq!(
+            legacy_lbr_model(0x5E),
+            Some((32, addr::MSR_LBR_NHM_FROM, addr::MSR_LBR_NHM_TO))
+        );
+        assert_eq!(legacy_lbr_model(0x01), None);
     }
 }

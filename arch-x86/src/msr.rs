@@ -71,13 +71,13 @@ pub mod addr {
     pub const IA32_PMC0: u32 = 0xC1;
     /// IA32_PERFEVTSEL0; PERFEVTSELn is `IA32_PERFEVTSEL0 + n`.
     pub const IA32_PERFEVTSEL0: u32 = 0x186;
-    /// IA32_A_PMC0: full-width writable alias of PMC0 (PERF_CAPABILITIES[13]).
+    /// IA32_A_PMC0: full-width writable alias of PMC0 (PERF_CAPABILITIES\[13\]).
     pub const IA32_A_PMC0: u32 = 0x4C1;
     /// IA32_FIXED_CTR0 (instructions); FIXED_CTRn is `IA32_FIXED_CTR0 + n` (n <= 3).
     pub const IA32_FIXED_CTR0: u32 = 0x309;
     /// IA32_FIXED_CTR3 (topdown slots, v5).
     pub const IA32_FIXED_CTR3: u32 = 0x30C;
-    /// IA32_PERF_CAPABILITIES (present when CPUID.1:ECX.PDCM[15] = 1).
+    /// IA32_PERF_CAPABILITIES (present when CPUID.1:ECX.PDCM\[15\] = 1).
     pub const IA32_PERF_CAPABILITIES: u32 = 0x345;
     /// IA32_FIXED_CTR_CTRL.
     pub const IA32_FIXED_CTR_CTRL: u32 = 0x38D;

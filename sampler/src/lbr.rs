@@ -19,7 +19,7 @@ pub struct RawBranch {
 /// How the raw values of [`RawBranch`] are encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LbrFormat {
-    /// Model-specific LBR with the format number from IA32_PERF_CAPABILITIES[5:0].
+    /// Model-specific LBR with the format number from IA32_PERF_CAPABILITIES\[5:0\].
     Legacy(u8),
     /// Architectural LBR (CPUID leaf 0x1C).
     Arch,
@@ -38,13 +38,13 @@ pub mod legacy {
     pub const FMT_LIP: u8 = 1;
     /// 64-bit effective addresses.
     pub const FMT_EIP: u8 = 2;
-    /// FROM[63] is the mispredict flag.
+    /// FROM\[63\] is the mispredict flag.
     pub const FMT_EIP_FLAGS: u8 = 3;
-    /// FROM[63] mispredict, FROM[62] in TSX, FROM[61] TSX abort.
+    /// FROM\[63\] mispredict, FROM\[62\] in TSX, FROM\[61\] TSX abort.
     pub const FMT_EIP_FLAGS2: u8 = 4;
     /// Flags and cycle count in MSR_LBR_INFO_x.
     pub const FMT_INFO: u8 = 5;
-    /// FROM[63] mispredict, TO[63:48] elapsed cycles (Goldmont).
+    /// FROM\[63\] mispredict, TO\[63:48\] elapsed cycles (Goldmont).
     pub const FMT_TIME: u8 = 6;
     /// Like INFO without the TSX bits.
     pub const FMT_INFO2: u8 = 7;

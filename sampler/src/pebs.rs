@@ -65,8 +65,8 @@ pub struct RecordSkl {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct AdaptiveBasic {
-    /// [31:0] groups present (PEBS_DATA_CFG layout), [47:32] retire latency,
-    /// [63:48] record size in bytes.
+    /// \[31:0\] groups present (PEBS_DATA_CFG layout), \[47:32\] retire latency,
+    /// \[63:48\] record size in bytes.
     pub format_size: u64,
     /// Eventing IP.
     pub ip: u64,
@@ -84,8 +84,8 @@ pub struct AdaptiveMemInfo {
     pub address: u64,
     /// Data source (same encoding as the fixed formats' DSE).
     pub aux: u64,
-    /// Load latency; from Alder Lake on [15:0] instruction latency and
-    /// [47:32] cache latency.
+    /// Load latency; from Alder Lake on \[15:0\] instruction latency and
+    /// \[47:32\] cache latency.
     pub latency: u64,
     /// TSX tuning.
     pub tsx_tuning: u64,
@@ -192,7 +192,7 @@ impl core::fmt::Display for PebsError {
 pub const MAX_KNOWN_ADAPTIVE_FORMAT: u8 = 6;
 
 impl PebsFormat {
-    /// Format from IA32_PERF_CAPABILITIES[11:8].
+    /// Format from IA32_PERF_CAPABILITIES\[11:8\].
     pub fn from_number(n: u8) -> Result<Self, PebsError> {
         Ok(match n {
             0 => PebsFormat::Core,
@@ -285,7 +285,7 @@ pub struct PebsRecord<'a> {
     pub applicable: u64,
     /// Memory fields for memory events.
     pub mem: Option<MemInfo>,
-    /// Retire latency (adaptive basic group [47:32]; 0 if absent).
+    /// Retire latency (adaptive basic group \[47:32\]; 0 if absent).
     pub retire_latency: u16,
     lbr: &'a [u8],
 }

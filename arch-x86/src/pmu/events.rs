@@ -93,9 +93,9 @@ impl core::fmt::Display for EventError {
     }
 }
 
-/// Bits of a raw code a user may set: event [7:0], umask [15:8], edge [18],
-/// inv [23], cmask [31:24], and AMD's event [11:8] at [35:32] and host/guest
-/// only at [41:40].
+/// Bits of a raw code a user may set: event \[7:0\], umask \[15:8\], edge \[18\],
+/// inv \[23\], cmask \[31:24\], and AMD's event \[11:8\] at \[35:32\] and host/guest
+/// only at \[41:40\].
 pub const RAW_ALLOWED: u64 =
     0xFF | 0xFF00 | 1 << 18 | 1 << 23 | 0xFF << 24 | 0xF << 32 | 0b11 << 40;
 

@@ -27,7 +27,7 @@ pub struct RawBranch {
 pub enum LbrRawFormat {
     /// No LBR data.
     None,
-    /// Legacy format number (IA32_PERF_CAPABILITIES[5:0]).
+    /// Legacy format number (IA32_PERF_CAPABILITIES\[5:0\]).
     Legacy(u8),
     /// Architectural LBR.
     Arch,

@@ -6,6 +6,29 @@
 //! in [`ds::DsMemory`]; they hand raw PEBS bytes and raw LBR values to the
 //! caller (which decodes them with `sampler::pebs` / `sampler::lbr`) and never
 //! build perf samples themselves.
+//!
+//! # Using the drivers
+//!
+//! 1. `cpuid::detect(&CpuCpuid, &mut msr)` gives a [`crate::cpuid::PmuInfo`];
+//!    `selftest::check_detected` turns a missing PMU into a fallback reason.
+//! 2. Build `intel::IntelPmu` or `amd::AmdPmu` from it, `configure` the
+//!    events (names parsed by `events::parse`) and `start`.
+//! 3. Self-check: configure one instructions event with a period too long to
+//!    overflow, run a workload, read `events_since_reload` (counters advance);
+//!    then configure a short period, run the same workload counting PMIs, and
+//!    call `selftest::verdict`. On `Verdict::Fallback(reason)` print the
+//!    reason and use the NMI clock.
+//! 4. In the NMI handler: `handle_pmi(hw, mem, tsc, &mut |ov| ..)`. For each
+//!    [`Overflow`], decode `ov.pebs` with `sampler::pebs::decode` (its GPRs
+//!    become REGS_INTR, and REGS_USER when the IP is a user address; its IP
+//!    is the sample IP) and `ov.lbr` with `sampler::lbr::to_stack`. Count
+//!    `PmiSummary::pebs_lost` as LOST_SAMPLES. Before stopping, drain the
+//!    rest with `IntelPmu::flush_pebs`.
+//! 5. `pmu=sim`: `sim::SimClock::new(SimCpu::sapphire_rapids(), n)` and the
+//!    same driver with `&mut clock.sim` as the hardware; on each NMI-clock
+//!    tick call `clock.on_tick(mem, ip, user, regs)` and, when it returns
+//!    true, `clock.sim.take_pmi()` and the driver's `handle_pmi` as above.
+//!    The stream must mark such a run as simulated.
 
 pub mod amd;
 pub mod ds;

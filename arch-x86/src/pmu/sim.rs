@@ -28,7 +28,7 @@ pub enum SimLbr {
     None,
     /// Model-specific LBR.
     Legacy {
-        /// PERF_CAPABILITIES[5:0].
+        /// PERF_CAPABILITIES\[5:0\].
         format: u8,
         /// Entries.
         depth: u8,
@@ -63,7 +63,7 @@ pub enum SimCpu {
         fixed_width: u8,
         /// PEBS record format, or `None` for no PEBS.
         pebs_format: Option<u8>,
-        /// Full-width counter writes (PERF_CAPABILITIES[13]).
+        /// Full-width counter writes (PERF_CAPABILITIES\[13\]).
         full_width: bool,
         /// Meminfo latency split into instruction and cache latency.
         split_latency: bool,
