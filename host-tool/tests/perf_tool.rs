@@ -244,3 +244,229 @@ fn losses_show_in_perf_report_and_script() {
     assert_eq!(lost.len(), 1, "{script}");
     assert!(lost[0].contains("PERF_RECORD_LOST lost 5"), "{}", lost[0]);
 }
+
+/// Two PMU events with different sample types, one with a branch stack,
+/// weight, data source and address, plus throttling records.
+fn pmu_recording(dir: &std::path::Path, image: &Image) -> String {
+    use host_tool::convert::{ConvertOptions, Converter};
+    use host_tool::model::{
+        EndCounters, EventInfo, EventKind, EventSource, Item, SampleView, TaskInfo,
+    };
+    use host_tool::perf_abi::{context, sample};
+    use host_tool::perf_data::BranchEntry;
+    let mut h = common::hello(image);
+    h.source = EventSource::SimulatedPmu;
+    h.events = vec![
+        EventInfo {
+            id: 3,
+            kind: EventKind::Hardware,
+            config: 0,
+            period_or_freq: 100_000,
+            freq: false,
+            sample_type: sample::IP
+                | sample::TID
+                | sample::TIME
+                | sample::ADDR
+                | sample::PERIOD
+                | sample::CALLCHAIN
+                | sample::BRANCH_STACK
+                | sample::WEIGHT,
+            regs_user: 0,
+            regs_intr: 0,
+            branch_sample_type: 1 | 8,
+            exclude_user: false,
+            exclude_kernel: false,
+            precise: 0,
+            max_stack: 64,
+        },
+        EventInfo {
+            id: 4,
+            kind: EventKind::Hardware,
+            config: 1,
+            period_or_freq: 50_000,
+            freq: false,
+            sample_type: sample::IP
+                | sample::TID
+                | sample::TIME
+                | sample::ADDR
+                | sample::PERIOD
+                | sample::BRANCH_STACK
+                | sample::WEIGHT
+                | sample::DATA_SRC,
+            regs_user: 0,
+            regs_intr: 0,
+            branch_sample_type: 1 | 8,
+            exclude_user: false,
+            exclude_kernel: true,
+            precise: 2,
+            max_stack: 0,
+        },
+    ];
+    let path = dir.join("pmu.data");
+    let mut conv = Converter::new(
+        std::fs::File::create(&path).unwrap(),
+        ConvertOptions {
+            image: Some(image.clone()),
+            cmdline: vec!["perch".into()],
+        },
+    );
+    conv.push(&Item::Hello(h)).unwrap();
+    conv.push(&Item::Task(TaskInfo {
+        pid: 1,
+        tid: 1,
+        name: "app64".into(),
+        compat: false,
+        time: 0,
+        text: vec![],
+    }))
+    .unwrap();
+    let alpha = sym(image, "hot_alpha");
+    let beta = sym(image, "hot_beta");
+    let gamma = sym(image, "hot_gamma");
+    let branches = [
+        BranchEntry {
+            from: alpha + 8,
+            to: beta,
+            flags: 1 | (5 << 4),
+        },
+        BranchEntry {
+            from: gamma + 2,
+            to: alpha,
+            flags: 2 | (7 << 4),
+        },
+    ];
+    for i in 0..40u64 {
+        let chain = [context::USER, alpha + 4, sym(image, "task_main") + 5];
+        let (event, ip) = if i % 2 == 0 {
+            (3, alpha + 4)
+        } else {
+            (4, beta + 4)
+        };
+        conv.push(&Item::Sample(SampleView {
+            event,
+            pid: 1,
+            tid: 1,
+            time: 1000 + i * 100,
+            ip,
+            user: true,
+            period: 100_000,
+            addr: 0xdead_b000 + i,
+            callchain: &chain,
+            branches: &branches,
+            weight: 42,
+            data_src: 0x6a10_0142, // load, L1 hit
+            ..Default::default()
+        }))
+        .unwrap();
+        if i == 10 {
+            conv.push(&Item::Throttle {
+                event: 4,
+                cpu: 0,
+                on: true,
+                time: 1000 + i * 100 + 1,
+            })
+            .unwrap();
+        }
+        if i == 20 {
+            conv.push(&Item::Throttle {
+                event: 4,
+                cpu: 0,
+                on: false,
+                time: 1000 + i * 100 + 1,
+            })
+            .unwrap();
+        }
+    }
+    conv.push(&Item::End(EndCounters {
+        taken: 40,
+        delivered: 40,
+        lost: 0,
+        throttled: 1,
+    }))
+    .unwrap();
+    conv.finish().unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn several_events_branch_stacks_weights_and_throttling() {
+    let image = Image::open(&fixture("appliance.elf")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = pmu_recording(dir.path(), &image);
+    let vmlinux = format!("--vmlinux={}", image.path.display());
+    let Some((out, err)) = perf(&[
+        "report",
+        "--stdio",
+        "-i",
+        &data,
+        &vmlinux,
+        "--no-branch-stack",
+        "-g",
+        "none",
+    ]) else {
+        return;
+    };
+    assert_eq!(err, "", "perf report printed warnings");
+    assert!(out.contains("of event 'cycles-simulated'"), "{out}");
+    assert!(
+        out.contains("of event 'instructions-simulated:pp'"),
+        "{out}"
+    );
+    let (script, err) = perf(&[
+        "script",
+        "-i",
+        &data,
+        &vmlinux,
+        "-F",
+        "event,ip,sym,addr,weight,brstacksym",
+    ])
+    .unwrap();
+    assert_eq!(err, "", "perf script printed warnings");
+    // Branch entries symbolised with their flags (M mispredicted, P
+    // predicted) and cycles, on every sample of both events.
+    let brstack = "hot_alpha+0x8/hot_beta+0x0/M/-/-/5/ hot_gamma+0x2/hot_alpha+0x0/P/-/-/7/";
+    assert_eq!(script.matches(brstack).count(), 40, "{script}");
+    let lines: Vec<&str> = script.lines().collect();
+    let insn: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.contains("instructions-simulated:pp:"))
+        .collect();
+    assert_eq!(insn.len(), 20, "{script}");
+    for l in &insn {
+        assert!(l.contains("hot_beta"), "{l}");
+        assert!(l.contains("deadb0"), "{l}");
+        assert!(l.split_whitespace().nth(2) == Some("42"), "{l}");
+    }
+    // cycles samples carry a callchain: the next line is the sampled frame.
+    let mut cycles = 0;
+    for (i, l) in lines.iter().enumerate() {
+        if l.contains("cycles-simulated:") {
+            cycles += 1;
+            assert!(l.trim_end().ends_with(" 42"), "{l}");
+            assert!(
+                lines[i + 1].trim_end().ends_with("hot_alpha"),
+                "{}",
+                lines[i + 1]
+            );
+            assert!(
+                lines[i + 2].trim_end().ends_with("task_main"),
+                "{}",
+                lines[i + 2]
+            );
+        }
+    }
+    assert_eq!(cycles, 20, "{script}");
+    let (dump, _) = perf(&["report", "-D", "-i", &data]).unwrap();
+    assert_eq!(
+        dump.lines()
+            .filter(|l| l.contains("PERF_RECORD_THROTTLE"))
+            .count(),
+        1
+    );
+    assert_eq!(
+        dump.lines()
+            .filter(|l| l.contains("PERF_RECORD_UNTHROTTLE"))
+            .count(),
+        1
+    );
+}
