@@ -1223,3 +1223,106 @@ fn sim_clock_carries_real_ips_registers_branches_and_memory() {
     }
     assert_eq!(clock.sim.stats.pmis_masked, 0);
 }
+
+// ------------------------------------------------ pre-Haswell IP fixup
+
+#[test]
+fn trap_like_pebs_ip_is_fixed_up_with_lbr_entry_zero() {
+    // Sandy Bridge-like: PEBS format 1 (trap-like IP), LBR format 3, 16 deep.
+    let cpu = SimCpu::Intel {
+        model: 0x2A,
+        version: 3,
+        gp: 4,
+        fixed: 3,
+        gp_width: 48,
+        fixed_width: 48,
+        pebs_format: Some(1),
+        full_width: false,
+        split_latency: false,
+        lbr: SimLbr::Legacy {
+            format: 3,
+            depth: 16,
+            from: 0x680,
+            to: 0x6C0,
+        },
+    };
+    let mut rig = Rig::new(cpu);
+    let info = rig.info();
+    assert_eq!(
+        info.lbr,
+        LbrKind::Legacy {
+            format: 3,
+            depth: 16,
+            from: 0x680,
+            to: 0x6C0,
+            info: 0
+        }
+    );
+    let opts = IntelOptions {
+        lbr: Some(LbrConfig::default()),
+        freeze_on_pmi: true,
+        ..Default::default()
+    };
+    let mut d = rig
+        .intel(&[precise(EventKind::Instructions, 5)], opts)
+        .unwrap();
+    // A loop: jmp at 0x900 to 0x1000; mov eax,1 (5 bytes); add rax,rbx (3); nop (1).
+    const CODE: [u8; 10] = [0xB8, 1, 0, 0, 0, 0x48, 0x01, 0xD8, 0x90, 0xC3];
+    let body = [
+        (0x900u64, 0x1000u64, true),
+        (0x1000, 0x1005, false),
+        (0x1005, 0x1008, false),
+        (0x1008, 0x1009, false),
+    ];
+    let steps = (0..40).map(|k| {
+        let (ip, next_ip, jump) = body[k % 4];
+        SimStep {
+            next_ip,
+            branch: jump.then_some(SimBranch {
+                from: 0x900,
+                to: 0x1000,
+                mispred: false,
+                kind: BranchKind::Jmp,
+            }),
+            ..SimStep::plain(ip, 1)
+        }
+    });
+    rig.run_intel(&mut d, steps);
+    assert_eq!(rig.seen.len(), 8);
+    let read = |addr: u64, buf: &mut [u8]| -> bool {
+        let Some(off) = addr
+            .checked_sub(0x1000)
+            .map(|o| o as usize)
+            .filter(|&o| o < CODE.len())
+        else {
+            return false;
+        };
+        buf.fill(0x90);
+        let n = (CODE.len() - off).min(buf.len());
+        buf[..n].copy_from_slice(&CODE[off..off + n]);
+        true
+    };
+    let mut fixed = Vec::new();
+    for s in &rig.seen {
+        let r = pebs::decode(
+            s.pebs.as_ref().unwrap(),
+            &decode_cfg(1, MemKind::None, false),
+        )
+        .unwrap();
+        assert!(!r.precise);
+        assert_eq!(s.lbr_format, Some(LbrRawFormat::Legacy(3)));
+        let e0 = slbr::decode(LbrFormat::Legacy(3), &s.lbr[0]).unwrap();
+        let lbr0 = SRaw {
+            from: e0.from,
+            to: e0.to,
+            info: 0,
+        };
+        fixed.push(pebs::fixup_ip(r.ip, lbr0, 64, read, |a| a < 0x8000_0000_0000).unwrap());
+    }
+    // Period 5 over a 4-instruction loop lands on each instruction in turn;
+    // the fixed-up IP is the instruction that retired the 5th event.
+    assert_eq!(
+        fixed,
+        [0x900, 0x1000, 0x1005, 0x1008, 0x900, 0x1000, 0x1005, 0x1008]
+    );
+}
