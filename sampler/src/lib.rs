@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod capture;
+pub mod drain;
 pub mod event;
 pub mod lbr;
 pub mod pebs;
