@@ -747,7 +747,8 @@ fn adaptive_pebs_group_combinations() {
             let i = 10 * k as u64 + 9;
             assert_eq!(r.ip, step(i).ip);
             assert_eq!(r.tsc, Some(2 * (i + 1)));
-            assert_eq!(r.applicable, 1);
+            // mem-loads sits on PMC0, precise instructions on fixed counter 0.
+            assert_eq!(r.applicable, if mem { 1 } else { 1 << 32 });
             let regs = r.regs.unwrap();
             assert_eq!(
                 (regs.get(Reg::Ax), regs.get(Reg::Cx), regs.get(Reg::Bx)),
@@ -1325,4 +1326,48 @@ fn trap_like_pebs_ip_is_fixed_up_with_lbr_entry_zero() {
         fixed,
         [0x900, 0x1000, 0x1005, 0x1008, 0x900, 0x1000, 0x1005, 0x1008]
     );
+}
+
+#[test]
+fn adaptive_pebs_on_fixed_counters() {
+    let mut rig = Rig::new(SimCpu::sapphire_rapids());
+    let opts = IntelOptions {
+        large_pebs: true,
+        ..Default::default()
+    };
+    let mut d = rig
+        .intel(
+            &[
+                precise(EventKind::Instructions, 10),
+                precise(EventKind::Branches, 7),
+            ],
+            opts,
+        )
+        .unwrap();
+    assert_eq!(d.counter_of(0), Some(Counter::Fixed(0)));
+    assert_eq!(d.counter_of(1), Some(Counter::Gp(0)));
+    assert_eq!(rig.sim.read(addr::IA32_PEBS_ENABLE), 1 << 32 | 1);
+    // No PMI bit for the PEBS fixed counter.
+    assert_eq!(rig.sim.read(addr::IA32_FIXED_CTR_CTRL) & 0b1000, 0);
+    assert!(d.large_pebs());
+    rig.run_intel(&mut d, (0..69).map(step));
+    let mut mem = DsMemory::new(&rig.area, &mut rig.buf);
+    let mut got = Vec::new();
+    let s = d.flush_pebs(&mut mem, &mut |ov| {
+        got.push((ov.event, ov.pebs.unwrap().to_vec()))
+    });
+    // Instructions at steps 9, 19, ..., 59; branches at steps 6, 13, ..., 62:
+    // no step has both, so there is no collision.
+    let ins: Vec<u64> = got
+        .iter()
+        .filter(|(e, _)| *e == 0)
+        .map(|(_, b)| pebs::decode(b, &decode_cfg(5, MemKind::None, true)).unwrap())
+        .map(|r| {
+            assert_eq!(r.applicable, 1 << 32);
+            r.ip
+        })
+        .collect();
+    assert_eq!(ins, (0..6).map(|k| step(10 * k + 9).ip).collect::<Vec<_>>());
+    assert_eq!(got.iter().filter(|(e, _)| *e == 1).count(), 9);
+    assert_eq!((s.pebs_records, s.pebs_lost), (15, 0));
 }

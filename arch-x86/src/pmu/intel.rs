@@ -212,13 +212,15 @@ impl IntelPmu {
             }
             m
         };
+        let fixed_pebs = self.info.pebs_baseline && self.info.pebs_format.is_some_and(|f| f >= 4);
         order[..events_in.len()].sort_unstable_by_key(|&i| (gp_mask_of(i).count_ones(), i));
         for &i in &order[..events_in.len()] {
             let (e, pebs) = enc[i].ok_or(PmuError::EventUnavailable { event: i })?;
             let ev = &events_in[i];
             let mut counter = None;
+            // Adaptive PEBS (format 4+) can also sample fixed counters.
             if let Some(f) = e.fixed
-                && !pebs
+                && (!pebs || fixed_pebs)
                 && self.info.fixed_mask & (1 << f) != 0
                 && fixed_used & (1 << f) == 0
             {
@@ -248,7 +250,8 @@ impl IntelPmu {
                 Counter::Gp(_) => (e.evtsel | mode_bits | EVTSEL_INT | EVTSEL_EN, 0),
                 Counter::Fixed(_) => {
                     let en = u64::from(ev.event.kernel) | u64::from(ev.event.user) << 1;
-                    (0, en | 1 << 3) // PMI on overflow
+                    // PMI on overflow, except for PEBS (the threshold interrupts).
+                    (0, en | if pebs { 0 } else { 1 << 3 })
                 }
             };
             // PEBS events do not interrupt on overflow; the buffer threshold does.
@@ -323,8 +326,8 @@ impl IntelPmu {
             let (Some(s), Some((e, true))) = (*slot, *en) else {
                 continue;
             };
+            self.pebs_enable |= s.counter.global_bit();
             let Counter::Gp(n) = s.counter else { continue };
-            self.pebs_enable |= 1 << n;
             if e.mem == MemEvent::Load {
                 ld_lat = true;
                 if format < 4 {
@@ -379,7 +382,11 @@ impl IntelPmu {
         for i in 0..self.n {
             let Some(s) = self.slots[i] else { continue };
             if s.pebs && large {
-                let reload = s.period.wrapping_neg() & width_mask(self.info.gp_width);
+                let width = match s.counter {
+                    Counter::Gp(_) => self.info.gp_width,
+                    Counter::Fixed(_) => self.info.fixed_width,
+                };
+                let reload = s.period.wrapping_neg() & width_mask(width);
                 area.reset_slot(s.counter).store(reload, Ordering::Release);
             }
         }
@@ -687,7 +694,7 @@ impl IntelPmu {
                 1..=3 => read_u64(rec, 144),
                 _ => read_u64(rec, 16),
             } & self.pebs_enable
-                & 0xFFFF_FFFF;
+                & if adaptive { 0xF_FFFF_FFFF } else { 0xFFFF_FFFF };
             if applicable == 0 {
                 sum.pebs_lost += 1;
                 continue;
