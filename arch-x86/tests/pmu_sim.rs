@@ -1371,3 +1371,63 @@ fn adaptive_pebs_on_fixed_counters() {
     assert_eq!(got.iter().filter(|(e, _)| *e == 1).count(), 9);
     assert_eq!((s.pebs_records, s.pebs_lost), (15, 0));
 }
+
+// ------------------------------------------------ vendor-neutral driver
+
+#[test]
+fn start_up_check_through_the_vendor_neutral_driver() {
+    use arch_x86::pmu::driver::{self, PmuDriver};
+    for cpu in [
+        SimCpu::skylake(),
+        SimCpu::zen4(),
+        SimCpu::Amd {
+            ext: false,
+            v2: false,
+            lbr_depth: 0,
+        },
+    ] {
+        let mut sim = SimPmu::new(cpu);
+        let info = detect(&mut sim);
+        let counted = driver::count_instructions(&info, &mut sim, &mut |s| {
+            for i in 0..5000 {
+                s.advance(None, &step(i));
+            }
+        })
+        .unwrap();
+        assert_eq!(counted, 5000, "{cpu:?}");
+        // Overflow phase: same workload, period 250, PMIs taken by the driver.
+        let mut d = PmuDriver::new(&info).unwrap();
+        d.configure(
+            &mut sim,
+            None,
+            &[ev(EventKind::Instructions, 250)],
+            &IntelOptions::default(),
+        )
+        .unwrap();
+        d.start(&mut sim);
+        let mut pmis = 0;
+        for i in 0..5000 {
+            if sim.advance(None, &step(i)) {
+                sim.take_pmi();
+                d.handle_pmi(&mut sim, None, 0, &mut |_| {});
+                pmis += 1;
+            }
+        }
+        assert_eq!(
+            driver::overflow_verdict(&info, counted, 250, pmis),
+            Verdict::Usable,
+            "{cpu:?}"
+        );
+    }
+    // No PMU: the counting phase already says why.
+    let mut sim = SimPmu::new(SimCpu::NoPmu);
+    let info = detect(&mut sim);
+    let r = driver::count_instructions(&info, &mut sim, &mut |_| {}).unwrap_err();
+    assert!(matches!(r, Reason::NotDetected(_)));
+    assert!(r.to_string().contains("falling back to the NMI clock"));
+    // A PMU whose counters never move: the workload retires nothing it counts.
+    let mut sim = SimPmu::new(SimCpu::skylake());
+    let info = detect(&mut sim);
+    let r = driver::count_instructions(&info, &mut sim, &mut |_| {}).unwrap_err();
+    assert_eq!(r, Reason::CountersDead { counted: 0 });
+}

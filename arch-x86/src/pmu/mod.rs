@@ -31,6 +31,7 @@
 //!    The stream must mark such a run as simulated.
 
 pub mod amd;
+pub mod driver;
 pub mod ds;
 pub mod events;
 pub mod intel;
