@@ -11,7 +11,11 @@ use super::{EventConfig, Overflow, PmiSummary, PmuError, PmuHw, SampleMode};
 use crate::cpuid::{PmuInfo, Vendor};
 
 /// The PMU driver for the detected vendor.
+///
+/// The variants differ in size; there is no allocator to box the larger one
+/// and the driver lives in a per-CPU static anyway.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum PmuDriver {
     /// Intel architectural perfmon.
     Intel(IntelPmu),
