@@ -344,7 +344,7 @@ pub enum EventSource {
 pub struct PmuCaps {
     /// The event source in use.
     pub source: EventSource,
-    /// Architectural PMU version (CPUID 0xA EAX[7:0]), 0 without one.
+    /// Architectural PMU version (CPUID 0xA EAX bits 7:0), 0 without one.
     pub version: u8,
     /// General-purpose counters.
     pub gp_counters: u8,
@@ -354,11 +354,11 @@ pub struct PmuCaps {
     pub fixed_counters: u8,
     /// Width of the fixed counters in bits.
     pub fixed_width: u8,
-    /// PEBS record format (PERF_CAPABILITIES[11:8]), if PEBS works.
+    /// PEBS record format (PERF_CAPABILITIES bits 11:8), if PEBS works.
     pub pebs_format: Option<u8>,
     /// PEBS can sample XMM registers (adaptive PEBS).
     pub pebs_xmm: bool,
-    /// LBR format (PERF_CAPABILITIES[5:0]), or `0x3f` for architectural LBR.
+    /// LBR format (PERF_CAPABILITIES bits 5:0), or `0x3f` for architectural LBR.
     pub lbr_format: Option<u8>,
     /// LBR depth, 0 without LBR.
     pub lbr_depth: u8,
