@@ -5,10 +5,10 @@
 //! exactly once or counted as lost, and that each producer's values come
 //! out in order.
 
-#![cfg(unix)]
+#![cfg(target_os = "linux")]
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sampler::ring::Ring;
@@ -20,13 +20,22 @@ static HANDLER_RUNS: AtomicU64 = AtomicU64::new(0);
 /// Signals that arrived while the main thread was inside `push` or `pop`.
 static NESTED_IN_OP: AtomicU64 = AtomicU64::new(0);
 static IN_OP: AtomicBool = AtomicBool::new(false);
+/// The producing thread's id; handler runs on any other thread do not count
+/// as nesting.
+static PRODUCER_TID: AtomicI64 = AtomicI64::new(-1);
+static HANDLER_ON_PRODUCER: AtomicU64 = AtomicU64::new(0);
 
 const HANDLER_TAG: u64 = 1 << 63;
 
 extern "C" fn on_sigprof(_: libc::c_int) {
     HANDLER_RUNS.fetch_add(1, Ordering::Relaxed);
-    if IN_OP.load(Ordering::Relaxed) {
-        NESTED_IN_OP.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: gettid has no preconditions and is async-signal-safe.
+    let tid = i64::from(unsafe { libc::gettid() });
+    if tid == PRODUCER_TID.load(Ordering::Relaxed) {
+        HANDLER_ON_PRODUCER.fetch_add(1, Ordering::Relaxed);
+        if IN_OP.load(Ordering::Relaxed) {
+            NESTED_IN_OP.fetch_add(1, Ordering::Relaxed);
+        }
     }
     // Several pushes per signal so the ring fills up at times.
     for _ in 0..8 {
@@ -37,6 +46,8 @@ extern "C" fn on_sigprof(_: libc::c_int) {
 
 #[test]
 fn signal_handler_nests_into_producer_and_consumer() {
+    // SAFETY: gettid has no preconditions.
+    PRODUCER_TID.store(i64::from(unsafe { libc::gettid() }), Ordering::Relaxed);
     // SAFETY: installs a handler that only touches atomics and the
     // lock-free ring (async-signal-safe), and a profiling timer for this
     // process; both are undone at the end of the test.
@@ -127,8 +138,9 @@ fn signal_handler_nests_into_producer_and_consumer() {
     let stats = RING.stats();
     let runs = HANDLER_RUNS.load(Ordering::Relaxed);
     let nested = NESTED_IN_OP.load(Ordering::Relaxed);
+    let on_producer = HANDLER_ON_PRODUCER.load(Ordering::Relaxed);
     println!(
-        "handler runs {runs} (inside push/pop: {nested}), pushed main {main_pushed} handler {handler_pushed}, \
+        "handler runs {runs} (on the producing thread: {on_producer}, inside its push/pop: {nested}), pushed main {main_pushed} handler {handler_pushed}, \
          delivered main {delivered_main} handler {delivered_handler}, lost {}",
         stats.lost
     );
