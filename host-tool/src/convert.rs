@@ -357,6 +357,16 @@ impl<W: Write + Seek> Converter<W> {
                     .into(),
             ),
         }
+        if let Some(img) = &self.options.image
+            && img.build_id.is_none()
+        {
+            summary.warnings.push(format!(
+                "{} has no GNU build-id (link it with --build-id): without one, perf run without \
+                 --vmlinux={} resolves runtime samples against this machine's kernel",
+                img.path.display(),
+                img.path.display()
+            ));
+        }
         summary.end = self.end;
         let meta = self.meta(&h);
         let (out, written) = w.finish(&meta)?;
@@ -372,9 +382,10 @@ impl<W: Write + Seek> Converter<W> {
             EventSource::NmiClock => "no PMU: NMI clock (cpu-clock)",
         };
         let mut build_ids = Vec::new();
-        let kernel_id = image
-            .and_then(|i| i.build_id.clone())
-            .unwrap_or_else(|| h.build_id.clone());
+        let kernel_id = image.map_or_else(
+            || h.build_id.clone(),
+            |i| i.build_id.clone().unwrap_or_default(),
+        );
         if !kernel_id.is_empty() {
             build_ids.push(BuildIdEntry {
                 cpumode: misc::KERNEL,

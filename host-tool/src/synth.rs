@@ -47,10 +47,12 @@ fn addresses(image: Option<&Image>) -> (Vec<u64>, u64, Vec<u8>) {
             vec![0xab; 20],
         );
     };
+    // Function starts, keeping only functions at least 16 bytes long so
+    // every generated IP stays inside its function.
     let user: Vec<u64> = img
         .symbols
         .iter()
-        .filter(|s| img.is_user_ip(s.addr))
+        .filter(|s| img.is_user_ip(s.addr) && s.size >= 16)
         .map(|s| s.addr)
         .collect();
     let kernel = img
