@@ -142,7 +142,13 @@ impl<const N: usize> Encoder<N> {
                 self.tasks[slot] = Some(TaskRef::after(s, plain, since_key));
                 (n, plain)
             }
-            Record::Hello(h) => write_frame(&WireRecordRef::Hello(h), 0, out)?,
+            Record::Hello(h) => {
+                let r = write_frame(&WireRecordRef::Hello(h), 0, out)?;
+                // A Hello starts a new stream: the decoder drops its delta
+                // state when it sees one, so the encoder does too.
+                self.reset();
+                r
+            }
             Record::Lost(l) => write_frame(&WireRecordRef::Lost(l), 0, out)?,
             Record::Throttle(t) => write_frame(&WireRecordRef::Throttle(t), 0, out)?,
             Record::Unthrottle(t) => write_frame(&WireRecordRef::Unthrottle(t), 0, out)?,

@@ -287,3 +287,33 @@ fn a_full_buffer_is_an_error_and_changes_nothing() {
     let (out, _) = decode_all(&buf[..n]);
     assert_eq!(out, [Ok(Record::Sample(sample(1)))]);
 }
+
+#[test]
+fn a_hello_restarts_delta_state_on_both_sides() {
+    let hello = Hello::new(
+        CpuId {
+            vendor: CpuVendor::Intel,
+            family: 6,
+            model: 1,
+            stepping: 0,
+        },
+        crate::event::PmuCaps::cpu_clock(),
+    );
+    let mut enc: Encoder<4> = Encoder::new(EncoderConfig::default());
+    let mut buf = [0u8; MAX_FRAME];
+    let mut bytes = std::vec::Vec::new();
+    let mut expected = std::vec::Vec::new();
+    for i in 0..6 {
+        let rec = if i == 3 {
+            Record::Hello(hello.clone())
+        } else {
+            Record::Sample(sample(i))
+        };
+        let n = enc.encode(&rec, &mut buf).unwrap();
+        bytes.extend_from_slice(&buf[..n]);
+        expected.push(Ok(rec));
+    }
+    let (out, stats) = decode_all(&bytes);
+    assert_eq!(out, expected);
+    assert_eq!(stats.unresolved_samples, 0);
+}
