@@ -25,6 +25,8 @@ pub enum Flow {
 pub struct Pump {
     decoder: Decoder,
     adapter: Adapter,
+    /// The first bytes of the stream, to explain an unrecognised one.
+    head: Vec<u8>,
     /// Counters of everything seen.
     pub stats: StreamStats,
 }
@@ -41,6 +43,7 @@ impl Pump {
         Pump {
             decoder: Decoder::new(),
             adapter: Adapter::new(),
+            head: Vec::new(),
             stats: StreamStats::default(),
         }
     }
@@ -53,6 +56,10 @@ impl Pump {
         sink: &mut dyn FnMut(&Item<'_>) -> Result<(), HostError>,
     ) -> Result<Flow, HostError> {
         self.stats.bytes += chunk.len() as u64;
+        if self.head.len() < HEAD_BYTES {
+            let n = (HEAD_BYTES - self.head.len()).min(chunk.len());
+            self.head.extend_from_slice(&chunk[..n]);
+        }
         let mut result = Ok(Flow::Continue);
         let adapter = &mut self.adapter;
         let stats = &mut self.stats;
@@ -114,6 +121,14 @@ impl Pump {
             let d = self.stats.decoder;
             return Err(HostError::NotPerch(if self.stats.bytes == 0 {
                 "the stream is empty".to_owned()
+            } else if d.frames_ok == 0 && is_text(&self.head) {
+                let text = String::from_utf8_lossy(&self.head);
+                let lines: Vec<&str> = text.lines().take(4).collect();
+                format!(
+                    "not a Perch stream: the appliance wrote text instead of the wire stream \
+                     (is `console=wire` supported by this build?). It begins:\n  {}",
+                    lines.join("\n  ")
+                )
             } else if d.frames_ok == 0 {
                 format!(
                     "not a Perch stream: no valid frame in {} bytes ({} damaged frames)",
@@ -128,6 +143,16 @@ impl Pump {
         }
         Ok(())
     }
+}
+
+/// Bytes of the stream start kept for error messages.
+const HEAD_BYTES: usize = 512;
+
+/// Whether `b` looks like plain text (printable ASCII and whitespace).
+fn is_text(b: &[u8]) -> bool {
+    !b.is_empty()
+        && b.iter()
+            .all(|&c| c == b'\n' || c == b'\r' || c == b'\t' || (0x20..0x7f).contains(&c))
 }
 
 /// Counters over a stream.

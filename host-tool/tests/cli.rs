@@ -206,6 +206,21 @@ fn garbage_and_empty_input_are_refused() {
     assert!(r.stderr.contains("empty"), "{}", r.stderr);
     let r = perch(&["stat", s(&garbage)]);
     assert_eq!(r.code, 3, "{}", r.stderr);
+    // A console left in text mode is named as such, with its first lines.
+    let text = dir.path().join("text.bin");
+    std::fs::write(
+        &text,
+        "perch: runtime booted\nperch: console=wire unsupported\n",
+    )
+    .unwrap();
+    let r = perch(&["convert", s(&text), "-o", s(&out)]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("wrote text instead of the wire stream"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("perch: runtime booted"), "{}", r.stderr);
 }
 
 #[test]
