@@ -439,3 +439,118 @@ fn flamegraph_names_the_image_functions() {
         assert!(text.contains(f), "{f} missing from the flamegraph");
     }
 }
+
+/// `perch record` against a stand-in QEMU that serves a capture on the
+/// wire socket; None when python3 is missing.
+fn record_with_fake_qemu(
+    dir: &Path,
+    cap: &str,
+    status: i32,
+    extra: &[&str],
+) -> Option<(Run, String)> {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipping: python3 is needed for the stand-in QEMU");
+        return None;
+    }
+    let args_file = dir.join("qemu-args.txt");
+    let out = dir.join("perf.data");
+    let img = fixture("appliance.elf");
+    let qemu = fixture("fake-qemu.py");
+    let mut argv = vec![
+        "record",
+        "--image",
+        s(&img),
+        "--qemu",
+        s(&qemu),
+        "--freq",
+        "1234",
+        "--icount",
+        "--pmu",
+        "sim",
+        "--duration",
+        "2",
+        "--ring",
+        "64",
+        "-o",
+        s(&out),
+    ];
+    argv.extend_from_slice(extra);
+    let o = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(&argv)
+        .env("PERCH_FAKE_ARGS", &args_file)
+        .env("PERCH_FAKE_CAPTURE", cap)
+        .env("PERCH_FAKE_STATUS", status.to_string())
+        .output()
+        .unwrap();
+    let r = Run {
+        code: o.status.code().unwrap_or(-1),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+    };
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    Some((r, std::fs::read_to_string(&args_file).unwrap_or_default()))
+}
+
+#[test]
+fn record_boots_qemu_with_the_documented_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(
+        dir.path(),
+        "c.bin",
+        &SynthConfig {
+            samples: 200,
+            ..Default::default()
+        },
+    );
+    let Some((r, args)) = record_with_fake_qemu(dir.path(), &cap, 33, &["--", "-smp", "1"]) else {
+        return;
+    };
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("200 samples"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("appliance ended normally"),
+        "{}",
+        r.stderr
+    );
+    let args: Vec<&str> = args.lines().collect();
+    let after = |flag: &str| args[args.iter().position(|a| *a == flag).unwrap() + 1];
+    assert_eq!(after("-kernel"), fixture("appliance.elf").to_str().unwrap());
+    assert_eq!(
+        after("-append"),
+        "console=wire freq=1234 pmu=sim duration=2000 ring=64"
+    );
+    assert_eq!(after("-icount"), "shift=0,sleep=off");
+    assert_eq!(after("-serial"), "chardev:wire");
+    assert!(
+        after("-chardev").ends_with(",server=on,wait=on"),
+        "{args:?}"
+    );
+    assert_eq!(after("-device"), "isa-debug-exit,iobase=0xf4,iosize=0x04");
+    for flag in ["-nodefaults", "-no-reboot"] {
+        assert!(args.contains(&flag), "{flag} missing: {args:?}");
+    }
+    assert_eq!(&args[args.len() - 2..], ["-smp", "1"]);
+}
+
+#[test]
+fn record_reports_an_appliance_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(
+        dir.path(),
+        "c.bin",
+        &SynthConfig {
+            samples: 20,
+            end: false,
+            ..Default::default()
+        },
+    );
+    let Some((r, _)) = record_with_fake_qemu(dir.path(), &cap, 37, &[]) else {
+        return;
+    };
+    assert_eq!(r.code, 6, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("the runtime crashed (exit status 37)"),
+        "{}",
+        r.stderr
+    );
+}
