@@ -776,6 +776,27 @@ fn adaptive_pebs_group_combinations() {
 }
 
 #[test]
+fn adaptive_pebs_xmm_group() {
+    let mut rig = Rig::new(SimCpu::sapphire_rapids());
+    let opts = IntelOptions {
+        pebs_xmm: true,
+        ..Default::default()
+    };
+    let mut d = rig
+        .intel(&[precise(EventKind::Branches, 10)], opts)
+        .unwrap();
+    assert_eq!(d.pebs_data_cfg(), 0b110);
+    rig.run_intel(&mut d, (0..20).map(step));
+    assert_eq!(rig.total.pebs_records, 2);
+    let bytes = rig.seen[0].pebs.as_ref().unwrap();
+    assert_eq!(bytes.len(), 32 + 144 + 256);
+    let r = pebs::decode(bytes, &decode_cfg(5, MemKind::None, true)).unwrap();
+    // The simulator has no vector state: the group is present and zero.
+    assert_eq!(r.xmm(), Some([0u64; 32]));
+    assert_eq!(r.regs.unwrap().get(Reg::Ax), 900);
+}
+
+#[test]
 fn adaptive_size_mismatch_is_skipped_and_counted() {
     let mut rig = Rig::new(SimCpu::sapphire_rapids());
     let mut d = rig

@@ -288,6 +288,7 @@ pub struct PebsRecord<'a> {
     /// Retire latency (adaptive basic group \[47:32\]; 0 if absent).
     pub retire_latency: u16,
     lbr: &'a [u8],
+    xmm: &'a [u8],
 }
 
 impl PebsRecord<'_> {
@@ -298,6 +299,19 @@ impl PebsRecord<'_> {
             to: rd(c, 8),
             info: rd(c, 16),
         })
+    }
+
+    /// XMM0..XMM15 from an adaptive record's XMM group (two words each, low
+    /// then high), in perf's XMM register order; `None` without the group.
+    pub fn xmm(&self) -> Option<[u64; 32]> {
+        if self.xmm.len() < 256 {
+            return None;
+        }
+        let mut w = [0u64; 32];
+        for (i, v) in w.iter_mut().enumerate() {
+            *v = rd(self.xmm, 8 * i);
+        }
+        Some(w)
     }
 
     /// Number of LBR entries in the record.
@@ -348,6 +362,7 @@ pub fn decode<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord<'a>,
                 mem: None,
                 retire_latency: 0,
                 lbr: &[],
+                xmm: &[],
             };
             if fixed != PebsFormat::Core {
                 rec.applicable = rd(bytes, 144);
@@ -395,6 +410,7 @@ fn decode_adaptive<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord
         mem: None,
         retire_latency: (header >> 32) as u16,
         lbr: &[],
+        xmm: &[],
     };
     let mut off = size_of::<AdaptiveBasic>();
     if groups & data_cfg::MEMINFO != 0 {
@@ -423,6 +439,7 @@ fn decode_adaptive<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord
         off += size_of::<AdaptiveGprs>();
     }
     if groups & data_cfg::XMMS != 0 {
+        rec.xmm = &bytes[off..off + size_of::<AdaptiveXmm>()];
         off += size_of::<AdaptiveXmm>();
     }
     if groups & data_cfg::LBRS != 0 {
@@ -749,6 +766,9 @@ mod tests {
         for i in 0..18 {
             put(&mut b, 64 + 8 * i, 200 + i as u64);
         }
+        for i in 0..32 {
+            put(&mut b, 64 + 144 + 8 * i, 0x5000 + i as u64);
+        }
         let lbr_off = 64 + 144 + 256;
         put(&mut b, lbr_off, 0x111);
         put(&mut b, lbr_off + 8, 0x222);
@@ -771,6 +791,8 @@ mod tests {
         assert_eq!(regs.get(Reg::Bx), 205);
         assert_eq!(regs.get(Reg::Sp), 206);
         assert_eq!(regs.get(Reg::Ip), 0x40_2000);
+        let xmm = r.xmm().unwrap();
+        assert_eq!((xmm[0], xmm[1], xmm[31]), (0x5000, 0x5001, 0x501F));
         assert_eq!(r.lbr_len(), 2);
         let l: [RawBranch; 2] = [r.lbr().next().unwrap(), r.lbr().nth(1).unwrap()];
         assert_eq!((l[0].from, l[0].to, l[1].from), (0x111, 0x222, 0x333));

@@ -45,6 +45,8 @@ pub struct IntelOptions {
     pub large_pebs: bool,
     /// Freeze counters (and LBRs) on PMI.
     pub freeze_on_pmi: bool,
+    /// Ask adaptive PEBS for the XMM register group.
+    pub pebs_xmm: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -344,6 +346,9 @@ impl IntelPmu {
         };
         if adaptive {
             data_cfg |= DATA_CFG_GPRS;
+            if opts.pebs_xmm {
+                data_cfg |= DATA_CFG_XMMS;
+            }
             if lbr_entries > 0 {
                 data_cfg |= DATA_CFG_LBRS | (lbr_entries - 1) << 24;
             }
