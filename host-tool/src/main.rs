@@ -358,6 +358,9 @@ fn run(
     for warn in &summary.warnings {
         eprintln!("perch: warning: {warn}");
     }
+    if let Err(e) = check_perf() {
+        eprintln!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
+    }
     match &image_path {
         Some(p) => eprintln!(
             "perch: open it with: perf report -i {} --vmlinux={}   (or perf script ... --vmlinux={})",
@@ -385,6 +388,27 @@ fn run(
             exit::TRUNCATED
         }
     })
+}
+
+/// Checks that `perf` can be run, to open what perch wrote.
+fn check_perf() -> Result<(), HostError> {
+    let missing = |reason: String| HostError::MissingTool {
+        tool: "perf".into(),
+        reason,
+        install: "apt-get install linux-perf".into(),
+    };
+    match std::process::Command::new("perf")
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(missing(format!(
+            "`perf --version` exited with {}",
+            o.status
+        ))),
+        Err(e) => Err(missing(e.to_string())),
+    }
 }
 
 fn record(a: RecordArgs) -> Result<i32, HostError> {

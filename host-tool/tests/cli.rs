@@ -554,3 +554,26 @@ fn record_reports_an_appliance_crash() {
         r.stderr
     );
 }
+
+#[test]
+fn missing_perf_is_named_with_its_install_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(
+        dir.path(),
+        "c.bin",
+        &SynthConfig {
+            samples: 10,
+            ..Default::default()
+        },
+    );
+    let out = dir.path().join("perf.data");
+    let o = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(["convert", &cap, "-o", s(&out)])
+        .env("PATH", dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("perf not found"), "{stderr}");
+    assert!(stderr.contains("apt-get install linux-perf"), "{stderr}");
+}
