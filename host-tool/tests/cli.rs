@@ -577,3 +577,63 @@ fn missing_perf_is_named_with_its_install_command() {
     assert!(stderr.contains("perf not found"), "{stderr}");
     assert!(stderr.contains("apt-get install linux-perf"), "{stderr}");
 }
+
+#[test]
+fn target_text_logs_and_self_tests_are_shown_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let cpu = CpuId {
+        vendor: CpuVendor::Amd,
+        family: 25,
+        model: 1,
+        stepping: 1,
+    };
+    let mut h = wire::Hello::new(cpu, PmuCaps::cpu_clock());
+    let _ = h.events.push(EventConfig::cpu_clock(0, 1000));
+    let mut name = heapless::String::new();
+    let _ = name.push_str("nmi_rate");
+    let mut detail = heapless::String::new();
+    let _ = detail.push_str("ticks per second");
+    let records = [
+        Record::Hello(h),
+        Record::Log(wire::Log::text(5, wire::LogLevel::Warn, "ring nearly full")),
+        Record::SelfTest(wire::SelfTest {
+            name,
+            passed: true,
+            measured: 998,
+            expected: 1000,
+            detail,
+        }),
+        Record::End(wire::End::default()),
+    ];
+    let mut enc: Encoder = Encoder::new(Default::default());
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; wire::MAX_FRAME];
+    for r in &records {
+        let n = enc.encode(r, &mut buf).unwrap();
+        bytes.extend_from_slice(&buf[..n]);
+    }
+    let cap = dir.path().join("logs.bin");
+    std::fs::write(&cap, bytes).unwrap();
+    let r = perch(&["convert", s(&cap), "-o", s(&dir.path().join("perf.data"))]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("target: WARN ring nearly full"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains(
+            "target: SELFTEST nmi_rate PASS: measured 998 expected 1000 ticks per second"
+        ),
+        "{}",
+        r.stderr
+    );
+    let r = perch(&["stat", s(&cap)]);
+    assert!(r.stdout.contains("log records: 2"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("AuthenticAMD family 25 model 1 stepping 1"),
+        "{}",
+        r.stdout
+    );
+}
