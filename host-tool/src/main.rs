@@ -381,6 +381,11 @@ fn run(
             exit::TRUNCATED
         }
         Stop::Eof if summary.end.is_some() => exit::OK,
+        // Ctrl-C also reaches QEMU, which closes the stream first.
+        Stop::Eof if INTERRUPTED.load(Ordering::Relaxed) => {
+            eprintln!("perch: stopped by Ctrl-C");
+            exit::OK
+        }
         Stop::Eof => {
             eprintln!(
                 "perch: the stream ended before its End record (truncated capture or the appliance stopped)"
@@ -493,6 +498,9 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
     let status = qemu.wait(Duration::from_secs(5));
     let qemu_err = qemu.take_stderr();
     let code = code?;
+    if INTERRUPTED.load(Ordering::Relaxed) {
+        return Ok(code);
+    }
     match describe_exit(status) {
         Ok(msg) => {
             eprintln!("perch: {msg}");
