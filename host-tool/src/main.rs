@@ -395,6 +395,18 @@ fn run(
     })
 }
 
+/// A positive, finite number of seconds from the command line.
+fn seconds(flag: &str, secs: f64) -> Result<Duration, HostError> {
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero() && *d < Duration::from_secs(365 * 24 * 3600))
+        .ok_or_else(|| {
+            HostError::Usage(format!(
+                "{flag} must be a positive number of seconds below a year, got {secs}"
+            ))
+        })
+}
+
 /// Checks that `perf` can be run, to open what perch wrote.
 fn check_perf() -> Result<(), HostError> {
     let missing = |reason: String| HostError::MissingTool {
@@ -430,9 +442,10 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             None,
         );
     }
-    let deadline = a
-        .timeout
-        .map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
+    let deadline = match a.timeout {
+        Some(t) => Some(Instant::now() + seconds("--timeout", t)?),
+        None => None,
+    };
     if let Some(dev) = &a.serial {
         let mut port = serialport::new(dev, a.baud)
             .timeout(Duration::from_millis(100))
@@ -455,12 +468,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             "perch record needs --image ELF to boot (or --input FILE / --serial DEVICE)".into(),
         ));
     };
-    if !a.duration.is_finite() || a.duration <= 0.0 {
-        return Err(HostError::Usage(format!(
-            "--duration must be positive, got {}",
-            a.duration
-        )));
-    }
+    seconds("--duration", a.duration)?;
     let mut append = format!(
         "console=wire freq={} pmu={} duration={}",
         a.freq,
@@ -482,7 +490,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         extra: a.qemu_args.clone(),
     };
     let limit = a.timeout.unwrap_or(a.duration + 60.0);
-    let deadline = Instant::now() + Duration::from_secs_f64(limit);
+    let deadline = Instant::now() + seconds("--timeout", limit)?;
     let (mut qemu, mut stream) = Qemu::spawn(&cfg)?;
     stream
         .set_read_timeout(Some(Duration::from_millis(100)))

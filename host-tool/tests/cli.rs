@@ -355,6 +355,17 @@ fn usage_errors_exit_2() {
     assert_eq!(perch(&["frobnicate"]).code, 2);
     let r = perch(&["record", "--baud", "9600"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
+    let img = fixture("appliance.elf");
+    for (flag, v) in [
+        ("--duration", "NaN"),
+        ("--duration", "1e300"),
+        ("--timeout", "inf"),
+        ("--duration", "-1"),
+    ] {
+        let r = perch(&["record", "--image", s(&img), flag, v]);
+        assert_eq!(r.code, 2, "{flag} {v}: {}", r.stderr);
+        assert!(r.stderr.contains(flag), "{}", r.stderr);
+    }
     let r = perch(&["record"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("--image"), "{}", r.stderr);
