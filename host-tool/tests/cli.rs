@@ -360,7 +360,7 @@ fn usage_errors_exit_2() {
         ("--duration", "NaN"),
         ("--duration", "1e300"),
         ("--timeout", "inf"),
-        ("--duration", "-1"),
+        ("--duration", "0"),
     ] {
         let r = perch(&["record", "--image", s(&img), flag, v]);
         assert_eq!(r.code, 2, "{flag} {v}: {}", r.stderr);
