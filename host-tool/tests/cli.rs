@@ -648,3 +648,35 @@ fn target_text_logs_and_self_tests_are_shown_on_stderr() {
         r.stdout
     );
 }
+
+#[test]
+fn record_reads_a_serial_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(
+        dir.path(),
+        "c.bin",
+        &SynthConfig {
+            samples: 300,
+            lost: 2,
+            ..Default::default()
+        },
+    );
+    let out = dir.path().join("perf.data");
+    let script = fixture("pty-serial.py");
+    let o = match Command::new("python3")
+        .args([s(&script), env!("CARGO_BIN_EXE_perch"), &cap, s(&out)])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipping: python3 is needed to drive a pseudo-terminal ({e})");
+            return;
+        }
+    };
+    let text = String::from_utf8_lossy(&o.stdout);
+    let (code, stderr) = text.split_once('\n').unwrap();
+    assert_eq!(code, "0", "{stderr}");
+    assert!(stderr.contains("300 samples, 2 lost"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(&std::fs::read(&out).unwrap()[..8], b"PERFILE2");
+}
