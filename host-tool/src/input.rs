@@ -361,3 +361,64 @@ impl LogPrinter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object::write::{Object, Symbol, SymbolSection};
+    use object::{Architecture, BinaryFormat, Endianness, SymbolFlags, SymbolKind, SymbolScope};
+
+    /// An ELF carrying a defmt table with one info message at index 1.
+    fn defmt_elf() -> Vec<u8> {
+        let mut obj = Object::new(BinaryFormat::Elf, Architecture::X86_64, Endianness::Little);
+        let sec = obj.add_section(
+            Vec::new(),
+            b".defmt".to_vec(),
+            object::SectionKind::ReadOnlyData,
+        );
+        obj.set_section_data(sec, vec![0; 4], 1);
+        let msg = r#"{"package":"perch","tag":"defmt_info","data":"ring has {=u8} free slots","disambiguator":"1","crate_name":"runtime"}"#;
+        obj.add_symbol(Symbol {
+            name: msg.as_bytes().to_vec(),
+            value: 1,
+            size: 1,
+            kind: SymbolKind::Data,
+            scope: SymbolScope::Linkage,
+            weak: false,
+            section: SymbolSection::Section(sec),
+            flags: SymbolFlags::None,
+        });
+        for name in ["_defmt_version_ = 4", "_defmt_encoding_ = raw"] {
+            obj.add_symbol(Symbol {
+                name: name.as_bytes().to_vec(),
+                value: 0,
+                size: 0,
+                kind: SymbolKind::Data,
+                scope: SymbolScope::Compilation,
+                weak: false,
+                section: SymbolSection::Absolute,
+                flags: SymbolFlags::None,
+            });
+        }
+        obj.write().unwrap()
+    }
+
+    #[test]
+    fn defmt_frames_are_decoded_with_the_image_table() {
+        let elf = defmt_elf();
+        let logs = LogPrinter::new(Some(&elf));
+        // Raw encoding: u16 index, then the u8 argument.
+        let line = logs.render(&Item::Defmt(&[1, 0, 7])).unwrap();
+        assert!(line.contains("ring has 7 free slots"), "{line}");
+        assert!(line.contains("INFO"), "{line}");
+        // An index the table does not know is shown as undecodable, not dropped.
+        let bad = logs.render(&Item::Defmt(&[9, 9])).unwrap();
+        assert!(bad.contains("undecodable defmt frame"), "{bad}");
+        // Without an image the bytes are shown with a hint.
+        let none = LogPrinter::new(None)
+            .render(&Item::Defmt(&[1, 0, 7]))
+            .unwrap();
+        assert!(none.contains("pass --image"), "{none}");
+        assert_eq!(logs.render(&Item::Log("x".into())).unwrap(), "target: x");
+    }
+}
