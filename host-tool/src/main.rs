@@ -55,6 +55,9 @@ enum Cmd {
         /// Output file.
         #[arg(short = 'o', long, default_value = "perf.data")]
         output: PathBuf,
+        /// Add the image to perf's build-id cache so perf needs no --vmlinux.
+        #[arg(long)]
+        buildid_cache: bool,
     },
     /// Samples per task and event, losses, throttling, bad frames, bytes per sample.
     Stat {
@@ -133,6 +136,9 @@ struct RecordArgs {
     /// Hard time limit in seconds (default: duration + 60).
     #[arg(long)]
     timeout: Option<f64>,
+    /// Add the image to perf's build-id cache so perf needs no --vmlinux.
+    #[arg(long)]
+    buildid_cache: bool,
     /// Extra QEMU arguments.
     #[arg(last = true)]
     qemu_args: Vec<String>,
@@ -154,7 +160,8 @@ fn main() -> ExitCode {
             capture,
             image,
             output,
-        } => convert(&capture, image.as_deref(), &output),
+            buildid_cache,
+        } => convert(&capture, image.as_deref(), &output, buildid_cache),
         Cmd::Stat { file } => stat(&file),
         Cmd::Flamegraph {
             file,
@@ -268,6 +275,7 @@ fn run(
     output: &Path,
     save: Option<&Path>,
     deadline: Option<Instant>,
+    buildid_cache: bool,
 ) -> Result<i32, HostError> {
     let out = File::create(output)
         .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
@@ -280,6 +288,7 @@ fn run(
         None => None,
     };
     let image_path = image.as_ref().map(|i| i.path.clone());
+    let image_has_id = image.as_ref().is_some_and(|i| i.build_id.is_some());
     let cmdline: Vec<String> = std::env::args().collect();
     let mut conv = Converter::new(out, ConvertOptions { image, cmdline });
     let logs = LogPrinter::new(elf);
@@ -362,12 +371,32 @@ fn run(
         eprintln!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
     }
     match &image_path {
-        Some(p) => eprintln!(
-            "perch: open it with: perf report -i {} --vmlinux={}   (or perf script ... --vmlinux={})",
-            output.display(),
-            p.display(),
-            p.display()
-        ),
+        Some(p) if buildid_cache && image_has_id => match add_to_buildid_cache(p) {
+            Ok(()) => eprintln!(
+                "perch: added {} to perf's build-id cache; open it with: perf report -i {}",
+                p.display(),
+                output.display()
+            ),
+            Err(e) => eprintln!(
+                "perch: warning: {e}; open it with: perf report -i {} --vmlinux={}",
+                output.display(),
+                p.display()
+            ),
+        },
+        Some(p) => {
+            if buildid_cache {
+                eprintln!(
+                    "perch: warning: {} has no build-id, so the build-id cache cannot hold it",
+                    p.display()
+                );
+            }
+            eprintln!(
+                "perch: open it with: perf report -i {} --vmlinux={}   (or perf script ... --vmlinux={})",
+                output.display(),
+                p.display(),
+                p.display()
+            )
+        }
         None => eprintln!("perch: no --image given: perf cannot symbolise this file"),
     }
     Ok(match stop {
@@ -407,6 +436,30 @@ fn seconds(flag: &str, secs: f64) -> Result<Duration, HostError> {
         })
 }
 
+/// Adds the image to perf's build-id cache (`perf buildid-cache -a`), so
+/// perf finds the runtime and task symbols with no extra flags.
+fn add_to_buildid_cache(image: &Path) -> Result<(), HostError> {
+    let o = std::process::Command::new("perf")
+        .arg("buildid-cache")
+        .arg("-a")
+        .arg(image)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| HostError::MissingTool {
+            tool: "perf".into(),
+            reason: e.to_string(),
+            install: "apt-get install linux-perf".into(),
+        })?;
+    if !o.status.success() {
+        return Err(HostError::Usage(format!(
+            "`perf buildid-cache -a {}` failed: {}",
+            image.display(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
 /// Checks that `perf` can be run, to open what perch wrote.
 fn check_perf() -> Result<(), HostError> {
     let missing = |reason: String| HostError::MissingTool {
@@ -440,6 +493,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             &a.output,
             a.save_capture.as_deref(),
             None,
+            a.buildid_cache,
         );
     }
     let deadline = match a.timeout {
@@ -461,6 +515,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             &a.output,
             a.save_capture.as_deref(),
             deadline,
+            a.buildid_cache,
         );
     }
     let Some(img) = a.image.as_ref() else {
@@ -502,6 +557,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         &a.output,
         a.save_capture.as_deref(),
         Some(deadline),
+        a.buildid_cache,
     );
     let status = qemu.wait(Duration::from_secs(5));
     let qemu_err = qemu.take_stderr();
@@ -523,10 +579,23 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
     }
 }
 
-fn convert(capture: &Path, image: Option<&Path>, output: &Path) -> Result<i32, HostError> {
+fn convert(
+    capture: &Path,
+    image: Option<&Path>,
+    output: &Path,
+    buildid_cache: bool,
+) -> Result<i32, HostError> {
     let (image, elf) = open_image(image)?;
     let mut f = open_file(capture)?;
-    run(&mut f, image, elf.as_deref(), output, None, None)
+    run(
+        &mut f,
+        image,
+        elf.as_deref(),
+        output,
+        None,
+        None,
+        buildid_cache,
+    )
 }
 
 fn stat(file: &Path) -> Result<i32, HostError> {

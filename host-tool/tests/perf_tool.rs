@@ -470,3 +470,59 @@ fn several_events_branch_stacks_weights_and_throttling() {
         1
     );
 }
+
+#[test]
+fn buildid_cache_lets_perf_resolve_without_flags() {
+    let image = fixture("appliance.elf");
+    let dir = tempfile::tempdir().unwrap();
+    if perf(&["--version"]).is_none() {
+        return;
+    }
+    let img = Image::open(&image).unwrap();
+    let cap = dir.path().join("c.bin");
+    let mut f = std::fs::File::create(&cap).unwrap();
+    host_tool::synth::write_capture(Some(&img), &Default::default(), &mut f).unwrap();
+    let data = dir.path().join("perf.data");
+    // perf keeps its cache under $HOME/.debug: use a private one.
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args([
+            "convert",
+            cap.to_str().unwrap(),
+            "--image",
+            image.to_str().unwrap(),
+            "-o",
+        ])
+        .arg(&data)
+        .arg("--buildid-cache")
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("added") && stderr.contains("build-id cache"),
+        "{stderr}"
+    );
+    let o = std::process::Command::new("perf")
+        .args([
+            "report",
+            "--stdio",
+            "--no-children",
+            "-g",
+            "none",
+            "--sort",
+            "sym",
+            "-i",
+        ])
+        .arg(&data)
+        .env("HOME", &home)
+        .env("PAGER", "cat")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "");
+    assert!(out.contains("[k] runtime_entry"), "{out}");
+    assert!(out.contains("[.] hot_alpha"), "{out}");
+}
