@@ -67,9 +67,11 @@ impl Pump {
             if result.is_err() {
                 return;
             }
-            match rec {
+            // Matched by reference: a record is up to a few KiB, so moving
+            // it out of the Result costs a copy per frame.
+            match &rec {
                 Ok(rec) => {
-                    let r = adapter.with_item(&rec, |item| {
+                    let r = adapter.with_item(rec, |item| {
                         stats.observe(item);
                         sink(item)
                     });
@@ -79,12 +81,12 @@ impl Pump {
                         Ok(()) => {}
                     }
                 }
-                Err(DecodeError::VersionMismatch { found, expected }) => {
+                &Err(DecodeError::VersionMismatch { found, expected }) => {
                     result = Err(HostError::Protocol(format!(
                         "the stream speaks Perch wire protocol version {found}, this perch speaks version {expected}"
                     )))
                 }
-                Err(DecodeError::BadMagic(m)) => {
+                &Err(DecodeError::BadMagic(m)) => {
                     result = Err(HostError::NotPerch(format!(
                         "not a Perch stream: its first record has magic {m:02x?}, expected \"PRCH\""
                     )))
