@@ -367,6 +367,12 @@ impl<W: Write + Seek> Converter<W> {
                 img.path.display()
             ));
         }
+        if self.options.image.is_some() && h.build_id.is_empty() {
+            summary.warnings.push(
+                "the stream carries no build-id, so perch could not check that the image matches it"
+                    .into(),
+            );
+        }
         summary.end = self.end;
         let meta = self.meta(&h);
         let (out, written) = w.finish(&meta)?;
