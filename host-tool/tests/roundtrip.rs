@@ -249,3 +249,63 @@ fn unreported_losses_are_written_so_the_file_adds_up() {
     assert_eq!(s.written.samples + s.written.lost, end.taken);
     assert_eq!(s.written.lost, s.written.lost_samples);
 }
+
+#[test]
+fn mutated_streams_never_panic_and_still_add_up() {
+    use host_tool::convert::{ConvertOptions, Converter};
+    use host_tool::input::Pump;
+    use host_tool::synth::{SynthConfig, write_capture};
+    let image = Image::open(&fixture("appliance.elf")).unwrap();
+    let mut clean = Vec::new();
+    let cfg = SynthConfig {
+        samples: 3000,
+        lost: 5,
+        ..Default::default()
+    };
+    write_capture(Some(&image), &cfg, &mut clean).unwrap();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for round in 0..20 {
+        let mut bytes = clean.clone();
+        // Flip, drop or insert bytes after the Hello (the first 300 bytes).
+        for _ in 0..(1 + round * 3) {
+            let pos = 300 + (next() as usize) % (bytes.len() - 300);
+            match next() % 3 {
+                0 => bytes[pos] ^= (next() as u8) | 1,
+                1 => {
+                    bytes.remove(pos);
+                }
+                _ => bytes.insert(pos, next() as u8),
+            }
+        }
+        let mut conv = Converter::new(
+            std::io::Cursor::new(Vec::new()),
+            ConvertOptions {
+                image: Some(image.clone()),
+                cmdline: vec![],
+            },
+        );
+        let mut pump = Pump::new();
+        // Feed in odd-sized chunks to exercise frame reassembly.
+        for chunk in bytes.chunks(997) {
+            pump.feed(chunk, &mut |item| conv.push(item).map_err(Into::into))
+                .unwrap();
+        }
+        let bad = pump.stats.decoder.bad_frames;
+        assert!(bad >= 1, "round {round}: mutations went unnoticed");
+        let (_, s) = conv.finish().unwrap();
+        if let Some(end) = s.end {
+            // Whatever was damaged, the file accounts for every sample taken.
+            assert_eq!(
+                s.written.samples + s.written.lost,
+                end.taken,
+                "round {round}"
+            );
+        }
+    }
+}
