@@ -21,7 +21,10 @@ pub const DEFAULT_DURATION_MS: u64 = 1000;
 
 /// Work units per outer iteration of `demo64`; the three functions get
 /// 50 %, 30 % and 20 % of them.
-const UNITS: u64 = 10_000;
+const UNITS: u64 = 100_000;
+
+/// TSC cycles `demosys` spends in each `spin` system call.
+const SYS_SPIN_CYCLES: u64 = 300_000;
 
 #[unsafe(link_section = ".user.data.demo")]
 static DEMO_SINK: AtomicU64 = AtomicU64::new(0);
@@ -121,7 +124,13 @@ pub extern "C" fn demo64_main() -> ! {
 #[inline(never)]
 #[unsafe(no_mangle)]
 pub extern "C" fn demosys_prepare_request(seed: u64) -> u64 {
-    demo_update_stats(seed, 500)
+    let mut x = seed | 7;
+    let mut i = 0;
+    while i < 500 {
+        x = mix(x).rotate_left(7);
+        i += 1;
+    }
+    x
 }
 
 /// Entry of `demosys`.
@@ -132,7 +141,7 @@ pub extern "C" fn demosys_main() -> ! {
     let mut x = 7u64;
     loop {
         x = demosys_prepare_request(x);
-        user_syscall(SYS_SPIN, 2, 0);
+        user_syscall(SYS_SPIN, SYS_SPIN_CYCLES, 0);
         DEMO_SINK.store(x, Ordering::Relaxed);
         user_syscall(SYS_YIELD, 0, 0);
     }
@@ -202,6 +211,102 @@ pub fn symbols() -> impl Iterator<Item = (u64, &'static str)> {
     .into_iter()
 }
 
+/// A coarse NMI-context tally of where the demo's time goes, printed at the
+/// end of a run so the designed split is visible before any profile is
+/// recorded. Atomics only.
+pub mod hits {
+    use crate::nmi::NmiCapture;
+    use arch_x86::frame::Mode;
+    use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    /// The three hot functions of `demo64`, in [`super::HOT`] order.
+    static RANGES: [[AtomicU64; 2]; 3] = [const { [const { AtomicU64::new(0) }; 2] }; 3];
+    static HOT_HITS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+    static USER64: AtomicU64 = AtomicU64::new(0);
+    static COMPAT: AtomicU64 = AtomicU64::new(0);
+    static IN_SYSCALL: AtomicU64 = AtomicU64::new(0);
+    static OTHER: AtomicU64 = AtomicU64::new(0);
+    static ON: AtomicBool = AtomicBool::new(false);
+
+    /// Starts counting with the given `[start, end)` ranges of the hot functions.
+    pub fn start(ranges: [(u64, u64); 3]) {
+        for (r, (a, b)) in RANGES.iter().zip(ranges) {
+            r[0].store(a, Ordering::Relaxed);
+            r[1].store(b, Ordering::Relaxed);
+        }
+        ON.store(true, Ordering::Release);
+    }
+
+    /// Stops counting.
+    pub fn stop() {
+        ON.store(false, Ordering::Release);
+    }
+
+    /// NMI context: count where the NMI landed.
+    pub fn on_capture(cap: &NmiCapture) {
+        if !ON.load(Ordering::Acquire) {
+            return;
+        }
+        match cap.mode {
+            Mode::User64 => {
+                USER64.fetch_add(1, Ordering::Relaxed);
+                let rip = cap.interrupted.rip;
+                for (r, h) in RANGES.iter().zip(&HOT_HITS) {
+                    if rip >= r[0].load(Ordering::Relaxed) && rip < r[1].load(Ordering::Relaxed) {
+                        h.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Mode::UserCompat => {
+                COMPAT.fetch_add(1, Ordering::Relaxed);
+            }
+            Mode::Kernel if cap.task.is_some() => {
+                IN_SYSCALL.fetch_add(1, Ordering::Relaxed);
+            }
+            Mode::Kernel => {
+                OTHER.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// `(hot function hits, user64, compat, runtime with a task, runtime without)`.
+    pub fn totals() -> ([u64; 3], u64, u64, u64, u64) {
+        (
+            core::array::from_fn(|i| HOT_HITS[i].load(Ordering::Relaxed)),
+            USER64.load(Ordering::Relaxed),
+            COMPAT.load(Ordering::Relaxed),
+            IN_SYSCALL.load(Ordering::Relaxed),
+            OTHER.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The hot functions of `demo64` and their designed share of its work (%).
+const HOT: [(&str, u64); 3] = [
+    ("demo_checksum_blocks", 50),
+    ("demo_parse_records", 30),
+    ("demo_update_stats", 20),
+];
+
+/// `[start, end)` of the named appliance function: up to the next known
+/// appliance symbol or the end of the appliance's code.
+fn function_range(name: &str) -> (u64, u64) {
+    let text_end = crate::paging::layout().user_text.1;
+    let start = crate::user::symbols()
+        .find(|&(_, n)| n == name)
+        .map_or(0, |(a, _)| a);
+    let end = crate::user::symbols()
+        .map(|(a, _)| a)
+        .filter(|&a| a > start)
+        .min()
+        .unwrap_or(text_end);
+    (start, end)
+}
+
+fn percent(part: u64, whole: u64) -> u64 {
+    (part * 100).checked_div(whole).unwrap_or(0)
+}
+
 /// Runs the demo appliance for the configured duration, then exits QEMU.
 pub fn run(cfg: &Config) -> ! {
     let ms = cfg.duration_ms.unwrap_or(DEFAULT_DURATION_MS);
@@ -246,8 +351,10 @@ pub fn run(cfg: &Config) -> ! {
         }
     }
     kprintln!("demo: running for {ms} ms ({ticks} NMI clock ticks)");
+    hits::start(HOT.map(|(name, _)| function_range(name)));
     let start = nmi::nmi_count();
     task::run_all(|| nmi::nmi_count() - start >= ticks);
+    hits::stop();
     let mut ok = true;
     for id in 0..task::MAX_TASKS as u8 {
         if let Some(t) = task::get(id) {
@@ -259,6 +366,17 @@ pub fn run(cfg: &Config) -> ! {
             );
             ok &= t.state == task::TaskState::Ready;
         }
+    }
+    let (hot, user64, compat, in_runtime, idle) = hits::totals();
+    kprintln!(
+        "demo: NMIs in demo64/demosys user code {user64}, demo32 (compat) {compat}, runtime for a task {in_runtime}, runtime otherwise {idle}"
+    );
+    let hot_total: u64 = hot.iter().sum();
+    for ((name, designed), n) in HOT.iter().zip(hot) {
+        kprintln!(
+            "demo: {name}: {n} NMIs, {}% of the hot functions (designed {designed}%)",
+            percent(n, hot_total)
+        );
     }
     let (text_dropped, defmt_dropped) = crate::console::dropped();
     kprintln!(

@@ -79,6 +79,7 @@ pub extern "C" fn nmi_dispatch(frame: &mut TrapFrame) {
     NMI_COUNT.fetch_add(1, Ordering::Relaxed);
     let cap = capture(frame);
     recorder::on_capture(&cap);
+    crate::demo::hits::on_capture(&cap);
 }
 
 /// A bounded, NMI-safe log of captures for the self-test, with a stop

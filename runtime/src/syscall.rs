@@ -17,7 +17,7 @@ pub const SYS_WRITE: u64 = 1;
 pub const SYS_YIELD: u64 = 2;
 /// `clock()`: the TSC.
 pub const SYS_CLOCK: u64 = 3;
-/// `spin(ticks)`: busy-waits in the runtime for `ticks` NMI clock ticks.
+/// `spin(cycles)`: busy-waits in the runtime for `cycles` TSC cycles.
 pub const SYS_SPIN: u64 = 4;
 
 /// `-EFAULT`.
@@ -95,24 +95,21 @@ fn sys_write(id: u8, ptr: u64, len: u64) -> u64 {
     n as u64
 }
 
-/// Spins in the runtime for `ticks` NMI clock ticks (or until [`SPIN_ABORT`]);
-/// gives up if the clock stops ticking. Returns the ticks that passed.
+/// Most TSC cycles one `spin` may take.
+pub const SPIN_MAX_CYCLES: u64 = 4_000_000_000;
+
+/// Spins in the runtime for `cycles` TSC cycles (at most
+/// [`SPIN_MAX_CYCLES`]) or until [`SPIN_ABORT`]. Counting TSC cycles rather
+/// than clock ticks keeps callers from running in lock-step with the NMI
+/// clock. Returns the cycles spent.
 #[inline(never)]
-pub fn sys_spin(ticks: u64) -> u64 {
-    const STALL_TSC: u64 = 2_000_000_000;
-    let start = crate::nmi::nmi_count();
-    let mut last = start;
-    let mut last_change = arch_x86::cpu::rdtsc();
+pub fn sys_spin(cycles: u64) -> u64 {
+    let cycles = cycles.min(SPIN_MAX_CYCLES);
+    let start = arch_x86::cpu::rdtsc();
     loop {
-        let now = crate::nmi::nmi_count();
-        if now - start >= ticks || SPIN_ABORT.load(Ordering::Relaxed) {
-            return now - start;
-        }
-        if now != last {
-            last = now;
-            last_change = arch_x86::cpu::rdtsc();
-        } else if arch_x86::cpu::rdtsc().wrapping_sub(last_change) > STALL_TSC {
-            return now - start;
+        let spent = arch_x86::cpu::rdtsc().wrapping_sub(start);
+        if spent >= cycles || SPIN_ABORT.load(Ordering::Relaxed) {
+            return spent;
         }
         core::hint::spin_loop();
     }

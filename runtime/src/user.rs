@@ -21,8 +21,9 @@ pub const fn pattern32(i: usize) -> u64 {
 pub const PATTERN_RSP64: u64 = 0x0000_7e57_0000_1230;
 /// Pattern user ESP for the compat register test.
 pub const PATTERN_ESP32: u32 = 0x7e57_1230;
-/// Argument given to `spin` by the in-syscall tests (ticks; large: the NMI recorder ends it).
-pub const SPIN_ARG: u64 = 100_000;
+/// Argument given to `spin` by the in-syscall tests (TSC cycles; large: the
+/// NMI recorder ends the spin once it has its captures).
+pub const SPIN_ARG: u64 = 3_000_000_000;
 /// Exit code of the hello tasks.
 pub const HELLO64_EXIT: i64 = 42;
 /// Exit code of the compat hello task.

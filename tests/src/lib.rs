@@ -80,8 +80,17 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Boots the runtime with `cmdline` (`-kernel`, PVH) and waits at most `timeout`.
+/// Boots the runtime with `cmdline` (`-kernel`, PVH, `-cpu max`) and waits at most `timeout`.
 pub fn boot(cmdline: &str, timeout: Duration) -> Boot {
+    boot_with(cmdline, timeout, &["-cpu", "max"])
+}
+
+/// Boots under `-icount shift=0,sleep=off`: instruction-exact, repeatable timing.
+pub fn boot_icount(cmdline: &str, timeout: Duration) -> Boot {
+    boot_with(cmdline, timeout, &["-icount", "shift=0,sleep=off"])
+}
+
+fn boot_with(cmdline: &str, timeout: Duration, extra: &[&str]) -> Boot {
     let elf = runtime_elf();
     let child = Command::new("qemu-system-x86_64")
         .args([
@@ -91,8 +100,6 @@ pub fn boot(cmdline: &str, timeout: Duration) -> Boot {
             "none",
             "-machine",
             "pc",
-            "-cpu",
-            "max",
             "-m",
             "256M",
             "-serial",
@@ -103,6 +110,7 @@ pub fn boot(cmdline: &str, timeout: Duration) -> Boot {
         ])
         .arg(&elf)
         .args(["-append", cmdline])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -1,7 +1,7 @@
 //! Short QEMU boots of the runtime that check what the host sees: exit
 //! statuses, crash reports and command-line handling.
 
-use e2e_tests::{STATUS_CRASH, STATUS_PASS, boot};
+use e2e_tests::{STATUS_CRASH, STATUS_PASS, boot, boot_icount};
 use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -117,6 +117,38 @@ fn demo_runs_for_its_duration_and_passes() {
         assert!(
             b.output.contains(&format!("demo: task {task} Ready")),
             "{task} still runnable at the end: {}",
+            b.output
+        );
+    }
+}
+
+/// Share (%) of the NMIs the demo reports for `function` among its hot functions.
+fn share(output: &str, function: &str) -> u64 {
+    let line = output
+        .lines()
+        .find(|l| l.starts_with(&format!("demo: {function}: ")))
+        .unwrap_or_else(|| panic!("no line for {function}: {output}"));
+    let pct = line
+        .split(", ")
+        .nth(1)
+        .and_then(|s| s.split('%').next())
+        .and_then(|s| s.parse().ok());
+    pct.unwrap_or_else(|| panic!("no share in {line:?}"))
+}
+
+#[test]
+fn demo_work_splits_50_30_20_under_icount() {
+    let b = boot_icount("duration=1000", TIMEOUT);
+    assert_eq!(b.status, Some(STATUS_PASS), "{}", b.output);
+    for (function, designed) in [
+        ("demo_checksum_blocks", 50),
+        ("demo_parse_records", 30),
+        ("demo_update_stats", 20),
+    ] {
+        let got = share(&b.output, function);
+        assert!(
+            got.abs_diff(designed) <= 4,
+            "{function}: {got}% of the hot-function NMIs, designed {designed}%\n{}",
             b.output
         );
     }
