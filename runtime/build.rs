@@ -7,6 +7,8 @@ fn main() {
         let script = script.canonicalize().unwrap_or(script);
         println!("cargo:rustc-link-arg-bins=-T{}", script.display());
         println!("cargo:rustc-link-arg-bins=-Tdefmt.x");
+        // A GNU build-id, read by the runtime (Hello) and checked by `perch`.
+        println!("cargo:rustc-link-arg-bins=--build-id=sha1");
         println!("cargo:rerun-if-changed={}", script.display());
     }
     println!("cargo:rerun-if-changed=build.rs");

@@ -2,6 +2,7 @@
 //! channel 0 drives ISA IRQ 0, which the I/O APIC (pin 2) delivers as an NMI.
 
 use arch_x86::{hpet, ioapic, lapic, pic, pit};
+use core::sync::atomic::{AtomicU64, Ordering};
 
 /// What the clock runs on.
 #[derive(Clone, Copy, Debug)]
@@ -52,4 +53,74 @@ pub fn stop() {
     unsafe {
         ioapic::IoApic::new(ioapic::DEFAULT_BASE).set_redirection(ioapic::PIT_PIN, ioapic::MASKED);
     }
+}
+
+/// TSC ticks per second, measured by [`calibrate_tsc`] (0 until then).
+static TSC_HZ: AtomicU64 = AtomicU64::new(0);
+/// `ns = (tsc * NS_MULT) >> 32`.
+static NS_MULT: AtomicU64 = AtomicU64::new(0);
+
+/// PIT ticks the calibration waits (10 ms).
+const CALIBRATION_PIT_TICKS: u16 = 11_932;
+
+/// Measures the TSC rate against the PIT's channel 2 (10 ms one-shot) and
+/// sets the TSC-to-ns conversion. Under `-icount shift=0` the TSC counts
+/// instructions and virtual time runs one nanosecond per instruction, so the
+/// rate comes out near 1 GHz and "time" means executed instructions.
+/// Returns the rate in Hz, 0 when the PIT never ended the measurement.
+pub fn calibrate_tsc() -> u64 {
+    use x86::io::{inb, outb};
+    // SAFETY: ports 0x42/0x43/0x61 are the PIT's channel 2 and its gate on
+    // the PC platform; nothing else uses channel 2.
+    let (t0, t1, done) = unsafe {
+        let gate = inb(0x61);
+        outb(0x61, (gate & !0x02) | 0x01); // gate on, speaker off
+        outb(0x43, 0xb0); // channel 2, lobyte/hibyte, mode 0
+        outb(0x42, CALIBRATION_PIT_TICKS as u8);
+        outb(0x42, (CALIBRATION_PIT_TICKS >> 8) as u8);
+        let t0 = arch_x86::cpu::rdtsc();
+        let mut done = false;
+        // Bounded: a missing PIT must not hang the boot.
+        for _ in 0..50_000_000u64 {
+            if inb(0x61) & 0x20 != 0 {
+                done = true;
+                break;
+            }
+        }
+        let t1 = arch_x86::cpu::rdtsc();
+        outb(0x61, gate);
+        (t0, t1, done)
+    };
+    if !done {
+        return 0;
+    }
+    let hz = (t1 - t0) * u64::from(arch_x86::pit::PIT_HZ) / u64::from(CALIBRATION_PIT_TICKS);
+    set_tsc_hz(hz);
+    hz
+}
+
+/// Sets the TSC rate used for time stamps.
+pub fn set_tsc_hz(hz: u64) {
+    let hz = hz.max(1);
+    TSC_HZ.store(hz, Ordering::Relaxed);
+    NS_MULT.store(
+        ((1_000_000_000u128 << 32) / u128::from(hz)) as u64,
+        Ordering::Relaxed,
+    );
+}
+
+/// The calibrated TSC rate (0 before calibration).
+pub fn tsc_hz() -> u64 {
+    TSC_HZ.load(Ordering::Relaxed)
+}
+
+/// Converts a TSC value to nanoseconds. NMI-safe.
+#[inline]
+pub fn tsc_to_ns(tsc: u64) -> u64 {
+    ((u128::from(tsc) * u128::from(NS_MULT.load(Ordering::Relaxed))) >> 32) as u64
+}
+
+/// Nanoseconds since reset, from the TSC. NMI-safe.
+pub fn now_ns() -> u64 {
+    tsc_to_ns(arch_x86::cpu::rdtsc())
 }

@@ -3,16 +3,16 @@
 //! Exception reports, panics, self-test lines and task output all go through
 //! [`print`] (via `kprintln!`). The sink depends on the console mode: in text
 //! mode the text goes to the UART as is; in wire mode (`console=wire`) the
-//! record stream owns COM1 and text must be wrapped as Log records by the wire
-//! sink (the seam is [`Sink::Wire`]; until that sink is attached, text is
-//! counted as dropped instead of garbling the stream).
+//! record stream owns COM1 and text is gathered into lines, each sent as a
+//! text Log record by [`crate::wire`].
 //!
 //! defmt frames take the same route: text mode drops and counts them, wire
-//! mode will carry them as Log records. Nothing here may be called from NMI
-//! context.
+//! mode carries each as a defmt Log record. Nothing here may be called from
+//! NMI context.
 
 use arch_x86::uart::{COM1, Uart16550};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use sampler::wire::{Log, LogLevel, MAX_LOG, Record};
 
 /// Where console output goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,10 +64,35 @@ pub fn dropped() -> (u64, u64) {
 pub fn write_bytes(bytes: &[u8]) {
     match sink() {
         Sink::Text => uart().write_bytes(bytes),
-        Sink::Wire => {
-            DROPPED_TEXT_BYTES.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        }
+        Sink::Wire => critical_section::with(|cs| {
+            let mut line = LINE.borrow_ref_mut(cs);
+            for &b in bytes {
+                if b == b'\n' {
+                    flush_line(&mut line);
+                } else if line.push(b).is_err() {
+                    flush_line(&mut line);
+                    // Cannot fail: the line was just emptied.
+                    let _ = line.push(b);
+                }
+            }
+        }),
     }
+}
+
+/// The text line being gathered in wire mode.
+static LINE: critical_section::Mutex<core::cell::RefCell<heapless::Vec<u8, MAX_LOG>>> =
+    critical_section::Mutex::new(core::cell::RefCell::new(heapless::Vec::new()));
+
+/// Sends the gathered line as one text Log record.
+fn flush_line(line: &mut heapless::Vec<u8, MAX_LOG>) {
+    let text = core::str::from_utf8(line).unwrap_or("(invalid UTF-8 in a log line)");
+    let level = if text.contains("RUNTIME PANIC") || text.contains("EXCEPTION") {
+        LogLevel::Error
+    } else {
+        LogLevel::Info
+    };
+    crate::wire::send(&Record::Log(Log::text(crate::clock::now_ns(), level, text)));
+    line.clear();
 }
 
 struct ConsoleWriter;
@@ -87,6 +112,17 @@ pub fn print(args: core::fmt::Arguments<'_>) {
 /// Writes straight to the UART, bypassing the sink: only for the last words
 /// of a crash, when nothing else can be trusted.
 pub fn emergency_print(args: core::fmt::Arguments<'_>) {
+    if sink() == Sink::Wire && crate::wire::started() {
+        // Keep the stream parseable: the words go out as one Log record.
+        let mut text: heapless::String<MAX_LOG> = heapless::String::new();
+        let _ = core::fmt::Write::write_fmt(&mut text, args);
+        crate::wire::send(&Record::Log(Log::text(
+            crate::clock::now_ns(),
+            LogLevel::Error,
+            text.trim(),
+        )));
+        return;
+    }
     let mut u = uart();
     let _ = core::fmt::Write::write_fmt(&mut u, args);
 }
@@ -114,11 +150,26 @@ static DEFMT_RESTORE: AtomicBool = AtomicBool::new(false);
 static DEFMT_ENCODER: critical_section::Mutex<core::cell::RefCell<defmt::Encoder>> =
     critical_section::Mutex::new(core::cell::RefCell::new(defmt::Encoder::new()));
 
+/// The defmt frame being built (wire mode).
+static DEFMT_FRAME: critical_section::Mutex<core::cell::RefCell<heapless::Vec<u8, MAX_LOG>>> =
+    critical_section::Mutex::new(core::cell::RefCell::new(heapless::Vec::new()));
+static DEFMT_FRAME_CUT: AtomicBool = AtomicBool::new(false);
+
 fn defmt_sink(bytes: &[u8]) {
-    // Text mode: raw defmt bytes would garble the text console. The wire sink
-    // will carry them as Log records; until then they are dropped and counted
-    // per frame in `release`.
-    let _ = bytes;
+    // Text mode: raw defmt bytes would garble the text console, so they are
+    // dropped and counted per frame in `release`. Wire mode: gather the
+    // frame; `release` sends it as one defmt Log record.
+    if sink() == Sink::Wire {
+        critical_section::with(|cs| {
+            if DEFMT_FRAME
+                .borrow_ref_mut(cs)
+                .extend_from_slice(bytes)
+                .is_err()
+            {
+                DEFMT_FRAME_CUT.store(true, Ordering::Relaxed);
+            }
+        });
+    }
 }
 
 #[defmt::global_logger]
@@ -144,7 +195,17 @@ unsafe impl defmt::Logger for DefmtLogger {
 
     unsafe fn release() {
         critical_section::with(|cs| DEFMT_ENCODER.borrow_ref_mut(cs).end_frame(defmt_sink));
-        DROPPED_DEFMT_FRAMES.fetch_add(1, Ordering::Relaxed);
+        if sink() == Sink::Wire && !DEFMT_FRAME_CUT.swap(false, Ordering::Relaxed) {
+            critical_section::with(|cs| {
+                let mut frame = DEFMT_FRAME.borrow_ref_mut(cs);
+                let log = Log::defmt(crate::clock::now_ns(), LogLevel::Info, &frame);
+                frame.clear();
+                crate::wire::send(&Record::Log(log));
+            });
+        } else {
+            critical_section::with(|cs| DEFMT_FRAME.borrow_ref_mut(cs).clear());
+            DROPPED_DEFMT_FRAMES.fetch_add(1, Ordering::Relaxed);
+        }
         DEFMT_TAKEN.store(false, Ordering::Release);
         let restore = DEFMT_RESTORE.load(Ordering::Relaxed);
         // SAFETY: matches the disable in `acquire`.

@@ -8,7 +8,7 @@ use arch_x86::idt::{Idt, IdtEntry};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-const IST_STACK_SIZE: usize = 16 * 1024;
+const IST_STACK_SIZE: usize = 32 * 1024;
 
 #[repr(C, align(16))]
 struct Stack<const N: usize>(UnsafeCell<[u8; N]>);

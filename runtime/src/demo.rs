@@ -7,7 +7,9 @@
 //!   `demo_update_stats`), built with frame pointers;
 //! - `demo32`, a hand-written compat-mode loop (`perch_demo32_crc_loop`);
 //! - `demosys`, which spends most of its time in the runtime inside the
-//!   `spin` system call, with a little user work between calls.
+//!   `spin` system call, with a little user work between calls;
+//! - `demoregs`, which spins with known patterns in its registers
+//!   (see `perch_demoregs_spin`).
 
 use crate::syscall::{SYS_EXIT, SYS_SPIN, SYS_WRITE, SYS_YIELD};
 use crate::task::{self, Abi, TaskSpec};
@@ -181,7 +183,49 @@ perch_demo32_end:
     exit = const SYS_EXIT,
 );
 
+// `demoregs` spins in `perch_demoregs_spin` with a known pattern in every
+// GPR but RCX (the loop counter), RSP and RIP: AX 0x11.., BX 0x22..,
+// DX 0x44.., SI 0x55.., DI 0x66.., BP 0x77.., R8 0x88.. through R14 0xee..
+// (each byte repeated eight times), so `perf script -F uregs` can be checked
+// exactly.
+core::arch::global_asm!(
+    r#"
+    .section .user.text.demoregs, "ax"
+    .code64
+    .balign 16
+    .global perch_demoregs_main
+perch_demoregs_main:
+    movabs rax, 0x1111111111111111
+    movabs rbx, 0x2222222222222222
+    movabs rdx, 0x4444444444444444
+    movabs rsi, 0x5555555555555555
+    movabs rdi, 0x6666666666666666
+    movabs rbp, 0x7777777777777777
+    movabs r8, 0x8888888888888888
+    movabs r9, 0x9999999999999999
+    movabs r10, 0xaaaaaaaaaaaaaaaa
+    movabs r11, 0xbbbbbbbbbbbbbbbb
+    movabs r12, 0xcccccccccccccccc
+    movabs r13, 0xdddddddddddddddd
+    movabs r14, 0xeeeeeeeeeeeeeeee
+    mov ecx, 50000
+    .global perch_demoregs_spin
+perch_demoregs_spin:
+    dec rcx
+    jnz perch_demoregs_spin
+    .global perch_demoregs_yield
+perch_demoregs_yield:
+    mov eax, {yld}
+    syscall
+    jmp perch_demoregs_main
+    "#,
+    yld = const SYS_YIELD,
+);
+
 unsafe extern "C" {
+    fn perch_demoregs_main();
+    fn perch_demoregs_spin();
+    fn perch_demoregs_yield();
     fn perch_demo32_main();
     fn perch_demo32_crc_loop();
     fn perch_demo32_end();
@@ -206,6 +250,18 @@ pub fn symbols() -> impl Iterator<Item = (u64, &'static str)> {
         (
             perch_demo32_crc_loop as *const () as u64,
             "perch_demo32_crc_loop",
+        ),
+        (
+            perch_demoregs_main as *const () as u64,
+            "perch_demoregs_main",
+        ),
+        (
+            perch_demoregs_spin as *const () as u64,
+            "perch_demoregs_spin",
+        ),
+        (
+            perch_demoregs_yield as *const () as u64,
+            "perch_demoregs_yield",
         ),
     ]
     .into_iter()
@@ -308,8 +364,14 @@ fn percent(part: u64, whole: u64) -> u64 {
 }
 
 /// Runs the demo appliance for the configured duration, then exits QEMU.
+/// In wire mode (`console=wire`) the run is profiled: a Task record per
+/// task, samples drained between task slices, and End with the counters.
 pub fn run(cfg: &Config) -> ! {
     let ms = cfg.duration_ms.unwrap_or(DEFAULT_DURATION_MS);
+    let wire = crate::console::sink() == crate::console::Sink::Wire;
+    let tsc_hz = crate::clock::tsc_hz();
+    // TSC time when calibrated (not lost with host timing), else NMI ticks.
+    let tsc_budget = (u128::from(ms) * u128::from(tsc_hz) / 1000) as u64;
     let ticks = (ms * u64::from(cfg.freq_hz)).div_ceil(1000).max(1);
     let text = crate::paging::layout().user_text;
     let specs = [
@@ -337,23 +399,54 @@ pub fn run(cfg: &Config) -> ! {
             text,
             gprs: [0; 15],
         },
+        TaskSpec {
+            name: "demoregs",
+            abi: Abi::X64,
+            entry: perch_demoregs_main as *const () as u64,
+            text,
+            gprs: [0; 15],
+        },
     ];
     for s in specs {
         match task::spawn(s) {
-            Ok(id) => kprintln!(
-                "demo: task {id} {} ({}) text {:#x}..{:#x}",
-                s.name,
-                s.abi.name(),
-                s.text.0,
-                s.text.1
-            ),
+            Ok(id) => {
+                kprintln!(
+                    "demo: task {id} {} ({}) text {:#x}..{:#x}",
+                    s.name,
+                    s.abi.name(),
+                    s.text.0,
+                    s.text.1
+                );
+                if wire {
+                    // perf maps whole pages: announce the page-aligned user text.
+                    crate::profile::send_task(id, s.name, s.abi == Abi::Compat32, text);
+                }
+            }
             Err(e) => kprintln!("demo: cannot start {}: {e:?}", s.name),
         }
     }
-    kprintln!("demo: running for {ms} ms ({ticks} NMI clock ticks)");
+    if tsc_hz > 0 {
+        kprintln!("demo: running for {ms} ms of TSC time ({tsc_budget} TSC ticks)");
+    } else {
+        kprintln!("demo: TSC not calibrated; running for {ms} ms ({ticks} NMI clock ticks)");
+    }
     hits::start(HOT.map(|(name, _)| function_range(name)));
     let start = nmi::nmi_count();
-    task::run_all(|| nmi::nmi_count() - start >= ticks);
+    let start_tsc = arch_x86::cpu::rdtsc();
+    if wire {
+        crate::profile::start();
+    }
+    task::run_all(|| {
+        if wire {
+            crate::profile::drain();
+        }
+        if tsc_hz > 0 {
+            arch_x86::cpu::rdtsc().wrapping_sub(start_tsc) >= tsc_budget
+        } else {
+            nmi::nmi_count() - start >= ticks
+        }
+    });
+    crate::profile::stop();
     hits::stop();
     let mut ok = true;
     for id in 0..task::MAX_TASKS as u8 {
@@ -369,7 +462,7 @@ pub fn run(cfg: &Config) -> ! {
     }
     let (hot, user64, compat, in_runtime, idle) = hits::totals();
     kprintln!(
-        "demo: NMIs in demo64/demosys user code {user64}, demo32 (compat) {compat}, runtime for a task {in_runtime}, runtime otherwise {idle}"
+        "demo: NMIs in 64-bit user code {user64}, demo32 (compat) {compat}, runtime for a task {in_runtime}, runtime otherwise {idle}"
     );
     let hot_total: u64 = hot.iter().sum();
     for ((name, designed), n) in HOT.iter().zip(hot) {
@@ -378,10 +471,24 @@ pub fn run(cfg: &Config) -> ! {
             percent(n, hot_total)
         );
     }
+    let (cost, measured) = crate::profile::nmi_cost();
+    if measured > 0 {
+        kprintln!(
+            "demo: NMI path {} TSC ticks per sample on average over {measured} samples (instructions under -icount shift=0)",
+            cost / measured
+        );
+    }
     let (text_dropped, defmt_dropped) = crate::console::dropped();
     kprintln!(
         "demo: done after {} NMIs; console dropped {text_dropped} text bytes, {defmt_dropped} defmt frames",
         nmi::nmi_count() - start
     );
+    if wire {
+        let end = crate::profile::finish();
+        let (enc_fail, write_fail) = crate::wire::failures();
+        if enc_fail + write_fail > 0 || end.taken != end.delivered + end.lost {
+            ok = false;
+        }
+    }
     crate::exit(if ok { ExitCode::Pass } else { ExitCode::Fail })
 }

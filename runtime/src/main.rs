@@ -4,6 +4,7 @@
 #![no_std]
 #![no_main]
 
+mod alloc_guard;
 mod boot;
 mod clock;
 mod console;
@@ -12,12 +13,14 @@ mod demo;
 mod entry;
 mod nmi;
 mod paging;
+mod profile;
 mod selftest;
 mod symbols;
 mod syscall;
 mod task;
 mod trap;
 mod user;
+mod wire;
 
 use arch_x86::cmdline::{self, ConsoleMode};
 use arch_x86::exit::ExitCode;
@@ -28,7 +31,30 @@ critical_section::set_impl!(arch_x86::single_core_cs::SingleCoreCriticalSection)
 pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     console::init();
     let boot = boot::read_boot_info(magic, info);
+    let tsc_hz = clock::calibrate_tsc();
+    // A quiet first parse decides what COM1 carries before anything is said.
+    let wire_mode = cmdline::parse(boot.cmdline(), |_| {}).console_mode() == ConsoleMode::Wire;
+    let sample_set = sample_set(boot.cmdline());
+    if wire_mode {
+        console::set_sink(console::Sink::Wire);
+        wire::start();
+    }
+    let early = cmdline::parse(boot.cmdline(), |_| {});
+    let actual_mhz = arch_x86::pit::rate_for(early.freq_hz).map_or(0, |r| r.actual_mhz);
+    profile::configure(
+        early.freq_hz,
+        actual_mhz,
+        sample_set.unwrap_or(profile::SampleSet::Default),
+    );
+    if wire_mode {
+        profile::send_hello(boot.cmdline(), profile::Source::NmiClock);
+    }
     kprintln!("perch: runtime booted via {}", boot.protocol.name());
+    kprintln!(
+        "perch: TSC {}.{:03} MHz (calibrated against the PIT)",
+        tsc_hz / 1_000_000,
+        tsc_hz / 1000 % 1000
+    );
     kprintln!("perch: command line \"{}\"", boot.cmdline());
     if boot.cmdline_truncated {
         kprintln!(
@@ -36,11 +62,21 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             boot::CMDLINE_MAX
         );
     }
-    let cfg = cmdline::parse(boot.cmdline(), |issue| kprintln!("perch: {issue}"));
-    if cfg.console_mode() == ConsoleMode::Wire {
-        kprintln!("perch: console=wire: no record stream in this build, staying in text mode");
+    let cfg = cmdline::parse(boot.cmdline(), |issue| {
+        // `sample=` is the runtime's own key (see `sample_set`).
+        if issue != cmdline::Issue::UnknownKey("sample") {
+            kprintln!("perch: {issue}");
+        }
+    });
+    if sample_set.is_none() && boot.cmdline().split(' ').any(|k| k.starts_with("sample=")) {
+        kprintln!("perch: bad value for `sample` ignored (expected default|full|minimal)");
     }
-    console::set_sink(console::Sink::Text);
+    if let Some(n) = cfg.ring_slots {
+        match profile::set_ring_slots(n) {
+            Ok(c) => kprintln!("perch: ring capped at {c} slots"),
+            Err(e) => kprintln!("perch: ring={n} refused: {e}"),
+        }
+    }
 
     cpu::init();
     let features = cpu::enable_protection();
@@ -85,6 +121,15 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     } else {
         demo::run(&cfg)
     }
+}
+
+/// The `sample=default|full|minimal` key: which fields each sample carries.
+fn sample_set(cmdline: &str) -> Option<profile::SampleSet> {
+    cmdline
+        .split(' ')
+        .filter_map(|k| k.strip_prefix("sample="))
+        .last()
+        .and_then(profile::SampleSet::parse)
 }
 
 /// Provokes a fault in the runtime itself (`crash=`), to exercise crash reporting.

@@ -76,8 +76,10 @@ pub fn capture(frame: &TrapFrame) -> NmiCapture {
 
 /// Called by the NMI entry stub.
 pub extern "C" fn nmi_dispatch(frame: &mut TrapFrame) {
+    let entry_tsc = arch_x86::cpu::rdtsc();
     NMI_COUNT.fetch_add(1, Ordering::Relaxed);
     let cap = capture(frame);
+    crate::profile::on_overflow(&cap, entry_tsc);
     recorder::on_capture(&cap);
     crate::demo::hits::on_capture(&cap);
 }
