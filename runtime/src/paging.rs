@@ -91,8 +91,9 @@ pub enum PagingError {
 /// Builds and loads the tables. `nx` says whether NX bits may be used.
 pub fn init(nx: bool) -> Result<(), PagingError> {
     let l = layout();
-    if l.user_data.1 > FINE_REGION {
-        return Err(PagingError::ImageTooLarge(l.user_data.1));
+    let end = l.user_data.1.max(l.data.1);
+    if end > FINE_REGION {
+        return Err(PagingError::ImageTooLarge(end));
     }
     // SAFETY: boot code, single core; nothing uses TABLES until CR3 is written.
     let t = unsafe { &mut *TABLES.0.get() };
