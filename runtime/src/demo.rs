@@ -472,10 +472,9 @@ pub fn run(cfg: &Config) -> ! {
         );
     }
     let (cost, measured) = crate::profile::nmi_cost();
-    if measured > 0 {
+    if let Some(avg) = cost.checked_div(measured) {
         kprintln!(
-            "demo: NMI path {} TSC ticks per sample on average over {measured} samples (instructions under -icount shift=0)",
-            cost / measured
+            "demo: NMI path {avg} TSC ticks per sample on average over {measured} samples (instructions under -icount shift=0)"
         );
     }
     let (text_dropped, defmt_dropped) = crate::console::dropped();

@@ -127,8 +127,8 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
 fn sample_set(cmdline: &str) -> Option<profile::SampleSet> {
     cmdline
         .split(' ')
-        .filter_map(|k| k.strip_prefix("sample="))
-        .last()
+        .rev()
+        .find_map(|k| k.strip_prefix("sample="))
         .and_then(profile::SampleSet::parse)
 }
 

@@ -164,7 +164,7 @@ fn inside(addr: u64, len: u64, range: (u64, u64)) -> bool {
 
 /// Reads a word the walk has bounds-checked.
 fn read_checked(addr: u64, len: u64, range: (u64, u64)) -> Option<u64> {
-    if !inside(addr, len, range) || addr % len != 0 {
+    if !inside(addr, len, range) || !addr.is_multiple_of(len) {
         return None;
     }
     // SAFETY: `addr` is aligned and the whole word lies inside `range`, a

@@ -149,3 +149,33 @@ fn boot_with(cmdline: &str, timeout: Duration, extra: &[&str]) -> Boot {
         output,
     }
 }
+
+/// Builds the host tool `perch` (once per test binary) and returns its path.
+pub fn perch_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = workspace_root();
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(&root)
+            .args(["build", "--package", "host-tool", "--bin", "perch"])
+            .status()
+            .expect("running cargo to build perch");
+        assert!(status.success(), "building perch failed: {status}");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target"));
+        target.join("debug/perch")
+    })
+    .clone()
+}
+
+/// Whether `tool --version` runs (QEMU, perf).
+pub fn have_tool(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}

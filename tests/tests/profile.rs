@@ -1,0 +1,560 @@
+//! End to end, as a user lives it: `perch record` boots the demo appliance
+//! under `-icount shift=0,sleep=off`, the runtime samples it on the NMI
+//! clock and streams the samples, and stock `perf report` / `perf script`
+//! and `linux-perf-data` read the perf.data that comes out. Also forced
+//! losses (exact accounting) and bad input through the whole pipe.
+//!
+//! The tests skip, saying why, only when QEMU or perf is missing.
+
+use e2e_tests::{have_tool, perch_bin, runtime_elf};
+use linux_perf_data::linux_perf_event_reader::{CpuMode, EventRecord};
+use linux_perf_data::{DsoKey, PerfFileReader, PerfFileRecord};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// The designed split of `demo64`'s instructions between its hot functions.
+const HOT: [(&str, f64); 3] = [
+    ("demo_checksum_blocks", 50.0),
+    ("demo_parse_records", 30.0),
+    ("demo_update_stats", 20.0),
+];
+
+/// The register patterns `demoregs` holds while it spins.
+const PATTERNS: [(&str, u64); 13] = [
+    ("AX", 0x1111_1111_1111_1111),
+    ("BX", 0x2222_2222_2222_2222),
+    ("DX", 0x4444_4444_4444_4444),
+    ("SI", 0x5555_5555_5555_5555),
+    ("DI", 0x6666_6666_6666_6666),
+    ("BP", 0x7777_7777_7777_7777),
+    ("R8", 0x8888_8888_8888_8888),
+    ("R9", 0x9999_9999_9999_9999),
+    ("R10", 0xaaaa_aaaa_aaaa_aaaa),
+    ("R11", 0xbbbb_bbbb_bbbb_bbbb),
+    ("R12", 0xcccc_cccc_cccc_cccc),
+    ("R13", 0xdddd_dddd_dddd_dddd),
+    ("R14", 0xeeee_eeee_eeee_eeee),
+];
+
+/// One `perch record` run.
+struct Recording {
+    _dir: tempfile::TempDir,
+    data: PathBuf,
+    capture: PathBuf,
+    status: Option<i32>,
+    stderr: String,
+}
+
+fn qemu_present() -> bool {
+    if have_tool("qemu-system-x86_64") {
+        return true;
+    }
+    eprintln!("SKIPPED: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)");
+    false
+}
+
+fn perf_present() -> bool {
+    if have_tool("perf") {
+        return true;
+    }
+    eprintln!("SKIPPED: perf is not installed (apt-get install linux-perf)");
+    false
+}
+
+fn record(args: &[&str]) -> Recording {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let data = dir.path().join("perf.data");
+    let capture = dir.path().join("capture.bin");
+    let elf = runtime_elf();
+    let out = Command::new(perch_bin())
+        .arg("record")
+        .arg("--image")
+        .arg(&elf)
+        .arg("--icount")
+        .arg("-o")
+        .arg(&data)
+        .arg("--save-capture")
+        .arg(&capture)
+        .args(["--timeout", "240"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running perch record");
+    Recording {
+        _dir: dir,
+        data,
+        capture,
+        status: out.status.code(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The demo recorded once for every test of this binary: one second of
+/// virtual time at 4 kHz.
+fn demo() -> Option<&'static Recording> {
+    static REC: OnceLock<Option<Recording>> = OnceLock::new();
+    REC.get_or_init(|| qemu_present().then(|| record(&["--freq", "4000", "--duration", "1"])))
+        .as_ref()
+        .inspect(|r| assert_eq!(r.status, Some(0), "perch record failed:\n{}", r.stderr))
+}
+
+/// Runs perf on the recording; it must succeed and print nothing on stderr
+/// but the `allowed` lines.
+fn run_perf(rec: &Recording, args: &[&str], allowed: &[&str]) -> String {
+    let out: Output = Command::new("perf")
+        .args(args)
+        .arg("-i")
+        .arg(&rec.data)
+        .arg(format!("--vmlinux={}", runtime_elf().display()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running perf");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "perf {args:?} failed: {stderr}");
+    let unexpected: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !allowed.iter().any(|a| l.contains(a)))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "perf {args:?} printed warnings: {unexpected:?}"
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One sample as `perf script -F comm,tid,ip,sym,dso,uregs` prints it.
+#[derive(Debug, Default)]
+struct ScriptSample {
+    comm: String,
+    /// `(address, symbol, dso)`, the sample IP first.
+    chain: Vec<(u64, String, String)>,
+    abi: Option<u64>,
+    uregs: HashMap<String, u64>,
+}
+
+impl ScriptSample {
+    fn sym(&self) -> &str {
+        self.chain.first().map_or("", |c| c.1.as_str())
+    }
+
+    fn in_kernel(&self) -> bool {
+        self.chain
+            .first()
+            .is_some_and(|c| c.2 == "[kernel.kallsyms]")
+    }
+}
+
+fn script(rec: &Recording) -> Vec<ScriptSample> {
+    let text = run_perf(rec, &["script", "-F", "comm,tid,ip,sym,dso,uregs"], &[]);
+    let mut out: Vec<ScriptSample> = Vec::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.is_empty() {
+            continue;
+        }
+        if t.starts_with("ABI:") {
+            let s = out.last_mut().expect("registers after a sample line");
+            for f in t.split_whitespace() {
+                let (k, v) = f.split_once(':').expect("register field");
+                if k == "ABI" {
+                    s.abi = v.parse().ok();
+                } else {
+                    let v = u64::from_str_radix(v.trim_start_matches("0x"), 16)
+                        .expect("register value");
+                    s.uregs.insert(k.to_owned(), v);
+                }
+            }
+        } else if line.starts_with('\t') {
+            let s = out.last_mut().expect("callchain after a sample line");
+            let mut parts = t.splitn(2, ' ');
+            let addr = u64::from_str_radix(parts.next().unwrap_or(""), 16).unwrap_or(0);
+            let rest = parts.next().unwrap_or("").trim();
+            let (sym, dso) = match rest.rfind(" (") {
+                Some(i) => (&rest[..i], rest[i + 2..].trim_end_matches(')')),
+                None => (rest, ""),
+            };
+            s.chain.push((addr, sym.to_owned(), dso.to_owned()));
+        } else {
+            out.push(ScriptSample {
+                comm: t.split_whitespace().next().unwrap_or("").to_owned(),
+                ..Default::default()
+            });
+        }
+    }
+    out
+}
+
+/// `(taken, delivered, lost)` from the target's End record, via `perch stat`.
+fn end_counters(capture: &Path) -> (u64, u64, u64) {
+    let out = Command::new(perch_bin())
+        .arg("stat")
+        .arg(capture)
+        .output()
+        .expect("running perch stat");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("end: taken "))
+        .unwrap_or_else(|| panic!("no End counters in perch stat:\n{text}"));
+    let nums: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (nums[0], nums[1], nums[2])
+}
+
+/// What linux-perf-data finds in a perf.data file.
+#[derive(Debug, Default)]
+struct FileContents {
+    samples: u64,
+    user_samples: u64,
+    lost_in_lost_records: u64,
+    lost_samples_records: u64,
+    comms: Vec<String>,
+    kernel_build_id: Option<Vec<u8>>,
+    event_name: Option<String>,
+}
+
+fn read_back(path: &Path) -> FileContents {
+    let reader = std::io::BufReader::new(std::fs::File::open(path).expect("open perf.data"));
+    let PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = PerfFileReader::parse_file(reader).expect("linux-perf-data parses the file");
+    let mut c = FileContents {
+        event_name: perf_file.event_attributes()[0].name().map(str::to_owned),
+        kernel_build_id: perf_file
+            .build_ids()
+            .expect("build ids")
+            .get(&DsoKey::Kernel)
+            .map(|b| b.build_id.clone()),
+        ..Default::default()
+    };
+    while let Some(rec) = record_iter.next_record(&mut perf_file).expect("record") {
+        let PerfFileRecord::EventRecord { record, .. } = rec else {
+            continue;
+        };
+        if record.record_type.0 == 13 {
+            // PERF_RECORD_LOST_SAMPLES: u64 lost.
+            let data = record.data.as_slice();
+            c.lost_samples_records += u64::from_le_bytes(data[..8].try_into().unwrap());
+            continue;
+        }
+        match record.parse().expect("record parses") {
+            EventRecord::Sample(s) => {
+                c.samples += 1;
+                c.user_samples += u64::from(s.cpu_mode == CpuMode::User);
+            }
+            EventRecord::Lost(l) => c.lost_in_lost_records += l.count,
+            EventRecord::Comm(cm) => c
+                .comms
+                .push(String::from_utf8_lossy(&cm.name.as_slice()).into_owned()),
+            _ => {}
+        }
+    }
+    c
+}
+
+#[test]
+fn hot_functions_get_their_designed_share_with_correct_symbols() {
+    let Some(rec) = demo() else { return };
+    if !perf_present() {
+        return;
+    }
+    let samples = script(rec);
+    let user64: Vec<&ScriptSample> = samples
+        .iter()
+        .filter(|s| s.comm == "demo64" && !s.in_kernel())
+        .collect();
+    assert!(
+        user64.len() > 1000,
+        "too few demo64 samples: {}",
+        user64.len()
+    );
+    let hot = |name: &str| user64.iter().filter(|s| s.sym() == name).count() as f64;
+    let in_hot: f64 = HOT.iter().map(|(n, _)| hot(n)).sum();
+    let frac = 100.0 * in_hot / user64.len() as f64;
+    assert!(
+        frac >= 95.0,
+        "only {frac:.1}% of demo64's user samples in its hot functions"
+    );
+    for (name, designed) in HOT {
+        let share = 100.0 * hot(name) / in_hot;
+        assert!(
+            (share - designed).abs() <= 5.0,
+            "{name}: {share:.1}% of the hot-function samples, designed {designed}%"
+        );
+    }
+    // perf report agrees, with the names.
+    let report = run_perf(
+        rec,
+        &["report", "--stdio", "--no-children", "-g", "none"],
+        &[],
+    );
+    for (name, _) in HOT {
+        assert!(
+            report
+                .lines()
+                .any(|l| l.contains("demo64") && l.contains(&format!("[.] {name}"))),
+            "{name} missing from perf report:\n{report}"
+        );
+    }
+}
+
+#[test]
+fn runtime_samples_resolve_to_runtime_symbols() {
+    let Some(rec) = demo() else { return };
+    if !perf_present() {
+        return;
+    }
+    let samples = script(rec);
+    let kernel: Vec<&ScriptSample> = samples.iter().filter(|s| s.in_kernel()).collect();
+    assert!(
+        kernel.len() > 50,
+        "too few runtime samples: {}",
+        kernel.len()
+    );
+    let unknown = kernel.iter().filter(|s| s.sym() == "[unknown]").count();
+    assert_eq!(unknown, 0, "runtime samples without a symbol: {unknown}");
+    // The demosys task spends its time in the spin system call.
+    assert!(
+        kernel
+            .iter()
+            .any(|s| s.comm == "demosys" && s.chain.iter().any(|c| c.1.contains("sys_spin"))),
+        "no demosys sample inside sys_spin"
+    );
+}
+
+#[test]
+fn user_registers_show_the_exact_patterns_and_abis() {
+    let Some(rec) = demo() else { return };
+    if !perf_present() {
+        return;
+    }
+    let samples = script(rec);
+    let regs: Vec<&ScriptSample> = samples
+        .iter()
+        .filter(|s| s.sym() == "perch_demoregs_spin")
+        .collect();
+    assert!(regs.len() > 20, "too few demoregs samples: {}", regs.len());
+    for s in &regs {
+        assert_eq!(s.abi, Some(2), "{s:?}");
+        for (name, value) in PATTERNS {
+            assert_eq!(s.uregs.get(name), Some(&value), "{name} in {s:?}");
+        }
+        assert_eq!(s.uregs.get("CS"), Some(&0x2b), "{s:?}");
+    }
+    let compat: Vec<&ScriptSample> = samples
+        .iter()
+        .filter(|s| s.comm == "demo32" && !s.in_kernel())
+        .collect();
+    assert!(
+        compat.len() > 20,
+        "too few demo32 samples: {}",
+        compat.len()
+    );
+    for s in &compat {
+        assert_eq!(s.abi, Some(1), "{s:?}");
+        for r in ["R8", "R9", "R10", "R11", "R12", "R13", "R14", "R15"] {
+            assert_eq!(s.uregs.get(r), Some(&0), "{r} in {s:?}");
+        }
+        assert_eq!(s.uregs.get("CS"), Some(&0x1b), "{s:?}");
+        assert_eq!(s.sym(), "perch_demo32_crc_loop", "{s:?}");
+    }
+}
+
+#[test]
+fn samples_inside_syscalls_carry_the_user_frame_saved_at_entry() {
+    let Some(rec) = demo() else { return };
+    if !perf_present() {
+        return;
+    }
+    let samples = script(rec);
+    let in_spin: Vec<&ScriptSample> = samples
+        .iter()
+        .filter(|s| {
+            s.comm == "demosys" && s.in_kernel() && s.chain.iter().any(|c| c.1.contains("sys_spin"))
+        })
+        .collect();
+    assert!(
+        in_spin.len() > 20,
+        "too few samples in sys_spin: {}",
+        in_spin.len()
+    );
+    for s in &in_spin {
+        assert_eq!(s.abi, Some(2), "{s:?}");
+        // SYSCALL put the user RIP into RCX: the saved frame shows both.
+        let ip = s.uregs["IP"];
+        assert_eq!(s.uregs.get("CX"), Some(&ip), "{s:?}");
+        assert_eq!(s.uregs.get("AX"), Some(&4), "the spin call number: {s:?}");
+        assert_eq!(s.uregs.get("CS"), Some(&0x2b), "{s:?}");
+        // The callchain crosses from the runtime into the task.
+        assert!(
+            s.chain.iter().any(|c| c.1 == "demosys_main"),
+            "no user frame in the callchain: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn linux_perf_data_reads_the_recording_and_counts_match_the_target() {
+    let Some(rec) = demo() else { return };
+    let (taken, delivered, lost) = end_counters(&rec.capture);
+    let c = read_back(&rec.data);
+    assert_eq!(c.event_name.as_deref(), Some("cpu-clock"));
+    assert_eq!(c.samples, delivered);
+    assert_eq!(c.lost_samples_records, lost);
+    assert_eq!(taken, delivered + lost);
+    assert!(c.user_samples > c.samples / 2, "{c:?}");
+    for task in ["demo64", "demo32", "demosys", "demoregs"] {
+        assert!(
+            c.comms.iter().any(|n| n == task),
+            "no COMM for {task}: {c:?}"
+        );
+    }
+    let elf = std::fs::read(runtime_elf()).expect("runtime ELF");
+    let id = c.kernel_build_id.expect("kernel build-id in perf.data");
+    assert!(
+        elf.windows(id.len()).any(|w| w == id.as_slice()),
+        "the file's kernel build-id is not the image's"
+    );
+}
+
+#[test]
+fn forced_losses_are_counted_exactly() {
+    if !qemu_present() {
+        return;
+    }
+    // Two ring slots and 50k NMIs/s: the ring overflows between drains.
+    let rec = record(&["--freq", "50000", "--duration", "0.2", "--ring", "2"]);
+    assert_eq!(rec.status, Some(0), "{}", rec.stderr);
+    let (taken, delivered, lost) = end_counters(&rec.capture);
+    assert!(
+        lost > 0,
+        "no losses forced: taken {taken}, delivered {delivered}"
+    );
+    assert_eq!(taken, delivered + lost);
+    let c = read_back(&rec.data);
+    assert_eq!(c.samples, delivered);
+    assert_eq!(c.lost_in_lost_records, lost);
+    assert_eq!(c.lost_samples_records, lost);
+    if perf_present() {
+        // perf reports LOST records as lost chunks: that is the point here.
+        let report = run_perf(
+            &rec,
+            &["report", "--stdio", "--no-children", "-g", "none"],
+            &[
+                "Warning:",
+                " chunks!",
+                " samples and lost ",
+                "Check IO/CPU overload!",
+            ],
+        );
+        assert!(
+            report.contains(&format!("Total Lost Samples: {lost}")),
+            "{report}"
+        );
+    }
+}
+
+fn perch(args: &[&str], path: Option<&str>) -> (Option<i32>, String) {
+    let mut cmd = Command::new(perch_bin());
+    cmd.args(args).stdin(Stdio::null());
+    if let Some(p) = path {
+        cmd.env("PATH", p);
+    }
+    let out = cmd.output().expect("running perch");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "perch panicked: {stderr}");
+    (out.status.code(), stderr)
+}
+
+#[test]
+fn bad_input_gives_clear_errors_and_exit_codes() {
+    let Some(rec) = demo() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).display().to_string();
+    let full = std::fs::read(&rec.capture).unwrap();
+
+    // Truncated: written, but exit 7 and said.
+    std::fs::write(p("trunc.bin"), &full[..full.len() / 2]).unwrap();
+    let (code, err) = perch(&["convert", &p("trunc.bin"), "-o", &p("t.data")], None);
+    assert_eq!(code, Some(7), "{err}");
+    assert!(err.contains("before its End record"), "{err}");
+
+    // Garbage: exit 3.
+    let garbage: Vec<u8> = (0..5000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(p("garbage.bin"), garbage).unwrap();
+    let (code, err) = perch(&["convert", &p("garbage.bin"), "-o", &p("g.data")], None);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("not a Perch stream"), "{err}");
+
+    // Wrong protocol version: exit 3, naming the versions.
+    let mut hello = sampler::wire::Hello::new(
+        sampler::wire::CpuId {
+            vendor: sampler::wire::CpuVendor::Intel,
+            family: 6,
+            model: 1,
+            stepping: 0,
+        },
+        sampler::event::PmuCaps::cpu_clock(),
+    );
+    hello.version = sampler::wire::PROTOCOL_VERSION + 7;
+    let mut enc: sampler::wire::Encoder<4> = sampler::wire::Encoder::new(Default::default());
+    let mut buf = [0u8; sampler::wire::MAX_FRAME];
+    let n = enc
+        .encode(&sampler::wire::Record::Hello(hello), &mut buf)
+        .unwrap();
+    std::fs::write(p("version.bin"), &buf[..n]).unwrap();
+    let (code, err) = perch(&["convert", &p("version.bin"), "-o", &p("v.data")], None);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("version"), "{err}");
+
+    // Wrong ELF for the stream's build-id: exit 4.
+    let other =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../host-tool/tests/fixtures/other.elf");
+    let (code, err) = perch(
+        &[
+            "convert",
+            &rec.capture.display().to_string(),
+            "--image",
+            &other.display().to_string(),
+            "-o",
+            &p("o.data"),
+        ],
+        None,
+    );
+    assert_eq!(code, Some(4), "{err}");
+    assert!(err.contains("build-id"), "{err}");
+
+    // Missing QEMU (a PATH without it): exit 5 with the install line.
+    let elf = runtime_elf().display().to_string();
+    let (code, err) = perch(
+        &["record", "--image", &elf, "-o", &p("q.data")],
+        Some("/nonexistent"),
+    );
+    assert_eq!(code, Some(5), "{err}");
+    assert!(err.contains("apt-get install qemu-system-x86"), "{err}");
+
+    // Missing perf for the build-id cache: the file is still written
+    // (exit 0), and perch says how to install perf.
+    let (code, err) = perch(
+        &[
+            "convert",
+            &rec.capture.display().to_string(),
+            "--image",
+            &elf,
+            "--buildid-cache",
+            "-o",
+            &p("b.data"),
+        ],
+        Some("/nonexistent"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("apt-get install linux-perf"), "{err}");
+    assert!(dir.path().join("b.data").exists());
+}
