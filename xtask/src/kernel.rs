@@ -36,3 +36,27 @@ pub fn build() -> Result<PathBuf> {
     }
     Ok(elf)
 }
+
+/// Builds the host tool `perch` (optimised) and returns its path.
+pub fn build_perch() -> Result<PathBuf> {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(project_root())
+        .args([
+            "build",
+            "--package",
+            "host-tool",
+            "--bin",
+            "perch",
+            "--release",
+        ])
+        .status()
+        .context("running cargo build for perch")?;
+    if !status.success() {
+        bail!("building perch failed ({status})");
+    }
+    let bin = target_dir().join("release/perch");
+    if !bin.exists() {
+        bail!("perch was built but {} is missing", bin.display());
+    }
+    Ok(bin)
+}

@@ -6,6 +6,7 @@
 mod hwcheck;
 mod image;
 mod kernel;
+mod profile;
 mod qemu;
 mod test;
 mod tools;
@@ -26,8 +27,11 @@ struct Cli {
 enum Command {
     /// Build the runtime ELF and print its path.
     Build,
-    /// Build and boot the demo appliance in QEMU.
+    /// Record a profile of the demo appliance in QEMU with `perch` and show
+    /// the top of `perf report`.
     Run(RunArgs),
+    /// Measure the NMI path, the wire, the loss-free rate and conversion speed.
+    Bench,
     /// Boot the runtime with `selftest` in QEMU; exit 0 only on a full pass.
     Selftest(SelftestArgs),
     /// Build the bootable GRUB ISO (multiboot2, BIOS and UEFI).
@@ -41,16 +45,25 @@ enum Command {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// Length of the run in ms of NMI-clock time.
-    #[arg(long, default_value_t = 2000)]
+    /// Length of the recording in ms (TSC time on the target).
+    #[arg(long, default_value_t = 3000)]
     duration: u64,
-    /// Extra kernel command-line items.
-    #[arg(long, default_value = "")]
-    append: String,
-    /// Run under `-icount shift=0,sleep=off` (repeatable timing).
+    /// NMI rate in Hz.
+    #[arg(long, default_value_t = 4000)]
+    freq: u64,
+    /// Run under `-icount shift=0,sleep=off` (instruction-exact, repeatable).
     #[arg(long)]
     icount: bool,
-    /// Hard timeout in seconds.
+    /// Where perf.data goes (default: perf.data in the repository root).
+    #[arg(short = 'o', long)]
+    output: Option<PathBuf>,
+    /// Boot the demo with the plain text console instead (no recording).
+    #[arg(long)]
+    text: bool,
+    /// Extra kernel command-line items (text console only).
+    #[arg(long, default_value = "")]
+    append: String,
+    /// Hard timeout in seconds (text console only).
     #[arg(long, default_value_t = 120)]
     timeout: u64,
 }
@@ -106,7 +119,15 @@ fn main() {
             println!("{}", elf.display());
             0
         }),
+        Command::Run(a) if !a.text => profile::run(&profile::RunOptions {
+            duration_ms: a.duration,
+            freq: a.freq,
+            icount: a.icount,
+            output: a.output.unwrap_or_else(|| project_root().join("perf.data")),
+            append: a.append,
+        }),
         Command::Run(a) => run(a),
+        Command::Bench => profile::bench(),
         Command::Selftest(a) => selftest(&a).map(|ok| if ok { 0 } else { 1 }),
         Command::Image(a) => {
             let out = a
