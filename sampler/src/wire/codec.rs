@@ -67,6 +67,35 @@ impl TaskRef {
             regs_intr: s.regs_intr.clone(),
         }
     }
+
+    /// Becomes the state after `s`, like [`after`](Self::after) but
+    /// reusing this entry's storage.
+    pub(crate) fn update(&mut self, s: &Sample, chain: u32, since_key: u32) {
+        self.tid = s.tid;
+        self.chain = chain;
+        self.since_key = since_key;
+        self.time = s.time;
+        self.ip = s.ip;
+        self.period = s.period;
+        self.cpu = s.cpu;
+        copy_regs(&mut self.regs_user, s.regs_user.as_ref());
+        copy_regs(&mut self.regs_intr, s.regs_intr.as_ref());
+    }
+}
+
+/// `*dst = src.cloned()`, copying only the values in use when both are
+/// present (a derived `clone_from` builds and moves a whole `RegsSample`).
+fn copy_regs(dst: &mut Option<RegsSample>, src: Option<&RegsSample>) {
+    match (dst.as_mut(), src) {
+        (Some(d), Some(s)) => {
+            d.abi = s.abi;
+            d.mask = s.mask;
+            d.values.clear();
+            // Cannot fail: both have the same capacity.
+            let _ = d.values.extend_from_slice(&s.values);
+        }
+        (_, s) => *dst = s.cloned(),
+    }
 }
 
 /// How a register set is sent.
@@ -79,6 +108,16 @@ pub(crate) struct WireRegs {
     pub changed: u64,
     /// Absolute values, dense deltas, or the changed deltas (sparse).
     pub values: heapless::Vec<u64, MAX_SAMPLED_REGS>,
+}
+
+impl WireRegs {
+    /// Back to the default (empty) state, keeping the storage.
+    fn clear(&mut self) {
+        self.abi = 0;
+        self.mask = 0;
+        self.changed = 0;
+        self.values.clear();
+    }
 }
 
 /// A sample as it travels: flags plus the fields they select. Values are
@@ -268,13 +307,15 @@ pub(crate) enum CodecError {
     Malformed,
 }
 
-fn decode_regs(
+/// Rebuilds a register set into `out` (reused between samples).
+fn decode_regs_into(
     w: &WireRegs,
     reference: Option<&RegsSample>,
     delta: bool,
     sparse: bool,
     shape: bool,
-) -> Result<RegsSample, CodecError> {
+    out: &mut RegsSample,
+) -> Result<(), CodecError> {
     let (abi, mask) = if shape {
         let abi = Abi::from_perf_value(u64::from(w.abi)).ok_or(CodecError::Malformed)?;
         (abi, w.mask)
@@ -286,14 +327,12 @@ fn decode_regs(
         return Err(CodecError::Malformed);
     }
     let n = mask.count_ones() as usize;
-    let mut out = RegsSample {
-        abi,
-        mask,
-        values: heapless::Vec::new(),
-    };
+    out.abi = abi;
+    out.mask = mask;
+    out.values.clear();
     if abi == Abi::None {
         return if w.values.is_empty() && !delta && !sparse {
-            Ok(out)
+            Ok(())
         } else {
             Err(CodecError::Malformed)
         };
@@ -334,16 +373,21 @@ fn decode_regs(
         if w.values.len() != n {
             return Err(CodecError::Malformed);
         }
-        out.values = w.values.clone();
+        out.values
+            .extend_from_slice(&w.values)
+            .map_err(|_| CodecError::Malformed)?;
     }
-    Ok(out)
+    Ok(())
 }
 
-/// Rebuilds a sample from its wire form and the task's reference state.
-pub(crate) fn decode_sample(
+/// Rebuilds a sample from its wire form and the task's reference state into
+/// `s`, reusing its storage: nothing of the previous contents survives a
+/// successful call. After an error `s` holds no meaningful sample.
+pub(crate) fn decode_sample_into(
     w: &WireSample,
     reference: Option<&TaskRef>,
-) -> Result<Sample, CodecError> {
+    s: &mut Sample,
+) -> Result<(), CodecError> {
     let f = w.flags;
     if f & !flag::ALL != 0 {
         return Err(CodecError::Malformed);
@@ -354,16 +398,13 @@ pub(crate) fn decode_sample(
     } else {
         Some(reference.ok_or(CodecError::NoReference)?)
     };
-    let mut s = Sample {
-        event: w.event,
-        tid: w.tid,
-        pid: if f & flag::PID != 0 { w.pid } else { w.tid },
-        cpumode: if f & flag::KERNEL != 0 {
-            CpuMode::Kernel
-        } else {
-            CpuMode::User
-        },
-        ..Default::default()
+    s.event = w.event;
+    s.tid = w.tid;
+    s.pid = if f & flag::PID != 0 { w.pid } else { w.tid };
+    s.cpumode = if f & flag::KERNEL != 0 {
+        CpuMode::Kernel
+    } else {
+        CpuMode::User
     };
     match reference {
         None => {
@@ -382,6 +423,7 @@ pub(crate) fn decode_sample(
             s.cpu = if f & flag::CPU != 0 { w.cpu } else { r.cpu };
         }
     }
+    s.callchain.clear();
     if f & flag::CALLCHAIN != 0 {
         let mut prev = s.ip;
         for d in &w.callchain {
@@ -390,10 +432,12 @@ pub(crate) fn decode_sample(
         }
     }
     if f & flag::BRANCHES != 0 {
-        let mut b = BranchStack {
-            hw_idx: w.hw_idx,
+        let b = s.branches.get_or_insert_with(|| BranchStack {
+            hw_idx: 0,
             entries: heapless::Vec::new(),
-        };
+        });
+        b.hw_idx = w.hw_idx;
+        b.entries.clear();
         let mut prev = s.ip;
         for (df, dt, fl) in &w.branches {
             let from = prev.wrapping_add(*df);
@@ -405,30 +449,209 @@ pub(crate) fn decode_sample(
             b.entries.push(e).map_err(|_| CodecError::Malformed)?;
             prev = from;
         }
-        s.branches = Some(b);
+    } else {
+        s.branches = None;
     }
     if f & flag::UREGS != 0 {
-        s.regs_user = Some(decode_regs(
+        decode_regs_into(
             &w.uregs,
             reference.and_then(|r| r.regs_user.as_ref()),
             f & flag::UREGS_DELTA != 0,
             f & flag::UREGS_SPARSE != 0,
             f & flag::UREGS_SHAPE != 0,
-        )?);
+            s.regs_user.get_or_insert_with(RegsSample::default),
+        )?;
+    } else {
+        s.regs_user = None;
     }
     if f & flag::IREGS != 0 {
-        s.regs_intr = Some(decode_regs(
+        decode_regs_into(
             &w.iregs,
             reference.and_then(|r| r.regs_intr.as_ref()),
             f & flag::IREGS_DELTA != 0,
             f & flag::IREGS_SPARSE != 0,
             f & flag::IREGS_SHAPE != 0,
-        )?);
+            s.regs_intr.get_or_insert_with(RegsSample::default),
+        )?;
+    } else {
+        s.regs_intr = None;
     }
-    if f & flag::MEM != 0 {
-        s.mem = Some(w.mem);
+    s.mem = if f & flag::MEM != 0 {
+        Some(w.mem)
+    } else {
+        None
+    };
+    Ok(())
+}
+
+/// A cursor over postcard bytes that accepts exactly what postcard's own
+/// deserializer accepts for the types a wire sample uses (LEB128 varints
+/// with postcard's length and last-byte limits, zigzag for signed values,
+/// raw bytes for `u8`). Trailing bytes are ignored, as `postcard::from_bytes`
+/// ignores them.
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl Reader<'_> {
+    #[inline(always)]
+    fn u8(&mut self) -> Result<u8, CodecError> {
+        let (&b, rest) = self.rest.split_first().ok_or(CodecError::Malformed)?;
+        self.rest = rest;
+        Ok(b)
     }
-    Ok(s)
+
+    /// A varint of at most `MAX` bytes whose last byte is at most `LAST`.
+    #[inline(always)]
+    fn varint<const MAX: usize, const LAST: u8>(&mut self) -> Result<u64, CodecError> {
+        // Most values are small: one byte, never the last of a longer form.
+        if let Some((&b, rest)) = self.rest.split_first()
+            && b & 0x80 == 0
+        {
+            self.rest = rest;
+            return Ok(u64::from(b));
+        }
+        let mut out = 0u64;
+        for i in 0..MAX {
+            let b = self.u8()?;
+            out |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return if i == MAX - 1 && b > LAST {
+                    Err(CodecError::Malformed)
+                } else {
+                    Ok(out)
+                };
+            }
+        }
+        Err(CodecError::Malformed)
+    }
+
+    #[inline(always)]
+    fn u16(&mut self) -> Result<u16, CodecError> {
+        // Cannot truncate: three 7-bit groups with the last limited to 2 bits.
+        Ok(self.varint::<3, 0b11>()? as u16)
+    }
+
+    #[inline(always)]
+    fn u32(&mut self) -> Result<u32, CodecError> {
+        // Cannot truncate: five 7-bit groups with the last limited to 4 bits.
+        Ok(self.varint::<5, 0b1111>()? as u32)
+    }
+
+    #[inline(always)]
+    fn u64(&mut self) -> Result<u64, CodecError> {
+        self.varint::<10, 0b1>()
+    }
+
+    /// An `i64` (zigzag) returned as its two's-complement `u64`.
+    #[inline(always)]
+    fn i64(&mut self) -> Result<u64, CodecError> {
+        let z = self.u64()?;
+        Ok((z >> 1) ^ 0u64.wrapping_sub(z & 1))
+    }
+
+    #[inline(always)]
+    fn value(&mut self, signed: bool) -> Result<u64, CodecError> {
+        if signed { self.i64() } else { self.u64() }
+    }
+
+    fn regs(
+        &mut self,
+        r: &mut WireRegs,
+        shape: bool,
+        delta: bool,
+        sparse: bool,
+    ) -> Result<(), CodecError> {
+        r.clear();
+        if shape {
+            r.abi = self.u8()?;
+            r.mask = self.u64()?;
+        }
+        if sparse {
+            r.changed = self.u64()?;
+        }
+        let n = self.u8()?;
+        for _ in 0..n {
+            let v = self.value(delta || sparse)?;
+            r.values.push(v).map_err(|_| CodecError::Malformed)?;
+        }
+        Ok(())
+    }
+}
+
+impl WireSample {
+    /// Parses the postcard bytes of a wire sample (after the record tag)
+    /// into `self`, reusing its storage. Accepts and rejects exactly what
+    /// the serde `Deserialize` implementation does, without building a new
+    /// value per sample.
+    pub(crate) fn parse_into(&mut self, bytes: &[u8]) -> Result<(), CodecError> {
+        let mut rd = Reader { rest: bytes };
+        let f = rd.u32()?;
+        if f & !flag::ALL != 0 {
+            return Err(CodecError::Malformed);
+        }
+        self.flags = f;
+        let key = f & flag::KEY != 0;
+        self.event = rd.u32()?;
+        self.tid = rd.u32()?;
+        self.pid = if f & flag::PID != 0 { rd.u32()? } else { 0 };
+        self.time = rd.value(!key)?;
+        self.ip = rd.value(!key)?;
+        self.period = rd.value(!key)?;
+        self.cpu = if f & flag::CPU != 0 { rd.u32()? } else { 0 };
+        self.callchain.clear();
+        if f & flag::CALLCHAIN != 0 {
+            let n = rd.u8()?;
+            for _ in 0..n {
+                let d = rd.i64()?;
+                self.callchain.push(d).map_err(|_| CodecError::Malformed)?;
+            }
+        }
+        self.hw_idx = 0;
+        self.branches.clear();
+        if f & flag::BRANCHES != 0 {
+            self.hw_idx = rd.u64()?;
+            let n = rd.u8()?;
+            for _ in 0..n {
+                let df = rd.i64()?;
+                let dt = rd.i64()?;
+                let fl = rd.u64()?;
+                self.branches
+                    .push((df, dt, fl))
+                    .map_err(|_| CodecError::Malformed)?;
+            }
+        }
+        if f & flag::UREGS != 0 {
+            rd.regs(
+                &mut self.uregs,
+                f & flag::UREGS_SHAPE != 0,
+                f & flag::UREGS_DELTA != 0,
+                f & flag::UREGS_SPARSE != 0,
+            )?;
+        } else {
+            self.uregs.clear();
+        }
+        if f & flag::IREGS != 0 {
+            rd.regs(
+                &mut self.iregs,
+                f & flag::IREGS_SHAPE != 0,
+                f & flag::IREGS_DELTA != 0,
+                f & flag::IREGS_SPARSE != 0,
+            )?;
+        } else {
+            self.iregs.clear();
+        }
+        self.mem = MemInfo::default();
+        if f & flag::MEM != 0 {
+            self.mem = MemInfo {
+                addr: rd.u64()?,
+                weight: rd.u64()?,
+                ins_lat: rd.u16()?,
+                data_src: rd.u64()?,
+            };
+        }
+        Ok(())
+    }
 }
 
 /// Writes a signed (zigzag) or unsigned varint depending on `signed`.

@@ -5,9 +5,15 @@
 
 use core::fmt;
 
-use super::codec::{TaskRef, decode_sample};
-use super::encoder::CRC32;
+use super::codec::{TaskRef, WireSample, decode_sample_into};
 use super::{MAGIC, MAX_FRAME, PROTOCOL_VERSION, Record, SAMPLE_TAG, WireRecord};
+use crate::sample::Sample;
+
+/// The frame CRC (the same CRC-32/ISO-HDLC as the encoder's), with
+/// slice-by-16 tables: the decoder runs on the host, where 16 KiB of tables
+/// cost nothing and checking is several times faster than byte-wise.
+static CRC32_FAST: crc::Crc<u32, crc::Table<16>> =
+    crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISO_HDLC);
 
 /// Tasks whose delta state the decoder keeps. When full, the oldest entry
 /// is evicted; that task's next delta sample is counted as unresolved.
@@ -80,6 +86,10 @@ pub struct Decoder {
     tasks: heapless::Deque<TaskRef, DECODER_TASKS>,
     incompatible: bool,
     stats: DecoderStats,
+    /// The wire form of the current sample, parsed in place.
+    wire: WireSample,
+    /// The record lent to the sink; samples are rebuilt in place in it.
+    record: Record,
 }
 
 impl fmt::Debug for Decoder {
@@ -107,6 +117,8 @@ impl Decoder {
             tasks: heapless::Deque::new(),
             incompatible: false,
             stats: DecoderStats::default(),
+            wire: WireSample::default(),
+            record: Record::Sample(Sample::default()),
         }
     }
 
@@ -116,11 +128,20 @@ impl Decoder {
     }
 
     /// Feeds `chunk`, calling `sink` for every record (or error) completed
-    /// by it, in stream order.
+    /// by it, in stream order. Each record is a copy; [`push_ref`](Self::push_ref)
+    /// lends them instead, which is faster.
     pub fn push(&mut self, chunk: &[u8], mut sink: impl FnMut(Result<Record, DecodeError>)) {
+        self.push_ref(chunk, |r| sink(r.cloned()));
+    }
+
+    /// Feeds `chunk`, lending `sink` every record (or error) completed by
+    /// it, in stream order. The record lives in the decoder and is reused
+    /// for the next one: samples are rebuilt in place, so no sample is
+    /// copied or moved between the frame and the sink.
+    pub fn push_ref(&mut self, chunk: &[u8], mut sink: impl FnMut(Result<&Record, DecodeError>)) {
         let mut rest = chunk;
         while !rest.is_empty() {
-            match rest.iter().position(|b| *b == 0) {
+            match memchr::memchr(0, rest) {
                 None => {
                     self.take(rest);
                     rest = &[];
@@ -129,6 +150,7 @@ impl Decoder {
                     self.take(&rest[..end]);
                     rest = &rest[end + 1..];
                     self.finish_frame(&mut sink);
+                    self.frame.clear();
                 }
             }
         }
@@ -159,29 +181,33 @@ impl Decoder {
         self.stats.bytes_skipped += len as u64 + 1;
     }
 
-    fn finish_frame(&mut self, sink: &mut impl FnMut(Result<Record, DecodeError>)) {
+    /// Decodes the frame collected in `self.frame` (in place) and hands
+    /// the record or error to `sink`. The caller clears the frame.
+    fn finish_frame(&mut self, sink: &mut impl FnMut(Result<&Record, DecodeError>)) {
         if self.overflow {
             self.overflow = false;
             self.stats.bad_frames += 1;
             self.stats.bytes_skipped += 1;
             return;
         }
-        let mut frame = core::mem::take(&mut self.frame);
-        let len = frame.len();
+        let len = self.frame.len();
         if len == 0 {
             // Back-to-back delimiters: a resync point, not a frame.
             return;
         }
-        let Ok(n) = cobs::decode_in_place(&mut frame) else {
+        let Some(n) = cobs_decode_in_place(&mut self.frame) else {
             return self.bad(len);
         };
         if n < 5 {
             return self.bad(len);
         }
-        let (payload, crc_bytes) = frame[..n].split_at(n - 4);
+        let (payload, crc_bytes) = self.frame[..n].split_at(n - 4);
         let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
-        let plain = CRC32.checksum(payload);
+        let plain = CRC32_FAST.checksum(payload);
 
+        if payload[0] == SAMPLE_TAG && !self.incompatible {
+            return self.finish_sample(n - 4, len, stored, plain, sink);
+        }
         if payload[0] == 0 {
             // A Hello: check magic and version before the rest, whose
             // layout may differ in other versions.
@@ -216,54 +242,83 @@ impl Decoder {
         let Ok(rec) = postcard::from_bytes::<WireRecord>(payload) else {
             return self.bad(len);
         };
-        let rec = match rec {
-            WireRecord::Sample(w) => {
-                debug_assert_eq!(payload[0], SAMPLE_TAG);
-                let pos = self.tasks.iter().position(|t| t.tid == w.tid());
-                if w.is_key() {
-                    if stored != plain {
-                        return self.bad(len);
-                    }
-                    let Ok(s) = decode_sample(&w, None) else {
-                        return self.bad(len);
-                    };
-                    self.remember(pos, TaskRef::after(&s, plain, 0));
-                    Record::Sample(s)
-                } else {
-                    let reference = pos.and_then(|p| self.tasks.iter().nth(p));
-                    let ok =
-                        reference.is_some_and(|r| r.chain ^ plain == stored) && stored != plain;
-                    if !ok {
-                        self.stats.unresolved_samples += u64::from(stored != plain);
-                        return self.bad(len);
-                    }
-                    let Ok(s) = decode_sample(&w, reference) else {
-                        return self.bad(len);
-                    };
-                    let since = reference.map_or(0, |r| r.since_key + 1);
-                    self.remember(pos, TaskRef::after(&s, plain, since));
-                    Record::Sample(s)
-                }
-            }
-            other => {
-                if stored != plain {
-                    return self.bad(len);
-                }
-                match other {
-                    WireRecord::Hello(h) => Record::Hello(h),
-                    WireRecord::Sample(_) => return self.bad(len),
-                    WireRecord::Lost(l) => Record::Lost(l),
-                    WireRecord::Throttle(t) => Record::Throttle(t),
-                    WireRecord::Unthrottle(t) => Record::Unthrottle(t),
-                    WireRecord::Task(t) => Record::Task(t),
-                    WireRecord::Log(l) => Record::Log(l),
-                    WireRecord::SelfTest(t) => Record::SelfTest(t),
-                    WireRecord::End(e) => Record::End(e),
-                }
-            }
+        if stored != plain {
+            return self.bad(len);
+        }
+        self.record = match rec {
+            WireRecord::Hello(h) => Record::Hello(h),
+            // Tag 1 is handled by `finish_sample`; a Sample here means the
+            // tag byte was not the plain single-byte varint.
+            WireRecord::Sample(_) => return self.bad(len),
+            WireRecord::Lost(l) => Record::Lost(l),
+            WireRecord::Throttle(t) => Record::Throttle(t),
+            WireRecord::Unthrottle(t) => Record::Unthrottle(t),
+            WireRecord::Task(t) => Record::Task(t),
+            WireRecord::Log(l) => Record::Log(l),
+            WireRecord::SelfTest(t) => Record::SelfTest(t),
+            WireRecord::End(e) => Record::End(e),
         };
         self.stats.frames_ok += 1;
-        sink(Ok(rec));
+        sink(Ok(&self.record));
+    }
+
+    /// Decodes a sample frame whose payload is `self.frame[..payload_len]`
+    /// straight into the lent record, checking its CRC against the
+    /// task's reference state.
+    fn finish_sample(
+        &mut self,
+        payload_len: usize,
+        len: usize,
+        stored: u32,
+        plain: u32,
+        sink: &mut impl FnMut(Result<&Record, DecodeError>),
+    ) {
+        let Decoder {
+            frame,
+            tasks,
+            stats,
+            wire,
+            record,
+            ..
+        } = self;
+        if wire.parse_into(&frame[1..payload_len]).is_err() {
+            return self.bad(len);
+        }
+        let pos = tasks.iter().position(|t| t.tid == wire.tid());
+        let key = wire.is_key();
+        let reference = if key {
+            if stored != plain {
+                return self.bad(len);
+            }
+            None
+        } else {
+            let reference = pos.and_then(|p| tasks.iter().nth(p));
+            let ok = reference.is_some_and(|r| r.chain ^ plain == stored) && stored != plain;
+            if !ok {
+                stats.unresolved_samples += u64::from(stored != plain);
+                return self.bad(len);
+            }
+            reference
+        };
+        if !matches!(record, Record::Sample(_)) {
+            *record = Record::Sample(Sample::default());
+        }
+        let Record::Sample(s) = record else {
+            return self.bad(len);
+        };
+        if decode_sample_into(wire, reference, s).is_err() {
+            return self.bad(len);
+        }
+        let since = reference.map_or(0, |r| r.since_key + 1);
+        match pos.and_then(|p| tasks.iter_mut().nth(p)) {
+            Some(slot) => slot.update(s, plain, since),
+            None => {
+                let state = TaskRef::after(s, plain, since);
+                self.remember(None, state);
+            }
+        }
+        self.stats.frames_ok += 1;
+        sink(Ok(&self.record));
     }
 
     /// Stores `state` for its task, replacing the entry at `pos`, or
@@ -281,4 +336,34 @@ impl Decoder {
         // Cannot fail: there is room now.
         let _ = self.tasks.push_back(state);
     }
+}
+
+/// Undoes COBS in place and returns the decoded length, or `None` for a
+/// malformed frame. `buf` is one frame without its delimiter, so it holds
+/// no zero byte (the decoder splits frames at zeros). Accepts and rejects
+/// exactly what `cobs::decode_in_place` does on such input, but moves each
+/// run of bytes with one copy instead of byte by byte.
+pub(crate) fn cobs_decode_in_place(buf: &mut [u8]) -> Option<usize> {
+    let end = buf.len();
+    if end == 0 {
+        return None;
+    }
+    let (mut src, mut dst) = (0, 0);
+    while src < end {
+        let code = usize::from(buf[src]);
+        // A zero code cannot occur in a frame split at zeros; refuse it
+        // rather than loop.
+        if code == 0 || src + code > end {
+            return None;
+        }
+        let run = code - 1;
+        buf.copy_within(src + 1..src + code, dst);
+        src += code;
+        dst += run;
+        if code != 0xff && src < end {
+            buf[dst] = 0;
+            dst += 1;
+        }
+    }
+    Some(dst)
 }

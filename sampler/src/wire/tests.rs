@@ -317,3 +317,304 @@ fn a_hello_restarts_delta_state_on_both_sides() {
     assert_eq!(out, expected);
     assert_eq!(stats.unresolved_samples, 0);
 }
+
+/// A small deterministic generator (xorshift64*), so the differential tests
+/// below cover many shapes without extra dependencies.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Samples of every shape the codec distinguishes: keyframes and deltas,
+/// dense and sparse registers, shape changes, PID != TID, kernel mode,
+/// callchains, branch stacks, interrupt registers and memory fields.
+fn varied_samples(rng: &mut Rng, n: usize) -> std::vec::Vec<Sample> {
+    use crate::sample::{BranchEntry, BranchFlags, BranchStack, MemInfo};
+    let regs = |rng: &mut Rng, prev: Option<&RegsSample>| -> RegsSample {
+        let mut r = match prev {
+            Some(p) if rng.below(4) != 0 => p.clone(),
+            _ => {
+                let mask = match rng.below(3) {
+                    0 => GPR_MASK,
+                    1 => rng.next() & crate::regs::VALID_MASK_WITH_XMM,
+                    _ => 0x3,
+                };
+                let abi = match rng.below(5) {
+                    0 => crate::regs::Abi::None,
+                    1 => crate::regs::Abi::Bits32,
+                    _ => crate::regs::Abi::Bits64,
+                };
+                let n = if abi == crate::regs::Abi::None {
+                    0
+                } else {
+                    mask.count_ones() as usize
+                };
+                let mut values = heapless::Vec::new();
+                for _ in 0..n {
+                    values.push(rng.next() >> rng.below(64)).unwrap();
+                }
+                return RegsSample { abi, mask, values };
+            }
+        };
+        for v in r.values.iter_mut() {
+            match rng.below(4) {
+                0 => *v = rng.next(),
+                1 => *v = v.wrapping_add(rng.below(100)),
+                _ => {}
+            }
+        }
+        r
+    };
+    let mut out: std::vec::Vec<Sample> = std::vec::Vec::new();
+    for i in 0..n {
+        let tid = rng.below(3) as u32 + 1;
+        let prev = out.iter().rev().find(|s| s.tid == tid);
+        let mut s = Sample {
+            event: rng.below(3) as u32,
+            cpumode: if rng.below(4) == 0 {
+                CpuMode::Kernel
+            } else {
+                CpuMode::User
+            },
+            ip: 0x40_0000 + rng.below(1 << 20),
+            pid: if rng.below(5) == 0 { 99 } else { tid },
+            tid,
+            time: 1_000_000 + i as u64 * 250_000 + rng.below(1000),
+            cpu: rng.below(2) as u32,
+            period: 250_000 + rng.below(3),
+            ..Default::default()
+        };
+        for _ in 0..rng.below(6) {
+            s.callchain.push(rng.next() >> rng.below(64)).unwrap();
+        }
+        if rng.below(3) == 0 {
+            let mut b = BranchStack {
+                hw_idx: rng.below(32),
+                entries: heapless::Vec::new(),
+            };
+            for _ in 0..rng.below(5) {
+                b.entries
+                    .push(BranchEntry {
+                        from: rng.next(),
+                        to: rng.next(),
+                        flags: BranchFlags::from_perf(rng.next() & 0xff_ffff),
+                    })
+                    .unwrap();
+            }
+            s.branches = Some(b);
+        }
+        if rng.below(5) != 0 {
+            s.regs_user = Some(regs(rng, prev.and_then(|p| p.regs_user.as_ref())));
+        }
+        if rng.below(3) == 0 {
+            s.regs_intr = Some(regs(rng, prev.and_then(|p| p.regs_intr.as_ref())));
+        }
+        if rng.below(4) == 0 {
+            s.mem = Some(MemInfo {
+                addr: rng.next(),
+                weight: rng.below(1000),
+                ins_lat: rng.below(1 << 16) as u16,
+                data_src: rng.next(),
+            });
+        }
+        out.push(s);
+    }
+    out
+}
+
+/// The postcard payloads (tag byte included, CRC removed) of `samples`.
+fn sample_payloads(samples: &[Sample]) -> std::vec::Vec<std::vec::Vec<u8>> {
+    let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
+        keyframe_interval: 5,
+    });
+    let mut buf = [0u8; MAX_FRAME];
+    samples
+        .iter()
+        .map(|s| {
+            let n = enc.encode(&Record::Sample(s.clone()), &mut buf).unwrap();
+            let m = cobs::decode_in_place(&mut buf[..n - 1]).unwrap();
+            buf[..m - 4].to_vec()
+        })
+        .collect()
+}
+
+/// The fast in-place sample parser accepts and rejects exactly what the
+/// serde (postcard) path does, and yields the same value, on valid sample
+/// payloads and on truncated and mutated ones, with one parse target reused
+/// throughout so nothing of an earlier sample can leak into a later one.
+#[test]
+fn fast_sample_parser_matches_postcard() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let samples = varied_samples(&mut rng, 600);
+    let payloads = sample_payloads(&samples);
+    let mut w = WireSample::default();
+    let (mut accepted, mut rejected) = (0u32, 0u32);
+    let mut check = |p: &[u8], w: &mut WireSample| {
+        let reference = match postcard::from_bytes::<WireRecord>(p) {
+            Ok(WireRecord::Sample(s)) => Some(s),
+            _ => None,
+        };
+        let fast = w.parse_into(&p[1..]).ok().map(|()| w.clone());
+        assert_eq!(fast, reference, "payload {p:02x?}");
+        if fast.is_some() {
+            accepted += 1;
+        } else {
+            rejected += 1;
+        }
+    };
+    for p in &payloads {
+        assert_eq!(p[0], SAMPLE_TAG);
+        check(p, &mut w);
+        for cut in 1..p.len() {
+            check(&p[..cut], &mut w);
+        }
+        for _ in 0..20 {
+            let mut m = p.clone();
+            let at = 1 + rng.below(m.len() as u64 - 1) as usize;
+            m[at] = match rng.below(3) {
+                0 => m[at] ^ (1 << rng.below(8)),
+                1 => 0xff,
+                _ => rng.next() as u8,
+            };
+            check(&m, &mut w);
+        }
+    }
+    // Both outcomes were exercised many times.
+    assert!(
+        accepted > 5_000 && rejected > 5_000,
+        "{accepted} {rejected}"
+    );
+}
+
+/// Varints at postcard's limits: the longest accepted forms, one byte too
+/// many, and a last byte with bits beyond the type.
+#[test]
+fn fast_parser_varint_limits_match_postcard() {
+    // flags = KEY, then event (u32), tid (u32), time, ip, period (u64), cpu.
+    let head = |event: &[u8]| {
+        let mut p = vec![SAMPLE_TAG, 0x18];
+        p.extend_from_slice(event);
+        p.extend_from_slice(&[1, 2, 3, 4, 0]);
+        p
+    };
+    let cases: [&[u8]; 6] = [
+        &[0xff, 0xff, 0xff, 0xff, 0x0f],       // u32::MAX: accepted
+        &[0xff, 0xff, 0xff, 0xff, 0x10],       // 33 bits: rejected
+        &[0x80, 0x80, 0x80, 0x80, 0x80, 0x00], // six bytes: rejected
+        &[0x80, 0x00],                         // non-canonical zero: accepted
+        &[0x7f],
+        &[0x80],
+    ];
+    let mut w = WireSample::default();
+    let mut outcomes = std::vec::Vec::new();
+    for c in cases {
+        let p = head(c);
+        let reference = match postcard::from_bytes::<WireRecord>(&p) {
+            Ok(WireRecord::Sample(s)) => Some(s),
+            _ => None,
+        };
+        let fast = w.parse_into(&p[1..]).ok().map(|()| w.clone());
+        assert_eq!(fast, reference, "{c:02x?}");
+        outcomes.push(fast.map(|w| w.event));
+    }
+    assert_eq!(
+        outcomes,
+        [Some(u32::MAX), None, None, Some(0), Some(0x7f), None]
+    );
+}
+
+/// `push_ref` rebuilds samples in one reused record: fields a sample does
+/// not carry must not survive from the previous, richer sample.
+#[test]
+fn lent_samples_carry_nothing_over() {
+    let mut rng = Rng(7);
+    let samples = varied_samples(&mut rng, 400);
+    let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
+        keyframe_interval: 5,
+    });
+    let mut bytes = std::vec::Vec::new();
+    let mut buf = [0u8; MAX_FRAME];
+    for s in &samples {
+        let n = enc.encode(&Record::Sample(s.clone()), &mut buf).unwrap();
+        bytes.extend_from_slice(&buf[..n]);
+    }
+    let mut d = Decoder::new();
+    let mut got = std::vec::Vec::new();
+    // Odd chunk sizes so frames straddle chunks.
+    for chunk in bytes.chunks(97) {
+        d.push_ref(chunk, |r| match r {
+            Ok(Record::Sample(s)) => got.push(s.clone()),
+            other => panic!("{other:?}"),
+        });
+    }
+    assert_eq!(got.len(), samples.len());
+    for (i, (g, s)) in got.iter().zip(&samples).enumerate() {
+        assert_eq!(g, s, "sample {i}");
+    }
+    assert_eq!(d.stats().bad_frames, 0);
+}
+
+/// The run-copying COBS decoder agrees with the `cobs` crate on every
+/// zero-free input: valid encodings of random payloads (long runs and
+/// 0xff blocks included), and random and truncated byte strings.
+#[test]
+fn cobs_decoder_matches_the_cobs_crate() {
+    let mut rng = Rng(0x51ed_270b_9a3c_44e1);
+    let check = |input: &[u8]| {
+        assert!(!input.contains(&0));
+        let mut ours = input.to_vec();
+        let mut theirs = input.to_vec();
+        let a = decoder::cobs_decode_in_place(&mut ours);
+        let b = cobs::decode_in_place(&mut theirs).ok();
+        assert_eq!(a, b, "{input:02x?}");
+        if let Some(n) = a {
+            assert_eq!(ours[..n], theirs[..n], "{input:02x?}");
+        }
+        a.is_some()
+    };
+    let mut valid = 0;
+    for i in 0..3000 {
+        let len = if i % 10 == 0 {
+            rng.below(700) as usize
+        } else {
+            rng.below(60) as usize
+        };
+        let payload: std::vec::Vec<u8> = (0..len)
+            .map(|_| {
+                if rng.below(4) == 0 {
+                    0
+                } else {
+                    rng.next() as u8
+                }
+            })
+            .collect();
+        let mut enc = vec![0u8; cobs::max_encoding_length(len)];
+        let n = cobs::encode(&payload, &mut enc);
+        if n > 0 {
+            valid += u32::from(check(&enc[..n]));
+            let mut ours = enc[..n].to_vec();
+            let m = decoder::cobs_decode_in_place(&mut ours).unwrap();
+            assert_eq!(ours[..m], payload[..], "round trip");
+        }
+        for cut in [1, n / 2, n.saturating_sub(1)] {
+            if cut > 0 && cut < n {
+                check(&enc[..cut]);
+            }
+        }
+        let noise: std::vec::Vec<u8> = (0..rng.below(40))
+            .map(|_| (rng.below(255) + 1) as u8)
+            .collect();
+        check(&noise);
+    }
+    assert!(valid > 2500, "{valid}");
+}
