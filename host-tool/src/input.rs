@@ -63,13 +63,13 @@ impl Pump {
         let mut result = Ok(Flow::Continue);
         let adapter = &mut self.adapter;
         let stats = &mut self.stats;
-        self.decoder.push(chunk, |rec| {
+        self.decoder.push_ref(chunk, |rec| {
             if result.is_err() {
                 return;
             }
-            // Matched by reference: a record is up to a few KiB, so moving
-            // it out of the Result costs a copy per frame.
-            match &rec {
+            // Records are lent by the decoder, which rebuilds each sample
+            // in place: nothing is copied between the frame and the sink.
+            match rec {
                 Ok(rec) => {
                     let r = adapter.with_item(rec, |item| {
                         stats.observe(item);
@@ -77,16 +77,18 @@ impl Pump {
                     });
                     match r {
                         Err(e) => result = Err(e),
-                        Ok(()) if matches!(rec, sampler::wire::Record::End(_)) => result = Ok(Flow::Done),
+                        Ok(()) if matches!(rec, sampler::wire::Record::End(_)) => {
+                            result = Ok(Flow::Done)
+                        }
                         Ok(()) => {}
                     }
                 }
-                &Err(DecodeError::VersionMismatch { found, expected }) => {
+                Err(DecodeError::VersionMismatch { found, expected }) => {
                     result = Err(HostError::Protocol(format!(
                         "the stream speaks Perch wire protocol version {found}, this perch speaks version {expected}"
                     )))
                 }
-                &Err(DecodeError::BadMagic(m)) => {
+                Err(DecodeError::BadMagic(m)) => {
                     result = Err(HostError::NotPerch(format!(
                         "not a Perch stream: its first record has magic {m:02x?}, expected \"PRCH\""
                     )))

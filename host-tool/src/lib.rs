@@ -7,6 +7,7 @@ pub mod flamegraph;
 pub mod image;
 pub mod input;
 pub mod model;
+pub mod output;
 pub mod perf_abi;
 pub mod perf_data;
 pub mod qemu;

@@ -278,6 +278,7 @@ fn run(
     buildid_cache: bool,
 ) -> Result<i32, HostError> {
     let out = File::create(output)
+        .and_then(host_tool::output::BackgroundFile::new)
         .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
     let mut save = match save {
         Some(p) => {

@@ -269,7 +269,6 @@ pub struct PerfDataWriter<W: Write + Seek> {
     // perf's ordered-events state, mirrored to decide when a round is safe.
     max_time_written: u64,
     next_flush: u64,
-    scratch: Vec<u8>,
 }
 
 impl<W: Write + Seek> PerfDataWriter<W> {
@@ -307,7 +306,6 @@ impl<W: Write + Seek> PerfDataWriter<W> {
             stats: WriteStats::default(),
             max_time_written: 0,
             next_flush: 0,
-            scratch: Vec::with_capacity(256),
         })
     }
 
@@ -485,16 +483,16 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         self.end(start, time)
     }
 
-    fn push_regs(
-        buf: &mut Vec<u8>,
+    /// Checks a register block against the attr's mask; returns the bytes
+    /// it takes (the ABI word plus the values unless the ABI is NONE).
+    fn regs_bytes(
         what: &'static str,
         mask: u64,
         abi: u64,
         regs: &[u64],
-    ) -> Result<(), WriteError> {
+    ) -> Result<usize, WriteError> {
         if abi == regs_abi::NONE {
-            buf.extend_from_slice(&0u64.to_le_bytes());
-            return Ok(());
+            return Ok(8);
         }
         let want = mask.count_ones() as usize;
         if regs.len() != want {
@@ -504,87 +502,103 @@ impl<W: Write + Seek> PerfDataWriter<W> {
                 want,
             });
         }
-        buf.extend_from_slice(&abi.to_le_bytes());
-        for r in regs {
-            buf.extend_from_slice(&r.to_le_bytes());
-        }
-        Ok(())
+        Ok(8 + 8 * want)
     }
 
-    /// PERF_RECORD_SAMPLE, laid out for the sample's attr.
+    /// PERF_RECORD_SAMPLE, laid out for the sample's attr. The record's
+    /// size is worked out first, then its words are stored straight into
+    /// the batch: no per-field growth checks, no intermediate copy.
     pub fn sample(&mut self, s: &SampleRecord<'_>) -> Result<(), WriteError> {
         let a = self
             .attrs
             .get(s.attr)
             .ok_or(WriteError::UnknownEvent(s.attr, self.attrs.len()))?;
         let st = a.effective_sample_type();
-        let buf = &mut self.scratch;
-        buf.clear();
-        Self::begin(buf, record::SAMPLE, s.misc);
-        buf.extend_from_slice(&a.id.to_le_bytes()); // IDENTIFIER
-        if st & sample::IP != 0 {
-            buf.extend_from_slice(&s.ip.to_le_bytes());
-        }
-        buf.extend_from_slice(&s.pid.to_le_bytes());
-        buf.extend_from_slice(&s.tid.to_le_bytes());
-        buf.extend_from_slice(&s.time.to_le_bytes());
-        if st & sample::ADDR != 0 {
-            buf.extend_from_slice(&s.addr.to_le_bytes());
-        }
-        if st & sample::ID != 0 {
-            buf.extend_from_slice(&a.id.to_le_bytes());
-        }
-        if st & sample::STREAM_ID != 0 {
-            buf.extend_from_slice(&a.id.to_le_bytes());
-        }
-        buf.extend_from_slice(&s.cpu.to_le_bytes());
-        buf.extend_from_slice(&0u32.to_le_bytes());
-        if st & sample::PERIOD != 0 {
-            buf.extend_from_slice(&s.period.to_le_bytes());
-        }
+        let flag = |bit: u64| usize::from(st & bit != 0);
+        let hw_idx = a.branch_sample_type & perf_abi::branch::HW_INDEX != 0;
+        // header, IDENTIFIER, TID, TIME, CPU, then the optional words.
+        let mut len = 8
+            * (5 + flag(sample::IP)
+                + flag(sample::ADDR)
+                + flag(sample::ID)
+                + flag(sample::STREAM_ID)
+                + flag(sample::PERIOD)
+                + flag(sample::WEIGHT | sample::WEIGHT_STRUCT)
+                + flag(sample::DATA_SRC));
         if st & sample::CALLCHAIN != 0 {
-            buf.extend_from_slice(&(s.callchain.len() as u64).to_le_bytes());
-            for ip in s.callchain {
-                buf.extend_from_slice(&ip.to_le_bytes());
-            }
+            len += 8 + 8 * s.callchain.len();
         }
         if st & sample::BRANCH_STACK != 0 {
-            buf.extend_from_slice(&(s.branches.len() as u64).to_le_bytes());
-            if a.branch_sample_type & perf_abi::branch::HW_INDEX != 0 {
-                buf.extend_from_slice(&s.branch_hw_idx.to_le_bytes());
-            }
-            for b in s.branches {
-                buf.extend_from_slice(&b.from.to_le_bytes());
-                buf.extend_from_slice(&b.to.to_le_bytes());
-                buf.extend_from_slice(&b.flags.to_le_bytes());
-            }
+            len += 8 + 8 * usize::from(hw_idx) + 24 * s.branches.len();
         }
         if st & sample::REGS_USER != 0 {
-            Self::push_regs(
-                buf,
-                "user registers",
-                a.regs_user,
-                s.regs_user_abi,
-                s.regs_user,
-            )?;
-        }
-        if st & (sample::WEIGHT | sample::WEIGHT_STRUCT) != 0 {
-            buf.extend_from_slice(&s.weight.to_le_bytes());
-        }
-        if st & sample::DATA_SRC != 0 {
-            buf.extend_from_slice(&s.data_src.to_le_bytes());
+            len += Self::regs_bytes("user registers", a.regs_user, s.regs_user_abi, s.regs_user)?;
         }
         if st & sample::REGS_INTR != 0 {
-            Self::push_regs(
-                buf,
+            len += Self::regs_bytes(
                 "interrupt registers",
                 a.regs_intr,
                 s.regs_intr_abi,
                 s.regs_intr,
             )?;
         }
+        if len > usize::from(u16::MAX) {
+            return Err(WriteError::RecordTooLarge(len));
+        }
         let start = self.batch.len();
-        self.batch.extend_from_slice(&self.scratch);
+        self.batch.resize(start + len, 0);
+        let mut p = Put {
+            b: &mut self.batch[start..],
+            at: 0,
+        };
+        p.u32x2(record::SAMPLE, u32::from(s.misc) | (len as u32) << 16);
+        p.u64(a.id); // IDENTIFIER
+        if st & sample::IP != 0 {
+            p.u64(s.ip);
+        }
+        p.u32x2(s.pid, s.tid);
+        p.u64(s.time);
+        if st & sample::ADDR != 0 {
+            p.u64(s.addr);
+        }
+        if st & sample::ID != 0 {
+            p.u64(a.id);
+        }
+        if st & sample::STREAM_ID != 0 {
+            p.u64(a.id);
+        }
+        p.u32x2(s.cpu, 0);
+        if st & sample::PERIOD != 0 {
+            p.u64(s.period);
+        }
+        if st & sample::CALLCHAIN != 0 {
+            p.u64(s.callchain.len() as u64);
+            p.u64s(s.callchain);
+        }
+        if st & sample::BRANCH_STACK != 0 {
+            p.u64(s.branches.len() as u64);
+            if hw_idx {
+                p.u64(s.branch_hw_idx);
+            }
+            for b in s.branches {
+                p.u64(b.from);
+                p.u64(b.to);
+                p.u64(b.flags);
+            }
+        }
+        if st & sample::REGS_USER != 0 {
+            p.regs(s.regs_user_abi, s.regs_user);
+        }
+        if st & (sample::WEIGHT | sample::WEIGHT_STRUCT) != 0 {
+            p.u64(s.weight);
+        }
+        if st & sample::DATA_SRC != 0 {
+            p.u64(s.data_src);
+        }
+        if st & sample::REGS_INTR != 0 {
+            p.regs(s.regs_intr_abi, s.regs_intr);
+        }
+        debug_assert_eq!(p.at, len);
         self.stats.samples += 1;
         self.stats.sample_time = Some(match self.stats.sample_time {
             None => (s.time, s.time),
@@ -600,7 +614,8 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        if !self.pending.is_sorted_by_key(|p| p.time) {
+        let sorted = self.pending.is_sorted_by_key(|p| p.time);
+        if !sorted {
             self.pending.sort_by_key(|p| p.time);
         }
         let min = self.pending[0].time;
@@ -612,11 +627,20 @@ impl<W: Write + Seek> PerfDataWriter<W> {
             self.stats.data_bytes += 8;
             self.next_flush = self.max_time_written;
         }
-        for p in &self.pending {
-            let (s, l) = (p.start as usize, p.len as usize);
-            self.out.write_all(&self.batch[s..s + l])?;
-            self.stats.data_bytes += l as u64;
-            self.max_time_written = self.max_time_written.max(p.time);
+        if sorted {
+            // Already in order (the usual case): the batch goes out in one
+            // write, bypassing the BufWriter's copy.
+            self.out.write_all(&self.batch)?;
+            self.stats.data_bytes += self.batch.len() as u64;
+            let last = self.pending.last().map_or(0, |p| p.time);
+            self.max_time_written = self.max_time_written.max(last);
+        } else {
+            for p in &self.pending {
+                let (s, l) = (p.start as usize, p.len as usize);
+                self.out.write_all(&self.batch[s..s + l])?;
+                self.stats.data_bytes += l as u64;
+                self.max_time_written = self.max_time_written.max(p.time);
+            }
         }
         self.pending.clear();
         self.batch.clear();
@@ -707,6 +731,43 @@ impl<W: Write + Seek> PerfDataWriter<W> {
             d.extend_from_slice(&a.id.to_le_bytes());
         }
         d
+    }
+}
+
+/// Stores little-endian words into a record whose size is already known.
+struct Put<'a> {
+    b: &'a mut [u8],
+    at: usize,
+}
+
+impl Put<'_> {
+    #[inline]
+    fn u64(&mut self, v: u64) {
+        self.b[self.at..self.at + 8].copy_from_slice(&v.to_le_bytes());
+        self.at += 8;
+    }
+
+    #[inline]
+    fn u32x2(&mut self, lo: u32, hi: u32) {
+        self.u64(u64::from(lo) | u64::from(hi) << 32);
+    }
+
+    #[inline]
+    fn u64s(&mut self, vs: &[u64]) {
+        let end = self.at + 8 * vs.len();
+        for (d, v) in self.b[self.at..end].chunks_exact_mut(8).zip(vs) {
+            d.copy_from_slice(&v.to_le_bytes());
+        }
+        self.at = end;
+    }
+
+    /// A register block already checked by `regs_bytes`.
+    #[inline]
+    fn regs(&mut self, abi: u64, regs: &[u64]) {
+        self.u64(abi);
+        if abi != regs_abi::NONE {
+            self.u64s(regs);
+        }
     }
 }
 
