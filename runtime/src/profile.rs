@@ -416,10 +416,16 @@ pub fn send_task(id: u8, name: &str, compat: bool, text: (u64, u64)) {
 }
 
 /// Outside NMI context: moves queued samples (and Lost records for ring
-/// losses) onto the wire. Returns the records written.
+/// losses) onto the wire, at most one ring's worth per call so a slow line
+/// cannot keep the tasks from running (what does not fit is lost and
+/// counted). Returns the records written.
 pub fn drain() -> usize {
+    drain_up_to(RING_SLOTS.div_ceil(DRAIN_BATCH))
+}
+
+fn drain_up_to(max_steps: usize) -> usize {
     let mut written = 0;
-    loop {
+    for _ in 0..max_steps {
         let step = wire::with_encoder(|enc, buf, write| {
             drain_step(
                 &RING,
@@ -435,19 +441,21 @@ pub fn drain() -> usize {
             Ok(s) => {
                 written += s.frames;
                 if s.frames < DRAIN_BATCH {
-                    return written;
+                    break;
                 }
             }
             // Counted by the wire module; the ring's counters stay exact.
-            Err(_) => return written,
+            Err(_) => break,
         }
     }
+    written
 }
 
 /// Stops sampling, drains everything and sends End with the final counters.
 pub fn finish() -> End {
     stop();
-    drain();
+    // Sampling is off, so the ring only empties: this ends.
+    while drain_up_to(usize::MAX) > 0 {}
     let r = RING.stats();
     let end = End {
         time: clock::now_ns(),

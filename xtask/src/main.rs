@@ -45,15 +45,21 @@ enum Command {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// Length of the recording in ms (TSC time on the target).
-    #[arg(long, default_value_t = 3000)]
+    /// Length of the recording in ms (TSC time on the target; instructions
+    /// / 10^6 under icount).
+    #[arg(long, default_value_t = 2000)]
     duration: u64,
     /// NMI rate in Hz.
     #[arg(long, default_value_t = 4000)]
     freq: u64,
-    /// Run under `-icount shift=0,sleep=off` (instruction-exact, repeatable).
+    /// Run under `-icount shift=0,sleep=off` (instruction-exact, repeatable;
+    /// the default for recordings).
     #[arg(long)]
     icount: bool,
+    /// Record in real time instead of under icount: the emulated UART then
+    /// costs real host time per byte and shows up in the profile.
+    #[arg(long, conflicts_with = "icount")]
+    realtime: bool,
     /// Where perf.data goes (default: perf.data in the repository root).
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
@@ -122,7 +128,7 @@ fn main() {
         Command::Run(a) if !a.text => profile::run(&profile::RunOptions {
             duration_ms: a.duration,
             freq: a.freq,
-            icount: a.icount,
+            icount: !a.realtime,
             output: a.output.unwrap_or_else(|| project_root().join("perf.data")),
             append: a.append,
         }),

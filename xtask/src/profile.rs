@@ -38,7 +38,9 @@ pub fn run(o: &RunOptions) -> Result<i32> {
     tools::require_tool(&tools::QEMU)?;
     let elf = kernel::build()?;
     let perch = kernel::build_perch()?;
-    let capture = o.output.with_extension("capture");
+    let out_dir = project_root().join("out");
+    std::fs::create_dir_all(&out_dir)?;
+    let capture = out_dir.join("run.capture");
     let mut cmd = Command::new(&perch);
     cmd.arg("record")
         .arg("--image")
@@ -94,7 +96,7 @@ pub fn run(o: &RunOptions) -> Result<i32> {
         }
         eprint!("{}", String::from_utf8_lossy(&out.stderr));
         println!(
-            "\nxtask: open it with: perf report -i {} --vmlinux={}",
+            "\nxtask: open it with: perf report -i {} --vmlinux={} --demangle-kernel",
             o.output.display(),
             elf.display()
         );
