@@ -112,13 +112,21 @@ pub fn run(o: &RunOptions) -> Result<i32> {
     Ok(0)
 }
 
-/// One `perch record` under icount; returns perch's stderr and success.
-fn record_icount(perch: &Path, elf: &Path, args: &[&str], out: &Path) -> Result<(bool, String)> {
-    let o = Command::new(perch)
-        .arg("record")
-        .arg("--image")
-        .arg(elf)
-        .arg("--icount")
+/// One `perch record` (under icount unless `realtime`); returns success and
+/// perch's stderr.
+fn record_with(
+    perch: &Path,
+    elf: &Path,
+    realtime: bool,
+    args: &[&str],
+    out: &Path,
+) -> Result<(bool, String)> {
+    let mut cmd = Command::new(perch);
+    cmd.arg("record").arg("--image").arg(elf);
+    if !realtime {
+        cmd.arg("--icount");
+    }
+    let o = cmd
         .arg("-o")
         .arg(out)
         .arg("--save-capture")
@@ -212,7 +220,7 @@ pub fn bench() -> Result<i32> {
         let out = dir.join(format!("{set}.data"));
         let args = append_args(4000, 500, &format!("sample={set}"));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (ok, err) = record_icount(&perch, &elf, &args, &out)?;
+        let (ok, err) = record_with(&perch, &elf, false, &args, &out)?;
         if !ok {
             bail!("recording with sample={set} failed:\n{err}");
         }
@@ -222,22 +230,38 @@ pub fn bench() -> Result<i32> {
         rows.push((format!("wire bytes per sample: {label}"), bytes));
     }
 
-    let mut best = None;
-    for freq in [1_000u64, 4_000, 10_000, 20_000, 50_000, 100_000] {
-        let out = dir.join(format!("rate-{freq}.data"));
-        let args = append_args(freq, 200, "");
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (ok, err) = record_icount(&perch, &elf, &args, &out)?;
-        match (ok, lost(&err)) {
-            (true, Some(0)) => best = Some(freq),
-            _ => break,
+    for (realtime, rates, what) in [
+        (
+            false,
+            &[1_000u64, 4_000, 10_000, 20_000, 50_000, 100_000, 200_000][..],
+            "under icount (UART bytes cost one instruction each)",
+        ),
+        (
+            true,
+            &[250u64, 500, 1_000, 2_000, 4_000][..],
+            "in real time (UART socket at host speed)",
+        ),
+    ] {
+        let mut best = None;
+        for &freq in rates {
+            let out = dir.join(format!("rate-{freq}-{realtime}.data"));
+            let args = append_args(freq, 500, "");
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (ok, err) = record_with(&perch, &elf, realtime, &args, &out)?;
+            match (ok, lost(&err)) {
+                (true, Some(0)) => best = Some(freq),
+                _ => break,
+            }
         }
+        let tried: Vec<String> = rates.iter().map(u64::to_string).collect();
+        rows.push((
+            format!(
+                "highest NMI rate with no loss, {what}; Hz tried: {}",
+                tried.join(" ")
+            ),
+            best.map_or("none".into(), |f| f.to_string()),
+        ));
     }
-    rows.push((
-        "highest NMI rate with no loss (icount, emulated UART; Hz tried: 1k 4k 10k 20k 50k 100k)"
-            .into(),
-        best.map_or("none".into(), |f| f.to_string()),
-    ));
 
     let capture = dir.join("synth-1M.capture");
     let data = dir.join("synth-1M.data");
