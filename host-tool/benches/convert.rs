@@ -1,5 +1,6 @@
 //! `perch convert` throughput: a synthetic capture (wire frames) decoded and
-//! written as perf.data in memory, reported as samples per second.
+//! written as perf.data in memory, reported as samples per second; and the
+//! decoding alone.
 
 use std::io::Cursor;
 use std::path::Path;
@@ -43,6 +44,17 @@ fn convert(c: &mut Criterion) {
             let (out, summary) = conv.finish().expect("converts");
             assert_eq!(summary.written.samples, SAMPLES);
             out.into_inner().len()
+        })
+    });
+    // Decoding alone (wire to model items, what `perch stat` does), to
+    // separate the decoder's share from the perf.data writer's.
+    group.bench_function("wire_decode_only_100k_samples", |b| {
+        b.iter(|| {
+            let mut pump = Pump::new();
+            pump.read_all(&capture[..], &mut |_| Ok(()))
+                .expect("decodes");
+            assert_eq!(pump.stats.samples, SAMPLES);
+            pump.stats.samples
         })
     });
     group.finish();

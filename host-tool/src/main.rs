@@ -374,12 +374,12 @@ fn run(
     match &image_path {
         Some(p) if buildid_cache && image_has_id => match add_to_buildid_cache(p) {
             Ok(()) => eprintln!(
-                "perch: added {} to perf's build-id cache; open it with: perf report -i {}",
+                "perch: added {} to perf's build-id cache; open it with: perf report -i {} --demangle-kernel",
                 p.display(),
                 output.display()
             ),
             Err(e) => eprintln!(
-                "perch: warning: {e}; open it with: perf report -i {} --vmlinux={}",
+                "perch: warning: {e}; open it with: perf report -i {} --vmlinux={} --demangle-kernel",
                 output.display(),
                 p.display()
             ),
@@ -392,7 +392,7 @@ fn run(
                 );
             }
             eprintln!(
-                "perch: open it with: perf report -i {} --vmlinux={}   (or perf script ... --vmlinux={})",
+                "perch: open it with: perf report -i {} --vmlinux={} --demangle-kernel   (or perf script ... --vmlinux={} --demangle-kernel)",
                 output.display(),
                 p.display(),
                 p.display()

@@ -101,6 +101,9 @@ fn convert_writes_perf_data_and_reports_counts() {
         "{}",
         r.stderr
     );
+    // perf demangles symbols of the runtime, mapped as the kernel, only
+    // when asked to (task symbols are demangled by default).
+    assert!(r.stderr.contains("--demangle-kernel"), "{}", r.stderr);
     assert_eq!(&std::fs::read(&out).unwrap()[..8], b"PERFILE2");
 }
 

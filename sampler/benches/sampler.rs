@@ -103,6 +103,18 @@ fn benches(c: &mut Criterion) {
             n
         })
     });
+    // The host's path: records lent in place, no copy per sample.
+    group.bench_function("decode 1024 samples (push_ref)", |b| {
+        b.iter(|| {
+            let mut dec = Box::new(Decoder::new());
+            let mut n = 0usize;
+            dec.push_ref(black_box(&stream), |r| {
+                n += usize::from(r.is_ok());
+            });
+            assert_eq!(n, samples.len());
+            n
+        })
+    });
     group.finish();
 
     let ring: Box<Ring<Sample, 64>> = Box::new(Ring::new());
