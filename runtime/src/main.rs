@@ -91,6 +91,17 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         features.smap
     );
     defmt::info!("runtime up, selftest={=bool}", cfg.selftest);
+    // SAFETY: the runtime runs at CPL 0, and `detect` reads only the MSRs
+    // CPUID advertises (IA32_PERF_CAPABILITIES with PDCM, IA32_MISC_ENABLE
+    // with DS); it writes none.
+    let mut msr = unsafe { arch_x86::msr::CpuMsr::new() };
+    let pmu = arch_x86::cpuid::detect(&arch_x86::cpuid::CpuCpuid, &mut msr);
+    match pmu.missing_reason() {
+        Some(reason) => kprintln!("perch: {reason}; falling back to the NMI clock (cpu-clock)"),
+        None => kprintln!(
+            "perch: PMU found, but this runtime samples with the NMI clock (cpu-clock) only"
+        ),
+    }
     kprintln!("perch: pmu={:?}; overflow source: NMI clock", cfg.pmu);
     match clock::start(cfg.freq_hz) {
         Ok(c) => kprintln!(

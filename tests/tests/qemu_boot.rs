@@ -152,3 +152,16 @@ fn demo_work_splits_50_30_20_under_icount() {
         );
     }
 }
+
+#[test]
+fn missing_pmu_is_reported_and_the_nmi_clock_is_used() {
+    let b = boot("duration=50", TIMEOUT);
+    assert_eq!(b.status, Some(STATUS_PASS), "{}", b.output);
+    assert!(
+        b.output.contains("no PMU: ")
+            && b.output
+                .contains("falling back to the NMI clock (cpu-clock)"),
+        "{}",
+        b.output
+    );
+}
