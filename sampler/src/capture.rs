@@ -29,14 +29,17 @@
 //! registers of a later return to it (a bogus sample).
 //!
 //! # Use from the NMI handler
+//! The sample is built in place in its ring slot ([`Ring::push_with`] and
+//! [`build_sample_into`]): a `Sample` is a few KiB, and moving it by value
+//! costs more than everything else the handler does.
 //! ```
-//! use sampler::capture::{build_sample, InterruptFrame, SampleInput, UserFrame};
+//! use sampler::capture::{build_sample_into, InterruptFrame, SampleInput, UserFrame};
+//! use sampler::drain::NmiRecord;
 //! use sampler::event::{EventConfig, sample_type};
 //! use sampler::regs::{CodeMode, GPR_MASK, Reg, RegFile};
 //! use sampler::ring::Ring;
-//! use sampler::sample::Sample;
 //!
-//! static RING: Ring<Sample, 8> = Ring::new();
+//! static RING: Ring<NmiRecord, 8> = Ring::new();
 //! let mut event = EventConfig::cpu_clock(0, 4000);
 //! event.sample_type |= sample_type::REGS_USER;
 //! event.regs_user = GPR_MASK;
@@ -45,15 +48,25 @@
 //!     code: CodeMode::Long64,
 //! };
 //! let input = SampleInput::new(&event, &frame, UserFrame::NoTask, 1_000, 0, 7, 250_000);
-//! if let Some(sample) = build_sample(&input) {
-//!     RING.push(sample); // drops and counts when full
+//! if !input.excluded() {
+//!     // Drops and counts when full.
+//!     RING.push_with(|rec| {
+//!         build_sample_into(&input, rec.sample_mut());
+//!     });
 //! }
+//! let ip = RING.pop_with(|rec| match rec {
+//!     NmiRecord::Sample(s) => s.ip,
+//!     _ => 0,
+//! });
+//! assert_eq!(ip, Some(0x40_1234));
 //! ```
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::event::{EventConfig, UserRegsMode, sample_type as st};
-use crate::regs::{CodeMode, Reg, RegFile, RegsSample};
+use crate::regs::{
+    CodeMode, NUM_GPR_SLOTS, R8_R15_MASK, Reg, RegFile, RegsSample, VALID_MASK_WITH_XMM,
+};
 use crate::ring::Ring;
 use crate::sample::{
     BranchStack, CpuMode, MAX_CALLCHAIN, MemInfo, PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER, Sample,
@@ -150,6 +163,79 @@ impl<'a> SampleInput<'a> {
     }
 }
 
+impl SampleInput<'_> {
+    /// True when the event excludes the interrupted mode (exclude_user /
+    /// exclude_kernel): no sample is taken. Check it before claiming a ring
+    /// slot for [`build_sample_into`].
+    pub fn excluded(&self) -> bool {
+        let mode = self.interrupted.cpumode();
+        (mode == CpuMode::User && self.event.exclude_user)
+            || (mode == CpuMode::Kernel && self.event.exclude_kernel)
+    }
+}
+
+/// Writes the registers of `file` under `mask` into `out` in place, with
+/// the same result as [`RegsSample::from_file`]: contiguous runs of the mask
+/// are copied as slices, XMM bits read 0, and a compat task's R8-R15 read 0.
+/// Only the values in use are written; nothing is zeroed first.
+pub fn fill_regs(out: &mut RegsSample, file: &RegFile, mask: u64, mode: CodeMode) {
+    let mask = mask & VALID_MASK_WITH_XMM;
+    out.abi = mode.abi();
+    out.mask = mask;
+    out.values.clear();
+    let mut m = mask;
+    while m != 0 {
+        let start = m.trailing_zeros() as usize;
+        // `m >> start` has bit 0 set, so the run is at least 1 long and
+        // ends at or below bit 64.
+        let end = start + (!(m >> start)).trailing_zeros() as usize;
+        let in_file = end.min(NUM_GPR_SLOTS);
+        if start < in_file {
+            // Cannot fail: at most 56 bits of VALID_MASK_WITH_XMM are set.
+            let _ = out.values.extend_from_slice(&file.0[start..in_file]);
+        }
+        for _ in start.max(in_file)..end {
+            let _ = out.values.push(0);
+        }
+        m = if end >= 64 { 0 } else { m & (u64::MAX << end) };
+    }
+    if mode == CodeMode::Compat32 {
+        let first = (mask & ((1 << Reg::R8.index()) - 1)).count_ones() as usize;
+        let n = (mask & R8_R15_MASK).count_ones() as usize;
+        out.values[first..first + n].fill(0);
+    }
+}
+
+/// Sets `out` to ABI_NONE with `mask`, in place.
+fn set_regs_none(out: &mut RegsSample, mask: u64) {
+    out.abi = crate::regs::Abi::None;
+    out.mask = mask;
+    out.values.clear();
+}
+
+/// [`user_regs`] written into `out` in place.
+pub fn user_regs_into(
+    out: &mut RegsSample,
+    mask: u64,
+    interrupted: &InterruptFrame,
+    pebs: Option<&RegFile>,
+    user_frame: UserFrame<'_>,
+) {
+    if interrupted.cpumode() == CpuMode::User {
+        let file = pebs.unwrap_or(&interrupted.regs);
+        return fill_regs(out, file, mask, interrupted.code);
+    }
+    match user_frame {
+        UserFrame::Complete(f) if f.cpumode() == CpuMode::User => {
+            fill_regs(out, &f.regs, mask, f.code)
+        }
+        // A "saved user frame" that is not a user frame is not complete.
+        UserFrame::Complete(_) | UserFrame::InWindow | UserFrame::NoTask => {
+            set_regs_none(out, mask)
+        }
+    }
+}
+
 /// User registers per the rules in the module docs.
 pub fn user_regs(
     mask: u64,
@@ -177,25 +263,37 @@ pub fn user_regs(
 /// runtime, the sample's user registers are a placeholder (ABI_NONE with the
 /// event's mask); pass it to [`DeferredUserRegs::defer`].
 ///
-/// NMI-safe: bounded copies only.
+/// A by-value wrapper around [`build_sample_into`]; the NMI handler should
+/// build in place in its ring slot instead.
 pub fn build_sample(input: &SampleInput<'_>) -> Option<Sample> {
+    let mut s = Sample::default();
+    build_sample_into(input, &mut s).then_some(s)
+}
+
+/// Builds the sample for one overflow in place in `s` (typically a ring
+/// slot from [`Ring::push_with`], holding an older sample): every field is
+/// overwritten, but only the parts in use are written (vector lengths set,
+/// register values up to the mask's popcount, optional fields reused where
+/// present), so nothing is zeroed or moved by value. Returns false, leaving
+/// `s` untouched, when [`SampleInput::excluded`].
+///
+/// NMI-safe: bounded copies only.
+pub fn build_sample_into(input: &SampleInput<'_>, s: &mut Sample) -> bool {
+    if input.excluded() {
+        return false;
+    }
     let e = input.event;
     let frame = input.interrupted;
     let mode = frame.cpumode();
-    if (mode == CpuMode::User && e.exclude_user) || (mode == CpuMode::Kernel && e.exclude_kernel) {
-        return None;
-    }
-    let mut s = Sample {
-        event: e.id,
-        cpumode: mode,
-        ip: input.precise_ip.unwrap_or(frame.regs.get(Reg::Ip)),
-        pid: input.pid,
-        tid: input.tid,
-        time: input.time,
-        cpu: input.cpu,
-        period: input.period,
-        ..Default::default()
-    };
+    s.event = e.id;
+    s.cpumode = mode;
+    s.ip = input.precise_ip.unwrap_or(frame.regs.get(Reg::Ip));
+    s.pid = input.pid;
+    s.tid = input.tid;
+    s.time = input.time;
+    s.cpu = input.cpu;
+    s.period = input.period;
+    s.callchain.clear();
     if e.has(st::CALLCHAIN) {
         let depth = usize::from(e.max_stack).min(MAX_CALLCHAIN);
         let chain = &input.callchain[..input.callchain.len().min(depth)];
@@ -203,25 +301,42 @@ pub fn build_sample(input: &SampleInput<'_>) -> Option<Sample> {
         let _ = s.callchain.extend_from_slice(chain);
     }
     if e.has(st::BRANCH_STACK) {
-        s.branches = Some(input.branches.cloned().unwrap_or_default());
+        let b = s.branches.get_or_insert_with(BranchStack::default);
+        b.entries.clear();
+        match input.branches {
+            Some(src) => {
+                b.hw_idx = src.hw_idx;
+                // Cannot fail: same capacity.
+                let _ = b.entries.extend_from_slice(&src.entries);
+            }
+            None => b.hw_idx = 0,
+        }
+    } else {
+        s.branches = None;
     }
     if e.has(st::REGS_USER) {
-        s.regs_user = Some(
-            if e.user_regs_mode == UserRegsMode::AtReturnToUser && mode == CpuMode::Kernel {
-                RegsSample::none(e.regs_user)
-            } else {
-                user_regs(e.regs_user, frame, input.pebs_regs, input.user_frame)
-            },
-        );
+        let r = s.regs_user.get_or_insert_with(RegsSample::default);
+        if e.user_regs_mode == UserRegsMode::AtReturnToUser && mode == CpuMode::Kernel {
+            set_regs_none(r, e.regs_user);
+        } else {
+            user_regs_into(r, e.regs_user, frame, input.pebs_regs, input.user_frame);
+        }
+    } else {
+        s.regs_user = None;
     }
     if e.has(st::REGS_INTR) {
         let file = input.pebs_regs.unwrap_or(&frame.regs);
-        s.regs_intr = Some(RegsSample::from_file(file, e.regs_intr, frame.code));
+        let r = s.regs_intr.get_or_insert_with(RegsSample::default);
+        fill_regs(r, file, e.regs_intr, frame.code);
+    } else {
+        s.regs_intr = None;
     }
-    if e.sample_type & (st::WEIGHT | st::WEIGHT_STRUCT | st::DATA_SRC | st::ADDR) != 0 {
-        s.mem = Some(input.mem.unwrap_or_default());
-    }
-    Some(s)
+    s.mem = if e.sample_type & (st::WEIGHT | st::WEIGHT_STRUCT | st::DATA_SRC | st::ADDR) != 0 {
+        Some(input.mem.unwrap_or_default())
+    } else {
+        None
+    };
+    true
 }
 
 /// True when `s` must go through [`DeferredUserRegs`] (return-to-user mode

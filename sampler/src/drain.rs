@@ -20,6 +20,41 @@ pub enum NmiRecord {
     Unthrottle(ThrottleEvent),
 }
 
+/// An empty sample: what a never-used ring slot holds before
+/// [`Ring::push_with`] fills it.
+impl Default for NmiRecord {
+    fn default() -> Self {
+        NmiRecord::Sample(Sample::default())
+    }
+}
+
+impl NmiRecord {
+    /// The sample this record holds, turning it into an (empty) sample
+    /// record first if it holds something else. With [`Ring::push_with`]
+    /// the slot usually holds an older sample already, which is reused in
+    /// place: pass the result to [`crate::capture::build_sample_into`].
+    pub fn sample_mut(&mut self) -> &mut Sample {
+        if !matches!(self, NmiRecord::Sample(_)) {
+            *self = NmiRecord::Sample(Sample::default());
+        }
+        match self {
+            NmiRecord::Sample(s) => s,
+            // Set just above.
+            NmiRecord::Throttle(_) | NmiRecord::Unthrottle(_) => unreachable!(),
+        }
+    }
+
+    /// The wire record for this queued record (the sample is copied, so
+    /// the ring slot keeps it for reuse).
+    pub fn to_record(&self) -> Record {
+        match self {
+            NmiRecord::Sample(s) => Record::Sample(s.clone()),
+            NmiRecord::Throttle(t) => Record::Throttle(*t),
+            NmiRecord::Unthrottle(t) => Record::Unthrottle(*t),
+        }
+    }
+}
+
 impl From<NmiRecord> for Record {
     fn from(r: NmiRecord) -> Record {
         match r {
@@ -82,11 +117,13 @@ pub fn drain_step<const R: usize, const T: usize, E>(
         stats.lost = lost;
     }
     for _ in 0..max {
-        let Some(item) = ring.pop() else { break };
-        let is_sample = matches!(item, NmiRecord::Sample(_));
-        let n = encoder
-            .encode(&Record::from(item), buf)
-            .map_err(DrainError::Encode)?;
+        // Consumed in place: the slot keeps its sample for the next
+        // `push_with`, so the NMI handler does not re-initialise it.
+        let Some(rec) = ring.pop_with(|item| item.to_record()) else {
+            break;
+        };
+        let is_sample = matches!(rec, Record::Sample(_));
+        let n = encoder.encode(&rec, buf).map_err(DrainError::Encode)?;
         write(&buf[..n]).map_err(DrainError::Write)?;
         stats.frames += 1;
         stats.samples += usize::from(is_sample);

@@ -15,6 +15,17 @@
 //! - a producer that finds its slot not yet freed drops the sample and
 //!   counts it: the ring is full.
 //!
+//! # In-place production and consumption
+//! [`Ring::push_with`] hands the producer the claimed slot as `&mut T` and
+//! [`Ring::pop_with`] hands the consumer the published slot as `&mut T`, so
+//! a large record (a sample of a few KiB) is written and read where it
+//! lies instead of being moved by value through the NMI handler. Slots
+//! therefore stay initialised after [`Ring::pop_with`]: each slot carries a
+//! `live` flag, owned like the value by whoever holds the slot's position,
+//! and a never-used (or moved-out) slot is first set to `T::default()`.
+//! The value `push_with` sees is whatever the slot held last: the producer
+//! overwrites what it publishes.
+//!
 //! No operation blocks, allocates, or loops waiting for another context: the
 //! only retry loop is the tail CAS, which fails only when a nested producer
 //! completed a claim in between, so it makes progress every iteration.
@@ -38,6 +49,10 @@ struct Slot<T> {
     /// capacity of 1; storing it relative to the index lets every slot
     /// start at 0 in a `const fn`.
     stamp: AtomicUsize,
+    /// Whether `value` holds an initialised `T`. Read and written only by
+    /// the context that owns the slot's current position (or by `Drop`),
+    /// with the same hand-over as `value`.
+    live: UnsafeCell<bool>,
     value: UnsafeCell<MaybeUninit<T>>,
 }
 
@@ -45,8 +60,44 @@ impl<T> Slot<T> {
     const fn empty() -> Self {
         Slot {
             stamp: AtomicUsize::new(0),
+            live: UnsafeCell::new(false),
             value: UnsafeCell::new(MaybeUninit::uninit()),
         }
+    }
+}
+
+/// A claimed producer position; publishes the slot when dropped, so a
+/// panicking `push_with` closure cannot leave the consumer stuck.
+struct Claim<'a, T> {
+    slot: &'a Slot<T>,
+    pos: usize,
+    base: usize,
+}
+
+impl<T> Drop for Claim<'_, T> {
+    fn drop(&mut self) {
+        let published = self.pos.wrapping_mul(2).wrapping_add(1);
+        self.slot
+            .stamp
+            .store(published.wrapping_sub(self.base), Ordering::Release);
+    }
+}
+
+/// A claimed consumer position; hands the slot back to producers when
+/// dropped.
+struct Consume<'a, T> {
+    slot: &'a Slot<T>,
+    pos: usize,
+    base: usize,
+    cap: usize,
+}
+
+impl<T> Drop for Consume<'_, T> {
+    fn drop(&mut self) {
+        let freed = self.pos.wrapping_add(self.cap).wrapping_mul(2);
+        self.slot
+            .stamp
+            .store(freed.wrapping_sub(self.base), Ordering::Release);
     }
 }
 
@@ -168,6 +219,59 @@ impl<T, const N: usize> Ring<T, N> {
     /// Pushes `value`; NMI-safe. Returns false (and counts the loss) when
     /// the ring is full; the value is dropped.
     pub fn push(&self, value: T) -> bool {
+        let Some(claim) = self.claim() else {
+            return false;
+        };
+        // SAFETY: the claim gives this context exclusive ownership of the
+        // slot (value and live flag) until it is dropped below; `live` says
+        // whether the old value must be dropped before the write.
+        unsafe {
+            let live = &mut *claim.slot.live.get();
+            let cell = &mut *claim.slot.value.get();
+            if *live {
+                cell.assume_init_drop();
+            }
+            cell.write(value);
+            *live = true;
+        }
+        drop(claim);
+        true
+    }
+
+    /// Pushes a value written in place; NMI-safe. `fill` gets the claimed
+    /// slot as `&mut T`, holding the value the slot last held (left there by
+    /// [`Ring::pop_with`]) or `T::default()` for a slot never used or moved
+    /// out by [`Ring::pop`]; it must overwrite every part of the value it
+    /// means to publish. Returns false (and counts the loss) when the ring
+    /// is full; `fill` is then not called. The slot is published when
+    /// `fill` returns, or unwinds.
+    pub fn push_with(&self, fill: impl FnOnce(&mut T)) -> bool
+    where
+        T: Default,
+    {
+        let Some(claim) = self.claim() else {
+            return false;
+        };
+        // SAFETY: the claim gives this context exclusive ownership of the
+        // slot until it is dropped (after `fill`); a slot that is not live
+        // is initialised first, so the reference points to a valid `T`.
+        let value = unsafe {
+            let live = &mut *claim.slot.live.get();
+            let cell = &mut *claim.slot.value.get();
+            if !*live {
+                cell.write(T::default());
+                *live = true;
+            }
+            cell.assume_init_mut()
+        };
+        fill(value);
+        drop(claim);
+        true
+    }
+
+    /// Claims the next producer position: counts the attempt, and the loss
+    /// when the ring is full.
+    fn claim(&self) -> Option<Claim<'_, T>> {
         self.taken.fetch_add(1, Ordering::Relaxed);
         let cap = self.cap.load(Ordering::Relaxed);
         let mut pos = self.tail.load(Ordering::Relaxed);
@@ -184,24 +288,17 @@ impl<T, const N: usize> Ring<T, N> {
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 ) {
-                    Ok(_) => {
-                        // SAFETY: the successful CAS gave this context
-                        // exclusive ownership of position `pos`, whose slot
-                        // the consumer has freed (stamp == pos); nobody
-                        // else touches the value until the release store
-                        // below publishes it.
-                        unsafe { (*slot.value.get()).write(value) };
-                        let published = pos.wrapping_mul(2).wrapping_add(1);
-                        slot.stamp
-                            .store(published.wrapping_sub(base), Ordering::Release);
-                        return true;
-                    }
+                    // The successful CAS gave this context exclusive
+                    // ownership of position `pos`, whose slot the consumer
+                    // has freed (stamp == pos); nobody else touches the
+                    // slot until the claim's release store publishes it.
+                    Ok(_) => return Some(Claim { slot, pos, base }),
                     Err(now) => pos = now,
                 }
             } else if diff < 0 {
                 // The slot still holds an unconsumed value: full.
                 self.lost.fetch_add(1, Ordering::Relaxed);
-                return false;
+                return None;
             } else {
                 // Another producer claimed `pos` meanwhile: move on. The
                 // tail has necessarily advanced; if it has not, the state
@@ -210,7 +307,7 @@ impl<T, const N: usize> Ring<T, N> {
                 let now = self.tail.load(Ordering::Relaxed);
                 if now == pos {
                     self.lost.fetch_add(1, Ordering::Relaxed);
-                    return false;
+                    return None;
                 }
                 pos = now;
             }
@@ -221,6 +318,39 @@ impl<T, const N: usize> Ring<T, N> {
     /// the oldest slot is claimed but not yet published (its producer was
     /// interrupted); call again later.
     pub fn pop(&self) -> Option<T> {
+        let c = self.consume()?;
+        // SAFETY: the consumer claim says the producer of this position
+        // published a value and makes this context its only reader; `live`
+        // is true for every published slot. The value is moved out, so the
+        // slot is marked not live before the claim hands it back.
+        let value = unsafe {
+            *c.slot.live.get() = false;
+            (*c.slot.value.get()).assume_init_read()
+        };
+        drop(c);
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+        Some(value)
+    }
+
+    /// Consumes the oldest published value in place: `read` gets it as
+    /// `&mut T` and the slot keeps it (a later [`Ring::push_with`] reuses
+    /// it). Returns `None`, without calling `read`, in the cases
+    /// [`Ring::pop`] does.
+    pub fn pop_with<R>(&self, read: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let c = self.consume()?;
+        // SAFETY: as in `pop`: the published slot is live and owned by this
+        // context until the claim is dropped, after `read`.
+        let value = unsafe { (*c.slot.value.get()).assume_init_mut() };
+        // Counted before `read` runs, so an unwinding `read` (which still
+        // frees the slot) keeps `taken = delivered + lost` exact.
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+        let r = read(value);
+        drop(c);
+        Some(r)
+    }
+
+    /// Claims the oldest published position for the consumer.
+    fn consume(&self) -> Option<Consume<'_, T>> {
         let cap = self.cap.load(Ordering::Relaxed);
         let mut pos = self.head.load(Ordering::Relaxed);
         loop {
@@ -236,17 +366,17 @@ impl<T, const N: usize> Ring<T, N> {
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 ) {
+                    // The stamp (acquire) says the producer of `pos`
+                    // published an initialised value, and the CAS made this
+                    // context its only reader until the claim's release
+                    // store hands the slot back.
                     Ok(_) => {
-                        // SAFETY: the stamp (acquire) says the producer of
-                        // `pos` published an initialised value, and the CAS
-                        // made this context its only reader; the release
-                        // store below hands the now-empty slot back.
-                        let value = unsafe { (*slot.value.get()).assume_init_read() };
-                        let freed = pos.wrapping_add(cap).wrapping_mul(2);
-                        slot.stamp
-                            .store(freed.wrapping_sub(base), Ordering::Release);
-                        self.delivered.fetch_add(1, Ordering::Relaxed);
-                        return Some(value);
+                        return Some(Consume {
+                            slot,
+                            pos,
+                            base,
+                            cap,
+                        });
                     }
                     Err(now) => pos = now,
                 }
@@ -298,7 +428,15 @@ impl<T, const N: usize> Ring<T, N> {
 
 impl<T, const N: usize> Drop for Ring<T, N> {
     fn drop(&mut self) {
-        while self.pop().is_some() {}
+        // `&mut self`: no push or pop is in progress, so every slot is
+        // either live (published, or consumed in place) or empty.
+        for slot in &mut self.slots {
+            if *slot.live.get_mut() {
+                // SAFETY: a live slot holds an initialised value that
+                // nothing else owns; it is dropped exactly once here.
+                unsafe { slot.value.get_mut().assume_init_drop() };
+            }
+        }
     }
 }
 
@@ -368,7 +506,10 @@ mod tests {
         // The interrupted producer publishes.
         // SAFETY: position 0 was claimed above by this test, and nothing
         // else reads slot 0 until its stamp is advanced.
-        unsafe { (*r.slots[0].value.get()).write(6) };
+        unsafe {
+            (*r.slots[0].value.get()).write(6);
+            *r.slots[0].live.get() = true;
+        }
         r.slots[0].stamp.store(1, Ordering::Release); // 2 * 0 + 1: published
         assert_eq!(r.pop(), Some(6));
         assert_eq!(r.pop(), Some(7));
@@ -387,17 +528,102 @@ mod tests {
         assert_eq!(Rc::strong_count(&counted), 1);
     }
 
+    #[test]
+    fn in_place_push_and_pop_reuse_the_slot_value() {
+        let r: Ring<[u32; 4], 2> = Ring::new();
+        assert!(r.push_with(|v| {
+            assert_eq!(*v, [0; 4], "a never-used slot starts at Default");
+            v[0] = 1;
+        }));
+        assert!(r.push_with(|v| v[1] = 2));
+        assert!(!r.push_with(|_| panic!("not called when full")));
+        assert_eq!(r.pop_with(|v| *v), Some([1, 0, 0, 0]));
+        // Slot 0 kept its value: the producer sees it and overwrites.
+        assert!(r.push_with(|v| {
+            assert_eq!(*v, [1, 0, 0, 0]);
+            *v = [7, 7, 7, 7];
+        }));
+        assert_eq!(r.pop(), Some([0, 2, 0, 0]));
+        // Slot 1 was moved out: back to Default.
+        assert!(r.push_with(|v| assert_eq!(*v, [0; 4])));
+        assert_eq!(r.pop_with(|v| v[0]), Some(7));
+        assert_eq!(r.pop_with(|v| v[0]), Some(0));
+        assert_eq!(r.pop_with(|_| ()), None);
+        assert_eq!(
+            r.stats(),
+            RingStats {
+                taken: 5,
+                delivered: 4,
+                lost: 1
+            }
+        );
+    }
+
+    #[test]
+    fn values_consumed_in_place_are_dropped_once() {
+        use std::rc::Rc;
+        #[derive(Default)]
+        struct Held(Option<Rc<()>>);
+        let counted = Rc::new(());
+        {
+            let r: Ring<Held, 4> = Ring::new();
+            r.push_with(|h| h.0 = Some(counted.clone()));
+            r.push(Held(Some(counted.clone())));
+            r.push(Held(Some(counted.clone())));
+            assert_eq!(Rc::strong_count(&counted), 4);
+            r.pop_with(|_| ()); // stays in its slot
+            assert!(r.pop().is_some()); // moved out and dropped
+            assert_eq!(Rc::strong_count(&counted), 3);
+            // `push` over a slot consumed in place drops the old value.
+            for _ in 0..3 {
+                r.pop_with(|_| ());
+                r.push(Held(None));
+            }
+            assert_eq!(Rc::strong_count(&counted), 2);
+        }
+        assert_eq!(
+            Rc::strong_count(&counted),
+            1,
+            "the rest dropped with the ring"
+        );
+    }
+
+    #[test]
+    fn a_panicking_fill_or_read_still_publishes_and_frees() {
+        let r: Ring<u32, 2> = Ring::new();
+        let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            r.push_with(|v| {
+                *v = 5;
+                panic!("fill failed");
+            })
+        }));
+        assert!(p.is_err());
+        assert_eq!(r.pop_with(|v| *v), Some(5), "published, not stuck");
+        assert!(r.push(6));
+        let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            r.pop_with(|_| panic!("read failed"))
+        }));
+        assert!(p.is_err());
+        assert!(r.push(7) && r.push(8), "the slot was handed back");
+        let s = r.stats();
+        assert_eq!(s.taken, s.delivered + s.lost + r.len() as u64);
+    }
+
     #[derive(Clone, Debug)]
     enum Op {
         Push(u16),
+        PushWith(u16),
         Pop,
+        PopWith,
         Lost,
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             any::<u16>().prop_map(Op::Push),
+            any::<u16>().prop_map(Op::PushWith),
             Just(Op::Pop),
+            Just(Op::PopWith),
             Just(Op::Lost)
         ]
     }
@@ -420,7 +646,14 @@ mod tests {
                         prop_assert_eq!(r.push(v), fits);
                         if fits { model.push_back(v) } else { lost += 1; unreported += 1; }
                     }
+                    Op::PushWith(v) => {
+                        taken += 1;
+                        let fits = model.len() < cap;
+                        prop_assert_eq!(r.push_with(|slot| *slot = v), fits);
+                        if fits { model.push_back(v) } else { lost += 1; unreported += 1; }
+                    }
                     Op::Pop => prop_assert_eq!(r.pop(), model.pop_front()),
+                    Op::PopWith => prop_assert_eq!(r.pop_with(|v| *v), model.pop_front()),
                     Op::Lost => { prop_assert_eq!(r.take_lost(), unreported); unreported = 0; }
                 }
                 prop_assert_eq!(r.len(), model.len());

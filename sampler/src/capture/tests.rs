@@ -284,3 +284,165 @@ fn return_to_user_mode_completes_parked_samples() {
     assert_eq!(store.abandon(|s| abandoned.push(s)), 1);
     assert_eq!(abandoned[0].regs_user.as_ref().unwrap().abi, Abi::None);
 }
+
+mod in_place {
+    use super::*;
+    use crate::regs::{VALID_MASK_WITH_XMM, XMM_MASK};
+    use crate::sample::{BranchEntry, MemInfo};
+    use proptest::prelude::*;
+
+    /// A sample with every field set to something a new sample must not
+    /// keep: what a reused ring slot holds.
+    fn dirty() -> Sample {
+        let mut regs = RegsSample::from_file(
+            &frame(7, USER_CS64, CodeMode::Long64).regs,
+            GPR_MASK | XMM_MASK,
+            CodeMode::Long64,
+        );
+        regs.abi = Abi::Bits32;
+        let mut branches = BranchStack {
+            hw_idx: 99,
+            ..Default::default()
+        };
+        for i in 0..32 {
+            branches
+                .entries
+                .push(BranchEntry {
+                    from: i,
+                    to: i + 1,
+                    ..Default::default()
+                })
+                .unwrap();
+        }
+        Sample {
+            event: 77,
+            cpumode: CpuMode::Kernel,
+            ip: 1,
+            pid: 2,
+            tid: 3,
+            time: 4,
+            cpu: 5,
+            period: 6,
+            callchain: (0..MAX_CALLCHAIN as u64).collect(),
+            branches: Some(branches),
+            regs_user: Some(regs.clone()),
+            regs_intr: Some(regs),
+            mem: Some(MemInfo {
+                addr: 1,
+                weight: 2,
+                ins_lat: 3,
+                data_src: 4,
+            }),
+        }
+    }
+
+    fn any_file() -> impl Strategy<Value = RegFile> {
+        proptest::array::uniform24(any::<u64>()).prop_map(RegFile)
+    }
+
+    fn any_code() -> impl Strategy<Value = CodeMode> {
+        prop_oneof![Just(CodeMode::Long64), Just(CodeMode::Compat32)]
+    }
+
+    proptest! {
+        /// In-place register filling gives exactly `RegsSample::from_file`,
+        /// for any mask (reserved bits and all), mode and prior content.
+        #[test]
+        fn fill_regs_matches_from_file(file in any_file(), mask in any::<u64>(), code in any_code(), prior in any::<u64>()) {
+            let mut out = RegsSample::from_file(&file, prior, CodeMode::Long64);
+            fill_regs(&mut out, &file, mask, code);
+            prop_assert_eq!(&out, &RegsSample::from_file(&file, mask, code));
+            prop_assert_eq!(out.values.len(), (mask & VALID_MASK_WITH_XMM).count_ones() as usize);
+        }
+
+        /// Building into a slot that holds an older, fully populated sample
+        /// gives the same sample as building from scratch, for every
+        /// sample_type combination, mode, user-frame state and exclusion.
+        #[test]
+        fn building_in_place_over_an_old_sample_equals_building_fresh(
+            bits in any::<u8>(),
+            at_return in any::<bool>(),
+            cs in prop_oneof![Just(USER_CS64), Just(USER_CS32), Just(KERNEL_CS)],
+            saved_state in 0u8..3,
+            chain_len in 0usize..=MAX_CALLCHAIN,
+            max_stack in 0u16..80,
+            with_inputs in any::<bool>(),
+            mask in any::<u64>(),
+        ) {
+            let mut e = EventConfig::cpu_clock(9, 4000);
+            for (i, bit) in [st::CALLCHAIN, st::BRANCH_STACK, st::REGS_USER, st::REGS_INTR, st::WEIGHT, st::ADDR].into_iter().enumerate() {
+                if bits & (1 << i) != 0 {
+                    e.sample_type |= bit;
+                }
+            }
+            e.exclude_user = bits & 0x40 != 0;
+            e.exclude_kernel = bits & 0x80 != 0;
+            e.regs_user = mask;
+            e.regs_intr = mask.rotate_left(7);
+            e.max_stack = max_stack;
+            if at_return {
+                e.user_regs_mode = UserRegsMode::AtReturnToUser;
+            }
+            let code = if cs == USER_CS32 { CodeMode::Compat32 } else { CodeMode::Long64 };
+            let nmi = frame(1, cs, code);
+            let saved = frame(2, USER_CS64, CodeMode::Long64);
+            let user_frame = match saved_state {
+                0 => UserFrame::Complete(&saved),
+                1 => UserFrame::InWindow,
+                _ => UserFrame::NoTask,
+            };
+            let chain: std::vec::Vec<u64> = (100..100 + chain_len as u64).collect();
+            let pebs = frame(3, cs, code).regs;
+            let mut branches = BranchStack { hw_idx: 5, ..Default::default() };
+            branches.entries.push(BranchEntry { from: 10, to: 20, ..Default::default() }).unwrap();
+            let mut input = SampleInput::new(&e, &nmi, user_frame, 11, 2, 8, 300);
+            input.callchain = &chain;
+            if with_inputs {
+                input.pebs_regs = Some(&pebs);
+                input.branches = Some(&branches);
+                input.precise_ip = Some(0xabc);
+                input.mem = Some(MemInfo { addr: 8, weight: 9, ins_lat: 1, data_src: 2 });
+            }
+            let fresh = build_sample(&input);
+            let mut slot = dirty();
+            let built = build_sample_into(&input, &mut slot);
+            prop_assert_eq!(built, !input.excluded());
+            match fresh {
+                Some(f) => prop_assert_eq!(slot, f),
+                None => prop_assert_eq!(slot, dirty(), "an excluded sample leaves the slot alone"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_default_sample_goes_straight_into_a_ring_slot() {
+        use crate::drain::NmiRecord;
+        use crate::wire::ThrottleEvent;
+        let mut e = EventConfig::cpu_clock(0, 4000);
+        e.sample_type |= st::REGS_USER | st::CALLCHAIN;
+        e.regs_user = GPR_MASK;
+        let ring: Ring<NmiRecord, 2> = Ring::new();
+        // A slot that last held a throttle record becomes a sample.
+        ring.push(NmiRecord::Throttle(ThrottleEvent {
+            time: 1,
+            cpu: 0,
+            event: 0,
+        }));
+        assert!(ring.pop_with(|_| ()).is_some());
+        for round in 0..4u64 {
+            let nmi = frame(round, USER_CS64, CodeMode::Long64);
+            let chain = [PERF_CONTEXT_USER, 0x40_0000 + round];
+            let mut input = SampleInput::new(&e, &nmi, UserFrame::NoTask, round, 0, 1, 250);
+            input.callchain = &chain;
+            assert!(ring.push_with(|rec| {
+                assert!(build_sample_into(&input, rec.sample_mut()));
+            }));
+            let got = ring.pop_with(|rec| rec.clone()).unwrap();
+            assert_eq!(
+                got,
+                NmiRecord::Sample(build_sample(&input).unwrap()),
+                "round {round}"
+            );
+        }
+    }
+}
