@@ -4,12 +4,11 @@
 //! Also checks the target's End counters against what arrived, so every
 //! sample the target took is either in the file or counted as lost.
 
-use std::io::{Seek, Write};
-
 use thiserror::Error;
 
 use crate::image::Image;
 use crate::model::{EndCounters, EventKind, EventSource, Hello, Item, SampleView, TaskInfo};
+use crate::output::OwnedWrite;
 use crate::perf_abi::{self, context, misc};
 use crate::perf_data::{
     AttrSpec, BuildIdEntry, FileMeta, PerfDataWriter, SampleRecord, WriteError, WriteStats,
@@ -81,7 +80,7 @@ pub fn hex(b: &[u8]) -> String {
 }
 
 /// Streams items into a perf.data file.
-pub struct Converter<W: Write + Seek> {
+pub struct Converter<W: OwnedWrite> {
     out: Option<W>,
     writer: Option<PerfDataWriter<W>>,
     options: ConvertOptions,
@@ -93,7 +92,7 @@ pub struct Converter<W: Write + Seek> {
     summary: ConvertSummary,
 }
 
-impl<W: Write + Seek> Converter<W> {
+impl<W: OwnedWrite> Converter<W> {
     /// A converter writing to `out` once the Hello arrives.
     pub fn new(out: W, options: ConvertOptions) -> Self {
         Converter {

@@ -1,12 +1,32 @@
 //! An output file written from a second thread: the converter fills large
 //! buffers while the previous one is being copied into the page cache, so
 //! the kernel's share of writing a big perf.data overlaps the decoding
-//! instead of following it.
+//! instead of following it. Whole buffers can also be handed over without
+//! a copy ([`OwnedWrite`]).
 
 use std::fs::File;
-use std::io::{self, Seek, SeekFrom, Write};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::io::{self, Cursor, Seek, SeekFrom, Write};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::thread::JoinHandle;
+
+/// An output that can take a filled buffer by value. The default copies
+/// `buf[from..]` with `write_all`; [`BackgroundFile`] hands the buffer
+/// itself to its writing thread, so big record batches are never copied
+/// a second time.
+pub trait OwnedWrite: Write + Seek {
+    /// Writes `buf[from..]` after everything written before, and returns
+    /// an empty buffer for the caller to fill next (the same one, or one
+    /// coming back from the writing thread).
+    fn write_owned(&mut self, mut buf: Vec<u8>, from: usize) -> io::Result<Vec<u8>> {
+        self.write_all(&buf[from..])?;
+        buf.clear();
+        Ok(buf)
+    }
+}
+
+impl OwnedWrite for File {}
+impl OwnedWrite for Cursor<Vec<u8>> {}
+impl OwnedWrite for Cursor<&mut Vec<u8>> {}
 
 /// Bytes collected before a buffer is handed to the writing thread.
 pub const CHUNK: usize = 1 << 20;
@@ -27,8 +47,11 @@ pub struct BackgroundFile {
     file: Option<File>,
 }
 
+/// A buffer on its way to the thread, written from the given offset.
+type Chunk = (Vec<u8>, usize);
+
 struct Pipe {
-    full: SyncSender<Vec<u8>>,
+    full: SyncSender<Chunk>,
     empty: Receiver<Vec<u8>>,
     thread: JoinHandle<io::Result<File>>,
 }
@@ -36,18 +59,20 @@ struct Pipe {
 impl BackgroundFile {
     /// Starts the writing thread for `file`.
     pub fn new(file: File) -> io::Result<Self> {
-        let (full_tx, full_rx) = sync_channel::<Vec<u8>>(BUFFERS);
-        let (empty_tx, empty_rx) = sync_channel::<Vec<u8>>(BUFFERS);
+        let (full_tx, full_rx) = sync_channel::<Chunk>(BUFFERS);
+        // Unbounded: buffers handed over by `write_owned` join the pool, and
+        // the thread must never wait to give one back.
+        let (empty_tx, empty_rx): (Sender<Vec<u8>>, _) = channel();
         for _ in 1..BUFFERS {
-            // Cannot fail: the channel has room for every spare buffer.
+            // Cannot fail: the receiver is alive.
             let _ = empty_tx.send(Vec::with_capacity(CHUNK));
         }
         let thread = std::thread::Builder::new()
             .name("perf.data writer".into())
             .spawn(move || -> io::Result<File> {
                 let mut file = file;
-                for mut b in full_rx {
-                    file.write_all(&b)?;
+                for (mut b, from) in full_rx {
+                    file.write_all(&b[from..])?;
                     b.clear();
                     // The other side may already be gone (finishing).
                     let _ = empty_tx.send(b);
@@ -76,7 +101,7 @@ impl BackgroundFile {
             Err(_) => return self.join().map(|_| ()),
         };
         let full = std::mem::replace(&mut self.buf, next);
-        if pipe.full.send(full).is_err() {
+        if pipe.full.send((full, 0)).is_err() {
             return self.join().map(|_| ());
         }
         Ok(())
@@ -86,7 +111,7 @@ impl BackgroundFile {
     fn join(&mut self) -> io::Result<&mut File> {
         if let Some(pipe) = self.pipe.take() {
             let rest = std::mem::take(&mut self.buf);
-            let sent = rest.is_empty() || pipe.full.send(rest).is_ok();
+            let sent = rest.is_empty() || pipe.full.send((rest, 0)).is_ok();
             drop(pipe.full);
             let file = pipe
                 .thread
@@ -110,6 +135,40 @@ impl BackgroundFile {
         self.file
             .take()
             .ok_or_else(|| io::Error::other("the perf.data writer thread failed earlier"))
+    }
+}
+
+impl OwnedWrite for BackgroundFile {
+    /// Queues what was written before, then `buf` itself: no copy.
+    fn write_owned(&mut self, mut buf: Vec<u8>, from: usize) -> io::Result<Vec<u8>> {
+        if self.pipe.is_none() {
+            self.join()?.write_all(&buf[from..])?;
+            buf.clear();
+            return Ok(buf);
+        }
+        if !self.buf.is_empty() {
+            self.hand_over()?;
+        }
+        let Some(pipe) = &self.pipe else {
+            return Err(io::Error::other(
+                "the perf.data writer thread failed earlier",
+            ));
+        };
+        if pipe.full.send((buf, from)).is_err() {
+            self.join()?;
+            return Err(io::Error::other(
+                "the perf.data writer thread stopped before the end",
+            ));
+        }
+        match pipe.empty.recv() {
+            Ok(b) => Ok(b),
+            Err(_) => {
+                self.join()?;
+                Err(io::Error::other(
+                    "the perf.data writer thread stopped before the end",
+                ))
+            }
+        }
     }
 }
 
@@ -183,6 +242,39 @@ mod tests {
         w.seek(SeekFrom::End(0)).unwrap();
         w.write_all(b"tail").unwrap();
         expect.extend_from_slice(b"tail");
+        drop(w.finish().unwrap());
+        let mut got = Vec::new();
+        File::open(&path).unwrap().read_to_end(&mut got).unwrap();
+        assert_eq!(got.len(), expect.len());
+        assert!(got == expect, "contents differ");
+    }
+
+    /// Buffers handed over by value land in order with copied writes
+    /// around them, from the given offset, and come back empty for reuse.
+    #[test]
+    fn owned_buffers_arrive_in_order_between_copied_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let mut w = BackgroundFile::new(File::create(&path).unwrap()).unwrap();
+        let mut expect = Vec::new();
+        let mut spare = Vec::new();
+        for i in 0..40usize {
+            let small: Vec<u8> = (0..(i * 37) % 500).map(|k| (k + i) as u8).collect();
+            w.write_all(&small).unwrap();
+            expect.extend_from_slice(&small);
+            let mut big = std::mem::take(&mut spare);
+            assert!(big.is_empty(), "a returned buffer must be empty");
+            big.extend((0..(i * 65_537) % (3 * CHUNK)).map(|k| (k * 7 + i) as u8));
+            let from = (i * 3) % 9;
+            expect.extend_from_slice(&big[from.min(big.len())..]);
+            let from = from.min(big.len());
+            spare = w.write_owned(big, from).unwrap();
+        }
+        // Default implementation: a plain cursor copies and clears.
+        let mut c = Cursor::new(Vec::new());
+        let back = c.write_owned(b"xyz".to_vec(), 1).unwrap();
+        assert!(back.is_empty());
+        assert_eq!(c.into_inner(), b"yz");
         drop(w.finish().unwrap());
         let mut got = Vec::new();
         File::open(&path).unwrap().read_to_end(&mut got).unwrap();

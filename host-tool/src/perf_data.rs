@@ -4,9 +4,11 @@
 //! machine description. Built to the facts in perf's
 //! `Documentation/perf.data-file-format.txt` as read by perf 6.1.
 
-use std::io::{self, Seek, SeekFrom, Write};
+use std::io::{self, SeekFrom};
 
 use thiserror::Error;
+
+use crate::output::OwnedWrite;
 
 use crate::perf_abi::{
     self, FILE_ATTR_SIZE, FILE_HEADER_SIZE, attr_flag, attr_offset, feature, misc, record,
@@ -257,13 +259,23 @@ struct Pending {
     len: u32,
 }
 
+/// Bytes kept free at the start of every batch for the FINISHED_ROUND
+/// that may have to precede it, so the batch goes out in one piece.
+const ROUND_SLOT: usize = 8;
+
 /// Writes one perf.data file. Records may arrive slightly out of time
 /// order (several CPUs); each batch is sorted before it is written.
-pub struct PerfDataWriter<W: Write + Seek> {
-    out: io::BufWriter<W>,
+/// Batches are handed to the output by value ([`OwnedWrite`]), so a
+/// [`BackgroundFile`](crate::output::BackgroundFile) writes them without
+/// copying them first.
+pub struct PerfDataWriter<W: OwnedWrite> {
+    out: W,
     attrs: Vec<AttrSpec>,
     data_offset: u64,
+    /// `ROUND_SLOT` bytes, then the queued records.
     batch: Vec<u8>,
+    /// Where an out-of-order batch is put in order.
+    sorted: Vec<u8>,
     pending: Vec<Pending>,
     stats: WriteStats,
     // perf's ordered-events state, mirrored to decide when a round is safe.
@@ -271,7 +283,7 @@ pub struct PerfDataWriter<W: Write + Seek> {
     next_flush: u64,
 }
 
-impl<W: Write + Seek> PerfDataWriter<W> {
+impl<W: OwnedWrite> PerfDataWriter<W> {
     /// Starts a file with these events; the header is completed by [`finish`](Self::finish).
     pub fn new(out: W, attrs: Vec<AttrSpec>) -> Result<Self, WriteError> {
         if attrs.is_empty() {
@@ -282,8 +294,9 @@ impl<W: Write + Seek> PerfDataWriter<W> {
                 return Err(WriteError::DuplicateId(a.id));
             }
         }
-        let mut out = io::BufWriter::with_capacity(1 << 20, out);
-        out.write_all(&[0u8; FILE_HEADER_SIZE as usize])?;
+        let mut out = out;
+        let mut head = Vec::with_capacity(FILE_HEADER_SIZE as usize + 200 * attrs.len());
+        head.extend_from_slice(&[0u8; FILE_HEADER_SIZE as usize]);
         let attrs_offset = FILE_HEADER_SIZE;
         let ids_offset = attrs_offset + (attrs.len() * FILE_ATTR_SIZE) as u64;
         for (i, a) in attrs.iter().enumerate() {
@@ -291,17 +304,21 @@ impl<W: Write + Seek> PerfDataWriter<W> {
             let ids = ids_offset + 8 * i as u64;
             b[perf_abi::ATTR_SIZE..perf_abi::ATTR_SIZE + 8].copy_from_slice(&ids.to_le_bytes());
             b[perf_abi::ATTR_SIZE + 8..].copy_from_slice(&8u64.to_le_bytes());
-            out.write_all(&b)?;
+            head.extend_from_slice(&b);
         }
         for a in &attrs {
-            out.write_all(&a.id.to_le_bytes())?;
+            head.extend_from_slice(&a.id.to_le_bytes());
         }
+        out.write_all(&head)?;
         let data_offset = ids_offset + 8 * attrs.len() as u64;
+        let mut batch = Vec::with_capacity(1 << 20);
+        batch.resize(ROUND_SLOT, 0);
         Ok(PerfDataWriter {
             out,
             attrs,
             data_offset,
-            batch: Vec::with_capacity(1 << 20),
+            batch,
+            sorted: Vec::new(),
             pending: Vec::with_capacity(ROUND_RECORDS),
             stats: WriteStats::default(),
             max_time_written: 0,
@@ -619,31 +636,48 @@ impl<W: Write + Seek> PerfDataWriter<W> {
             self.pending.sort_by_key(|p| p.time);
         }
         let min = self.pending[0].time;
-        if self.stats.samples > 0 && min >= self.next_flush && self.max_time_written > 0 {
-            self.out.write_all(&record::FINISHED_ROUND.to_le_bytes())?;
-            self.out.write_all(&0u16.to_le_bytes())?;
-            self.out.write_all(&8u16.to_le_bytes())?;
+        let round = self.stats.samples > 0 && min >= self.next_flush && self.max_time_written > 0;
+        let mut finished_round = [0u8; ROUND_SLOT];
+        finished_round[..4].copy_from_slice(&record::FINISHED_ROUND.to_le_bytes());
+        finished_round[6..].copy_from_slice(&8u16.to_le_bytes());
+        if round {
             self.stats.rounds += 1;
-            self.stats.data_bytes += 8;
+            self.stats.data_bytes += ROUND_SLOT as u64;
             self.next_flush = self.max_time_written;
         }
         if sorted {
-            // Already in order (the usual case): the batch goes out in one
-            // write, bypassing the BufWriter's copy.
-            self.out.write_all(&self.batch)?;
-            self.stats.data_bytes += self.batch.len() as u64;
+            // Already in order (the usual case): the batch itself goes to
+            // the output, the round (if any) in its reserved slot.
+            self.stats.data_bytes += (self.batch.len() - ROUND_SLOT) as u64;
             let last = self.pending.last().map_or(0, |p| p.time);
             self.max_time_written = self.max_time_written.max(last);
+            let from = if round {
+                self.batch[..ROUND_SLOT].copy_from_slice(&finished_round);
+                0
+            } else {
+                ROUND_SLOT
+            };
+            let batch = std::mem::take(&mut self.batch);
+            self.batch = self.out.write_owned(batch, from)?;
         } else {
+            // Gather the records in time order into the spare buffer.
+            let mut out = std::mem::take(&mut self.sorted);
+            out.clear();
+            out.reserve(self.batch.len());
+            if round {
+                out.extend_from_slice(&finished_round);
+            }
             for p in &self.pending {
                 let (s, l) = (p.start as usize, p.len as usize);
-                self.out.write_all(&self.batch[s..s + l])?;
+                out.extend_from_slice(&self.batch[s..s + l]);
                 self.stats.data_bytes += l as u64;
                 self.max_time_written = self.max_time_written.max(p.time);
             }
+            self.sorted = self.out.write_owned(out, 0)?;
         }
         self.pending.clear();
         self.batch.clear();
+        self.batch.resize(ROUND_SLOT, 0);
         Ok(())
     }
 
@@ -687,14 +721,16 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         feats.sort_by_key(|f| f.0);
         let index_offset = self.data_offset + data_size;
         let mut payload_offset = index_offset + 16 * feats.len() as u64;
+        let mut tail = Vec::new();
         for (_, p) in &feats {
-            self.out.write_all(&payload_offset.to_le_bytes())?;
-            self.out.write_all(&(p.len() as u64).to_le_bytes())?;
+            tail.extend_from_slice(&payload_offset.to_le_bytes());
+            tail.extend_from_slice(&(p.len() as u64).to_le_bytes());
             payload_offset += p.len() as u64;
         }
         for (_, p) in &feats {
-            self.out.write_all(p)?;
+            tail.extend_from_slice(p);
         }
+        self.out.write_all(&tail)?;
         let mut bits = [0u8; 32];
         for (f, _) in &feats {
             bits[(*f / 8) as usize] |= 1 << (f % 8);
@@ -709,10 +745,7 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         h.extend_from_slice(&data_size.to_le_bytes());
         h.extend_from_slice(&[0u8; 16]);
         h.extend_from_slice(&bits);
-        let mut out = self
-            .out
-            .into_inner()
-            .map_err(|e| WriteError::Io(e.into_error()))?;
+        let mut out = self.out;
         out.seek(SeekFrom::Start(0))?;
         out.write_all(&h)?;
         out.seek(SeekFrom::End(0))?;
