@@ -397,6 +397,66 @@ impl CallchainBuilder {
     }
 }
 
+/// [`CallchainBuilder`]'s rules applied straight to a sample's callchain
+/// (a ring slot's, after [`build_sample_into`] with an empty
+/// [`SampleInput::callchain`]), so the NMI handler walks frames into the
+/// slot instead of into a stack buffer that is then copied.
+///
+/// The chain is capped at `max_stack` (the event's `sample_max_stack`, at
+/// most [`MAX_CALLCHAIN`]) while it is built: a context marker is only added
+/// with room for an IP after it.
+#[derive(Debug)]
+pub struct CallchainWriter<'a> {
+    chain: &'a mut heapless::Vec<u64, MAX_CALLCHAIN>,
+    limit: usize,
+    mode: Option<CpuMode>,
+    truncated: bool,
+}
+
+impl<'a> CallchainWriter<'a> {
+    /// Empties `chain` and writes into it, at most `max_stack` entries.
+    pub fn new(chain: &'a mut heapless::Vec<u64, MAX_CALLCHAIN>, max_stack: u16) -> Self {
+        chain.clear();
+        CallchainWriter {
+            chain,
+            limit: usize::from(max_stack).min(MAX_CALLCHAIN),
+            mode: None,
+            truncated: false,
+        }
+    }
+
+    /// Appends a frame's return address (or the sample IP first), with a
+    /// context marker whenever the mode changes. Once a frame did not fit,
+    /// later ones are dropped too: the chain stays a prefix of the stack.
+    pub fn push(&mut self, mode: CpuMode, ip: u64) {
+        let need = if self.mode == Some(mode) { 1 } else { 2 };
+        if self.truncated || self.chain.len() + need > self.limit {
+            self.truncated = true;
+            return;
+        }
+        if need == 2 {
+            let marker = match mode {
+                CpuMode::Kernel => PERF_CONTEXT_KERNEL,
+                CpuMode::User => PERF_CONTEXT_USER,
+            };
+            // Cannot fail: `limit <= MAX_CALLCHAIN` and room checked above.
+            let _ = self.chain.push(marker);
+            self.mode = Some(mode);
+        }
+        let _ = self.chain.push(ip);
+    }
+
+    /// True when frames did not fit.
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// The entries so far.
+    pub fn as_slice(&self) -> &[u64] {
+        self.chain
+    }
+}
+
 /// What [`DeferredUserRegs::defer`] did with a sample.
 // The sample is large but is moved, never boxed, in NMI context.
 #[allow(clippy::large_enum_variant)]

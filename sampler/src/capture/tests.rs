@@ -446,3 +446,52 @@ mod in_place {
         }
     }
 }
+
+mod writer {
+    use super::*;
+    use crate::sample::MAX_CALLCHAIN;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Writing in place gives the builder's chain when it fits, and
+        /// otherwise the longest prefix of the unbounded chain that fits
+        /// `max_stack` without ending in a context marker.
+        #[test]
+        fn writer_keeps_the_longest_prefix_that_fits(
+            frames in proptest::collection::vec((any::<bool>(), any::<u64>()), 0..90),
+            max_stack in 0u16..80,
+            stale in 0usize..=MAX_CALLCHAIN,
+        ) {
+            // The unbounded chain, by the marker rule.
+            let mut model = std::vec::Vec::new();
+            let mut mode = None;
+            let mut b = CallchainBuilder::new();
+            let mut chain: heapless::Vec<u64, MAX_CALLCHAIN> = (0..stale as u64).collect();
+            let mut w = CallchainWriter::new(&mut chain, max_stack);
+            for &(user, ip) in &frames {
+                let m = if user { CpuMode::User } else { CpuMode::Kernel };
+                if mode != Some(m) {
+                    model.push(if user { PERF_CONTEXT_USER } else { PERF_CONTEXT_KERNEL });
+                    mode = Some(m);
+                }
+                model.push(ip);
+                b.push(m, ip);
+                w.push(m, ip);
+            }
+            let limit = usize::from(max_stack).min(MAX_CALLCHAIN);
+            let mut expected = &model[..model.len().min(limit)];
+            if expected.len() < model.len()
+                && matches!(expected.last(), Some(&(PERF_CONTEXT_USER | PERF_CONTEXT_KERNEL)))
+            {
+                expected = &expected[..expected.len() - 1];
+            }
+            prop_assert_eq!(w.as_slice(), expected);
+            prop_assert_eq!(w.truncated(), model.len() > limit);
+            if model.len() <= limit {
+                prop_assert_eq!(w.as_slice(), b.as_slice(), "same as the builder when it fits");
+            }
+            drop(w);
+            prop_assert_eq!(&chain[..], expected, "written in place");
+        }
+    }
+}
