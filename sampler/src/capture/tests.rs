@@ -490,7 +490,6 @@ mod writer {
             if model.len() <= limit {
                 prop_assert_eq!(w.as_slice(), b.as_slice(), "same as the builder when it fits");
             }
-            drop(w);
             prop_assert_eq!(&chain[..], expected, "written in place");
         }
     }
