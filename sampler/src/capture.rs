@@ -183,6 +183,16 @@ pub fn fill_regs(out: &mut RegsSample, file: &RegFile, mask: u64, mode: CodeMode
     out.abi = mode.abi();
     out.mask = mask;
     out.values.clear();
+    if mask == crate::regs::GPR_MASK {
+        // The common set: two fixed runs, AX..SS and R8..R15.
+        let _ = out.values.extend_from_slice(&file.0[..12]);
+        if mode == CodeMode::Compat32 {
+            let _ = out.values.extend_from_slice(&[0; 8]);
+        } else {
+            let _ = out.values.extend_from_slice(&file.0[16..]);
+        }
+        return;
+    }
     let mut m = mask;
     while m != 0 {
         let start = m.trailing_zeros() as usize;

@@ -345,6 +345,16 @@ mod in_place {
     }
 
     proptest! {
+        /// The fast path for the default mask gives the same values.
+        #[test]
+        fn fill_regs_with_the_default_mask_matches_from_file(file in any_file(), code in any_code(), prior in any::<u64>()) {
+            let mut out = RegsSample::from_file(&file, prior, CodeMode::Long64);
+            fill_regs(&mut out, &file, GPR_MASK, code);
+            prop_assert_eq!(&out, &RegsSample::from_file(&file, GPR_MASK, code));
+        }
+    }
+
+    proptest! {
         /// In-place register filling gives exactly `RegsSample::from_file`,
         /// for any mask (reserved bits and all), mode and prior content.
         #[test]
