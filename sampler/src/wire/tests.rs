@@ -618,3 +618,25 @@ fn cobs_decoder_matches_the_cobs_crate() {
     }
     assert!(valid > 2500, "{valid}");
 }
+
+/// The decoder's frame CRC is CRC-32/ISO-HDLC at every length (below,
+/// inside and above the 16-byte folding blocks), byte-for-byte the same as
+/// the bitwise definition in the `crc` crate that the encoder uses.
+#[test]
+fn frame_crc_is_crc32_iso_hdlc() {
+    const BITWISE: crc::Crc<u32, crc::NoTable> =
+        crc::Crc::<u32, crc::NoTable>::new(&crc::CRC_32_ISO_HDLC);
+    let mut rng = Rng(0x0c4c_32f0_77a1_d9e5);
+    let data: std::vec::Vec<u8> = (0..1100).map(|_| rng.below(256) as u8).collect();
+    for len in 0..=600 {
+        for start in [0, 1, 7] {
+            let b = &data[start..start + len];
+            assert_eq!(
+                decoder::frame_crc(b),
+                BITWISE.checksum(b),
+                "len {len} start {start}"
+            );
+        }
+    }
+    assert_eq!(decoder::frame_crc(b"123456789"), 0xcbf4_3926);
+}
