@@ -13,6 +13,7 @@ mod demo;
 mod entry;
 mod nmi;
 mod paging;
+mod pmu;
 mod profile;
 mod selftest;
 mod symbols;
@@ -46,8 +47,23 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         actual_mhz,
         sample_set.unwrap_or(profile::SampleSet::Default),
     );
+    // Only `pmu=sim` ever selects the simulator.
+    let source = if early.pmu == cmdline::PmuMode::Sim {
+        match pmu::setup_sim() {
+            Ok(caps) => {
+                profile::configure_sim();
+                Ok(profile::Source::Simulated(caps))
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        Ok(profile::Source::NmiClock)
+    };
     if wire_mode {
-        profile::send_hello(boot.cmdline(), profile::Source::NmiClock);
+        profile::send_hello(
+            boot.cmdline(),
+            *source.as_ref().unwrap_or(&profile::Source::NmiClock),
+        );
     }
     kprintln!("perch: runtime booted via {}", boot.protocol.name());
     kprintln!(
@@ -102,7 +118,22 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             "perch: PMU found, but this runtime samples with the NMI clock (cpu-clock) only"
         ),
     }
-    kprintln!("perch: pmu={:?}; overflow source: NMI clock", cfg.pmu);
+    match source {
+        Ok(profile::Source::Simulated(caps)) => kprintln!(
+            "perch: pmu=sim: SIMULATED PMU (v{}, {} GP + {} fixed counters, PEBS format {:?}, LBR format {:?} x {}); precise mem-loads period {}, driven by the NMI clock",
+            caps.version,
+            caps.gp_counters,
+            caps.fixed_counters,
+            caps.pebs_format,
+            caps.lbr_format,
+            caps.lbr_depth,
+            pmu::SIM_PERIOD
+        ),
+        Ok(_) => kprintln!("perch: pmu={:?}; overflow source: NMI clock", cfg.pmu),
+        Err(e) => {
+            kprintln!("perch: pmu=sim: simulated PMU not set up: {e}; overflow source: NMI clock")
+        }
+    }
     match clock::start(cfg.freq_hz) {
         Ok(c) => kprintln!(
             "perch: nmi clock: {} at {} Hz (divisor {}, {}.{:03} Hz){}",

@@ -19,7 +19,7 @@ use sampler::event::{EventConfig, PmuCaps, sample_type as st};
 use sampler::regs::{CodeMode, GPR_MASK, Reg, RegFile};
 use sampler::ring::Ring;
 use sampler::sample::CpuMode;
-use sampler::wire::{CpuId, CpuVendor, End, Hello, Record, Task, TextRange};
+use sampler::wire::{CpuId, CpuVendor, End, Hello, Lost, LostReason, Record, Task, TextRange};
 
 /// Ring slots (the usable capacity can be lowered with `ring=N`).
 pub const RING_SLOTS: usize = 256;
@@ -35,6 +35,33 @@ const DRAIN_BATCH: usize = 64;
 pub enum Source {
     /// The periodic NMI clock: the `cpu-clock` event.
     NmiClock,
+    /// `pmu=sim`: the simulated PMU driven by the NMI clock (see `crate::pmu`).
+    Simulated(PmuCaps),
+}
+
+/// PMU data for one sample (see `crate::pmu`); [`Extra::NONE`] for the NMI clock.
+pub struct Extra<'a> {
+    /// The period this sample stands for (0: the NMI clock's).
+    pub period: u64,
+    /// PEBS IP.
+    pub precise_ip: Option<u64>,
+    /// PEBS GPRs.
+    pub pebs_regs: Option<&'a RegFile>,
+    /// LBR stack.
+    pub branches: Option<&'a sampler::sample::BranchStack>,
+    /// PEBS memory fields.
+    pub mem: Option<sampler::sample::MemInfo>,
+}
+
+impl Extra<'_> {
+    /// No PMU data.
+    pub const NONE: Extra<'static> = Extra {
+        period: 0,
+        precise_ip: None,
+        pebs_regs: None,
+        branches: None,
+        mem: None,
+    };
 }
 
 /// Which fields a sample carries (`sample=` on the command line).
@@ -71,6 +98,8 @@ static NOT_SAMPLED: AtomicU64 = AtomicU64::new(0);
 static NMI_COST_TSC: AtomicU64 = AtomicU64::new(0);
 static NMI_COST_COUNT: AtomicU64 = AtomicU64::new(0);
 static CHAIN_TRUNCATED: AtomicU32 = AtomicU32::new(0);
+static SIMULATED: AtomicBool = AtomicBool::new(false);
+static PEBS_LOST_TOTAL: AtomicU64 = AtomicU64::new(0);
 
 /// The event in force, rebuilt from atomics (NMI-safe).
 pub fn event() -> EventConfig {
@@ -78,7 +107,25 @@ pub fn event() -> EventConfig {
     e.sample_type = SAMPLE_TYPE.load(Ordering::Relaxed);
     e.regs_user = REGS_USER.load(Ordering::Relaxed);
     e.regs_intr = REGS_INTR.load(Ordering::Relaxed);
+    if SIMULATED.load(Ordering::Relaxed) {
+        e.kind = sampler::event::EventKind::Raw;
+        e.config = crate::pmu::SIM_RAW_CONFIG;
+        e.sampling = sampler::event::Sampling::Period(crate::pmu::SIM_PERIOD);
+        e.precise = 2;
+        e.branch_sample_type = sampler::event::branch_type::ANY
+            | sampler::event::branch_type::USER
+            | sampler::event::branch_type::KERNEL;
+    }
     e
+}
+
+/// `pmu=sim`: samples carry the PMU fields (BRANCH_STACK, ADDR, WEIGHT,
+/// DATA_SRC, REGS_INTR) of the simulated precise `mem-loads` event.
+pub fn configure_sim() {
+    let extra = st::REGS_INTR | st::BRANCH_STACK | st::ADDR | st::WEIGHT | st::DATA_SRC;
+    SAMPLE_TYPE.fetch_or(extra, Ordering::Relaxed);
+    REGS_INTR.store(GPR_MASK, Ordering::Relaxed);
+    SIMULATED.store(true, Ordering::Relaxed);
 }
 
 /// Configures the event for `freq_hz` (the rate really programmed, in
@@ -263,6 +310,19 @@ pub fn on_overflow(cap: &NmiCapture, entry_tsc: u64) {
     if !ON.load(Ordering::Acquire) {
         return;
     }
+    if crate::pmu::sim_active() {
+        crate::pmu::on_tick(cap, entry_tsc);
+    } else {
+        push_sample(cap, entry_tsc, &Extra::NONE);
+    }
+    let cost = arch_x86::cpu::rdtsc().wrapping_sub(entry_tsc);
+    NMI_COST_TSC.fetch_add(cost, Ordering::Relaxed);
+    NMI_COST_COUNT.fetch_add(1, Ordering::Relaxed);
+}
+
+/// NMI context: builds one sample of the interrupted context, with the PMU
+/// data in `x`, and queues it.
+pub fn push_sample(cap: &NmiCapture, entry_tsc: u64, x: &Extra<'_>) {
     let ev = event();
     let interrupted = interrupt_frame(&cap.interrupted);
     let saved = interrupt_frame(&cap.user_regs);
@@ -286,9 +346,17 @@ pub fn on_overflow(cap: &NmiCapture, entry_tsc: u64) {
         clock::tsc_to_ns(entry_tsc),
         0,
         tid,
-        PERIOD_NS.load(Ordering::Relaxed),
+        if x.period == 0 {
+            PERIOD_NS.load(Ordering::Relaxed)
+        } else {
+            x.period
+        },
     );
     input.callchain = cc.as_slice();
+    input.precise_ip = x.precise_ip;
+    input.pebs_regs = x.pebs_regs;
+    input.branches = x.branches;
+    input.mem = x.mem;
     match build_sample(&input) {
         Some(s) => {
             RING.push(NmiRecord::Sample(s));
@@ -297,9 +365,6 @@ pub fn on_overflow(cap: &NmiCapture, entry_tsc: u64) {
             NOT_SAMPLED.fetch_add(1, Ordering::Relaxed);
         }
     }
-    let cost = arch_x86::cpu::rdtsc().wrapping_sub(entry_tsc);
-    NMI_COST_TSC.fetch_add(cost, Ordering::Relaxed);
-    NMI_COST_COUNT.fetch_add(1, Ordering::Relaxed);
 }
 
 /// `(TSC ticks spent from NMI entry to the end of the push, samples measured)`;
@@ -375,6 +440,7 @@ pub fn build_id() -> &'static [u8] {
 pub fn send_hello(cmdline: &str, source: Source) {
     let caps = match source {
         Source::NmiClock => PmuCaps::cpu_clock(),
+        Source::Simulated(c) => c,
     };
     let mut h = Hello::new(cpu_id(), caps);
     h.tsc_hz = clock::tsc_hz();
@@ -425,6 +491,18 @@ pub fn drain() -> usize {
 
 fn drain_up_to(max_steps: usize) -> usize {
     let mut written = 0;
+    let pebs_lost = crate::pmu::take_pebs_lost();
+    if pebs_lost > 0 {
+        PEBS_LOST_TOTAL.fetch_add(pebs_lost, Ordering::Relaxed);
+        wire::send(&Record::Lost(Lost {
+            time: clock::now_ns(),
+            cpu: 0,
+            event: 0,
+            count: pebs_lost,
+            reason: LostReason::Pebs,
+        }));
+        written += 1;
+    }
     for _ in 0..max_steps {
         let step = wire::with_encoder(|enc, buf, write| {
             drain_step(
@@ -459,9 +537,9 @@ pub fn finish() -> End {
     let r = RING.stats();
     let end = End {
         time: clock::now_ns(),
-        taken: r.taken,
+        taken: r.taken + PEBS_LOST_TOTAL.load(Ordering::Relaxed),
         delivered: r.delivered,
-        lost: r.lost,
+        lost: r.lost + PEBS_LOST_TOTAL.load(Ordering::Relaxed),
         throttled: 0,
         frames: wire::frames(),
     };
