@@ -96,6 +96,7 @@ impl Pump {
             }
         });
         self.stats.decoder = self.decoder.stats();
+        self.stats.settle();
         result
     }
 
@@ -188,10 +189,24 @@ pub struct StreamStats {
     pub end: Option<EndCounters>,
     /// The decoder's counters (bad frames, skipped bytes).
     pub decoder: DecoderStats,
+    /// Consecutive samples of one event and task not yet added to
+    /// `by_event` / `by_task`.
+    run: Option<SampleRun>,
+}
+
+/// A run of samples with the same event and task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SampleRun {
+    event: u32,
+    task: (u32, u32),
+    count: u64,
 }
 
 impl StreamStats {
-    /// Counts `item`.
+    /// Counts `item`. Consecutive samples of one event and task are
+    /// counted as a run, which goes into `by_event` and `by_task` when the
+    /// run ends or at [`settle`](Self::settle). [`Pump::feed`] settles
+    /// before it returns, so its counters are always complete.
     pub fn observe(&mut self, item: &Item<'_>) {
         match item {
             Item::Hello(h) => {
@@ -205,14 +220,31 @@ impl StreamStats {
             Item::Sample(s) => {
                 self.samples += 1;
                 self.user_samples += u64::from(s.user);
-                *self.by_event.entry(s.event).or_default() += 1;
-                *self.by_task.entry((s.pid, s.tid)).or_default() += 1;
+                match &mut self.run {
+                    Some(r) if r.event == s.event && r.task == (s.pid, s.tid) => r.count += 1,
+                    _ => {
+                        self.settle();
+                        self.run = Some(SampleRun {
+                            event: s.event,
+                            task: (s.pid, s.tid),
+                            count: 1,
+                        });
+                    }
+                }
             }
             Item::Lost { count, .. } => self.lost += count,
             Item::Throttle { on: true, .. } => self.throttled += 1,
             Item::Throttle { on: false, .. } => self.unthrottled += 1,
             Item::Log(_) | Item::Defmt(_) => self.logs += 1,
             Item::End(e) => self.end = Some(*e),
+        }
+    }
+
+    /// Adds the current run of samples to `by_event` and `by_task`.
+    pub fn settle(&mut self) {
+        if let Some(r) = self.run.take() {
+            *self.by_event.entry(r.event).or_default() += r.count;
+            *self.by_task.entry(r.task).or_default() += r.count;
         }
     }
 
@@ -369,6 +401,7 @@ impl LogPrinter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::SampleView;
     use object::write::{Object, Symbol, SymbolSection};
     use object::{Architecture, BinaryFormat, Endianness, SymbolFlags, SymbolKind, SymbolScope};
 
@@ -405,6 +438,49 @@ mod tests {
             });
         }
         obj.write().unwrap()
+    }
+
+    fn sample(event: u32, pid: u32, tid: u32) -> SampleView<'static> {
+        SampleView {
+            event,
+            pid,
+            tid,
+            user: true,
+            ..SampleView::default()
+        }
+    }
+
+    /// Runs of samples, interrupted by other tasks, events and records,
+    /// are counted exactly per event and per task once settled.
+    #[test]
+    fn per_task_and_per_event_counts_are_exact() {
+        let mut st = StreamStats::default();
+        let seq = [
+            (0, 1, 1),
+            (0, 1, 1),
+            (0, 1, 2),
+            (1, 1, 2),
+            (1, 1, 2),
+            (0, 1, 1),
+            (0, 0, 0),
+            (0, 1, 1),
+            (0, 1, 1),
+        ];
+        for (i, &(e, p, t)) in seq.iter().enumerate() {
+            st.observe(&Item::Sample(sample(e, p, t)));
+            if i == 4 {
+                st.observe(&Item::Log("between".into()));
+            }
+        }
+        st.settle();
+        st.settle();
+        assert_eq!(st.samples, 9);
+        assert_eq!(st.by_event.get(&0), Some(&7));
+        assert_eq!(st.by_event.get(&1), Some(&2));
+        assert_eq!(st.by_task.get(&(1, 1)), Some(&5));
+        assert_eq!(st.by_task.get(&(1, 2)), Some(&3));
+        assert_eq!(st.by_task.get(&(0, 0)), Some(&1));
+        assert_eq!(st.by_task.len(), 3);
     }
 
     #[test]
