@@ -1,0 +1,295 @@
+//! End to end with `pmu=sim`: `perch record --pmu sim` boots the demo under
+//! `-icount shift=0,sleep=off`; the runtime runs the real Intel driver against
+//! the simulated PMU (adaptive PEBS, architectural LBR), advanced by the NMI
+//! clock, and every PEBS record becomes a sample. Stock `perf script` must
+//! show the PEBS registers, branch stacks with the demo's symbols and the
+//! memory fields; `perf report -b` must work; the file must say the PMU was
+//! simulated.
+//!
+//! The tests skip, saying why, only when QEMU or perf is missing.
+
+use e2e_tests::{have_tool, perch_bin, runtime_elf};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// The register patterns `demoregs` holds while it spins.
+const PATTERNS: [(&str, u64); 13] = [
+    ("AX", 0x1111_1111_1111_1111),
+    ("BX", 0x2222_2222_2222_2222),
+    ("DX", 0x4444_4444_4444_4444),
+    ("SI", 0x5555_5555_5555_5555),
+    ("DI", 0x6666_6666_6666_6666),
+    ("BP", 0x7777_7777_7777_7777),
+    ("R8", 0x8888_8888_8888_8888),
+    ("R9", 0x9999_9999_9999_9999),
+    ("R10", 0xaaaa_aaaa_aaaa_aaaa),
+    ("R11", 0xbbbb_bbbb_bbbb_bbbb),
+    ("R12", 0xcccc_cccc_cccc_cccc),
+    ("R13", 0xdddd_dddd_dddd_dddd),
+    ("R14", 0xeeee_eeee_eeee_eeee),
+];
+
+/// The demo's hot functions.
+const HOT: [&str; 3] = [
+    "demo_checksum_blocks",
+    "demo_parse_records",
+    "demo_update_stats",
+];
+
+struct Recording {
+    _dir: tempfile::TempDir,
+    data: PathBuf,
+    status: Option<i32>,
+    stderr: String,
+}
+
+fn tools_present() -> bool {
+    for (tool, pkg) in [
+        ("qemu-system-x86_64", "qemu-system-x86"),
+        ("perf", "linux-perf"),
+    ] {
+        if !have_tool(tool) {
+            eprintln!("SKIPPED: {tool} is not installed (apt-get install {pkg})");
+            return false;
+        }
+    }
+    true
+}
+
+/// The demo recorded once with `pmu=sim`: one second of virtual time at 4 kHz.
+fn sim_run() -> Option<&'static Recording> {
+    static REC: OnceLock<Option<Recording>> = OnceLock::new();
+    REC.get_or_init(|| {
+        tools_present().then(|| {
+            let dir = tempfile::tempdir().expect("temporary directory");
+            let data = dir.path().join("perf.data");
+            let out = Command::new(perch_bin())
+                .arg("record")
+                .arg("--image")
+                .arg(runtime_elf())
+                .arg("--icount")
+                .arg("-o")
+                .arg(&data)
+                .args(["--timeout", "240", "--freq", "4000", "--duration", "1"])
+                .args(["--pmu", "sim"])
+                .stdin(Stdio::null())
+                .output()
+                .expect("running perch record");
+            Recording {
+                _dir: dir,
+                data,
+                status: out.status.code(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            }
+        })
+    })
+    .as_ref()
+    .inspect(|r| assert_eq!(r.status, Some(0), "perch record failed:\n{}", r.stderr))
+}
+
+/// Runs perf on the recording; it must succeed and print nothing on stderr.
+fn run_perf(rec: &Recording, args: &[&str]) -> String {
+    let out: Output = Command::new("perf")
+        .args(args)
+        .arg("-i")
+        .arg(&rec.data)
+        .arg(format!("--vmlinux={}", runtime_elf().display()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running perf");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "perf {args:?} failed: {stderr}");
+    let unexpected: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(
+        unexpected.is_empty(),
+        "perf {args:?} printed warnings: {unexpected:?}"
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One line of `perf script -G -F comm,addr,weight,ip,sym,iregs,brstacksym`.
+#[derive(Debug)]
+struct Line {
+    comm: String,
+    addr: u64,
+    weight: u64,
+    sym: String,
+    iregs: HashMap<String, u64>,
+    /// `(from, to)` symbols (offsets stripped), newest first.
+    branches: Vec<(String, String)>,
+}
+
+fn hex(s: &str) -> u64 {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex number")
+}
+
+fn strip_off(s: &str) -> String {
+    s.split('+').next().unwrap_or("").to_owned()
+}
+
+fn script(rec: &Recording) -> Vec<Line> {
+    let out = run_perf(
+        rec,
+        &[
+            "script",
+            "-G",
+            "-F",
+            "comm,ip,sym,iregs,brstacksym,addr,weight",
+        ],
+    );
+    let mut lines = Vec::new();
+    for l in out.lines().filter(|l| !l.trim().is_empty()) {
+        let t: Vec<&str> = l.split_whitespace().collect();
+        assert!(t.len() >= 5, "short perf script line: {l}");
+        let mut iregs = HashMap::new();
+        let mut branches = Vec::new();
+        for tok in &t[5..] {
+            if tok.contains('/') {
+                let parts: Vec<&str> = tok.split('/').collect();
+                assert!(parts.len() >= 2, "bad branch entry {tok}");
+                branches.push((strip_off(parts[0]), strip_off(parts[1])));
+            } else if let Some((k, v)) = tok.split_once(':')
+                && v.starts_with("0x")
+            {
+                iregs.insert(k.to_owned(), hex(v));
+            }
+        }
+        lines.push(Line {
+            comm: t[0].to_owned(),
+            addr: hex(t[1]),
+            weight: t[2].parse().expect("weight"),
+            sym: t[4].to_owned(),
+            iregs,
+            branches,
+        });
+    }
+    lines
+}
+
+fn lines() -> Option<&'static [Line]> {
+    static L: OnceLock<Option<Vec<Line>>> = OnceLock::new();
+    L.get_or_init(|| sim_run().map(script)).as_deref()
+}
+
+#[test]
+fn pebs_registers_are_the_interrupted_registers() {
+    let Some(lines) = lines() else { return };
+    // One PEBS record per tick (period 1): about 4000 samples in 1 s at 4 kHz.
+    assert!(lines.len() > 3000, "only {} samples", lines.len());
+    let spins: Vec<&Line> = lines
+        .iter()
+        .filter(|l| l.comm == "demoregs" && l.sym == "perch_demoregs_spin")
+        .collect();
+    assert!(spins.len() >= 20, "only {} demoregs samples", spins.len());
+    for l in &spins {
+        for (reg, want) in PATTERNS {
+            assert_eq!(l.iregs.get(reg), Some(&want), "{reg} in {l:?}");
+        }
+    }
+}
+
+#[test]
+fn memory_fields_come_from_the_pebs_records() {
+    let Some(lines) = lines() else { return };
+    let mut checked = 0;
+    for l in lines.iter().filter(|l| HOT.contains(&l.sym.as_str())) {
+        // The simulated load reads the interrupted stack pointer.
+        assert_eq!(Some(&l.addr), l.iregs.get("SP"), "{l:?}");
+        // Cache latency 4..=64 in the low word, instruction latency above.
+        let cache = l.weight & 0xffff_ffff;
+        assert!((4..=64).contains(&cache), "weight {:#x}", l.weight);
+        assert!(l.weight >> 32 > 0, "weight {:#x}", l.weight);
+        checked += 1;
+    }
+    assert!(checked > 1000, "only {checked} hot samples");
+    // DATA_SRC decodes as loads from the levels the simulator cycles through.
+    let Some(rec) = sim_run() else { return };
+    let ds = run_perf(rec, &["script", "-G", "-F", "data_src"]);
+    for lvl in ["LVL L1 hit", "LVL L2 hit", "LVL L3 hit", "LVL LFB/MAB hit"] {
+        assert!(ds.contains(lvl), "no `{lvl}` in data_src");
+    }
+    assert!(ds.lines().filter(|l| l.contains("|OP LOAD|")).count() > 3000);
+}
+
+#[test]
+fn branch_stacks_follow_the_sampled_ips_with_demo_symbols() {
+    let Some(lines) = lines() else { return };
+    let with = lines.iter().filter(|l| !l.branches.is_empty()).count();
+    assert!(
+        with * 10 >= lines.len() * 9,
+        "{with} of {} with branches",
+        lines.len()
+    );
+    // The simulator's newest branch leads to the previous tick's IP.
+    let mut pairs = 0;
+    let mut matching = 0;
+    for w in lines.windows(2) {
+        let (prev, cur) = (&w[0], &w[1]);
+        if !HOT.contains(&prev.sym.as_str()) {
+            continue;
+        }
+        let Some((_, to)) = cur.branches.first() else {
+            continue;
+        };
+        pairs += 1;
+        if *to == prev.sym {
+            matching += 1;
+        }
+    }
+    assert!(pairs > 1000, "only {pairs} pairs");
+    assert!(
+        matching * 100 >= pairs * 95,
+        "{matching} of {pairs} newest branches end at the previous sample's function"
+    );
+    let demo_to_demo = lines
+        .iter()
+        .flat_map(|l| &l.branches)
+        .filter(|(f, t)| HOT.contains(&f.as_str()) && HOT.contains(&t.as_str()))
+        .count();
+    assert!(demo_to_demo > 10_000, "only {demo_to_demo} demo branches");
+}
+
+#[test]
+fn perf_report_branch_mode_works() {
+    let Some(rec) = sim_run() else { return };
+    let out = run_perf(rec, &["report", "-b", "--stdio"]);
+    assert!(out.contains("of event 'r1cd-simulated:pp'"), "{out}");
+    assert!(out.contains("# Total Lost Samples: 0"), "{out}");
+    let hot_pair = out.lines().any(|l| {
+        !l.starts_with('#')
+            && l.contains("[.] demo_checksum_blocks")
+            && l.contains("[.] demo_parse_records")
+    });
+    assert!(
+        hot_pair,
+        "no demo_checksum_blocks -> demo_parse_records row:\n{out}"
+    );
+}
+
+#[test]
+fn the_file_says_the_pmu_is_simulated() {
+    let Some(rec) = sim_run() else { return };
+    let out = run_perf(rec, &["report", "--header-only"]);
+    let cpudesc = out
+        .lines()
+        .find(|l| l.starts_with("# cpudesc"))
+        .expect("cpudesc line");
+    assert!(cpudesc.contains("simulated PMU (pmu=sim)"), "{cpudesc}");
+    let event = out
+        .lines()
+        .find(|l| l.starts_with("# event : name = "))
+        .expect("event line");
+    for want in [
+        "r1cd-simulated:pp",
+        "precise_ip = 2",
+        "BRANCH_STACK",
+        "REGS_INTR",
+        "DATA_SRC",
+        "WEIGHT",
+        "ADDR",
+    ] {
+        assert!(event.contains(want), "no {want} in {event}");
+    }
+}
