@@ -69,6 +69,9 @@ unsafe impl Sync for BufCell {}
 static SIM: SimCell = SimCell(UnsafeCell::new(None));
 static PEBS_BUF: BufCell = BufCell(UnsafeCell::new([0; PEBS_BYTES]));
 static AREA: DsArea = DsArea::new();
+static CHECK_BUF: BufCell = BufCell(UnsafeCell::new([0; PEBS_BYTES]));
+static CHECK_AREA: DsArea = DsArea::new();
+static CHECK_BUSY: AtomicBool = AtomicBool::new(false);
 static SIM_ON: AtomicBool = AtomicBool::new(false);
 static PEBS_LOST: AtomicU64 = AtomicU64::new(0);
 
@@ -98,11 +101,12 @@ pub fn caps_of(info: &PmuInfo, source: EventSource) -> PmuCaps {
 }
 
 /// Builds a simulated PMU of `cpu` with the real driver programmed for
-/// precise `mem-loads` at `period` with LBR, frozen on PMI.
+/// precise `mem-loads` at `period` with LBR, frozen on PMI, its PEBS
+/// records going to `mem`.
 pub fn build_sim(
     cpu: SimCpu,
     period: u64,
-    pebs: &mut [u8],
+    mem: &mut DsMemory<'_>,
 ) -> Result<(SimState, PmuInfo), PmuError> {
     let mut clock = SimClock::new(cpu, SIM_INSTRUCTIONS_PER_TICK);
     let info = cpuid::detect(&SimCpuid(cpu), &mut clock.sim);
@@ -119,8 +123,7 @@ pub fn build_sim(
         freeze_on_pmi: true,
         ..Default::default()
     };
-    let mut mem = DsMemory::new(&AREA, pebs);
-    driver.configure(&mut clock.sim, Some(&mut mem), &events, &opts)?;
+    driver.configure(&mut clock.sim, Some(mem), &events, &opts)?;
     let format = match info.pebs_format {
         Some(f @ 4..) => PebsFormat::Adaptive(f),
         Some(3) => PebsFormat::Skl,
@@ -161,12 +164,29 @@ pub fn setup_sim() -> Result<PmuCaps, PmuError> {
     // SAFETY: boot context, SIM_ON is still false and the NMI clock has not
     // started, so nothing else refers to the buffer or the state.
     let buf = unsafe { &mut *PEBS_BUF.0.get() };
-    let (mut state, info) = build_sim(SIM_CPU, SIM_PERIOD, buf)?;
+    let mut mem = DsMemory::new(&AREA, buf);
+    let (mut state, info) = build_sim(SIM_CPU, SIM_PERIOD, &mut mem)?;
     state.driver.start(&mut state.clock.sim);
     // SAFETY: as above.
     unsafe { *SIM.0.get() = Some(state) };
     SIM_ON.store(true, Ordering::Release);
     Ok(caps_of(&info, EventSource::Simulated))
+}
+
+/// Runs `f` with DS memory of its own (for start-up checks and self-tests,
+/// outside NMI context). `None` while another call is using it.
+pub fn with_check_memory<R>(f: impl FnOnce(&mut DsMemory<'_>) -> R) -> Option<R> {
+    if CHECK_BUSY.swap(true, Ordering::Acquire) {
+        return None;
+    }
+    // SAFETY: CHECK_BUSY was false and is now ours, so this is the only
+    // reference to CHECK_BUF until it is released below; NMI context never
+    // touches it.
+    let buf = unsafe { &mut *CHECK_BUF.0.get() };
+    buf.fill(0);
+    let r = f(&mut DsMemory::new(&CHECK_AREA, buf));
+    CHECK_BUSY.store(false, Ordering::Release);
+    Some(r)
 }
 
 /// True once `pmu=sim` is set up: NMI-clock ticks drive the simulator.

@@ -81,6 +81,8 @@ pub fn run(cfg: &Config) -> ! {
         int80_abi_compat()
     });
     r.check("nmi_clock_ticks", nmi_clock_ticks);
+    r.check("pmu_detection_and_fallback", pmu_detection_and_fallback);
+    r.check("pmu_sim_pmi_round_trip", pmu_sim_pmi_round_trip);
     r.check("nmi_in_user64_exact_regs", exact_regs_user64);
     r.check("nmi_in_compat_exact_regs", exact_regs_compat);
     r.check("nmi_in_syscall_user_frame", spin_in_syscall64);
@@ -462,6 +464,105 @@ fn nmi_clock_ticks() -> TestResult {
         cpu::halt();
     }
     Ok(())
+}
+
+/// Detection through CPUID: on QEMU TCG no PMU is found, with a reason, and
+/// the overflow source in use is the NMI clock (its NMIs arrive).
+fn pmu_detection_and_fallback() -> TestResult {
+    // SAFETY: CPL 0; `detect` reads only MSRs CPUID advertises and writes none.
+    let mut msr = unsafe { arch_x86::msr::CpuMsr::new() };
+    let info = arch_x86::cpuid::detect(&arch_x86::cpuid::CpuCpuid, &mut msr);
+    if info.has_pmu() {
+        kprintln!(
+            "selftest: a PMU is present (v{}, {} GP counters); fallback not exercised",
+            info.version,
+            info.gp_counters
+        );
+    } else {
+        ensure!(
+            info.missing_reason().is_some(),
+            "no PMU and no reason given"
+        );
+        ensure!(
+            arch_x86::pmu::selftest::check_detected(&info).is_err(),
+            "the start-up check accepts a missing PMU"
+        );
+        ensure!(info.pebs_format.is_none(), "PEBS without a PMU");
+        ensure!(info.lbr_depth() == 0, "LBR without a PMU");
+    }
+    ensure!(
+        !crate::pmu::sim_active(),
+        "simulated PMU active without pmu=sim"
+    );
+    nmi_clock_ticks()
+}
+
+/// The simulated PMU (no command line needed) through the real driver:
+/// counters advance, the overflow comes at the programmed period, the PMI
+/// re-arms the LVT entry, the PEBS record decodes to the fed context and
+/// the LBR stack holds the branch between the last two ticks.
+fn pmu_sim_pmi_round_trip() -> TestResult {
+    use arch_x86::pmu::sim::{SimCpu, SimRegs};
+    const PERIOD: u64 = 5;
+    let ip = |t: u64| 0x40_1000 + 0x10 * t;
+    let out = crate::pmu::with_check_memory(|mem| -> TestResult {
+        let (mut st, info) = match crate::pmu::build_sim(SimCpu::sapphire_rapids(), PERIOD, mem) {
+            Ok(x) => x,
+            Err(e) => fail!("driver on the simulator: {e}"),
+        };
+        ensure!(
+            info.pebs_format == Some(5) && info.lbr_depth() == 32,
+            "detected {:?}",
+            info
+        );
+        st.driver.start(&mut st.clock.sim);
+        let mut got: Option<(u64, u64, u64, usize, u64)> = None;
+        let mut pmis = 0;
+        for t in 1..=PERIOD {
+            let mut gprs = [0u64; 16];
+            gprs[0] = 0xA0 + t;
+            gprs[7] = 0x7FFF_0000 - 8 * t;
+            let regs = SimRegs { flags: 0x202, gprs };
+            let lost = crate::pmu::tick(&mut st, mem, ip(t), true, regs, &mut |x| {
+                got = Some((
+                    x.precise_ip.unwrap_or(0),
+                    x.pebs_regs.map_or(0, |r| r.get(sampler::regs::Reg::Ax)),
+                    x.mem.map_or(0, |m| m.addr),
+                    x.branches.map_or(0, |b| b.entries.len()),
+                    x.branches
+                        .and_then(|b| b.entries.first())
+                        .map_or(0, |e| e.to),
+                ));
+            });
+            if t < PERIOD {
+                ensure!(lost.is_none(), "PMI after {t} of {PERIOD} events");
+                let n = st.driver.events_since_reload(&mut st.clock.sim, 0);
+                ensure!(n == Some(t), "counter at {n:?} after {t} events");
+            } else if let Some(l) = lost {
+                pmis += 1;
+                ensure!(l == 0, "{l} PEBS records lost");
+            }
+        }
+        ensure!(pmis == 1, "no PMI at the programmed period");
+        ensure!(
+            st.clock.sim.lvt() == arch_x86::pmu::LVT_PMI_NMI,
+            "LVT entry not re-armed: {:#x}",
+            st.clock.sim.lvt()
+        );
+        let Some((pip, ax, addr, nbr, to)) = got else {
+            fail!("the PMI produced no sample");
+        };
+        ensure!(pip == ip(PERIOD), "PEBS IP {pip:#x}");
+        ensure!(ax == 0xA0 + PERIOD, "PEBS AX {ax:#x}");
+        ensure!(addr == 0x7FFF_0000 - 8 * PERIOD, "PEBS address {addr:#x}");
+        ensure!(nbr > 0, "no LBR entries");
+        ensure!(to == ip(PERIOD - 1), "newest branch ends at {to:#x}");
+        Ok(())
+    });
+    match out {
+        Some(r) => r,
+        None => fail!("check memory busy"),
+    }
 }
 
 /// Runs `s` while recording NMIs in `mode`; returns the task id and the captures.
