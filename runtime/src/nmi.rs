@@ -184,7 +184,8 @@ pub mod recorder {
     }
 
     /// Starts recording; stops the tasks after `want` captures in `mode`
-    /// (for [`Mode::Kernel`], only captures with a current task count).
+    /// (for [`Mode::Kernel`], only captures taken inside the spin system
+    /// call with a current task count).
     pub fn start(mode: Mode, want: u32, budget: u64) {
         RECORDING.store(false, Ordering::SeqCst);
         for p in &PUBLISHED {
@@ -241,8 +242,12 @@ pub mod recorder {
         if !RECORDING.load(Ordering::Acquire) {
             return;
         }
+        // Runtime-mode captures count only inside the spin system call: the
+        // tests check the frame its entry saved, and elsewhere (a task's
+        // first dispatch) the saved frame is the task's initial one.
         let wanted = mode_code(cap.mode) == WANT_MODE.load(Ordering::Relaxed)
-            && (cap.mode.is_user() || cap.task.is_some());
+            && (cap.mode.is_user()
+                || (cap.task.is_some() && crate::syscall::IN_SPIN.load(Ordering::Relaxed)));
         if !wanted {
             return;
         }

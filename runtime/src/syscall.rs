@@ -106,11 +106,21 @@ pub const SPIN_MAX_CYCLES: u64 = 4_000_000_000;
 pub fn sys_spin(cycles: u64) -> u64 {
     let cycles = cycles.min(SPIN_MAX_CYCLES);
     let start = arch_x86::cpu::rdtsc();
-    loop {
+    IN_SPIN.store(true, Ordering::Relaxed);
+    let spent = loop {
         let spent = arch_x86::cpu::rdtsc().wrapping_sub(start);
         if spent >= cycles || SPIN_ABORT.load(Ordering::Relaxed) {
-            return spent;
+            break spent;
         }
         core::hint::spin_loop();
-    }
+    };
+    IN_SPIN.store(false, Ordering::Relaxed);
+    spent
 }
+
+/// Set while [`sys_spin`] runs: an NMI that sees it interrupted the body of
+/// a system call, where the task's saved user frame is the one its entry
+/// saved. The self-test uses it to tell those NMIs from ones that hit the
+/// runtime elsewhere while the task was current (its first dispatch, where
+/// the saved frame is still the task's initial register set).
+pub static IN_SPIN: AtomicBool = AtomicBool::new(false);
