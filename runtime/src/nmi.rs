@@ -46,40 +46,74 @@ pub fn nmi_count() -> u64 {
     NMI_COUNT.load(Ordering::Relaxed)
 }
 
-/// Builds the capture for the interrupted `frame`.
-pub fn capture(frame: &TrapFrame) -> NmiCapture {
+/// The interrupted context by reference: what the sampling path reads,
+/// without copying any frame.
+#[derive(Clone, Copy, Debug)]
+pub struct NmiContext<'a> {
+    /// The interrupted registers.
+    pub interrupted: &'a TrapFrame,
+    /// The mode the NMI interrupted.
+    pub mode: Mode,
+    /// The current task, if any.
+    pub task: Option<u8>,
+    /// The task's user registers when they are complete: the interrupted
+    /// frame when the NMI hit ring 3, else the task's saved user frame.
+    pub user_regs: Option<&'a TrapFrame>,
+    /// Whether the user registers are complete, and if not why.
+    pub user_state: UserFrameState,
+}
+
+/// Finds the task's user registers for the interrupted `frame`.
+pub fn context(frame: &TrapFrame) -> NmiContext<'_> {
     let mode = frame.mode();
     let task = task::current();
     let (user_regs, user_state) = if mode.is_user() {
-        (*frame, UserFrameState::Complete)
+        (Some(frame), UserFrameState::Complete)
     } else if task.is_none() {
-        (TrapFrame::default(), UserFrameState::NoTask)
+        (None, UserFrameState::NoTask)
     } else if entry::in_frame_window(frame.rip) {
-        (TrapFrame::default(), UserFrameState::InWindow)
+        (None, UserFrameState::InWindow)
     } else {
         let top = entry::CURRENT_KSTACK_TOP.load(Ordering::Relaxed);
         // SAFETY: a task is current, so `top` ends its kernel stack and the
         // frame below it was completely written (the RIP is outside both
-        // windows). Reading it is a bounded copy of plain data.
-        let saved = unsafe { core::ptr::read_volatile(task::frame_at_kstack_top(top)) };
-        (saved, UserFrameState::Complete)
+        // windows). Nothing writes it while the NMI handler runs: the code
+        // that owns it is the interrupted context, suspended until the
+        // handler returns, so a shared borrow for the handler's duration is
+        // sound.
+        let saved = unsafe { &*task::frame_at_kstack_top(top) };
+        (Some(saved), UserFrameState::Complete)
     };
-    NmiCapture {
-        interrupted: *frame,
+    NmiContext {
+        interrupted: frame,
         mode,
         task,
         user_regs,
         user_state,
+    }
+}
+
+/// Builds the capture for the interrupted `frame`.
+pub fn capture(frame: &TrapFrame) -> NmiCapture {
+    let ctx = context(frame);
+    NmiCapture {
+        interrupted: *frame,
+        mode: ctx.mode,
+        task: ctx.task,
+        user_regs: ctx.user_regs.copied().unwrap_or_default(),
+        user_state: ctx.user_state,
         tsc: arch_x86::cpu::rdtsc(),
     }
 }
 
-/// Called by the NMI entry stub.
+/// Called by the NMI entry stub. The sampling path reads the frames in
+/// place; the copied capture for the self-test recorder and the demo's hit
+/// counters is built after the sample is queued.
 pub extern "C" fn nmi_dispatch(frame: &mut TrapFrame) {
     let entry_tsc = arch_x86::cpu::rdtsc();
     NMI_COUNT.fetch_add(1, Ordering::Relaxed);
+    crate::profile::on_overflow(&context(frame), entry_tsc);
     let cap = capture(frame);
-    crate::profile::on_overflow(&cap, entry_tsc);
     recorder::on_capture(&cap);
     crate::demo::hits::on_capture(&cap);
 }

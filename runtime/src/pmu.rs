@@ -15,7 +15,7 @@
 //! nest (the CPU blocks further NMIs until the handler's IRET), so at most one
 //! `&mut` to them exists at any time.
 
-use crate::nmi::NmiCapture;
+use crate::nmi::NmiContext;
 use crate::profile::{self, Extra};
 use arch_x86::cpuid::{self, CpuIdResult, Cpuid, PmuInfo};
 use arch_x86::frame::Mode;
@@ -200,8 +200,8 @@ pub fn take_pebs_lost() -> u64 {
 }
 
 /// The simulator's registers for an interrupted frame (SDM PEBS order).
-pub fn sim_regs(cap: &NmiCapture) -> SimRegs {
-    let f = &cap.interrupted;
+pub fn sim_regs(cap: &NmiContext<'_>) -> SimRegs {
+    let f = cap.interrupted;
     SimRegs {
         flags: f.rflags,
         gprs: [
@@ -284,7 +284,7 @@ pub fn tick(
 }
 
 /// NMI context, `pmu=sim`: one NMI-clock tick.
-pub fn on_tick(cap: &NmiCapture, entry_tsc: u64) {
+pub fn on_tick(cap: &NmiContext<'_>, entry_tsc: u64) {
     if !sim_active() {
         return;
     }

@@ -1,5 +1,6 @@
 //! Profiling on the target: the NMI-context sampler glue (capture ->
-//! `sampler::capture::build_sample` -> per-CPU ring) and, outside NMI
+//! `sampler::capture::build_sample_into`, straight into the claimed slot of
+//! the per-CPU ring) and, outside NMI
 //! context, the stream that carries the samples: Hello, Task records, the
 //! drain loop (ring -> `Lost`/`Sample` frames -> UART) and the final End
 //! with counters such that `taken = delivered + lost` exactly.
@@ -8,12 +9,14 @@
 //! (`cpu-clock`), where every NMI is one overflow.
 
 use crate::clock;
-use crate::nmi::{NmiCapture, UserFrameState};
+use crate::nmi::{NmiContext, UserFrameState};
 use crate::wire;
 use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use sampler::capture::{CallchainBuilder, InterruptFrame, SampleInput, UserFrame, build_sample};
+use sampler::capture::{
+    CallchainWriter, InterruptFrame, SampleInput, UserFrame, build_sample_into,
+};
 use sampler::drain::{NmiRecord, drain_step};
 use sampler::event::{EventConfig, PmuCaps, sample_type as st};
 use sampler::regs::{CodeMode, GPR_MASK, Reg, RegFile};
@@ -173,34 +176,20 @@ fn code_mode(cs: u64) -> CodeMode {
     }
 }
 
-fn interrupt_frame(f: &TrapFrame) -> InterruptFrame {
-    let mut r = RegFile::default();
-    for (reg, v) in [
-        (Reg::Ax, f.rax),
-        (Reg::Bx, f.rbx),
-        (Reg::Cx, f.rcx),
-        (Reg::Dx, f.rdx),
-        (Reg::Si, f.rsi),
-        (Reg::Di, f.rdi),
-        (Reg::Bp, f.rbp),
-        (Reg::Sp, f.rsp),
-        (Reg::Ip, f.rip),
-        (Reg::Flags, f.rflags),
-        (Reg::Cs, f.cs),
-        (Reg::Ss, f.ss),
-        (Reg::R8, f.r8),
-        (Reg::R9, f.r9),
-        (Reg::R10, f.r10),
-        (Reg::R11, f.r11),
-        (Reg::R12, f.r12),
-        (Reg::R13, f.r13),
-        (Reg::R14, f.r14),
-        (Reg::R15, f.r15),
-    ] {
-        r.set(reg, v);
-    }
+/// The frame in perf register order (DS..GS, never sampled on x86-64,
+/// read 0), written once with no zeroing pass. Without `all`, only what a
+/// sample without register sets reads (IP and CS) is filled in.
+fn interrupt_frame(f: &TrapFrame, all: bool) -> InterruptFrame {
+    let regs = if all {
+        RegFile([
+            f.rax, f.rbx, f.rcx, f.rdx, f.rsi, f.rdi, f.rbp, f.rsp, f.rip, f.rflags, f.cs, f.ss, 0,
+            0, 0, 0, f.r8, f.r9, f.r10, f.r11, f.r12, f.r13, f.r14, f.r15,
+        ])
+    } else {
+        RegFile::default().with(Reg::Ip, f.rip).with(Reg::Cs, f.cs)
+    };
     InterruptFrame {
-        regs: r,
+        regs,
         code: code_mode(f.cs),
     }
 }
@@ -231,7 +220,7 @@ fn read_checked(addr: u64, len: u64, range: (u64, u64)) -> Option<u64> {
 /// address at `[fp + word]`, every read inside `stack`, every return
 /// address inside `text`, frames strictly ascending.
 fn walk_frames(
-    cc: &mut CallchainBuilder,
+    cc: &mut CallchainWriter<'_>,
     mode: CpuMode,
     mut fp: u64,
     word: u64,
@@ -260,22 +249,22 @@ fn walk_frames(
     }
 }
 
-fn callchain(cc: &mut CallchainBuilder, cap: &NmiCapture) {
+fn callchain(cc: &mut CallchainWriter<'_>, ctx: &NmiContext<'_>) {
     let l = crate::paging::layout();
-    let user = if cap.mode == Mode::Kernel {
-        cc.push(CpuMode::Kernel, cap.interrupted.rip);
+    let user = if ctx.mode == Mode::Kernel {
+        cc.push(CpuMode::Kernel, ctx.interrupted.rip);
         walk_frames(
             cc,
             CpuMode::Kernel,
-            cap.interrupted.rbp,
+            ctx.interrupted.rbp,
             8,
             l.data,
             l.text,
             MAX_KERNEL_FRAMES,
         );
-        (cap.user_state == UserFrameState::Complete && cap.task.is_some()).then_some(&cap.user_regs)
+        ctx.user_regs.filter(|_| ctx.task.is_some())
     } else {
-        Some(&cap.interrupted)
+        Some(ctx.interrupted)
     };
     if let Some(u) = user {
         cc.push(CpuMode::User, u.rip);
@@ -306,7 +295,7 @@ fn callchain(cc: &mut CallchainBuilder, cap: &NmiCapture) {
 /// NMI context: one overflow of the NMI clock. Builds the sample and
 /// queues it; atomics and bounded copies only. `entry_tsc` is the TSC read
 /// first thing in the handler (for the per-sample cost).
-pub fn on_overflow(cap: &NmiCapture, entry_tsc: u64) {
+pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
     if !ON.load(Ordering::Acquire) {
         return;
     }
@@ -321,24 +310,26 @@ pub fn on_overflow(cap: &NmiCapture, entry_tsc: u64) {
 }
 
 /// NMI context: builds one sample of the interrupted context, with the PMU
-/// data in `x`, and queues it.
-pub fn push_sample(cap: &NmiCapture, entry_tsc: u64, x: &Extra<'_>) {
+/// data in `x`, in place in its ring slot (frames walked straight into the
+/// slot's callchain); bounded copies only.
+pub fn push_sample(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) {
     let ev = event();
-    let interrupted = interrupt_frame(&cap.interrupted);
-    let saved = interrupt_frame(&cap.user_regs);
-    let user_frame = match cap.user_state {
-        UserFrameState::Complete => UserFrame::Complete(&saved),
-        UserFrameState::InWindow => UserFrame::InWindow,
-        UserFrameState::NoTask => UserFrame::NoTask,
-    };
-    let mut cc = CallchainBuilder::new();
-    if ev.has(st::CALLCHAIN) {
-        callchain(&mut cc, cap);
-        if cc.truncated() {
-            CHAIN_TRUNCATED.fetch_add(1, Ordering::Relaxed);
+    let all_regs = ev.sample_type & (st::REGS_USER | st::REGS_INTR) != 0;
+    let interrupted = interrupt_frame(ctx.interrupted, all_regs);
+    // The saved user frame matters only when the NMI interrupted the
+    // runtime (from user mode the interrupted frame is the user frame), so
+    // it is converted only then.
+    let saved;
+    let user_frame = match (ctx.user_state, ctx.user_regs) {
+        (UserFrameState::Complete, Some(u)) if ctx.mode == Mode::Kernel => {
+            saved = interrupt_frame(u, all_regs);
+            UserFrame::Complete(&saved)
         }
-    }
-    let tid = cap.task.map_or(0, |t| u32::from(t) + 1);
+        (UserFrameState::Complete, Some(_)) => UserFrame::Complete(&interrupted),
+        (UserFrameState::InWindow, _) => UserFrame::InWindow,
+        (UserFrameState::Complete | UserFrameState::NoTask, _) => UserFrame::NoTask,
+    };
+    let tid = ctx.task.map_or(0, |t| u32::from(t) + 1);
     let mut input = SampleInput::new(
         &ev,
         &interrupted,
@@ -352,19 +343,26 @@ pub fn push_sample(cap: &NmiCapture, entry_tsc: u64, x: &Extra<'_>) {
             x.period
         },
     );
-    input.callchain = cc.as_slice();
     input.precise_ip = x.precise_ip;
     input.pebs_regs = x.pebs_regs;
     input.branches = x.branches;
     input.mem = x.mem;
-    match build_sample(&input) {
-        Some(s) => {
-            RING.push(NmiRecord::Sample(s));
-        }
-        None => {
-            NOT_SAMPLED.fetch_add(1, Ordering::Relaxed);
-        }
+    if input.excluded() {
+        NOT_SAMPLED.fetch_add(1, Ordering::Relaxed);
+        return;
     }
+    // Drops and counts the sample when the ring is full.
+    RING.push_with(|rec| {
+        let s = rec.sample_mut();
+        build_sample_into(&input, s);
+        if ev.has(st::CALLCHAIN) {
+            let mut cc = CallchainWriter::new(&mut s.callchain, ev.max_stack);
+            callchain(&mut cc, ctx);
+            if cc.truncated() {
+                CHAIN_TRUNCATED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
 }
 
 /// `(TSC ticks spent from NMI entry to the end of the push, samples measured)`;
