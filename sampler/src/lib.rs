@@ -21,10 +21,14 @@
 //!
 //! # NMI path, in order
 //! 1. [`throttle::Throttle::on_overflow`] says whether to sample;
-//! 2. [`capture::build_sample`] builds the sample (and
-//!    [`capture::DeferredUserRegs::defer`] parks it in return-to-user mode);
-//! 3. [`ring::Ring::push`] queues it as a [`drain::NmiRecord`] (dropped and
-//!    counted when full);
+//! 2. [`ring::Ring::push_with`] claims a slot (or counts the loss when the
+//!    ring is full) and [`capture::build_sample_into`] builds the sample in
+//!    that slot's [`drain::NmiRecord`], writing only the fields in use, with
+//!    the callchain walked straight in through [`capture::CallchainWriter`]
+//!    ([`capture::build_sample`] and [`ring::Ring::push`] are the by-value
+//!    forms, for tests and cold paths; [`capture::DeferredUserRegs::defer`]
+//!    parks a sample in return-to-user mode);
+//! 3. the slot is published when the fill returns;
 //! 4. [`throttle::Throttle::sample_took`] with the handler's duration.
 //!
 //! The drain loop calls [`drain::drain_step`]; the host feeds the bytes to
