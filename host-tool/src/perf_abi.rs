@@ -89,49 +89,13 @@ pub mod attr_type {
 /// `PERF_COUNT_SW_CPU_CLOCK`: the config of a cpu-clock software event.
 pub const SW_CPU_CLOCK: u64 = 0;
 
-/// `PERF_SAMPLE_*` bits.
-pub mod sample {
-    /// `u64 ip`.
-    pub const IP: u64 = 1 << 0;
-    /// `u32 pid, tid`.
-    pub const TID: u64 = 1 << 1;
-    /// `u64 time`.
-    pub const TIME: u64 = 1 << 2;
-    /// `u64 addr`.
-    pub const ADDR: u64 = 1 << 3;
-    /// `struct read_format` (unused).
-    pub const READ: u64 = 1 << 4;
-    /// `u64 nr; u64 ips[nr]`.
-    pub const CALLCHAIN: u64 = 1 << 5;
-    /// `u64 id`.
-    pub const ID: u64 = 1 << 6;
-    /// `u32 cpu, res`.
-    pub const CPU: u64 = 1 << 7;
-    /// `u64 period`.
-    pub const PERIOD: u64 = 1 << 8;
-    /// `u64 stream_id`.
-    pub const STREAM_ID: u64 = 1 << 9;
-    /// `u32 size; char data[size]` (unused).
-    pub const RAW: u64 = 1 << 10;
-    /// `u64 nr; [u64 hw_idx]; { u64 from, to, flags }[nr]`.
-    pub const BRANCH_STACK: u64 = 1 << 11;
-    /// `u64 abi; u64 regs[weight(mask)]`.
-    pub const REGS_USER: u64 = 1 << 12;
-    /// `u64 size; char data[size]; u64 dyn_size` (unused).
-    pub const STACK_USER: u64 = 1 << 13;
-    /// `u64 weight`.
-    pub const WEIGHT: u64 = 1 << 14;
-    /// `u64 data_src`.
-    pub const DATA_SRC: u64 = 1 << 15;
-    /// `u64 id`, first in the sample and last in the sample_id trailer.
-    pub const IDENTIFIER: u64 = 1 << 16;
-    /// `u64 transaction` (unused).
-    pub const TRANSACTION: u64 = 1 << 17;
-    /// `u64 abi; u64 regs[weight(mask)]`.
-    pub const REGS_INTR: u64 = 1 << 18;
-    /// `union perf_sample_weight { u64 full; { u32 var1_dw; u16 var2_w; u16 var3_w } }`.
-    pub const WEIGHT_STRUCT: u64 = 1 << 24;
-}
+/// `PERF_SAMPLE_*` bits: the sampler's table, shared with the target. On
+/// disk each present field follows the previous in bit order: `IDENTIFIER`
+/// (u64 id), `IP`, `TID` (u32 pid, tid), `TIME`, `ADDR`, `ID`, `CPU` (u32
+/// cpu, res), `PERIOD`, `CALLCHAIN` (u64 nr, ips), `BRANCH_STACK` (u64 nr,
+/// [u64 hw_idx], {from, to, flags} x nr), `REGS_USER` (u64 abi, regs),
+/// `WEIGHT` / `WEIGHT_STRUCT`, `DATA_SRC`, `REGS_INTR` (u64 abi, regs).
+pub use sampler::event::sample_type as sample;
 
 /// `branch_sample_type` bits the writer needs to know.
 pub mod branch {
