@@ -22,21 +22,7 @@ const HOT: [(&str, f64); 3] = [
 ];
 
 /// The register patterns `demoregs` holds while it spins.
-const PATTERNS: [(&str, u64); 13] = [
-    ("AX", 0x1111_1111_1111_1111),
-    ("BX", 0x2222_2222_2222_2222),
-    ("DX", 0x4444_4444_4444_4444),
-    ("SI", 0x5555_5555_5555_5555),
-    ("DI", 0x6666_6666_6666_6666),
-    ("BP", 0x7777_7777_7777_7777),
-    ("R8", 0x8888_8888_8888_8888),
-    ("R9", 0x9999_9999_9999_9999),
-    ("R10", 0xaaaa_aaaa_aaaa_aaaa),
-    ("R11", 0xbbbb_bbbb_bbbb_bbbb),
-    ("R12", 0xcccc_cccc_cccc_cccc),
-    ("R13", 0xdddd_dddd_dddd_dddd),
-    ("R14", 0xeeee_eeee_eeee_eeee),
-];
+use e2e_tests::DEMOREGS_PATTERNS as PATTERNS;
 
 /// One `perch record` run.
 struct Recording {
