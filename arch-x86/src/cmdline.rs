@@ -4,6 +4,8 @@
 //! keys and malformed values are reported through a callback and otherwise
 //! ignored, so a typo never stops the appliance from booting.
 
+use crate::pmu::events::{self, Event, EventError};
+
 /// Default NMI rate in Hz when `freq=` is not given.
 pub const DEFAULT_FREQ_HZ: u32 = 4000;
 /// Highest NMI rate accepted from `freq=`.
@@ -63,6 +65,9 @@ pub struct Config {
     pub duration_ms: Option<u64>,
     /// `crash=pf|ud|df|smap|panic`: provoke a runtime fault after boot.
     pub crash: Option<CrashKind>,
+    /// `event=NAME[:mods]`: the hardware event to sample with a usable PMU
+    /// (`pmu=auto`); `None`: cycles.
+    pub event: Option<Event>,
 }
 
 impl Default for Config {
@@ -75,6 +80,7 @@ impl Default for Config {
             ring_slots: None,
             duration_ms: None,
             crash: None,
+            event: None,
         }
     }
 }
@@ -100,6 +106,13 @@ pub enum Issue<'a> {
         /// What was expected.
         expected: &'static str,
     },
+    /// An `event=` value the event table refuses; sampling stays on cycles.
+    BadEvent {
+        /// The rejected value.
+        value: &'a str,
+        /// Why it was refused.
+        error: EventError,
+    },
 }
 
 impl core::fmt::Display for Issue<'_> {
@@ -113,6 +126,10 @@ impl core::fmt::Display for Issue<'_> {
             } => write!(
                 f,
                 "bad value `{value}` for `{key}` ignored (expected {expected})"
+            ),
+            Issue::BadEvent { value, error } => write!(
+                f,
+                "bad value `{value}` for `event` ignored: {error}; the PMU samples cycles"
             ),
         }
     }
@@ -169,6 +186,11 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 Some("df") => cfg.crash = Some(CrashKind::DoubleFault),
                 Some("smap") => cfg.crash = Some(CrashKind::Smap),
                 _ => bad("pf, ud, df, smap or panic"),
+            },
+            "event" => match value.map(|v| (v, events::parse(v))) {
+                Some((_, Ok(e))) => cfg.event = Some(e),
+                Some((v, Err(error))) => on_issue(Issue::BadEvent { value: v, error }),
+                None => bad("an event name, e.g. cycles, instructions:u, r01c2 or mem-loads:pp"),
             },
             _ => on_issue(Issue::UnknownKey(key)),
         }
@@ -245,6 +267,59 @@ mod tests {
         );
         assert_eq!(parse_all("crash=df").0.crash, Some(CrashKind::DoubleFault));
         assert_eq!(parse_all("crash=smap").0.crash, Some(CrashKind::Smap));
+    }
+
+    #[test]
+    fn event_key() {
+        use crate::pmu::events::EventKind;
+        let (cfg, issues) = parse_all("event=instructions:u");
+        assert!(issues.is_empty(), "{issues:?}");
+        let e = cfg.event.unwrap();
+        assert_eq!(
+            (e.kind, e.user, e.kernel, e.precise),
+            (EventKind::Instructions, true, false, 0)
+        );
+        let e = parse_all("event=r01c2:pp").0.event.unwrap();
+        assert_eq!((e.kind, e.precise), (EventKind::Raw(0x01C2), 2));
+        assert_eq!(
+            parse_all("event=mem-loads:p").0.event.unwrap().kind,
+            EventKind::MemLoads
+        );
+        assert_eq!(parse_all("").0.event, None);
+    }
+
+    #[test]
+    fn bad_event_keeps_cycles_with_a_clear_message() {
+        let (cfg, issues) = parse_all("event=cycels");
+        assert_eq!(cfg.event, None);
+        assert_eq!(issues.len(), 1);
+        assert!(
+            issues[0].starts_with(
+                "bad value `cycels` for `event` ignored: unknown event (known: cycles,"
+            ),
+            "{}",
+            issues[0]
+        );
+        assert!(
+            issues[0].ends_with("; the PMU samples cycles"),
+            "{}",
+            issues[0]
+        );
+        let (cfg, issues) =
+            parse_all("event=instructions event=r5000c0 event=cycles:x event=rzz event");
+        assert_eq!(
+            cfg.event.map(|e| e.kind),
+            Some(crate::pmu::events::EventKind::Instructions)
+        );
+        assert_eq!(issues.len(), 4);
+        assert!(issues[0].contains("0x500000"), "{}", issues[0]);
+        assert!(issues[1].contains("modifier 'x'"), "{}", issues[1]);
+        assert!(issues[2].contains("hex digits"), "{}", issues[2]);
+        assert!(
+            issues[3].contains("(expected an event name"),
+            "{}",
+            issues[3]
+        );
     }
 
     #[test]

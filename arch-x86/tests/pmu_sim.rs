@@ -1452,3 +1452,73 @@ fn start_up_check_through_the_vendor_neutral_driver() {
     let r = driver::count_instructions(&info, &mut sim, &mut |_| {}).unwrap_err();
     assert_eq!(r, Reason::CountersDead { counted: 0 });
 }
+
+#[test]
+fn startup_check_healthy_dead_and_undelivered() {
+    use arch_x86::pmu::driver::startup_check;
+    use arch_x86::pmu::sim::{DeadCounters, NoPmiDelivery, run_workload};
+    use std::cell::Cell;
+    const WORK: u64 = 100_000;
+    const PERIOD: u64 = 1000;
+    for cpu in [SimCpu::skylake(), SimCpu::sapphire_rapids(), SimCpu::zen4()] {
+        // Healthy: counts the workload exactly, one PMI per period.
+        let mut sim = SimPmu::new(cpu);
+        let info = detect(&mut sim);
+        let pmis = Cell::new(0);
+        let r = startup_check(
+            &info,
+            &mut sim,
+            PERIOD,
+            &mut |h, d| run_workload(h, d, WORK, 100, &pmis),
+            &|| pmis.get(),
+        );
+        assert_eq!(r.verdict, Verdict::Usable, "{cpu:?}");
+        assert_eq!((r.counted, r.pmis, r.expected_pmis()), (WORK, 100, 100));
+        assert_eq!(sim.lvt(), arch_x86::pmu::LVT_MASKED, "LVT left armed");
+        // Counters that read 0 and ignore writes (TCG-like).
+        let mut dead = DeadCounters(SimPmu::new(cpu));
+        let pmis = Cell::new(0);
+        let r = startup_check(
+            &info,
+            &mut dead,
+            PERIOD,
+            &mut |h, d| run_workload(h, d, WORK, 100, &pmis),
+            &|| pmis.get(),
+        );
+        match r.verdict {
+            Verdict::Fallback(reason @ Reason::CountersDead { counted: 0 }) => {
+                assert!(reason.to_string().contains("do not advance"));
+                assert!(reason.to_string().contains("NMI clock"));
+            }
+            v => panic!("{cpu:?}: {v:?}"),
+        }
+        // Counters work, PMIs are never delivered.
+        let mut masked = NoPmiDelivery(SimPmu::new(cpu));
+        let pmis = Cell::new(0);
+        let r = startup_check(
+            &info,
+            &mut masked,
+            PERIOD,
+            &mut |h, d| run_workload(h, d, WORK, 100, &pmis),
+            &|| pmis.get(),
+        );
+        assert_eq!(r.counted, WORK);
+        assert_eq!(
+            r.verdict,
+            Verdict::Fallback(Reason::OverflowOff {
+                expected: 100,
+                observed: 0
+            })
+        );
+        assert!(masked.0.stats.pmis_masked > 0, "{:?}", masked.0.stats);
+    }
+    // No PMU: nothing is touched, the reason says so.
+    let mut sim = SimPmu::new(SimCpu::NoPmu);
+    let info = detect(&mut sim);
+    let r = startup_check(&info, &mut sim, PERIOD, &mut |_, _| {}, &|| 0);
+    assert!(matches!(
+        r.verdict,
+        Verdict::Fallback(Reason::NotDetected(_))
+    ));
+    assert_eq!(sim.stats.bad_msr_writes + sim.stats.bad_msr_reads, 0);
+}

@@ -7,7 +7,7 @@ use super::events::{Event, EventKind};
 use super::intel::{IntelOptions, IntelPmu};
 use super::lbr::LbrRawFormat;
 use super::selftest::{self, Reason, Verdict};
-use super::{EventConfig, Overflow, PmiSummary, PmuError, PmuHw, SampleMode};
+use super::{EventConfig, LVT_MASKED, Overflow, PmiSummary, PmuError, PmuHw, SampleMode};
 use crate::cpuid::{PmuInfo, Vendor};
 
 /// The PMU driver for the detected vendor.
@@ -116,12 +116,111 @@ pub fn count_instructions<H: PmuHw>(
     }];
     d.configure(hw, None, &ev, &IntelOptions::default())
         .map_err(|_| Reason::NotDetected("the instructions event cannot be programmed"))?;
+    // The difference of two reads: a counter that ignores writes and reads
+    // a constant (an emulated PMU) shows 0, not the distance to -period.
+    let before = d.events_since_reload(hw, 0).unwrap_or(0);
     d.start(hw);
     work(hw);
     d.stop(hw);
-    let counted = d.events_since_reload(hw, 0).unwrap_or(0);
+    let after = d.events_since_reload(hw, 0).unwrap_or(0);
+    let counted = after.wrapping_sub(before) & COUNTING_MASK;
     selftest::check_advance(counted)?;
     Ok(counted)
+}
+
+/// Mask for the difference of two counter reads: wider than the counting
+/// period.
+const COUNTING_MASK: u64 = (1 << 40) - 1;
+
+/// What the start-up check measured, and its verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Instructions counted over the workload (0 when the check stopped
+    /// before counting).
+    pub counted: u64,
+    /// Period of the overflow phase.
+    pub period: u64,
+    /// PMIs taken in the overflow phase (0 when it did not run).
+    pub pmis: u64,
+    /// Usable, or why not.
+    pub verdict: Verdict,
+}
+
+impl CheckReport {
+    /// PMIs the overflow phase should have seen.
+    pub fn expected_pmis(&self) -> u64 {
+        self.counted / self.period.max(1)
+    }
+}
+
+/// The whole start-up check of the PMU described by `info`, on `hw`:
+///
+/// 1. detection (nothing is touched when CPUID advertises no PMU);
+/// 2. counting: instructions (OS and USR) counted while `work(hw, None)`
+///    runs must advance;
+/// 3. overflow: instructions sampled every `period` with the LVT entry as
+///    NMI while `work(hw, Some(driver))` runs the same workload; `pmis()`
+///    (read before and after) counts the PMIs the handler took, which must
+///    be about `counted / period`.
+///
+/// `work` gets the driver of the overflow phase so that a caller can
+/// hand it to its PMI handler (on the target: publish it for the NMI
+/// handler for the duration of the workload; for a simulator: call
+/// `handle_pmi` when the simulator raises a PMI). The counters are stopped
+/// and the LVT entry masked when this returns.
+pub fn startup_check<H: PmuHw>(
+    info: &PmuInfo,
+    hw: &mut H,
+    period: u64,
+    work: &mut dyn FnMut(&mut H, Option<&mut PmuDriver>),
+    pmis: &dyn Fn() -> u64,
+) -> CheckReport {
+    let mut report = CheckReport {
+        counted: 0,
+        period,
+        pmis: 0,
+        verdict: Verdict::Usable,
+    };
+    let counted = match count_instructions(info, hw, &mut |h| work(h, None)) {
+        Ok(n) => n,
+        Err(reason) => {
+            if let Reason::CountersDead { counted } = reason {
+                report.counted = counted;
+            }
+            hw.write_lvt_pmi(LVT_MASKED);
+            report.verdict = Verdict::Fallback(reason);
+            return report;
+        }
+    };
+    report.counted = counted;
+    let ev = [EventConfig {
+        event: Event::new(EventKind::Instructions),
+        mode: SampleMode::Period(period),
+    }];
+    let mut d = match PmuDriver::new(info) {
+        Ok(d) => d,
+        Err(_) => {
+            report.verdict = Verdict::Fallback(Reason::NotDetected("no PMU driver for this CPU"));
+            return report;
+        }
+    };
+    if d.configure(hw, None, &ev, &IntelOptions::default())
+        .is_err()
+    {
+        hw.write_lvt_pmi(LVT_MASKED);
+        report.verdict = Verdict::Fallback(Reason::NotDetected(
+            "the instructions event cannot be sampled",
+        ));
+        return report;
+    }
+    let before = pmis();
+    d.start(hw);
+    work(hw, Some(&mut d));
+    d.stop(hw);
+    hw.write_lvt_pmi(LVT_MASKED);
+    report.pmis = pmis().wrapping_sub(before);
+    report.verdict = overflow_verdict(info, counted, period, report.pmis);
+    report
 }
 
 /// Start-up check, overflow phase: the caller has run the same workload

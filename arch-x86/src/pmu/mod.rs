@@ -13,11 +13,12 @@
 //!    `selftest::check_detected` turns a missing PMU into a fallback reason.
 //! 2. Build `intel::IntelPmu` or `amd::AmdPmu` from it, `configure` the
 //!    events (names parsed by `events::parse`) and `start`.
-//! 3. Self-check: configure one instructions event with a period too long to
-//!    overflow, run a workload, read `events_since_reload` (counters advance);
-//!    then configure a short period, run the same workload counting PMIs, and
-//!    call `selftest::verdict`. On `Verdict::Fallback(reason)` print the
-//!    reason and use the NMI clock.
+//! 3. Self-check: `driver::startup_check(info, hw, period, work, pmis)`
+//!    counts instructions over a workload with a period too long to
+//!    overflow (counters advance), then samples the same workload at
+//!    `period` counting the PMIs the handler took (overflows arrive near the
+//!    period). On `Verdict::Fallback(reason)` print the reason and use the
+//!    NMI clock. On the target the hardware is `hw::CpuPmu`.
 //! 4. In the NMI handler: `handle_pmi(hw, mem, tsc, &mut |ov| ..)`. For each
 //!    [`Overflow`], decode `ov.pebs` with `sampler::pebs::decode` (its GPRs
 //!    become REGS_INTR, and REGS_USER when the IP is a user address; its IP
@@ -34,6 +35,7 @@ pub mod amd;
 pub mod driver;
 pub mod ds;
 pub mod events;
+pub mod hw;
 pub mod intel;
 pub mod lbr;
 pub mod selftest;

@@ -1396,3 +1396,93 @@ impl SimClock {
         self.sim.advance(mem, &s)
     }
 }
+
+impl AsMut<SimPmu> for SimPmu {
+    fn as_mut(&mut self) -> &mut SimPmu {
+        self
+    }
+}
+
+/// A simulated PMU whose counters are dead, the way an emulator shows a PMU
+/// it does not implement (QEMU TCG): every MSR reads 0 and every write is
+/// dropped. CPUID and the LVT entry are those of the wrapped simulator.
+#[derive(Debug)]
+pub struct DeadCounters(pub SimPmu);
+
+impl Msr for DeadCounters {
+    fn read(&mut self, _: u32) -> u64 {
+        0
+    }
+
+    fn write(&mut self, _: u32, _: u64) {}
+}
+
+impl Lvt for DeadCounters {
+    fn write_lvt_pmi(&mut self, entry: u32) {
+        self.0.write_lvt_pmi(entry)
+    }
+}
+
+impl AsMut<SimPmu> for DeadCounters {
+    fn as_mut(&mut self) -> &mut SimPmu {
+        &mut self.0
+    }
+}
+
+/// A simulated PMU whose counters work but whose overflow interrupts never
+/// arrive: writes to the LVT entry are dropped, so it stays masked (a
+/// hypervisor that cannot deliver PMIs).
+#[derive(Debug)]
+pub struct NoPmiDelivery(pub SimPmu);
+
+impl Msr for NoPmiDelivery {
+    fn read(&mut self, a: u32) -> u64 {
+        self.0.read(a)
+    }
+
+    fn write(&mut self, a: u32, v: u64) {
+        self.0.write(a, v)
+    }
+}
+
+impl Lvt for NoPmiDelivery {
+    fn write_lvt_pmi(&mut self, _: u32) {}
+}
+
+impl AsMut<SimPmu> for NoPmiDelivery {
+    fn as_mut(&mut self) -> &mut SimPmu {
+        &mut self.0
+    }
+}
+
+/// A start-up-check workload on a simulator: `instructions` retire in steps
+/// of `per_step` (kernel mode, one cycle each). When the simulator delivers
+/// a PMI and `driver` is given, it is handled the way the NMI handler does
+/// (`take_pmi`, then the driver's `handle_pmi`) and counted in `pmis`.
+pub fn run_workload<H: crate::pmu::PmuHw + AsMut<SimPmu>>(
+    hw: &mut H,
+    mut driver: Option<&mut crate::pmu::driver::PmuDriver>,
+    instructions: u64,
+    per_step: u64,
+    pmis: &core::cell::Cell<u64>,
+) {
+    let per_step = per_step.max(1);
+    let mut done = 0;
+    while done < instructions {
+        let n = per_step.min(instructions - done);
+        let mut s = SimStep::plain(0xFFFF_FFFF_8000_1000 + (done & 0xFFF), n);
+        s.user = false;
+        done += n;
+        if !hw.as_mut().advance(None, &s) {
+            continue;
+        }
+        if let Some(d) = driver.as_deref_mut() {
+            let tsc = hw.as_mut().tsc();
+            hw.as_mut().take_pmi();
+            let sum = d.handle_pmi(hw, None, tsc, &mut |_| {});
+            if !sum.spurious {
+                pmis.set(pmis.get() + 1);
+            }
+        }
+    }
+}
