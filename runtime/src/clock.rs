@@ -2,7 +2,16 @@
 //! channel 0 drives ISA IRQ 0, which the I/O APIC (pin 2) delivers as an NMI.
 
 use arch_x86::{hpet, ioapic, lapic, pic, pit};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// True while the clock delivers NMIs.
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// True while the clock delivers NMIs (NMI-safe): the PMU path then leaves
+/// NMIs without an overflow to the clock instead of counting them unknown.
+pub fn running() -> bool {
+    RUNNING.load(Ordering::Relaxed)
+}
 
 /// What the clock runs on.
 #[derive(Clone, Copy, Debug)]
@@ -38,6 +47,7 @@ pub fn start(hz: u32) -> Result<ClockInfo, ClockError> {
             ioapic::PIT_PIN,
             ioapic::redirection(ioapic::Delivery::Nmi, 2, apic.id(), false),
         );
+        RUNNING.store(true, Ordering::Relaxed);
         pit::start_channel0(rate);
         Ok(ClockInfo {
             source: "PIT channel 0 -> IOAPIC pin 2 (NMI delivery)",
@@ -53,6 +63,7 @@ pub fn stop() {
     unsafe {
         ioapic::IoApic::new(ioapic::DEFAULT_BASE).set_redirection(ioapic::PIT_PIN, ioapic::MASKED);
     }
+    RUNNING.store(false, Ordering::Relaxed);
 }
 
 /// TSC ticks per second, measured by [`calibrate_tsc`] (0 until then).

@@ -47,23 +47,36 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         actual_mhz,
         sample_set.unwrap_or(profile::SampleSet::Default),
     );
-    // Only `pmu=sim` ever selects the simulator.
-    let source = if early.pmu == cmdline::PmuMode::Sim {
-        match pmu::setup_sim() {
-            Ok(caps) => {
-                profile::configure_sim();
-                Ok(profile::Source::Simulated(caps))
-            }
-            Err(e) => Err(e),
-        }
-    } else {
-        Ok(profile::Source::NmiClock)
-    };
+    // The CPU's tables first: the PMU start-up check takes NMIs. What they
+    // report is printed below, after Hello.
+    cpu::init();
+    let features = cpu::enable_protection();
+    if let Err(paging::PagingError::ImageTooLarge(end)) = paging::init(features.nx) {
+        kprintln!("perch: image ends at {end:#x}, past the 4 KiB-mapped region");
+        exit(ExitCode::Crash);
+    }
+    // SAFETY: the runtime runs at CPL 0, and `detect` reads only the MSRs
+    // CPUID advertises (IA32_PERF_CAPABILITIES with PDCM, IA32_MISC_ENABLE
+    // with DS); it writes none.
+    let mut msr = unsafe { arch_x86::msr::CpuMsr::new() };
+    let pmu_info = arch_x86::cpuid::detect(&arch_x86::cpuid::CpuCpuid, &mut msr);
+    // Only `pmu=sim` ever selects the simulator; `pmu=auto` uses the PMU
+    // after its start-up check, else the NMI clock.
+    let pmu_boot = pmu::boot(
+        early.pmu,
+        early.selftest,
+        &pmu_info,
+        early.event,
+        tsc_hz,
+        early.freq_hz,
+    );
+    match pmu_boot {
+        pmu::Boot::Sim(Ok(_)) => profile::configure_sim(),
+        pmu::Boot::Hardware { setup, .. } => profile::configure_hw(&setup.perf, setup.sample_type),
+        _ => {}
+    }
     if wire_mode {
-        profile::send_hello(
-            boot.cmdline(),
-            *source.as_ref().unwrap_or(&profile::Source::NmiClock),
-        );
+        profile::send_hello(boot.cmdline(), pmu_boot.source());
     }
     kprintln!("perch: runtime booted via {}", boot.protocol.name());
     kprintln!(
@@ -93,13 +106,6 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             Err(e) => kprintln!("perch: ring={n} refused: {e}"),
         }
     }
-
-    cpu::init();
-    let features = cpu::enable_protection();
-    if let Err(paging::PagingError::ImageTooLarge(end)) = paging::init(features.nx) {
-        kprintln!("perch: image ends at {end:#x}, past the 4 KiB-mapped region");
-        exit(ExitCode::Crash);
-    }
     kprintln!(
         "perch: cpu tables loaded; nx={} smep={} smap={}",
         features.nx,
@@ -107,52 +113,30 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         features.smap
     );
     defmt::info!("runtime up, selftest={=bool}", cfg.selftest);
-    // SAFETY: the runtime runs at CPL 0, and `detect` reads only the MSRs
-    // CPUID advertises (IA32_PERF_CAPABILITIES with PDCM, IA32_MISC_ENABLE
-    // with DS); it writes none.
-    let mut msr = unsafe { arch_x86::msr::CpuMsr::new() };
-    let pmu = arch_x86::cpuid::detect(&arch_x86::cpuid::CpuCpuid, &mut msr);
-    match pmu.missing_reason() {
-        Some(reason) => kprintln!("perch: {reason}; falling back to the NMI clock (cpu-clock)"),
-        None => kprintln!(
-            "perch: PMU found, but this runtime samples with the NMI clock (cpu-clock) only"
-        ),
-    }
-    match source {
-        Ok(profile::Source::Simulated(caps)) => kprintln!(
-            "perch: pmu=sim: SIMULATED PMU (v{}, {} GP + {} fixed counters, PEBS format {:?}, LBR format {:?} x {}); precise mem-loads period {}, driven by the NMI clock",
-            caps.version,
-            caps.gp_counters,
-            caps.fixed_counters,
-            caps.pebs_format,
-            caps.lbr_format,
-            caps.lbr_depth,
-            pmu::SIM_PERIOD
-        ),
-        Ok(_) => kprintln!("perch: pmu={:?}; overflow source: NMI clock", cfg.pmu),
-        Err(e) => {
-            kprintln!("perch: pmu=sim: simulated PMU not set up: {e}; overflow source: NMI clock")
-        }
-    }
-    match clock::start(cfg.freq_hz) {
-        Ok(c) => kprintln!(
-            "perch: nmi clock: {} at {} Hz (divisor {}, {}.{:03} Hz){}",
-            c.source,
-            cfg.freq_hz,
-            c.rate.divisor,
-            c.rate.actual_mhz / 1000,
-            c.rate.actual_mhz % 1000,
-            if c.hpet_found {
-                "; HPET legacy routing off"
-            } else {
-                ""
+    pmu::report_boot(&pmu_boot, cfg.event);
+    if pmu_boot.hardware() {
+        kprintln!("perch: nmi clock not started: the PMU's overflow NMIs drive the sampling");
+    } else {
+        match clock::start(cfg.freq_hz) {
+            Ok(c) => kprintln!(
+                "perch: nmi clock: {} at {} Hz (divisor {}, {}.{:03} Hz){}",
+                c.source,
+                cfg.freq_hz,
+                c.rate.divisor,
+                c.rate.actual_mhz / 1000,
+                c.rate.actual_mhz % 1000,
+                if c.hpet_found {
+                    "; HPET legacy routing off"
+                } else {
+                    ""
+                }
+            ),
+            Err(clock::ClockError::Rate(e)) => {
+                kprintln!(
+                    "perch: nmi clock not started: freq={} Hz: {e:?}",
+                    cfg.freq_hz
+                )
             }
-        ),
-        Err(clock::ClockError::Rate(e)) => {
-            kprintln!(
-                "perch: nmi clock not started: freq={} Hz: {e:?}",
-                cfg.freq_hz
-            )
         }
     }
     if let Some(kind) = cfg.crash {
@@ -206,9 +190,15 @@ pub fn provoke_crash(kind: cmdline::CrashKind) {
     }
 }
 
-/// Stops the clock and leaves through the debug-exit device.
+/// Stops the clock and the PMU, reports the PMU's counters (unknown NMIs
+/// included) unless the runtime crashed, and leaves through the debug-exit
+/// device.
 pub fn exit(code: ExitCode) -> ! {
     clock::stop();
+    pmu::stop_hw();
+    if code != ExitCode::Crash {
+        pmu::report_end();
+    }
     // SAFETY: port 0xf4 is QEMU's isa-debug-exit or unused on hardware.
     unsafe { arch_x86::exit::exit(code) }
 }

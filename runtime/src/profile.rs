@@ -5,14 +5,16 @@
 //! drain loop (ring -> `Lost`/`Sample` frames -> UART) and the final End
 //! with counters such that `taken = delivered + lost` exactly.
 //!
-//! The overflow source has one seam, [`Source`]: today the NMI clock
-//! (`cpu-clock`), where every NMI is one overflow.
+//! The overflow source has one seam, [`Source`]: the NMI clock
+//! (`cpu-clock`), where every NMI is one overflow; the hardware PMU, whose
+//! PMIs are the NMIs; or the simulated PMU driven by the NMI clock.
 
 use crate::clock;
 use crate::nmi::{NmiContext, UserFrameState};
 use crate::wire;
 use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
+use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use sampler::capture::{
     CallchainWriter, InterruptFrame, SampleInput, UserFrame, build_sample_into,
@@ -40,6 +42,8 @@ pub enum Source {
     NmiClock,
     /// `pmu=sim`: the simulated PMU driven by the NMI clock (see `crate::pmu`).
     Simulated(PmuCaps),
+    /// `pmu=auto` with a usable PMU: its overflow NMIs (see `crate::pmu`).
+    Pmu(PmuCaps),
 }
 
 /// PMU data for one sample (see `crate::pmu`); [`Extra::NONE`] for the NMI clock.
@@ -103,6 +107,24 @@ static NMI_COST_COUNT: AtomicU64 = AtomicU64::new(0);
 static CHAIN_TRUNCATED: AtomicU32 = AtomicU32::new(0);
 static SIMULATED: AtomicBool = AtomicBool::new(false);
 static PEBS_LOST_TOTAL: AtomicU64 = AtomicU64::new(0);
+static HW_EVENT: HwEventCell = HwEventCell(UnsafeCell::new(None));
+static HW_EVENT_SET: AtomicBool = AtomicBool::new(false);
+
+/// The hardware event (kind, config, sampling, modes, precise, branch
+/// types), written once by [`configure_hw`] before sampling starts and only
+/// read afterwards.
+struct HwEventCell(UnsafeCell<Option<EventConfig>>);
+// SAFETY: written once, before HW_EVENT_SET is published (Release); read
+// only after seeing it (Acquire), never written again.
+unsafe impl Sync for HwEventCell {}
+
+fn hw_event() -> Option<EventConfig> {
+    if !HW_EVENT_SET.load(Ordering::Acquire) {
+        return None;
+    }
+    // SAFETY: see `HwEventCell`.
+    unsafe { *HW_EVENT.0.get() }
+}
 
 /// The event in force, rebuilt from atomics (NMI-safe).
 pub fn event() -> EventConfig {
@@ -119,7 +141,34 @@ pub fn event() -> EventConfig {
             | sampler::event::branch_type::USER
             | sampler::event::branch_type::KERNEL;
     }
+    if let Some(h) = hw_event() {
+        e.kind = h.kind;
+        e.config = h.config;
+        e.sampling = h.sampling;
+        e.exclude_user = h.exclude_user;
+        e.exclude_kernel = h.exclude_kernel;
+        e.precise = h.precise;
+        e.branch_sample_type = h.branch_sample_type;
+    }
     e
+}
+
+/// `pmu=auto` with a usable PMU: samples describe `ev` (its kind, config,
+/// sampling, modes, precise and branch types) and carry the fields in
+/// `sample_type` the PMU adds (BRANCH_STACK with LBR; REGS_INTR, and ADDR /
+/// WEIGHT / DATA_SRC for memory events, with PEBS). Once, before [`start`].
+pub fn configure_hw(ev: &EventConfig, sample_type: u64) {
+    if HW_EVENT_SET.load(Ordering::Acquire) {
+        return;
+    }
+    // SAFETY: not yet published, and called once at boot before sampling
+    // starts: nothing reads the cell yet.
+    unsafe { *HW_EVENT.0.get() = Some(*ev) };
+    HW_EVENT_SET.store(true, Ordering::Release);
+    SAMPLE_TYPE.fetch_or(sample_type, Ordering::Relaxed);
+    if sample_type & st::REGS_INTR != 0 {
+        REGS_INTR.store(GPR_MASK, Ordering::Relaxed);
+    }
 }
 
 /// `pmu=sim`: samples carry the PMU fields (BRANCH_STACK, ADDR, WEIGHT,
@@ -296,10 +345,14 @@ fn callchain(cc: &mut CallchainWriter<'_>, ctx: &NmiContext<'_>) {
 /// queues it; atomics and bounded copies only. `entry_tsc` is the TSC read
 /// first thing in the handler (for the per-sample cost).
 pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
-    if !ON.load(Ordering::Acquire) {
+    let on = ON.load(Ordering::Acquire);
+    // A PMI of the hardware PMU is serviced (and sampled when on) there.
+    let pmi = crate::pmu::on_nmi(cap, entry_tsc, on, clock::running());
+    if !on {
         return;
     }
-    if crate::pmu::sim_active() {
+    if pmi {
+    } else if crate::pmu::sim_active() {
         crate::pmu::on_tick(cap, entry_tsc);
     } else {
         push_sample(cap, entry_tsc, &Extra::NONE);
@@ -438,7 +491,7 @@ pub fn build_id() -> &'static [u8] {
 pub fn send_hello(cmdline: &str, source: Source) {
     let caps = match source {
         Source::NmiClock => PmuCaps::cpu_clock(),
-        Source::Simulated(c) => c,
+        Source::Simulated(c) | Source::Pmu(c) => c,
     };
     let mut h = Hello::new(cpu_id(), caps);
     h.tsc_hz = clock::tsc_hz();

@@ -12,6 +12,7 @@ use crate::{kprintln, paging, syscall};
 use arch_x86::cmdline::Config;
 use arch_x86::exit::ExitCode;
 use arch_x86::frame::{INT80_VECTOR, Mode, SYSCALL_VECTOR, TrapFrame};
+use arch_x86::pmu::selftest::{Reason, Verdict};
 use arch_x86::{cpu, gdt, paging as pg};
 use core::fmt::Write;
 
@@ -83,6 +84,8 @@ pub fn run(cfg: &Config) -> ! {
     r.check("nmi_clock_ticks", nmi_clock_ticks);
     r.check("pmu_detection_and_fallback", pmu_detection_and_fallback);
     r.check("pmu_sim_pmi_round_trip", pmu_sim_pmi_round_trip);
+    r.check("pmu_startup_check_sim", pmu_startup_check_sim);
+    r.check("pmu_hardware", pmu_hardware);
     r.check("nmi_in_user64_exact_regs", exact_regs_user64);
     r.check("nmi_in_compat_exact_regs", exact_regs_compat);
     r.check("nmi_in_syscall_user_frame", spin_in_syscall64);
@@ -489,12 +492,262 @@ fn pmu_detection_and_fallback() -> TestResult {
         );
         ensure!(info.pebs_format.is_none(), "PEBS without a PMU");
         ensure!(info.lbr_depth() == 0, "LBR without a PMU");
+        // The runtime's start-up check stops at detection (touching no
+        // MSR) and says why the NMI clock is used.
+        let r = crate::pmu::startup_check(&info);
+        let Verdict::Fallback(reason @ Reason::NotDetected(_)) = r.verdict else {
+            fail!("start-up check without a PMU: {:?}", r.verdict);
+        };
+        let mut msg = Why::new();
+        let _ = write!(msg, "{reason}");
+        ensure!(
+            msg.ends_with("falling back to the NMI clock"),
+            "fallback message: {msg}"
+        );
+        kprintln!("selftest: start-up check: {msg}");
     }
     ensure!(
         !crate::pmu::sim_active(),
         "simulated PMU active without pmu=sim"
     );
+    ensure!(
+        !crate::pmu::hw_active(),
+        "hardware PMU sampling during the self-test"
+    );
     nmi_clock_ticks()
+}
+
+/// The start-up check (the same generic function the runtime runs on the
+/// real PMU) against simulated PMUs: a healthy one is usable (every
+/// instruction counted, one PMI per period); one whose counters read 0 and
+/// drop writes (an emulator's) falls back with `CountersDead`; one whose
+/// PMIs are never delivered (LVT stays masked) falls back with
+/// `OverflowOff`.
+fn pmu_startup_check_sim() -> TestResult {
+    use arch_x86::pmu::driver::startup_check;
+    use arch_x86::pmu::sim::{DeadCounters, NoPmiDelivery, SimCpu, SimPmu, run_workload};
+    use core::cell::Cell;
+    const WORK: u64 = 200_000;
+    const PERIOD: u64 = 2000;
+    const STEP: u64 = 100;
+    for (name, cpu) in [
+        ("Sapphire Rapids", SimCpu::sapphire_rapids()),
+        ("Zen 4", SimCpu::zen4()),
+    ] {
+        let info = arch_x86::cpuid::detect(&crate::pmu::SimCpuid(cpu), &mut SimPmu::new(cpu));
+        let pmis = Cell::new(0);
+        let mut sim = SimPmu::new(cpu);
+        let r = startup_check(
+            &info,
+            &mut sim,
+            PERIOD,
+            &mut |h, d| run_workload(h, d, WORK, STEP, &pmis),
+            &|| pmis.get(),
+        );
+        ensure!(
+            r.verdict == Verdict::Usable && r.counted == WORK && r.pmis == WORK / PERIOD,
+            "{name}, healthy: {r:?}"
+        );
+        ensure!(
+            sim.lvt() == arch_x86::pmu::LVT_MASKED,
+            "{name}: LVT entry left armed"
+        );
+        let pmis = Cell::new(0);
+        let mut dead = DeadCounters(SimPmu::new(cpu));
+        let r = startup_check(
+            &info,
+            &mut dead,
+            PERIOD,
+            &mut |h, d| run_workload(h, d, WORK, STEP, &pmis),
+            &|| pmis.get(),
+        );
+        match r.verdict {
+            Verdict::Fallback(reason @ Reason::CountersDead { counted: 0 }) => {
+                kprintln!("selftest: simulated {name}, counters dead: {reason}")
+            }
+            v => fail!("{name}, dead counters: {v:?}"),
+        }
+        let pmis = Cell::new(0);
+        let mut masked = NoPmiDelivery(SimPmu::new(cpu));
+        let r = startup_check(
+            &info,
+            &mut masked,
+            PERIOD,
+            &mut |h, d| run_workload(h, d, WORK, STEP, &pmis),
+            &|| pmis.get(),
+        );
+        match r.verdict {
+            Verdict::Fallback(
+                reason @ Reason::OverflowOff {
+                    expected: 100,
+                    observed: 0,
+                },
+            ) if r.counted == WORK => {
+                kprintln!("selftest: simulated {name}, PMIs never delivered: {reason}")
+            }
+            v => fail!("{name}, PMIs masked: {v:?} after counting {}", r.counted),
+        }
+    }
+    Ok(())
+}
+
+/// Samples `ev` with `mode` on the real PMU while `work` runs; returns what
+/// was programmed and the hardware path's counters for the run.
+fn sample_hw(
+    info: &arch_x86::cpuid::PmuInfo,
+    ev: arch_x86::pmu::Event,
+    mode: arch_x86::pmu::SampleMode,
+    work: impl FnOnce(),
+) -> Result<(crate::pmu::HwSetup, crate::pmu::HwStats), crate::pmu::HwError> {
+    crate::pmu::reset_hw_stats();
+    let setup = crate::pmu::setup_hw(info, ev, mode)?;
+    work();
+    crate::pmu::stop_hw();
+    Ok((setup, crate::pmu::hw_stats()))
+}
+
+/// The real PMU, on a CPU that has one (skipped, and says so, without):
+/// the runtime's start-up check (counters advance over a workload of known
+/// size; overflow NMIs arrive near the programmed period), then sampling
+/// through the same path as a profile: instructions at a period (PMIs near
+/// it; LBR branch stacks when present), cycles for 20 ms of TSC time, and
+/// precise instructions whose PEBS records must decode when PEBS is
+/// present. `cargo xtask hwcheck` prints these lines.
+fn pmu_hardware() -> TestResult {
+    use crate::pmu::{CHECK_INSTRUCTIONS, EventName, HwError};
+    use arch_x86::pmu::{Event, EventKind, PmuError, SampleMode};
+    // SAFETY: CPL 0; `detect` reads only MSRs CPUID advertises and writes none.
+    let mut msr = unsafe { arch_x86::msr::CpuMsr::new() };
+    let info = arch_x86::cpuid::detect(&arch_x86::cpuid::CpuCpuid, &mut msr);
+    if let Some(why) = info.missing_reason() {
+        kprintln!("selftest: pmu_hardware: skipped ({why})");
+        return Ok(());
+    }
+    kprintln!(
+        "selftest: pmu_hardware: PMU {:?} v{}, {} GP x {} bits, {} fixed x {} bits, PEBS format {:?}, LBR {:?} x {}",
+        info.vendor,
+        info.version,
+        info.gp_counters,
+        info.gp_width,
+        info.fixed_counters(),
+        info.fixed_width,
+        info.pebs_format,
+        info.lbr_format(),
+        info.lbr_depth()
+    );
+    let r = crate::pmu::startup_check(&info);
+    kprintln!(
+        "selftest: pmu_hardware: counting: {} instructions counted over a workload of {}",
+        r.counted,
+        CHECK_INSTRUCTIONS
+    );
+    kprintln!(
+        "selftest: pmu_hardware: overflow: period {}: {} PMIs, expected about {}",
+        r.period,
+        r.pmis,
+        r.expected_pmis()
+    );
+    if let Verdict::Fallback(reason) = r.verdict {
+        fail!("start-up check: {reason}");
+    }
+    ensure!(
+        r.counted >= CHECK_INSTRUCTIONS && r.counted <= 2 * CHECK_INSTRUCTIONS,
+        "{} instructions counted for a workload of {CHECK_INSTRUCTIONS}",
+        r.counted
+    );
+    let workload = || arch_x86::pmu::hw::workload(crate::pmu::CHECK_ITERATIONS);
+    // Instructions at a period, through the sampling path.
+    let period = CHECK_INSTRUCTIONS / 64;
+    let ins = Event::new(EventKind::Instructions);
+    let (setup, s) = match sample_hw(&info, ins, SampleMode::Period(period), workload) {
+        Ok(x) => x,
+        Err(e) => fail!("sampling instructions: {e}"),
+    };
+    kprintln!(
+        "selftest: pmu_hardware: sampling instructions at period {period}: {} samples in {} PMIs, expected about {}; {} unknown NMIs",
+        s.samples,
+        s.pmis,
+        r.counted / period,
+        s.unknown_nmis
+    );
+    if let Err(reason) = arch_x86::pmu::selftest::check_overflow(r.counted, period, s.samples) {
+        fail!("sampling instructions: {reason}");
+    }
+    if info.lbr_depth() > 0 {
+        kprintln!(
+            "selftest: pmu_hardware: LBR: {} of {} samples carry a branch stack",
+            s.with_branches,
+            s.samples
+        );
+        ensure!(setup.lbr, "the CPU has LBR but sampling did not enable it");
+        ensure!(s.with_branches > 0, "no sample carried a branch stack");
+    } else {
+        kprintln!("selftest: pmu_hardware: LBR: absent, not checked");
+    }
+    // Cycles for 20 ms of TSC time: about 20 PMIs at a period of a
+    // millisecond of TSC ticks when the core runs near the TSC rate.
+    let tsc_hz = crate::clock::tsc_hz();
+    if tsc_hz > 0 {
+        let spin = || {
+            let t0 = cpu::rdtsc();
+            while cpu::rdtsc().wrapping_sub(t0) < tsc_hz / 50 {
+                core::hint::spin_loop();
+            }
+        };
+        let cyc = Event::new(EventKind::Cycles);
+        let (_, s) = match sample_hw(&info, cyc, SampleMode::Period(tsc_hz / 1000), spin) {
+            Ok(x) => x,
+            Err(e) => fail!("sampling cycles: {e}"),
+        };
+        kprintln!(
+            "selftest: pmu_hardware: sampling cycles at period {} (1 ms of TSC) for 20 ms: {} samples (about 20 when cycles run at the TSC rate)",
+            tsc_hz / 1000,
+            s.samples
+        );
+        ensure!(
+            (4..=100).contains(&s.samples),
+            "{} cycle samples in 20 ms at 1 kHz of TSC",
+            s.samples
+        );
+    }
+    // PEBS records decode.
+    if info.pebs_format.is_some() {
+        let pins = Event {
+            precise: 1,
+            ..Event::new(EventKind::Instructions)
+        };
+        match sample_hw(&info, pins, SampleMode::Period(period), workload) {
+            Err(HwError::Pmu(PmuError::PebsUnknownFormat(f))) => {
+                kprintln!(
+                    "selftest: pmu_hardware: PEBS: format {f} unknown to the decoder, PEBS disabled"
+                )
+            }
+            Err(e) => fail!("sampling {}: {e}", EventName(pins)),
+            Ok((_, s)) => {
+                kprintln!(
+                    "selftest: pmu_hardware: PEBS: {} records decoded, {} lost, {} samples, expected about {}",
+                    s.pebs_decoded,
+                    s.pebs_lost,
+                    s.samples,
+                    r.counted / period
+                );
+                ensure!(
+                    s.pebs_decoded >= r.counted / period / 2,
+                    "only {} PEBS records decoded",
+                    s.pebs_decoded
+                );
+                ensure!(
+                    s.pebs_lost <= s.pebs_decoded / 10,
+                    "{} PEBS records lost",
+                    s.pebs_lost
+                );
+            }
+        }
+    } else {
+        kprintln!("selftest: pmu_hardware: PEBS: absent, not checked");
+    }
+    ensure!(!crate::pmu::hw_active(), "the PMU still samples");
+    Ok(())
 }
 
 /// The simulated PMU (no command line needed) through the real driver:

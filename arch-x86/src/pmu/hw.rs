@@ -82,28 +82,14 @@ impl CpuPmu {
     /// 2. In xAPIC mode the APIC window at IA32_APIC_BASE is identity-mapped,
     ///    uncached and writable.
     /// 3. Nothing else programs the LVT performance-counter entry while this
-    ///    value (or a copy made by [`CpuPmu::again`]) is in use.
+    ///    value is in use, except an NMI handler with a handle of its own
+    ///    that leaves the entry as the interrupted user expects.
     pub unsafe fn new() -> Option<Self> {
         // SAFETY: obligation 1 of this function is `CpuMsr::new`'s contract.
         let mut msr = unsafe { CpuMsr::new() };
         // IA32_APIC_BASE is architectural on every x86-64 CPU.
         let lvt = LvtAccess::from_apic_base(msr.read(IA32_APIC_BASE))?;
         Some(CpuPmu { msr, lvt })
-    }
-
-    /// A second handle on the same CPU (the NMI handler's), with the same
-    /// access path.
-    ///
-    /// # Safety
-    /// As for [`CpuPmu::new`]; the two handles are never used at the same
-    /// time except from an NMI handler that interrupted the other user and
-    /// leaves the PMU in a state that user expects.
-    pub unsafe fn again(&self) -> Self {
-        CpuPmu {
-            // SAFETY: the contract of `CpuPmu::new`, which the caller upholds.
-            msr: unsafe { CpuMsr::new() },
-            lvt: self.lvt,
-        }
     }
 
     /// How the LVT entry is reached.
@@ -181,6 +167,32 @@ impl Lvt for CpuPmu {
     }
 }
 
+/// Instructions [`workload`] retires per iteration.
+pub const WORKLOAD_INSTRUCTIONS_PER_ITERATION: u64 = 2;
+
+/// A workload of known size for the start-up check: retires
+/// `2 * iterations` instructions (plus a handful around the loop) in the
+/// current mode, touching no memory. It is not marked `nomem`, so the
+/// compiler keeps memory accesses (e.g. publishing a driver to the NMI
+/// handler) on their side of it.
+#[inline(never)]
+pub fn workload(iterations: u64) {
+    if iterations == 0 {
+        return;
+    }
+    // SAFETY: a register-only countdown loop: no memory, no stack, and it
+    // ends because `n` starts above 0 and drops by one each time round.
+    unsafe {
+        core::arch::asm!(
+            "2:",
+            "dec {n}",
+            "jnz 2b",
+            n = inout(reg) iterations => _,
+            options(nostack),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +212,11 @@ mod tests {
         assert_eq!(XAPIC_LVT_PMI, 0x340);
         assert_eq!(addr::X2APIC_LVT_PMI, 0x800 + (XAPIC_LVT_PMI >> 4) as u32);
         assert_eq!(X2APIC_SVR, 0x800 + (XAPIC_SVR >> 4) as u32);
+    }
+
+    #[test]
+    fn workload_ends() {
+        workload(0);
+        workload(1000);
     }
 }

@@ -20,7 +20,7 @@ pub enum Reason {
     NotDetected(&'static str),
     /// A counter did not move while work ran (an emulated or disabled PMU).
     CountersDead {
-        /// Value read after the workload.
+        /// Events counted over the workload.
         counted: u64,
     },
     /// Overflow NMIs did not arrive as programmed.
@@ -38,7 +38,7 @@ impl core::fmt::Display for Reason {
             Reason::NotDetected(why) => write!(f, "{why}; falling back to the NMI clock"),
             Reason::CountersDead { counted } => write!(
                 f,
-                "PMU counters do not advance (read {counted} after the workload); falling back to the NMI clock"
+                "PMU counters do not advance ({counted} events counted over the workload); falling back to the NMI clock"
             ),
             Reason::OverflowOff { expected, observed } => write!(
                 f,
