@@ -1,7 +1,9 @@
 //! `cargo xtask hwcheck`: the prepared real-hardware PMU check. Boots the
-//! runtime's PMU self-test under KVM with `-cpu host` when a KVM with a
-//! virtual PMU is present; otherwise says why not and how to run the same
-//! self-test on bare metal, and exits 0.
+//! runtime's self-test under KVM with `-cpu host` when a KVM with a
+//! virtual PMU is present and summarises its `pmu_hardware` test (the
+//! start-up check: counters advance, overflow NMIs near the programmed
+//! period; sampling; PEBS and LBR records decode when present); otherwise
+//! says why not and how to run the same self-test on bare metal, and exits 0.
 
 use anyhow::{Context, Result};
 use std::io::{BufRead, BufReader};
@@ -132,7 +134,93 @@ To run the same check on bare metal:
   2. write it to a USB stick: dd if=out/perch.iso of=/dev/sdX bs=4M conv=fsync
   3. boot it (BIOS or UEFI) with a serial console on COM1 at 115200 8N1
   4. the self-test prints the PMU detection, the counter and overflow checks,
-     PEBS/LBR decoding results and a final 'N passed, M failed' line.";
+     PEBS/LBR decoding results ('selftest: pmu_hardware: ...' lines) and a
+     final 'N passed, M failed' line.";
+
+/// Prefix of the `pmu_hardware` self-test's detail lines.
+pub const DETAIL_PREFIX: &str = "selftest: pmu_hardware: ";
+
+/// How the `pmu_hardware` self-test ended, from the runtime's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// `selftest: pmu_hardware ... ok` after real checks.
+    Passed,
+    /// The guest saw no PMU (`selftest: pmu_hardware: skipped (...)`).
+    Skipped(String),
+    /// `selftest: pmu_hardware ... FAILED (why)`.
+    Failed(String),
+    /// The test never reported (crash, timeout, an older runtime).
+    Missing,
+}
+
+/// What the check found in the runtime's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// The `pmu_hardware` outcome.
+    pub outcome: Outcome,
+    /// Its detail lines (PMU, counting, overflow, sampling, LBR, PEBS), without the prefix.
+    pub details: Vec<String>,
+    /// The runtime's boot lines about the PMU (`perch: ...PMU...`).
+    pub boot: Vec<String>,
+    /// The final `N passed, M failed` line.
+    pub totals: Option<String>,
+}
+
+/// Reads the `pmu_hardware` result out of the self-test's output.
+pub fn summarize(lines: &[String]) -> Summary {
+    let mut s = Summary {
+        outcome: Outcome::Missing,
+        details: Vec::new(),
+        boot: Vec::new(),
+        totals: None,
+    };
+    for l in lines {
+        let l = l.trim_end();
+        if let Some(d) = l.strip_prefix(DETAIL_PREFIX) {
+            if let Some(why) = d.strip_prefix("skipped (") {
+                s.outcome = Outcome::Skipped(why.strip_suffix(')').unwrap_or(why).to_string());
+            }
+            s.details.push(d.to_string());
+        } else if l == "selftest: pmu_hardware ... ok" {
+            if s.outcome == Outcome::Missing {
+                s.outcome = Outcome::Passed;
+            }
+        } else if let Some(why) = l.strip_prefix("selftest: pmu_hardware ... FAILED (") {
+            s.outcome = Outcome::Failed(why.strip_suffix(')').unwrap_or(why).to_string());
+        } else if l.starts_with("perch: ") && l.contains("PMU") {
+            s.boot.push(l.to_string());
+        } else if l.contains(" passed, ") && l.ends_with(" failed") {
+            s.totals = Some(l.to_string());
+        }
+    }
+    s
+}
+
+/// Exit code of the check: 0 only when the PMU was really exercised and
+/// every self-test passed (QEMU status 33).
+pub fn verdict(s: &Summary, qemu_status: Option<i32>) -> (i32, String) {
+    match &s.outcome {
+        Outcome::Passed if qemu_status == Some(33) => (
+            0,
+            "the PMU works: counters advance, overflow NMIs arrive near the period".into(),
+        ),
+        Outcome::Passed => (
+            1,
+            format!("pmu_hardware passed, but the self-test did not (QEMU status {qemu_status:?})"),
+        ),
+        Outcome::Skipped(why) => (
+            1,
+            format!(
+                "the guest saw no PMU ({why}), although the host offers one: check `-cpu host` and kvm.enable_pmu"
+            ),
+        ),
+        Outcome::Failed(why) => (1, format!("the PMU check failed: {why}")),
+        Outcome::Missing => (
+            1,
+            format!("pmu_hardware never reported (QEMU status {qemu_status:?})"),
+        ),
+    }
+}
 
 /// Run the check. Always returns exit code 0 unless the KVM run itself fails.
 pub fn run() -> Result<i32> {
@@ -210,19 +298,25 @@ pub fn run() -> Result<i32> {
         }
     }
     let status = child.wait().ok().and_then(|s| s.code());
+    let summary = summarize(&lines);
     println!("hwcheck: summary");
-    for l in lines
-        .iter()
-        .filter(|l| l.to_ascii_lowercase().contains("pmu") || l.contains(" passed, "))
-    {
+    for l in &summary.boot {
         println!("  {l}");
+    }
+    for l in &summary.details {
+        println!("  pmu_hardware: {l}");
+    }
+    if let Some(t) = &summary.totals {
+        println!("  self-test: {t}");
     }
     if timed_out {
         println!("hwcheck: QEMU killed after {} s", TIMEOUT.as_secs());
         return Ok(1);
     }
     println!("hwcheck: QEMU exit status {status:?}");
-    Ok(if status == Some(33) { 0 } else { 1 })
+    let (code, what) = verdict(&summary, status);
+    println!("hwcheck: {what}");
+    Ok(code)
 }
 
 #[cfg(test)]
@@ -243,6 +337,60 @@ mod tests {
     #[test]
     fn a_full_kvm_with_pmu_is_usable() {
         assert_eq!(assess(&usable()), Ok(()));
+    }
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn a_real_pmu_run_is_summarised() {
+        let out = lines(
+            "perch: PMU found (Intel v5, 8 GP + 4 fixed counters); the self-test checks it in pmu_hardware; overflow source for the other tests: NMI clock
+selftest: pmu_detection_and_fallback ... ok
+selftest: pmu_hardware: PMU Intel v5, 8 GP x 48 bits, 4 fixed x 48 bits, PEBS format Some(5), LBR Some(63) x 32
+selftest: pmu_hardware: counting: 10000012 instructions counted over a workload of 10000000
+selftest: pmu_hardware: overflow: period 100000: 100 PMIs, expected about 100
+selftest: pmu_hardware ... ok
+28 passed, 0 failed",
+        );
+        let s = summarize(&out);
+        assert_eq!(s.outcome, Outcome::Passed);
+        assert_eq!(s.details.len(), 3);
+        assert!(s.details[1].starts_with("counting: 10000012"));
+        assert_eq!(s.boot.len(), 1);
+        assert_eq!(s.totals.as_deref(), Some("28 passed, 0 failed"));
+        assert_eq!(verdict(&s, Some(33)).0, 0);
+        assert_eq!(verdict(&s, Some(35)).0, 1);
+    }
+
+    #[test]
+    fn skipped_failed_and_missing_are_not_a_pass() {
+        let s = summarize(&lines(
+            "selftest: pmu_hardware: skipped (no PMU: CPUID leaf 0xA reports no architectural perfmon)
+selftest: pmu_hardware ... ok
+28 passed, 0 failed",
+        ));
+        assert_eq!(
+            s.outcome,
+            Outcome::Skipped("no PMU: CPUID leaf 0xA reports no architectural perfmon".into())
+        );
+        let (code, what) = verdict(&s, Some(33));
+        assert_eq!(code, 1);
+        assert!(what.contains("guest saw no PMU"), "{what}");
+        let s = summarize(&lines(
+            "selftest: pmu_hardware: overflow: period 100000: 0 PMIs, expected about 100
+selftest: pmu_hardware ... FAILED (start-up check: PMU overflow NMIs do not arrive)
+27 passed, 1 failed",
+        ));
+        assert_eq!(
+            s.outcome,
+            Outcome::Failed("start-up check: PMU overflow NMIs do not arrive".into())
+        );
+        assert_eq!(verdict(&s, Some(35)).0, 1);
+        let s = summarize(&lines("perch: runtime booted via pvh"));
+        assert_eq!(s.outcome, Outcome::Missing);
+        assert_eq!(verdict(&s, None).0, 1);
     }
 
     #[test]
