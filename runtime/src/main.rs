@@ -195,8 +195,11 @@ pub fn provoke_crash(kind: cmdline::CrashKind) {
 /// device.
 pub fn exit(code: ExitCode) -> ! {
     clock::stop();
-    pmu::stop_hw();
-    if code != ExitCode::Crash {
+    if code == ExitCode::Crash {
+        // The crash may have hit the PMU path itself: only silence the PMIs.
+        pmu::mask_pmis();
+    } else {
+        pmu::stop_hw();
         pmu::report_end();
     }
     // SAFETY: port 0xf4 is QEMU's isa-debug-exit or unused on hardware.

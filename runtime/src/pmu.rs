@@ -765,6 +765,15 @@ pub fn stop_hw() {
     HW_STATE.store(HW_OFF, Ordering::Release);
 }
 
+/// Masks the LVT entry when the PMU is in use (sampling or being checked),
+/// touching no driver state: for the crash exit.
+pub fn mask_pmis() {
+    let in_use = HW_STATE.load(Ordering::Acquire) != HW_OFF || CHECK_PHASE.load(Ordering::Acquire);
+    if in_use && let Some(mut hw) = cpu_pmu() {
+        hw.mask_lvt_pmi();
+    }
+}
+
 /// The start-up check on this CPU's PMU (outside NMI context, before the
 /// PMU samples): [`driver::startup_check`] with [`CpuPmu`], the workload
 /// [`cpu_pmu::workload`] of [`CHECK_INSTRUCTIONS`], and the PMIs
