@@ -697,8 +697,10 @@ pub fn setup_hw(info: &PmuInfo, ev: Event, mode: SampleMode) -> Result<HwSetup, 
     })
 }
 
-/// The perf description of `ev` and the sample fields the PMU adds.
-fn perf_event(
+/// The perf description of `ev` (sampled with `mode`, through PEBS when
+/// `pebs`, with memory fields of kind `mem`, with branch stacks when `lbr`)
+/// and the `PERF_SAMPLE_*` bits the PMU adds to each sample.
+pub fn perf_event(
     ev: &Event,
     mode: SampleMode,
     vendor: Vendor,
