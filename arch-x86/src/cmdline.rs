@@ -106,7 +106,8 @@ pub enum Issue<'a> {
         /// What was expected.
         expected: &'static str,
     },
-    /// An `event=` value the event table refuses; sampling stays on cycles.
+    /// An `event=` value the event table refuses; the PMU samples cycles
+    /// (an earlier `event=` is dropped too).
     BadEvent {
         /// The rejected value.
         value: &'a str,
@@ -189,8 +190,14 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
             },
             "event" => match value.map(|v| (v, events::parse(v))) {
                 Some((_, Ok(e))) => cfg.event = Some(e),
-                Some((v, Err(error))) => on_issue(Issue::BadEvent { value: v, error }),
-                None => bad("an event name, e.g. cycles, instructions:u, r01c2 or mem-loads:pp"),
+                Some((v, Err(error))) => {
+                    cfg.event = None;
+                    on_issue(Issue::BadEvent { value: v, error })
+                }
+                None => {
+                    cfg.event = None;
+                    bad("an event name, e.g. cycles, instructions:u, r01c2 or mem-loads:pp");
+                }
             },
             _ => on_issue(Issue::UnknownKey(key)),
         }
@@ -305,12 +312,10 @@ mod tests {
             "{}",
             issues[0]
         );
+        // A bad value falls back to cycles even after a good one.
         let (cfg, issues) =
             parse_all("event=instructions event=r5000c0 event=cycles:x event=rzz event");
-        assert_eq!(
-            cfg.event.map(|e| e.kind),
-            Some(crate::pmu::events::EventKind::Instructions)
-        );
+        assert_eq!(cfg.event, None);
         assert_eq!(issues.len(), 4);
         assert!(issues[0].contains("0x500000"), "{}", issues[0]);
         assert!(issues[1].contains("modifier 'x'"), "{}", issues[1]);

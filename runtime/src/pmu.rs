@@ -429,7 +429,7 @@ static HW_PMIS: AtomicU64 = AtomicU64::new(0);
 static HW_SAMPLES: AtomicU64 = AtomicU64::new(0);
 static HW_BRANCH_SAMPLES: AtomicU64 = AtomicU64::new(0);
 static HW_PEBS_DECODED: AtomicU64 = AtomicU64::new(0);
-static HW_PEBS_BAD: AtomicU64 = AtomicU64::new(0);
+static HW_PEBS_LOST: AtomicU64 = AtomicU64::new(0);
 static UNKNOWN_NMIS: AtomicU64 = AtomicU64::new(0);
 
 /// Counters of the hardware path (NMI context counts, anyone reads).
@@ -456,7 +456,7 @@ pub fn hw_stats() -> HwStats {
         samples: HW_SAMPLES.load(Ordering::Relaxed),
         with_branches: HW_BRANCH_SAMPLES.load(Ordering::Relaxed),
         pebs_decoded: HW_PEBS_DECODED.load(Ordering::Relaxed),
-        pebs_lost: HW_PEBS_BAD.load(Ordering::Relaxed),
+        pebs_lost: HW_PEBS_LOST.load(Ordering::Relaxed),
         unknown_nmis: UNKNOWN_NMIS.load(Ordering::Relaxed),
     }
 }
@@ -468,7 +468,7 @@ pub fn reset_hw_stats() {
         &HW_SAMPLES,
         &HW_BRANCH_SAMPLES,
         &HW_PEBS_DECODED,
-        &HW_PEBS_BAD,
+        &HW_PEBS_LOST,
         &UNKNOWN_NMIS,
     ] {
         c.store(0, Ordering::Relaxed);
@@ -872,7 +872,7 @@ pub fn on_nmi(cap: &NmiContext<'_>, entry_tsc: u64, sampling: bool, clock_runnin
     HW_PEBS_DECODED.fetch_add(u64::from(s.pebs_decoded), Ordering::Relaxed);
     let lost = s.pebs_lost();
     if lost > 0 {
-        HW_PEBS_BAD.fetch_add(u64::from(lost), Ordering::Relaxed);
+        HW_PEBS_LOST.fetch_add(u64::from(lost), Ordering::Relaxed);
         PEBS_LOST.fetch_add(u64::from(lost), Ordering::Relaxed);
     }
     if s.summary.spurious {
@@ -1044,9 +1044,9 @@ pub fn report_boot(b: &Boot, event: Option<Event>) {
             "perch: pmu=sim: simulated PMU not set up: {e}; overflow source: NMI clock"
         ),
         Boot::Off => crate::kprintln!("perch: pmu=off; overflow source: NMI clock (cpu-clock)"),
-        Boot::NoPmu(why) => crate::kprintln!(
-            "perch: {why}; falling back to the NMI clock (cpu-clock); overflow source: NMI clock"
-        ),
+        Boot::NoPmu(why) => {
+            crate::kprintln!("perch: {why}; falling back to the NMI clock (cpu-clock)")
+        }
         Boot::SelfTest(info) => crate::kprintln!(
             "perch: PMU found ({} v{}, {} GP + {} fixed counters); the self-test checks it in pmu_hardware; overflow source for the other tests: NMI clock",
             vendor_name(info.vendor),
