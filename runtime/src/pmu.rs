@@ -825,7 +825,18 @@ pub fn startup_check(info: &PmuInfo) -> CheckReport {
 /// not be taken as an NMI-clock tick: a PMI, or (while the NMI clock does
 /// not run) an NMI nobody claims, which is counted as unknown.
 /// NMI-safe: atomics and bounded copies only.
-pub fn on_nmi(cap: &NmiContext<'_>, entry_tsc: u64, sampling: bool, clock_running: bool) -> bool {
+/// The test for "no PMU work" is two atomic loads, inlined into the NMI
+/// path; the rest is out of line.
+#[inline]
+pub fn on_nmi(cap: &NmiContext<'_>, entry_tsc: u64, sampling: bool) -> bool {
+    if !CHECK_PHASE.load(Ordering::Relaxed) && HW_STATE.load(Ordering::Relaxed) == HW_OFF {
+        return false;
+    }
+    on_pmu_nmi(cap, entry_tsc, sampling, crate::clock::running())
+}
+
+#[inline(never)]
+fn on_pmu_nmi(cap: &NmiContext<'_>, entry_tsc: u64, sampling: bool, clock_running: bool) -> bool {
     if CHECK_PHASE.load(Ordering::Acquire) {
         return on_check_nmi(entry_tsc, clock_running);
     }

@@ -347,7 +347,7 @@ fn callchain(cc: &mut CallchainWriter<'_>, ctx: &NmiContext<'_>) {
 pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
     let on = ON.load(Ordering::Acquire);
     // A PMI of the hardware PMU is serviced (and sampled when on) there.
-    let pmi = crate::pmu::on_nmi(cap, entry_tsc, on, clock::running());
+    let pmi = crate::pmu::on_nmi(cap, entry_tsc, on);
     if !on {
         return;
     }
