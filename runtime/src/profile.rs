@@ -166,6 +166,10 @@ pub fn set_ring_slots(n: u32) -> Result<usize, sampler::ring::CapacityError> {
 
 /// Starts sampling.
 pub fn start() {
+    let l = crate::paging::layout();
+    RUNTIME_WALK.set(8, l.data, l.text);
+    USER_WALK.set(8, l.user_data, l.user_text);
+    COMPAT_WALK.set(4, l.user_data, l.user_text);
     ON.store(true, Ordering::Release);
 }
 
@@ -174,37 +178,26 @@ pub fn stop() {
     ON.store(false, Ordering::Release);
 }
 
-/// The trap frame as the sampler's raw frame: one plain copy, entry-stub
-/// order kept (the drain puts it in perf order).
+/// Copies the trap frame into a ring slot's raw frame: the 22 words as
+/// they are (the drain puts them in perf order), one `rep movsq`.
 #[inline(always)]
-fn raw_frame(f: &TrapFrame) -> RawFrame {
-    RawFrame {
-        r15: f.r15,
-        r14: f.r14,
-        r13: f.r13,
-        r12: f.r12,
-        r11: f.r11,
-        r10: f.r10,
-        r9: f.r9,
-        r8: f.r8,
-        rbp: f.rbp,
-        rdi: f.rdi,
-        rsi: f.rsi,
-        rdx: f.rdx,
-        rcx: f.rcx,
-        rbx: f.rbx,
-        rax: f.rax,
-        vector: f.vector,
-        error_code: f.error_code,
-        rip: f.rip,
-        cs: f.cs,
-        rflags: f.rflags,
-        rsp: f.rsp,
-        ss: f.ss,
+fn copy_frame(dst: &mut RawFrame, src: &TrapFrame) {
+    // SAFETY: both are `repr(C)` structs of 22 `u64` words with the same
+    // layout (asserted below); `dst` is a ring slot owned by this context
+    // and `src` a saved frame, so they do not overlap. Every entry stub
+    // clears DF (`cld`) before calling Rust, so `rep movsq` copies upwards.
+    unsafe {
+        core::arch::asm!(
+            "rep movsq",
+            inout("rcx") 22usize => _,
+            inout("rdi") dst as *mut RawFrame => _,
+            inout("rsi") src as *const TrapFrame => _,
+            options(nostack, preserves_flags)
+        );
     }
 }
 
-// The copy above is a plain struct copy only while the layouts agree.
+// `copy_frame` is a plain word copy only while the layouts agree.
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<TrapFrame>() == size_of::<RawFrame>());
@@ -226,38 +219,74 @@ fn compat(cs: u64, bit: u32) -> u32 {
     }
 }
 
+/// Where a frame-pointer walk may read: the frame pointers `fp` whose pair
+/// of words `[fp, fp + 2W)` lies inside the stack region, `fp` aligned to
+/// `W`, are exactly those with `(fp - lo).rotate_right(log2 W) < count`
+/// (a misaligned `fp` rotates its low bits to the top). Set by [`start`]
+/// from the image layout; all zero (nothing passes) before.
+struct WalkRange {
+    lo: AtomicU64,
+    count: AtomicU64,
+    text_lo: AtomicU64,
+    text_len: AtomicU64,
+}
+
+impl WalkRange {
+    const fn new() -> Self {
+        WalkRange {
+            lo: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+            text_lo: AtomicU64::new(0),
+            text_len: AtomicU64::new(0),
+        }
+    }
+
+    /// Frames of `w`-byte words in `stack`, return addresses in `text`.
+    fn set(&self, w: u64, stack: (u64, u64), text: (u64, u64)) {
+        let lo = stack.0.next_multiple_of(w);
+        let count = stack
+            .1
+            .checked_sub(lo)
+            .and_then(|len| len.checked_sub(2 * w))
+            .map_or(0, |room| room / w + 1);
+        self.lo.store(lo, Ordering::Relaxed);
+        self.count.store(count, Ordering::Relaxed);
+        self.text_lo.store(text.0, Ordering::Relaxed);
+        self.text_len
+            .store(text.1.saturating_sub(text.0), Ordering::Relaxed);
+    }
+}
+
+static RUNTIME_WALK: WalkRange = WalkRange::new();
+static USER_WALK: WalkRange = WalkRange::new();
+static COMPAT_WALK: WalkRange = WalkRange::new();
+
 /// Frame-pointer walk appending return addresses to `chain` from index
 /// `n`, at most `max` frames: the saved frame pointer at `[fp]`, the return
 /// address at `[fp + W]` (`W` = 8, or 4 for compat code), both words inside
-/// `stack` (one range test for the pair, `fp` aligned to `W`), every return
-/// address inside `text`, frames strictly ascending. Returns the new end.
+/// the range's stack (one test, see [`WalkRange`]), every return address
+/// inside its text, frames strictly ascending. Returns the new end.
 #[inline(always)]
 fn walk<const W: u64>(
     chain: &mut [u64; MAX_CALLCHAIN],
     mut n: usize,
     mut fp: u64,
-    stack: (u64, u64),
-    text: (u64, u64),
+    range: &WalkRange,
     max: usize,
 ) -> usize {
-    // `fp - stack.0 <= span` says both words lie inside `stack`.
-    let Some(span) = stack
-        .1
-        .checked_sub(stack.0)
-        .and_then(|s| s.checked_sub(2 * W))
-    else {
-        return n;
-    };
-    let text_len = text.1.wrapping_sub(text.0);
+    let lo = range.lo.load(Ordering::Relaxed);
+    let count = range.count.load(Ordering::Relaxed);
+    let text_lo = range.text_lo.load(Ordering::Relaxed);
+    let text_len = range.text_len.load(Ordering::Relaxed);
     let end = (n + max).min(MAX_CALLCHAIN);
     while n < end {
-        if fp.wrapping_sub(stack.0) > span || fp & (W - 1) != 0 {
+        if fp.wrapping_sub(lo).rotate_right(W.trailing_zeros()) >= count {
             break;
         }
-        // SAFETY: `fp` is aligned to `W` and `[fp, fp + 2W)` lies inside
-        // `stack`, a mapped region of the image (runtime data, or appliance
-        // data read inside `with_user_access`), identity mapped by
-        // `paging::init`, so neither read can fault.
+        // SAFETY: `fp` is aligned to `W` and `[fp, fp + 2W)` lies inside a
+        // mapped region of the image (runtime data, or appliance data read
+        // inside `with_user_access`), identity mapped by `paging::init`,
+        // so neither read can fault.
         let (next, ret) = unsafe {
             if W == 8 {
                 (
@@ -271,7 +300,7 @@ fn walk<const W: u64>(
                 )
             }
         };
-        if ret.wrapping_sub(text.0) >= text_len {
+        if ret.wrapping_sub(text_lo) >= text_len {
             break;
         }
         chain[n] = ret;
@@ -292,9 +321,8 @@ fn callchain(r: &mut RawSample, ctx: &NmiContext<'_>) {
     let f = ctx.interrupted;
     let mut n = 0;
     let user = if ctx.mode == Mode::Kernel {
-        let l = crate::paging::layout();
         r.chain[0] = f.rip;
-        n = walk::<8>(&mut r.chain, 1, f.rbp, l.data, l.text, MAX_KERNEL_FRAMES);
+        n = walk::<8>(&mut r.chain, 1, f.rbp, &RUNTIME_WALK, MAX_KERNEL_FRAMES);
         ctx.user_regs.filter(|_| ctx.task.is_some())
     } else {
         Some(f)
@@ -303,30 +331,15 @@ fn callchain(r: &mut RawSample, ctx: &NmiContext<'_>) {
     r.kernel_len = n as u8;
     let start = n;
     if let Some(u) = user {
-        let l = crate::paging::layout();
         r.chain[n] = u.rip;
         n += 1;
+        let chain = &mut r.chain;
         // SMAP is opened once for the whole user walk.
         n = crate::cpu::with_user_access(|| {
             if compat(u.cs, 1) != 0 {
-                let fp = u.rbp & 0xffff_ffff;
-                walk::<4>(
-                    &mut r.chain,
-                    n,
-                    fp,
-                    l.user_data,
-                    l.user_text,
-                    MAX_USER_FRAMES,
-                )
+                walk::<4>(chain, n, u.rbp & 0xffff_ffff, &COMPAT_WALK, MAX_USER_FRAMES)
             } else {
-                walk::<8>(
-                    &mut r.chain,
-                    n,
-                    u.rbp,
-                    l.user_data,
-                    l.user_text,
-                    MAX_USER_FRAMES,
-                )
+                walk::<8>(chain, n, u.rbp, &USER_WALK, MAX_USER_FRAMES)
             }
         });
     }
@@ -346,7 +359,7 @@ pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
     } else {
         push_sample(cap, entry_tsc, &Extra::NONE);
     }
-    let cost = arch_x86::cpu::rdtsc().wrapping_sub(entry_tsc);
+    let cost = crate::nmi::rdtsc().wrapping_sub(entry_tsc);
     NMI_COST_TSC.fetch_add(cost, Ordering::Relaxed);
     NMI_COST_COUNT.fetch_add(1, Ordering::Relaxed);
 }
@@ -387,15 +400,15 @@ pub fn push_sample(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) {
             if stype & st::REGS_USER != 0
                 && let Some(u) = ctx.user_regs
             {
-                r.user = raw_frame(u);
+                copy_frame(&mut r.user, u);
                 flags |= raw_flags::SAVED_USER | compat(u.cs, raw_flags::USER_COMPAT);
             }
             if stype & st::REGS_INTR != 0 {
-                r.intr = raw_frame(f);
+                copy_frame(&mut r.intr, f);
                 flags |= compat(f.cs, raw_flags::INTR_COMPAT);
             }
         } else if stype & (st::REGS_USER | st::REGS_INTR) != 0 {
-            r.user = raw_frame(f);
+            copy_frame(&mut r.user, f);
             flags |= compat(f.cs, raw_flags::USER_COMPAT);
         }
         if stype & st::CALLCHAIN != 0 {

@@ -317,10 +317,14 @@ impl<T, const N: usize> Ring<T, N> {
     fn claim(&self) -> Option<Claim<'_, T>> {
         self.taken.fetch_add(1, Ordering::Relaxed);
         let cap = self.cap.load(Ordering::Relaxed);
+        // SAFETY: `cap` is always in `1..=N`: `new` sets N and
+        // `set_capacity` stores only values it checked.
+        unsafe { core::hint::assert_unchecked(cap != 0 && cap <= N) };
         let mut pos = self.tail.load(Ordering::Relaxed);
         loop {
             let index = pos % cap;
-            let slot = &self.slots[index];
+            // SAFETY: `index < cap <= N`.
+            let slot = unsafe { self.slots.get_unchecked(index) };
             let base = index.wrapping_mul(2);
             let seq = slot.stamp.load(Ordering::Acquire).wrapping_add(base);
             let diff = seq.wrapping_sub(pos.wrapping_mul(2)) as isize;
