@@ -11,6 +11,8 @@ use crate::wire::{EncodeError, Encoder, Lost, LostReason, Record, ThrottleEvent}
 
 /// What the NMI handler (and the tick, for Unthrottle) pushes into a ring,
 /// so samples and throttle transitions reach the wire in order.
+// Samples dominate the ring; boxing is impossible in NMI context.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NmiRecord {
     /// A sample, as the NMI handler captured it.

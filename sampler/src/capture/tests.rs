@@ -206,7 +206,6 @@ fn callchain_respects_max_stack_and_markers() {
         assert_eq!(&s.callchain[..], &b.as_slice()[..len], "max_stack {max}");
     }
     // User IPs alone get one user marker.
-    let mut input = input;
     input.chain_kernel = &[];
     let s = build_sample(&input).unwrap();
     assert_eq!(&s.callchain[..], &[PERF_CONTEXT_USER, user[0], user[1]]);
