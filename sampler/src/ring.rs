@@ -607,6 +607,38 @@ mod tests {
     }
 
     #[test]
+    fn a_filled_ring_starts_every_slot_at_the_const_value() {
+        use std::rc::Rc;
+        #[derive(Debug, PartialEq)]
+        struct Held(u32, Option<Rc<()>>);
+        impl ConstDefault for Held {
+            const EMPTY: Self = Held(7, None);
+        }
+        impl Default for Held {
+            fn default() -> Self {
+                Held(99, None)
+            }
+        }
+        let counted = Rc::new(());
+        {
+            let r: Ring<Held, 3> = Ring::new_filled();
+            for _ in 0..3 {
+                assert!(r.push_with(|h| {
+                    assert_eq!(h.0, 7, "the const value, not Default");
+                    h.1 = Some(counted.clone());
+                }));
+            }
+            assert_eq!(r.pop_with(|h| h.0), Some(7));
+            // Moved out: the slot is refilled with Default on its next use.
+            assert_eq!(r.pop().map(|h| h.0), Some(7));
+            assert!(r.push_with(|_| ()));
+            assert!(r.push_with(|h| assert_eq!(h.0, 99)));
+            assert_eq!(Rc::strong_count(&counted), 3);
+        }
+        assert_eq!(Rc::strong_count(&counted), 1, "live slots dropped once");
+    }
+
+    #[test]
     fn values_consumed_in_place_are_dropped_once() {
         use std::rc::Rc;
         #[derive(Default)]
