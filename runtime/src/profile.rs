@@ -1,9 +1,10 @@
-//! Profiling on the target: the NMI-context sampler glue (capture ->
-//! `sampler::capture::build_sample_into`, straight into the claimed slot of
-//! the per-CPU ring) and, outside NMI
-//! context, the stream that carries the samples: Hello, Task records, the
-//! drain loop (ring -> `Lost`/`Sample` frames -> UART) and the final End
-//! with counters such that `taken = delivered + lost` exactly.
+//! Profiling on the target: the NMI-context sampler glue (interrupted
+//! context -> a `sampler::capture::RawSample` written straight into the
+//! claimed slot of the per-CPU ring: header words, trap frames copied as
+//! they are, walked IPs) and, outside NMI context, the stream that carries
+//! the samples: Hello, Task records, the drain loop (ring -> expansion into
+//! `Lost`/`Sample` frames -> UART) and the final End with counters such that
+//! `taken = delivered + lost` exactly.
 //!
 //! The overflow source has one seam, [`Source`]: today the NMI clock
 //! (`cpu-clock`), where every NMI is one overflow.

@@ -759,10 +759,9 @@ impl CallchainBuilder {
     }
 }
 
-/// [`CallchainBuilder`]'s rules applied straight to a sample's callchain
-/// (a ring slot's, after [`build_sample_into`] with an empty
-/// [`SampleInput::callchain`]), so the NMI handler walks frames into the
-/// slot instead of into a stack buffer that is then copied.
+/// [`CallchainBuilder`]'s rules applied straight to a sample's callchain,
+/// as [`RawSample::expand_into`] turns the walked IPs into the wire chain
+/// (in place in the drain's scratch sample).
 ///
 /// The chain is capped at `max_stack` (the event's `sample_max_stack`, at
 /// most [`MAX_CALLCHAIN`]) while it is built: a context marker is only added
