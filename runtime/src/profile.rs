@@ -351,6 +351,7 @@ fn callchain(r: &mut RawSample, ctx: &NmiContext<'_>) {
 /// NMI context: one overflow of the NMI clock. Builds the sample and
 /// queues it; atomics and bounded copies only. `entry_tsc` is the TSC read
 /// first thing in the handler (for the per-sample cost).
+#[inline]
 pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
     if !ON.load(Ordering::Acquire) {
         return;
@@ -369,6 +370,7 @@ pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
 /// data in `x`, in place in its ring slot: header words, the frames the
 /// event needs copied as they are, the walked IPs. The drain expands it
 /// (`sampler::capture::RawSample::expand_into`). Bounded copies only.
+#[inline]
 pub fn push_sample(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) {
     let stype = SAMPLE_TYPE.load(Ordering::Relaxed);
     let kernel = ctx.mode == Mode::Kernel;
