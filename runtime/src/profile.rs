@@ -198,16 +198,18 @@ fn copy_frame(dst: &mut RawFrame, src: &TrapFrame) {
     }
 }
 
-// `copy_frame` is a plain word copy only while the layouts agree.
+// `copy_frame` is a plain word copy only while the layouts agree, word
+// for word.
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<TrapFrame>() == size_of::<RawFrame>());
-    assert!(offset_of!(TrapFrame, r15) == offset_of!(RawFrame, r15));
-    assert!(offset_of!(TrapFrame, rax) == offset_of!(RawFrame, rax));
-    assert!(offset_of!(TrapFrame, vector) == offset_of!(RawFrame, vector));
-    assert!(offset_of!(TrapFrame, rip) == offset_of!(RawFrame, rip));
-    assert!(offset_of!(TrapFrame, cs) == offset_of!(RawFrame, cs));
-    assert!(offset_of!(TrapFrame, ss) == offset_of!(RawFrame, ss));
+    macro_rules! same_offsets {
+        ($($f:ident),*) => { $(assert!(offset_of!(TrapFrame, $f) == offset_of!(RawFrame, $f));)* };
+    }
+    same_offsets!(
+        r15, r14, r13, r12, r11, r10, r9, r8, rbp, rdi, rsi, rdx, rcx, rbx, rax, vector,
+        error_code, rip, cs, rflags, rsp, ss
+    );
 };
 
 /// `bit` when `cs` is the compat (32-bit) user code selector.
