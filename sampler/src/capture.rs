@@ -186,8 +186,9 @@ impl SampleInput<'_> {
 }
 
 /// True when `event` takes no sample of an NMI that interrupted `mode`
-/// (exclude_user / exclude_kernel). The NMI handler checks it before it
-/// claims a ring slot and counts what it skips.
+/// (exclude_user / exclude_kernel). Checked before a ring slot is claimed
+/// (the runtime keeps the two bits where its NMI handler reads them), and
+/// what it skips is counted, not queued.
 pub fn excludes(event: &EventConfig, mode: CpuMode) -> bool {
     match mode {
         CpuMode::User => event.exclude_user,
@@ -246,7 +247,7 @@ fn set_regs_none(out: &mut RegsSample, mask: u64) {
 
 /// The register frame the runtime's entry stubs save, word for word, lowest
 /// address first (the layout of the runtime's trap frame, which asserts it):
-/// what the NMI handler copies into a [`RawSample`] with one plain struct
+/// what the NMI handler copies into a [`RawSample`] with one plain word
 /// copy. [`RawFrame::to_regfile`] puts it in perf order.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
