@@ -147,6 +147,7 @@ pub fn set_rsp0(top: u64) {
 
 /// Runs `f` with supervisor access to user pages allowed (SMAP `stac`/`clac`).
 /// Safe to use from NMI context (it only toggles RFLAGS.AC, which iret restores).
+#[inline(always)]
 pub fn with_user_access<R>(f: impl FnOnce() -> R) -> R {
     let smap = smap_on();
     if smap {

@@ -1,29 +1,28 @@
-//! Profiling on the target: the NMI-context sampler glue (capture ->
-//! `sampler::capture::build_sample_into`, straight into the claimed slot of
-//! the per-CPU ring) and, outside NMI
-//! context, the stream that carries the samples: Hello, Task records, the
-//! drain loop (ring -> `Lost`/`Sample` frames -> UART) and the final End
-//! with counters such that `taken = delivered + lost` exactly.
+//! Profiling on the target: the NMI-context sampler glue (interrupted
+//! context -> a `sampler::capture::RawSample` written straight into the
+//! claimed slot of the per-CPU ring: header words, trap frames copied as
+//! they are, walked IPs) and, outside NMI context, the stream that carries
+//! the samples: Hello, Task records, the drain loop (ring -> expansion into
+//! `Lost`/`Sample` frames -> UART) and the final End with counters such that
+//! `taken = delivered + lost` exactly.
 //!
 //! The overflow source has one seam, [`Source`]: the NMI clock
 //! (`cpu-clock`), where every NMI is one overflow; the hardware PMU, whose
 //! PMIs are the NMIs; or the simulated PMU driven by the NMI clock.
 
 use crate::clock;
-use crate::nmi::{NmiContext, UserFrameState};
+use crate::nmi::NmiContext;
 use crate::wire;
 use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use sampler::capture::{
-    CallchainWriter, InterruptFrame, SampleInput, UserFrame, build_sample_into,
-};
+use sampler::capture::{RawFrame, RawSample, raw_flags};
 use sampler::drain::{NmiRecord, drain_step};
 use sampler::event::{EventConfig, PmuCaps, sample_type as st};
-use sampler::regs::{CodeMode, GPR_MASK, Reg, RegFile};
+use sampler::regs::{GPR_MASK, RegFile};
 use sampler::ring::Ring;
-use sampler::sample::CpuMode;
+use sampler::sample::MAX_CALLCHAIN;
 use sampler::wire::{CpuId, CpuVendor, End, Hello, Lost, LostReason, Record, Task, TextRange};
 
 /// Ring slots (the usable capacity can be lowered with `ring=N`).
@@ -94,7 +93,8 @@ impl SampleSet {
     }
 }
 
-static RING: Ring<NmiRecord, RING_SLOTS> = Ring::new();
+// Every slot starts as an empty sample, so the NMI path never initialises one.
+static RING: Ring<NmiRecord, RING_SLOTS> = Ring::new_filled();
 static ON: AtomicBool = AtomicBool::new(false);
 static SAMPLE_TYPE: AtomicU64 = AtomicU64::new(0);
 static REGS_USER: AtomicU64 = AtomicU64::new(0);
@@ -104,7 +104,10 @@ static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
 static NOT_SAMPLED: AtomicU64 = AtomicU64::new(0);
 static NMI_COST_TSC: AtomicU64 = AtomicU64::new(0);
 static NMI_COST_COUNT: AtomicU64 = AtomicU64::new(0);
-static CHAIN_TRUNCATED: AtomicU32 = AtomicU32::new(0);
+/// Modes the event excludes ([`EXCLUDE_USER`], [`EXCLUDE_KERNEL`]).
+static EXCLUDE: AtomicU32 = AtomicU32::new(0);
+const EXCLUDE_USER: u32 = 1;
+const EXCLUDE_KERNEL: u32 = 2;
 static SIMULATED: AtomicBool = AtomicBool::new(false);
 static PEBS_LOST_TOTAL: AtomicU64 = AtomicU64::new(0);
 static HW_EVENT: HwEventCell = HwEventCell(UnsafeCell::new(None));
@@ -126,10 +129,14 @@ fn hw_event() -> Option<EventConfig> {
     unsafe { *HW_EVENT.0.get() }
 }
 
-/// The event in force, rebuilt from atomics (NMI-safe).
+/// The event in force, rebuilt from atomics (Hello and the drain; the NMI
+/// path reads the atomics it needs directly).
 pub fn event() -> EventConfig {
     let mut e = EventConfig::cpu_clock(0, FREQ_HZ.load(Ordering::Relaxed));
     e.sample_type = SAMPLE_TYPE.load(Ordering::Relaxed);
+    let exclude = EXCLUDE.load(Ordering::Relaxed);
+    e.exclude_user = exclude & EXCLUDE_USER != 0;
+    e.exclude_kernel = exclude & EXCLUDE_KERNEL != 0;
     e.regs_user = REGS_USER.load(Ordering::Relaxed);
     e.regs_intr = REGS_INTR.load(Ordering::Relaxed);
     if SIMULATED.load(Ordering::Relaxed) {
@@ -209,6 +216,10 @@ pub fn set_ring_slots(n: u32) -> Result<usize, sampler::ring::CapacityError> {
 
 /// Starts sampling.
 pub fn start() {
+    let l = crate::paging::layout();
+    RUNTIME_WALK.set(8, l.data, l.text);
+    USER_WALK.set(8, l.user_data, l.user_text);
+    COMPAT_WALK.set(4, l.user_data, l.user_text);
     ON.store(true, Ordering::Release);
 }
 
@@ -217,133 +228,181 @@ pub fn stop() {
     ON.store(false, Ordering::Release);
 }
 
-fn code_mode(cs: u64) -> CodeMode {
+/// Copies the trap frame into a ring slot's raw frame: the 22 words as
+/// they are (the drain puts them in perf order), one `rep movsq`.
+#[inline(always)]
+fn copy_frame(dst: &mut RawFrame, src: &TrapFrame) {
+    // SAFETY: both are `repr(C)` structs of 22 `u64` words with the same
+    // layout (asserted below); `dst` is a ring slot owned by this context
+    // and `src` a saved frame, so they do not overlap. Every entry stub
+    // clears DF (`cld`) before calling Rust, so `rep movsq` copies upwards.
+    unsafe {
+        core::arch::asm!(
+            "rep movsq",
+            inout("rcx") 22usize => _,
+            inout("rdi") dst as *mut RawFrame => _,
+            inout("rsi") src as *const TrapFrame => _,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+// `copy_frame` is a plain word copy only while the layouts agree, word
+// for word.
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<TrapFrame>() == size_of::<RawFrame>());
+    macro_rules! same_offsets {
+        ($($f:ident),*) => { $(assert!(offset_of!(TrapFrame, $f) == offset_of!(RawFrame, $f));)* };
+    }
+    same_offsets!(
+        r15, r14, r13, r12, r11, r10, r9, r8, rbp, rdi, rsi, rdx, rcx, rbx, rax, vector,
+        error_code, rip, cs, rflags, rsp, ss
+    );
+};
+
+/// `bit` when `cs` is the compat (32-bit) user code selector.
+#[inline(always)]
+fn compat(cs: u64, bit: u32) -> u32 {
     if cs as u16 == gdt::USER_CODE32 {
-        CodeMode::Compat32
+        bit
     } else {
-        CodeMode::Long64
+        0
     }
 }
 
-/// The frame in perf register order (DS..GS, never sampled on x86-64,
-/// read 0), written once with no zeroing pass. Without `all`, only what a
-/// sample without register sets reads (IP and CS) is filled in.
-fn interrupt_frame(f: &TrapFrame, all: bool) -> InterruptFrame {
-    let regs = if all {
-        RegFile([
-            f.rax, f.rbx, f.rcx, f.rdx, f.rsi, f.rdi, f.rbp, f.rsp, f.rip, f.rflags, f.cs, f.ss, 0,
-            0, 0, 0, f.r8, f.r9, f.r10, f.r11, f.r12, f.r13, f.r14, f.r15,
-        ])
-    } else {
-        RegFile::default().with(Reg::Ip, f.rip).with(Reg::Cs, f.cs)
-    };
-    InterruptFrame {
-        regs,
-        code: code_mode(f.cs),
-    }
+/// Where a frame-pointer walk may read: the frame pointers `fp` whose pair
+/// of words `[fp, fp + 2W)` lies inside the stack region, `fp` aligned to
+/// `W`, are exactly those with `(fp - lo).rotate_right(log2 W) < count`
+/// (a misaligned `fp` rotates its low bits to the top). Set by [`start`]
+/// from the image layout; all zero (nothing passes) before.
+struct WalkRange {
+    lo: AtomicU64,
+    count: AtomicU64,
+    text_lo: AtomicU64,
+    text_len: AtomicU64,
 }
 
-fn inside(addr: u64, len: u64, range: (u64, u64)) -> bool {
-    addr >= range.0 && addr.checked_add(len).is_some_and(|end| end <= range.1)
-}
-
-/// Reads a word the walk has bounds-checked.
-fn read_checked(addr: u64, len: u64, range: (u64, u64)) -> Option<u64> {
-    if !inside(addr, len, range) || !addr.is_multiple_of(len) {
-        return None;
-    }
-    // SAFETY: `addr` is aligned and the whole word lies inside `range`, a
-    // mapped region of the image (runtime data or appliance data, identity
-    // mapped by `paging::init`), so the read cannot fault; user pages are
-    // read inside `with_user_access` by the caller.
-    Some(unsafe {
-        if len == 4 {
-            u64::from(core::ptr::read_volatile(addr as *const u32))
-        } else {
-            core::ptr::read_volatile(addr as *const u64)
+impl WalkRange {
+    const fn new() -> Self {
+        WalkRange {
+            lo: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+            text_lo: AtomicU64::new(0),
+            text_len: AtomicU64::new(0),
         }
-    })
+    }
+
+    /// Frames of `w`-byte words in `stack`, return addresses in `text`.
+    fn set(&self, w: u64, stack: (u64, u64), text: (u64, u64)) {
+        let lo = stack.0.next_multiple_of(w);
+        let count = stack
+            .1
+            .checked_sub(lo)
+            .and_then(|len| len.checked_sub(2 * w))
+            .map_or(0, |room| room / w + 1);
+        self.lo.store(lo, Ordering::Relaxed);
+        self.count.store(count, Ordering::Relaxed);
+        self.text_lo.store(text.0, Ordering::Relaxed);
+        self.text_len
+            .store(text.1.saturating_sub(text.0), Ordering::Relaxed);
+    }
 }
 
-/// Frame-pointer walk: the saved frame pointer at `[fp]`, the return
-/// address at `[fp + word]`, every read inside `stack`, every return
-/// address inside `text`, frames strictly ascending.
-fn walk_frames(
-    cc: &mut CallchainWriter<'_>,
-    mode: CpuMode,
+static RUNTIME_WALK: WalkRange = WalkRange::new();
+static USER_WALK: WalkRange = WalkRange::new();
+static COMPAT_WALK: WalkRange = WalkRange::new();
+
+/// Frame-pointer walk appending return addresses to `chain` from index
+/// `n`, at most `max` frames: the saved frame pointer at `[fp]`, the return
+/// address at `[fp + W]` (`W` = 8, or 4 for compat code), both words inside
+/// the range's stack (one test, see [`WalkRange`]), every return address
+/// inside its text, frames strictly ascending. Returns the new end.
+#[inline(always)]
+fn walk<const W: u64>(
+    chain: &mut [u64; MAX_CALLCHAIN],
+    mut n: usize,
     mut fp: u64,
-    word: u64,
-    stack: (u64, u64),
-    text: (u64, u64),
+    range: &WalkRange,
     max: usize,
-) {
-    for _ in 0..max {
-        let Some(next) = read_checked(fp, word, stack) else {
-            return;
-        };
-        let Some(ret) = fp
-            .checked_add(word)
-            .and_then(|a| read_checked(a, word, stack))
-        else {
-            return;
-        };
-        if ret < text.0 || ret >= text.1 {
-            return;
+) -> usize {
+    let lo = range.lo.load(Ordering::Relaxed);
+    let count = range.count.load(Ordering::Relaxed);
+    let text_lo = range.text_lo.load(Ordering::Relaxed);
+    let text_len = range.text_len.load(Ordering::Relaxed);
+    let end = (n + max).min(MAX_CALLCHAIN);
+    while n < end {
+        if fp.wrapping_sub(lo).rotate_right(W.trailing_zeros()) >= count {
+            break;
         }
-        cc.push(mode, ret);
+        // SAFETY: `fp` is aligned to `W` and `[fp, fp + 2W)` lies inside a
+        // mapped region of the image (runtime data, or appliance data read
+        // inside `with_user_access`), identity mapped by `paging::init`,
+        // so neither read can fault.
+        let (next, ret) = unsafe {
+            if W == 8 {
+                (
+                    core::ptr::read_volatile(fp as *const u64),
+                    core::ptr::read_volatile((fp + 8) as *const u64),
+                )
+            } else {
+                (
+                    u64::from(core::ptr::read_volatile(fp as *const u32)),
+                    u64::from(core::ptr::read_volatile((fp + 4) as *const u32)),
+                )
+            }
+        };
+        if ret.wrapping_sub(text_lo) >= text_len {
+            break;
+        }
+        chain[n] = ret;
+        n += 1;
         if next <= fp {
-            return;
+            break;
         }
         fp = next;
     }
+    n
 }
 
-fn callchain(cc: &mut CallchainWriter<'_>, ctx: &NmiContext<'_>) {
-    let l = crate::paging::layout();
+/// The callchain's raw IPs: the runtime's (interrupted RIP, then return
+/// addresses) when the NMI hit the runtime, then the task's user IPs. The
+/// drain adds the context markers and applies `max_stack`.
+#[inline(always)]
+fn callchain(r: &mut RawSample, ctx: &NmiContext<'_>) {
+    let f = ctx.interrupted;
+    let mut n = 0;
     let user = if ctx.mode == Mode::Kernel {
-        cc.push(CpuMode::Kernel, ctx.interrupted.rip);
-        walk_frames(
-            cc,
-            CpuMode::Kernel,
-            ctx.interrupted.rbp,
-            8,
-            l.data,
-            l.text,
-            MAX_KERNEL_FRAMES,
-        );
+        r.chain[0] = f.rip;
+        n = walk::<8>(&mut r.chain, 1, f.rbp, &RUNTIME_WALK, MAX_KERNEL_FRAMES);
         ctx.user_regs.filter(|_| ctx.task.is_some())
     } else {
-        Some(ctx.interrupted)
+        Some(f)
     };
+    // At most 1 + MAX_KERNEL_FRAMES.
+    r.kernel_len = n as u8;
+    let start = n;
     if let Some(u) = user {
-        cc.push(CpuMode::User, u.rip);
-        let word = if code_mode(u.cs) == CodeMode::Compat32 {
-            4
-        } else {
-            8
-        };
-        let fp = if word == 4 {
-            u.rbp & 0xffff_ffff
-        } else {
-            u.rbp
-        };
-        crate::cpu::with_user_access(|| {
-            walk_frames(
-                cc,
-                CpuMode::User,
-                fp,
-                word,
-                l.user_data,
-                l.user_text,
-                MAX_USER_FRAMES,
-            )
+        r.chain[n] = u.rip;
+        n += 1;
+        let chain = &mut r.chain;
+        // SMAP is opened once for the whole user walk.
+        n = crate::cpu::with_user_access(|| {
+            if compat(u.cs, 1) != 0 {
+                walk::<4>(chain, n, u.rbp & 0xffff_ffff, &COMPAT_WALK, MAX_USER_FRAMES)
+            } else {
+                walk::<8>(chain, n, u.rbp, &USER_WALK, MAX_USER_FRAMES)
+            }
         });
     }
+    // At most 1 + MAX_USER_FRAMES.
+    r.user_len = (n - start) as u8;
 }
 
 /// NMI context: one overflow of the NMI clock. Builds the sample and
 /// queues it; atomics and bounded copies only. `entry_tsc` is the TSC read
 /// first thing in the handler (for the per-sample cost).
+#[inline]
 pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
     let on = ON.load(Ordering::Acquire);
     // A PMI of the hardware PMU is serviced (and sampled when on) there.
@@ -357,64 +416,75 @@ pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
     } else {
         push_sample(cap, entry_tsc, &Extra::NONE);
     }
-    let cost = arch_x86::cpu::rdtsc().wrapping_sub(entry_tsc);
+    let cost = crate::nmi::rdtsc().wrapping_sub(entry_tsc);
     NMI_COST_TSC.fetch_add(cost, Ordering::Relaxed);
     NMI_COST_COUNT.fetch_add(1, Ordering::Relaxed);
 }
 
-/// NMI context: builds one sample of the interrupted context, with the PMU
-/// data in `x`, in place in its ring slot (frames walked straight into the
-/// slot's callchain); bounded copies only.
+/// NMI context: queues one sample of the interrupted context, with the PMU
+/// data in `x`, in place in its ring slot: header words, the frames the
+/// event needs copied as they are, the walked IPs. The drain expands it
+/// (`sampler::capture::RawSample::expand_into`). Bounded copies only.
+#[inline]
 pub fn push_sample(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) {
-    let ev = event();
-    let all_regs = ev.sample_type & (st::REGS_USER | st::REGS_INTR) != 0;
-    let interrupted = interrupt_frame(ctx.interrupted, all_regs);
-    // The saved user frame matters only when the NMI interrupted the
-    // runtime (from user mode the interrupted frame is the user frame), so
-    // it is converted only then.
-    let saved;
-    let user_frame = match (ctx.user_state, ctx.user_regs) {
-        (UserFrameState::Complete, Some(u)) if ctx.mode == Mode::Kernel => {
-            saved = interrupt_frame(u, all_regs);
-            UserFrame::Complete(&saved)
-        }
-        (UserFrameState::Complete, Some(_)) => UserFrame::Complete(&interrupted),
-        (UserFrameState::InWindow, _) => UserFrame::InWindow,
-        (UserFrameState::Complete | UserFrameState::NoTask, _) => UserFrame::NoTask,
-    };
-    let tid = ctx.task.map_or(0, |t| u32::from(t) + 1);
-    let mut input = SampleInput::new(
-        &ev,
-        &interrupted,
-        user_frame,
-        clock::tsc_to_ns(entry_tsc),
-        0,
-        tid,
-        if x.period == 0 {
-            PERIOD_NS.load(Ordering::Relaxed)
-        } else {
-            x.period
-        },
-    );
-    input.precise_ip = x.precise_ip;
-    input.pebs_regs = x.pebs_regs;
-    input.branches = x.branches;
-    input.mem = x.mem;
-    if input.excluded() {
+    let stype = SAMPLE_TYPE.load(Ordering::Relaxed);
+    let kernel = ctx.mode == Mode::Kernel;
+    let exclude = EXCLUDE.load(Ordering::Relaxed);
+    if exclude != 0 && exclude & if kernel { EXCLUDE_KERNEL } else { EXCLUDE_USER } != 0 {
         NOT_SAMPLED.fetch_add(1, Ordering::Relaxed);
         return;
     }
+    let f = ctx.interrupted;
     // Drops and counts the sample when the ring is full.
     RING.push_with(|rec| {
-        let s = rec.sample_mut();
-        build_sample_into(&input, s);
-        if ev.has(st::CALLCHAIN) {
-            let mut cc = CallchainWriter::new(&mut s.callchain, ev.max_stack);
-            callchain(&mut cc, ctx);
-            if cc.truncated() {
-                CHAIN_TRUNCATED.fetch_add(1, Ordering::Relaxed);
+        let r = rec.sample_mut();
+        r.time = clock::tsc_to_ns(entry_tsc);
+        r.ip = match x.precise_ip {
+            Some(ip) => ip,
+            None => f.rip,
+        };
+        r.period = if x.period == 0 {
+            PERIOD_NS.load(Ordering::Relaxed)
+        } else {
+            x.period
+        };
+        let tid = ctx.task.map_or(0, |t| u32::from(t) + 1);
+        r.pid = tid;
+        r.tid = tid;
+        r.cpu = 0;
+        let mut flags = 0;
+        if kernel {
+            flags = raw_flags::KERNEL;
+            if stype & st::REGS_USER != 0
+                && let Some(u) = ctx.user_regs
+            {
+                copy_frame(&mut r.user, u);
+                flags |= raw_flags::SAVED_USER | compat(u.cs, raw_flags::USER_COMPAT);
             }
+            if stype & st::REGS_INTR != 0 {
+                copy_frame(&mut r.intr, f);
+                flags |= compat(f.cs, raw_flags::INTR_COMPAT);
+            }
+        } else if stype & (st::REGS_USER | st::REGS_INTR) != 0 {
+            copy_frame(&mut r.user, f);
+            flags |= compat(f.cs, raw_flags::USER_COMPAT);
         }
+        if stype & st::CALLCHAIN != 0 {
+            callchain(r, ctx);
+        }
+        if let Some(p) = x.pebs_regs {
+            r.pmu.pebs_regs = *p;
+            flags |= raw_flags::PEBS_REGS;
+        }
+        if let Some(b) = x.branches {
+            r.pmu.branches.clone_from(b);
+            flags |= raw_flags::BRANCHES;
+        }
+        if let Some(m) = x.mem {
+            r.pmu.mem = m;
+            flags |= raw_flags::MEM;
+        }
+        r.flags = flags;
     });
 }
 
@@ -554,10 +624,12 @@ fn drain_up_to(max_steps: usize) -> usize {
         }));
         written += 1;
     }
+    let ev = event();
     for _ in 0..max_steps {
         let step = wire::with_encoder(|enc, buf, write| {
             drain_step(
                 &RING,
+                &ev,
                 0,
                 clock::now_ns(),
                 enc,

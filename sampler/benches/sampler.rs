@@ -1,5 +1,5 @@
-//! Criterion benchmarks of the sampler: sample build (the NMI path), encode,
-//! decode, ring push/pop, and a printed table of wire bytes per sample vs
+//! Criterion benchmarks of the sampler: the raw NMI record's capture and its
+//! expansion in the drain, encode, decode, ring push/pop, and a printed table of wire bytes per sample vs
 //! perf.data bytes per sample for the same fields.
 
 #[path = "../tests/common/mod.rs"]
@@ -9,7 +9,7 @@ use std::hint::black_box;
 
 use common::{Config, Task};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use sampler::capture::{InterruptFrame, SampleInput, UserFrame, build_sample};
+use sampler::capture::{InterruptFrame, RawSample, SampleInput, UserFrame, build_sample, capture};
 use sampler::regs::{CodeMode, Reg, RegFile};
 use sampler::ring::Ring;
 use sampler::sample::Sample;
@@ -59,12 +59,25 @@ fn benches(c: &mut Criterion) {
         regs,
         code: CodeMode::Long64,
     };
-    c.bench_function("build_sample (IP, TID, TIME, PERIOD, 20 user GPRs)", |b| {
-        b.iter(|| {
-            let input = SampleInput::new(&event, &frame, UserFrame::NoTask, 1, 0, 7, 250_000);
-            black_box(build_sample(black_box(&input)))
-        })
+    c.bench_function(
+        "build_sample by value (IP, TID, TIME, PERIOD, 20 user GPRs)",
+        |b| {
+            b.iter(|| {
+                let input = SampleInput::new(&event, &frame, UserFrame::NoTask, 1, 0, 7, 250_000);
+                black_box(build_sample(black_box(&input)))
+            })
+        },
+    );
+    let input = SampleInput::new(&event, &frame, UserFrame::NoTask, 1, 0, 7, 250_000);
+    let mut raw = Box::new(RawSample::default());
+    c.bench_function("capture into a raw record (the NMI side's copies)", |b| {
+        b.iter(|| black_box(capture(black_box(&input), &mut raw)))
     });
+    let mut expanded = Box::new(Sample::default());
+    c.bench_function(
+        "expand a raw record in place (the drain side: 20 user GPRs)",
+        |b| b.iter(|| raw.expand_into(black_box(&event), &mut expanded)),
+    );
 
     let mut task = Task::new(1, 5);
     let samples: Vec<Sample> = (0..1024).map(|_| task.step(Config::UserRegs)).collect();

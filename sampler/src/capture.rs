@@ -1,14 +1,17 @@
-//! The NMI-path API: turns an interrupted context (plus the optional
-//! callchain, branch stack and PEBS fields) into a [`Sample`] following the
-//! `perf_sample_regs_user` rules, and implements the alternative mode that
-//! takes user registers at the next return to user mode.
+//! The NMI-path record and its expansion: the NMI handler queues a
+//! [`RawSample`] (header words, walked IPs, register frames copied as they
+//! are), and the drain expands it into the wire [`Sample`] with
+//! [`RawSample::expand_into`], which applies the `perf_sample_regs_user`
+//! rules below. Also the alternative mode that takes user registers at the
+//! next return to user mode.
 //!
 //! # User-register rules ([`UserRegsMode::AtInterrupt`])
 //! - The NMI interrupted user mode (CS RPL 3): the registers come from the
 //!   interrupt frame, with the ABI of that CS's mode.
 //! - It interrupted the runtime: they come from the task's saved user frame
-//!   ([`UserFrame::Complete`]). Our entry code always saves every GPR, so
-//!   all of them are exact (Linux reports BX and R12-R15 as -1 in an NMI).
+//!   ([`UserFrame::Complete`], [`raw_flags::SAVED_USER`]). Our entry code
+//!   always saves every GPR, so all of them are exact (Linux reports BX and
+//!   R12-R15 as -1 in an NMI).
 //! - The saved frame cannot be complete, because the NMI landed inside an
 //!   entry or exit window ([`UserFrame::InWindow`]), or there is no task
 //!   ([`UserFrame::NoTask`]): ABI_NONE and no values, never stale or partial
@@ -28,37 +31,42 @@
 //! at once instead of being parked, because parking it would attach the
 //! registers of a later return to it (a bogus sample).
 //!
-//! # Use from the NMI handler
-//! The sample is built in place in its ring slot ([`Ring::push_with`] and
-//! [`build_sample_into`]): a `Sample` is a few KiB, and moving it by value
-//! costs more than everything else the handler does.
+//! # Division of work
+//! NMI context only copies: the header words, the frames it needs (one
+//! plain copy of the entry stub's frame each, no reordering, no masks) and
+//! the return addresses it walks, into the ring slot it claimed with
+//! [`Ring::push_with`]. Everything that decides what the sample says is in
+//! [`RawSample::expand_into`], which the drain runs outside NMI context
+//! ([`crate::drain::drain_step`]). [`capture`] fills a record from a
+//! [`SampleInput`] the way the NMI handler does, for tests and cold paths.
 //! ```
-//! use sampler::capture::{build_sample_into, InterruptFrame, SampleInput, UserFrame};
+//! use sampler::capture::RawFrame;
 //! use sampler::drain::NmiRecord;
 //! use sampler::event::{EventConfig, sample_type};
-//! use sampler::regs::{CodeMode, GPR_MASK, Reg, RegFile};
+//! use sampler::regs::{Abi, GPR_MASK, Reg};
 //! use sampler::ring::Ring;
 //!
-//! static RING: Ring<NmiRecord, 8> = Ring::new();
+//! static RING: Ring<NmiRecord, 8> = Ring::new_filled();
 //! let mut event = EventConfig::cpu_clock(0, 4000);
 //! event.sample_type |= sample_type::REGS_USER;
 //! event.regs_user = GPR_MASK;
-//! let frame = InterruptFrame {
-//!     regs: RegFile::default().with(Reg::Ip, 0x40_1234).with(Reg::Cs, 0x2b),
-//!     code: CodeMode::Long64,
-//! };
-//! let input = SampleInput::new(&event, &frame, UserFrame::NoTask, 1_000, 0, 7, 250_000);
-//! if !input.excluded() {
-//!     // Drops and counts when full.
-//!     RING.push_with(|rec| {
-//!         build_sample_into(&input, rec.sample_mut());
-//!     });
-//! }
-//! let ip = RING.pop_with(|rec| match rec {
-//!     NmiRecord::Sample(s) => s.ip,
-//!     _ => 0,
+//! // NMI side: a user-mode NMI; the frame is copied as the entry stub saved it.
+//! let frame = RawFrame { rip: 0x40_1234, cs: 0x2b, rax: 7, ..RawFrame::ZERO };
+//! RING.push_with(|rec| {
+//!     let r = rec.sample_mut();
+//!     r.time = 1_000;
+//!     r.ip = frame.rip;
+//!     (r.pid, r.tid, r.cpu, r.period) = (7, 7, 0, 250_000);
+//!     r.user = frame;
+//!     r.flags = 0; // user mode, 64-bit
 //! });
-//! assert_eq!(ip, Some(0x40_1234));
+//! // Drain side.
+//! let s = RING.pop_with(|rec| match rec {
+//!     NmiRecord::Sample(raw) => raw.expand(&event),
+//!     _ => unreachable!(),
+//! });
+//! let regs = s.unwrap().regs_user.unwrap();
+//! assert_eq!((regs.abi, regs.get(Reg::Ax), regs.get(Reg::Ip)), (Abi::Bits64, Some(7), Some(0x40_1234)));
 //! ```
 
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -67,7 +75,7 @@ use crate::event::{EventConfig, UserRegsMode, sample_type as st};
 use crate::regs::{
     CodeMode, NUM_GPR_SLOTS, R8_R15_MASK, Reg, RegFile, RegsSample, VALID_MASK_WITH_XMM,
 };
-use crate::ring::Ring;
+use crate::ring::{ConstDefault, Ring};
 use crate::sample::{
     BranchStack, CpuMode, MAX_CALLCHAIN, MemInfo, PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER, Sample,
 };
@@ -102,7 +110,9 @@ pub enum UserFrame<'a> {
     NoTask,
 }
 
-/// Everything the NMI handler knows about one overflow.
+/// Everything known about one overflow, in the by-value form (tests and
+/// cold paths): [`capture`] turns it into the [`RawSample`] the NMI handler
+/// would have queued, and [`build_sample`] expands that.
 #[derive(Clone, Copy, Debug)]
 pub struct SampleInput<'a> {
     /// The overflowing event.
@@ -126,8 +136,11 @@ pub struct SampleInput<'a> {
     /// GPRs from a PEBS record, used for REGS_INTR (and for REGS_USER when
     /// the record was taken in user mode).
     pub pebs_regs: Option<&'a RegFile>,
-    /// A walked callchain (built with [`CallchainBuilder`]).
-    pub callchain: &'a [u64],
+    /// Walked runtime IPs, innermost first (the sample IP, then return
+    /// addresses), as [`RawSample::chain`] holds them: no context markers.
+    pub chain_kernel: &'a [u64],
+    /// Walked user IPs, innermost first, after the runtime's.
+    pub chain_user: &'a [u64],
     /// The branch stack, if read.
     pub branches: Option<&'a BranchStack>,
     /// Memory fields from PEBS.
@@ -156,7 +169,8 @@ impl<'a> SampleInput<'a> {
             period,
             precise_ip: None,
             pebs_regs: None,
-            callchain: &[],
+            chain_kernel: &[],
+            chain_user: &[],
             branches: None,
             mem: None,
         }
@@ -165,12 +179,20 @@ impl<'a> SampleInput<'a> {
 
 impl SampleInput<'_> {
     /// True when the event excludes the interrupted mode (exclude_user /
-    /// exclude_kernel): no sample is taken. Check it before claiming a ring
-    /// slot for [`build_sample_into`].
+    /// exclude_kernel): no sample is taken.
     pub fn excluded(&self) -> bool {
-        let mode = self.interrupted.cpumode();
-        (mode == CpuMode::User && self.event.exclude_user)
-            || (mode == CpuMode::Kernel && self.event.exclude_kernel)
+        excludes(self.event, self.interrupted.cpumode())
+    }
+}
+
+/// True when `event` takes no sample of an NMI that interrupted `mode`
+/// (exclude_user / exclude_kernel). Checked before a ring slot is claimed
+/// (the runtime keeps the two bits where its NMI handler reads them), and
+/// what it skips is counted, not queued.
+pub fn excludes(event: &EventConfig, mode: CpuMode) -> bool {
+    match mode {
+        CpuMode::User => event.exclude_user,
+        CpuMode::Kernel => event.exclude_kernel,
     }
 }
 
@@ -223,47 +245,435 @@ fn set_regs_none(out: &mut RegsSample, mask: u64) {
     out.values.clear();
 }
 
-/// [`user_regs`] written into `out` in place.
-pub fn user_regs_into(
-    out: &mut RegsSample,
-    mask: u64,
-    interrupted: &InterruptFrame,
-    pebs: Option<&RegFile>,
-    user_frame: UserFrame<'_>,
-) {
-    if interrupted.cpumode() == CpuMode::User {
-        let file = pebs.unwrap_or(&interrupted.regs);
-        return fill_regs(out, file, mask, interrupted.code);
+/// The register frame the runtime's entry stubs save, word for word, lowest
+/// address first (the layout of the runtime's trap frame, which asserts it):
+/// what the NMI handler copies into a [`RawSample`] with one plain word
+/// copy. [`RawFrame::to_regfile`] puts it in perf order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub struct RawFrame {
+    pub r15: u64,
+    pub r14: u64,
+    pub r13: u64,
+    pub r12: u64,
+    pub r11: u64,
+    pub r10: u64,
+    pub r9: u64,
+    pub r8: u64,
+    pub rbp: u64,
+    pub rdi: u64,
+    pub rsi: u64,
+    pub rdx: u64,
+    pub rcx: u64,
+    pub rbx: u64,
+    pub rax: u64,
+    /// Vector number (not sampled).
+    pub vector: u64,
+    /// Error code (not sampled).
+    pub error_code: u64,
+    pub rip: u64,
+    pub cs: u64,
+    pub rflags: u64,
+    pub rsp: u64,
+    pub ss: u64,
+}
+
+impl RawFrame {
+    /// All zero.
+    pub const ZERO: RawFrame = RawFrame {
+        r15: 0,
+        r14: 0,
+        r13: 0,
+        r12: 0,
+        r11: 0,
+        r10: 0,
+        r9: 0,
+        r8: 0,
+        rbp: 0,
+        rdi: 0,
+        rsi: 0,
+        rdx: 0,
+        rcx: 0,
+        rbx: 0,
+        rax: 0,
+        vector: 0,
+        error_code: 0,
+        rip: 0,
+        cs: 0,
+        rflags: 0,
+        rsp: 0,
+        ss: 0,
+    };
+
+    /// The registers in perf order (DS..GS, never sampled on x86-64, read 0).
+    pub fn to_regfile(&self) -> RegFile {
+        RegFile([
+            self.rax,
+            self.rbx,
+            self.rcx,
+            self.rdx,
+            self.rsi,
+            self.rdi,
+            self.rbp,
+            self.rsp,
+            self.rip,
+            self.rflags,
+            self.cs,
+            self.ss,
+            0,
+            0,
+            0,
+            0,
+            self.r8,
+            self.r9,
+            self.r10,
+            self.r11,
+            self.r12,
+            self.r13,
+            self.r14,
+            self.r15,
+        ])
     }
-    match user_frame {
-        UserFrame::Complete(f) if f.cpumode() == CpuMode::User => {
-            fill_regs(out, &f.regs, mask, f.code)
-        }
-        // A "saved user frame" that is not a user frame is not complete.
-        UserFrame::Complete(_) | UserFrame::InWindow | UserFrame::NoTask => {
-            set_regs_none(out, mask)
+
+    /// The frame holding `file`'s registers (DS..GS dropped, vector and
+    /// error code 0).
+    pub fn from_regfile(file: &RegFile) -> Self {
+        let r = |reg: Reg| file.get(reg);
+        RawFrame {
+            r15: r(Reg::R15),
+            r14: r(Reg::R14),
+            r13: r(Reg::R13),
+            r12: r(Reg::R12),
+            r11: r(Reg::R11),
+            r10: r(Reg::R10),
+            r9: r(Reg::R9),
+            r8: r(Reg::R8),
+            rbp: r(Reg::Bp),
+            rdi: r(Reg::Di),
+            rsi: r(Reg::Si),
+            rdx: r(Reg::Dx),
+            rcx: r(Reg::Cx),
+            rbx: r(Reg::Bx),
+            rax: r(Reg::Ax),
+            vector: 0,
+            error_code: 0,
+            rip: r(Reg::Ip),
+            cs: r(Reg::Cs),
+            rflags: r(Reg::Flags),
+            rsp: r(Reg::Sp),
+            ss: r(Reg::Ss),
         }
     }
 }
 
-/// User registers per the rules in the module docs.
-pub fn user_regs(
-    mask: u64,
-    interrupted: &InterruptFrame,
-    pebs: Option<&RegFile>,
-    user_frame: UserFrame<'_>,
-) -> RegsSample {
-    if interrupted.cpumode() == CpuMode::User {
-        let file = pebs.unwrap_or(&interrupted.regs);
-        return RegsSample::from_file(file, mask, interrupted.code);
+/// The bits of [`RawSample::flags`].
+pub mod raw_flags {
+    /// The NMI interrupted the runtime (ring 0); otherwise user mode.
+    pub const KERNEL: u32 = 1 << 0;
+    /// With [`KERNEL`]: [`super::RawSample::user`] holds the current task's
+    /// saved user frame, complete (outside any entry/exit window).
+    pub const SAVED_USER: u32 = 1 << 1;
+    /// The frame in [`super::RawSample::user`] is compat (32-bit) code.
+    pub const USER_COMPAT: u32 = 1 << 2;
+    /// The frame in [`super::RawSample::intr`] is compat (32-bit) code.
+    pub const INTR_COMPAT: u32 = 1 << 3;
+    /// [`super::PmuFields::pebs_regs`] holds a PEBS record's GPRs.
+    pub const PEBS_REGS: u32 = 1 << 4;
+    /// [`super::PmuFields::branches`] holds a branch stack.
+    pub const BRANCHES: u32 = 1 << 5;
+    /// [`super::PmuFields::mem`] holds PEBS memory fields.
+    pub const MEM: u32 = 1 << 6;
+}
+
+/// PMU data of a sample (PEBS GPRs, LBR stack, memory fields), valid as
+/// [`RawSample::flags`] says. Only a PMU overflow writes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PmuFields {
+    /// GPRs from a PEBS record, perf order.
+    pub pebs_regs: RegFile,
+    /// The branch stack.
+    pub branches: BranchStack,
+    /// Memory fields.
+    pub mem: MemInfo,
+}
+
+impl PmuFields {
+    /// Empty.
+    pub const EMPTY: PmuFields = PmuFields {
+        pebs_regs: RegFile([0; NUM_GPR_SLOTS]),
+        branches: BranchStack {
+            hw_idx: 0,
+            entries: heapless::Vec::new(),
+        },
+        mem: MemInfo {
+            addr: 0,
+            weight: 0,
+            ins_lat: 0,
+            data_src: 0,
+        },
+    };
+}
+
+/// What the NMI handler queues for one sample: header words, the walked
+/// IPs and the raw register frames, copied as they are. The drain expands
+/// it into the wire [`Sample`] with [`RawSample::expand_into`], which applies
+/// every rule (module docs): register source, ABI, compat R8-R15, masks,
+/// perf order, callchain markers and depth.
+///
+/// The producer writes the header words and `flags` always, and the rest
+/// only as the event needs it:
+/// - `user`: with REGS_USER or REGS_INTR, the interrupted frame when the NMI
+///   hit user mode; with REGS_USER, the complete saved user frame when it
+///   hit the runtime (and sets [`raw_flags::SAVED_USER`]);
+/// - `intr`: with REGS_INTR, the interrupted frame when it hit the runtime;
+/// - `chain`, `kernel_len`, `user_len`: with CALLCHAIN;
+/// - `pmu`: as its flags say.
+///
+/// What it does not write keeps an older sample's values, which the
+/// expansion never reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawSample {
+    /// Time (ns).
+    pub time: u64,
+    /// The sample IP (the interrupted RIP, or a precise IP).
+    pub ip: u64,
+    /// The period this sample stands for.
+    pub period: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// CPU.
+    pub cpu: u32,
+    /// [`raw_flags`].
+    pub flags: u32,
+    /// `chain[..kernel_len]` are runtime IPs, innermost first (the
+    /// interrupted RIP, then return addresses).
+    pub kernel_len: u8,
+    /// `chain[kernel_len..kernel_len + user_len]` are user IPs, innermost
+    /// first (the user RIP, then return addresses).
+    pub user_len: u8,
+    /// Walked IPs, without context markers.
+    pub chain: [u64; MAX_CALLCHAIN],
+    /// The user frame (see the type docs).
+    pub user: RawFrame,
+    /// The interrupted runtime frame (see the type docs).
+    pub intr: RawFrame,
+    /// PMU data.
+    pub pmu: PmuFields,
+}
+
+impl Default for RawSample {
+    fn default() -> Self {
+        Self::EMPTY
     }
-    match user_frame {
-        UserFrame::Complete(f) if f.cpumode() == CpuMode::User => {
-            RegsSample::from_file(&f.regs, mask, f.code)
+}
+
+impl ConstDefault for RawSample {
+    const EMPTY: Self = RawSample {
+        time: 0,
+        ip: 0,
+        period: 0,
+        pid: 0,
+        tid: 0,
+        cpu: 0,
+        flags: 0,
+        kernel_len: 0,
+        user_len: 0,
+        chain: [0; MAX_CALLCHAIN],
+        user: RawFrame::ZERO,
+        intr: RawFrame::ZERO,
+        pmu: PmuFields::EMPTY,
+    };
+}
+
+impl RawSample {
+    /// Where the sampled IP ran.
+    pub fn cpumode(&self) -> CpuMode {
+        if self.flags & raw_flags::KERNEL != 0 {
+            CpuMode::Kernel
+        } else {
+            CpuMode::User
         }
-        // A "saved user frame" that is not a user frame is not complete.
-        UserFrame::Complete(_) | UserFrame::InWindow | UserFrame::NoTask => RegsSample::none(mask),
     }
+
+    fn code(&self, bit: u32) -> CodeMode {
+        if self.flags & bit != 0 {
+            CodeMode::Compat32
+        } else {
+            CodeMode::Long64
+        }
+    }
+
+    /// The expanded sample, by value (tests and cold paths).
+    pub fn expand(&self, event: &EventConfig) -> Sample {
+        let mut s = Sample::default();
+        self.expand_into(event, &mut s);
+        s
+    }
+
+    /// Expands the record into the wire sample for `event`, in place in `s`
+    /// (a drain scratch sample holding an older one): every field is
+    /// overwritten, only the parts in use are written. The rules:
+    /// - REGS_USER, with the NMI in user mode: the interrupted frame (or the
+    ///   PEBS GPRs) with that frame's ABI; in the runtime: the saved user
+    ///   frame when it was complete and is a user frame, else ABI_NONE with
+    ///   no values; in the runtime with [`UserRegsMode::AtReturnToUser`]: an
+    ///   ABI_NONE placeholder for [`DeferredUserRegs`];
+    /// - REGS_INTR: the PEBS GPRs, else the interrupted frame;
+    /// - both: the x86-64 mask layout always, compat code gives ABI_32 with
+    ///   R8-R15 reading 0, XMM bits read 0 ([`fill_regs`]);
+    /// - CALLCHAIN: the runtime IPs after `PERF_CONTEXT_KERNEL`, the user IPs
+    ///   after `PERF_CONTEXT_USER`, capped at `max_stack` by
+    ///   [`CallchainWriter`]'s rule (a prefix, never ending in a marker);
+    /// - BRANCH_STACK and the memory fields: the PMU data, or empty.
+    pub fn expand_into(&self, e: &EventConfig, s: &mut Sample) {
+        let kernel = self.flags & raw_flags::KERNEL != 0;
+        s.event = e.id;
+        s.cpumode = self.cpumode();
+        s.ip = self.ip;
+        s.pid = self.pid;
+        s.tid = self.tid;
+        s.time = self.time;
+        s.cpu = self.cpu;
+        s.period = self.period;
+        if e.has(st::CALLCHAIN) {
+            let mut w = CallchainWriter::new(&mut s.callchain, e.max_stack);
+            let k = usize::from(self.kernel_len).min(MAX_CALLCHAIN);
+            let u = (k + usize::from(self.user_len)).min(MAX_CALLCHAIN);
+            for &ip in &self.chain[..k] {
+                w.push(CpuMode::Kernel, ip);
+            }
+            for &ip in &self.chain[k..u] {
+                w.push(CpuMode::User, ip);
+            }
+        } else {
+            s.callchain.clear();
+        }
+        if e.has(st::BRANCH_STACK) {
+            let b = s.branches.get_or_insert_with(BranchStack::default);
+            b.entries.clear();
+            if self.flags & raw_flags::BRANCHES != 0 {
+                b.hw_idx = self.pmu.branches.hw_idx;
+                // Cannot fail: same capacity.
+                let _ = b.entries.extend_from_slice(&self.pmu.branches.entries);
+            } else {
+                b.hw_idx = 0;
+            }
+        } else {
+            s.branches = None;
+        }
+        let pebs = (self.flags & raw_flags::PEBS_REGS != 0).then_some(&self.pmu.pebs_regs);
+        // The interrupted frame and its code mode.
+        let (intr, intr_code) = if kernel {
+            (&self.intr, self.code(raw_flags::INTR_COMPAT))
+        } else {
+            (&self.user, self.code(raw_flags::USER_COMPAT))
+        };
+        if e.has(st::REGS_USER) {
+            let r = s.regs_user.get_or_insert_with(RegsSample::default);
+            let saved_ok = self.flags & raw_flags::SAVED_USER != 0
+                && CpuMode::from_cs(self.user.cs) == CpuMode::User;
+            if !kernel {
+                let file = match pebs {
+                    Some(p) => *p,
+                    None => self.user.to_regfile(),
+                };
+                fill_regs(r, &file, e.regs_user, intr_code);
+            } else if e.user_regs_mode == UserRegsMode::AtReturnToUser || !saved_ok {
+                // A "saved user frame" that is not a user frame is not
+                // complete; in return-to-user mode the registers come later.
+                set_regs_none(r, e.regs_user);
+            } else {
+                let file = self.user.to_regfile();
+                fill_regs(r, &file, e.regs_user, self.code(raw_flags::USER_COMPAT));
+            }
+        } else {
+            s.regs_user = None;
+        }
+        if e.has(st::REGS_INTR) {
+            let file = match pebs {
+                Some(p) => *p,
+                None => intr.to_regfile(),
+            };
+            let r = s.regs_intr.get_or_insert_with(RegsSample::default);
+            fill_regs(r, &file, e.regs_intr, intr_code);
+        } else {
+            s.regs_intr = None;
+        }
+        s.mem = if e.sample_type & (st::WEIGHT | st::WEIGHT_STRUCT | st::DATA_SRC | st::ADDR) != 0 {
+            Some(if self.flags & raw_flags::MEM != 0 {
+                self.pmu.mem
+            } else {
+                MemInfo::default()
+            })
+        } else {
+            None
+        };
+    }
+}
+
+/// Fills `raw` the way the NMI handler does for one overflow described by
+/// `input` (the by-value form of the runtime's capture: it copies frames and
+/// IPs and decides nothing the expansion decides). Returns false, leaving
+/// `raw` untouched, when [`SampleInput::excluded`].
+pub fn capture(input: &SampleInput<'_>, raw: &mut RawSample) -> bool {
+    if input.excluded() {
+        return false;
+    }
+    let e = input.event;
+    let frame = input.interrupted;
+    let kernel = frame.cpumode() == CpuMode::Kernel;
+    let compat = |f: &InterruptFrame, bit| {
+        if f.code == CodeMode::Compat32 { bit } else { 0 }
+    };
+    raw.time = input.time;
+    raw.ip = input.precise_ip.unwrap_or(frame.regs.get(Reg::Ip));
+    raw.period = input.period;
+    raw.pid = input.pid;
+    raw.tid = input.tid;
+    raw.cpu = input.cpu;
+    let mut flags = 0;
+    if kernel {
+        flags |= raw_flags::KERNEL;
+        if e.has(st::REGS_USER)
+            && let UserFrame::Complete(u) = input.user_frame
+        {
+            raw.user = RawFrame::from_regfile(&u.regs);
+            flags |= raw_flags::SAVED_USER | compat(u, raw_flags::USER_COMPAT);
+        }
+        if e.has(st::REGS_INTR) {
+            raw.intr = RawFrame::from_regfile(&frame.regs);
+            flags |= compat(frame, raw_flags::INTR_COMPAT);
+        }
+    } else if e.sample_type & (st::REGS_USER | st::REGS_INTR) != 0 {
+        raw.user = RawFrame::from_regfile(&frame.regs);
+        flags |= compat(frame, raw_flags::USER_COMPAT);
+    }
+    if e.has(st::CALLCHAIN) {
+        let k = input.chain_kernel.len().min(MAX_CALLCHAIN);
+        let u = input.chain_user.len().min(MAX_CALLCHAIN - k);
+        raw.chain[..k].copy_from_slice(&input.chain_kernel[..k]);
+        raw.chain[k..k + u].copy_from_slice(&input.chain_user[..u]);
+        // At most MAX_CALLCHAIN (64) each.
+        raw.kernel_len = k as u8;
+        raw.user_len = u as u8;
+    }
+    if let Some(p) = input.pebs_regs {
+        raw.pmu.pebs_regs = *p;
+        flags |= raw_flags::PEBS_REGS;
+    }
+    if let Some(b) = input.branches {
+        raw.pmu.branches.clone_from(b);
+        flags |= raw_flags::BRANCHES;
+    }
+    if let Some(m) = input.mem {
+        raw.pmu.mem = m;
+        flags |= raw_flags::MEM;
+    }
+    raw.flags = flags;
+    true
 }
 
 /// Builds the sample for one overflow. Returns `None` when the event
@@ -273,79 +683,22 @@ pub fn user_regs(
 /// runtime, the sample's user registers are a placeholder (ABI_NONE with the
 /// event's mask); pass it to [`DeferredUserRegs::defer`].
 ///
-/// A by-value wrapper around [`build_sample_into`]; the NMI handler should
-/// build in place in its ring slot instead.
+/// [`capture`] then [`RawSample::expand`]: the same path as the NMI handler
+/// and the drain.
 pub fn build_sample(input: &SampleInput<'_>) -> Option<Sample> {
     let mut s = Sample::default();
     build_sample_into(input, &mut s).then_some(s)
 }
 
-/// Builds the sample for one overflow in place in `s` (typically a ring
-/// slot from [`Ring::push_with`], holding an older sample): every field is
-/// overwritten, but only the parts in use are written (vector lengths set,
-/// register values up to the mask's popcount, optional fields reused where
-/// present), so nothing is zeroed or moved by value. Returns false, leaving
-/// `s` untouched, when [`SampleInput::excluded`].
-///
-/// NMI-safe: bounded copies only.
+/// [`build_sample`] in place in `s` (holding an older sample): every field
+/// is overwritten. Returns false, leaving `s` untouched, when
+/// [`SampleInput::excluded`].
 pub fn build_sample_into(input: &SampleInput<'_>, s: &mut Sample) -> bool {
-    if input.excluded() {
+    let mut raw = RawSample::EMPTY;
+    if !capture(input, &mut raw) {
         return false;
     }
-    let e = input.event;
-    let frame = input.interrupted;
-    let mode = frame.cpumode();
-    s.event = e.id;
-    s.cpumode = mode;
-    s.ip = input.precise_ip.unwrap_or(frame.regs.get(Reg::Ip));
-    s.pid = input.pid;
-    s.tid = input.tid;
-    s.time = input.time;
-    s.cpu = input.cpu;
-    s.period = input.period;
-    s.callchain.clear();
-    if e.has(st::CALLCHAIN) {
-        let depth = usize::from(e.max_stack).min(MAX_CALLCHAIN);
-        let chain = &input.callchain[..input.callchain.len().min(depth)];
-        // Cannot fail: `depth <= MAX_CALLCHAIN`.
-        let _ = s.callchain.extend_from_slice(chain);
-    }
-    if e.has(st::BRANCH_STACK) {
-        let b = s.branches.get_or_insert_with(BranchStack::default);
-        b.entries.clear();
-        match input.branches {
-            Some(src) => {
-                b.hw_idx = src.hw_idx;
-                // Cannot fail: same capacity.
-                let _ = b.entries.extend_from_slice(&src.entries);
-            }
-            None => b.hw_idx = 0,
-        }
-    } else {
-        s.branches = None;
-    }
-    if e.has(st::REGS_USER) {
-        let r = s.regs_user.get_or_insert_with(RegsSample::default);
-        if e.user_regs_mode == UserRegsMode::AtReturnToUser && mode == CpuMode::Kernel {
-            set_regs_none(r, e.regs_user);
-        } else {
-            user_regs_into(r, e.regs_user, frame, input.pebs_regs, input.user_frame);
-        }
-    } else {
-        s.regs_user = None;
-    }
-    if e.has(st::REGS_INTR) {
-        let file = input.pebs_regs.unwrap_or(&frame.regs);
-        let r = s.regs_intr.get_or_insert_with(RegsSample::default);
-        fill_regs(r, file, e.regs_intr, frame.code);
-    } else {
-        s.regs_intr = None;
-    }
-    s.mem = if e.sample_type & (st::WEIGHT | st::WEIGHT_STRUCT | st::DATA_SRC | st::ADDR) != 0 {
-        Some(input.mem.unwrap_or_default())
-    } else {
-        None
-    };
+    raw.expand_into(input.event, s);
     true
 }
 
@@ -407,10 +760,9 @@ impl CallchainBuilder {
     }
 }
 
-/// [`CallchainBuilder`]'s rules applied straight to a sample's callchain
-/// (a ring slot's, after [`build_sample_into`] with an empty
-/// [`SampleInput::callchain`]), so the NMI handler walks frames into the
-/// slot instead of into a stack buffer that is then copied.
+/// [`CallchainBuilder`]'s rules applied straight to a sample's callchain,
+/// as [`RawSample::expand_into`] turns the walked IPs into the wire chain
+/// (in place in the drain's scratch sample).
 ///
 /// The chain is capped at `max_stack` (the event's `sample_max_stack`, at
 /// most [`MAX_CALLCHAIN`]) while it is built: a context marker is only added

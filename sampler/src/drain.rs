@@ -1,8 +1,11 @@
 //! The drain side of the ring (never NMI context): what the NMI handler
 //! queues ([`NmiRecord`]), and one drain step that turns ring losses into
-//! Lost records and queued records into wire frames.
+//! Lost records and queued records into wire frames, expanding each
+//! [`RawSample`] into the wire [`Sample`] on the way.
 
-use crate::ring::Ring;
+use crate::capture::RawSample;
+use crate::event::EventConfig;
+use crate::ring::{ConstDefault, Ring};
 use crate::sample::Sample;
 use crate::wire::{EncodeError, Encoder, Lost, LostReason, Record, ThrottleEvent};
 
@@ -12,8 +15,8 @@ use crate::wire::{EncodeError, Encoder, Lost, LostReason, Record, ThrottleEvent}
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NmiRecord {
-    /// A sample.
-    Sample(Sample),
+    /// A sample, as the NMI handler captured it.
+    Sample(RawSample),
     /// An event was throttled at this time.
     Throttle(ThrottleEvent),
     /// An event was unthrottled at this time.
@@ -24,18 +27,23 @@ pub enum NmiRecord {
 /// [`Ring::push_with`] fills it.
 impl Default for NmiRecord {
     fn default() -> Self {
-        NmiRecord::Sample(Sample::default())
+        Self::EMPTY
     }
 }
 
+impl ConstDefault for NmiRecord {
+    const EMPTY: Self = NmiRecord::Sample(RawSample::EMPTY);
+}
+
 impl NmiRecord {
-    /// The sample this record holds, turning it into an (empty) sample
+    /// The raw sample this record holds, turning it into an (empty) sample
     /// record first if it holds something else. With [`Ring::push_with`]
-    /// the slot usually holds an older sample already, which is reused in
-    /// place: pass the result to [`crate::capture::build_sample_into`].
-    pub fn sample_mut(&mut self) -> &mut Sample {
+    /// the slot usually holds an older sample already, which is written
+    /// over in place.
+    #[inline]
+    pub fn sample_mut(&mut self) -> &mut RawSample {
         if !matches!(self, NmiRecord::Sample(_)) {
-            *self = NmiRecord::Sample(Sample::default());
+            *self = NmiRecord::Sample(RawSample::EMPTY);
         }
         match self {
             NmiRecord::Sample(s) => s,
@@ -44,24 +52,29 @@ impl NmiRecord {
         }
     }
 
-    /// The wire record for this queued record (the sample is copied, so
-    /// the ring slot keeps it for reuse).
-    pub fn to_record(&self) -> Record {
+    /// Writes the wire record for this queued record into `out`, expanding
+    /// a sample for `event` in place (`out`'s sample, if it holds one, is
+    /// reused).
+    pub fn write_record(&self, event: &EventConfig, out: &mut Record) {
         match self {
-            NmiRecord::Sample(s) => Record::Sample(s.clone()),
-            NmiRecord::Throttle(t) => Record::Throttle(*t),
-            NmiRecord::Unthrottle(t) => Record::Unthrottle(*t),
+            NmiRecord::Sample(raw) => {
+                if !matches!(out, Record::Sample(_)) {
+                    *out = Record::Sample(Sample::default());
+                }
+                if let Record::Sample(s) = out {
+                    raw.expand_into(event, s);
+                }
+            }
+            NmiRecord::Throttle(t) => *out = Record::Throttle(*t),
+            NmiRecord::Unthrottle(t) => *out = Record::Unthrottle(*t),
         }
     }
-}
 
-impl From<NmiRecord> for Record {
-    fn from(r: NmiRecord) -> Record {
-        match r {
-            NmiRecord::Sample(s) => Record::Sample(s),
-            NmiRecord::Throttle(t) => Record::Throttle(t),
-            NmiRecord::Unthrottle(t) => Record::Unthrottle(t),
-        }
+    /// The wire record for this queued record, by value.
+    pub fn to_record(&self, event: &EventConfig) -> Record {
+        let mut r = Record::Sample(Sample::default());
+        self.write_record(event, &mut r);
+        r
     }
 }
 
@@ -86,14 +99,16 @@ pub enum DrainError<E> {
 }
 
 /// One drain step: first a Lost record for the losses counted since the
-/// previous step (if any), then up to `max` queued records, each written
-/// with `write` as one frame. The ring's `delivered` count includes records
+/// previous step (if any), then up to `max` queued records, each expanded
+/// for `event` ([`RawSample::expand_into`]) and written with `write` as one
+/// frame. The ring's `delivered` count includes records
 /// popped here even when writing fails afterwards, so a failing writer
 /// should be reported (it is the caller's link, not the ring, that lost
 /// them).
 #[allow(clippy::too_many_arguments)]
 pub fn drain_step<const R: usize, const T: usize, E>(
     ring: &Ring<NmiRecord, R>,
+    event: &EventConfig,
     cpu: u32,
     now: u64,
     encoder: &mut Encoder<T>,
@@ -116,12 +131,17 @@ pub fn drain_step<const R: usize, const T: usize, E>(
         stats.frames += 1;
         stats.lost = lost;
     }
+    // One scratch record, expanded into in place for every sample.
+    let mut rec = Record::Sample(Sample::default());
     for _ in 0..max {
-        // Consumed in place: the slot keeps its sample for the next
+        // Consumed in place: the slot keeps its record for the next
         // `push_with`, so the NMI handler does not re-initialise it.
-        let Some(rec) = ring.pop_with(|item| item.to_record()) else {
+        if ring
+            .pop_with(|item| item.write_record(event, &mut rec))
+            .is_none()
+        {
             break;
-        };
+        }
         let is_sample = matches!(rec, Record::Sample(_));
         let n = encoder.encode(&rec, buf).map_err(DrainError::Encode)?;
         write(&buf[..n]).map_err(DrainError::Write)?;
@@ -138,6 +158,7 @@ mod tests {
 
     #[test]
     fn losses_become_lost_records_and_everything_is_accounted() {
+        let event = EventConfig::cpu_clock(0, 1000);
         let ring: Ring<NmiRecord, 4> = Ring::new();
         let mut enc: Encoder<4> = Encoder::new(EncoderConfig::default());
         let mut buf = [0u8; MAX_FRAME];
@@ -145,10 +166,10 @@ mod tests {
         let mut sent = 0u64;
         for round in 0..10u64 {
             for i in 0..(round % 7) {
-                let s = Sample {
+                let s = RawSample {
                     tid: 1,
                     time: round * 100 + i,
-                    ..Default::default()
+                    ..RawSample::EMPTY
                 };
                 ring.push(NmiRecord::Sample(s));
                 sent += 1;
@@ -160,7 +181,7 @@ mod tests {
                     event: 0,
                 }));
             }
-            drain_step(&ring, 0, round, &mut enc, &mut buf, 2, |f| {
+            drain_step(&ring, &event, 0, round, &mut enc, &mut buf, 2, |f| {
                 wire.extend_from_slice(f);
                 Ok::<(), ()>(())
             })
@@ -168,7 +189,7 @@ mod tests {
         }
         // Drain the rest.
         loop {
-            let st = drain_step(&ring, 0, 99, &mut enc, &mut buf, 100, |f| {
+            let st = drain_step(&ring, &event, 0, 99, &mut enc, &mut buf, 100, |f| {
                 wire.extend_from_slice(f);
                 Ok::<(), ()>(())
             })
@@ -198,15 +219,84 @@ mod tests {
 
     #[test]
     fn writer_errors_stop_the_step() {
+        let event = EventConfig::cpu_clock(0, 1000);
         let ring: Ring<NmiRecord, 4> = Ring::new();
-        ring.push(NmiRecord::Sample(Sample::default()));
+        ring.push(NmiRecord::EMPTY);
         let mut enc: Encoder<4> = Encoder::new(EncoderConfig::default());
         let mut buf = [0u8; MAX_FRAME];
-        let r = drain_step(&ring, 0, 0, &mut enc, &mut buf, 4, |_| Err("link down"));
+        let r = drain_step(&ring, &event, 0, 0, &mut enc, &mut buf, 4, |_| {
+            Err("link down")
+        });
         assert_eq!(r, Err(DrainError::Write("link down")));
         let mut tiny = [0u8; 4];
-        ring.push(NmiRecord::Sample(Sample::default()));
-        let r = drain_step(&ring, 0, 0, &mut enc, &mut tiny, 4, |_| Ok::<(), ()>(()));
+        ring.push(NmiRecord::EMPTY);
+        let r = drain_step(&ring, &event, 0, 0, &mut enc, &mut tiny, 4, |_| {
+            Ok::<(), ()>(())
+        });
         assert_eq!(r, Err(DrainError::Encode(EncodeError::BufferFull)));
+    }
+
+    #[test]
+    fn samples_reach_the_wire_expanded_for_the_event() {
+        use crate::capture::{RawFrame, raw_flags};
+        use crate::event::sample_type as st;
+        use crate::regs::{Abi, GPR_MASK, Reg};
+        let mut event = EventConfig::cpu_clock(4, 1000);
+        event.sample_type |= st::REGS_USER | st::CALLCHAIN;
+        event.regs_user = GPR_MASK;
+        let ring: Ring<NmiRecord, 4> = Ring::new_filled();
+        let mut raws = std::vec::Vec::new();
+        for i in 0..3u64 {
+            let mut raw = RawSample {
+                time: 10 + i,
+                ip: 0x40_0000 + i,
+                tid: 2,
+                pid: 2,
+                period: 250,
+                user_len: 2,
+                user: RawFrame {
+                    cs: 0x23,
+                    rax: i,
+                    r8: 5,
+                    ..RawFrame::ZERO
+                },
+                flags: raw_flags::USER_COMPAT,
+                ..RawSample::EMPTY
+            };
+            raw.chain[..2].copy_from_slice(&[0x40_0000 + i, 0x40_1000]);
+            assert!(ring.push_with(|r| *r.sample_mut() = raw.clone()));
+            raws.push(raw);
+        }
+        // A throttle record between samples: the scratch sample is rebuilt.
+        ring.push(NmiRecord::Throttle(ThrottleEvent {
+            time: 20,
+            cpu: 0,
+            event: 4,
+        }));
+        let mut enc: Encoder<4> = Encoder::new(EncoderConfig::default());
+        let mut buf = [0u8; MAX_FRAME];
+        let mut wire = std::vec::Vec::new();
+        let st = drain_step(&ring, &event, 0, 0, &mut enc, &mut buf, 8, |f| {
+            wire.extend_from_slice(f);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!((st.frames, st.samples), (4, 3));
+        let mut got = std::vec::Vec::new();
+        Decoder::new().push(&wire, |r| got.push(r.unwrap()));
+        for (raw, rec) in raws.iter().zip(&got) {
+            let Record::Sample(s) = rec else {
+                panic!("{rec:?}")
+            };
+            assert_eq!(s, &raw.expand(&event));
+            let u = s.regs_user.as_ref().unwrap();
+            assert_eq!(
+                (u.abi, u.get(Reg::Ax), u.get(Reg::R8)),
+                (Abi::Bits32, Some(raw.user.rax), Some(0))
+            );
+            assert_eq!(s.event, 4);
+            assert_eq!(s.callchain.len(), 3, "marker + 2 IPs");
+        }
+        assert!(matches!(got[3], Record::Throttle(_)));
     }
 }

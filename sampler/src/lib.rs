@@ -8,13 +8,14 @@
 //! - [`regs`]: the perf x86-64 register table, ABI values, the compat rule
 //!   and the PEBS-to-perf GPR order.
 //! - [`sample`]: the sample model, branch entries and memory fields.
-//! - [`capture`]: the NMI-path API (interrupted frame -> [`sample::Sample`]
-//!   per the `perf_sample_regs_user` rules) and the return-to-user mode.
+//! - [`capture`]: the NMI-path record ([`capture::RawSample`]) and its
+//!   expansion into a [`sample::Sample`] per the `perf_sample_regs_user`
+//!   rules, and the return-to-user mode.
 //! - [`ring`]: the per-CPU lock-free ring with exact loss counts.
 //! - [`throttle`]: perf's throttling and frequency mode, clock supplied by
 //!   the caller.
 //! - [`drain`]: what the NMI handler queues, and the drain step that turns
-//!   losses into Lost records and records into frames.
+//!   losses into Lost records and expands records into frames.
 //! - [`wire`]: the versioned stream (records, encoder, decoder); its docs
 //!   give the measured bytes per sample.
 //! - [`pebs`], [`lbr`]: PEBS record and LBR entry decoding.
@@ -22,17 +23,24 @@
 //! # NMI path, in order
 //! 1. [`throttle::Throttle::on_overflow`] says whether to sample;
 //! 2. [`ring::Ring::push_with`] claims a slot (or counts the loss when the
-//!    ring is full) and [`capture::build_sample_into`] builds the sample in
-//!    that slot's [`drain::NmiRecord`], writing only the fields in use, with
-//!    the callchain walked straight in through [`capture::CallchainWriter`]
-//!    ([`capture::build_sample`] and [`ring::Ring::push`] are the by-value
-//!    forms, for tests and cold paths; [`capture::DeferredUserRegs::defer`]
-//!    parks a sample in return-to-user mode);
+//!    ring is full) and the handler fills that slot's
+//!    [`capture::RawSample`] in place: header words, the register frames the
+//!    event needs copied as the entry stub saved them
+//!    ([`capture::RawFrame`]), the walked IPs, and [`capture::raw_flags`]
+//!    saying what they are. It decides nothing else: no masks, no perf
+//!    order, no ABI, no markers. A ring made with
+//!    [`ring::Ring::new_filled`] never initialises a slot on this path;
 //! 3. the slot is published when the fill returns;
 //! 4. [`throttle::Throttle::sample_took`] with the handler's duration.
 //!
-//! The drain loop calls [`drain::drain_step`]; the host feeds the bytes to
-//! [`wire::Decoder`].
+//! The drain loop calls [`drain::drain_step`], which expands each record
+//! into the wire [`sample::Sample`] with [`capture::RawSample::expand_into`]
+//! (every `perf_sample_regs_user` rule, masks, compat R8-R15, callchain
+//! markers and depth live there) and encodes it; the host feeds the bytes
+//! to [`wire::Decoder`]. [`capture::capture`] and [`capture::build_sample`]
+//! are the same two steps by value, for tests and cold paths;
+//! [`capture::DeferredUserRegs::defer`] parks a sample in return-to-user
+//! mode.
 //!
 //! `unsafe` is denied everywhere except in [`ring`], whose every block is
 //! justified in place.

@@ -22,7 +22,8 @@
 //! lies instead of being moved by value through the NMI handler. Slots
 //! therefore stay initialised after [`Ring::pop_with`]: each slot carries a
 //! `live` flag, owned like the value by whoever holds the slot's position,
-//! and a never-used (or moved-out) slot is first set to `T::default()`.
+//! and a never-used (or moved-out) slot is first set to `T::default()`
+//! (a ring made with [`Ring::new_filled`] starts with every slot live).
 //! The value `push_with` sees is whatever the slot held last: the producer
 //! overwrites what it publishes.
 //!
@@ -64,6 +65,24 @@ impl<T> Slot<T> {
             value: UnsafeCell::new(MaybeUninit::uninit()),
         }
     }
+
+    const fn filled() -> Self
+    where
+        T: ConstDefault,
+    {
+        Slot {
+            stamp: AtomicUsize::new(0),
+            live: UnsafeCell::new(true),
+            value: UnsafeCell::new(MaybeUninit::new(T::EMPTY)),
+        }
+    }
+}
+
+/// A value known at compile time that a slot can start with, so a
+/// [`Ring::new_filled`] ring never initialises a slot on the NMI path.
+pub trait ConstDefault: Sized {
+    /// The starting value.
+    const EMPTY: Self;
 }
 
 /// A claimed producer position; publishes the slot when dropped, so a
@@ -75,6 +94,7 @@ struct Claim<'a, T> {
 }
 
 impl<T> Drop for Claim<'_, T> {
+    #[inline]
     fn drop(&mut self) {
         let published = self.pos.wrapping_mul(2).wrapping_add(1);
         self.slot
@@ -195,6 +215,27 @@ impl<T, const N: usize> Ring<T, N> {
         }
     }
 
+    /// An empty ring with usable capacity `N` whose every slot already holds
+    /// `T::EMPTY`, so the first [`Ring::push_with`] on a slot writes over it
+    /// like any later one instead of initialising it first (a static ring
+    /// of large records is filled at compile time).
+    pub const fn new_filled() -> Self
+    where
+        T: ConstDefault,
+    {
+        assert!(N > 0, "a ring needs at least one slot");
+        Ring {
+            slots: [const { Slot::filled() }; N],
+            cap: AtomicUsize::new(N),
+            head: AtomicUsize::new(0),
+            tail: AtomicUsize::new(0),
+            taken: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            lost_reported: AtomicU64::new(0),
+        }
+    }
+
     /// Limits the usable capacity to `cap` (`1..=N`). Only before the first
     /// push: call it at boot (e.g. for `ring=N`).
     pub fn set_capacity(&self, cap: usize) -> Result<(), CapacityError> {
@@ -245,6 +286,7 @@ impl<T, const N: usize> Ring<T, N> {
     /// means to publish. Returns false (and counts the loss) when the ring
     /// is full; `fill` is then not called. The slot is published when
     /// `fill` returns, or unwinds.
+    #[inline]
     pub fn push_with(&self, fill: impl FnOnce(&mut T)) -> bool
     where
         T: Default,
@@ -271,13 +313,18 @@ impl<T, const N: usize> Ring<T, N> {
 
     /// Claims the next producer position: counts the attempt, and the loss
     /// when the ring is full.
+    #[inline]
     fn claim(&self) -> Option<Claim<'_, T>> {
         self.taken.fetch_add(1, Ordering::Relaxed);
         let cap = self.cap.load(Ordering::Relaxed);
+        // SAFETY: `cap` is always in `1..=N`: `new` sets N and
+        // `set_capacity` stores only values it checked.
+        unsafe { core::hint::assert_unchecked(cap != 0 && cap <= N) };
         let mut pos = self.tail.load(Ordering::Relaxed);
         loop {
             let index = pos % cap;
-            let slot = &self.slots[index];
+            // SAFETY: `index < cap <= N`.
+            let slot = unsafe { self.slots.get_unchecked(index) };
             let base = index.wrapping_mul(2);
             let seq = slot.stamp.load(Ordering::Acquire).wrapping_add(base);
             let diff = seq.wrapping_sub(pos.wrapping_mul(2)) as isize;
@@ -557,6 +604,38 @@ mod tests {
                 lost: 1
             }
         );
+    }
+
+    #[test]
+    fn a_filled_ring_starts_every_slot_at_the_const_value() {
+        use std::rc::Rc;
+        #[derive(Debug, PartialEq)]
+        struct Held(u32, Option<Rc<()>>);
+        impl ConstDefault for Held {
+            const EMPTY: Self = Held(7, None);
+        }
+        impl Default for Held {
+            fn default() -> Self {
+                Held(99, None)
+            }
+        }
+        let counted = Rc::new(());
+        {
+            let r: Ring<Held, 3> = Ring::new_filled();
+            for _ in 0..3 {
+                assert!(r.push_with(|h| {
+                    assert_eq!(h.0, 7, "the const value, not Default");
+                    h.1 = Some(counted.clone());
+                }));
+            }
+            assert_eq!(r.pop_with(|h| h.0), Some(7));
+            // Moved out: the slot is refilled with Default on its next use.
+            assert_eq!(r.pop().map(|h| h.0), Some(7));
+            assert!(r.push_with(|_| ()));
+            assert!(r.push_with(|h| assert_eq!(h.0, 99)));
+            assert_eq!(Rc::strong_count(&counted), 3);
+        }
+        assert_eq!(Rc::strong_count(&counted), 1, "live slots dropped once");
     }
 
     #[test]

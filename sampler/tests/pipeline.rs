@@ -1,13 +1,13 @@
 //! The whole path on the host, the way the runtime wires it: throttle ->
-//! build_sample -> ring (NMI side), drain_step -> frames (drain side),
-//! Decoder (host side). Checks that every record the NMI side queued is
+//! capture into a ring slot (NMI side), drain_step -> expansion -> frames
+//! (drain side), Decoder (host side). Checks that every record the NMI side queued is
 //! either decoded unchanged or counted in a Lost record, and that the End
 //! counters add up (taken = delivered + lost).
 
 mod common;
 
 use common::Rng;
-use sampler::capture::{InterruptFrame, SampleInput, UserFrame, build_sample};
+use sampler::capture::{InterruptFrame, SampleInput, UserFrame, build_sample, capture};
 use sampler::drain::{NmiRecord, drain_step};
 use sampler::event::{EventConfig, sample_type as st};
 use sampler::regs::{CodeMode, GPR_MASK, Reg, RegFile};
@@ -21,7 +21,7 @@ fn nmi_to_decoder_accounts_for_every_sample() {
     event.sample_type |= st::REGS_USER | st::REGS_INTR;
     event.regs_user = GPR_MASK;
     event.regs_intr = GPR_MASK;
-    let ring: Ring<NmiRecord, 64> = Ring::new();
+    let ring: Ring<NmiRecord, 64> = Ring::new_filled();
     ring.set_capacity(16).unwrap(); // as `ring=16` would
     let throttle = Throttle::new(ThrottleConfig {
         max_sample_rate: 20_000,
@@ -44,7 +44,7 @@ fn nmi_to_decoder_accounts_for_every_sample() {
     }
     let mut drain =
         |ring: &Ring<NmiRecord, 64>, enc: &mut Encoder<16>, wire: &mut Vec<u8>, time, max| {
-            drain_step(ring, 0, time, enc, &mut buf, max, |f| {
+            drain_step(ring, &event, 0, time, enc, &mut buf, max, |f| {
                 wire.extend_from_slice(f);
                 Ok::<(), ()>(())
             })
@@ -55,13 +55,13 @@ fn nmi_to_decoder_accounts_for_every_sample() {
         if n % 30 == 0 {
             throttle.tick();
             if throttle.on_tick(&ev_throttle) {
-                let rec = NmiRecord::Unthrottle(ThrottleEvent {
+                let t = ThrottleEvent {
                     time,
                     cpu: 0,
                     event: 1,
-                });
-                if ring.push(rec.clone()) {
-                    queued.push(rec);
+                };
+                if ring.push(NmiRecord::Unthrottle(t)) {
+                    queued.push(Record::Unthrottle(t));
                 }
             }
         }
@@ -99,18 +99,18 @@ fn nmi_to_decoder_accounts_for_every_sample() {
         };
         let input = SampleInput::new(&event, &frame, uf, time, 0, t as u32 + 1, 250_000);
         let sample = build_sample(&input).expect("nothing excluded");
-        let rec = NmiRecord::Sample(sample);
-        if ring.push(rec.clone()) {
-            queued.push(rec);
+        // In place, as the NMI handler does; the drain expands it.
+        if ring.push_with(|rec| assert!(capture(&input, rec.sample_mut()))) {
+            queued.push(Record::Sample(sample));
         }
         if action == OverflowAction::SampleThenThrottle {
-            let rec = NmiRecord::Throttle(ThrottleEvent {
+            let t = ThrottleEvent {
                 time,
                 cpu: 0,
                 event: 1,
-            });
-            if ring.push(rec.clone()) {
-                queued.push(rec);
+            };
+            if ring.push(NmiRecord::Throttle(t)) {
+                queued.push(Record::Throttle(t));
             }
         }
         throttle.sample_took(1_000);
@@ -136,9 +136,7 @@ fn nmi_to_decoder_accounts_for_every_sample() {
     let mut lost = 0;
     let mut got_end = None;
     dec.push(&wire, |r| match r.unwrap() {
-        Record::Sample(s) => got.push(NmiRecord::Sample(s)),
-        Record::Throttle(t) => got.push(NmiRecord::Throttle(t)),
-        Record::Unthrottle(t) => got.push(NmiRecord::Unthrottle(t)),
+        r @ (Record::Sample(_) | Record::Throttle(_) | Record::Unthrottle(_)) => got.push(r),
         Record::Lost(l) => lost += l.count,
         Record::End(e) => got_end = Some(e),
         other => panic!("{other:?}"),
@@ -166,6 +164,6 @@ fn nmi_to_decoder_accounts_for_every_sample() {
     assert_eq!(end.delivered, queued.len() as u64);
     assert!(end.lost > 0, "the capped ring overflowed");
     assert!(end.throttled > 0, "the per-tick limit was hit");
-    assert!(got.iter().any(|r| matches!(r, NmiRecord::Unthrottle(_))));
+    assert!(got.iter().any(|r| matches!(r, Record::Unthrottle(_))));
     assert_eq!(dec.stats().bad_frames, 0);
 }

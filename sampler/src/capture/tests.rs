@@ -156,7 +156,7 @@ fn only_requested_fields_are_filled() {
     let u = frame(1, USER_CS64, CodeMode::Long64);
     let chain = [1, 2, 3];
     let mut input = SampleInput::new(&e, &u, UserFrame::NoTask, 0, 0, 1, 1);
-    input.callchain = &chain;
+    input.chain_user = &chain;
     input.mem = Some(MemInfo {
         addr: 5,
         ..Default::default()
@@ -170,29 +170,45 @@ fn only_requested_fields_are_filled() {
 
 #[test]
 fn callchain_respects_max_stack_and_markers() {
-    let mut e = event(UserRegsMode::AtInterrupt);
-    e.max_stack = 3;
+    let e = event(UserRegsMode::AtInterrupt);
+    let kernel = [0xffff_8000_0000_1000, 0xffff_8000_0000_2000];
+    let user = [0x40_1000, 0x40_2000];
     let mut b = CallchainBuilder::new();
-    b.push(CpuMode::Kernel, 0xffff_8000_0000_1000);
-    b.push(CpuMode::Kernel, 0xffff_8000_0000_2000);
-    b.push(CpuMode::User, 0x40_1000);
-    b.push(CpuMode::User, 0x40_2000);
+    b.push(CpuMode::Kernel, kernel[0]);
+    b.push(CpuMode::Kernel, kernel[1]);
+    b.push(CpuMode::User, user[0]);
+    b.push(CpuMode::User, user[1]);
     assert_eq!(
         b.as_slice(),
         &[
             PERF_CONTEXT_KERNEL,
-            0xffff_8000_0000_1000,
-            0xffff_8000_0000_2000,
+            kernel[0],
+            kernel[1],
             PERF_CONTEXT_USER,
-            0x40_1000,
-            0x40_2000
+            user[0],
+            user[1]
         ]
     );
     let k = frame(2, KERNEL_CS, CodeMode::Long64);
     let mut input = SampleInput::new(&e, &k, UserFrame::NoTask, 0, 0, 1, 1);
-    input.callchain = b.as_slice();
+    input.chain_kernel = &kernel;
+    input.chain_user = &user;
+    // The expansion inserts the markers.
     let s = build_sample(&input).unwrap();
-    assert_eq!(&s.callchain[..], &b.as_slice()[..3]);
+    assert_eq!(&s.callchain[..], b.as_slice());
+    // Capped at max_stack, never ending in a marker.
+    for (max, len) in [(3, 3), (4, 3), (5, 5), (0, 0), (1, 0)] {
+        let mut capped = e;
+        capped.max_stack = max;
+        let mut input = input;
+        input.event = &capped;
+        let s = build_sample(&input).unwrap();
+        assert_eq!(&s.callchain[..], &b.as_slice()[..len], "max_stack {max}");
+    }
+    // User IPs alone get one user marker.
+    input.chain_kernel = &[];
+    let s = build_sample(&input).unwrap();
+    assert_eq!(&s.callchain[..], &[PERF_CONTEXT_USER, user[0], user[1]]);
     let mut full = CallchainBuilder::new();
     for i in 0..100 {
         full.push(CpuMode::User, i);
@@ -375,6 +391,7 @@ mod in_place {
             cs in prop_oneof![Just(USER_CS64), Just(USER_CS32), Just(KERNEL_CS)],
             saved_state in 0u8..3,
             chain_len in 0usize..=MAX_CALLCHAIN,
+            split in 0usize..=MAX_CALLCHAIN,
             max_stack in 0u16..80,
             with_inputs in any::<bool>(),
             mask in any::<u64>(),
@@ -406,7 +423,9 @@ mod in_place {
             let mut branches = BranchStack { hw_idx: 5, ..Default::default() };
             branches.entries.push(BranchEntry { from: 10, to: 20, ..Default::default() }).unwrap();
             let mut input = SampleInput::new(&e, &nmi, user_frame, 11, 2, 8, 300);
-            input.callchain = &chain;
+            let split = split.min(chain_len);
+            input.chain_kernel = &chain[..split];
+            input.chain_user = &chain[split..];
             if with_inputs {
                 input.pebs_regs = Some(&pebs);
                 input.branches = Some(&branches);
@@ -425,13 +444,13 @@ mod in_place {
     }
 
     #[test]
-    fn the_default_sample_goes_straight_into_a_ring_slot() {
+    fn the_default_sample_goes_through_a_ring_slot_raw() {
         use crate::drain::NmiRecord;
         use crate::wire::ThrottleEvent;
         let mut e = EventConfig::cpu_clock(0, 4000);
         e.sample_type |= st::REGS_USER | st::CALLCHAIN;
         e.regs_user = GPR_MASK;
-        let ring: Ring<NmiRecord, 2> = Ring::new();
+        let ring: Ring<NmiRecord, 2> = Ring::new_filled();
         // A slot that last held a throttle record becomes a sample.
         ring.push(NmiRecord::Throttle(ThrottleEvent {
             time: 1,
@@ -441,18 +460,20 @@ mod in_place {
         assert!(ring.pop_with(|_| ()).is_some());
         for round in 0..4u64 {
             let nmi = frame(round, USER_CS64, CodeMode::Long64);
-            let chain = [PERF_CONTEXT_USER, 0x40_0000 + round];
+            let chain = [0x40_0000 + round];
             let mut input = SampleInput::new(&e, &nmi, UserFrame::NoTask, round, 0, 1, 250);
-            input.callchain = &chain;
+            input.chain_user = &chain;
             assert!(ring.push_with(|rec| {
-                assert!(build_sample_into(&input, rec.sample_mut()));
+                assert!(capture(&input, rec.sample_mut()));
             }));
-            let got = ring.pop_with(|rec| rec.clone()).unwrap();
-            assert_eq!(
-                got,
-                NmiRecord::Sample(build_sample(&input).unwrap()),
-                "round {round}"
-            );
+            let got = ring
+                .pop_with(|rec| match rec {
+                    NmiRecord::Sample(raw) => raw.expand(&e),
+                    other => panic!("{other:?}"),
+                })
+                .unwrap();
+            assert_eq!(got, build_sample(&input).unwrap(), "round {round}");
+            assert_eq!(&got.callchain[..], &[PERF_CONTEXT_USER, 0x40_0000 + round]);
         }
     }
 }
@@ -501,6 +522,286 @@ mod writer {
                 prop_assert_eq!(w.as_slice(), b.as_slice(), "same as the builder when it fits");
             }
             prop_assert_eq!(&chain[..], expected, "written in place");
+        }
+    }
+}
+
+/// The expansion's rules on records filled the way the runtime's NMI
+/// handler fills them (raw frames in entry-stub order, flags).
+mod raw {
+    use super::*;
+    use crate::sample::BranchEntry;
+    use proptest::prelude::*;
+
+    fn raw_of(f: &InterruptFrame) -> RawFrame {
+        RawFrame::from_regfile(&f.regs)
+    }
+
+    /// A record as the NMI handler leaves it: header words plus whatever
+    /// `flags` and the frames say.
+    fn record(flags: u32, user: &InterruptFrame, intr: &InterruptFrame) -> RawSample {
+        RawSample {
+            time: 5,
+            ip: 0x40_0000,
+            period: 250,
+            pid: 3,
+            tid: 3,
+            cpu: 0,
+            flags,
+            user: raw_of(user),
+            intr: raw_of(intr),
+            ..RawSample::EMPTY
+        }
+    }
+
+    #[test]
+    fn entry_stub_words_land_in_their_perf_slots() {
+        let f = RawFrame {
+            r15: 15,
+            r14: 14,
+            r13: 13,
+            r12: 12,
+            r11: 11,
+            r10: 10,
+            r9: 9,
+            r8: 8,
+            rbp: 106,
+            rdi: 105,
+            rsi: 104,
+            rdx: 103,
+            rcx: 102,
+            rbx: 101,
+            rax: 100,
+            vector: 2,
+            error_code: 77,
+            rip: 108,
+            cs: 110,
+            rflags: 109,
+            rsp: 107,
+            ss: 111,
+        };
+        let file = f.to_regfile();
+        for (reg, v) in [
+            (Reg::Ax, 100),
+            (Reg::Bx, 101),
+            (Reg::Cx, 102),
+            (Reg::Dx, 103),
+            (Reg::Si, 104),
+            (Reg::Di, 105),
+            (Reg::Bp, 106),
+            (Reg::Sp, 107),
+            (Reg::Ip, 108),
+            (Reg::Flags, 109),
+            (Reg::Cs, 110),
+            (Reg::Ss, 111),
+            (Reg::Ds, 0),
+            (Reg::Es, 0),
+            (Reg::Fs, 0),
+            (Reg::Gs, 0),
+            (Reg::R8, 8),
+            (Reg::R9, 9),
+            (Reg::R10, 10),
+            (Reg::R11, 11),
+            (Reg::R12, 12),
+            (Reg::R13, 13),
+            (Reg::R14, 14),
+            (Reg::R15, 15),
+        ] {
+            assert_eq!(file.get(reg), v, "{}", reg.name());
+        }
+        let back = RawFrame::from_regfile(&file);
+        assert_eq!(
+            back,
+            RawFrame {
+                vector: 0,
+                error_code: 0,
+                ..f
+            }
+        );
+        assert_eq!(core::mem::size_of::<RawFrame>(), 22 * 8);
+    }
+
+    #[test]
+    fn user_mode_takes_the_interrupted_frame_for_both_sets() {
+        let e = event(UserRegsMode::AtInterrupt);
+        let u = frame(1, USER_CS64, CodeMode::Long64);
+        let junk = frame(8, KERNEL_CS, CodeMode::Long64);
+        let s = record(0, &u, &junk).expand(&e);
+        assert_eq!(s.cpumode, CpuMode::User);
+        assert_eq!(
+            (s.ip, s.time, s.period, s.tid, s.event),
+            (0x40_0000, 5, 250, 3, 3)
+        );
+        assert_regs_from(s.regs_user.as_ref().unwrap(), &u, Abi::Bits64);
+        assert_regs_from(s.regs_intr.as_ref().unwrap(), &u, Abi::Bits64);
+    }
+
+    #[test]
+    fn compat_code_gives_abi_32_with_zero_r8_to_r15() {
+        let e = event(UserRegsMode::AtInterrupt);
+        let c = frame(1, USER_CS32, CodeMode::Compat32);
+        let k = frame(9, KERNEL_CS, CodeMode::Long64);
+        let s = record(raw_flags::USER_COMPAT, &c, &k).expand(&e);
+        assert_regs_from(s.regs_user.as_ref().unwrap(), &c, Abi::Bits32);
+        assert_regs_from(s.regs_intr.as_ref().unwrap(), &c, Abi::Bits32);
+        // A compat task's saved frame, NMI in the runtime.
+        let flags = raw_flags::KERNEL | raw_flags::SAVED_USER | raw_flags::USER_COMPAT;
+        let s = record(flags, &c, &k).expand(&e);
+        assert_regs_from(s.regs_user.as_ref().unwrap(), &c, Abi::Bits32);
+        assert_regs_from(s.regs_intr.as_ref().unwrap(), &k, Abi::Bits64);
+    }
+
+    #[test]
+    fn runtime_mode_takes_the_saved_frame_only_when_complete() {
+        let e = event(UserRegsMode::AtInterrupt);
+        let saved = frame(2, USER_CS64, CodeMode::Long64);
+        let k = frame(9, KERNEL_CS, CodeMode::Long64);
+        let s = record(raw_flags::KERNEL | raw_flags::SAVED_USER, &saved, &k).expand(&e);
+        assert_eq!(s.cpumode, CpuMode::Kernel);
+        assert_regs_from(s.regs_user.as_ref().unwrap(), &saved, Abi::Bits64);
+        assert_regs_from(s.regs_intr.as_ref().unwrap(), &k, Abi::Bits64);
+        // In a window or without a task the handler sets no SAVED_USER: the
+        // stale words in `user` are never reported.
+        let s = record(raw_flags::KERNEL, &saved, &k).expand(&e);
+        let u = s.regs_user.as_ref().unwrap();
+        assert_eq!((u.abi, u.mask, u.values.len()), (Abi::None, GPR_MASK, 0));
+        assert_regs_from(s.regs_intr.as_ref().unwrap(), &k, Abi::Bits64);
+        // A "saved user frame" with a runtime CS is not complete.
+        let not_user = frame(3, KERNEL_CS, CodeMode::Long64);
+        let s = record(raw_flags::KERNEL | raw_flags::SAVED_USER, &not_user, &k).expand(&e);
+        assert_eq!(s.regs_user.as_ref().unwrap().abi, Abi::None);
+        // Return-to-user mode: a placeholder for DeferredUserRegs.
+        let d = event(UserRegsMode::AtReturnToUser);
+        let s = record(raw_flags::KERNEL | raw_flags::SAVED_USER, &saved, &k).expand(&d);
+        assert_eq!(s.regs_user.as_ref().unwrap().abi, Abi::None);
+        assert!(needs_deferred_regs(&d, &s));
+    }
+
+    #[test]
+    fn masks_pick_values_in_perf_order() {
+        let mut e = event(UserRegsMode::AtInterrupt);
+        e.regs_user = Reg::Ip.bit() | Reg::Sp.bit() | Reg::R9.bit();
+        e.regs_intr = Reg::Ax.bit() | Reg::Cs.bit();
+        let u = frame(1, USER_CS64, CodeMode::Long64);
+        let s = record(0, &u, &u).expand(&e);
+        let r = s.regs_user.as_ref().unwrap();
+        assert_eq!(r.mask, e.regs_user);
+        assert_eq!(
+            &r.values[..],
+            &[
+                u.regs.get(Reg::Sp),
+                u.regs.get(Reg::Ip),
+                u.regs.get(Reg::R9)
+            ]
+        );
+        let i = s.regs_intr.as_ref().unwrap();
+        assert_eq!(&i.values[..], &[u.regs.get(Reg::Ax), USER_CS64]);
+    }
+
+    #[test]
+    fn pmu_fields_reach_the_sample() {
+        let mut e = event(UserRegsMode::AtInterrupt);
+        e.sample_type |= st::BRANCH_STACK | st::ADDR | st::WEIGHT;
+        let u = frame(1, USER_CS64, CodeMode::Long64);
+        let k = frame(9, KERNEL_CS, CodeMode::Long64);
+        let pebs = frame(5, USER_CS64, CodeMode::Long64);
+        let mut r = record(
+            raw_flags::PEBS_REGS | raw_flags::BRANCHES | raw_flags::MEM,
+            &u,
+            &k,
+        );
+        r.pmu.pebs_regs = pebs.regs;
+        r.pmu.branches.hw_idx = 4;
+        r.pmu
+            .branches
+            .entries
+            .push(BranchEntry {
+                from: 1,
+                to: 2,
+                ..Default::default()
+            })
+            .unwrap();
+        r.pmu.mem = MemInfo {
+            addr: 0xdead,
+            weight: 3,
+            ins_lat: 1,
+            data_src: 7,
+        };
+        let s = r.expand(&e);
+        assert_regs_from(s.regs_user.as_ref().unwrap(), &pebs, Abi::Bits64);
+        assert_regs_from(s.regs_intr.as_ref().unwrap(), &pebs, Abi::Bits64);
+        assert_eq!(s.branches.as_ref().unwrap(), &r.pmu.branches);
+        assert_eq!(s.mem.unwrap().addr, 0xdead);
+        // In the runtime, PEBS GPRs are the interrupt registers only.
+        r.flags |= raw_flags::KERNEL | raw_flags::SAVED_USER;
+        let s = r.expand(&e);
+        assert_regs_from(s.regs_user.as_ref().unwrap(), &u, Abi::Bits64);
+        assert_regs_from(s.regs_intr.as_ref().unwrap(), &pebs, Abi::Bits64);
+        // Without the flags, the stale PMU words are not reported.
+        r.flags = 0;
+        let s = r.expand(&e);
+        assert!(s.branches.as_ref().unwrap().entries.is_empty());
+        assert_eq!(s.mem, Some(MemInfo::default()));
+        assert_regs_from(s.regs_intr.as_ref().unwrap(), &u, Abi::Bits64);
+    }
+
+    fn any_raw_frame() -> impl Strategy<Value = RawFrame> {
+        proptest::array::uniform24(any::<u64>()).prop_map(|w| RawFrame::from_regfile(&RegFile(w)))
+    }
+
+    proptest! {
+        /// A reused slot: whatever the producer does not write (frames,
+        /// chain words, PMU data of an older sample) never reaches the
+        /// expanded sample.
+        #[test]
+        fn stale_slot_contents_are_never_read(
+            bits in any::<u8>(),
+            cs in prop_oneof![Just(USER_CS64), Just(USER_CS32), Just(KERNEL_CS)],
+            saved_state in 0u8..3,
+            kernel_len in 0usize..20,
+            user_len in 0usize..34,
+            old_user in any_raw_frame(),
+            old_intr in any_raw_frame(),
+            old_chain in proptest::array::uniform32(any::<u64>()),
+            old_lens in any::<(u8, u8, u32)>(),
+        ) {
+            let mut e = EventConfig::cpu_clock(9, 4000);
+            for (i, bit) in [st::CALLCHAIN, st::BRANCH_STACK, st::REGS_USER, st::REGS_INTR, st::WEIGHT, st::ADDR].into_iter().enumerate() {
+                if bits & (1 << i) != 0 {
+                    e.sample_type |= bit;
+                }
+            }
+            e.regs_user = GPR_MASK;
+            e.regs_intr = GPR_MASK;
+            let code = if cs == USER_CS32 { CodeMode::Compat32 } else { CodeMode::Long64 };
+            let nmi = frame(1, cs, code);
+            let saved = frame(2, USER_CS64, CodeMode::Long64);
+            let user_frame = match saved_state {
+                0 => UserFrame::Complete(&saved),
+                1 => UserFrame::InWindow,
+                _ => UserFrame::NoTask,
+            };
+            let chain: std::vec::Vec<u64> = (0..(kernel_len + user_len) as u64).map(|i| 0x1000 + i).collect();
+            let mut input = SampleInput::new(&e, &nmi, user_frame, 1, 0, 2, 3);
+            input.chain_kernel = &chain[..kernel_len];
+            input.chain_user = &chain[kernel_len..];
+            let mut clean = RawSample::EMPTY;
+            prop_assert!(capture(&input, &mut clean));
+            let mut dirty = RawSample {
+                user: old_user,
+                intr: old_intr,
+                kernel_len: old_lens.0,
+                user_len: old_lens.1,
+                flags: old_lens.2,
+                ..RawSample::EMPTY
+            };
+            dirty.chain[..32].copy_from_slice(&old_chain);
+            dirty.chain[32..].copy_from_slice(&old_chain);
+            dirty.pmu.pebs_regs = RegFile(old_chain[..24].try_into().unwrap());
+            dirty.pmu.mem.addr = old_chain[0];
+            dirty.pmu.branches.entries.push(BranchEntry { from: 1, to: 2, ..Default::default() }).unwrap();
+            prop_assert!(capture(&input, &mut dirty));
+            prop_assert_eq!(dirty.expand(&e), clean.expand(&e));
         }
     }
 }
