@@ -172,6 +172,11 @@ pub fn configure_hw(ev: &EventConfig, sample_type: u64) {
     // starts: nothing reads the cell yet.
     unsafe { *HW_EVENT.0.get() = Some(*ev) };
     HW_EVENT_SET.store(true, Ordering::Release);
+    // Samples that skid across the privilege boundary the counter filters
+    // on are dropped (and counted), as perf drops them.
+    let exclude = if ev.exclude_user { EXCLUDE_USER } else { 0 }
+        | if ev.exclude_kernel { EXCLUDE_KERNEL } else { 0 };
+    EXCLUDE.store(exclude, Ordering::Relaxed);
     SAMPLE_TYPE.fetch_or(sample_type, Ordering::Relaxed);
     if sample_type & st::REGS_INTR != 0 {
         REGS_INTR.store(GPR_MASK, Ordering::Relaxed);
@@ -410,11 +415,12 @@ pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
     if !on {
         return;
     }
-    if pmi {
-    } else if crate::pmu::sim_active() {
-        crate::pmu::on_tick(cap, entry_tsc);
-    } else {
-        push_sample(cap, entry_tsc, &Extra::NONE);
+    if !pmi {
+        if crate::pmu::sim_active() {
+            crate::pmu::on_tick(cap, entry_tsc);
+        } else {
+            push_sample(cap, entry_tsc, &Extra::NONE);
+        }
     }
     let cost = crate::nmi::rdtsc().wrapping_sub(entry_tsc);
     NMI_COST_TSC.fetch_add(cost, Ordering::Relaxed);
