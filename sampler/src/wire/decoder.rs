@@ -5,7 +5,7 @@
 
 use core::fmt;
 
-use super::codec::{TaskRef, WireSample, decode_sample_into};
+use super::codec::{SampleParts, TaskRef, WireSample, decode_sample_into};
 use super::{MAGIC, MAX_FRAME, PROTOCOL_VERSION, Record, SAMPLE_TAG, WireRecord};
 use crate::sample::Sample;
 
@@ -83,6 +83,15 @@ pub struct DecoderStats {
     pub frames_ignored: u64,
 }
 
+/// A record as [`Decoder::push_parts`] lends it.
+#[derive(Clone, Copy, Debug)]
+pub enum Lent<'a> {
+    /// Any record but a sample.
+    Record(&'a Record),
+    /// A sample, in parts.
+    Sample(SampleParts<'a>),
+}
+
 /// The incremental decoder.
 ///
 /// ```
@@ -156,6 +165,32 @@ impl Decoder {
     /// for the next one: samples are rebuilt in place, so no sample is
     /// copied or moved between the frame and the sink.
     pub fn push_ref(&mut self, chunk: &[u8], mut sink: impl FnMut(Result<&Record, DecodeError>)) {
+        self.push_lent::<false>(chunk, &mut |r| match r {
+            Ok(Lent::Record(r)) => sink(Ok(r)),
+            // Not produced without `PARTS`.
+            Ok(Lent::Sample(_)) => {}
+            Err(e) => sink(Err(e)),
+        });
+    }
+
+    /// Feeds `chunk`, lending `sink` every record (or error) completed by
+    /// it, in stream order, like [`push_ref`](Self::push_ref), except that
+    /// samples come as [`SampleParts`]: the sample is not rebuilt at all,
+    /// its delta-coded fields are read from the task's reference state,
+    /// which is updated in place. The fastest way to consume a stream.
+    pub fn push_parts(
+        &mut self,
+        chunk: &[u8],
+        mut sink: impl FnMut(Result<Lent<'_>, DecodeError>),
+    ) {
+        self.push_lent::<true>(chunk, &mut sink);
+    }
+
+    fn push_lent<const PARTS: bool>(
+        &mut self,
+        chunk: &[u8],
+        sink: &mut impl FnMut(Result<Lent<'_>, DecodeError>),
+    ) {
         let mut rest = chunk;
         while !rest.is_empty() {
             match memchr::memchr(0, rest) {
@@ -166,7 +201,7 @@ impl Decoder {
                 Some(end) => {
                     self.take(&rest[..end]);
                     rest = &rest[end + 1..];
-                    self.finish_frame(&mut sink);
+                    self.finish_frame::<PARTS>(sink);
                     self.frame.clear();
                 }
             }
@@ -200,7 +235,10 @@ impl Decoder {
 
     /// Decodes the frame collected in `self.frame` (in place) and hands
     /// the record or error to `sink`. The caller clears the frame.
-    fn finish_frame(&mut self, sink: &mut impl FnMut(Result<&Record, DecodeError>)) {
+    fn finish_frame<const PARTS: bool>(
+        &mut self,
+        sink: &mut impl FnMut(Result<Lent<'_>, DecodeError>),
+    ) {
         if self.overflow {
             self.overflow = false;
             self.stats.bad_frames += 1;
@@ -223,7 +261,11 @@ impl Decoder {
         let plain = frame_crc(payload);
 
         if payload[0] == SAMPLE_TAG && !self.incompatible {
-            return self.finish_sample(n - 4, len, stored, plain, sink);
+            return if PARTS {
+                self.finish_sample_parts(n - 4, len, stored, plain, sink)
+            } else {
+                self.finish_sample(n - 4, len, stored, plain, sink)
+            };
         }
         if payload[0] == 0 {
             // A Hello: check magic and version before the rest, whose
@@ -276,7 +318,7 @@ impl Decoder {
             WireRecord::End(e) => Record::End(e),
         };
         self.stats.frames_ok += 1;
-        sink(Ok(&self.record));
+        sink(Ok(Lent::Record(&self.record)));
     }
 
     /// Decodes a sample frame whose payload is `self.frame[..payload_len]`
@@ -288,7 +330,7 @@ impl Decoder {
         len: usize,
         stored: u32,
         plain: u32,
-        sink: &mut impl FnMut(Result<&Record, DecodeError>),
+        sink: &mut impl FnMut(Result<Lent<'_>, DecodeError>),
     ) {
         let Decoder {
             frame,
@@ -335,7 +377,63 @@ impl Decoder {
             }
         }
         self.stats.frames_ok += 1;
-        sink(Ok(&self.record));
+        sink(Ok(Lent::Record(&self.record)));
+    }
+
+    /// Like [`finish_sample`](Self::finish_sample), but brings the task's
+    /// reference state up to this sample in place and lends the sample as
+    /// [`SampleParts`] over that state, without building a [`Sample`].
+    fn finish_sample_parts(
+        &mut self,
+        payload_len: usize,
+        len: usize,
+        stored: u32,
+        plain: u32,
+        sink: &mut impl FnMut(Result<Lent<'_>, DecodeError>),
+    ) {
+        if self.wire.parse_into(&self.frame[1..payload_len]).is_err() {
+            return self.bad(len);
+        }
+        let tid = self.wire.tid();
+        let pos = self.tasks.iter().position(|t| t.tid == tid);
+        let since = if self.wire.is_key() {
+            if stored != plain {
+                return self.bad(len);
+            }
+            0
+        } else {
+            let reference = pos.and_then(|p| self.tasks.iter().nth(p));
+            let ok = reference.is_some_and(|r| r.chain ^ plain == stored) && stored != plain;
+            if !ok {
+                self.stats.unresolved_samples += u64::from(stored != plain);
+                return self.bad(len);
+            }
+            reference.map_or(0, |r| r.since_key + 1)
+        };
+        let applied = match pos.and_then(|p| self.tasks.iter_mut().nth(p)) {
+            Some(slot) => slot.apply(&self.wire, plain, since).map(|()| pos),
+            None => {
+                let mut state = TaskRef::empty(tid);
+                match state.apply(&self.wire, plain, since) {
+                    Ok(()) => {
+                        self.remember(None, state);
+                        Ok(self.tasks.len().checked_sub(1))
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        let Ok(Some(at)) = applied else {
+            return self.bad(len);
+        };
+        let Some(state) = self.tasks.iter().nth(at) else {
+            return self.bad(len);
+        };
+        self.stats.frames_ok += 1;
+        sink(Ok(Lent::Sample(SampleParts {
+            wire: &self.wire,
+            state,
+        })));
     }
 
     /// Stores `state` for its task, replacing the entry at `pos`, or

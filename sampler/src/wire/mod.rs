@@ -61,8 +61,8 @@ mod codec;
 mod decoder;
 mod encoder;
 
-pub use codec::{TaskRef, WireSample};
-pub use decoder::{DecodeError, Decoder, DecoderStats};
+pub use codec::{SampleParts, TaskRef, WireSample};
+pub use decoder::{DecodeError, Decoder, DecoderStats, Lent};
 pub use encoder::{EncodeError, Encoder, EncoderConfig};
 
 use serde::{Deserialize, Serialize};
