@@ -37,10 +37,8 @@ fn convert(c: &mut Criterion) {
                 },
             );
             let mut pump = Pump::new();
-            pump.read_all(&capture[..], &mut |item| {
-                conv.push(item).map_err(Into::into)
-            })
-            .expect("decodes");
+            pump.read_all_parts(&capture[..], &mut conv)
+                .expect("decodes");
             let (out, summary) = conv.finish().expect("converts");
             assert_eq!(summary.written.samples, SAMPLES);
             out.into_inner().len()

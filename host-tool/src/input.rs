@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Read;
 
-use sampler::wire::{DecodeError, Decoder, DecoderStats};
+use sampler::wire::{DecodeError, Decoder, DecoderStats, Lent, SampleParts};
 
 use crate::error::HostError;
 use crate::model::{EndCounters, Hello, Item};
+use sampler::sample::CpuMode;
 use crate::wire::Adapter;
 
 /// Whether the caller wants more input.
@@ -19,6 +20,25 @@ pub enum Flow {
     Continue,
     /// The stream ended (End record).
     Done,
+}
+
+/// Where [`Pump::feed_parts`] sends what it decodes.
+pub trait PartsSink {
+    /// Every item but samples.
+    fn item(&mut self, item: &Item<'_>) -> Result<(), HostError>;
+    /// Every sample.
+    fn sample(&mut self, s: &SampleParts<'_>) -> Result<(), HostError>;
+}
+
+impl<W: crate::output::OwnedWrite> PartsSink for crate::convert::Converter<W> {
+    fn item(&mut self, item: &Item<'_>) -> Result<(), HostError> {
+        self.push(item).map_err(HostError::from)
+    }
+
+    #[inline]
+    fn sample(&mut self, s: &SampleParts<'_>) -> Result<(), HostError> {
+        self.push_parts(s).map_err(HostError::from)
+    }
 }
 
 /// Decodes chunks of a stream into items.
@@ -83,21 +103,82 @@ impl Pump {
                         Ok(()) => {}
                     }
                 }
-                Err(DecodeError::VersionMismatch { found, expected }) => {
-                    result = Err(HostError::Protocol(format!(
-                        "the stream speaks Perch wire protocol version {found}, this perch speaks version {expected}"
-                    )))
-                }
-                Err(DecodeError::BadMagic(m)) => {
-                    result = Err(HostError::NotPerch(format!(
-                        "not a Perch stream: its first record has magic {m:02x?}, expected \"PRCH\""
-                    )))
-                }
+                Err(e) => result = Err(decode_error(e)),
             }
         });
         self.stats.decoder = self.decoder.stats();
         self.stats.settle();
         result
+    }
+
+    /// Like [`feed`](Self::feed), but samples go to
+    /// [`PartsSink::sample`] as the decoder's [`SampleParts`], never built
+    /// into a sample or an [`Item`]: the conversion's fast path
+    /// ([`Converter::push_parts`](crate::convert::Converter::push_parts)).
+    /// Everything else goes to [`PartsSink::item`] as with `feed`, and the
+    /// counters come out the same.
+    pub fn feed_parts(
+        &mut self,
+        chunk: &[u8],
+        sink: &mut impl PartsSink,
+    ) -> Result<Flow, HostError> {
+        self.stats.bytes += chunk.len() as u64;
+        if self.head.len() < HEAD_BYTES {
+            let n = (HEAD_BYTES - self.head.len()).min(chunk.len());
+            self.head.extend_from_slice(&chunk[..n]);
+        }
+        let mut result = Ok(Flow::Continue);
+        let adapter = &mut self.adapter;
+        let stats = &mut self.stats;
+        self.decoder.push_parts(chunk, |rec| {
+            if result.is_err() {
+                return;
+            }
+            let r = match rec {
+                Ok(Lent::Sample(s)) => {
+                    stats.observe_sample(s.event(), (s.pid(), s.tid()), s.cpumode() == CpuMode::User);
+                    sink.sample(&s)
+                }
+                Ok(Lent::Record(rec)) => adapter
+                    .with_item(rec, |item| {
+                        stats.observe(item);
+                        sink.item(item)
+                    })
+                    .map(|()| {
+                        if matches!(rec, sampler::wire::Record::End(_)) {
+                            result = Ok(Flow::Done);
+                        }
+                    }),
+                Err(e) => Err(decode_error(e)),
+            };
+            if let Err(e) = r {
+                result = Err(e);
+            }
+        });
+        self.stats.decoder = self.decoder.stats();
+        self.stats.settle();
+        result
+    }
+
+    /// Reads `input` to its end (or to the End record) through
+    /// [`feed_parts`](Self::feed_parts).
+    pub fn read_all_parts(
+        &mut self,
+        mut input: impl Read,
+        sink: &mut impl PartsSink,
+    ) -> Result<Flow, HostError> {
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = match input.read(&mut buf) {
+                Ok(0) => return Ok(Flow::Continue),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(HostError::io("reading the stream", e)),
+            };
+            if self.feed_parts(&buf[..n], sink)? == Flow::Done {
+                return Ok(Flow::Done);
+            }
+        }
     }
 
     /// Reads `input` to its end (or to the End record).
@@ -147,6 +228,18 @@ impl Pump {
             }));
         }
         Ok(())
+    }
+}
+
+/// The error for a stream the decoder cannot read.
+fn decode_error(e: DecodeError) -> HostError {
+    match e {
+        DecodeError::VersionMismatch { found, expected } => HostError::Protocol(format!(
+            "the stream speaks Perch wire protocol version {found}, this perch speaks version {expected}"
+        )),
+        DecodeError::BadMagic(m) => HostError::NotPerch(format!(
+            "not a Perch stream: its first record has magic {m:02x?}, expected \"PRCH\""
+        )),
     }
 }
 
@@ -217,26 +310,31 @@ impl StreamStats {
             Item::Task(t) => {
                 self.task_names.insert(t.tid, t.name.clone());
             }
-            Item::Sample(s) => {
-                self.samples += 1;
-                self.user_samples += u64::from(s.user);
-                match &mut self.run {
-                    Some(r) if r.event == s.event && r.task == (s.pid, s.tid) => r.count += 1,
-                    _ => {
-                        self.settle();
-                        self.run = Some(SampleRun {
-                            event: s.event,
-                            task: (s.pid, s.tid),
-                            count: 1,
-                        });
-                    }
-                }
-            }
+            Item::Sample(s) => self.observe_sample(s.event, (s.pid, s.tid), s.user),
             Item::Lost { count, .. } => self.lost += count,
             Item::Throttle { on: true, .. } => self.throttled += 1,
             Item::Throttle { on: false, .. } => self.unthrottled += 1,
             Item::Log(_) | Item::Defmt(_) => self.logs += 1,
             Item::End(e) => self.end = Some(*e),
+        }
+    }
+
+    /// Counts a sample of `event` by `task` (pid, tid), taken in ring 3
+    /// when `user`: what [`observe`](Self::observe) does for a sample item.
+    #[inline]
+    pub fn observe_sample(&mut self, event: u32, task: (u32, u32), user: bool) {
+        self.samples += 1;
+        self.user_samples += u64::from(user);
+        match &mut self.run {
+            Some(r) if r.event == event && r.task == task => r.count += 1,
+            _ => {
+                self.settle();
+                self.run = Some(SampleRun {
+                    event,
+                    task,
+                    count: 1,
+                });
+            }
         }
     }
 

@@ -14,7 +14,9 @@ use host_tool::convert::{ConvertOptions, Converter, hex};
 use host_tool::error::{HostError, exit};
 use host_tool::flamegraph::Folder;
 use host_tool::image::Image;
-use host_tool::input::{Flow, LogPrinter, Pump};
+use host_tool::input::{Flow, LogPrinter, PartsSink, Pump};
+use host_tool::output::OwnedWrite;
+use sampler::wire::SampleParts;
 use host_tool::model::Item;
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
 use host_tool::synth::{SynthConfig, write_capture};
@@ -267,6 +269,27 @@ impl Progress {
     }
 }
 
+/// The converter, with target logs shown on the way.
+struct ConvertSink<'a, W: OwnedWrite> {
+    conv: &'a mut Converter<W>,
+    logs: &'a LogPrinter,
+    progress: &'a mut Progress,
+}
+
+impl<W: OwnedWrite> PartsSink for ConvertSink<'_, W> {
+    fn item(&mut self, item: &Item<'_>) -> Result<(), HostError> {
+        if let Some(line) = self.logs.render(item) {
+            self.progress.println(&line);
+        }
+        self.conv.push(item).map_err(HostError::from)
+    }
+
+    #[inline]
+    fn sample(&mut self, s: &SampleParts<'_>) -> Result<(), HostError> {
+        self.conv.push_parts(s).map_err(HostError::from)
+    }
+}
+
 /// Reads `src` into the converter until End, EOF, Ctrl-C or the deadline.
 fn run(
     src: &mut dyn Read,
@@ -323,13 +346,12 @@ fn run(
             s.write_all(&buf[..n])
                 .map_err(|e| HostError::io("saving the capture", e))?;
         }
-        let mut sink = |item: &Item<'_>| -> Result<(), HostError> {
-            if let Some(line) = logs.render(item) {
-                progress.println(&line);
-            }
-            conv.push(item).map_err(HostError::from)
+        let mut sink = ConvertSink {
+            conv: &mut conv,
+            logs: &logs,
+            progress: &mut progress,
         };
-        let flow = pump.feed(&buf[..n], &mut sink)?;
+        let flow = pump.feed_parts(&buf[..n], &mut sink)?;
         progress.update(&pump, false);
         if flow == Flow::Done {
             break Stop::End;
