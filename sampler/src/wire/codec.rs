@@ -570,10 +570,45 @@ impl Reader<'_> {
         if sparse {
             r.changed = self.u64()?;
         }
-        let n = self.u8()?;
-        for _ in 0..n {
-            let v = self.value(delta || sparse)?;
-            r.values.push(v).map_err(|_| CodecError::Malformed)?;
+        let n = usize::from(self.u8()?);
+        self.values(&mut r.values, n, delta || sparse)
+    }
+
+    /// `n` varints (zigzag when `signed`) into `out`, which is empty.
+    /// Register blocks are mostly one-byte varints, so eight bytes at a
+    /// time are checked for continuation bits with one load and, when
+    /// there are none, decoded without further checks; the rest goes
+    /// varint by varint. Accepts and rejects exactly what reading the `n`
+    /// values one by one does.
+    #[inline]
+    fn values(
+        &mut self,
+        out: &mut heapless::Vec<u64, MAX_SAMPLED_REGS>,
+        n: usize,
+        signed: bool,
+    ) -> Result<(), CodecError> {
+        // More values than fit: refused, as the push of the first extra
+        // value would be (reading them could only fail first).
+        out.resize(n, 0).map_err(|_| CodecError::Malformed)?;
+        let one = |b: u8| {
+            let b = u64::from(b);
+            if signed { (b >> 1) ^ 0u64.wrapping_sub(b & 1) } else { b }
+        };
+        let mut i = 0;
+        while i < n {
+            if n - i >= 8
+                && let Some(word) = self.rest.first_chunk::<8>()
+                && u64::from_le_bytes(*word) & 0x8080_8080_8080_8080 == 0
+            {
+                for (o, b) in out[i..i + 8].iter_mut().zip(word) {
+                    *o = one(*b);
+                }
+                self.rest = &self.rest[8..];
+                i += 8;
+                continue;
+            }
+            out[i] = self.value(signed)?;
+            i += 1;
         }
         Ok(())
     }

@@ -767,3 +767,78 @@ fn sample_parts_match_rebuilt_samples() {
     }
     assert!(samples_seen > 20_000 && bad > 500, "{samples_seen} {bad}");
 }
+
+/// The register-block reader's eight-at-a-time path: blocks of every
+/// length up to the maximum, signed (deltas) and unsigned (absolute), with
+/// one-byte varints and longer ones at every position, parse exactly as
+/// postcard parses them, also cut short and with bytes changed.
+#[test]
+fn register_blocks_parse_like_postcard() {
+    use super::codec::flag;
+    let mut rng = Rng(0x0123_4567_89ab_cdef);
+    let mut w = WireSample::default();
+    let mut buf = [0u8; MAX_FRAME];
+    let (mut accepted, mut rejected, mut fast) = (0u32, 0u32, 0u32);
+    for round in 0..3000u64 {
+        let n = (round % 57) as usize;
+        let signed = round % 2 == 0;
+        let long_every = [0, 3, 9, 40][(round / 2 % 4) as usize];
+        let mut src = WireSample {
+            flags: if signed {
+                flag::UREGS | flag::UREGS_DELTA
+            } else {
+                flag::UREGS | flag::UREGS_SHAPE | flag::KEY
+            },
+            tid: 1,
+            ..Default::default()
+        };
+        src.uregs.abi = 2;
+        src.uregs.mask = (1u64 << n) - 1;
+        for _ in 0..n {
+            let small = if signed {
+                (rng.below(128) as i64 - 64) as u64
+            } else {
+                rng.below(128)
+            };
+            let v = if long_every != 0 && rng.below(long_every) == 0 {
+                rng.next() >> rng.below(56)
+            } else {
+                small
+            };
+            src.uregs.values.push(v).unwrap();
+        }
+        let p = postcard::to_slice(&WireRecordRef::Sample(&src), &mut buf)
+            .unwrap()
+            .to_vec();
+        let mut check = |p: &[u8]| {
+            let reference = match postcard::from_bytes::<WireRecord>(p) {
+                Ok(WireRecord::Sample(s)) => Some(s),
+                _ => None,
+            };
+            let got = w.parse_into(&p[1..]).ok().map(|()| w.clone());
+            assert_eq!(got, reference, "payload {p:02x?}");
+            if got.is_some() {
+                accepted += 1;
+            } else {
+                rejected += 1;
+            }
+        };
+        check(&p);
+        fast += u32::from(n >= 8 && long_every == 0);
+        for _ in 0..6 {
+            check(&p[..1 + rng.below(p.len() as u64 - 1) as usize]);
+            let mut m = p.clone();
+            let at = 1 + rng.below(m.len() as u64 - 1) as usize;
+            m[at] = match rng.below(3) {
+                0 => m[at] ^ 0x80,
+                1 => 0xff,
+                _ => rng.next() as u8,
+            };
+            check(&m);
+        }
+    }
+    assert!(
+        accepted > 8_000 && rejected > 8_000 && fast > 300,
+        "{accepted} {rejected} {fast}"
+    );
+}
