@@ -62,7 +62,9 @@ mod decoder;
 mod encoder;
 
 pub use codec::{SampleParts, TaskRef, WireSample};
-pub use decoder::{DecodeError, Decoder, DecoderStats, Lent};
+#[cfg(feature = "std")]
+pub use decoder::FrameBatch;
+pub use decoder::{DecodeError, Decoder, DecoderStats, Frame, Framer, Lent};
 pub use encoder::{EncodeError, Encoder, EncoderConfig};
 
 use serde::{Deserialize, Serialize};

@@ -572,9 +572,9 @@ fn cobs_decoder_matches_the_cobs_crate() {
     let mut rng = Rng(0x51ed_270b_9a3c_44e1);
     let check = |input: &[u8]| {
         assert!(!input.contains(&0));
-        let mut ours = input.to_vec();
+        let mut ours = [0xa5u8; MAX_FRAME + 16];
         let mut theirs = input.to_vec();
-        let a = decoder::cobs_decode_in_place(&mut ours);
+        let a = decoder::cobs_decode_to(input, &mut ours);
         let b = cobs::decode_in_place(&mut theirs).ok();
         assert_eq!(a, b, "{input:02x?}");
         if let Some(n) = a {
@@ -602,8 +602,8 @@ fn cobs_decoder_matches_the_cobs_crate() {
         let n = cobs::encode(&payload, &mut enc);
         if n > 0 {
             valid += u32::from(check(&enc[..n]));
-            let mut ours = enc[..n].to_vec();
-            let m = decoder::cobs_decode_in_place(&mut ours).unwrap();
+            let mut ours = [0u8; MAX_FRAME + 16];
+            let m = decoder::cobs_decode_to(&enc[..n], &mut ours).unwrap();
             assert_eq!(ours[..m], payload[..], "round trip");
         }
         for cut in [1, n / 2, n.saturating_sub(1)] {
@@ -641,27 +641,54 @@ fn frame_crc_is_crc32_iso_hdlc() {
     assert_eq!(decoder::frame_crc(b"123456789"), 0xcbf4_3926);
 }
 
+/// How [`lend_all`] feeds a decoder.
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    /// `push_ref`.
+    Rebuilt,
+    /// `push_parts`.
+    Parts,
+    /// A separate `Framer` into `FrameBatch`es of several chunks, then
+    /// `push_batch_parts` (with `std`).
+    #[cfg(feature = "std")]
+    Batches,
+}
+
 /// Everything `push_ref` yields for `bytes` fed in chunks of `chunk`
-/// bytes, with samples built from `push_parts`' [`SampleParts`] instead when
-/// `parts` is set.
+/// bytes, with samples built from [`SampleParts`] on the other paths.
 fn lend_all(
     bytes: &[u8],
     chunk: usize,
-    parts: bool,
+    path: Path,
 ) -> (std::vec::Vec<Result<Record, DecodeError>>, DecoderStats) {
     let mut d = Decoder::new();
     let mut out = std::vec::Vec::new();
-    for c in bytes.chunks(chunk) {
-        if parts {
-            d.push_parts(c, |r| {
-                out.push(r.map(|l| match l {
-                    Lent::Record(r) => r.clone(),
-                    Lent::Sample(p) => Record::Sample(p.to_sample()),
-                }))
-            });
-        } else {
-            d.push_ref(c, |r| out.push(r.cloned()));
+    #[cfg(feature = "std")]
+    let (mut framer, mut batch) = (Framer::new(), FrameBatch::new());
+    let mut lend = |r: Result<Lent<'_>, DecodeError>| {
+        out.push(r.map(|l| match l {
+            Lent::Record(r) => r.clone(),
+            Lent::Sample(p) => Record::Sample(p.to_sample()),
+        }))
+    };
+    for (i, c) in bytes.chunks(chunk).enumerate() {
+        let _ = i; // Only batches use it.
+        match path {
+            Path::Rebuilt => d.push_ref(c, |r| lend(r.map(Lent::Record))),
+            Path::Parts => d.push_parts(c, &mut lend),
+            #[cfg(feature = "std")]
+            Path::Batches => {
+                batch.push_from(&mut framer, c);
+                if i % 3 == 2 {
+                    d.push_batch_parts(&batch, &mut lend);
+                    batch.clear();
+                }
+            }
         }
+    }
+    #[cfg(feature = "std")]
+    if path == Path::Batches {
+        d.push_batch_parts(&batch, &mut lend);
     }
     (out, d.stats())
 }
@@ -689,7 +716,8 @@ fn remade_frame(frame: &[u8], at: usize, value: u8) -> std::vec::Vec<u8> {
 
 /// `push_parts`, which never builds a `Sample` and brings each task's
 /// reference up to date in place, lends exactly the samples `push_ref`
-/// rebuilds, and counts the same, on streams of every sample shape with
+/// rebuilds, and counts the same, and so does framing apart into batches
+/// (`push_batch_parts`), on streams of every sample shape with
 /// other records between them: intact, with random bytes flipped, cut
 /// short, with frames dropped (lost references), and with payloads changed
 /// behind a valid CRC (frames that pass the CRC but not the codec checks).
@@ -752,13 +780,19 @@ fn sample_parts_match_rebuilt_samples() {
     let (mut samples_seen, mut bad) = (0usize, 0u64);
     for (i, s) in streams.iter().enumerate() {
         let chunk = 1 + (i * 37) % 300;
-        let (want, want_stats) = lend_all(s, chunk, false);
-        let (got, got_stats) = lend_all(s, chunk, true);
-        assert_eq!(got.len(), want.len(), "stream {i}");
-        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(g, w, "stream {i}, record {k}");
+        let (want, want_stats) = lend_all(s, chunk, Path::Rebuilt);
+        #[cfg(feature = "std")]
+        let paths = [Path::Parts, Path::Batches];
+        #[cfg(not(feature = "std"))]
+        let paths = [Path::Parts];
+        for path in paths {
+            let (got, got_stats) = lend_all(s, chunk, path);
+            assert_eq!(got.len(), want.len(), "stream {i}");
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g, w, "stream {i}, record {k}");
+            }
+            assert_eq!(got_stats, want_stats, "stream {i}");
         }
-        assert_eq!(got_stats, want_stats, "stream {i}");
         samples_seen += want
             .iter()
             .filter(|r| matches!(r, Ok(Record::Sample(_))))
