@@ -6,12 +6,15 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Read;
 
-use sampler::wire::{DecodeError, Decoder, DecoderStats, Lent, SampleParts};
+use std::ops::ControlFlow;
+use std::sync::mpsc::{channel, sync_channel};
+
+use sampler::wire::{DecodeError, Decoder, DecoderStats, FrameBatch, Framer, Lent, SampleParts};
 
 use crate::error::HostError;
 use crate::model::{EndCounters, Hello, Item};
-use sampler::sample::CpuMode;
 use crate::wire::Adapter;
+use sampler::sample::CpuMode;
 
 /// Whether the caller wants more input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,7 +139,11 @@ impl Pump {
             }
             let r = match rec {
                 Ok(Lent::Sample(s)) => {
-                    stats.observe_sample(s.event(), (s.pid(), s.tid()), s.cpumode() == CpuMode::User);
+                    stats.observe_sample(
+                        s.event(),
+                        (s.pid(), s.tid()),
+                        s.cpumode() == CpuMode::User,
+                    );
                     sink.sample(&s)
                 }
                 Ok(Lent::Record(rec)) => adapter
@@ -179,6 +186,148 @@ impl Pump {
                 return Ok(Flow::Done);
             }
         }
+    }
+
+    /// Like [`feed_parts`](Self::feed_parts) for a chunk whose frames
+    /// were split off on another thread ([`read_all_framed`](Self::read_all_framed)).
+    fn feed_framed(
+        &mut self,
+        chunk: &FramedChunk,
+        sink: &mut impl PartsSink,
+    ) -> Result<Flow, HostError> {
+        self.stats.bytes += chunk.len as u64;
+        if self.head.len() < HEAD_BYTES {
+            let n = (HEAD_BYTES - self.head.len()).min(chunk.head.len());
+            self.head.extend_from_slice(&chunk.head[..n]);
+        }
+        let mut result = Ok(Flow::Continue);
+        let adapter = &mut self.adapter;
+        let stats = &mut self.stats;
+        self.decoder.push_batch_parts(&chunk.frames, |rec| {
+            if result.is_err() {
+                return;
+            }
+            let r = match rec {
+                Ok(Lent::Sample(s)) => {
+                    stats.observe_sample(
+                        s.event(),
+                        (s.pid(), s.tid()),
+                        s.cpumode() == CpuMode::User,
+                    );
+                    sink.sample(&s)
+                }
+                Ok(Lent::Record(rec)) => adapter
+                    .with_item(rec, |item| {
+                        stats.observe(item);
+                        sink.item(item)
+                    })
+                    .map(|()| {
+                        if matches!(rec, sampler::wire::Record::End(_)) {
+                            result = Ok(Flow::Done);
+                        }
+                    }),
+                Err(e) => Err(decode_error(e)),
+            };
+            if let Err(e) = r {
+                result = Err(e);
+            }
+        });
+        self.stats.decoder = self.decoder.stats();
+        self.stats.settle();
+        result
+    }
+
+    /// Reads `input` to its end (or to the End record) like
+    /// [`read_all_parts`](Self::read_all_parts), but in two stages: a
+    /// second thread reads the input and frames each chunk (delimiters,
+    /// COBS, CRC) while this one decodes the records and hands them to
+    /// `sink`, chunk by chunk, with the same results. `after_chunk` runs
+    /// after every chunk; when it breaks, reading stops there.
+    pub fn read_all_framed<S: PartsSink>(
+        &mut self,
+        input: impl Read + Send,
+        sink: &mut S,
+        mut after_chunk: impl FnMut(&Pump, &mut S) -> ControlFlow<()>,
+    ) -> Result<Flow, HostError> {
+        std::thread::scope(|scope| {
+            // Framed chunks go one way, emptied ones come back.
+            let (full_tx, full_rx) = sync_channel::<std::io::Result<FramedChunk>>(FRAMED_CHUNKS);
+            let (empty_tx, empty_rx) = channel::<FramedChunk>();
+            for _ in 0..FRAMED_CHUNKS {
+                // Cannot fail: the receiver is alive.
+                let _ = empty_tx.send(FramedChunk::default());
+            }
+            let framing = std::thread::Builder::new()
+                .name("framing".into())
+                .spawn_scoped(scope, move || {
+                    let mut input = input;
+                    let mut framer = Framer::new();
+                    let mut buf = vec![0u8; READ_CHUNK];
+                    let mut offset = 0usize;
+                    // Stops when the other side hangs up.
+                    while let Ok(mut c) = empty_rx.recv() {
+                        let n = loop {
+                            match input.read(&mut buf) {
+                                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                                r => break r,
+                            }
+                        };
+                        let n = match n {
+                            Ok(n) => n,
+                            Err(e) => {
+                                let _ = full_tx.send(Err(e));
+                                return;
+                            }
+                        };
+                        c.len = n;
+                        c.head.clear();
+                        if offset < HEAD_BYTES {
+                            c.head.extend_from_slice(&buf[..n.min(HEAD_BYTES - offset)]);
+                        }
+                        offset += n;
+                        c.frames.clear();
+                        c.frames.push_from(&mut framer, &buf[..n]);
+                        if full_tx.send(Ok(c)).is_err() || n == 0 {
+                            return;
+                        }
+                    }
+                })
+                .map_err(|e| HostError::io("starting the framing thread", e))?;
+            let result = loop {
+                let chunk = match full_rx.recv() {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => break Err(HostError::io("reading the stream", e)),
+                    Err(_) => {
+                        break Err(HostError::io(
+                            "reading the stream",
+                            std::io::Error::other("the framing thread stopped"),
+                        ));
+                    }
+                };
+                if chunk.len == 0 {
+                    break Ok(Flow::Continue);
+                }
+                let flow = self.feed_framed(&chunk, sink);
+                let _ = empty_tx.send(chunk);
+                match flow {
+                    Ok(Flow::Continue) => {}
+                    other => break other,
+                }
+                if after_chunk(self, sink).is_break() {
+                    break Ok(Flow::Continue);
+                }
+            };
+            // Hang up so the framing thread ends, then wait for it.
+            drop(full_rx);
+            drop(empty_tx);
+            if framing.join().is_err() {
+                return Err(HostError::io(
+                    "reading the stream",
+                    std::io::Error::other("the framing thread panicked"),
+                ));
+            }
+            result
+        })
     }
 
     /// Reads `input` to its end (or to the End record).
@@ -242,6 +391,23 @@ fn decode_error(e: DecodeError) -> HostError {
         )),
     }
 }
+
+/// One chunk of input as the framing thread hands it over.
+#[derive(Default)]
+struct FramedChunk {
+    /// Bytes read (0: end of input).
+    len: usize,
+    /// Its bytes that fall in the first [`HEAD_BYTES`] of the stream.
+    head: Vec<u8>,
+    /// Its frames.
+    frames: FrameBatch,
+}
+
+/// Chunks in flight between the framing thread and the decoding one.
+const FRAMED_CHUNKS: usize = 4;
+
+/// Bytes read at a time.
+const READ_CHUNK: usize = 1 << 16;
 
 /// Bytes of the stream start kept for error messages.
 const HEAD_BYTES: usize = 512;

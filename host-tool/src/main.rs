@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Read, Write};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,12 +16,12 @@ use host_tool::error::{HostError, exit};
 use host_tool::flamegraph::Folder;
 use host_tool::image::Image;
 use host_tool::input::{Flow, LogPrinter, PartsSink, Pump};
-use host_tool::output::OwnedWrite;
-use sampler::wire::SampleParts;
 use host_tool::model::Item;
+use host_tool::output::OwnedWrite;
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
 use host_tool::synth::{SynthConfig, write_capture};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sampler::wire::SampleParts;
 
 const EXIT_CODES: &str = "Exit codes: 0 ok, 1 I/O failure, 2 usage, 3 not a usable Perch stream \
 (garbage, wrong protocol version, no Hello), 4 bad or mismatched image, 5 QEMU or perf missing, \
@@ -290,9 +291,17 @@ impl<W: OwnedWrite> PartsSink for ConvertSink<'_, W> {
     }
 }
 
+/// Where `run` reads the stream from.
+enum Source<'a> {
+    /// A live stream (QEMU, a serial port), read as it comes.
+    Live(&'a mut dyn Read),
+    /// A capture file, which a second thread reads and frames ahead.
+    File(File),
+}
+
 /// Reads `src` into the converter until End, EOF, Ctrl-C or the deadline.
 fn run(
-    src: &mut dyn Read,
+    src: Source<'_>,
     image: Option<Image>,
     elf: Option<&[u8]>,
     output: &Path,
@@ -319,43 +328,66 @@ fn run(
     let mut pump = Pump::new();
     let mut progress = Progress::new();
     let mut buf = vec![0u8; 1 << 16];
-    let stop = loop {
-        if INTERRUPTED.load(Ordering::Relaxed) {
-            break Stop::Interrupted;
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            break Stop::TimeLimit;
-        }
-        let n = match src.read(&mut buf) {
-            Ok(0) => break Stop::Eof,
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::Interrupted
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::WouldBlock
-                ) =>
-            {
-                progress.update(&pump, false);
-                continue;
+    let stop = match src {
+        Source::File(file) => {
+            // A file can be read ahead: frame it on a second thread.
+            let mut sink = ConvertSink {
+                conv: &mut conv,
+                logs: &logs,
+                progress: &mut progress,
+            };
+            let flow = pump.read_all_framed(file, &mut sink, |pump, sink| {
+                sink.progress.update(pump, false);
+                if INTERRUPTED.load(Ordering::Relaxed) {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })?;
+            match flow {
+                Flow::Done => Stop::End,
+                Flow::Continue if INTERRUPTED.load(Ordering::Relaxed) => Stop::Interrupted,
+                Flow::Continue => Stop::Eof,
             }
-            Err(e) => return Err(HostError::io("reading the stream", e)),
-        };
-        if let Some(s) = save.as_mut() {
-            s.write_all(&buf[..n])
-                .map_err(|e| HostError::io("saving the capture", e))?;
         }
-        let mut sink = ConvertSink {
-            conv: &mut conv,
-            logs: &logs,
-            progress: &mut progress,
-        };
-        let flow = pump.feed_parts(&buf[..n], &mut sink)?;
-        progress.update(&pump, false);
-        if flow == Flow::Done {
-            break Stop::End;
-        }
+        Source::Live(src) => loop {
+            if INTERRUPTED.load(Ordering::Relaxed) {
+                break Stop::Interrupted;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break Stop::TimeLimit;
+            }
+            let n = match src.read(&mut buf) {
+                Ok(0) => break Stop::Eof,
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::Interrupted
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::WouldBlock
+                    ) =>
+                {
+                    progress.update(&pump, false);
+                    continue;
+                }
+                Err(e) => return Err(HostError::io("reading the stream", e)),
+            };
+            if let Some(s) = save.as_mut() {
+                s.write_all(&buf[..n])
+                    .map_err(|e| HostError::io("saving the capture", e))?;
+            }
+            let mut sink = ConvertSink {
+                conv: &mut conv,
+                logs: &logs,
+                progress: &mut progress,
+            };
+            let flow = pump.feed_parts(&buf[..n], &mut sink)?;
+            progress.update(&pump, false);
+            if flow == Flow::Done {
+                break Stop::End;
+            }
+        },
     };
     progress.update(&pump, true);
     progress.finish();
@@ -510,7 +542,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
     if let Some(input) = &a.input {
         let mut f = open_file(input)?;
         return run(
-            &mut f,
+            Source::Live(&mut f),
             image,
             elf.as_deref(),
             &a.output,
@@ -532,7 +564,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
                 source,
             })?;
         return run(
-            &mut port,
+            Source::Live(&mut port),
             image,
             elf.as_deref(),
             &a.output,
@@ -574,7 +606,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         .set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| HostError::io("configuring the wire socket", e))?;
     let code = run(
-        &mut stream,
+        Source::Live(&mut stream),
         image,
         elf.as_deref(),
         &a.output,
@@ -609,9 +641,9 @@ fn convert(
     buildid_cache: bool,
 ) -> Result<i32, HostError> {
     let (image, elf) = open_image(image)?;
-    let mut f = open_file(capture)?;
+    let f = open_file(capture)?;
     run(
-        &mut f,
+        Source::File(f),
         image,
         elf.as_deref(),
         output,
