@@ -592,7 +592,11 @@ impl Reader<'_> {
         out.resize(n, 0).map_err(|_| CodecError::Malformed)?;
         let one = |b: u8| {
             let b = u64::from(b);
-            if signed { (b >> 1) ^ 0u64.wrapping_sub(b & 1) } else { b }
+            if signed {
+                (b >> 1) ^ 0u64.wrapping_sub(b & 1)
+            } else {
+                b
+            }
         };
         let mut i = 0;
         while i < n {

@@ -673,4 +673,3 @@ pub(crate) fn cobs_decode_to(src: &[u8], dst: &mut [u8; MAX_FRAME + COBS_SLACK])
     }
     Some(d)
 }
-
