@@ -590,26 +590,32 @@ impl Reader<'_> {
         // More values than fit: refused, as the push of the first extra
         // value would be (reading them could only fail first).
         out.resize(n, 0).map_err(|_| CodecError::Malformed)?;
-        let one = |b: u8| {
-            let b = u64::from(b);
-            if signed {
-                (b >> 1) ^ 0u64.wrapping_sub(b & 1)
-            } else {
-                b
-            }
-        };
         let mut i = 0;
         while i < n {
             if n - i >= 8
                 && let Some(word) = self.rest.first_chunk::<8>()
-                && u64::from_le_bytes(*word) & 0x8080_8080_8080_8080 == 0
             {
-                for (o, b) in out[i..i + 8].iter_mut().zip(word) {
-                    *o = one(*b);
+                let w = u64::from_le_bytes(*word);
+                if w & 0x8080_8080_8080_8080 == 0 {
+                    let dst = &mut out[i..i + 8];
+                    if signed {
+                        // Zigzag of every byte at once: (b >> 1) ^ -(b & 1)
+                        // has the value's low byte, and as b < 0x80 the
+                        // value is that byte sign-extended.
+                        let y = ((w >> 1) & 0x7f7f_7f7f_7f7f_7f7f)
+                            ^ ((w & 0x0101_0101_0101_0101) * 0xff);
+                        for (o, b) in dst.iter_mut().zip(y.to_le_bytes()) {
+                            *o = i64::from(b as i8) as u64;
+                        }
+                    } else {
+                        for (o, b) in dst.iter_mut().zip(word) {
+                            *o = u64::from(*b);
+                        }
+                    }
+                    self.rest = &self.rest[8..];
+                    i += 8;
+                    continue;
                 }
-                self.rest = &self.rest[8..];
-                i += 8;
-                continue;
             }
             out[i] = self.value(signed)?;
             i += 1;
