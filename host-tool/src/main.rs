@@ -309,6 +309,9 @@ fn run(
     deadline: Option<Instant>,
     buildid_cache: bool,
 ) -> Result<i32, HostError> {
+    // Whether perf is there is only reported at the end; asking it (a
+    // process start) overlaps the conversion.
+    let perf_check = std::thread::spawn(check_perf);
     let out = File::create(output)
         .and_then(host_tool::output::BackgroundFile::new)
         .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
@@ -422,7 +425,8 @@ fn run(
     for warn in &summary.warnings {
         eprintln!("perch: warning: {warn}");
     }
-    if let Err(e) = check_perf() {
+    let perf_checked = perf_check.join().unwrap_or_else(|_| check_perf());
+    if let Err(e) = perf_checked {
         eprintln!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
     }
     match &image_path {
