@@ -565,7 +565,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         let start = self.batch.len();
         self.batch.resize(start + len, 0);
         let mut p = Put {
-            b: &mut self.batch[start..],
+            b: self.batch[start..].as_chunks_mut::<8>().0,
             at: 0,
         };
         p.u32x2(record::SAMPLE, u32::from(s.misc) | (len as u32) << 16);
@@ -615,7 +615,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         if st & sample::REGS_INTR != 0 {
             p.regs(s.regs_intr_abi, s.regs_intr);
         }
-        debug_assert_eq!(p.at, len);
+        debug_assert_eq!(p.at * 8, len);
         self.stats.samples += 1;
         self.stats.sample_time = Some(match self.stats.sample_time {
             None => (s.time, s.time),
@@ -769,15 +769,17 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
 
 /// Stores little-endian words into a record whose size is already known.
 struct Put<'a> {
-    b: &'a mut [u8],
+    /// The record, as little-endian words.
+    b: &'a mut [[u8; 8]],
+    /// The next word.
     at: usize,
 }
 
 impl Put<'_> {
     #[inline]
     fn u64(&mut self, v: u64) {
-        self.b[self.at..self.at + 8].copy_from_slice(&v.to_le_bytes());
-        self.at += 8;
+        self.b[self.at] = v.to_le_bytes();
+        self.at += 1;
     }
 
     #[inline]
@@ -787,9 +789,9 @@ impl Put<'_> {
 
     #[inline]
     fn u64s(&mut self, vs: &[u64]) {
-        let end = self.at + 8 * vs.len();
-        for (d, v) in self.b[self.at..end].chunks_exact_mut(8).zip(vs) {
-            d.copy_from_slice(&v.to_le_bytes());
+        let end = self.at + vs.len();
+        for (d, v) in self.b[self.at..end].iter_mut().zip(vs) {
+            *d = v.to_le_bytes();
         }
         self.at = end;
     }
