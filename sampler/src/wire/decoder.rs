@@ -581,46 +581,54 @@ impl Records {
         if self.wire.parse_into(body).is_err() {
             return self.bad(len);
         }
-        let tid = self.wire.tid();
-        let pos = self.tasks.iter().position(|t| t.tid == tid);
-        let since = if self.wire.is_key() {
-            if stored != plain {
-                return self.bad(len);
+        let Records {
+            tasks,
+            stats,
+            wire,
+            ..
+        } = self;
+        let tid = wire.tid();
+        let key = wire.is_key();
+        if key && stored != plain {
+            return self.bad(len);
+        }
+        let state = match tasks.iter_mut().find(|t| t.tid == tid) {
+            Some(slot) => {
+                let since = if key {
+                    0
+                } else if slot.chain ^ plain == stored && stored != plain {
+                    slot.since_key + 1
+                } else {
+                    stats.unresolved_samples += u64::from(stored != plain);
+                    return self.bad(len);
+                };
+                if slot.apply(wire, plain, since).is_err() {
+                    return self.bad(len);
+                }
+                &*slot
             }
-            0
-        } else {
-            let reference = pos.and_then(|p| self.tasks.iter().nth(p));
-            let ok = reference.is_some_and(|r| r.chain ^ plain == stored) && stored != plain;
-            if !ok {
-                self.stats.unresolved_samples += u64::from(stored != plain);
-                return self.bad(len);
-            }
-            reference.map_or(0, |r| r.since_key + 1)
-        };
-        let applied = match pos.and_then(|p| self.tasks.iter_mut().nth(p)) {
-            Some(slot) => slot.apply(&self.wire, plain, since).map(|()| pos),
             None => {
+                if !key {
+                    stats.unresolved_samples += u64::from(stored != plain);
+                    return self.bad(len);
+                }
                 let mut state = TaskRef::empty(tid);
-                match state.apply(&self.wire, plain, since) {
-                    Ok(()) => {
-                        self.remember(state);
-                        Ok(self.tasks.len().checked_sub(1))
-                    }
-                    Err(e) => Err(e),
+                if state.apply(wire, plain, 0).is_err() {
+                    return self.bad(len);
+                }
+                if tasks.is_full() {
+                    tasks.pop_front();
+                }
+                // Cannot fail: there is room now.
+                let _ = tasks.push_back(state);
+                match tasks.back() {
+                    Some(s) => s,
+                    None => return self.bad(len),
                 }
             }
         };
-        let Ok(Some(at)) = applied else {
-            return self.bad(len);
-        };
-        let Some(state) = self.tasks.iter().nth(at) else {
-            return self.bad(len);
-        };
-        self.stats.frames_ok += 1;
-        sink(Ok(Lent::Sample(SampleParts {
-            wire: &self.wire,
-            state,
-        })));
+        stats.frames_ok += 1;
+        sink(Ok(Lent::Sample(SampleParts { wire, state })));
     }
 
     /// Stores `state` for a task not in the table yet, evicting the oldest
