@@ -251,11 +251,11 @@ impl Pump {
     ) -> Result<Flow, HostError> {
         std::thread::scope(|scope| {
             // Framed chunks go one way, emptied ones come back.
-            let (full_tx, full_rx) = sync_channel::<std::io::Result<FramedChunk>>(FRAMED_CHUNKS);
-            let (empty_tx, empty_rx) = channel::<FramedChunk>();
-            for _ in 0..FRAMED_CHUNKS {
+            let (full_tx, full_rx) = sync_channel::<FramedChunks>(FRAMED_BATCHES);
+            let (empty_tx, empty_rx) = channel::<FramedChunks>();
+            for _ in 0..FRAMED_BATCHES {
                 // Cannot fail: the receiver is alive.
-                let _ = empty_tx.send(FramedChunk::default());
+                let _ = empty_tx.send(FramedChunks::default());
             }
             let framing = std::thread::Builder::new()
                 .name("framing".into())
@@ -266,56 +266,70 @@ impl Pump {
                     let mut offset = 0usize;
                     // Stops when the other side hangs up.
                     while let Ok(mut c) = empty_rx.recv() {
-                        let n = loop {
-                            match input.read(&mut buf) {
-                                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                                r => break r,
+                        c.used = 0;
+                        while c.used < CHUNKS_PER_BATCH {
+                            let n = loop {
+                                match input.read(&mut buf) {
+                                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                                    r => break r,
+                                }
+                            };
+                            let n = match n {
+                                Ok(0) => {
+                                    c.end = Some(Ok(()));
+                                    break;
+                                }
+                                Ok(n) => n,
+                                Err(e) => {
+                                    c.end = Some(Err(e));
+                                    break;
+                                }
+                            };
+                            if c.chunks.len() == c.used {
+                                c.chunks.push(FramedChunk::default());
                             }
-                        };
-                        let n = match n {
-                            Ok(n) => n,
-                            Err(e) => {
-                                let _ = full_tx.send(Err(e));
-                                return;
+                            let chunk = &mut c.chunks[c.used];
+                            c.used += 1;
+                            chunk.len = n;
+                            chunk.head.clear();
+                            if offset < HEAD_BYTES {
+                                chunk
+                                    .head
+                                    .extend_from_slice(&buf[..n.min(HEAD_BYTES - offset)]);
                             }
-                        };
-                        c.len = n;
-                        c.head.clear();
-                        if offset < HEAD_BYTES {
-                            c.head.extend_from_slice(&buf[..n.min(HEAD_BYTES - offset)]);
+                            offset += n;
+                            chunk.frames.clear();
+                            chunk.frames.push_from(&mut framer, &buf[..n]);
                         }
-                        offset += n;
-                        c.frames.clear();
-                        c.frames.push_from(&mut framer, &buf[..n]);
-                        if full_tx.send(Ok(c)).is_err() || n == 0 {
+                        let last = c.end.is_some();
+                        if full_tx.send(c).is_err() || last {
                             return;
                         }
                     }
                 })
                 .map_err(|e| HostError::io("starting the framing thread", e))?;
-            let result = loop {
-                let chunk = match full_rx.recv() {
-                    Ok(Ok(c)) => c,
-                    Ok(Err(e)) => break Err(HostError::io("reading the stream", e)),
-                    Err(_) => {
-                        break Err(HostError::io(
-                            "reading the stream",
-                            std::io::Error::other("the framing thread stopped"),
-                        ));
-                    }
+            let result = 'read: loop {
+                let Ok(mut c) = full_rx.recv() else {
+                    break Err(HostError::io(
+                        "reading the stream",
+                        std::io::Error::other("the framing thread stopped"),
+                    ));
                 };
-                if chunk.len == 0 {
-                    break Ok(Flow::Continue);
+                for chunk in &c.chunks[..c.used] {
+                    match self.feed_framed(chunk, sink) {
+                        Ok(Flow::Continue) => {}
+                        other => break 'read other,
+                    }
+                    if after_chunk(self, sink).is_break() {
+                        break 'read Ok(Flow::Continue);
+                    }
                 }
-                let flow = self.feed_framed(&chunk, sink);
-                let _ = empty_tx.send(chunk);
-                match flow {
-                    Ok(Flow::Continue) => {}
-                    other => break other,
+                match c.end.take() {
+                    Some(Ok(())) => break Ok(Flow::Continue),
+                    Some(Err(e)) => break Err(HostError::io("reading the stream", e)),
+                    None => {}
                 }
-                if after_chunk(self, sink).is_break() {
-                    break Ok(Flow::Continue);
-                }
+                let _ = empty_tx.send(c);
             };
             // Hang up so the framing thread ends, then wait for it.
             drop(full_rx);
@@ -395,7 +409,7 @@ fn decode_error(e: DecodeError) -> HostError {
 /// One chunk of input as the framing thread hands it over.
 #[derive(Default)]
 struct FramedChunk {
-    /// Bytes read (0: end of input).
+    /// Bytes read.
     len: usize,
     /// Its bytes that fall in the first [`HEAD_BYTES`] of the stream.
     head: Vec<u8>,
@@ -403,8 +417,21 @@ struct FramedChunk {
     frames: FrameBatch,
 }
 
-/// Chunks in flight between the framing thread and the decoding one.
-const FRAMED_CHUNKS: usize = 4;
+/// Chunks read and framed, handed over together (fewer thread switches).
+#[derive(Default)]
+struct FramedChunks {
+    /// The first `used` hold this batch's chunks.
+    chunks: Vec<FramedChunk>,
+    used: usize,
+    /// The input ended after these chunks: at its end, or with an error.
+    end: Option<std::io::Result<()>>,
+}
+
+/// Batches in flight between the framing thread and the decoding one.
+const FRAMED_BATCHES: usize = 4;
+
+/// Chunks per batch.
+const CHUNKS_PER_BATCH: usize = 8;
 
 /// Bytes read at a time.
 const READ_CHUNK: usize = 1 << 16;

@@ -366,3 +366,48 @@ fn fast_path_writes_the_same_file_as_the_item_path() {
         assert!(o.stats.contains(want), "{want}: {}", o.stats);
     }
 }
+
+/// Fails with an I/O error once `ok` bytes were read.
+struct Failing<'a> {
+    data: &'a [u8],
+    ok: usize,
+}
+
+impl std::io::Read for Failing<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.ok == 0 {
+            return Err(std::io::Error::other("the disk went away"));
+        }
+        let n = self.data.len().min(self.ok).min(buf.len()).min(1000);
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        self.ok -= n;
+        Ok(n)
+    }
+}
+
+/// A read error on the framing thread reaches the caller as the error of
+/// reading the stream, after everything read before it was converted.
+#[test]
+fn read_errors_on_the_framing_thread_are_reported() {
+    let image = Image::open(&fixture("appliance.elf")).unwrap();
+    let mut synth = Vec::new();
+    write_capture(Some(&image), &SynthConfig::default(), &mut synth).unwrap();
+    let ok = 150_000;
+    let mut conv = Converter::new(Cursor::new(Vec::new()), ConvertOptions::default());
+    let mut pump = Pump::new();
+    let input = Failing { data: &synth, ok };
+    let err = pump
+        .read_all_framed(input, &mut conv, |_, _| std::ops::ControlFlow::Continue(()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("reading the stream"), "{err}");
+    assert!(err.contains("the disk went away"), "{err}");
+    let mut want = Pump::new();
+    for c in synth[..ok].chunks(1000) {
+        want.feed(c, &mut |_| Ok(())).unwrap();
+    }
+    assert_eq!(pump.stats.bytes, ok as u64);
+    assert_eq!(pump.stats.samples, want.stats.samples);
+    assert!(pump.stats.samples > 1000, "{}", pump.stats.samples);
+}
