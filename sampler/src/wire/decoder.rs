@@ -582,10 +582,7 @@ impl Records {
             return self.bad(len);
         }
         let Records {
-            tasks,
-            stats,
-            wire,
-            ..
+            tasks, stats, wire, ..
         } = self;
         let tid = wire.tid();
         let key = wire.is_key();
