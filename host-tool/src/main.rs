@@ -295,7 +295,8 @@ impl<W: OwnedWrite> PartsSink for ConvertSink<'_, W> {
 enum Source<'a> {
     /// A live stream (QEMU, a serial port), read as it comes.
     Live(&'a mut dyn Read),
-    /// A capture file, which a second thread reads and frames ahead.
+    /// A capture file, which a second thread reads and frames ahead (read
+    /// to its end: `run`'s deadline and capture copy are for live streams).
     File(File),
 }
 
