@@ -531,6 +531,51 @@ fn fast_parser_varint_limits_match_postcard() {
         outcomes,
         [Some(u32::MAX), None, None, Some(0), Some(0x7f), None]
     );
+    // u64 (the keyframe's time), at every length up to and past ten bytes,
+    // with and without bytes after it (the word-at-a-time path needs eight
+    // at hand).
+    let time = |t: &[u8], pad: usize| {
+        let mut p = vec![SAMPLE_TAG, 0x18, 1, 2];
+        p.extend_from_slice(t);
+        p.extend_from_slice(&[3, 4, 0]);
+        p.extend(std::iter::repeat_n(0x55, pad));
+        p
+    };
+    let mut cases: std::vec::Vec<std::vec::Vec<u8>> = std::vec::Vec::new();
+    for len in 1..=11 {
+        for last in [0x00, 0x01, 0x02, 0x7f] {
+            let mut t = vec![0xff; len - 1];
+            t.push(last);
+            cases.push(t.clone());
+            let mut z = vec![0x80; len - 1];
+            z.push(last);
+            cases.push(z);
+        }
+    }
+    cases.push(vec![0xff; 8]);
+    cases.push(vec![0xff; 9]);
+    cases.push(vec![0xff; 12]);
+    let mut accepted = 0;
+    for c in &cases {
+        for pad in [0, 1, 8] {
+            let p = time(c, pad);
+            let reference = match postcard::from_bytes::<WireRecord>(&p) {
+                Ok(WireRecord::Sample(s)) => Some(s),
+                _ => None,
+            };
+            let fast = w.parse_into(&p[1..]).ok().map(|()| w.clone());
+            assert_eq!(fast, reference, "{p:02x?}");
+            accepted += usize::from(fast.is_some());
+        }
+    }
+    assert!(accepted > 50 && accepted < cases.len() * 3, "{accepted}");
+    // The ten-byte maximum and the value just past it.
+    let mut max = vec![0xff; 9];
+    max.push(0x01);
+    assert_eq!(w.parse_into(&time(&max, 8)[1..]), Ok(()));
+    assert_eq!(w.time, u64::MAX);
+    max[9] = 0x02;
+    assert!(w.parse_into(&time(&max, 8)[1..]).is_err());
 }
 
 /// `push_ref` rebuilds samples in one reused record: fields a sample does
