@@ -95,7 +95,7 @@ pub enum Lent<'a> {
 /// One frame, delimited, COBS-decoded and split from its CRC, but not yet
 /// checked against it (a delta sample's CRC depends on record state).
 #[derive(Clone, Copy, Debug)]
-pub struct Frame<'a> {
+pub(crate) struct Frame<'a> {
     /// The postcard payload (never empty).
     payload: &'a [u8],
     /// The CRC word stored in the frame.
@@ -156,7 +156,7 @@ impl Framer {
     }
 
     /// Feeds `chunk`, calling `sink` for every frame it completes.
-    pub fn push(&mut self, chunk: &[u8], mut sink: impl FnMut(Frame<'_>)) {
+    pub(crate) fn push(&mut self, chunk: &[u8], mut sink: impl FnMut(Frame<'_>)) {
         let mut rest = chunk;
         while !rest.is_empty() {
             match memchr::memchr(0, rest) {

@@ -64,7 +64,7 @@ mod encoder;
 pub use codec::{SampleParts, TaskRef, WireSample};
 #[cfg(feature = "std")]
 pub use decoder::FrameBatch;
-pub use decoder::{DecodeError, Decoder, DecoderStats, Frame, Framer, Lent};
+pub use decoder::{DecodeError, Decoder, DecoderStats, Framer, Lent};
 pub use encoder::{EncodeError, Encoder, EncoderConfig};
 
 use serde::{Deserialize, Serialize};
