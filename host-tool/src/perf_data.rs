@@ -259,6 +259,37 @@ struct Pending {
     len: u32,
 }
 
+/// What the sample records of one attr hold, worked out once.
+#[derive(Clone, Copy, Debug)]
+struct SampleLayout {
+    /// The effective `sample_type`.
+    st: u64,
+    /// Bytes of the words every record has: header, IDENTIFIER, TID, TIME,
+    /// CPU, and the single-word optional fields the attr asks for.
+    fixed: usize,
+    /// The branch stack starts with `hw_idx`.
+    hw_idx: bool,
+}
+
+impl SampleLayout {
+    fn of(a: &AttrSpec) -> Self {
+        let st = a.effective_sample_type();
+        let flag = |bit: u64| usize::from(st & bit != 0);
+        SampleLayout {
+            st,
+            fixed: 8
+                * (5 + flag(sample::IP)
+                    + flag(sample::ADDR)
+                    + flag(sample::ID)
+                    + flag(sample::STREAM_ID)
+                    + flag(sample::PERIOD)
+                    + flag(sample::WEIGHT | sample::WEIGHT_STRUCT)
+                    + flag(sample::DATA_SRC)),
+            hw_idx: a.branch_sample_type & perf_abi::branch::HW_INDEX != 0,
+        }
+    }
+}
+
 /// Bytes kept free at the start of every batch for the FINISHED_ROUND
 /// that may have to precede it, so the batch goes out in one piece.
 const ROUND_SLOT: usize = 8;
@@ -271,6 +302,8 @@ const ROUND_SLOT: usize = 8;
 pub struct PerfDataWriter<W: OwnedWrite> {
     out: W,
     attrs: Vec<AttrSpec>,
+    /// Per attr, what its sample records hold.
+    layouts: Vec<SampleLayout>,
     data_offset: u64,
     /// `ROUND_SLOT` bytes, then the queued records.
     batch: Vec<u8>,
@@ -315,6 +348,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         batch.resize(ROUND_SLOT, 0);
         Ok(PerfDataWriter {
             out,
+            layouts: attrs.iter().map(SampleLayout::of).collect(),
             attrs,
             data_offset,
             batch,
@@ -530,18 +564,10 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             .attrs
             .get(s.attr)
             .ok_or(WriteError::UnknownEvent(s.attr, self.attrs.len()))?;
-        let st = a.effective_sample_type();
-        let flag = |bit: u64| usize::from(st & bit != 0);
-        let hw_idx = a.branch_sample_type & perf_abi::branch::HW_INDEX != 0;
-        // header, IDENTIFIER, TID, TIME, CPU, then the optional words.
-        let mut len = 8
-            * (5 + flag(sample::IP)
-                + flag(sample::ADDR)
-                + flag(sample::ID)
-                + flag(sample::STREAM_ID)
-                + flag(sample::PERIOD)
-                + flag(sample::WEIGHT | sample::WEIGHT_STRUCT)
-                + flag(sample::DATA_SRC));
+        let Some(&SampleLayout { st, fixed, hw_idx }) = self.layouts.get(s.attr) else {
+            return Err(WriteError::UnknownEvent(s.attr, self.attrs.len()));
+        };
+        let mut len = fixed;
         if st & sample::CALLCHAIN != 0 {
             len += 8 + 8 * s.callchain.len();
         }
