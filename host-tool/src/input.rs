@@ -5,16 +5,15 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Read;
-
 use std::ops::ControlFlow;
 use std::sync::mpsc::{channel, sync_channel};
 
+use sampler::sample::CpuMode;
 use sampler::wire::{DecodeError, Decoder, DecoderStats, FrameBatch, Framer, Lent, SampleParts};
 
 use crate::error::HostError;
 use crate::model::{EndCounters, Hello, Item};
 use crate::wire::Adapter;
-use sampler::sample::CpuMode;
 
 /// Whether the caller wants more input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,33 +133,7 @@ impl Pump {
         let adapter = &mut self.adapter;
         let stats = &mut self.stats;
         self.decoder.push_parts(chunk, |rec| {
-            if result.is_err() {
-                return;
-            }
-            let r = match rec {
-                Ok(Lent::Sample(s)) => {
-                    stats.observe_sample(
-                        s.event(),
-                        (s.pid(), s.tid()),
-                        s.cpumode() == CpuMode::User,
-                    );
-                    sink.sample(&s)
-                }
-                Ok(Lent::Record(rec)) => adapter
-                    .with_item(rec, |item| {
-                        stats.observe(item);
-                        sink.item(item)
-                    })
-                    .map(|()| {
-                        if matches!(rec, sampler::wire::Record::End(_)) {
-                            result = Ok(Flow::Done);
-                        }
-                    }),
-                Err(e) => Err(decode_error(e)),
-            };
-            if let Err(e) = r {
-                result = Err(e);
-            }
+            deliver(rec, adapter, stats, sink, &mut result);
         });
         self.stats.decoder = self.decoder.stats();
         self.stats.settle();
@@ -204,33 +177,7 @@ impl Pump {
         let adapter = &mut self.adapter;
         let stats = &mut self.stats;
         self.decoder.push_batch_parts(&chunk.frames, |rec| {
-            if result.is_err() {
-                return;
-            }
-            let r = match rec {
-                Ok(Lent::Sample(s)) => {
-                    stats.observe_sample(
-                        s.event(),
-                        (s.pid(), s.tid()),
-                        s.cpumode() == CpuMode::User,
-                    );
-                    sink.sample(&s)
-                }
-                Ok(Lent::Record(rec)) => adapter
-                    .with_item(rec, |item| {
-                        stats.observe(item);
-                        sink.item(item)
-                    })
-                    .map(|()| {
-                        if matches!(rec, sampler::wire::Record::End(_)) {
-                            result = Ok(Flow::Done);
-                        }
-                    }),
-                Err(e) => Err(decode_error(e)),
-            };
-            if let Err(e) = r {
-                result = Err(e);
-            }
+            deliver(rec, adapter, stats, sink, &mut result);
         });
         self.stats.decoder = self.decoder.stats();
         self.stats.settle();
@@ -391,6 +338,43 @@ impl Pump {
             }));
         }
         Ok(())
+    }
+}
+
+/// Hands one record lent by the decoder to `sink`, samples as parts and
+/// everything else as an item, after counting it in `stats`. `result` holds
+/// the first error (after which records are dropped) or `Done` once the End
+/// record went through.
+#[inline]
+fn deliver(
+    rec: Result<Lent<'_>, DecodeError>,
+    adapter: &mut Adapter,
+    stats: &mut StreamStats,
+    sink: &mut impl PartsSink,
+    result: &mut Result<Flow, HostError>,
+) {
+    if result.is_err() {
+        return;
+    }
+    let r = match rec {
+        Ok(Lent::Sample(s)) => {
+            stats.observe_sample(s.event(), (s.pid(), s.tid()), s.cpumode() == CpuMode::User);
+            sink.sample(&s)
+        }
+        Ok(Lent::Record(rec)) => adapter
+            .with_item(rec, |item| {
+                stats.observe(item);
+                sink.item(item)
+            })
+            .map(|()| {
+                if matches!(rec, sampler::wire::Record::End(_)) {
+                    *result = Ok(Flow::Done);
+                }
+            }),
+        Err(e) => Err(decode_error(e)),
+    };
+    if let Err(e) = r {
+        *result = Err(e);
     }
 }
 
