@@ -6,12 +6,16 @@
 
 use thiserror::Error;
 
+use sampler::sample::CpuMode;
+use sampler::wire::SampleParts;
+
 use crate::image::Image;
 use crate::model::{EndCounters, EventKind, EventSource, Hello, Item, SampleView, TaskInfo};
 use crate::output::OwnedWrite;
 use crate::perf_abi::{self, context, misc};
 use crate::perf_data::{
-    AttrSpec, BuildIdEntry, FileMeta, PerfDataWriter, SampleRecord, WriteError, WriteStats,
+    AttrSpec, BranchEntry, BuildIdEntry, FileMeta, PerfDataWriter, SampleRecord, WriteError,
+    WriteStats,
 };
 
 /// The comm given to pid 0, the runtime itself.
@@ -87,6 +91,7 @@ pub struct Converter<W: OwnedWrite> {
     hello: Option<Hello>,
     event_ids: Vec<u32>,
     chain: Vec<u64>,
+    branches: Vec<BranchEntry>,
     last_time: u64,
     end: Option<EndCounters>,
     summary: ConvertSummary,
@@ -102,6 +107,7 @@ impl<W: OwnedWrite> Converter<W> {
             hello: None,
             event_ids: Vec::new(),
             chain: Vec::with_capacity(128),
+            branches: Vec::new(),
             last_time: 0,
             end: None,
             summary: ConvertSummary::default(),
@@ -156,6 +162,76 @@ impl<W: OwnedWrite> Converter<W> {
             Item::End(e) => self.end = Some(*e),
             Item::Hello(_) | Item::Log(_) | Item::Defmt(_) => {}
         }
+        Ok(())
+    }
+
+    /// Consumes one sample in the decoder's parts
+    /// ([`Pump::feed_parts`](crate::input::Pump::feed_parts)): writes the
+    /// same record as [`push`](Self::push) of the sample's item, straight
+    /// from the wire form and the task's reference state.
+    pub fn push_parts(&mut self, s: &SampleParts<'_>) -> Result<(), ConvertError> {
+        let Some(w) = self.writer.as_mut() else {
+            self.summary.before_hello += 1;
+            return Ok(());
+        };
+        let event = s.event();
+        let Some(attr) = self.event_ids.iter().position(|&e| e == event) else {
+            self.summary.unknown_event_samples += 1;
+            return Ok(());
+        };
+        let time = s.time();
+        self.last_time = self.last_time.max(time);
+        let user = s.cpumode() == CpuMode::User;
+        // The callchain after a slot for the leading marker, which is used
+        // when the chain does not start with one (as in `on_sample`).
+        let chain = &mut self.chain;
+        chain.clear();
+        chain.push(if user { context::USER } else { context::KERNEL });
+        chain.extend(s.callchain());
+        let callchain = match chain.get(1) {
+            Some(&first) if first < (-4095i64) as u64 => &chain[..],
+            _ => &chain[1..],
+        };
+        self.branches.clear();
+        let hw_idx = s.branch_hw_idx();
+        if hw_idx.is_some() {
+            self.branches.extend(s.branches().map(|e| BranchEntry {
+                from: e.from,
+                to: e.to,
+                flags: e.flags.to_perf(),
+            }));
+        }
+        let (ua, ur) = s
+            .regs_user()
+            .map_or((0, &[][..]), |r| (r.abi.perf_value(), &r.values[..]));
+        let (ia, ir) = s
+            .regs_intr()
+            .map_or((0, &[][..]), |r| (r.abi.perf_value(), &r.values[..]));
+        let mem = s.mem().unwrap_or_default();
+        w.sample(&SampleRecord {
+            attr,
+            misc: if user { misc::USER } else { misc::KERNEL },
+            ip: s.ip(),
+            pid: s.pid(),
+            tid: s.tid(),
+            time,
+            addr: mem.addr,
+            cpu: s.cpu(),
+            period: s.period(),
+            callchain,
+            branches: &self.branches,
+            branch_hw_idx: hw_idx.unwrap_or(0),
+            regs_user_abi: ua,
+            regs_user: ur,
+            weight: if mem.ins_lat != 0 {
+                mem.weight_struct()
+            } else {
+                mem.weight
+            },
+            data_src: mem.data_src,
+            regs_intr_abi: ia,
+            regs_intr: ir,
+        })?;
         Ok(())
     }
 

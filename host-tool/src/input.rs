@@ -5,8 +5,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Read;
+use std::ops::ControlFlow;
+use std::sync::mpsc::{channel, sync_channel};
 
-use sampler::wire::{DecodeError, Decoder, DecoderStats};
+use sampler::sample::CpuMode;
+use sampler::wire::{DecodeError, Decoder, DecoderStats, FrameBatch, Framer, Lent, SampleParts};
 
 use crate::error::HostError;
 use crate::model::{EndCounters, Hello, Item};
@@ -19,6 +22,25 @@ pub enum Flow {
     Continue,
     /// The stream ended (End record).
     Done,
+}
+
+/// Where [`Pump::feed_parts`] sends what it decodes.
+pub trait PartsSink {
+    /// Every item but samples.
+    fn item(&mut self, item: &Item<'_>) -> Result<(), HostError>;
+    /// Every sample.
+    fn sample(&mut self, s: &SampleParts<'_>) -> Result<(), HostError>;
+}
+
+impl<W: crate::output::OwnedWrite> PartsSink for crate::convert::Converter<W> {
+    fn item(&mut self, item: &Item<'_>) -> Result<(), HostError> {
+        self.push(item).map_err(HostError::from)
+    }
+
+    #[inline]
+    fn sample(&mut self, s: &SampleParts<'_>) -> Result<(), HostError> {
+        self.push_parts(s).map_err(HostError::from)
+    }
 }
 
 /// Decodes chunks of a stream into items.
@@ -83,21 +105,190 @@ impl Pump {
                         Ok(()) => {}
                     }
                 }
-                Err(DecodeError::VersionMismatch { found, expected }) => {
-                    result = Err(HostError::Protocol(format!(
-                        "the stream speaks Perch wire protocol version {found}, this perch speaks version {expected}"
-                    )))
-                }
-                Err(DecodeError::BadMagic(m)) => {
-                    result = Err(HostError::NotPerch(format!(
-                        "not a Perch stream: its first record has magic {m:02x?}, expected \"PRCH\""
-                    )))
-                }
+                Err(e) => result = Err(decode_error(e)),
             }
         });
         self.stats.decoder = self.decoder.stats();
         self.stats.settle();
         result
+    }
+
+    /// Like [`feed`](Self::feed), but samples go to
+    /// [`PartsSink::sample`] as the decoder's [`SampleParts`], never built
+    /// into a sample or an [`Item`]: the conversion's fast path
+    /// ([`Converter::push_parts`](crate::convert::Converter::push_parts)).
+    /// Everything else goes to [`PartsSink::item`] as with `feed`, and the
+    /// counters come out the same.
+    pub fn feed_parts(
+        &mut self,
+        chunk: &[u8],
+        sink: &mut impl PartsSink,
+    ) -> Result<Flow, HostError> {
+        self.stats.bytes += chunk.len() as u64;
+        if self.head.len() < HEAD_BYTES {
+            let n = (HEAD_BYTES - self.head.len()).min(chunk.len());
+            self.head.extend_from_slice(&chunk[..n]);
+        }
+        let mut result = Ok(Flow::Continue);
+        let adapter = &mut self.adapter;
+        let stats = &mut self.stats;
+        self.decoder.push_parts(chunk, |rec| {
+            deliver(rec, adapter, stats, sink, &mut result);
+        });
+        self.stats.decoder = self.decoder.stats();
+        self.stats.settle();
+        result
+    }
+
+    /// Reads `input` to its end (or to the End record) through
+    /// [`feed_parts`](Self::feed_parts).
+    pub fn read_all_parts(
+        &mut self,
+        mut input: impl Read,
+        sink: &mut impl PartsSink,
+    ) -> Result<Flow, HostError> {
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = match input.read(&mut buf) {
+                Ok(0) => return Ok(Flow::Continue),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(HostError::io("reading the stream", e)),
+            };
+            if self.feed_parts(&buf[..n], sink)? == Flow::Done {
+                return Ok(Flow::Done);
+            }
+        }
+    }
+
+    /// Like [`feed_parts`](Self::feed_parts) for a chunk whose frames
+    /// were split off on another thread ([`read_all_framed`](Self::read_all_framed)).
+    fn feed_framed(
+        &mut self,
+        chunk: &FramedChunk,
+        sink: &mut impl PartsSink,
+    ) -> Result<Flow, HostError> {
+        self.stats.bytes += chunk.len as u64;
+        if self.head.len() < HEAD_BYTES {
+            let n = (HEAD_BYTES - self.head.len()).min(chunk.head.len());
+            self.head.extend_from_slice(&chunk.head[..n]);
+        }
+        let mut result = Ok(Flow::Continue);
+        let adapter = &mut self.adapter;
+        let stats = &mut self.stats;
+        self.decoder.push_batch_parts(&chunk.frames, |rec| {
+            deliver(rec, adapter, stats, sink, &mut result);
+        });
+        self.stats.decoder = self.decoder.stats();
+        self.stats.settle();
+        result
+    }
+
+    /// Reads `input` to its end (or to the End record) like
+    /// [`read_all_parts`](Self::read_all_parts), but in two stages: a
+    /// second thread reads the input and frames each chunk (delimiters,
+    /// COBS, CRC) while this one decodes the records and hands them to
+    /// `sink`, chunk by chunk, with the same results. `after_chunk` runs
+    /// after every chunk; when it breaks, reading stops there.
+    pub fn read_all_framed<S: PartsSink>(
+        &mut self,
+        input: impl Read + Send,
+        sink: &mut S,
+        mut after_chunk: impl FnMut(&Pump, &mut S) -> ControlFlow<()>,
+    ) -> Result<Flow, HostError> {
+        std::thread::scope(|scope| {
+            // Framed chunks go one way, emptied ones come back.
+            let (full_tx, full_rx) = sync_channel::<FramedChunks>(FRAMED_BATCHES);
+            let (empty_tx, empty_rx) = channel::<FramedChunks>();
+            for _ in 0..FRAMED_BATCHES {
+                // Cannot fail: the receiver is alive.
+                let _ = empty_tx.send(FramedChunks::default());
+            }
+            let framing = std::thread::Builder::new()
+                .name("framing".into())
+                .spawn_scoped(scope, move || {
+                    let mut input = input;
+                    let mut framer = Framer::new();
+                    let mut buf = vec![0u8; READ_CHUNK];
+                    let mut offset = 0usize;
+                    // Stops when the other side hangs up.
+                    while let Ok(mut c) = empty_rx.recv() {
+                        c.used = 0;
+                        while c.used < CHUNKS_PER_BATCH {
+                            let n = loop {
+                                match input.read(&mut buf) {
+                                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                                    r => break r,
+                                }
+                            };
+                            let n = match n {
+                                Ok(0) => {
+                                    c.end = Some(Ok(()));
+                                    break;
+                                }
+                                Ok(n) => n,
+                                Err(e) => {
+                                    c.end = Some(Err(e));
+                                    break;
+                                }
+                            };
+                            if c.chunks.len() == c.used {
+                                c.chunks.push(FramedChunk::default());
+                            }
+                            let chunk = &mut c.chunks[c.used];
+                            c.used += 1;
+                            chunk.len = n;
+                            chunk.head.clear();
+                            if offset < HEAD_BYTES {
+                                chunk
+                                    .head
+                                    .extend_from_slice(&buf[..n.min(HEAD_BYTES - offset)]);
+                            }
+                            offset += n;
+                            chunk.frames.clear();
+                            chunk.frames.push_from(&mut framer, &buf[..n]);
+                        }
+                        let last = c.end.is_some();
+                        if full_tx.send(c).is_err() || last {
+                            return;
+                        }
+                    }
+                })
+                .map_err(|e| HostError::io("starting the framing thread", e))?;
+            let result = 'read: loop {
+                let Ok(mut c) = full_rx.recv() else {
+                    break Err(HostError::io(
+                        "reading the stream",
+                        std::io::Error::other("the framing thread stopped"),
+                    ));
+                };
+                for chunk in &c.chunks[..c.used] {
+                    match self.feed_framed(chunk, sink) {
+                        Ok(Flow::Continue) => {}
+                        other => break 'read other,
+                    }
+                    if after_chunk(self, sink).is_break() {
+                        break 'read Ok(Flow::Continue);
+                    }
+                }
+                match c.end.take() {
+                    Some(Ok(())) => break Ok(Flow::Continue),
+                    Some(Err(e)) => break Err(HostError::io("reading the stream", e)),
+                    None => {}
+                }
+                let _ = empty_tx.send(c);
+            };
+            // Hang up so the framing thread ends, then wait for it.
+            drop(full_rx);
+            drop(empty_tx);
+            if framing.join().is_err() {
+                return Err(HostError::io(
+                    "reading the stream",
+                    std::io::Error::other("the framing thread panicked"),
+                ));
+            }
+            result
+        })
     }
 
     /// Reads `input` to its end (or to the End record).
@@ -149,6 +340,85 @@ impl Pump {
         Ok(())
     }
 }
+
+/// Hands one record lent by the decoder to `sink`, samples as parts and
+/// everything else as an item, after counting it in `stats`. `result` holds
+/// the first error (after which records are dropped) or `Done` once the End
+/// record went through.
+#[inline]
+fn deliver(
+    rec: Result<Lent<'_>, DecodeError>,
+    adapter: &mut Adapter,
+    stats: &mut StreamStats,
+    sink: &mut impl PartsSink,
+    result: &mut Result<Flow, HostError>,
+) {
+    if result.is_err() {
+        return;
+    }
+    let r = match rec {
+        Ok(Lent::Sample(s)) => {
+            stats.observe_sample(s.event(), (s.pid(), s.tid()), s.cpumode() == CpuMode::User);
+            sink.sample(&s)
+        }
+        Ok(Lent::Record(rec)) => adapter
+            .with_item(rec, |item| {
+                stats.observe(item);
+                sink.item(item)
+            })
+            .map(|()| {
+                if matches!(rec, sampler::wire::Record::End(_)) {
+                    *result = Ok(Flow::Done);
+                }
+            }),
+        Err(e) => Err(decode_error(e)),
+    };
+    if let Err(e) = r {
+        *result = Err(e);
+    }
+}
+
+/// The error for a stream the decoder cannot read.
+fn decode_error(e: DecodeError) -> HostError {
+    match e {
+        DecodeError::VersionMismatch { found, expected } => HostError::Protocol(format!(
+            "the stream speaks Perch wire protocol version {found}, this perch speaks version {expected}"
+        )),
+        DecodeError::BadMagic(m) => HostError::NotPerch(format!(
+            "not a Perch stream: its first record has magic {m:02x?}, expected \"PRCH\""
+        )),
+    }
+}
+
+/// One chunk of input as the framing thread hands it over.
+#[derive(Default)]
+struct FramedChunk {
+    /// Bytes read.
+    len: usize,
+    /// Its bytes that fall in the first [`HEAD_BYTES`] of the stream.
+    head: Vec<u8>,
+    /// Its frames.
+    frames: FrameBatch,
+}
+
+/// Chunks read and framed, handed over together (fewer thread switches).
+#[derive(Default)]
+struct FramedChunks {
+    /// The first `used` hold this batch's chunks.
+    chunks: Vec<FramedChunk>,
+    used: usize,
+    /// The input ended after these chunks: at its end, or with an error.
+    end: Option<std::io::Result<()>>,
+}
+
+/// Batches in flight between the framing thread and the decoding one.
+const FRAMED_BATCHES: usize = 4;
+
+/// Chunks per batch.
+const CHUNKS_PER_BATCH: usize = 8;
+
+/// Bytes read at a time.
+const READ_CHUNK: usize = 1 << 16;
 
 /// Bytes of the stream start kept for error messages.
 const HEAD_BYTES: usize = 512;
@@ -217,26 +487,31 @@ impl StreamStats {
             Item::Task(t) => {
                 self.task_names.insert(t.tid, t.name.clone());
             }
-            Item::Sample(s) => {
-                self.samples += 1;
-                self.user_samples += u64::from(s.user);
-                match &mut self.run {
-                    Some(r) if r.event == s.event && r.task == (s.pid, s.tid) => r.count += 1,
-                    _ => {
-                        self.settle();
-                        self.run = Some(SampleRun {
-                            event: s.event,
-                            task: (s.pid, s.tid),
-                            count: 1,
-                        });
-                    }
-                }
-            }
+            Item::Sample(s) => self.observe_sample(s.event, (s.pid, s.tid), s.user),
             Item::Lost { count, .. } => self.lost += count,
             Item::Throttle { on: true, .. } => self.throttled += 1,
             Item::Throttle { on: false, .. } => self.unthrottled += 1,
             Item::Log(_) | Item::Defmt(_) => self.logs += 1,
             Item::End(e) => self.end = Some(*e),
+        }
+    }
+
+    /// Counts a sample of `event` by `task` (pid, tid), taken in ring 3
+    /// when `user`: what [`observe`](Self::observe) does for a sample item.
+    #[inline]
+    pub fn observe_sample(&mut self, event: u32, task: (u32, u32), user: bool) {
+        self.samples += 1;
+        self.user_samples += u64::from(user);
+        match &mut self.run {
+            Some(r) if r.event == event && r.task == task => r.count += 1,
+            _ => {
+                self.settle();
+                self.run = Some(SampleRun {
+                    event,
+                    task,
+                    count: 1,
+                });
+            }
         }
     }
 

@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Read, Write};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,11 +15,13 @@ use host_tool::convert::{ConvertOptions, Converter, hex};
 use host_tool::error::{HostError, exit};
 use host_tool::flamegraph::Folder;
 use host_tool::image::Image;
-use host_tool::input::{Flow, LogPrinter, Pump};
+use host_tool::input::{Flow, LogPrinter, PartsSink, Pump};
 use host_tool::model::Item;
+use host_tool::output::OwnedWrite;
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
 use host_tool::synth::{SynthConfig, write_capture};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sampler::wire::SampleParts;
 
 const EXIT_CODES: &str = "Exit codes: 0 ok, 1 I/O failure, 2 usage, 3 not a usable Perch stream \
 (garbage, wrong protocol version, no Hello), 4 bad or mismatched image, 5 QEMU or perf missing, \
@@ -267,9 +270,39 @@ impl Progress {
     }
 }
 
+/// The converter, with target logs shown on the way.
+struct ConvertSink<'a, W: OwnedWrite> {
+    conv: &'a mut Converter<W>,
+    logs: &'a LogPrinter,
+    progress: &'a mut Progress,
+}
+
+impl<W: OwnedWrite> PartsSink for ConvertSink<'_, W> {
+    fn item(&mut self, item: &Item<'_>) -> Result<(), HostError> {
+        if let Some(line) = self.logs.render(item) {
+            self.progress.println(&line);
+        }
+        self.conv.push(item).map_err(HostError::from)
+    }
+
+    #[inline]
+    fn sample(&mut self, s: &SampleParts<'_>) -> Result<(), HostError> {
+        self.conv.push_parts(s).map_err(HostError::from)
+    }
+}
+
+/// Where `run` reads the stream from.
+enum Source<'a> {
+    /// A live stream (QEMU, a serial port), read as it comes.
+    Live(&'a mut dyn Read),
+    /// A capture file, which a second thread reads and frames ahead (read
+    /// to its end: `run`'s deadline and capture copy are for live streams).
+    File(File),
+}
+
 /// Reads `src` into the converter until End, EOF, Ctrl-C or the deadline.
 fn run(
-    src: &mut dyn Read,
+    src: Source<'_>,
     image: Option<Image>,
     elf: Option<&[u8]>,
     output: &Path,
@@ -277,6 +310,9 @@ fn run(
     deadline: Option<Instant>,
     buildid_cache: bool,
 ) -> Result<i32, HostError> {
+    // Whether perf is there is only reported at the end; asking it (a
+    // process start) overlaps the conversion.
+    let perf_check = std::thread::spawn(check_perf);
     let out = File::create(output)
         .and_then(host_tool::output::BackgroundFile::new)
         .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
@@ -296,44 +332,66 @@ fn run(
     let mut pump = Pump::new();
     let mut progress = Progress::new();
     let mut buf = vec![0u8; 1 << 16];
-    let stop = loop {
-        if INTERRUPTED.load(Ordering::Relaxed) {
-            break Stop::Interrupted;
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            break Stop::TimeLimit;
-        }
-        let n = match src.read(&mut buf) {
-            Ok(0) => break Stop::Eof,
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::Interrupted
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::WouldBlock
-                ) =>
-            {
-                progress.update(&pump, false);
-                continue;
+    let stop = match src {
+        Source::File(file) => {
+            // A file can be read ahead: frame it on a second thread.
+            let mut sink = ConvertSink {
+                conv: &mut conv,
+                logs: &logs,
+                progress: &mut progress,
+            };
+            let flow = pump.read_all_framed(file, &mut sink, |pump, sink| {
+                sink.progress.update(pump, false);
+                if INTERRUPTED.load(Ordering::Relaxed) {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })?;
+            match flow {
+                Flow::Done => Stop::End,
+                Flow::Continue if INTERRUPTED.load(Ordering::Relaxed) => Stop::Interrupted,
+                Flow::Continue => Stop::Eof,
             }
-            Err(e) => return Err(HostError::io("reading the stream", e)),
-        };
-        if let Some(s) = save.as_mut() {
-            s.write_all(&buf[..n])
-                .map_err(|e| HostError::io("saving the capture", e))?;
         }
-        let mut sink = |item: &Item<'_>| -> Result<(), HostError> {
-            if let Some(line) = logs.render(item) {
-                progress.println(&line);
+        Source::Live(src) => loop {
+            if INTERRUPTED.load(Ordering::Relaxed) {
+                break Stop::Interrupted;
             }
-            conv.push(item).map_err(HostError::from)
-        };
-        let flow = pump.feed(&buf[..n], &mut sink)?;
-        progress.update(&pump, false);
-        if flow == Flow::Done {
-            break Stop::End;
-        }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break Stop::TimeLimit;
+            }
+            let n = match src.read(&mut buf) {
+                Ok(0) => break Stop::Eof,
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::Interrupted
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::WouldBlock
+                    ) =>
+                {
+                    progress.update(&pump, false);
+                    continue;
+                }
+                Err(e) => return Err(HostError::io("reading the stream", e)),
+            };
+            if let Some(s) = save.as_mut() {
+                s.write_all(&buf[..n])
+                    .map_err(|e| HostError::io("saving the capture", e))?;
+            }
+            let mut sink = ConvertSink {
+                conv: &mut conv,
+                logs: &logs,
+                progress: &mut progress,
+            };
+            let flow = pump.feed_parts(&buf[..n], &mut sink)?;
+            progress.update(&pump, false);
+            if flow == Flow::Done {
+                break Stop::End;
+            }
+        },
     };
     progress.update(&pump, true);
     progress.finish();
@@ -368,7 +426,8 @@ fn run(
     for warn in &summary.warnings {
         eprintln!("perch: warning: {warn}");
     }
-    if let Err(e) = check_perf() {
+    let perf_checked = perf_check.join().unwrap_or_else(|_| check_perf());
+    if let Err(e) = perf_checked {
         eprintln!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
     }
     match &image_path {
@@ -488,7 +547,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
     if let Some(input) = &a.input {
         let mut f = open_file(input)?;
         return run(
-            &mut f,
+            Source::Live(&mut f),
             image,
             elf.as_deref(),
             &a.output,
@@ -510,7 +569,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
                 source,
             })?;
         return run(
-            &mut port,
+            Source::Live(&mut port),
             image,
             elf.as_deref(),
             &a.output,
@@ -552,7 +611,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         .set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| HostError::io("configuring the wire socket", e))?;
     let code = run(
-        &mut stream,
+        Source::Live(&mut stream),
         image,
         elf.as_deref(),
         &a.output,
@@ -587,9 +646,9 @@ fn convert(
     buildid_cache: bool,
 ) -> Result<i32, HostError> {
     let (image, elf) = open_image(image)?;
-    let mut f = open_file(capture)?;
+    let f = open_file(capture)?;
     run(
-        &mut f,
+        Source::File(f),
         image,
         elf.as_deref(),
         output,

@@ -259,6 +259,37 @@ struct Pending {
     len: u32,
 }
 
+/// What the sample records of one attr hold, worked out once.
+#[derive(Clone, Copy, Debug)]
+struct SampleLayout {
+    /// The effective `sample_type`.
+    st: u64,
+    /// Bytes of the words every record has: header, IDENTIFIER, TID, TIME,
+    /// CPU, and the single-word optional fields the attr asks for.
+    fixed: usize,
+    /// The branch stack starts with `hw_idx`.
+    hw_idx: bool,
+}
+
+impl SampleLayout {
+    fn of(a: &AttrSpec) -> Self {
+        let st = a.effective_sample_type();
+        let flag = |bit: u64| usize::from(st & bit != 0);
+        SampleLayout {
+            st,
+            fixed: 8
+                * (5 + flag(sample::IP)
+                    + flag(sample::ADDR)
+                    + flag(sample::ID)
+                    + flag(sample::STREAM_ID)
+                    + flag(sample::PERIOD)
+                    + flag(sample::WEIGHT | sample::WEIGHT_STRUCT)
+                    + flag(sample::DATA_SRC)),
+            hw_idx: a.branch_sample_type & perf_abi::branch::HW_INDEX != 0,
+        }
+    }
+}
+
 /// Bytes kept free at the start of every batch for the FINISHED_ROUND
 /// that may have to precede it, so the batch goes out in one piece.
 const ROUND_SLOT: usize = 8;
@@ -271,6 +302,8 @@ const ROUND_SLOT: usize = 8;
 pub struct PerfDataWriter<W: OwnedWrite> {
     out: W,
     attrs: Vec<AttrSpec>,
+    /// Per attr, what its sample records hold.
+    layouts: Vec<SampleLayout>,
     data_offset: u64,
     /// `ROUND_SLOT` bytes, then the queued records.
     batch: Vec<u8>,
@@ -315,6 +348,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         batch.resize(ROUND_SLOT, 0);
         Ok(PerfDataWriter {
             out,
+            layouts: attrs.iter().map(SampleLayout::of).collect(),
             attrs,
             data_offset,
             batch,
@@ -530,18 +564,10 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             .attrs
             .get(s.attr)
             .ok_or(WriteError::UnknownEvent(s.attr, self.attrs.len()))?;
-        let st = a.effective_sample_type();
-        let flag = |bit: u64| usize::from(st & bit != 0);
-        let hw_idx = a.branch_sample_type & perf_abi::branch::HW_INDEX != 0;
-        // header, IDENTIFIER, TID, TIME, CPU, then the optional words.
-        let mut len = 8
-            * (5 + flag(sample::IP)
-                + flag(sample::ADDR)
-                + flag(sample::ID)
-                + flag(sample::STREAM_ID)
-                + flag(sample::PERIOD)
-                + flag(sample::WEIGHT | sample::WEIGHT_STRUCT)
-                + flag(sample::DATA_SRC));
+        let Some(&SampleLayout { st, fixed, hw_idx }) = self.layouts.get(s.attr) else {
+            return Err(WriteError::UnknownEvent(s.attr, self.attrs.len()));
+        };
+        let mut len = fixed;
         if st & sample::CALLCHAIN != 0 {
             len += 8 + 8 * s.callchain.len();
         }
@@ -565,7 +591,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         let start = self.batch.len();
         self.batch.resize(start + len, 0);
         let mut p = Put {
-            b: &mut self.batch[start..],
+            b: self.batch[start..].as_chunks_mut::<8>().0,
             at: 0,
         };
         p.u32x2(record::SAMPLE, u32::from(s.misc) | (len as u32) << 16);
@@ -615,7 +641,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         if st & sample::REGS_INTR != 0 {
             p.regs(s.regs_intr_abi, s.regs_intr);
         }
-        debug_assert_eq!(p.at, len);
+        debug_assert_eq!(p.at * 8, len);
         self.stats.samples += 1;
         self.stats.sample_time = Some(match self.stats.sample_time {
             None => (s.time, s.time),
@@ -769,15 +795,17 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
 
 /// Stores little-endian words into a record whose size is already known.
 struct Put<'a> {
-    b: &'a mut [u8],
+    /// The record, as little-endian words.
+    b: &'a mut [[u8; 8]],
+    /// The next word.
     at: usize,
 }
 
 impl Put<'_> {
     #[inline]
     fn u64(&mut self, v: u64) {
-        self.b[self.at..self.at + 8].copy_from_slice(&v.to_le_bytes());
-        self.at += 8;
+        self.b[self.at] = v.to_le_bytes();
+        self.at += 1;
     }
 
     #[inline]
@@ -787,9 +815,9 @@ impl Put<'_> {
 
     #[inline]
     fn u64s(&mut self, vs: &[u64]) {
-        let end = self.at + 8 * vs.len();
-        for (d, v) in self.b[self.at..end].chunks_exact_mut(8).zip(vs) {
-            d.copy_from_slice(&v.to_le_bytes());
+        let end = self.at + vs.len();
+        for (d, v) in self.b[self.at..end].iter_mut().zip(vs) {
+            *d = v.to_le_bytes();
         }
         self.at = end;
     }

@@ -570,10 +570,55 @@ impl Reader<'_> {
         if sparse {
             r.changed = self.u64()?;
         }
-        let n = self.u8()?;
-        for _ in 0..n {
-            let v = self.value(delta || sparse)?;
-            r.values.push(v).map_err(|_| CodecError::Malformed)?;
+        let n = usize::from(self.u8()?);
+        self.values(&mut r.values, n, delta || sparse)
+    }
+
+    /// `n` varints (zigzag when `signed`) into `out`, which is empty.
+    /// Register blocks are mostly one-byte varints, so eight bytes at a
+    /// time are checked for continuation bits with one load and, when
+    /// there are none, decoded without further checks; the rest goes
+    /// varint by varint. Accepts and rejects exactly what reading the `n`
+    /// values one by one does.
+    #[inline]
+    fn values(
+        &mut self,
+        out: &mut heapless::Vec<u64, MAX_SAMPLED_REGS>,
+        n: usize,
+        signed: bool,
+    ) -> Result<(), CodecError> {
+        // More values than fit: refused, as the push of the first extra
+        // value would be (reading them could only fail first).
+        out.resize(n, 0).map_err(|_| CodecError::Malformed)?;
+        let mut i = 0;
+        while i < n {
+            if n - i >= 8
+                && let Some(word) = self.rest.first_chunk::<8>()
+            {
+                let w = u64::from_le_bytes(*word);
+                if w & 0x8080_8080_8080_8080 == 0 {
+                    let dst = &mut out[i..i + 8];
+                    if signed {
+                        // Zigzag of every byte at once: (b >> 1) ^ -(b & 1)
+                        // has the value's low byte, and as b < 0x80 the
+                        // value is that byte sign-extended.
+                        let y = ((w >> 1) & 0x7f7f_7f7f_7f7f_7f7f)
+                            ^ ((w & 0x0101_0101_0101_0101) * 0xff);
+                        for (o, b) in dst.iter_mut().zip(y.to_le_bytes()) {
+                            *o = i64::from(b as i8) as u64;
+                        }
+                    } else {
+                        for (o, b) in dst.iter_mut().zip(word) {
+                            *o = u64::from(*b);
+                        }
+                    }
+                    self.rest = &self.rest[8..];
+                    i += 8;
+                    continue;
+                }
+            }
+            out[i] = self.value(signed)?;
+            i += 1;
         }
         Ok(())
     }
@@ -864,5 +909,369 @@ impl<'de> Visitor<'de> for WireSampleVisitor {
 impl<'de> Deserialize<'de> for WireSample {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_tuple(usize::MAX, WireSampleVisitor)
+    }
+}
+
+/// What [`check_regs`] found a register block to be: the result's ABI and
+/// mask.
+type RegsShape = (Abi, u64);
+
+/// Checks a register block exactly as [`decode_regs_into`] does, without
+/// building anything, and returns the shape of the result.
+fn check_regs(
+    w: &WireRegs,
+    reference: Option<&RegsSample>,
+    delta: bool,
+    sparse: bool,
+    shape: bool,
+) -> Result<RegsShape, CodecError> {
+    let (abi, mask) = if shape {
+        let abi = Abi::from_perf_value(u64::from(w.abi)).ok_or(CodecError::Malformed)?;
+        (abi, w.mask)
+    } else {
+        let r = reference.ok_or(CodecError::NoReference)?;
+        (r.abi, r.mask)
+    };
+    if mask & !crate::regs::VALID_MASK_WITH_XMM != 0 {
+        return Err(CodecError::Malformed);
+    }
+    let n = mask.count_ones() as usize;
+    if abi == Abi::None {
+        return if w.values.is_empty() && !delta && !sparse {
+            Ok((abi, mask))
+        } else {
+            Err(CodecError::Malformed)
+        };
+    }
+    if delta || sparse {
+        if shape {
+            return Err(CodecError::Malformed);
+        }
+        let r = reference.ok_or(CodecError::NoReference)?;
+        if r.values.len() != n {
+            return Err(CodecError::Malformed);
+        }
+        if delta {
+            if w.values.len() != n {
+                return Err(CodecError::Malformed);
+            }
+        } else if (n < 64 && w.changed >> n != 0)
+            || w.changed.count_ones() as usize != w.values.len()
+        {
+            return Err(CodecError::Malformed);
+        }
+    } else if w.values.len() != n {
+        return Err(CodecError::Malformed);
+    }
+    Ok((abi, mask))
+}
+
+/// Turns `dst` (the reference when the block is a delta) into the register
+/// set the block describes. The block has passed [`check_regs`] against
+/// `dst`, so nothing here can fail.
+fn apply_regs(
+    w: &WireRegs,
+    (abi, mask): RegsShape,
+    delta: bool,
+    sparse: bool,
+    dst: &mut Option<RegsSample>,
+) {
+    if delta || sparse {
+        // `check_regs` saw a reference with the right number of values.
+        let Some(d) = dst.as_mut() else { return };
+        if delta {
+            for (v, dv) in d.values.iter_mut().zip(w.values.iter()) {
+                *v = v.wrapping_add(*dv);
+            }
+        } else {
+            let mut changed = w.changed;
+            for dv in &w.values {
+                let i = changed.trailing_zeros() as usize;
+                changed &= changed - 1;
+                if let Some(v) = d.values.get_mut(i) {
+                    *v = v.wrapping_add(*dv);
+                }
+            }
+        }
+        d.abi = abi;
+        d.mask = mask;
+        return;
+    }
+    let d = dst.get_or_insert_with(RegsSample::default);
+    d.abi = abi;
+    d.mask = mask;
+    d.values.clear();
+    if abi != Abi::None {
+        // Cannot fail: `check_regs` saw one value per mask bit, at most
+        // the capacity.
+        let _ = d.values.extend_from_slice(&w.values);
+    }
+}
+
+impl TaskRef {
+    /// An entry for `tid` with no state yet, to be filled by
+    /// [`apply`](Self::apply) from a keyframe.
+    pub(crate) fn empty(tid: u32) -> Self {
+        TaskRef {
+            tid,
+            chain: 0,
+            since_key: 0,
+            time: 0,
+            ip: 0,
+            period: 0,
+            cpu: 0,
+            regs_user: None,
+            regs_intr: None,
+        }
+    }
+
+    /// Becomes the state after the wire sample `w`, rebuilt against this
+    /// entry (or, for a keyframe, on its own), without building the
+    /// sample: the same result as [`decode_sample_into`] followed by
+    /// [`update`](Self::update), and the same errors. Everything is
+    /// checked before anything is changed, so after an error the entry is
+    /// as it was.
+    pub(crate) fn apply(
+        &mut self,
+        w: &WireSample,
+        chain: u32,
+        since_key: u32,
+    ) -> Result<(), CodecError> {
+        let f = w.flags;
+        if f & !flag::ALL != 0 {
+            return Err(CodecError::Malformed);
+        }
+        let key = f & flag::KEY != 0;
+        if !key && self.tid != w.tid {
+            return Err(CodecError::NoReference);
+        }
+        let has = |bit: u32| f & bit != 0;
+        let ushape = if has(flag::UREGS) {
+            Some(check_regs(
+                &w.uregs,
+                if key { None } else { self.regs_user.as_ref() },
+                has(flag::UREGS_DELTA),
+                has(flag::UREGS_SPARSE),
+                has(flag::UREGS_SHAPE),
+            )?)
+        } else {
+            None
+        };
+        let ishape = if has(flag::IREGS) {
+            Some(check_regs(
+                &w.iregs,
+                if key { None } else { self.regs_intr.as_ref() },
+                has(flag::IREGS_DELTA),
+                has(flag::IREGS_SPARSE),
+                has(flag::IREGS_SHAPE),
+            )?)
+        } else {
+            None
+        };
+        // Checked: from here on nothing fails.
+        self.tid = w.tid;
+        self.chain = chain;
+        self.since_key = since_key;
+        if key {
+            self.time = w.time;
+            self.ip = w.ip;
+            self.period = w.period;
+            self.cpu = w.cpu;
+        } else {
+            self.time = self.time.wrapping_add(w.time);
+            self.ip = self.ip.wrapping_add(w.ip);
+            self.period = self.period.wrapping_add(w.period);
+            if has(flag::CPU) {
+                self.cpu = w.cpu;
+            }
+        }
+        match ushape {
+            Some(s) => apply_regs(
+                &w.uregs,
+                s,
+                has(flag::UREGS_DELTA),
+                has(flag::UREGS_SPARSE),
+                &mut self.regs_user,
+            ),
+            None => self.regs_user = None,
+        }
+        match ishape {
+            Some(s) => apply_regs(
+                &w.iregs,
+                s,
+                has(flag::IREGS_DELTA),
+                has(flag::IREGS_SPARSE),
+                &mut self.regs_intr,
+            ),
+            None => self.regs_intr = None,
+        }
+        Ok(())
+    }
+}
+
+/// A decoded sample as [`Decoder::push_parts`](super::Decoder::push_parts)
+/// lends it: the per-sample fields are read from the wire form and the
+/// delta-coded ones (time, IP, period, CPU, registers) from the task's
+/// reference state, which already holds this sample's values. Nothing is
+/// copied into a [`Sample`]; [`to_sample`](Self::to_sample) builds one.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleParts<'a> {
+    pub(crate) wire: &'a WireSample,
+    pub(crate) state: &'a TaskRef,
+}
+
+impl<'a> SampleParts<'a> {
+    /// The event id.
+    #[inline]
+    pub fn event(&self) -> u32 {
+        self.wire.event
+    }
+
+    /// Thread id.
+    #[inline]
+    pub fn tid(&self) -> u32 {
+        self.wire.tid
+    }
+
+    /// Process id.
+    #[inline]
+    pub fn pid(&self) -> u32 {
+        if self.wire.flags & flag::PID != 0 {
+            self.wire.pid
+        } else {
+            self.wire.tid
+        }
+    }
+
+    /// Where the IP ran.
+    #[inline]
+    pub fn cpumode(&self) -> CpuMode {
+        if self.wire.flags & flag::KERNEL != 0 {
+            CpuMode::Kernel
+        } else {
+            CpuMode::User
+        }
+    }
+
+    /// Time (ns).
+    #[inline]
+    pub fn time(&self) -> u64 {
+        self.state.time
+    }
+
+    /// Sampled IP.
+    #[inline]
+    pub fn ip(&self) -> u64 {
+        self.state.ip
+    }
+
+    /// Period.
+    #[inline]
+    pub fn period(&self) -> u64 {
+        self.state.period
+    }
+
+    /// CPU.
+    #[inline]
+    pub fn cpu(&self) -> u32 {
+        self.state.cpu
+    }
+
+    /// Entries in the callchain.
+    #[inline]
+    pub fn callchain_len(&self) -> usize {
+        if self.wire.flags & flag::CALLCHAIN != 0 {
+            self.wire.callchain.len()
+        } else {
+            0
+        }
+    }
+
+    /// The callchain, rebuilt from its deltas.
+    #[inline]
+    pub fn callchain(&self) -> impl Iterator<Item = u64> + 'a {
+        let deltas: &'a [u64] = if self.wire.flags & flag::CALLCHAIN != 0 {
+            &self.wire.callchain
+        } else {
+            &[]
+        };
+        deltas.iter().scan(self.state.ip, |prev, d| {
+            *prev = prev.wrapping_add(*d);
+            Some(*prev)
+        })
+    }
+
+    /// The branch stack's `hw_idx`, if the sample has a branch stack.
+    #[inline]
+    pub fn branch_hw_idx(&self) -> Option<u64> {
+        (self.wire.flags & flag::BRANCHES != 0).then_some(self.wire.hw_idx)
+    }
+
+    /// The branch stack's entries (none without a branch stack).
+    pub fn branches(&self) -> impl Iterator<Item = BranchEntry> + 'a {
+        let entries: &'a [(u64, u64, u64)] = if self.wire.flags & flag::BRANCHES != 0 {
+            &self.wire.branches
+        } else {
+            &[]
+        };
+        entries.iter().scan(self.state.ip, |prev, (df, dt, fl)| {
+            let from = prev.wrapping_add(*df);
+            *prev = from;
+            Some(BranchEntry {
+                from,
+                to: from.wrapping_add(*dt),
+                flags: BranchFlags::from_perf(*fl),
+            })
+        })
+    }
+
+    /// User registers, if sampled.
+    #[inline]
+    pub fn regs_user(&self) -> Option<&'a RegsSample> {
+        self.state.regs_user.as_ref()
+    }
+
+    /// Interrupt registers, if sampled.
+    #[inline]
+    pub fn regs_intr(&self) -> Option<&'a RegsSample> {
+        self.state.regs_intr.as_ref()
+    }
+
+    /// Memory fields, if sampled.
+    #[inline]
+    pub fn mem(&self) -> Option<MemInfo> {
+        (self.wire.flags & flag::MEM != 0).then_some(self.wire.mem)
+    }
+
+    /// The whole sample, as [`Decoder::push_ref`](super::Decoder::push_ref)
+    /// would lend it.
+    pub fn to_sample(&self) -> Sample {
+        let mut s = Sample {
+            event: self.event(),
+            cpumode: self.cpumode(),
+            ip: self.ip(),
+            pid: self.pid(),
+            tid: self.tid(),
+            time: self.time(),
+            cpu: self.cpu(),
+            period: self.period(),
+            regs_user: self.regs_user().cloned(),
+            regs_intr: self.regs_intr().cloned(),
+            mem: self.mem(),
+            ..Sample::default()
+        };
+        for c in self.callchain() {
+            // Cannot fail: same capacity.
+            let _ = s.callchain.push(c);
+        }
+        if let Some(hw_idx) = self.branch_hw_idx() {
+            let mut entries = heapless::Vec::new();
+            for e in self.branches() {
+                // Cannot fail: same capacity.
+                let _ = entries.push(e);
+            }
+            s.branches = Some(BranchStack { hw_idx, entries });
+        }
+        s
     }
 }

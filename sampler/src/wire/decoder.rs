@@ -5,7 +5,7 @@
 
 use core::fmt;
 
-use super::codec::{TaskRef, WireSample, decode_sample_into};
+use super::codec::{SampleParts, TaskRef, WireSample, decode_sample_into};
 use super::{MAGIC, MAX_FRAME, PROTOCOL_VERSION, Record, SAMPLE_TAG, WireRecord};
 use crate::sample::Sample;
 
@@ -83,6 +83,217 @@ pub struct DecoderStats {
     pub frames_ignored: u64,
 }
 
+/// A record as [`Decoder::push_parts`] lends it.
+#[derive(Clone, Copy, Debug)]
+pub enum Lent<'a> {
+    /// Any record but a sample.
+    Record(&'a Record),
+    /// A sample, in parts.
+    Sample(SampleParts<'a>),
+}
+
+/// One frame, delimited, COBS-decoded and split from its CRC, but not yet
+/// checked against it (a delta sample's CRC depends on record state).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Frame<'a> {
+    /// The postcard payload (never empty).
+    payload: &'a [u8],
+    /// The CRC word stored in the frame.
+    stored: u32,
+    /// The CRC of `payload`.
+    plain: u32,
+    /// The frame's length on the wire, delimiter excluded.
+    len: usize,
+}
+
+/// Bytes of room after a decoded frame, so short COBS runs can be copied
+/// with one fixed-size move.
+const COBS_SLACK: usize = 16;
+
+/// The framing stage of the decoder: splits a byte stream at delimiters,
+/// undoes COBS and computes each frame's CRC. It keeps no record state, so
+/// it can run ahead of the record stage, on another thread if need be
+/// ([`FrameBatch`], [`Decoder::push_batch_parts`]).
+pub struct Framer {
+    /// A frame that straddles chunks, collected.
+    frame: heapless::Vec<u8, MAX_FRAME>,
+    /// Discarding an overlong frame until the next delimiter.
+    overflow: bool,
+    /// The COBS-decoded frame.
+    plain: [u8; MAX_FRAME + COBS_SLACK],
+    /// Frames refused before the record stage, and bytes skipped.
+    stats: DecoderStats,
+}
+
+impl Default for Framer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Framer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Framer")
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Framer {
+    /// A framer at the start of a stream (or anywhere in one).
+    pub fn new() -> Self {
+        Framer {
+            frame: heapless::Vec::new(),
+            overflow: false,
+            plain: [0; MAX_FRAME + COBS_SLACK],
+            stats: DecoderStats::default(),
+        }
+    }
+
+    /// What the framing stage refused (`bad_frames`, `bytes_skipped`).
+    pub fn stats(&self) -> DecoderStats {
+        self.stats
+    }
+
+    /// Feeds `chunk`, calling `sink` for every frame it completes.
+    pub(crate) fn push(&mut self, chunk: &[u8], mut sink: impl FnMut(Frame<'_>)) {
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            match memchr::memchr(0, rest) {
+                None => {
+                    self.take(rest);
+                    rest = &[];
+                }
+                Some(end) => {
+                    if self.frame.is_empty() && !self.overflow && end <= MAX_FRAME {
+                        // The whole frame is in the chunk (the usual
+                        // case): decode it from there.
+                        self.finish(Some(&rest[..end]), &mut sink);
+                    } else {
+                        self.take(&rest[..end]);
+                        self.finish(None, &mut sink);
+                        self.frame.clear();
+                    }
+                    rest = &rest[end + 1..];
+                }
+            }
+        }
+    }
+
+    fn take(&mut self, bytes: &[u8]) {
+        if self.overflow {
+            self.stats.bytes_skipped += bytes.len() as u64;
+            return;
+        }
+        if self.frame.extend_from_slice(bytes).is_err() {
+            self.stats.bytes_skipped += (self.frame.len() + bytes.len()) as u64;
+            self.frame.clear();
+            self.overflow = true;
+        }
+    }
+
+    /// Decodes the frame `whole`, or else the one collected in
+    /// `self.frame`, and hands it to `sink`.
+    fn finish(&mut self, whole: Option<&[u8]>, sink: &mut impl FnMut(Frame<'_>)) {
+        if self.overflow {
+            self.overflow = false;
+            self.stats.bad_frames += 1;
+            self.stats.bytes_skipped += 1;
+            return;
+        }
+        let src = whole.unwrap_or(&self.frame);
+        let len = src.len();
+        if len == 0 {
+            // Back-to-back delimiters: a resync point, not a frame.
+            return;
+        }
+        let n = match cobs_decode_to(src, &mut self.plain) {
+            Some(n) if n >= 5 => n,
+            _ => {
+                self.stats.bad_frames += 1;
+                self.stats.bytes_skipped += len as u64 + 1;
+                return;
+            }
+        };
+        let (payload, crc_bytes) = self.plain[..n].split_at(n - 4);
+        let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
+        sink(Frame {
+            payload,
+            stored,
+            plain: frame_crc(payload),
+            len,
+        });
+    }
+}
+
+/// Frames collected by a [`Framer`] for a record stage that runs elsewhere
+/// ([`Decoder::push_batch_parts`]), with the framer's counters as of the
+/// last frame.
+#[cfg(feature = "std")]
+#[derive(Clone, Debug, Default)]
+pub struct FrameBatch {
+    /// Per frame: payload length (u16), encoded length (u16), stored and
+    /// plain CRC (u32 each), then the payload.
+    bytes: std::vec::Vec<u8>,
+    /// The framer's counters.
+    stats: DecoderStats,
+}
+
+#[cfg(feature = "std")]
+impl FrameBatch {
+    /// Bytes of bookkeeping per frame.
+    const HEAD: usize = 12;
+
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Empties the batch, keeping its storage.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+    }
+
+    /// Bytes held (payloads and bookkeeping).
+    pub fn len_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Feeds `chunk` through `framer` and appends the frames it completes.
+    pub fn push_from(&mut self, framer: &mut Framer, chunk: &[u8]) {
+        let bytes = &mut self.bytes;
+        framer.push(chunk, |f| {
+            // Both fit 16 bits: frames are at most MAX_FRAME bytes.
+            bytes.extend_from_slice(&(f.payload.len() as u16).to_le_bytes());
+            bytes.extend_from_slice(&(f.len as u16).to_le_bytes());
+            bytes.extend_from_slice(&f.stored.to_le_bytes());
+            bytes.extend_from_slice(&f.plain.to_le_bytes());
+            bytes.extend_from_slice(f.payload);
+        });
+        self.stats = framer.stats();
+    }
+
+    /// The frames, in order.
+    fn frames(&self) -> impl Iterator<Item = Frame<'_>> {
+        let mut rest = &self.bytes[..];
+        core::iter::from_fn(move || {
+            let (head, tail) = rest.split_first_chunk::<{ Self::HEAD }>()?;
+            let n = usize::from(u16::from_le_bytes([head[0], head[1]]));
+            let len = usize::from(u16::from_le_bytes([head[2], head[3]]));
+            let stored = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+            let plain = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+            let payload = tail.get(..n)?;
+            rest = &tail[n..];
+            Some(Frame {
+                payload,
+                stored,
+                plain,
+                len,
+            })
+        })
+    }
+}
+
 /// The incremental decoder.
 ///
 /// ```
@@ -97,9 +308,12 @@ pub struct DecoderStats {
 /// assert_eq!(got, [Ok(Record::End(End { taken: 3, ..End::default() }))]);
 /// ```
 pub struct Decoder {
-    frame: heapless::Vec<u8, MAX_FRAME>,
-    /// Discarding an overlong frame until the next delimiter.
-    overflow: bool,
+    framer: Framer,
+    records: Records,
+}
+
+/// The record stage: CRC checks, delta state, records.
+struct Records {
     tasks: heapless::Deque<TaskRef, DECODER_TASKS>,
     incompatible: bool,
     stats: DecoderStats,
@@ -112,8 +326,8 @@ pub struct Decoder {
 impl fmt::Debug for Decoder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Decoder")
-            .field("stats", &self.stats)
-            .field("incompatible", &self.incompatible)
+            .field("stats", &self.stats())
+            .field("incompatible", &self.records.incompatible)
             .finish_non_exhaustive()
     }
 }
@@ -129,19 +343,27 @@ impl Decoder {
     /// synchronises at the first delimiter).
     pub fn new() -> Self {
         Decoder {
-            frame: heapless::Vec::new(),
-            overflow: false,
-            tasks: heapless::Deque::new(),
-            incompatible: false,
-            stats: DecoderStats::default(),
-            wire: WireSample::default(),
-            record: Record::Sample(Sample::default()),
+            framer: Framer::new(),
+            records: Records {
+                tasks: heapless::Deque::new(),
+                incompatible: false,
+                stats: DecoderStats::default(),
+                wire: WireSample::default(),
+                record: Record::Sample(Sample::default()),
+            },
         }
     }
 
     /// Counters so far.
     pub fn stats(&self) -> DecoderStats {
-        self.stats
+        let (f, r) = (self.framer.stats, self.records.stats);
+        DecoderStats {
+            frames_ok: f.frames_ok + r.frames_ok,
+            bad_frames: f.bad_frames + r.bad_frames,
+            bytes_skipped: f.bytes_skipped + r.bytes_skipped,
+            unresolved_samples: f.unresolved_samples + r.unresolved_samples,
+            frames_ignored: f.frames_ignored + r.frames_ignored,
+        }
     }
 
     /// Feeds `chunk`, calling `sink` for every record (or error) completed
@@ -156,21 +378,46 @@ impl Decoder {
     /// for the next one: samples are rebuilt in place, so no sample is
     /// copied or moved between the frame and the sink.
     pub fn push_ref(&mut self, chunk: &[u8], mut sink: impl FnMut(Result<&Record, DecodeError>)) {
-        let mut rest = chunk;
-        while !rest.is_empty() {
-            match memchr::memchr(0, rest) {
-                None => {
-                    self.take(rest);
-                    rest = &[];
-                }
-                Some(end) => {
-                    self.take(&rest[..end]);
-                    rest = &rest[end + 1..];
-                    self.finish_frame(&mut sink);
-                    self.frame.clear();
-                }
-            }
+        let records = &mut self.records;
+        self.framer.push(chunk, |f| {
+            records.finish_frame::<false>(f, &mut |r| match r {
+                Ok(Lent::Record(r)) => sink(Ok(r)),
+                // Not produced without `PARTS`.
+                Ok(Lent::Sample(_)) => {}
+                Err(e) => sink(Err(e)),
+            })
+        });
+    }
+
+    /// Feeds `chunk`, lending `sink` every record (or error) completed by
+    /// it, in stream order, like [`push_ref`](Self::push_ref), except that
+    /// samples come as [`SampleParts`]: the sample is not rebuilt at all,
+    /// its delta-coded fields are read from the task's reference state,
+    /// which is updated in place. The fastest way to consume a stream.
+    pub fn push_parts(
+        &mut self,
+        chunk: &[u8],
+        mut sink: impl FnMut(Result<Lent<'_>, DecodeError>),
+    ) {
+        let records = &mut self.records;
+        self.framer
+            .push(chunk, |f| records.finish_frame::<true>(f, &mut sink));
+    }
+
+    /// Like [`push_parts`](Self::push_parts) for frames a [`Framer`]
+    /// collected elsewhere (in stream order, from the start of the stream,
+    /// by one framer). The framer's counters, as of the batch, become this
+    /// decoder's framing counters.
+    #[cfg(feature = "std")]
+    pub fn push_batch_parts(
+        &mut self,
+        batch: &FrameBatch,
+        mut sink: impl FnMut(Result<Lent<'_>, DecodeError>),
+    ) {
+        for f in batch.frames() {
+            self.records.finish_frame::<true>(f, &mut sink);
         }
+        self.framer.stats = batch.stats;
     }
 
     /// Feeds `chunk` and returns the records it completed.
@@ -180,50 +427,33 @@ impl Decoder {
         self.push(chunk, |r| out.push(r));
         out
     }
+}
 
-    fn take(&mut self, bytes: &[u8]) {
-        if self.overflow {
-            self.stats.bytes_skipped += bytes.len() as u64;
-            return;
-        }
-        if self.frame.extend_from_slice(bytes).is_err() {
-            self.stats.bytes_skipped += (self.frame.len() + bytes.len()) as u64;
-            self.frame.clear();
-            self.overflow = true;
-        }
-    }
-
+impl Records {
     fn bad(&mut self, len: usize) {
         self.stats.bad_frames += 1;
         self.stats.bytes_skipped += len as u64 + 1;
     }
 
-    /// Decodes the frame collected in `self.frame` (in place) and hands
-    /// the record or error to `sink`. The caller clears the frame.
-    fn finish_frame(&mut self, sink: &mut impl FnMut(Result<&Record, DecodeError>)) {
-        if self.overflow {
-            self.overflow = false;
-            self.stats.bad_frames += 1;
-            self.stats.bytes_skipped += 1;
-            return;
-        }
-        let len = self.frame.len();
-        if len == 0 {
-            // Back-to-back delimiters: a resync point, not a frame.
-            return;
-        }
-        let Some(n) = cobs_decode_in_place(&mut self.frame) else {
-            return self.bad(len);
-        };
-        if n < 5 {
-            return self.bad(len);
-        }
-        let (payload, crc_bytes) = self.frame[..n].split_at(n - 4);
-        let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
-        let plain = frame_crc(payload);
-
+    /// Checks and decodes one frame and hands the record or error to
+    /// `sink`.
+    fn finish_frame<const PARTS: bool>(
+        &mut self,
+        f: Frame<'_>,
+        sink: &mut impl FnMut(Result<Lent<'_>, DecodeError>),
+    ) {
+        let Frame {
+            payload,
+            stored,
+            plain,
+            len,
+        } = f;
         if payload[0] == SAMPLE_TAG && !self.incompatible {
-            return self.finish_sample(n - 4, len, stored, plain, sink);
+            return if PARTS {
+                self.finish_sample_parts(&payload[1..], len, stored, plain, sink)
+            } else {
+                self.finish_sample(&payload[1..], len, stored, plain, sink)
+            };
         }
         if payload[0] == 0 {
             // A Hello: check magic and version before the rest, whose
@@ -276,29 +506,28 @@ impl Decoder {
             WireRecord::End(e) => Record::End(e),
         };
         self.stats.frames_ok += 1;
-        sink(Ok(&self.record));
+        sink(Ok(Lent::Record(&self.record)));
     }
 
-    /// Decodes a sample frame whose payload is `self.frame[..payload_len]`
-    /// straight into the lent record, checking its CRC against the
-    /// task's reference state.
+    /// Decodes a sample (`body`: its payload after the tag) straight into
+    /// the lent record, checking its CRC against the task's reference
+    /// state.
     fn finish_sample(
         &mut self,
-        payload_len: usize,
+        body: &[u8],
         len: usize,
         stored: u32,
         plain: u32,
-        sink: &mut impl FnMut(Result<&Record, DecodeError>),
+        sink: &mut impl FnMut(Result<Lent<'_>, DecodeError>),
     ) {
-        let Decoder {
-            frame,
+        let Records {
             tasks,
             stats,
             wire,
             record,
             ..
         } = self;
-        if wire.parse_into(&frame[1..payload_len]).is_err() {
+        if wire.parse_into(body).is_err() {
             return self.bad(len);
         }
         let pos = tasks.iter().position(|t| t.tid == wire.tid());
@@ -331,22 +560,77 @@ impl Decoder {
             Some(slot) => slot.update(s, plain, since),
             None => {
                 let state = TaskRef::after(s, plain, since);
-                self.remember(None, state);
+                self.remember(state);
             }
         }
         self.stats.frames_ok += 1;
-        sink(Ok(&self.record));
+        sink(Ok(Lent::Record(&self.record)));
     }
 
-    /// Stores `state` for its task, replacing the entry at `pos`, or
-    /// evicting the oldest entry when the table is full.
-    fn remember(&mut self, pos: Option<usize>, state: TaskRef) {
-        if let Some(p) = pos
-            && let Some(slot) = self.tasks.iter_mut().nth(p)
-        {
-            *slot = state;
-            return;
+    /// Like [`finish_sample`](Self::finish_sample), but brings the task's
+    /// reference state up to this sample in place and lends the sample as
+    /// [`SampleParts`] over that state, without building a [`Sample`].
+    fn finish_sample_parts(
+        &mut self,
+        body: &[u8],
+        len: usize,
+        stored: u32,
+        plain: u32,
+        sink: &mut impl FnMut(Result<Lent<'_>, DecodeError>),
+    ) {
+        if self.wire.parse_into(body).is_err() {
+            return self.bad(len);
         }
+        let Records {
+            tasks, stats, wire, ..
+        } = self;
+        let tid = wire.tid();
+        let key = wire.is_key();
+        if key && stored != plain {
+            return self.bad(len);
+        }
+        let state = match tasks.iter_mut().find(|t| t.tid == tid) {
+            Some(slot) => {
+                let since = if key {
+                    0
+                } else if slot.chain ^ plain == stored && stored != plain {
+                    slot.since_key + 1
+                } else {
+                    stats.unresolved_samples += u64::from(stored != plain);
+                    return self.bad(len);
+                };
+                if slot.apply(wire, plain, since).is_err() {
+                    return self.bad(len);
+                }
+                &*slot
+            }
+            None => {
+                if !key {
+                    stats.unresolved_samples += u64::from(stored != plain);
+                    return self.bad(len);
+                }
+                let mut state = TaskRef::empty(tid);
+                if state.apply(wire, plain, 0).is_err() {
+                    return self.bad(len);
+                }
+                if tasks.is_full() {
+                    tasks.pop_front();
+                }
+                // Cannot fail: there is room now.
+                let _ = tasks.push_back(state);
+                match tasks.back() {
+                    Some(s) => s,
+                    None => return self.bad(len),
+                }
+            }
+        };
+        stats.frames_ok += 1;
+        sink(Ok(Lent::Sample(SampleParts { wire, state })));
+    }
+
+    /// Stores `state` for a task not in the table yet, evicting the oldest
+    /// entry when the table is full.
+    fn remember(&mut self, state: TaskRef) {
         if self.tasks.is_full() {
             self.tasks.pop_front();
         }
@@ -355,32 +639,42 @@ impl Decoder {
     }
 }
 
-/// Undoes COBS in place and returns the decoded length, or `None` for a
-/// malformed frame. `buf` is one frame without its delimiter, so it holds
-/// no zero byte (the decoder splits frames at zeros). Accepts and rejects
-/// exactly what `cobs::decode_in_place` does on such input, but moves each
-/// run of bytes with one copy instead of byte by byte.
-pub(crate) fn cobs_decode_in_place(buf: &mut [u8]) -> Option<usize> {
-    let end = buf.len();
-    if end == 0 {
+/// Undoes COBS from `src` into `dst` and returns the decoded length, or
+/// `None` for a malformed frame. `src` is one frame without its delimiter
+/// (at most [`MAX_FRAME`] bytes), so it holds no zero byte (the decoder
+/// splits frames at zeros). Accepts and rejects exactly what
+/// `cobs::decode_in_place` does on such input, but moves each run of bytes
+/// with one copy, and a short run with one fixed 16-byte move (the bytes
+/// it writes past the run are overwritten or lie past the result).
+pub(crate) fn cobs_decode_to(src: &[u8], dst: &mut [u8; MAX_FRAME + COBS_SLACK]) -> Option<usize> {
+    let end = src.len();
+    if end == 0 || end > MAX_FRAME {
         return None;
     }
-    let (mut src, mut dst) = (0, 0);
-    while src < end {
-        let code = usize::from(buf[src]);
+    // `d <= s` throughout (each code byte yields at most itself), so
+    // `d + COBS_SLACK` stays inside `dst`.
+    let (mut s, mut d) = (0, 0);
+    while s < end {
+        let code = usize::from(src[s]);
         // A zero code cannot occur in a frame split at zeros; refuse it
         // rather than loop.
-        if code == 0 || src + code > end {
+        if code == 0 || s + code > end {
             return None;
         }
         let run = code - 1;
-        buf.copy_within(src + 1..src + code, dst);
-        src += code;
-        dst += run;
-        if code != 0xff && src < end {
-            buf[dst] = 0;
-            dst += 1;
+        if run <= COBS_SLACK
+            && let Some(from) = src.get(s + 1..s + 1 + COBS_SLACK)
+        {
+            dst[d..d + COBS_SLACK].copy_from_slice(from);
+        } else {
+            dst[d..d + run].copy_from_slice(&src[s + 1..s + code]);
+        }
+        s += code;
+        d += run;
+        if code != 0xff && s < end {
+            dst[d] = 0;
+            d += 1;
         }
     }
-    Some(dst)
+    Some(d)
 }

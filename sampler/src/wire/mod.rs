@@ -61,8 +61,10 @@ mod codec;
 mod decoder;
 mod encoder;
 
-pub use codec::{TaskRef, WireSample};
-pub use decoder::{DecodeError, Decoder, DecoderStats};
+pub use codec::{SampleParts, TaskRef, WireSample};
+#[cfg(feature = "std")]
+pub use decoder::FrameBatch;
+pub use decoder::{DecodeError, Decoder, DecoderStats, Framer, Lent};
 pub use encoder::{EncodeError, Encoder, EncoderConfig};
 
 use serde::{Deserialize, Serialize};

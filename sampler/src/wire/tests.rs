@@ -531,6 +531,51 @@ fn fast_parser_varint_limits_match_postcard() {
         outcomes,
         [Some(u32::MAX), None, None, Some(0), Some(0x7f), None]
     );
+    // u64 (the keyframe's time), at every length up to and past ten bytes,
+    // with and without bytes after it (the word-at-a-time path needs eight
+    // at hand).
+    let time = |t: &[u8], pad: usize| {
+        let mut p = vec![SAMPLE_TAG, 0x18, 1, 2];
+        p.extend_from_slice(t);
+        p.extend_from_slice(&[3, 4, 0]);
+        p.extend(std::iter::repeat_n(0x55, pad));
+        p
+    };
+    let mut cases: std::vec::Vec<std::vec::Vec<u8>> = std::vec::Vec::new();
+    for len in 1..=11 {
+        for last in [0x00, 0x01, 0x02, 0x7f] {
+            let mut t = vec![0xff; len - 1];
+            t.push(last);
+            cases.push(t.clone());
+            let mut z = vec![0x80; len - 1];
+            z.push(last);
+            cases.push(z);
+        }
+    }
+    cases.push(vec![0xff; 8]);
+    cases.push(vec![0xff; 9]);
+    cases.push(vec![0xff; 12]);
+    let mut accepted = 0;
+    for c in &cases {
+        for pad in [0, 1, 8] {
+            let p = time(c, pad);
+            let reference = match postcard::from_bytes::<WireRecord>(&p) {
+                Ok(WireRecord::Sample(s)) => Some(s),
+                _ => None,
+            };
+            let fast = w.parse_into(&p[1..]).ok().map(|()| w.clone());
+            assert_eq!(fast, reference, "{p:02x?}");
+            accepted += usize::from(fast.is_some());
+        }
+    }
+    assert!(accepted > 50 && accepted < cases.len() * 3, "{accepted}");
+    // The ten-byte maximum and the value just past it.
+    let mut max = vec![0xff; 9];
+    max.push(0x01);
+    assert_eq!(w.parse_into(&time(&max, 8)[1..]), Ok(()));
+    assert_eq!(w.time, u64::MAX);
+    max[9] = 0x02;
+    assert!(w.parse_into(&time(&max, 8)[1..]).is_err());
 }
 
 /// `push_ref` rebuilds samples in one reused record: fields a sample does
@@ -572,9 +617,9 @@ fn cobs_decoder_matches_the_cobs_crate() {
     let mut rng = Rng(0x51ed_270b_9a3c_44e1);
     let check = |input: &[u8]| {
         assert!(!input.contains(&0));
-        let mut ours = input.to_vec();
+        let mut ours = [0xa5u8; MAX_FRAME + 16];
         let mut theirs = input.to_vec();
-        let a = decoder::cobs_decode_in_place(&mut ours);
+        let a = decoder::cobs_decode_to(input, &mut ours);
         let b = cobs::decode_in_place(&mut theirs).ok();
         assert_eq!(a, b, "{input:02x?}");
         if let Some(n) = a {
@@ -602,8 +647,8 @@ fn cobs_decoder_matches_the_cobs_crate() {
         let n = cobs::encode(&payload, &mut enc);
         if n > 0 {
             valid += u32::from(check(&enc[..n]));
-            let mut ours = enc[..n].to_vec();
-            let m = decoder::cobs_decode_in_place(&mut ours).unwrap();
+            let mut ours = [0u8; MAX_FRAME + 16];
+            let m = decoder::cobs_decode_to(&enc[..n], &mut ours).unwrap();
             assert_eq!(ours[..m], payload[..], "round trip");
         }
         for cut in [1, n / 2, n.saturating_sub(1)] {
@@ -639,4 +684,240 @@ fn frame_crc_is_crc32_iso_hdlc() {
         }
     }
     assert_eq!(decoder::frame_crc(b"123456789"), 0xcbf4_3926);
+}
+
+/// How [`lend_all`] feeds a decoder.
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    /// `push_ref`.
+    Rebuilt,
+    /// `push_parts`.
+    Parts,
+    /// A separate `Framer` into `FrameBatch`es of several chunks, then
+    /// `push_batch_parts` (with `std`).
+    #[cfg(feature = "std")]
+    Batches,
+}
+
+/// Everything `push_ref` yields for `bytes` fed in chunks of `chunk`
+/// bytes, with samples built from [`SampleParts`] on the other paths.
+fn lend_all(
+    bytes: &[u8],
+    chunk: usize,
+    path: Path,
+) -> (std::vec::Vec<Result<Record, DecodeError>>, DecoderStats) {
+    let mut d = Decoder::new();
+    let mut out = std::vec::Vec::new();
+    #[cfg(feature = "std")]
+    let (mut framer, mut batch) = (Framer::new(), FrameBatch::new());
+    let mut lend = |r: Result<Lent<'_>, DecodeError>| {
+        out.push(r.map(|l| match l {
+            Lent::Record(r) => r.clone(),
+            Lent::Sample(p) => Record::Sample(p.to_sample()),
+        }))
+    };
+    for (i, c) in bytes.chunks(chunk).enumerate() {
+        let _ = i; // Only batches use it.
+        match path {
+            Path::Rebuilt => d.push_ref(c, |r| lend(r.map(Lent::Record))),
+            Path::Parts => d.push_parts(c, &mut lend),
+            #[cfg(feature = "std")]
+            Path::Batches => {
+                batch.push_from(&mut framer, c);
+                if i % 3 == 2 {
+                    d.push_batch_parts(&batch, &mut lend);
+                    batch.clear();
+                }
+            }
+        }
+    }
+    #[cfg(feature = "std")]
+    if path == Path::Batches {
+        d.push_batch_parts(&batch, &mut lend);
+    }
+    (out, d.stats())
+}
+
+/// Re-frames `frame` (one encoded frame, delimiter included) with its
+/// payload byte at `at` replaced by `value`, keeping the CRC valid against
+/// the same chain value: the decoder's checks past the CRC see the change.
+fn remade_frame(frame: &[u8], at: usize, value: u8) -> std::vec::Vec<u8> {
+    let mut raw = frame[..frame.len() - 1].to_vec();
+    let n = cobs::decode_in_place(&mut raw).unwrap();
+    let (payload, crc) = raw[..n].split_at(n - 4);
+    let stored = u32::from_le_bytes(crc.try_into().unwrap());
+    let chain = stored ^ super::decoder::frame_crc(payload);
+    let mut p = payload.to_vec();
+    let at = at % p.len();
+    p[at] = value;
+    let crc = super::decoder::frame_crc(&p) ^ chain;
+    p.extend_from_slice(&crc.to_le_bytes());
+    let mut out = vec![0u8; cobs::max_encoding_length(p.len()) + 1];
+    let m = cobs::encode(&p, &mut out);
+    out.truncate(m);
+    out.push(0);
+    out
+}
+
+/// `push_parts`, which never builds a `Sample` and brings each task's
+/// reference up to date in place, lends exactly the samples `push_ref`
+/// rebuilds, and counts the same, and so does framing apart into batches
+/// (`push_batch_parts`), on streams of every sample shape with
+/// other records between them: intact, with random bytes flipped, cut
+/// short, with frames dropped (lost references), and with payloads changed
+/// behind a valid CRC (frames that pass the CRC but not the codec checks).
+#[test]
+fn sample_parts_match_rebuilt_samples() {
+    let mut rng = Rng(0xfeed_beef);
+    let samples = varied_samples(&mut rng, 1500);
+    let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
+        keyframe_interval: 6,
+    });
+    let mut frames = std::vec::Vec::new();
+    let mut buf = [0u8; MAX_FRAME];
+    for (i, s) in samples.iter().enumerate() {
+        if i % 97 == 3 {
+            let rec = Record::Lost(Lost {
+                time: i as u64,
+                cpu: 0,
+                event: 1,
+                count: 2,
+                reason: LostReason::RingFull,
+            });
+            let n = enc.encode(&rec, &mut buf).unwrap();
+            frames.push(buf[..n].to_vec());
+        }
+        let n = enc.encode(&Record::Sample(s.clone()), &mut buf).unwrap();
+        frames.push(buf[..n].to_vec());
+    }
+    let clean: std::vec::Vec<u8> = frames.concat();
+    let mut streams = vec![clean.clone()];
+    for round in 0..12u64 {
+        // Flipped bytes.
+        let mut b = clean.clone();
+        for _ in 0..(round + 1) * 5 {
+            let at = rng.below(b.len() as u64) as usize;
+            b[at] ^= 1 << rng.below(8);
+        }
+        streams.push(b);
+        // Cut short.
+        let cut = rng.below(clean.len() as u64) as usize;
+        streams.push(clean[..cut].to_vec());
+        // Dropped frames and payloads changed behind a valid CRC.
+        let mut b = std::vec::Vec::new();
+        for f in &frames {
+            match rng.below(40) {
+                0 => {}
+                1..=3 => {
+                    let at = rng.below(f.len() as u64) as usize;
+                    let v = match rng.below(3) {
+                        0 => 0x80,
+                        1 => rng.below(60) as u8,
+                        _ => rng.next() as u8,
+                    };
+                    b.extend_from_slice(&remade_frame(f, at, v));
+                }
+                _ => b.extend_from_slice(f),
+            }
+        }
+        streams.push(b);
+    }
+    let (mut samples_seen, mut bad) = (0usize, 0u64);
+    for (i, s) in streams.iter().enumerate() {
+        let chunk = 1 + (i * 37) % 300;
+        let (want, want_stats) = lend_all(s, chunk, Path::Rebuilt);
+        #[cfg(feature = "std")]
+        let paths = [Path::Parts, Path::Batches];
+        #[cfg(not(feature = "std"))]
+        let paths = [Path::Parts];
+        for path in paths {
+            let (got, got_stats) = lend_all(s, chunk, path);
+            assert_eq!(got.len(), want.len(), "stream {i}");
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g, w, "stream {i}, record {k}");
+            }
+            assert_eq!(got_stats, want_stats, "stream {i}");
+        }
+        samples_seen += want
+            .iter()
+            .filter(|r| matches!(r, Ok(Record::Sample(_))))
+            .count();
+        bad += want_stats.bad_frames;
+    }
+    assert!(samples_seen > 20_000 && bad > 500, "{samples_seen} {bad}");
+}
+
+/// The register-block reader's eight-at-a-time path: blocks of every
+/// length up to the maximum, signed (deltas) and unsigned (absolute), with
+/// one-byte varints and longer ones at every position, parse exactly as
+/// postcard parses them, also cut short and with bytes changed.
+#[test]
+fn register_blocks_parse_like_postcard() {
+    use super::codec::flag;
+    let mut rng = Rng(0x0123_4567_89ab_cdef);
+    let mut w = WireSample::default();
+    let mut buf = [0u8; MAX_FRAME];
+    let (mut accepted, mut rejected, mut fast) = (0u32, 0u32, 0u32);
+    for round in 0..3000u64 {
+        let n = (round % 57) as usize;
+        let signed = round % 2 == 0;
+        let long_every = [0, 3, 9, 40][(round / 2 % 4) as usize];
+        let mut src = WireSample {
+            flags: if signed {
+                flag::UREGS | flag::UREGS_DELTA
+            } else {
+                flag::UREGS | flag::UREGS_SHAPE | flag::KEY
+            },
+            tid: 1,
+            ..Default::default()
+        };
+        src.uregs.abi = 2;
+        src.uregs.mask = (1u64 << n) - 1;
+        for _ in 0..n {
+            let small = if signed {
+                (rng.below(128) as i64 - 64) as u64
+            } else {
+                rng.below(128)
+            };
+            let v = if long_every != 0 && rng.below(long_every) == 0 {
+                rng.next() >> rng.below(56)
+            } else {
+                small
+            };
+            src.uregs.values.push(v).unwrap();
+        }
+        let p = postcard::to_slice(&WireRecordRef::Sample(&src), &mut buf)
+            .unwrap()
+            .to_vec();
+        let mut check = |p: &[u8]| {
+            let reference = match postcard::from_bytes::<WireRecord>(p) {
+                Ok(WireRecord::Sample(s)) => Some(s),
+                _ => None,
+            };
+            let got = w.parse_into(&p[1..]).ok().map(|()| w.clone());
+            assert_eq!(got, reference, "payload {p:02x?}");
+            if got.is_some() {
+                accepted += 1;
+            } else {
+                rejected += 1;
+            }
+        };
+        check(&p);
+        fast += u32::from(n >= 8 && long_every == 0);
+        for _ in 0..6 {
+            check(&p[..1 + rng.below(p.len() as u64 - 1) as usize]);
+            let mut m = p.clone();
+            let at = 1 + rng.below(m.len() as u64 - 1) as usize;
+            m[at] = match rng.below(3) {
+                0 => m[at] ^ 0x80,
+                1 => 0xff,
+                _ => rng.next() as u8,
+            };
+            check(&m);
+        }
+    }
+    assert!(
+        accepted > 8_000 && rejected > 8_000 && fast > 300,
+        "{accepted} {rejected} {fast}"
+    );
 }
