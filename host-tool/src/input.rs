@@ -179,6 +179,8 @@ pub struct StreamStats {
     pub task_names: BTreeMap<u32, String>,
     /// Samples the target reported lost.
     pub lost: u64,
+    /// The part of `lost` suppressed while the event was throttled.
+    pub lost_throttled: u64,
     /// Throttle starts.
     pub throttled: u64,
     /// Throttle ends.
@@ -232,7 +234,14 @@ impl StreamStats {
                     }
                 }
             }
-            Item::Lost { count, .. } => self.lost += count,
+            Item::Lost {
+                count, throttled, ..
+            } => {
+                self.lost += count;
+                if *throttled {
+                    self.lost_throttled += count;
+                }
+            }
             Item::Throttle { on: true, .. } => self.throttled += 1,
             Item::Throttle { on: false, .. } => self.unthrottled += 1,
             Item::Log(_) | Item::Defmt(_) => self.logs += 1,
@@ -301,7 +310,11 @@ impl StreamStats {
             );
         }
         let d = self.decoder;
-        let _ = writeln!(s, "\nlost (target): {}", self.lost);
+        let _ = writeln!(
+            s,
+            "\nlost (target): {} ({} throttled)",
+            self.lost, self.lost_throttled
+        );
         let _ = writeln!(
             s,
             "throttled: {} (unthrottled {})",
