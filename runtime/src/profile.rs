@@ -296,6 +296,12 @@ pub fn max_rate_configured() -> u32 {
     MAX_RATE_CONFIGURED.load(Ordering::Relaxed)
 }
 
+/// Outside NMI context, without the wire (the self-test): takes every
+/// queued record out of the ring, in order, handing each to `f`.
+pub fn take_queued(mut f: impl FnMut(&NmiRecord)) {
+    while RING.pop_with(|r| f(r)).is_some() {}
+}
+
 /// What the throttle did so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThrottleStats {
@@ -561,17 +567,16 @@ pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
 #[inline(always)]
 pub fn overflow(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) -> bool {
     let (t, e) = throttle();
-    match t.on_overflow(e) {
-        OverflowAction::Sample => push_sample(ctx, entry_tsc, x),
-        OverflowAction::SampleThenThrottle => {
-            push_sample(ctx, entry_tsc, x);
-            push_transition(true, entry_tsc);
-        }
-        OverflowAction::Suppressed => {
-            THROTTLED_PENDING.fetch_add(1, Ordering::Relaxed);
-            THROTTLED_TOTAL.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
+    let action = t.on_overflow(e);
+    if action == OverflowAction::Suppressed {
+        THROTTLED_PENDING.fetch_add(1, Ordering::Relaxed);
+        THROTTLED_TOTAL.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    // One call site, so the sample is built inline.
+    push_sample(ctx, entry_tsc, x);
+    if action == OverflowAction::SampleThenThrottle {
+        push_transition(true, entry_tsc);
     }
     true
 }
