@@ -523,6 +523,41 @@ fn throttled_overflows_are_counted_exactly() {
     }
 }
 
+#[test]
+fn throttling_stops_and_restarts_the_simulated_pmu() {
+    if !qemu_present() {
+        return;
+    }
+    // pmu=sim: every clock NMI is a PMI of the simulated counter (period
+    // 1). Throttling stops the counter through the driver, so no overflow
+    // arrives (none is suppressed or lost), and each tick restarts it.
+    let rec = record(&[
+        "--pmu",
+        "sim",
+        "--freq",
+        "20000",
+        "--max-rate",
+        "4000",
+        "--duration",
+        "0.2",
+    ]);
+    assert_eq!(rec.status, Some(0), "{}", rec.stderr);
+    let end = stat_numbers(&rec.capture, "end: taken ");
+    let (taken, delivered, lost, throttled) = (end[0], end[1], end[2], end[3]);
+    assert_eq!((taken, lost), (delivered, 0), "{end:?}");
+    assert!(throttled >= 150, "throttled {throttled} times in 200 ticks");
+    // Five samples per tick (four allowed, the fifth throttles), restarted
+    // every tick.
+    assert!(
+        (5 * 190..=5 * 203).contains(&delivered),
+        "{delivered} samples in 0.2 s at max_rate=4000"
+    );
+    let c = read_back(&rec.data);
+    assert_eq!(c.samples, delivered);
+    assert_eq!(c.throttle_records, throttled);
+    assert!(c.unthrottle_records + 1 >= throttled && c.unthrottle_records <= throttled);
+}
+
 fn perch(args: &[&str], path: Option<&str>) -> (Option<i32>, String) {
     let mut cmd = Command::new(perch_bin());
     cmd.args(args).stdin(Stdio::null());
