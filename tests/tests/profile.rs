@@ -558,6 +558,30 @@ fn throttling_stops_and_restarts_the_simulated_pmu() {
     assert!(c.unthrottle_records + 1 >= throttled && c.unthrottle_records <= throttled);
 }
 
+#[test]
+fn cpu_time_budget_lowers_the_rate_and_says_so_after_the_run() {
+    if !qemu_present() {
+        return;
+    }
+    // cpu_pct=1 at the default max_rate allows 100 ns per sample on
+    // average; a default sample takes about 230 instructions (ns here).
+    let rec = record(&["--freq", "20000", "--cpu-pct", "1", "--duration", "0.2"]);
+    assert_eq!(rec.status, Some(0), "{}", rec.stderr);
+    let line = rec
+        .stderr
+        .lines()
+        .find(|l| l.contains("perch: interrupt took too long ("))
+        .unwrap_or_else(|| panic!("no lowered-rate report:\n{}", rec.stderr));
+    let rate: u64 = line
+        .rsplit("lowered max_rate to ")
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(rate > 0 && rate < 100_000, "{line}");
+    let (taken, delivered, lost) = end_counters(&rec.capture);
+    assert_eq!(taken, delivered + lost);
+}
+
 fn perch(args: &[&str], path: Option<&str>) -> (Option<i32>, String) {
     let mut cmd = Command::new(perch_bin());
     cmd.args(args).stdin(Stdio::null());
