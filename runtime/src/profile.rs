@@ -16,7 +16,7 @@ use crate::wire;
 use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use sampler::capture::{RawFrame, RawSample, raw_flags};
 use sampler::drain::{NmiRecord, drain_step};
 use sampler::event::{EventConfig, PmuCaps, sample_type as st};
@@ -112,6 +112,14 @@ static EXCLUDE: AtomicU32 = AtomicU32::new(0);
 const EXCLUDE_USER: u32 = 1;
 const EXCLUDE_KERNEL: u32 = 2;
 static SIMULATED: AtomicBool = AtomicBool::new(false);
+/// What an NMI-clock NMI that is not a PMI does: [`CLOCK_SAMPLES`] (the
+/// `cpu-clock` event), [`CLOCK_DRIVES_SIM`] (`pmu=sim`) or
+/// [`CLOCK_TICKS_ONLY`] (the hardware PMU samples; the clock is the
+/// throttle's tick). One load on the NMI path.
+static CLOCK_ROLE: AtomicU8 = AtomicU8::new(CLOCK_SAMPLES);
+const CLOCK_SAMPLES: u8 = 0;
+const CLOCK_DRIVES_SIM: u8 = 1;
+const CLOCK_TICKS_ONLY: u8 = 2;
 static PEBS_LOST_TOTAL: AtomicU64 = AtomicU64::new(0);
 static HW_EVENT: HwEventCell = HwEventCell(UnsafeCell::new(None));
 static HW_EVENT_SET: AtomicBool = AtomicBool::new(false);
@@ -218,6 +226,7 @@ pub fn configure_hw(ev: &EventConfig, sample_type: u64) {
     // starts: nothing reads the cell yet.
     unsafe { *HW_EVENT.0.get() = Some(*ev) };
     HW_EVENT_SET.store(true, Ordering::Release);
+    CLOCK_ROLE.store(CLOCK_TICKS_ONLY, Ordering::Relaxed);
     // Samples that skid across the privilege boundary the counter filters
     // on are dropped (and counted), as perf drops them.
     let exclude = if ev.exclude_user { EXCLUDE_USER } else { 0 }
@@ -236,6 +245,7 @@ pub fn configure_sim() {
     SAMPLE_TYPE.fetch_or(extra, Ordering::Relaxed);
     REGS_INTR.store(GPR_MASK, Ordering::Relaxed);
     SIMULATED.store(true, Ordering::Relaxed);
+    CLOCK_ROLE.store(CLOCK_DRIVES_SIM, Ordering::Relaxed);
 }
 
 /// Configures the event for `freq_hz` (the rate really programmed, in
@@ -542,14 +552,16 @@ pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
         return;
     }
     if !pmi {
-        if crate::pmu::sim_active() {
-            crate::pmu::on_tick(cap, entry_tsc);
-        } else if crate::pmu::hw_active() {
+        match CLOCK_ROLE.load(Ordering::Relaxed) {
+            CLOCK_SAMPLES => {
+                if !overflow(cap, entry_tsc, &Extra::NONE) {
+                    // Suppressed: nothing was sampled.
+                    return;
+                }
+            }
+            CLOCK_DRIVES_SIM => crate::pmu::on_tick(cap, entry_tsc),
             // The clock is only the throttle's tick here.
-            return;
-        } else if !overflow(cap, entry_tsc, &Extra::NONE) {
-            // Suppressed: nothing was sampled.
-            return;
+            _ => return,
         }
     }
     let cost = crate::nmi::rdtsc().wrapping_sub(entry_tsc);
