@@ -10,6 +10,10 @@ use crate::pmu::events::{self, Event, EventError};
 pub const DEFAULT_FREQ_HZ: u32 = 4000;
 /// Highest NMI rate accepted from `freq=`.
 pub const MAX_FREQ_HZ: u32 = 200_000;
+/// `max_rate=` default: perf's `perf_event_max_sample_rate`.
+pub const DEFAULT_MAX_RATE: u32 = 100_000;
+/// `cpu_pct=` default: perf's `perf_cpu_time_max_percent`.
+pub const DEFAULT_CPU_PCT: u32 = 25;
 
 /// Which overflow source the runtime should use (`pmu=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +72,13 @@ pub struct Config {
     /// `event=NAME[:mods]`: the hardware event to sample with a usable PMU
     /// (`pmu=auto`); `None`: cycles.
     pub event: Option<Event>,
+    /// `max_rate=N`: samples per second one event may take before it is
+    /// throttled (`perf_event_max_sample_rate`); 0: no limit.
+    pub max_rate: u32,
+    /// `cpu_pct=N`: the share of CPU time the NMI handler may take on
+    /// average before the rate is lowered (`perf_cpu_time_max_percent`);
+    /// 0: no CPU-time budget.
+    pub cpu_pct: u32,
 }
 
 impl Default for Config {
@@ -81,6 +92,8 @@ impl Default for Config {
             duration_ms: None,
             crash: None,
             event: None,
+            max_rate: DEFAULT_MAX_RATE,
+            cpu_pct: DEFAULT_CPU_PCT,
         }
     }
 }
@@ -187,6 +200,14 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 Some("df") => cfg.crash = Some(CrashKind::DoubleFault),
                 Some("smap") => cfg.crash = Some(CrashKind::Smap),
                 _ => bad("pf, ud, df, smap or panic"),
+            },
+            "max_rate" => match value.and_then(|v| v.parse::<u32>().ok()) {
+                Some(n) => cfg.max_rate = n,
+                None => bad("samples per second (0: no limit)"),
+            },
+            "cpu_pct" => match value.and_then(|v| v.parse::<u32>().ok()) {
+                Some(n) if n <= 100 => cfg.cpu_pct = n,
+                _ => bad("a percentage from 0 (no budget) to 100"),
             },
             "event" => match value.map(|v| (v, events::parse(v))) {
                 Some((_, Ok(e))) => cfg.event = Some(e),
@@ -325,6 +346,24 @@ mod tests {
             "{}",
             issues[3]
         );
+    }
+
+    #[test]
+    fn throttle_keys() {
+        let (cfg, issues) = parse_all("");
+        assert!(issues.is_empty());
+        assert_eq!((cfg.max_rate, cfg.cpu_pct), (100_000, 25));
+        let (cfg, issues) = parse_all("max_rate=4000 cpu_pct=0");
+        assert!(issues.is_empty(), "{issues:?}");
+        assert_eq!((cfg.max_rate, cfg.cpu_pct), (4000, 0));
+        assert_eq!(parse_all("max_rate=0").0.max_rate, 0);
+        assert_eq!(parse_all("cpu_pct=100").0.cpu_pct, 100);
+        let (cfg, issues) = parse_all("max_rate=-1 max_rate=fast max_rate cpu_pct=101 cpu_pct=x");
+        assert_eq!((cfg.max_rate, cfg.cpu_pct), (100_000, 25));
+        assert_eq!(issues.len(), 5, "{issues:?}");
+        assert!(issues[0].contains("`-1` for `max_rate`"), "{}", issues[0]);
+        assert!(issues[3].contains("`101` for `cpu_pct`"), "{}", issues[3]);
+        assert!(issues[3].contains("0 (no budget) to 100"), "{}", issues[3]);
     }
 
     #[test]

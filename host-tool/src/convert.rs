@@ -145,6 +145,7 @@ impl<W: OwnedWrite> Converter<W> {
                 cpu,
                 count,
                 time,
+                ..
             } => {
                 let attr = self.event_ids.iter().position(|e| e == event).unwrap_or(0);
                 w.lost(attr, *count, *time, *cpu)?;

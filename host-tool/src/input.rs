@@ -449,6 +449,8 @@ pub struct StreamStats {
     pub task_names: BTreeMap<u32, String>,
     /// Samples the target reported lost.
     pub lost: u64,
+    /// The part of `lost` suppressed while the event was throttled.
+    pub lost_throttled: u64,
     /// Throttle starts.
     pub throttled: u64,
     /// Throttle ends.
@@ -488,7 +490,14 @@ impl StreamStats {
                 self.task_names.insert(t.tid, t.name.clone());
             }
             Item::Sample(s) => self.observe_sample(s.event, (s.pid, s.tid), s.user),
-            Item::Lost { count, .. } => self.lost += count,
+            Item::Lost {
+                count, throttled, ..
+            } => {
+                self.lost += count;
+                if *throttled {
+                    self.lost_throttled += count;
+                }
+            }
             Item::Throttle { on: true, .. } => self.throttled += 1,
             Item::Throttle { on: false, .. } => self.unthrottled += 1,
             Item::Log(_) | Item::Defmt(_) => self.logs += 1,
@@ -576,7 +585,11 @@ impl StreamStats {
             );
         }
         let d = self.decoder;
-        let _ = writeln!(s, "\nlost (target): {}", self.lost);
+        let _ = writeln!(
+            s,
+            "\nlost (target): {} ({} throttled)",
+            self.lost, self.lost_throttled
+        );
         let _ = writeln!(
             s,
             "throttled: {} (unthrottled {})",

@@ -118,6 +118,14 @@ struct RecordArgs {
     /// Ring size in samples (runtime `ring=N`).
     #[arg(long)]
     ring: Option<u32>,
+    /// Samples per second an event may take before it is throttled
+    /// (runtime `max_rate=N`, perf_event_max_sample_rate; 0: no limit).
+    #[arg(long)]
+    max_rate: Option<u32>,
+    /// Share of CPU time the sampling interrupt may take, in percent
+    /// (runtime `cpu_pct=N`, perf_cpu_time_max_percent; 0: no budget).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100))]
+    cpu_pct: Option<u32>,
     /// Output file.
     #[arg(short = 'o', long, default_value = "perf.data")]
     output: PathBuf,
@@ -596,6 +604,12 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
     );
     if let Some(r) = a.ring {
         append.push_str(&format!(" ring={r}"));
+    }
+    if let Some(r) = a.max_rate {
+        append.push_str(&format!(" max_rate={r}"));
+    }
+    if let Some(p) = a.cpu_pct {
+        append.push_str(&format!(" cpu_pct={p}"));
     }
     let cfg = QemuConfig {
         qemu: a.qemu.clone(),

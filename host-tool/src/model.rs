@@ -201,6 +201,9 @@ pub enum Item<'a> {
         count: u64,
         /// When the loss was noticed (ns).
         time: u64,
+        /// Overflows suppressed while the event was throttled (not
+        /// dropped by a full ring or PEBS).
+        throttled: bool,
     },
     /// Throttling started (`true`) or ended.
     Throttle {

@@ -155,6 +155,7 @@ impl Adapter {
                 cpu: l.cpu,
                 count: l.count,
                 time: l.time,
+                throttled: l.reason == wire::LostReason::Throttled,
             }),
             Record::Throttle(t) => f(&Item::Throttle {
                 event: t.event,

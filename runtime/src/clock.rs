@@ -31,8 +31,10 @@ pub enum ClockError {
     Rate(pit::PitError),
 }
 
-/// Starts NMIs at about `hz`.
-pub fn start(hz: u32) -> Result<ClockInfo, ClockError> {
+/// Starts NMIs at about `hz`. `pmu_armed`: the hardware PMU samples
+/// already, so the local APIC (enabled by the PMU's setup) keeps its LVT
+/// entries, the PMI's included; otherwise every LVT entry is masked first.
+pub fn start(hz: u32, pmu_armed: bool) -> Result<ClockInfo, ClockError> {
     let rate = pit::rate_for(hz).map_err(ClockError::Rate)?;
     // SAFETY: standard PC platform resources (8259, HPET window, local APIC,
     // I/O APIC, PIT), all identity mapped uncached by `paging::init`.
@@ -40,7 +42,9 @@ pub fn start(hz: u32) -> Result<ClockInfo, ClockError> {
         pic::disable();
         let hpet_found = hpet::disable_legacy_routing(hpet::DEFAULT_BASE);
         let apic = lapic::LocalApic::from_msr();
-        apic.enable_masked();
+        if !pmu_armed {
+            apic.enable_masked();
+        }
         let io = ioapic::IoApic::new(ioapic::DEFAULT_BASE);
         io.mask_all();
         io.set_redirection(

@@ -477,6 +477,7 @@ pub fn run(cfg: &Config) -> ! {
             "demo: NMI path {avg} TSC ticks per sample on average over {measured} samples (instructions under -icount shift=0)"
         );
     }
+    report_throttle();
     let (text_dropped, defmt_dropped) = crate::console::dropped();
     kprintln!(
         "demo: done after {} NMIs; console dropped {text_dropped} text bytes, {defmt_dropped} defmt frames",
@@ -490,4 +491,25 @@ pub fn run(cfg: &Config) -> ! {
         }
     }
     crate::exit(if ok { ExitCode::Pass } else { ExitCode::Fail })
+}
+
+/// Says what the throttle did (outside NMI context, after sampling
+/// stopped): perf's "interrupt took too long" report when the CPU-time
+/// budget lowered the rate, and the throttled overflows.
+fn report_throttle() {
+    let t = crate::profile::throttle_stats();
+    if t.max_rate != u64::MAX && t.max_rate < u64::from(crate::profile::max_rate_configured()) {
+        kprintln!(
+            "perch: interrupt took too long ({} ns on average), lowered max_rate to {}",
+            t.average_ns,
+            t.max_rate
+        );
+    }
+    kprintln!(
+        "demo: throttled {} times, {} overflows suppressed while throttled, {} throttle records ({} dropped: ring full)",
+        t.throttles,
+        t.suppressed,
+        t.records,
+        t.records_dropped
+    );
 }

@@ -112,31 +112,51 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         features.smep,
         features.smap
     );
+    profile::configure_throttle(cfg.max_rate, cfg.cpu_pct);
+    match (cfg.max_rate, cfg.cpu_pct) {
+        (0, _) => kprintln!("perch: throttle: no sample-rate limit (max_rate=0)"),
+        (rate, 0) => kprintln!(
+            "perch: throttle: max_rate={rate}/s ({} per {} Hz tick), no CPU-time budget (cpu_pct=0)",
+            u64::from(rate).div_ceil(profile::TICK_HZ),
+            profile::TICK_HZ
+        ),
+        (rate, pct) => kprintln!(
+            "perch: throttle: max_rate={rate}/s ({} per {} Hz tick), cpu_pct={pct}% (average handler time up to {} ns)",
+            u64::from(rate).div_ceil(profile::TICK_HZ),
+            profile::TICK_HZ,
+            1_000_000_000 / u64::from(rate) * u64::from(pct) / 100
+        ),
+    }
     defmt::info!("runtime up, selftest={=bool}", cfg.selftest);
     pmu::report_boot(&pmu_boot, cfg.event);
-    if pmu_boot.hardware() {
-        kprintln!("perch: nmi clock not started: the PMU's overflow NMIs drive the sampling");
+    // With the hardware PMU its overflow NMIs sample and the clock runs at
+    // the throttle's tick rate only (to restart throttled counters).
+    let clock_hz = if pmu_boot.hardware() {
+        profile::TICK_HZ as u32
     } else {
-        match clock::start(cfg.freq_hz) {
-            Ok(c) => kprintln!(
-                "perch: nmi clock: {} at {} Hz (divisor {}, {}.{:03} Hz){}",
-                c.source,
-                cfg.freq_hz,
-                c.rate.divisor,
-                c.rate.actual_mhz / 1000,
-                c.rate.actual_mhz % 1000,
-                if c.hpet_found {
-                    "; HPET legacy routing off"
-                } else {
-                    ""
-                }
-            ),
-            Err(clock::ClockError::Rate(e)) => {
-                kprintln!(
-                    "perch: nmi clock not started: freq={} Hz: {e:?}",
-                    cfg.freq_hz
-                )
+        cfg.freq_hz
+    };
+    match clock::start(clock_hz, pmu_boot.hardware()) {
+        Ok(c) => kprintln!(
+            "perch: nmi clock: {} at {} Hz (divisor {}, {}.{:03} Hz){}{}",
+            c.source,
+            clock_hz,
+            c.rate.divisor,
+            c.rate.actual_mhz / 1000,
+            c.rate.actual_mhz % 1000,
+            if c.hpet_found {
+                "; HPET legacy routing off"
+            } else {
+                ""
+            },
+            if pmu_boot.hardware() {
+                "; the throttle's tick only: the PMU's overflow NMIs sample"
+            } else {
+                ""
             }
+        ),
+        Err(clock::ClockError::Rate(e)) => {
+            kprintln!("perch: nmi clock not started: {clock_hz} Hz: {e:?}")
         }
     }
     if let Some(kind) = cfg.crash {

@@ -380,8 +380,14 @@ pub fn on_tick(cap: &NmiContext<'_>, entry_tsc: u64) {
         cap.interrupted.rip,
         user,
         sim_regs(cap),
-        &mut |x| profile::push_sample(cap, entry_tsc, x),
+        &mut |x| {
+            profile::overflow(cap, entry_tsc, x);
+        },
     );
+    if profile::throttled() {
+        // Throttled: the counter stops until the next tick.
+        st.driver.stop(&mut st.clock.sim);
+    }
     if let Some(n) = lost
         && n > 0
     {
@@ -819,6 +825,24 @@ pub fn startup_check(info: &PmuInfo) -> CheckReport {
     report
 }
 
+/// NMI context, at a tick that unthrottled the event: restart the
+/// counters the throttle stopped (the hardware PMU's or the simulator's).
+pub fn unthrottle() {
+    if HW_STATE.load(Ordering::Acquire) == HW_ON {
+        // SAFETY: HW_ON was seen, so setup finished; NMI context is the
+        // only user until `stop_hw`, and NMIs do not nest (module docs).
+        if let Some(st) = (unsafe { &mut *HW.0.get() }).as_mut() {
+            st.driver.start(&mut st.hw);
+        }
+    } else if sim_active() {
+        // SAFETY: SIM_ON was seen, so setup finished; NMI context is the
+        // only user, and NMIs do not nest (module docs).
+        if let Some(st) = (unsafe { &mut *SIM.0.get() }).as_mut() {
+            st.driver.start(&mut st.clock.sim);
+        }
+    }
+}
+
 /// NMI context: the PMU's part of one NMI. Services a PMI of the start-up
 /// check or of hardware sampling (samples go to `profile::push_sample` when
 /// `sampling`). Returns true when the NMI was the PMU's business and must
@@ -852,7 +876,7 @@ fn on_pmu_nmi(cap: &NmiContext<'_>, entry_tsc: u64, sampling: bool, clock_runnin
     };
     let mut emit = |x: &Extra<'_>| {
         if sampling {
-            profile::push_sample(cap, entry_tsc, x);
+            profile::overflow(cap, entry_tsc, x);
         }
     };
     let s = if st.pebs {
@@ -878,6 +902,10 @@ fn on_pmu_nmi(cap: &NmiContext<'_>, entry_tsc: u64, sampling: bool, clock_runnin
             &mut emit,
         )
     };
+    if profile::throttled() {
+        // Throttled: the counter stops until the next tick (the NMI clock).
+        st.driver.stop(&mut st.hw);
+    }
     HW_SAMPLES.fetch_add(u64::from(s.samples), Ordering::Relaxed);
     HW_BRANCH_SAMPLES.fetch_add(u64::from(s.with_branches), Ordering::Relaxed);
     HW_PEBS_DECODED.fetch_add(u64::from(s.pebs_decoded), Ordering::Relaxed);

@@ -16,14 +16,17 @@ use crate::wire;
 use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use sampler::capture::{RawFrame, RawSample, raw_flags};
 use sampler::drain::{NmiRecord, drain_step};
 use sampler::event::{EventConfig, PmuCaps, sample_type as st};
 use sampler::regs::{GPR_MASK, RegFile};
 use sampler::ring::Ring;
 use sampler::sample::MAX_CALLCHAIN;
-use sampler::wire::{CpuId, CpuVendor, End, Hello, Lost, LostReason, Record, Task, TextRange};
+use sampler::throttle::{EventThrottle, OverflowAction, Throttle, ThrottleConfig};
+use sampler::wire::{
+    CpuId, CpuVendor, End, Hello, Lost, LostReason, Record, Task, TextRange, ThrottleEvent,
+};
 
 /// Ring slots (the usable capacity can be lowered with `ring=N`).
 pub const RING_SLOTS: usize = 256;
@@ -109,9 +112,60 @@ static EXCLUDE: AtomicU32 = AtomicU32::new(0);
 const EXCLUDE_USER: u32 = 1;
 const EXCLUDE_KERNEL: u32 = 2;
 static SIMULATED: AtomicBool = AtomicBool::new(false);
+/// What an NMI-clock NMI that is not a PMI does: [`CLOCK_SAMPLES`] (the
+/// `cpu-clock` event), [`CLOCK_DRIVES_SIM`] (`pmu=sim`) or
+/// [`CLOCK_TICKS_ONLY`] (the hardware PMU samples; the clock is the
+/// throttle's tick). One load on the NMI path.
+static CLOCK_ROLE: AtomicU8 = AtomicU8::new(CLOCK_SAMPLES);
+const CLOCK_SAMPLES: u8 = 0;
+const CLOCK_DRIVES_SIM: u8 = 1;
+const CLOCK_TICKS_ONLY: u8 = 2;
 static PEBS_LOST_TOTAL: AtomicU64 = AtomicU64::new(0);
 static HW_EVENT: HwEventCell = HwEventCell(UnsafeCell::new(None));
 static HW_EVENT_SET: AtomicBool = AtomicBool::new(false);
+
+/// Timer ticks per second for throttling (perf's `HZ`); the tick is
+/// derived from the TSC in the NMI handler.
+pub const TICK_HZ: u64 = 1000;
+static THROTTLE: ThrottleCell = ThrottleCell(UnsafeCell::new((
+    Throttle::new(ThrottleConfig {
+        max_sample_rate: u64::MAX,
+        cpu_time_max_percent: 0,
+        tick_hz: TICK_HZ,
+    }),
+    EventThrottle::new(),
+)));
+/// TSC ticks per throttle tick (0: throttling not configured yet).
+static TICK_TSC: AtomicU64 = AtomicU64::new(0);
+/// TSC value at which the next tick starts.
+static NEXT_TICK_TSC: AtomicU64 = AtomicU64::new(0);
+/// `max_rate=` as configured (0: no limit).
+static MAX_RATE_CONFIGURED: AtomicU32 = AtomicU32::new(0);
+/// Overflows suppressed while throttled, not yet sent in a Lost record.
+static THROTTLED_PENDING: AtomicU64 = AtomicU64::new(0);
+/// Overflows suppressed while throttled, in all.
+static THROTTLED_TOTAL: AtomicU64 = AtomicU64::new(0);
+/// Throttle and Unthrottle records queued in the ring (they pass through
+/// the ring's counters but are not samples).
+static THROTTLE_RECORDS: AtomicU64 = AtomicU64::new(0);
+/// Throttle and Unthrottle records dropped because the ring was full.
+static THROTTLE_RECORDS_DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// The throttle (limits and CPU-time budget) and the sampled event's
+/// throttle state (one event per CPU), replaced by [`configure_throttle`]
+/// only while sampling is off.
+struct ThrottleCell(UnsafeCell<(Throttle, EventThrottle)>);
+// SAFETY: written only by `configure_throttle`, outside NMI context and
+// while ON is false; the NMI path reads it only after seeing ON (Acquire),
+// and on this single CPU an NMI runs to completion before the interrupted
+// code resumes, so no reader overlaps a write.
+unsafe impl Sync for ThrottleCell {}
+
+#[inline(always)]
+fn throttle() -> &'static (Throttle, EventThrottle) {
+    // SAFETY: see `ThrottleCell`.
+    unsafe { &*THROTTLE.0.get() }
+}
 
 /// The hardware event (kind, config, sampling, modes, precise, branch
 /// types), written once by [`configure_hw`] before sampling starts and only
@@ -172,6 +226,7 @@ pub fn configure_hw(ev: &EventConfig, sample_type: u64) {
     // starts: nothing reads the cell yet.
     unsafe { *HW_EVENT.0.get() = Some(*ev) };
     HW_EVENT_SET.store(true, Ordering::Release);
+    CLOCK_ROLE.store(CLOCK_TICKS_ONLY, Ordering::Relaxed);
     // Samples that skid across the privilege boundary the counter filters
     // on are dropped (and counted), as perf drops them.
     let exclude = if ev.exclude_user { EXCLUDE_USER } else { 0 }
@@ -190,6 +245,7 @@ pub fn configure_sim() {
     SAMPLE_TYPE.fetch_or(extra, Ordering::Relaxed);
     REGS_INTR.store(GPR_MASK, Ordering::Relaxed);
     SIMULATED.store(true, Ordering::Relaxed);
+    CLOCK_ROLE.store(CLOCK_DRIVES_SIM, Ordering::Relaxed);
 }
 
 /// Configures the event for `freq_hz` (the rate really programmed, in
@@ -211,6 +267,80 @@ pub fn configure(freq_hz: u32, actual_mhz: u64, set: SampleSet) {
     FREQ_HZ.store(u64::from(freq_hz.max(1)), Ordering::Relaxed);
     let mhz = actual_mhz.max(1);
     PERIOD_NS.store(1_000_000_000_000 / mhz, Ordering::Relaxed);
+}
+
+/// The throttle limits: `max_rate` samples per second per event (0: no
+/// limit, and then no CPU-time budget either, since the budget works by
+/// lowering that limit) and `cpu_pct` percent of CPU time for the handler
+/// (0: no budget), at [`TICK_HZ`] ticks measured with the TSC. Resets the
+/// throttle state and its counters. Only while sampling is off (before
+/// [`start`] or after [`stop`]), outside NMI context.
+pub fn configure_throttle(max_rate: u32, cpu_pct: u32) {
+    if ON.load(Ordering::Acquire) {
+        return;
+    }
+    let cfg = if max_rate == 0 {
+        ThrottleConfig {
+            max_sample_rate: u64::MAX,
+            cpu_time_max_percent: 0,
+            tick_hz: TICK_HZ,
+        }
+    } else {
+        ThrottleConfig {
+            max_sample_rate: u64::from(max_rate),
+            cpu_time_max_percent: u64::from(cpu_pct),
+            tick_hz: TICK_HZ,
+        }
+    };
+    // SAFETY: sampling is off (checked above) and this is not NMI context:
+    // see `ThrottleCell`.
+    unsafe { *THROTTLE.0.get() = (Throttle::new(cfg), EventThrottle::new()) };
+    MAX_RATE_CONFIGURED.store(max_rate, Ordering::Relaxed);
+    let tick = (clock::tsc_hz() / TICK_HZ).max(1);
+    TICK_TSC.store(tick, Ordering::Relaxed);
+    NEXT_TICK_TSC.store(0, Ordering::Relaxed);
+}
+
+/// `max_rate=` as configured (0: no limit).
+pub fn max_rate_configured() -> u32 {
+    MAX_RATE_CONFIGURED.load(Ordering::Relaxed)
+}
+
+/// Outside NMI context, without the wire (the self-test): takes every
+/// queued record out of the ring, in order, handing each to `f`.
+pub fn take_queued(mut f: impl FnMut(&NmiRecord)) {
+    while RING.pop_with(|r| f(r)).is_some() {}
+}
+
+/// What the throttle did so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThrottleStats {
+    /// Times the event was throttled.
+    pub throttles: u64,
+    /// Overflows suppressed while throttled (sent as Lost, reason Throttled).
+    pub suppressed: u64,
+    /// Throttle and Unthrottle records queued.
+    pub records: u64,
+    /// Throttle and Unthrottle records dropped (ring full).
+    pub records_dropped: u64,
+    /// The sample-rate limit in force (lowered by the CPU-time budget;
+    /// `u64::MAX`: no limit).
+    pub max_rate: u64,
+    /// The moving average of the handler's time (ns).
+    pub average_ns: u64,
+}
+
+/// The throttle's counters.
+pub fn throttle_stats() -> ThrottleStats {
+    let (t, _) = throttle();
+    ThrottleStats {
+        throttles: t.throttle_count(),
+        suppressed: THROTTLED_TOTAL.load(Ordering::Relaxed),
+        records: THROTTLE_RECORDS.load(Ordering::Relaxed),
+        records_dropped: THROTTLE_RECORDS_DROPPED.load(Ordering::Relaxed),
+        max_rate: t.max_sample_rate(),
+        average_ns: t.average_ns(),
+    }
 }
 
 /// Caps the usable ring slots (`ring=N`); returns the capacity in force.
@@ -404,27 +534,111 @@ fn callchain(r: &mut RawSample, ctx: &NmiContext<'_>) {
     r.user_len = (n - start) as u8;
 }
 
-/// NMI context: one overflow of the NMI clock. Builds the sample and
-/// queues it; atomics and bounded copies only. `entry_tsc` is the TSC read
-/// first thing in the handler (for the per-sample cost).
+/// NMI context: one NMI. Starts a throttle tick when the TSC crossed a
+/// tick boundary, lets the PMU service a PMI, and otherwise takes the NMI
+/// as one overflow of the NMI clock (or a step of the simulated PMU; in
+/// hardware mode the clock only ticks). Atomics and bounded copies only.
+/// `entry_tsc` is the TSC read first thing in the handler (for the
+/// per-sample cost and the handler time the CPU-time budget averages).
 #[inline]
 pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
     let on = ON.load(Ordering::Acquire);
+    if on && entry_tsc >= NEXT_TICK_TSC.load(Ordering::Relaxed) {
+        new_tick(entry_tsc);
+    }
     // A PMI of the hardware PMU is serviced (and sampled when on) there.
     let pmi = crate::pmu::on_nmi(cap, entry_tsc, on);
     if !on {
         return;
     }
     if !pmi {
-        if crate::pmu::sim_active() {
-            crate::pmu::on_tick(cap, entry_tsc);
-        } else {
-            push_sample(cap, entry_tsc, &Extra::NONE);
+        match CLOCK_ROLE.load(Ordering::Relaxed) {
+            CLOCK_SAMPLES => {
+                if !overflow(cap, entry_tsc, &Extra::NONE) {
+                    // Suppressed: nothing was sampled.
+                    return;
+                }
+            }
+            CLOCK_DRIVES_SIM => crate::pmu::on_tick(cap, entry_tsc),
+            // The clock is only the throttle's tick here.
+            _ => return,
         }
     }
     let cost = crate::nmi::rdtsc().wrapping_sub(entry_tsc);
     NMI_COST_TSC.fetch_add(cost, Ordering::Relaxed);
     NMI_COST_COUNT.fetch_add(1, Ordering::Relaxed);
+    throttle().0.sample_took(clock::tsc_to_ns(cost));
+}
+
+/// NMI context: one overflow of the sampled event, through the throttle
+/// (perf's per-tick interrupt limit). Samples it, and when it exceeds the
+/// tick's limit also queues a Throttle record after the sample; a
+/// throttled event's overflow is counted (a Lost record with reason
+/// Throttled) instead. Returns false when the overflow was suppressed.
+/// The caller stops a hardware counter when [`throttled`] says so.
+#[inline(always)]
+pub fn overflow(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) -> bool {
+    let (t, e) = throttle();
+    let action = t.on_overflow(e);
+    if action == OverflowAction::Suppressed {
+        THROTTLED_PENDING.fetch_add(1, Ordering::Relaxed);
+        THROTTLED_TOTAL.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    // One call site, so the sample is built inline.
+    push_sample(ctx, entry_tsc, x);
+    if action == OverflowAction::SampleThenThrottle {
+        push_transition(true, entry_tsc);
+    }
+    true
+}
+
+/// NMI-safe: whether the sampled event is throttled now (a hardware
+/// counter should be stopped until the next tick).
+#[inline(always)]
+pub fn throttled() -> bool {
+    throttle().1.is_throttled()
+}
+
+/// NMI context: the TSC crossed a tick boundary: advance the tick and, if
+/// the event was throttled, unthrottle it (Unthrottle record, the counter
+/// restarted).
+#[inline(never)]
+fn new_tick(tsc: u64) {
+    let tick = TICK_TSC.load(Ordering::Relaxed).max(1);
+    NEXT_TICK_TSC.store((tsc / tick + 1) * tick, Ordering::Relaxed);
+    let (t, e) = throttle();
+    t.tick();
+    if t.on_tick(e) {
+        push_transition(false, tsc);
+        crate::pmu::unthrottle();
+    }
+}
+
+/// NMI context: queues a Throttle (`on`) or Unthrottle record, in order
+/// with the samples. A record that finds the ring full is dropped and
+/// counted (it is not a sample, so it must not count as a lost one).
+#[inline(never)]
+fn push_transition(on: bool, tsc: u64) {
+    if RING.len() >= RING.capacity() {
+        THROTTLE_RECORDS_DROPPED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let ev = ThrottleEvent {
+        time: clock::tsc_to_ns(tsc),
+        cpu: 0,
+        event: 0,
+    };
+    let pushed = RING.push_with(|rec| {
+        *rec = if on {
+            NmiRecord::Throttle(ev)
+        } else {
+            NmiRecord::Unthrottle(ev)
+        }
+    });
+    if pushed {
+        THROTTLE_RECORDS.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// NMI context: queues one sample of the interrupted context, with the PMU
@@ -630,6 +844,17 @@ fn drain_up_to(max_steps: usize) -> usize {
         }));
         written += 1;
     }
+    let throttled = THROTTLED_PENDING.swap(0, Ordering::Relaxed);
+    if throttled > 0 {
+        wire::send(&Record::Lost(Lost {
+            time: clock::now_ns(),
+            cpu: 0,
+            event: 0,
+            count: throttled,
+            reason: LostReason::Throttled,
+        }));
+        written += 1;
+    }
     let ev = event();
     for _ in 0..max_steps {
         let step = wire::with_encoder(|enc, buf, write| {
@@ -658,19 +883,39 @@ fn drain_up_to(max_steps: usize) -> usize {
     written
 }
 
+/// The End counters now (time and frames 0), samples only: `taken` counts
+/// every overflow (ring pushes, PEBS records lost, overflows suppressed
+/// while throttled), `delivered` the samples the drain took from the ring,
+/// `lost` the ring's losses plus the PEBS and throttled ones (each sent in
+/// Lost records), so `taken = delivered + lost` once the ring is empty,
+/// with the throttled part also in `lost`. Throttle and Unthrottle records
+/// pass through the ring but are not samples, so they are taken out;
+/// `throttled` is the number of times the event was throttled.
+pub fn end_counters() -> End {
+    let r = RING.stats();
+    let records = THROTTLE_RECORDS.load(Ordering::Relaxed);
+    let pebs = PEBS_LOST_TOTAL.load(Ordering::Relaxed);
+    let suppressed = THROTTLED_TOTAL.load(Ordering::Relaxed);
+    End {
+        time: 0,
+        taken: r.taken - records + pebs + suppressed,
+        delivered: r.delivered.saturating_sub(records),
+        lost: r.lost + pebs + suppressed,
+        throttled: throttle().0.throttle_count(),
+        frames: 0,
+    }
+}
+
 /// Stops sampling, drains everything and sends End with the final counters.
 pub fn finish() -> End {
     stop();
     // Sampling is off, so the ring only empties: this ends.
     while drain_up_to(usize::MAX) > 0 {}
-    let r = RING.stats();
+    let end = end_counters();
     let end = End {
         time: clock::now_ns(),
-        taken: r.taken + PEBS_LOST_TOTAL.load(Ordering::Relaxed),
-        delivered: r.delivered,
-        lost: r.lost + PEBS_LOST_TOTAL.load(Ordering::Relaxed),
-        throttled: 0,
         frames: wire::frames(),
+        ..end
     };
     wire::send(&Record::End(end));
     end

@@ -8,7 +8,7 @@
 use crate::nmi::{self, UserFrameState, recorder};
 use crate::task::{self, Abi, TaskSpec, TaskState};
 use crate::user::{self, pattern32, pattern64};
-use crate::{kprintln, paging, syscall};
+use crate::{kprintln, paging, profile, syscall};
 use arch_x86::cmdline::Config;
 use arch_x86::exit::ExitCode;
 use arch_x86::frame::{INT80_VECTOR, Mode, SYSCALL_VECTOR, TrapFrame};
@@ -82,6 +82,7 @@ pub fn run(cfg: &Config) -> ! {
         int80_abi_compat()
     });
     r.check("nmi_clock_ticks", nmi_clock_ticks);
+    r.check("nmi_clock_throttle", || nmi_clock_throttle(cfg));
     r.check("pmu_detection_and_fallback", pmu_detection_and_fallback);
     r.check("pmu_sim_pmi_round_trip", pmu_sim_pmi_round_trip);
     r.check("pmu_startup_check_sim", pmu_startup_check_sim);
@@ -468,6 +469,109 @@ fn nmi_clock_ticks() -> TestResult {
         cpu::halt();
     }
     Ok(())
+}
+
+/// The NMI clock faster than `max_rate` allows: with one sample per
+/// 1 ms tick allowed (`max_rate=1000`) and the clock at `freq` >= 2 kHz,
+/// each tick's second NMI samples and throttles (a Throttle record after
+/// its sample), the tick's later NMIs are suppressed and counted, and the
+/// next tick's first NMI unthrottles (an Unthrottle record) and samples.
+/// Every clock NMI taken while sampling is either a queued sample or a
+/// suppressed one, exactly, and the End counters add up.
+fn nmi_clock_throttle(cfg: &Config) -> TestResult {
+    use sampler::drain::NmiRecord;
+    if cfg.freq_hz < 2000 || cpu_pmu_sampling() {
+        kprintln!("selftest: nmi_clock_throttle: skipped (needs the NMI clock at 2 kHz or more)");
+        return Ok(());
+    }
+    // Leftovers from earlier tests, if any, are not this test's.
+    profile::take_queued(|_| {});
+    profile::configure_throttle(1000, 0);
+    let before = profile::throttle_stats();
+    let end_before = profile::end_counters();
+    let n0 = nmi::nmi_count();
+    profile::start();
+    // 20 ms: about 20 ticks.
+    let t0 = cpu::rdtsc();
+    let budget = crate::clock::tsc_hz() / 50;
+    while cpu::rdtsc() - t0 < budget {
+        cpu::halt();
+    }
+    profile::stop();
+    let nmis = nmi::nmi_count() - n0;
+    let (mut samples, mut throttles, mut unthrottles) = (0u64, 0u64, 0u64);
+    let mut order_ok = true;
+    let mut last_was_sample = false;
+    let mut throttled = false;
+    profile::take_queued(|r| match r {
+        NmiRecord::Sample(_) => {
+            samples += 1;
+            order_ok &= !throttled;
+            last_was_sample = true;
+        }
+        NmiRecord::Throttle(_) => {
+            throttles += 1;
+            order_ok &= last_was_sample && !throttled;
+            throttled = true;
+            last_was_sample = false;
+        }
+        NmiRecord::Unthrottle(_) => {
+            unthrottles += 1;
+            order_ok &= throttled;
+            throttled = false;
+            last_was_sample = false;
+        }
+    });
+    let after = profile::throttle_stats();
+    let end = profile::end_counters();
+    profile::configure_throttle(cfg.max_rate, cfg.cpu_pct);
+    let suppressed = after.suppressed - before.suppressed;
+    ensure!(
+        throttles > 0 && unthrottles > 0,
+        "{nmis} NMIs at {} Hz: {throttles} Throttle and {unthrottles} Unthrottle records",
+        cfg.freq_hz
+    );
+    ensure!(
+        order_ok,
+        "records out of order: a Throttle must follow a sample, samples only while unthrottled"
+    );
+    ensure!(
+        after.throttles == throttles && throttles - unthrottles <= 1,
+        "throttled {} times, {throttles} Throttle / {unthrottles} Unthrottle records",
+        after.throttles
+    );
+    ensure!(
+        after.records - before.records == throttles + unthrottles
+            && after.records_dropped == before.records_dropped,
+        "{} records counted, {} queued",
+        after.records - before.records,
+        throttles + unthrottles
+    );
+    ensure!(
+        samples + suppressed == nmis && suppressed > 0,
+        "{nmis} clock NMIs while sampling, but {samples} samples + {suppressed} suppressed"
+    );
+    // At most two samples per tick (the allowed one and the one that
+    // throttles), so at least half the NMIs beyond that were suppressed.
+    let ticks = budget / (crate::clock::tsc_hz() / 1000).max(1) + 2;
+    ensure!(
+        samples <= 2 * ticks,
+        "{samples} samples in about {ticks} ticks at max_rate=1000"
+    );
+    let taken = end.taken - end_before.taken;
+    let delivered = end.delivered - end_before.delivered;
+    let lost = end.lost - end_before.lost;
+    ensure!(
+        taken == nmis && delivered == samples && lost == suppressed && taken == delivered + lost,
+        "End counters: taken {taken} = delivered {delivered} + lost {lost}; want {nmis} = {samples} + {suppressed}"
+    );
+    Ok(())
+}
+
+/// Whether a PMU (hardware or simulated) samples: the clock's NMIs are
+/// then not the overflows.
+fn cpu_pmu_sampling() -> bool {
+    crate::pmu::hw_active() || crate::pmu::sim_active()
 }
 
 /// Detection through CPUID: on QEMU TCG no PMU is found, with a reason, and

@@ -92,6 +92,7 @@ impl EventThrottle {
     }
 
     /// Whether the event is throttled now.
+    #[inline]
     pub fn is_throttled(&self) -> bool {
         self.throttled.load(Ordering::Acquire)
     }
@@ -161,6 +162,7 @@ impl Throttle {
     }
 
     /// NMI path: accounts one overflow of `event` and says what to do.
+    #[inline]
     pub fn on_overflow(&self, event: &EventThrottle) -> OverflowAction {
         if event.throttled.load(Ordering::Acquire) {
             return OverflowAction::Suppressed;
@@ -183,6 +185,7 @@ impl Throttle {
 
     /// NMI path, end of the handler: the handler took `ns`. Lowers the rate
     /// when the moving average exceeds the budget (perf_sample_event_took).
+    #[inline]
     pub fn sample_took(&self, ns: u64) {
         let allowed = self.allowed_ns.load(Ordering::Relaxed);
         if allowed == 0 || self.percent == 0 {
@@ -208,11 +211,13 @@ impl Throttle {
     /// Tick path: starts a new tick. Returns true when `event` was throttled
     /// and is now unthrottled: restart it and emit an Unthrottle record.
     /// Call [`Throttle::tick`] once per tick first, then this per event.
+    #[inline]
     pub fn on_tick(&self, event: &EventThrottle) -> bool {
         event.throttled.swap(false, Ordering::AcqRel)
     }
 
     /// Tick path: advances the tick sequence (resets per-tick counts).
+    #[inline]
     pub fn tick(&self) {
         self.tick_seq.fetch_add(1, Ordering::AcqRel);
     }

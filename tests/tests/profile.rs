@@ -174,6 +174,12 @@ fn script(rec: &Recording) -> Vec<ScriptSample> {
 
 /// `(taken, delivered, lost)` from the target's End record, via `perch stat`.
 fn end_counters(capture: &Path) -> (u64, u64, u64) {
+    let nums = stat_numbers(capture, "end: taken ");
+    (nums[0], nums[1], nums[2])
+}
+
+/// The numbers on the `perch stat` line of `capture` that starts with `prefix`.
+fn stat_numbers(capture: &Path, prefix: &str) -> Vec<u64> {
     let out = Command::new(perch_bin())
         .arg("stat")
         .arg(capture)
@@ -182,13 +188,11 @@ fn end_counters(capture: &Path) -> (u64, u64, u64) {
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
         .lines()
-        .find(|l| l.starts_with("end: taken "))
-        .unwrap_or_else(|| panic!("no End counters in perch stat:\n{text}"));
-    let nums: Vec<u64> = line
-        .split(|c: char| !c.is_ascii_digit())
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line in perch stat:\n{text}"));
+    line.split(|c: char| !c.is_ascii_digit())
         .filter_map(|w| w.parse().ok())
-        .collect();
-    (nums[0], nums[1], nums[2])
+        .collect()
 }
 
 /// What linux-perf-data finds in a perf.data file.
@@ -198,6 +202,8 @@ struct FileContents {
     user_samples: u64,
     lost_in_lost_records: u64,
     lost_samples_records: u64,
+    throttle_records: u64,
+    unthrottle_records: u64,
     comms: Vec<String>,
     kernel_build_id: Option<Vec<u8>>,
     event_name: Option<String>,
@@ -227,6 +233,12 @@ fn read_back(path: &Path) -> FileContents {
             let data = record.data.as_slice();
             c.lost_samples_records += u64::from_le_bytes(data[..8].try_into().unwrap());
             continue;
+        }
+        match record.record_type.0 {
+            // PERF_RECORD_THROTTLE / PERF_RECORD_UNTHROTTLE.
+            5 => c.throttle_records += 1,
+            6 => c.unthrottle_records += 1,
+            _ => {}
         }
         match record.parse().expect("record parses") {
             EventRecord::Sample(s) => {
@@ -443,6 +455,131 @@ fn forced_losses_are_counted_exactly() {
             "{report}"
         );
     }
+}
+
+#[test]
+fn throttled_overflows_are_counted_exactly() {
+    if !qemu_present() {
+        return;
+    }
+    // 20 NMIs per 1 ms tick, 4 allowed (max_rate=4000): each tick's fifth
+    // NMI samples and throttles, the rest of the tick is suppressed, and
+    // the next tick unthrottles.
+    let rec = record(&["--freq", "20000", "--max-rate", "4000", "--duration", "0.2"]);
+    assert_eq!(rec.status, Some(0), "{}", rec.stderr);
+    assert!(
+        rec.stderr
+            .contains("throttle: max_rate=4000/s (4 per 1000 Hz tick)"),
+        "{}",
+        rec.stderr
+    );
+    let end = stat_numbers(&rec.capture, "end: taken ");
+    let (taken, delivered, lost, throttled) = (end[0], end[1], end[2], end[3]);
+    let lost_line = stat_numbers(&rec.capture, "lost (target): ");
+    let suppressed = lost_line[1];
+    assert_eq!(lost_line[0], lost, "Lost records vs End");
+    assert!(throttled > 0 && suppressed > 0, "not throttled: {end:?}");
+    assert_eq!(taken, delivered + lost);
+    // Only throttling loses samples here (the ring never fills at this rate).
+    assert_eq!(
+        suppressed, lost,
+        "lost {lost}, of which throttled {suppressed}"
+    );
+    // About 5 samples per tick of 200, against 20 NMIs per tick.
+    assert!(
+        (4 * 190..=5 * 203).contains(&delivered),
+        "{delivered} samples in 0.2 s at max_rate=4000"
+    );
+    assert!(
+        taken >= 3 * delivered,
+        "taken {taken}, delivered {delivered}"
+    );
+    let c = read_back(&rec.data);
+    assert_eq!(c.samples, delivered);
+    assert_eq!(c.samples + c.lost_samples_records, taken);
+    assert_eq!(c.lost_in_lost_records, lost);
+    assert_eq!(c.throttle_records, throttled);
+    assert!(
+        c.unthrottle_records + 1 >= throttled && c.unthrottle_records <= throttled,
+        "{} THROTTLE, {} UNTHROTTLE",
+        c.throttle_records,
+        c.unthrottle_records
+    );
+    if perf_present() {
+        let report = run_perf(
+            &rec,
+            &["report", "--stdio", "--no-children", "-g", "none"],
+            &[
+                "Warning:",
+                " chunks!",
+                " samples and lost ",
+                "Check IO/CPU overload!",
+            ],
+        );
+        assert!(
+            report.contains(&format!("Total Lost Samples: {lost}")),
+            "{report}"
+        );
+    }
+}
+
+#[test]
+fn throttling_stops_and_restarts_the_simulated_pmu() {
+    if !qemu_present() {
+        return;
+    }
+    // pmu=sim: every clock NMI is a PMI of the simulated counter (period
+    // 1). Throttling stops the counter through the driver, so no overflow
+    // arrives (none is suppressed or lost), and each tick restarts it.
+    let rec = record(&[
+        "--pmu",
+        "sim",
+        "--freq",
+        "20000",
+        "--max-rate",
+        "4000",
+        "--duration",
+        "0.2",
+    ]);
+    assert_eq!(rec.status, Some(0), "{}", rec.stderr);
+    let end = stat_numbers(&rec.capture, "end: taken ");
+    let (taken, delivered, lost, throttled) = (end[0], end[1], end[2], end[3]);
+    assert_eq!((taken, lost), (delivered, 0), "{end:?}");
+    assert!(throttled >= 150, "throttled {throttled} times in 200 ticks");
+    // Five samples per tick (four allowed, the fifth throttles), restarted
+    // every tick.
+    assert!(
+        (5 * 190..=5 * 203).contains(&delivered),
+        "{delivered} samples in 0.2 s at max_rate=4000"
+    );
+    let c = read_back(&rec.data);
+    assert_eq!(c.samples, delivered);
+    assert_eq!(c.throttle_records, throttled);
+    assert!(c.unthrottle_records + 1 >= throttled && c.unthrottle_records <= throttled);
+}
+
+#[test]
+fn cpu_time_budget_lowers_the_rate_and_says_so_after_the_run() {
+    if !qemu_present() {
+        return;
+    }
+    // cpu_pct=1 at the default max_rate allows 100 ns per sample on
+    // average; a default sample takes about 230 instructions (ns here).
+    let rec = record(&["--freq", "20000", "--cpu-pct", "1", "--duration", "0.2"]);
+    assert_eq!(rec.status, Some(0), "{}", rec.stderr);
+    let line = rec
+        .stderr
+        .lines()
+        .find(|l| l.contains("perch: interrupt took too long ("))
+        .unwrap_or_else(|| panic!("no lowered-rate report:\n{}", rec.stderr));
+    let rate: u64 = line
+        .rsplit("lowered max_rate to ")
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(rate > 0 && rate < 100_000, "{line}");
+    let (taken, delivered, lost) = end_counters(&rec.capture);
+    assert_eq!(taken, delivered + lost);
 }
 
 fn perch(args: &[&str], path: Option<&str>) -> (Option<i32>, String) {

@@ -208,6 +208,7 @@ pub fn demo_items(image: &Image, d: Demo, mut f: impl FnMut(&Item<'_>)) {
                     cpu: 0,
                     count: d.lost,
                     time,
+                    throttled: false,
                 });
             }
         }

@@ -176,6 +176,9 @@ pub enum LostReason {
     PendingFull,
     /// PEBS records collided or were malformed.
     Pebs,
+    /// Overflows suppressed while the event was throttled (the per-tick
+    /// limit of `max_rate`).
+    Throttled,
 }
 
 /// Samples counted but not delivered (becomes PERF_RECORD_LOST / LOST_SAMPLES).
