@@ -32,8 +32,8 @@ pub enum ClockError {
 }
 
 /// Starts NMIs at about `hz`. `pmu_armed`: the hardware PMU samples
-/// already, so the local APIC (enabled by the PMU's setup) keeps its LVT
-/// entries, the PMI's included; otherwise every LVT entry is masked first.
+/// already, so the local APIC keeps its performance-counter LVT entry
+/// armed; every other LVT entry (and otherwise that one too) is masked.
 pub fn start(hz: u32, pmu_armed: bool) -> Result<ClockInfo, ClockError> {
     let rate = pit::rate_for(hz).map_err(ClockError::Rate)?;
     // SAFETY: standard PC platform resources (8259, HPET window, local APIC,
@@ -42,9 +42,7 @@ pub fn start(hz: u32, pmu_armed: bool) -> Result<ClockInfo, ClockError> {
         pic::disable();
         let hpet_found = hpet::disable_legacy_routing(hpet::DEFAULT_BASE);
         let apic = lapic::LocalApic::from_msr();
-        if !pmu_armed {
-            apic.enable_masked();
-        }
+        apic.enable_masked(pmu_armed);
         let io = ioapic::IoApic::new(ioapic::DEFAULT_BASE);
         io.mask_all();
         io.set_redirection(
