@@ -560,6 +560,26 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
     /// size is worked out first, then its words are stored straight into
     /// the batch: no per-field growth checks, no intermediate copy.
     pub fn sample(&mut self, s: &SampleRecord<'_>) -> Result<(), WriteError> {
+        self.sample_chain(s, Chain::Plain(s.callchain))
+    }
+
+    /// Like [`sample`](Self::sample), with the callchain given as
+    /// `lead` (a context marker written first, if any) followed by the
+    /// running sums of `deltas` from `base`: the words are summed as they
+    /// are stored, with no copy of the chain first. `s.callchain` is
+    /// ignored.
+    pub fn sample_deltas(
+        &mut self,
+        s: &SampleRecord<'_>,
+        lead: Option<u64>,
+        base: u64,
+        deltas: &[u64],
+    ) -> Result<(), WriteError> {
+        self.sample_chain(s, Chain::Deltas { lead, base, deltas })
+    }
+
+    #[inline(always)]
+    fn sample_chain(&mut self, s: &SampleRecord<'_>, chain: Chain<'_>) -> Result<(), WriteError> {
         let a = self
             .attrs
             .get(s.attr)
@@ -569,7 +589,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         };
         let mut len = fixed;
         if st & sample::CALLCHAIN != 0 {
-            len += 8 + 8 * s.callchain.len();
+            len += 8 + 8 * chain.len();
         }
         if st & sample::BRANCH_STACK != 0 {
             len += 8 + 8 * usize::from(hw_idx) + 24 * s.branches.len();
@@ -615,8 +635,16 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             p.u64(s.period);
         }
         if st & sample::CALLCHAIN != 0 {
-            p.u64(s.callchain.len() as u64);
-            p.u64s(s.callchain);
+            p.u64(chain.len() as u64);
+            match chain {
+                Chain::Plain(c) => p.u64s(c),
+                Chain::Deltas { lead, base, deltas } => {
+                    if let Some(m) = lead {
+                        p.u64(m);
+                    }
+                    p.sums(base, deltas);
+                }
+            }
         }
         if st & sample::BRANCH_STACK != 0 {
             p.u64(s.branches.len() as u64);
@@ -794,6 +822,30 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
 }
 
 /// Stores little-endian words into a record whose size is already known.
+/// A sample's callchain as the writer receives it.
+#[derive(Clone, Copy)]
+enum Chain<'a> {
+    /// The words as they are.
+    Plain(&'a [u64]),
+    /// `lead`, then the running sums of `deltas` from `base`.
+    Deltas {
+        lead: Option<u64>,
+        base: u64,
+        deltas: &'a [u64],
+    },
+}
+
+impl Chain<'_> {
+    /// Words in the chain.
+    #[inline]
+    fn len(&self) -> usize {
+        match *self {
+            Chain::Plain(c) => c.len(),
+            Chain::Deltas { lead, deltas, .. } => usize::from(lead.is_some()) + deltas.len(),
+        }
+    }
+}
+
 struct Put<'a> {
     /// The record, as little-endian words.
     b: &'a mut [[u8; 8]],
@@ -817,6 +869,18 @@ impl Put<'_> {
     fn u64s(&mut self, vs: &[u64]) {
         let end = self.at + vs.len();
         for (d, v) in self.b[self.at..end].iter_mut().zip(vs) {
+            *d = v.to_le_bytes();
+        }
+        self.at = end;
+    }
+
+    /// The running sums of `deltas` from `base`.
+    #[inline]
+    fn sums(&mut self, base: u64, deltas: &[u64]) {
+        let end = self.at + deltas.len();
+        let mut v = base;
+        for (d, dv) in self.b[self.at..end].iter_mut().zip(deltas) {
+            v = v.wrapping_add(*dv);
             *d = v.to_le_bytes();
         }
         self.at = end;

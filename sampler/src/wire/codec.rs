@@ -1201,6 +1201,18 @@ impl<'a> SampleParts<'a> {
         })
     }
 
+    /// The callchain as the sample IP and the deltas that rebuild it:
+    /// entry `i` is the IP plus the first `i + 1` deltas.
+    #[inline]
+    pub fn callchain_deltas(&self) -> (u64, &'a [u64]) {
+        let deltas: &'a [u64] = if self.wire.flags & flag::CALLCHAIN != 0 {
+            &self.wire.callchain
+        } else {
+            &[]
+        };
+        (self.state.ip, deltas)
+    }
+
     /// The branch stack's `hw_idx`, if the sample has a branch stack.
     #[inline]
     pub fn branch_hw_idx(&self) -> Option<u64> {
