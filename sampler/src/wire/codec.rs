@@ -511,6 +511,29 @@ impl Reader<'_> {
             self.rest = rest;
             return Ok(u64::from(b));
         }
+        // Most longer ones (deltas of times, addresses and callchain
+        // entries) take two to four bytes: with four bytes at hand, those
+        // end without a bounds check per byte. None of them is the last
+        // byte of a form of at most `MAX` bytes, so `LAST` does not apply.
+        if MAX > 4
+            && let Some(&[b0, b1, b2, b3]) = self.rest.first_chunk::<4>()
+        {
+            let mut out = u64::from(b0 & 0x7f) | u64::from(b1 & 0x7f) << 7;
+            if b1 & 0x80 == 0 {
+                self.rest = &self.rest[2..];
+                return Ok(out);
+            }
+            out |= u64::from(b2 & 0x7f) << 14;
+            if b2 & 0x80 == 0 {
+                self.rest = &self.rest[3..];
+                return Ok(out);
+            }
+            out |= u64::from(b3 & 0x7f) << 21;
+            if b3 & 0x80 == 0 {
+                self.rest = &self.rest[4..];
+                return Ok(out);
+            }
+        }
         let mut out = 0u64;
         for i in 0..MAX {
             let b = self.u8()?;
