@@ -612,7 +612,9 @@ impl Reader<'_> {
     ) -> Result<(), CodecError> {
         // More values than fit: refused, as the push of the first extra
         // value would be (reading them could only fail first).
-        out.resize(n, 0).map_err(|_| CodecError::Malformed)?;
+        if n > out.capacity() {
+            return Err(CodecError::Malformed);
+        }
         let mut i = 0;
         while i < n {
             if n - i >= 8
@@ -620,7 +622,7 @@ impl Reader<'_> {
             {
                 let w = u64::from_le_bytes(*word);
                 if w & 0x8080_8080_8080_8080 == 0 {
-                    let dst = &mut out[i..i + 8];
+                    let mut dst = [0u64; 8];
                     if signed {
                         // Zigzag of every byte at once: (b >> 1) ^ -(b & 1)
                         // has the value's low byte, and as b < 0x80 the
@@ -635,12 +637,15 @@ impl Reader<'_> {
                             *o = u64::from(*b);
                         }
                     }
+                    // Cannot fail: `i + 8 <= n`, at most the capacity.
+                    let _ = out.extend_from_slice(&dst);
                     self.rest = &self.rest[8..];
                     i += 8;
                     continue;
                 }
             }
-            out[i] = self.value(signed)?;
+            // Cannot fail: `i < n`, at most the capacity.
+            let _ = out.push(self.value(signed)?);
             i += 1;
         }
         Ok(())
