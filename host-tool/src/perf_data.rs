@@ -865,7 +865,7 @@ impl Put<'_> {
         self.u64(u64::from(lo) | u64::from(hi) << 32);
     }
 
-    #[inline]
+    #[inline(always)]
     fn u64s(&mut self, vs: &[u64]) {
         let end = self.at + vs.len();
         for (d, v) in self.b[self.at..end].iter_mut().zip(vs) {
@@ -875,7 +875,7 @@ impl Put<'_> {
     }
 
     /// The running sums of `deltas` from `base`.
-    #[inline]
+    #[inline(always)]
     fn sums(&mut self, base: u64, deltas: &[u64]) {
         let end = self.at + deltas.len();
         let mut v = base;
@@ -887,7 +887,7 @@ impl Put<'_> {
     }
 
     /// A register block already checked by `regs_bytes`.
-    #[inline]
+    #[inline(always)]
     fn regs(&mut self, abi: u64, regs: &[u64]) {
         self.u64(abi);
         if abi != regs_abi::NONE {
