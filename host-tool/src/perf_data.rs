@@ -269,6 +269,9 @@ struct SampleLayout {
     fixed: usize,
     /// The branch stack starts with `hw_idx`.
     hw_idx: bool,
+    /// Registers in the attr's user and interrupt register masks.
+    regs_user: usize,
+    regs_intr: usize,
 }
 
 impl SampleLayout {
@@ -286,6 +289,8 @@ impl SampleLayout {
                     + flag(sample::WEIGHT | sample::WEIGHT_STRUCT)
                     + flag(sample::DATA_SRC)),
             hw_idx: a.branch_sample_type & perf_abi::branch::HW_INDEX != 0,
+            regs_user: a.regs_user.count_ones() as usize,
+            regs_intr: a.regs_intr.count_ones() as usize,
         }
     }
 }
@@ -536,16 +541,17 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
 
     /// Checks a register block against the attr's mask; returns the bytes
     /// it takes (the ABI word plus the values unless the ABI is NONE).
+    /// `want` is the number of bits in the mask.
+    #[inline(always)]
     fn regs_bytes(
         what: &'static str,
-        mask: u64,
+        want: usize,
         abi: u64,
         regs: &[u64],
     ) -> Result<usize, WriteError> {
         if abi == regs_abi::NONE {
             return Ok(8);
         }
-        let want = mask.count_ones() as usize;
         if regs.len() != want {
             return Err(WriteError::RegisterCount {
                 what,
@@ -584,7 +590,14 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             .attrs
             .get(s.attr)
             .ok_or(WriteError::UnknownEvent(s.attr, self.attrs.len()))?;
-        let Some(&SampleLayout { st, fixed, hw_idx }) = self.layouts.get(s.attr) else {
+        let Some(&SampleLayout {
+            st,
+            fixed,
+            hw_idx,
+            regs_user,
+            regs_intr,
+        }) = self.layouts.get(s.attr)
+        else {
             return Err(WriteError::UnknownEvent(s.attr, self.attrs.len()));
         };
         let mut len = fixed;
@@ -595,12 +608,12 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             len += 8 + 8 * usize::from(hw_idx) + 24 * s.branches.len();
         }
         if st & sample::REGS_USER != 0 {
-            len += Self::regs_bytes("user registers", a.regs_user, s.regs_user_abi, s.regs_user)?;
+            len += Self::regs_bytes("user registers", regs_user, s.regs_user_abi, s.regs_user)?;
         }
         if st & sample::REGS_INTR != 0 {
             len += Self::regs_bytes(
                 "interrupt registers",
-                a.regs_intr,
+                regs_intr,
                 s.regs_intr_abi,
                 s.regs_intr,
             )?;
