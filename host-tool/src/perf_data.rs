@@ -299,6 +299,9 @@ impl SampleLayout {
 /// that may have to precede it, so the batch goes out in one piece.
 const ROUND_SLOT: usize = 8;
 
+/// Bytes of the batch zeroed at a time ahead of the sample records.
+const ZERO_AHEAD: usize = 1024;
+
 /// Writes one perf.data file. Records may arrive slightly out of time
 /// order (several CPUs); each batch is sorted before it is written.
 /// Batches are handed to the output by value ([`OwnedWrite`]), so a
@@ -310,8 +313,12 @@ pub struct PerfDataWriter<W: OwnedWrite> {
     /// Per attr, what its sample records hold.
     layouts: Vec<SampleLayout>,
     data_offset: u64,
-    /// `ROUND_SLOT` bytes, then the queued records.
+    /// `ROUND_SLOT` bytes, then the queued records (`used` bytes in all).
+    /// Past `used`, zeroed bytes ready for sample records, which are
+    /// stored word by word and so need their bytes to exist first: the
+    /// batch is zeroed ahead in [`ZERO_AHEAD`] pieces, not per record.
     batch: Vec<u8>,
+    used: usize,
     /// Where an out-of-order batch is put in order.
     sorted: Vec<u8>,
     pending: Vec<Pending>,
@@ -357,6 +364,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             attrs,
             data_offset,
             batch,
+            used: ROUND_SLOT,
             sorted: Vec::new(),
             pending: Vec::with_capacity(ROUND_RECORDS),
             stats: WriteStats::default(),
@@ -406,7 +414,14 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         start
     }
 
-    /// Fixes the size of the record started at `start` and queues it.
+    /// The batch, cut to the bytes in use, for a record to be appended.
+    fn take_batch(&mut self) -> Vec<u8> {
+        self.batch.truncate(self.used);
+        std::mem::take(&mut self.batch)
+    }
+
+    /// Fixes the size of the record appended to the batch at `start` and
+    /// queues it.
     fn end(&mut self, start: usize, time: u64) -> Result<(), WriteError> {
         let len = self.batch.len() - start;
         debug_assert_eq!(len % 8, 0);
@@ -415,6 +430,13 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             return Err(WriteError::RecordTooLarge(len));
         }
         self.batch[start + 6..start + 8].copy_from_slice(&(len as u16).to_le_bytes());
+        self.queue(start, len, time)
+    }
+
+    /// Queues the record of `len` bytes at `start`, the last in the batch.
+    #[inline(always)]
+    fn queue(&mut self, start: usize, len: usize, time: u64) -> Result<(), WriteError> {
+        self.used = start + len;
         self.pending.push(Pending {
             time,
             start: start as u32,
@@ -436,7 +458,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
 
     /// PERF_RECORD_COMM: names a task from `time` on.
     pub fn comm(&mut self, pid: u32, tid: u32, name: &str, time: u64) -> Result<(), WriteError> {
-        let mut buf = std::mem::take(&mut self.batch);
+        let mut buf = self.take_batch();
         let start = Self::begin(&mut buf, record::COMM, 0);
         buf.extend_from_slice(&pid.to_le_bytes());
         buf.extend_from_slice(&tid.to_le_bytes());
@@ -460,7 +482,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         filename: &str,
         time: u64,
     ) -> Result<(), WriteError> {
-        let mut buf = std::mem::take(&mut self.batch);
+        let mut buf = self.take_batch();
         let start = Self::begin(&mut buf, record::MMAP, cpumode);
         buf.extend_from_slice(&pid.to_le_bytes());
         buf.extend_from_slice(&tid.to_le_bytes());
@@ -480,7 +502,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             .get(attr)
             .ok_or(WriteError::UnknownEvent(attr, self.attrs.len()))?;
         let id = a.id;
-        let mut buf = std::mem::take(&mut self.batch);
+        let mut buf = self.take_batch();
         let start = Self::begin(&mut buf, record::LOST, 0);
         buf.extend_from_slice(&id.to_le_bytes());
         buf.extend_from_slice(&count.to_le_bytes());
@@ -502,7 +524,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         if attr >= self.attrs.len() {
             return Err(WriteError::UnknownEvent(attr, self.attrs.len()));
         }
-        let mut buf = std::mem::take(&mut self.batch);
+        let mut buf = self.take_batch();
         let start = Self::begin(&mut buf, record::LOST_SAMPLES, 0);
         buf.extend_from_slice(&count.to_le_bytes());
         Self::push_sample_id(&mut buf, &self.attrs[attr], 0, 0, time, cpu);
@@ -529,7 +551,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         } else {
             record::UNTHROTTLE
         };
-        let mut buf = std::mem::take(&mut self.batch);
+        let mut buf = self.take_batch();
         let start = Self::begin(&mut buf, ty, 0);
         buf.extend_from_slice(&time.to_le_bytes());
         buf.extend_from_slice(&id.to_le_bytes());
@@ -621,8 +643,12 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         if len > usize::from(u16::MAX) {
             return Err(WriteError::RecordTooLarge(len));
         }
-        let start = self.batch.len();
-        self.batch.resize(start + len, 0);
+        let start = self.used;
+        let end = start + len;
+        if self.batch.len() < end {
+            let ahead = (end + ZERO_AHEAD).min(self.batch.capacity().max(end));
+            self.batch.resize(ahead, 0);
+        }
         let mut p = Put {
             b: self.batch[start..].as_chunks_mut::<8>().0,
             at: 0,
@@ -688,7 +714,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             None => (s.time, s.time),
             Some((lo, hi)) => (lo.min(s.time), hi.max(s.time)),
         });
-        self.end(start, s.time)
+        self.queue(start, len, s.time)
     }
 
     /// Writes the queued records in time order; puts a FINISHED_ROUND in
@@ -698,6 +724,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         if self.pending.is_empty() {
             return Ok(());
         }
+        self.batch.truncate(self.used);
         let sorted = self.pending.is_sorted_by_key(|p| p.time);
         if !sorted {
             self.pending.sort_by_key(|p| p.time);
@@ -745,6 +772,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         self.pending.clear();
         self.batch.clear();
         self.batch.resize(ROUND_SLOT, 0);
+        self.used = ROUND_SLOT;
         Ok(())
     }
 
