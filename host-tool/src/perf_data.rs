@@ -1120,6 +1120,93 @@ mod tests {
         assert_eq!(times.len(), n);
     }
 
+    /// Samples of every size, as plain and as summed callchains, with
+    /// other records and refused samples between them, over several
+    /// batches: each comes out whole, with exactly the words given.
+    #[test]
+    fn records_of_every_size_come_out_whole_between_others() {
+        let mut a = AttrSpec::cpu_clock(1, "cpu-clock", 1000);
+        a.sample_type |= sample::CALLCHAIN | sample::REGS_USER;
+        a.regs_user = 0b11;
+        let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), vec![a]).unwrap();
+        let n = ROUND_RECORDS as u64 * 2 + 300;
+        let marker = perf_abi::context::USER;
+        let chain_of = |i: u64| -> Vec<u64> {
+            let mut c = Vec::new();
+            if i % 3 == 0 {
+                c.push(marker);
+            }
+            c.extend((0..i % 29).map(|k| 0x1000 + i + k));
+            c
+        };
+        let mut comms = 0;
+        for i in 0..n {
+            let regs = [i, !i];
+            let chain = chain_of(i);
+            let rec = SampleRecord {
+                ip: i,
+                pid: 1,
+                tid: 2,
+                time: i * 10,
+                period: i,
+                callchain: &chain,
+                regs_user_abi: regs_abi::ABI_64,
+                regs_user: &regs,
+                ..Default::default()
+            };
+            if i % 2 == 0 {
+                w.sample(&rec).unwrap();
+            } else {
+                let len = (i % 29) as usize;
+                let deltas: Vec<u64> = (0..len).map(|k| u64::from(k > 0)).collect();
+                let lead = (i % 3 == 0).then_some(marker);
+                w.sample_deltas(&rec, lead, 0x1000 + i, &deltas).unwrap();
+            }
+            if i % 97 == 0 {
+                w.comm(1, 2, "a-longer-task-name", i * 10).unwrap();
+                comms += 1;
+            }
+            if i % 101 == 0 {
+                let short = [i];
+                let bad = SampleRecord {
+                    regs_user_abi: regs_abi::ABI_64,
+                    regs_user: &short,
+                    ..rec
+                };
+                assert!(w.sample(&bad).is_err());
+            }
+        }
+        let (out, stats) = w.finish(&FileMeta::default()).unwrap();
+        assert_eq!(stats.samples, n);
+        let b = out.into_inner();
+        let mut off = u64_at(&b, 40) as usize;
+        let end = off + u64_at(&b, 48) as usize;
+        let (mut i, mut seen_comms) = (0u64, 0);
+        while off < end {
+            let ty = u32::from_le_bytes(b[off..off + 4].try_into().unwrap());
+            let size = u16::from_le_bytes(b[off + 6..off + 8].try_into().unwrap()) as usize;
+            let words: Vec<u64> = (0..size / 8).map(|k| u64_at(&b, off + 8 * k)).collect();
+            match ty {
+                record::SAMPLE => {
+                    let chain = chain_of(i);
+                    // header, IDENTIFIER, IP, TID, TIME, CPU, PERIOD,
+                    // callchain, user registers.
+                    let mut want = vec![words[0], 1, i, 1 | 2 << 32, i * 10, 0, i];
+                    want.push(chain.len() as u64);
+                    want.extend(&chain);
+                    want.extend([regs_abi::ABI_64, i, !i]);
+                    assert_eq!(words, want, "sample {i}");
+                    i += 1;
+                }
+                record::COMM => seen_comms += 1,
+                record::FINISHED_ROUND => {}
+                other => panic!("record type {other}"),
+            }
+            off += size;
+        }
+        assert_eq!((i, seen_comms), (n, comms));
+    }
+
     #[test]
     fn strings_are_padded_to_64() {
         let s = encode_string("x86_64");
