@@ -1133,7 +1133,7 @@ mod tests {
         let marker = perf_abi::context::USER;
         let chain_of = |i: u64| -> Vec<u64> {
             let mut c = Vec::new();
-            if i % 3 == 0 {
+            if i.is_multiple_of(3) {
                 c.push(marker);
             }
             c.extend((0..i % 29).map(|k| 0x1000 + i + k));
@@ -1154,19 +1154,19 @@ mod tests {
                 regs_user: &regs,
                 ..Default::default()
             };
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 w.sample(&rec).unwrap();
             } else {
                 let len = (i % 29) as usize;
                 let deltas: Vec<u64> = (0..len).map(|k| u64::from(k > 0)).collect();
-                let lead = (i % 3 == 0).then_some(marker);
+                let lead = i.is_multiple_of(3).then_some(marker);
                 w.sample_deltas(&rec, lead, 0x1000 + i, &deltas).unwrap();
             }
-            if i % 97 == 0 {
+            if i.is_multiple_of(97) {
                 w.comm(1, 2, "a-longer-task-name", i * 10).unwrap();
                 comms += 1;
             }
-            if i % 101 == 0 {
+            if i.is_multiple_of(101) {
                 let short = [i];
                 let bad = SampleRecord {
                     regs_user_abi: regs_abi::ABI_64,
