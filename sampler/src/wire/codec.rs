@@ -578,6 +578,7 @@ impl Reader<'_> {
         if signed { self.i64() } else { self.u64() }
     }
 
+    #[inline(always)]
     fn regs(
         &mut self,
         r: &mut WireRegs,
