@@ -183,15 +183,14 @@ impl<W: OwnedWrite> Converter<W> {
         let time = s.time();
         self.last_time = self.last_time.max(time);
         let user = s.cpumode() == CpuMode::User;
-        // The callchain after a slot for the leading marker, which is used
-        // when the chain does not start with one (as in `on_sample`).
-        let chain = &mut self.chain;
-        chain.clear();
-        chain.push(if user { context::USER } else { context::KERNEL });
-        chain.extend(s.callchain());
-        let callchain = match chain.get(1) {
-            Some(&first) if first < (-4095i64) as u64 => &chain[..],
-            _ => &chain[1..],
+        // The callchain, led by a context marker when it does not start
+        // with one (as in `on_sample`), summed up as it is written.
+        let (base, deltas) = s.callchain_deltas();
+        let lead = match deltas.first() {
+            Some(&d) if base.wrapping_add(d) < (-4095i64) as u64 => {
+                Some(if user { context::USER } else { context::KERNEL })
+            }
+            _ => None,
         };
         self.branches.clear();
         let hw_idx = s.branch_hw_idx();
@@ -209,7 +208,7 @@ impl<W: OwnedWrite> Converter<W> {
             .regs_intr()
             .map_or((0, &[][..]), |r| (r.abi.perf_value(), &r.values[..]));
         let mem = s.mem().unwrap_or_default();
-        w.sample(&SampleRecord {
+        let rec = SampleRecord {
             attr,
             misc: if user { misc::USER } else { misc::KERNEL },
             ip: s.ip(),
@@ -219,7 +218,7 @@ impl<W: OwnedWrite> Converter<W> {
             addr: mem.addr,
             cpu: s.cpu(),
             period: s.period(),
-            callchain,
+            callchain: &[],
             branches: &self.branches,
             branch_hw_idx: hw_idx.unwrap_or(0),
             regs_user_abi: ua,
@@ -232,7 +231,8 @@ impl<W: OwnedWrite> Converter<W> {
             data_src: mem.data_src,
             regs_intr_abi: ia,
             regs_intr: ir,
-        })?;
+        };
+        w.sample_deltas(&rec, lead, base, deltas)?;
         Ok(())
     }
 

@@ -269,6 +269,9 @@ struct SampleLayout {
     fixed: usize,
     /// The branch stack starts with `hw_idx`.
     hw_idx: bool,
+    /// Registers in the attr's user and interrupt register masks.
+    regs_user: usize,
+    regs_intr: usize,
 }
 
 impl SampleLayout {
@@ -286,6 +289,8 @@ impl SampleLayout {
                     + flag(sample::WEIGHT | sample::WEIGHT_STRUCT)
                     + flag(sample::DATA_SRC)),
             hw_idx: a.branch_sample_type & perf_abi::branch::HW_INDEX != 0,
+            regs_user: a.regs_user.count_ones() as usize,
+            regs_intr: a.regs_intr.count_ones() as usize,
         }
     }
 }
@@ -293,6 +298,9 @@ impl SampleLayout {
 /// Bytes kept free at the start of every batch for the FINISHED_ROUND
 /// that may have to precede it, so the batch goes out in one piece.
 const ROUND_SLOT: usize = 8;
+
+/// Bytes of the batch zeroed at a time ahead of the sample records.
+const ZERO_AHEAD: usize = 1024;
 
 /// Writes one perf.data file. Records may arrive slightly out of time
 /// order (several CPUs); each batch is sorted before it is written.
@@ -305,8 +313,12 @@ pub struct PerfDataWriter<W: OwnedWrite> {
     /// Per attr, what its sample records hold.
     layouts: Vec<SampleLayout>,
     data_offset: u64,
-    /// `ROUND_SLOT` bytes, then the queued records.
+    /// `ROUND_SLOT` bytes, then the queued records (`used` bytes in all).
+    /// Past `used`, zeroed bytes ready for sample records, which are
+    /// stored word by word and so need their bytes to exist first: the
+    /// batch is zeroed ahead in [`ZERO_AHEAD`] pieces, not per record.
     batch: Vec<u8>,
+    used: usize,
     /// Where an out-of-order batch is put in order.
     sorted: Vec<u8>,
     pending: Vec<Pending>,
@@ -352,6 +364,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             attrs,
             data_offset,
             batch,
+            used: ROUND_SLOT,
             sorted: Vec::new(),
             pending: Vec::with_capacity(ROUND_RECORDS),
             stats: WriteStats::default(),
@@ -401,7 +414,14 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         start
     }
 
-    /// Fixes the size of the record started at `start` and queues it.
+    /// The batch, cut to the bytes in use, for a record to be appended.
+    fn take_batch(&mut self) -> Vec<u8> {
+        self.batch.truncate(self.used);
+        std::mem::take(&mut self.batch)
+    }
+
+    /// Fixes the size of the record appended to the batch at `start` and
+    /// queues it.
     fn end(&mut self, start: usize, time: u64) -> Result<(), WriteError> {
         let len = self.batch.len() - start;
         debug_assert_eq!(len % 8, 0);
@@ -410,6 +430,13 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             return Err(WriteError::RecordTooLarge(len));
         }
         self.batch[start + 6..start + 8].copy_from_slice(&(len as u16).to_le_bytes());
+        self.queue(start, len, time)
+    }
+
+    /// Queues the record of `len` bytes at `start`, the last in the batch.
+    #[inline(always)]
+    fn queue(&mut self, start: usize, len: usize, time: u64) -> Result<(), WriteError> {
+        self.used = start + len;
         self.pending.push(Pending {
             time,
             start: start as u32,
@@ -431,7 +458,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
 
     /// PERF_RECORD_COMM: names a task from `time` on.
     pub fn comm(&mut self, pid: u32, tid: u32, name: &str, time: u64) -> Result<(), WriteError> {
-        let mut buf = std::mem::take(&mut self.batch);
+        let mut buf = self.take_batch();
         let start = Self::begin(&mut buf, record::COMM, 0);
         buf.extend_from_slice(&pid.to_le_bytes());
         buf.extend_from_slice(&tid.to_le_bytes());
@@ -455,7 +482,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         filename: &str,
         time: u64,
     ) -> Result<(), WriteError> {
-        let mut buf = std::mem::take(&mut self.batch);
+        let mut buf = self.take_batch();
         let start = Self::begin(&mut buf, record::MMAP, cpumode);
         buf.extend_from_slice(&pid.to_le_bytes());
         buf.extend_from_slice(&tid.to_le_bytes());
@@ -475,7 +502,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             .get(attr)
             .ok_or(WriteError::UnknownEvent(attr, self.attrs.len()))?;
         let id = a.id;
-        let mut buf = std::mem::take(&mut self.batch);
+        let mut buf = self.take_batch();
         let start = Self::begin(&mut buf, record::LOST, 0);
         buf.extend_from_slice(&id.to_le_bytes());
         buf.extend_from_slice(&count.to_le_bytes());
@@ -497,7 +524,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         if attr >= self.attrs.len() {
             return Err(WriteError::UnknownEvent(attr, self.attrs.len()));
         }
-        let mut buf = std::mem::take(&mut self.batch);
+        let mut buf = self.take_batch();
         let start = Self::begin(&mut buf, record::LOST_SAMPLES, 0);
         buf.extend_from_slice(&count.to_le_bytes());
         Self::push_sample_id(&mut buf, &self.attrs[attr], 0, 0, time, cpu);
@@ -524,7 +551,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         } else {
             record::UNTHROTTLE
         };
-        let mut buf = std::mem::take(&mut self.batch);
+        let mut buf = self.take_batch();
         let start = Self::begin(&mut buf, ty, 0);
         buf.extend_from_slice(&time.to_le_bytes());
         buf.extend_from_slice(&id.to_le_bytes());
@@ -536,16 +563,17 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
 
     /// Checks a register block against the attr's mask; returns the bytes
     /// it takes (the ABI word plus the values unless the ABI is NONE).
+    /// `want` is the number of bits in the mask.
+    #[inline(always)]
     fn regs_bytes(
         what: &'static str,
-        mask: u64,
+        want: usize,
         abi: u64,
         regs: &[u64],
     ) -> Result<usize, WriteError> {
         if abi == regs_abi::NONE {
             return Ok(8);
         }
-        let want = mask.count_ones() as usize;
         if regs.len() != want {
             return Err(WriteError::RegisterCount {
                 what,
@@ -560,27 +588,54 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
     /// size is worked out first, then its words are stored straight into
     /// the batch: no per-field growth checks, no intermediate copy.
     pub fn sample(&mut self, s: &SampleRecord<'_>) -> Result<(), WriteError> {
+        self.sample_chain(s, Chain::Plain(s.callchain))
+    }
+
+    /// Like [`sample`](Self::sample), with the callchain given as
+    /// `lead` (a context marker written first, if any) followed by the
+    /// running sums of `deltas` from `base`: the words are summed as they
+    /// are stored, with no copy of the chain first. `s.callchain` is
+    /// ignored.
+    pub fn sample_deltas(
+        &mut self,
+        s: &SampleRecord<'_>,
+        lead: Option<u64>,
+        base: u64,
+        deltas: &[u64],
+    ) -> Result<(), WriteError> {
+        self.sample_chain(s, Chain::Deltas { lead, base, deltas })
+    }
+
+    #[inline(always)]
+    fn sample_chain(&mut self, s: &SampleRecord<'_>, chain: Chain<'_>) -> Result<(), WriteError> {
         let a = self
             .attrs
             .get(s.attr)
             .ok_or(WriteError::UnknownEvent(s.attr, self.attrs.len()))?;
-        let Some(&SampleLayout { st, fixed, hw_idx }) = self.layouts.get(s.attr) else {
+        let Some(&SampleLayout {
+            st,
+            fixed,
+            hw_idx,
+            regs_user,
+            regs_intr,
+        }) = self.layouts.get(s.attr)
+        else {
             return Err(WriteError::UnknownEvent(s.attr, self.attrs.len()));
         };
         let mut len = fixed;
         if st & sample::CALLCHAIN != 0 {
-            len += 8 + 8 * s.callchain.len();
+            len += 8 + 8 * chain.len();
         }
         if st & sample::BRANCH_STACK != 0 {
             len += 8 + 8 * usize::from(hw_idx) + 24 * s.branches.len();
         }
         if st & sample::REGS_USER != 0 {
-            len += Self::regs_bytes("user registers", a.regs_user, s.regs_user_abi, s.regs_user)?;
+            len += Self::regs_bytes("user registers", regs_user, s.regs_user_abi, s.regs_user)?;
         }
         if st & sample::REGS_INTR != 0 {
             len += Self::regs_bytes(
                 "interrupt registers",
-                a.regs_intr,
+                regs_intr,
                 s.regs_intr_abi,
                 s.regs_intr,
             )?;
@@ -588,8 +643,12 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         if len > usize::from(u16::MAX) {
             return Err(WriteError::RecordTooLarge(len));
         }
-        let start = self.batch.len();
-        self.batch.resize(start + len, 0);
+        let start = self.used;
+        let end = start + len;
+        if self.batch.len() < end {
+            let ahead = (end + ZERO_AHEAD).min(self.batch.capacity().max(end));
+            self.batch.resize(ahead, 0);
+        }
         let mut p = Put {
             b: self.batch[start..].as_chunks_mut::<8>().0,
             at: 0,
@@ -615,8 +674,16 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             p.u64(s.period);
         }
         if st & sample::CALLCHAIN != 0 {
-            p.u64(s.callchain.len() as u64);
-            p.u64s(s.callchain);
+            p.u64(chain.len() as u64);
+            match chain {
+                Chain::Plain(c) => p.u64s(c),
+                Chain::Deltas { lead, base, deltas } => {
+                    if let Some(m) = lead {
+                        p.u64(m);
+                    }
+                    p.sums(base, deltas);
+                }
+            }
         }
         if st & sample::BRANCH_STACK != 0 {
             p.u64(s.branches.len() as u64);
@@ -647,7 +714,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             None => (s.time, s.time),
             Some((lo, hi)) => (lo.min(s.time), hi.max(s.time)),
         });
-        self.end(start, s.time)
+        self.queue(start, len, s.time)
     }
 
     /// Writes the queued records in time order; puts a FINISHED_ROUND in
@@ -657,6 +724,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         if self.pending.is_empty() {
             return Ok(());
         }
+        self.batch.truncate(self.used);
         let sorted = self.pending.is_sorted_by_key(|p| p.time);
         if !sorted {
             self.pending.sort_by_key(|p| p.time);
@@ -704,6 +772,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         self.pending.clear();
         self.batch.clear();
         self.batch.resize(ROUND_SLOT, 0);
+        self.used = ROUND_SLOT;
         Ok(())
     }
 
@@ -794,6 +863,30 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
 }
 
 /// Stores little-endian words into a record whose size is already known.
+/// A sample's callchain as the writer receives it.
+#[derive(Clone, Copy)]
+enum Chain<'a> {
+    /// The words as they are.
+    Plain(&'a [u64]),
+    /// `lead`, then the running sums of `deltas` from `base`.
+    Deltas {
+        lead: Option<u64>,
+        base: u64,
+        deltas: &'a [u64],
+    },
+}
+
+impl Chain<'_> {
+    /// Words in the chain.
+    #[inline]
+    fn len(&self) -> usize {
+        match *self {
+            Chain::Plain(c) => c.len(),
+            Chain::Deltas { lead, deltas, .. } => usize::from(lead.is_some()) + deltas.len(),
+        }
+    }
+}
+
 struct Put<'a> {
     /// The record, as little-endian words.
     b: &'a mut [[u8; 8]],
@@ -813,7 +906,7 @@ impl Put<'_> {
         self.u64(u64::from(lo) | u64::from(hi) << 32);
     }
 
-    #[inline]
+    #[inline(always)]
     fn u64s(&mut self, vs: &[u64]) {
         let end = self.at + vs.len();
         for (d, v) in self.b[self.at..end].iter_mut().zip(vs) {
@@ -822,8 +915,20 @@ impl Put<'_> {
         self.at = end;
     }
 
+    /// The running sums of `deltas` from `base`.
+    #[inline(always)]
+    fn sums(&mut self, base: u64, deltas: &[u64]) {
+        let end = self.at + deltas.len();
+        let mut v = base;
+        for (d, dv) in self.b[self.at..end].iter_mut().zip(deltas) {
+            v = v.wrapping_add(*dv);
+            *d = v.to_le_bytes();
+        }
+        self.at = end;
+    }
+
     /// A register block already checked by `regs_bytes`.
-    #[inline]
+    #[inline(always)]
     fn regs(&mut self, abi: u64, regs: &[u64]) {
         self.u64(abi);
         if abi != regs_abi::NONE {
@@ -1013,6 +1118,93 @@ mod tests {
             off += size;
         }
         assert_eq!(times.len(), n);
+    }
+
+    /// Samples of every size, as plain and as summed callchains, with
+    /// other records and refused samples between them, over several
+    /// batches: each comes out whole, with exactly the words given.
+    #[test]
+    fn records_of_every_size_come_out_whole_between_others() {
+        let mut a = AttrSpec::cpu_clock(1, "cpu-clock", 1000);
+        a.sample_type |= sample::CALLCHAIN | sample::REGS_USER;
+        a.regs_user = 0b11;
+        let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), vec![a]).unwrap();
+        let n = ROUND_RECORDS as u64 * 2 + 300;
+        let marker = perf_abi::context::USER;
+        let chain_of = |i: u64| -> Vec<u64> {
+            let mut c = Vec::new();
+            if i.is_multiple_of(3) {
+                c.push(marker);
+            }
+            c.extend((0..i % 29).map(|k| 0x1000 + i + k));
+            c
+        };
+        let mut comms = 0;
+        for i in 0..n {
+            let regs = [i, !i];
+            let chain = chain_of(i);
+            let rec = SampleRecord {
+                ip: i,
+                pid: 1,
+                tid: 2,
+                time: i * 10,
+                period: i,
+                callchain: &chain,
+                regs_user_abi: regs_abi::ABI_64,
+                regs_user: &regs,
+                ..Default::default()
+            };
+            if i.is_multiple_of(2) {
+                w.sample(&rec).unwrap();
+            } else {
+                let len = (i % 29) as usize;
+                let deltas: Vec<u64> = (0..len).map(|k| u64::from(k > 0)).collect();
+                let lead = i.is_multiple_of(3).then_some(marker);
+                w.sample_deltas(&rec, lead, 0x1000 + i, &deltas).unwrap();
+            }
+            if i.is_multiple_of(97) {
+                w.comm(1, 2, "a-longer-task-name", i * 10).unwrap();
+                comms += 1;
+            }
+            if i.is_multiple_of(101) {
+                let short = [i];
+                let bad = SampleRecord {
+                    regs_user_abi: regs_abi::ABI_64,
+                    regs_user: &short,
+                    ..rec
+                };
+                assert!(w.sample(&bad).is_err());
+            }
+        }
+        let (out, stats) = w.finish(&FileMeta::default()).unwrap();
+        assert_eq!(stats.samples, n);
+        let b = out.into_inner();
+        let mut off = u64_at(&b, 40) as usize;
+        let end = off + u64_at(&b, 48) as usize;
+        let (mut i, mut seen_comms) = (0u64, 0);
+        while off < end {
+            let ty = u32::from_le_bytes(b[off..off + 4].try_into().unwrap());
+            let size = u16::from_le_bytes(b[off + 6..off + 8].try_into().unwrap()) as usize;
+            let words: Vec<u64> = (0..size / 8).map(|k| u64_at(&b, off + 8 * k)).collect();
+            match ty {
+                record::SAMPLE => {
+                    let chain = chain_of(i);
+                    // header, IDENTIFIER, IP, TID, TIME, CPU, PERIOD,
+                    // callchain, user registers.
+                    let mut want = vec![words[0], 1, i, 1 | 2 << 32, i * 10, 0, i];
+                    want.push(chain.len() as u64);
+                    want.extend(&chain);
+                    want.extend([regs_abi::ABI_64, i, !i]);
+                    assert_eq!(words, want, "sample {i}");
+                    i += 1;
+                }
+                record::COMM => seen_comms += 1,
+                record::FINISHED_ROUND => {}
+                other => panic!("record type {other}"),
+            }
+            off += size;
+        }
+        assert_eq!((i, seen_comms), (n, comms));
     }
 
     #[test]

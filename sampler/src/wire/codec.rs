@@ -511,6 +511,29 @@ impl Reader<'_> {
             self.rest = rest;
             return Ok(u64::from(b));
         }
+        // Most longer ones (deltas of times, addresses and callchain
+        // entries) take two to four bytes: with four bytes at hand, those
+        // end without a bounds check per byte. None of them is the last
+        // byte of a form of at most `MAX` bytes, so `LAST` does not apply.
+        if MAX > 4
+            && let Some(&[b0, b1, b2, b3]) = self.rest.first_chunk::<4>()
+        {
+            let mut out = u64::from(b0 & 0x7f) | u64::from(b1 & 0x7f) << 7;
+            if b1 & 0x80 == 0 {
+                self.rest = &self.rest[2..];
+                return Ok(out);
+            }
+            out |= u64::from(b2 & 0x7f) << 14;
+            if b2 & 0x80 == 0 {
+                self.rest = &self.rest[3..];
+                return Ok(out);
+            }
+            out |= u64::from(b3 & 0x7f) << 21;
+            if b3 & 0x80 == 0 {
+                self.rest = &self.rest[4..];
+                return Ok(out);
+            }
+        }
         let mut out = 0u64;
         for i in 0..MAX {
             let b = self.u8()?;
@@ -555,6 +578,7 @@ impl Reader<'_> {
         if signed { self.i64() } else { self.u64() }
     }
 
+    #[inline(always)]
     fn regs(
         &mut self,
         r: &mut WireRegs,
@@ -589,7 +613,9 @@ impl Reader<'_> {
     ) -> Result<(), CodecError> {
         // More values than fit: refused, as the push of the first extra
         // value would be (reading them could only fail first).
-        out.resize(n, 0).map_err(|_| CodecError::Malformed)?;
+        if n > out.capacity() {
+            return Err(CodecError::Malformed);
+        }
         let mut i = 0;
         while i < n {
             if n - i >= 8
@@ -597,7 +623,7 @@ impl Reader<'_> {
             {
                 let w = u64::from_le_bytes(*word);
                 if w & 0x8080_8080_8080_8080 == 0 {
-                    let dst = &mut out[i..i + 8];
+                    let mut dst = [0u64; 8];
                     if signed {
                         // Zigzag of every byte at once: (b >> 1) ^ -(b & 1)
                         // has the value's low byte, and as b < 0x80 the
@@ -612,12 +638,15 @@ impl Reader<'_> {
                             *o = u64::from(*b);
                         }
                     }
+                    // Cannot fail: `i + 8 <= n`, at most the capacity.
+                    let _ = out.extend_from_slice(&dst);
                     self.rest = &self.rest[8..];
                     i += 8;
                     continue;
                 }
             }
-            out[i] = self.value(signed)?;
+            // Cannot fail: `i < n`, at most the capacity.
+            let _ = out.push(self.value(signed)?);
             i += 1;
         }
         Ok(())
@@ -1199,6 +1228,18 @@ impl<'a> SampleParts<'a> {
             *prev = prev.wrapping_add(*d);
             Some(*prev)
         })
+    }
+
+    /// The callchain as the sample IP and the deltas that rebuild it:
+    /// entry `i` is the IP plus the first `i + 1` deltas.
+    #[inline]
+    pub fn callchain_deltas(&self) -> (u64, &'a [u64]) {
+        let deltas: &'a [u64] = if self.wire.flags & flag::CALLCHAIN != 0 {
+            &self.wire.callchain
+        } else {
+            &[]
+        };
+        (self.state.ip, deltas)
     }
 
     /// The branch stack's `hw_idx`, if the sample has a branch stack.
