@@ -193,7 +193,7 @@ fn timed(cmd: &mut Command) -> Result<f64> {
 }
 
 /// Runs of each timed command; the table gives the median.
-const TIMED_RUNS: usize = 3;
+const TIMED_RUNS: usize = 5;
 
 /// The median wall time of [`TIMED_RUNS`] runs of `make()`'s command,
 /// calling `before` ahead of each.
@@ -315,7 +315,7 @@ pub fn bench() -> Result<i32> {
         },
     )?;
     rows.push((
-        "perch convert, 1M samples (s, median of 3)".into(),
+        "perch convert, 1M samples (s, median of 5)".into(),
         format!("{convert:.2} ({:.2} M samples/s)", 1.0 / convert),
     ));
     if perf_found() {
@@ -339,11 +339,11 @@ pub fn bench() -> Result<i32> {
             },
         )?;
         rows.push((
-            "perf script, same file (s, median of 3)".into(),
+            "perf script, same file (s, median of 5)".into(),
             format!("{script:.2}"),
         ));
         rows.push((
-            "perf report --stdio, same file (s, median of 3)".into(),
+            "perf report --stdio, same file (s, median of 5)".into(),
             format!("{report:.2}"),
         ));
         rows.push((
