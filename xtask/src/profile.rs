@@ -79,6 +79,7 @@ pub fn run(o: &RunOptions) -> Result<i32> {
                 "none",
                 "--percent-limit",
                 "0.5",
+                "--demangle-kernel",
             ])
             .arg("-i")
             .arg(&o.output)
