@@ -147,18 +147,7 @@ impl Pump {
         mut input: impl Read,
         sink: &mut impl PartsSink,
     ) -> Result<Flow, HostError> {
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            let n = match input.read(&mut buf) {
-                Ok(0) => return Ok(Flow::Continue),
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(HostError::io("reading the stream", e)),
-            };
-            if self.feed_parts(&buf[..n], sink)? == Flow::Done {
-                return Ok(Flow::Done);
-            }
-        }
+        read_chunks(&mut input, |chunk| self.feed_parts(chunk, sink))
     }
 
     /// Like [`feed_parts`](Self::feed_parts) for a chunk whose frames
@@ -297,18 +286,7 @@ impl Pump {
         mut input: impl Read,
         sink: &mut dyn FnMut(&Item<'_>) -> Result<(), HostError>,
     ) -> Result<Flow, HostError> {
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            let n = match input.read(&mut buf) {
-                Ok(0) => return Ok(Flow::Continue),
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(HostError::io("reading the stream", e)),
-            };
-            if self.feed(&buf[..n], sink)? == Flow::Done {
-                return Ok(Flow::Done);
-            }
-        }
+        read_chunks(&mut input, |chunk| self.feed(chunk, sink))
     }
 
     /// An error for a stream that held nothing Perch could decode.
@@ -682,6 +660,26 @@ impl LogPrinter {
                 },
             }),
             _ => None,
+        }
+    }
+}
+
+/// Reads `input` in 64 KiB chunks, handing each to `feed`, until the end
+/// of the input ([`Flow::Continue`]) or until `feed` says [`Flow::Done`].
+fn read_chunks(
+    input: &mut impl Read,
+    mut feed: impl FnMut(&[u8]) -> Result<Flow, HostError>,
+) -> Result<Flow, HostError> {
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) => return Ok(Flow::Continue),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(HostError::io("reading the stream", e)),
+        };
+        if feed(&buf[..n])? == Flow::Done {
+            return Ok(Flow::Done);
         }
     }
 }
