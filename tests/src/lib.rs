@@ -196,3 +196,87 @@ pub const DEMOREGS_PATTERNS: [(&str, u64); 13] = [
     ("R13", 0xdddd_dddd_dddd_dddd),
     ("R14", 0xeeee_eeee_eeee_eeee),
 ];
+
+/// One `perch record` run of the demo under icount, with its perf.data and
+/// saved capture in a temporary directory that lives as long as it does.
+pub struct Recording {
+    _dir: tempfile::TempDir,
+    /// The perf.data written.
+    pub data: PathBuf,
+    /// The raw stream saved with `--save-capture`.
+    pub capture: PathBuf,
+    /// perch's exit status.
+    pub status: Option<i32>,
+    /// perch's stderr (the target's log included).
+    pub stderr: String,
+}
+
+/// Runs `perch record --icount` on the runtime image with `args` added.
+pub fn record(args: &[&str]) -> Recording {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let data = dir.path().join("perf.data");
+    let capture = dir.path().join("capture.bin");
+    let out = Command::new(perch_bin())
+        .arg("record")
+        .arg("--image")
+        .arg(runtime_elf())
+        .arg("--icount")
+        .arg("-o")
+        .arg(&data)
+        .arg("--save-capture")
+        .arg(&capture)
+        .args(["--timeout", "240"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running perch record");
+    Recording {
+        _dir: dir,
+        data,
+        capture,
+        status: out.status.code(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs perf on the recording (with the runtime as vmlinux); it must succeed
+/// and print nothing on stderr but lines containing one of `allowed`.
+pub fn run_perf(rec: &Recording, args: &[&str], allowed: &[&str]) -> String {
+    let out = Command::new("perf")
+        .args(args)
+        .arg("-i")
+        .arg(&rec.data)
+        .arg(format!("--vmlinux={}", runtime_elf().display()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running perf");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "perf {args:?} failed: {stderr}");
+    let unexpected: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !allowed.iter().any(|a| l.contains(a)))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "perf {args:?} printed warnings: {unexpected:?}"
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether QEMU is installed; says so when it is not (the test then skips).
+pub fn qemu_present() -> bool {
+    if have_tool("qemu-system-x86_64") {
+        return true;
+    }
+    eprintln!("SKIPPED: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)");
+    false
+}
+
+/// Whether perf is installed; says so when it is not (the test then skips).
+pub fn perf_present() -> bool {
+    if have_tool("perf") {
+        return true;
+    }
+    eprintln!("SKIPPED: perf is not installed (apt-get install linux-perf)");
+    false
+}

@@ -8,10 +8,8 @@
 //!
 //! The tests skip, saying why, only when QEMU or perf is missing.
 
-use e2e_tests::{have_tool, perch_bin, runtime_elf};
+use e2e_tests::{Recording, perf_present, qemu_present, record, run_perf};
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 /// The register patterns `demoregs` holds while it spins.
@@ -24,75 +22,18 @@ const HOT: [&str; 3] = [
     "demo_update_stats",
 ];
 
-struct Recording {
-    _dir: tempfile::TempDir,
-    data: PathBuf,
-    status: Option<i32>,
-    stderr: String,
-}
-
 fn tools_present() -> bool {
-    for (tool, pkg) in [
-        ("qemu-system-x86_64", "qemu-system-x86"),
-        ("perf", "linux-perf"),
-    ] {
-        if !have_tool(tool) {
-            eprintln!("SKIPPED: {tool} is not installed (apt-get install {pkg})");
-            return false;
-        }
-    }
-    true
+    qemu_present() && perf_present()
 }
 
 /// The demo recorded once with `pmu=sim`: one second of virtual time at 4 kHz.
 fn sim_run() -> Option<&'static Recording> {
     static REC: OnceLock<Option<Recording>> = OnceLock::new();
     REC.get_or_init(|| {
-        tools_present().then(|| {
-            let dir = tempfile::tempdir().expect("temporary directory");
-            let data = dir.path().join("perf.data");
-            let out = Command::new(perch_bin())
-                .arg("record")
-                .arg("--image")
-                .arg(runtime_elf())
-                .arg("--icount")
-                .arg("-o")
-                .arg(&data)
-                .args(["--timeout", "240", "--freq", "4000", "--duration", "1"])
-                .args(["--pmu", "sim"])
-                .stdin(Stdio::null())
-                .output()
-                .expect("running perch record");
-            Recording {
-                _dir: dir,
-                data,
-                status: out.status.code(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            }
-        })
+        tools_present().then(|| record(&["--freq", "4000", "--duration", "1", "--pmu", "sim"]))
     })
     .as_ref()
     .inspect(|r| assert_eq!(r.status, Some(0), "perch record failed:\n{}", r.stderr))
-}
-
-/// Runs perf on the recording; it must succeed and print nothing on stderr.
-fn run_perf(rec: &Recording, args: &[&str]) -> String {
-    let out: Output = Command::new("perf")
-        .args(args)
-        .arg("-i")
-        .arg(&rec.data)
-        .arg(format!("--vmlinux={}", runtime_elf().display()))
-        .stdin(Stdio::null())
-        .output()
-        .expect("running perf");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "perf {args:?} failed: {stderr}");
-    let unexpected: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert!(
-        unexpected.is_empty(),
-        "perf {args:?} printed warnings: {unexpected:?}"
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// One line of `perf script -G -F comm,addr,weight,ip,sym,iregs,brstacksym`.
@@ -124,6 +65,7 @@ fn script(rec: &Recording) -> Vec<Line> {
             "-F",
             "comm,ip,sym,iregs,brstacksym,addr,weight",
         ],
+        &[],
     );
     let mut lines = Vec::new();
     for l in out.lines().filter(|l| !l.trim().is_empty()) {
@@ -192,7 +134,7 @@ fn memory_fields_come_from_the_pebs_records() {
     assert!(checked > 1000, "only {checked} hot samples");
     // DATA_SRC decodes as loads from the levels the simulator cycles through.
     let Some(rec) = sim_run() else { return };
-    let ds = run_perf(rec, &["script", "-G", "-F", "data_src"]);
+    let ds = run_perf(rec, &["script", "-G", "-F", "data_src"], &[]);
     for lvl in ["LVL L1 hit", "LVL L2 hit", "LVL L3 hit", "LVL LFB/MAB hit"] {
         assert!(ds.contains(lvl), "no `{lvl}` in data_src");
     }
@@ -240,7 +182,7 @@ fn branch_stacks_follow_the_sampled_ips_with_demo_symbols() {
 #[test]
 fn perf_report_branch_mode_works() {
     let Some(rec) = sim_run() else { return };
-    let out = run_perf(rec, &["report", "-b", "--stdio"]);
+    let out = run_perf(rec, &["report", "-b", "--stdio"], &[]);
     assert!(out.contains("of event 'r1cd-simulated:pp'"), "{out}");
     assert!(out.contains("# Total Lost Samples: 0"), "{out}");
     let hot_pair = out.lines().any(|l| {
@@ -257,7 +199,7 @@ fn perf_report_branch_mode_works() {
 #[test]
 fn the_file_says_the_pmu_is_simulated() {
     let Some(rec) = sim_run() else { return };
-    let out = run_perf(rec, &["report", "--header-only"]);
+    let out = run_perf(rec, &["report", "--header-only"], &[]);
     let cpudesc = out
         .lines()
         .find(|l| l.starts_with("# cpudesc"))

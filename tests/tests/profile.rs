@@ -6,12 +6,12 @@
 //!
 //! The tests skip, saying why, only when QEMU or perf is missing.
 
-use e2e_tests::{have_tool, perch_bin, runtime_elf};
+use e2e_tests::{Recording, perch_bin, perf_present, qemu_present, record, run_perf, runtime_elf};
 use linux_perf_data::linux_perf_event_reader::{CpuMode, EventRecord};
 use linux_perf_data::{DsoKey, PerfFileReader, PerfFileRecord};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 /// The designed split of `demo64`'s instructions between its hot functions.
@@ -24,59 +24,6 @@ const HOT: [(&str, f64); 3] = [
 /// The register patterns `demoregs` holds while it spins.
 use e2e_tests::DEMOREGS_PATTERNS as PATTERNS;
 
-/// One `perch record` run.
-struct Recording {
-    _dir: tempfile::TempDir,
-    data: PathBuf,
-    capture: PathBuf,
-    status: Option<i32>,
-    stderr: String,
-}
-
-fn qemu_present() -> bool {
-    if have_tool("qemu-system-x86_64") {
-        return true;
-    }
-    eprintln!("SKIPPED: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)");
-    false
-}
-
-fn perf_present() -> bool {
-    if have_tool("perf") {
-        return true;
-    }
-    eprintln!("SKIPPED: perf is not installed (apt-get install linux-perf)");
-    false
-}
-
-fn record(args: &[&str]) -> Recording {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let data = dir.path().join("perf.data");
-    let capture = dir.path().join("capture.bin");
-    let elf = runtime_elf();
-    let out = Command::new(perch_bin())
-        .arg("record")
-        .arg("--image")
-        .arg(&elf)
-        .arg("--icount")
-        .arg("-o")
-        .arg(&data)
-        .arg("--save-capture")
-        .arg(&capture)
-        .args(["--timeout", "240"])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("running perch record");
-    Recording {
-        _dir: dir,
-        data,
-        capture,
-        status: out.status.code(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
 /// The demo recorded once for every test of this binary: one second of
 /// virtual time at 4 kHz.
 fn demo() -> Option<&'static Recording> {
@@ -84,30 +31,6 @@ fn demo() -> Option<&'static Recording> {
     REC.get_or_init(|| qemu_present().then(|| record(&["--freq", "4000", "--duration", "1"])))
         .as_ref()
         .inspect(|r| assert_eq!(r.status, Some(0), "perch record failed:\n{}", r.stderr))
-}
-
-/// Runs perf on the recording; it must succeed and print nothing on stderr
-/// but the `allowed` lines.
-fn run_perf(rec: &Recording, args: &[&str], allowed: &[&str]) -> String {
-    let out: Output = Command::new("perf")
-        .args(args)
-        .arg("-i")
-        .arg(&rec.data)
-        .arg(format!("--vmlinux={}", runtime_elf().display()))
-        .stdin(Stdio::null())
-        .output()
-        .expect("running perf");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "perf {args:?} failed: {stderr}");
-    let unexpected: Vec<&str> = stderr
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !allowed.iter().any(|a| l.contains(a)))
-        .collect();
-    assert!(
-        unexpected.is_empty(),
-        "perf {args:?} printed warnings: {unexpected:?}"
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// One sample as `perf script -F comm,tid,ip,sym,dso,uregs` prints it.
@@ -420,6 +343,28 @@ fn linux_perf_data_reads_the_recording_and_counts_match_the_target() {
     );
 }
 
+/// `perf report` on a recording with losses: it counts exactly `lost`
+/// (perf warns about LOST records as lost chunks, which is the point).
+fn perf_reports_lost(rec: &Recording, lost: u64) {
+    if !perf_present() {
+        return;
+    }
+    let report = run_perf(
+        rec,
+        &["report", "--stdio", "--no-children", "-g", "none"],
+        &[
+            "Warning:",
+            " chunks!",
+            " samples and lost ",
+            "Check IO/CPU overload!",
+        ],
+    );
+    assert!(
+        report.contains(&format!("Total Lost Samples: {lost}")),
+        "{report}"
+    );
+}
+
 #[test]
 fn forced_losses_are_counted_exactly() {
     if !qemu_present() {
@@ -438,23 +383,7 @@ fn forced_losses_are_counted_exactly() {
     assert_eq!(c.samples, delivered);
     assert_eq!(c.lost_in_lost_records, lost);
     assert_eq!(c.lost_samples_records, lost);
-    if perf_present() {
-        // perf reports LOST records as lost chunks: that is the point here.
-        let report = run_perf(
-            &rec,
-            &["report", "--stdio", "--no-children", "-g", "none"],
-            &[
-                "Warning:",
-                " chunks!",
-                " samples and lost ",
-                "Check IO/CPU overload!",
-            ],
-        );
-        assert!(
-            report.contains(&format!("Total Lost Samples: {lost}")),
-            "{report}"
-        );
-    }
+    perf_reports_lost(&rec, lost);
 }
 
 #[test]
@@ -505,22 +434,7 @@ fn throttled_overflows_are_counted_exactly() {
         c.throttle_records,
         c.unthrottle_records
     );
-    if perf_present() {
-        let report = run_perf(
-            &rec,
-            &["report", "--stdio", "--no-children", "-g", "none"],
-            &[
-                "Warning:",
-                " chunks!",
-                " samples and lost ",
-                "Check IO/CPU overload!",
-            ],
-        );
-        assert!(
-            report.contains(&format!("Total Lost Samples: {lost}")),
-            "{report}"
-        );
-    }
+    perf_reports_lost(&rec, lost);
 }
 
 #[test]
