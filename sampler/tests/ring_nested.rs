@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use sampler::ring::Ring;
 
+mod nesting;
+use nesting::{Delivered, HANDLER_TAG};
+
 /// Small enough that the handler often finds it full.
 static RING: Ring<u64, 64> = Ring::new();
 static HANDLER_PUSHED: AtomicU64 = AtomicU64::new(0);
@@ -24,8 +27,6 @@ static IN_OP: AtomicBool = AtomicBool::new(false);
 /// as nesting.
 static PRODUCER_TID: AtomicI64 = AtomicI64::new(-1);
 static HANDLER_ON_PRODUCER: AtomicU64 = AtomicU64::new(0);
-
-const HANDLER_TAG: u64 = 1 << 63;
 
 extern "C" fn on_sigprof(_: libc::c_int) {
     HANDLER_RUNS.fetch_add(1, Ordering::Relaxed);
@@ -48,54 +49,10 @@ extern "C" fn on_sigprof(_: libc::c_int) {
 fn signal_handler_nests_into_producer_and_consumer() {
     // SAFETY: gettid has no preconditions.
     PRODUCER_TID.store(i64::from(unsafe { libc::gettid() }), Ordering::Relaxed);
-    // SAFETY: installs a handler that only touches atomics and the
-    // lock-free ring (async-signal-safe), and a profiling timer for this
-    // process; both are undone at the end of the test.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigprof as extern "C" fn(libc::c_int) as usize;
-        sa.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut sa.sa_mask);
-        assert_eq!(libc::sigaction(libc::SIGPROF, &sa, std::ptr::null_mut()), 0);
-        let t = libc::itimerval {
-            it_interval: libc::timeval {
-                tv_sec: 0,
-                tv_usec: 100,
-            },
-            it_value: libc::timeval {
-                tv_sec: 0,
-                tv_usec: 100,
-            },
-        };
-        assert_eq!(
-            libc::setitimer(libc::ITIMER_PROF, &t, std::ptr::null_mut()),
-            0
-        );
-    }
+    nesting::start_prof_timer(on_sigprof);
 
     let mut main_pushed = 0u64;
-    let mut next_main = 0u64;
-    let mut next_handler = 0u64;
-    let mut delivered_main = 0u64;
-    let mut delivered_handler = 0u64;
-    let mut check = |v: u64, next_main: &mut u64, next_handler: &mut u64| {
-        if v & HANDLER_TAG != 0 {
-            let n = v & !HANDLER_TAG;
-            assert!(
-                n >= *next_handler,
-                "handler values out of order: {n} after {next_handler}"
-            );
-            *next_handler = n + 1;
-            delivered_handler += 1;
-        } else {
-            assert!(
-                v >= *next_main,
-                "main values out of order: {v} after {next_main}"
-            );
-            *next_main = v + 1;
-            delivered_main += 1;
-        }
-    };
+    let mut delivered = Delivered::default();
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(1500) {
         for _ in 0..16 {
@@ -109,30 +66,14 @@ fn signal_handler_nests_into_producer_and_consumer() {
             let v = RING.pop();
             IN_OP.store(false, Ordering::Relaxed);
             match v {
-                Some(v) => check(v, &mut next_main, &mut next_handler),
+                Some(v) => delivered.check(v),
                 None => break,
             }
         }
     }
-    // SAFETY: stops the timer started above; the handler stays installed
-    // but can no longer fire from this timer.
-    unsafe {
-        let stop = libc::itimerval {
-            it_interval: libc::timeval {
-                tv_sec: 0,
-                tv_usec: 0,
-            },
-            it_value: libc::timeval {
-                tv_sec: 0,
-                tv_usec: 0,
-            },
-        };
-        libc::setitimer(libc::ITIMER_PROF, &stop, std::ptr::null_mut());
-    }
-    // A signal may still be in flight; let it land before draining.
-    std::thread::sleep(Duration::from_millis(20));
+    nesting::stop_prof_timer();
     while let Some(v) = RING.pop() {
-        check(v, &mut next_main, &mut next_handler);
+        delivered.check(v);
     }
     let handler_pushed = HANDLER_PUSHED.load(Ordering::Relaxed);
     let stats = RING.stats();
@@ -141,15 +82,15 @@ fn signal_handler_nests_into_producer_and_consumer() {
     let on_producer = HANDLER_ON_PRODUCER.load(Ordering::Relaxed);
     println!(
         "handler runs {runs} (on the producing thread: {on_producer}, inside its push/pop: {nested}), pushed main {main_pushed} handler {handler_pushed}, \
-         delivered main {delivered_main} handler {delivered_handler}, lost {}",
-        stats.lost
+         delivered main {} handler {}, lost {}",
+        delivered.main, delivered.handler, stats.lost
     );
     assert_eq!(
         stats.taken,
         main_pushed + handler_pushed,
         "every push is counted"
     );
-    assert_eq!(stats.delivered, delivered_main + delivered_handler);
+    assert_eq!(stats.delivered, delivered.main + delivered.handler);
     assert_eq!(
         stats.taken,
         stats.delivered + stats.lost,
@@ -164,5 +105,5 @@ fn signal_handler_nests_into_producer_and_consumer() {
         "signals really landed inside push/pop ({nested})"
     );
     assert!(stats.lost > 0, "the ring really overflowed");
-    assert!(delivered_handler > 0 && delivered_main > 0);
+    assert!(delivered.handler > 0 && delivered.main > 0);
 }
