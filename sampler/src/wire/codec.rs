@@ -316,63 +316,20 @@ fn decode_regs_into(
     shape: bool,
     out: &mut RegsSample,
 ) -> Result<(), CodecError> {
-    let (abi, mask) = if shape {
-        let abi = Abi::from_perf_value(u64::from(w.abi)).ok_or(CodecError::Malformed)?;
-        (abi, w.mask)
-    } else {
-        let r = reference.ok_or(CodecError::NoReference)?;
-        (r.abi, r.mask)
-    };
-    if mask & !crate::regs::VALID_MASK_WITH_XMM != 0 {
-        return Err(CodecError::Malformed);
-    }
-    let n = mask.count_ones() as usize;
+    let (abi, mask) = check_regs(w, reference, delta, sparse, shape)?;
     out.abi = abi;
     out.mask = mask;
     out.values.clear();
     if abi == Abi::None {
-        return if w.values.is_empty() && !delta && !sparse {
-            Ok(())
-        } else {
-            Err(CodecError::Malformed)
-        };
+        return Ok(());
     }
     if delta || sparse {
-        if shape {
-            return Err(CodecError::Malformed);
-        }
         let r = reference.ok_or(CodecError::NoReference)?;
-        if r.values.len() != n {
-            return Err(CodecError::Malformed);
-        }
-        if delta {
-            if w.values.len() != n {
-                return Err(CodecError::Malformed);
-            }
-            for (d, p) in w.values.iter().zip(r.values.iter()) {
-                out.values
-                    .push(p.wrapping_add(*d))
-                    .map_err(|_| CodecError::Malformed)?;
-            }
-        } else {
-            if (n < 64 && w.changed >> n != 0) || w.changed.count_ones() as usize != w.values.len()
-            {
-                return Err(CodecError::Malformed);
-            }
-            let mut next = w.values.iter();
-            for (i, p) in r.values.iter().enumerate() {
-                let v = if w.changed & (1 << i) != 0 {
-                    p.wrapping_add(*next.next().ok_or(CodecError::Malformed)?)
-                } else {
-                    *p
-                };
-                out.values.push(v).map_err(|_| CodecError::Malformed)?;
-            }
-        }
+        out.values
+            .extend_from_slice(&r.values)
+            .map_err(|_| CodecError::Malformed)?;
+        add_deltas(&mut out.values, w, delta);
     } else {
-        if w.values.len() != n {
-            return Err(CodecError::Malformed);
-        }
         out.values
             .extend_from_slice(&w.values)
             .map_err(|_| CodecError::Malformed)?;
@@ -945,8 +902,8 @@ impl<'de> Deserialize<'de> for WireSample {
 /// mask.
 type RegsShape = (Abi, u64);
 
-/// Checks a register block exactly as [`decode_regs_into`] does, without
-/// building anything, and returns the shape of the result.
+/// Checks a register block against its reference without building
+/// anything, and returns the shape of the result.
 fn check_regs(
     w: &WireRegs,
     reference: Option<&RegsSample>,
@@ -995,6 +952,26 @@ fn check_regs(
     Ok((abi, mask))
 }
 
+/// Adds a delta (`delta`: one per value) or sparse (one per bit of
+/// `w.changed`) block's values to the reference's `values`. The block has
+/// passed [`check_regs`] against them.
+fn add_deltas(values: &mut [u64], w: &WireRegs, delta: bool) {
+    if delta {
+        for (v, dv) in values.iter_mut().zip(w.values.iter()) {
+            *v = v.wrapping_add(*dv);
+        }
+    } else {
+        let mut changed = w.changed;
+        for dv in &w.values {
+            let i = changed.trailing_zeros() as usize;
+            changed &= changed.wrapping_sub(1);
+            if let Some(v) = values.get_mut(i) {
+                *v = v.wrapping_add(*dv);
+            }
+        }
+    }
+}
+
 /// Turns `dst` (the reference when the block is a delta) into the register
 /// set the block describes. The block has passed [`check_regs`] against
 /// `dst`, so nothing here can fail.
@@ -1008,20 +985,7 @@ fn apply_regs(
     if delta || sparse {
         // `check_regs` saw a reference with the right number of values.
         let Some(d) = dst.as_mut() else { return };
-        if delta {
-            for (v, dv) in d.values.iter_mut().zip(w.values.iter()) {
-                *v = v.wrapping_add(*dv);
-            }
-        } else {
-            let mut changed = w.changed;
-            for dv in &w.values {
-                let i = changed.trailing_zeros() as usize;
-                changed &= changed - 1;
-                if let Some(v) = d.values.get_mut(i) {
-                    *v = v.wrapping_add(*dv);
-                }
-            }
-        }
+        add_deltas(&mut d.values, w, delta);
         d.abi = abi;
         d.mask = mask;
         return;
