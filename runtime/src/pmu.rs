@@ -993,7 +993,8 @@ impl Boot {
         }
     }
 
-    /// True when the hardware PMU drives the NMIs (the NMI clock stays off).
+    /// True when the hardware PMU's overflows are the samples (the NMI
+    /// clock then only ticks for the throttle).
     pub fn hardware(&self) -> bool {
         matches!(self, Boot::Hardware { .. })
     }
