@@ -70,6 +70,16 @@ impl Pump {
         }
     }
 
+    /// Counts a chunk of `len` bytes and keeps the stream's first bytes
+    /// (from `head`, the chunk's start) for error messages.
+    fn note_chunk(&mut self, len: usize, head: &[u8]) {
+        self.stats.bytes += len as u64;
+        if self.head.len() < HEAD_BYTES {
+            let n = (HEAD_BYTES - self.head.len()).min(head.len());
+            self.head.extend_from_slice(&head[..n]);
+        }
+    }
+
     /// Feeds `chunk`; `sink` sees each item after the counters are updated.
     /// Returns `Done` once the End record has been handled.
     pub fn feed(
@@ -77,11 +87,7 @@ impl Pump {
         chunk: &[u8],
         sink: &mut dyn FnMut(&Item<'_>) -> Result<(), HostError>,
     ) -> Result<Flow, HostError> {
-        self.stats.bytes += chunk.len() as u64;
-        if self.head.len() < HEAD_BYTES {
-            let n = (HEAD_BYTES - self.head.len()).min(chunk.len());
-            self.head.extend_from_slice(&chunk[..n]);
-        }
+        self.note_chunk(chunk.len(), chunk);
         let mut result = Ok(Flow::Continue);
         let adapter = &mut self.adapter;
         let stats = &mut self.stats;
@@ -124,11 +130,7 @@ impl Pump {
         chunk: &[u8],
         sink: &mut impl PartsSink,
     ) -> Result<Flow, HostError> {
-        self.stats.bytes += chunk.len() as u64;
-        if self.head.len() < HEAD_BYTES {
-            let n = (HEAD_BYTES - self.head.len()).min(chunk.len());
-            self.head.extend_from_slice(&chunk[..n]);
-        }
+        self.note_chunk(chunk.len(), chunk);
         let mut result = Ok(Flow::Continue);
         let adapter = &mut self.adapter;
         let stats = &mut self.stats;
@@ -157,11 +159,7 @@ impl Pump {
         chunk: &FramedChunk,
         sink: &mut impl PartsSink,
     ) -> Result<Flow, HostError> {
-        self.stats.bytes += chunk.len as u64;
-        if self.head.len() < HEAD_BYTES {
-            let n = (HEAD_BYTES - self.head.len()).min(chunk.head.len());
-            self.head.extend_from_slice(&chunk.head[..n]);
-        }
+        self.note_chunk(chunk.len, &chunk.head);
         let mut result = Ok(Flow::Continue);
         let adapter = &mut self.adapter;
         let stats = &mut self.stats;
