@@ -53,6 +53,13 @@ pub struct TaskRef {
 }
 
 impl TaskRef {
+    /// Whether a delta frame with stored CRC `stored` and plain CRC `plain`
+    /// was encoded against this state (its CRC is chained to this state's;
+    /// a keyframe's stored CRC is its plain one).
+    pub(crate) fn chained(&self, stored: u32, plain: u32) -> bool {
+        self.chain ^ plain == stored && stored != plain
+    }
+
     /// The state after `s` was sent in a frame with plain CRC `chain`.
     pub(crate) fn after(s: &Sample, chain: u32, since_key: u32) -> Self {
         TaskRef {

@@ -539,7 +539,7 @@ impl Records {
             None
         } else {
             let reference = pos.and_then(|p| tasks.iter().nth(p));
-            let ok = reference.is_some_and(|r| r.chain ^ plain == stored) && stored != plain;
+            let ok = reference.is_some_and(|r| r.chained(stored, plain));
             if !ok {
                 stats.unresolved_samples += u64::from(stored != plain);
                 return self.bad(len);
@@ -593,7 +593,7 @@ impl Records {
             Some(slot) => {
                 let since = if key {
                     0
-                } else if slot.chain ^ plain == stored && stored != plain {
+                } else if slot.chained(stored, plain) {
                     slot.since_key + 1
                 } else {
                     stats.unresolved_samples += u64::from(stored != plain);
