@@ -203,13 +203,7 @@ pub fn event() -> EventConfig {
             | sampler::event::branch_type::KERNEL;
     }
     if let Some(h) = hw_event() {
-        e.kind = h.kind;
-        e.config = h.config;
-        e.sampling = h.sampling;
-        e.exclude_user = h.exclude_user;
-        e.exclude_kernel = h.exclude_kernel;
-        e.precise = h.precise;
-        e.branch_sample_type = h.branch_sample_type;
+        e.count_as(&h);
     }
     e
 }

@@ -784,13 +784,7 @@ fn pmu_event_description() -> TestResult {
         if extra & st::REGS_INTR != 0 {
             e.regs_intr = sampler::regs::GPR_MASK;
         }
-        e.kind = p.kind;
-        e.config = p.config;
-        e.sampling = p.sampling;
-        e.exclude_user = p.exclude_user;
-        e.exclude_kernel = p.exclude_kernel;
-        e.precise = p.precise;
-        e.branch_sample_type = p.branch_sample_type;
+        e.count_as(&p);
         if let Err(err) = e.validate(&caps) {
             fail!("{spec}: the description is refused: {err}");
         }

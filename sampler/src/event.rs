@@ -181,6 +181,19 @@ pub struct EventConfig {
 }
 
 impl EventConfig {
+    /// Makes this the event `of` counts (its kind, config, sampling,
+    /// excluded modes, precise level and branch types), keeping this
+    /// config's id and the fields each sample carries.
+    pub fn count_as(&mut self, of: &EventConfig) {
+        self.kind = of.kind;
+        self.config = of.config;
+        self.sampling = of.sampling;
+        self.exclude_user = of.exclude_user;
+        self.exclude_kernel = of.exclude_kernel;
+        self.precise = of.precise;
+        self.branch_sample_type = of.branch_sample_type;
+    }
+
     /// A cpu-clock event (the NMI clock) sampling at `hz` with IP, TID,
     /// TIME and PERIOD: the common default.
     pub const fn cpu_clock(id: u32, hz: u64) -> Self {
@@ -520,6 +533,25 @@ mod tests {
             lbr_depth: 32,
             max_sample_rate: 100_000,
         }
+    }
+
+    #[test]
+    fn count_as_takes_the_event_and_keeps_the_sample_fields() {
+        let mut hwe = EventConfig::hardware(7, hw::INSTRUCTIONS, 50_000);
+        hwe.exclude_kernel = true;
+        hwe.precise = 2;
+        hwe.branch_sample_type = branch_type::ANY | branch_type::USER;
+        let mut e = EventConfig::cpu_clock(0, 4000);
+        e.sample_type |= st::REGS_USER;
+        e.regs_user = crate::regs::GPR_MASK;
+        let (id, stype, regs) = (e.id, e.sample_type, e.regs_user);
+        e.count_as(&hwe);
+        assert_eq!((e.kind, e.config), (hwe.kind, hwe.config));
+        assert_eq!(e.sampling, hwe.sampling);
+        assert!(e.exclude_kernel && !e.exclude_user);
+        assert_eq!(e.precise, 2);
+        assert_eq!(e.branch_sample_type, hwe.branch_sample_type);
+        assert_eq!((e.id, e.sample_type, e.regs_user), (id, stype, regs));
     }
 
     fn with(f: impl FnOnce(&mut EventConfig)) -> EventConfig {
