@@ -1,121 +1,197 @@
 //! The local APIC in either mode firmware may leave it in: xAPIC (an MMIO
 //! window) or x2APIC (MSRs 0x800 + offset / 16, SDM vol. 3 "x2APIC Register
-//! Address Space"). Enable it, mask its local interrupts, read its ID.
+//! Address Space"). Enable it, mask its local interrupts, read its ID, and
+//! reach the performance-counter LVT entry the PMU drivers program.
 
 /// IA32_APIC_BASE.
-const IA32_APIC_BASE: u32 = 0x1b;
+pub const IA32_APIC_BASE: u32 = 0x1b;
+/// IA32_APIC_BASE\[11\]: the local APIC is globally enabled.
+pub const APIC_BASE_ENABLE: u64 = 1 << 11;
 /// IA32_APIC_BASE\[10\]: x2APIC mode (MMIO accesses then do nothing).
-const APIC_BASE_EXTD: u64 = 1 << 10;
+pub const APIC_BASE_EXTD: u64 = 1 << 10;
 
-/// How the registers are reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Access {
-    /// xAPIC: 32-bit registers in the MMIO window at this base.
-    Mmio(u64),
-    /// x2APIC: MSR `0x800 + offset / 16`.
-    Msr,
-}
-
-/// A local APIC, in xAPIC or x2APIC mode.
-#[derive(Debug, Clone, Copy)]
-pub struct LocalApic {
-    access: Access,
-    base: u64,
-}
+/// xAPIC offset of the ID register.
+pub const ID: u64 = 0x20;
+/// xAPIC offset of the spurious-interrupt vector register.
+pub const SVR: u64 = 0xf0;
+/// SVR\[8\]: APIC software enable.
+pub const SVR_ENABLE: u32 = 1 << 8;
+/// xAPIC offset of the LVT timer entry.
+pub const LVT_TIMER: u64 = 0x320;
+/// xAPIC offset of the LVT performance-counter entry.
+pub const LVT_PMI: u64 = 0x340;
+/// xAPIC offset of the LVT LINT0 entry.
+pub const LVT_LINT0: u64 = 0x350;
+/// xAPIC offset of the LVT LINT1 entry.
+pub const LVT_LINT1: u64 = 0x360;
+/// xAPIC offset of the LVT error entry.
+pub const LVT_ERROR: u64 = 0x370;
 
 /// The x2APIC MSR of the register at xAPIC MMIO offset `off`.
 pub const fn x2apic_msr(off: u64) -> u32 {
     0x800 + (off >> 4) as u32
 }
 
+/// How the registers are reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApicMode {
+    /// xAPIC: 32-bit registers in the MMIO window at `base`.
+    XApic {
+        /// Physical (identity-mapped) base of the window.
+        base: u64,
+    },
+    /// x2APIC: MSR `0x800 + offset / 16`.
+    X2Apic,
+}
+
+impl ApicMode {
+    /// The mode an IA32_APIC_BASE value describes, whether or not the APIC
+    /// is globally enabled.
+    pub const fn of(apic_base: u64) -> Self {
+        if apic_base & APIC_BASE_EXTD != 0 {
+            ApicMode::X2Apic
+        } else {
+            ApicMode::XApic {
+                base: apic_base & 0x000f_ffff_ffff_f000,
+            }
+        }
+    }
+
+    /// Like [`of`](Self::of), but `None` when the APIC is globally disabled
+    /// (it then delivers nothing).
+    pub const fn of_enabled(apic_base: u64) -> Option<Self> {
+        if apic_base & APIC_BASE_ENABLE == 0 {
+            None
+        } else {
+            Some(Self::of(apic_base))
+        }
+    }
+}
+
+/// A local APIC, in xAPIC or x2APIC mode.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalApic {
+    mode: ApicMode,
+}
+
 impl LocalApic {
+    /// The APIC reached as `mode` says.
+    ///
+    /// # Safety
+    /// Ring 0; `mode` is this CPU's (from its IA32_APIC_BASE), and in xAPIC
+    /// mode its window is identity-mapped and uncached.
+    pub const unsafe fn new(mode: ApicMode) -> Self {
+        Self { mode }
+    }
+
     /// The boot CPU's local APIC, in the mode IA32_APIC_BASE reports.
     ///
     /// # Safety
     /// Ring 0; in xAPIC mode the APIC window is identity-mapped and uncached.
     #[cfg(target_arch = "x86_64")]
     pub unsafe fn from_msr() -> Self {
-        // SAFETY: IA32_APIC_BASE exists on every x86-64 CPU.
-        let msr = unsafe { x86::msr::rdmsr(IA32_APIC_BASE) };
-        let base = msr & 0x000f_ffff_ffff_f000;
-        let access = if msr & APIC_BASE_EXTD != 0 {
-            Access::Msr
-        } else {
-            Access::Mmio(base)
-        };
-        Self { access, base }
-    }
-
-    /// True in x2APIC mode.
-    pub fn x2apic(&self) -> bool {
-        self.access == Access::Msr
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    fn read(&self, off: u64) -> u32 {
-        match self.access {
-            // SAFETY: `off` is a register of the SDM's xAPIC map inside the
-            // window `from_msr`'s caller mapped.
-            Access::Mmio(base) => unsafe { core::ptr::read_volatile((base + off) as *const u32) },
-            // SAFETY: in x2APIC mode every xAPIC register used here has its
-            // MSR at 0x800 + off / 16; ring 0 per `from_msr`.
-            Access::Msr => unsafe { x86::msr::rdmsr(x2apic_msr(off)) as u32 },
+        // SAFETY: IA32_APIC_BASE exists on every x86-64 CPU; ring 0 per
+        // this function's contract.
+        let v = unsafe { x86::msr::rdmsr(IA32_APIC_BASE) };
+        Self {
+            mode: ApicMode::of(v),
         }
     }
 
+    /// How the registers are reached.
+    pub fn mode(&self) -> ApicMode {
+        self.mode
+    }
+
+    /// Reads the register at xAPIC offset `off`.
     #[cfg(target_arch = "x86_64")]
-    fn write(&self, off: u64, value: u32) {
-        match self.access {
+    pub fn read(&self, off: u64) -> u32 {
+        match self.mode {
+            // SAFETY: `off` is a register of the SDM's xAPIC map inside the
+            // window the constructor's caller mapped.
+            ApicMode::XApic { base } => unsafe {
+                core::ptr::read_volatile((base + off) as *const u32)
+            },
+            // SAFETY: in x2APIC mode every xAPIC register used here has its
+            // MSR at 0x800 + off / 16; ring 0 per the constructor.
+            ApicMode::X2Apic => unsafe { x86::msr::rdmsr(x2apic_msr(off)) as u32 },
+        }
+    }
+
+    /// Writes the register at xAPIC offset `off`.
+    #[cfg(target_arch = "x86_64")]
+    pub fn write(&self, off: u64, value: u32) {
+        match self.mode {
             // SAFETY: as in `read`.
-            Access::Mmio(base) => unsafe {
+            ApicMode::XApic { base } => unsafe {
                 core::ptr::write_volatile((base + off) as *mut u32, value)
             },
             // SAFETY: as in `read`.
-            Access::Msr => unsafe { x86::msr::wrmsr(x2apic_msr(off), u64::from(value)) },
+            ApicMode::X2Apic => unsafe { x86::msr::wrmsr(x2apic_msr(off), u64::from(value)) },
         }
     }
 
     /// The APIC ID (its low 8 bits in x2APIC mode, where it is 32 bits wide).
     #[cfg(target_arch = "x86_64")]
     pub fn id(&self) -> u8 {
-        let v = self.read(0x20);
-        if self.x2apic() {
-            v as u8
-        } else {
-            (v >> 24) as u8
+        let v = self.read(ID);
+        match self.mode {
+            ApicMode::X2Apic => v as u8,
+            ApicMode::XApic { .. } => (v >> 24) as u8,
         }
     }
 
-    /// Software-enables the APIC (spurious vector 0xff) and masks the timer,
-    /// LINT0, the error and (unless `keep_pmi`) the performance-counter LVT
-    /// entries; LINT1 stays an NMI input.
+    /// Software-enables the APIC (SVR bit 8, spurious vector 0xff) when it
+    /// is not already: an LVT entry delivers nothing otherwise.
+    #[cfg(target_arch = "x86_64")]
+    pub fn software_enable(&self) {
+        let v = self.read(SVR);
+        if v & SVR_ENABLE == 0 {
+            self.write(SVR, v | SVR_ENABLE | 0xff);
+        }
+    }
+
+    /// Software-enables the APIC and masks the timer, LINT0, the error and
+    /// (unless `keep_pmi`) the performance-counter LVT entries; LINT1 stays
+    /// an NMI input.
     #[cfg(target_arch = "x86_64")]
     pub fn enable_masked(&self, keep_pmi: bool) {
-        self.write(0xf0, 0x1ff);
-        for off in [0x320, 0x340, 0x350, 0x370] {
-            if keep_pmi && off == 0x340 {
+        self.write(SVR, 0x1ff);
+        for off in [LVT_TIMER, LVT_PMI, LVT_LINT0, LVT_ERROR] {
+            if keep_pmi && off == LVT_PMI {
                 continue;
             }
             self.write(off, 1 << 16);
         }
-        self.write(0x360, 4 << 8);
-    }
-
-    /// The MMIO base (meaningful in xAPIC mode).
-    pub fn base(&self) -> u64 {
-        self.base
+        self.write(LVT_LINT1, 4 << 8);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::x2apic_msr;
+    use super::*;
 
     #[test]
     fn x2apic_msrs_follow_the_sdm_map() {
-        assert_eq!(x2apic_msr(0x20), 0x802); // ID
-        assert_eq!(x2apic_msr(0xf0), 0x80f); // SVR
-        assert_eq!(x2apic_msr(0x340), 0x834); // LVT performance counter
-        assert_eq!(x2apic_msr(0x360), 0x836); // LVT LINT1
+        assert_eq!(x2apic_msr(ID), 0x802);
+        assert_eq!(x2apic_msr(SVR), 0x80f);
+        assert_eq!(x2apic_msr(LVT_PMI), 0x834);
+        assert_eq!(x2apic_msr(LVT_PMI), crate::msr::addr::X2APIC_LVT_PMI);
+        assert_eq!(x2apic_msr(LVT_LINT1), 0x836);
+    }
+
+    #[test]
+    fn mode_follows_apic_base() {
+        // Reset value on most parts: enabled, BSP, xAPIC at 0xFEE0_0000.
+        assert_eq!(
+            ApicMode::of_enabled(0xFEE0_0900),
+            Some(ApicMode::XApic { base: 0xFEE0_0000 })
+        );
+        assert_eq!(ApicMode::of_enabled(0xFEE0_0D00), Some(ApicMode::X2Apic));
+        assert_eq!(ApicMode::of_enabled(0xFEE0_0100), None);
+        assert_eq!(
+            ApicMode::of(0xFEE0_0100),
+            ApicMode::XApic { base: 0xFEE0_0000 }
+        );
     }
 }
