@@ -176,10 +176,32 @@ fn lost(stderr: &str) -> Option<u64> {
     nums.get(2).copied()
 }
 
-fn timed(cmd: &mut Command) -> Result<f64> {
+/// Wall and CPU time of one command.
+#[derive(Clone, Copy)]
+struct Timing {
+    /// Seconds from start to exit.
+    wall: f64,
+    /// User plus system seconds of the command and its threads.
+    cpu: f64,
+}
+
+/// User plus system seconds of this process's waited-for children so far
+/// (`cutime` and `cstime` of `/proc/self/stat`, in USER_HZ = 100 ticks).
+fn children_cpu() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start with
+    // the state, field 3; cutime and cstime are fields 16 and 17.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(13)?.parse::<u64>().ok()? + f.get(14)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+fn timed(cmd: &mut Command) -> Result<Timing> {
     // Dirty pages of earlier steps are written back first, so no command
     // pays for another's output.
     let _ = Command::new("sync").status();
+    let cpu0 = children_cpu();
     let t = Instant::now();
     let s = cmd
         .stdout(Stdio::null())
@@ -187,25 +209,32 @@ fn timed(cmd: &mut Command) -> Result<f64> {
         .stdin(Stdio::null())
         .status()
         .with_context(|| format!("running {cmd:?}"))?;
+    let wall = t.elapsed().as_secs_f64();
     if !s.success() {
         bail!("{cmd:?} failed ({s})");
     }
-    Ok(t.elapsed().as_secs_f64())
+    let cpu = match (cpu0, children_cpu()) {
+        (Some(a), Some(b)) => b - a,
+        _ => f64::NAN,
+    };
+    Ok(Timing { wall, cpu })
 }
 
-/// Runs of each timed command; the table gives the median.
-const TIMED_RUNS: usize = 5;
+/// Rounds of the conversion comparison; the table gives medians.
+const TIMED_RUNS: usize = 7;
 
-/// The median wall time of [`TIMED_RUNS`] runs of `make()`'s command,
-/// calling `before` ahead of each.
-fn median_timed(mut before: impl FnMut(), mut make: impl FnMut() -> Command) -> Result<f64> {
-    let mut t = Vec::with_capacity(TIMED_RUNS);
-    for _ in 0..TIMED_RUNS {
-        before();
-        t.push(timed(&mut make())?);
+/// The median of `v` (not empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Medians of wall and CPU time over timings of one command.
+fn medians(t: &[Timing]) -> Timing {
+    Timing {
+        wall: median(t.iter().map(|t| t.wall).collect()),
+        cpu: median(t.iter().map(|t| t.cpu).collect()),
     }
-    t.sort_by(f64::total_cmp);
-    Ok(t[TIMED_RUNS / 2])
 }
 
 /// `perch record` args that set the runtime command line with extra keys
@@ -298,58 +327,68 @@ pub fn bench() -> Result<i32> {
     if !s.success() {
         bail!("perch synth failed ({s})");
     }
-    // Each conversion writes a new file: removing the previous one (ext4
-    // freeing 250 MB of blocks) is not part of converting.
-    let convert = median_timed(
-        || {
-            let _ = std::fs::remove_file(&data);
-        },
-        || {
-            let mut c = Command::new(&perch);
-            c.arg("convert")
+    // Rounds alternate the commands, so a change in the machine's load
+    // weighs on all of them alike. Each conversion writes a new file:
+    // removing the previous one (ext4 freeing 250 MB of blocks) is not part
+    // of converting.
+    let perf = perf_found();
+    let vmlinux = format!("--vmlinux={}", elf.display());
+    let (mut convert, mut script, mut report) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..TIMED_RUNS {
+        let _ = std::fs::remove_file(&data);
+        convert.push(timed(
+            Command::new(&perch)
+                .arg("convert")
                 .arg(&capture)
                 .arg("--image")
                 .arg(&elf)
                 .arg("-o")
-                .arg(&data);
-            c
-        },
-    )?;
-    rows.push((
-        "perch convert, 1M samples (s, median of 5)".into(),
-        format!("{convert:.2} ({:.2} M samples/s)", 1.0 / convert),
-    ));
-    if perf_found() {
-        let vmlinux = format!("--vmlinux={}", elf.display());
-        let script = median_timed(
-            || {},
-            || {
-                let mut c = Command::new("perf");
-                c.arg("script").arg("-i").arg(&data).arg(&vmlinux);
-                c
-            },
-        )?;
-        let report = median_timed(
-            || {},
-            || {
-                let mut c = Command::new("perf");
-                c.args(["report", "--stdio", "--no-children", "-g", "none", "-i"])
+                .arg(&data),
+        )?);
+        if perf {
+            script.push(timed(
+                Command::new("perf")
+                    .arg("script")
+                    .arg("-i")
                     .arg(&data)
-                    .arg(&vmlinux);
-                c
-            },
-        )?;
+                    .arg(&vmlinux),
+            )?);
+            report.push(timed(
+                Command::new("perf")
+                    .args(["report", "--stdio", "--no-children", "-g", "none", "-i"])
+                    .arg(&data)
+                    .arg(&vmlinux),
+            )?);
+        }
+    }
+    let convert = medians(&convert);
+    let runs = format!("medians of {TIMED_RUNS}, wall / CPU s");
+    rows.push((
+        format!("perch convert, 1M samples ({runs})"),
+        format!(
+            "{:.2} / {:.2} ({:.2} M samples/s)",
+            convert.wall,
+            convert.cpu,
+            1.0 / convert.wall
+        ),
+    ));
+    if perf {
+        let (script, report) = (medians(&script), medians(&report));
         rows.push((
-            "perf script, same file (s, median of 5)".into(),
-            format!("{script:.2}"),
+            format!("perf script, same file ({runs})"),
+            format!("{:.2} / {:.2}", script.wall, script.cpu),
         ));
         rows.push((
-            "perf report --stdio, same file (s, median of 5)".into(),
-            format!("{report:.2}"),
+            format!("perf report --stdio, same file ({runs})"),
+            format!("{:.2} / {:.2}", report.wall, report.cpu),
         ));
         rows.push((
-            "perch convert speed / perf script speed".into(),
-            format!("{:.1}x", script / convert),
+            "perch convert speed / perf script speed, by wall / by CPU time".into(),
+            format!(
+                "{:.1}x / {:.1}x",
+                script.wall / convert.wall,
+                script.cpu / convert.cpu
+            ),
         ));
     } else {
         rows.push((
@@ -365,4 +404,35 @@ pub fn bench() -> Result<i32> {
         println!("| {k:<width$} | {v} |");
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timing_counts_the_childs_cpu_time() {
+        // A child that spins for about 0.3 s of CPU time (and sleeps 0.2 s,
+        // which counts as wall time only).
+        let t = timed(Command::new("sh").args([
+            "-c",
+            "sleep 0.2; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done",
+        ]))
+        .unwrap();
+        assert!(t.cpu >= 0.05, "CPU time {} s", t.cpu);
+        assert!(
+            t.wall >= 0.2 + t.cpu * 0.5,
+            "wall {} s, CPU {} s",
+            t.wall,
+            t.cpu
+        );
+        assert!(timed(&mut Command::new("false")).is_err());
+    }
+
+    #[test]
+    fn medians_take_the_middle_value_of_each() {
+        let t = |wall, cpu| Timing { wall, cpu };
+        let m = medians(&[t(3.0, 0.1), t(1.0, 0.3), t(2.0, 0.2)]);
+        assert_eq!((m.wall, m.cpu), (2.0, 0.2));
+    }
 }
