@@ -1211,7 +1211,7 @@ impl TaskRef {
     pub(crate) fn apply_dense(
         &mut self,
         w: &mut WireSample,
-        rd: &mut Reader<'_>,
+        mut rd: Reader<'_>,
         scratch: &mut DenseScratch,
         chain: u32,
         since_key: u32,
@@ -1232,7 +1232,7 @@ impl TaskRef {
         let sums = &mut scratch.values[..n];
         rd.sums(&r.values, sums)?;
         w.uregs.clear();
-        w.parse_after_uregs(rd)?;
+        w.parse_after_uregs(&mut rd)?;
         let f = w.flags;
         let ishape = if f & flag::IREGS != 0 {
             Some(check_regs(

@@ -606,10 +606,7 @@ impl Records {
             // bad frame (never unresolved, which needs the chain broken).
             Some(slot) if !key && wire.dense_uregs() && slot.chained(stored, plain) => {
                 let since = slot.since_key + 1;
-                if slot
-                    .apply_dense(wire, &mut rd, scratch, plain, since)
-                    .is_err()
-                {
+                if slot.apply_dense(wire, rd, scratch, plain, since).is_err() {
                     return bad(stats, len);
                 }
                 stats.frames_ok += 1;

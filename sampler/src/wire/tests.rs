@@ -1055,7 +1055,7 @@ fn dense_register_sums_match_parse_and_apply() {
                 // Changed flags leave the dense path: nothing to compare.
                 if w2.dense_uregs() && !w2.is_key() && w2.tid() == 7 {
                     got_state
-                        .apply_dense(&mut w2, &mut rd, &mut scratch, 11, 5)
+                        .apply_dense(&mut w2, rd, &mut scratch, 11, 5)
                         .map_err(|_| ())
                 } else {
                     Err(())
