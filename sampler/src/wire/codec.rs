@@ -1207,7 +1207,9 @@ impl TaskRef {
     /// passed `apply`'s checks, then the summed values go in with one
     /// copy. Fails where `parse_tail` followed by `apply` fails (not
     /// always with the same error), and otherwise leaves the entry as they
-    /// do, except that `w.uregs` is left empty.
+    /// do. Of `w`, only the fields its flags select are meaningful
+    /// afterwards (its user registers are not among them), as
+    /// [`SampleParts`] reads it.
     pub(crate) fn apply_dense(
         &mut self,
         w: &mut WireSample,
@@ -1231,9 +1233,12 @@ impl TaskRef {
         }
         let sums = &mut scratch.values[..n];
         rd.sums(&r.values, sums)?;
-        w.uregs.clear();
-        w.parse_after_uregs(&mut rd)?;
+        // Fields the flags do not select are left as they are: nothing
+        // reads them (see `SampleParts`). The usual sample has none.
         let f = w.flags;
+        if f & (flag::IREGS | flag::MEM) != 0 {
+            w.parse_after_uregs(&mut rd)?;
+        }
         let ishape = if f & flag::IREGS != 0 {
             Some(check_regs(
                 &w.iregs,
