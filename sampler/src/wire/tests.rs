@@ -962,7 +962,7 @@ fn dense_register_sums_match_parse_and_apply() {
     use super::codec::{DenseScratch, Reader, flag};
     use crate::regs::Abi;
     use crate::sample::MemInfo;
-    let mut rng = Rng(0x5eed_0f_de45e);
+    let mut rng = Rng(0x5eed_f00d_de45);
     let mut scratch = DenseScratch::default();
     let (mut w, mut w2) = (WireSample::default(), WireSample::default());
     let mut buf = [0u8; MAX_FRAME];
