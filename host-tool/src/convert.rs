@@ -207,7 +207,20 @@ impl<W: OwnedWrite> Converter<W> {
         let (ia, ir) = s
             .regs_intr()
             .map_or((0, &[][..]), |r| (r.abi.perf_value(), &r.values[..]));
-        let mem = s.mem().unwrap_or_default();
+        // Without memory fields these are zero, as from a default
+        // `MemInfo`.
+        let (addr, weight, data_src) = match s.mem() {
+            Some(mem) => (
+                mem.addr,
+                if mem.ins_lat != 0 {
+                    mem.weight_struct()
+                } else {
+                    mem.weight
+                },
+                mem.data_src,
+            ),
+            None => (0, 0, 0),
+        };
         let rec = SampleRecord {
             attr,
             misc: if user { misc::USER } else { misc::KERNEL },
@@ -215,7 +228,7 @@ impl<W: OwnedWrite> Converter<W> {
             pid: s.pid(),
             tid: s.tid(),
             time,
-            addr: mem.addr,
+            addr,
             cpu: s.cpu(),
             period: s.period(),
             callchain: &[],
@@ -223,12 +236,8 @@ impl<W: OwnedWrite> Converter<W> {
             branch_hw_idx: hw_idx.unwrap_or(0),
             regs_user_abi: ua,
             regs_user: ur,
-            weight: if mem.ins_lat != 0 {
-                mem.weight_struct()
-            } else {
-                mem.weight
-            },
-            data_src: mem.data_src,
+            weight,
+            data_src,
             regs_intr_abi: ia,
             regs_intr: ir,
         };

@@ -262,6 +262,8 @@ struct Pending {
 /// What the sample records of one attr hold, worked out once.
 #[derive(Clone, Copy, Debug)]
 struct SampleLayout {
+    /// The attr's id (IDENTIFIER, ID, STREAM_ID).
+    id: u64,
     /// The effective `sample_type`.
     st: u64,
     /// Bytes of the words every record has: header, IDENTIFIER, TID, TIME,
@@ -279,6 +281,7 @@ impl SampleLayout {
         let st = a.effective_sample_type();
         let flag = |bit: u64| usize::from(st & bit != 0);
         SampleLayout {
+            id: a.id,
             st,
             fixed: 8
                 * (5 + flag(sample::IP)
@@ -321,6 +324,9 @@ pub struct PerfDataWriter<W: OwnedWrite> {
     used: usize,
     /// Where an out-of-order batch is put in order.
     sorted: Vec<u8>,
+    /// The earliest and latest sample time so far (meaningful once
+    /// `stats.samples` is not zero; `stats.sample_time` is made from it).
+    sample_time: (u64, u64),
     pending: Vec<Pending>,
     stats: WriteStats,
     // perf's ordered-events state, mirrored to decide when a round is safe.
@@ -366,6 +372,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             batch,
             used: ROUND_SLOT,
             sorted: Vec::new(),
+            sample_time: (u64::MAX, 0),
             pending: Vec::with_capacity(ROUND_RECORDS),
             stats: WriteStats::default(),
             max_time_written: 0,
@@ -380,7 +387,10 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
 
     /// What has been written so far.
     pub fn stats(&self) -> WriteStats {
-        self.stats
+        WriteStats {
+            sample_time: (self.stats.samples > 0).then_some(self.sample_time),
+            ..self.stats
+        }
     }
 
     /// The sample_id trailer of non-sample records, laid out for attr 0.
@@ -608,11 +618,8 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
 
     #[inline(always)]
     fn sample_chain(&mut self, s: &SampleRecord<'_>, chain: Chain<'_>) -> Result<(), WriteError> {
-        let a = self
-            .attrs
-            .get(s.attr)
-            .ok_or(WriteError::UnknownEvent(s.attr, self.attrs.len()))?;
         let Some(&SampleLayout {
+            id,
             st,
             fixed,
             hw_idx,
@@ -654,7 +661,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             at: 0,
         };
         p.u32x2(record::SAMPLE, u32::from(s.misc) | (len as u32) << 16);
-        p.u64(a.id); // IDENTIFIER
+        p.u64(id); // IDENTIFIER
         if st & sample::IP != 0 {
             p.u64(s.ip);
         }
@@ -664,10 +671,10 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             p.u64(s.addr);
         }
         if st & sample::ID != 0 {
-            p.u64(a.id);
+            p.u64(id);
         }
         if st & sample::STREAM_ID != 0 {
-            p.u64(a.id);
+            p.u64(id);
         }
         p.u32x2(s.cpu, 0);
         if st & sample::PERIOD != 0 {
@@ -710,10 +717,8 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         }
         debug_assert_eq!(p.at * 8, len);
         self.stats.samples += 1;
-        self.stats.sample_time = Some(match self.stats.sample_time {
-            None => (s.time, s.time),
-            Some((lo, hi)) => (lo.min(s.time), hi.max(s.time)),
-        });
+        self.sample_time.0 = self.sample_time.0.min(s.time);
+        self.sample_time.1 = self.sample_time.1.max(s.time);
         self.queue(start, len, s.time)
     }
 
@@ -807,6 +812,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         if has_branch {
             feats.push((feature::BRANCH_STACK, Vec::new()));
         }
+        self.stats = self.stats();
         if let Some((first, last)) = self.stats.sample_time {
             let mut t = Vec::with_capacity(16);
             t.extend_from_slice(&first.to_le_bytes());

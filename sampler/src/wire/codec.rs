@@ -157,6 +157,14 @@ impl WireSample {
     pub fn tid(&self) -> u32 {
         self.tid
     }
+
+    /// True when the flags say the user registers are dense deltas: a
+    /// register block without shape that is not sparse.
+    #[inline(always)]
+    pub(crate) fn dense_uregs(&self) -> bool {
+        self.flags & (flag::UREGS | flag::UREGS_DELTA | flag::UREGS_SPARSE | flag::UREGS_SHAPE)
+            == flag::UREGS | flag::UREGS_DELTA
+    }
 }
 
 /// Bytes of the LEB128 varint of `v`.
@@ -453,11 +461,17 @@ pub(crate) fn decode_sample_into(
 /// with postcard's length and last-byte limits, zigzag for signed values,
 /// raw bytes for `u8`). Trailing bytes are ignored, as `postcard::from_bytes`
 /// ignores them.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     rest: &'a [u8],
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
+    /// A reader at the start of `bytes`.
+    #[inline(always)]
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Reader { rest: bytes }
+    }
+
     #[inline(always)]
     fn u8(&mut self) -> Result<u8, CodecError> {
         let (&b, rest) = self.rest.split_first().ok_or(CodecError::Malformed)?;
@@ -615,6 +629,43 @@ impl Reader<'_> {
         }
         Ok(())
     }
+
+    /// `out.len()` zigzag varints, each added to the value of `base` at
+    /// its position and stored in `out` (`base` is as long as `out`): a
+    /// block of dense register deltas summed onto its reference in one
+    /// pass. Accepts and rejects exactly what [`values`](Self::values)
+    /// does for a signed block of that length, and with the same
+    /// eight-at-a-time path for one-byte varints.
+    #[inline(always)]
+    fn sums(&mut self, base: &[u64], out: &mut [u64]) -> Result<(), CodecError> {
+        let n = out.len().min(base.len());
+        let mut i = 0;
+        while i < n {
+            if n - i >= 8
+                && let Some(word) = self.rest.first_chunk::<8>()
+            {
+                let w = u64::from_le_bytes(*word);
+                if w & 0x8080_8080_8080_8080 == 0 {
+                    // As in `values`: the zigzag of all eight bytes at once.
+                    let y =
+                        ((w >> 1) & 0x7f7f_7f7f_7f7f_7f7f) ^ ((w & 0x0101_0101_0101_0101) * 0xff);
+                    for ((o, b), d) in out[i..i + 8]
+                        .iter_mut()
+                        .zip(&base[i..i + 8])
+                        .zip(y.to_le_bytes())
+                    {
+                        *o = b.wrapping_add(i64::from(d as i8) as u64);
+                    }
+                    self.rest = &self.rest[8..];
+                    i += 8;
+                    continue;
+                }
+            }
+            out[i] = base[i].wrapping_add(self.i64()?);
+            i += 1;
+        }
+        Ok(())
+    }
 }
 
 impl WireSample {
@@ -624,6 +675,13 @@ impl WireSample {
     /// value per sample.
     pub(crate) fn parse_into(&mut self, bytes: &[u8]) -> Result<(), CodecError> {
         let mut rd = Reader { rest: bytes };
+        self.parse_head(&mut rd)?;
+        self.parse_tail(&mut rd)
+    }
+
+    /// Parses the fields before the register blocks (flags to branches).
+    #[inline(always)]
+    pub(crate) fn parse_head(&mut self, rd: &mut Reader<'_>) -> Result<(), CodecError> {
         let f = rd.u32()?;
         if f & !flag::ALL != 0 {
             return Err(CodecError::Malformed);
@@ -659,6 +717,14 @@ impl WireSample {
                     .map_err(|_| CodecError::Malformed)?;
             }
         }
+        Ok(())
+    }
+
+    /// Parses the fields from the user registers on, after
+    /// [`parse_head`](Self::parse_head).
+    #[inline(always)]
+    pub(crate) fn parse_tail(&mut self, rd: &mut Reader<'_>) -> Result<(), CodecError> {
+        let f = self.flags;
         if f & flag::UREGS != 0 {
             rd.regs(
                 &mut self.uregs,
@@ -669,6 +735,14 @@ impl WireSample {
         } else {
             self.uregs.clear();
         }
+        self.parse_after_uregs(rd)
+    }
+
+    /// Parses the fields after the user registers (interrupt registers and
+    /// memory fields).
+    #[inline(always)]
+    fn parse_after_uregs(&mut self, rd: &mut Reader<'_>) -> Result<(), CodecError> {
+        let f = self.flags;
         if f & flag::IREGS != 0 {
             rd.regs(
                 &mut self.iregs,
@@ -1069,22 +1143,7 @@ impl TaskRef {
             None
         };
         // Checked: from here on nothing fails.
-        self.tid = w.tid;
-        self.chain = chain;
-        self.since_key = since_key;
-        if key {
-            self.time = w.time;
-            self.ip = w.ip;
-            self.period = w.period;
-            self.cpu = w.cpu;
-        } else {
-            self.time = self.time.wrapping_add(w.time);
-            self.ip = self.ip.wrapping_add(w.ip);
-            self.period = self.period.wrapping_add(w.period);
-            if has(flag::CPU) {
-                self.cpu = w.cpu;
-            }
-        }
+        self.commit_scalars(w, chain, since_key);
         match ushape {
             Some(s) => apply_regs(
                 &w.uregs,
@@ -1095,17 +1154,142 @@ impl TaskRef {
             ),
             None => self.regs_user = None,
         }
+        self.commit_iregs(w, ishape);
+        Ok(())
+    }
+
+    /// Takes the CRC chain, the keyframe count and the scalar fields (time,
+    /// IP, period, CPU) of `w`, which has passed `apply`'s checks.
+    #[inline(always)]
+    fn commit_scalars(&mut self, w: &WireSample, chain: u32, since_key: u32) {
+        let f = w.flags;
+        self.tid = w.tid;
+        self.chain = chain;
+        self.since_key = since_key;
+        if f & flag::KEY != 0 {
+            self.time = w.time;
+            self.ip = w.ip;
+            self.period = w.period;
+            self.cpu = w.cpu;
+        } else {
+            self.time = self.time.wrapping_add(w.time);
+            self.ip = self.ip.wrapping_add(w.ip);
+            self.period = self.period.wrapping_add(w.period);
+            if f & flag::CPU != 0 {
+                self.cpu = w.cpu;
+            }
+        }
+    }
+
+    /// Takes the interrupt registers of `w`, whose block (if any) passed
+    /// [`check_regs`] with the shape `ishape`.
+    #[inline(always)]
+    fn commit_iregs(&mut self, w: &WireSample, ishape: Option<RegsShape>) {
+        let f = w.flags;
         match ishape {
             Some(s) => apply_regs(
                 &w.iregs,
                 s,
-                has(flag::IREGS_DELTA),
-                has(flag::IREGS_SPARSE),
+                f & flag::IREGS_DELTA != 0,
+                f & flag::IREGS_SPARSE != 0,
                 &mut self.regs_intr,
             ),
             None => self.regs_intr = None,
         }
+    }
+
+    /// [`apply`](Self::apply) for the usual delta sample, whose user
+    /// registers are dense deltas ([`WireSample::dense_uregs`]), with its
+    /// payload parsed by [`WireSample::parse_head`] and `rd` at the user
+    /// register block: parses the rest into `w` and sums the register
+    /// deltas onto this entry's values as they are read, into `scratch`.
+    /// The entry changes only once the whole payload has parsed and
+    /// passed `apply`'s checks, then the summed values go in with one
+    /// copy. Fails where `parse_tail` followed by `apply` fails (not
+    /// always with the same error), and otherwise leaves the entry as they
+    /// do. Of `w`, only the fields its flags select are meaningful
+    /// afterwards (its user registers are not among them), as
+    /// [`SampleParts`] reads it.
+    pub(crate) fn apply_dense(
+        &mut self,
+        w: &mut WireSample,
+        mut rd: Reader<'_>,
+        scratch: &mut DenseScratch,
+        chain: u32,
+        since_key: u32,
+    ) -> Result<(), CodecError> {
+        debug_assert!(w.dense_uregs() && !w.is_key() && w.tid == self.tid);
+        // What `check_regs` asks of a dense block without shape: a
+        // reference of a known ABI whose values match its mask, and as
+        // many deltas as values.
+        let r = self.regs_user.as_ref().ok_or(CodecError::NoReference)?;
+        let n = r.values.len();
+        if r.abi == Abi::None
+            || r.mask & !crate::regs::VALID_MASK_WITH_XMM != 0
+            || scratch.count(r.mask) != n
+            || usize::from(rd.u8()?) != n
+        {
+            return Err(CodecError::Malformed);
+        }
+        let sums = &mut scratch.values[..n];
+        rd.sums(&r.values, sums)?;
+        // Fields the flags do not select are left as they are: nothing
+        // reads them (see `SampleParts`). The usual sample has none.
+        let f = w.flags;
+        if f & (flag::IREGS | flag::MEM) != 0 {
+            w.parse_after_uregs(&mut rd)?;
+        }
+        let ishape = if f & flag::IREGS != 0 {
+            Some(check_regs(
+                &w.iregs,
+                self.regs_intr.as_ref(),
+                f & flag::IREGS_DELTA != 0,
+                f & flag::IREGS_SPARSE != 0,
+                f & flag::IREGS_SHAPE != 0,
+            )?)
+        } else {
+            None
+        };
+        // Checked: from here on nothing fails.
+        self.commit_scalars(w, chain, since_key);
+        if let Some(d) = self.regs_user.as_mut() {
+            d.values.copy_from_slice(sums);
+        }
+        self.commit_iregs(w, ishape);
         Ok(())
+    }
+}
+
+/// Scratch space of [`TaskRef::apply_dense`], kept between samples.
+#[derive(Clone, Debug)]
+pub(crate) struct DenseScratch {
+    /// The summed register values, before they go into the reference.
+    values: [u64; MAX_SAMPLED_REGS],
+    /// The last register mask counted and its number of bits (a software
+    /// popcount on the baseline x86-64 target; the mask rarely changes).
+    mask: u64,
+    bits: usize,
+}
+
+impl Default for DenseScratch {
+    fn default() -> Self {
+        DenseScratch {
+            values: [0; MAX_SAMPLED_REGS],
+            mask: 0,
+            bits: 0,
+        }
+    }
+}
+
+impl DenseScratch {
+    /// `mask.count_ones()`, remembered for the next call.
+    #[inline(always)]
+    fn count(&mut self, mask: u64) -> usize {
+        if mask != self.mask {
+            self.mask = mask;
+            self.bits = mask.count_ones() as usize;
+        }
+        self.bits
     }
 }
 

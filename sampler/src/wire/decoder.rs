@@ -5,7 +5,7 @@
 
 use core::fmt;
 
-use super::codec::{SampleParts, TaskRef, WireSample, decode_sample_into};
+use super::codec::{DenseScratch, Reader, SampleParts, TaskRef, WireSample, decode_sample_into};
 use super::{MAGIC, MAX_FRAME, PROTOCOL_VERSION, Record, SAMPLE_TAG, WireRecord};
 use crate::sample::Sample;
 
@@ -319,6 +319,8 @@ struct Records {
     stats: DecoderStats,
     /// The wire form of the current sample, parsed in place.
     wire: WireSample,
+    /// Scratch space of the dense register delta path.
+    scratch: DenseScratch,
     /// The record lent to the sink; samples are rebuilt in place in it.
     record: Record,
 }
@@ -349,6 +351,7 @@ impl Decoder {
                 incompatible: false,
                 stats: DecoderStats::default(),
                 wire: WireSample::default(),
+                scratch: DenseScratch::default(),
                 record: Record::Sample(Sample::default()),
             },
         }
@@ -429,10 +432,15 @@ impl Decoder {
     }
 }
 
+/// Counts a bad frame of `len` bytes (and its delimiter).
+fn bad(stats: &mut DecoderStats, len: usize) {
+    stats.bad_frames += 1;
+    stats.bytes_skipped += len as u64 + 1;
+}
+
 impl Records {
     fn bad(&mut self, len: usize) {
-        self.stats.bad_frames += 1;
-        self.stats.bytes_skipped += len as u64 + 1;
+        bad(&mut self.stats, len);
     }
 
     /// Checks and decodes one frame and hands the record or error to
@@ -578,18 +586,41 @@ impl Records {
         plain: u32,
         sink: &mut impl FnMut(Result<Lent<'_>, DecodeError>),
     ) {
-        if self.wire.parse_into(body).is_err() {
+        let mut rd = Reader::new(body);
+        if self.wire.parse_head(&mut rd).is_err() {
             return self.bad(len);
         }
         let Records {
-            tasks, stats, wire, ..
+            tasks,
+            stats,
+            wire,
+            scratch,
+            ..
         } = self;
         let tid = wire.tid();
         let key = wire.is_key();
-        if key && stored != plain {
-            return self.bad(len);
+        let slot = match tasks.iter_mut().find(|t| t.tid == tid) {
+            // The usual sample: a delta chained to its task's state, with
+            // dense register deltas, summed onto the state as they are
+            // parsed. Whatever fails here fails below too, and only as a
+            // bad frame (never unresolved, which needs the chain broken).
+            Some(slot) if !key && wire.dense_uregs() && slot.chained(stored, plain) => {
+                let since = slot.since_key + 1;
+                if slot.apply_dense(wire, rd, scratch, plain, since).is_err() {
+                    return bad(stats, len);
+                }
+                stats.frames_ok += 1;
+                return sink(Ok(Lent::Sample(SampleParts { wire, state: slot })));
+            }
+            slot => slot,
+        };
+        if wire.parse_tail(&mut rd).is_err() {
+            return bad(stats, len);
         }
-        let state = match tasks.iter_mut().find(|t| t.tid == tid) {
+        if key && stored != plain {
+            return bad(stats, len);
+        }
+        let state = match slot {
             Some(slot) => {
                 let since = if key {
                     0
@@ -597,21 +628,21 @@ impl Records {
                     slot.since_key + 1
                 } else {
                     stats.unresolved_samples += u64::from(stored != plain);
-                    return self.bad(len);
+                    return bad(stats, len);
                 };
                 if slot.apply(wire, plain, since).is_err() {
-                    return self.bad(len);
+                    return bad(stats, len);
                 }
                 &*slot
             }
             None => {
                 if !key {
                     stats.unresolved_samples += u64::from(stored != plain);
-                    return self.bad(len);
+                    return bad(stats, len);
                 }
                 let mut state = TaskRef::empty(tid);
                 if state.apply(wire, plain, 0).is_err() {
-                    return self.bad(len);
+                    return bad(stats, len);
                 }
                 if tasks.is_full() {
                     tasks.pop_front();
@@ -620,7 +651,7 @@ impl Records {
                 let _ = tasks.push_back(state);
                 match tasks.back() {
                     Some(s) => s,
-                    None => return self.bad(len),
+                    None => return bad(stats, len),
                 }
             }
         };

@@ -764,8 +764,10 @@ fn remade_frame(frame: &[u8], at: usize, value: u8) -> std::vec::Vec<u8> {
 /// rebuilds, and counts the same, and so does framing apart into batches
 /// (`push_batch_parts`), on streams of every sample shape with
 /// other records between them: intact, with random bytes flipped, cut
-/// short, with frames dropped (lost references), and with payloads changed
-/// behind a valid CRC (frames that pass the CRC but not the codec checks).
+/// short, with frames dropped (lost references), with payloads changed
+/// behind a valid CRC (frames that pass the CRC but not the codec checks),
+/// and with such changed copies sent just before their intact frames (a
+/// refused frame must leave its task's state as it was).
 #[test]
 fn sample_parts_match_rebuilt_samples() {
     let mut rng = Rng(0xfeed_beef);
@@ -816,6 +818,19 @@ fn sample_parts_match_rebuilt_samples() {
                         _ => rng.next() as u8,
                     };
                     b.extend_from_slice(&remade_frame(f, at, v));
+                }
+                // A changed copy, then the frame itself: whatever the copy
+                // did to its task's state before it was refused shows in
+                // the frame after it, which is chained to the same state.
+                4..=6 => {
+                    let at = rng.below(f.len() as u64) as usize;
+                    let v = match rng.below(3) {
+                        0 => 0x80,
+                        1 => rng.below(60) as u8,
+                        _ => rng.next() as u8,
+                    };
+                    b.extend_from_slice(&remade_frame(f, at, v));
+                    b.extend_from_slice(f);
                 }
                 _ => b.extend_from_slice(f),
             }
@@ -918,6 +933,168 @@ fn register_blocks_parse_like_postcard() {
     }
     assert!(
         accepted > 8_000 && rejected > 8_000 && fast > 300,
+        "{accepted} {rejected} {fast}"
+    );
+}
+
+/// The first `n` register bits of the valid mask.
+fn first_regs(n: usize) -> u64 {
+    let mut m = 0u64;
+    let mut valid = crate::regs::VALID_MASK_WITH_XMM;
+    for _ in 0..n {
+        let low = valid & valid.wrapping_neg();
+        m |= low;
+        valid &= !low;
+    }
+    m
+}
+
+/// The dense-delta path (`parse_head`, then `TaskRef::apply_dense`, which
+/// sums the register deltas onto the reference as it reads them) accepts
+/// exactly the payloads that `parse_into` followed by `apply` accepts, and
+/// leaves the same state, on blocks of every length with one-byte and
+/// longer deltas at every position, with and without interrupt registers
+/// and memory fields after the block, against references that do and do
+/// not fit the block, also cut short and with bytes changed. A refused
+/// payload leaves the state as it was.
+#[test]
+fn dense_register_sums_match_parse_and_apply() {
+    use super::codec::{DenseScratch, Reader, flag};
+    use crate::regs::Abi;
+    use crate::sample::MemInfo;
+    let mut rng = Rng(0x5eed_f00d_de45);
+    let mut scratch = DenseScratch::default();
+    let (mut w, mut w2) = (WireSample::default(), WireSample::default());
+    let mut buf = [0u8; MAX_FRAME];
+    let (mut accepted, mut rejected, mut fast) = (0u32, 0u32, 0u32);
+    for round in 0..4000u64 {
+        let n = (round % 57) as usize;
+        let long_every = [0, 3, 9, 40][(round / 57 % 4) as usize];
+        // The reference: usually one that fits the block.
+        let mut reference = TaskRef::empty(7);
+        reference.chain = rng.next() as u32;
+        reference.time = rng.next();
+        reference.ip = rng.next();
+        let mut regs = RegsSample {
+            abi: Abi::Bits64,
+            mask: first_regs(n),
+            values: heapless::Vec::new(),
+        };
+        for _ in 0..n {
+            regs.values.push(rng.next() >> rng.below(64)).unwrap();
+        }
+        match rng.below(12) {
+            0 => regs.abi = Abi::None,
+            1 => regs.mask = first_regs(n + 1),
+            2 => regs.mask |= 1 << 63,
+            3 => regs.mask = 0,
+            _ => {}
+        }
+        reference.regs_user = (rng.below(16) != 0).then_some(regs);
+        if rng.below(3) == 0 {
+            reference.regs_intr = Some(RegsSample {
+                abi: Abi::Bits64,
+                mask: first_regs(2),
+                values: heapless::Vec::from_slice(&[1, 2]).unwrap(),
+            });
+        }
+        let mut src = WireSample {
+            flags: flag::UREGS | flag::UREGS_DELTA,
+            tid: 7,
+            time: rng.below(1 << 20),
+            ip: rng.next(),
+            ..Default::default()
+        };
+        for _ in 0..n {
+            let v = if long_every != 0 && rng.below(long_every) == 0 {
+                rng.next() >> rng.below(56)
+            } else {
+                (rng.below(128) as i64 - 64) as u64
+            };
+            src.uregs.values.push(v).unwrap();
+        }
+        // A block of the wrong length now and then.
+        if rng.below(10) == 0 && n < 56 {
+            src.uregs.values.push(3).unwrap();
+        } else if rng.below(10) == 0 && n > 0 {
+            src.uregs.values.pop();
+        }
+        match rng.below(4) {
+            0 => {
+                src.flags |= flag::IREGS | flag::IREGS_DELTA;
+                src.iregs
+                    .values
+                    .extend_from_slice(&[5, 1u64.wrapping_neg()])
+                    .unwrap();
+            }
+            1 => src.flags |= flag::IREGS,
+            2 => {
+                src.flags |= flag::MEM;
+                src.mem = MemInfo {
+                    addr: rng.next(),
+                    weight: rng.below(1000),
+                    ins_lat: rng.below(1 << 16) as u16,
+                    data_src: rng.next() >> 20,
+                };
+            }
+            _ => {}
+        }
+        let p = postcard::to_slice(&WireRecordRef::Sample(&src), &mut buf)
+            .unwrap()
+            .to_vec();
+        let mut check = |p: &[u8]| {
+            let body = &p[1..];
+            let mut want_state = reference.clone();
+            let want = w
+                .parse_into(body)
+                .map_err(|_| ())
+                .and_then(|()| want_state.apply(&w, 11, 5).map_err(|_| ()));
+            let mut got_state = reference.clone();
+            let mut rd = Reader::new(body);
+            let got = w2.parse_head(&mut rd).map_err(|_| ()).and_then(|()| {
+                // Changed flags leave the dense path: nothing to compare.
+                if w2.dense_uregs() && !w2.is_key() && w2.tid() == 7 {
+                    got_state
+                        .apply_dense(&mut w2, rd, &mut scratch, 11, 5)
+                        .map_err(|_| ())
+                } else {
+                    Err(())
+                }
+            });
+            if !(w2.dense_uregs() && !w2.is_key() && w2.tid() == 7) {
+                return;
+            }
+            assert_eq!(got, want, "payload {p:02x?} against {reference:?}");
+            if got.is_ok() {
+                assert_eq!(got_state, want_state, "payload {p:02x?}");
+                let lent = |wire, state| SampleParts { wire, state }.to_sample();
+                assert_eq!(
+                    lent(&w2, &got_state),
+                    lent(&w, &want_state),
+                    "payload {p:02x?}"
+                );
+                accepted += 1;
+            } else {
+                assert_eq!(got_state, reference, "refused payload {p:02x?}");
+                rejected += 1;
+            }
+        };
+        check(&p);
+        fast += u32::from(n >= 8 && long_every == 0);
+        for _ in 0..6 {
+            check(&p[..1 + rng.below(p.len() as u64 - 1) as usize]);
+            let mut m = p.clone();
+            let at = 1 + rng.below(m.len() as u64 - 1) as usize;
+            m[at] = match rng.below(3) {
+                0 => m[at] ^ 0x80,
+                1 => 0xff,
+                _ => rng.next() as u8,
+            };
+            check(&m);
+        }
+    }
+    assert!(
+        accepted > 3_000 && rejected > 8_000 && fast > 300,
         "{accepted} {rejected} {fast}"
     );
 }
