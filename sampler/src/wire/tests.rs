@@ -192,7 +192,8 @@ fn version_mismatch_is_a_clear_error_and_stops_decoding() {
     assert_eq!(stats.frames_ignored, 2);
     let msg = std::format!("{}", out[0].as_ref().unwrap_err());
     assert!(
-        msg.contains("version 2") && msg.contains("version 1"),
+        msg.contains(&std::format!("version {}", PROTOCOL_VERSION + 1))
+            && msg.contains(&std::format!("version {PROTOCOL_VERSION}")),
         "{msg}"
     );
 
@@ -664,26 +665,149 @@ fn cobs_decoder_matches_the_cobs_crate() {
     assert!(valid > 2500, "{valid}");
 }
 
-/// The decoder's frame CRC is CRC-32/ISO-HDLC at every length (below,
-/// inside and above the 16-byte folding blocks), byte-for-byte the same as
-/// the bitwise definition in the `crc` crate that the encoder uses.
+/// The decoder's frame CRC is CRC-32C (CRC-32/ISCSI) at every length
+/// (below, inside and above the 8-byte words and the three-way interleaved
+/// blocks of the hardware path) and alignment, byte-for-byte the same as
+/// the bitwise definition in the `crc` crate, and the same as the
+/// encoder's table-driven CRC.
 #[test]
-fn frame_crc_is_crc32_iso_hdlc() {
+fn frame_crc_is_crc32c() {
     const BITWISE: crc::Crc<u32, crc::NoTable> =
-        crc::Crc::<u32, crc::NoTable>::new(&crc::CRC_32_ISO_HDLC);
+        crc::Crc::<u32, crc::NoTable>::new(&crc::CRC_32_ISCSI);
     let mut rng = Rng(0x0c4c_32f0_77a1_d9e5);
     let data: std::vec::Vec<u8> = (0..1100).map(|_| rng.below(256) as u8).collect();
     for len in 0..=600 {
         for start in [0, 1, 7] {
             let b = &data[start..start + len];
-            assert_eq!(
-                decoder::frame_crc(b),
-                BITWISE.checksum(b),
-                "len {len} start {start}"
-            );
+            let want = BITWISE.checksum(b);
+            assert_eq!(decoder::frame_crc(b), want, "len {len} start {start}");
+            assert_eq!(encoder::CRC32.checksum(b), want, "len {len} start {start}");
         }
     }
-    assert_eq!(decoder::frame_crc(b"123456789"), 0xcbf4_3926);
+    assert_eq!(decoder::frame_crc(b"123456789"), 0xe306_9283);
+    assert_eq!(encoder::CRC32.checksum(b"123456789"), 0xe306_9283);
+}
+
+/// The CRC the encoder stores in a frame is the decoder's CRC of the
+/// payload (keyframes and other records), or that CRC chained to the
+/// previous sample frame of the task (delta samples).
+#[test]
+fn encoded_frames_carry_the_decoders_crc() {
+    let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
+        keyframe_interval: 4,
+    });
+    let mut buf = [0u8; MAX_FRAME];
+    let mut previous = None;
+    for i in 0..12 {
+        let n = enc.encode(&Record::Sample(sample(i)), &mut buf).unwrap();
+        let mut raw = buf[..n - 1].to_vec();
+        let m = cobs::decode_in_place(&mut raw).unwrap();
+        let (payload, crc) = raw[..m].split_at(m - 4);
+        let stored = u32::from_le_bytes(crc.try_into().unwrap());
+        let plain = decoder::frame_crc(payload);
+        if i % 4 == 0 {
+            assert_eq!(stored, plain, "keyframe {i}");
+        } else {
+            assert_eq!(stored, plain ^ previous.unwrap(), "delta {i}");
+        }
+        previous = Some(plain);
+    }
+    let n = enc.encode(&Record::End(End::default()), &mut buf).unwrap();
+    let mut raw = buf[..n - 1].to_vec();
+    let m = cobs::decode_in_place(&mut raw).unwrap();
+    let (payload, crc) = raw[..m].split_at(m - 4);
+    assert_eq!(
+        u32::from_le_bytes(crc.try_into().unwrap()),
+        decoder::frame_crc(payload)
+    );
+}
+
+/// A frame as protocol version 1 wrote it: `payload`, its CRC-32/ISO-HDLC
+/// (XOR `chain`), COBS and the delimiter.
+fn version_1_frame(payload: &[u8], chain: u32) -> std::vec::Vec<u8> {
+    const ISO_HDLC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
+    let mut p = payload.to_vec();
+    p.extend_from_slice(&(ISO_HDLC.checksum(payload) ^ chain).to_le_bytes());
+    let mut out = vec![0u8; cobs::max_encoding_length(p.len()) + 1];
+    let m = cobs::encode(&p, &mut out);
+    out.truncate(m);
+    out.push(0);
+    out
+}
+
+/// A version-1 stream (frames checked with CRC-32/ISO-HDLC) gets the
+/// version error, on every decoding path, not a bad frame per record; a
+/// frame with that CRC whose magic is wrong is only a bad frame.
+#[test]
+fn a_version_1_stream_gets_the_version_error() {
+    let mut h = Hello::new(
+        CpuId {
+            vendor: CpuVendor::Intel,
+            family: 6,
+            model: 0x55,
+            stepping: 4,
+        },
+        crate::event::PmuCaps::cpu_clock(),
+    );
+    h.version = 1;
+    let mut plain = [0u8; MAX_FRAME];
+    let hello = postcard::to_slice(&WireRecordRef::Hello(&h), &mut plain)
+        .unwrap()
+        .to_vec();
+    assert_eq!(hello[0], 0, "a Hello is variant 0");
+    let mut bytes = vec![0u8];
+    bytes.extend(version_1_frame(&hello, 0));
+    // A keyframe, then a delta sample chained to it, as version 1 sent
+    // them: re-framed with the old CRC.
+    let mut enc: Encoder<4> = Encoder::new(EncoderConfig::default());
+    let mut buf = [0u8; MAX_FRAME];
+    let mut chain = 0;
+    for i in 0..2 {
+        let n = enc.encode(&Record::Sample(sample(i)), &mut buf).unwrap();
+        let mut raw = buf[..n - 1].to_vec();
+        let m = cobs::decode_in_place(&mut raw).unwrap();
+        let payload = raw[..m - 4].to_vec();
+        bytes.extend(version_1_frame(&payload, chain));
+        chain = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC).checksum(&payload);
+    }
+    let want = [Err(DecodeError::VersionMismatch {
+        found: 1,
+        expected: PROTOCOL_VERSION,
+    })];
+    assert_eq!(PROTOCOL_VERSION, 2);
+    #[cfg(feature = "std")]
+    let paths = [Path::Rebuilt, Path::Parts, Path::Batches];
+    #[cfg(not(feature = "std"))]
+    let paths = [Path::Rebuilt, Path::Parts];
+    for chunk in [1, 7, bytes.len()] {
+        for path in paths {
+            let (out, stats) = lend_all(&bytes, chunk, path);
+            assert_eq!(out, want, "chunk {chunk}");
+            assert_eq!(stats.frames_ignored, 3, "chunk {chunk}");
+            assert_eq!(stats.bad_frames, 0, "chunk {chunk}");
+            assert_eq!(stats.frames_ok, 0, "chunk {chunk}");
+        }
+    }
+
+    // The old CRC with a wrong magic, or a CRC that is neither: bad frames.
+    let mut bad_magic = hello.clone();
+    bad_magic[1] ^= 0x20;
+    let mut bad_crc = version_1_frame(&hello, 0);
+    let at = bad_crc.len() - 2;
+    bad_crc[at] = if bad_crc[at] == 1 { 2 } else { 1 };
+    for frame in [version_1_frame(&bad_magic, 0), bad_crc] {
+        let (out, stats) = decode_all(&frame);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(stats.bad_frames, 1);
+        assert_eq!(stats.frames_ignored, 0);
+    }
+
+    // The same Hello as version 2 writes it decodes.
+    h.version = PROTOCOL_VERSION;
+    let n = enc.encode(&Record::Hello(h.clone()), &mut buf).unwrap();
+    let (out, stats) = decode_all(&buf[..n]);
+    assert_eq!(out, [Ok(Record::Hello(h))]);
+    assert_eq!(stats.bad_frames, 0);
 }
 
 /// How [`lend_all`] feeds a decoder.
