@@ -111,6 +111,14 @@ pub(crate) struct Frame<'a> {
     len: usize,
 }
 
+#[cfg(test)]
+impl Frame<'_> {
+    /// The payload, the stored and the plain CRC, and the wire length.
+    pub(crate) fn parts(&self) -> (&[u8], u32, u32, usize) {
+        (self.payload, self.stored, self.plain, self.len)
+    }
+}
+
 /// Bytes of room after a decoded frame, so short COBS runs can be copied
 /// with one fixed-size move.
 const COBS_SLACK: usize = 16;
@@ -164,6 +172,20 @@ impl Framer {
     pub(crate) fn push(&mut self, chunk: &[u8], mut sink: impl FnMut(Frame<'_>)) {
         let mut rest = chunk;
         while !rest.is_empty() {
+            if self.frame.is_empty() && !self.overflow {
+                // A frame that starts in this chunk (the usual case): find
+                // its end while undoing COBS, in one pass.
+                match cobs_scan_to(rest, &mut self.plain) {
+                    Scan::Decoded { end, n } => {
+                        self.emit(end, n, &mut sink);
+                        rest = &rest[end + 1..];
+                        continue;
+                    }
+                    // Malformed, or it goes on past the chunk or past
+                    // MAX_FRAME: the general path below.
+                    Scan::Open => {}
+                }
+            }
             match memchr::memchr(0, rest) {
                 None => {
                     self.take(rest);
@@ -212,14 +234,24 @@ impl Framer {
             // Back-to-back delimiters: a resync point, not a frame.
             return;
         }
-        let n = match cobs_decode_to(src, &mut self.plain) {
-            Some(n) if n >= 5 => n,
-            _ => {
-                self.stats.bad_frames += 1;
-                self.stats.bytes_skipped += len as u64 + 1;
-                return;
-            }
-        };
+        match cobs_decode_to(src, &mut self.plain) {
+            Some(n) => self.emit(len, n, sink),
+            None => self.refuse(len),
+        }
+    }
+
+    /// Hands the frame of wire length `len` (delimiter excluded; not 0),
+    /// decoded to `n` bytes in `self.plain`, to `sink`, or refuses it when
+    /// it is too short to hold a payload and a CRC.
+    #[inline]
+    fn emit(&mut self, len: usize, n: usize, sink: &mut impl FnMut(Frame<'_>)) {
+        if len == 0 {
+            // Back-to-back delimiters: a resync point, not a frame.
+            return;
+        }
+        if n < 5 {
+            return self.refuse(len);
+        }
         let (payload, crc_bytes) = self.plain[..n].split_at(n - 4);
         let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
         sink(Frame {
@@ -228,6 +260,12 @@ impl Framer {
             plain: frame_crc(payload),
             len,
         });
+    }
+
+    /// Counts a bad frame of wire length `len` and its delimiter.
+    fn refuse(&mut self, len: usize) {
+        self.stats.bad_frames += 1;
+        self.stats.bytes_skipped += len as u64 + 1;
     }
 }
 
@@ -696,4 +734,95 @@ pub(crate) fn cobs_decode_to(src: &[u8], dst: &mut [u8; MAX_FRAME + COBS_SLACK])
         }
     }
     Some(d)
+}
+
+/// How the frame at the start of some bytes ends, as [`cobs_scan_to`]
+/// found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scan {
+    /// The delimiter at `end` ends the frame, which was decoded to `n`
+    /// bytes (a frame of length 0 is two delimiters in a row).
+    Decoded {
+        /// The delimiter's index.
+        end: usize,
+        /// The decoded length.
+        n: usize,
+    },
+    /// The frame holds a zero inside a COBS run (it is malformed and ends
+    /// there), or it does not end within the bytes given and `MAX_FRAME`:
+    /// the caller takes the general path.
+    Open,
+}
+
+/// Frames up to this long (delimiter excluded) are found by
+/// [`cobs_scan_to`]; longer ones take the general path.
+const SCAN_MAX: usize = 1024;
+
+/// Finds the end of the frame at the start of `src` and undoes its COBS
+/// into `dst` in the same pass: the code bytes are walked (a zero code is
+/// the delimiter), and each run is moved in fixed 16-byte pieces and
+/// checked for a zero with word-wide tests on the same 16 bytes. Gives
+/// exactly what splitting at the first zero (`memchr`) and
+/// [`cobs_decode_to`] give for a well-formed frame of at most
+/// [`SCAN_MAX`] bytes followed by at least 32 more bytes in `src`, and
+/// [`Scan::Open`] for anything else (a zero inside a run included): the
+/// general path handles those.
+#[inline]
+pub(crate) fn cobs_scan_to(src: &[u8], dst: &mut [u8; MAX_FRAME + COBS_SLACK]) -> Scan {
+    const ONES: u128 = u128::from_le_bytes([0x01; 16]);
+    const HIGHS: u128 = u128::from_le_bytes([0x80; 16]);
+    // A fixed-size window: every code byte and 16-byte piece read below
+    // lies in it, so the reads need no bounds checks.
+    let Some(win) = src.first_chunk::<{ SCAN_MAX + 2 * COBS_SLACK }>() else {
+        return Scan::Open;
+    };
+    let dst = dst.first_chunk_mut::<{ SCAN_MAX + 2 * COBS_SLACK }>();
+    let Some(dst) = dst else {
+        return Scan::Open;
+    };
+    // `d <= s` throughout: each code byte yields at most itself.
+    let (mut s, mut d) = (0, 0);
+    // Whether the last run was followed by an implied zero.
+    let mut zero_after = false;
+    loop {
+        let code = usize::from(win[s]);
+        if code == 0 {
+            return Scan::Decoded {
+                end: s,
+                n: d - usize::from(zero_after),
+            };
+        }
+        let next = s + code;
+        if next > SCAN_MAX {
+            return Scan::Open;
+        }
+        let run = code - 1;
+        let mut k = 0;
+        loop {
+            // `s + k < next <= SCAN_MAX` and `d + k < d + run < SCAN_MAX`.
+            let from = s + 1 + k;
+            let piece: [u8; COBS_SLACK] = win[from..from + COBS_SLACK]
+                .try_into()
+                .unwrap_or([0; COBS_SLACK]);
+            dst[d + k..d + k + COBS_SLACK].copy_from_slice(&piece);
+            let w = u128::from_le_bytes(piece);
+            // The lowest flagged byte is the first zero (borrows only
+            // flag bytes above a zero).
+            let zeros = w.wrapping_sub(ONES) & !w & HIGHS;
+            if zeros != 0 && k + ((zeros.trailing_zeros() / 8) as usize) < run {
+                return Scan::Open;
+            }
+            k += COBS_SLACK;
+            if k >= run {
+                break;
+            }
+        }
+        s = next;
+        d += run;
+        // The implied zero (none after a full 254-byte run); written
+        // anyway, where the next run overwrites it.
+        dst[d] = 0;
+        zero_after = code != 0xff;
+        d += usize::from(zero_after);
+    }
 }

@@ -665,6 +665,220 @@ fn cobs_decoder_matches_the_cobs_crate() {
     assert!(valid > 2500, "{valid}");
 }
 
+/// What a frame splitter must give, done the plain way: bytes are
+/// collected up to each zero, and the frame between two zeros is undone by
+/// the `cobs` crate. Frames longer than `MAX_FRAME` are bad, and so are
+/// frames that do not decode or are too short for a CRC.
+#[derive(Default)]
+struct PlainFramer {
+    frame: std::vec::Vec<u8>,
+    bad_frames: u64,
+    bytes_skipped: u64,
+}
+
+/// One frame as a splitter hands it on: payload, stored and plain CRC,
+/// wire length.
+type FrameParts = (std::vec::Vec<u8>, u32, u32, usize);
+
+impl PlainFramer {
+    fn push(&mut self, chunk: &[u8], out: &mut std::vec::Vec<FrameParts>) {
+        for &b in chunk {
+            if b != 0 {
+                self.frame.push(b);
+                continue;
+            }
+            let len = self.frame.len();
+            let mut plain = core::mem::take(&mut self.frame);
+            let decoded = match cobs::decode_in_place(&mut plain) {
+                Ok(n) if n >= 5 && len <= MAX_FRAME => Some(n),
+                _ => None,
+            };
+            match decoded {
+                _ if len == 0 => {}
+                Some(n) => {
+                    let (payload, crc) = plain[..n].split_at(n - 4);
+                    out.push((
+                        payload.to_vec(),
+                        u32::from_le_bytes(crc.try_into().unwrap()),
+                        decoder::frame_crc(payload),
+                        len,
+                    ));
+                }
+                None => {
+                    self.bad_frames += 1;
+                    self.bytes_skipped += len as u64 + 1;
+                }
+            }
+        }
+    }
+}
+
+/// `Framer`, which finds most frames while undoing their COBS, splits
+/// streams exactly as [`PlainFramer`] does, with the same counters: real
+/// frames, frames with long runs and full 254-byte blocks, frames around
+/// the scan limit and `MAX_FRAME`, and all of them damaged (zeros written
+/// inside runs, bytes flipped, dropped or inserted), fed in chunks of many
+/// sizes so that frames start near and span chunk ends.
+#[test]
+fn framer_splits_like_a_plain_splitter() {
+    let mut rng = Rng(0x7a3d_19c4_e2b8_0f51);
+    let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
+        keyframe_interval: 5,
+    });
+    let mut buf = [0u8; MAX_FRAME];
+    let mut clean = vec![0u8];
+    for (i, s) in varied_samples(&mut rng, 600).iter().enumerate() {
+        let n = enc.encode(&Record::Sample(s.clone()), &mut buf).unwrap();
+        clean.extend_from_slice(&buf[..n]);
+        if i % 50 == 7 {
+            // A frame of random bytes, often with long runs; some around
+            // the scan limit, some past MAX_FRAME.
+            let len = match rng.below(4) {
+                0 => rng.below(600) as usize,
+                1 => 1000 + rng.below(80) as usize,
+                2 => MAX_FRAME - 10 + rng.below(20) as usize,
+                _ => rng.below(40) as usize,
+            };
+            let zero_odds = [2, 30, 1000][rng.below(3) as usize];
+            let p: std::vec::Vec<u8> = (0..len)
+                .map(|_| {
+                    if rng.below(zero_odds) == 0 {
+                        0
+                    } else {
+                        rng.below(256) as u8
+                    }
+                })
+                .collect();
+            let mut e = vec![0u8; cobs::max_encoding_length(p.len())];
+            let m = cobs::encode(&p, &mut e);
+            clean.extend_from_slice(&e[..m]);
+            clean.push(0);
+        }
+    }
+    let mut streams = vec![clean.clone()];
+    for round in 0..24 {
+        let mut b = clean.clone();
+        for _ in 0..(1 + round * 3) {
+            let pos = rng.below(b.len() as u64) as usize;
+            match rng.below(5) {
+                // Zeros where runs are: frames end inside a run.
+                0 | 1 => b[pos] = 0,
+                2 => b[pos] ^= (rng.below(255) + 1) as u8,
+                3 => {
+                    b.remove(pos);
+                }
+                _ => b.insert(pos, rng.below(256) as u8),
+            }
+        }
+        streams.push(b);
+    }
+    let mut frames_seen = 0;
+    for (i, stream) in streams.iter().enumerate() {
+        for chunk in [1, 7, 100, 1055, 1057, 4099, 65536, 1 + (i * 977) % 3000] {
+            let (mut ours, mut theirs) = (std::vec::Vec::new(), std::vec::Vec::new());
+            let (mut framer, mut plain) = (Framer::new(), PlainFramer::default());
+            for c in stream.chunks(chunk) {
+                framer.push(c, |f| {
+                    let (p, stored, crc, len) = f.parts();
+                    ours.push((p.to_vec(), stored, crc, len));
+                });
+                plain.push(c, &mut theirs);
+            }
+            // A last delimiter, so a frame cut off at the end is counted
+            // by both.
+            framer.push(&[0], |f| {
+                let (p, stored, crc, len) = f.parts();
+                ours.push((p.to_vec(), stored, crc, len));
+            });
+            plain.push(&[0], &mut theirs);
+            assert_eq!(ours.len(), theirs.len(), "stream {i} chunk {chunk}");
+            for (k, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+                assert_eq!(a, b, "stream {i} chunk {chunk} frame {k}");
+            }
+            let st = framer.stats();
+            assert_eq!(
+                (st.bad_frames, st.bytes_skipped),
+                (plain.bad_frames, plain.bytes_skipped),
+                "stream {i} chunk {chunk}"
+            );
+            frames_seen += ours.len();
+        }
+    }
+    assert!(frames_seen > 100_000, "{frames_seen}");
+}
+
+/// `cobs_scan_to` either gives up or finds the frame end that `memchr`
+/// finds and decodes it as `cobs_decode_to` does, on random bytes with
+/// zeros at every density, and finds nearly every frame of a clean stream.
+#[test]
+fn cobs_scan_agrees_with_memchr_and_cobs_decode() {
+    let mut rng = Rng(0x0dd5_ca11_ab1e_f00d);
+    let mut decoded = 0;
+    for i in 0..20_000 {
+        let len = if i % 4 == 0 {
+            rng.below(3000) as usize
+        } else {
+            1200 + rng.below(200) as usize
+        };
+        let zero_odds = [2, 8, 40, 200, 5000][i % 5];
+        let src: std::vec::Vec<u8> = (0..len)
+            .map(|_| {
+                if rng.below(zero_odds) == 0 {
+                    0
+                } else {
+                    (rng.below(255) + 1) as u8
+                }
+            })
+            .collect();
+        let mut ours = [0x5au8; MAX_FRAME + 16];
+        match decoder::cobs_scan_to(&src, &mut ours) {
+            decoder::Scan::Decoded { end, n } => {
+                decoded += 1;
+                assert_eq!(memchr::memchr(0, &src), Some(end), "{src:02x?}");
+                if end == 0 {
+                    assert_eq!(n, 0);
+                    continue;
+                }
+                let mut theirs = [0xa5u8; MAX_FRAME + 16];
+                assert_eq!(
+                    decoder::cobs_decode_to(&src[..end], &mut theirs),
+                    Some(n),
+                    "{src:02x?}"
+                );
+                assert_eq!(ours[..n], theirs[..n]);
+            }
+            decoder::Scan::Open => {}
+        }
+    }
+    assert!(decoded > 2000, "{decoded}");
+    // In a clean stream of samples every frame with enough bytes after it
+    // is found by the scan.
+    let mut enc: Encoder<4> = Encoder::new(EncoderConfig::default());
+    let mut buf = [0u8; MAX_FRAME];
+    let mut stream = std::vec::Vec::new();
+    let mut ends = std::vec::Vec::new();
+    for s in varied_samples(&mut rng, 300) {
+        let n = enc.encode(&Record::Sample(s), &mut buf).unwrap();
+        stream.extend_from_slice(&buf[..n]);
+        ends.push(stream.len() - 1);
+    }
+    let mut start = 0;
+    let mut plain = [0u8; MAX_FRAME + 16];
+    for &end in &ends {
+        if stream.len() - start < 1100 {
+            break;
+        }
+        assert_eq!(
+            decoder::cobs_scan_to(&stream[start..], &mut plain),
+            decoder::Scan::Decoded {
+                end: end - start,
+                n: cobs::decode(&stream[start..end], &mut [0u8; MAX_FRAME]).unwrap()
+            }
+        );
+        start = end + 1;
+    }
+}
+
 /// The decoder's frame CRC is CRC-32C (CRC-32/ISCSI) at every length
 /// (below, inside and above the 8-byte words and the three-way interleaved
 /// blocks of the hardware path) and alignment, byte-for-byte the same as
