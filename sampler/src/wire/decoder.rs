@@ -307,10 +307,12 @@ impl FrameBatch {
         let bytes = &mut self.bytes;
         framer.push(chunk, |f| {
             // Both fit 16 bits: frames are at most MAX_FRAME bytes.
-            bytes.extend_from_slice(&(f.payload.len() as u16).to_le_bytes());
-            bytes.extend_from_slice(&(f.len as u16).to_le_bytes());
-            bytes.extend_from_slice(&f.stored.to_le_bytes());
-            bytes.extend_from_slice(&f.plain.to_le_bytes());
+            let head = u128::from(f.payload.len() as u16)
+                | u128::from(f.len as u16) << 16
+                | u128::from(f.stored) << 32
+                | u128::from(f.plain) << 64;
+            bytes.reserve(Self::HEAD + f.payload.len());
+            bytes.extend_from_slice(&head.to_le_bytes()[..Self::HEAD]);
             bytes.extend_from_slice(f.payload);
         });
         self.stats = framer.stats();
