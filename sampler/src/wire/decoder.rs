@@ -761,70 +761,68 @@ pub(crate) enum Scan {
 const SCAN_MAX: usize = 1024;
 
 /// Finds the end of the frame at the start of `src` and undoes its COBS
-/// into `dst` in the same pass: the code bytes are walked (a zero code is
-/// the delimiter), and each run is moved in fixed 16-byte pieces and
-/// checked for a zero with word-wide tests on the same 16 bytes. Gives
-/// exactly what splitting at the first zero (`memchr`) and
-/// [`cobs_decode_to`] give for a well-formed frame of at most
-/// [`SCAN_MAX`] bytes followed by at least 32 more bytes in `src`, and
-/// [`Scan::Open`] for anything else (a zero inside a run included): the
-/// general path handles those.
+/// into `dst`, without searching for the delimiter byte by byte: the code
+/// bytes are walked to the zero code byte that ends the frame; then the
+/// bytes after the first code byte are moved down by one, 16 at a time,
+/// and the same 16-byte words are tested for a zero before that end (a
+/// zero inside a run); last, each code byte's place gets the zero it
+/// stands for. Gives exactly what splitting at the first zero (`memchr`)
+/// and [`cobs_decode_to`] give for a well-formed frame of at most
+/// [`SCAN_MAX`] bytes without a full 254-byte run, followed by at least 32
+/// more bytes in `src`, and [`Scan::Open`] for anything else (a zero
+/// inside a run included): the general path handles those.
 #[inline]
 pub(crate) fn cobs_scan_to(src: &[u8], dst: &mut [u8; MAX_FRAME + COBS_SLACK]) -> Scan {
     const ONES: u128 = u128::from_le_bytes([0x01; 16]);
     const HIGHS: u128 = u128::from_le_bytes([0x80; 16]);
     // A fixed-size window: every code byte and 16-byte piece read below
-    // lies in it, so the reads need no bounds checks.
+    // lies in it.
     let Some(win) = src.first_chunk::<{ SCAN_MAX + 2 * COBS_SLACK }>() else {
         return Scan::Open;
     };
-    let dst = dst.first_chunk_mut::<{ SCAN_MAX + 2 * COBS_SLACK }>();
-    let Some(dst) = dst else {
+    let Some(dst) = dst.first_chunk_mut::<{ SCAN_MAX + 2 * COBS_SLACK }>() else {
         return Scan::Open;
     };
-    // `d <= s` throughout: each code byte yields at most itself.
-    let (mut s, mut d) = (0, 0);
-    // Whether the last run was followed by an implied zero.
-    let mut zero_after = false;
-    loop {
-        let code = usize::from(win[s]);
+    let mut s = 0;
+    let end = loop {
+        let code = win[s];
         if code == 0 {
-            return Scan::Decoded {
-                end: s,
-                n: d - usize::from(zero_after),
-            };
+            break s;
         }
-        let next = s + code;
-        if next > SCAN_MAX {
+        // A full run has no zero after it, so the bytes after it move
+        // down by more than one: the general path (rare in samples).
+        if code == 0xff {
             return Scan::Open;
         }
-        let run = code - 1;
-        let mut k = 0;
-        loop {
-            // `s + k < next <= SCAN_MAX` and `d + k < d + run < SCAN_MAX`.
-            let from = s + 1 + k;
-            let piece: [u8; COBS_SLACK] = win[from..from + COBS_SLACK]
-                .try_into()
-                .unwrap_or([0; COBS_SLACK]);
-            dst[d + k..d + k + COBS_SLACK].copy_from_slice(&piece);
-            let w = u128::from_le_bytes(piece);
-            // The lowest flagged byte is the first zero (borrows only
-            // flag bytes above a zero).
-            let zeros = w.wrapping_sub(ONES) & !w & HIGHS;
-            if zeros != 0 && k + ((zeros.trailing_zeros() / 8) as usize) < run {
-                return Scan::Open;
-            }
-            k += COBS_SLACK;
-            if k >= run {
-                break;
-            }
+        s += usize::from(code);
+        if s > SCAN_MAX {
+            return Scan::Open;
         }
-        s = next;
-        d += run;
-        // The implied zero (none after a full 254-byte run); written
-        // anyway, where the next run overwrites it.
-        dst[d] = 0;
-        zero_after = code != 0xff;
-        d += usize::from(zero_after);
+    };
+    if end == 0 {
+        return Scan::Decoded { end: 0, n: 0 };
     }
+    let mut p = 1;
+    while p < end {
+        let Some(&piece) = win[p..].first_chunk::<COBS_SLACK>() else {
+            return Scan::Open;
+        };
+        let w = u128::from_le_bytes(piece);
+        // The lowest flagged byte is the first zero (borrows only flag
+        // bytes above a zero).
+        let zeros = w.wrapping_sub(ONES) & !w & HIGHS;
+        if zeros != 0 && p + ((zeros.trailing_zeros() / 8) as usize) < end {
+            return Scan::Open;
+        }
+        // Bytes written past the frame lie past the result.
+        dst[p - 1..p - 1 + COBS_SLACK].copy_from_slice(&piece);
+        p += COBS_SLACK;
+    }
+    // Every code byte but the first stands for a zero one place down.
+    let mut c = usize::from(win[0]);
+    while c < end {
+        dst[c - 1] = 0;
+        c += usize::from(win[c]);
+    }
+    Scan::Decoded { end, n: end - 1 }
 }

