@@ -37,6 +37,29 @@ pub(crate) fn frame_crc(bytes: &[u8]) -> u32 {
 /// a bad frame.
 static CRC32_V1: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
 
+/// The tag, magic and version at the start of a Hello's payload.
+fn hello_head(payload: &[u8]) -> postcard::Result<(u32, [u8; 4], u16)> {
+    postcard::take_from_bytes::<(u32, [u8; 4], u16)>(payload).map(|(t, _)| t)
+}
+
+/// The version of a Hello `payload` whose stored CRC `stored` is not its
+/// CRC-32C, when it is a Hello of an older version (framed with
+/// CRC-32/ISO-HDLC, as version 1 was, with the right magic).
+#[cold]
+#[inline(never)]
+fn older_hello(payload: &[u8], stored: u32) -> Option<u16> {
+    match hello_head(payload) {
+        Ok((_, magic, version))
+            if magic == MAGIC
+                && version != PROTOCOL_VERSION
+                && CRC32_V1.checksum(payload) == stored =>
+        {
+            Some(version)
+        }
+        _ => None,
+    }
+}
+
 /// Tasks whose delta state the decoder keeps. When full, the oldest entry
 /// is evicted; that task's next delta sample is counted as unresolved.
 pub const DECODER_TASKS: usize = 128;
@@ -503,26 +526,23 @@ impl Records {
         if payload[0] == 0 {
             // A Hello: check magic and version before the rest, whose
             // layout may differ in other versions.
-            let head = postcard::take_from_bytes::<(u32, [u8; 4], u16)>(payload).map(|(t, _)| t);
             if stored != plain {
                 // Version 1 framed with CRC-32/ISO-HDLC: a Hello of that
                 // version gets the clear version error, not a bad frame
                 // (after which its records would all be bad frames too).
-                if let Ok((_, magic, version)) = head
-                    && magic == MAGIC
-                    && version != PROTOCOL_VERSION
-                    && CRC32_V1.checksum(payload) == stored
-                {
-                    self.incompatible = true;
-                    self.stats.frames_ignored += 1;
-                    return sink(Err(DecodeError::VersionMismatch {
-                        found: version,
-                        expected: PROTOCOL_VERSION,
-                    }));
-                }
-                return self.bad(len);
+                return match older_hello(payload, stored) {
+                    Some(found) => {
+                        self.incompatible = true;
+                        self.stats.frames_ignored += 1;
+                        sink(Err(DecodeError::VersionMismatch {
+                            found,
+                            expected: PROTOCOL_VERSION,
+                        }))
+                    }
+                    None => self.bad(len),
+                };
             }
-            if let Ok((tag, magic, version)) = head {
+            if let Ok((tag, magic, version)) = hello_head(payload) {
                 debug_assert_eq!(tag, 0);
                 if magic != MAGIC {
                     self.stats.frames_ignored += 1;
