@@ -266,7 +266,7 @@ impl Framer {
     /// Hands the frame of wire length `len` (delimiter excluded; not 0),
     /// decoded to `n` bytes in `self.plain`, to `sink`, or refuses it when
     /// it is too short to hold a payload and a CRC.
-    #[inline]
+    #[inline(always)]
     fn emit(&mut self, len: usize, n: usize, sink: &mut impl FnMut(Frame<'_>)) {
         if len == 0 {
             // Back-to-back delimiters: a resync point, not a frame.
