@@ -40,7 +40,7 @@ pub(crate) mod flag {
 pub struct TaskRef {
     /// The task.
     pub tid: u32,
-    /// Plain CRC-32 of the sample frame this state came from.
+    /// Plain CRC-32C of the sample frame this state came from.
     pub chain: u32,
     /// Samples since the last keyframe.
     pub since_key: u32,

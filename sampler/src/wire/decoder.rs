@@ -9,26 +9,54 @@ use super::codec::{DenseScratch, Reader, SampleParts, TaskRef, WireSample, decod
 use super::{MAGIC, MAX_FRAME, PROTOCOL_VERSION, Record, SAMPLE_TAG, WireRecord};
 use crate::sample::Sample;
 
-/// The frame CRC (the same CRC-32/ISO-HDLC as the encoder's), with
-/// slice-by-16 tables: the decoder runs on the host, where 16 KiB of tables
-/// cost nothing and checking is several times faster than byte-wise.
+/// The frame CRC without `std` (the same CRC-32C as the encoder's), with
+/// slice-by-16 tables: 16 KiB of tables make checking several times faster
+/// than byte-wise.
 #[cfg(not(feature = "std"))]
-static CRC32_FAST: crc::Crc<u32, crc::Table<16>> =
-    crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISO_HDLC);
+static CRC32C_TABLES: crc::Crc<u32, crc::Table<16>> =
+    crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
 
-/// The frame CRC. On the host (`std`) it is `crc32fast`, the same
-/// CRC-32/ISO-HDLC, which folds 16-byte blocks with PCLMULQDQ when the CPU
-/// has it (detected at run time) and is much cheaper than tables on
-/// 40-60-byte sample frames; elsewhere the slice-by-16 tables.
+/// The frame CRC, CRC-32C (Castagnoli, `CRC_32_ISCSI`). On the host (`std`)
+/// it is the `crc32c` crate, which uses the SSE4.2 `crc32` instruction
+/// (eight bytes per instruction) when the CPU has it, detected at run time,
+/// and tables otherwise; elsewhere the slice-by-16 tables.
 #[inline]
 pub(crate) fn frame_crc(bytes: &[u8]) -> u32 {
     #[cfg(feature = "std")]
     {
-        crc32fast::hash(bytes)
+        crc32c::crc32c(bytes)
     }
     #[cfg(not(feature = "std"))]
     {
-        CRC32_FAST.checksum(bytes)
+        CRC32C_TABLES.checksum(bytes)
+    }
+}
+
+/// The frame CRC of protocol version 1 (CRC-32/ISO-HDLC), only used to
+/// recognise a version-1 Hello and report the version mismatch rather than
+/// a bad frame.
+static CRC32_V1: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
+
+/// The tag, magic and version at the start of a Hello's payload.
+fn hello_head(payload: &[u8]) -> postcard::Result<(u32, [u8; 4], u16)> {
+    postcard::take_from_bytes::<(u32, [u8; 4], u16)>(payload).map(|(t, _)| t)
+}
+
+/// The version of a Hello `payload` whose stored CRC `stored` is not its
+/// CRC-32C, when it is a Hello of an older version (framed with
+/// CRC-32/ISO-HDLC, as version 1 was, with the right magic).
+#[cold]
+#[inline(never)]
+fn older_hello(payload: &[u8], stored: u32) -> Option<u16> {
+    match hello_head(payload) {
+        Ok((_, magic, version))
+            if magic == MAGIC
+                && version != PROTOCOL_VERSION
+                && CRC32_V1.checksum(payload) == stored =>
+        {
+            Some(version)
+        }
+        _ => None,
     }
 }
 
@@ -106,6 +134,14 @@ pub(crate) struct Frame<'a> {
     len: usize,
 }
 
+#[cfg(test)]
+impl Frame<'_> {
+    /// The payload, the stored and the plain CRC, and the wire length.
+    pub(crate) fn parts(&self) -> (&[u8], u32, u32, usize) {
+        (self.payload, self.stored, self.plain, self.len)
+    }
+}
+
 /// Bytes of room after a decoded frame, so short COBS runs can be copied
 /// with one fixed-size move.
 const COBS_SLACK: usize = 16;
@@ -159,6 +195,20 @@ impl Framer {
     pub(crate) fn push(&mut self, chunk: &[u8], mut sink: impl FnMut(Frame<'_>)) {
         let mut rest = chunk;
         while !rest.is_empty() {
+            if self.frame.is_empty() && !self.overflow {
+                // A frame that starts in this chunk (the usual case): find
+                // its end while undoing COBS, in one pass.
+                match cobs_scan_to(rest, &mut self.plain) {
+                    Scan::Decoded { end, n } => {
+                        self.emit(end, n, &mut sink);
+                        rest = &rest[end + 1..];
+                        continue;
+                    }
+                    // Malformed, or it goes on past the chunk or past
+                    // MAX_FRAME: the general path below.
+                    Scan::Open => {}
+                }
+            }
             match memchr::memchr(0, rest) {
                 None => {
                     self.take(rest);
@@ -207,14 +257,24 @@ impl Framer {
             // Back-to-back delimiters: a resync point, not a frame.
             return;
         }
-        let n = match cobs_decode_to(src, &mut self.plain) {
-            Some(n) if n >= 5 => n,
-            _ => {
-                self.stats.bad_frames += 1;
-                self.stats.bytes_skipped += len as u64 + 1;
-                return;
-            }
-        };
+        match cobs_decode_to(src, &mut self.plain) {
+            Some(n) => self.emit(len, n, sink),
+            None => self.refuse(len),
+        }
+    }
+
+    /// Hands the frame of wire length `len` (delimiter excluded; not 0),
+    /// decoded to `n` bytes in `self.plain`, to `sink`, or refuses it when
+    /// it is too short to hold a payload and a CRC.
+    #[inline(always)]
+    fn emit(&mut self, len: usize, n: usize, sink: &mut impl FnMut(Frame<'_>)) {
+        if len == 0 {
+            // Back-to-back delimiters: a resync point, not a frame.
+            return;
+        }
+        if n < 5 {
+            return self.refuse(len);
+        }
         let (payload, crc_bytes) = self.plain[..n].split_at(n - 4);
         let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
         sink(Frame {
@@ -223,6 +283,12 @@ impl Framer {
             plain: frame_crc(payload),
             len,
         });
+    }
+
+    /// Counts a bad frame of wire length `len` and its delimiter.
+    fn refuse(&mut self, len: usize) {
+        self.stats.bad_frames += 1;
+        self.stats.bytes_skipped += len as u64 + 1;
     }
 }
 
@@ -264,10 +330,12 @@ impl FrameBatch {
         let bytes = &mut self.bytes;
         framer.push(chunk, |f| {
             // Both fit 16 bits: frames are at most MAX_FRAME bytes.
-            bytes.extend_from_slice(&(f.payload.len() as u16).to_le_bytes());
-            bytes.extend_from_slice(&(f.len as u16).to_le_bytes());
-            bytes.extend_from_slice(&f.stored.to_le_bytes());
-            bytes.extend_from_slice(&f.plain.to_le_bytes());
+            let head = u128::from(f.payload.len() as u16)
+                | u128::from(f.len as u16) << 16
+                | u128::from(f.stored) << 32
+                | u128::from(f.plain) << 64;
+            bytes.reserve(Self::HEAD + f.payload.len());
+            bytes.extend_from_slice(&head.to_le_bytes()[..Self::HEAD]);
             bytes.extend_from_slice(f.payload);
         });
         self.stats = framer.stats();
@@ -467,11 +535,22 @@ impl Records {
             // A Hello: check magic and version before the rest, whose
             // layout may differ in other versions.
             if stored != plain {
-                return self.bad(len);
+                // Version 1 framed with CRC-32/ISO-HDLC: a Hello of that
+                // version gets the clear version error, not a bad frame
+                // (after which its records would all be bad frames too).
+                return match older_hello(payload, stored) {
+                    Some(found) => {
+                        self.incompatible = true;
+                        self.stats.frames_ignored += 1;
+                        sink(Err(DecodeError::VersionMismatch {
+                            found,
+                            expected: PROTOCOL_VERSION,
+                        }))
+                    }
+                    None => self.bad(len),
+                };
             }
-            if let Ok((tag, magic, version)) =
-                postcard::take_from_bytes::<(u32, [u8; 4], u16)>(payload).map(|(t, _)| t)
-            {
+            if let Ok((tag, magic, version)) = hello_head(payload) {
                 debug_assert_eq!(tag, 0);
                 if magic != MAGIC {
                     self.stats.frames_ignored += 1;
@@ -708,4 +787,93 @@ pub(crate) fn cobs_decode_to(src: &[u8], dst: &mut [u8; MAX_FRAME + COBS_SLACK])
         }
     }
     Some(d)
+}
+
+/// How the frame at the start of some bytes ends, as [`cobs_scan_to`]
+/// found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scan {
+    /// The delimiter at `end` ends the frame, which was decoded to `n`
+    /// bytes (a frame of length 0 is two delimiters in a row).
+    Decoded {
+        /// The delimiter's index.
+        end: usize,
+        /// The decoded length.
+        n: usize,
+    },
+    /// The frame holds a zero inside a COBS run (it is malformed and ends
+    /// there), or it does not end within the bytes given and `MAX_FRAME`:
+    /// the caller takes the general path.
+    Open,
+}
+
+/// Frames up to this long (delimiter excluded) are found by
+/// [`cobs_scan_to`]; longer ones take the general path.
+const SCAN_MAX: usize = 1024;
+
+/// Finds the end of the frame at the start of `src` and undoes its COBS
+/// into `dst`, without searching for the delimiter byte by byte: the code
+/// bytes are walked to the zero code byte that ends the frame; then the
+/// bytes after the first code byte are moved down by one, 16 at a time,
+/// and the same 16-byte words are tested for a zero before that end (a
+/// zero inside a run); last, each code byte's place gets the zero it
+/// stands for. Gives exactly what splitting at the first zero (`memchr`)
+/// and [`cobs_decode_to`] give for a well-formed frame of at most
+/// [`SCAN_MAX`] bytes without a full 254-byte run, followed by at least 32
+/// more bytes in `src`, and [`Scan::Open`] for anything else (a zero
+/// inside a run included): the general path handles those.
+#[inline]
+pub(crate) fn cobs_scan_to(src: &[u8], dst: &mut [u8; MAX_FRAME + COBS_SLACK]) -> Scan {
+    const ONES: u128 = u128::from_le_bytes([0x01; 16]);
+    const HIGHS: u128 = u128::from_le_bytes([0x80; 16]);
+    // A fixed-size window: every code byte and 16-byte piece read below
+    // lies in it.
+    let Some(win) = src.first_chunk::<{ SCAN_MAX + 2 * COBS_SLACK }>() else {
+        return Scan::Open;
+    };
+    let Some(dst) = dst.first_chunk_mut::<{ SCAN_MAX + 2 * COBS_SLACK }>() else {
+        return Scan::Open;
+    };
+    let mut s = 0;
+    let end = loop {
+        let code = win[s];
+        if code == 0 {
+            break s;
+        }
+        // A full run has no zero after it, so the bytes after it move
+        // down by more than one: the general path (rare in samples).
+        if code == 0xff {
+            return Scan::Open;
+        }
+        s += usize::from(code);
+        if s > SCAN_MAX {
+            return Scan::Open;
+        }
+    };
+    if end == 0 {
+        return Scan::Decoded { end: 0, n: 0 };
+    }
+    let mut p = 1;
+    while p < end {
+        let Some(&piece) = win[p..].first_chunk::<COBS_SLACK>() else {
+            return Scan::Open;
+        };
+        let w = u128::from_le_bytes(piece);
+        // The lowest flagged byte is the first zero (borrows only flag
+        // bytes above a zero).
+        let zeros = w.wrapping_sub(ONES) & !w & HIGHS;
+        if zeros != 0 && p + ((zeros.trailing_zeros() / 8) as usize) < end {
+            return Scan::Open;
+        }
+        // Bytes written past the frame lie past the result.
+        dst[p - 1..p - 1 + COBS_SLACK].copy_from_slice(&piece);
+        p += COBS_SLACK;
+    }
+    // Every code byte but the first stands for a zero one place down.
+    let mut c = usize::from(win[0]);
+    while c < end {
+        dst[c - 1] = 0;
+        c += usize::from(win[c]);
+    }
+    Scan::Decoded { end, n: end - 1 }
 }

@@ -1,14 +1,22 @@
 //! The wire protocol between the runtime and the host: versioned records,
-//! each one postcard-encoded, followed by a CRC-32, COBS-stuffed and ended by
-//! a `0x00` delimiter, so logs and samples share one serial line and a reader
-//! can start or resynchronise at any frame boundary.
+//! each one postcard-encoded, followed by a CRC-32C, COBS-stuffed and ended
+//! by a `0x00` delimiter, so logs and samples share one serial line and a
+//! reader can start or resynchronise at any frame boundary.
 //!
 //! # Frame
 //! ```text
-//! COBS( postcard(record) ++ le32(crc32(postcard(record)) ^ chain) ) ++ 0x00
+//! COBS( postcard(record) ++ le32(crc32c(postcard(record)) ^ chain) ) ++ 0x00
 //! ```
+//! The frame check is CRC-32C (Castagnoli; `CRC_32_ISCSI` in the `crc`
+//! crate: polynomial 0x1EDC6F41, reflected, initial value and final XOR
+//! 0xFFFFFFFF, check value 0xE3069283 for `"123456789"`). x86_64 hosts
+//! compute it with the SSE4.2 `crc32` instruction, eight bytes at a time.
+//! Protocol version 1 used CRC-32/ISO-HDLC (zlib's); a decoder of this
+//! version still recognises a version-1 Hello by that CRC and its magic, and
+//! reports the version mismatch.
+//!
 //! `chain` is 0 except for a *delta* sample (see below), where it is the
-//! plain CRC-32 of the previous sample frame of the same task. A delta sample
+//! plain CRC-32C of the previous sample frame of the same task. A delta sample
 //! therefore only verifies against the exact reference the encoder used: a
 //! decoder that missed that reference (lost or corrupted frame) rejects the
 //! sample instead of reconstructing wrong values, and counts it.
@@ -47,7 +55,7 @@
 //! The acceptance sample (IP, TID, TIME, PERIOD and the 20 user GPRs) takes
 //! 37.9 bytes on average, 18% of its 216 perf.data bytes (the bound is 25%,
 //! 54 bytes). About 6 bytes of every frame are framing (COBS code byte,
-//! CRC-32, delimiter), which is why the basic sample only shrinks to 31%.
+//! CRC-32C, delimiter), which is why the basic sample only shrinks to 31%.
 //! "Plain varints" is the same stream with `keyframe_interval = 1`: stack
 //! and text addresses take 6-7 bytes each as varints, so deltas against the
 //! previous sample of the same task pay off most for registers.
@@ -75,8 +83,9 @@ use crate::sample::Sample;
 
 /// The magic at the start of every Hello.
 pub const MAGIC: [u8; 4] = *b"PRCH";
-/// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version this crate speaks. Version 2 changed the frame
+/// check from CRC-32/ISO-HDLC to CRC-32C; nothing else changed.
+pub const PROTOCOL_VERSION: u16 = 2;
 /// The frame delimiter. A writer should send one before its first frame
 /// (and after any reset of the line) so that noise on the line before it is
 /// not glued to that frame.

@@ -192,7 +192,8 @@ fn version_mismatch_is_a_clear_error_and_stops_decoding() {
     assert_eq!(stats.frames_ignored, 2);
     let msg = std::format!("{}", out[0].as_ref().unwrap_err());
     assert!(
-        msg.contains("version 2") && msg.contains("version 1"),
+        msg.contains(&std::format!("version {}", PROTOCOL_VERSION + 1))
+            && msg.contains(&std::format!("version {PROTOCOL_VERSION}")),
         "{msg}"
     );
 
@@ -664,26 +665,376 @@ fn cobs_decoder_matches_the_cobs_crate() {
     assert!(valid > 2500, "{valid}");
 }
 
-/// The decoder's frame CRC is CRC-32/ISO-HDLC at every length (below,
-/// inside and above the 16-byte folding blocks), byte-for-byte the same as
-/// the bitwise definition in the `crc` crate that the encoder uses.
+/// What a frame splitter must give, done the plain way: bytes are
+/// collected up to each zero, and the frame between two zeros is undone by
+/// the `cobs` crate. Frames longer than `MAX_FRAME` are bad, and so are
+/// frames that do not decode or are too short for a CRC.
+#[derive(Default)]
+struct PlainFramer {
+    frame: std::vec::Vec<u8>,
+    bad_frames: u64,
+    bytes_skipped: u64,
+}
+
+/// One frame as a splitter hands it on: payload, stored and plain CRC,
+/// wire length.
+type FrameParts = (std::vec::Vec<u8>, u32, u32, usize);
+
+impl PlainFramer {
+    fn push(&mut self, chunk: &[u8], out: &mut std::vec::Vec<FrameParts>) {
+        for &b in chunk {
+            if b != 0 {
+                self.frame.push(b);
+                continue;
+            }
+            let len = self.frame.len();
+            let mut plain = core::mem::take(&mut self.frame);
+            let decoded = match cobs::decode_in_place(&mut plain) {
+                Ok(n) if n >= 5 && len <= MAX_FRAME => Some(n),
+                _ => None,
+            };
+            match decoded {
+                _ if len == 0 => {}
+                Some(n) => {
+                    let (payload, crc) = plain[..n].split_at(n - 4);
+                    out.push((
+                        payload.to_vec(),
+                        u32::from_le_bytes(crc.try_into().unwrap()),
+                        decoder::frame_crc(payload),
+                        len,
+                    ));
+                }
+                None => {
+                    self.bad_frames += 1;
+                    self.bytes_skipped += len as u64 + 1;
+                }
+            }
+        }
+    }
+}
+
+/// `Framer`, which finds most frames while undoing their COBS, splits
+/// streams exactly as [`PlainFramer`] does, with the same counters: real
+/// frames, frames with long runs and full 254-byte blocks, frames around
+/// the scan limit and `MAX_FRAME`, and all of them damaged (zeros written
+/// inside runs, bytes flipped, dropped or inserted), fed in chunks of many
+/// sizes so that frames start near and span chunk ends.
 #[test]
-fn frame_crc_is_crc32_iso_hdlc() {
+fn framer_splits_like_a_plain_splitter() {
+    let mut rng = Rng(0x7a3d_19c4_e2b8_0f51);
+    let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
+        keyframe_interval: 5,
+    });
+    let mut buf = [0u8; MAX_FRAME];
+    let mut clean = vec![0u8];
+    for (i, s) in varied_samples(&mut rng, 600).iter().enumerate() {
+        let n = enc.encode(&Record::Sample(s.clone()), &mut buf).unwrap();
+        clean.extend_from_slice(&buf[..n]);
+        if i % 50 == 7 {
+            // A frame of random bytes, often with long runs; some around
+            // the scan limit, some past MAX_FRAME.
+            let len = match rng.below(4) {
+                0 => rng.below(600) as usize,
+                1 => 1000 + rng.below(80) as usize,
+                2 => MAX_FRAME - 10 + rng.below(20) as usize,
+                _ => rng.below(40) as usize,
+            };
+            let zero_odds = [2, 30, 1000][rng.below(3) as usize];
+            let p: std::vec::Vec<u8> = (0..len)
+                .map(|_| {
+                    if rng.below(zero_odds) == 0 {
+                        0
+                    } else {
+                        rng.below(256) as u8
+                    }
+                })
+                .collect();
+            let mut e = vec![0u8; cobs::max_encoding_length(p.len())];
+            let m = cobs::encode(&p, &mut e);
+            clean.extend_from_slice(&e[..m]);
+            clean.push(0);
+        }
+    }
+    let mut streams = vec![clean.clone()];
+    for round in 0..24 {
+        let mut b = clean.clone();
+        for _ in 0..(1 + round * 3) {
+            let pos = rng.below(b.len() as u64) as usize;
+            match rng.below(5) {
+                // Zeros where runs are: frames end inside a run.
+                0 | 1 => b[pos] = 0,
+                2 => b[pos] ^= (rng.below(255) + 1) as u8,
+                3 => {
+                    b.remove(pos);
+                }
+                _ => b.insert(pos, rng.below(256) as u8),
+            }
+        }
+        streams.push(b);
+    }
+    let mut frames_seen = 0;
+    for (i, stream) in streams.iter().enumerate() {
+        for chunk in [1, 7, 100, 1055, 1057, 4099, 65536, 1 + (i * 977) % 3000] {
+            let (mut ours, mut theirs) = (std::vec::Vec::new(), std::vec::Vec::new());
+            let (mut framer, mut plain) = (Framer::new(), PlainFramer::default());
+            for c in stream.chunks(chunk) {
+                framer.push(c, |f| {
+                    let (p, stored, crc, len) = f.parts();
+                    ours.push((p.to_vec(), stored, crc, len));
+                });
+                plain.push(c, &mut theirs);
+            }
+            // A last delimiter, so a frame cut off at the end is counted
+            // by both.
+            framer.push(&[0], |f| {
+                let (p, stored, crc, len) = f.parts();
+                ours.push((p.to_vec(), stored, crc, len));
+            });
+            plain.push(&[0], &mut theirs);
+            assert_eq!(ours.len(), theirs.len(), "stream {i} chunk {chunk}");
+            for (k, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+                assert_eq!(a, b, "stream {i} chunk {chunk} frame {k}");
+            }
+            let st = framer.stats();
+            assert_eq!(
+                (st.bad_frames, st.bytes_skipped),
+                (plain.bad_frames, plain.bytes_skipped),
+                "stream {i} chunk {chunk}"
+            );
+            frames_seen += ours.len();
+        }
+    }
+    assert!(frames_seen > 100_000, "{frames_seen}");
+}
+
+/// `cobs_scan_to` either gives up or finds the frame end that `memchr`
+/// finds and decodes it as `cobs_decode_to` does, on random bytes with
+/// zeros at every density, and finds nearly every frame of a clean stream.
+#[test]
+fn cobs_scan_agrees_with_memchr_and_cobs_decode() {
+    let mut rng = Rng(0x0dd5_ca11_ab1e_f00d);
+    let mut decoded = 0;
+    for i in 0..20_000 {
+        let len = if i % 4 == 0 {
+            rng.below(3000) as usize
+        } else {
+            1200 + rng.below(200) as usize
+        };
+        let zero_odds = [2, 8, 40, 200, 5000][i % 5];
+        let src: std::vec::Vec<u8> = (0..len)
+            .map(|_| {
+                if rng.below(zero_odds) == 0 {
+                    0
+                } else {
+                    (rng.below(255) + 1) as u8
+                }
+            })
+            .collect();
+        let mut ours = [0x5au8; MAX_FRAME + 16];
+        match decoder::cobs_scan_to(&src, &mut ours) {
+            decoder::Scan::Decoded { end, n } => {
+                decoded += 1;
+                assert_eq!(memchr::memchr(0, &src), Some(end), "{src:02x?}");
+                if end == 0 {
+                    assert_eq!(n, 0);
+                    continue;
+                }
+                let mut theirs = [0xa5u8; MAX_FRAME + 16];
+                assert_eq!(
+                    decoder::cobs_decode_to(&src[..end], &mut theirs),
+                    Some(n),
+                    "{src:02x?}"
+                );
+                assert_eq!(ours[..n], theirs[..n]);
+            }
+            decoder::Scan::Open => {}
+        }
+    }
+    assert!(decoded > 2000, "{decoded}");
+    // In a clean stream of samples the scan finds every frame with enough
+    // bytes after it, unless the frame is longer than the scan limit or
+    // holds a full 254-byte run.
+    let mut enc: Encoder<4> = Encoder::new(EncoderConfig::default());
+    let mut buf = [0u8; MAX_FRAME];
+    let mut stream = std::vec::Vec::new();
+    let mut ends = std::vec::Vec::new();
+    for s in varied_samples(&mut rng, 300) {
+        let n = enc.encode(&Record::Sample(s), &mut buf).unwrap();
+        stream.extend_from_slice(&buf[..n]);
+        ends.push(stream.len() - 1);
+    }
+    let (mut start, mut found) = (0, 0);
+    let mut plain = [0u8; MAX_FRAME + 16];
+    for &end in &ends {
+        if stream.len() - start < 1100 {
+            break;
+        }
+        let frame = &stream[start..end];
+        let mut full_run = false;
+        let mut c = 0;
+        while c < frame.len() {
+            full_run |= frame[c] == 0xff;
+            c += usize::from(frame[c]);
+        }
+        let got = decoder::cobs_scan_to(&stream[start..], &mut plain);
+        if frame.len() <= 1024 && !full_run {
+            found += 1;
+            assert_eq!(
+                got,
+                decoder::Scan::Decoded {
+                    end: end - start,
+                    n: cobs::decode(frame, &mut [0u8; MAX_FRAME]).unwrap()
+                }
+            );
+        }
+        start = end + 1;
+    }
+    assert!(found > 200, "{found}");
+}
+
+/// The decoder's frame CRC is CRC-32C (CRC-32/ISCSI) at every length
+/// (below, inside and above the 8-byte words and the three-way interleaved
+/// blocks of the hardware path) and alignment, byte-for-byte the same as
+/// the bitwise definition in the `crc` crate, and the same as the
+/// encoder's table-driven CRC.
+#[test]
+fn frame_crc_is_crc32c() {
     const BITWISE: crc::Crc<u32, crc::NoTable> =
-        crc::Crc::<u32, crc::NoTable>::new(&crc::CRC_32_ISO_HDLC);
+        crc::Crc::<u32, crc::NoTable>::new(&crc::CRC_32_ISCSI);
     let mut rng = Rng(0x0c4c_32f0_77a1_d9e5);
     let data: std::vec::Vec<u8> = (0..1100).map(|_| rng.below(256) as u8).collect();
     for len in 0..=600 {
         for start in [0, 1, 7] {
             let b = &data[start..start + len];
-            assert_eq!(
-                decoder::frame_crc(b),
-                BITWISE.checksum(b),
-                "len {len} start {start}"
-            );
+            let want = BITWISE.checksum(b);
+            assert_eq!(decoder::frame_crc(b), want, "len {len} start {start}");
+            assert_eq!(encoder::CRC32.checksum(b), want, "len {len} start {start}");
         }
     }
-    assert_eq!(decoder::frame_crc(b"123456789"), 0xcbf4_3926);
+    assert_eq!(decoder::frame_crc(b"123456789"), 0xe306_9283);
+    assert_eq!(encoder::CRC32.checksum(b"123456789"), 0xe306_9283);
+}
+
+/// The CRC the encoder stores in a frame is the decoder's CRC of the
+/// payload (keyframes and other records), or that CRC chained to the
+/// previous sample frame of the task (delta samples).
+#[test]
+fn encoded_frames_carry_the_decoders_crc() {
+    let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
+        keyframe_interval: 4,
+    });
+    let mut buf = [0u8; MAX_FRAME];
+    let mut previous = None;
+    for i in 0..12 {
+        let n = enc.encode(&Record::Sample(sample(i)), &mut buf).unwrap();
+        let mut raw = buf[..n - 1].to_vec();
+        let m = cobs::decode_in_place(&mut raw).unwrap();
+        let (payload, crc) = raw[..m].split_at(m - 4);
+        let stored = u32::from_le_bytes(crc.try_into().unwrap());
+        let plain = decoder::frame_crc(payload);
+        if i % 4 == 0 {
+            assert_eq!(stored, plain, "keyframe {i}");
+        } else {
+            assert_eq!(stored, plain ^ previous.unwrap(), "delta {i}");
+        }
+        previous = Some(plain);
+    }
+    let n = enc.encode(&Record::End(End::default()), &mut buf).unwrap();
+    let mut raw = buf[..n - 1].to_vec();
+    let m = cobs::decode_in_place(&mut raw).unwrap();
+    let (payload, crc) = raw[..m].split_at(m - 4);
+    assert_eq!(
+        u32::from_le_bytes(crc.try_into().unwrap()),
+        decoder::frame_crc(payload)
+    );
+}
+
+/// A frame as protocol version 1 wrote it: `payload`, its CRC-32/ISO-HDLC
+/// (XOR `chain`), COBS and the delimiter.
+fn version_1_frame(payload: &[u8], chain: u32) -> std::vec::Vec<u8> {
+    const ISO_HDLC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
+    let mut p = payload.to_vec();
+    p.extend_from_slice(&(ISO_HDLC.checksum(payload) ^ chain).to_le_bytes());
+    let mut out = vec![0u8; cobs::max_encoding_length(p.len()) + 1];
+    let m = cobs::encode(&p, &mut out);
+    out.truncate(m);
+    out.push(0);
+    out
+}
+
+/// A version-1 stream (frames checked with CRC-32/ISO-HDLC) gets the
+/// version error, on every decoding path, not a bad frame per record; a
+/// frame with that CRC whose magic is wrong is only a bad frame.
+#[test]
+fn a_version_1_stream_gets_the_version_error() {
+    let mut h = Hello::new(
+        CpuId {
+            vendor: CpuVendor::Intel,
+            family: 6,
+            model: 0x55,
+            stepping: 4,
+        },
+        crate::event::PmuCaps::cpu_clock(),
+    );
+    h.version = 1;
+    let mut plain = [0u8; MAX_FRAME];
+    let hello = postcard::to_slice(&WireRecordRef::Hello(&h), &mut plain)
+        .unwrap()
+        .to_vec();
+    assert_eq!(hello[0], 0, "a Hello is variant 0");
+    let mut bytes = vec![0u8];
+    bytes.extend(version_1_frame(&hello, 0));
+    // A keyframe, then a delta sample chained to it, as version 1 sent
+    // them: re-framed with the old CRC.
+    let mut enc: Encoder<4> = Encoder::new(EncoderConfig::default());
+    let mut buf = [0u8; MAX_FRAME];
+    let mut chain = 0;
+    for i in 0..2 {
+        let n = enc.encode(&Record::Sample(sample(i)), &mut buf).unwrap();
+        let mut raw = buf[..n - 1].to_vec();
+        let m = cobs::decode_in_place(&mut raw).unwrap();
+        let payload = raw[..m - 4].to_vec();
+        bytes.extend(version_1_frame(&payload, chain));
+        chain = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC).checksum(&payload);
+    }
+    let want = [Err(DecodeError::VersionMismatch {
+        found: 1,
+        expected: PROTOCOL_VERSION,
+    })];
+    assert_eq!(PROTOCOL_VERSION, 2);
+    #[cfg(feature = "std")]
+    let paths = [Path::Rebuilt, Path::Parts, Path::Batches];
+    #[cfg(not(feature = "std"))]
+    let paths = [Path::Rebuilt, Path::Parts];
+    for chunk in [1, 7, bytes.len()] {
+        for path in paths {
+            let (out, stats) = lend_all(&bytes, chunk, path);
+            assert_eq!(out, want, "chunk {chunk}");
+            assert_eq!(stats.frames_ignored, 3, "chunk {chunk}");
+            assert_eq!(stats.bad_frames, 0, "chunk {chunk}");
+            assert_eq!(stats.frames_ok, 0, "chunk {chunk}");
+        }
+    }
+
+    // The old CRC with a wrong magic, or a CRC that is neither: bad frames.
+    let mut bad_magic = hello.clone();
+    bad_magic[1] ^= 0x20;
+    let mut bad_crc = version_1_frame(&hello, 0);
+    let at = bad_crc.len() - 2;
+    bad_crc[at] = if bad_crc[at] == 1 { 2 } else { 1 };
+    for frame in [version_1_frame(&bad_magic, 0), bad_crc] {
+        let (out, stats) = decode_all(&frame);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(stats.bad_frames, 1);
+        assert_eq!(stats.frames_ignored, 0);
+    }
+
+    // The same Hello as version 2 writes it decodes.
+    h.version = PROTOCOL_VERSION;
+    let n = enc.encode(&Record::Hello(h.clone()), &mut buf).unwrap();
+    let (out, stats) = decode_all(&buf[..n]);
+    assert_eq!(out, [Ok(Record::Hello(h))]);
+    assert_eq!(stats.bad_frames, 0);
 }
 
 /// How [`lend_all`] feeds a decoder.
