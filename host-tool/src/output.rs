@@ -6,6 +6,7 @@
 
 use std::fs::File;
 use std::io::{self, Cursor, Seek, SeekFrom, Write};
+use std::ops::Range;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::thread::JoinHandle;
 
@@ -14,12 +15,13 @@ use std::thread::JoinHandle;
 /// itself to its writing thread, so big record batches are never copied
 /// a second time.
 pub trait OwnedWrite: Write + Seek {
-    /// Writes `buf[from..]` after everything written before, and returns
-    /// an empty buffer for the caller to fill next (the same one, or one
-    /// coming back from the writing thread).
-    fn write_owned(&mut self, mut buf: Vec<u8>, from: usize) -> io::Result<Vec<u8>> {
-        self.write_all(&buf[from..])?;
-        buf.clear();
+    /// Writes `buf[range]` after everything written before, and returns a
+    /// buffer for the caller to fill next (the same one, or one coming back
+    /// from the writing thread). Its length is kept and its bytes are
+    /// whatever they were: a caller that stores into a buffer's existing
+    /// bytes need not initialise them again, one that appends clears it.
+    fn write_owned(&mut self, buf: Vec<u8>, range: Range<usize>) -> io::Result<Vec<u8>> {
+        self.write_all(&buf[range])?;
         Ok(buf)
     }
 }
@@ -41,14 +43,14 @@ const BUFFERS: usize = 4;
 pub struct BackgroundFile {
     /// Filled by `write`, handed over when full.
     buf: Vec<u8>,
-    /// While the thread runs: full buffers out, empty ones back.
+    /// While the thread runs: full buffers out, written ones back.
     pipe: Option<Pipe>,
     /// After the thread is done.
     file: Option<File>,
 }
 
-/// A buffer on its way to the thread, written from the given offset.
-type Chunk = (Vec<u8>, usize);
+/// A buffer on its way to the thread, and the bytes of it to write.
+type Chunk = (Vec<u8>, Range<usize>);
 
 struct Pipe {
     full: SyncSender<Chunk>,
@@ -71,9 +73,8 @@ impl BackgroundFile {
             .name("perf.data writer".into())
             .spawn(move || -> io::Result<File> {
                 let mut file = file;
-                for (mut b, from) in full_rx {
-                    file.write_all(&b[from..])?;
-                    b.clear();
+                for (b, range) in full_rx {
+                    file.write_all(&b[range])?;
                     // The other side may already be gone (finishing).
                     let _ = empty_tx.send(b);
                 }
@@ -90,18 +91,22 @@ impl BackgroundFile {
         })
     }
 
-    /// Hands the filled buffer to the thread and takes an empty one.
+    /// Hands the filled buffer to the thread and takes a written one, emptied.
     fn hand_over(&mut self) -> io::Result<()> {
         let Some(pipe) = &self.pipe else {
             return Ok(());
         };
         let next = match pipe.empty.recv() {
-            Ok(b) => b,
+            Ok(mut b) => {
+                b.clear();
+                b
+            }
             // The thread stopped early: it failed. Collect its error.
             Err(_) => return self.join().map(|_| ()),
         };
         let full = std::mem::replace(&mut self.buf, next);
-        if pipe.full.send((full, 0)).is_err() {
+        let all = 0..full.len();
+        if pipe.full.send((full, all)).is_err() {
             return self.join().map(|_| ());
         }
         Ok(())
@@ -111,7 +116,8 @@ impl BackgroundFile {
     fn join(&mut self) -> io::Result<&mut File> {
         if let Some(pipe) = self.pipe.take() {
             let rest = std::mem::take(&mut self.buf);
-            let sent = rest.is_empty() || pipe.full.send((rest, 0)).is_ok();
+            let all = 0..rest.len();
+            let sent = rest.is_empty() || pipe.full.send((rest, all)).is_ok();
             drop(pipe.full);
             let file = pipe
                 .thread
@@ -140,10 +146,9 @@ impl BackgroundFile {
 
 impl OwnedWrite for BackgroundFile {
     /// Queues what was written before, then `buf` itself: no copy.
-    fn write_owned(&mut self, mut buf: Vec<u8>, from: usize) -> io::Result<Vec<u8>> {
+    fn write_owned(&mut self, buf: Vec<u8>, range: Range<usize>) -> io::Result<Vec<u8>> {
         if self.pipe.is_none() {
-            self.join()?.write_all(&buf[from..])?;
-            buf.clear();
+            self.join()?.write_all(&buf[range])?;
             return Ok(buf);
         }
         if !self.buf.is_empty() {
@@ -154,7 +159,7 @@ impl OwnedWrite for BackgroundFile {
                 "the perf.data writer thread failed earlier",
             ));
         };
-        if pipe.full.send((buf, from)).is_err() {
+        if pipe.full.send((buf, range)).is_err() {
             self.join()?;
             return Err(io::Error::other(
                 "the perf.data writer thread stopped before the end",
@@ -250,7 +255,8 @@ mod tests {
     }
 
     /// Buffers handed over by value land in order with copied writes
-    /// around them, from the given offset, and come back empty for reuse.
+    /// around them, the given range of each, and come back for reuse with
+    /// their length kept (copied writes never see their old bytes).
     #[test]
     fn owned_buffers_arrive_in_order_between_copied_writes() {
         let dir = tempfile::tempdir().unwrap();
@@ -262,19 +268,25 @@ mod tests {
             let small: Vec<u8> = (0..(i * 37) % 500).map(|k| (k + i) as u8).collect();
             w.write_all(&small).unwrap();
             expect.extend_from_slice(&small);
+            // Whatever comes back is overwritten where it exists and
+            // grown or cut to the new length.
             let mut big = std::mem::take(&mut spare);
-            assert!(big.is_empty(), "a returned buffer must be empty");
-            big.extend((0..(i * 65_537) % (3 * CHUNK)).map(|k| (k * 7 + i) as u8));
-            let from = (i * 3) % 9;
-            expect.extend_from_slice(&big[from.min(big.len())..]);
-            let from = from.min(big.len());
-            spare = w.write_owned(big, from).unwrap();
+            let len = (i * 65_537) % (3 * CHUNK);
+            big.resize(len, 0);
+            for (k, b) in big.iter_mut().enumerate() {
+                *b = (k * 7 + i) as u8;
+            }
+            let from = ((i * 3) % 9).min(len);
+            let to = len - (i % 5).min(len - from);
+            expect.extend_from_slice(&big[from..to]);
+            spare = w.write_owned(big, from..to).unwrap();
         }
-        // Default implementation: a plain cursor copies and clears.
+        // Default implementation: a plain cursor copies the range and hands
+        // the buffer back as it was.
         let mut c = Cursor::new(Vec::new());
-        let back = c.write_owned(b"xyz".to_vec(), 1).unwrap();
-        assert!(back.is_empty());
-        assert_eq!(c.into_inner(), b"yz");
+        let back = c.write_owned(b"wxyz".to_vec(), 1..3).unwrap();
+        assert_eq!(back, b"wxyz");
+        assert_eq!(c.into_inner(), b"xy");
         drop(w.finish().unwrap());
         let mut got = Vec::new();
         File::open(&path).unwrap().read_to_end(&mut got).unwrap();

@@ -317,9 +317,11 @@ pub struct PerfDataWriter<W: OwnedWrite> {
     layouts: Vec<SampleLayout>,
     data_offset: u64,
     /// `ROUND_SLOT` bytes, then the queued records (`used` bytes in all).
-    /// Past `used`, zeroed bytes ready for sample records, which are
-    /// stored word by word and so need their bytes to exist first: the
-    /// batch is zeroed ahead in [`ZERO_AHEAD`] pieces, not per record.
+    /// Past `used`, bytes ready for sample records, which are stored word
+    /// by word and so need their bytes to exist first: the batch is grown
+    /// (zeroed) ahead in [`ZERO_AHEAD`] pieces, not per record, and keeps
+    /// its length when it comes back from the output, so a reused batch is
+    /// not zeroed again (every word of a sample record is stored).
     batch: Vec<u8>,
     used: usize,
     /// Where an out-of-order batch is put in order.
@@ -729,7 +731,6 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        self.batch.truncate(self.used);
         let sorted = self.pending.is_sorted_by_key(|p| p.time);
         if !sorted {
             self.pending.sort_by_key(|p| p.time);
@@ -747,7 +748,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         if sorted {
             // Already in order (the usual case): the batch itself goes to
             // the output, the round (if any) in its reserved slot.
-            self.stats.data_bytes += (self.batch.len() - ROUND_SLOT) as u64;
+            self.stats.data_bytes += (self.used - ROUND_SLOT) as u64;
             let last = self.pending.last().map_or(0, |p| p.time);
             self.max_time_written = self.max_time_written.max(last);
             let from = if round {
@@ -757,12 +758,12 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
                 ROUND_SLOT
             };
             let batch = std::mem::take(&mut self.batch);
-            self.batch = self.out.write_owned(batch, from)?;
+            self.batch = self.out.write_owned(batch, from..self.used)?;
         } else {
             // Gather the records in time order into the spare buffer.
             let mut out = std::mem::take(&mut self.sorted);
             out.clear();
-            out.reserve(self.batch.len());
+            out.reserve(self.used);
             if round {
                 out.extend_from_slice(&finished_round);
             }
@@ -772,11 +773,13 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
                 self.stats.data_bytes += l as u64;
                 self.max_time_written = self.max_time_written.max(p.time);
             }
-            self.sorted = self.out.write_owned(out, 0)?;
+            let all = 0..out.len();
+            self.sorted = self.out.write_owned(out, all)?;
         }
         self.pending.clear();
-        self.batch.clear();
-        self.batch.resize(ROUND_SLOT, 0);
+        if self.batch.len() < ROUND_SLOT {
+            self.batch.resize(ROUND_SLOT, 0);
+        }
         self.used = ROUND_SLOT;
         Ok(())
     }
