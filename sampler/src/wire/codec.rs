@@ -597,37 +597,38 @@ impl<'a> Reader<'a> {
         let mut i = 0;
         while i < n {
             if n - i >= 8
-                && let Some(word) = self.rest.first_chunk::<8>()
+                && let Some(w) = self.eight_single_bytes()
             {
-                let w = u64::from_le_bytes(*word);
-                if w & 0x8080_8080_8080_8080 == 0 {
-                    let mut dst = [0u64; 8];
-                    if signed {
-                        // Zigzag of every byte at once: (b >> 1) ^ -(b & 1)
-                        // has the value's low byte, and as b < 0x80 the
-                        // value is that byte sign-extended.
-                        let y = ((w >> 1) & 0x7f7f_7f7f_7f7f_7f7f)
-                            ^ ((w & 0x0101_0101_0101_0101) * 0xff);
-                        for (o, b) in dst.iter_mut().zip(y.to_le_bytes()) {
-                            *o = i64::from(b as i8) as u64;
-                        }
-                    } else {
-                        for (o, b) in dst.iter_mut().zip(word) {
-                            *o = u64::from(*b);
-                        }
+                let mut dst = [0u64; 8];
+                if signed {
+                    for (o, b) in dst.iter_mut().zip(unzigzag8(w)) {
+                        *o = i64::from(b as i8) as u64;
                     }
-                    // Cannot fail: `i + 8 <= n`, at most the capacity.
-                    let _ = out.extend_from_slice(&dst);
-                    self.rest = &self.rest[8..];
-                    i += 8;
-                    continue;
+                } else {
+                    for (o, b) in dst.iter_mut().zip(w.to_le_bytes()) {
+                        *o = u64::from(b);
+                    }
                 }
+                // Cannot fail: `i + 8 <= n`, at most the capacity.
+                let _ = out.extend_from_slice(&dst);
+                self.rest = &self.rest[8..];
+                i += 8;
+                continue;
             }
             // Cannot fail: `i < n`, at most the capacity.
             let _ = out.push(self.value(signed)?);
             i += 1;
         }
         Ok(())
+    }
+
+    /// The next eight bytes as one little-endian word, when each of them is
+    /// a whole one-byte varint (no continuation bit): the register blocks'
+    /// fast path.
+    #[inline(always)]
+    fn eight_single_bytes(&self) -> Option<u64> {
+        let w = u64::from_le_bytes(*self.rest.first_chunk::<8>()?);
+        (w & 0x8080_8080_8080_8080 == 0).then_some(w)
     }
 
     /// `out.len()` zigzag varints, each added to the value of `base` at
@@ -642,30 +643,34 @@ impl<'a> Reader<'a> {
         let mut i = 0;
         while i < n {
             if n - i >= 8
-                && let Some(word) = self.rest.first_chunk::<8>()
+                && let Some(w) = self.eight_single_bytes()
             {
-                let w = u64::from_le_bytes(*word);
-                if w & 0x8080_8080_8080_8080 == 0 {
-                    // As in `values`: the zigzag of all eight bytes at once.
-                    let y =
-                        ((w >> 1) & 0x7f7f_7f7f_7f7f_7f7f) ^ ((w & 0x0101_0101_0101_0101) * 0xff);
-                    for ((o, b), d) in out[i..i + 8]
-                        .iter_mut()
-                        .zip(&base[i..i + 8])
-                        .zip(y.to_le_bytes())
-                    {
-                        *o = b.wrapping_add(i64::from(d as i8) as u64);
-                    }
-                    self.rest = &self.rest[8..];
-                    i += 8;
-                    continue;
+                for ((o, b), d) in out[i..i + 8]
+                    .iter_mut()
+                    .zip(&base[i..i + 8])
+                    .zip(unzigzag8(w))
+                {
+                    *o = b.wrapping_add(i64::from(d as i8) as u64);
                 }
+                self.rest = &self.rest[8..];
+                i += 8;
+                continue;
             }
             out[i] = base[i].wrapping_add(self.i64()?);
             i += 1;
         }
         Ok(())
     }
+}
+
+/// The eight signed one-byte varints of `w` (from
+/// [`Reader::eight_single_bytes`]) at once, each as the low byte of its
+/// value, which is that byte sign-extended (`b as i8`). The zigzag of each
+/// byte, `(b >> 1) ^ -(b & 1)`, has the value's low byte, and as `b < 0x80`
+/// the rest is its sign.
+#[inline(always)]
+fn unzigzag8(w: u64) -> [u8; 8] {
+    (((w >> 1) & 0x7f7f_7f7f_7f7f_7f7f) ^ ((w & 0x0101_0101_0101_0101) * 0xff)).to_le_bytes()
 }
 
 impl WireSample {

@@ -1245,17 +1245,13 @@ fn register_blocks_parse_like_postcard() {
             } else {
                 rng.below(128)
             };
-            let v = if long_every != 0 && rng.below(long_every) == 0 {
-                rng.next() >> rng.below(56)
-            } else {
-                small
-            };
+            let v = block_value(&mut rng, long_every, small);
             src.uregs.values.push(v).unwrap();
         }
         let p = postcard::to_slice(&WireRecordRef::Sample(&src), &mut buf)
             .unwrap()
             .to_vec();
-        let mut check = |p: &[u8]| {
+        let check = |p: &[u8]| {
             let reference = match postcard::from_bytes::<WireRecord>(p) {
                 Ok(WireRecord::Sample(s)) => Some(s),
                 _ => None,
@@ -1268,24 +1264,41 @@ fn register_blocks_parse_like_postcard() {
                 rejected += 1;
             }
         };
-        check(&p);
+        check_cut_and_changed(&mut rng, &p, check);
         fast += u32::from(n >= 8 && long_every == 0);
-        for _ in 0..6 {
-            check(&p[..1 + rng.below(p.len() as u64 - 1) as usize]);
-            let mut m = p.clone();
-            let at = 1 + rng.below(m.len() as u64 - 1) as usize;
-            m[at] = match rng.below(3) {
-                0 => m[at] ^ 0x80,
-                1 => 0xff,
-                _ => rng.next() as u8,
-            };
-            check(&m);
-        }
     }
     assert!(
         accepted > 8_000 && rejected > 8_000 && fast > 300,
         "{accepted} {rejected} {fast}"
     );
+}
+
+/// A value for a register block under test: `small` (a one-byte varint),
+/// or, about one time in `long_every` (never when it is 0), a value of
+/// several bytes.
+fn block_value(rng: &mut Rng, long_every: u64, small: u64) -> u64 {
+    if long_every != 0 && rng.below(long_every) == 0 {
+        rng.next() >> rng.below(56)
+    } else {
+        small
+    }
+}
+
+/// Runs `check` on the sample payload `p`, then six times on a copy cut
+/// short and on a copy with one byte changed (never the tag byte).
+fn check_cut_and_changed(rng: &mut Rng, p: &[u8], mut check: impl FnMut(&[u8])) {
+    check(p);
+    for _ in 0..6 {
+        check(&p[..1 + rng.below(p.len() as u64 - 1) as usize]);
+        let mut m = p.to_vec();
+        let at = 1 + rng.below(m.len() as u64 - 1) as usize;
+        m[at] = match rng.below(3) {
+            0 => m[at] ^ 0x80,
+            1 => 0xff,
+            _ => rng.next() as u8,
+        };
+        check(&m);
+    }
 }
 
 /// The first `n` register bits of the valid mask.
@@ -1357,11 +1370,8 @@ fn dense_register_sums_match_parse_and_apply() {
             ..Default::default()
         };
         for _ in 0..n {
-            let v = if long_every != 0 && rng.below(long_every) == 0 {
-                rng.next() >> rng.below(56)
-            } else {
-                (rng.below(128) as i64 - 64) as u64
-            };
+            let small = (rng.below(128) as i64 - 64) as u64;
+            let v = block_value(&mut rng, long_every, small);
             src.uregs.values.push(v).unwrap();
         }
         // A block of the wrong length now and then.
@@ -1393,7 +1403,7 @@ fn dense_register_sums_match_parse_and_apply() {
         let p = postcard::to_slice(&WireRecordRef::Sample(&src), &mut buf)
             .unwrap()
             .to_vec();
-        let mut check = |p: &[u8]| {
+        let check = |p: &[u8]| {
             let body = &p[1..];
             let mut want_state = reference.clone();
             let want = w
@@ -1430,19 +1440,8 @@ fn dense_register_sums_match_parse_and_apply() {
                 rejected += 1;
             }
         };
-        check(&p);
+        check_cut_and_changed(&mut rng, &p, check);
         fast += u32::from(n >= 8 && long_every == 0);
-        for _ in 0..6 {
-            check(&p[..1 + rng.below(p.len() as u64 - 1) as usize]);
-            let mut m = p.clone();
-            let at = 1 + rng.below(m.len() as u64 - 1) as usize;
-            m[at] = match rng.below(3) {
-                0 => m[at] ^ 0x80,
-                1 => 0xff,
-                _ => rng.next() as u8,
-            };
-            check(&m);
-        }
     }
     assert!(
         accepted > 3_000 && rejected > 8_000 && fast > 300,
