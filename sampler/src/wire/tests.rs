@@ -59,18 +59,23 @@ fn samples_round_trip_with_deltas() {
     assert_eq!(stats.bad_frames, 0);
 }
 
+/// A Hello of a CPU without a PMU (the NMI clock), as the runtime sends it.
+fn clock_hello(vendor: CpuVendor, family: u16, model: u16, stepping: u8) -> Hello {
+    Hello::new(
+        CpuId {
+            vendor,
+            family,
+            model,
+            stepping,
+        },
+        crate::event::PmuCaps::cpu_clock(),
+    )
+}
+
 #[test]
 fn other_records_round_trip() {
     let hello = {
-        let mut h = Hello::new(
-            CpuId {
-                vendor: CpuVendor::Intel,
-                family: 6,
-                model: 0x55,
-                stepping: 4,
-            },
-            crate::event::PmuCaps::cpu_clock(),
-        );
+        let mut h = clock_hello(CpuVendor::Intel, 6, 0x55, 4);
         h.tsc_hz = 2_000_000_000;
         h.build_id.extend_from_slice(&[0xab; 20]).unwrap();
         h.cmdline.push_str("pmu=sim ring=64").unwrap();
@@ -164,15 +169,7 @@ fn long_logs_are_cut_and_flagged() {
 
 #[test]
 fn version_mismatch_is_a_clear_error_and_stops_decoding() {
-    let mut h = Hello::new(
-        CpuId {
-            vendor: CpuVendor::Amd,
-            family: 0x19,
-            model: 1,
-            stepping: 1,
-        },
-        crate::event::PmuCaps::cpu_clock(),
-    );
+    let mut h = clock_hello(CpuVendor::Amd, 0x19, 1, 1);
     h.version = PROTOCOL_VERSION + 1;
     let mut enc: Encoder = Encoder::new(EncoderConfig::default());
     let mut buf = [0u8; MAX_FRAME];
@@ -291,15 +288,7 @@ fn a_full_buffer_is_an_error_and_changes_nothing() {
 
 #[test]
 fn a_hello_restarts_delta_state_on_both_sides() {
-    let hello = Hello::new(
-        CpuId {
-            vendor: CpuVendor::Intel,
-            family: 6,
-            model: 1,
-            stepping: 0,
-        },
-        crate::event::PmuCaps::cpu_clock(),
-    );
+    let hello = clock_hello(CpuVendor::Intel, 6, 1, 0);
     let mut enc: Encoder<4> = Encoder::new(EncoderConfig::default());
     let mut buf = [0u8; MAX_FRAME];
     let mut bytes = std::vec::Vec::new();
@@ -953,8 +942,13 @@ fn encoded_frames_carry_the_decoders_crc() {
 /// (XOR `chain`), COBS and the delimiter.
 fn version_1_frame(payload: &[u8], chain: u32) -> std::vec::Vec<u8> {
     const ISO_HDLC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
+    cobs_frame(payload, ISO_HDLC.checksum(payload) ^ chain)
+}
+
+/// `payload` and the check word `crc` as a frame: COBS and the delimiter.
+fn cobs_frame(payload: &[u8], crc: u32) -> std::vec::Vec<u8> {
     let mut p = payload.to_vec();
-    p.extend_from_slice(&(ISO_HDLC.checksum(payload) ^ chain).to_le_bytes());
+    p.extend_from_slice(&crc.to_le_bytes());
     let mut out = vec![0u8; cobs::max_encoding_length(p.len()) + 1];
     let m = cobs::encode(&p, &mut out);
     out.truncate(m);
@@ -967,15 +961,7 @@ fn version_1_frame(payload: &[u8], chain: u32) -> std::vec::Vec<u8> {
 /// frame with that CRC whose magic is wrong is only a bad frame.
 #[test]
 fn a_version_1_stream_gets_the_version_error() {
-    let mut h = Hello::new(
-        CpuId {
-            vendor: CpuVendor::Intel,
-            family: 6,
-            model: 0x55,
-            stepping: 4,
-        },
-        crate::event::PmuCaps::cpu_clock(),
-    );
+    let mut h = clock_hello(CpuVendor::Intel, 6, 0x55, 4);
     h.version = 1;
     let mut plain = [0u8; MAX_FRAME];
     let hello = postcard::to_slice(&WireRecordRef::Hello(&h), &mut plain)
@@ -1101,13 +1087,7 @@ fn remade_frame(frame: &[u8], at: usize, value: u8) -> std::vec::Vec<u8> {
     let mut p = payload.to_vec();
     let at = at % p.len();
     p[at] = value;
-    let crc = super::decoder::frame_crc(&p) ^ chain;
-    p.extend_from_slice(&crc.to_le_bytes());
-    let mut out = vec![0u8; cobs::max_encoding_length(p.len()) + 1];
-    let m = cobs::encode(&p, &mut out);
-    out.truncate(m);
-    out.push(0);
-    out
+    cobs_frame(&p, super::decoder::frame_crc(&p) ^ chain)
 }
 
 /// `push_parts`, which never builds a `Sample` and brings each task's
