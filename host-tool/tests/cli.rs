@@ -44,6 +44,18 @@ fn capture(dir: &Path, name: &str, cfg: &SynthConfig) -> String {
     path.to_str().unwrap().to_owned()
 }
 
+/// A synthetic capture of `samples` samples, `c.bin` in `dir`.
+fn samples_capture(dir: &Path, samples: u64) -> String {
+    capture(
+        dir,
+        "c.bin",
+        &SynthConfig {
+            samples,
+            ..Default::default()
+        },
+    )
+}
+
 fn hello_capture(dir: &Path, name: &str, edit: impl FnOnce(&mut wire::Hello)) -> String {
     let cpu = CpuId {
         vendor: CpuVendor::Intel,
@@ -149,14 +161,7 @@ fn stat_counts_tasks_events_losses_and_bytes() {
 #[test]
 fn damaged_frames_are_counted_and_written_as_lost() {
     let dir = tempfile::tempdir().unwrap();
-    let cap = capture(
-        dir.path(),
-        "c.bin",
-        &SynthConfig {
-            samples: 2000,
-            ..Default::default()
-        },
-    );
+    let cap = samples_capture(dir.path(), 2000);
     let mut bytes = std::fs::read(&cap).unwrap();
     // Flip a byte inside a frame in the middle of the stream.
     let mid = bytes.len() / 2;
@@ -229,14 +234,7 @@ fn garbage_and_empty_input_are_refused() {
 #[test]
 fn truncated_capture_is_converted_but_flagged() {
     let dir = tempfile::tempdir().unwrap();
-    let cap = capture(
-        dir.path(),
-        "c.bin",
-        &SynthConfig {
-            samples: 300,
-            ..Default::default()
-        },
-    );
+    let cap = samples_capture(dir.path(), 300);
     let bytes = std::fs::read(&cap).unwrap();
     std::fs::write(&cap, &bytes[..bytes.len() * 2 / 3]).unwrap();
     let out = dir.path().join("perf.data");
@@ -282,14 +280,7 @@ fn wrong_protocol_version_and_magic_are_refused() {
 #[test]
 fn wrong_or_bad_image_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let cap = capture(
-        dir.path(),
-        "c.bin",
-        &SynthConfig {
-            samples: 10,
-            ..Default::default()
-        },
-    );
+    let cap = samples_capture(dir.path(), 10);
     let out = dir.path().join("perf.data");
     let r = perch(&[
         "convert",
@@ -377,14 +368,7 @@ fn usage_errors_exit_2() {
 #[test]
 fn stat_refuses_perf_data_with_a_pointer() {
     let dir = tempfile::tempdir().unwrap();
-    let cap = capture(
-        dir.path(),
-        "c.bin",
-        &SynthConfig {
-            samples: 10,
-            ..Default::default()
-        },
-    );
+    let cap = samples_capture(dir.path(), 10);
     let out = dir.path().join("perf.data");
     assert_eq!(perch(&["convert", &cap, "-o", s(&out)]).code, 0);
     let r = perch(&["stat", s(&out)]);
@@ -395,14 +379,7 @@ fn stat_refuses_perf_data_with_a_pointer() {
 #[test]
 fn record_from_input_saves_the_capture() {
     let dir = tempfile::tempdir().unwrap();
-    let cap = capture(
-        dir.path(),
-        "c.bin",
-        &SynthConfig {
-            samples: 100,
-            ..Default::default()
-        },
-    );
+    let cap = samples_capture(dir.path(), 100);
     let saved = dir.path().join("saved.bin");
     let out = dir.path().join("perf.data");
     let r = perch(&[
@@ -421,14 +398,7 @@ fn record_from_input_saves_the_capture() {
 #[test]
 fn flamegraph_names_the_image_functions() {
     let dir = tempfile::tempdir().unwrap();
-    let cap = capture(
-        dir.path(),
-        "c.bin",
-        &SynthConfig {
-            samples: 400,
-            ..Default::default()
-        },
-    );
+    let cap = samples_capture(dir.path(), 400);
     let svg = dir.path().join("f.svg");
     let r = perch(&[
         "flamegraph",
@@ -508,14 +478,7 @@ fn record_with_fake_qemu(
 #[test]
 fn record_boots_qemu_with_the_documented_command_line() {
     let dir = tempfile::tempdir().unwrap();
-    let cap = capture(
-        dir.path(),
-        "c.bin",
-        &SynthConfig {
-            samples: 200,
-            ..Default::default()
-        },
-    );
+    let cap = samples_capture(dir.path(), 200);
     let Some((r, args)) = record_with_fake_qemu(dir.path(), &cap, 33, &["--", "-smp", "1"]) else {
         return;
     };
@@ -572,14 +535,7 @@ fn record_reports_an_appliance_crash() {
 #[test]
 fn missing_perf_is_named_with_its_install_command() {
     let dir = tempfile::tempdir().unwrap();
-    let cap = capture(
-        dir.path(),
-        "c.bin",
-        &SynthConfig {
-            samples: 10,
-            ..Default::default()
-        },
-    );
+    let cap = samples_capture(dir.path(), 10);
     let out = dir.path().join("perf.data");
     let o = Command::new(env!("CARGO_BIN_EXE_perch"))
         .args(["convert", &cap, "-o", s(&out)])
