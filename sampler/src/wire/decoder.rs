@@ -646,8 +646,7 @@ impl Records {
         match pos.and_then(|p| tasks.iter_mut().nth(p)) {
             Some(slot) => slot.update(s, plain, since),
             None => {
-                let state = TaskRef::after(s, plain, since);
-                self.remember(state);
+                remember(tasks, TaskRef::after(s, plain, since));
             }
         }
         self.stats.frames_ok += 1;
@@ -723,12 +722,7 @@ impl Records {
                 if state.apply(wire, plain, 0).is_err() {
                     return bad(stats, len);
                 }
-                if tasks.is_full() {
-                    tasks.pop_front();
-                }
-                // Cannot fail: there is room now.
-                let _ = tasks.push_back(state);
-                match tasks.back() {
+                match remember(tasks, state) {
                     Some(s) => s,
                     None => return bad(stats, len),
                 }
@@ -737,16 +731,20 @@ impl Records {
         stats.frames_ok += 1;
         sink(Ok(Lent::Sample(SampleParts { wire, state })));
     }
+}
 
-    /// Stores `state` for a task not in the table yet, evicting the oldest
-    /// entry when the table is full.
-    fn remember(&mut self, state: TaskRef) {
-        if self.tasks.is_full() {
-            self.tasks.pop_front();
-        }
-        // Cannot fail: there is room now.
-        let _ = self.tasks.push_back(state);
+/// Stores `state` for a task not in `tasks` yet, evicting the oldest entry
+/// when the table is full, and returns the stored entry.
+fn remember(
+    tasks: &mut heapless::Deque<TaskRef, DECODER_TASKS>,
+    state: TaskRef,
+) -> Option<&TaskRef> {
+    if tasks.is_full() {
+        tasks.pop_front();
     }
+    // Cannot fail: there is room now.
+    let _ = tasks.push_back(state);
+    tasks.back()
 }
 
 /// Undoes COBS from `src` into `dst` and returns the decoded length, or
