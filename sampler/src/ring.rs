@@ -202,17 +202,7 @@ impl<T, const N: usize> Default for Ring<T, N> {
 impl<T, const N: usize> Ring<T, N> {
     /// An empty ring with usable capacity `N`.
     pub const fn new() -> Self {
-        assert!(N > 0, "a ring needs at least one slot");
-        Ring {
-            slots: [const { Slot::empty() }; N],
-            cap: AtomicUsize::new(N),
-            head: AtomicUsize::new(0),
-            tail: AtomicUsize::new(0),
-            taken: AtomicU64::new(0),
-            delivered: AtomicU64::new(0),
-            lost: AtomicU64::new(0),
-            lost_reported: AtomicU64::new(0),
-        }
+        Self::with_slots([const { Slot::empty() }; N])
     }
 
     /// An empty ring with usable capacity `N` whose every slot already holds
@@ -223,9 +213,14 @@ impl<T, const N: usize> Ring<T, N> {
     where
         T: ConstDefault,
     {
+        Self::with_slots([const { Slot::filled() }; N])
+    }
+
+    /// An empty ring over `slots`, with usable capacity `N`.
+    const fn with_slots(slots: [Slot<T>; N]) -> Self {
         assert!(N > 0, "a ring needs at least one slot");
         Ring {
-            slots: [const { Slot::filled() }; N],
+            slots,
             cap: AtomicUsize::new(N),
             head: AtomicUsize::new(0),
             tail: AtomicUsize::new(0),
