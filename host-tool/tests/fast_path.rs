@@ -9,7 +9,7 @@ mod common;
 
 use std::io::Cursor;
 
-use common::fixture;
+use common::{damage, fixture, xorshift};
 use host_tool::convert::{ConvertOptions, Converter};
 use host_tool::image::Image;
 use host_tool::input::{Flow, Pump};
@@ -303,27 +303,12 @@ fn fast_path_writes_the_same_file_as_the_item_path() {
     write_capture(Some(&image), &cfg, &mut synth).unwrap();
     let varied = varied_stream(&image);
     let mut streams: Vec<Vec<u8>> = vec![synth.clone(), varied.clone()];
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     for clean in [&synth, &varied] {
         for round in 0..8usize {
             // Flip, drop or insert bytes after the Hello.
             let mut bytes = clean.clone();
-            for _ in 0..(1 + round * 4) {
-                let pos = 400 + (next() as usize) % (bytes.len() - 400);
-                match next() % 3 {
-                    0 => bytes[pos] ^= (next() as u8) | 1,
-                    1 => {
-                        bytes.remove(pos);
-                    }
-                    _ => bytes.insert(pos, next() as u8),
-                }
-            }
+            damage(&mut bytes, 400, 1 + round * 4, &mut next);
             streams.push(bytes);
             // Cut short (no End).
             let cut = 400 + (next() as usize) % (clean.len() - 400);

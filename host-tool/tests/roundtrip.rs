@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{DEMO_SAMPLE_TYPE, Demo, demo_items, fixture, write_demo};
+use common::{DEMO_SAMPLE_TYPE, Demo, damage, demo_items, fixture, write_demo, xorshift};
 use host_tool::image::Image;
 use host_tool::model::Item;
 use host_tool::perf_abi::{reg, sample};
@@ -263,26 +263,11 @@ fn mutated_streams_never_panic_and_still_add_up() {
         ..Default::default()
     };
     write_capture(Some(&image), &cfg, &mut clean).unwrap();
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     for round in 0..20 {
         let mut bytes = clean.clone();
         // Flip, drop or insert bytes after the Hello (the first 300 bytes).
-        for _ in 0..(1 + round * 3) {
-            let pos = 300 + (next() as usize) % (bytes.len() - 300);
-            match next() % 3 {
-                0 => bytes[pos] ^= (next() as u8) | 1,
-                1 => {
-                    bytes.remove(pos);
-                }
-                _ => bytes.insert(pos, next() as u8),
-            }
-        }
+        damage(&mut bytes, 300, 1 + round * 3, &mut next);
         let mut conv = Converter::new(
             std::io::Cursor::new(Vec::new()),
             ConvertOptions {

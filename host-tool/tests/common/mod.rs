@@ -266,3 +266,29 @@ pub fn perf(args: &[&str]) -> Option<(String, String)> {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     ))
 }
+
+/// A xorshift64 generator: repeatable damage for the stream tests.
+pub fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
+
+/// Flips, drops or inserts `edits` bytes of `bytes` at places drawn from
+/// `next`, all past the first `keep` bytes (the Hello).
+pub fn damage(bytes: &mut Vec<u8>, keep: usize, edits: usize, next: &mut impl FnMut() -> u64) {
+    for _ in 0..edits {
+        let pos = keep + (next() as usize) % (bytes.len() - keep);
+        match next() % 3 {
+            0 => bytes[pos] ^= (next() as u8) | 1,
+            1 => {
+                bytes.remove(pos);
+            }
+            _ => bytes.insert(pos, next() as u8),
+        }
+    }
+}
