@@ -35,6 +35,10 @@ pub struct Features {
     pub smep: bool,
     /// Supervisor-mode access prevention.
     pub smap: bool,
+    /// 1 GiB pages (CPUID 0x8000_0001 EDX bit 26).
+    pub page1g: bool,
+    /// RDRAND.
+    pub rdrand: bool,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -52,6 +56,10 @@ mod imp {
                 .is_some_and(|f| f.has_execute_disable()),
             smep: ext.as_ref().is_some_and(|f| f.has_smep()),
             smap: ext.as_ref().is_some_and(|f| f.has_smap()),
+            page1g: id
+                .get_extended_processor_and_feature_identifiers()
+                .is_some_and(|f| f.has_1gib_pages()),
+            rdrand: id.get_feature_info().is_some_and(|f| f.has_rdrand()),
         }
     }
 

@@ -7,7 +7,7 @@ pub const DEFAULT_BASE: u64 = 0xfed0_0000;
 /// Clears LEG_RT_CNF if a plausible HPET answers at `base`. Returns whether one did.
 ///
 /// # Safety
-/// `base` must be identity-mapped uncached MMIO that is an HPET or reads as
+/// `base` must be the virtual address of uncached MMIO (the direct map) that is an HPET or reads as
 /// all ones / zeros (no device).
 pub unsafe fn disable_legacy_routing(base: u64) -> bool {
     // SAFETY: the caller guarantees the window; the capabilities register is at +0.

@@ -36,7 +36,7 @@ impl IoApic {
     /// A handle for the I/O APIC at `base`.
     ///
     /// # Safety
-    /// `base` must be the identity-mapped, uncached MMIO window of an I/O APIC.
+    /// `base` must be the virtual address (in the direct map) of the uncached MMIO window of an I/O APIC.
     pub const unsafe fn new(base: u64) -> Self {
         Self { base }
     }

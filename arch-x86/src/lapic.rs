@@ -37,7 +37,7 @@ pub const fn x2apic_msr(off: u64) -> u32 {
 pub enum ApicMode {
     /// xAPIC: 32-bit registers in the MMIO window at `base`.
     XApic {
-        /// Physical (identity-mapped) base of the window.
+        /// Physical base of the window (reached through the direct map).
         base: u64,
     },
     /// x2APIC: MSR `0x800 + offset / 16`.
@@ -79,7 +79,7 @@ impl LocalApic {
     ///
     /// # Safety
     /// Ring 0; `mode` is this CPU's (from its IA32_APIC_BASE), and in xAPIC
-    /// mode its window is identity-mapped and uncached.
+    /// mode its window is reached through the direct map, uncached.
     pub const unsafe fn new(mode: ApicMode) -> Self {
         Self { mode }
     }
@@ -87,7 +87,7 @@ impl LocalApic {
     /// The boot CPU's local APIC, in the mode IA32_APIC_BASE reports.
     ///
     /// # Safety
-    /// Ring 0; in xAPIC mode the APIC window is identity-mapped and uncached.
+    /// Ring 0; in xAPIC mode the APIC window is reached through the direct map, uncached.
     #[cfg(target_arch = "x86_64")]
     pub unsafe fn from_msr() -> Self {
         // SAFETY: IA32_APIC_BASE exists on every x86-64 CPU; ring 0 per
@@ -108,9 +108,10 @@ impl LocalApic {
     pub fn read(&self, off: u64) -> u32 {
         match self.mode {
             // SAFETY: `off` is a register of the SDM's xAPIC map inside the
-            // window the constructor's caller mapped.
+            // window, which the direct map covers (the constructor's caller
+            // guarantees it is mapped uncached).
             ApicMode::XApic { base } => unsafe {
-                core::ptr::read_volatile((base + off) as *const u32)
+                core::ptr::read_volatile(crate::paging::phys_to_virt(base + off) as *const u32)
             },
             // SAFETY: in x2APIC mode every xAPIC register used here has its
             // MSR at 0x800 + off / 16; ring 0 per the constructor.
@@ -124,7 +125,7 @@ impl LocalApic {
         match self.mode {
             // SAFETY: as in `read`.
             ApicMode::XApic { base } => unsafe {
-                core::ptr::write_volatile((base + off) as *mut u32, value)
+                core::ptr::write_volatile(crate::paging::phys_to_virt(base + off) as *mut u32, value)
             },
             // SAFETY: as in `read`.
             ApicMode::X2Apic => unsafe { x86::msr::wrmsr(x2apic_msr(off), u64::from(value)) },

@@ -1,9 +1,13 @@
-//! Page-table entry encoding and the policy that decides each page's rights.
+//! Page tables: the virtual layout, entry encoding, the policy that decides
+//! each image page's rights, and a four-level mapper over any memory that
+//! can hand out tables by physical address.
 //!
-//! The runtime maps its own image supervisor-only and the appliance's
-//! `.user.*` sections user-accessible, with NX on everything that is not
-//! code. The policy is a pure function of the image layout so it is tested
-//! here; the runtime only writes the entries it returns.
+//! The layout: the runtime is linked at [`KERNEL_VMA`] (the top 2 GiB), all
+//! physical memory is mapped at [`DIRECT_MAP`], and the lower half belongs to
+//! the process whose page-table root is loaded. The runtime maps its own
+//! image supervisor-only with NX on everything that is not code. The policy
+//! and the mapper are pure logic over [`TableMemory`], so they are tested
+//! here against a fake memory; the runtime supplies the real one.
 
 /// Present.
 pub const PRESENT: u64 = 1 << 0;
@@ -21,6 +25,41 @@ pub const HUGE: u64 = 1 << 7;
 pub const NO_EXECUTE: u64 = 1 << 63;
 /// Physical address bits of an entry.
 pub const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
+
+/// Software-available bit 9: the leaf's frame is not owned by the address
+/// space (shared image pages); tearing the space down must not free it.
+pub const BORROWED: u64 = 1 << 9;
+/// Accessed (set by the CPU).
+pub const ACCESSED: u64 = 1 << 5;
+/// Dirty (set by the CPU).
+pub const DIRTY: u64 = 1 << 6;
+
+/// Where the runtime is linked: physical address `p` of the image is at
+/// `KERNEL_VMA + p` (the top 2 GiB, PML4 slot 511).
+pub const KERNEL_VMA: u64 = 0xffff_ffff_8000_0000;
+/// Base of the direct map of physical memory (PML4 slot 256 and up).
+pub const DIRECT_MAP: u64 = 0xffff_8000_0000_0000;
+/// First PML4 slot of the runtime half, shared by every address space.
+pub const KERNEL_PML4_FIRST: usize = 256;
+/// End of the lower (user) half: canonical user addresses are below it.
+pub const USER_END: u64 = 0x0000_8000_0000_0000;
+
+/// The direct-map address of physical address `pa`.
+pub const fn phys_to_virt(pa: u64) -> u64 {
+    DIRECT_MAP.wrapping_add(pa)
+}
+
+/// The physical address of `va`, for a direct-map or an image address
+/// (`None` for anything else).
+pub const fn virt_to_phys(va: u64) -> Option<u64> {
+    if va >= KERNEL_VMA {
+        Some(va - KERNEL_VMA)
+    } else if va >= DIRECT_MAP && va < DIRECT_MAP + (1 << 46) {
+        Some(va - DIRECT_MAP)
+    } else {
+        None
+    }
+}
 
 /// Page size.
 pub const PAGE: u64 = 4096;
@@ -134,9 +173,319 @@ impl Default for PageTable {
     }
 }
 
+/// Page tables reached by physical address: the direct map on the target,
+/// a fake memory in host tests.
+pub trait TableMemory {
+    /// The table at physical address `phys` (a frame this memory handed out,
+    /// or a root it was built with).
+    fn table(&mut self, phys: u64) -> &mut PageTable;
+    /// A new zeroed table frame, or `None` when memory is exhausted.
+    fn alloc_table(&mut self) -> Option<u64>;
+    /// Gives back a table frame from [`TableMemory::alloc_table`].
+    fn free_table(&mut self, phys: u64);
+}
+
+/// Why a mapping could not be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapError {
+    /// No frame for an intermediate table.
+    NoMemory,
+    /// The address is not canonical or not page aligned.
+    BadAddress,
+    /// A large page already covers the address.
+    LargePage,
+}
+
+const fn canonical(va: u64) -> bool {
+    let top = va >> 47;
+    top == 0 || top == 0x1_ffff
+}
+
+/// A four-level page-table walker and editor for the tables under one root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mapper {
+    /// Physical address of the PML4.
+    pub root: u64,
+}
+
+impl Mapper {
+    /// The walker for the tables under the PML4 at `root`.
+    pub const fn new(root: u64) -> Self {
+        Self { root }
+    }
+
+    /// The physical address of the page table that holds `va`'s leaf entry,
+    /// creating intermediate tables (flags [`TABLE_FLAGS`]) when `create`.
+    fn leaf_table(
+        &self,
+        mem: &mut impl TableMemory,
+        va: u64,
+        create: bool,
+    ) -> Result<Option<u64>, MapError> {
+        let mut table = self.root;
+        for level in [4u32, 3, 2] {
+            let i = index(va, level);
+            let e = mem.table(table).0[i];
+            if e & PRESENT == 0 {
+                if !create {
+                    return Ok(None);
+                }
+                let t = mem.alloc_table().ok_or(MapError::NoMemory)?;
+                mem.table(table).0[i] = t | TABLE_FLAGS;
+                table = t;
+            } else if e & HUGE != 0 {
+                return Err(MapError::LargePage);
+            } else {
+                table = e & ADDR_MASK;
+            }
+        }
+        Ok(Some(table))
+    }
+
+    /// Maps the 4 KiB page at `va` to frame `pa` with leaf `flags`, replacing
+    /// any previous entry, which is returned (0 if there was none).
+    pub fn map(
+        &self,
+        mem: &mut impl TableMemory,
+        va: u64,
+        pa: u64,
+        flags: u64,
+    ) -> Result<u64, MapError> {
+        if !canonical(va) || va % PAGE != 0 || pa % PAGE != 0 {
+            return Err(MapError::BadAddress);
+        }
+        let t = self
+            .leaf_table(mem, va, true)?
+            .ok_or(MapError::NoMemory)?;
+        let slot = &mut mem.table(t).0[index(va, 1)];
+        let old = *slot;
+        *slot = (pa & ADDR_MASK) | flags;
+        Ok(old)
+    }
+
+    /// The leaf entry for `va` (0 when nothing maps it).
+    pub fn entry(&self, mem: &mut impl TableMemory, va: u64) -> u64 {
+        if !canonical(va) {
+            return 0;
+        }
+        match self.leaf_table(mem, va & !(PAGE - 1), false) {
+            Ok(Some(t)) => mem.table(t).0[index(va, 1)],
+            _ => 0,
+        }
+    }
+
+    /// Replaces the leaf entry for `va` with `f(entry)` when it is present;
+    /// returns the old entry (0 when nothing was mapped).
+    pub fn update(&self, mem: &mut impl TableMemory, va: u64, f: impl FnOnce(u64) -> u64) -> u64 {
+        if !canonical(va) {
+            return 0;
+        }
+        match self.leaf_table(mem, va & !(PAGE - 1), false) {
+            Ok(Some(t)) => {
+                let slot = &mut mem.table(t).0[index(va, 1)];
+                let old = *slot;
+                if old & PRESENT != 0 {
+                    *slot = f(old);
+                }
+                old
+            }
+            _ => 0,
+        }
+    }
+
+    /// Removes the leaf for `va`; returns the old entry (0 if none).
+    pub fn unmap(&self, mem: &mut impl TableMemory, va: u64) -> u64 {
+        self.update(mem, va, |_| 0)
+    }
+
+    /// Calls `leaf(va, entry)` for every present 4 KiB leaf in `[start, end)`
+    /// of the lower half, skipping unmapped tables whole.
+    pub fn for_each_leaf(
+        &self,
+        mem: &mut impl TableMemory,
+        start: u64,
+        end: u64,
+        mut leaf: impl FnMut(u64, u64),
+    ) {
+        let end = end.min(USER_END);
+        let mut va = start & !(PAGE - 1);
+        while va < end {
+            match self.leaf_table(mem, va, false) {
+                Ok(Some(t)) => {
+                    let e = mem.table(t).0[index(va, 1)];
+                    if e & PRESENT != 0 {
+                        leaf(va, e);
+                    }
+                    va += PAGE;
+                }
+                // Skip to the next page table (2 MiB).
+                _ => va = (va | (LARGE_PAGE - 1)) + 1,
+            }
+        }
+    }
+
+    /// Frees every table of the lower half, calling `leaf(entry)` for each
+    /// present leaf first (the owner frees the frames it owns), and clears
+    /// the root's lower-half slots.
+    pub fn free_lower_half(&self, mem: &mut impl TableMemory, mut leaf: impl FnMut(u64)) {
+        for i4 in 0..KERNEL_PML4_FIRST {
+            let e4 = mem.table(self.root).0[i4];
+            if e4 & PRESENT == 0 {
+                continue;
+            }
+            let pdpt = e4 & ADDR_MASK;
+            for i3 in 0..512 {
+                let e3 = mem.table(pdpt).0[i3];
+                if e3 & PRESENT == 0 || e3 & HUGE != 0 {
+                    continue;
+                }
+                let pd = e3 & ADDR_MASK;
+                for i2 in 0..512 {
+                    let e2 = mem.table(pd).0[i2];
+                    if e2 & PRESENT == 0 || e2 & HUGE != 0 {
+                        continue;
+                    }
+                    let pt = e2 & ADDR_MASK;
+                    for i1 in 0..512 {
+                        let e1 = mem.table(pt).0[i1];
+                        if e1 & PRESENT != 0 {
+                            leaf(e1);
+                        }
+                    }
+                    mem.free_table(pt);
+                }
+                mem.free_table(pd);
+            }
+            mem.free_table(pdpt);
+            mem.table(self.root).0[i4] = 0;
+        }
+    }
+}
+
+/// Leaf flags for a user page with the given rights (`nx` = the CPU
+/// supports NX). x86 pages are always readable once present.
+pub const fn user_leaf_flags(write: bool, exec: bool, nx: bool) -> u64 {
+    let mut f = PRESENT | USER;
+    if write {
+        f |= WRITABLE;
+    }
+    if !exec && nx {
+        f |= NO_EXECUTE;
+    }
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Page tables in a plain vector; frame `i` is at physical `(i + 1) * 4096`.
+    struct FakeMemory {
+        tables: Vec<PageTable>,
+        free: Vec<u64>,
+        limit: usize,
+    }
+
+    impl FakeMemory {
+        fn new(limit: usize) -> (Self, u64) {
+            let mut m = FakeMemory {
+                tables: Vec::new(),
+                free: Vec::new(),
+                limit,
+            };
+            let root = m.alloc_table().unwrap();
+            (m, root)
+        }
+        fn live(&self) -> usize {
+            self.tables.len() - self.free.len()
+        }
+    }
+
+    impl TableMemory for FakeMemory {
+        fn table(&mut self, phys: u64) -> &mut PageTable {
+            &mut self.tables[(phys / PAGE - 1) as usize]
+        }
+        fn alloc_table(&mut self) -> Option<u64> {
+            if let Some(p) = self.free.pop() {
+                *self.table(p) = PageTable::new();
+                return Some(p);
+            }
+            if self.tables.len() >= self.limit {
+                return None;
+            }
+            self.tables.push(PageTable::new());
+            Some(self.tables.len() as u64 * PAGE)
+        }
+        fn free_table(&mut self, phys: u64) {
+            assert!(!self.free.contains(&phys), "table {phys:#x} freed twice");
+            self.free.push(phys);
+        }
+    }
+
+    #[test]
+    fn map_translate_unmap() {
+        let (mut m, root) = FakeMemory::new(64);
+        let mp = Mapper::new(root);
+        let va = 0x40_1000;
+        assert_eq!(mp.entry(&mut m, va), 0);
+        assert_eq!(mp.map(&mut m, va, 0x7000, PRESENT | USER), Ok(0));
+        assert_eq!(mp.entry(&mut m, va + 0x123), 0x7000 | PRESENT | USER);
+        assert_eq!(mp.entry(&mut m, va + PAGE), 0);
+        // Three intermediate tables were made.
+        assert_eq!(m.live(), 4);
+        let old = mp.update(&mut m, va, |e| e | WRITABLE);
+        assert_eq!(old, 0x7000 | PRESENT | USER);
+        assert_eq!(mp.unmap(&mut m, va), 0x7000 | PRESENT | USER | WRITABLE);
+        assert_eq!(mp.entry(&mut m, va), 0);
+        assert_eq!(mp.map(&mut m, 0x8000_0000_0000, 0, PRESENT), Err(MapError::BadAddress));
+        assert_eq!(mp.map(&mut m, 0x1001, 0, PRESENT), Err(MapError::BadAddress));
+    }
+
+    #[test]
+    fn out_of_tables_is_an_error() {
+        let (mut m, root) = FakeMemory::new(3);
+        let mp = Mapper::new(root);
+        assert_eq!(mp.map(&mut m, 0x1000, 0x1000, PRESENT), Err(MapError::NoMemory));
+    }
+
+    #[test]
+    fn leaves_are_visited_and_the_half_is_freed() {
+        let (mut m, root) = FakeMemory::new(64);
+        let mp = Mapper::new(root);
+        let pages = [0x1000u64, 0x2000, 0x40_0000, 0x7fff_ffff_f000, 0x1_0000_0000];
+        for (i, &va) in pages.iter().enumerate() {
+            mp.map(&mut m, va, (i as u64 + 1) * 0x10_0000, PRESENT | USER)
+                .unwrap();
+        }
+        // A runtime-half entry must survive.
+        m.table(root).0[511] = 0xabc000 | PRESENT;
+        let mut seen = Vec::new();
+        mp.for_each_leaf(&mut m, 0, USER_END, |va, _| seen.push(va));
+        assert_eq!(seen, {
+            let mut p = pages.to_vec();
+            p.sort();
+            p
+        });
+        let mut freed = Vec::new();
+        mp.free_lower_half(&mut m, |e| freed.push(e & ADDR_MASK));
+        assert_eq!(freed.len(), pages.len());
+        assert_eq!(m.live(), 1, "only the root is left");
+        assert_eq!(m.table(root).0[511], 0xabc000 | PRESENT);
+        assert!(m.table(root).0[..256].iter().all(|&e| e == 0));
+    }
+
+    #[test]
+    fn address_translations() {
+        assert_eq!(phys_to_virt(0xfee0_0000), 0xffff_8000_fee0_0000);
+        assert_eq!(virt_to_phys(0xffff_8000_fee0_0000), Some(0xfee0_0000));
+        assert_eq!(virt_to_phys(KERNEL_VMA + 0x10_0000), Some(0x10_0000));
+        assert_eq!(virt_to_phys(0x40_0000), None);
+        assert_eq!(index(KERNEL_VMA, 4), 511);
+        assert_eq!(index(DIRECT_MAP, 4), KERNEL_PML4_FIRST);
+        let f = user_leaf_flags(false, false, true);
+        assert_eq!(f & (WRITABLE | NO_EXECUTE | USER), NO_EXECUTE | USER);
+        assert_eq!(user_leaf_flags(true, true, true) & NO_EXECUTE, 0);
+    }
 
     fn layout() -> ImageLayout {
         ImageLayout {

@@ -1,6 +1,7 @@
 //! The NMI clock: a periodic NMI that works without a PMU. The PIT's
 //! channel 0 drives ISA IRQ 0, which the I/O APIC (pin 2) delivers as an NMI.
 
+use arch_x86::paging::phys_to_virt;
 use arch_x86::{hpet, ioapic, lapic, pic, pit};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -37,13 +38,14 @@ pub enum ClockError {
 pub fn start(hz: u32, pmu_armed: bool) -> Result<ClockInfo, ClockError> {
     let rate = pit::rate_for(hz).map_err(ClockError::Rate)?;
     // SAFETY: standard PC platform resources (8259, HPET window, local APIC,
-    // I/O APIC, PIT), all identity mapped uncached by `paging::init`.
+    // I/O APIC, PIT), all reached through the direct map that `mm::init` builds
+    // (uncached in the device window).
     unsafe {
         pic::disable();
-        let hpet_found = hpet::disable_legacy_routing(hpet::DEFAULT_BASE);
+        let hpet_found = hpet::disable_legacy_routing(phys_to_virt(hpet::DEFAULT_BASE));
         let apic = lapic::LocalApic::from_msr();
         apic.enable_masked(pmu_armed);
-        let io = ioapic::IoApic::new(ioapic::DEFAULT_BASE);
+        let io = ioapic::IoApic::new(phys_to_virt(ioapic::DEFAULT_BASE));
         io.mask_all();
         io.set_redirection(
             ioapic::PIT_PIN,
@@ -63,7 +65,7 @@ pub fn start(hz: u32, pmu_armed: bool) -> Result<ClockInfo, ClockError> {
 pub fn stop() {
     // SAFETY: as in `start`.
     unsafe {
-        ioapic::IoApic::new(ioapic::DEFAULT_BASE).set_redirection(ioapic::PIT_PIN, ioapic::MASKED);
+        ioapic::IoApic::new(phys_to_virt(ioapic::DEFAULT_BASE)).set_redirection(ioapic::PIT_PIN, ioapic::MASKED);
     }
     RUNNING.store(false, Ordering::Relaxed);
 }

@@ -347,7 +347,7 @@ const HOT: [(&str, u64); 3] = [
 /// `[start, end)` of the named appliance function: up to the next known
 /// appliance symbol or the end of the appliance's code.
 fn function_range(name: &str) -> (u64, u64) {
-    let text_end = crate::paging::layout().user_text.1;
+    let text_end = crate::mm::layout().user_text.1;
     let start = crate::user::symbols()
         .find(|&(_, n)| n == name)
         .map_or(0, |(a, _)| a);
@@ -373,7 +373,7 @@ pub fn run(cfg: &Config) -> ! {
     // TSC time when calibrated (not lost with host timing), else NMI ticks.
     let tsc_budget = (u128::from(ms) * u128::from(tsc_hz) / 1000) as u64;
     let ticks = (ms * u64::from(cfg.freq_hz)).div_ceil(1000).max(1);
-    let text = crate::paging::layout().user_text;
+    let text = crate::mm::layout().user_text;
     let specs = [
         TaskSpec {
             name: "demo64",

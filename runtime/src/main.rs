@@ -4,7 +4,6 @@
 #![no_std]
 #![no_main]
 
-mod alloc_guard;
 mod boot;
 mod clock;
 mod console;
@@ -12,7 +11,7 @@ mod cpu;
 mod demo;
 mod entry;
 mod nmi;
-mod paging;
+mod mm;
 mod pmu;
 mod profile;
 mod selftest;
@@ -51,10 +50,21 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     // report is printed below, after Hello.
     cpu::init();
     let features = cpu::enable_protection();
-    if let Err(paging::PagingError::ImageTooLarge(end)) = paging::init(features.nx) {
-        kprintln!("perch: image ends at {end:#x}, past the 4 KiB-mapped region");
-        exit(ExitCode::Crash);
+    let mut reserved = [(0u64, 0u64); boot::MAX_MODULES];
+    for (r, m) in reserved.iter_mut().zip(boot.modules()) {
+        *r = (m.base, m.base.saturating_add(m.len));
     }
+    let mem = match mm::init(features, boot.regions(), &reserved[..boot.modules().len()]) {
+        Ok(m) => m,
+        Err(mm::MemError::ImageTooLarge(end)) => {
+            kprintln!("perch: image ends at {end:#x}, past the 4 KiB-mapped window");
+            exit(ExitCode::Crash);
+        }
+        Err(mm::MemError::NoMemory) => {
+            kprintln!("perch: no usable memory in the boot memory map ({} entries)", boot.regions().len());
+            exit(ExitCode::Crash);
+        }
+    };
     // SAFETY: the runtime runs at CPL 0, and `detect` reads only the MSRs
     // CPUID advertises (IA32_PERF_CAPABILITIES with PDCM, IA32_MISC_ENABLE
     // with DS); it writes none.
@@ -85,6 +95,13 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         tsc_hz / 1000 % 1000
     );
     kprintln!("perch: command line \"{}\"", boot.cmdline());
+    kprintln!(
+        "perch: memory: {} MiB usable, {} MiB heap, direct map to {} GiB; {} boot module(s)",
+        mem.usable >> 20,
+        mem.heap >> 20,
+        mem.direct_top >> 30,
+        boot.modules().len()
+    );
     if boot.cmdline_truncated {
         kprintln!(
             "perch: command line longer than {} bytes, cut",
@@ -199,12 +216,19 @@ pub fn provoke_crash(kind: cmdline::CrashKind) {
             core::arch::asm!("xor esp, esp", "push rax", options(noreturn))
         },
         cmdline::CrashKind::Smap => {
-            let addr = nmi::recorder::perch_user_stop.as_ptr() as u64;
+            // A process's address space maps the ring-3 image; load one.
+            let Some(space) = task::builtin_space() else {
+                kprintln!("perch: no memory for an address space");
+                return;
+            };
+            space.activate();
+            let addr = abs_addr!(nmi::recorder::perch_user_stop);
             // SAFETY: deliberately reads an appliance page without `stac`; with
             // SMAP on this raises #PF, whose handler reports and exits. Without
             // SMAP the read of the (mapped) flag is harmless.
             let v = unsafe { core::ptr::read_volatile(addr as *const u32) };
             kprintln!("perch: read appliance memory without stac: {v} (SMAP is off)");
+            drop(space);
         }
         cmdline::CrashKind::Panic => panic!("crash=panic requested on the command line"),
     }

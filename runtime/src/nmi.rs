@@ -154,6 +154,22 @@ pub mod recorder {
     #[unsafe(no_mangle)]
     pub static perch_user_budget: AtomicU64 = AtomicU64::new(0);
 
+    /// The runtime's view of [`perch_user_stop`] (through the direct map:
+    /// the ring-3 image is not mapped in the runtime's own address space).
+    pub fn user_stop() -> &'static AtomicU32 {
+        let a = crate::mm::builtin_alias(crate::abs_addr!(perch_user_stop));
+        // SAFETY: the alias is the same always-mapped memory as the static,
+        // and an atomic tolerates the ring-3 tasks' concurrent accesses.
+        unsafe { &*(a as *const AtomicU32) }
+    }
+
+    /// The runtime's view of [`perch_user_budget`].
+    pub fn user_budget() -> &'static AtomicU64 {
+        let a = crate::mm::builtin_alias(crate::abs_addr!(perch_user_budget));
+        // SAFETY: as in `user_stop`.
+        unsafe { &*(a as *const AtomicU64) }
+    }
+
     fn mode_code(m: Mode) -> u8 {
         match m {
             Mode::Kernel => 1,
@@ -239,8 +255,8 @@ pub mod recorder {
         WANT.store(want, Ordering::Relaxed);
         crate::syscall::SPIN_ABORT.store(false, Ordering::Relaxed);
         crate::cpu::with_user_access(|| {
-            perch_user_stop.store(0, Ordering::Relaxed);
-            perch_user_budget.store(budget, Ordering::Relaxed);
+            user_stop().store(0, Ordering::Relaxed);
+            user_budget().store(budget, Ordering::Relaxed);
         });
         RECORDING.store(true, Ordering::SeqCst);
     }
@@ -314,7 +330,7 @@ pub mod recorder {
         }
         if MATCHED.fetch_add(1, Ordering::Relaxed) + 1 >= WANT.load(Ordering::Relaxed) {
             crate::syscall::SPIN_ABORT.store(true, Ordering::Relaxed);
-            crate::cpu::with_user_access(|| perch_user_stop.store(1, Ordering::Relaxed));
+            user_stop().store(1, Ordering::Relaxed);
         }
     }
 }

@@ -345,7 +345,7 @@ pub fn set_ring_slots(n: u32) -> Result<usize, sampler::ring::CapacityError> {
 
 /// Starts sampling.
 pub fn start() {
-    let l = crate::paging::layout();
+    let l = crate::mm::layout();
     RUNTIME_WALK.set(8, l.data, l.text);
     USER_WALK.set(8, l.user_data, l.user_text);
     COMPAT_WALK.set(4, l.user_data, l.user_text);

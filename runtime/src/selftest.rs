@@ -8,7 +8,7 @@
 use crate::nmi::{self, UserFrameState, recorder};
 use crate::task::{self, Abi, TaskSpec, TaskState};
 use crate::user::{self, pattern32, pattern64};
-use crate::{kprintln, paging, profile, syscall};
+use crate::{kprintln, mm, profile, syscall};
 use arch_x86::cmdline::Config;
 use arch_x86::exit::ExitCode;
 use arch_x86::frame::{INT80_VECTOR, Mode, SYSCALL_VECTOR, TrapFrame};
@@ -242,11 +242,26 @@ fn paging_rights() -> TestResult {
             0,
         ),
     ];
+    let Some(space) = task::builtin_space() else {
+        fail!("no memory for an address space");
+    };
     for (what, addr, must, must_not) in cases {
-        let e = paging::leaf_entry(addr);
+        let e = space.entry(addr);
         ensure!(
             e & must == must && e & must_not == 0,
             "{what} at {addr:#x} mapped {e:#x}"
+        );
+    }
+    // The kernel's own root maps no user page; a process's root maps the
+    // runtime exactly as the kernel's does.
+    ensure!(
+        mm::kernel_entry(user_text) == 0 && mm::kernel_entry(user_data) == 0,
+        "the kernel's root maps ring-3 pages"
+    );
+    for addr in [kernel_text, kernel_data] {
+        ensure!(
+            space.entry(addr) == mm::kernel_entry(addr),
+            "{addr:#x} differs between the process's and the kernel's root"
         );
     }
     Ok(())

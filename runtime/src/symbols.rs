@@ -35,8 +35,8 @@ fn table() -> [(u64, &'static str); 17] {
         (crate::entry::exit_window().1, "perch_leave_to_scheduler"),
         (crate::selftest::run as *const () as u64, "selftest::run"),
         (crate::demo::run as *const () as u64, "demo::run"),
-        (crate::paging::layout().user_text.0, "appliance .user.text"),
-        (crate::paging::layout().text.0, ".text"),
+        (crate::mm::layout().user_text.0, "appliance .user.text"),
+        (crate::mm::layout().text.0, ".text"),
     ]
 }
 

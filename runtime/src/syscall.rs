@@ -79,15 +79,13 @@ pub fn handle(frame: &mut TrapFrame, abi: Abi) -> u64 {
 
 fn sys_write(id: u8, ptr: u64, len: u64) -> u64 {
     let n = (len as usize).min(WRITE_MAX);
-    if !crate::paging::is_user_range(ptr, n as u64) {
+    let mut buf = [0u8; WRITE_MAX];
+    let copied = task::with_space(id, |s| {
+        crate::mm::user::read(s, &mut crate::mm::user::PresentOnly, ptr, &mut buf[..n])
+    });
+    if !matches!(copied, Some(Ok(()))) {
         return EFAULT;
     }
-    let mut buf = [0u8; WRITE_MAX];
-    crate::cpu::with_user_access(|| {
-        // SAFETY: [ptr, ptr+n) lies in the appliance's mapped pages (checked above).
-        let src = unsafe { core::slice::from_raw_parts(ptr as usize as *const u8, n) };
-        buf[..n].copy_from_slice(src);
-    });
     let name = task::get(id).map_or("?", |t| t.spec.name);
     crate::kprint!("[{name}] ");
     crate::console::write_bytes(&buf[..n]);

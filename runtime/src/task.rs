@@ -6,6 +6,7 @@
 //! of its kernel stack, written by the entry stubs on every entry.
 
 use crate::entry;
+use crate::mm::space::AddressSpace;
 use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
 use core::cell::{Cell, RefCell, UnsafeCell};
@@ -108,6 +109,9 @@ pub struct Task {
 
 static TASKS: Mutex<RefCell<[Option<Task>; MAX_TASKS]>> =
     Mutex::new(RefCell::new([None; MAX_TASKS]));
+/// Each task's address space (the built-in ring-3 image mapped into it).
+static SPACES: Mutex<RefCell<[Option<AddressSpace>; MAX_TASKS]>> =
+    Mutex::new(RefCell::new([const { None }; MAX_TASKS]));
 static OUTCOME: Mutex<Cell<Option<Outcome>>> = Mutex::new(Cell::new(None));
 
 #[repr(C, align(16))]
@@ -146,13 +150,58 @@ pub enum SpawnError {
     NoFreeSlot,
     /// The entry point is not in the appliance's code.
     EntryNotUserCode,
+    /// No memory for the task's address space.
+    NoMemory,
+}
+
+/// A new address space with the built-in ring-3 image mapped in: its code
+/// read-only and executable, its data writable and NX (the frames are the
+/// image's own, shared by every task that runs built-in code).
+pub fn builtin_space() -> Option<AddressSpace> {
+    use arch_x86::paging::{PAGE, user_leaf_flags};
+    let mut s = AddressSpace::new()?;
+    let l = crate::mm::layout();
+    let phys = crate::mm::user_image_phys();
+    let nx = crate::mm::nx();
+    let base = l.user_text.0;
+    for (range, write, exec) in [(l.user_text, false, true), (l.user_data, true, false)] {
+        let mut va = range.0;
+        while va < range.1 {
+            s.map_borrowed(va, phys + (va - base), user_leaf_flags(write, exec, nx))
+                .ok()?;
+            va += PAGE;
+        }
+    }
+    Some(s)
+}
+
+/// True when `[addr, addr+len)` lies inside the built-in ring-3 image.
+pub fn is_builtin_range(addr: u64, len: u64) -> bool {
+    let l = crate::mm::layout();
+    let Some(end) = addr.checked_add(len) else {
+        return false;
+    };
+    (addr >= l.user_text.0 && end <= l.user_text.1)
+        || (addr >= l.user_data.0 && end <= l.user_data.1)
+}
+
+/// Runs `f` on task `id`'s address space.
+pub fn with_space<R>(id: u8, f: impl FnOnce(&mut AddressSpace) -> R) -> Option<R> {
+    critical_section::with(|cs| {
+        SPACES
+            .borrow_ref_mut(cs)
+            .get_mut(id as usize)
+            .and_then(Option::as_mut)
+            .map(f)
+    })
 }
 
 /// Starts a task; returns its id.
 pub fn spawn(spec: TaskSpec) -> Result<u8, SpawnError> {
-    if !crate::paging::is_user_range(spec.entry, 1) {
+    if !is_builtin_range(spec.entry, 1) {
         return Err(SpawnError::EntryNotUserCode);
     }
+    let space = builtin_space().ok_or(SpawnError::NoMemory)?;
     critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
         let slot = tasks
@@ -189,6 +238,7 @@ pub fn spawn(spec: TaskSpec) -> Result<u8, SpawnError> {
         };
         // SAFETY: the slot is free, so no task runs on this kernel stack.
         unsafe { frame_ptr(slot).write(frame) };
+        SPACES.borrow_ref_mut(cs)[slot] = Some(space);
         tasks[slot] = Some(Task {
             spec,
             state: TaskState::Ready,
@@ -215,7 +265,11 @@ pub fn update(id: u8, f: impl FnOnce(&mut Task)) {
 
 /// Frees every slot.
 pub fn clear() {
-    critical_section::with(|cs| *TASKS.borrow_ref_mut(cs) = [None; MAX_TASKS]);
+    crate::mm::activate_kernel();
+    critical_section::with(|cs| {
+        *TASKS.borrow_ref_mut(cs) = [None; MAX_TASKS];
+        *SPACES.borrow_ref_mut(cs) = [const { None }; MAX_TASKS];
+    });
 }
 
 /// The current task, if a task is current.
@@ -242,6 +296,7 @@ pub fn run_once(id: u8) -> Option<Outcome> {
     critical_section::with(|cs| OUTCOME.borrow(cs).set(None));
     entry::CURRENT_KSTACK_TOP.store(top, Ordering::Relaxed);
     crate::cpu::set_rsp0(top);
+    with_space(id, |s| s.activate());
     CURRENT_TASK.store(id, Ordering::Relaxed);
     // SAFETY: the frame at the top of this task's kernel stack was written by
     // `spawn` or by the entry stubs when the task last entered the runtime;

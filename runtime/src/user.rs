@@ -95,7 +95,7 @@ perch_st_fault_null:
     ud2
     .global perch_st_fault_kernel_read
 perch_st_fault_kernel_read:
-    lea rbx, [rip + {kmain}]
+    movabs rbx, offset {kmain}
     mov rax, [rbx]
     ud2
     .global perch_st_fault_text_write

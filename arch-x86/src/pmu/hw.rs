@@ -36,7 +36,7 @@ impl CpuPmu {
     /// 1. The obligations of [`CpuMsr::new`]: CPL 0, only MSRs this CPU
     ///    implements are named (detected through CPUID, never probed), and
     ///    the caller owns the PMU state of this CPU.
-    /// 2. In xAPIC mode the APIC window at IA32_APIC_BASE is identity-mapped,
+    /// 2. In xAPIC mode the APIC window at IA32_APIC_BASE is in the direct map,
     ///    uncached and writable.
     /// 3. Nothing else programs the LVT performance-counter entry while this
     ///    value is in use, except an NMI handler with a handle of its own

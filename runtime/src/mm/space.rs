@@ -1,0 +1,168 @@
+//! Address spaces: one page-table root per process. The lower half is the
+//! process's own; PML4 slots 256-511 (the direct map and the runtime image)
+//! are the kernel's, copied from its root into every new one, and are
+//! supervisor-only. Dropping a space frees its tables and every frame it owns.
+
+use super::frames;
+use arch_x86::paging::{
+    self, ADDR_MASK, BORROWED, KERNEL_PML4_FIRST, MapError, Mapper, PAGE, PRESENT, PageTable,
+    TableMemory, phys_to_virt,
+};
+
+/// Page tables reached through the direct map, table frames from [`frames`].
+pub struct DirectTables;
+
+impl TableMemory for DirectTables {
+    fn table(&mut self, phys: u64) -> &mut PageTable {
+        // SAFETY: every `phys` handed to the mapper is a page-table frame:
+        // a root made by `AddressSpace::new` or the kernel's, or a frame
+        // from `alloc_table`; the direct map covers it, and the runtime is
+        // single-threaded outside NMI context (which never edits tables), so
+        // no other reference to it is live.
+        unsafe { &mut *(phys_to_virt(phys) as *mut PageTable) }
+    }
+
+    fn alloc_table(&mut self) -> Option<u64> {
+        frames::alloc_zeroed()
+    }
+
+    fn free_table(&mut self, phys: u64) {
+        frames::free(phys);
+    }
+}
+
+/// One process's page tables.
+pub struct AddressSpace {
+    root: u64,
+}
+
+impl AddressSpace {
+    /// A space with an empty lower half and the kernel's upper half, or
+    /// `None` when memory is exhausted.
+    pub fn new() -> Option<Self> {
+        let root = frames::alloc_zeroed()?;
+        let kernel = super::kernel_root();
+        let mut t = DirectTables;
+        let upper: [u64; 256] = {
+            let k = t.table(kernel);
+            let mut u = [0u64; 256];
+            u.copy_from_slice(&k.0[KERNEL_PML4_FIRST..]);
+            u
+        };
+        t.table(root).0[KERNEL_PML4_FIRST..].copy_from_slice(&upper);
+        Some(AddressSpace { root })
+    }
+
+    /// Physical address of the PML4 (for CR3).
+    pub fn root(&self) -> u64 {
+        self.root
+    }
+
+    fn mapper(&self) -> Mapper {
+        Mapper::new(self.root)
+    }
+
+    /// The leaf entry mapping `va` (0 if none).
+    pub fn entry(&self, va: u64) -> u64 {
+        self.mapper().entry(&mut DirectTables, va)
+    }
+
+    /// Maps a new zeroed frame at `va` with `flags`; returns the frame.
+    /// A page already there is replaced (and freed if owned).
+    pub fn map_zeroed(&mut self, va: u64, flags: u64) -> Result<u64, MapError> {
+        let f = frames::alloc_zeroed().ok_or(MapError::NoMemory)?;
+        match self.mapper().map(&mut DirectTables, va, f, flags) {
+            Ok(old) => {
+                release(old);
+                Ok(f)
+            }
+            Err(e) => {
+                frames::free(f);
+                Err(e)
+            }
+        }
+    }
+
+    /// Maps frame `pa`, which this space does not own (a page of the
+    /// runtime image's built-in programs), at `va`.
+    pub fn map_borrowed(&mut self, va: u64, pa: u64, flags: u64) -> Result<(), MapError> {
+        let old = self
+            .mapper()
+            .map(&mut DirectTables, va, pa, flags | BORROWED)?;
+        release(old);
+        Ok(())
+    }
+
+    /// Unmaps every page in `[start, end)`, freeing the frames it owns.
+    pub fn unmap_range(&mut self, start: u64, end: u64) {
+        let m = self.mapper();
+        let mut pages = heapless::Vec::<u64, 64>::new();
+        let mut va = start;
+        // Collect in batches: the walk borrows the tables.
+        while va < end {
+            pages.clear();
+            let batch_end = end.min(va.saturating_add(64 * PAGE));
+            m.for_each_leaf(&mut DirectTables, va, batch_end, |p, _| {
+                let _ = pages.push(p);
+            });
+            for &p in &pages {
+                release(m.unmap(&mut DirectTables, p));
+            }
+            va = batch_end;
+        }
+        flush_all();
+    }
+
+    /// Applies `f` to the leaf flags of every present page in `[start, end)`.
+    pub fn update_range(&mut self, start: u64, end: u64, f: impl Fn(u64) -> u64) {
+        let m = self.mapper();
+        let mut pages = heapless::Vec::<u64, 64>::new();
+        let mut va = start;
+        while va < end {
+            pages.clear();
+            let batch_end = end.min(va.saturating_add(64 * PAGE));
+            m.for_each_leaf(&mut DirectTables, va, batch_end, |p, _| {
+                let _ = pages.push(p);
+            });
+            for &p in &pages {
+                m.update(&mut DirectTables, p, |e| (e & (ADDR_MASK | BORROWED)) | f(e));
+            }
+            va = batch_end;
+        }
+        flush_all();
+    }
+
+    /// Makes this space the current one.
+    pub fn activate(&self) {
+        // SAFETY: the root maps the kernel half exactly as the kernel's root
+        // does (copied in `new`), so the code and data in use stay mapped.
+        unsafe { arch_x86::cpu::write_cr3(self.root) };
+    }
+}
+
+/// Frees the frame behind a replaced or removed leaf when the space owns it.
+fn release(old: u64) {
+    if old & PRESENT != 0 && old & BORROWED == 0 {
+        frames::free(old & ADDR_MASK);
+    }
+}
+
+/// Flushes the TLB (reloads CR3).
+fn flush_all() {
+    let cr3 = arch_x86::cpu::cr3();
+    // SAFETY: reloading the current root changes no mapping.
+    unsafe { arch_x86::cpu::write_cr3(cr3) };
+}
+
+impl Drop for AddressSpace {
+    fn drop(&mut self) {
+        if arch_x86::cpu::cr3() & ADDR_MASK == self.root {
+            super::activate_kernel();
+        }
+        self.mapper().free_lower_half(&mut DirectTables, release);
+        frames::free(self.root);
+    }
+}
+
+/// The size of a page, for callers that step through ranges.
+pub const PAGE_SIZE: u64 = paging::PAGE;
