@@ -209,7 +209,11 @@ pub const MB2_TAG_MMAP: u32 = 6;
 /// The regions of a multiboot2 memory-map tag body (entry_size, entry_version, entries).
 pub fn multiboot2_mmap(body: &[u8]) -> impl Iterator<Item = MemRegion> + '_ {
     let size = le_u32(body, 0).unwrap_or(0) as usize;
-    let entries = if size >= 20 { body.get(8..).unwrap_or(&[]) } else { &[] };
+    let entries = if size >= 20 {
+        body.get(8..).unwrap_or(&[])
+    } else {
+        &[]
+    };
     entries.chunks_exact(size.max(1)).filter_map(|e| {
         Some(MemRegion {
             base: le_u64(e, 0)?,
@@ -297,7 +301,11 @@ mod tests {
         let mut mmap = Vec::new();
         mmap.extend_from_slice(&24u32.to_le_bytes());
         mmap.extend_from_slice(&0u32.to_le_bytes());
-        for (base, len, kind) in [(0u64, 0x9fc00u64, 1u32), (0x10_0000, 0x7ee_0000, 1), (0xfffc_0000, 0x4_0000, 2)] {
+        for (base, len, kind) in [
+            (0u64, 0x9fc00u64, 1u32),
+            (0x10_0000, 0x7ee_0000, 1),
+            (0xfffc_0000, 0x4_0000, 2),
+        ] {
             mmap.extend_from_slice(&base.to_le_bytes());
             mmap.extend_from_slice(&len.to_le_bytes());
             mmap.extend_from_slice(&kind.to_le_bytes());
@@ -307,16 +315,33 @@ mod tests {
         module.extend_from_slice(&0x20_0000u32.to_le_bytes());
         module.extend_from_slice(&0x20_1234u32.to_le_bytes());
         module.extend_from_slice(b"archive\0");
-        let i = info(&[tag(1, b"x\0"), tag(MB2_TAG_MMAP, &mmap), tag(MB2_TAG_MODULE, &module)]);
+        let i = info(&[
+            tag(1, b"x\0"),
+            tag(MB2_TAG_MMAP, &mmap),
+            tag(MB2_TAG_MODULE, &module),
+        ]);
         let tags: Vec<_> = multiboot2_tags(&i).collect();
         assert_eq!(tags.len(), 3);
         let (_, body) = tags.iter().find(|t| t.0 == MB2_TAG_MMAP).unwrap();
         let regions: Vec<_> = multiboot2_mmap(body).collect();
         assert_eq!(regions.len(), 3);
-        assert_eq!(regions[1], MemRegion { base: 0x10_0000, len: 0x7ee_0000, kind: 1 });
+        assert_eq!(
+            regions[1],
+            MemRegion {
+                base: 0x10_0000,
+                len: 0x7ee_0000,
+                kind: 1
+            }
+        );
         assert!(!regions[2].usable());
         let (_, body) = tags.iter().find(|t| t.0 == MB2_TAG_MODULE).unwrap();
-        assert_eq!(multiboot2_module(body), Some(Module { base: 0x20_0000, len: 0x1234 }));
+        assert_eq!(
+            multiboot2_module(body),
+            Some(Module {
+                base: 0x20_0000,
+                len: 0x1234
+            })
+        );
         // Damaged tags end the walk instead of running past the end.
         let mut bad = i.clone();
         bad[12] = 1;
@@ -335,12 +360,25 @@ mod tests {
             t.extend_from_slice(&0u32.to_le_bytes());
         }
         let r: Vec<_> = pvh_memmap(&t).collect();
-        assert_eq!(r[1], MemRegion { base: 0x10_0000, len: 0x3ff0_0000, kind: 1 });
+        assert_eq!(
+            r[1],
+            MemRegion {
+                base: 0x10_0000,
+                len: 0x3ff0_0000,
+                kind: 1
+            }
+        );
         let mut m = Vec::new();
         for w in [0x1234_5000u64, 0x800, 0, 0] {
             m.extend_from_slice(&w.to_le_bytes());
         }
-        assert_eq!(pvh_modules(&m).collect::<Vec<_>>(), vec![Module { base: 0x1234_5000, len: 0x800 }]);
+        assert_eq!(
+            pvh_modules(&m).collect::<Vec<_>>(),
+            vec![Module {
+                base: 0x1234_5000,
+                len: 0x800
+            }]
+        );
         assert_eq!(pvh_modules(&m[..31]).count(), 0);
     }
 

@@ -18,6 +18,26 @@ pub const SVR: u64 = 0xf0;
 pub const SVR_ENABLE: u32 = 1 << 8;
 /// xAPIC offset of the LVT timer entry.
 pub const LVT_TIMER: u64 = 0x320;
+/// xAPIC offset of the end-of-interrupt register.
+pub const EOI: u64 = 0xb0;
+/// xAPIC offset of the timer's initial-count register.
+pub const TIMER_INITIAL: u64 = 0x380;
+/// xAPIC offset of the timer's current-count register.
+pub const TIMER_CURRENT: u64 = 0x390;
+/// xAPIC offset of the timer's divide-configuration register.
+pub const TIMER_DIVIDE: u64 = 0x3e0;
+/// Divide configuration value for divide by 16 (SDM: bits 0, 1, 3 = 0b011).
+pub const TIMER_DIVIDE_16: u32 = 0b0011;
+/// LVT timer mode bit 17: periodic.
+pub const TIMER_PERIODIC: u32 = 1 << 17;
+/// LVT mask bit.
+pub const LVT_MASKED: u32 = 1 << 16;
+
+/// The LVT timer entry for a fixed-delivery interrupt on `vector`.
+pub const fn timer_entry(vector: u8, periodic: bool) -> u32 {
+    vector as u32 | if periodic { TIMER_PERIODIC } else { 0 }
+}
+
 /// xAPIC offset of the LVT performance-counter entry.
 pub const LVT_PMI: u64 = 0x340;
 /// xAPIC offset of the LVT LINT0 entry.
@@ -125,7 +145,10 @@ impl LocalApic {
         match self.mode {
             // SAFETY: as in `read`.
             ApicMode::XApic { base } => unsafe {
-                core::ptr::write_volatile(crate::paging::phys_to_virt(base + off) as *mut u32, value)
+                core::ptr::write_volatile(
+                    crate::paging::phys_to_virt(base + off) as *mut u32,
+                    value,
+                )
             },
             // SAFETY: as in `read`.
             ApicMode::X2Apic => unsafe { x86::msr::wrmsr(x2apic_msr(off), u64::from(value)) },
@@ -166,11 +189,49 @@ impl LocalApic {
         }
         self.write(LVT_LINT1, 4 << 8);
     }
+
+    /// Signals the end of a fixed-delivery interrupt.
+    #[cfg(target_arch = "x86_64")]
+    pub fn eoi(&self) {
+        self.write(EOI, 0);
+    }
+
+    /// Starts the timer on `vector` with `count` ticks (of the bus clock
+    /// divided by 16) per period, or once when not `periodic`.
+    #[cfg(target_arch = "x86_64")]
+    pub fn start_timer(&self, vector: u8, count: u32, periodic: bool) {
+        self.write(TIMER_DIVIDE, TIMER_DIVIDE_16);
+        self.write(LVT_TIMER, timer_entry(vector, periodic));
+        self.write(TIMER_INITIAL, count);
+    }
+
+    /// Stops and masks the timer.
+    #[cfg(target_arch = "x86_64")]
+    pub fn stop_timer(&self) {
+        self.write(LVT_TIMER, LVT_MASKED);
+        self.write(TIMER_INITIAL, 0);
+    }
+
+    /// The timer's current count.
+    #[cfg(target_arch = "x86_64")]
+    pub fn timer_current(&self) -> u32 {
+        self.read(TIMER_CURRENT)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timer_registers_follow_the_sdm() {
+        assert_eq!(x2apic_msr(TIMER_INITIAL), 0x838);
+        assert_eq!(x2apic_msr(TIMER_CURRENT), 0x839);
+        assert_eq!(x2apic_msr(TIMER_DIVIDE), 0x83e);
+        assert_eq!(x2apic_msr(EOI), 0x80b);
+        assert_eq!(timer_entry(0x20, true), 0x2_0020);
+        assert_eq!(timer_entry(0x20, false), 0x20);
+    }
 
     #[test]
     fn x2apic_msrs_follow_the_sdm_map() {

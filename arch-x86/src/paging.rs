@@ -254,9 +254,7 @@ impl Mapper {
         if !canonical(va) || va % PAGE != 0 || pa % PAGE != 0 {
             return Err(MapError::BadAddress);
         }
-        let t = self
-            .leaf_table(mem, va, true)?
-            .ok_or(MapError::NoMemory)?;
+        let t = self.leaf_table(mem, va, true)?.ok_or(MapError::NoMemory)?;
         let slot = &mut mem.table(t).0[index(va, 1)];
         let old = *slot;
         *slot = (pa & ADDR_MASK) | flags;
@@ -437,22 +435,37 @@ mod tests {
         assert_eq!(old, 0x7000 | PRESENT | USER);
         assert_eq!(mp.unmap(&mut m, va), 0x7000 | PRESENT | USER | WRITABLE);
         assert_eq!(mp.entry(&mut m, va), 0);
-        assert_eq!(mp.map(&mut m, 0x8000_0000_0000, 0, PRESENT), Err(MapError::BadAddress));
-        assert_eq!(mp.map(&mut m, 0x1001, 0, PRESENT), Err(MapError::BadAddress));
+        assert_eq!(
+            mp.map(&mut m, 0x8000_0000_0000, 0, PRESENT),
+            Err(MapError::BadAddress)
+        );
+        assert_eq!(
+            mp.map(&mut m, 0x1001, 0, PRESENT),
+            Err(MapError::BadAddress)
+        );
     }
 
     #[test]
     fn out_of_tables_is_an_error() {
         let (mut m, root) = FakeMemory::new(3);
         let mp = Mapper::new(root);
-        assert_eq!(mp.map(&mut m, 0x1000, 0x1000, PRESENT), Err(MapError::NoMemory));
+        assert_eq!(
+            mp.map(&mut m, 0x1000, 0x1000, PRESENT),
+            Err(MapError::NoMemory)
+        );
     }
 
     #[test]
     fn leaves_are_visited_and_the_half_is_freed() {
         let (mut m, root) = FakeMemory::new(64);
         let mp = Mapper::new(root);
-        let pages = [0x1000u64, 0x2000, 0x40_0000, 0x7fff_ffff_f000, 0x1_0000_0000];
+        let pages = [
+            0x1000u64,
+            0x2000,
+            0x40_0000,
+            0x7fff_ffff_f000,
+            0x1_0000_0000,
+        ];
         for (i, &va) in pages.iter().enumerate() {
             mp.map(&mut m, va, (i as u64 + 1) * 0x10_0000, PRESENT | USER)
                 .unwrap();

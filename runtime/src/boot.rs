@@ -220,7 +220,11 @@ pub fn read_boot_info(magic: u32, info: u32) -> BootInfo {
         cmdline: [0; CMDLINE_MAX],
         cmdline_len: 0,
         cmdline_truncated: false,
-        regions: [MemRegion { base: 0, len: 0, kind: 0 }; MAX_REGIONS],
+        regions: [MemRegion {
+            base: 0,
+            len: 0,
+            kind: 0,
+        }; MAX_REGIONS],
         region_count: 0,
         modules: [Module { base: 0, len: 0 }; MAX_MODULES],
         module_count: 0,
@@ -237,13 +241,13 @@ pub fn read_boot_info(magic: u32, info: u32) -> BootInfo {
     match out.protocol {
         BootProtocol::Pvh => {
             // SAFETY: the PVH magic matched, so `info` points at hvm_start_info.
-            let si = unsafe {
-                core::ptr::read_unaligned(phys_to_virt(info) as *const PvhStartInfo)
-            };
+            let si =
+                unsafe { core::ptr::read_unaligned(phys_to_virt(info) as *const PvhStartInfo) };
             if si.cmdline_paddr != 0 && si.cmdline_paddr < 1 << 32 {
                 // SAFETY: the loader put a NUL-terminated string at
                 // cmdline_paddr; we read at most CMDLINE_MAX + 1 bytes of it.
-                line = bootinfo::until_nul(unsafe { phys_bytes(si.cmdline_paddr, CMDLINE_MAX + 1) });
+                line =
+                    bootinfo::until_nul(unsafe { phys_bytes(si.cmdline_paddr, CMDLINE_MAX + 1) });
             }
             let n = (si.memmap_entries as usize).min(MAX_REGIONS);
             if si.version >= 1 && si.memmap_paddr != 0 && si.memmap_paddr < 1 << 32 {
@@ -269,7 +273,10 @@ pub fn read_boot_info(magic: u32, info: u32) -> BootInfo {
                 // SAFETY: the multiboot2 information structure is `total`
                 // bytes at `info`.
                 let raw = unsafe { phys_bytes(info, total) };
-                line = bootinfo::multiboot2_cmdline(raw).ok().flatten().unwrap_or(&[]);
+                line = bootinfo::multiboot2_cmdline(raw)
+                    .ok()
+                    .flatten()
+                    .unwrap_or(&[]);
                 for (ty, body) in bootinfo::multiboot2_tags(raw) {
                     match ty {
                         bootinfo::MB2_TAG_MMAP => {

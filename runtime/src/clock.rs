@@ -65,7 +65,8 @@ pub fn start(hz: u32, pmu_armed: bool) -> Result<ClockInfo, ClockError> {
 pub fn stop() {
     // SAFETY: as in `start`.
     unsafe {
-        ioapic::IoApic::new(phys_to_virt(ioapic::DEFAULT_BASE)).set_redirection(ioapic::PIT_PIN, ioapic::MASKED);
+        ioapic::IoApic::new(phys_to_virt(ioapic::DEFAULT_BASE))
+            .set_redirection(ioapic::PIT_PIN, ioapic::MASKED);
     }
     RUNNING.store(false, Ordering::Relaxed);
 }

@@ -10,14 +10,15 @@ mod console;
 mod cpu;
 mod demo;
 mod entry;
-mod nmi;
 mod mm;
+mod nmi;
 mod pmu;
+mod proc;
 mod profile;
 mod selftest;
 mod symbols;
 mod syscall;
-mod task;
+use proc as task;
 mod trap;
 mod user;
 mod wire;
@@ -61,7 +62,10 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             exit(ExitCode::Crash);
         }
         Err(mm::MemError::NoMemory) => {
-            kprintln!("perch: no usable memory in the boot memory map ({} entries)", boot.regions().len());
+            kprintln!(
+                "perch: no usable memory in the boot memory map ({} entries)",
+                boot.regions().len()
+            );
             exit(ExitCode::Crash);
         }
     };
@@ -108,9 +112,31 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             boot::CMDLINE_MAX
         );
     }
+    let timer = task::tick::calibrate(tsc_hz);
+    if timer == 0 {
+        kprintln!("perch: local APIC timer does not run: no preemption");
+    }
+    if let Some(v) = boot
+        .cmdline()
+        .split(' ')
+        .rev()
+        .find_map(|k| k.strip_prefix("slice="))
+    {
+        match v.parse::<u32>() {
+            Ok(ms) if (1..=10_000).contains(&ms) => task::tick::set_slice_ms(ms),
+            _ => kprintln!("perch: bad value for `slice` ignored (expected 1..=10000 ms)"),
+        }
+    }
+    kprintln!(
+        "perch: scheduler: {} ms slices, {} Hz tick (local APIC timer, {timer} counts per tick)",
+        u64::from(task::tick::slice_ticks()) * 1000 / task::tick::TICK_HZ,
+        task::tick::TICK_HZ
+    );
     let cfg = cmdline::parse(boot.cmdline(), |issue| {
-        // `sample=` is the runtime's own key (see `sample_set`).
-        if issue != cmdline::Issue::UnknownKey("sample") {
+        // `sample=` and `slice=` are the runtime's own keys.
+        if issue != cmdline::Issue::UnknownKey("sample")
+            && issue != cmdline::Issue::UnknownKey("slice")
+        {
             kprintln!("perch: {issue}");
         }
     });

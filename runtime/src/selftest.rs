@@ -81,6 +81,7 @@ pub fn run(cfg: &Config) -> ! {
         syscall_abi_64()?;
         int80_abi_compat()
     });
+    r.check("preemption", preemption);
     r.check("nmi_clock_ticks", nmi_clock_ticks);
     r.check("nmi_clock_throttle", || nmi_clock_throttle(cfg));
     r.check("pmu_detection_and_fallback", pmu_detection_and_fallback);
@@ -290,6 +291,64 @@ fn run_to_end(s: TaskSpec) -> Result<task::Task, Why> {
         Some(t) => Ok(t),
         None => fail!("task {} vanished", s.name),
     }
+}
+
+/// A process that never enters the runtime is preempted by the tick: two
+/// such spinners share the CPU with a process that makes system calls,
+/// which runs to its end while they spin; the run ends when asked.
+fn preemption() -> TestResult {
+    let mut ids = [0u8; 3];
+    for (i, (name, entry)) in [
+        (
+            "spin_a",
+            user::perch_st_spin_forever as unsafe extern "C" fn(),
+        ),
+        ("spin_b", user::perch_st_spin_forever),
+        ("hello64", user::perch_st_hello64),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        ids[i] = match task::spawn(spec(name, Abi::X64, entry)) {
+            Ok(id) => id,
+            Err(e) => fail!("spawn {name}: {e:?}"),
+        };
+    }
+    let slice = u64::from(task::tick::slice_ticks());
+    let t0 = task::tick::ticks();
+    // Ten slices of each spinner.
+    let want = 20 * slice;
+    task::run_all(|| task::tick::ticks() - t0 >= want);
+    let ticks = task::tick::ticks() - t0;
+    let (a, b, h) = match (task::get(ids[0]), task::get(ids[1]), task::get(ids[2])) {
+        (Some(a), Some(b), Some(h)) => (a, b, h),
+        _ => fail!("a task vanished"),
+    };
+    task::clear();
+    ensure!(
+        ticks >= want,
+        "the run stopped after {ticks} ticks, before {want}"
+    );
+    ensure!(
+        h.state == TaskState::Exited(user::HELLO64_EXIT),
+        "hello64 did not finish beside the spinners: {:?}",
+        h.state
+    );
+    for t in [a, b] {
+        ensure!(
+            t.state == TaskState::Ready,
+            "{} ended: {:?}",
+            t.spec.name,
+            t.state
+        );
+        ensure!(
+            t.preemptions >= 5,
+            "{} preempted {} times in {ticks} ticks ({slice}-tick slices)",
+            t.spec.name,
+            t.preemptions
+        );
+    }
+    Ok(())
 }
 
 fn syscall_abi_64() -> TestResult {
@@ -504,6 +563,16 @@ fn nmi_clock_throttle(cfg: &Config) -> TestResult {
     profile::configure_throttle(1000, 0);
     let before = profile::throttle_stats();
     let end_before = profile::end_counters();
+    // Sampling starts and stops right after a clock NMI, so the next one is
+    // a whole clock period away and none can fall between reading the NMI
+    // count and switching sampling on or off.
+    let after_nmi = || {
+        let n = nmi::nmi_count();
+        while nmi::nmi_count() == n {
+            core::hint::spin_loop();
+        }
+    };
+    after_nmi();
     let n0 = nmi::nmi_count();
     profile::start();
     // 20 ms: about 20 ticks.
@@ -512,6 +581,7 @@ fn nmi_clock_throttle(cfg: &Config) -> TestResult {
     while cpu::rdtsc() - t0 < budget {
         cpu::halt();
     }
+    after_nmi();
     profile::stop();
     let nmis = nmi::nmi_count() - n0;
     let (mut samples, mut throttles, mut unthrottles) = (0u64, 0u64, 0u64);

@@ -3,7 +3,7 @@
 //! the crash code — never a silent hang or triple fault).
 
 use crate::syscall;
-use crate::task::{self, Abi, Fault, Outcome};
+use crate::task::{self, Abi, Fault, Outcome, tick};
 use arch_x86::frame::{INT80_VECTOR, SYSCALL_VECTOR, TrapFrame, exception_name};
 
 /// Returned to the entry stub: resume the interrupted context.
@@ -16,6 +16,15 @@ pub extern "C" fn trap_dispatch(frame: &mut TrapFrame) -> u64 {
     crate::cpu::clear_ac();
     let user = frame.mode().is_user();
     match frame.vector {
+        tick::TIMER_VECTOR => {
+            if tick::on_tick(user) && task::current().is_some() {
+                task::set_outcome(Outcome::Preempted);
+                LEAVE
+            } else {
+                RESUME
+            }
+        }
+        tick::SPURIOUS_VECTOR => RESUME,
         SYSCALL_VECTOR if user => syscall::handle(frame, Abi::X64),
         INT80_VECTOR if user => syscall::handle(frame, Abi::Compat32),
         _ if user && task::current().is_some() => {

@@ -79,6 +79,11 @@ perch_st_fault_rdmsr:
     mov ecx, 0x10
     rdmsr
     ud2
+    .global perch_st_spin_forever
+perch_st_spin_forever:
+    inc rax
+    jmp perch_st_spin_forever
+
     .global perch_st_fault_hlt
 perch_st_fault_hlt:
     hlt
@@ -306,6 +311,7 @@ user_symbols!(
     perch_st_fault_bp,
     perch_st_fault_rdmsr,
     perch_st_fault_hlt,
+    perch_st_spin_forever,
     perch_st_fault_noncanonical,
     perch_st_fault_null,
     perch_st_fault_kernel_read,

@@ -9,8 +9,8 @@ pub mod user;
 
 use arch_x86::bootinfo::MemRegion;
 use arch_x86::paging::{
-    self, CACHE_DISABLE, DIRECT_MAP, HUGE, ImageLayout, KERNEL_VMA, LARGE_PAGE, NO_EXECUTE,
-    PAGE, PRESENT, PageTable, TABLE_FLAGS, WRITABLE, WRITE_THROUGH,
+    self, CACHE_DISABLE, DIRECT_MAP, HUGE, ImageLayout, KERNEL_VMA, LARGE_PAGE, NO_EXECUTE, PAGE,
+    PRESENT, PageTable, TABLE_FLAGS, WRITABLE, WRITE_THROUGH,
 };
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -227,12 +227,20 @@ pub fn init(
     unsafe { arch_x86::cpu::write_cr3(root) };
 
     // Frames: RAM the direct map covers, less the image and the boot's ranges.
-    let mut usable_regions = [MemRegion { base: 0, len: 0, kind: 0 }; 64];
+    let mut usable_regions = [MemRegion {
+        base: 0,
+        len: 0,
+        kind: 0,
+    }; 64];
     let mut n = 0;
     for r in regions.iter().filter(|r| r.usable()).take(64) {
         let end = r.base.saturating_add(r.len).min(direct_top);
         if end > r.base {
-            usable_regions[n] = MemRegion { base: r.base, len: end - r.base, kind: r.kind };
+            usable_regions[n] = MemRegion {
+                base: r.base,
+                len: end - r.base,
+                kind: r.kind,
+            };
             n += 1;
         }
     }
@@ -254,7 +262,11 @@ pub fn init(
     // SAFETY: the frames were just taken from the allocator for good, and
     // the direct map covers them (they are below `direct_top`).
     unsafe { heap::init(paging::phys_to_virt(start), heap) };
-    Ok(MemInfo { usable, direct_top, heap })
+    Ok(MemInfo {
+        usable,
+        direct_top,
+        heap,
+    })
 }
 
 /// The kernel's leaf entry for image or direct-map address `va` (0 if

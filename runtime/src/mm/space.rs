@@ -125,7 +125,9 @@ impl AddressSpace {
                 let _ = pages.push(p);
             });
             for &p in &pages {
-                m.update(&mut DirectTables, p, |e| (e & (ADDR_MASK | BORROWED)) | f(e));
+                m.update(&mut DirectTables, p, |e| {
+                    (e & (ADDR_MASK | BORROWED)) | f(e)
+                });
             }
             va = batch_end;
         }

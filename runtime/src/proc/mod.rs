@@ -1,9 +1,14 @@
-//! Ring-3 appliance tasks: their table, kernel and user stacks, saved user
-//! frames, and the round-robin scheduler that runs them.
+//! Processes: their table, address spaces, kernel stacks, saved user
+//! frames, and the preemptive round-robin scheduler that runs them.
 //!
-//! A task runs until it enters the runtime with a request that leaves to
-//! the scheduler (yield, exit) or faults. Its saved user frame sits at the top
-//! of its kernel stack, written by the entry stubs on every entry.
+//! A process runs until it enters the runtime with a request that leaves to
+//! the scheduler (yield, exit, sleep), faults, or uses up its time slice
+//! (the [`tick`]). Its saved user frame sits at the top of its kernel
+//! stack, written by the entry stubs on every entry. The runtime itself is
+//! not preemptible: it runs with interrupts off, and the tick only lands in
+//! ring 3 or in the idle `hlt`.
+
+pub mod tick;
 
 use crate::entry;
 use crate::mm::space::AddressSpace;
@@ -66,6 +71,8 @@ pub enum TaskState {
     Exited(i64),
     /// Ended by a fault.
     Faulted(Fault),
+    /// Waiting until the TSC reaches the value.
+    Sleeping(u64),
 }
 
 /// Why a task came back to the scheduler.
@@ -77,6 +84,10 @@ pub enum Outcome {
     Exit(i64),
     /// An exception in ring 3.
     Fault(Fault),
+    /// The time slice ran out.
+    Preempted,
+    /// Sleeps until the TSC reaches the value.
+    Sleep(u64),
 }
 
 /// What to start.
@@ -105,6 +116,8 @@ pub struct Task {
     pub yields: u64,
     /// Bytes it wrote with `write`.
     pub bytes_written: u64,
+    /// Times its slice ran out.
+    pub preemptions: u64,
 }
 
 static TASKS: Mutex<RefCell<[Option<Task>; MAX_TASKS]>> =
@@ -232,7 +245,8 @@ pub fn spawn(spec: TaskSpec) -> Result<u8, SpawnError> {
                 Abi::X64 => gdt::USER_CODE64,
                 Abi::Compat32 => gdt::USER_CODE32,
             }),
-            rflags: 0x2,
+            // IF set: the scheduler's tick preempts ring 3.
+            rflags: 0x202,
             rsp: ustack_top(slot) - 16,
             ss: u64::from(gdt::USER_DATA),
         };
@@ -244,6 +258,7 @@ pub fn spawn(spec: TaskSpec) -> Result<u8, SpawnError> {
             state: TaskState::Ready,
             yields: 0,
             bytes_written: 0,
+            preemptions: 0,
         });
         Ok(slot as u8)
     })
@@ -308,6 +323,8 @@ pub fn run_once(id: u8) -> Option<Outcome> {
         Some(Outcome::Yield) => t.yields += 1,
         Some(Outcome::Exit(code)) => t.state = TaskState::Exited(code),
         Some(Outcome::Fault(f)) => t.state = TaskState::Faulted(f),
+        Some(Outcome::Sleep(until)) => t.state = TaskState::Sleeping(until),
+        Some(Outcome::Preempted) => t.preemptions += 1,
         None => {}
     });
     if let Some(Outcome::Fault(f)) = outcome {
@@ -336,21 +353,55 @@ pub fn report_fault(name: &str, f: &Fault) {
     crate::kprintln!();
 }
 
-/// Runs every ready task round-robin until none is ready or `stop` says so.
-pub fn run_all(mut stop: impl FnMut() -> bool) {
-    loop {
-        let mut ran = false;
-        for id in 0..MAX_TASKS as u8 {
-            if stop() {
-                return;
-            }
-            if get(id).is_some_and(|t| t.state == TaskState::Ready) {
-                run_once(id);
-                ran = true;
+/// Wakes sleepers whose time has come; returns the earliest remaining
+/// wake-up time, if any process still sleeps.
+fn wake_sleepers(now: u64) -> Option<u64> {
+    let mut next: Option<u64> = None;
+    critical_section::with(|cs| {
+        for t in TASKS.borrow_ref_mut(cs).iter_mut().flatten() {
+            if let TaskState::Sleeping(until) = t.state {
+                if now >= until {
+                    t.state = TaskState::Ready;
+                } else {
+                    next = Some(next.map_or(until, |n: u64| n.min(until)));
+                }
             }
         }
-        if !ran {
-            return;
+    });
+    next
+}
+
+/// Runs every ready process round-robin, preempting each after its slice,
+/// until none is ready or sleeping, or `stop` says so. With only sleepers
+/// left the CPU idles in `hlt` (the tick wakes it).
+pub fn run_all(mut stop: impl FnMut() -> bool) {
+    let ticking = tick::start();
+    let mut next = 0usize;
+    loop {
+        if stop() {
+            break;
+        }
+        let sleeper = wake_sleepers(arch_x86::cpu::rdtsc());
+        let ready = (0..MAX_TASKS)
+            .map(|i| (next + i) % MAX_TASKS)
+            .find(|&i| get(i as u8).is_some_and(|t| t.state == TaskState::Ready));
+        match ready {
+            Some(i) => {
+                tick::new_slice();
+                run_once(i as u8);
+                next = i + 1;
+            }
+            None if sleeper.is_some() && ticking => idle(),
+            None => break,
         }
     }
+    tick::stop();
+}
+
+/// Halts until the next interrupt (the tick), then returns with interrupts off.
+fn idle() {
+    // SAFETY: `sti; hlt` enables interrupts only for the halt: the tick (or
+    // an NMI) ends it, and the trap handler acknowledges the tick from
+    // kernel mode without switching anything. `cli` follows at once.
+    unsafe { core::arch::asm!("sti", "hlt", "cli", options(nomem, nostack)) };
 }
