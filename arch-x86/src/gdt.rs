@@ -17,8 +17,61 @@ pub const USER_DATA: u16 = 0x20 | 3;
 pub const USER_CODE64: u16 = 0x28 | 3;
 /// TSS selector (a 16-byte system descriptor).
 pub const TSS: u16 = 0x30;
+/// First of the three thread-local-storage slots compat processes set with
+/// `set_thread_area` (Linux's GDT_ENTRY_TLS_MIN on x86-64: selectors 0x63,
+/// 0x6b, 0x73).
+pub const TLS_FIRST: usize = 12;
+/// Number of TLS slots.
+pub const TLS_SLOTS: usize = 3;
 /// Number of 8-byte GDT slots.
-pub const GDT_ENTRIES: usize = 8;
+pub const GDT_ENTRIES: usize = TLS_FIRST + TLS_SLOTS;
+
+/// The fields of Linux's `struct user_desc` that make a segment descriptor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserSegment {
+    /// Base address.
+    pub base: u32,
+    /// Limit (20 bits; in pages when `limit_in_pages`).
+    pub limit: u32,
+    /// 32-bit segment (D/B).
+    pub seg_32bit: bool,
+    /// `contents`: 0 data, 1 expand-down data, 2 code (3 is refused by the caller).
+    pub contents: u8,
+    /// Read-only data / execute-only code.
+    pub read_exec_only: bool,
+    /// Granularity: limit counted in 4 KiB pages.
+    pub limit_in_pages: bool,
+    /// Not present.
+    pub seg_not_present: bool,
+    /// The AVL bit.
+    pub useable: bool,
+}
+
+impl UserSegment {
+    /// The ring-3 descriptor for these fields, as Linux's `fill_ldt` builds
+    /// it (accessed bit set, S = 1, DPL 3, never a 64-bit segment).
+    pub const fn descriptor(&self) -> u64 {
+        let ty = (((!self.read_exec_only) as u64) << 1) | ((self.contents as u64 & 3) << 2) | 1;
+        let limit = self.limit as u64 & 0xf_ffff;
+        let base = self.base as u64;
+        (limit & 0xffff)
+            | ((base & 0xff_ffff) << 16)
+            | (ty << 40)
+            | DESC_S
+            | dpl(3)
+            | (((!self.seg_not_present) as u64) << 47)
+            | ((limit >> 16) << 48)
+            | ((self.useable as u64) << 52)
+            | ((self.seg_32bit as u64) << 54)
+            | ((self.limit_in_pages as u64) << 55)
+            | ((base >> 24) << 56)
+    }
+}
+
+/// The selector of TLS slot `i` (0-based) with RPL 3.
+pub const fn tls_selector(i: usize) -> u16 {
+    (((TLS_FIRST + i) as u16) << 3) | 3
+}
 
 /// IST slot (1-based, as stored in IDT entries) used by the NMI handler.
 pub const IST_NMI: u8 = 1;
@@ -81,6 +134,13 @@ pub const fn build(tss_base: u64) -> [u64; GDT_ENTRIES] {
         code64(3),
         tss[0],
         tss[1],
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
     ]
 }
 
@@ -189,6 +249,37 @@ mod tests {
         assert_eq!(g[(USER_CODE32 >> 3) as usize], code32(3));
         assert_eq!(g[(USER_DATA >> 3) as usize], data(3));
         assert_eq!(g[(USER_CODE64 >> 3) as usize], code64(3));
+    }
+
+    #[test]
+    fn tls_descriptors_match_linux() {
+        // glibc's i386 TLS: base, limit 0xfffff in pages, 32-bit, data, writable, useable.
+        let d = UserSegment {
+            base: 0x0804_c840,
+            limit: 0xf_ffff,
+            seg_32bit: true,
+            contents: 0,
+            read_exec_only: false,
+            limit_in_pages: true,
+            seg_not_present: false,
+            useable: true,
+        };
+        // Flat writable data, DPL 3, accessed, AVL, base split over the descriptor.
+        assert_eq!(d.descriptor(), 0x08df_f304_c840_ffff);
+        assert_eq!(
+            d.descriptor() & !(0xff_ffff << 16) & !(0xff << 56) & !(1 << 52) & !(1 << 40),
+            data(3)
+        );
+        assert_eq!(tls_selector(0), 0x63);
+        assert_eq!(tls_selector(2), 0x73);
+        let g = build(0);
+        assert_eq!(g.len(), 15);
+        assert!(g[TLS_FIRST..].iter().all(|&e| e == 0));
+        let np = UserSegment {
+            seg_not_present: true,
+            ..d
+        };
+        assert_eq!(np.descriptor() & (1 << 47), 0);
     }
 
     #[test]

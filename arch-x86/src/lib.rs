@@ -17,5 +17,6 @@ pub mod paging;
 pub mod pic;
 pub mod pit;
 pub mod pmu;
+pub mod rtc;
 pub mod single_core_cs;
 pub mod uart;

@@ -140,3 +140,70 @@ pub fn tsc_to_ns(tsc: u64) -> u64 {
 pub fn now_ns() -> u64 {
     tsc_to_ns(arch_x86::cpu::rdtsc())
 }
+
+/// Wall-clock seconds at boot (from the CMOS RTC) and the TSC then.
+static BOOT_UNIX_NS: AtomicU64 = AtomicU64::new(0);
+static BOOT_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Reads the RTC once at boot: the base of the realtime clock.
+pub fn init_realtime() {
+    // SAFETY: ring 0 on a PC platform; only this boot code uses the CMOS ports.
+    let t = unsafe { arch_x86::rtc::read() };
+    if let Some(s) = t.unix_seconds() {
+        BOOT_UNIX_NS.store(s.saturating_mul(1_000_000_000), Ordering::Relaxed);
+        BOOT_NS.store(now_ns(), Ordering::Relaxed);
+    }
+}
+
+/// Nanoseconds since the Unix epoch: the RTC at boot plus the monotonic
+/// time since then.
+pub fn realtime_ns() -> u64 {
+    let base = BOOT_UNIX_NS.load(Ordering::Relaxed);
+    base.saturating_add(now_ns().saturating_sub(BOOT_NS.load(Ordering::Relaxed)))
+}
+
+/// The TSC value at which the monotonic clock reaches `ns`.
+pub fn ns_to_tsc_deadline(ns: u64) -> u64 {
+    let hz = tsc_hz();
+    if hz == 0 {
+        return 0;
+    }
+    let now = now_ns();
+    let wait = ns.saturating_sub(now);
+    let ticks = (u128::from(wait) * u128::from(hz) / 1_000_000_000) as u64;
+    arch_x86::cpu::rdtsc().saturating_add(ticks)
+}
+
+static RNG: AtomicU64 = AtomicU64::new(0);
+
+/// Random bytes: RDRAND where the CPU has it, else a xorshift generator
+/// seeded from the TSC (documented as not cryptographic).
+pub fn random_bytes(buf: &mut [u8]) {
+    let rdrand = arch_x86::cpu::features().rdrand;
+    for chunk in buf.chunks_mut(8) {
+        let mut v = 0u64;
+        let mut ok = false;
+        if rdrand {
+            for _ in 0..10 {
+                // SAFETY: CPUID reports RDRAND.
+                if unsafe { core::arch::x86_64::_rdrand64_step(&mut v) } == 1 {
+                    ok = true;
+                    break;
+                }
+            }
+        }
+        if !ok {
+            let mut x = RNG.load(Ordering::Relaxed);
+            if x == 0 {
+                x = arch_x86::cpu::rdtsc() | 1;
+            }
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            RNG.store(x, Ordering::Relaxed);
+            v = x;
+        }
+        let b = v.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}

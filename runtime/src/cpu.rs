@@ -130,6 +130,7 @@ pub fn enable_protection() -> Features {
         cpu::write_cr4(cr4);
     }
     SMAP_ON.store(f.smap, Ordering::Relaxed);
+    enable_sse();
     f
 }
 
@@ -167,5 +168,136 @@ pub fn clear_ac() {
     if smap_on() {
         // SAFETY: SMAP is on, so clac exists.
         unsafe { cpu::clac() };
+    }
+}
+
+/// A process's user segment state the runtime switches: the FS and GS
+/// selectors it loaded (compat processes point GS at a TLS slot), its TLS
+/// descriptors, and its FS base (64-bit processes, `arch_prctl`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserSegments {
+    /// FS selector.
+    pub fs: u16,
+    /// GS selector.
+    pub gs: u16,
+    /// The three TLS descriptors (0 = empty).
+    pub tls: [u64; gdt::TLS_SLOTS],
+    /// FS base (64-bit processes).
+    pub fs_base: u64,
+}
+
+/// Reads the FS and GS selectors the running process left loaded.
+pub fn saved_selectors() -> (u16, u16) {
+    let (fs, gs): (u16, u16);
+    // SAFETY: reading segment registers has no side effects.
+    unsafe {
+        core::arch::asm!("mov {0:x}, fs", "mov {1:x}, gs", out(reg) fs, out(reg) gs,
+            options(nomem, nostack, preserves_flags))
+    };
+    (fs, gs)
+}
+
+/// Writes TLS slot `i`'s descriptor.
+pub fn set_tls_slot(i: usize, descriptor: u64) {
+    if i < gdt::TLS_SLOTS {
+        // SAFETY: single core, interrupts off; the slot is a ring-3 data or
+        // code descriptor (or empty) that no selector in use by the runtime
+        // names, and the CPU reads it only when a selector is loaded.
+        unsafe {
+            core::ptr::write_volatile(&raw mut (*GDT.0.get())[gdt::TLS_FIRST + i], descriptor)
+        };
+    }
+}
+
+/// True when `sel` may be loaded into FS or GS for ring 3 without faulting:
+/// the null selector, the user data selector, or a TLS slot whose
+/// descriptor is present.
+fn loadable(sel: u16, tls: &[u64; gdt::TLS_SLOTS]) -> bool {
+    if sel & !3 == 0 {
+        return true;
+    }
+    if sel == gdt::USER_DATA {
+        return true;
+    }
+    (0..gdt::TLS_SLOTS).any(|i| sel == gdt::tls_selector(i) && tls[i] & (1 << 47) != 0)
+}
+
+/// Installs a process's segment state before it runs: its TLS slots, then
+/// its FS/GS selectors (a selector that no longer names a usable
+/// descriptor is replaced by the null one), then its FS base.
+pub fn load_user_segments(s: &UserSegments) {
+    for (i, &d) in s.tls.iter().enumerate() {
+        set_tls_slot(i, d);
+    }
+    let fs = if loadable(s.fs, &s.tls) { s.fs } else { 0 };
+    let gs = if loadable(s.gs, &s.tls) { s.gs } else { 0 };
+    let fs_base = if s.fs_base < arch_x86::paging::USER_END {
+        s.fs_base
+    } else {
+        0
+    };
+    // SAFETY: both selectors are null or name present ring-3 data
+    // descriptors (checked above), so the loads cannot fault; the runtime
+    // itself never uses FS or GS. The FS base is written after the FS load,
+    // which would reset it; the MSR exists on every x86-64 CPU, and the
+    // value is a canonical lower-half address (checked above).
+    unsafe {
+        core::arch::asm!("mov fs, {0:x}", "mov gs, {1:x}", in(reg) fs, in(reg) gs,
+            options(nomem, nostack, preserves_flags));
+        if fs_base != 0 || fs == 0 {
+            x86::msr::wrmsr(x86::msr::IA32_FS_BASE, fs_base);
+        }
+    }
+}
+
+/// AT_HWCAP: CPUID.1:EDX, as Linux gives it on x86.
+pub fn hwcap() -> u32 {
+    // SAFETY: CPUID leaf 1 exists on every x86-64 CPU.
+    unsafe { core::arch::x86_64::__cpuid(1) }.edx
+}
+
+/// The x87/SSE register state of a process (the FXSAVE image). The runtime
+/// itself never touches these registers (its target is soft-float), so
+/// they are switched only between processes.
+#[repr(C, align(16))]
+pub struct FpuState(pub [u8; 512]);
+
+impl FpuState {
+    /// The state a new process starts with (as after FNINIT, MXCSR 0x1f80:
+    /// all exceptions masked).
+    pub fn initial() -> Self {
+        let mut s = FpuState([0; 512]);
+        s.0[0..2].copy_from_slice(&0x037fu16.to_le_bytes());
+        s.0[24..28].copy_from_slice(&0x1f80u32.to_le_bytes());
+        s
+    }
+
+    /// Saves the CPU's x87/SSE state here.
+    pub fn save(&mut self) {
+        // SAFETY: CR4.OSFXSR is set (`enable_sse`), the area is 512 bytes
+        // and 16-byte aligned (the type's alignment).
+        unsafe { core::arch::asm!("fxsave64 [{}]", in(reg) self.0.as_mut_ptr(), options(nostack)) };
+    }
+
+    /// Loads this state into the CPU.
+    pub fn restore(&self) {
+        // SAFETY: as in `save`; the image came from `initial` or `save`, so
+        // its MXCSR has no reserved bit set.
+        unsafe { core::arch::asm!("fxrstor64 [{}]", in(reg) self.0.as_ptr(), options(nostack)) };
+    }
+}
+
+/// Lets ring 3 use x87 and SSE: CR0.MP set and EM clear, CR4.OSFXSR and
+/// OSXMMEXCPT set (AVX stays off: CR4.OSXSAVE clear, so programs see no
+/// OS support for it and do not use it).
+pub fn enable_sse() {
+    // SAFETY: every x86-64 CPU has SSE2; these bits only allow FXSAVE and
+    // SSE instructions, and the runtime never executes any outside
+    // `FpuState`.
+    unsafe {
+        let cr0 = cpu::cr0();
+        core::arch::asm!("mov cr0, {}", in(reg) (cr0 & !(1u64 << 2)) | (1 << 1), options(nostack));
+        cpu::write_cr4(cpu::cr4() | (1 << 9) | (1 << 10));
+        core::arch::asm!("fninit", options(nostack, nomem));
     }
 }

@@ -4,6 +4,8 @@
 #![no_std]
 #![no_main]
 
+extern crate alloc;
+
 mod boot;
 mod clock;
 mod console;
@@ -112,6 +114,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             boot::CMDLINE_MAX
         );
     }
+    clock::init_realtime();
     let timer = task::tick::calibrate(tsc_hz);
     if timer == 0 {
         kprintln!("perch: local APIC timer does not run: no preemption");
@@ -207,6 +210,8 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     }
     if cfg.selftest {
         selftest::run(&cfg)
+    } else if let Some(archive) = boot.modules().first() {
+        proc::appliance::run(&cfg, archive)
     } else {
         demo::run(&cfg)
     }

@@ -352,6 +352,21 @@ pub fn start() {
     ON.store(true, Ordering::Release);
 }
 
+/// Sets where the frame-pointer walk may read the running process's stack
+/// (`stack`, whose pages must all be present) and where its return
+/// addresses may point (`text`). Called while no process is current, so
+/// no NMI walks with half-updated ranges.
+pub fn set_user_walk(stack: (u64, u64), text: (u64, u64)) {
+    USER_WALK.set(8, stack, text);
+    COMPAT_WALK.set(4, stack, text);
+}
+
+/// The built-in programs' walk ranges (their data and code in the image).
+pub fn set_builtin_walk() {
+    let l = crate::mm::layout();
+    set_user_walk(l.user_data, l.user_text);
+}
+
 /// Stops sampling (NMIs still arrive but take no samples).
 pub fn stop() {
     ON.store(false, Ordering::Release);

@@ -25,8 +25,16 @@ pub extern "C" fn trap_dispatch(frame: &mut TrapFrame) -> u64 {
             }
         }
         tick::SPURIOUS_VECTOR => RESUME,
-        SYSCALL_VECTOR if user => syscall::handle(frame, Abi::X64),
-        INT80_VECTOR if user => syscall::handle(frame, Abi::Compat32),
+        SYSCALL_VECTOR if user => syscall_from(frame, Abi::X64),
+        INT80_VECTOR if user => syscall_from(frame, Abi::Compat32),
+        14 if user
+            && current_is_linux()
+            && task::current().is_some_and(|id| {
+                task::linux::page_fault(id, arch_x86::cpu::cr2(), frame.error_code)
+            }) =>
+        {
+            RESUME
+        }
         _ if user && task::current().is_some() => {
             task::set_outcome(Outcome::Fault(Fault {
                 vector: frame.vector,
@@ -38,6 +46,20 @@ pub extern "C" fn trap_dispatch(frame: &mut TrapFrame) -> u64 {
             LEAVE
         }
         _ => runtime_exception(frame),
+    }
+}
+
+/// True when the current process is a loaded Linux program.
+fn current_is_linux() -> bool {
+    task::current().is_some_and(|id| task::get(id).is_some_and(|t| t.linux))
+}
+
+/// A system call: a loaded program's goes to its Linux personality, a
+/// built-in program's to the runtime's own small ABI.
+fn syscall_from(frame: &mut TrapFrame, abi: Abi) -> u64 {
+    match task::current() {
+        Some(id) if current_is_linux() => task::linux::syscall(frame, id, abi),
+        _ => syscall::handle(frame, abi),
     }
 }
 

@@ -8,6 +8,8 @@
 //! not preemptible: it runs with interrupts off, and the tick only lands in
 //! ring 3 or in the idle `hlt`.
 
+pub mod appliance;
+pub mod linux;
 pub mod tick;
 
 use crate::entry;
@@ -19,8 +21,8 @@ use core::sync::atomic::{AtomicU8, Ordering};
 use critical_section::Mutex;
 
 /// Most tasks at once.
-pub const MAX_TASKS: usize = 8;
-const KSTACK_SIZE: usize = 16 * 1024;
+pub const MAX_TASKS: usize = 20;
+const KSTACK_SIZE: usize = 32 * 1024;
 const USTACK_SIZE: usize = 16 * 1024;
 /// Value of [`CURRENT_TASK`] when no task is current.
 pub const NO_TASK: u8 = 0xff;
@@ -73,6 +75,20 @@ pub enum TaskState {
     Faulted(Fault),
     /// Waiting until the TSC reaches the value.
     Sleeping(u64),
+    /// Waiting for an event that cannot come (a single-threaded futex wait).
+    Blocked,
+    /// Ended by a signal it sent itself (abort, kill), with its number.
+    Signaled(u8),
+}
+
+impl TaskState {
+    /// True once the process has ended.
+    pub fn ended(&self) -> bool {
+        matches!(
+            self,
+            TaskState::Exited(_) | TaskState::Faulted(_) | TaskState::Signaled(_)
+        )
+    }
 }
 
 /// Why a task came back to the scheduler.
@@ -88,6 +104,10 @@ pub enum Outcome {
     Preempted,
     /// Sleeps until the TSC reaches the value.
     Sleep(u64),
+    /// Waits for an event that cannot come.
+    Block,
+    /// Ends by a signal it sent itself.
+    Signal(u8),
 }
 
 /// What to start.
@@ -118,12 +138,32 @@ pub struct Task {
     pub bytes_written: u64,
     /// Times its slice ran out.
     pub preemptions: u64,
+    /// A loaded Linux program (its ends are reported as signals and exit
+    /// statuses), not a built-in one.
+    pub linux: bool,
 }
 
 static TASKS: Mutex<RefCell<[Option<Task>; MAX_TASKS]>> =
     Mutex::new(RefCell::new([None; MAX_TASKS]));
-/// Each task's address space (the built-in ring-3 image mapped into it).
-static SPACES: Mutex<RefCell<[Option<AddressSpace>; MAX_TASKS]>> =
+/// What a process owns beside its bookkeeping: its address space, its
+/// segment state and, for a loaded program, its Linux personality.
+pub struct Inner {
+    /// The process's page tables.
+    pub space: AddressSpace,
+    /// FS/GS selectors, TLS slots and FS base, switched with the process.
+    pub segs: crate::cpu::UserSegments,
+    /// The Linux system-call state of a loaded program (`None` for the
+    /// runtime's built-in programs, which use its own small ABI).
+    pub linux: Option<alloc::boxed::Box<kcore::sys::Process>>,
+    /// Its x87/SSE registers while it does not run.
+    pub fpu: alloc::boxed::Box<crate::cpu::FpuState>,
+    /// The lowest present page of the stack area: every page from here to
+    /// the stack top is present, so the NMI's frame-pointer walk may read
+    /// them without faulting (the stack top when none is).
+    pub stack_low: u64,
+}
+
+static INNER: Mutex<RefCell<[Option<alloc::boxed::Box<Inner>>; MAX_TASKS]>> =
     Mutex::new(RefCell::new([const { None }; MAX_TASKS]));
 static OUTCOME: Mutex<Cell<Option<Outcome>>> = Mutex::new(Cell::new(None));
 
@@ -200,12 +240,18 @@ pub fn is_builtin_range(addr: u64, len: u64) -> bool {
 
 /// Runs `f` on task `id`'s address space.
 pub fn with_space<R>(id: u8, f: impl FnOnce(&mut AddressSpace) -> R) -> Option<R> {
+    with_inner(id, |i| f(&mut i.space))
+}
+
+/// Runs `f` on what task `id` owns. `f` must not call back into this module's
+/// table functions for the same table (`with_inner`, `spawn`, `clear`).
+pub fn with_inner<R>(id: u8, f: impl FnOnce(&mut Inner) -> R) -> Option<R> {
     critical_section::with(|cs| {
-        SPACES
+        INNER
             .borrow_ref_mut(cs)
             .get_mut(id as usize)
             .and_then(Option::as_mut)
-            .map(f)
+            .map(|b| f(b))
     })
 }
 
@@ -215,6 +261,33 @@ pub fn spawn(spec: TaskSpec) -> Result<u8, SpawnError> {
         return Err(SpawnError::EntryNotUserCode);
     }
     let space = builtin_space().ok_or(SpawnError::NoMemory)?;
+    let inner = alloc::boxed::Box::new(Inner {
+        space,
+        segs: crate::cpu::UserSegments::default(),
+        linux: None,
+        fpu: alloc::boxed::Box::new(crate::cpu::FpuState::initial()),
+        stack_low: 0,
+    });
+    install(spec, inner, ustack_top_for)
+}
+
+fn ustack_top_for(slot: usize) -> u64 {
+    ustack_top(slot) - 16
+}
+
+/// The first free process slot.
+pub fn free_slot() -> Option<usize> {
+    critical_section::with(|cs| TASKS.borrow_ref(cs).iter().position(Option::is_none))
+}
+
+/// Puts a new process in a free slot: its bookkeeping, what it owns, and
+/// its initial user frame (`rsp` from `stack(slot)`).
+pub fn install(
+    spec: TaskSpec,
+    inner: alloc::boxed::Box<Inner>,
+    stack: impl FnOnce(usize) -> u64,
+) -> Result<u8, SpawnError> {
+    let linux = inner.linux.is_some();
     critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
         let slot = tasks
@@ -247,18 +320,19 @@ pub fn spawn(spec: TaskSpec) -> Result<u8, SpawnError> {
             }),
             // IF set: the scheduler's tick preempts ring 3.
             rflags: 0x202,
-            rsp: ustack_top(slot) - 16,
+            rsp: stack(slot),
             ss: u64::from(gdt::USER_DATA),
         };
         // SAFETY: the slot is free, so no task runs on this kernel stack.
         unsafe { frame_ptr(slot).write(frame) };
-        SPACES.borrow_ref_mut(cs)[slot] = Some(space);
+        INNER.borrow_ref_mut(cs)[slot] = Some(inner);
         tasks[slot] = Some(Task {
             spec,
             state: TaskState::Ready,
             yields: 0,
             bytes_written: 0,
             preemptions: 0,
+            linux,
         });
         Ok(slot as u8)
     })
@@ -283,7 +357,7 @@ pub fn clear() {
     crate::mm::activate_kernel();
     critical_section::with(|cs| {
         *TASKS.borrow_ref_mut(cs) = [None; MAX_TASKS];
-        *SPACES.borrow_ref_mut(cs) = [const { None }; MAX_TASKS];
+        *INNER.borrow_ref_mut(cs) = [const { None }; MAX_TASKS];
     });
 }
 
@@ -311,13 +385,29 @@ pub fn run_once(id: u8) -> Option<Outcome> {
     critical_section::with(|cs| OUTCOME.borrow(cs).set(None));
     entry::CURRENT_KSTACK_TOP.store(top, Ordering::Relaxed);
     crate::cpu::set_rsp0(top);
-    with_space(id, |s| s.activate());
+    with_inner(id, |i| {
+        i.space.activate();
+        crate::cpu::load_user_segments(&i.segs);
+        i.fpu.restore();
+        match &i.linux {
+            Some(p) => {
+                crate::profile::set_user_walk((i.stack_low, p.layout.stack_top), task.spec.text)
+            }
+            None => crate::profile::set_builtin_walk(),
+        }
+    });
     CURRENT_TASK.store(id, Ordering::Relaxed);
     // SAFETY: the frame at the top of this task's kernel stack was written by
     // `spawn` or by the entry stubs when the task last entered the runtime;
     // CURRENT_KSTACK_TOP and rsp0 point at the end of that frame.
     unsafe { entry::enter_user(frame_ptr(slot)) };
     CURRENT_TASK.store(NO_TASK, Ordering::Relaxed);
+    let (fs, gs) = crate::cpu::saved_selectors();
+    with_inner(id, |i| {
+        i.segs.fs = fs;
+        i.segs.gs = gs;
+        i.fpu.save();
+    });
     let outcome = critical_section::with(|cs| OUTCOME.borrow(cs).take());
     update(id, |t| match outcome {
         Some(Outcome::Yield) => t.yields += 1,
@@ -325,9 +415,20 @@ pub fn run_once(id: u8) -> Option<Outcome> {
         Some(Outcome::Fault(f)) => t.state = TaskState::Faulted(f),
         Some(Outcome::Sleep(until)) => t.state = TaskState::Sleeping(until),
         Some(Outcome::Preempted) => t.preemptions += 1,
+        Some(Outcome::Block) => t.state = TaskState::Blocked,
+        Some(Outcome::Signal(sig)) => t.state = TaskState::Signaled(sig),
         None => {}
     });
-    if let Some(Outcome::Fault(f)) = outcome {
+    let ended = outcome
+        .is_some_and(|o| matches!(o, Outcome::Exit(_) | Outcome::Fault(_) | Outcome::Signal(_)));
+    if task.linux {
+        if ended {
+            linux::flush(id);
+            if let Some(t) = get(id) {
+                linux::report_end(id, task.spec.name, &t.state);
+            }
+        }
+    } else if let Some(Outcome::Fault(f)) = outcome {
         report_fault(task.spec.name, &f);
     }
     outcome

@@ -1,0 +1,160 @@
+//! Running the appliance from the boot archive: read the archive and its
+//! manifest, build the file system, start every process the manifest names,
+//! schedule them until all have ended or `duration=` elapses, and report
+//! how each ended and which system calls were unknown.
+
+use super::linux;
+use super::{MAX_TASKS, TaskState};
+use crate::kprintln;
+use arch_x86::bootinfo::Module;
+use arch_x86::cmdline::Config;
+use arch_x86::exit::ExitCode;
+use kcore::archive::Archive;
+use kcore::sys::{System, Vfs};
+
+/// The boot archive's bytes, in place in the module's memory.
+fn module_bytes(m: &Module) -> &'static [u8] {
+    // SAFETY: the module's physical range was reserved from the frame
+    // allocator at boot (so nothing reuses it) and lies inside the direct
+    // map; it is never written.
+    unsafe {
+        core::slice::from_raw_parts(
+            arch_x86::paging::phys_to_virt(m.base) as *const u8,
+            m.len as usize,
+        )
+    }
+}
+
+/// Runs the archive's processes, then exits QEMU: pass when the run
+/// completed (whatever the programs did), fail when the archive or its
+/// manifest is unusable.
+pub fn run(cfg: &Config, module: &Module) -> ! {
+    let bytes = module_bytes(module);
+    let archive = match Archive::parse(bytes) {
+        Ok(a) => a,
+        Err(e) => {
+            kprintln!("perch: boot archive ({} bytes) refused: {e}", bytes.len());
+            crate::exit(ExitCode::Fail);
+        }
+    };
+    let manifest = match archive.manifest() {
+        Ok(m) => m,
+        Err(e) => {
+            kprintln!("perch: boot archive: {e}");
+            crate::exit(ExitCode::Fail);
+        }
+    };
+    let fs = match Vfs::from_archive(archive.entries().map(|e| (e.path(), e.mode(), e.data()))) {
+        Ok(fs) => fs,
+        Err(e) => {
+            kprintln!("perch: boot archive: cannot build its file system: {e:?}");
+            crate::exit(ExitCode::Fail);
+        }
+    };
+    let mut system = System::new(fs);
+    let (frames, used) = crate::mm::frames::stats();
+    system.ram_bytes = frames * arch_x86::paging::PAGE;
+    system.free_ram_bytes = frames.saturating_sub(used) * arch_x86::paging::PAGE;
+    linux::set_system(system);
+    kprintln!(
+        "perch: boot archive: {} entries, {} process(es) in the manifest",
+        archive.entries().len(),
+        manifest.processes.len()
+    );
+    let wire = crate::console::sink() == crate::console::Sink::Wire;
+    let mut started = 0usize;
+    for spec in &manifest.processes {
+        let Some(entry) = archive.get(spec.exe.as_bytes()) else {
+            kprintln!(
+                "perch: {}: cannot start {}: no such file in the boot archive",
+                spec.name,
+                spec.exe
+            );
+            continue;
+        };
+        match linux::start(spec, entry.data()) {
+            Ok(s) => {
+                started += 1;
+                let t = super::get(s.id).map(|t| t.spec);
+                let abi = t.map_or("?", |t| t.abi.name());
+                kprintln!(
+                    "perch: started {} (pid {}): {} ({abi}), entry {:#x}",
+                    spec.name,
+                    u32::from(s.id) + 1,
+                    spec.exe,
+                    t.map_or(0, |t| t.entry)
+                );
+                if wire {
+                    let text = t.map_or((0, 0), |t| t.text);
+                    crate::profile::send_task(
+                        s.id,
+                        t.map_or("?", |t| t.name),
+                        t.is_some_and(|t| t.abi == super::Abi::Compat32),
+                        text,
+                    );
+                }
+            }
+            Err(e) => kprintln!("perch: {}: cannot start {}: {e}", spec.name, spec.exe),
+        }
+    }
+    let tsc_hz = crate::clock::tsc_hz();
+    let budget = cfg
+        .duration_ms
+        .map(|ms| (u128::from(ms) * u128::from(tsc_hz) / 1000) as u64);
+    let t0 = arch_x86::cpu::rdtsc();
+    if wire {
+        crate::profile::start();
+    }
+    let mut timed_out = false;
+    if started > 0 {
+        super::run_all(|| {
+            if wire {
+                crate::profile::drain();
+            }
+            let over = budget.is_some_and(|b| arch_x86::cpu::rdtsc().wrapping_sub(t0) >= b);
+            timed_out |= over;
+            over
+        });
+    }
+    crate::profile::stop();
+    let mut running = 0;
+    let mut blocked = 0;
+    for id in 0..MAX_TASKS as u8 {
+        if let Some(t) = super::get(id) {
+            if !t.linux || t.state.ended() {
+                continue;
+            }
+            linux::flush(id);
+            if t.state == TaskState::Blocked {
+                blocked += 1;
+            } else {
+                running += 1;
+            }
+        }
+    }
+    if timed_out {
+        kprintln!(
+            "perch: run ended: duration reached ({} still running)",
+            running + blocked
+        );
+    } else if blocked > 0 {
+        kprintln!(
+            "perch: run ended: {blocked} process(es) blocked forever (a wait nothing can end)"
+        );
+    } else {
+        kprintln!("perch: run ended: all processes exited");
+    }
+    let unknown = linux::with_system(|s| s.unknown.summary()).unwrap_or_default();
+    kprintln!(
+        "perch: unknown system calls: {}",
+        if unknown.is_empty() {
+            "none"
+        } else {
+            unknown.as_str()
+        }
+    );
+    if wire {
+        crate::profile::finish();
+    }
+    crate::exit(ExitCode::Pass)
+}

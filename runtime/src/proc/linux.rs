@@ -1,0 +1,595 @@
+//! Loaded Linux programs: the hardware side of `kcore::sys`. Demand paging
+//! through the process's memory areas, the [`Machine`] the system calls use
+//! (checked user copies, page rights, console lines, clocks, TLS), the
+//! system-call and page-fault entry points, and starting a program from the
+//! boot archive (ELF plan, memory areas, initial stack, first frame).
+
+use super::{Fault, Inner, Outcome, TaskSpec, TaskState};
+use crate::mm::space::AddressSpace;
+use crate::mm::user::{self, Access, Pager};
+use crate::trap::{LEAVE, RESUME};
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use arch_x86::frame::TrapFrame;
+use arch_x86::paging::{PAGE, PRESENT, phys_to_virt, user_leaf_flags};
+use core::cell::RefCell;
+use critical_section::Mutex;
+use kcore::sys::{
+    self, Action, Area, AreaKind, AreaSet, Backing, Errno, FileData, LineEnd, Machine, Prot,
+    Stream, System, TlsEntry,
+};
+
+/// The state all loaded programs share: the file system and the
+/// unknown-call counts.
+static SYSTEM: Mutex<RefCell<Option<System>>> = Mutex::new(RefCell::new(None));
+
+/// Sets up the shared state for a run.
+pub fn set_system(s: System) {
+    critical_section::with(|cs| *SYSTEM.borrow_ref_mut(cs) = Some(s));
+}
+
+/// Runs `f` on the shared state (`None` before [`set_system`]).
+pub fn with_system<R>(f: impl FnOnce(&mut System) -> R) -> Option<R> {
+    critical_section::with(|cs| SYSTEM.borrow_ref_mut(cs).as_mut().map(f))
+}
+
+/// Page rights for an area's protection: x86 pages are readable once
+/// present, so PROT_NONE pages stay present but supervisor-only (their
+/// content survives an `mprotect` back to access).
+fn page_flags(prot: Prot) -> u64 {
+    let nx = crate::mm::nx();
+    if !prot.readable() && !prot.writable() && !prot.executable() {
+        let mut f = PRESENT;
+        if nx {
+            f |= arch_x86::paging::NO_EXECUTE;
+        }
+        return f;
+    }
+    user_leaf_flags(prot.writable(), prot.executable(), nx)
+}
+
+/// Demand paging through a process's memory areas.
+pub struct AreaPager<'a> {
+    /// The process's areas.
+    pub areas: &'a AreaSet,
+    /// The process's lowest present stack page (see [`Inner::stack_low`]):
+    /// a stack page below it is brought in with every page up to it.
+    pub stack_low: &'a mut u64,
+}
+
+impl Pager for AreaPager<'_> {
+    fn fault_in(&mut self, space: &mut AddressSpace, page: u64, access: Access) -> bool {
+        let Some(area) = self.areas.find(page) else {
+            return false;
+        };
+        let allowed = match access {
+            Access::Read => area.prot.readable() || area.prot.executable(),
+            Access::Write => area.prot.writable(),
+            Access::Fill => true,
+        };
+        if !allowed || space.entry(page) & PRESENT != 0 {
+            // Present already: a rights problem, not a missing page.
+            return false;
+        }
+        if area.kind == AreaKind::Stack && page < *self.stack_low {
+            // Keep the stack's present pages contiguous up to the top.
+            let mut p = (*self.stack_low).min(area.end);
+            while p > page {
+                p -= PAGE;
+                if space.entry(p) & PRESENT == 0 && !populate(space, area, p) {
+                    return false;
+                }
+                *self.stack_low = p;
+            }
+            return true;
+        }
+        populate(space, area, page)
+    }
+}
+
+/// Maps a new frame at `page` holding the area's content for it.
+fn populate(space: &mut AddressSpace, area: &Area, page: u64) -> bool {
+    let Ok(frame) = space.map_zeroed(page, page_flags(area.prot)) else {
+        return false;
+    };
+    if let Backing::File { .. } = area.backing {
+        // SAFETY: `frame` was just allocated and mapped for this page only;
+        // the direct map covers it and nothing else refers to it yet.
+        let buf = unsafe { &mut *(phys_to_virt(frame) as *mut [u8; PAGE as usize]) };
+        area.fill_page(page, buf);
+    }
+    true
+}
+
+/// Where a process's output goes: `[NAME] line` on the console.
+fn print_line(name: &str, stream: Stream, line: &[u8], end: LineEnd) {
+    let tag = match stream {
+        Stream::Stdout => "",
+        Stream::Stderr => ":err",
+    };
+    crate::kprint!("[{name}{tag}] ");
+    crate::console::write_bytes(line);
+    crate::kprintln!();
+    if end == LineEnd::Partial {
+        crate::kprintln!("perch: {name}: output did not end with a newline");
+    }
+}
+
+/// The runtime side of one process's system calls.
+pub struct RtMachine<'a> {
+    space: &'a mut AddressSpace,
+    segs: &'a mut crate::cpu::UserSegments,
+    stack_low: &'a mut u64,
+    stack_top: u64,
+    name: &'static str,
+}
+
+impl RtMachine<'_> {
+    /// A change to pages of `[start, end)`: when it touches the stack the
+    /// NMI walk's present range shrinks to what lies above it.
+    fn stack_changed(&mut self, start: u64, end: u64) {
+        if end > *self.stack_low && start < self.stack_top {
+            *self.stack_low = end.min(self.stack_top).max(*self.stack_low);
+        }
+    }
+}
+
+impl Machine for RtMachine<'_> {
+    fn read_user(&mut self, areas: &AreaSet, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
+        let stack_low = &mut *self.stack_low;
+        user::read(self.space, &mut AreaPager { areas, stack_low }, addr, buf)
+            .map_err(|_| Errno::EFAULT)
+    }
+
+    fn write_user(&mut self, areas: &AreaSet, addr: u64, buf: &[u8]) -> Result<(), Errno> {
+        let stack_low = &mut *self.stack_low;
+        user::write(
+            self.space,
+            &mut AreaPager { areas, stack_low },
+            addr,
+            buf,
+            Access::Write,
+        )
+        .map_err(|_| Errno::EFAULT)
+    }
+
+    fn discard_pages(&mut self, start: u64, end: u64) {
+        self.stack_changed(start, end);
+        self.space.unmap_range(start, end);
+    }
+
+    fn protect_pages(&mut self, start: u64, end: u64, prot: Prot) {
+        self.stack_changed(start, end);
+        let flags = page_flags(prot);
+        self.space.update_range(start, end, |_| flags);
+    }
+
+    fn console_line(&mut self, stream: Stream, line: &[u8], end: LineEnd) {
+        print_line(self.name, stream, line, end);
+    }
+
+    fn monotonic_ns(&mut self) -> u64 {
+        crate::clock::now_ns()
+    }
+
+    fn realtime_ns(&mut self) -> u64 {
+        crate::clock::realtime_ns()
+    }
+
+    fn random_bytes(&mut self, buf: &mut [u8]) {
+        crate::clock::random_bytes(buf);
+    }
+
+    fn set_fs_base(&mut self, base: u64) {
+        self.segs.fs_base = base;
+        crate::cpu::load_user_segments(self.segs);
+    }
+
+    fn set_tls(&mut self, tls: &[Option<TlsEntry>; 3]) {
+        for (d, t) in self.segs.tls.iter_mut().zip(tls) {
+            *d = t.map_or(0, |t| {
+                arch_x86::gdt::UserSegment {
+                    base: t.base,
+                    limit: t.limit,
+                    seg_32bit: t.seg_32bit,
+                    contents: t.contents,
+                    read_exec_only: t.read_exec_only,
+                    limit_in_pages: t.limit_in_pages,
+                    seg_not_present: t.seg_not_present,
+                    useable: t.useable,
+                }
+                .descriptor()
+            });
+        }
+        for (i, &d) in self.segs.tls.iter().enumerate() {
+            crate::cpu::set_tls_slot(i, d);
+        }
+    }
+}
+
+/// Handles a system call of a loaded program (its personality is `Some`).
+/// Returns the entry stub's RESUME or LEAVE.
+pub fn syscall(frame: &mut TrapFrame, id: u8, abi: super::Abi) -> u64 {
+    let (sys_abi, nr, args) = match abi {
+        super::Abi::X64 => (
+            sys::Abi::X86_64,
+            frame.rax,
+            [
+                frame.rdi, frame.rsi, frame.rdx, frame.r10, frame.r8, frame.r9,
+            ],
+        ),
+        super::Abi::Compat32 => (
+            sys::Abi::I386,
+            frame.rax,
+            [
+                frame.rbx, frame.rcx, frame.rdx, frame.rsi, frame.rdi, frame.rbp,
+            ],
+        ),
+    };
+    let name = super::get(id).map_or("?", |t| t.spec.name);
+    let action = super::with_inner(id, |inner| {
+        let Inner {
+            space,
+            segs,
+            linux,
+            stack_low,
+            ..
+        } = inner;
+        let Some(p) = linux.as_deref_mut() else {
+            return Action::Return(Errno::ENOSYS.to_return());
+        };
+        let stack_top = p.layout.stack_top;
+        let mut m = RtMachine {
+            space,
+            segs,
+            stack_low,
+            stack_top,
+            name,
+        };
+        let a = with_system(|s| sys::syscall(&mut m, s, p, sys_abi, nr, args))
+            .unwrap_or(Action::Return(Errno::ENOSYS.to_return()));
+        if matches!(a, Action::Exit(_) | Action::Kill { .. }) {
+            p.flush_output(&mut m);
+        }
+        a
+    })
+    .unwrap_or(Action::Return(Errno::ENOSYS.to_return()));
+    match action {
+        Action::Return(v) => {
+            frame.rax = match abi {
+                super::Abi::X64 => v,
+                super::Abi::Compat32 => v & 0xffff_ffff,
+            };
+            RESUME
+        }
+        Action::Exit(status) => {
+            super::set_outcome(Outcome::Exit(i64::from(status)));
+            LEAVE
+        }
+        Action::Kill { signal, reason } => {
+            set_kill_reason(id, reason);
+            super::set_outcome(Outcome::Signal(signal));
+            LEAVE
+        }
+        Action::Yield => {
+            frame.rax = 0;
+            super::set_outcome(Outcome::Yield);
+            LEAVE
+        }
+        Action::Sleep { until_ns, then } => {
+            frame.rax = then;
+            super::set_outcome(Outcome::Sleep(crate::clock::ns_to_tsc_deadline(until_ns)));
+            LEAVE
+        }
+        Action::Block => {
+            super::set_outcome(Outcome::Block);
+            LEAVE
+        }
+    }
+}
+
+/// Why each process was killed by a signal it sent itself.
+static KILL_REASONS: Mutex<RefCell<[&'static str; super::MAX_TASKS]>> =
+    Mutex::new(RefCell::new([""; super::MAX_TASKS]));
+
+fn set_kill_reason(id: u8, reason: &'static str) {
+    critical_section::with(|cs| {
+        if let Some(r) = KILL_REASONS.borrow_ref_mut(cs).get_mut(id as usize) {
+            *r = reason;
+        }
+    });
+}
+
+fn kill_reason(id: u8) -> &'static str {
+    critical_section::with(|cs| {
+        KILL_REASONS
+            .borrow_ref(cs)
+            .get(id as usize)
+            .copied()
+            .unwrap_or("")
+    })
+}
+
+/// A page fault in ring 3 of a loaded program: brings the page in when its
+/// area allows the access (returns true: resume), else false (the process
+/// ends with SIGSEGV).
+pub fn page_fault(id: u8, addr: u64, error_code: u64) -> bool {
+    // Error code: bit 0 present (a rights violation), bit 1 write, bit 4 fetch.
+    if error_code & 1 != 0 {
+        return false;
+    }
+    let access = if error_code & 2 != 0 {
+        Access::Write
+    } else {
+        Access::Read
+    };
+    let page = addr & !(PAGE - 1);
+    super::with_inner(id, |inner| {
+        let Inner {
+            space,
+            linux,
+            stack_low,
+            ..
+        } = inner;
+        let Some(p) = linux.as_deref() else {
+            return false;
+        };
+        if error_code & 0x10 != 0 && !p.areas.find(page).is_some_and(|a| a.prot.executable()) {
+            return false;
+        }
+        AreaPager {
+            areas: &p.areas,
+            stack_low,
+        }
+        .fault_in(space, page, access)
+    })
+    .unwrap_or(false)
+}
+
+/// The signal a hardware fault delivers, as Linux maps the vectors.
+pub fn fault_signal(vector: u64) -> u8 {
+    match vector {
+        0 | 16 | 19 => 8, // #DE, #MF, #XM: SIGFPE
+        1 | 3 => 5,       // #DB, #BP: SIGTRAP
+        6 => 4,           // #UD: SIGILL
+        17 => 7,          // #AC: SIGBUS
+        _ => 11,          // #GP, #PF, #SS, ...: SIGSEGV
+    }
+}
+
+/// The `perch: NAME (pid P) ...` line for a process that ended.
+pub fn report_end(id: u8, name: &str, state: &TaskState) {
+    let pid = u32::from(id) + 1;
+    match *state {
+        TaskState::Exited(code) => {
+            crate::kprintln!("perch: {name} (pid {pid}) exited with status {code}")
+        }
+        TaskState::Signaled(sig) => crate::kprintln!(
+            "perch: {name} (pid {pid}) killed by {}: {}",
+            sys::signal_name(sig),
+            kill_reason(id)
+        ),
+        TaskState::Faulted(f) => {
+            crate::kprint!(
+                "perch: {name} (pid {pid}) killed by {}: {}",
+                sys::signal_name(fault_signal(f.vector)),
+                arch_x86::frame::exception_name(f.vector)
+            );
+            if f.vector == 14 {
+                let what = if f.error_code & 0x10 != 0 {
+                    "executing"
+                } else if f.error_code & 2 != 0 {
+                    "writing"
+                } else {
+                    "reading"
+                };
+                crate::kprint!(" {what} {:#x}", f.cr2);
+            }
+            crate::kprintln!(" at rip {:#x}", f.rip);
+        }
+        _ => {}
+    }
+}
+
+/// Flushes a process's pending partial output lines (at a fault or when
+/// the run ends).
+pub fn flush(id: u8) {
+    let name = super::get(id).map_or("?", |t| t.spec.name);
+    super::with_inner(id, |inner| {
+        let Inner {
+            space,
+            segs,
+            linux,
+            stack_low,
+            ..
+        } = inner;
+        if let Some(p) = linux.as_deref_mut() {
+            let stack_top = p.layout.stack_top;
+            p.flush_output(&mut RtMachine {
+                space,
+                segs,
+                stack_low,
+                stack_top,
+                name,
+            });
+        }
+    });
+}
+
+/// Why a program could not be started.
+#[derive(Debug)]
+pub enum StartError {
+    /// The manifest names a file the archive does not have.
+    NoSuchFile,
+    /// The ELF was refused.
+    Elf(kcore::elf::ElfError),
+    /// The initial stack could not be built.
+    Stack(kcore::initstack::StackError),
+    /// The process state could not be made.
+    Process(Errno),
+    /// Out of memory or process slots.
+    NoMemory,
+    /// No free process slot.
+    NoSlot,
+}
+
+impl core::fmt::Display for StartError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            StartError::NoSuchFile => write!(f, "no such file in the boot archive"),
+            StartError::Elf(e) => write!(f, "{e}"),
+            StartError::Stack(e) => write!(f, "{e}"),
+            StartError::Process(e) => write!(f, "{e:?}"),
+            StartError::NoMemory => write!(f, "out of memory"),
+            StartError::NoSlot => write!(f, "too many processes"),
+        }
+    }
+}
+
+fn prot_of(p: kcore::elf::Prot) -> Prot {
+    let mut r = Prot::NONE;
+    if p.read {
+        r = r.union(Prot::READ);
+    }
+    if p.write {
+        r = r.union(Prot::WRITE);
+    }
+    if p.exec {
+        r = r.union(Prot::EXEC);
+    }
+    r
+}
+
+/// A started program's identity, for Task records and reports.
+#[derive(Clone, Debug)]
+pub struct Started {
+    /// The process slot.
+    pub id: u8,
+    /// Its executable segments: (address, length, file offset).
+    pub exec_segments: Vec<(u64, u64, u64)>,
+    /// The ELF's build-id, if it has one.
+    pub build_id: Vec<u8>,
+}
+
+/// Starts the manifest's process `spec` from the program bytes `elf`.
+pub fn start(
+    spec: &kcore::manifest::ProcessSpec,
+    elf: &'static [u8],
+) -> Result<Started, StartError> {
+    let plan = kcore::elf::plan(elf).map_err(StartError::Elf)?;
+    let abi = match plan.class {
+        kcore::elf::Class::Elf64 => sys::Abi::X86_64,
+        kcore::elf::Class::Elf32 => sys::Abi::I386,
+    };
+    let slot = super::free_slot().ok_or(StartError::NoSlot)?;
+    let pid = slot as u32 + 1;
+    let mut proc = with_system(|s| {
+        sys::Process::new(
+            &s.fs,
+            pid,
+            0,
+            spec.name.as_bytes(),
+            spec.exe.as_bytes(),
+            abi,
+            spec.cwd.as_bytes(),
+        )
+    })
+    .ok_or(StartError::Process(Errno::ENOSYS))?
+    .map_err(StartError::Process)?;
+    let mut exec_segments = Vec::new();
+    for seg in &plan.segments {
+        let start = seg.page_start();
+        let lead = seg.vaddr - start;
+        let area = Area {
+            start,
+            end: seg.page_end(),
+            prot: prot_of(seg.prot),
+            kind: AreaKind::File,
+            backing: Backing::File {
+                data: FileData::Static(elf),
+                offset: seg.file_offset - lead,
+                len: seg.filesz + lead,
+            },
+        };
+        proc.areas.insert(area).map_err(StartError::Process)?;
+        if seg.prot.exec {
+            exec_segments.push((start, seg.page_end() - start, seg.file_offset - lead));
+        }
+    }
+    let layout = proc.layout;
+    let mut stack_prot = Prot::RW;
+    if plan.stack_exec {
+        stack_prot = stack_prot.union(Prot::EXEC);
+    }
+    proc.areas
+        .insert(Area::zeroed(
+            layout.stack_bottom(),
+            layout.stack_top,
+            stack_prot,
+            AreaKind::Stack,
+        ))
+        .map_err(StartError::Process)?;
+    proc.set_brk_start(plan.brk_start);
+    let mut space = AddressSpace::new().ok_or(StartError::NoMemory)?;
+    let mut random = [0u8; 16];
+    crate::clock::random_bytes(&mut random);
+    let hwcap = crate::cpu::hwcap();
+    let execfn = spec.exe.as_bytes();
+    let argv: Vec<Vec<u8>> = if spec.argv.is_empty() {
+        alloc::vec![execfn.to_vec()]
+    } else {
+        spec.argv.clone()
+    };
+    let stack_spec = kcore::initstack::StackSpec::for_plan(
+        &plan,
+        layout.stack_top,
+        &argv,
+        &spec.envp,
+        execfn,
+        random,
+        hwcap,
+    );
+    let image = kcore::initstack::build(&stack_spec).map_err(StartError::Stack)?;
+    let mut stack_low = layout.stack_top;
+    let pager = &mut AreaPager {
+        areas: &proc.areas,
+        stack_low: &mut stack_low,
+    };
+    user::write(&mut space, pager, image.sp, &image.bytes, Access::Fill)
+        .map_err(|_| StartError::NoMemory)?;
+    let name: &'static str = Box::leak(spec.name.clone().into_boxed_str());
+    let text = exec_segments
+        .first()
+        .map_or((0, 0), |&(a, l, _)| (a, a + l));
+    let task_spec = TaskSpec {
+        name,
+        abi: match abi {
+            sys::Abi::X86_64 => super::Abi::X64,
+            sys::Abi::I386 => super::Abi::Compat32,
+        },
+        entry: plan.entry,
+        text,
+        gprs: [0; 15],
+    };
+    let inner = Box::new(Inner {
+        space,
+        segs: crate::cpu::UserSegments::default(),
+        linux: Some(Box::new(proc)),
+        fpu: Box::new(crate::cpu::FpuState::initial()),
+        stack_low,
+    });
+    let sp = image.sp;
+    let id = super::install(task_spec, inner, |_| sp).map_err(|_| StartError::NoSlot)?;
+    Ok(Started {
+        id,
+        exec_segments,
+        build_id: kcore::elf::build_id(elf)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default(),
+    })
+}
+
+/// A fault that ends a loaded program: flush its output first.
+pub fn on_fault(id: u8, _f: &Fault) {
+    flush(id);
+}
