@@ -1,1 +1,316 @@
-//! (to be written)
+//! The Linux system-call personality of the runtime, for both x86 ABIs.
+//!
+//! The runtime catches a system call (SYSCALL from a 64-bit process,
+//! `int 0x80` from an i386 one), reads the number and six arguments from
+//! the ABI's registers and calls [`syscall`] with the current process's
+//! [`Process`], the run's shared [`System`] (the file system and the
+//! unknown-call counter) and its [`Machine`] implementation. The answer is
+//! an [`Action`]: a value for `rax`, or what the scheduler must do
+//! (exit, kill, yield, sleep, block).
+//!
+//! Module map:
+//! - [`errno`]: the typed error numbers handlers return.
+//! - [`table`] (+ `names`): one table per ABI, number -> named handler, and
+//!   Linux's name for every number.
+//! - [`machine`]: the narrow hardware trait and the checked user-copy
+//!   helpers.
+//! - [`vma`]: memory areas and the address-space layout.
+//! - [`fs`]: the run's file system; [`fd`]: descriptor tables.
+//! - [`process`]: per-process state.
+//! - [`uapi`]: Linux's structures in each ABI's layout.
+//! - `calls`: the handlers.
+//!
+//! Single-threaded semantics throughout: a process is one thread (no
+//! `clone`, `fork`, `execve`), signals are recorded but never delivered (a
+//! fatal one sent to itself ends it), futexes have no other waiter.
+
+pub mod errno;
+pub mod fd;
+pub mod fs;
+pub mod machine;
+pub mod process;
+pub mod table;
+pub mod uapi;
+pub mod vma;
+
+mod calls;
+mod names;
+
+#[cfg(test)]
+mod tests;
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt::Write as _;
+
+pub use errno::{Errno, SysResult};
+pub use fs::Vfs;
+pub use machine::{LineEnd, Machine, Stream, TlsEntry};
+pub use process::Process;
+pub use table::Sys;
+pub use vma::{Area, AreaKind, AreaSet, Backing, FileData, Layout, Prot};
+
+/// The system-call ABI a call came in through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Abi {
+    /// 64-bit: SYSCALL, number in `rax`, arguments in `rdi rsi rdx r10 r8 r9`.
+    X86_64,
+    /// i386 (compat mode): `int 0x80`, number in `eax`, arguments in
+    /// `ebx ecx edx esi edi ebp`.
+    I386,
+}
+
+impl Abi {
+    /// The name used in reports (`x86_64`, `i386`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Abi::X86_64 => "x86_64",
+            Abi::I386 => "i386",
+        }
+    }
+}
+
+/// What the runtime does after a system call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Return to the process with this value in `rax` (for i386 the low 32
+    /// bits go to `eax`). Errors are already encoded as Linux does: `-errno`.
+    Return(u64),
+    /// The process exits with this status (0..=255): `exit_group`, or
+    /// `exit` of its only thread. The runtime calls
+    /// [`Process::flush_output`] and reports the status.
+    Exit(u8),
+    /// The process ends by a signal it sent itself (abort(), raise of a
+    /// signal whose default action terminates), or because it asked for
+    /// something that cannot work (rt_sigreturn without a frame).
+    Kill {
+        /// The signal number (see [`signal_name`]).
+        signal: u8,
+        /// Why, for the `killed by SIGNAME: REASON` line.
+        reason: &'static str,
+    },
+    /// `sched_yield`: put the process at the back of the run queue and
+    /// return 0 to it.
+    Yield,
+    /// Block the process until the monotonic clock reaches `until_ns`, then
+    /// return `then` in `rax` (nanosleep and clock_nanosleep: 0; a futex
+    /// wait that times out: `-ETIMEDOUT`).
+    Sleep {
+        /// Monotonic deadline in ns ([`Machine::monotonic_ns`]).
+        until_ns: u64,
+        /// The value for `rax` when it is reached.
+        then: u64,
+    },
+    /// Block the process for good: a futex wait without timeout on a
+    /// value that matched (in a single-threaded process nobody can wake
+    /// it), or poll/ppoll with nothing to wait for and no timeout. The
+    /// process stays blocked until the run ends (`duration=`); the runtime
+    /// may report it as blocked forever.
+    Block,
+}
+
+/// Signal names for reports: `SIGABRT` for 6, `SIG34` style past 31.
+pub fn signal_name(sig: u8) -> &'static str {
+    const NAMES: [&str; 32] = [
+        "SIG0",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    NAMES.get(sig as usize).copied().unwrap_or("SIGRT")
+}
+
+/// How many distinct numbers past the end of a table are remembered; more
+/// are counted together.
+const MAX_OUT_OF_RANGE: usize = 32;
+
+/// Counts of unimplemented system calls, by (ABI, number), for the run's
+/// summary. Only calls that returned `ENOSYS` because nothing implements
+/// them are counted; calls implemented as a deliberate `ENOSYS` (rseq,
+/// membarrier) are not. Memory is bounded: one counter per named number,
+/// and a few for numbers past the tables.
+#[derive(Debug, Clone)]
+pub struct UnknownCalls {
+    x86_64: Vec<u64>,
+    i386: Vec<u64>,
+    out_of_range: Vec<(Abi, u64, u64)>,
+    other_out_of_range: [u64; 2],
+}
+
+impl Default for UnknownCalls {
+    fn default() -> Self {
+        UnknownCalls::new()
+    }
+}
+
+impl UnknownCalls {
+    /// No calls counted.
+    pub fn new() -> UnknownCalls {
+        UnknownCalls {
+            x86_64: alloc::vec![0; names::X86_64_NAMES.len()],
+            i386: alloc::vec![0; names::I386_NAMES.len()],
+            out_of_range: Vec::new(),
+            other_out_of_range: [0; 2],
+        }
+    }
+
+    /// Counts one unimplemented call.
+    pub fn record(&mut self, abi: Abi, nr: u64) {
+        let counts = match abi {
+            Abi::X86_64 => &mut self.x86_64,
+            Abi::I386 => &mut self.i386,
+        };
+        if let Some(c) = usize::try_from(nr).ok().and_then(|i| counts.get_mut(i)) {
+            *c += 1;
+            return;
+        }
+        if let Some(e) = self
+            .out_of_range
+            .iter_mut()
+            .find(|e| e.0 == abi && e.1 == nr)
+        {
+            e.2 += 1;
+        } else if self.out_of_range.len() < MAX_OUT_OF_RANGE
+            && self.out_of_range.try_reserve(1).is_ok()
+        {
+            self.out_of_range.push((abi, nr, 1));
+        } else {
+            self.other_out_of_range[abi as usize] += 1;
+        }
+    }
+
+    /// The distinct unknown calls: `(abi, nr, name, count)`, x86_64 first,
+    /// by number. The name is Linux's, `unassigned` for a number Linux
+    /// does not use and `invalid` past the table (`nr` is `u64::MAX` for
+    /// the bucket of numbers past the table not remembered one by one).
+    pub fn list(&self) -> Vec<(Abi, u64, &'static str, u64)> {
+        let mut out = Vec::new();
+        for (abi, counts) in [(Abi::X86_64, &self.x86_64), (Abi::I386, &self.i386)] {
+            for (nr, &c) in counts.iter().enumerate() {
+                if c > 0 {
+                    let n = table::name(abi, nr as u64).unwrap_or("");
+                    let n = if n.is_empty() { "unassigned" } else { n };
+                    out.push((abi, nr as u64, n, c));
+                }
+            }
+            let mut far: Vec<_> = self.out_of_range.iter().filter(|e| e.0 == abi).collect();
+            far.sort_by_key(|e| e.1);
+            for e in far {
+                out.push((abi, e.1, "invalid", e.2));
+            }
+            if self.other_out_of_range[abi as usize] > 0 {
+                out.push((
+                    abi,
+                    u64::MAX,
+                    "invalid",
+                    self.other_out_of_range[abi as usize],
+                ));
+            }
+        }
+        out
+    }
+
+    /// The summary text after `perch: unknown system calls: `: `none`, or
+    /// `x86_64 NR (NAME) xCOUNT, i386 NR (NAME) xCOUNT, ...`.
+    pub fn summary(&self) -> String {
+        let list = self.list();
+        if list.is_empty() {
+            return String::from("none");
+        }
+        let mut s = String::new();
+        for (i, (abi, nr, name, count)) in list.into_iter().enumerate() {
+            if i > 0 {
+                s.push_str(", ");
+            }
+            let _ = write!(s, "{} {} ({}) x{}", abi.name(), nr, name, count);
+        }
+        s
+    }
+}
+
+/// State shared by all processes of the run.
+#[derive(Debug)]
+pub struct System {
+    /// The file system.
+    pub fs: Vfs,
+    /// Unimplemented calls seen so far.
+    pub unknown: UnknownCalls,
+    /// Memory the runtime manages for programs, in bytes (sysinfo's
+    /// `totalram`); the runtime sets it from the memory map.
+    pub ram_bytes: u64,
+    /// Free memory in bytes (sysinfo's `freeram`); the runtime may keep
+    /// it up to date.
+    pub free_ram_bytes: u64,
+}
+
+impl System {
+    /// A run with file system `fs`.
+    pub fn new(fs: Vfs) -> System {
+        System {
+            fs,
+            unknown: UnknownCalls::new(),
+            ram_bytes: 1 << 30,
+            free_ram_bytes: 1 << 29,
+        }
+    }
+}
+
+/// Handles one system call of process `p`, which came in through `abi`
+/// with number `nr` and arguments `args` (the six argument registers in
+/// the ABI's order; for i386 only the low 32 bits of each are used).
+pub fn syscall<M: Machine>(
+    m: &mut M,
+    sys: &mut System,
+    p: &mut Process,
+    abi: Abi,
+    nr: u64,
+    args: [u64; 6],
+) -> Action {
+    let (nr, args) = match abi {
+        Abi::X86_64 => (nr, args),
+        Abi::I386 => (nr & 0xffff_ffff, args.map(|a| a & 0xffff_ffff)),
+    };
+    let Some(call) = table::lookup(abi, nr) else {
+        sys.unknown.record(abi, nr);
+        return Action::Return(Errno::ENOSYS.to_return());
+    };
+    let mut ctx = calls::Ctx {
+        m,
+        fs: &mut sys.fs,
+        p,
+        abi,
+        ram: (sys.ram_bytes, sys.free_ram_bytes),
+    };
+    match calls::dispatch(&mut ctx, call, nr, args) {
+        Ok(a) => a,
+        Err(e) => Action::Return(e.to_return()),
+    }
+}

@@ -1,0 +1,426 @@
+//! The system-call handlers and the dispatcher that decodes each call's
+//! arguments per ABI.
+//!
+//! Files: `file` (descriptors, I/O, paths, stat), `mem` (brk, mmap and
+//! friends), `task` (identity, limits, TLS, signals), `time` (clocks,
+//! sleeping, futex, randomness, scheduling).
+
+mod file;
+mod mem;
+mod task;
+mod time;
+
+use alloc::vec::Vec;
+
+use super::errno::{Errno, SysResult};
+use super::fs::{PATH_MAX, Vfs};
+use super::machine::{self, Machine};
+use super::process::Process;
+use super::table::Sys;
+use super::{Abi, Action};
+
+/// Everything a handler works with.
+pub(crate) struct Ctx<'a, M: Machine> {
+    pub m: &'a mut M,
+    pub fs: &'a mut Vfs,
+    pub p: &'a mut Process,
+    pub abi: Abi,
+    /// (total, free) RAM for sysinfo.
+    pub ram: (u64, u64),
+}
+
+impl<M: Machine> Ctx<'_, M> {
+    /// Whether the call came in through the 64-bit ABI.
+    pub fn wide(&self) -> bool {
+        self.abi == Abi::X86_64
+    }
+
+    /// Copies user memory in.
+    pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
+        self.m.read_user(&self.p.areas, addr, buf)
+    }
+
+    /// Copies to user memory.
+    pub fn write(&mut self, addr: u64, buf: &[u8]) -> Result<(), Errno> {
+        self.m.write_user(&self.p.areas, addr, buf)
+    }
+
+    /// Reads a fixed-size block of user memory.
+    pub fn read_array<const N: usize>(&mut self, addr: u64) -> Result<[u8; N], Errno> {
+        machine::read_array(self.m, &self.p.areas, addr)
+    }
+
+    /// Writes a pointer-sized word of the caller's ABI.
+    pub fn write_word(&mut self, addr: u64, v: u64) -> Result<(), Errno> {
+        if self.wide() {
+            self.write(addr, &v.to_le_bytes())
+        } else {
+            self.write(addr, &(v as u32).to_le_bytes())
+        }
+    }
+
+    /// Reads a path argument (`ENAMETOOLONG` past `PATH_MAX`).
+    pub fn path(&mut self, addr: u64) -> Result<Vec<u8>, Errno> {
+        machine::read_cstr(self.m, &self.p.areas, addr, PATH_MAX - 1)
+    }
+
+    /// The wall clock, for file times.
+    pub fn now(&mut self) -> u64 {
+        self.m.realtime_ns()
+    }
+
+    /// `EFAULT` unless `[addr, addr + len)` lies inside the caller's user
+    /// space (Linux's `access_ok`); a cheap bound check before long copies.
+    pub fn access_ok(&self, addr: u64, len: u64) -> Result<(), Errno> {
+        match addr.checked_add(len) {
+            Some(end) if end <= self.p.layout.user_top => Ok(()),
+            _ if len == 0 => Ok(()),
+            _ => Err(Errno::EFAULT),
+        }
+    }
+}
+
+/// A descriptor argument: Linux takes `unsigned int fd`, so only the low
+/// 32 bits count (in both ABIs).
+pub(crate) fn fd_arg(a: u64) -> u64 {
+    a & 0xffff_ffff
+}
+
+/// A signed `int` argument (dirfd, flags compared as int).
+pub(crate) fn int_arg(a: u64) -> i32 {
+    a as u32 as i32
+}
+
+/// A signed `long` argument of the caller's ABI.
+pub(crate) fn long_arg(abi: Abi, a: u64) -> i64 {
+    match abi {
+        Abi::X86_64 => a as i64,
+        Abi::I386 => a as u32 as i32 as i64,
+    }
+}
+
+/// A 64-bit value passed as two 32-bit halves (i386 `pread64` etc.).
+pub(crate) fn hilo(lo: u64, hi: u64) -> u64 {
+    (lo & 0xffff_ffff) | (hi << 32)
+}
+
+fn ret(r: SysResult) -> Result<Action, Errno> {
+    r.map(Action::Return)
+}
+
+/// Runs the handler `call` for the decoded arguments.
+pub(crate) fn dispatch<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    call: Sys,
+    nr: u64,
+    a: [u64; 6],
+) -> Result<Action, Errno> {
+    let wide = c.wide();
+    let abi = c.abi;
+    use Sys::*;
+    match call {
+        // Descriptors and I/O.
+        Read => ret(file::read(c, fd_arg(a[0]), a[1], a[2])),
+        Write => ret(file::write(c, fd_arg(a[0]), a[1], a[2])),
+        Readv => ret(file::readv(c, fd_arg(a[0]), a[1], a[2], None)),
+        Writev => ret(file::writev(c, fd_arg(a[0]), a[1], a[2], None)),
+        Pread64 | Pwrite64 => {
+            let off = if wide { a[3] } else { hilo(a[3], a[4]) } as i64;
+            if off < 0 {
+                return Err(Errno::EINVAL);
+            }
+            if call == Pread64 {
+                ret(file::pread(c, fd_arg(a[0]), a[1], a[2], off as u64))
+            } else {
+                ret(file::pwrite(c, fd_arg(a[0]), a[1], a[2], off as u64))
+            }
+        }
+        Preadv | Pwritev => {
+            let off = if wide { a[3] } else { hilo(a[3], a[4]) } as i64;
+            if off < 0 {
+                return Err(Errno::EINVAL);
+            }
+            if call == Preadv {
+                ret(file::readv(c, fd_arg(a[0]), a[1], a[2], Some(off as u64)))
+            } else {
+                ret(file::writev(c, fd_arg(a[0]), a[1], a[2], Some(off as u64)))
+            }
+        }
+        Open => ret(file::openat(
+            c,
+            file::AT_FDCWD,
+            a[0],
+            a[1] as u32,
+            a[2] as u32,
+        )),
+        Openat => ret(file::openat(
+            c,
+            int_arg(a[0]),
+            a[1],
+            a[2] as u32,
+            a[3] as u32,
+        )),
+        Creat => ret(file::openat(
+            c,
+            file::AT_FDCWD,
+            a[0],
+            0o1101, // O_CREAT | O_WRONLY | O_TRUNC
+            a[1] as u32,
+        )),
+        Close => ret(file::close(c, fd_arg(a[0]))),
+        Lseek => ret(file::lseek(
+            c,
+            fd_arg(a[0]),
+            long_arg(abi, a[1]),
+            a[2] as u32,
+        )),
+        Llseek => ret(file::llseek(
+            c,
+            fd_arg(a[0]),
+            hilo(a[2], a[1]),
+            a[3],
+            a[4] as u32,
+        )),
+        Fstat | Fstat32 | Fstat64 => ret(file::fstat(c, fd_arg(a[0]), a[1], file::layout_of(call))),
+        Stat | Stat32 | Stat64 => ret(file::stat_path(
+            c,
+            file::AT_FDCWD,
+            a[0],
+            a[1],
+            0,
+            file::layout_of(call),
+        )),
+        Lstat | Lstat32 | Lstat64 => ret(file::stat_path(
+            c,
+            file::AT_FDCWD,
+            a[0],
+            a[1],
+            file::AT_SYMLINK_NOFOLLOW,
+            file::layout_of(call),
+        )),
+        Newfstatat | Fstatat64 => ret(file::stat_path(
+            c,
+            int_arg(a[0]),
+            a[1],
+            a[2],
+            a[3] as u32,
+            file::layout_of(call),
+        )),
+        Statx => ret(file::statx(c, int_arg(a[0]), a[1], a[2] as u32, a[4])),
+        Getdents64 => ret(file::getdents64(c, fd_arg(a[0]), a[1], a[2])),
+        Fcntl => ret(file::fcntl(c, fd_arg(a[0]), a[1] as u32, a[2])),
+        Dup => ret(file::dup(c, fd_arg(a[0]))),
+        Dup2 => ret(file::dup3(c, fd_arg(a[0]), fd_arg(a[1]), 0, true)),
+        Dup3 => ret(file::dup3(
+            c,
+            fd_arg(a[0]),
+            fd_arg(a[1]),
+            a[2] as u32,
+            false,
+        )),
+        Ioctl => ret(file::ioctl(c, fd_arg(a[0]), a[1] as u32, a[2])),
+        Poll => {
+            let t = int_arg(a[2]);
+            let timeout = if t < 0 {
+                None
+            } else {
+                Some(t as u64 * 1_000_000)
+            };
+            file::poll(c, a[0], a[1], timeout)
+        }
+        Ppoll | Ppoll64 => {
+            let timeout = if a[2] == 0 {
+                None
+            } else {
+                Some(time::read_duration(c, a[2], wide || call == Ppoll64)?)
+            };
+            if a[3] != 0 {
+                if a[4] != 8 {
+                    return Err(Errno::EINVAL);
+                }
+                c.read_array::<8>(a[3])?;
+            }
+            file::poll(c, a[0], a[1], timeout)
+        }
+        Access => ret(file::faccessat(c, file::AT_FDCWD, a[0], a[1] as u32, 0)),
+        Faccessat => ret(file::faccessat(c, int_arg(a[0]), a[1], a[2] as u32, 0)),
+        Faccessat2 => ret(file::faccessat(
+            c,
+            int_arg(a[0]),
+            a[1],
+            a[2] as u32,
+            a[3] as u32,
+        )),
+        Readlink => ret(file::readlinkat(c, file::AT_FDCWD, a[0], a[1], a[2])),
+        Readlinkat => ret(file::readlinkat(c, int_arg(a[0]), a[1], a[2], a[3])),
+        Getcwd => ret(file::getcwd(c, a[0], a[1])),
+        Chdir => ret(file::chdir(c, a[0])),
+        Fchdir => ret(file::fchdir(c, fd_arg(a[0]))),
+        Mkdir => ret(file::mkdirat(c, file::AT_FDCWD, a[0], a[1] as u32)),
+        Mkdirat => ret(file::mkdirat(c, int_arg(a[0]), a[1], a[2] as u32)),
+        Unlink => ret(file::unlinkat(c, file::AT_FDCWD, a[0], 0)),
+        Rmdir => ret(file::unlinkat(c, file::AT_FDCWD, a[0], file::AT_REMOVEDIR)),
+        Unlinkat => ret(file::unlinkat(c, int_arg(a[0]), a[1], a[2] as u32)),
+        Rename => ret(file::renameat(
+            c,
+            file::AT_FDCWD,
+            a[0],
+            file::AT_FDCWD,
+            a[1],
+            0,
+        )),
+        Renameat => ret(file::renameat(
+            c,
+            int_arg(a[0]),
+            a[1],
+            int_arg(a[2]),
+            a[3],
+            0,
+        )),
+        Renameat2 => ret(file::renameat(
+            c,
+            int_arg(a[0]),
+            a[1],
+            int_arg(a[2]),
+            a[3],
+            a[4] as u32,
+        )),
+        Ftruncate => ret(file::ftruncate(c, fd_arg(a[0]), long_arg(abi, a[1]))),
+        Ftruncate64 => ret(file::ftruncate(c, fd_arg(a[0]), hilo(a[1], a[2]) as i64)),
+        Truncate => ret(file::truncate(c, a[0], long_arg(abi, a[1]))),
+        Truncate64 => ret(file::truncate(c, a[0], hilo(a[1], a[2]) as i64)),
+        Fsync => ret(file::fsync(c, fd_arg(a[0]))),
+        Umask => {
+            let old = c.p.umask;
+            c.p.umask = a[0] as u32 & 0o777;
+            ret(Ok(old as u64))
+        }
+        Chmod => ret(file::chmodat(c, file::AT_FDCWD, a[0], a[1] as u32)),
+        Fchmodat => ret(file::chmodat(c, int_arg(a[0]), a[1], a[2] as u32)),
+        Fchmod => ret(file::fchmod(c, fd_arg(a[0]), a[1] as u32)),
+
+        // Memory.
+        Brk => ret(mem::brk(c, a[0])),
+        Mmap => ret(mem::mmap(c, a[0], a[1], a[2], a[3], fd_arg(a[4]), a[5])),
+        Mmap2 => ret(mem::mmap(
+            c,
+            a[0],
+            a[1],
+            a[2],
+            a[3],
+            fd_arg(a[4]),
+            a[5] << 12,
+        )),
+        OldMmap => {
+            let b = super::uapi::MmapArgs32::from_bytes(&c.read_array(a[0])?);
+            ret(mem::mmap(
+                c,
+                b.addr.into(),
+                b.len.into(),
+                b.prot.into(),
+                b.flags.into(),
+                b.fd.into(),
+                b.offset.into(),
+            ))
+        }
+        Munmap => ret(mem::munmap(c, a[0], a[1])),
+        Mprotect => ret(mem::mprotect(c, a[0], a[1], a[2])),
+        Madvise => ret(mem::madvise(c, a[0], a[1], int_arg(a[2]))),
+        Mremap => ret(mem::mremap(c, a[0], a[1], a[2], a[3], a[4])),
+        Msync => ret(mem::msync(c, a[0], a[1], a[2])),
+
+        // Process identity, limits, TLS.
+        Exit | ExitGroup => Ok(Action::Exit(a[0] as u8)),
+        Getpid | Gettid | Getpgrp => ret(Ok(c.p.pid.into())),
+        Getppid => ret(Ok(c.p.ppid.into())),
+        Getpgid | Getsid => ret(task::self_pid(c, a[0]).map(u64::from)),
+        Setpgid => ret(task::self_pid(c, a[0])
+            .and(task::self_pid(c, a[1]))
+            .map(|_| 0)),
+        Getid => ret(Ok(0)),
+        Getresid => {
+            // The i386 16-bit getresuid/getresgid (165, 171) write
+            // `old_uid_t`s.
+            let width = if abi == Abi::I386 && (nr == 165 || nr == 171) {
+                2
+            } else {
+                4
+            };
+            ret(task::getresid(c, [a[0], a[1], a[2]], width))
+        }
+        Getgroups => ret(if int_arg(a[0]) < 0 {
+            Err(Errno::EINVAL)
+        } else {
+            Ok(0)
+        }),
+        Uname => ret(task::uname(c, a[0])),
+        ArchPrctl => ret(task::arch_prctl(c, a[0] as u32, a[1])),
+        SetThreadArea => ret(task::set_thread_area(c, a[0])),
+        GetThreadArea => ret(task::get_thread_area(c, a[0])),
+        SetTidAddress => {
+            c.p.clear_child_tid = a[0];
+            ret(Ok(c.p.pid.into()))
+        }
+        SetRobustList => {
+            if a[1] != if wide { 24 } else { 12 } {
+                return Err(Errno::EINVAL);
+            }
+            c.p.robust_list = (a[0], a[1]);
+            ret(Ok(0))
+        }
+        GetRobustList => ret(task::get_robust_list(c, a[0], a[1], a[2])),
+        Rseq | Membarrier => Err(Errno::ENOSYS),
+        Prlimit64 => ret(task::prlimit64(c, a[0], a[1] as u32, a[2], a[3])),
+        Getrlimit => ret(task::getrlimit(c, a[0] as u32, a[1], false)),
+        OldGetrlimit => ret(task::getrlimit(c, a[0] as u32, a[1], true)),
+        Setrlimit => ret(task::setrlimit(c, a[0] as u32, a[1])),
+        Sysinfo => ret(task::sysinfo(c, a[0])),
+        Prctl => ret(task::prctl(c, int_arg(a[0]), a[1])),
+        Getrusage => ret(task::getrusage(c, int_arg(a[0]), a[1])),
+        Times => ret(task::times(c, a[0])),
+        Getcpu => {
+            for p in [a[0], a[1]] {
+                if p != 0 {
+                    c.write(p, &0u32.to_le_bytes())?;
+                }
+            }
+            ret(Ok(0))
+        }
+        Getpriority => ret(Ok(20)),
+        SchedGetscheduler => ret(task::self_pid(c, a[0]).map(|_| 0)),
+        SchedGetparam => {
+            task::self_pid(c, a[0])?;
+            c.write(a[1], &0u32.to_le_bytes())?;
+            ret(Ok(0))
+        }
+
+        // Signals.
+        RtSigaction => ret(task::rt_sigaction(c, a[0], a[1], a[2], a[3])),
+        RtSigprocmask => task::rt_sigprocmask(c, int_arg(a[0]), a[1], a[2], a[3]),
+        Sigaltstack => ret(task::sigaltstack(c, a[0], a[1])),
+        Kill => task::kill(c, int_arg(a[0]), a[1]),
+        Tgkill => task::tgkill(c, int_arg(a[0]), int_arg(a[1]), a[2]),
+        Tkill => task::tgkill(c, c.p.pid as i32, int_arg(a[0]), a[1]),
+        RtSigreturn => Ok(Action::Kill {
+            signal: 11,
+            reason: "sigreturn without a signal frame (signal delivery is not supported)",
+        }),
+
+        // Time and scheduling.
+        SchedYield => Ok(Action::Yield),
+        SchedGetaffinity => ret(time::sched_getaffinity(c, a[0], a[1], a[2])),
+        SchedSetaffinity => ret(time::sched_setaffinity(c, a[0], a[1], a[2])),
+        Nanosleep => time::nanosleep(c, a[0], wide),
+        ClockNanosleep => time::clock_nanosleep(c, int_arg(a[0]), a[1] as u32, a[2], wide),
+        ClockNanosleep64 => time::clock_nanosleep(c, int_arg(a[0]), a[1] as u32, a[2], true),
+        ClockGettime => ret(time::clock_gettime(c, int_arg(a[0]), a[1], wide)),
+        ClockGettime64 => ret(time::clock_gettime(c, int_arg(a[0]), a[1], true)),
+        ClockGetres => ret(time::clock_getres(c, int_arg(a[0]), a[1], wide)),
+        ClockGetres64 => ret(time::clock_getres(c, int_arg(a[0]), a[1], true)),
+        Gettimeofday => ret(time::gettimeofday(c, a[0], a[1])),
+        Time => ret(time::time(c, a[0])),
+        Getrandom => ret(time::getrandom(c, a[0], a[1], a[2] as u32)),
+        Futex => time::futex(c, a, wide),
+        Futex64 => time::futex(c, a, true),
+    }
+}

@@ -1,0 +1,677 @@
+//! Process handlers: identity, uname, limits, TLS (arch_prctl,
+//! set_thread_area), prctl, resource usage, and the recorded signal state
+//! (rt_sigaction, rt_sigprocmask, sigaltstack, kill to itself).
+//!
+//! Signals are never delivered. A signal a process sends itself is
+//! pending while blocked; when it is (or becomes) unblocked, a signal
+//! whose default action terminates ends the process ([`Action::Kill`]),
+//! an ignored one is dropped, and one with a handler ends the process
+//! too, with a reason saying that delivery is not supported.
+
+use super::super::errno::{Errno, SysResult};
+use super::super::machine::{Machine, TlsEntry};
+use super::super::process::{NSIG, RLIM_INFINITY, Rlimit, SigAction, TLS_ENTRY_MIN, rlimit};
+use super::super::uapi::{
+    Rlimit32, Rlimit64, Rusage32, Rusage64, Sigaction32, Sigaction64, Stack32, Stack64, Sysinfo32,
+    Sysinfo64, UserDesc, Utsname, uts_field,
+};
+use super::super::{Abi, Action};
+use super::Ctx;
+
+/// A pid argument that must name the caller (0 or its pid): `ESRCH`
+/// otherwise.
+pub(crate) fn self_pid<M: Machine>(c: &Ctx<'_, M>, pid: u64) -> Result<u32, Errno> {
+    let pid = pid as u32 as i32;
+    if pid == 0 || pid == c.p.pid as i32 {
+        Ok(c.p.pid)
+    } else if pid < 0 {
+        Err(Errno::EINVAL)
+    } else {
+        Err(Errno::ESRCH)
+    }
+}
+
+/// `getresuid`/`getresgid`: all ids are 0.
+pub(crate) fn getresid<M: Machine>(c: &mut Ctx<'_, M>, ptrs: [u64; 3], width: usize) -> SysResult {
+    for p in ptrs {
+        c.write(p, &[0u8; 4][..width])?;
+    }
+    Ok(0)
+}
+
+/// `uname(buf)`.
+pub(crate) fn uname<M: Machine>(c: &mut Ctx<'_, M>, buf: u64) -> SysResult {
+    let u = Utsname {
+        sysname: uts_field(b"Linux"),
+        nodename: uts_field(b"perch"),
+        release: uts_field(b"6.1.0-perch"),
+        version: uts_field(b"#1 SMP PREEMPT perch"),
+        machine: uts_field(if c.wide() { b"x86_64" } else { b"i686" }),
+        domainname: uts_field(b"(none)"),
+    };
+    c.write(buf, &u.to_bytes())?;
+    Ok(0)
+}
+
+/// `arch_prctl(code, addr)`: ARCH_SET_FS/ARCH_GET_FS for 64-bit callers;
+/// the GS base is not supported (`EINVAL`); i386 callers get `EINVAL` as
+/// from Linux's compat arch_prctl (which only maps the vDSO).
+pub(crate) fn arch_prctl<M: Machine>(c: &mut Ctx<'_, M>, code: u32, addr: u64) -> SysResult {
+    const ARCH_SET_FS: u32 = 0x1002;
+    const ARCH_GET_FS: u32 = 0x1003;
+    const ARCH_GET_CPUID: u32 = 0x1011;
+    if c.abi == Abi::I386 {
+        return Err(Errno::EINVAL);
+    }
+    match code {
+        ARCH_SET_FS => {
+            if addr >= c.p.layout.user_top {
+                return Err(Errno::EPERM);
+            }
+            c.p.fs_base = addr;
+            c.m.set_fs_base(addr);
+            Ok(0)
+        }
+        ARCH_GET_FS => {
+            let v = c.p.fs_base;
+            c.write(addr, &v.to_le_bytes())?;
+            Ok(0)
+        }
+        ARCH_GET_CPUID => Ok(1),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+fn decode_desc(d: &UserDesc) -> TlsEntry {
+    TlsEntry {
+        base: d.base_addr,
+        limit: d.limit,
+        seg_32bit: d.flags & 1 != 0,
+        contents: ((d.flags >> 1) & 3) as u8,
+        read_exec_only: d.flags & 8 != 0,
+        limit_in_pages: d.flags & 16 != 0,
+        seg_not_present: d.flags & 32 != 0,
+        useable: d.flags & 64 != 0,
+    }
+}
+
+fn encode_desc(entry_number: u32, e: Option<TlsEntry>) -> UserDesc {
+    // An empty slot reads back as Linux's "empty" descriptor.
+    let e = e.unwrap_or(TlsEntry {
+        read_exec_only: true,
+        seg_not_present: true,
+        ..TlsEntry::default()
+    });
+    let flags = e.seg_32bit as u32
+        | (e.contents as u32 & 3) << 1
+        | (e.read_exec_only as u32) << 3
+        | (e.limit_in_pages as u32) << 4
+        | (e.seg_not_present as u32) << 5
+        | (e.useable as u32) << 6;
+    UserDesc {
+        entry_number,
+        base_addr: e.base,
+        limit: e.limit,
+        flags,
+    }
+}
+
+/// `set_thread_area(u_info)`: fills one of the three TLS GDT slots
+/// (entry_number -1 picks a free one and writes its number back).
+pub(crate) fn set_thread_area<M: Machine>(c: &mut Ctx<'_, M>, uinfo: u64) -> SysResult {
+    let d = UserDesc::from_bytes(&c.read_array(uinfo)?);
+    let slot = if d.entry_number == u32::MAX {
+        let free =
+            c.p.tls
+                .iter()
+                .position(Option::is_none)
+                .ok_or(Errno::ESRCH)?;
+        c.write(uinfo, &(TLS_ENTRY_MIN + free as u32).to_le_bytes())?;
+        free
+    } else {
+        let n = d.entry_number.wrapping_sub(TLS_ENTRY_MIN);
+        if n >= 3 {
+            return Err(Errno::EINVAL);
+        }
+        n as usize
+    };
+    let e = decode_desc(&d);
+    if e.contents == 3 && !e.seg_not_present {
+        return Err(Errno::EINVAL);
+    }
+    let empty = e.base == 0
+        && e.limit == 0
+        && e.contents == 0
+        && e.read_exec_only
+        && !e.seg_32bit
+        && !e.limit_in_pages
+        && e.seg_not_present
+        && !e.useable;
+    c.p.tls[slot] = if empty { None } else { Some(e) };
+    let tls = c.p.tls;
+    c.m.set_tls(&tls);
+    Ok(0)
+}
+
+/// `get_thread_area(u_info)`.
+pub(crate) fn get_thread_area<M: Machine>(c: &mut Ctx<'_, M>, uinfo: u64) -> SysResult {
+    let n = super::super::machine::read_u32(c.m, &c.p.areas, uinfo)?;
+    let slot = n.wrapping_sub(TLS_ENTRY_MIN);
+    if slot >= 3 {
+        return Err(Errno::EINVAL);
+    }
+    let d = encode_desc(n, c.p.tls[slot as usize]);
+    c.write(uinfo, &d.to_bytes())?;
+    Ok(0)
+}
+
+/// `get_robust_list(pid, head_ptr, len_ptr)`.
+pub(crate) fn get_robust_list<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    pid: u64,
+    head: u64,
+    len: u64,
+) -> SysResult {
+    self_pid(c, pid)?;
+    let (h, l) = c.p.robust_list;
+    c.write_word(head, h)?;
+    c.write_word(len, l)?;
+    Ok(0)
+}
+
+fn check_resource(res: u32) -> Result<usize, Errno> {
+    let r = res as usize;
+    if r >= rlimit::NLIMITS {
+        return Err(Errno::EINVAL);
+    }
+    Ok(r)
+}
+
+/// Applies a new limit: soft above hard is `EINVAL`; the descriptor table
+/// cannot grow past 1024 (`EPERM`).
+fn set_limit<M: Machine>(c: &mut Ctx<'_, M>, r: usize, new: Rlimit) -> Result<(), Errno> {
+    if new.cur > new.max {
+        return Err(Errno::EINVAL);
+    }
+    if r == rlimit::NOFILE && new.max > super::super::fd::NOFILE_LIMIT {
+        return Err(Errno::EPERM);
+    }
+    c.p.rlimits[r] = new;
+    Ok(())
+}
+
+/// `prlimit64(pid, resource, new, old)`.
+pub(crate) fn prlimit64<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    pid: u64,
+    res: u32,
+    new: u64,
+    old: u64,
+) -> SysResult {
+    self_pid(c, pid)?;
+    let r = check_resource(res)?;
+    let newv = if new != 0 {
+        let v = Rlimit64::from_bytes(&c.read_array(new)?);
+        Some(Rlimit {
+            cur: v.rlim_cur,
+            max: v.rlim_max,
+        })
+    } else {
+        None
+    };
+    let cur = c.p.rlimits[r];
+    if old != 0 {
+        c.write(
+            old,
+            &Rlimit64 {
+                rlim_cur: cur.cur,
+                rlim_max: cur.max,
+            }
+            .to_bytes(),
+        )?;
+    }
+    if let Some(v) = newv {
+        set_limit(c, r, v)?;
+    }
+    Ok(0)
+}
+
+/// `getrlimit`/`ugetrlimit` (`old_style`: the i386 number 76, which
+/// clamps to 0x7fffffff).
+pub(crate) fn getrlimit<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    res: u32,
+    buf: u64,
+    old_style: bool,
+) -> SysResult {
+    let r = check_resource(res)?;
+    let l = c.p.rlimits[r];
+    if c.wide() {
+        let v = Rlimit64 {
+            rlim_cur: l.cur,
+            rlim_max: l.max,
+        };
+        c.write(buf, &v.to_bytes())?;
+    } else {
+        let top: u64 = if old_style {
+            0x7fff_ffff
+        } else {
+            u32::MAX as u64
+        };
+        let v = Rlimit32 {
+            rlim_cur: l.cur.min(top) as u32,
+            rlim_max: l.max.min(top) as u32,
+        };
+        c.write(buf, &v.to_bytes())?;
+    }
+    Ok(0)
+}
+
+/// `setrlimit(resource, rlim)`.
+pub(crate) fn setrlimit<M: Machine>(c: &mut Ctx<'_, M>, res: u32, buf: u64) -> SysResult {
+    let r = check_resource(res)?;
+    let v = if c.wide() {
+        let v = Rlimit64::from_bytes(&c.read_array(buf)?);
+        Rlimit {
+            cur: v.rlim_cur,
+            max: v.rlim_max,
+        }
+    } else {
+        let v = Rlimit32::from_bytes(&c.read_array(buf)?);
+        let widen = |x: u32| {
+            if x == u32::MAX {
+                RLIM_INFINITY
+            } else {
+                x.into()
+            }
+        };
+        Rlimit {
+            cur: widen(v.rlim_cur),
+            max: widen(v.rlim_max),
+        }
+    };
+    set_limit(c, r, v)?;
+    Ok(0)
+}
+
+/// `sysinfo(info)`.
+pub(crate) fn sysinfo<M: Machine>(c: &mut Ctx<'_, M>, buf: u64) -> SysResult {
+    let up = (c.m.monotonic_ns() / 1_000_000_000) as i64;
+    let (total, free) = c.ram;
+    if c.wide() {
+        let s = Sysinfo64 {
+            uptime: up,
+            loads: [0; 3],
+            totalram: total,
+            freeram: free,
+            sharedram: 0,
+            bufferram: 0,
+            totalswap: 0,
+            freeswap: 0,
+            procs: 1,
+            pad: 0,
+            pad2: 0,
+            totalhigh: 0,
+            freehigh: 0,
+            mem_unit: 1,
+            pad3: 0,
+        };
+        c.write(buf, &s.to_bytes())?;
+    } else {
+        // Counted in KiB units so that more than 4 GiB fits.
+        let s = Sysinfo32 {
+            uptime: up as i32,
+            loads: [0; 3],
+            totalram: (total >> 10) as u32,
+            freeram: (free >> 10) as u32,
+            sharedram: 0,
+            bufferram: 0,
+            totalswap: 0,
+            freeswap: 0,
+            procs: 1,
+            pad: 0,
+            totalhigh: 0,
+            freehigh: 0,
+            mem_unit: 1024,
+            f: [0; 8],
+        };
+        c.write(buf, &s.to_bytes())?;
+    }
+    Ok(0)
+}
+
+/// `prctl(option, arg2, ...)`: PR_SET_NAME and PR_GET_NAME, the dumpable
+/// flag and PR_SET_PDEATHSIG (recorded nowhere: there is no parent
+/// death); everything else `EINVAL`.
+pub(crate) fn prctl<M: Machine>(c: &mut Ctx<'_, M>, option: i32, arg2: u64) -> SysResult {
+    const PR_SET_PDEATHSIG: i32 = 1;
+    const PR_GET_DUMPABLE: i32 = 3;
+    const PR_SET_DUMPABLE: i32 = 4;
+    const PR_SET_NAME: i32 = 15;
+    const PR_GET_NAME: i32 = 16;
+    match option {
+        PR_SET_NAME => {
+            // Linux copies at most 16 bytes and keeps 15.
+            let mut name = [0u8; 16];
+            for (i, b) in name.iter_mut().enumerate().take(15) {
+                let mut one = [0u8; 1];
+                c.read(arg2 + i as u64, &mut one)?;
+                if one[0] == 0 {
+                    break;
+                }
+                *b = one[0];
+            }
+            c.p.comm = name;
+            Ok(0)
+        }
+        PR_GET_NAME => {
+            let name = c.p.comm;
+            c.write(arg2, &name)?;
+            Ok(0)
+        }
+        PR_SET_PDEATHSIG => {
+            if arg2 > NSIG as u64 {
+                return Err(Errno::EINVAL);
+            }
+            Ok(0)
+        }
+        PR_GET_DUMPABLE => Ok(1),
+        PR_SET_DUMPABLE => {
+            if arg2 > 1 {
+                return Err(Errno::EINVAL);
+            }
+            Ok(0)
+        }
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// `getrusage(who, usage)`: user time is the process's CPU time.
+pub(crate) fn getrusage<M: Machine>(c: &mut Ctx<'_, M>, who: i32, buf: u64) -> SysResult {
+    let ns = match who {
+        0 | 1 => c.p.cpu_time_ns,
+        -1 => 0,
+        _ => return Err(Errno::EINVAL),
+    };
+    let (s, us) = (ns / 1_000_000_000, (ns % 1_000_000_000) / 1000);
+    if c.wide() {
+        let r = Rusage64 {
+            utime_sec: s as i64,
+            utime_usec: us as i64,
+            stime_sec: 0,
+            stime_usec: 0,
+            rest: [0; 14],
+        };
+        c.write(buf, &r.to_bytes())?;
+    } else {
+        let r = Rusage32 {
+            utime_sec: s as i32,
+            utime_usec: us as i32,
+            stime_sec: 0,
+            stime_usec: 0,
+            rest: [0; 14],
+        };
+        c.write(buf, &r.to_bytes())?;
+    }
+    Ok(0)
+}
+
+/// `times(buf)`: clock ticks (100 Hz) since boot; `buf` may be NULL.
+pub(crate) fn times<M: Machine>(c: &mut Ctx<'_, M>, buf: u64) -> SysResult {
+    let ticks = c.m.monotonic_ns() / 10_000_000;
+    if buf != 0 {
+        let user = c.p.cpu_time_ns / 10_000_000;
+        if c.wide() {
+            let mut b = [0u8; 32];
+            b[..8].copy_from_slice(&user.to_le_bytes());
+            c.write(buf, &b)?;
+        } else {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&(user as u32).to_le_bytes());
+            c.write(buf, &b)?;
+        }
+    }
+    Ok(if c.wide() { ticks } else { ticks & 0xffff_ffff })
+}
+
+const SIGKILL: u64 = 9;
+const SIGSTOP: u64 = 19;
+
+/// `rt_sigaction(sig, act, oact, sigsetsize)` in the caller's layout.
+pub(crate) fn rt_sigaction<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    sig: u64,
+    act: u64,
+    oact: u64,
+    setsize: u64,
+) -> SysResult {
+    if setsize != 8 {
+        return Err(Errno::EINVAL);
+    }
+    let sig = sig & 0xffff_ffff;
+    if sig == 0 || sig > NSIG as u64 {
+        return Err(Errno::EINVAL);
+    }
+    if act != 0 && (sig == SIGKILL || sig == SIGSTOP) {
+        return Err(Errno::EINVAL);
+    }
+    let new = if act != 0 {
+        Some(if c.wide() {
+            let a = Sigaction64::from_bytes(&c.read_array(act)?);
+            SigAction {
+                handler: a.sa_handler,
+                flags: a.sa_flags,
+                restorer: a.sa_restorer,
+                mask: a.sa_mask,
+            }
+        } else {
+            let a = Sigaction32::from_bytes(&c.read_array(act)?);
+            SigAction {
+                handler: a.sa_handler.into(),
+                flags: a.sa_flags.into(),
+                restorer: a.sa_restorer.into(),
+                mask: a.sa_mask,
+            }
+        })
+    } else {
+        None
+    };
+    let i = sig as usize - 1;
+    let old = c.p.signals.actions[i];
+    if oact != 0 {
+        if c.wide() {
+            let o = Sigaction64 {
+                sa_handler: old.handler,
+                sa_flags: old.flags,
+                sa_restorer: old.restorer,
+                sa_mask: old.mask,
+            };
+            c.write(oact, &o.to_bytes())?;
+        } else {
+            let o = Sigaction32 {
+                sa_handler: old.handler as u32,
+                sa_flags: old.flags as u32,
+                sa_restorer: old.restorer as u32,
+                sa_mask: old.mask,
+            };
+            c.write(oact, &o.to_bytes())?;
+        }
+    }
+    if let Some(mut n) = new {
+        n.mask &= !((1 << (SIGKILL - 1)) | (1 << (SIGSTOP - 1)));
+        c.p.signals.actions[i] = n;
+    }
+    Ok(0)
+}
+
+/// `rt_sigprocmask(how, set, oset, sigsetsize)`. Unblocking a pending
+/// signal acts on it (see the module doc).
+pub(crate) fn rt_sigprocmask<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    how: i32,
+    set: u64,
+    oset: u64,
+    setsize: u64,
+) -> Result<Action, Errno> {
+    if setsize != 8 {
+        return Err(Errno::EINVAL);
+    }
+    let new = if set != 0 {
+        if !(0..=2).contains(&how) {
+            return Err(Errno::EINVAL);
+        }
+        Some(u64::from_le_bytes(c.read_array(set)?))
+    } else {
+        None
+    };
+    let old = c.p.signals.mask;
+    if oset != 0 {
+        c.write(oset, &old.to_le_bytes())?;
+    }
+    if let Some(s) = new {
+        let m = match how {
+            0 => old | s,
+            1 => old & !s,
+            _ => s,
+        };
+        c.p.signals.mask = m & !((1 << (SIGKILL - 1)) | (1 << (SIGSTOP - 1)));
+    }
+    Ok(act_on_pending(c).unwrap_or(Action::Return(0)))
+}
+
+/// What an unblocked signal does to a process that cannot run handlers.
+fn disposition<M: Machine>(c: &Ctx<'_, M>, sig: u8) -> Option<Action> {
+    let a = c.p.signals.actions[sig as usize - 1];
+    // Default action ignore: SIGCHLD, SIGCONT, SIGURG, SIGWINCH; stop
+    // signals: nothing to stop for (treated as ignored).
+    let default_ignored = matches!(sig, 17 | 18 | 23 | 28 | 19 | 20 | 21 | 22);
+    match a.handler {
+        1 => None,
+        0 if default_ignored => None,
+        0 => Some(Action::Kill {
+            signal: sig,
+            reason: if sig == 6 {
+                "aborted (SIGABRT sent to itself)"
+            } else {
+                "signal sent to itself"
+            },
+        }),
+        _ => Some(Action::Kill {
+            signal: sig,
+            reason: "signal sent to itself has a handler, and signal delivery is not supported",
+        }),
+    }
+}
+
+/// Acts on the lowest pending unblocked signal, if any.
+fn act_on_pending<M: Machine>(c: &mut Ctx<'_, M>) -> Option<Action> {
+    loop {
+        let ready = c.p.signals.pending & !c.p.signals.mask;
+        if ready == 0 {
+            return None;
+        }
+        let bit = ready.trailing_zeros();
+        c.p.signals.pending &= !(1 << bit);
+        if let Some(a) = disposition(c, bit as u8 + 1) {
+            return Some(a);
+        }
+    }
+}
+
+/// Sends `sig` to the caller itself.
+fn raise_self<M: Machine>(c: &mut Ctx<'_, M>, sig: u64) -> Result<Action, Errno> {
+    if sig > NSIG as u64 {
+        return Err(Errno::EINVAL);
+    }
+    if sig == 0 {
+        return Ok(Action::Return(0));
+    }
+    c.p.signals.pending |= 1 << (sig - 1);
+    Ok(act_on_pending(c).unwrap_or(Action::Return(0)))
+}
+
+/// `kill(pid, sig)`: only the caller itself (its pid, 0, -1 or -pid)
+/// exists; others are `ESRCH`.
+pub(crate) fn kill<M: Machine>(c: &mut Ctx<'_, M>, pid: i32, sig: u64) -> Result<Action, Errno> {
+    let me = c.p.pid as i32;
+    if pid == me || pid == 0 || pid == -1 || pid == -me {
+        raise_self(c, sig & 0xffff_ffff)
+    } else if sig & 0xffff_ffff > NSIG as u64 {
+        Err(Errno::EINVAL)
+    } else {
+        Err(Errno::ESRCH)
+    }
+}
+
+/// `tgkill(tgid, tid, sig)` (and `tkill(tid, sig)` as `tgkill(pid, tid, sig)`).
+pub(crate) fn tgkill<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    tgid: i32,
+    tid: i32,
+    sig: u64,
+) -> Result<Action, Errno> {
+    if tgid <= 0 || tid <= 0 || sig & 0xffff_ffff > NSIG as u64 {
+        return Err(Errno::EINVAL);
+    }
+    let me = c.p.pid as i32;
+    if tgid != me || tid != me {
+        return Err(Errno::ESRCH);
+    }
+    raise_self(c, sig & 0xffff_ffff)
+}
+
+/// `sigaltstack(ss, old_ss)` in the caller's layout.
+pub(crate) fn sigaltstack<M: Machine>(c: &mut Ctx<'_, M>, ss: u64, old: u64) -> SysResult {
+    const SS_DISABLE: u32 = 2;
+    const SS_AUTODISARM: u32 = 1 << 31;
+    const MINSIGSTKSZ: u64 = 2048;
+    let new = if ss != 0 {
+        let (sp, flags, size) = if c.wide() {
+            let s = Stack64::from_bytes(&c.read_array(ss)?);
+            (s.ss_sp, s.ss_flags as u32, s.ss_size)
+        } else {
+            let s = Stack32::from_bytes(&c.read_array(ss)?);
+            (s.ss_sp.into(), s.ss_flags as u32, s.ss_size.into())
+        };
+        if flags & !(SS_DISABLE | SS_AUTODISARM) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if flags & SS_DISABLE == 0 && size < MINSIGSTKSZ {
+            return Err(Errno::ENOMEM);
+        }
+        Some(super::super::process::AltStack { sp, flags, size })
+    } else {
+        None
+    };
+    let o = c.p.signals.altstack;
+    if old != 0 {
+        if c.wide() {
+            let s = Stack64 {
+                ss_sp: o.sp,
+                ss_flags: o.flags as i32,
+                pad: 0,
+                ss_size: o.size,
+            };
+            c.write(old, &s.to_bytes())?;
+        } else {
+            let s = Stack32 {
+                ss_sp: o.sp as u32,
+                ss_flags: o.flags as i32,
+                ss_size: o.size as u32,
+            };
+            c.write(old, &s.to_bytes())?;
+        }
+    }
+    if let Some(n) = new {
+        c.p.signals.altstack = if n.flags & SS_DISABLE != 0 {
+            super::super::process::AltStack {
+                sp: 0,
+                flags: SS_DISABLE,
+                size: 0,
+            }
+        } else {
+            n
+        };
+    }
+    Ok(0)
+}

@@ -1,0 +1,336 @@
+//! A process's file-descriptor table and its open file descriptions.
+//!
+//! A descriptor points at an open file description (what `open` made);
+//! `dup` makes another descriptor for the same description, so the two
+//! share the offset and status flags, as on Linux. The close-on-exec flag
+//! belongs to the descriptor.
+
+use alloc::vec::Vec;
+
+use super::errno::Errno;
+use super::fs::NodeId;
+use super::machine::Stream;
+
+/// The default (and hard) `RLIMIT_NOFILE`.
+pub const NOFILE_LIMIT: u64 = 1024;
+
+/// `O_ACCMODE` and the status flags kept in a description.
+pub mod oflag {
+    /// Access-mode mask.
+    pub const O_ACCMODE: u32 = 3;
+    /// Read only.
+    pub const O_RDONLY: u32 = 0;
+    /// Write only.
+    pub const O_WRONLY: u32 = 1;
+    /// Read and write.
+    pub const O_RDWR: u32 = 2;
+    /// Create if missing.
+    pub const O_CREAT: u32 = 0o100;
+    /// With `O_CREAT`: fail if it exists.
+    pub const O_EXCL: u32 = 0o200;
+    /// Not a controlling terminal (ignored).
+    pub const O_NOCTTY: u32 = 0o400;
+    /// Truncate to zero on open.
+    pub const O_TRUNC: u32 = 0o1000;
+    /// Writes go to the end.
+    pub const O_APPEND: u32 = 0o2000;
+    /// Non-blocking (recorded).
+    pub const O_NONBLOCK: u32 = 0o4000;
+    /// Must be a directory.
+    pub const O_DIRECTORY: u32 = 0o200000;
+    /// Do not follow a final symlink.
+    pub const O_NOFOLLOW: u32 = 0o400000;
+    /// Close on exec.
+    pub const O_CLOEXEC: u32 = 0o2000000;
+    /// Path-only descriptor.
+    pub const O_PATH: u32 = 0o10000000;
+    /// 64-bit offsets (i386 libcs set it; meaningless here).
+    pub const O_LARGEFILE: u32 = 0o100000;
+    /// Status flags `F_SETFL` may change.
+    pub const SETFL_MASK: u32 = O_APPEND | O_NONBLOCK;
+}
+
+/// What an open file description refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Standard input: always at end of file.
+    Stdin,
+    /// Standard output or error: the console, through the line buffers.
+    Console(Stream),
+    /// A file-system node.
+    Node(NodeId),
+}
+
+/// An open file description.
+#[derive(Debug, Clone)]
+pub struct OpenFile {
+    /// What it refers to.
+    pub target: Target,
+    /// The file offset (for directories: the index of the next entry).
+    pub offset: u64,
+    /// Access mode and status flags (`O_ACCMODE`, `O_APPEND`, ...).
+    pub flags: u32,
+}
+
+impl OpenFile {
+    /// Whether it was opened for reading.
+    pub fn readable(&self) -> bool {
+        self.flags & oflag::O_ACCMODE != oflag::O_WRONLY && self.flags & oflag::O_PATH == 0
+    }
+
+    /// Whether it was opened for writing.
+    pub fn writable(&self) -> bool {
+        matches!(
+            self.flags & oflag::O_ACCMODE,
+            oflag::O_WRONLY | oflag::O_RDWR
+        ) && self.flags & oflag::O_PATH == 0
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    desc: usize,
+    cloexec: bool,
+}
+
+/// The descriptor table.
+#[derive(Debug, Clone)]
+pub struct FdTable {
+    fds: Vec<Option<Slot>>,
+    descs: Vec<Option<(OpenFile, usize)>>,
+}
+
+impl FdTable {
+    /// A table with fds 0 (stdin, EOF), 1 (stdout) and 2 (stderr).
+    pub fn with_standard_streams() -> FdTable {
+        let mut t = FdTable {
+            fds: Vec::with_capacity(8),
+            descs: Vec::with_capacity(8),
+        };
+        for (target, flags) in [
+            (Target::Stdin, oflag::O_RDONLY),
+            (Target::Console(Stream::Stdout), oflag::O_WRONLY),
+            (Target::Console(Stream::Stderr), oflag::O_WRONLY),
+        ] {
+            let d = t.descs.len();
+            t.descs.push(Some((
+                OpenFile {
+                    target,
+                    offset: 0,
+                    flags,
+                },
+                1,
+            )));
+            t.fds.push(Some(Slot {
+                desc: d,
+                cloexec: false,
+            }));
+        }
+        t
+    }
+
+    fn slot(&self, fd: u64) -> Result<Slot, Errno> {
+        usize::try_from(fd)
+            .ok()
+            .and_then(|i| self.fds.get(i).copied().flatten())
+            .ok_or(Errno::EBADF)
+    }
+
+    /// The description behind `fd` (`EBADF` if it is not open).
+    pub fn get(&self, fd: u64) -> Result<&OpenFile, Errno> {
+        let s = self.slot(fd)?;
+        self.descs[s.desc]
+            .as_ref()
+            .map(|d| &d.0)
+            .ok_or(Errno::EBADF)
+    }
+
+    /// The description behind `fd`, mutable (shared with its dups).
+    pub fn get_mut(&mut self, fd: u64) -> Result<&mut OpenFile, Errno> {
+        let s = self.slot(fd)?;
+        self.descs[s.desc]
+            .as_mut()
+            .map(|d| &mut d.0)
+            .ok_or(Errno::EBADF)
+    }
+
+    /// The descriptor's close-on-exec flag.
+    pub fn cloexec(&self, fd: u64) -> Result<bool, Errno> {
+        Ok(self.slot(fd)?.cloexec)
+    }
+
+    /// Sets the descriptor's close-on-exec flag.
+    pub fn set_cloexec(&mut self, fd: u64, on: bool) -> Result<(), Errno> {
+        self.slot(fd)?;
+        if let Some(Some(s)) = self.fds.get_mut(fd as usize) {
+            s.cloexec = on;
+        }
+        Ok(())
+    }
+
+    fn lowest_free(&self, min: usize, limit: u64) -> Result<usize, Errno> {
+        let i = (min..self.fds.len())
+            .find(|&i| self.fds[i].is_none())
+            .unwrap_or(self.fds.len().max(min));
+        if i as u64 >= limit {
+            return Err(Errno::EMFILE);
+        }
+        Ok(i)
+    }
+
+    fn put(&mut self, fd: usize, slot: Slot) -> Result<(), Errno> {
+        if fd >= self.fds.len() {
+            self.fds
+                .try_reserve(fd + 1 - self.fds.len())
+                .map_err(|_| Errno::ENOMEM)?;
+            self.fds.resize(fd + 1, None);
+        }
+        self.fds[fd] = Some(slot);
+        Ok(())
+    }
+
+    /// Opens a new description on the lowest free descriptor below `limit`.
+    pub fn open(&mut self, file: OpenFile, cloexec: bool, limit: u64) -> Result<u64, Errno> {
+        let fd = self.lowest_free(0, limit)?;
+        let d = match self.descs.iter().position(Option::is_none) {
+            Some(d) => d,
+            None => {
+                self.descs.try_reserve(1).map_err(|_| Errno::ENOMEM)?;
+                self.descs.push(None);
+                self.descs.len() - 1
+            }
+        };
+        // Reserve the fd slot before committing the description.
+        if fd >= self.fds.len() {
+            self.fds.try_reserve(1).map_err(|_| Errno::ENOMEM)?;
+        }
+        self.descs[d] = Some((file, 1));
+        self.put(fd, Slot { desc: d, cloexec })?;
+        Ok(fd as u64)
+    }
+
+    /// `dup`/`F_DUPFD`: a new descriptor `>= min` for `fd`'s description.
+    pub fn dup_min(&mut self, fd: u64, min: u64, cloexec: bool, limit: u64) -> Result<u64, Errno> {
+        let s = self.slot(fd)?;
+        if min >= limit {
+            return Err(Errno::EINVAL);
+        }
+        let new = self.lowest_free(min as usize, limit)?;
+        self.put(
+            new,
+            Slot {
+                desc: s.desc,
+                cloexec,
+            },
+        )?;
+        self.addref(s.desc);
+        Ok(new as u64)
+    }
+
+    /// `dup2`/`dup3`: makes `new` refer to `old`'s description, closing
+    /// what `new` was first. `EBADF` if `old` is not open or `new` is out
+    /// of range.
+    pub fn dup_to(&mut self, old: u64, new: u64, cloexec: bool, limit: u64) -> Result<u64, Errno> {
+        let s = self.slot(old)?;
+        if new >= limit {
+            return Err(Errno::EBADF);
+        }
+        if old == new {
+            return Ok(new);
+        }
+        // Make room first so a failure leaves `new` as it was.
+        if new as usize >= self.fds.len() {
+            self.fds
+                .try_reserve(new as usize + 1 - self.fds.len())
+                .map_err(|_| Errno::ENOMEM)?;
+        }
+        let _ = self.close(new);
+        self.put(
+            new as usize,
+            Slot {
+                desc: s.desc,
+                cloexec,
+            },
+        )?;
+        self.addref(s.desc);
+        Ok(new)
+    }
+
+    fn addref(&mut self, d: usize) {
+        if let Some((_, n)) = &mut self.descs[d] {
+            *n += 1;
+        }
+    }
+
+    /// Closes `fd`; the description goes when its last descriptor does.
+    pub fn close(&mut self, fd: u64) -> Result<(), Errno> {
+        let s = self.slot(fd)?;
+        self.fds[fd as usize] = None;
+        if let Some((_, n)) = &mut self.descs[s.desc] {
+            *n -= 1;
+            if *n == 0 {
+                self.descs[s.desc] = None;
+            }
+        }
+        while self.fds.last().is_some_and(Option::is_none) {
+            self.fds.pop();
+        }
+        Ok(())
+    }
+
+    /// The open descriptors, in order.
+    pub fn open_fds(&self) -> impl Iterator<Item = u64> + '_ {
+        self.fds
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.is_some())
+            .map(|(i, _)| i as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(n: NodeId) -> OpenFile {
+        OpenFile {
+            target: Target::Node(n),
+            offset: 0,
+            flags: oflag::O_RDWR,
+        }
+    }
+
+    #[test]
+    fn dup_shares_the_offset_and_close_keeps_the_other() {
+        let mut t = FdTable::with_standard_streams();
+        let fd = t.open(file(7), false, NOFILE_LIMIT).unwrap();
+        assert_eq!(fd, 3);
+        let d = t.dup_min(fd, 0, true, NOFILE_LIMIT).unwrap();
+        assert_eq!(d, 4);
+        t.get_mut(fd).unwrap().offset = 42;
+        assert_eq!(t.get(d).unwrap().offset, 42);
+        assert!(t.cloexec(d).unwrap() && !t.cloexec(fd).unwrap());
+        t.close(fd).unwrap();
+        assert_eq!(t.get(fd).err(), Some(Errno::EBADF));
+        assert_eq!(t.get(d).unwrap().offset, 42);
+        assert_eq!(t.dup_to(d, 1, false, NOFILE_LIMIT), Ok(1));
+        assert_eq!(t.get(1).unwrap().target, Target::Node(7));
+        assert_eq!(
+            t.dup_to(d, NOFILE_LIMIT, false, NOFILE_LIMIT),
+            Err(Errno::EBADF)
+        );
+        assert_eq!(t.close(99), Err(Errno::EBADF));
+    }
+
+    #[test]
+    fn the_limit_gives_emfile() {
+        let mut t = FdTable::with_standard_streams();
+        for i in 3..10 {
+            assert_eq!(t.open(file(1), false, 10), Ok(i));
+        }
+        assert_eq!(t.open(file(1), false, 10), Err(Errno::EMFILE));
+        t.close(5).unwrap();
+        assert_eq!(t.open(file(1), false, 10), Ok(5));
+        assert_eq!(t.dup_min(0, 10, false, 10), Err(Errno::EINVAL));
+    }
+}
