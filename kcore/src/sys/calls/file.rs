@@ -348,8 +348,8 @@ fn read_into_user<M: Machine>(
     if c.fs.node(id).is_dir() {
         return Err(Errno::EISDIR);
     }
-    let len = len.min(MAX_RW_COUNT);
     c.access_ok(buf, len)?;
+    let len = len.min(MAX_RW_COUNT);
     let random = matches!(c.fs.node(id).content, Content::Device(Device::Random));
     let mut done = 0u64;
     let mut chunk = [0u8; CHUNK];
@@ -383,8 +383,8 @@ fn write_from_user<M: Machine>(
     buf: u64,
     len: u64,
 ) -> SysResult {
-    let len = len.min(MAX_RW_COUNT);
     c.access_ok(buf, len)?;
+    let len = len.min(MAX_RW_COUNT);
     let mut done = 0u64;
     let mut chunk = [0u8; CHUNK];
     while done < len {

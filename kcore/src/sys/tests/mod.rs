@@ -28,6 +28,9 @@ pub(crate) struct Fake {
     pub tls: Option<[Option<TlsEntry>; 3]>,
     pub discarded: Vec<(u64, u64)>,
     pub protected: Vec<(u64, u64, Prot)>,
+    /// When non-zero, the most pages the fake brings in; past it an
+    /// access is `EFAULT`, as when the runtime cannot bring a page in.
+    pub page_budget: usize,
 }
 
 impl Fake {
@@ -64,6 +67,12 @@ impl Fake {
                 return Err(Errno::EFAULT);
             }
             let pg = at / PAGE_SIZE;
+            if self.page_budget != 0
+                && self.pages.len() >= self.page_budget
+                && !self.pages.contains_key(&pg)
+            {
+                return Err(Errno::EFAULT);
+            }
             let off = (at % PAGE_SIZE) as usize;
             let n = ((PAGE_SIZE as usize) - off).min((end - at) as usize);
             let page = Self::page(&mut self.pages, areas, pg);
