@@ -212,3 +212,117 @@ fn glibc_i386_start_up() {
     );
     assert_eq!(e.call("exit", &[0]), Action::Exit(0));
 }
+
+#[test]
+fn rust_std_start_up_on_musl_both_abis() {
+    for abi in [Abi::X86_64, Abi::I386] {
+        let mut e = Env::new(abi);
+        let wide = abi == Abi::X86_64;
+        let mask = if wide { u64::MAX } else { 0xffff_ffff };
+        // std::rt: poll the standard fds; none is POLLNVAL.
+        let mut pfds = Vec::new();
+        for fd in 0..3i32 {
+            pfds.extend_from_slice(&fd.to_le_bytes());
+            pfds.extend_from_slice(&[0; 4]);
+        }
+        e.poke(SCRATCH, &pfds);
+        assert_eq!(e.ret("poll", &[SCRATCH, 3, 0]), 0);
+        // Close stdin: the next poll reports POLLNVAL for it.
+        assert_eq!(e.ret("close", &[0]), 0);
+        assert_eq!(e.ret("poll", &[SCRATCH, 3, 0]), 1);
+        assert_eq!(e.peek(SCRATCH + 6, 2), 0x20u16.to_le_bytes());
+        let null = e.cstr(SCRATCH + 0x100, "/dev/null");
+        assert_eq!(e.ret("open", &[null, 2, 0]), 0, "reopened on the lowest fd");
+        // signal(SIGPIPE, SIG_IGN).
+        let act: Vec<u8> = if wide {
+            crate::sys::uapi::Sigaction64 {
+                sa_handler: 1,
+                sa_flags: 0x0400_0000,
+                sa_restorer: TEXT,
+                sa_mask: 0,
+            }
+            .to_bytes()
+            .to_vec()
+        } else {
+            crate::sys::uapi::Sigaction32 {
+                sa_handler: 1,
+                sa_flags: 0x0400_0000,
+                sa_restorer: TEXT as u32,
+                sa_mask: 0,
+            }
+            .to_bytes()
+            .to_vec()
+        };
+        e.poke(SCRATCH + 0x200, &act);
+        assert_eq!(e.ret("rt_sigaction", &[13, SCRATCH + 0x200, 0, 8]), 0);
+        assert_eq!(e.p.signals.actions[12].handler, 1);
+        // musl's pthread_getattr_np on the main thread probes the stack
+        // with mremap(p - l - PAGE, PAGE, 2 * PAGE, 0) until it is not ENOMEM.
+        let top = e.p.layout.stack_top;
+        let mut l = 4096;
+        loop {
+            match e.call("mremap", &[top - l - 4096, 4096, 8192, 0, 0]) {
+                Action::Return(v) if (v & mask) == (Errno::ENOMEM.to_return() & mask) => l += 4096,
+                Action::Return(v) => {
+                    assert_eq!(v & mask, Errno::EFAULT.to_return() & mask);
+                    break;
+                }
+                a => panic!("{a:?}"),
+            }
+        }
+        assert_eq!(
+            l,
+            crate::sys::vma::STACK_SIZE,
+            "the whole stack area was found"
+        );
+        // The stack-overflow handler: an alternate stack with a guard page.
+        let mmap = if wide { "mmap" } else { "mmap2" };
+        let alt = e.ret(mmap, &[0, 4096 + 16384, 3, 0x2_0022, u64::MAX, 0]) as u64 & mask;
+        assert_eq!(e.ret("mprotect", &[alt, 4096, 0]), 0);
+        assert_eq!(e.p.areas.find(alt).unwrap().prot, Prot::NONE);
+        let ss: Vec<u8> = if wide {
+            crate::sys::uapi::Stack64 {
+                ss_sp: alt + 4096,
+                ss_flags: 0,
+                pad: 0,
+                ss_size: 16384,
+            }
+            .to_bytes()
+            .to_vec()
+        } else {
+            crate::sys::uapi::Stack32 {
+                ss_sp: (alt + 4096) as u32,
+                ss_flags: 0,
+                ss_size: 16384,
+            }
+            .to_bytes()
+            .to_vec()
+        };
+        e.poke(SCRATCH + 0x300, &ss);
+        assert_eq!(e.ret("sigaltstack", &[0, SCRATCH + 0x400]), 0);
+        assert_eq!(e.ret("sigaltstack", &[SCRATCH + 0x300, 0]), 0);
+        assert_eq!(e.p.signals.altstack.sp, alt + 4096);
+        // available_parallelism, HashMap keys, Instant::now.
+        assert!(e.ret("sched_getaffinity", &[0, 128, SCRATCH + 0x500]) > 0);
+        assert_eq!(e.ret("getrandom", &[SCRATCH + 0x600, 16, 4]), 16);
+        let clock = if wide {
+            "clock_gettime"
+        } else {
+            "clock_gettime64"
+        };
+        assert_eq!(e.ret(clock, &[1, SCRATCH + 0x700]), 0);
+        // std::fs::read of an archive file through statx and read.
+        let p = e.cstr(SCRATCH + 0x800, "input.txt");
+        let fd = e.ret("openat", &[-100i64 as u64, p, 0o2000000, 0]) as u64;
+        let empty = e.cstr(SCRATCH + 0x900, "");
+        assert_eq!(
+            e.ret("statx", &[fd, empty, 0x1000, 0xfff, SCRATCH + 0xa00]),
+            0
+        );
+        assert_eq!(e.u64_at(SCRATCH + 0xa00 + 40), 18);
+        assert_eq!(e.ret("read", &[fd, SCRATCH + 0xb00, 18]), 18);
+        assert_eq!(e.ret("read", &[fd, SCRATCH + 0xb00, 18]), 0);
+        assert_eq!(e.call("exit_group", &[0]), Action::Exit(0));
+        assert_eq!(e.sys.unknown.summary(), "none");
+    }
+}
