@@ -1250,3 +1250,65 @@ pub(crate) enum MapSource {
         writable: bool,
     },
 }
+
+/// `select`/`pselect6` over the descriptor sets at `sets` (read, write,
+/// except; each may be NULL): every open descriptor is ready at once for
+/// what it was opened for, none has an exceptional condition. `EBADF`
+/// for a descriptor in a set that is not open. With nothing ready: sleep
+/// for the timeout (`None`: block for good).
+pub(crate) fn select<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    nfds: i32,
+    sets: [u64; 3],
+    timeout_ns: Option<u64>,
+) -> Result<Action, Errno> {
+    if nfds < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let n = (nfds as usize).min(1024);
+    let word = if c.wide() { 8 } else { 4 };
+    let bytes = n.div_ceil(8 * word) * word;
+    let mut bits = [[0u8; 128]; 3];
+    for (set, b) in sets.iter().zip(bits.iter_mut()) {
+        if *set != 0 {
+            c.read(*set, &mut b[..bytes])?;
+        }
+    }
+    let mut ready = 0u64;
+    for fd in 0..n {
+        let (byte, bit) = (fd / 8, 1u8 << (fd % 8));
+        if bits.iter().all(|b| b[byte] & bit == 0) {
+            continue;
+        }
+        let f = c.p.fds.get(fd as u64)?;
+        let (r, w) = (f.readable(), f.writable());
+        for (i, ok) in [r, w, false].into_iter().enumerate() {
+            if bits[i][byte] & bit != 0 {
+                if ok {
+                    ready += 1;
+                } else {
+                    bits[i][byte] &= !bit;
+                }
+            }
+        }
+    }
+    for (set, b) in sets.iter().zip(bits.iter()) {
+        if *set != 0 {
+            c.write(*set, &b[..bytes])?;
+        }
+    }
+    if ready > 0 {
+        return Ok(Action::Return(ready));
+    }
+    match timeout_ns {
+        Some(0) => Ok(Action::Return(0)),
+        Some(ns) => {
+            let now = c.m.monotonic_ns();
+            Ok(Action::Sleep {
+                until_ns: now.saturating_add(ns),
+                then: 0,
+            })
+        }
+        None => Ok(Action::Block),
+    }
+}

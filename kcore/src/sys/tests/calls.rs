@@ -709,3 +709,76 @@ fn huge_lengths_are_bounded() {
     );
     assert_eq!(e.err("write", &[1, SCRATCH, 0xffff_ffff]), Errno::EFAULT);
 }
+
+#[test]
+fn select_and_pselect6() {
+    for mut e in both() {
+        let wide = e.abi == Abi::X86_64;
+        let tv: Vec<u8> = if wide {
+            [1i64.to_le_bytes(), 0i64.to_le_bytes()].concat()
+        } else {
+            [1i32.to_le_bytes(), 0i32.to_le_bytes()].concat()
+        };
+        // select(0, NULL, NULL, NULL, &{1 s}) sleeps, and leaves no time.
+        e.poke(SCRATCH, &tv);
+        let select = if wide { "select" } else { "_newselect" };
+        match e.call(select, &[0, 0, 0, 0, SCRATCH]) {
+            Action::Sleep { until_ns, then: 0 } => {
+                assert!((1_000_000_000..1_001_000_000).contains(&until_ns))
+            }
+            a => panic!("{a:?}"),
+        }
+        assert_eq!(e.peek(SCRATCH, tv.len()), vec![0; tv.len()]);
+        // fd 1 is writable, not readable; fd 9 is not open.
+        e.poke(SCRATCH + 0x10, &[0b10, 0, 0, 0, 0, 0, 0, 0]);
+        e.poke(SCRATCH + 0x20, &[0b10, 0, 0, 0, 0, 0, 0, 0]);
+        e.poke(SCRATCH, &[0; 16]);
+        assert_eq!(
+            e.ret(select, &[2, SCRATCH + 0x10, SCRATCH + 0x20, 0, SCRATCH]),
+            1
+        );
+        assert_eq!(e.peek(SCRATCH + 0x10, 1), [0], "not readable");
+        assert_eq!(e.peek(SCRATCH + 0x20, 1), [0b10], "writable");
+        e.poke(SCRATCH + 0x10, &[0, 2, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(e.err(select, &[10, SCRATCH + 0x10, 0, 0, 0]), Errno::EBADF);
+        assert_eq!(e.err(select, &[-1i64 as u64, 0, 0, 0, 0]), Errno::EINVAL);
+        assert_eq!(e.err(select, &[8, BAD, 0, 0, 0]), Errno::EFAULT);
+        assert_eq!(e.err(select, &[0, 0, 0, 0, BAD]), Errno::EFAULT);
+        // pselect6 with a zero timespec and a sigset argument.
+        e.poke(SCRATCH + 0x20, &[0b1, 0, 0, 0, 0, 0, 0, 0]);
+        e.poke(SCRATCH + 0x40, &[0; 16]);
+        let word = |v: u64| {
+            if wide {
+                v.to_le_bytes().to_vec()
+            } else {
+                (v as u32).to_le_bytes().to_vec()
+            }
+        };
+        e.poke(SCRATCH + 0x60, &[word(SCRATCH + 0x80), word(8)].concat());
+        assert_eq!(
+            e.ret(
+                "pselect6",
+                &[1, SCRATCH + 0x20, 0, 0, SCRATCH + 0x40, SCRATCH + 0x60]
+            ),
+            1
+        );
+        e.poke(SCRATCH + 0x60, &[word(SCRATCH + 0x80), word(4)].concat());
+        assert_eq!(
+            e.err("pselect6", &[1, 0, 0, 0, SCRATCH + 0x40, SCRATCH + 0x60]),
+            Errno::EINVAL
+        );
+        assert_eq!(
+            e.err("pselect6", &[1, 0, 0, 0, SCRATCH + 0x40, BAD]),
+            Errno::EFAULT
+        );
+    }
+    // The i386 old select takes its arguments in a block.
+    let mut e = Env::new(Abi::I386);
+    e.poke(SCRATCH + 0x20, &[0b10, 0, 0, 0]);
+    let block = [2u32, 0, SCRATCH as u32 + 0x20, 0, 0]
+        .map(u32::to_le_bytes)
+        .concat();
+    e.poke(SCRATCH, &block);
+    assert_eq!(e.ret("select", &[SCRATCH]), 1);
+    assert_eq!(e.err("select", &[BAD]), Errno::EFAULT);
+}

@@ -25,6 +25,8 @@ const DIRPATH: u64 = SCRATCH + 0x340; // "/tmp/emptyd"
 const EXE: u64 = SCRATCH + 0x380; // "/proc/self/exe"
 const AFF: u64 = SCRATCH + 0x3c0; // CPU mask {1}
 const WPATH: u64 = SCRATCH + 0x3e0; // "/tmp/w"
+const TS0: u64 = SCRATCH + 0x400; // a zero timespec / timeval
+const SSARG: u64 = SCRATCH + 0x420; // pselect6's {SET, 8}
 const BUF: u64 = SCRATCH + 0x1000;
 const X: u64 = 0xbad0_bad0; // placeholder for the pointer under test
 const AT_FDCWD: u64 = -100i64 as u64;
@@ -96,6 +98,8 @@ fn setup(abi: Abi) -> Env {
         e.poke(SS, &[BUF as u32, 0, 8192].map(u32::to_le_bytes).concat());
     }
     e.poke(AFF, &[1]);
+    e.poke(TS0, &[0; 16]);
+    e.poke(SSARG, &[word(SET), word(8)].concat());
     // fd 3: the archive file; fd 4: a writable memory file; fd 5: /tmp.
     assert_eq!(e.ret("open", &[PATH, 0, 0]), 3);
     assert_eq!(e.ret("open", &[WPATH, 0o102, 0o644]), 4);
@@ -148,6 +152,13 @@ fn common_cases() -> Vec<Case> {
         case("ppoll", &[X, 1, TS, 0, 8], PFD),
         case("ppoll", &[PFD, 1, X, 0, 8], TS),
         case("ppoll", &[PFD, 1, TS, X, 8], SET),
+        case("select_or_newselect", &[2, X, 0, 0, 0], SET),
+        case("select_or_newselect", &[2, 0, X, 0, 0], SET),
+        case("select_or_newselect", &[2, 0, 0, X, 0], SET),
+        case("select_or_newselect", &[2, SET, 0, 0, X], TS0),
+        case("pselect6", &[2, X, 0, 0, 0, 0], SET),
+        case("pselect6", &[2, SET, 0, 0, X, 0], TS0),
+        case("pselect6", &[2, SET, 0, 0, TS0, X], SSARG),
         case("access", &[X, 0], PATH),
         case("faccessat", &[AT_FDCWD, X, 0], PATH),
         case("faccessat2", &[AT_FDCWD, X, 0, 0], PATH),
@@ -248,6 +259,8 @@ fn run(abi: Abi, cases: Vec<Case>) -> usize {
         let name = match (name, abi) {
             ("newfstatat_or_fstatat64", Abi::X86_64) => "newfstatat",
             ("newfstatat_or_fstatat64", Abi::I386) => "fstatat64",
+            ("select_or_newselect", Abi::X86_64) => "select",
+            ("select_or_newselect", Abi::I386) => "_newselect",
             (n, _) => n,
         };
         let efault = Action::Return(Errno::EFAULT.to_return());
