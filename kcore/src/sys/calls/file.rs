@@ -831,13 +831,24 @@ pub(crate) fn fcntl<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, cmd: u32, arg: u64)
             f.flags = (f.flags & !oflag::SETFL_MASK) | (arg as u32 & oflag::SETFL_MASK);
             Ok(0)
         }
-        // F_GETLK, F_SETLK, F_SETLKW (and the 64-bit i386 forms 12-14),
-        // F_OFD_*: one process, so no lock ever conflicts. F_GETLK must
-        // answer F_UNLCK in the caller's struct; refuse it rather than
-        // guess the layout.
-        6 | 7 | 13 | 14 | 37 | 38 => {
+        // Record locks: one process, so no lock ever conflicts. F_GETLK
+        // (5; the i386 F_GETLK64 12; F_OFD_GETLK 36) answers F_UNLCK in
+        // `l_type`, the first field of every `struct flock` layout; the
+        // setters (6, 7; i386 13, 14; F_OFD_SETLK 37, F_OFD_SETLKW 38)
+        // check the type and succeed.
+        5 | 6 | 7 | 12 | 13 | 14 | 36 | 37 | 38 => {
             c.p.fds.get(fd)?;
-            Ok(0)
+            if !c.wide() || !(12..=14).contains(&cmd) {
+                let t = u16::from_le_bytes(c.read_array(arg)?);
+                if t > 2 {
+                    return Err(Errno::EINVAL);
+                }
+                if matches!(cmd, 5 | 12 | 36) {
+                    c.write(arg, &2u16.to_le_bytes())?;
+                }
+                return Ok(0);
+            }
+            Err(Errno::EINVAL)
         }
         // F_GETOWN, F_SETOWN, F_SETSIG, F_GETSIG.
         8..=11 => {

@@ -408,6 +408,12 @@ fn signals_to_itself() {
     let mut e = Env::new(Abi::X86_64);
     assert_eq!(e.ret("kill", &[7, 0]), 0);
     assert_eq!(e.err("kill", &[8, 0]), Errno::ESRCH);
+    assert_eq!(
+        e.ret("kill", &[-1i64 as u64, 9]),
+        0,
+        "-1 is everyone but the caller"
+    );
+    assert_eq!(e.err("kill", &[7, 65]), Errno::EINVAL);
     assert_eq!(e.ret("kill", &[7, 17]), 0, "SIGCHLD is ignored by default");
     // An ignored SIGTERM does nothing.
     let act = Sigaction64 {

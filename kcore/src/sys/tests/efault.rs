@@ -148,6 +148,8 @@ fn common_cases() -> Vec<Case> {
         case("fstat", &[3, X], BUF),
         case("getdents64", &[5, X, 4096], BUF),
         case("ioctl", &[3, 0x5421, X], SET),
+        case("fcntl_or_fcntl64", &[3, 5, X], SET),
+        case("fcntl_or_fcntl64", &[3, 6, X], SET),
         case("poll", &[X, 1, 0], PFD),
         case("ppoll", &[X, 1, TS, 0, 8], PFD),
         case("ppoll", &[PFD, 1, X, 0, 8], TS),
@@ -260,6 +262,8 @@ fn run(abi: Abi, cases: Vec<Case>) -> usize {
             ("newfstatat_or_fstatat64", Abi::X86_64) => "newfstatat",
             ("newfstatat_or_fstatat64", Abi::I386) => "fstatat64",
             ("select_or_newselect", Abi::X86_64) => "select",
+            ("fcntl_or_fcntl64", Abi::X86_64) => "fcntl",
+            ("fcntl_or_fcntl64", Abi::I386) => "fcntl64",
             ("select_or_newselect", Abi::I386) => "_newselect",
             (n, _) => n,
         };
