@@ -17,7 +17,7 @@ use super::errno::Errno;
 pub const PATH_MAX: usize = 4096;
 /// Linux's `NAME_MAX`: the longest path component.
 pub const NAME_MAX: usize = 255;
-/// The largest in-memory file (writes past it are `EFBIG`).
+/// The default largest in-memory file ([`Vfs::max_file_size`]).
 pub const MAX_FILE_SIZE: u64 = 1 << 32;
 
 /// `S_IFMT` and the file-type bits of `st_mode`.
@@ -131,6 +131,10 @@ struct Walk<'a> {
 #[derive(Debug)]
 pub struct Vfs {
     nodes: Vec<Node>,
+    /// The largest in-memory file: writes and truncations past it are
+    /// `EFBIG`. Files are not sparse (a write far past the end fills the
+    /// gap with zeros), so this also bounds what one write can allocate.
+    pub max_file_size: u64,
 }
 
 fn nomem<T>(_: T) -> Errno {
@@ -143,6 +147,7 @@ impl Vfs {
     pub fn new() -> Vfs {
         let mut fs = Vfs {
             nodes: Vec::with_capacity(16),
+            max_file_size: MAX_FILE_SIZE,
         };
         fs.nodes.push(Node {
             content: Content::Dir(Vec::new()),
@@ -551,6 +556,7 @@ impl Vfs {
         buf: &[u8],
         now: u64,
     ) -> Result<usize, Errno> {
+        let max = self.max_file_size;
         let node = self.node_mut(id);
         let data = match &mut node.content {
             Content::Mem(d) => d,
@@ -559,7 +565,7 @@ impl Vfs {
             Content::Archive(_) | Content::SelfExe => return Err(Errno::EROFS),
         };
         let end = offset.checked_add(buf.len() as u64).ok_or(Errno::EFBIG)?;
-        if end > MAX_FILE_SIZE {
+        if end > max {
             return Err(Errno::EFBIG);
         }
         let (off, end) = (offset as usize, end as usize);
@@ -574,6 +580,7 @@ impl Vfs {
 
     /// Sets the size of an in-memory file (`ftruncate`, `O_TRUNC`).
     pub fn truncate(&mut self, id: NodeId, len: u64, now: u64) -> Result<(), Errno> {
+        let max = self.max_file_size;
         let node = self.node_mut(id);
         let data = match &mut node.content {
             Content::Mem(d) => d,
@@ -581,7 +588,7 @@ impl Vfs {
             Content::Device(_) => return Ok(()),
             Content::Archive(_) | Content::SelfExe => return Err(Errno::EROFS),
         };
-        if len > MAX_FILE_SIZE {
+        if len > max {
             return Err(Errno::EFBIG);
         }
         let len = len as usize;

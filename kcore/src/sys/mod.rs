@@ -23,6 +23,34 @@
 //! Single-threaded semantics throughout: a process is one thread (no
 //! `clone`, `fork`, `execve`), signals are recorded but never delivered (a
 //! fatal one sent to itself ends it), futexes have no other waiter.
+//!
+//! # What the runtime does
+//! 1. Once: `System::new(Vfs::from_archive(entries)?)`, with the archive's
+//!    `(path, mode, data)` entries; set `ram_bytes`/`free_ram_bytes`.
+//! 2. Per process: [`Process::new`] (pid, ppid, comm, exe path, ABI, cwd),
+//!    then insert the loaded image into `p.areas` ([`Area`] with
+//!    [`Backing::File`] over the ELF's bytes, or [`Backing::Zero`]), the
+//!    stack area (`[layout.stack_bottom(), layout.stack_top)`,
+//!    [`AreaKind::Stack`], RW) and call [`Process::set_brk_start`] with the
+//!    end of the highest segment. Write the initial stack through the
+//!    same areas.
+//! 3. On a page fault in user mode: [`AreaSet::find`] says whether the
+//!    address is mapped and with what rights; for a page not present yet
+//!    [`AreaSet::page_content`] gives its bytes. Anything else ends the
+//!    process with SIGSEGV and a reason.
+//! 4. On a system call: [`syscall`], then act on the [`Action`]. On
+//!    `Exit`/`Kill` call [`Process::flush_output`] before reporting.
+//! 5. On every switch to a process: load `p.fs_base` (64-bit) or install
+//!    `p.tls` into GDT entries 12..=14 (i386).
+//! 6. At the end of the run: `sys.unknown.summary()` after
+//!    `perch: unknown system calls: `.
+//!
+//! # Implemented, and what is not
+//! Every number in [`table`]'s `X86_64_TABLE`/`I386_TABLE` has a handler;
+//! `rseq` and `membarrier` return `ENOSYS` on purpose (libc copes) and
+//! are not counted as unknown; everything else (sockets, pipes, `clone`,
+//! `fork`, `execve`, `wait4`, `select`, epoll, timers, xattrs, SysV IPC,
+//! ...) returns `ENOSYS` and is counted by name in [`UnknownCalls`].
 
 pub mod errno;
 pub mod fd;

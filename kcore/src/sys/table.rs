@@ -92,6 +92,10 @@ pub enum Sys {
     Poll,
     Ppoll,
     Ppoll64,
+    Select,
+    OldSelect,
+    Pselect6,
+    Pselect6Time64,
     Prctl,
     Pread64,
     Preadv,
@@ -163,6 +167,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (19, Sys::Readv),              // readv
     (20, Sys::Writev),             // writev
     (21, Sys::Access),             // access
+    (23, Sys::Select),             // select
     (24, Sys::SchedYield),         // sched_yield
     (25, Sys::Mremap),             // mremap
     (26, Sys::Msync),              // msync
@@ -236,6 +241,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (267, Sys::Readlinkat),        // readlinkat
     (268, Sys::Fchmodat),          // fchmodat
     (269, Sys::Faccessat),         // faccessat
+    (270, Sys::Pselect6),          // pselect6
     (271, Sys::Ppoll),             // ppoll
     (273, Sys::SetRobustList),     // set_robust_list
     (274, Sys::GetRobustList),     // get_robust_list
@@ -289,6 +295,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (77, Sys::Getrusage),          // getrusage
     (78, Sys::Gettimeofday),       // gettimeofday
     (80, Sys::Getgroups),          // getgroups
+    (82, Sys::OldSelect),          // select
     (85, Sys::Readlink),           // readlink
     (90, Sys::OldMmap),            // mmap
     (91, Sys::Munmap),             // munmap
@@ -307,6 +314,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (132, Sys::Getpgid),           // getpgid
     (133, Sys::Fchdir),            // fchdir
     (140, Sys::Llseek),            // _llseek
+    (142, Sys::Select),            // _newselect
     (144, Sys::Msync),             // msync
     (145, Sys::Readv),             // readv
     (146, Sys::Writev),            // writev
@@ -366,6 +374,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (305, Sys::Readlinkat),        // readlinkat
     (306, Sys::Fchmodat),          // fchmodat
     (307, Sys::Faccessat),         // faccessat
+    (308, Sys::Pselect6),          // pselect6
     (309, Sys::Ppoll),             // ppoll
     (311, Sys::SetRobustList),     // set_robust_list
     (312, Sys::GetRobustList),     // get_robust_list
@@ -383,6 +392,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (403, Sys::ClockGettime64),    // clock_gettime64
     (406, Sys::ClockGetres64),     // clock_getres_time64
     (407, Sys::ClockNanosleep64),  // clock_nanosleep_time64
+    (413, Sys::Pselect6Time64),    // pselect6_time64
     (414, Sys::Ppoll64),           // ppoll_time64
     (422, Sys::Futex64),           // futex_time64
     (439, Sys::Faccessat2),        // faccessat2

@@ -281,7 +281,7 @@ impl Area {
 
 /// Whether `x` is a multiple of the page size.
 pub const fn page_aligned(x: u64) -> bool {
-    x % PAGE_SIZE == 0
+    x.is_multiple_of(PAGE_SIZE)
 }
 
 /// `x` rounded up to a page boundary, `None` on overflow.
@@ -488,12 +488,11 @@ impl AreaSet {
         if a.end != old_end || new_end <= a.start {
             return Err(Errno::EINVAL);
         }
-        if new_end > old_end {
-            if let Some(next) = self.areas.get(i + 1)
-                && next.start < new_end
-            {
-                return Err(Errno::ENOMEM);
-            }
+        if new_end > old_end
+            && let Some(next) = self.areas.get(i + 1)
+            && next.start < new_end
+        {
+            return Err(Errno::ENOMEM);
         }
         self.areas[i].end = new_end;
         Ok(())
@@ -553,7 +552,7 @@ mod tests {
             assert!(l.mmap_base < l.stack_bottom());
             assert!(l.stack_top <= l.user_top);
         }
-        assert!(Layout::I386.user_top <= 1 << 32);
+        const { assert!(Layout::I386.user_top <= 1 << 32) };
     }
 
     #[test]

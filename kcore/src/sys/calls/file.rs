@@ -40,7 +40,7 @@ const IOV_MAX: u64 = 1024;
 
 /// The device number of the file system and of the console.
 const FS_DEV: u64 = 0x2a;
-const CONSOLE_RDEV: u64 = (136 << 8) | 0;
+const CONSOLE_RDEV: u64 = 136 << 8;
 
 /// Which `struct stat` a call fills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -348,8 +348,8 @@ fn read_into_user<M: Machine>(
     if c.fs.node(id).is_dir() {
         return Err(Errno::EISDIR);
     }
-    let len = len.min(MAX_RW_COUNT);
     c.access_ok(buf, len)?;
+    let len = len.min(MAX_RW_COUNT);
     let random = matches!(c.fs.node(id).content, Content::Device(Device::Random));
     let mut done = 0u64;
     let mut chunk = [0u8; CHUNK];
@@ -383,8 +383,8 @@ fn write_from_user<M: Machine>(
     buf: u64,
     len: u64,
 ) -> SysResult {
-    let len = len.min(MAX_RW_COUNT);
     c.access_ok(buf, len)?;
+    let len = len.min(MAX_RW_COUNT);
     let mut done = 0u64;
     let mut chunk = [0u8; CHUNK];
     while done < len {
@@ -831,16 +831,27 @@ pub(crate) fn fcntl<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, cmd: u32, arg: u64)
             f.flags = (f.flags & !oflag::SETFL_MASK) | (arg as u32 & oflag::SETFL_MASK);
             Ok(0)
         }
-        // F_GETLK, F_SETLK, F_SETLKW (and the 64-bit i386 forms 12-14),
-        // F_OFD_*: one process, so no lock ever conflicts. F_GETLK must
-        // answer F_UNLCK in the caller's struct; refuse it rather than
-        // guess the layout.
-        6 | 7 | 13 | 14 | 37 | 38 => {
+        // Record locks: one process, so no lock ever conflicts. F_GETLK
+        // (5; the i386 F_GETLK64 12; F_OFD_GETLK 36) answers F_UNLCK in
+        // `l_type`, the first field of every `struct flock` layout; the
+        // setters (6, 7; i386 13, 14; F_OFD_SETLK 37, F_OFD_SETLKW 38)
+        // check the type and succeed.
+        5 | 6 | 7 | 12 | 13 | 14 | 36 | 37 | 38 => {
             c.p.fds.get(fd)?;
-            Ok(0)
+            if !c.wide() || !(12..=14).contains(&cmd) {
+                let t = u16::from_le_bytes(c.read_array(arg)?);
+                if t > 2 {
+                    return Err(Errno::EINVAL);
+                }
+                if matches!(cmd, 5 | 12 | 36) {
+                    c.write(arg, &2u16.to_le_bytes())?;
+                }
+                return Ok(0);
+            }
+            Err(Errno::EINVAL)
         }
         // F_GETOWN, F_SETOWN, F_SETSIG, F_GETSIG.
-        8 | 9 | 10 | 11 => {
+        8..=11 => {
             c.p.fds.get(fd)?;
             Ok(0)
         }
@@ -1249,4 +1260,66 @@ pub(crate) enum MapSource {
         len: u64,
         writable: bool,
     },
+}
+
+/// `select`/`pselect6` over the descriptor sets at `sets` (read, write,
+/// except; each may be NULL): every open descriptor is ready at once for
+/// what it was opened for, none has an exceptional condition. `EBADF`
+/// for a descriptor in a set that is not open. With nothing ready: sleep
+/// for the timeout (`None`: block for good).
+pub(crate) fn select<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    nfds: i32,
+    sets: [u64; 3],
+    timeout_ns: Option<u64>,
+) -> Result<Action, Errno> {
+    if nfds < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let n = (nfds as usize).min(1024);
+    let word = if c.wide() { 8 } else { 4 };
+    let bytes = n.div_ceil(8 * word) * word;
+    let mut bits = [[0u8; 128]; 3];
+    for (set, b) in sets.iter().zip(bits.iter_mut()) {
+        if *set != 0 {
+            c.read(*set, &mut b[..bytes])?;
+        }
+    }
+    let mut ready = 0u64;
+    for fd in 0..n {
+        let (byte, bit) = (fd / 8, 1u8 << (fd % 8));
+        if bits.iter().all(|b| b[byte] & bit == 0) {
+            continue;
+        }
+        let f = c.p.fds.get(fd as u64)?;
+        let (r, w) = (f.readable(), f.writable());
+        for (i, ok) in [r, w, false].into_iter().enumerate() {
+            if bits[i][byte] & bit != 0 {
+                if ok {
+                    ready += 1;
+                } else {
+                    bits[i][byte] &= !bit;
+                }
+            }
+        }
+    }
+    for (set, b) in sets.iter().zip(bits.iter()) {
+        if *set != 0 {
+            c.write(*set, &b[..bytes])?;
+        }
+    }
+    if ready > 0 {
+        return Ok(Action::Return(ready));
+    }
+    match timeout_ns {
+        Some(0) => Ok(Action::Return(0)),
+        Some(ns) => {
+            let now = c.m.monotonic_ns();
+            Ok(Action::Sleep {
+                until_ns: now.saturating_add(ns),
+                then: 0,
+            })
+        }
+        None => Ok(Action::Block),
+    }
 }

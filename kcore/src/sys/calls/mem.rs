@@ -293,6 +293,11 @@ pub(crate) fn msync<M: Machine>(c: &mut Ctx<'_, M>, addr: u64, len: u64, flags: 
     Ok(0)
 }
 
+/// The largest area `mremap` moves: moving copies the bytes (touching
+/// every page), so a larger one is refused with `ENOMEM` and libc copies
+/// what it needs itself.
+const MREMAP_MAX_COPY: u64 = 256 << 20;
+
 /// `mremap(old, old_len, new_len, flags, new_addr)`.
 pub(crate) fn mremap<M: Machine>(
     c: &mut Ctx<'_, M>,
@@ -345,7 +350,10 @@ pub(crate) fn mremap<M: Machine>(
         c.p.areas.resize_end(old_end, new_end)?;
         return Ok(old);
     }
-    if flags & MREMAP_MAYMOVE == 0 || !(area.prot.readable() && area.prot.writable()) {
+    if flags & MREMAP_MAYMOVE == 0
+        || !(area.prot.readable() && area.prot.writable())
+        || old_len > MREMAP_MAX_COPY
+    {
         return Err(Errno::ENOMEM);
     }
     // Move: a new area with the same kind of content, the bytes copied

@@ -242,6 +242,68 @@ pub(crate) fn dispatch<M: Machine>(
             }
             file::poll(c, a[0], a[1], timeout)
         }
+        Select | OldSelect => {
+            let a = if call == OldSelect {
+                // i386 `select(struct sel_arg_struct *)`: five words.
+                let b: [u8; 20] = c.read_array(a[0])?;
+                let w = |i: usize| {
+                    u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]) as u64
+                };
+                [w(0), w(1), w(2), w(3), w(4), 0]
+            } else {
+                a
+            };
+            let timeout = if a[4] == 0 {
+                None
+            } else {
+                let (s, us) = if wide {
+                    let t = super::uapi::Timeval64::from_bytes(&c.read_array(a[4])?);
+                    (t.tv_sec, t.tv_usec)
+                } else {
+                    let t = super::uapi::Timeval32::from_bytes(&c.read_array(a[4])?);
+                    (t.tv_sec.into(), t.tv_usec.into())
+                };
+                if s < 0 || !(0..1_000_000).contains(&us) {
+                    return Err(Errno::EINVAL);
+                }
+                Some(
+                    (s as u64)
+                        .saturating_mul(1_000_000_000)
+                        .saturating_add(us as u64 * 1000),
+                )
+            };
+            let action = file::select(c, int_arg(a[0]), [a[1], a[2], a[3]], timeout)?;
+            if a[4] != 0 && !matches!(action, Action::Return(n) if n > 0) {
+                // The time left, which is none when the timeout runs out.
+                let zero = [0u8; 16];
+                c.write(a[4], &zero[..if wide { 16 } else { 8 }])?;
+            }
+            Ok(action)
+        }
+        Pselect6 | Pselect6Time64 => {
+            let timeout = if a[4] == 0 {
+                None
+            } else {
+                Some(time::read_duration(
+                    c,
+                    a[4],
+                    wide || call == Pselect6Time64,
+                )?)
+            };
+            if a[5] != 0 {
+                // { const sigset_t *ss; size_t ss_len; }
+                let word = if wide { 8 } else { 4 };
+                let p = machine::read_word(c.m, &c.p.areas, a[5], wide)?;
+                let len = machine::read_word(c.m, &c.p.areas, a[5] + word, wide)?;
+                if p != 0 {
+                    if len != 8 {
+                        return Err(Errno::EINVAL);
+                    }
+                    c.read_array::<8>(p)?;
+                }
+            }
+            file::select(c, int_arg(a[0]), [a[1], a[2], a[3]], timeout)
+        }
         Access => ret(file::faccessat(c, file::AT_FDCWD, a[0], a[1] as u32, 0)),
         Faccessat => ret(file::faccessat(c, int_arg(a[0]), a[1], a[2] as u32, 0)),
         Faccessat2 => ret(file::faccessat(

@@ -590,14 +590,19 @@ fn raise_self<M: Machine>(c: &mut Ctx<'_, M>, sig: u64) -> Result<Action, Errno>
     Ok(act_on_pending(c).unwrap_or(Action::Return(0)))
 }
 
-/// `kill(pid, sig)`: only the caller itself (its pid, 0, -1 or -pid)
-/// exists; others are `ESRCH`.
+/// `kill(pid, sig)`: only the caller itself (its pid, its process group
+/// 0 or -pid) is visible; -1 (everyone but the caller) reaches nobody;
+/// other pids are `ESRCH`.
 pub(crate) fn kill<M: Machine>(c: &mut Ctx<'_, M>, pid: i32, sig: u64) -> Result<Action, Errno> {
     let me = c.p.pid as i32;
-    if pid == me || pid == 0 || pid == -1 || pid == -me {
+    if sig & 0xffff_ffff > NSIG as u64 {
+        return Err(Errno::EINVAL);
+    }
+    if pid == -1 {
+        return Ok(Action::Return(0));
+    }
+    if pid == me || pid == 0 || pid == -me {
         raise_self(c, sig & 0xffff_ffff)
-    } else if sig & 0xffff_ffff > NSIG as u64 {
-        Err(Errno::EINVAL)
     } else {
         Err(Errno::ESRCH)
     }

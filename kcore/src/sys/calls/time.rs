@@ -244,7 +244,7 @@ pub(crate) fn futex<M: Machine>(
     if op & FUTEX_CLOCK_REALTIME != 0 && !matches!(cmd, FUTEX_WAIT | FUTEX_WAIT_BITSET) {
         return Err(Errno::ENOSYS);
     }
-    if uaddr % 4 != 0 {
+    if !uaddr.is_multiple_of(4) {
         return Err(Errno::EINVAL);
     }
     let read_word =
@@ -296,7 +296,7 @@ pub(crate) fn futex<M: Machine>(
             // Apply the operation to *uaddr2; nobody waits on either word.
             let enc = a[5] as u32;
             let uaddr2 = a[4];
-            if uaddr2 % 4 != 0 {
+            if !uaddr2.is_multiple_of(4) {
                 return Err(Errno::EINVAL);
             }
             let opn = (enc >> 28) & 7;
@@ -338,7 +338,7 @@ pub(crate) fn sched_getaffinity<M: Machine>(
 ) -> SysResult {
     super::task::self_pid(c, pid)?;
     let word: u64 = if c.wide() { 8 } else { 4 };
-    if len < word || len % word != 0 {
+    if len < word || !len.is_multiple_of(word) {
         return Err(Errno::EINVAL);
     }
     let mut b = [0u8; 8];

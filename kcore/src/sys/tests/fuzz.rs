@@ -1,1 +1,147 @@
-//! (tests: fuzz)
+//! Random system calls with random numbers, pointers and lengths in both
+//! ABIs: nothing panics, every error is a Linux errno, the memory areas
+//! stay a valid set, and the descriptor table stays within its limit.
+
+use proptest::prelude::*;
+
+use super::*;
+
+/// Interesting argument values: small numbers, flags, fds, good, read-only,
+/// unmapped and kernel pointers, huge lengths.
+fn arg() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        0u64..8,
+        0u64..4096,
+        Just(u64::MAX),
+        Just(-100i64 as u64),
+        Just(1 << 40),
+        Just(0x7fff_f000),
+        (0u64..SCRATCH_LEN).prop_map(|o| SCRATCH + o),
+        Just(SCRATCH),
+        Just(RO),
+        Just(TEXT),
+        Just(BAD),
+        Just(0xffff_8000_0000_0000),
+        Just(0xffff_f000),
+        any::<u64>(),
+    ]
+}
+
+fn number() -> impl Strategy<Value = u64> {
+    prop_oneof![8 => 0u64..470, 1 => any::<u64>(), 1 => 0u64..0x1_0000_0000]
+}
+
+/// Checks one result and the process's invariants.
+fn check(e: &Env, a: &Action) {
+    if let Action::Return(v) = a {
+        let v = match e.abi {
+            Abi::X86_64 => *v as i64,
+            Abi::I386 => *v as u32 as i32 as i64,
+        };
+        if (-4095..0).contains(&v) {
+            errno_of(-v);
+        }
+    }
+    let areas: Vec<_> = e.p.areas.iter().collect();
+    for w in areas.windows(2) {
+        assert!(
+            w[0].end <= w[1].start,
+            "areas overlap: {:x?} {:x?}",
+            w[0],
+            w[1]
+        );
+    }
+    for a in &areas {
+        assert!(a.start < a.end && a.start % 4096 == 0 && a.end % 4096 == 0);
+        assert!(a.end <= e.p.layout.user_top);
+    }
+    assert!(e.p.fds.open_fds().count() <= 1024);
+}
+
+/// Makes a file and a directory to aim at, and writes a few paths into the
+/// scratch memory so that random pointers sometimes hit a real path.
+fn prepare(abi: Abi) -> Env {
+    let mut e = Env::new(abi);
+    e.cstr(SCRATCH, "/tmp/f");
+    e.cstr(SCRATCH + 0x10, "/data/input.txt");
+    e.cstr(SCRATCH + 0x30, "/tmp");
+    e.cstr(SCRATCH + 0x40, "/proc/self/exe");
+    e.ret("open", &[SCRATCH, 0o102, 0o644]);
+    e.ret("open", &[SCRATCH + 0x10, 0, 0]);
+    e.m.page_budget = 512;
+    e.sys.fs.max_file_size = 4 << 20;
+    e
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_calls_never_panic(
+        wide in any::<bool>(),
+        calls in proptest::collection::vec((number(), proptest::array::uniform6(arg())), 1..40),
+    ) {
+        let abi = if wide { Abi::X86_64 } else { Abi::I386 };
+        let mut e = prepare(abi);
+        for (nr, args) in calls {
+            let a = e.call_nr(nr, &args);
+            check(&e, &a);
+        }
+        e.p.flush_output(&mut e.m);
+    }
+}
+
+/// A long deterministic run per ABI over the implemented numbers.
+#[test]
+fn a_hundred_thousand_random_calls_per_abi() {
+    for abi in [Abi::X86_64, Abi::I386] {
+        let mut e = prepare(abi);
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let implemented: Vec<u64> = (0..470)
+            .filter(|&n| table::lookup(abi, n).is_some())
+            .collect();
+        let picks = [
+            0,
+            1,
+            2,
+            3,
+            4,
+            5,
+            8,
+            16,
+            100,
+            4096,
+            u64::MAX,
+            1 << 40,
+            SCRATCH,
+            RO,
+            TEXT,
+            BAD,
+        ];
+        for i in 0..100_000u32 {
+            let nr = implemented[(next() % implemented.len() as u64) as usize];
+            let mut args = [0u64; 6];
+            for a in &mut args {
+                let r = next();
+                *a = match r % 4 {
+                    0 => picks[(r >> 8) as usize % picks.len()],
+                    1 => SCRATCH + (r >> 8) % SCRATCH_LEN,
+                    2 => (r >> 8) % 64,
+                    _ => r,
+                };
+            }
+            let a = e.call_nr(nr, &args);
+            check(&e, &a);
+            if i % 10_000 == 0 {
+                // Start again now and then, so state does not only pile up.
+                e = prepare(abi);
+            }
+        }
+    }
+}

@@ -28,6 +28,9 @@ pub(crate) struct Fake {
     pub tls: Option<[Option<TlsEntry>; 3]>,
     pub discarded: Vec<(u64, u64)>,
     pub protected: Vec<(u64, u64, Prot)>,
+    /// When non-zero, the most pages the fake brings in; past it an
+    /// access is `EFAULT`, as when the runtime cannot bring a page in.
+    pub page_budget: usize,
 }
 
 impl Fake {
@@ -64,6 +67,12 @@ impl Fake {
                 return Err(Errno::EFAULT);
             }
             let pg = at / PAGE_SIZE;
+            if self.page_budget != 0
+                && self.pages.len() >= self.page_budget
+                && !self.pages.contains_key(&pg)
+            {
+                return Err(Errno::EFAULT);
+            }
             let off = (at % PAGE_SIZE) as usize;
             let n = ((PAGE_SIZE as usize) - off).min((end - at) as usize);
             let page = Self::page(&mut self.pages, areas, pg);
@@ -89,7 +98,7 @@ impl Machine for Fake {
     }
 
     fn discard_pages(&mut self, start: u64, end: u64) {
-        assert!(start % PAGE_SIZE == 0 && end % PAGE_SIZE == 0 && start <= end);
+        assert!(start.is_multiple_of(PAGE_SIZE) && end.is_multiple_of(PAGE_SIZE) && start <= end);
         let pgs: Vec<u64> = self
             .pages
             .range(start / PAGE_SIZE..end / PAGE_SIZE)
@@ -146,6 +155,7 @@ pub(crate) const SCRATCH_LEN: u64 = 0x1_0000;
 /// A read-only page.
 pub(crate) const RO: u64 = 0x2000_0000;
 /// Unmapped.
+#[allow(dead_code)] // Used by the EFAULT tests.
 pub(crate) const BAD: u64 = 0x3000_0000;
 
 pub(crate) static PROG: [u8; 8192] = {
