@@ -38,6 +38,7 @@ pub mod events;
 pub mod hw;
 pub mod intel;
 pub mod lbr;
+pub mod models;
 pub mod selftest;
 pub mod sim;
 
