@@ -367,7 +367,9 @@ fn detect_amd(cpuid: &impl Cpuid, info: &mut PmuInfo) {
             info.amd_v2 = true;
             info.gp_counters = bits(l.ebx, 0, 3) as u8;
         }
-        if l.eax & 2 != 0 {
+        // LbrExtV2 is driven through the PerfMonV2 global registers (its
+        // freeze and status bits live there): without PerfMonV2 it is unused.
+        if l.eax & 2 != 0 && info.amd_v2 {
             let depth = bits(l.ebx, 4, 9) as u8;
             if depth > 0 {
                 info.lbr = LbrKind::AmdV2 {

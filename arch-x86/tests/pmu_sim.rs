@@ -2080,3 +2080,55 @@ fn sim_clock_yields_pebs_samples_on_skylake_ice_lake_and_sapphire_rapids() {
         assert_eq!(clock.sim.stats.gp_faults(), 0, "{cpu:?}");
     }
 }
+
+// ------------------------------------------------ lesser facts
+
+#[test]
+fn legacy_lbr_format_0_packs_source_and_target_in_from() {
+    let mut rig = Rig::new(lbr_cpu(0));
+    let mut d = rig
+        .intel(
+            &[ev(EventKind::Instructions, 50)],
+            IntelOptions {
+                lbr: Some(LbrConfig::default()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    rig.run_intel(&mut d, (0..50).map(step));
+    let s = &rig.seen[0];
+    let e = slbr::decode(LbrFormat::Legacy(0), &s.lbr[0]).unwrap();
+    assert_eq!((e.from, e.to), (step(49).ip, 0x50_0000 + 16 * 49));
+    assert_eq!(rig.sim.stats.gp_faults(), 0);
+}
+
+#[test]
+fn amd_lbr_ext_v2_needs_perfmon_v2() {
+    let info = detect(&mut SimPmu::new(SimCpu::Amd {
+        ext: true,
+        v2: false,
+        lbr_depth: 16,
+    }));
+    assert_eq!(info.lbr, LbrKind::None);
+}
+
+#[test]
+fn amd_configure_clears_stale_perfmon_v2_status() {
+    let mut rig = Rig::new(SimCpu::zen4());
+    let info = rig.info();
+    let mut d = AmdPmu::new(&info).unwrap();
+    d.configure(&mut rig.sim, &[ev(EventKind::Instructions, 10)], None)
+        .unwrap();
+    d.start(&mut rig.sim);
+    let mut i = 0;
+    while !rig.sim.advance(None, &step(i)) {
+        i += 1;
+    }
+    // Stopped with the overflow unhandled: the next user must not see it.
+    d.stop(&mut rig.sim);
+    assert_ne!(rig.sim.read(addr::AMD_PERF_CNTR_GLOBAL_STATUS), 0);
+    d.configure(&mut rig.sim, &[ev(EventKind::Branches, 10)], None)
+        .unwrap();
+    assert_eq!(rig.sim.read(addr::AMD_PERF_CNTR_GLOBAL_STATUS), 0);
+    assert_eq!(rig.sim.stats.gp_faults(), 0);
+}

@@ -19,6 +19,8 @@ const EVTSEL_OS: u64 = 1 << 17;
 const EVTSEL_INT: u64 = 1 << 20;
 const EVTSEL_EN: u64 = 1 << 22;
 const WIDTH: u64 = (1 << 48) - 1;
+/// PerfCntrGlobalStatus bit 58: the LBR stack froze on a PMI (LbrFrz).
+const AMD_STATUS_LBR_FRZ: u64 = 1 << 58;
 
 #[derive(Debug, Clone, Copy)]
 struct Slot {
@@ -129,6 +131,15 @@ impl AmdPmu {
             });
         }
         self.n = events_in.len();
+        if self.info.amd_v2 {
+            // Stale overflow and LbrFrz bits of an earlier user would read
+            // as overflows at the first PMI (Linux amd_pmu_cpu_reset).
+            let counters = (1u64 << ncount) - 1;
+            hw.write(
+                addr::AMD_PERF_CNTR_GLOBAL_STATUS_CLR,
+                counters | AMD_STATUS_LBR_FRZ,
+            );
+        }
         for i in 0..self.n {
             let Some(s) = self.slots[i] else { continue };
             let (ctl, ctr) = self.msrs(s.counter);

@@ -296,14 +296,21 @@ impl LbrDriver {
         self.len = 0;
         match self.kind {
             LbrKind::None => {}
-            LbrKind::Legacy { from, to, info, .. } => {
+            LbrKind::Legacy {
+                from,
+                to,
+                info,
+                format,
+                ..
+            } => {
                 let mask = depth as u64 - 1;
                 let tos = msr.read(addr::MSR_LASTBRANCH_TOS) & mask;
                 for i in 0..depth as u64 {
                     let idx = ((tos.wrapping_sub(i)) & mask) as u32;
+                    // Format 0 keeps source and target in the FROM MSR.
                     let e = RawBranch {
                         from: msr.read(from + idx),
-                        to: msr.read(to + idx),
+                        to: if format == 0 { 0 } else { msr.read(to + idx) },
                         info: if info != 0 { msr.read(info + idx) } else { 0 },
                     };
                     if e.from == 0 && e.to == 0 {

@@ -1060,9 +1060,10 @@ impl SimPmu {
                 self.tos = (self.tos + 1) % d;
                 let mis = u64::from(b.mispred);
                 let slot = match format {
+                    // 32-bit format: FROM[31:0] source, FROM[63:32] target.
                     0 => LbrSlot {
-                        from: b.from & 0xFFFF_FFFF,
-                        to: b.to & 0xFFFF_FFFF,
+                        from: (b.from & 0xFFFF_FFFF) | (b.to & 0xFFFF_FFFF) << 32,
+                        to: 0,
                         info: 0,
                     },
                     // Knights Landing reports LIP but keeps the mispredict
