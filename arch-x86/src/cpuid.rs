@@ -286,7 +286,11 @@ pub fn detect(cpuid: &impl Cpuid, msr: &mut impl Msr) -> PmuInfo {
             let dtes64 = fi.as_ref().is_some_and(|f| f.has_ds_area());
             if ds && dtes64 && pdcm {
                 let misc = msr.read(addr::IA32_MISC_ENABLE);
-                if misc & (1 << 12) == 0 {
+                // Models whose PEBS is unreliable get none (model table).
+                let broken = vendor == Vendor::Intel
+                    && family == 6
+                    && crate::pmu::models::intel_row(model).is_some_and(|r| r.pebs_quirks.broken);
+                if misc & (1 << 12) == 0 && !broken {
                     info.pebs_format = Some(((info.perf_capabilities >> 8) & 0xF) as u8);
                     info.pebs_baseline = info.perf_capabilities & (1 << 14) != 0;
                 }

@@ -447,10 +447,18 @@ impl IntelPmu {
         } else {
             fixed_size(format)
         };
-        if mem.pebs.len() < 2 * record_size {
+        // Core 2 errata: the buffer must stay within one page.
+        let usable = if self.row.pebs_quirks.one_page {
+            let base = mem.pebs_addr() as usize;
+            let to_page_end = 4096 - base % 4096;
+            mem.pebs.len().min(to_page_end)
+        } else {
+            mem.pebs.len()
+        };
+        if usable < 2 * record_size {
             return Err(PmuError::BadDsMemory);
         }
-        let capacity = mem.pebs.len() / record_size;
+        let capacity = usable / record_size;
         // Large PEBS keeps room above the threshold for one record per
         // PEBS-capable counter: each may add a record between the threshold
         // PMI and the handler (Linux reserves max_pebs_events + fixed).

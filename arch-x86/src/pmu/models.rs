@@ -131,6 +131,8 @@ pub struct IntelModel {
     /// PERF_CAPABILITIES\[14\] (PEBS baseline: adaptive groups, PEBS on
     /// every event and on fixed counters).
     pub pebs_baseline: bool,
+    /// PEBS errata of the model.
+    pub pebs_quirks: PebsQuirks,
     /// General-purpose counters PEBS may use at all.
     pub pebs_gp_mask: u32,
     /// Further per-event PEBS constraints.
@@ -148,6 +150,25 @@ pub struct IntelModel {
     pub lbr: ModelLbr,
     /// LVT re-arm point in the PMI handler.
     pub ack: PmiAck,
+}
+
+/// PEBS errata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PebsQuirks {
+    /// PEBS is unreliable and must not be used (Merom / Clovertown; Linux
+    /// `intel_clovertown_quirk`).
+    pub broken: bool,
+    /// The PEBS buffer must fit in one 4 KiB page (Core 2; Linux limits
+    /// `pebs_buffer_size` to a page there).
+    pub one_page: bool,
+}
+
+impl PebsQuirks {
+    /// No PEBS errata.
+    pub const NONE: PebsQuirks = PebsQuirks {
+        broken: false,
+        one_page: false,
+    };
 }
 
 /// The auxiliary event of [`IntelModel::mem_loads_aux`] models (event 0x03,
@@ -176,14 +197,39 @@ const ALL_GP: u32 = 0xFF;
 /// The table. A model appears in one row only.
 pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
-        name: "Core 2 (Merom, Penryn, Dunnington)",
-        models: &[0x0F, 0x16, 0x17, 0x1D],
-        source: "SDM vol. 3 \"Intel Core Microarchitecture\" PEBS (PMC0 only), LBR 4 entries at 0x40/0x60, no LBR_SELECT; Linux intel_core2_pebs_event_constraints, intel_pebs_aliases_core2, intel_pmu_lbr_init_core",
+        name: "Core 2 Merom / Clovertown",
+        models: &[0x0F],
+        source: "SDM vol. 3 \"Intel Core Microarchitecture\" (LBR 4 entries at 0x40/0x60, no LBR_SELECT); PEBS unreliable: Linux intel_clovertown_quirk disables it",
         version: 2,
         gp: 2,
         fixed: 3,
         pebs_format: Some(0),
         pebs_baseline: false,
+        pebs_quirks: PebsQuirks {
+            broken: true,
+            one_page: true,
+        },
+        pebs_gp_mask: 0x1,
+        pebs_constraints: &[],
+        ld_lat_event: None,
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::Core2,
+        lbr: legacy(1, 4, CORE_FROM, CORE_TO, false, false),
+        ack: PmiAck::Early,
+    },
+    IntelModel {
+        name: "Core 2 (Merom-L, Penryn, Dunnington)",
+        models: &[0x16, 0x17, 0x1D],
+        source: "SDM vol. 3 \"Intel Core Microarchitecture\" PEBS (PMC0 only), LBR 4 entries at 0x40/0x60, no LBR_SELECT; Linux intel_core2_pebs_event_constraints, intel_pebs_aliases_core2, intel_pmu_lbr_init_core, one-page PEBS buffer",
+        version: 2,
+        gp: 2,
+        fixed: 3,
+        pebs_format: Some(0),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks {
+            broken: false,
+            one_page: true,
+        },
         pebs_gp_mask: 0x1,
         pebs_constraints: &[],
         ld_lat_event: None,
@@ -201,6 +247,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         fixed: 3,
         pebs_format: Some(0),
         pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0x1,
         pebs_constraints: &[],
         ld_lat_event: None,
@@ -218,6 +265,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         fixed: 3,
         pebs_format: Some(2),
         pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0x1,
         pebs_constraints: &[],
         ld_lat_event: None,
@@ -235,6 +283,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         fixed: 3,
         pebs_format: Some(2),
         pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0x1,
         pebs_constraints: &[],
         ld_lat_event: None,
@@ -260,6 +309,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         fixed: 3,
         pebs_format: Some(3),
         pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0x1,
         pebs_constraints: &[],
         ld_lat_event: None,
@@ -277,6 +327,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         fixed: 3,
         pebs_format: Some(4),
         pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
         pebs_constraints: &[],
         ld_lat_event: None,
@@ -294,6 +345,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         fixed: 3,
         pebs_format: Some(1),
         pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
         pebs_constraints: &[PebsConstraint {
             event: 0x100B,
@@ -314,6 +366,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         fixed: 3,
         pebs_format: Some(1),
         pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
         pebs_constraints: &[PebsConstraint {
             event: 0x01CD,
@@ -334,6 +387,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         fixed: 3,
         pebs_format: Some(1),
         pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
         pebs_constraints: &[
             PebsConstraint {
@@ -360,6 +414,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         fixed: 3,
         pebs_format: Some(2),
         pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
         pebs_constraints: &[PebsConstraint {
             event: 0x01C0,
@@ -380,6 +435,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         fixed: 3,
         pebs_format: Some(3),
         pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
         pebs_constraints: &[PebsConstraint {
             event: 0x01C0,
@@ -400,6 +456,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         fixed: 4,
         pebs_format: Some(4),
         pebs_baseline: true,
+        pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: ALL_GP,
         pebs_constraints: &[],
         ld_lat_event: Some(0x01CD),
@@ -417,6 +474,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         fixed: 4,
         pebs_format: Some(5),
         pebs_baseline: true,
+        pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: ALL_GP,
         pebs_constraints: &[PebsConstraint {
             event: 0x01CD,
@@ -447,6 +505,7 @@ pub const UNKNOWN_MODEL: IntelModel = IntelModel {
     fixed: 0,
     pebs_format: None,
     pebs_baseline: false,
+    pebs_quirks: PebsQuirks::NONE,
     pebs_gp_mask: ALL_GP,
     pebs_constraints: &[],
     ld_lat_event: None,
@@ -515,8 +574,8 @@ impl core::fmt::Display for IntelModel {
         }
         writeln!(
             f,
-            "  cycles:p alias {:?}, PMI ack {:?}",
-            self.cycles_alias, self.ack
+            "  PEBS errata: {:?}; cycles:p alias {:?}, PMI ack {:?}",
+            self.pebs_quirks, self.cycles_alias, self.ack
         )?;
         writeln!(f, "  LBR: {:?}", self.lbr)?;
         write!(f, "  source: {}", self.source)

@@ -856,6 +856,11 @@ impl SimPmu {
             self.counter_overflow(hits, false, &mut ignored);
             return;
         } else {
+            // Core 2 erratum: PEBS records beyond the first page of the
+            // buffer are not written reliably.
+            if self.row().pebs_quirks.one_page && (index + len as u64 - 1) / 4096 != base / 4096 {
+                self.stats.ds_faults += 1;
+            }
             let off = (index - base) as usize;
             mem.pebs[off..off + len].copy_from_slice(&rec[..len]);
             area.pebs_index
