@@ -1707,9 +1707,9 @@ fn pebs_counter_constraints_per_model() {
     let nhm = SimCpu::from_row(models::intel_row(0x1E).unwrap());
     let mut rig = Rig::new(nhm);
     let mut d = rig
-        .intel(&[precise(EventKind::MemLoads, 10)], IntelOptions::default())
+        .intel(&[precise(EventKind::MemLoads, 32)], IntelOptions::default())
         .unwrap();
-    rig.run_intel(&mut d, (0..100).map(step));
+    rig.run_intel(&mut d, (0..320).map(step));
     assert_eq!(rig.total.pebs_records, 10, "Nehalem mem-loads");
     assert_eq!(rig.sim.read(addr::IA32_PERFEVTSEL0) & 0xFFFF, 0x100B);
 }
@@ -1997,11 +1997,13 @@ fn every_model_row_runs_detect_configure_pmi_stop_without_gp() {
             ModelLbr::None => assert_eq!(info.lbr, LbrKind::None),
         }
         let mut events = vec![ev(EventKind::Instructions, 50)];
+        // Periods above every model's minimum, and never completing on
+        // the same step (a collision on formats 1-2).
         if pebs.is_some() {
-            events.push(precise(EventKind::Branches, 7));
+            events.push(precise(EventKind::Branches, 37));
         }
         if row.ld_lat_event.is_some() && row.gp >= 4 {
-            events.push(precise(EventKind::MemLoads, 5));
+            events.push(precise(EventKind::MemLoads, 41));
         }
         let opts = IntelOptions {
             lbr: (row.lbr != ModelLbr::None).then(LbrConfig::default),
@@ -2179,4 +2181,25 @@ fn core2_pebs_errata_one_page_buffer_and_no_pebs_on_merom() {
         .err(),
         Some(PmuError::PebsUnavailable)
     );
+}
+
+#[test]
+fn periods_below_the_model_minimum_are_raised() {
+    use arch_x86::pmu::models;
+    // Nehalem: at least 32 for every event.
+    let mut rig = Rig::new(SimCpu::from_row(models::intel_row(0x1E).unwrap()));
+    let mut d = rig
+        .intel(&[ev(EventKind::Branches, 10)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(&mut d, (0..640).map(step));
+    assert_eq!(rig.sim.stats.short_periods, 0, "Nehalem period below 32");
+    assert_eq!((rig.count(0), rig.seen[0].period), (20, 32));
+    // Broadwell: INST_RETIRED.PREC_DIST (the cycles:pp alias) at least 128.
+    let mut rig = Rig::new(SimCpu::from_row(models::intel_row(0x3D).unwrap()));
+    let mut d = rig
+        .intel(&[precise(EventKind::Cycles, 50)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(&mut d, (0..640).map(step));
+    assert_eq!(rig.sim.stats.short_periods, 0, "Broadwell period below 128");
+    assert_eq!(rig.total.pebs_records, 1280 / 128);
 }

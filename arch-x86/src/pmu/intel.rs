@@ -74,6 +74,8 @@ struct Slot {
     mode: SampleMode,
     pebs: bool,
     last_tsc: u64,
+    /// Smallest period the model takes for this event.
+    min_period: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -303,10 +305,14 @@ impl IntelPmu {
                 counter = Some(Counter::Gp(n));
             }
             let counter = counter.ok_or(PmuError::NoCounter { event: i })?;
+            // Shorter periods than the model takes are raised to its
+            // minimum (Linux *_limit_period).
+            let min_period = self.row.min_period(e.evtsel, ev.event.precise);
             let period = match ev.mode {
                 SampleMode::Period(p) => p,
                 SampleMode::Frequency { .. } => FREQ_START_PERIOD,
-            };
+            }
+            .max(min_period);
             if period > self.max_period(counter) {
                 return Err(PmuError::BadPeriod { event: i });
             }
@@ -336,6 +342,7 @@ impl IntelPmu {
                 mode: ev.mode,
                 pebs,
                 last_tsc: 0,
+                min_period,
             });
         }
         // The auxiliary event the load-latency event needs on some models
@@ -768,7 +775,8 @@ impl IntelPmu {
                         hz,
                         tsc_hz,
                         max,
-                    );
+                    )
+                    .max(s.min_period);
                 }
                 s.last_tsc = tsc;
                 self.slots[i] = Some(s);

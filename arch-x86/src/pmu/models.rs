@@ -150,6 +150,20 @@ pub struct IntelModel {
     pub lbr: ModelLbr,
     /// LVT re-arm point in the PMI handler.
     pub ack: PmiAck,
+    /// Smallest periods the model takes (Linux `*_limit_period`).
+    pub min_periods: &'static [MinPeriod],
+}
+
+/// A lower bound on the sampling period: shorter periods are unsafe on the
+/// model (missed or stuck overflows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MinPeriod {
+    /// Event and umask (EVTSEL\[15:0\]) it applies to; `None`: every event.
+    pub event: Option<u16>,
+    /// Only for precision level 3 (`:ppp`).
+    pub ppp_only: bool,
+    /// The smallest period.
+    pub min: u64,
 }
 
 /// PEBS errata.
@@ -216,6 +230,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         cycles_alias: CyclesAlias::Core2,
         lbr: legacy(1, 4, CORE_FROM, CORE_TO, false, false),
         ack: PmiAck::Early,
+        min_periods: &[],
     },
     IntelModel {
         name: "Core 2 (Merom-L, Penryn, Dunnington)",
@@ -237,6 +252,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         cycles_alias: CyclesAlias::Core2,
         lbr: legacy(1, 4, CORE_FROM, CORE_TO, false, false),
         ack: PmiAck::Early,
+        min_periods: &[],
     },
     IntelModel {
         name: "Atom Bonnell / Saltwell",
@@ -255,6 +271,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         cycles_alias: CyclesAlias::Core2,
         lbr: legacy(1, 8, CORE_FROM, CORE_TO, false, false),
         ack: PmiAck::Early,
+        min_periods: &[],
     },
     IntelModel {
         name: "Silvermont / Airmont",
@@ -273,6 +290,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         cycles_alias: CyclesAlias::None,
         lbr: legacy(3, 8, CORE_FROM, CORE_TO, true, false),
         ack: PmiAck::Early,
+        min_periods: &[],
     },
     IntelModel {
         name: "Knights Landing / Knights Mill",
@@ -299,6 +317,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
             lip_has_mispred: true,
         }),
         ack: PmiAck::Early,
+        min_periods: &[],
     },
     IntelModel {
         name: "Goldmont / Goldmont Plus",
@@ -317,6 +336,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         cycles_alias: CyclesAlias::None,
         lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
         ack: PmiAck::Early,
+        min_periods: &[],
     },
     IntelModel {
         name: "Tremont",
@@ -335,6 +355,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         cycles_alias: CyclesAlias::None,
         lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
         ack: PmiAck::Early,
+        min_periods: &[],
     },
     IntelModel {
         name: "Nehalem / Westmere",
@@ -356,6 +377,11 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         cycles_alias: CyclesAlias::Core2,
         lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
         ack: PmiAck::Early,
+        min_periods: &[MinPeriod {
+            event: None,
+            ppp_only: false,
+            min: 32,
+        }],
     },
     IntelModel {
         name: "Sandy Bridge",
@@ -377,6 +403,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         cycles_alias: CyclesAlias::Snb,
         lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
         ack: PmiAck::Early,
+        min_periods: &[],
     },
     IntelModel {
         name: "Ivy Bridge",
@@ -404,10 +431,11 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         cycles_alias: CyclesAlias::Ivb,
         lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
         ack: PmiAck::Early,
+        min_periods: &[],
     },
     IntelModel {
-        name: "Haswell / Broadwell",
-        models: &[0x3C, 0x3F, 0x45, 0x46, 0x3D, 0x47, 0x4F, 0x56],
+        name: "Haswell",
+        models: &[0x3C, 0x3F, 0x45, 0x46],
         source: "SDM vol. 3 \"Haswell\" (PEBS format 2, PREC_DIST on PMC1, LBR call-stack mode); Linux intel_hsw_pebs_event_constraints, intel_pebs_aliases_ivb, intel_pmu_lbr_init_hsw, late_ack",
         version: 3,
         gp: 4,
@@ -425,6 +453,33 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         cycles_alias: CyclesAlias::Ivb,
         lbr: legacy(4, 16, NHM_FROM, NHM_TO, true, true),
         ack: PmiAck::Late,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Broadwell",
+        models: &[0x3D, 0x47, 0x4F, 0x56],
+        source: "SDM vol. 3 \"Broadwell\" (as Haswell); Linux intel_bdw_pebs_event_constraints, intel_pebs_aliases_ivb, bdw_limit_period (INST_RETIRED.ALL at least 128), late_ack",
+        version: 3,
+        gp: 4,
+        fixed: 3,
+        pebs_format: Some(2),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: 0xF,
+        pebs_constraints: &[PebsConstraint {
+            event: 0x01C0,
+            gp_mask: 0x2,
+        }],
+        ld_lat_event: Some(0x01CD),
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::Ivb,
+        lbr: legacy(4, 16, NHM_FROM, NHM_TO, true, true),
+        ack: PmiAck::Late,
+        min_periods: &[MinPeriod {
+            event: Some(0x01C0),
+            ppp_only: false,
+            min: 128,
+        }],
     },
     IntelModel {
         name: "Skylake / Kaby Lake / Coffee Lake / Cascade Lake",
@@ -446,6 +501,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         cycles_alias: CyclesAlias::Skl,
         lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
         ack: PmiAck::Late,
+        min_periods: &[],
     },
     IntelModel {
         name: "Ice Lake / Tiger Lake",
@@ -464,11 +520,12 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         cycles_alias: CyclesAlias::None,
         lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
         ack: PmiAck::Late,
+        min_periods: &[],
     },
     IntelModel {
         name: "Sapphire Rapids / Emerald Rapids / Alder Lake-P / Raptor Lake-P",
         models: &[0x8F, 0xCF, 0x97, 0x9A, 0xB7, 0xBA, 0xBF],
-        source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (load latency 0x1cd not on PMC0), PMU_FL_MEM_LOADS_AUX (0x8203), late_ack",
+        source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (load latency 0x1cd not on PMC0), PMU_FL_MEM_LOADS_AUX (0x8203), spr_limit_period (:ppp at least 128), late_ack",
         version: 5,
         gp: 8,
         fixed: 4,
@@ -485,6 +542,11 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         cycles_alias: CyclesAlias::None,
         lbr: ModelLbr::Arch(32),
         ack: PmiAck::Late,
+        min_periods: &[MinPeriod {
+            event: None,
+            ppp_only: true,
+            min: 128,
+        }],
     },
 ];
 
@@ -513,6 +575,7 @@ pub const UNKNOWN_MODEL: IntelModel = IntelModel {
     cycles_alias: CyclesAlias::None,
     lbr: ModelLbr::None,
     ack: PmiAck::Late,
+    min_periods: &[],
 };
 
 /// The row for a CPU: its table row for Intel family 6, else
@@ -537,6 +600,18 @@ impl IntelModel {
             }
         }
         m
+    }
+
+    /// The smallest period the model takes for the event with select bits
+    /// `evtsel` at precision `precise` (1 when unrestricted).
+    pub fn min_period(&self, evtsel: u64, precise: u8) -> u64 {
+        let ev = (evtsel & 0xFFFF) as u16;
+        self.min_periods
+            .iter()
+            .filter(|m| m.event.is_none_or(|e| e == ev) && (!m.ppp_only || precise >= 3))
+            .map(|m| m.min)
+            .max()
+            .unwrap_or(1)
     }
 
     /// The legacy LBR facts, if the model has a model-specific LBR.

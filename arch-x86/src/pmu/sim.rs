@@ -323,6 +323,9 @@ pub struct SimStats {
     /// re-enabled, on a model that needs the late ack (spurious PMIs on
     /// real parts).
     pub early_lvt_unmasks: u64,
+    /// Counters enabled with a period below the model's minimum for their
+    /// event (unsafe on real parts).
+    pub short_periods: u64,
 }
 
 impl SimStats {
@@ -378,6 +381,8 @@ pub struct SimPmu {
     tsc: u64,
     pmi_pending: bool,
     in_pmi: bool,
+    /// Counters (GLOBAL_CTRL layout) loaded since they were last enabled.
+    loaded: u64,
     status_race: bool,
     handler_overflow: u64,
     /// Statistics.
@@ -415,6 +420,7 @@ impl SimPmu {
             tsc: 0,
             pmi_pending: false,
             in_pmi: false,
+            loaded: 0,
             status_race: false,
             handler_overflow: 0,
             stats: SimStats::default(),
@@ -1174,6 +1180,32 @@ impl SimPmu {
         }
     }
 
+    /// Counters enabled by a GLOBAL_CTRL write of `enable` after being
+    /// loaded: a distance to overflow below the model's minimum period for
+    /// the counter's event is unsafe on the real part.
+    fn check_periods(&mut self, enable: u64) {
+        let row = self.row();
+        let gpw = width_mask(self.gp_width());
+        let fw = width_mask(self.intel().map_or(48, |i| i.4));
+        for i in 0..self.n_gp() {
+            if enable & self.loaded & (1 << i) != 0 {
+                let left = (gpw - self.pmc[i]).wrapping_add(1);
+                if left < row.min_period(self.evtsel[i], 0) {
+                    self.stats.short_periods += 1;
+                }
+            }
+        }
+        for i in 0..self.n_fixed() {
+            if enable & self.loaded & (1 << (32 + i)) != 0 {
+                let left = (fw - self.fixed[i]).wrapping_add(1);
+                if left < row.min_period(0, 0) {
+                    self.stats.short_periods += 1;
+                }
+            }
+        }
+        self.loaded &= !enable;
+    }
+
     /// Make the overflows armed by [`SimPmu::overflow_during_handler`] land:
     /// the counters wrap to 0, their status bits are set and a PMI is
     /// requested (dropped while the LVT entry is still masked).
@@ -1422,14 +1454,18 @@ impl Msr for SimPmu {
                 } else if let Some(i) = self.gp_slot(a, addr::IA32_PMC0, 1) {
                     // SDM: a write to IA32_PMCx sets bits 31:0 and sign-extends bit 31.
                     self.pmc[i] = ((v as u32 as i32) as i64 as u64) & gpw;
+                    self.loaded |= 1 << i;
                 } else if let (true, Some(i)) = (full_width, self.gp_slot(a, addr::IA32_A_PMC0, 1))
                 {
                     self.pmc[i] = v & gpw;
+                    self.loaded |= 1 << i;
                 } else if (addr::IA32_FIXED_CTR0..addr::IA32_FIXED_CTR0 + self.n_fixed() as u32)
                     .contains(&a)
                 {
                     let fw = self.intel().map_or(48, |i| i.4);
-                    self.fixed[(a - addr::IA32_FIXED_CTR0) as usize] = v & width_mask(fw);
+                    let n = (a - addr::IA32_FIXED_CTR0) as usize;
+                    self.fixed[n] = v & width_mask(fw);
+                    self.loaded |= 1 << (32 + n);
                 } else if v2 && a == addr::IA32_FIXED_CTR_CTRL {
                     let adaptive_bits = (0..4).fold(0u64, |m, n| m | 1 << (32 + 4 * n));
                     if v & adaptive_bits != 0 && !self.pebs_baseline() {
@@ -1438,6 +1474,7 @@ impl Msr for SimPmu {
                         self.fixed_ctrl = v;
                     }
                 } else if v2 && a == addr::IA32_PERF_GLOBAL_CTRL {
+                    self.check_periods(v);
                     self.global_ctrl = v;
                     if v != 0 {
                         self.in_pmi = false;
