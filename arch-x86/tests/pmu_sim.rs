@@ -2203,3 +2203,32 @@ fn periods_below_the_model_minimum_are_raised() {
     assert_eq!(rig.sim.stats.short_periods, 0, "Broadwell period below 128");
     assert_eq!(rig.total.pebs_records, 1280 / 128);
 }
+
+#[test]
+fn amd_cache_events_before_and_from_zen() {
+    for cpu in [
+        SimCpu::Amd {
+            ext: false,
+            v2: false,
+            lbr_depth: 0,
+        },
+        SimCpu::zen4(),
+    ] {
+        let mut rig = Rig::new(cpu);
+        let info = rig.info();
+        let mut d = AmdPmu::new(&info).unwrap();
+        d.configure(
+            &mut rig.sim,
+            &[
+                ev(EventKind::CacheReferences, 5),
+                ev(EventKind::CacheMisses, 5),
+            ],
+            None,
+        )
+        .unwrap();
+        d.start(&mut rig.sim);
+        // Every step's load is an L2 hit: a reference, never a miss.
+        rig.run_amd(&mut d, (0..100).map(step));
+        assert_eq!((rig.count(0), rig.count(1)), (20, 0), "{cpu:?}");
+    }
+}

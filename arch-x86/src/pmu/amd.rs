@@ -3,6 +3,7 @@
 //! PerfMonV2 global control and status, and LbrExtV2 branch stacks
 //! (AMD APM vol. 2 "Performance Monitoring Counters"; PPR for family 19h).
 
+use super::events::EventKind;
 use super::lbr::{LbrConfig, LbrDriver, LbrRawFormat, RawBranch};
 use super::{
     Counter, EventConfig, FREQ_START_PERIOD, LVT_PMI_NMI, Overflow, PmiSummary, PmuError, PmuHw,
@@ -104,8 +105,17 @@ impl AmdPmu {
             if ev.event.precise > 0 {
                 return Err(PmuError::PebsUnavailable);
             }
-            let e = super::events::encode(ev.event.kind, Vendor::Amd)
+            let mut e = super::events::encode(ev.event.kind, Vendor::Amd)
                 .ok_or(PmuError::EventUnavailable { event: i })?;
+            // Before Zen (family 17h) the cache events are the data-cache
+            // refills from L2 / the system (Linux amd_perfmon_event_map).
+            if self.info.family < 0x17 {
+                match ev.event.kind {
+                    EventKind::CacheReferences => e.evtsel = 0x077D,
+                    EventKind::CacheMisses => e.evtsel = 0x077E,
+                    _ => {}
+                }
+            }
             let period = match ev.mode {
                 SampleMode::Period(p) => p,
                 SampleMode::Frequency { .. } => FREQ_START_PERIOD,

@@ -660,13 +660,25 @@ impl SimPmu {
         let load = s.mem.filter(|m| !m.store);
         let store = u64::from(s.mem.is_some_and(|m| m.store));
         match self.cpu {
-            SimCpu::Amd { .. } => match event {
-                0x76 => s.cycles,
-                0xC0 => s.instructions,
-                0xC2 => branch,
-                0xC3 => mispred,
-                _ => 0,
-            },
+            SimCpu::Amd { ext, v2, .. } => {
+                let zen = ext || v2;
+                let beyond_l1 = u64::from(load.is_some_and(|m| m.dse & 0xF != 1));
+                let beyond_l2 =
+                    u64::from(load.is_some_and(|m| (m.dse & 0xF) >= 4 || m.dse & 0xF == 0));
+                match (event, umask) {
+                    (0x76, _) => s.cycles,
+                    (0xC0, _) => s.instructions,
+                    (0xC2, _) => branch,
+                    (0xC3, _) => mispred,
+                    // Family 10h: refills from L2 (0x7D) / from the system (0x7E).
+                    (0x7D, 0x07) if !zen => beyond_l1,
+                    (0x7E, 0x07) if !zen => beyond_l2,
+                    // Zen: L2 accesses (0x60) / L2 misses (0x64).
+                    (0x60, 0xFF) if zen => beyond_l1,
+                    (0x64, 0x09) if zen => beyond_l2,
+                    _ => 0,
+                }
+            }
             _ => match (event, umask) {
                 (0xC0, 0x00 | 0x01) | (0xC2, 0x01) if every_cycle => s.cycles,
                 (0x3C, 0x00) | (0x3C, 0x01) => s.cycles,
