@@ -115,7 +115,8 @@ pub struct AdaptiveLbrEntry {
     pub from: u64,
     /// TO.
     pub to: u64,
-    /// INFO (arch-LBR INFO layout).
+    /// INFO, in the CPU's LBR layout: IA32_LBR_x_INFO with architectural
+    /// LBR, MSR_LBR_INFO_x (legacy format 5) on Ice Lake / Tiger Lake.
     pub info: u64,
 }
 
@@ -292,7 +293,9 @@ pub struct PebsRecord<'a> {
 }
 
 impl PebsRecord<'_> {
-    /// LBR entries carried in an adaptive record (arch-LBR INFO layout), newest first.
+    /// LBR entries carried in an adaptive record, newest first, encoded as
+    /// the CPU's LBR (decode them with the driver's LBR format, not always
+    /// as architectural LBR).
     pub fn lbr(&self) -> impl Iterator<Item = RawBranch> + '_ {
         self.lbr.chunks_exact(24).map(|c| RawBranch {
             from: rd(c, 0),
