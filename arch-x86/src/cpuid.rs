@@ -286,7 +286,11 @@ pub fn detect(cpuid: &impl Cpuid, msr: &mut impl Msr) -> PmuInfo {
             let dtes64 = fi.as_ref().is_some_and(|f| f.has_ds_area());
             if ds && dtes64 && pdcm {
                 let misc = msr.read(addr::IA32_MISC_ENABLE);
-                if misc & (1 << 12) == 0 {
+                // Models whose PEBS is unreliable get none (model table).
+                let broken = vendor == Vendor::Intel
+                    && family == 6
+                    && crate::pmu::models::intel_row(model).is_some_and(|r| r.pebs_quirks.broken);
+                if misc & (1 << 12) == 0 && !broken {
                     info.pebs_format = Some(((info.perf_capabilities >> 8) & 0xF) as u8);
                     info.pebs_baseline = info.perf_capabilities & (1 << 14) != 0;
                 }
@@ -319,51 +323,35 @@ fn detect_intel_lbr(cpuid: &impl Cpuid, info: &PmuInfo, max_leaf: u32) -> LbrKin
     if info.vendor != Vendor::Intel || info.family != 6 || info.perf_capabilities == 0 {
         return LbrKind::None;
     }
-    let format = (info.perf_capabilities & 0x3F) as u8;
-    match legacy_lbr_model(info.model) {
-        Some((depth, from, to)) => {
-            let info_addr = if matches!(format, 5 | 7) {
-                addr::MSR_LBR_INFO_0
-            } else {
-                0
-            };
-            LbrKind::Legacy {
-                format,
-                depth,
-                from,
-                to,
-                info: info_addr,
-            }
-        }
-        None => LbrKind::None,
+    let mut format = (info.perf_capabilities & 0x3F) as u8;
+    let Some(l) = crate::pmu::models::intel_row(info.model).and_then(|r| r.legacy_lbr()) else {
+        return LbrKind::None;
+    };
+    // Knights Landing / Mill report LIP but keep the mispredict flag in
+    // FROM[63] (model table, `lip_has_mispred`).
+    if l.lip_has_mispred && format == 1 {
+        format = 3;
+    }
+    let info_addr = if matches!(format, 5 | 7) {
+        addr::MSR_LBR_INFO_0
+    } else {
+        0
+    };
+    LbrKind::Legacy {
+        format,
+        depth: l.depth,
+        from: l.from,
+        to: l.to,
+        info: info_addr,
     }
 }
 
-/// Depth and FROM/TO base addresses of the model-specific LBR stack for Intel
-/// family 6 models (SDM vol. 3 "Last Branch, Interrupt, and Exception
-/// Recording", per-microarchitecture sections, and vol. 4 MSR tables).
+/// Depth and FROM/TO base addresses of the model-specific LBR stack of an
+/// Intel family 6 model, from the model table ([`crate::pmu::models`]).
 pub fn legacy_lbr_model(model: u8) -> Option<(u8, u32, u32)> {
-    use addr::{
-        MSR_LBR_CORE_FROM as CF, MSR_LBR_CORE_TO as CT, MSR_LBR_NHM_FROM as NF,
-        MSR_LBR_NHM_TO as NT,
-    };
-    Some(match model {
-        // Core 2 (Merom, Penryn, Dunnington): 4 entries at 0x40/0x60.
-        0x0F | 0x16 | 0x17 | 0x1D => (4, CF, CT),
-        // Atom Bonnell / Saltwell: 8 entries at 0x40/0x60.
-        0x1C | 0x26 | 0x27 | 0x35 | 0x36 => (8, CF, CT),
-        // Silvermont / Airmont: 8 entries at 0x40/0x60.
-        0x37 | 0x4A | 0x4C | 0x4D | 0x5A | 0x5D => (8, CF, CT),
-        // Nehalem, Westmere, Sandy Bridge, Ivy Bridge, Haswell, Broadwell: 16.
-        0x1A | 0x1E | 0x1F | 0x2E | 0x25 | 0x2C | 0x2F | 0x2A | 0x2D | 0x3A | 0x3E | 0x3C
-        | 0x3F | 0x45 | 0x46 | 0x3D | 0x47 | 0x4F | 0x56 => (16, NF, NT),
-        // Goldmont, Goldmont Plus, Tremont: 32 entries (Goldmont Plus/Tremont use 32).
-        0x5C | 0x5F | 0x7A | 0x86 | 0x96 | 0x9C => (32, NF, NT),
-        // Skylake, Kaby/Coffee/Comet Lake, Cannon Lake, Ice Lake, Tiger Lake, Knights: 32.
-        0x4E | 0x5E | 0x55 | 0x8E | 0x9E | 0xA5 | 0xA6 | 0x66 | 0x7D | 0x7E | 0x6A | 0x6C
-        | 0x8C | 0x8D | 0xA7 | 0x57 | 0x85 => (32, NF, NT),
-        _ => return None,
-    })
+    crate::pmu::models::intel_row(model)
+        .and_then(|r| r.legacy_lbr())
+        .map(|l| (l.depth, l.from, l.to))
 }
 
 fn detect_amd(cpuid: &impl Cpuid, info: &mut PmuInfo) {
@@ -383,7 +371,9 @@ fn detect_amd(cpuid: &impl Cpuid, info: &mut PmuInfo) {
             info.amd_v2 = true;
             info.gp_counters = bits(l.ebx, 0, 3) as u8;
         }
-        if l.eax & 2 != 0 {
+        // LbrExtV2 is driven through the PerfMonV2 global registers (its
+        // freeze and status bits live there): without PerfMonV2 it is unused.
+        if l.eax & 2 != 0 && info.amd_v2 {
             let depth = bits(l.ebx, 4, 9) as u8;
             if depth > 0 {
                 info.lbr = LbrKind::AmdV2 {

@@ -38,6 +38,7 @@ fn intel(version: u8, pebs_format: Option<u8>, lbr: SimLbr) -> SimCpu {
         gp_width: 48,
         fixed_width: 48,
         pebs_format,
+        pebs_baseline: pebs_format.is_some_and(|f| f >= 4),
         full_width: version >= 2,
         split_latency: false,
         lbr,
@@ -105,10 +106,27 @@ struct Seen {
     lbr_format: Option<LbrRawFormat>,
 }
 
+/// A page-aligned PEBS buffer (as the runtime's and Linux's are).
+#[repr(C, align(4096))]
+struct PageBuf([u8; 16 * 1024]);
+
+impl std::ops::Deref for PageBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for PageBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
 struct Rig {
     sim: SimPmu,
     area: Box<DsArea>,
-    buf: Vec<u8>,
+    buf: Box<PageBuf>,
     seen: Vec<Seen>,
     total: PmiSummary,
     pmis: u64,
@@ -119,7 +137,7 @@ impl Rig {
         Rig {
             sim: SimPmu::new(cpu),
             area: Box::new(DsArea::new()),
-            buf: vec![0u8; 16 * 1024],
+            buf: Box::new(PageBuf([0; 16 * 1024])),
             seen: Vec::new(),
             total: PmiSummary::default(),
             pmis: 0,
@@ -330,15 +348,7 @@ fn intel_overflows_at_the_programmed_period_with_rearm() {
         ev(EventKind::Branches, 37),
         ev(EventKind::Instructions, 250),
     ];
-    let mut d = rig
-        .intel(
-            &events,
-            IntelOptions {
-                freeze_on_pmi: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let mut d = rig.intel(&events, IntelOptions::default()).unwrap();
     assert_eq!(d.counter_of(0), Some(Counter::Fixed(1)));
     assert_eq!(d.counter_of(1), Some(Counter::Gp(0)));
     assert_eq!(d.counter_of(2), Some(Counter::Fixed(0)));
@@ -353,13 +363,13 @@ fn intel_overflows_at_the_programmed_period_with_rearm() {
 }
 
 #[test]
-fn intel_v4_freeze_holds_counters_until_status_reset() {
+fn intel_v4_lbr_freeze_holds_the_lbrs_not_the_counters_until_status_reset() {
     let mut rig = Rig::new(SimCpu::skylake());
     let mut d = rig
         .intel(
             &[ev(EventKind::Instructions, 10)],
             IntelOptions {
-                freeze_on_pmi: true,
+                lbr: Some(LbrConfig::default()),
                 ..Default::default()
             },
         )
@@ -369,17 +379,20 @@ fn intel_v4_freeze_holds_counters_until_status_reset() {
         i += 1;
     }
     let status = rig.sim.read(addr::IA32_PERF_GLOBAL_STATUS);
-    assert_ne!(status & (1 << 59), 0, "CTR_FRZ set on PMI");
+    assert_eq!(status & (1 << 59), 0, "CTR_FRZ never set");
+    assert_ne!(status & (1 << 58), 0, "LBR_FRZ set on PMI");
     assert_ne!(status & (1 << 32), 0, "fixed counter 0 overflow bit");
-    let frozen = rig.sim.read(addr::IA32_FIXED_CTR0);
+    let at_pmi = rig.sim.read(addr::IA32_FIXED_CTR0);
+    let tos = rig.sim.read(addr::MSR_LASTBRANCH_TOS);
     for k in 0..5 {
         rig.sim.advance(None, &step(100 + k));
     }
     assert_eq!(
         rig.sim.read(addr::IA32_FIXED_CTR0),
-        frozen,
-        "frozen counter moved"
+        at_pmi + 5,
+        "counters keep counting until the handler runs"
     );
+    assert_eq!(rig.sim.read(addr::MSR_LASTBRANCH_TOS), tos, "LBRs frozen");
     assert_ne!(
         rig.sim.lvt() & arch_x86::pmu::LVT_MASKED,
         0,
@@ -401,19 +414,14 @@ fn intel_v4_freeze_holds_counters_until_status_reset() {
         before + 1,
         "counting resumed"
     );
+    assert_ne!(rig.sim.read(addr::MSR_LASTBRANCH_TOS), tos, "LBRs resumed");
 }
 
 #[test]
-fn intel_v3_legacy_freeze_clears_global_ctrl_and_handler_restores_it() {
+fn intel_v3_counts_exactly_without_freezing() {
     let mut rig = Rig::new(intel(3, None, SimLbr::None));
     let mut d = rig
-        .intel(
-            &[ev(EventKind::Instructions, 10)],
-            IntelOptions {
-                freeze_on_pmi: true,
-                ..Default::default()
-            },
-        )
+        .intel(&[ev(EventKind::Instructions, 10)], IntelOptions::default())
         .unwrap();
     let mut i = 0;
     while !rig.sim.advance(None, &step(i)) {
@@ -421,8 +429,8 @@ fn intel_v3_legacy_freeze_clears_global_ctrl_and_handler_restores_it() {
     }
     assert_eq!(
         rig.sim.read(addr::IA32_PERF_GLOBAL_CTRL),
-        0,
-        "legacy freeze clears GLOBAL_CTRL"
+        1 << 32,
+        "perfmon not frozen"
     );
     rig.sim.take_pmi();
     d.handle_pmi(&mut rig.sim, None, 0, &mut |_| {});
@@ -619,19 +627,18 @@ fn pebs_large_buffer_with_auto_reload() {
         .unwrap();
     assert!(d.large_pebs());
     let capacity = rig.buf.len() / 200;
+    // The threshold leaves room for one record per PEBS-capable counter (4).
+    let per_pmi = capacity - 4;
     rig.run_intel(&mut d, (0..10 * capacity as u64 * 3).map(step));
-    // Many records per PMI: one PMI per (capacity - 1) records.
-    let pmis = 3 * capacity / (capacity - 1);
+    // Many records per PMI: one PMI per `per_pmi` records.
+    let pmis = 3 * capacity / per_pmi;
     assert_eq!(rig.pmis as usize, pmis);
-    assert_eq!(rig.total.pebs_records as usize, pmis * (capacity - 1));
+    assert_eq!(rig.total.pebs_records as usize, pmis * per_pmi);
     // The rest is drained when the recording stops.
     let mut mem = DsMemory::new(&rig.area, &mut rig.buf);
     let mut rest = Vec::new();
     let s = d.flush_pebs(&mut mem, &mut |ov| rest.push(ov.pebs.unwrap().to_vec()));
-    assert_eq!(
-        s.pebs_records as usize,
-        3 * capacity - pmis * (capacity - 1)
-    );
+    assert_eq!(s.pebs_records as usize, 3 * capacity - pmis * per_pmi);
     rig.seen.extend(rest.into_iter().map(|b| Seen {
         pebs: Some(b),
         ..Seen::default()
@@ -747,8 +754,9 @@ fn adaptive_pebs_group_combinations() {
             let i = 10 * k as u64 + 9;
             assert_eq!(r.ip, step(i).ip);
             assert_eq!(r.tsc, Some(2 * (i + 1)));
-            // mem-loads sits on PMC0, precise instructions on fixed counter 0.
-            assert_eq!(r.applicable, if mem { 1 } else { 1 << 32 });
+            // mem-loads sits on PMC1 (not PMC0 on this model, which has the
+            // auxiliary event), precise instructions on fixed counter 0.
+            assert_eq!(r.applicable, if mem { 1 << 1 } else { 1 << 32 });
             let regs = r.regs.unwrap();
             assert_eq!(
                 (regs.get(Reg::Ax), regs.get(Reg::Cx), regs.get(Reg::Bx)),
@@ -823,6 +831,7 @@ fn lbr_cpu(format: u8) -> SimCpu {
         gp_width: 48,
         fixed_width: 48,
         pebs_format: None,
+        pebs_baseline: false,
         full_width: true,
         split_latency: false,
         lbr: SimLbr::Legacy {
@@ -843,7 +852,6 @@ fn legacy_lbr_formats_tos_walk_newest_first() {
                 &[ev(EventKind::Instructions, 50)],
                 IntelOptions {
                     lbr: Some(LbrConfig::default()),
-                    freeze_on_pmi: true,
                     ..Default::default()
                 },
             )
@@ -893,7 +901,6 @@ fn legacy_lbr_filter_and_v3_thaw() {
             &[ev(EventKind::Instructions, 50)],
             IntelOptions {
                 lbr: Some(cond_only),
-                freeze_on_pmi: true,
                 ..Default::default()
             },
         )
@@ -1187,7 +1194,6 @@ fn sim_clock_carries_real_ips_registers_branches_and_memory() {
     ];
     let opts = IntelOptions {
         lbr: Some(LbrConfig::default()),
-        freeze_on_pmi: true,
         ..Default::default()
     };
     {
@@ -1259,6 +1265,7 @@ fn trap_like_pebs_ip_is_fixed_up_with_lbr_entry_zero() {
         gp_width: 48,
         fixed_width: 48,
         pebs_format: Some(1),
+        pebs_baseline: false,
         full_width: false,
         split_latency: false,
         lbr: SimLbr::Legacy {
@@ -1282,7 +1289,6 @@ fn trap_like_pebs_ip_is_fixed_up_with_lbr_entry_zero() {
     );
     let opts = IntelOptions {
         lbr: Some(LbrConfig::default()),
-        freeze_on_pmi: true,
         ..Default::default()
     };
     let mut d = rig
@@ -1521,4 +1527,708 @@ fn startup_check_healthy_dead_and_undelivered() {
         Verdict::Fallback(Reason::NotDetected(_))
     ));
     assert_eq!(sim.stats.bad_msr_writes + sim.stats.bad_msr_reads, 0);
+}
+
+// ------------------------------------- per-model facts (Linux perf_events)
+
+/// Like `Rig::run_intel`, but a PMI is handled only `delay` steps after the
+/// simulator raised it (NMI latency), the way records keep arriving on real
+/// hardware before the handler drains them.
+fn run_delayed(rig: &mut Rig, d: &mut IntelPmu, steps: impl Iterator<Item = SimStep>, delay: u32) {
+    let mut waiting: Option<u32> = None;
+    for s in steps {
+        let mut mem = DsMemory::new(&rig.area, &mut rig.buf);
+        let pending = rig.sim.advance(Some(&mut mem), &s);
+        if pending && waiting.is_none() {
+            waiting = Some(delay);
+        }
+        match waiting {
+            Some(0) => {
+                waiting = None;
+                rig.sim.take_pmi();
+                let tsc = rig.sim.tsc();
+                let sum = d.handle_pmi(&mut rig.sim, Some(&mut mem), tsc, &mut |_| {});
+                rig.add(sum);
+            }
+            Some(k) => waiting = Some(k - 1),
+            None => {}
+        }
+    }
+    if waiting.is_some() {
+        let mut mem = DsMemory::new(&rig.area, &mut rig.buf);
+        rig.sim.take_pmi();
+        let tsc = rig.sim.tsc();
+        let sum = d.handle_pmi(&mut rig.sim, Some(&mut mem), tsc, &mut |_| {});
+        rig.add(sum);
+    }
+}
+
+#[test]
+fn adaptive_pebs_sets_the_per_counter_adaptive_bits() {
+    // Ice Lake: without EVTSEL[34] / FIXED_CTR_CTRL[32+4n] the CPU writes
+    // 32-byte basic records whatever PEBS_DATA_CFG says.
+    let mut rig = Rig::new(SimCpu::ice_lake());
+    let mut d = rig
+        .intel(
+            &[
+                precise(EventKind::Instructions, 10),
+                precise(EventKind::Branches, 7),
+            ],
+            IntelOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(d.counter_of(0), Some(Counter::Fixed(0)));
+    rig.run_intel(&mut d, (0..70).map(step));
+    let size = pebs::adaptive_record_size(d.pebs_data_cfg());
+    // Step 69 completes both periods: one record for the two counters.
+    assert_eq!((rig.count(0), rig.count(1)), (7, 10), "{:?}", rig.total);
+    assert_eq!((rig.total.pebs_records, rig.total.pebs_lost), (16, 0));
+    for s in &rig.seen {
+        assert_eq!(s.pebs.as_ref().unwrap().len(), size);
+    }
+    assert_ne!(rig.sim.read(addr::IA32_PERFEVTSEL0) & (1 << 34), 0);
+    assert_ne!(rig.sim.read(addr::IA32_FIXED_CTR_CTRL) & (1 << 32), 0);
+    assert_eq!(rig.sim.stats.gp_faults(), 0);
+}
+
+#[test]
+fn format4_fixed_counter_reset_slot_is_8_plus_n() {
+    // Large PEBS on fixed counter 0: format 4 reloads it from DS slot 8.
+    let mut rig = Rig::new(SimCpu::ice_lake());
+    let mut d = rig
+        .intel(
+            &[precise(EventKind::Instructions, 10)],
+            IntelOptions {
+                large_pebs: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(d.large_pebs());
+    rig.run_intel(&mut d, (0..100).map(step));
+    let mut mem = DsMemory::new(&rig.area, &mut rig.buf);
+    let s = d.flush_pebs(&mut mem, &mut |_| {});
+    assert_eq!(
+        rig.total.pebs_records + s.pebs_records,
+        10,
+        "records after the first one need the reload from slot 8"
+    );
+}
+
+#[test]
+fn cycles_precise_before_ice_lake_uses_a_pebs_capable_alias() {
+    // Skylake (format 3) and Haswell (format 2): 0x3C makes no PEBS assist.
+    for cpu in [SimCpu::skylake(), intel(4, Some(2), SimLbr::None)] {
+        let mut rig = Rig::new(cpu);
+        let mut d = rig
+            .intel(&[precise(EventKind::Cycles, 100)], IntelOptions::default())
+            .unwrap();
+        rig.run_intel(&mut d, (0..1000).map(step));
+        // 1000 steps of 2 cycles.
+        assert_eq!(rig.total.pebs_records, 20, "{cpu:?}");
+        assert_eq!(rig.sim.stats.pebs_no_assist, 0);
+        let Some(Counter::Gp(n)) = d.counter_of(0) else {
+            panic!("{cpu:?}: precise cycles not on a GP counter")
+        };
+        let sel = rig.sim.read(addr::IA32_PERFEVTSEL0 + u32::from(n));
+        assert_ne!(sel & 0xFF, 0x3C, "{cpu:?}");
+    }
+    // Ice Lake samples cycles:p on fixed counter 1.
+    let mut rig = Rig::new(SimCpu::ice_lake());
+    let mut d = rig
+        .intel(&[precise(EventKind::Cycles, 100)], IntelOptions::default())
+        .unwrap();
+    assert_eq!(d.counter_of(0), Some(Counter::Fixed(1)));
+    rig.run_intel(&mut d, (0..1000).map(step));
+    assert_eq!(rig.total.pebs_records, 20);
+}
+
+fn sandy_bridge() -> SimCpu {
+    SimCpu::Intel {
+        model: 0x2A,
+        version: 3,
+        gp: 4,
+        fixed: 3,
+        gp_width: 48,
+        fixed_width: 48,
+        pebs_format: Some(1),
+        pebs_baseline: false,
+        full_width: false,
+        split_latency: false,
+        lbr: SimLbr::Legacy {
+            format: 3,
+            depth: 16,
+            from: 0x680,
+            to: 0x6C0,
+        },
+    }
+}
+
+#[test]
+fn pebs_counter_constraints_per_model() {
+    use arch_x86::pmu::models;
+    // Sandy Bridge: load latency on PMC3 only.
+    let mut rig = Rig::new(sandy_bridge());
+    let mut d = rig
+        .intel(&[precise(EventKind::MemLoads, 10)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(&mut d, (0..100).map(step));
+    assert_eq!(rig.total.pebs_records, 10, "Sandy Bridge mem-loads");
+    assert_eq!(d.counter_of(0), Some(Counter::Gp(3)));
+    // Sapphire Rapids: not on PMC0, and only with the auxiliary event.
+    let mut rig = Rig::new(SimCpu::sapphire_rapids());
+    let mut d = rig
+        .intel(&[precise(EventKind::MemLoads, 10)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(&mut d, (0..100).map(step));
+    assert_eq!(rig.total.pebs_records, 10, "Sapphire Rapids mem-loads");
+    assert_eq!(rig.sim.stats.pebs_no_assist, 0);
+    assert!(matches!(d.counter_of(0), Some(Counter::Gp(n)) if n != 0));
+    let aux = (0..8).any(|k| {
+        rig.sim.read(addr::IA32_PERFEVTSEL0 + k) & 0xFFFF == u64::from(models::MEM_LOADS_AUX_EVENT)
+    });
+    assert!(aux, "mem-loads-aux event programmed");
+    // Silvermont: PEBS on PMC0 only.
+    let slm = SimCpu::from_row(models::intel_row(0x37).unwrap());
+    let mut rig = Rig::new(slm);
+    assert_eq!(
+        rig.intel(
+            &[
+                precise(EventKind::Instructions, 10),
+                precise(EventKind::Branches, 10)
+            ],
+            IntelOptions::default()
+        )
+        .err(),
+        Some(PmuError::NoCounter { event: 1 }),
+        "Silvermont"
+    );
+    // Nehalem: mem-loads is 0x100B.
+    let nhm = SimCpu::from_row(models::intel_row(0x1E).unwrap());
+    let mut rig = Rig::new(nhm);
+    let mut d = rig
+        .intel(&[precise(EventKind::MemLoads, 32)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(&mut d, (0..320).map(step));
+    assert_eq!(rig.total.pebs_records, 10, "Nehalem mem-loads");
+    assert_eq!(rig.sim.read(addr::IA32_PERFEVTSEL0) & 0xFFFF, 0x100B);
+}
+
+#[test]
+fn pebs_records_for_several_counters_go_to_each() {
+    // Format 3 and adaptive: both events overflow on the same step and share
+    // one record, which belongs to each of them.
+    for cpu in [
+        SimCpu::skylake(),
+        SimCpu::ice_lake(),
+        SimCpu::sapphire_rapids(),
+    ] {
+        let mut rig = Rig::new(cpu);
+        let mut d = rig
+            .intel(
+                &[
+                    precise(EventKind::Instructions, 10),
+                    precise(EventKind::Branches, 10),
+                ],
+                IntelOptions::default(),
+            )
+            .unwrap();
+        rig.run_intel(&mut d, (0..100).map(step));
+        assert_eq!((rig.count(0), rig.count(1)), (10, 10), "{cpu:?}");
+        assert_eq!(rig.total.pebs_lost, 0, "{cpu:?}");
+    }
+    // Format 1: a record whose status raced to 0 belongs to the only PEBS event.
+    let mut rig = Rig::new(intel(4, Some(1), SimLbr::None));
+    rig.sim.set_pebs_status_race(true);
+    let mut d = rig
+        .intel(
+            &[precise(EventKind::Instructions, 10)],
+            IntelOptions::default(),
+        )
+        .unwrap();
+    rig.run_intel(&mut d, (0..100).map(step));
+    assert_eq!((rig.count(0), rig.total.pebs_lost), (10, 0));
+}
+
+#[test]
+fn older_parts_never_see_msrs_they_lack() {
+    use arch_x86::pmu::models;
+    let lbr = IntelOptions {
+        lbr: Some(LbrConfig::default()),
+        ..Default::default()
+    };
+    // Core 2 and Bonnell: no LBR_SELECT, no load latency.
+    for model in [0x17u8, 0x1C] {
+        let mut rig = Rig::new(SimCpu::from_row(models::intel_row(model).unwrap()));
+        let mut d = rig.intel(&[ev(EventKind::Branches, 10)], lbr).unwrap();
+        rig.run_intel(&mut d, (0..100).map(step));
+        assert_eq!(rig.count(0), 10);
+        assert_eq!(rig.sim.stats.gp_faults(), 0, "model {model:#x} LBR");
+        let r = rig.intel(&[precise(EventKind::MemLoads, 10)], IntelOptions::default());
+        assert_eq!(rig.sim.stats.gp_faults(), 0, "model {model:#x} mem-loads");
+        assert_eq!(r.err(), Some(PmuError::EventUnavailable { event: 0 }));
+    }
+    // Knights Landing: 8 LBR entries, LIP format with the mispredict bit.
+    let mut rig = Rig::new(SimCpu::from_row(models::intel_row(0x57).unwrap()));
+    let mut d = rig.intel(&[ev(EventKind::Instructions, 50)], lbr).unwrap();
+    rig.run_intel(&mut d, (0..100).map(step));
+    assert_eq!(rig.sim.stats.gp_faults(), 0, "KNL");
+    assert_eq!(rig.info().lbr_depth(), 8);
+    let s = &rig.seen[1];
+    assert_eq!(s.lbr.len(), 8);
+    let LbrRawFormat::Legacy(f) = d.lbr_format() else {
+        panic!("{:?}", d.lbr_format())
+    };
+    let e = slbr::decode(LbrFormat::Legacy(f), &s.lbr[4]).unwrap();
+    assert_eq!((e.from, e.flags.mispred), (step(95).ip, true));
+    // Sandy Bridge has no call-stack mode: refused, nothing written.
+    let mut rig = Rig::new(sandy_bridge());
+    let cs = IntelOptions {
+        lbr: Some(LbrConfig {
+            filter: filter::ALL,
+            call_stack: true,
+        }),
+        ..Default::default()
+    };
+    let r = rig.intel(&[ev(EventKind::Instructions, 50)], cs);
+    assert_eq!(rig.sim.stats.gp_faults(), 0, "call stack on SNB");
+    assert_eq!(r.err(), Some(PmuError::LbrUnavailable));
+}
+
+#[test]
+fn format4_without_baseline_writes_basic_records() {
+    use arch_x86::pmu::models;
+    let tremont = SimCpu::from_row(models::intel_row(0x86).unwrap());
+    let mut rig = Rig::new(tremont);
+    assert_eq!(
+        (rig.info().pebs_format, rig.info().pebs_baseline),
+        (Some(4), false)
+    );
+    let mut d = rig
+        .intel(&[precise(EventKind::Branches, 10)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(&mut d, (0..100).map(step));
+    assert_eq!((rig.total.pebs_records, rig.total.pebs_lost), (10, 0));
+    for (k, s) in rig.seen.iter().enumerate() {
+        let b = s.pebs.as_ref().unwrap();
+        assert_eq!(b.len(), 32);
+        let r = pebs::decode(b, &decode_cfg(4, MemKind::None, false)).unwrap();
+        assert_eq!((r.ip, r.applicable), (step(10 * k as u64 + 9).ip, 1));
+    }
+    assert_eq!(rig.sim.stats.gp_faults(), 0);
+}
+
+#[test]
+fn perfmon_is_never_frozen_and_lbrs_always_are() {
+    use arch_x86::msr::debugctl;
+    for cpu in [
+        SimCpu::skylake(),
+        SimCpu::ice_lake(),
+        SimCpu::sapphire_rapids(),
+    ] {
+        let mut rig = Rig::new(cpu);
+        let mut d = rig
+            .intel(
+                &[ev(EventKind::Instructions, 10)],
+                IntelOptions {
+                    lbr: Some(LbrConfig::default()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let dc = rig.sim.read(addr::IA32_DEBUGCTL);
+        assert_eq!(dc & debugctl::FREEZE_PERFMON_ON_PMI, 0, "{cpu:?}");
+        assert_ne!(dc & debugctl::FREEZE_LBRS_ON_PMI, 0, "{cpu:?} LBR freeze");
+        // Events during the NMI latency are counted, not frozen away.
+        let mut i = 0;
+        while !rig.sim.advance(None, &step(i)) {
+            i += 1;
+        }
+        let at_pmi = rig.sim.read(addr::IA32_FIXED_CTR0);
+        for k in 1..=3 {
+            rig.sim.advance(None, &step(i + k));
+        }
+        assert_eq!(rig.sim.read(addr::IA32_FIXED_CTR0), at_pmi + 3, "{cpu:?}");
+        rig.sim.take_pmi();
+        d.handle_pmi(&mut rig.sim, None, 0, &mut |_| {});
+        assert_eq!(rig.sim.read(addr::IA32_PERF_GLOBAL_STATUS), 0, "{cpu:?}");
+        // Call-stack mode never freezes the LBRs.
+        let mut rig = Rig::new(cpu);
+        rig.intel(
+            &[ev(EventKind::Instructions, 10)],
+            IntelOptions {
+                lbr: Some(LbrConfig {
+                    filter: filter::ALL,
+                    call_stack: true,
+                }),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            rig.sim.read(addr::IA32_DEBUGCTL) & debugctl::FREEZE_LBRS_ON_PMI,
+            0
+        );
+    }
+}
+
+#[test]
+fn overflow_during_the_handler_is_not_lost() {
+    let mut rig = Rig::new(SimCpu::skylake());
+    let mut d = rig
+        .intel(&[ev(EventKind::Branches, 50)], IntelOptions::default())
+        .unwrap();
+    assert_eq!(d.counter_of(0), Some(Counter::Gp(0)));
+    let mut armed = false;
+    for i in 0..10_000 {
+        let s = step(i);
+        if rig.sim.advance(None, &s) {
+            rig.sim.take_pmi();
+            if !armed {
+                // PMC0 overflows while the handler runs.
+                rig.sim.overflow_during_handler(1);
+                armed = true;
+            }
+            let mut got = Vec::new();
+            let sum = d.handle_pmi(&mut rig.sim, None, 0, &mut |ov| got.push(ov.event));
+            rig.seen.extend(got.into_iter().map(|e| Seen {
+                event: e,
+                ..Seen::default()
+            }));
+            rig.add(sum);
+        }
+    }
+    // Every period sampled, plus the overflow that landed in the handler.
+    assert_eq!(rig.count(0), 10_000 / 50 + 1, "branch samples");
+    assert_eq!(
+        rig.sim.stats.early_lvt_unmasks, 0,
+        "LVT unmasked before re-enabling"
+    );
+}
+
+#[test]
+fn large_pebs_reserves_a_record_per_counter_and_counts_losses() {
+    let large = IntelOptions {
+        large_pebs: true,
+        ..Default::default()
+    };
+    // A record every step; the handler runs 3 steps after the threshold PMI.
+    let mut rig = Rig::new(SimCpu::skylake());
+    let mut d = rig
+        .intel(&[precise(EventKind::Instructions, 1)], large)
+        .unwrap();
+    run_delayed(&mut rig, &mut d, (0..2000).map(step), 3);
+    assert_eq!(
+        rig.sim.stats.pebs_dropped, 0,
+        "no headroom for late records"
+    );
+    // A much later handler: the records past the end are counted as lost.
+    let mut rig = Rig::new(SimCpu::skylake());
+    let mut d = rig
+        .intel(&[precise(EventKind::Instructions, 1)], large)
+        .unwrap();
+    run_delayed(&mut rig, &mut d, (0..2000).map(step), 20);
+    assert!(rig.sim.stats.pebs_dropped > 0);
+    let mut mem = DsMemory::new(&rig.area, &mut rig.buf);
+    let rest = d.flush_pebs(&mut mem, &mut |_| {});
+    // Every period is either a record or a counted loss.
+    let delivered = rig.total.pebs_records + rest.pebs_records;
+    assert!(rig.total.pebs_lost > 0, "lost records counted");
+    assert_eq!(delivered + rig.total.pebs_lost, 2000);
+}
+
+#[test]
+fn adaptive_pebs_lbr_entries_on_legacy_lbr_keep_their_info() {
+    // Ice Lake: the record's LBR group holds legacy FROM/TO/LBR_INFO.
+    let mut rig = Rig::new(SimCpu::ice_lake());
+    let mut d = rig
+        .intel(
+            &[precise(EventKind::Instructions, 10)],
+            IntelOptions {
+                lbr: Some(LbrConfig::default()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    rig.run_intel(&mut d, (0..100).map(step));
+    assert_eq!(rig.total.pebs_records, 10);
+    let s = &rig.seen[3];
+    let f = match s.lbr_format.unwrap() {
+        LbrRawFormat::Arch => LbrFormat::Arch,
+        LbrRawFormat::Legacy(n) => LbrFormat::Legacy(n),
+        other => panic!("{other:?}"),
+    };
+    let r = pebs::decode(
+        s.pebs.as_ref().unwrap(),
+        &decode_cfg(4, MemKind::None, false),
+    )
+    .unwrap();
+    let raw: Vec<SRaw> = r.lbr().collect();
+    let mut out = [slbr::BranchEntry::default(); 32];
+    let n = slbr::decode_stack(f, &raw, &mut out);
+    assert_eq!(n, 32);
+    // Record of step 39: the newest branch is step 38's; its cycle count
+    // and the jump of step 37 (no type in legacy LBR_INFO) survive.
+    assert_eq!(out[0].from, step(38).ip);
+    assert_eq!(out[0].flags.cycles, 2, "cycles from LBR_INFO");
+    assert_eq!(out[1].flags.kind, slbr::branch_kind::UNKNOWN, "branch type");
+    assert_eq!(out[3].flags.mispred, 35 % 5 == 0);
+}
+
+#[test]
+fn every_model_row_runs_detect_configure_pmi_stop_without_gp() {
+    use arch_x86::msr::debugctl;
+    use arch_x86::pmu::models::{INTEL_MODELS, ModelLbr};
+    for row in INTEL_MODELS {
+        let cpu = SimCpu::from_row(row);
+        let mut rig = Rig::new(cpu);
+        let info = rig.info();
+        assert_eq!(
+            (info.family, info.model),
+            (6, row.models[0]),
+            "{}",
+            row.name
+        );
+        let pebs = row.pebs_format.filter(|_| !row.pebs_quirks.broken);
+        assert_eq!(info.pebs_format, pebs, "{}", row.name);
+        match row.lbr {
+            ModelLbr::Legacy(l) => assert_eq!(info.lbr_depth(), l.depth, "{}", row.name),
+            ModelLbr::Arch(d) => assert_eq!(info.lbr_depth(), d, "{}", row.name),
+            ModelLbr::None => assert_eq!(info.lbr, LbrKind::None),
+        }
+        let mut events = vec![ev(EventKind::Instructions, 50)];
+        // Periods above every model's minimum, and never completing on
+        // the same step (a collision on formats 1-2).
+        if pebs.is_some() {
+            events.push(precise(EventKind::Branches, 37));
+        }
+        if row.ld_lat_event.is_some() && row.gp >= 4 {
+            events.push(precise(EventKind::MemLoads, 41));
+        }
+        let opts = IntelOptions {
+            lbr: (row.lbr != ModelLbr::None).then(LbrConfig::default),
+            ..Default::default()
+        };
+        let mut d = match rig.intel(&events, opts) {
+            Ok(d) => d,
+            Err(e) => panic!("{}: {e}", row.name),
+        };
+        assert_eq!(
+            rig.sim.read(addr::IA32_DEBUGCTL) & debugctl::FREEZE_PERFMON_ON_PMI,
+            0
+        );
+        let mut i = 0;
+        while rig.pmis == 0 && i < 1000 {
+            rig.run_intel(&mut d, std::iter::once(step(i)));
+            i += 1;
+        }
+        assert_eq!(rig.pmis, 1, "{}", row.name);
+        assert!(!rig.seen.is_empty(), "{}", row.name);
+        d.stop(&mut rig.sim);
+        let mut mem = DsMemory::new(&rig.area, &mut rig.buf);
+        d.flush_pebs(&mut mem, &mut |_| {});
+        assert_eq!(
+            rig.sim.stats.gp_faults(),
+            0,
+            "{}: {:?}",
+            row.name,
+            rig.sim.stats
+        );
+        assert_eq!(rig.sim.stats.pebs_no_assist, 0, "{}", row.name);
+        assert_eq!(rig.sim.stats.pmis_masked, 0, "{}", row.name);
+        assert_eq!(rig.sim.stats.early_lvt_unmasks, 0, "{}", row.name);
+    }
+}
+
+#[test]
+fn sim_clock_yields_pebs_samples_on_skylake_ice_lake_and_sapphire_rapids() {
+    use arch_x86::pmu::driver::PmuDriver;
+    use arch_x86::pmu::sim::SimClock;
+    for cpu in [
+        SimCpu::skylake(),
+        SimCpu::ice_lake(),
+        SimCpu::sapphire_rapids(),
+    ] {
+        // What `pmu=sim` programs: mem-loads:pp every load, with LBR.
+        let mut clock = SimClock::new(cpu, 100);
+        let info = detect(&mut clock.sim);
+        let mut d = PmuDriver::new(&info).unwrap();
+        let area = Box::new(DsArea::new());
+        let mut buf = vec![0u8; 16 * 1024];
+        {
+            let mut mem = DsMemory::new(&area, &mut buf);
+            d.configure(
+                &mut clock.sim,
+                Some(&mut mem),
+                &[precise(EventKind::MemLoads, 1)],
+                &IntelOptions {
+                    lbr: Some(LbrConfig::default()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        }
+        d.start(&mut clock.sim);
+        let format = PebsFormat::from_number(info.pebs_format.unwrap()).unwrap();
+        let mut samples = 0;
+        let mut with_branches = 0;
+        for t in 0..50u64 {
+            let mut gprs = [0u64; 16];
+            gprs[7] = 0x7FFF_0000 - 8 * t;
+            let regs = SimRegs { flags: 0x202, gprs };
+            let mut mem = DsMemory::new(&area, &mut buf);
+            if clock.on_tick(Some(&mut mem), 0x40_1000 + 16 * t, true, regs) {
+                clock.sim.take_pmi();
+                let tsc = clock.sim.tsc();
+                d.handle_pmi(&mut clock.sim, Some(&mut mem), tsc, &mut |ov| {
+                    let cfg = DecodeConfig {
+                        format,
+                        mem: MemKind::Load,
+                        split_latency: info.pebs_format.is_some_and(|f| f >= 5),
+                    };
+                    let r = pebs::decode(ov.pebs.unwrap(), &cfg).unwrap();
+                    assert!(r.mem.is_some());
+                    samples += 1;
+                    if !ov.lbr.is_empty() || r.lbr_len() > 0 {
+                        with_branches += 1;
+                    }
+                });
+            }
+        }
+        assert_eq!(samples, 50, "{cpu:?}");
+        assert!(with_branches > 0, "{cpu:?}");
+        assert_eq!(clock.sim.stats.gp_faults(), 0, "{cpu:?}");
+    }
+}
+
+// ------------------------------------------------ lesser facts
+
+#[test]
+fn legacy_lbr_format_0_packs_source_and_target_in_from() {
+    let mut rig = Rig::new(lbr_cpu(0));
+    let mut d = rig
+        .intel(
+            &[ev(EventKind::Instructions, 50)],
+            IntelOptions {
+                lbr: Some(LbrConfig::default()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    rig.run_intel(&mut d, (0..50).map(step));
+    let s = &rig.seen[0];
+    let e = slbr::decode(LbrFormat::Legacy(0), &s.lbr[0]).unwrap();
+    assert_eq!((e.from, e.to), (step(49).ip, 0x50_0000 + 16 * 49));
+    assert_eq!(rig.sim.stats.gp_faults(), 0);
+}
+
+#[test]
+fn amd_lbr_ext_v2_needs_perfmon_v2() {
+    let info = detect(&mut SimPmu::new(SimCpu::Amd {
+        ext: true,
+        v2: false,
+        lbr_depth: 16,
+    }));
+    assert_eq!(info.lbr, LbrKind::None);
+}
+
+#[test]
+fn amd_configure_clears_stale_perfmon_v2_status() {
+    let mut rig = Rig::new(SimCpu::zen4());
+    let info = rig.info();
+    let mut d = AmdPmu::new(&info).unwrap();
+    d.configure(&mut rig.sim, &[ev(EventKind::Instructions, 10)], None)
+        .unwrap();
+    d.start(&mut rig.sim);
+    let mut i = 0;
+    while !rig.sim.advance(None, &step(i)) {
+        i += 1;
+    }
+    // Stopped with the overflow unhandled: the next user must not see it.
+    d.stop(&mut rig.sim);
+    assert_ne!(rig.sim.read(addr::AMD_PERF_CNTR_GLOBAL_STATUS), 0);
+    d.configure(&mut rig.sim, &[ev(EventKind::Branches, 10)], None)
+        .unwrap();
+    assert_eq!(rig.sim.read(addr::AMD_PERF_CNTR_GLOBAL_STATUS), 0);
+    assert_eq!(rig.sim.stats.gp_faults(), 0);
+}
+
+#[test]
+fn core2_pebs_errata_one_page_buffer_and_no_pebs_on_merom() {
+    use arch_x86::pmu::models;
+    // Penryn: large PEBS stays within the buffer's first page.
+    let mut rig = Rig::new(SimCpu::from_row(models::intel_row(0x17).unwrap()));
+    let mut d = rig
+        .intel(
+            &[precise(EventKind::Instructions, 1)],
+            IntelOptions {
+                large_pebs: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    run_delayed(&mut rig, &mut d, (0..1000).map(step), 0);
+    assert_eq!(rig.sim.stats.ds_faults, 0, "records past the first page");
+    assert!(rig.total.pebs_records > 0);
+    // Merom: PEBS is unreliable, so it is not offered.
+    let mut rig = Rig::new(SimCpu::from_row(models::intel_row(0x0F).unwrap()));
+    assert_eq!(rig.info().pebs_format, None);
+    assert_eq!(
+        rig.intel(
+            &[precise(EventKind::Instructions, 10)],
+            IntelOptions::default()
+        )
+        .err(),
+        Some(PmuError::PebsUnavailable)
+    );
+}
+
+#[test]
+fn periods_below_the_model_minimum_are_raised() {
+    use arch_x86::pmu::models;
+    // Nehalem: at least 32 for every event.
+    let mut rig = Rig::new(SimCpu::from_row(models::intel_row(0x1E).unwrap()));
+    let mut d = rig
+        .intel(&[ev(EventKind::Branches, 10)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(&mut d, (0..640).map(step));
+    assert_eq!(rig.sim.stats.short_periods, 0, "Nehalem period below 32");
+    assert_eq!((rig.count(0), rig.seen[0].period), (20, 32));
+    // Broadwell: INST_RETIRED.PREC_DIST (the cycles:pp alias) at least 128.
+    let mut rig = Rig::new(SimCpu::from_row(models::intel_row(0x3D).unwrap()));
+    let mut d = rig
+        .intel(&[precise(EventKind::Cycles, 50)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(&mut d, (0..640).map(step));
+    assert_eq!(rig.sim.stats.short_periods, 0, "Broadwell period below 128");
+    assert_eq!(rig.total.pebs_records, 1280 / 128);
+}
+
+#[test]
+fn amd_cache_events_before_and_from_zen() {
+    for cpu in [
+        SimCpu::Amd {
+            ext: false,
+            v2: false,
+            lbr_depth: 0,
+        },
+        SimCpu::zen4(),
+    ] {
+        let mut rig = Rig::new(cpu);
+        let info = rig.info();
+        let mut d = AmdPmu::new(&info).unwrap();
+        d.configure(
+            &mut rig.sim,
+            &[
+                ev(EventKind::CacheReferences, 5),
+                ev(EventKind::CacheMisses, 5),
+            ],
+            None,
+        )
+        .unwrap();
+        d.start(&mut rig.sim);
+        // Every step's load is an L2 hit: a reference, never a miss.
+        rig.run_amd(&mut d, (0..100).map(step));
+        assert_eq!((rig.count(0), rig.count(1)), (20, 0), "{cpu:?}");
+    }
 }

@@ -117,7 +117,7 @@ pub fn caps_of(info: &PmuInfo, source: EventSource) -> PmuCaps {
 }
 
 /// Builds a simulated PMU of `cpu` with the real driver programmed for
-/// precise `mem-loads` at `period` with LBR, frozen on PMI, its PEBS
+/// precise `mem-loads` at `period` with LBR (frozen on PMI), its PEBS
 /// records going to `mem`.
 pub fn build_sim(
     cpu: SimCpu,
@@ -136,7 +136,6 @@ pub fn build_sim(
     }];
     let opts = IntelOptions {
         lbr: Some(LbrConfig::default()),
-        freeze_on_pmi: true,
         ..Default::default()
     };
     driver.configure(&mut clock.sim, Some(mem), &events, &opts)?;
@@ -640,7 +639,6 @@ pub fn setup_hw(info: &PmuInfo, ev: Event, mode: SampleMode) -> Result<HwSetup, 
     let pebs = uses_pebs(&ev, info.vendor);
     let mut opts = IntelOptions {
         lbr: (info.lbr != LbrKind::None).then(LbrConfig::default),
-        freeze_on_pmi: true,
         ..Default::default()
     };
     // SAFETY: HW_STATE is off and `pmu=sim` is not set up (checked above),

@@ -32,7 +32,7 @@ pub enum LbrFormat {
 
 /// Legacy format numbers (SDM vol. 3 "LBR Stack", IA32_PERF_CAPABILITIES.LBR_FMT).
 pub mod legacy {
-    /// 32-bit offsets.
+    /// 32-bit offsets, source and target packed in the FROM MSR.
     pub const FMT_32: u8 = 0;
     /// 64-bit linear addresses.
     pub const FMT_LIP: u8 = 1;
@@ -70,8 +70,10 @@ pub fn decode(format: LbrFormat, raw: &RawBranch) -> Option<BranchEntry> {
             }
             match fmt {
                 legacy::FMT_32 => {
+                    // One MSR per entry: FROM[31:0] source, FROM[63:32]
+                    // target (the TO value is not used).
                     e.from = raw.from & 0xFFFF_FFFF;
-                    e.to = raw.to & 0xFFFF_FFFF;
+                    e.to = raw.from >> 32;
                 }
                 legacy::FMT_LIP | legacy::FMT_EIP => {
                     e.from = raw.from;
@@ -297,12 +299,16 @@ mod tests {
     #[test]
     fn legacy_32bit_and_empty_and_unknown() {
         let raw = RawBranch {
-            from: 0xAAAA_0000_1234_5678,
-            to: 0x1_0000_0010,
+            from: 0x0000_0010_1234_5678,
+            to: 0xAAAA_0000_0000_0020,
             info: 0,
         };
         let e = decode(LbrFormat::Legacy(legacy::FMT_32), &raw).unwrap();
-        assert_eq!((e.from, e.to), (0x1234_5678, 0x10));
+        assert_eq!(
+            (e.from, e.to),
+            (0x1234_5678, 0x10),
+            "target from FROM[63:32]"
+        );
         assert!(decode(LbrFormat::Legacy(3), &RawBranch::default()).is_none());
         assert!(decode(LbrFormat::Legacy(0x3F), &raw).is_none());
     }

@@ -115,7 +115,8 @@ pub struct AdaptiveLbrEntry {
     pub from: u64,
     /// TO.
     pub to: u64,
-    /// INFO (arch-LBR INFO layout).
+    /// INFO, in the CPU's LBR layout: IA32_LBR_x_INFO with architectural
+    /// LBR, MSR_LBR_INFO_x (legacy format 5) on Ice Lake / Tiger Lake.
     pub info: u64,
 }
 
@@ -292,7 +293,9 @@ pub struct PebsRecord<'a> {
 }
 
 impl PebsRecord<'_> {
-    /// LBR entries carried in an adaptive record (arch-LBR INFO layout), newest first.
+    /// LBR entries carried in an adaptive record, newest first, encoded as
+    /// the CPU's LBR (decode them with the driver's LBR format, not always
+    /// as architectural LBR).
     pub fn lbr(&self) -> impl Iterator<Item = RawBranch> + '_ {
         self.lbr.chunks_exact(24).map(|c| RawBranch {
             from: rd(c, 0),
@@ -505,6 +508,8 @@ pub mod mem {
     pub const TLB_HIT: u64 = 0x02;
     /// TLB miss.
     pub const TLB_MISS: u64 = 0x04;
+    /// L1 (first-level TLB).
+    pub const TLB_L1: u64 = 0x08;
     /// L2 (second-level TLB).
     pub const TLB_L2: u64 = 0x10;
 }
@@ -547,10 +552,13 @@ pub fn data_src(kind: MemKind, dse: u64) -> u64 {
             (OP_LOAD, lvl, snoop)
         }
     };
+    // An STLB miss missed both levels; otherwise the access hit in the
+    // L1 or L2 TLB, which the encoding does not tell apart (Linux reports
+    // HIT | L1 | L2).
     let tlb = if dse & (1 << 4) != 0 {
         TLB_L2 | TLB_MISS
     } else {
-        TLB_HIT
+        TLB_HIT | TLB_L1 | TLB_L2
     };
     let lock = if dse & (1 << 5) != 0 {
         LOCK_LOCKED
@@ -842,6 +850,11 @@ mod tests {
             mem::LVL_LOC_RAM | mem::LVL_HIT
         );
         assert_eq!((ram >> mem::TLB_SHIFT) & 0x7F, mem::TLB_MISS | mem::TLB_L2);
+        assert_eq!(
+            (l1 >> mem::TLB_SHIFT) & 0x7F,
+            mem::TLB_HIT | mem::TLB_L1 | mem::TLB_L2,
+            "a TLB hit is a hit in L1 or L2"
+        );
         assert_eq!((ram >> mem::LOCK_SHIFT) & 0x3, mem::LOCK_LOCKED);
         let st = data_src(MemKind::Store, 0);
         assert_eq!(st & 0x1F, mem::OP_STORE);

@@ -95,6 +95,26 @@ fn host_cpuid_pmu() -> u8 {
     }
 }
 
+/// The host's display model when it is an Intel family 6 CPU.
+fn host_intel_model() -> Option<u8> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid_count;
+        let v = __cpuid_count(0, 0);
+        if v.ebx != 0x756E_6547 || v.eax < 1 {
+            return None; // not "Genu"ineIntel
+        }
+        let a = __cpuid_count(1, 0).eax;
+        let family = (a >> 8) & 0xF;
+        let model = ((a >> 4) & 0xF) | ((a >> 12) & 0xF0);
+        (family == 6).then_some(model as u8)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
 /// Gather the facts from this host.
 pub fn gather() -> HostFacts {
     let dev_kvm = Path::new("/dev/kvm").exists();
@@ -238,6 +258,16 @@ pub fn run() -> Result<i32> {
         }
     );
     println!("hwcheck: host CPUID PMU version: {}", facts.host_cpuid_pmu);
+    match host_intel_model() {
+        Some(m) => match arch_x86::pmu::models::intel_row(m) {
+            Some(row) => println!("hwcheck: model {m:#04x} in the PMU model table: {row}"),
+            None => println!(
+                "hwcheck: model {m:#04x} is not in the PMU model table: {}",
+                arch_x86::pmu::models::UNKNOWN_MODEL
+            ),
+        },
+        None => println!("hwcheck: not an Intel family 6 CPU: no PMU model-table row"),
+    }
     if let Err(why) = assess(&facts) {
         println!("hwcheck: no usable KVM with a virtual PMU: {why}");
         println!("{BARE_METAL}");

@@ -3,6 +3,7 @@
 //! PerfMonV2 global control and status, and LbrExtV2 branch stacks
 //! (AMD APM vol. 2 "Performance Monitoring Counters"; PPR for family 19h).
 
+use super::events::EventKind;
 use super::lbr::{LbrConfig, LbrDriver, LbrRawFormat, RawBranch};
 use super::{
     Counter, EventConfig, FREQ_START_PERIOD, LVT_PMI_NMI, Overflow, PmiSummary, PmuError, PmuHw,
@@ -19,6 +20,8 @@ const EVTSEL_OS: u64 = 1 << 17;
 const EVTSEL_INT: u64 = 1 << 20;
 const EVTSEL_EN: u64 = 1 << 22;
 const WIDTH: u64 = (1 << 48) - 1;
+/// PerfCntrGlobalStatus bit 58: the LBR stack froze on a PMI (LbrFrz).
+const AMD_STATUS_LBR_FRZ: u64 = 1 << 58;
 
 #[derive(Debug, Clone, Copy)]
 struct Slot {
@@ -102,8 +105,17 @@ impl AmdPmu {
             if ev.event.precise > 0 {
                 return Err(PmuError::PebsUnavailable);
             }
-            let e = super::events::encode(ev.event.kind, Vendor::Amd)
+            let mut e = super::events::encode(ev.event.kind, Vendor::Amd)
                 .ok_or(PmuError::EventUnavailable { event: i })?;
+            // Before Zen (family 17h) the cache events are the data-cache
+            // refills from L2 / the system (Linux amd_perfmon_event_map).
+            if self.info.family < 0x17 {
+                match ev.event.kind {
+                    EventKind::CacheReferences => e.evtsel = 0x077D,
+                    EventKind::CacheMisses => e.evtsel = 0x077E,
+                    _ => {}
+                }
+            }
             let period = match ev.mode {
                 SampleMode::Period(p) => p,
                 SampleMode::Frequency { .. } => FREQ_START_PERIOD,
@@ -129,6 +141,15 @@ impl AmdPmu {
             });
         }
         self.n = events_in.len();
+        if self.info.amd_v2 {
+            // Stale overflow and LbrFrz bits of an earlier user would read
+            // as overflows at the first PMI (Linux amd_pmu_cpu_reset).
+            let counters = (1u64 << ncount) - 1;
+            hw.write(
+                addr::AMD_PERF_CNTR_GLOBAL_STATUS_CLR,
+                counters | AMD_STATUS_LBR_FRZ,
+            );
+        }
         for i in 0..self.n {
             let Some(s) = self.slots[i] else { continue };
             let (ctl, ctr) = self.msrs(s.counter);

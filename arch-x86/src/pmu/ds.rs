@@ -8,10 +8,13 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// Number of PEBS counter-reset slots: 32 general-purpose then 16 fixed
-/// (fixed counter n at slot 32 + n).
+/// (fixed counter n at slot 32 + n from format 5 on).
 pub const RESET_SLOTS: usize = 48;
-/// Slot index of fixed counter 0's reset value.
+/// Slot index of fixed counter 0's reset value from PEBS format 5 on.
 pub const RESET_FIXED_BASE: usize = 32;
+/// Slot index of fixed counter 0's reset value on PEBS format 4, which has
+/// 8 general-purpose slots (Linux `MAX_PEBS_EVENTS_FMT4`).
+pub const RESET_FIXED_BASE_FMT4: usize = 8;
 
 /// The 64-bit DS save area.
 #[repr(C, align(64))]
@@ -55,11 +58,18 @@ impl DsArea {
         }
     }
 
-    /// Reset slot of a counter.
-    pub fn reset_slot(&self, counter: super::Counter) -> &AtomicU64 {
+    /// Reset slot of a counter under PEBS record format `format`: GP
+    /// counter n at slot n; fixed counter n at 8 + n on format 4 and at
+    /// 32 + n from format 5 on (fixed counters take PEBS only from format 4).
+    pub fn reset_slot(&self, counter: super::Counter, format: u8) -> &AtomicU64 {
+        let base = if format == 4 {
+            RESET_FIXED_BASE_FMT4
+        } else {
+            RESET_FIXED_BASE
+        };
         match counter {
-            super::Counter::Gp(n) => &self.pebs_reset[usize::from(n)],
-            super::Counter::Fixed(n) => &self.pebs_reset[RESET_FIXED_BASE + usize::from(n)],
+            super::Counter::Gp(n) => &self.pebs_reset[usize::from(n) % RESET_SLOTS],
+            super::Counter::Fixed(n) => &self.pebs_reset[(base + usize::from(n)) % RESET_SLOTS],
         }
     }
 

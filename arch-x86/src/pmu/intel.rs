@@ -2,16 +2,28 @@
 //! "Architectural Performance Monitoring"), with PEBS through the DS area and
 //! the LBR stack.
 //!
-//! Counter assignment honours constraints (fixed counters for instructions,
-//! cycles and ref-cycles; PEBS only on general-purpose counters, PMC0 only on
-//! format 0). The PMI handler disables the counters, snapshots the LBR, drains
-//! PEBS records one `Overflow` per record, reports the other overflows,
-//! reloads periods, clears GLOBAL_STATUS (OVF_CTRL, or STATUS_RESET with the
-//! freeze bits on v4+), re-arms the LVT entry and re-enables the counters.
+//! Model-specific behaviour comes from the table in [`super::models`]:
+//! PEBS counter constraints (and PMC0 only on format 0), the load-latency
+//! event and its extra register, the `mem-loads-aux` event, the `cycles:p`
+//! alias, the LBR facts and the PMI acknowledge order.
+//!
+//! Adaptive PEBS (format 4+ with PERF_CAPABILITIES\[14\]) sets the
+//! per-counter adaptive bit (EVTSEL\[34\], FIXED_CTR_CTRL\[32+4n\]) next to
+//! PEBS_DATA_CFG; format 4+ without baseline writes 32-byte basic records.
+//!
+//! The PMI handler follows Linux's `intel_pmu_handle_irq`: disable the
+//! counters, read GLOBAL_STATUS, then loop (bounded) acknowledging the status
+//! before handling it (PEBS records, one `Overflow` per counter a record
+//! applies to; other overflows; period reloads) and reading it again until it
+//! is clear, and re-arm the LVT entry at the model's point (early, or after
+//! re-enabling the counters on big cores from Haswell on). Perfmon is never
+//! frozen on PMI (FREEZE_PERFMON_ON_PMI freezes when the PMI is raised, not
+//! when it is taken); the LBRs always are, except in call-stack mode.
 
 use super::ds::{DsArea, DsMemory};
 use super::events::{self, MemEvent};
 use super::lbr::{LbrConfig, LbrDriver, LbrRawFormat, RawBranch};
+use super::models::{self, IntelModel, PmiAck};
 use super::{
     Counter, EventConfig, FREQ_START_PERIOD, LVT_PMI_NMI, Overflow, PmiSummary, PmuError, PmuHw,
     SampleMode,
@@ -27,6 +39,12 @@ const EVTSEL_USR: u64 = 1 << 16;
 const EVTSEL_OS: u64 = 1 << 17;
 const EVTSEL_INT: u64 = 1 << 20;
 const EVTSEL_EN: u64 = 1 << 22;
+/// EVTSEL: adaptive PEBS record for this counter (ICL_EVENTSEL_ADAPTIVE).
+const EVTSEL_ADAPTIVE: u64 = 1 << 34;
+
+/// Most passes of the PMI handler over GLOBAL_STATUS before it gives up and
+/// resets the counters (Linux: 100).
+pub const MAX_PMI_LOOPS: u32 = 100;
 
 /// GLOBAL_STATUS: PEBS buffer threshold reached.
 pub const STATUS_OVF_BUF: u64 = 1 << 62;
@@ -43,8 +61,6 @@ pub struct IntelOptions {
     /// Let PEBS fill the buffer with many records per PMI ("large PEBS") when
     /// every PEBS event allows it (fixed period, no PMI-time-only data).
     pub large_pebs: bool,
-    /// Freeze counters (and LBRs) on PMI.
-    pub freeze_on_pmi: bool,
     /// Ask adaptive PEBS for the XMM register group.
     pub pebs_xmm: bool,
 }
@@ -58,6 +74,8 @@ struct Slot {
     mode: SampleMode,
     pebs: bool,
     last_tsc: u64,
+    /// Smallest period the model takes for this event.
+    min_period: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -66,12 +84,17 @@ struct PebsSetup {
     record_size: usize,
     data_cfg: u64,
     large: bool,
+    /// Records carry the LBR group, encoded as the CPU's LBR.
+    lbr_in_record: bool,
 }
 
 /// The Intel PMU driver for one CPU.
 #[derive(Debug)]
 pub struct IntelPmu {
     info: PmuInfo,
+    row: &'static IntelModel,
+    /// GP counter of the `mem-loads-aux` event, when one is programmed.
+    aux: Option<u8>,
     slots: [Option<Slot>; MAX_EVENTS],
     n: usize,
     global_ctrl: u64,
@@ -80,7 +103,6 @@ pub struct IntelPmu {
     pebs: Option<PebsSetup>,
     lbr: Option<LbrDriver>,
     lbr_on: bool,
-    freeze: bool,
     pebs_disabled_reason: Option<u8>,
 }
 
@@ -94,17 +116,19 @@ impl IntelPmu {
         if info.vendor == Vendor::Amd || !info.has_pmu() {
             return Err(PmuError::NoPmu);
         }
+        let row = models::row_for(info.vendor == Vendor::Intel, info.family, info.model);
         Ok(IntelPmu {
             info: *info,
+            row,
+            aux: None,
             slots: [None; MAX_EVENTS],
             n: 0,
             global_ctrl: 0,
             fixed_ctrl: 0,
             pebs_enable: 0,
             pebs: None,
-            lbr: LbrDriver::new(info.lbr),
+            lbr: LbrDriver::new(info.lbr).map(|l| l.for_model(row)),
             lbr_on: false,
-            freeze: false,
             pebs_disabled_reason: None,
         })
     }
@@ -112,6 +136,11 @@ impl IntelPmu {
     /// The PMU this driver was built for.
     pub fn info(&self) -> &PmuInfo {
         &self.info
+    }
+
+    /// The model-table row the driver follows.
+    pub fn model(&self) -> &'static IntelModel {
+        self.row
     }
 
     /// Counter holding event `i`.
@@ -163,19 +192,40 @@ impl IntelPmu {
         self.slots = [None; MAX_EVENTS];
         self.n = 0;
         self.pebs = None;
+        self.aux = None;
         if events_in.len() > MAX_EVENTS {
             return Err(PmuError::NoCounter { event: MAX_EVENTS });
         }
+        if let Some(cfg) = opts.lbr {
+            let lbr = self.lbr.as_ref().ok_or(PmuError::LbrUnavailable)?;
+            if cfg.call_stack && !lbr.supports_call_stack() {
+                return Err(PmuError::LbrUnavailable);
+            }
+        }
+        let baseline = self.info.pebs_baseline && self.info.pebs_format.is_some_and(|f| f >= 4);
         // Encodings and constraints.
         let mut enc = [None; MAX_EVENTS];
         let mut any_pebs = false;
+        let mut needs_aux = None;
         for (i, ev) in events_in.iter().enumerate() {
-            let e = events::encode(ev.event.kind, self.info.vendor)
+            let mut e = events::encode(ev.event.kind, self.info.vendor)
                 .ok_or(PmuError::EventUnavailable { event: i })?;
             if let Some(bit) = events::arch_event_bit(ev.event.kind)
                 && self.info.events_unavailable & (1 << bit) != 0
             {
                 return Err(PmuError::EventUnavailable { event: i });
+            }
+            if e.mem == MemEvent::Load {
+                // The load-latency event is per model; without the facility
+                // (and its MSR_PEBS_LD_LAT_THRESHOLD) there is no mem-loads.
+                let ld = self
+                    .row
+                    .ld_lat_event
+                    .ok_or(PmuError::EventUnavailable { event: i })?;
+                e.evtsel = u64::from(ld);
+                if self.row.mem_loads_aux {
+                    needs_aux = Some(i);
+                }
             }
             let pebs = ev.event.precise > 0 || e.needs_pebs;
             if pebs {
@@ -188,6 +238,18 @@ impl IntelPmu {
                     Some(_) => {}
                 }
                 any_pebs = true;
+                // Event 0x3C (cycles) makes no PEBS assist before PEBS
+                // baseline: use the model's alias (Linux intel_pebs_aliases_*),
+                // which counts every cycle on a PEBS-capable event.
+                if !baseline && e.evtsel & 0xFFFF_FFFF == 0x3C {
+                    let alt = self
+                        .row
+                        .cycles_alias
+                        .evtsel(ev.event.precise)
+                        .ok_or(PmuError::EventUnavailable { event: i })?;
+                    e.evtsel = alt;
+                    e.fixed = None;
+                }
             }
             match ev.mode {
                 SampleMode::Period(0) => return Err(PmuError::BadPeriod { event: i }),
@@ -206,23 +268,27 @@ impl IntelPmu {
         for (k, o) in order.iter_mut().enumerate().take(events_in.len()) {
             *o = k;
         }
+        let row = self.row;
+        let format0 = self.info.pebs_format == Some(0);
         let gp_mask_of = |i: usize| -> u32 {
             let Some((e, pebs)) = enc[i] else { return 0 };
             let mut m = e.gp_mask & gp_all;
-            if pebs && self.info.pebs_format == Some(0) {
-                m &= 1; // Core 2: PEBS on PMC0 only
+            if pebs {
+                m &= row.pebs_counters(e.evtsel);
+                if format0 {
+                    m &= 1; // format 0: PEBS on PMC0 only
+                }
             }
             m
         };
-        let fixed_pebs = self.info.pebs_baseline && self.info.pebs_format.is_some_and(|f| f >= 4);
         order[..events_in.len()].sort_unstable_by_key(|&i| (gp_mask_of(i).count_ones(), i));
         for &i in &order[..events_in.len()] {
             let (e, pebs) = enc[i].ok_or(PmuError::EventUnavailable { event: i })?;
             let ev = &events_in[i];
             let mut counter = None;
-            // Adaptive PEBS (format 4+) can also sample fixed counters.
+            // PEBS baseline (adaptive PEBS) can also sample fixed counters.
             if let Some(f) = e.fixed
-                && (!pebs || fixed_pebs)
+                && (!pebs || baseline)
                 && self.info.fixed_mask & (1 << f) != 0
                 && fixed_used & (1 << f) == 0
             {
@@ -239,10 +305,14 @@ impl IntelPmu {
                 counter = Some(Counter::Gp(n));
             }
             let counter = counter.ok_or(PmuError::NoCounter { event: i })?;
+            // Shorter periods than the model takes are raised to its
+            // minimum (Linux *_limit_period).
+            let min_period = self.row.min_period(e.evtsel, ev.event.precise);
             let period = match ev.mode {
                 SampleMode::Period(p) => p,
                 SampleMode::Frequency { .. } => FREQ_START_PERIOD,
-            };
+            }
+            .max(min_period);
             if period > self.max_period(counter) {
                 return Err(PmuError::BadPeriod { event: i });
             }
@@ -256,8 +326,14 @@ impl IntelPmu {
                     (0, en | if pebs { 0 } else { 1 << 3 })
                 }
             };
-            // PEBS events do not interrupt on overflow; the buffer threshold does.
-            let evtsel = if pebs { evtsel & !EVTSEL_INT } else { evtsel };
+            // PEBS events do not interrupt on overflow; the buffer threshold
+            // does. With PEBS baseline the record layout follows
+            // PEBS_DATA_CFG only for counters with the adaptive bit.
+            let evtsel = if pebs {
+                (evtsel & !EVTSEL_INT) | if baseline { EVTSEL_ADAPTIVE } else { 0 }
+            } else {
+                evtsel
+            };
             self.slots[i] = Some(Slot {
                 counter,
                 evtsel,
@@ -266,14 +342,23 @@ impl IntelPmu {
                 mode: ev.mode,
                 pebs,
                 last_tsc: 0,
+                min_period,
             });
-            let _ = e.mem;
+        }
+        // The auxiliary event the load-latency event needs on some models
+        // (Linux PMU_FL_MEM_LOADS_AUX): counted, never sampled.
+        if let Some(i) = needs_aux {
+            let free = gp_all & !gp_used;
+            if free == 0 {
+                return Err(PmuError::NoCounter { event: i });
+            }
+            self.aux = Some(free.trailing_zeros() as u8);
         }
         self.n = events_in.len();
         // PEBS setup.
         if any_pebs {
             let mem = mem.ok_or(PmuError::BadDsMemory)?;
-            self.setup_pebs(hw, mem, events_in, &enc, opts)?;
+            self.setup_pebs(hw, mem, &enc, opts)?;
         }
         // Program counters, stopped.
         self.global_ctrl = 0;
@@ -283,28 +368,34 @@ impl IntelPmu {
             self.write_period(hw, s.counter, s.period);
             match s.counter {
                 Counter::Gp(n) => hw.write(addr::IA32_PERFEVTSEL0 + u32::from(n), s.evtsel),
-                Counter::Fixed(n) => self.fixed_ctrl |= s.fixed_bits << (4 * u32::from(n)),
+                Counter::Fixed(n) => {
+                    self.fixed_ctrl |= s.fixed_bits << (4 * u32::from(n));
+                    if s.pebs && baseline {
+                        self.fixed_ctrl |= 1 << (32 + 4 * u32::from(n)); // ICL_FIXED_0_ADAPTIVE
+                    }
+                }
             }
             self.global_ctrl |= s.counter.global_bit();
+        }
+        if let Some(n) = self.aux {
+            let sel = u64::from(models::MEM_LOADS_AUX_EVENT) | EVTSEL_USR | EVTSEL_OS | EVTSEL_EN;
+            self.write_period(hw, Counter::Gp(n), self.max_period(Counter::Gp(n)));
+            hw.write(addr::IA32_PERFEVTSEL0 + u32::from(n), sel);
+            self.global_ctrl |= Counter::Gp(n).global_bit();
         }
         if self.info.version >= 2 {
             hw.write(addr::IA32_FIXED_CTR_CTRL, self.fixed_ctrl);
         }
-        // Freeze on PMI and LBR.
-        self.freeze = opts.freeze_on_pmi && self.info.version >= 2;
-        let dc = hw.read(addr::IA32_DEBUGCTL) & !debugctl::FREEZE_PERFMON_ON_PMI;
-        hw.write(
-            addr::IA32_DEBUGCTL,
-            dc | if self.freeze {
-                debugctl::FREEZE_PERFMON_ON_PMI
-            } else {
-                0
-            },
-        );
+        // Never freeze perfmon on PMI; freeze the LBRs (except in call-stack
+        // mode, which the LBR driver handles).
+        let dc = hw.read(addr::IA32_DEBUGCTL);
+        if dc & debugctl::FREEZE_PERFMON_ON_PMI != 0 {
+            hw.write(addr::IA32_DEBUGCTL, dc & !debugctl::FREEZE_PERFMON_ON_PMI);
+        }
         self.lbr_on = false;
         if let Some(cfg) = opts.lbr {
             let lbr = self.lbr.as_mut().ok_or(PmuError::LbrUnavailable)?;
-            lbr.enable(hw, cfg, opts.freeze_on_pmi);
+            lbr.enable(hw, cfg, true);
             self.lbr_on = true;
         }
         hw.write_lvt_pmi(LVT_PMI_NMI);
@@ -315,12 +406,14 @@ impl IntelPmu {
         &mut self,
         hw: &mut impl PmuHw,
         mem: &mut DsMemory<'_>,
-        events_in: &[EventConfig],
         enc: &[Option<(events::Encoding, bool)>; MAX_EVENTS],
         opts: &IntelOptions,
     ) -> Result<(), PmuError> {
         let format = self.info.pebs_format.ok_or(PmuError::PebsUnavailable)?;
-        let adaptive = format >= 4 && self.info.pebs_baseline;
+        // Format 4 and later use the adaptive layout; its groups beyond the
+        // basic one exist only with PEBS baseline.
+        let adaptive = format >= 4;
+        let baseline = adaptive && self.info.pebs_baseline;
         let mut data_cfg = 0u64;
         let mut ld_lat = false;
         self.pebs_enable = 0;
@@ -341,10 +434,10 @@ impl IntelPmu {
             }
         }
         let lbr_entries = match (&self.lbr, opts.lbr) {
-            (Some(l), Some(_)) if adaptive => l.depth() as u64,
+            (Some(l), Some(_)) if baseline => l.depth() as u64,
             _ => 0,
         };
-        if adaptive {
+        if baseline {
             data_cfg |= DATA_CFG_GPRS;
             if opts.pebs_xmm {
                 data_cfg |= DATA_CFG_XMMS;
@@ -353,30 +446,52 @@ impl IntelPmu {
                 data_cfg |= DATA_CFG_LBRS | (lbr_entries - 1) << 24;
             }
             hw.write(addr::MSR_PEBS_DATA_CFG, data_cfg);
+        } else {
+            data_cfg = 0;
         }
         let record_size = if adaptive {
             adaptive_size(data_cfg)
         } else {
             fixed_size(format)
         };
-        if mem.pebs.len() < 2 * record_size {
+        // Core 2 errata: the buffer must stay within one page.
+        let usable = if self.row.pebs_quirks.one_page {
+            let base = mem.pebs_addr() as usize;
+            let to_page_end = 4096 - base % 4096;
+            mem.pebs.len().min(to_page_end)
+        } else {
+            mem.pebs.len()
+        };
+        if usable < 2 * record_size {
             return Err(PmuError::BadDsMemory);
         }
+        let capacity = usable / record_size;
+        // Large PEBS keeps room above the threshold for one record per
+        // PEBS-capable counter: each may add a record between the threshold
+        // PMI and the handler (Linux reserves max_pebs_events + fixed).
+        let reserve = usize::from(self.info.gp_counters)
+            + if baseline {
+                usize::from(self.info.fixed_counters())
+            } else {
+                0
+            };
         // Large PEBS only when every PEBS event has a fixed period and nothing
         // in the sample is taken at PMI time (fixed formats carry no LBR).
         let all_fixed_period = (0..self.n)
             .filter_map(|i| self.slots[i])
             .filter(|s| s.pebs)
             .all(|s| matches!(s.mode, SampleMode::Period(_)));
-        let large = opts.large_pebs && all_fixed_period && (adaptive || opts.lbr.is_none());
+        let large = opts.large_pebs
+            && all_fixed_period
+            && (baseline || opts.lbr.is_none())
+            && capacity > reserve + 1;
         let base = mem.pebs_addr();
-        let capacity = mem.pebs.len() / record_size;
         let area = mem.area;
         area.pebs_base.store(base, Ordering::Release);
         area.pebs_index.store(base, Ordering::Release);
         area.pebs_max
             .store(base + (capacity * record_size) as u64, Ordering::Release);
-        let threshold_records = if large { capacity - 1 } else { 1 };
+        let threshold_records = if large { capacity - reserve } else { 1 };
         area.pebs_threshold.store(
             base + (threshold_records * record_size) as u64,
             Ordering::Release,
@@ -392,19 +507,20 @@ impl IntelPmu {
                     Counter::Fixed(_) => self.info.fixed_width,
                 };
                 let reload = s.period.wrapping_neg() & width_mask(width);
-                area.reset_slot(s.counter).store(reload, Ordering::Release);
+                area.reset_slot(s.counter, format)
+                    .store(reload, Ordering::Release);
             }
         }
         hw.write(addr::IA32_DS_AREA, mem.area_addr());
-        if ld_lat {
+        if ld_lat && self.row.ld_lat_event.is_some() {
             hw.write(addr::MSR_PEBS_LD_LAT_THRESHOLD, 3);
         }
-        let _ = events_in;
         self.pebs = Some(PebsSetup {
             format,
             record_size,
             data_cfg,
             large,
+            lbr_in_record: data_cfg & DATA_CFG_LBRS != 0,
         });
         Ok(())
     }
@@ -501,17 +617,24 @@ impl IntelPmu {
     }
 
     /// Handle a PMI. `tsc` is the time of the NMI (for frequency mode).
-    /// Calls `out` once per overflow and once per PEBS record.
+    /// Calls `out` once per overflow and once per counter a PEBS record
+    /// applies to. Allocation-free, lock-free and bounded: at most
+    /// [`MAX_PMI_LOOPS`] passes over GLOBAL_STATUS, each over the fixed
+    /// slot table and the (bounded) PEBS buffer.
     pub fn handle_pmi(
         &mut self,
         hw: &mut impl PmuHw,
-        mem: Option<&mut DsMemory<'_>>,
+        mut mem: Option<&mut DsMemory<'_>>,
         tsc: u64,
         out: &mut impl FnMut(Overflow<'_>),
     ) -> PmiSummary {
         let mut sum = PmiSummary::default();
-        self.disable_all(hw);
         let v2 = self.info.version >= 2;
+        let ack = if v2 { self.row.ack } else { PmiAck::Early };
+        if ack == PmiAck::Early {
+            hw.write_lvt_pmi(LVT_PMI_NMI);
+        }
+        self.disable_all(hw);
         let mut status = if v2 {
             hw.read(addr::IA32_PERF_GLOBAL_STATUS)
         } else {
@@ -528,16 +651,100 @@ impl IntelPmu {
             lbr_buf[..lbr_len].copy_from_slice(e);
         }
         let lbr = &lbr_buf[..lbr_len];
+        // v2/v3 have no freeze bits in GLOBAL_STATUS to acknowledge.
+        let clear_mask = if self.info.version >= 4 {
+            u64::MAX
+        } else {
+            !(STATUS_CTR_FRZ | STATUS_LBR_FRZ)
+        };
+        let mut loops = 0;
+        loop {
+            // Acknowledge before handling, so that an overflow that lands
+            // while this pass runs stays set for the next one.
+            if v2 && status & clear_mask != 0 {
+                hw.write(addr::IA32_PERF_GLOBAL_OVF_CTRL, status & clear_mask);
+            }
+            self.handle_status(
+                hw,
+                mem.as_deref_mut(),
+                status,
+                tsc,
+                lbr,
+                lbr_format,
+                &mut sum,
+                out,
+            );
+            if !v2 {
+                break;
+            }
+            loops += 1;
+            if loops >= MAX_PMI_LOOPS {
+                // Stuck: start every counter over (Linux intel_pmu_reset).
+                self.reload_all(hw);
+                let st = hw.read(addr::IA32_PERF_GLOBAL_STATUS) & clear_mask;
+                if st != 0 {
+                    hw.write(addr::IA32_PERF_GLOBAL_OVF_CTRL, st);
+                }
+                break;
+            }
+            status = hw.read(addr::IA32_PERF_GLOBAL_STATUS);
+            if status & clear_mask == 0 {
+                break;
+            }
+        }
+        if sum.overflows == 0 && sum.pebs_records == 0 && sum.pebs_lost == 0 {
+            sum.spurious = true;
+        }
+        if self.lbr_on
+            && self.info.version < 4
+            && let Some(l) = self.lbr.as_mut()
+            && l.freezes_on_pmi()
+        {
+            l.thaw_legacy(hw);
+        }
+        if ack == PmiAck::Mid {
+            hw.write_lvt_pmi(LVT_PMI_NMI);
+        }
+        self.enable_all(hw);
+        if ack == PmiAck::Late {
+            hw.write_lvt_pmi(LVT_PMI_NMI);
+        }
+        sum
+    }
 
-        // PEBS: drain whatever is in the buffer.
+    /// One pass of the PMI handler over `status`: drain PEBS, count PEBS
+    /// records lost to a full buffer, report and reload the other overflows.
+    #[allow(clippy::too_many_arguments)]
+    fn handle_status(
+        &mut self,
+        hw: &mut impl PmuHw,
+        mem: Option<&mut DsMemory<'_>>,
+        status: u64,
+        tsc: u64,
+        lbr: &[RawBranch],
+        lbr_format: LbrRawFormat,
+        sum: &mut PmiSummary,
+        out: &mut impl FnMut(Overflow<'_>),
+    ) {
         if let (Some(p), Some(m)) = (self.pebs, mem) {
             let filled = m.pebs_filled();
+            let max = DsArea::get(&m.area.pebs_max).saturating_sub(m.pebs_addr()) as usize;
+            // Full: the records that did not fit were not written and their
+            // counters were not reloaded; they wrapped and show the overflow.
+            if filled + p.record_size > max {
+                self.count_full_buffer_losses(hw, status, sum);
+            }
             if filled > 0 {
-                self.drain_pebs(p, m, filled, lbr, lbr_format, &mut sum, out);
+                let wrote = self.drain_pebs(p, m, filled, lbr, lbr_format, sum, out);
                 m.area.pebs_index.store(m.pebs_addr(), Ordering::Release);
+                // Without auto-reload the counters that wrote a record were
+                // loaded from their (zero) DS reset slots: start their next
+                // period. The others keep counting.
                 if !p.large {
                     for i in 0..self.n {
-                        if let Some(s) = self.slots[i].filter(|s| s.pebs) {
+                        if let Some(s) = self.slots[i].filter(|s| s.pebs)
+                            && wrote & s.counter.global_bit() != 0
+                        {
                             self.write_period(hw, s.counter, s.period);
                         }
                     }
@@ -568,38 +775,48 @@ impl IntelPmu {
                         hz,
                         tsc_hz,
                         max,
-                    );
+                    )
+                    .max(s.min_period);
                 }
                 s.last_tsc = tsc;
                 self.slots[i] = Some(s);
             }
             self.write_period(hw, s.counter, s.period);
         }
-        if sum.overflows == 0 && sum.pebs_records == 0 && sum.pebs_lost == 0 {
-            sum.spurious = true;
-        }
-        // Clear what was handled, including the freeze bits, then thaw.
-        if v2 {
-            let clear_mask = if self.info.version >= 4 {
-                u64::MAX
-            } else {
-                !(STATUS_CTR_FRZ | STATUS_LBR_FRZ)
+    }
+
+    /// PEBS counters that overflowed into a full buffer: each has counted
+    /// (from 0, not reloaded) the events since its first lost record, so it
+    /// lost one record plus one per further period. Counted as lost, then
+    /// reloaded.
+    fn count_full_buffer_losses(&self, hw: &mut impl PmuHw, status: u64, sum: &mut PmiSummary) {
+        for i in 0..self.n {
+            let Some(s) = self.slots[i].filter(|s| s.pebs) else {
+                continue;
             };
-            status &= clear_mask;
-            if status != 0 {
-                hw.write(addr::IA32_PERF_GLOBAL_OVF_CTRL, status);
+            if status & s.counter.global_bit() == 0 {
+                continue;
+            }
+            let width = match s.counter {
+                Counter::Gp(_) => self.info.gp_width,
+                Counter::Fixed(_) => self.info.fixed_width,
+            };
+            let since = self.read_counter(hw, s.counter) & width_mask(width);
+            let lost = 1 + since / s.period.max(1);
+            sum.pebs_lost = sum
+                .pebs_lost
+                .saturating_add(lost.min(u64::from(u32::MAX)) as u32);
+            self.write_period(hw, s.counter, s.period);
+        }
+    }
+
+    /// Load every configured counter with its period again.
+    fn reload_all(&self, hw: &mut impl PmuHw) {
+        for i in 0..self.n {
+            if let Some(s) = self.slots[i] {
+                self.write_period(hw, s.counter, s.period);
             }
         }
-        if self.lbr_on
-            && self.info.version < 4
-            && let Some(l) = self.lbr.as_mut()
-            && l.freezes_on_pmi()
-        {
-            l.thaw_legacy(hw);
-        }
-        hw.write_lvt_pmi(LVT_PMI_NMI);
-        self.enable_all(hw);
-        sum
     }
 
     /// Drain the PEBS records still below the threshold (before stopping or
@@ -613,7 +830,7 @@ impl IntelPmu {
         if let Some(p) = self.pebs {
             let filled = mem.pebs_filled();
             if filled > 0 {
-                self.drain_pebs(p, mem, filled, &[], LbrRawFormat::None, &mut sum, out);
+                let _ = self.drain_pebs(p, mem, filled, &[], LbrRawFormat::None, &mut sum, out);
                 mem.area
                     .pebs_index
                     .store(mem.pebs_addr(), Ordering::Release);
@@ -650,8 +867,9 @@ impl IntelPmu {
         lbr_format: LbrRawFormat,
         sum: &mut PmiSummary,
         out: &mut impl FnMut(Overflow<'_>),
-    ) {
+    ) -> u64 {
         let adaptive = p.format >= 4;
+        let mut wrote = 0u64;
         let buf = &mem.pebs[..filled];
         let mut off = 0;
         // Find the last record first, so only it carries the PMI-time LBR.
@@ -671,6 +889,8 @@ impl IntelPmu {
                 o += size;
             }
         }
+        let counters_mask = if adaptive { 0xF_FFFF_FFFF } else { 0xFFFF_FFFF };
+        let pebs_counters = self.pebs_enable & counters_mask;
         while off < filled {
             let rest = &buf[off..];
             let size = if adaptive {
@@ -689,56 +909,82 @@ impl IntelPmu {
                 break;
             }
             let rec = &rest[..size];
+            let start = off;
             off += size;
             if adaptive && size != p.record_size {
+                // Not the layout programmed: unusable, but its counters were
+                // reloaded all the same.
+                wrote |= read_u64(rec, 16) & pebs_counters;
                 sum.pebs_lost += 1;
                 continue;
             }
-            let applicable = match p.format {
-                0 => self.pebs_enable & 0xFF,
+            let mut applicable = match p.format {
+                0 => pebs_counters,
                 1..=3 => read_u64(rec, 144),
                 _ => read_u64(rec, 16),
-            } & self.pebs_enable
-                & if adaptive { 0xF_FFFF_FFFF } else { 0xFFFF_FFFF };
+            } & pebs_counters;
+            // Formats 1 and 2: the status field can race with the clearing of
+            // GLOBAL_STATUS and read 0; with a single PEBS event the record
+            // is that event's.
+            if applicable == 0 && matches!(p.format, 1 | 2) && pebs_counters.count_ones() == 1 {
+                applicable = pebs_counters;
+            }
             if applicable == 0 {
                 sum.pebs_lost += 1;
                 continue;
             }
-            if applicable.count_ones() > 1 {
-                // Several PEBS events completed in the same record: a collision,
-                // which cannot be attributed; each one is a lost sample.
+            wrote |= applicable;
+            if p.format <= 2 && applicable.count_ones() > 1 {
+                // Formats 1-2: several PEBS events completed in the same
+                // record and the status cannot tell which one caused it: a
+                // collision, each one a lost sample.
                 sum.pebs_lost += applicable.count_ones();
                 continue;
             }
-            let bit = applicable;
-            let Some(i) = (0..self.n)
-                .find(|&i| self.slots[i].is_some_and(|s| s.pebs && s.counter.global_bit() == bit))
-            else {
-                sum.pebs_lost += 1;
-                continue;
-            };
-            let period = self.slots[i].map_or(0, |s| s.period);
-            let (l, lf) = if !adaptive && off - size == last_start {
+            // From format 3 on (and in adaptive PEBS) the status is exact:
+            // the record belongs to every counter it names.
+            let (l, lf) = if p.lbr_in_record {
+                // The entries are in the record, encoded as the CPU's LBR
+                // (legacy LBR_INFO on Ice Lake / Tiger Lake, arch LBR later).
+                (
+                    &[][..],
+                    self.lbr
+                        .as_ref()
+                        .map_or(LbrRawFormat::None, |l| l.raw_format()),
+                )
+            } else if !adaptive && start == last_start {
                 (lbr, lbr_format)
             } else {
                 (&[][..], LbrRawFormat::None)
             };
-            let lf = if adaptive && p.data_cfg & DATA_CFG_LBRS != 0 {
-                LbrRawFormat::Arch
-            } else {
-                lf
-            };
-            out(Overflow {
-                event: i,
-                period,
-                pebs: Some(rec),
-                pebs_format: p.format,
-                lbr: l,
-                lbr_format: lf,
-            });
-            sum.pebs_records += 1;
-            sum.overflows += 1;
+            let mut delivered = false;
+            let mut bits = applicable;
+            while bits != 0 {
+                let bit = bits & bits.wrapping_neg();
+                bits &= bits - 1;
+                let Some(i) = (0..self.n).find(|&i| {
+                    self.slots[i].is_some_and(|s| s.pebs && s.counter.global_bit() == bit)
+                }) else {
+                    sum.pebs_lost += 1;
+                    continue;
+                };
+                let period = self.slots[i].map_or(0, |s| s.period);
+                out(Overflow {
+                    event: i,
+                    period,
+                    pebs: Some(rec),
+                    pebs_format: p.format,
+                    lbr: l,
+                    lbr_format: lf,
+                });
+                sum.overflows += 1;
+                delivered = true;
+            }
+            if delivered {
+                sum.pebs_records += 1;
+            }
         }
+        wrote
     }
 
     /// Read the DS area fields (for diagnostics).

@@ -6,6 +6,7 @@
 
 use crate::cpuid::LbrKind;
 use crate::msr::{Msr, addr, debugctl};
+use crate::pmu::models::IntelModel;
 
 /// Deepest stack any supported CPU has.
 pub const MAX_LBR: usize = 32;
@@ -134,6 +135,8 @@ pub const AMD_LBRV2EN: u64 = 1 << 6;
 #[derive(Debug)]
 pub struct LbrDriver {
     kind: LbrKind,
+    select: bool,
+    call_stack: bool,
     cfg: LbrConfig,
     freeze: bool,
     buf: [RawBranch; MAX_LBR],
@@ -148,11 +151,33 @@ impl LbrDriver {
         }
         Some(LbrDriver {
             kind,
+            select: true,
+            call_stack: true,
             cfg: LbrConfig::default(),
             freeze: false,
             buf: [RawBranch::default(); MAX_LBR],
             len: 0,
         })
+    }
+
+    /// Apply a model's legacy-LBR facts: whether MSR_LBR_SELECT exists and
+    /// whether it has the call-stack bit (the model table; architectural
+    /// and AMD LBR keep their own enumeration).
+    pub fn for_model(mut self, row: &IntelModel) -> Self {
+        if let LbrKind::Legacy { .. } = self.kind {
+            let l = row.legacy_lbr();
+            self.select = l.is_some_and(|l| l.select);
+            self.call_stack = l.is_some_and(|l| l.call_stack);
+        }
+        if let LbrKind::Arch { call_stack, .. } = self.kind {
+            self.call_stack = call_stack;
+        }
+        self
+    }
+
+    /// Call-stack mode can be programmed.
+    pub fn supports_call_stack(&self) -> bool {
+        self.call_stack
     }
 
     /// Number of entries this LBR holds.
@@ -183,7 +208,10 @@ impl LbrDriver {
 
     /// Program the filter and start recording. `freeze` asks for
     /// DEBUGCTL.FREEZE_LBRS_ON_PMI (never in call-stack mode, where the stack
-    /// must keep following calls and returns).
+    /// must keep following calls and returns). Without MSR_LBR_SELECT
+    /// (Core 2, Bonnell) every branch is recorded; call-stack mode must be
+    /// checked with [`LbrDriver::supports_call_stack`] first (its bit is
+    /// dropped where the model lacks it).
     pub fn enable(&mut self, msr: &mut impl Msr, cfg: LbrConfig, freeze: bool) {
         self.cfg = cfg;
         self.freeze = freeze && !cfg.call_stack;
@@ -195,7 +223,13 @@ impl LbrDriver {
         match self.kind {
             LbrKind::None => {}
             LbrKind::Legacy { .. } => {
-                msr.write(addr::MSR_LBR_SELECT, legacy_select(&cfg));
+                if self.select {
+                    let mut sel = legacy_select(&cfg);
+                    if !self.call_stack {
+                        sel &= !(1 << 9);
+                    }
+                    msr.write(addr::MSR_LBR_SELECT, sel);
+                }
                 let dc = msr.read(addr::IA32_DEBUGCTL);
                 msr.write(addr::IA32_DEBUGCTL, dc | debugctl::LBR | frz);
             }
@@ -262,14 +296,21 @@ impl LbrDriver {
         self.len = 0;
         match self.kind {
             LbrKind::None => {}
-            LbrKind::Legacy { from, to, info, .. } => {
+            LbrKind::Legacy {
+                from,
+                to,
+                info,
+                format,
+                ..
+            } => {
                 let mask = depth as u64 - 1;
                 let tos = msr.read(addr::MSR_LASTBRANCH_TOS) & mask;
                 for i in 0..depth as u64 {
                     let idx = ((tos.wrapping_sub(i)) & mask) as u32;
+                    // Format 0 keeps source and target in the FROM MSR.
                     let e = RawBranch {
                         from: msr.read(from + idx),
-                        to: msr.read(to + idx),
+                        to: if format == 0 { 0 } else { msr.read(to + idx) },
                         info: if info != 0 { msr.read(info + idx) } else { 0 },
                     };
                     if e.from == 0 && e.to == 0 {

@@ -25,7 +25,9 @@
 //!    is the sample IP) and `ov.lbr` with `sampler::lbr::to_stack`. Count
 //!    `PmiSummary::pebs_lost` as LOST_SAMPLES. Before stopping, drain the
 //!    rest with `IntelPmu::flush_pebs`.
-//! 5. `pmu=sim`: `sim::SimClock::new(SimCpu::sapphire_rapids(), n)` and the
+//! 5. `pmu=sim`: `sim::SimClock::new(SimCpu::sapphire_rapids(), n)` (or
+//!    `skylake()`, `ice_lake()`, or `SimCpu::from_row` of a
+//!    [`models::INTEL_MODELS`] row) and the
 //!    same driver with `&mut clock.sim` as the hardware; on each NMI-clock
 //!    tick call `clock.on_tick(mem, ip, user, regs)` and, when it returns
 //!    true, `clock.sim.take_pmi()` and the driver's `handle_pmi` as above.
@@ -38,6 +40,7 @@ pub mod events;
 pub mod hw;
 pub mod intel;
 pub mod lbr;
+pub mod models;
 pub mod selftest;
 pub mod sim;
 

@@ -15,11 +15,29 @@
 //! with entry 0 newest, call-stack mode; AMD legacy and extended counters,
 //! PerfMonV2 global registers and LbrExtV2. It is `no_std` and allocation-free,
 //! so `pmu=sim` runs it on the target too.
+//!
+//! Per model (from the row of [`crate::pmu::models`] for the simulated
+//! model number): PEBS assists only for events and counters the model
+//! allows (0x3C never before PEBS baseline; the load-latency event only on
+//! its counters and, where the model needs it, while `mem-loads-aux`
+//! counts), otherwise the PEBS-enabled counter just overflows
+//! ([`SimStats::pebs_no_assist`]); adaptive records carry the
+//! PEBS_DATA_CFG groups only for counters with their adaptive bit and with
+//! PERF_CAPABILITIES\[14\], else the 32-byte basic group; fixed-counter
+//! reset slots at 8 + n on format 4 and 32 + n later; a full buffer drops
+//! the record without reloading the counter; MSRs the model lacks
+//! (LBR_SELECT on Core 2 and Bonnell, LD_LAT without load latency,
+//! PEBS_DATA_CFG without baseline, LBR entries past the depth) and reserved
+//! bits (EVTSEL\[34\], FIXED_CTR_CTRL\[32+4n\], LBR_SELECT\[9\]) count as
+//! #GP ([`SimStats::gp_faults`]). Test hooks model races the real hardware
+//! has: [`SimPmu::set_pebs_status_race`] and
+//! [`SimPmu::overflow_during_handler`].
 
 use crate::cpuid::{CpuIdResult, Cpuid, regs};
 use crate::msr::{Msr, addr, debugctl};
 use crate::pmu::Lvt;
-use crate::pmu::ds::{DsArea, DsMemory, RESET_FIXED_BASE};
+use crate::pmu::ds::{DsArea, DsMemory};
+use crate::pmu::models::{self, IntelModel, ModelLbr, PmiAck};
 
 /// LBR model of a simulated Intel CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +81,10 @@ pub enum SimCpu {
         fixed_width: u8,
         /// PEBS record format, or `None` for no PEBS.
         pebs_format: Option<u8>,
+        /// PEBS baseline (PERF_CAPABILITIES\[14\]): adaptive groups, PEBS
+        /// on every event and on fixed counters. Without it a format 4+
+        /// part writes 32-byte basic records only.
+        pebs_baseline: bool,
         /// Full-width counter writes (PERF_CAPABILITIES\[13\]).
         full_width: bool,
         /// Meminfo latency split into instruction and cache latency.
@@ -94,6 +116,30 @@ impl SimCpu {
             gp_width: 48,
             fixed_width: 48,
             pebs_format: Some(3),
+            pebs_baseline: false,
+            full_width: true,
+            split_latency: false,
+            lbr: SimLbr::Legacy {
+                format: 5,
+                depth: 32,
+                from: 0x680,
+                to: 0x6C0,
+            },
+        }
+    }
+
+    /// An Ice-Lake-like client: v5, 8 GP + 4 fixed, 48-bit, adaptive PEBS
+    /// format 4 with baseline, legacy LBR format 5 (LBR_INFO) x 32.
+    pub const fn ice_lake() -> Self {
+        SimCpu::Intel {
+            model: 0x7E,
+            version: 5,
+            gp: 8,
+            fixed: 4,
+            gp_width: 48,
+            fixed_width: 48,
+            pebs_format: Some(4),
+            pebs_baseline: true,
             full_width: true,
             split_latency: false,
             lbr: SimLbr::Legacy {
@@ -115,9 +161,37 @@ impl SimCpu {
             gp_width: 48,
             fixed_width: 48,
             pebs_format: Some(5),
+            pebs_baseline: true,
             full_width: true,
             split_latency: true,
             lbr: SimLbr::Arch { depth: 32 },
+        }
+    }
+
+    /// The typical CPU of a model-table row (its first model number).
+    pub fn from_row(row: &IntelModel) -> Self {
+        let lbr = match row.lbr {
+            ModelLbr::None => SimLbr::None,
+            ModelLbr::Legacy(l) => SimLbr::Legacy {
+                format: l.format,
+                depth: l.depth,
+                from: l.from,
+                to: l.to,
+            },
+            ModelLbr::Arch(depth) => SimLbr::Arch { depth },
+        };
+        SimCpu::Intel {
+            model: row.models.first().copied().unwrap_or(0),
+            version: row.version,
+            gp: row.gp,
+            fixed: row.fixed,
+            gp_width: if row.version >= 2 { 48 } else { 40 },
+            fixed_width: 48,
+            pebs_format: row.pebs_format,
+            pebs_baseline: row.pebs_baseline,
+            full_width: row.version >= 4,
+            split_latency: row.pebs_format.is_some_and(|f| f >= 5),
+            lbr,
         }
     }
 
@@ -242,6 +316,23 @@ pub struct SimStats {
     pub bad_msr_reads: u64,
     /// DS area or PEBS buffer address not matching the memory supplied.
     pub ds_faults: u64,
+    /// Overflows of PEBS-enabled counters that wrote no record because
+    /// the event or counter cannot take PEBS on this model (no assist).
+    pub pebs_no_assist: u64,
+    /// LVT entries unmasked during a PMI before the counters were
+    /// re-enabled, on a model that needs the late ack (spurious PMIs on
+    /// real parts).
+    pub early_lvt_unmasks: u64,
+    /// Counters enabled with a period below the model's minimum for their
+    /// event (unsafe on real parts).
+    pub short_periods: u64,
+}
+
+impl SimStats {
+    /// Accesses that raise #GP on the real part (must stay 0).
+    pub fn gp_faults(&self) -> u64 {
+        self.bad_msr_reads + self.bad_msr_writes
+    }
 }
 
 const MAX_GP: usize = 8;
@@ -289,6 +380,11 @@ pub struct SimPmu {
     lvt: u32,
     tsc: u64,
     pmi_pending: bool,
+    in_pmi: bool,
+    /// Counters (GLOBAL_CTRL layout) loaded since they were last enabled.
+    loaded: u64,
+    status_race: bool,
+    handler_overflow: u64,
     /// Statistics.
     pub stats: SimStats,
 }
@@ -323,6 +419,10 @@ impl SimPmu {
             lvt: crate::pmu::LVT_MASKED,
             tsc: 0,
             pmi_pending: false,
+            in_pmi: false,
+            loaded: 0,
+            status_race: false,
+            handler_overflow: 0,
             stats: SimStats::default(),
         }
     }
@@ -350,6 +450,84 @@ impl SimPmu {
     /// The LVT performance-counter entry as last written (or masked by delivery).
     pub fn lvt(&self) -> u32 {
         self.lvt
+    }
+
+    /// Formats 1 and 2: PEBS records race with the clearing of
+    /// GLOBAL_STATUS and carry a status field of 0 (while `on`).
+    pub fn set_pebs_status_race(&mut self, on: bool) {
+        self.status_race = on;
+    }
+
+    /// Overflows that land while the PMI handler runs: right after the
+    /// handler's next write to IA32_PERF_GLOBAL_OVF_CTRL / STATUS_RESET
+    /// (its acknowledge), the counters in `bits` (GLOBAL_STATUS layout)
+    /// wrap to 0, set their status bits and request a PMI (which the LVT
+    /// entry drops while it is still masked).
+    pub fn overflow_during_handler(&mut self, bits: u64) {
+        self.handler_overflow |= bits;
+    }
+
+    /// The model-table row of the simulated Intel CPU.
+    pub fn row(&self) -> &'static IntelModel {
+        match self.cpu {
+            SimCpu::Intel { model, .. } => models::row_for(true, 6, model),
+            _ => &models::UNKNOWN_MODEL,
+        }
+    }
+
+    fn pebs_baseline(&self) -> bool {
+        matches!(
+            self.cpu,
+            SimCpu::Intel {
+                pebs_format: Some(4..),
+                pebs_baseline: true,
+                ..
+            }
+        )
+    }
+
+    /// Whether an overflow of GP counter `i` with PEBS enabled makes a PEBS
+    /// assist on this model: the counter and event must be PEBS-capable
+    /// (model constraints; 0x3C never is before PEBS baseline; format 0
+    /// only on PMC0), and a `mem_loads_aux` model's load-latency event only
+    /// assists while the auxiliary event counts.
+    fn gp_assists(&self, i: usize) -> bool {
+        let Some(format) = self.pebs_format() else {
+            return false;
+        };
+        let sel = self.evtsel[i];
+        let row = self.row();
+        if format == 0 && i != 0 {
+            return false;
+        }
+        if row.pebs_counters(sel) & (1 << i) == 0 {
+            return false;
+        }
+        if !self.pebs_baseline() && sel & 0xFF == 0x3C {
+            return false;
+        }
+        if row.mem_loads_aux && row.ld_lat_event == Some(sel as u16) {
+            return (0..self.n_gp()).any(|k| {
+                self.evtsel[k] & 0xFFFF == u64::from(models::MEM_LOADS_AUX_EVENT)
+                    && self.evtsel[k] & EVTSEL_EN != 0
+                    && self.global_ctrl & (1 << k) != 0
+            });
+        }
+        true
+    }
+
+    fn has_ld_lat(&self) -> bool {
+        self.pebs_format().is_some() && self.row().ld_lat_event.is_some()
+    }
+
+    fn has_lbr_select(&self) -> bool {
+        matches!(
+            self.cpu,
+            SimCpu::Intel {
+                lbr: SimLbr::Legacy { .. },
+                ..
+            }
+        ) && self.row().legacy_lbr().is_some_and(|l| l.select)
     }
 
     fn intel(&self) -> Option<(u8, u8, u8, u8, u8)> {
@@ -410,6 +588,7 @@ impl SimPmu {
         match self.cpu {
             SimCpu::Intel {
                 pebs_format,
+                pebs_baseline,
                 full_width,
                 lbr,
                 ..
@@ -422,7 +601,7 @@ impl SimPmu {
                 let mut c = lbr_fmt;
                 if let Some(f) = pebs_format {
                     c |= 1 << 6 | 1 << 7 | (u64::from(f) & 0xF) << 8;
-                    if f >= 4 {
+                    if f >= 4 && pebs_baseline {
                         c |= 1 << 14;
                     }
                 }
@@ -466,23 +645,50 @@ impl SimPmu {
     /// How many events a GP event-select counts in `s` (the events the
     /// simulator knows; any other code counts nothing).
     fn gp_increment(&self, sel: u64, s: &SimStep) -> u64 {
-        let event = (sel & 0xFF) | ((sel >> 24) & 0xF00);
+        // AMD keeps event bits 11:8 in EVTSEL[35:32]; on Intel bit 34 is
+        // the adaptive-PEBS bit.
+        let event = match self.cpu {
+            SimCpu::Amd { .. } => (sel & 0xFF) | ((sel >> 24) & 0xF00),
+            _ => sel & 0xFF,
+        };
         let umask = (sel >> 8) & 0xFF;
+        // inv with cmask=16: "fewer than 16 retired this cycle", i.e. every
+        // cycle (the `cycles:p` aliases).
+        let every_cycle = sel & (1 << 23) != 0 && (sel >> 24) & 0xFF == 16;
         let branch = u64::from(s.branch.is_some());
         let mispred = u64::from(s.branch.is_some_and(|b| b.mispred));
         let load = s.mem.filter(|m| !m.store);
         let store = u64::from(s.mem.is_some_and(|m| m.store));
         match self.cpu {
-            SimCpu::Amd { .. } => match event {
-                0x76 => s.cycles,
-                0xC0 => s.instructions,
-                0xC2 => branch,
-                0xC3 => mispred,
-                _ => 0,
-            },
+            SimCpu::Amd { ext, v2, .. } => {
+                let zen = ext || v2;
+                let beyond_l1 = u64::from(load.is_some_and(|m| m.dse & 0xF != 1));
+                let beyond_l2 =
+                    u64::from(load.is_some_and(|m| (m.dse & 0xF) >= 4 || m.dse & 0xF == 0));
+                match (event, umask) {
+                    (0x76, _) => s.cycles,
+                    (0xC0, _) => s.instructions,
+                    (0xC2, _) => branch,
+                    (0xC3, _) => mispred,
+                    // Family 10h: refills from L2 (0x7D) / from the system (0x7E).
+                    (0x7D, 0x07) if !zen => beyond_l1,
+                    (0x7E, 0x07) if !zen => beyond_l2,
+                    // Zen: L2 accesses (0x60) / L2 misses (0x64).
+                    (0x60, 0xFF) if zen => beyond_l1,
+                    (0x64, 0x09) if zen => beyond_l2,
+                    _ => 0,
+                }
+            }
             _ => match (event, umask) {
+                (0xC0, 0x00 | 0x01) | (0xC2, 0x01) if every_cycle => s.cycles,
                 (0x3C, 0x00) | (0x3C, 0x01) => s.cycles,
-                (0xC0, 0x00) => s.instructions,
+                (0xC0, 0x00 | 0x01) | (0xC2, 0x01) => s.instructions,
+                // MEM_LOADS_AUX: counts loads.
+                (0x03, 0x82) => u64::from(load.is_some()),
+                // Nehalem load latency (MEM_INST_RETIRED.LATENCY_ABOVE_THRESHOLD).
+                (0x0B, 0x10) if self.row().ld_lat_event == Some(0x100B) => {
+                    u64::from(load.is_some_and(|m| u64::from(m.latency) >= self.ld_lat.max(3)))
+                }
                 (0xC4, 0x00) => branch,
                 (0xC5, 0x00) => mispred,
                 // LLC reference: a load not served by L1, LFB or L2.
@@ -492,7 +698,7 @@ impl SimPmu {
                 // LLC miss: a load served by DRAM, a remote cache or unknown L3 miss.
                 (0x2E, 0x41) => u64::from(load.is_some_and(|m| matches!(m.dse & 0xF, 0 | 8..=0xD))),
                 // Load latency: loads at or above the threshold.
-                (0xCD, 0x01) => {
+                (0xCD, 0x01) if self.row().ld_lat_event != Some(0x100B) => {
                     u64::from(load.is_some_and(|m| u64::from(m.latency) >= self.ld_lat.max(3)))
                 }
                 (0xD0, 0x82) => store,
@@ -519,9 +725,13 @@ impl SimPmu {
             let sum = self.pmc[i] + inc;
             self.pmc[i] = sum & gp_mask;
             if sum > gp_mask {
-                if self.pebs_enable & (1 << i) != 0 && self.pebs_format().is_some() {
+                let pebs_on = self.pebs_enable & (1 << i) != 0 && self.pebs_format().is_some();
+                if pebs_on && self.gp_assists(i) {
                     pebs_hits |= 1 << i;
                 } else {
+                    if pebs_on {
+                        self.stats.pebs_no_assist += 1;
+                    }
                     self.counter_overflow(
                         1 << i,
                         self.evtsel[i] & EVTSEL_INT != 0,
@@ -545,8 +755,7 @@ impl SimPmu {
                 self.fixed[i] = sum & fmask;
                 if sum > fmask {
                     let bit = 1u64 << (32 + i);
-                    let adaptive = self.pebs_format().is_some_and(|f| f >= 4);
-                    if adaptive && self.pebs_enable & bit != 0 {
+                    if self.pebs_baseline() && self.pebs_enable & bit != 0 {
                         pebs_hits |= bit;
                     } else {
                         let int = (self.fixed_ctrl >> (4 * i + 3)) & 1 != 0;
@@ -608,17 +817,22 @@ impl SimPmu {
         }
         self.lvt |= crate::pmu::LVT_MASKED;
         self.pmi_pending = true;
+        self.in_pmi = true;
         self.stats.pmis_delivered += 1;
     }
 
+    /// The DS reset value of the counter at GLOBAL_STATUS `bit`: GP
+    /// counter n at slot n; fixed counter n at slot 8 + n on format 4
+    /// (MAX_PEBS_EVENTS_FMT4 general-purpose slots) and 32 + n from format
+    /// 5 on (SDM "PEBS Buffer and Counter Reset" per format).
     fn reset_value(&self, area: &DsArea, bit: u64) -> u64 {
         let idx = bit.trailing_zeros() as usize;
-        let slot = if idx >= 32 {
-            RESET_FIXED_BASE + idx - 32
-        } else {
-            idx
+        let slot = match (idx, self.pebs_format()) {
+            (0..32, _) => idx,
+            (_, Some(4)) => 8 + idx - 32,
+            _ => 32 + idx - 32,
         };
-        DsArea::get(&area.pebs_reset[slot])
+        area.pebs_reset.get(slot).map_or(0, DsArea::get)
     }
 
     /// Write one PEBS record for the counters in `hits` (SDM "PEBS Record
@@ -653,8 +867,18 @@ impl SimPmu {
         let index = DsArea::get(&area.pebs_index);
         let max = DsArea::get(&area.pebs_max).min(base + mem.pebs.len() as u64);
         if index < base || index + len as u64 > max {
+            // Buffer full: no record and no reload; the counters wrap and
+            // show their overflow in GLOBAL_STATUS (INT is clear, so no PMI).
             self.stats.pebs_dropped += 1;
+            let mut ignored = false;
+            self.counter_overflow(hits, false, &mut ignored);
+            return;
         } else {
+            // Core 2 erratum: PEBS records beyond the first page of the
+            // buffer are not written reliably.
+            if self.row().pebs_quirks.one_page && (index + len as u64 - 1) / 4096 != base / 4096 {
+                self.stats.ds_faults += 1;
+            }
             let off = (index - base) as usize;
             mem.pebs[off..off + len].copy_from_slice(&rec[..len]);
             area.pebs_index
@@ -701,7 +925,14 @@ impl SimPmu {
                 put(g, out);
             }
             if format >= 1 {
-                put(hits, out); // IA32_PERF_GLOBAL_STATUS: applicable counters
+                // IA32_PERF_GLOBAL_STATUS: applicable counters (0 when the
+                // record raced with the clearing of the status on formats 1-2).
+                let status = if self.status_race && format <= 2 {
+                    0
+                } else {
+                    hits
+                };
+                put(status, out);
                 put(dla, out);
                 put(dse, out);
                 put(lat, out);
@@ -715,7 +946,18 @@ impl SimPmu {
             }
             return n;
         }
-        let cfg = self.pebs_data_cfg;
+        // Groups beyond the basic one only with PEBS baseline, and only for
+        // counters whose adaptive bit is set (EVTSEL[34]; FIXED_CTR_CTRL
+        // bit 32 + 4n): without it the record is the 32-byte basic group.
+        let adaptive_bits = (0..MAX_GP)
+            .all(|i| hits & (1 << i) == 0 || self.evtsel[i] & (1 << 34) != 0)
+            && (0..MAX_FIXED)
+                .all(|i| hits & (1 << (32 + i)) == 0 || self.fixed_ctrl & (1 << (32 + 4 * i)) != 0);
+        let cfg = if self.pebs_baseline() && adaptive_bits {
+            self.pebs_data_cfg
+        } else {
+            0
+        };
         let groups = cfg & 0xFF00_000F;
         let lbr_n = if cfg & 8 != 0 {
             ((cfg >> 24) & 0xFF) as usize + 1
@@ -841,9 +1083,17 @@ impl SimPmu {
                 self.tos = (self.tos + 1) % d;
                 let mis = u64::from(b.mispred);
                 let slot = match format {
+                    // 32-bit format: FROM[31:0] source, FROM[63:32] target.
                     0 => LbrSlot {
-                        from: b.from & 0xFFFF_FFFF,
-                        to: b.to & 0xFFFF_FFFF,
+                        from: (b.from & 0xFFFF_FFFF) | (b.to & 0xFFFF_FFFF) << 32,
+                        to: 0,
+                        info: 0,
+                    },
+                    // Knights Landing reports LIP but keeps the mispredict
+                    // flag in FROM[63].
+                    1 if self.row().legacy_lbr().is_some_and(|l| l.lip_has_mispred) => LbrSlot {
+                        from: (b.from & !(1 << 63)) | mis << 63,
+                        to: b.to,
                         info: 0,
                     },
                     1 | 2 => LbrSlot {
@@ -942,6 +1192,54 @@ impl SimPmu {
         }
     }
 
+    /// Counters enabled by a GLOBAL_CTRL write of `enable` after being
+    /// loaded: a distance to overflow below the model's minimum period for
+    /// the counter's event is unsafe on the real part.
+    fn check_periods(&mut self, enable: u64) {
+        let row = self.row();
+        let gpw = width_mask(self.gp_width());
+        let fw = width_mask(self.intel().map_or(48, |i| i.4));
+        for i in 0..self.n_gp() {
+            if enable & self.loaded & (1 << i) != 0 {
+                let left = (gpw - self.pmc[i]).wrapping_add(1);
+                if left < row.min_period(self.evtsel[i], 0) {
+                    self.stats.short_periods += 1;
+                }
+            }
+        }
+        for i in 0..self.n_fixed() {
+            if enable & self.loaded & (1 << (32 + i)) != 0 {
+                let left = (fw - self.fixed[i]).wrapping_add(1);
+                if left < row.min_period(0, 0) {
+                    self.stats.short_periods += 1;
+                }
+            }
+        }
+        self.loaded &= !enable;
+    }
+
+    /// Make the overflows armed by [`SimPmu::overflow_during_handler`] land:
+    /// the counters wrap to 0, their status bits are set and a PMI is
+    /// requested (dropped while the LVT entry is still masked).
+    fn land_handler_overflows(&mut self) {
+        let bits = core::mem::take(&mut self.handler_overflow);
+        if bits == 0 {
+            return;
+        }
+        for i in 0..MAX_GP {
+            if bits & (1 << i) != 0 {
+                self.pmc[i] = 0;
+            }
+        }
+        for i in 0..MAX_FIXED {
+            if bits & (1 << (32 + i)) != 0 {
+                self.fixed[i] = 0;
+            }
+        }
+        self.global_status |= bits;
+        self.raise_pmi();
+    }
+
     fn gp_slot(&self, a: u32, base: u32, stride: u32) -> Option<usize> {
         let off = a.checked_sub(base)?;
         if off % stride != 0 {
@@ -1003,6 +1301,15 @@ impl SimPmu {
 
 impl Lvt for SimPmu {
     fn write_lvt_pmi(&mut self, entry: u32) {
+        let unmasked = entry & crate::pmu::LVT_MASKED == 0;
+        if unmasked
+            && self.in_pmi
+            && self.version() >= 2
+            && self.global_ctrl == 0
+            && self.row().ack == PmiAck::Late
+        {
+            self.stats.early_lvt_unmasks += 1;
+        }
         self.lvt = entry;
     }
 }
@@ -1089,11 +1396,11 @@ impl Msr for SimPmu {
                     addr::IA32_FIXED_CTR_CTRL if v2 => self.fixed_ctrl,
                     addr::IA32_PERF_GLOBAL_STATUS if v2 => self.global_status,
                     addr::IA32_PERF_GLOBAL_CTRL if v2 => self.global_ctrl,
-                    addr::IA32_PEBS_ENABLE => self.pebs_enable,
-                    addr::MSR_PEBS_DATA_CFG => self.pebs_data_cfg,
-                    addr::MSR_PEBS_LD_LAT_THRESHOLD => self.ld_lat,
-                    addr::IA32_DS_AREA => self.ds_area,
-                    addr::MSR_LBR_SELECT => self.lbr_select,
+                    addr::IA32_PEBS_ENABLE if self.pebs_format().is_some() => self.pebs_enable,
+                    addr::MSR_PEBS_DATA_CFG if self.pebs_baseline() => self.pebs_data_cfg,
+                    addr::MSR_PEBS_LD_LAT_THRESHOLD if self.has_ld_lat() => self.ld_lat,
+                    addr::IA32_DS_AREA if self.pebs_format().is_some() => self.ds_area,
+                    addr::MSR_LBR_SELECT if self.has_lbr_select() => self.lbr_select,
                     addr::MSR_LASTBRANCH_TOS => self.tos,
                     addr::IA32_LBR_CTL => self.lbr_ctl,
                     addr::IA32_LBR_DEPTH => self.lbr_depth,
@@ -1150,22 +1457,40 @@ impl Msr for SimPmu {
             } => {
                 let v2 = version >= 2;
                 if let Some(i) = self.gp_slot(a, addr::IA32_PERFEVTSEL0, 1) {
+                    // Bit 34 (adaptive PEBS record) is reserved without PEBS baseline.
+                    if v & (1 << 34) != 0 && !self.pebs_baseline() {
+                        self.stats.bad_msr_writes += 1;
+                        return;
+                    }
                     self.evtsel[i] = v;
                 } else if let Some(i) = self.gp_slot(a, addr::IA32_PMC0, 1) {
                     // SDM: a write to IA32_PMCx sets bits 31:0 and sign-extends bit 31.
                     self.pmc[i] = ((v as u32 as i32) as i64 as u64) & gpw;
+                    self.loaded |= 1 << i;
                 } else if let (true, Some(i)) = (full_width, self.gp_slot(a, addr::IA32_A_PMC0, 1))
                 {
                     self.pmc[i] = v & gpw;
+                    self.loaded |= 1 << i;
                 } else if (addr::IA32_FIXED_CTR0..addr::IA32_FIXED_CTR0 + self.n_fixed() as u32)
                     .contains(&a)
                 {
                     let fw = self.intel().map_or(48, |i| i.4);
-                    self.fixed[(a - addr::IA32_FIXED_CTR0) as usize] = v & width_mask(fw);
+                    let n = (a - addr::IA32_FIXED_CTR0) as usize;
+                    self.fixed[n] = v & width_mask(fw);
+                    self.loaded |= 1 << (32 + n);
                 } else if v2 && a == addr::IA32_FIXED_CTR_CTRL {
-                    self.fixed_ctrl = v;
+                    let adaptive_bits = (0..4).fold(0u64, |m, n| m | 1 << (32 + 4 * n));
+                    if v & adaptive_bits != 0 && !self.pebs_baseline() {
+                        self.stats.bad_msr_writes += 1;
+                    } else {
+                        self.fixed_ctrl = v;
+                    }
                 } else if v2 && a == addr::IA32_PERF_GLOBAL_CTRL {
+                    self.check_periods(v);
                     self.global_ctrl = v;
+                    if v != 0 {
+                        self.in_pmi = false;
+                    }
                 } else if v2 && a == addr::IA32_PERF_GLOBAL_OVF_CTRL {
                     // v2/v3 OVF_CTRL and v4 STATUS_RESET both clear the bits written;
                     // only v4+ knows the freeze bits.
@@ -1175,29 +1500,28 @@ impl Msr for SimPmu {
                         !(STATUS_CTR_FRZ | STATUS_LBR_FRZ)
                     };
                     self.global_status &= !(v & clearable);
+                    self.land_handler_overflows();
                 } else if version >= 4 && a == addr::IA32_PERF_GLOBAL_STATUS_SET {
                     self.global_status |= v;
                 } else if a == addr::IA32_DEBUGCTL {
                     self.debugctl = v;
                 } else if a == addr::IA32_PEBS_ENABLE && self.pebs_format().is_some() {
                     self.pebs_enable = v;
-                } else if a == addr::MSR_PEBS_DATA_CFG && self.pebs_format().is_some_and(|f| f >= 4)
-                {
+                } else if a == addr::MSR_PEBS_DATA_CFG && self.pebs_baseline() {
                     self.pebs_data_cfg = v;
-                } else if a == addr::MSR_PEBS_LD_LAT_THRESHOLD && self.pebs_format().is_some() {
+                } else if a == addr::MSR_PEBS_LD_LAT_THRESHOLD && self.has_ld_lat() {
                     self.ld_lat = v & 0xFFFF;
-                } else if a == addr::IA32_DS_AREA {
+                } else if a == addr::IA32_DS_AREA && self.pebs_format().is_some() {
                     self.ds_area = v;
-                } else if a == addr::MSR_LBR_SELECT
-                    && matches!(
-                        self.cpu,
-                        SimCpu::Intel {
-                            lbr: SimLbr::Legacy { .. },
-                            ..
-                        }
-                    )
-                {
-                    self.lbr_select = v;
+                } else if a == addr::MSR_LBR_SELECT && self.has_lbr_select() {
+                    // EN_CALLSTACK (bit 9) is reserved where the model has no
+                    // call-stack mode.
+                    let call_stack = self.row().legacy_lbr().is_some_and(|l| l.call_stack);
+                    if v & (1 << 9) != 0 && !call_stack {
+                        self.stats.bad_msr_writes += 1;
+                    } else {
+                        self.lbr_select = v;
+                    }
                 } else if a == addr::MSR_LASTBRANCH_TOS {
                     self.tos = v;
                 } else if a == addr::IA32_LBR_CTL

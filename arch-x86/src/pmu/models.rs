@@ -1,0 +1,704 @@
+//! Per-model facts of Intel family-6 PMUs, in one table: which counters PEBS
+//! may use for which events, the load-latency event and whether its extra
+//! register exists, the `cycles:p` alias, the LBR stack (depth, MSRs,
+//! LBR_SELECT, call-stack mode, format quirks) and how the PMI handler
+//! acknowledges. Each row names its sources: the Intel SDM vol. 3 chapters
+//! "Performance Monitoring" / "Last Branch Records" and vol. 4 MSR tables
+//! per microarchitecture, and the Linux perf_events facts
+//! (`arch/x86/events/intel/{core,ds,lbr}.c`) they were checked against.
+//!
+//! The drivers and the detection take model-specific behaviour from here
+//! only; the simulator takes the hardware behaviour of a simulated model
+//! from the same rows, so a row is both what the driver assumes and what the
+//! simulated CPU does. The `version`..`lbr` columns are a typical part of
+//! the row (what the simulator builds for it); real parts report their own
+//! counts through CPUID and PERF_CAPABILITIES.
+
+use crate::msr::addr;
+
+/// How `cycles:p` is sampled where event 0x3C cannot trigger a PEBS assist:
+/// an event that counts every cycle and is PEBS-capable (Linux
+/// `intel_pebs_aliases_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CyclesAlias {
+    /// No alias: cycles is PEBS-capable (adaptive PEBS on all events) or
+    /// precise cycles is not available.
+    None,
+    /// INST_RETIRED.ANY_P with inv, cmask=16 (Core 2, Atom, Nehalem,
+    /// Westmere; `intel_pebs_aliases_core2`).
+    Core2,
+    /// UOPS_RETIRED.ALL with inv, cmask=16 (Sandy Bridge;
+    /// `intel_pebs_aliases_snb`).
+    Snb,
+    /// INST_RETIRED.PREC_DIST with inv, cmask=16 (Ivy Bridge, Haswell,
+    /// Broadwell; `intel_pebs_aliases_ivb`).
+    Ivb,
+    /// As [`CyclesAlias::Snb`] below `:ppp`, PREC_DIST at `:ppp` (Skylake;
+    /// `intel_pebs_aliases_skl`).
+    Skl,
+}
+
+impl CyclesAlias {
+    /// The event-select bits (event, umask, inv, cmask) that replace 0x3C
+    /// for precision level `precise`, or `None` without an alias.
+    pub fn evtsel(self, precise: u8) -> Option<u64> {
+        const INV_CMASK16: u64 = 1 << 23 | 16 << 24;
+        let uops_retired_all = 0x01C2 | INV_CMASK16;
+        let prec_dist = 0x01C0 | INV_CMASK16;
+        match self {
+            CyclesAlias::None => None,
+            CyclesAlias::Core2 => Some(0x00C0 | INV_CMASK16),
+            CyclesAlias::Snb => Some(uops_retired_all),
+            CyclesAlias::Ivb => Some(prec_dist),
+            CyclesAlias::Skl if precise >= 3 => Some(prec_dist),
+            CyclesAlias::Skl => Some(uops_retired_all),
+        }
+    }
+}
+
+/// When the PMI handler re-arms the LVT entry (Linux `intel_pmu_handle_irq`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmiAck {
+    /// Before handling (older parts).
+    Early,
+    /// Just before re-enabling the counters (small cores from Gracemont on).
+    Mid,
+    /// After the counters are re-enabled (big cores from Haswell on:
+    /// unmasking earlier causes spurious PMIs).
+    Late,
+}
+
+/// A PEBS counter constraint: the event (event select bits 15:0, event and
+/// umask) may only use the general-purpose counters in `gp_mask`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PebsConstraint {
+    /// Event and umask (EVTSEL\[15:0\]).
+    pub event: u16,
+    /// Allowed general-purpose counters (bit n = PMCn).
+    pub gp_mask: u32,
+}
+
+/// The model-specific LBR stack of a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LegacyLbr {
+    /// Typical PERF_CAPABILITIES\[5:0\] (the real one is read at detection).
+    pub format: u8,
+    /// Entries.
+    pub depth: u8,
+    /// FROM_IP of entry 0.
+    pub from: u32,
+    /// TO_IP of entry 0.
+    pub to: u32,
+    /// MSR_LBR_SELECT exists (not on Core 2 and Bonnell: writing it is a #GP).
+    pub select: bool,
+    /// LBR_SELECT bit 9 (EN_CALLSTACK) exists (Haswell and later big cores,
+    /// Goldmont and later small cores); reserved before.
+    pub call_stack: bool,
+    /// The part reports format 1 (LIP) but FROM\[63\] is the mispredict flag
+    /// (Knights Landing / Mill; Linux `intel_pmu_lbr_init_knl`): decode as
+    /// format 3.
+    pub lip_has_mispred: bool,
+}
+
+/// LBR facility of a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelLbr {
+    /// No LBR.
+    None,
+    /// Model-specific LBR.
+    Legacy(LegacyLbr),
+    /// Architectural LBR (CPUID leaf 0x1C) with this typical depth.
+    Arch(u8),
+}
+
+/// One row: the facts of a group of family-6 models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntelModel {
+    /// Microarchitecture name.
+    pub name: &'static str,
+    /// CPUID display models (family 6).
+    pub models: &'static [u8],
+    /// Where the facts come from.
+    pub source: &'static str,
+    /// Typical perfmon version.
+    pub version: u8,
+    /// Typical general-purpose counters per logical CPU.
+    pub gp: u8,
+    /// Typical fixed counters.
+    pub fixed: u8,
+    /// Typical PEBS record format (`None`: no PEBS).
+    pub pebs_format: Option<u8>,
+    /// PERF_CAPABILITIES\[14\] (PEBS baseline: adaptive groups, PEBS on
+    /// every event and on fixed counters).
+    pub pebs_baseline: bool,
+    /// PEBS errata of the model.
+    pub pebs_quirks: PebsQuirks,
+    /// General-purpose counters PEBS may use at all.
+    pub pebs_gp_mask: u32,
+    /// Further per-event PEBS constraints.
+    pub pebs_constraints: &'static [PebsConstraint],
+    /// Event and umask of the load-latency event (`mem-loads`), which uses
+    /// the extra register MSR_PEBS_LD_LAT_THRESHOLD; `None`: the model has
+    /// no load-latency facility and no such MSR.
+    pub ld_lat_event: Option<u16>,
+    /// The load-latency event only assists when the auxiliary event 0x8203
+    /// (`mem-loads-aux`) counts too (Linux `PMU_FL_MEM_LOADS_AUX`).
+    pub mem_loads_aux: bool,
+    /// `cycles:p` alias.
+    pub cycles_alias: CyclesAlias,
+    /// LBR facility.
+    pub lbr: ModelLbr,
+    /// LVT re-arm point in the PMI handler.
+    pub ack: PmiAck,
+    /// Smallest periods the model takes (Linux `*_limit_period`).
+    pub min_periods: &'static [MinPeriod],
+}
+
+/// A lower bound on the sampling period: shorter periods are unsafe on the
+/// model (missed or stuck overflows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MinPeriod {
+    /// Event and umask (EVTSEL\[15:0\]) it applies to; `None`: every event.
+    pub event: Option<u16>,
+    /// Only for precision level 3 (`:ppp`).
+    pub ppp_only: bool,
+    /// The smallest period.
+    pub min: u64,
+}
+
+/// PEBS errata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PebsQuirks {
+    /// PEBS is unreliable and must not be used (Merom / Clovertown; Linux
+    /// `intel_clovertown_quirk`).
+    pub broken: bool,
+    /// The PEBS buffer must fit in one 4 KiB page (Core 2; Linux limits
+    /// `pebs_buffer_size` to a page there).
+    pub one_page: bool,
+}
+
+impl PebsQuirks {
+    /// No PEBS errata.
+    pub const NONE: PebsQuirks = PebsQuirks {
+        broken: false,
+        one_page: false,
+    };
+}
+
+/// The auxiliary event of [`IntelModel::mem_loads_aux`] models (event 0x03,
+/// umask 0x82).
+pub const MEM_LOADS_AUX_EVENT: u16 = 0x8203;
+
+const NHM_FROM: u32 = addr::MSR_LBR_NHM_FROM;
+const NHM_TO: u32 = addr::MSR_LBR_NHM_TO;
+const CORE_FROM: u32 = addr::MSR_LBR_CORE_FROM;
+const CORE_TO: u32 = addr::MSR_LBR_CORE_TO;
+
+const fn legacy(format: u8, depth: u8, from: u32, to: u32, select: bool, cs: bool) -> ModelLbr {
+    ModelLbr::Legacy(LegacyLbr {
+        format,
+        depth,
+        from,
+        to,
+        select,
+        call_stack: cs,
+        lip_has_mispred: false,
+    })
+}
+
+const ALL_GP: u32 = 0xFF;
+
+/// The table. A model appears in one row only.
+pub static INTEL_MODELS: &[IntelModel] = &[
+    IntelModel {
+        name: "Core 2 Merom / Clovertown",
+        models: &[0x0F],
+        source: "SDM vol. 3 \"Intel Core Microarchitecture\" (LBR 4 entries at 0x40/0x60, no LBR_SELECT); PEBS unreliable: Linux intel_clovertown_quirk disables it",
+        version: 2,
+        gp: 2,
+        fixed: 3,
+        pebs_format: Some(0),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks {
+            broken: true,
+            one_page: true,
+        },
+        pebs_gp_mask: 0x1,
+        pebs_constraints: &[],
+        ld_lat_event: None,
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::Core2,
+        lbr: legacy(1, 4, CORE_FROM, CORE_TO, false, false),
+        ack: PmiAck::Early,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Core 2 (Merom-L, Penryn, Dunnington)",
+        models: &[0x16, 0x17, 0x1D],
+        source: "SDM vol. 3 \"Intel Core Microarchitecture\" PEBS (PMC0 only), LBR 4 entries at 0x40/0x60, no LBR_SELECT; Linux intel_core2_pebs_event_constraints, intel_pebs_aliases_core2, intel_pmu_lbr_init_core, one-page PEBS buffer",
+        version: 2,
+        gp: 2,
+        fixed: 3,
+        pebs_format: Some(0),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks {
+            broken: false,
+            one_page: true,
+        },
+        pebs_gp_mask: 0x1,
+        pebs_constraints: &[],
+        ld_lat_event: None,
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::Core2,
+        lbr: legacy(1, 4, CORE_FROM, CORE_TO, false, false),
+        ack: PmiAck::Early,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Atom Bonnell / Saltwell",
+        models: &[0x1C, 0x26, 0x27, 0x35, 0x36],
+        source: "SDM vol. 4 MSRs for Atom (LBR 8 entries at 0x40/0x60, no LBR_SELECT); Linux intel_atom_pebs_event_constraints (PMC0), intel_pmu_lbr_init_atom",
+        version: 3,
+        gp: 2,
+        fixed: 3,
+        pebs_format: Some(0),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: 0x1,
+        pebs_constraints: &[],
+        ld_lat_event: None,
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::Core2,
+        lbr: legacy(1, 8, CORE_FROM, CORE_TO, false, false),
+        ack: PmiAck::Early,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Silvermont / Airmont",
+        models: &[0x37, 0x4A, 0x4C, 0x4D, 0x5A, 0x5D],
+        source: "SDM vol. 3 \"Silvermont\" PEBS on PMC0 only, LBR 8 entries at 0x40/0x60 with LBR_SELECT; Linux intel_slm_pebs_event_constraints, intel_pmu_lbr_init_slm",
+        version: 3,
+        gp: 2,
+        fixed: 3,
+        pebs_format: Some(2),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: 0x1,
+        pebs_constraints: &[],
+        ld_lat_event: None,
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::None,
+        lbr: legacy(3, 8, CORE_FROM, CORE_TO, true, false),
+        ack: PmiAck::Early,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Knights Landing / Knights Mill",
+        models: &[0x57, 0x85],
+        source: "SDM vol. 4 MSRs for Xeon Phi (LBR 8 entries at 0x680/0x6C0); Linux intel_pmu_lbr_init_knl (8 entries, LIP format carries the mispredict bit), KNL uses the SLM PEBS constraints (PMC0), no load latency",
+        version: 3,
+        gp: 2,
+        fixed: 3,
+        pebs_format: Some(2),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: 0x1,
+        pebs_constraints: &[],
+        ld_lat_event: None,
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::None,
+        lbr: ModelLbr::Legacy(LegacyLbr {
+            format: 1,
+            depth: 8,
+            from: NHM_FROM,
+            to: NHM_TO,
+            select: true,
+            call_stack: false,
+            lip_has_mispred: true,
+        }),
+        ack: PmiAck::Early,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Goldmont / Goldmont Plus",
+        models: &[0x5C, 0x5F, 0x7A],
+        source: "SDM vol. 3 \"Goldmont\" PEBS (PMC0), LBR 32 entries with cycle counts in TO; Linux intel_glm_pebs_event_constraints, intel_pmu_lbr_init_skl",
+        version: 4,
+        gp: 4,
+        fixed: 3,
+        pebs_format: Some(3),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: 0x1,
+        pebs_constraints: &[],
+        ld_lat_event: None,
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::None,
+        lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
+        ack: PmiAck::Early,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Tremont",
+        models: &[0x86, 0x96, 0x9C],
+        source: "SDM vol. 3 \"Tremont\" extended PEBS, format 4 with basic records only (no PERF_CAPABILITIES[14]); Linux intel_ds_init format 4 without pebs_baseline",
+        version: 5,
+        gp: 4,
+        fixed: 3,
+        pebs_format: Some(4),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: 0xF,
+        pebs_constraints: &[],
+        ld_lat_event: None,
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::None,
+        lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
+        ack: PmiAck::Early,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Nehalem / Westmere",
+        models: &[0x1A, 0x1E, 0x1F, 0x2E, 0x25, 0x2C, 0x2F],
+        source: "SDM vol. 3 \"Nehalem\" load latency MEM_INST_RETIRED.LATENCY_ABOVE_THRESHOLD (0x100B) with MSR_PEBS_LD_LAT_THRESHOLD, LBR 16 at 0x680/0x6C0; Linux intel_nehalem_pebs_event_constraints, intel_nehalem_extra_regs, intel_pebs_aliases_core2",
+        version: 3,
+        gp: 4,
+        fixed: 3,
+        pebs_format: Some(1),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: 0xF,
+        pebs_constraints: &[PebsConstraint {
+            event: 0x100B,
+            gp_mask: 0xF,
+        }],
+        ld_lat_event: Some(0x100B),
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::Core2,
+        lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
+        ack: PmiAck::Early,
+        min_periods: &[MinPeriod {
+            event: None,
+            ppp_only: false,
+            min: 32,
+        }],
+    },
+    IntelModel {
+        name: "Sandy Bridge",
+        models: &[0x2A, 0x2D],
+        source: "SDM vol. 3 \"Sandy Bridge\" load latency on PMC3 only; Linux intel_snb_pebs_event_constraints (INTEL_PLD_CONSTRAINT 0x01cd, 0x8), intel_snb_extra_regs, intel_pebs_aliases_snb",
+        version: 3,
+        gp: 4,
+        fixed: 3,
+        pebs_format: Some(1),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: 0xF,
+        pebs_constraints: &[PebsConstraint {
+            event: 0x01CD,
+            gp_mask: 0x8,
+        }],
+        ld_lat_event: Some(0x01CD),
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::Snb,
+        lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
+        ack: PmiAck::Early,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Ivy Bridge",
+        models: &[0x3A, 0x3E],
+        source: "SDM vol. 3 \"Ivy Bridge\" (load latency on PMC3, INST_RETIRED.PREC_DIST on PMC1); Linux intel_ivb_pebs_event_constraints, intel_pebs_aliases_ivb",
+        version: 3,
+        gp: 4,
+        fixed: 3,
+        pebs_format: Some(1),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: 0xF,
+        pebs_constraints: &[
+            PebsConstraint {
+                event: 0x01CD,
+                gp_mask: 0x8,
+            },
+            PebsConstraint {
+                event: 0x01C0,
+                gp_mask: 0x2,
+            },
+        ],
+        ld_lat_event: Some(0x01CD),
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::Ivb,
+        lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
+        ack: PmiAck::Early,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Haswell",
+        models: &[0x3C, 0x3F, 0x45, 0x46],
+        source: "SDM vol. 3 \"Haswell\" (PEBS format 2, PREC_DIST on PMC1, LBR call-stack mode); Linux intel_hsw_pebs_event_constraints, intel_pebs_aliases_ivb, intel_pmu_lbr_init_hsw, late_ack",
+        version: 3,
+        gp: 4,
+        fixed: 3,
+        pebs_format: Some(2),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: 0xF,
+        pebs_constraints: &[PebsConstraint {
+            event: 0x01C0,
+            gp_mask: 0x2,
+        }],
+        ld_lat_event: Some(0x01CD),
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::Ivb,
+        lbr: legacy(4, 16, NHM_FROM, NHM_TO, true, true),
+        ack: PmiAck::Late,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Broadwell",
+        models: &[0x3D, 0x47, 0x4F, 0x56],
+        source: "SDM vol. 3 \"Broadwell\" (as Haswell); Linux intel_bdw_pebs_event_constraints, intel_pebs_aliases_ivb, bdw_limit_period (INST_RETIRED.ALL at least 128), late_ack",
+        version: 3,
+        gp: 4,
+        fixed: 3,
+        pebs_format: Some(2),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: 0xF,
+        pebs_constraints: &[PebsConstraint {
+            event: 0x01C0,
+            gp_mask: 0x2,
+        }],
+        ld_lat_event: Some(0x01CD),
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::Ivb,
+        lbr: legacy(4, 16, NHM_FROM, NHM_TO, true, true),
+        ack: PmiAck::Late,
+        min_periods: &[MinPeriod {
+            event: Some(0x01C0),
+            ppp_only: false,
+            min: 128,
+        }],
+    },
+    IntelModel {
+        name: "Skylake / Kaby Lake / Coffee Lake / Cascade Lake",
+        models: &[0x4E, 0x5E, 0x55, 0x8E, 0x9E, 0xA5, 0xA6, 0x66],
+        source: "SDM vol. 3 \"Skylake\" (PEBS format 3, LBR 32 with MSR_LBR_INFO); Linux intel_skl_pebs_event_constraints, intel_pebs_aliases_skl, intel_pmu_lbr_init_skl, late_ack",
+        version: 4,
+        gp: 4,
+        fixed: 3,
+        pebs_format: Some(3),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: 0xF,
+        pebs_constraints: &[PebsConstraint {
+            event: 0x01C0,
+            gp_mask: 0x2,
+        }],
+        ld_lat_event: Some(0x01CD),
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::Skl,
+        lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
+        ack: PmiAck::Late,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Ice Lake / Tiger Lake",
+        models: &[0x7D, 0x7E, 0x6A, 0x6C, 0x8C, 0x8D, 0xA7],
+        source: "SDM vol. 3 \"Ice Lake\" adaptive PEBS format 4 with baseline (PEBS on all events and fixed counters, EVTSEL[34] / FIXED_CTR_CTRL[32+4n] adaptive bits), legacy LBR 32 with LBR_INFO; Linux intel_icl_pebs_event_constraints, intel_pmu_lbr_init_skl, late_ack",
+        version: 5,
+        gp: 8,
+        fixed: 4,
+        pebs_format: Some(4),
+        pebs_baseline: true,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: ALL_GP,
+        pebs_constraints: &[],
+        ld_lat_event: Some(0x01CD),
+        mem_loads_aux: false,
+        cycles_alias: CyclesAlias::None,
+        lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
+        ack: PmiAck::Late,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Sapphire Rapids / Emerald Rapids / Alder Lake-P / Raptor Lake-P",
+        models: &[0x8F, 0xCF, 0x97, 0x9A, 0xB7, 0xBA, 0xBF],
+        source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (load latency 0x1cd not on PMC0), PMU_FL_MEM_LOADS_AUX (0x8203), spr_limit_period (:ppp at least 128), late_ack",
+        version: 5,
+        gp: 8,
+        fixed: 4,
+        pebs_format: Some(5),
+        pebs_baseline: true,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: ALL_GP,
+        pebs_constraints: &[PebsConstraint {
+            event: 0x01CD,
+            gp_mask: 0xFE,
+        }],
+        ld_lat_event: Some(0x01CD),
+        mem_loads_aux: true,
+        cycles_alias: CyclesAlias::None,
+        lbr: ModelLbr::Arch(32),
+        ack: PmiAck::Late,
+        min_periods: &[MinPeriod {
+            event: None,
+            ppp_only: true,
+            min: 128,
+        }],
+    },
+];
+
+/// The row of family-6 model `model`, if the table knows it.
+pub fn intel_row(model: u8) -> Option<&'static IntelModel> {
+    INTEL_MODELS.iter().find(|r| r.models.contains(&model))
+}
+
+/// What the drivers assume of a model the table does not know: only
+/// architectural behaviour (no load latency, no model-specific LBR, no
+/// alias, no constraints beyond the record format's own).
+pub const UNKNOWN_MODEL: IntelModel = IntelModel {
+    name: "unknown model (architectural only)",
+    models: &[],
+    source: "SDM vol. 3 \"Architectural Performance Monitoring\"",
+    version: 0,
+    gp: 0,
+    fixed: 0,
+    pebs_format: None,
+    pebs_baseline: false,
+    pebs_quirks: PebsQuirks::NONE,
+    pebs_gp_mask: ALL_GP,
+    pebs_constraints: &[],
+    ld_lat_event: None,
+    mem_loads_aux: false,
+    cycles_alias: CyclesAlias::None,
+    lbr: ModelLbr::None,
+    ack: PmiAck::Late,
+    min_periods: &[],
+};
+
+/// The row for a CPU: its table row for Intel family 6, else
+/// [`UNKNOWN_MODEL`].
+pub fn row_for(vendor_intel: bool, family: u8, model: u8) -> &'static IntelModel {
+    if vendor_intel && family == 6 {
+        intel_row(model).unwrap_or(&UNKNOWN_MODEL)
+    } else {
+        &UNKNOWN_MODEL
+    }
+}
+
+impl IntelModel {
+    /// General-purpose counters that can take PEBS for the event whose
+    /// select bits are `evtsel`.
+    pub fn pebs_counters(&self, evtsel: u64) -> u32 {
+        let ev = (evtsel & 0xFFFF) as u16;
+        let mut m = self.pebs_gp_mask;
+        for c in self.pebs_constraints {
+            if c.event == ev {
+                m &= c.gp_mask;
+            }
+        }
+        m
+    }
+
+    /// The smallest period the model takes for the event with select bits
+    /// `evtsel` at precision `precise` (1 when unrestricted).
+    pub fn min_period(&self, evtsel: u64, precise: u8) -> u64 {
+        let ev = (evtsel & 0xFFFF) as u16;
+        self.min_periods
+            .iter()
+            .filter(|m| m.event.is_none_or(|e| e == ev) && (!m.ppp_only || precise >= 3))
+            .map(|m| m.min)
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// The legacy LBR facts, if the model has a model-specific LBR.
+    pub fn legacy_lbr(&self) -> Option<&LegacyLbr> {
+        match &self.lbr {
+            ModelLbr::Legacy(l) => Some(l),
+            _ => None,
+        }
+    }
+}
+
+impl core::fmt::Display for IntelModel {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        writeln!(f, "{}", self.name)?;
+        write!(f, "  models:")?;
+        for m in self.models {
+            write!(f, " {m:#04x}")?;
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "  PEBS: format {:?}, baseline {}, GP counters {:#x}, load latency {:?}, mem-loads-aux {}",
+            self.pebs_format,
+            self.pebs_baseline,
+            self.pebs_gp_mask,
+            self.ld_lat_event,
+            self.mem_loads_aux
+        )?;
+        for c in self.pebs_constraints {
+            writeln!(
+                f,
+                "  PEBS constraint: event {:#06x} on {:#x}",
+                c.event, c.gp_mask
+            )?;
+        }
+        writeln!(
+            f,
+            "  PEBS errata: {:?}; cycles:p alias {:?}, PMI ack {:?}",
+            self.pebs_quirks, self.cycles_alias, self.ack
+        )?;
+        writeln!(f, "  LBR: {:?}", self.lbr)?;
+        write!(f, "  source: {}", self.source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_model_is_in_one_row_and_rows_are_consistent() {
+        for (i, r) in INTEL_MODELS.iter().enumerate() {
+            assert!(!r.source.is_empty(), "{}", r.name);
+            for m in r.models {
+                assert_eq!(
+                    INTEL_MODELS.iter().filter(|o| o.models.contains(m)).count(),
+                    1,
+                    "model {m:#x}"
+                );
+                assert_eq!(intel_row(*m), Some(&INTEL_MODELS[i]));
+            }
+            if r.mem_loads_aux {
+                assert!(r.ld_lat_event.is_some(), "{}", r.name);
+            }
+            if let ModelLbr::Legacy(l) = r.lbr {
+                assert!(l.depth.is_power_of_two() && l.depth <= 32, "{}", r.name);
+                assert!(!l.call_stack || l.select, "{}", r.name);
+            }
+        }
+    }
+
+    #[test]
+    fn constraints_and_aliases() {
+        let snb = intel_row(0x2A).unwrap();
+        assert_eq!(snb.pebs_counters(0x01CD), 0x8);
+        assert_eq!(snb.pebs_counters(0x00C0), 0xF);
+        let spr = intel_row(0x8F).unwrap();
+        assert_eq!(spr.pebs_counters(0x01CD), 0xFE);
+        assert_eq!(intel_row(0x37).unwrap().pebs_counters(0x00C4), 0x1);
+        assert_eq!(CyclesAlias::Snb.evtsel(2), Some(0x1080_01C2));
+        assert_eq!(CyclesAlias::Skl.evtsel(3), Some(0x1080_01C0));
+        assert_eq!(CyclesAlias::Core2.evtsel(1), Some(0x1080_00C0));
+        assert_eq!(
+            intel_row(0x57).unwrap().legacy_lbr().map(|l| l.depth),
+            Some(8)
+        );
+        assert!(!intel_row(0x17).unwrap().legacy_lbr().unwrap().select);
+        assert_eq!(row_for(true, 6, 0x01).name, UNKNOWN_MODEL.name);
+    }
+}
