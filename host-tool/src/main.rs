@@ -17,7 +17,7 @@ use host_tool::flamegraph::Folder;
 use host_tool::image::Image;
 use host_tool::input::{Flow, LogPrinter, PartsSink, Pump};
 use host_tool::model::Item;
-use host_tool::output::OwnedWrite;
+use host_tool::output::{OwnedWrite, Pending};
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
 use host_tool::synth::{SynthConfig, write_capture};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -209,8 +209,33 @@ fn open_image(path: Option<&Path>) -> Result<(Option<Image>, Option<Vec<u8>>), H
     Ok((Some(image), Some(bytes)))
 }
 
+/// Opens an input: a capture file, a device or a pipe, never a directory.
 fn open_file(path: &Path) -> Result<File, HostError> {
-    File::open(path).map_err(|e| HostError::io(format!("opening {}", path.display()), e))
+    let f =
+        File::open(path).map_err(|e| HostError::io(format!("opening {}", path.display()), e))?;
+    if f.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(HostError::io(
+            format!("opening {}", path.display()),
+            std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "it is a directory, not a capture file",
+            ),
+        ));
+    }
+    Ok(f)
+}
+
+/// Starts an output: a temporary file beside `path`, which becomes `path`
+/// only when the run succeeds.
+fn create_output(path: &Path) -> Result<Pending, HostError> {
+    Pending::new(path).map_err(|e| HostError::io(format!("creating {}", path.display()), e))
+}
+
+/// Puts a finished output in place.
+fn commit_output(p: Pending) -> Result<(), HostError> {
+    let target = p.target().to_owned();
+    p.commit()
+        .map_err(|e| HostError::io(format!("writing {}", target.display()), e))
 }
 
 /// Why reading stopped.
@@ -321,15 +346,16 @@ fn run(
     // Whether perf is there is only reported at the end; asking it (a
     // process start) overlaps the conversion.
     let perf_check = std::thread::spawn(check_perf);
-    let out = File::create(output)
+    let pending = create_output(output)?;
+    let out = pending
+        .file()
         .and_then(host_tool::output::BackgroundFile::new)
         .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
-    let mut save = match save {
-        Some(p) => {
-            Some(BufWriter::new(File::create(p).map_err(|e| {
-                HostError::io(format!("creating {}", p.display()), e)
-            })?))
-        }
+    let save_pending = save.map(create_output).transpose()?;
+    let mut save = match &save_pending {
+        Some(p) => Some(BufWriter::new(p.file().map_err(|e| {
+            HostError::io(format!("creating {}", p.target().display()), e)
+        })?)),
         None => None,
     };
     let image_path = image.as_ref().map(|i| i.path.clone());
@@ -408,7 +434,13 @@ fn run(
             .map_err(|e| HostError::io("saving the capture", e))?;
     }
     pump.check_recognised()?;
-    let (_, summary) = conv.finish()?;
+    let (out, summary) = conv.finish()?;
+    out.finish()
+        .map_err(|e| HostError::io(format!("writing {}", output.display()), e))?;
+    commit_output(pending)?;
+    if let Some(p) = save_pending {
+        commit_output(p)?;
+    }
     let w = summary.written;
     let d = pump.stats.decoder;
     eprintln!(
@@ -719,9 +751,16 @@ fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, H
     if let Some(e) = mismatch {
         return Err(e.into());
     }
-    let out = File::create(output)
+    let pending = create_output(output)?;
+    let out = pending
+        .file()
         .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
-    folder.render(&format!("perch: {}", file.display()), BufWriter::new(out))?;
+    let mut out = BufWriter::new(out);
+    folder.render(&format!("perch: {}", file.display()), &mut out)?;
+    out.flush()
+        .map_err(|e| HostError::io(format!("writing {}", output.display()), e))?;
+    drop(out);
+    commit_output(pending)?;
     eprintln!(
         "perch: wrote {} ({} samples)",
         output.display(),
@@ -738,7 +777,9 @@ fn synth(
     end: bool,
 ) -> Result<i32, HostError> {
     let (image, _) = open_image(image)?;
-    let f = File::create(output)
+    let pending = create_output(output)?;
+    let f = pending
+        .file()
         .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
     let mut w = BufWriter::new(f);
     let cfg = SynthConfig {
@@ -751,6 +792,8 @@ fn synth(
         .map_err(|e| HostError::io("writing the capture", e))?;
     w.flush()
         .map_err(|e| HostError::io("writing the capture", e))?;
+    drop(w);
+    commit_output(pending)?;
     eprintln!(
         "perch: wrote {} ({samples} samples, {bytes} bytes)",
         output.display()

@@ -2,7 +2,10 @@
 //! buffers while the previous one is being copied into the page cache, so
 //! the kernel's share of writing a big perf.data overlaps the decoding
 //! instead of following it. Whole buffers can also be handed over without
-//! a copy ([`OwnedWrite`]).
+//! a copy ([`OwnedWrite`]). Outputs are written to a temporary file beside
+//! their target and renamed over it only when the run succeeds
+//! ([`Pending`]), so a failed run never leaves a partial file nor destroys
+//! the one that was there.
 
 use std::fs::File;
 use std::io::{self, Cursor, Seek, SeekFrom, Write};
@@ -29,6 +32,56 @@ pub trait OwnedWrite: Write + Seek {
 impl OwnedWrite for File {}
 impl OwnedWrite for Cursor<Vec<u8>> {}
 impl OwnedWrite for Cursor<&mut Vec<u8>> {}
+
+/// An output being written: a temporary file in the target's directory,
+/// renamed to the target by [`commit`](Self::commit). Dropped without a
+/// commit, it is removed and the target is left as it was.
+pub struct Pending {
+    tmp: tempfile::NamedTempFile,
+    target: std::path::PathBuf,
+}
+
+impl Pending {
+    /// Creates the temporary file for `target` (mode 0644, like a new
+    /// file under the usual umask).
+    pub fn new(target: &std::path::Path) -> io::Result<Pending> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = match target.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        let name = target
+            .file_name()
+            .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .permissions(std::fs::Permissions::from_mode(0o644))
+            .tempfile_in(dir)?;
+        Ok(Pending {
+            tmp,
+            target: target.to_owned(),
+        })
+    }
+
+    /// A second handle on the temporary file, to write through.
+    pub fn file(&self) -> io::Result<File> {
+        self.tmp.as_file().try_clone()
+    }
+
+    /// The file the output becomes.
+    pub fn target(&self) -> &std::path::Path {
+        &self.target
+    }
+
+    /// Renames the temporary file over the target.
+    pub fn commit(self) -> io::Result<()> {
+        self.tmp
+            .persist(&self.target)
+            .map(drop)
+            .map_err(|e| e.error)
+    }
+}
 
 /// Bytes collected before a buffer is handed to the writing thread.
 pub const CHUNK: usize = 1 << 20;
@@ -292,6 +345,25 @@ mod tests {
         File::open(&path).unwrap().read_to_end(&mut got).unwrap();
         assert_eq!(got.len(), expect.len());
         assert!(got == expect, "contents differ");
+    }
+
+    /// A pending output replaces the target only when committed; dropped,
+    /// it leaves the target as it was and no file behind.
+    #[test]
+    fn pending_output_replaces_the_target_only_on_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("perf.data");
+        std::fs::write(&target, b"old").unwrap();
+        let p = Pending::new(&target).unwrap();
+        p.file().unwrap().write_all(b"new").unwrap();
+        drop(p);
+        assert_eq!(std::fs::read(&target).unwrap(), b"old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let p = Pending::new(&target).unwrap();
+        p.file().unwrap().write_all(b"new").unwrap();
+        p.commit().unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     /// A write error in the thread comes back to the caller instead of
