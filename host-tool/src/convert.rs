@@ -46,9 +46,21 @@ pub enum ConvertError {
         /// The stream's build-id.
         stream_id: String,
     },
-    /// A second, different Hello (the target restarted mid-stream).
-    #[error("the stream restarted with a different Hello; split the capture and convert each run")]
+    /// A second Hello (the target restarted mid-stream).
+    #[error("the stream restarted (a second Hello); split the capture and convert each run")]
     Restarted,
+    /// More samples arrived than the End record says were delivered: the
+    /// stream is not one run (appended or duplicated data).
+    #[error(
+        "the stream holds {samples} samples, but its End record says the target delivered {delivered}: \
+         it is not one run (data appended or duplicated)"
+    )]
+    MoreThanDelivered {
+        /// Samples that arrived.
+        samples: u64,
+        /// End's `delivered`.
+        delivered: u64,
+    },
 }
 
 /// Options for a conversion.
@@ -246,12 +258,8 @@ impl<W: OwnedWrite> Converter<W> {
     }
 
     fn on_hello(&mut self, h: &Hello) -> Result<(), ConvertError> {
-        if let Some(old) = &self.hello {
-            return if old == h {
-                Ok(())
-            } else {
-                Err(ConvertError::Restarted)
-            };
+        if self.hello.is_some() {
+            return Err(ConvertError::Restarted);
         }
         if h.events.is_empty() {
             return Err(ConvertError::NoEvents);
@@ -414,6 +422,13 @@ impl<W: OwnedWrite> Converter<W> {
         match self.end {
             Some(end) => {
                 let st = w.stats();
+                let arrived = st.samples + summary.unknown_event_samples;
+                if arrived > end.delivered {
+                    return Err(ConvertError::MoreThanDelivered {
+                        samples: arrived,
+                        delivered: end.delivered,
+                    });
+                }
                 if end.taken != end.delivered + end.lost {
                     summary.warnings.push(format!(
                         "target counters disagree: taken {} != delivered {} + lost {}",

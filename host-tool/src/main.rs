@@ -242,6 +242,7 @@ fn commit_output(p: Pending) -> Result<(), HostError> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stop {
     End,
+    Restart,
     Eof,
     Interrupted,
     TimeLimit,
@@ -384,6 +385,7 @@ fn run(
             })?;
             match flow {
                 Flow::Done => Stop::End,
+                Flow::Restart => Stop::Restart,
                 Flow::Continue if INTERRUPTED.load(Ordering::Relaxed) => Stop::Interrupted,
                 Flow::Continue => Stop::Eof,
             }
@@ -422,8 +424,10 @@ fn run(
             };
             let flow = pump.feed_parts(&buf[..n], &mut sink)?;
             progress.update(&pump, false);
-            if flow == Flow::Done {
-                break Stop::End;
+            match flow {
+                Flow::Done => break Stop::End,
+                Flow::Restart => break Stop::Restart,
+                Flow::Continue => {}
             }
         },
     };
@@ -466,6 +470,12 @@ fn run(
     for warn in &summary.warnings {
         eprintln!("perch: warning: {warn}");
     }
+    if stop == Stop::End && pump.stats.after_end > 0 {
+        eprintln!(
+            "perch: warning: {} records after the End record were ignored (a second capture appended?)",
+            pump.stats.after_end
+        );
+    }
     let perf_checked = perf_check.join().unwrap_or_else(|_| check_perf());
     if let Err(e) = perf_checked {
         eprintln!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
@@ -501,6 +511,13 @@ fn run(
     }
     Ok(match stop {
         Stop::End => exit::OK,
+        Stop::Restart => {
+            eprintln!(
+                "perch: the appliance restarted (a second Hello before End): stopped there; \
+                 the file holds the first run, convert the rest as a capture of its own"
+            );
+            exit::TRUNCATED
+        }
         Stop::Interrupted => {
             eprintln!("perch: stopped by Ctrl-C");
             exit::OK

@@ -87,8 +87,9 @@ fn convert(bytes: &[u8], image: &Image, chunk: usize, path: Path) -> Outcome {
                 fed = Err(e.to_string());
                 break;
             }
-            Ok(Flow::Done) => break,
-            Ok(Flow::Continue) => {}
+            // Like `read_all_framed`, read on after End or a restart:
+            // what follows is only counted.
+            Ok(Flow::Done | Flow::Restart | Flow::Continue) => {}
         }
     }
     if fed.is_ok()

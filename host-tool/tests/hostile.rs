@@ -5,12 +5,14 @@
 
 mod common;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::fixture;
 use host_tool::image::Image;
 use host_tool::synth::{SynthConfig, write_capture};
+use sampler::wire::{self, Encoder, Record};
 
 struct Run {
     code: i32,
@@ -140,4 +142,136 @@ fn a_failed_run_leaves_no_output_and_keeps_the_old_one() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(&std::fs::read(&out).unwrap()[..8], b"PERFILE2");
     assert_eq!(files_in(dir.path()), before);
+}
+
+// ---- defect 2: End ends the stream; a second Hello is a restart ----
+
+/// `perch args` with `input` written to its stdin in `chunk`-byte writes.
+fn perch_piped(args: &[&str], input: Vec<u8>, chunk: usize) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        for c in input.chunks(chunk) {
+            if stdin.write_all(c).is_err() {
+                break;
+            }
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    finish(out)
+}
+
+/// One record as a frame (a fresh encoder: for records with no delta state).
+fn frame(rec: &Record) -> Vec<u8> {
+    let mut enc: Encoder = Encoder::new(Default::default());
+    let mut buf = [0u8; wire::MAX_FRAME];
+    let n = enc.encode(rec, &mut buf).unwrap();
+    buf[..n].to_vec()
+}
+
+/// The sample count of perch's `wrote ...: N samples` line.
+fn written_samples(stderr: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("perch: wrote"))
+        .unwrap_or_else(|| panic!("no `wrote` line: {stderr}"));
+    let after = line.rsplit_once(": ").unwrap().1;
+    after.split(' ').next().unwrap().parse().unwrap()
+}
+
+/// Two captures glued together: only the first run is converted, the same
+/// however the bytes arrive (a file, or a pipe in 1000-byte writes), and
+/// what follows End is reported.
+#[test]
+fn records_after_end_are_not_converted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = capture_bytes(&synth(500, true));
+    bytes.extend(capture_bytes(&synth(300, true)));
+    let cap = dir.path().join("two.bin");
+    std::fs::write(&cap, &bytes).unwrap();
+    let out = dir.path().join("perf.data");
+    let img = fixture("appliance.elf");
+    let r = perch(&["convert", s(&cap), "--image", s(&img), "-o", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(written_samples(&r.stderr), 500, "{}", r.stderr);
+    assert!(r.stderr.contains("after the End record"), "{}", r.stderr);
+    for chunk in [1000, 7, 1 << 16] {
+        let r = perch_piped(
+            &[
+                "record",
+                "--input",
+                "/dev/stdin",
+                "--image",
+                s(&img),
+                "-o",
+                s(&out),
+            ],
+            bytes.clone(),
+            chunk,
+        );
+        assert_eq!(r.code, 0, "chunk {chunk}: {}", r.stderr);
+        assert_eq!(
+            written_samples(&r.stderr),
+            500,
+            "chunk {chunk}: {}",
+            r.stderr
+        );
+    }
+    let r = perch(&["stat", s(&cap)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("samples: 500 "), "{}", r.stdout);
+}
+
+/// A run that restarts (a second Hello, no End before it) is stopped at
+/// the restart, with a message and exit 7.
+#[test]
+fn a_second_hello_is_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = capture_bytes(&synth(300, false));
+    bytes.extend(capture_bytes(&synth(200, true)));
+    let cap = dir.path().join("restart.bin");
+    std::fs::write(&cap, &bytes).unwrap();
+    let out = dir.path().join("perf.data");
+    let img = fixture("appliance.elf");
+    let r = perch(&["convert", s(&cap), "--image", s(&img), "-o", s(&out)]);
+    assert_eq!(r.code, 7, "{}", r.stderr);
+    assert!(r.stderr.contains("restarted"), "{}", r.stderr);
+    assert_eq!(written_samples(&r.stderr), 300, "{}", r.stderr);
+    let r = perch(&["stat", s(&cap)]);
+    assert!(r.stdout.contains("samples: 300 "), "{}", r.stdout);
+    assert!(r.stdout.contains("restarted"), "{}", r.stdout);
+}
+
+/// A stream holding more samples than its End says were delivered is
+/// refused: it is not one run.
+#[test]
+fn more_samples_than_delivered_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = capture_bytes(&synth(500, false));
+    bytes.extend(frame(&Record::End(wire::End {
+        time: 1 << 40,
+        taken: 400,
+        delivered: 400,
+        lost: 0,
+        throttled: 0,
+        frames: 0,
+    })));
+    let cap = dir.path().join("over.bin");
+    std::fs::write(&cap, &bytes).unwrap();
+    let out = dir.path().join("perf.data");
+    let r = perch(&["convert", s(&cap), "-o", s(&out)]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("500 samples") && r.stderr.contains("delivered 400"),
+        "{}",
+        r.stderr
+    );
+    assert!(!out.exists(), "a refused stream left {}", out.display());
 }
