@@ -225,6 +225,67 @@ fn open_file(path: &Path) -> Result<File, HostError> {
     Ok(f)
 }
 
+/// What a path names, to tell whether two paths are one file: the device
+/// and inode of an existing file (through symlinks and hard links), or the
+/// absolute path of one still to be created.
+#[derive(Debug, PartialEq, Eq)]
+enum FileId {
+    Node(u64, u64),
+    New(PathBuf),
+}
+
+fn file_id(path: &Path) -> FileId {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(m) = std::fs::metadata(path) {
+        return FileId::Node(m.dev(), m.ino());
+    }
+    let parent = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let dir = std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_owned());
+    FileId::New(dir.join(path.file_name().unwrap_or_default()))
+}
+
+/// Refuses a run in which an output is one of the inputs, or two outputs
+/// are one file, before anything is opened for writing. Each entry is
+/// (what it is, its path); absent ones are skipped.
+fn refuse_same_files(
+    outputs: &[(&str, Option<&Path>)],
+    inputs: &[(&str, Option<&Path>)],
+) -> Result<(), HostError> {
+    let outputs: Vec<(&str, &Path, FileId)> = outputs
+        .iter()
+        .filter_map(|&(what, p)| p.map(|p| (what, p, file_id(p))))
+        .collect();
+    for (i, (what, p, id)) in outputs.iter().enumerate() {
+        for &(in_what, q) in inputs {
+            if let Some(q) = q
+                && matches!(id, FileId::Node(..))
+                && file_id(q) == *id
+            {
+                return Err(HostError::Usage(format!(
+                    "{what} {} is also the {in_what} {} (the same file): perch would \
+                     overwrite its input; choose another output",
+                    p.display(),
+                    q.display()
+                )));
+            }
+        }
+        for (other_what, q, other) in &outputs[i + 1..] {
+            if other == id {
+                return Err(HostError::Usage(format!(
+                    "{what} {} is also the {other_what} {} (the same file): one output \
+                     would overwrite the other; choose two paths",
+                    p.display(),
+                    q.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Starts an output: a temporary file beside `path`, which becomes `path`
 /// only when the run succeeds.
 fn create_output(path: &Path) -> Result<Pending, HostError> {
@@ -599,6 +660,16 @@ fn check_perf() -> Result<(), HostError> {
 }
 
 fn record(a: RecordArgs) -> Result<i32, HostError> {
+    refuse_same_files(
+        &[
+            ("-o", Some(&a.output)),
+            ("--save-capture", a.save_capture.as_deref()),
+        ],
+        &[
+            ("--input", a.input.as_deref()),
+            ("--image", a.image.as_deref()),
+        ],
+    )?;
     let (image, elf) = open_image(a.image.as_deref())?;
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed));
     if let Some(input) = &a.input {
@@ -708,6 +779,10 @@ fn convert(
     output: &Path,
     buildid_cache: bool,
 ) -> Result<i32, HostError> {
+    refuse_same_files(
+        &[("-o", Some(output))],
+        &[("capture", Some(capture)), ("--image", image)],
+    )?;
     let (image, elf) = open_image(image)?;
     let f = open_file(capture)?;
     run(
@@ -745,6 +820,10 @@ fn stat(file: &Path) -> Result<i32, HostError> {
 }
 
 fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, HostError> {
+    refuse_same_files(
+        &[("-o", Some(output))],
+        &[("capture", Some(file)), ("--image", image)],
+    )?;
     let (image, _) = open_image(image)?;
     let mut folder = Folder::new(image.clone());
     let mut pump = Pump::new();
@@ -793,6 +872,7 @@ fn synth(
     lost: u64,
     end: bool,
 ) -> Result<i32, HostError> {
+    refuse_same_files(&[("-o", Some(output))], &[("--image", image)])?;
     let (image, _) = open_image(image)?;
     let pending = create_output(output)?;
     let f = pending

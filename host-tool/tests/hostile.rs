@@ -275,3 +275,64 @@ fn more_samples_than_delivered_is_an_error() {
     );
     assert!(!out.exists(), "a refused stream left {}", out.display());
 }
+
+// ---- defect 3: an output that is an input ----
+
+/// Every way of naming an input as an output is refused before anything
+/// is written, by device and inode (a hard link, a symlink, `./X`).
+#[test]
+fn an_output_that_is_an_input_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("c.bin");
+    let bytes = capture_bytes(&synth(100, true));
+    std::fs::write(&cap, &bytes).unwrap();
+    let link = dir.path().join("hard.bin");
+    std::fs::hard_link(&cap, &link).unwrap();
+    let sym = dir.path().join("sym.bin");
+    std::os::unix::fs::symlink(&cap, &sym).unwrap();
+    let img = fixture("appliance.elf");
+    let other = dir.path().join("other.data");
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["convert", s(&cap), "-o", s(&cap)],
+        vec!["convert", s(&cap), "-o", s(&link)],
+        vec!["convert", s(&cap), "-o", s(&sym)],
+        vec!["convert", s(&cap), "--image", s(&img), "-o", s(&img)],
+        vec!["record", "--input", s(&cap), "-o", s(&link)],
+        vec![
+            "record",
+            "--input",
+            s(&cap),
+            "--save-capture",
+            s(&sym),
+            "-o",
+            s(&other),
+        ],
+        vec!["flamegraph", s(&cap), "-o", s(&cap)],
+        vec![
+            "record",
+            "--input",
+            s(&sym),
+            "--save-capture",
+            s(&other),
+            "-o",
+            s(&other),
+        ],
+    ];
+    let img_bytes = std::fs::read(&img).unwrap();
+    for args in cases {
+        let r = perch(&args);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("is also") || r.stderr.contains("same file"),
+            "{args:?}: {}",
+            r.stderr
+        );
+        assert_eq!(std::fs::read(&cap).unwrap(), bytes, "{args:?}");
+        assert_eq!(std::fs::read(&img).unwrap(), img_bytes, "{args:?}");
+        assert!(!other.exists(), "{args:?}");
+    }
+    // The check must not stop a normal run with an existing output.
+    std::fs::write(&other, b"old").unwrap();
+    let r = perch(&["convert", s(&cap), "-o", s(&other)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
