@@ -797,20 +797,28 @@ fn convert(
 }
 
 fn stat(file: &Path) -> Result<i32, HostError> {
+    // Read once, from the start: the file may be a pipe, which cannot be
+    // opened again. The bytes sniffed for the perf.data magic are fed first.
     let mut f = open_file(file)?;
     let mut head = [0u8; 8];
-    if f.read(&mut head).map_err(|e| HostError::io("reading", e))? == 8
-        && &head == host_tool::perf_abi::MAGIC
-    {
+    let mut got = 0;
+    while got < head.len() {
+        match f.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(HostError::io(format!("reading {}", file.display()), e)),
+        }
+    }
+    if got == head.len() && &head == host_tool::perf_abi::MAGIC {
         return Err(HostError::Usage(format!(
             "{} is a perf.data file; perch stat reads captures (use `perf report --stats -i {}`)",
             file.display(),
             file.display()
         )));
     }
-    let mut f = open_file(file)?;
     let mut pump = Pump::new();
-    pump.read_all(&mut f, &mut |_| Ok(()))?;
+    pump.read_all(std::io::Cursor::new(&head[..got]).chain(f), &mut |_| Ok(()))?;
     pump.check_recognised()?;
     print!("{}", pump.stats.render());
     if let Some(h) = &pump.stats.hello {

@@ -336,3 +336,18 @@ fn an_output_that_is_an_input_is_refused() {
     let r = perch(&["convert", s(&cap), "-o", s(&other)]);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+// ---- defect 6: perch stat reads a pipe ----
+
+#[test]
+fn stat_reads_a_pipe() {
+    let bytes = capture_bytes(&SynthConfig {
+        samples: 700,
+        lost: 5,
+        ..Default::default()
+    });
+    let r = perch_piped(&["stat", "/dev/stdin"], bytes, 1000);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("samples: 700 "), "{}", r.stdout);
+    assert!(r.stdout.contains("lost (target): 5"), "{}", r.stdout);
+}
