@@ -103,9 +103,10 @@ struct RecordArgs {
     /// The appliance image (runtime ELF) to boot and symbolise with.
     #[arg(long)]
     image: Option<PathBuf>,
-    /// Sampling frequency in Hz.
-    #[arg(long, default_value_t = 1000)]
-    freq: u64,
+    /// Sampling frequency in Hz (19 to 200000: the NMI clock's range).
+    #[arg(long, default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(i64::from(MIN_FREQ_HZ)..=i64::from(MAX_FREQ_HZ)))]
+    freq: u32,
     /// Run QEMU with `-icount shift=0,sleep=off` (instruction-exact, repeatable).
     #[arg(long)]
     icount: bool,
@@ -115,8 +116,8 @@ struct RecordArgs {
     /// How long the appliance samples, in seconds.
     #[arg(long, default_value_t = 3.0)]
     duration: f64,
-    /// Ring size in samples (runtime `ring=N`).
-    #[arg(long)]
+    /// Ring size in samples (runtime `ring=N`, at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     ring: Option<u32>,
     /// Samples per second an event may take before it is throttled
     /// (runtime `max_rate=N`, perf_event_max_sample_rate; 0: no limit).
@@ -132,14 +133,17 @@ struct RecordArgs {
     /// Also save the raw stream to this file.
     #[arg(long)]
     save_capture: Option<PathBuf>,
-    /// Read a real serial line instead of starting QEMU.
-    #[arg(long, conflicts_with = "input")]
+    /// Read a real serial line instead of starting QEMU (the options of a
+    /// boot do not apply: the board runs its own command line).
+    #[arg(long, conflicts_with = "input", conflicts_with_all = BOOT_ONLY)]
     serial: Option<String>,
-    /// Baud rate of --serial.
-    #[arg(long, default_value_t = 115_200, requires = "serial")]
-    baud: u32,
-    /// Read a saved capture instead of starting QEMU.
-    #[arg(long)]
+    /// Baud rate of --serial (default 115200; an option without a default
+    /// value, so that clap refuses it without `--serial`).
+    #[arg(long, requires = "serial", conflicts_with = "input")]
+    baud: Option<u32>,
+    /// Read a saved capture instead of starting QEMU (the options of a boot
+    /// do not apply).
+    #[arg(long, conflicts_with_all = BOOT_ONLY)]
     input: Option<PathBuf>,
     /// The QEMU binary.
     #[arg(long, default_value = "qemu-system-x86_64")]
@@ -154,6 +158,30 @@ struct RecordArgs {
     #[arg(last = true)]
     qemu_args: Vec<String>,
 }
+
+/// `perch record` options that only apply when perch boots the appliance.
+const BOOT_ONLY: [&str; 9] = [
+    "freq",
+    "icount",
+    "pmu",
+    "duration",
+    "ring",
+    "max_rate",
+    "cpu_pct",
+    "qemu",
+    "qemu_args",
+];
+
+/// `--baud` when not given.
+const DEFAULT_BAUD: u32 = 115_200;
+
+/// Lowest `--freq`: the NMI clock is the PIT, whose 16-bit divisor of
+/// 1193182 Hz cannot go below 18.2 Hz (`arch_x86::pit::rate_for`).
+const MIN_FREQ_HZ: u32 = 19;
+
+/// Highest `--freq`: what the runtime accepts from `freq=`
+/// (`arch_x86::cmdline::MAX_FREQ_HZ`).
+const MAX_FREQ_HZ: u32 = 200_000;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -689,7 +717,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         None => None,
     };
     if let Some(dev) = &a.serial {
-        let mut port = serialport::new(dev, a.baud)
+        let mut port = serialport::new(dev, a.baud.unwrap_or(DEFAULT_BAUD))
             .timeout(Duration::from_millis(100))
             .open()
             .map_err(|source| HostError::Serial {
@@ -712,6 +740,13 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         ));
     };
     seconds("--duration", a.duration)?;
+    let duration_ms = (a.duration * 1000.0).round() as u64;
+    if duration_ms == 0 {
+        return Err(HostError::Usage(format!(
+            "--duration {} rounds to 0 ms, which the runtime cannot use: give at least 0.0005 s",
+            a.duration
+        )));
+    }
     let mut append = format!(
         "console=wire freq={} pmu={} duration={}",
         a.freq,
@@ -720,7 +755,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             PmuMode::Sim => "sim",
             PmuMode::Off => "off",
         },
-        (a.duration * 1000.0).round() as u64
+        duration_ms
     );
     if let Some(r) = a.ring {
         append.push_str(&format!(" ring={r}"));

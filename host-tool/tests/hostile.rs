@@ -351,3 +351,55 @@ fn stat_reads_a_pipe() {
     assert!(r.stdout.contains("samples: 700 "), "{}", r.stdout);
     assert!(r.stdout.contains("lost (target): 5"), "{}", r.stdout);
 }
+
+// ---- defect 7: values the runtime cannot use ----
+
+#[test]
+fn values_the_runtime_cannot_use_are_refused_before_boot() {
+    let img = fixture("appliance.elf");
+    // A QEMU that would be started only if the values got through.
+    for (flag, v, needle) in [
+        ("--freq", "0", "--freq"),
+        ("--freq", "99999999", "--freq"),
+        ("--freq", "5", "--freq"),
+        ("--ring", "0", "--ring"),
+        ("--duration", "0.0001", "--duration"),
+        ("--duration", "0.0004", "--duration"),
+    ] {
+        let r = perch(&[
+            "record",
+            "--image",
+            s(&img),
+            "--qemu",
+            "/nonexistent/qemu",
+            flag,
+            v,
+        ]);
+        assert_eq!(r.code, 2, "{flag} {v}: {}", r.stderr);
+        assert!(r.stderr.contains(needle), "{flag} {v}: {}", r.stderr);
+    }
+    // With a capture or a serial line, the options of a boot do nothing:
+    // they are refused.
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("c.bin");
+    std::fs::write(&cap, capture_bytes(&synth(10, true))).unwrap();
+    for extra in [
+        &["--freq", "4000"][..],
+        &["--duration", "2"],
+        &["--icount"],
+        &["--baud", "9600"],
+        &["--ring", "16"],
+        &["--pmu", "sim"],
+        &["--max-rate", "10"],
+        &["--cpu-pct", "10"],
+        &["--qemu", "qemu-system-x86_64"],
+        &["--", "-smp", "2"],
+    ] {
+        let out = dir.path().join("perf.data");
+        let mut args = vec!["record", "--input", s(&cap), "-o", s(&out)];
+        args.extend_from_slice(extra);
+        let r = perch(&args);
+        assert_eq!(r.code, 2, "{extra:?}: {}", r.stderr);
+        assert!(r.stderr.contains(extra[0]), "{extra:?}: {}", r.stderr);
+    }
+}
