@@ -415,17 +415,78 @@ impl<W: OwnedWrite> PartsSink for ConvertSink<'_, W> {
 }
 
 /// Where `run` reads the stream from.
-enum Source<'a> {
-    /// A live stream (QEMU, a serial port), read as it comes.
-    Live(&'a mut dyn Read),
+enum Source {
+    /// A live stream (QEMU, a serial port, `record --input`), read as it
+    /// comes on a thread of its own, so that the deadline and Ctrl-C are
+    /// honoured even while a read blocks (a silent pipe).
+    Live(Box<dyn Read + Send>),
     /// A capture file, which a second thread reads and frames ahead (read
     /// to its end: `run`'s deadline and capture copy are for live streams).
     File(File),
 }
 
+/// A live source read on a thread of its own, chunk by chunk.
+struct LiveReader {
+    chunks: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    stop: std::sync::Arc<AtomicBool>,
+}
+
+impl LiveReader {
+    /// Starts reading `src`. The thread ends at EOF, on an error, or after
+    /// [`stop`](Self::stop) once its current read returns; one blocked in a
+    /// read that never returns ends with the process.
+    fn start(mut src: Box<dyn Read + Send>) -> Result<LiveReader, HostError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(16);
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stopped = std::sync::Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("stream reader".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; 1 << 16];
+                while !stopped.load(Ordering::Relaxed) {
+                    let msg = match src.read(&mut buf) {
+                        Ok(n) => Ok(buf[..n].to_vec()),
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::Interrupted
+                                    | std::io::ErrorKind::TimedOut
+                                    | std::io::ErrorKind::WouldBlock
+                            ) =>
+                        {
+                            continue;
+                        }
+                        Err(e) => Err(e),
+                    };
+                    let last = !matches!(&msg, Ok(c) if !c.is_empty());
+                    if tx.send(msg).is_err() || last {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| HostError::io("starting the stream reader", e))?;
+        Ok(LiveReader { chunks: rx, stop })
+    }
+
+    /// The next chunk (empty at EOF), or None when none came within `wait`.
+    fn next(&self, wait: Duration) -> Option<std::io::Result<Vec<u8>>> {
+        match self.chunks.recv_timeout(wait) {
+            Ok(m) => Some(m),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+            // The thread ended without a word: treat it as the end.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Some(Ok(Vec::new())),
+        }
+    }
+
+    /// Asks the thread to end.
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Reads `src` into the converter until End, EOF, Ctrl-C or the deadline.
 fn run(
-    src: Source<'_>,
+    src: Source,
     image: Option<Image>,
     elf: Option<&[u8]>,
     output: &Path,
@@ -455,7 +516,6 @@ fn run(
     let logs = LogPrinter::new(elf);
     let mut pump = Pump::new();
     let mut progress = Progress::new();
-    let mut buf = vec![0u8; 1 << 16];
     let stop = match src {
         Source::File(file) => {
             // A file can be read ahead: frame it on a second thread.
@@ -479,46 +539,44 @@ fn run(
                 Flow::Continue => Stop::Eof,
             }
         }
-        Source::Live(src) => loop {
-            if INTERRUPTED.load(Ordering::Relaxed) {
-                break Stop::Interrupted;
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                break Stop::TimeLimit;
-            }
-            let n = match src.read(&mut buf) {
-                Ok(0) => break Stop::Eof,
-                Ok(n) => n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::Interrupted
-                            | std::io::ErrorKind::TimedOut
-                            | std::io::ErrorKind::WouldBlock
-                    ) =>
-                {
-                    progress.update(&pump, false);
-                    continue;
+        Source::Live(src) => {
+            let reader = LiveReader::start(src)?;
+            let stop = loop {
+                if INTERRUPTED.load(Ordering::Relaxed) {
+                    break Stop::Interrupted;
                 }
-                Err(e) => return Err(HostError::io("reading the stream", e)),
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    break Stop::TimeLimit;
+                }
+                let chunk = match reader.next(Duration::from_millis(100)) {
+                    Some(Ok(c)) if c.is_empty() => break Stop::Eof,
+                    Some(Ok(c)) => c,
+                    Some(Err(e)) => return Err(HostError::io("reading the stream", e)),
+                    None => {
+                        progress.update(&pump, false);
+                        continue;
+                    }
+                };
+                if let Some(s) = save.as_mut() {
+                    s.write_all(&chunk)
+                        .map_err(|e| HostError::io("saving the capture", e))?;
+                }
+                let mut sink = ConvertSink {
+                    conv: &mut conv,
+                    logs: &logs,
+                    progress: &mut progress,
+                };
+                let flow = pump.feed_parts(&chunk, &mut sink)?;
+                progress.update(&pump, false);
+                match flow {
+                    Flow::Done => break Stop::End,
+                    Flow::Restart => break Stop::Restart,
+                    Flow::Continue => {}
+                }
             };
-            if let Some(s) = save.as_mut() {
-                s.write_all(&buf[..n])
-                    .map_err(|e| HostError::io("saving the capture", e))?;
-            }
-            let mut sink = ConvertSink {
-                conv: &mut conv,
-                logs: &logs,
-                progress: &mut progress,
-            };
-            let flow = pump.feed_parts(&buf[..n], &mut sink)?;
-            progress.update(&pump, false);
-            match flow {
-                Flow::Done => break Stop::End,
-                Flow::Restart => break Stop::Restart,
-                Flow::Continue => {}
-            }
-        },
+            reader.stop();
+            stop
+        }
     };
     progress.update(&pump, true);
     progress.finish();
@@ -700,24 +758,24 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
     )?;
     let (image, elf) = open_image(a.image.as_deref())?;
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed));
-    if let Some(input) = &a.input {
-        let mut f = open_file(input)?;
-        return run(
-            Source::Live(&mut f),
-            image,
-            elf.as_deref(),
-            &a.output,
-            a.save_capture.as_deref(),
-            None,
-            a.buildid_cache,
-        );
-    }
     let deadline = match a.timeout {
         Some(t) => Some(Instant::now() + seconds("--timeout", t)?),
         None => None,
     };
+    if let Some(input) = &a.input {
+        let f = open_file(input)?;
+        return run(
+            Source::Live(Box::new(f)),
+            image,
+            elf.as_deref(),
+            &a.output,
+            a.save_capture.as_deref(),
+            deadline,
+            a.buildid_cache,
+        );
+    }
     if let Some(dev) = &a.serial {
-        let mut port = serialport::new(dev, a.baud.unwrap_or(DEFAULT_BAUD))
+        let port = serialport::new(dev, a.baud.unwrap_or(DEFAULT_BAUD))
             .timeout(Duration::from_millis(100))
             .open()
             .map_err(|source| HostError::Serial {
@@ -725,7 +783,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
                 source,
             })?;
         return run(
-            Source::Live(&mut port),
+            Source::Live(Box::new(port)),
             image,
             elf.as_deref(),
             &a.output,
@@ -774,13 +832,14 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         extra: a.qemu_args.clone(),
     };
     let limit = a.timeout.unwrap_or(a.duration + 60.0);
-    let deadline = Instant::now() + seconds("--timeout", limit)?;
-    let (mut qemu, mut stream) = Qemu::spawn(&cfg)?;
+    let within = seconds("--timeout", limit)?;
+    let deadline = Instant::now() + within;
+    let (mut qemu, stream) = Qemu::spawn(&cfg, within)?;
     stream
         .set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| HostError::io("configuring the wire socket", e))?;
     let code = run(
-        Source::Live(&mut stream),
+        Source::Live(Box::new(stream)),
         image,
         elf.as_deref(),
         &a.output,

@@ -101,8 +101,9 @@ pub fn check_qemu(qemu: &Path) -> Result<(), HostError> {
 }
 
 impl Qemu {
-    /// Starts QEMU and connects to its wire socket.
-    pub fn spawn(cfg: &QemuConfig) -> Result<(Qemu, UnixStream), HostError> {
+    /// Starts QEMU and connects to its wire socket, waiting at most
+    /// `within` for QEMU to open it (the run's `--timeout`).
+    pub fn spawn(cfg: &QemuConfig, within: Duration) -> Result<(Qemu, UnixStream), HostError> {
         check_qemu(&cfg.qemu)?;
         let dir = tempfile::Builder::new()
             .prefix("perch-")
@@ -140,10 +141,11 @@ impl Qemu {
                     err.trim()
                 )));
             }
-            if start.elapsed() > Duration::from_secs(20) {
-                return Err(HostError::Appliance(
-                    "QEMU did not open its wire socket within 20 s".into(),
-                ));
+            if start.elapsed() > within {
+                return Err(HostError::Appliance(format!(
+                    "QEMU did not open its wire socket within {} s (the time limit, --timeout)",
+                    within.as_secs_f64()
+                )));
             }
             std::thread::sleep(Duration::from_millis(10));
         }

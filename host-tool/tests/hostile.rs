@@ -8,6 +8,7 @@ mod common;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::fixture;
 use host_tool::image::Image;
@@ -402,4 +403,75 @@ fn values_the_runtime_cannot_use_are_refused_before_boot() {
         assert_eq!(r.code, 2, "{extra:?}: {}", r.stderr);
         assert!(r.stderr.contains(extra[0]), "{extra:?}: {}", r.stderr);
     }
+}
+
+// ---- defect 8: --timeout everywhere ----
+
+/// `--timeout` stops a pipe that never sends End, and a QEMU that never
+/// opens its wire socket, near the limit.
+#[test]
+fn timeout_covers_a_silent_pipe_and_a_qemu_without_its_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("perf.data");
+    // A pipe that sends the start of a run and then nothing, but stays open.
+    let head = capture_bytes(&synth(20, false));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(["record", "--input", "/dev/stdin", "--timeout", "1", "-o"])
+        .arg(&out)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&head).unwrap();
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(15);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(stdin);
+    let r = finish(child.wait_with_output().unwrap());
+    assert!(status.is_some(), "perch ignored --timeout on a pipe");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(r.code, 7, "{}", r.stderr);
+    assert!(r.stderr.contains("time limit"), "{}", r.stderr);
+    assert_eq!(written_samples(&r.stderr), 20, "{}", r.stderr);
+
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipping the QEMU half: python3 is needed for the stand-in QEMU");
+        return;
+    }
+    let start = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(["record", "--image"])
+        .arg(fixture("appliance.elf"))
+        .arg("--qemu")
+        .arg(fixture("fake-qemu.py"))
+        .args(["--timeout", "1", "-o"])
+        .arg(&out)
+        .env("PERCH_FAKE_ARGS", dir.path().join("args.txt"))
+        .env("PERCH_FAKE_NO_SOCKET", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let r = finish(o);
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(r.code, 6, "{}", r.stderr);
+    assert!(r.stderr.contains("within 1 s"), "{}", r.stderr);
 }
