@@ -72,6 +72,9 @@ pub enum HostError {
     /// Flamegraph rendering.
     #[error("flamegraph: {0}")]
     Flamegraph(String),
+    /// A stream with no samples where samples are needed (a flamegraph).
+    #[error("{0}")]
+    NoSamples(String),
     /// Bad argument combination or value.
     #[error("{0}")]
     Usage(String),
@@ -95,9 +98,10 @@ impl HostError {
             HostError::Image(_) => exit::BAD_IMAGE,
             HostError::Convert(ConvertError::WrongImage { .. }) => exit::BAD_IMAGE,
             HostError::Convert(ConvertError::Write(_)) => exit::FAILURE,
-            HostError::Convert(_) | HostError::NotPerch(_) | HostError::Protocol(_) => {
-                exit::BAD_STREAM
-            }
+            HostError::Convert(_)
+            | HostError::NotPerch(_)
+            | HostError::Protocol(_)
+            | HostError::NoSamples(_) => exit::BAD_STREAM,
             HostError::MissingTool { .. } => exit::MISSING_TOOL,
             HostError::Appliance(_) => exit::APPLIANCE_FAILED,
             HostError::Usage(_) => exit::USAGE,

@@ -24,8 +24,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sampler::wire::SampleParts;
 
 const EXIT_CODES: &str = "Exit codes: 0 ok, 1 I/O failure, 2 usage, 3 not a usable Perch stream \
-(garbage, wrong protocol version, no Hello), 4 bad or mismatched image, 5 QEMU or perf missing, \
-6 the appliance failed or crashed, 7 the stream stopped before its End record (output written).";
+(garbage, wrong protocol version, no Hello, no samples to draw), 4 bad or mismatched image, 5 QEMU or perf missing, \
+6 the appliance failed or crashed, 7 the stream stopped before its End record or at a restart (output written).";
 
 #[derive(Parser)]
 #[command(name = "perch", version, about = "Profile a Perch appliance into perf.data", after_help = EXIT_CODES)]
@@ -949,6 +949,12 @@ fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, H
     if let Some(e) = mismatch {
         return Err(e.into());
     }
+    if pump.stats.samples == 0 {
+        return Err(HostError::NoSamples(format!(
+            "{} holds no samples: there is nothing to draw",
+            file.display()
+        )));
+    }
     let pending = create_output(output)?;
     let out = pending
         .file()
@@ -964,6 +970,20 @@ fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, H
         output.display(),
         pump.stats.samples
     );
+    // The same endings, messages and exit codes as a conversion.
+    if pump.stats.restarted {
+        eprintln!(
+            "perch: the appliance restarted (a second Hello before End): stopped there; \
+             the flamegraph shows the first run"
+        );
+        return Ok(exit::TRUNCATED);
+    }
+    if pump.stats.end.is_none() {
+        eprintln!(
+            "perch: the stream ended before its End record (truncated capture or the appliance stopped)"
+        );
+        return Ok(exit::TRUNCATED);
+    }
     Ok(exit::OK)
 }
 

@@ -475,3 +475,30 @@ fn timeout_covers_a_silent_pipe_and_a_qemu_without_its_socket() {
     assert_eq!(r.code, 6, "{}", r.stderr);
     assert!(r.stderr.contains("within 1 s"), "{}", r.stderr);
 }
+
+// ---- defect 9: flamegraph ----
+
+#[test]
+fn flamegraph_of_no_samples_and_of_a_truncated_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = fixture("appliance.elf");
+    let svg = dir.path().join("f.svg");
+    let empty = dir.path().join("empty.bin");
+    std::fs::write(&empty, capture_bytes(&synth(0, true))).unwrap();
+    let r = perch(&["flamegraph", s(&empty), "--image", s(&img), "-o", s(&svg)]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains("no samples"), "{}", r.stderr);
+    assert!(!svg.exists());
+
+    let cut = dir.path().join("cut.bin");
+    let bytes = capture_bytes(&synth(300, true));
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let r = perch(&["flamegraph", s(&cut), "--image", s(&img), "-o", s(&svg)]);
+    assert_eq!(r.code, 7, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("ended before its End record"),
+        "{}",
+        r.stderr
+    );
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<?xml"));
+}
