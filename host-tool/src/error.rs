@@ -17,7 +17,7 @@ pub mod exit {
     pub const BAD_STREAM: i32 = 3;
     /// The image is unreadable or does not match the stream.
     pub const BAD_IMAGE: i32 = 4;
-    /// A required external tool (QEMU, perf) is missing.
+    /// A required external tool (QEMU, perf) is missing or does not work.
     pub const MISSING_TOOL: i32 = 5;
     /// The appliance failed or crashed.
     pub const APPLIANCE_FAILED: i32 = 6;
@@ -58,6 +58,9 @@ pub enum HostError {
         /// The install command.
         install: String,
     },
+    /// A tool perch runs is there but does not work (`--qemu /bin/false`).
+    #[error("{0}")]
+    BadTool(String),
     /// The appliance (QEMU) ended badly.
     #[error("{0}")]
     Appliance(String),
@@ -102,7 +105,7 @@ impl HostError {
             | HostError::NotPerch(_)
             | HostError::Protocol(_)
             | HostError::NoSamples(_) => exit::BAD_STREAM,
-            HostError::MissingTool { .. } => exit::MISSING_TOOL,
+            HostError::MissingTool { .. } | HostError::BadTool(_) => exit::MISSING_TOOL,
             HostError::Appliance(_) => exit::APPLIANCE_FAILED,
             HostError::Usage(_) => exit::USAGE,
         }

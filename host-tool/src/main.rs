@@ -237,6 +237,37 @@ fn open_image(path: Option<&Path>) -> Result<(Option<Image>, Option<Vec<u8>>), H
     Ok((Some(image), Some(bytes)))
 }
 
+/// The error for an image that would not open, against the capture it was
+/// given for: when the image is unusable (no runtime text, no symbols) and
+/// the capture, a regular file, was made by another build, the mismatch is
+/// the real problem and is what gets reported.
+fn image_error_for(e: HostError, capture: &Path) -> HostError {
+    let HostError::Image(ie) = &e else { return e };
+    let Some(image_id) = ie.build_id() else {
+        return e;
+    };
+    if !std::fs::metadata(capture).is_ok_and(|m| m.is_file()) {
+        return e;
+    }
+    let Ok(f) = File::open(capture) else { return e };
+    // The Hello is the first record: the first 64 KiB are plenty.
+    let mut pump = Pump::new();
+    if pump.read_all(f.take(1 << 16), &mut |_| Ok(())).is_err() {
+        return e;
+    }
+    match &pump.stats.hello {
+        Some(h) if !h.build_id.is_empty() && h.build_id != image_id => {
+            host_tool::convert::ConvertError::WrongImage {
+                image: ie.path().display().to_string(),
+                image_id: hex(image_id),
+                stream_id: hex(&h.build_id),
+            }
+            .into()
+        }
+        _ => e,
+    }
+}
+
 /// Opens an input: a capture file, a device or a pipe, never a directory.
 fn open_file(path: &Path) -> Result<File, HostError> {
     let f =
@@ -756,7 +787,10 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             ("--image", a.image.as_deref()),
         ],
     )?;
-    let (image, elf) = open_image(a.image.as_deref())?;
+    let (image, elf) = open_image(a.image.as_deref()).map_err(|e| match &a.input {
+        Some(input) => image_error_for(e, input),
+        None => e,
+    })?;
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed));
     let deadline = match a.timeout {
         Some(t) => Some(Instant::now() + seconds("--timeout", t)?),
@@ -877,7 +911,7 @@ fn convert(
         &[("-o", Some(output))],
         &[("capture", Some(capture)), ("--image", image)],
     )?;
-    let (image, elf) = open_image(image)?;
+    let (image, elf) = open_image(image).map_err(|e| image_error_for(e, capture))?;
     let f = open_file(capture)?;
     run(
         Source::File(f),
@@ -926,7 +960,7 @@ fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, H
         &[("-o", Some(output))],
         &[("capture", Some(file)), ("--image", image)],
     )?;
-    let (image, _) = open_image(image)?;
+    let (image, _) = open_image(image).map_err(|e| image_error_for(e, file))?;
     let mut folder = Folder::new(image.clone());
     let mut pump = Pump::new();
     let mut f = open_file(file)?;

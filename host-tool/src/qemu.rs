@@ -87,11 +87,17 @@ pub fn check_qemu(qemu: &Path) -> Result<(), HostError> {
         .output()
     {
         Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(HostError::MissingTool {
-            tool: qemu.display().to_string(),
-            reason: format!("`--version` exited with {}", o.status),
-            install: "apt-get install qemu-system-x86".into(),
-        }),
+        Ok(o) => Err(HostError::BadTool(format!(
+            "{} is not a working QEMU: `{} --version` exited with {}{}; pass the \
+             qemu-system-x86_64 binary with --qemu (apt-get install qemu-system-x86)",
+            qemu.display(),
+            qemu.display(),
+            o.status,
+            match String::from_utf8_lossy(&o.stderr).trim() {
+                "" => String::new(),
+                err => format!(" ({err})"),
+            }
+        ))),
         Err(e) => Err(HostError::MissingTool {
             tool: qemu.display().to_string(),
             reason: e.to_string(),

@@ -502,3 +502,52 @@ fn flamegraph_of_no_samples_and_of_a_truncated_stream() {
     );
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<?xml"));
 }
+
+// ---- defect 10: messages that name the real problem ----
+
+#[test]
+fn image_and_qemu_messages_name_the_real_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("c.bin");
+    std::fs::write(&cap, capture_bytes(&synth(10, true))).unwrap();
+    let out = dir.path().join("perf.data");
+    // Another image, stripped: the build-id is what is wrong.
+    let r = perch(&[
+        "convert",
+        s(&cap),
+        "--image",
+        s(&fixture("other-stripped.elf")),
+        "-o",
+        s(&out),
+    ]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(r.stderr.contains("build-id"), "{}", r.stderr);
+    assert!(!r.stderr.contains("no executable"), "{}", r.stderr);
+    // The right image, stripped: its symbols are missing.
+    for cmd in ["convert", "flamegraph"] {
+        let r = perch(&[
+            cmd,
+            s(&cap),
+            "--image",
+            s(&fixture("appliance-stripped.elf")),
+            "-o",
+            s(&out),
+        ]);
+        assert_eq!(r.code, 4, "{cmd}: {}", r.stderr);
+        assert!(r.stderr.contains("stripped"), "{cmd}: {}", r.stderr);
+        assert!(!r.stderr.contains("no executable"), "{cmd}: {}", r.stderr);
+    }
+    // A program that is there but is no QEMU.
+    let r = perch(&[
+        "record",
+        "--image",
+        s(&fixture("appliance.elf")),
+        "--qemu",
+        "/bin/false",
+        "-o",
+        s(&out),
+    ]);
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    assert!(!r.stderr.contains("not found"), "{}", r.stderr);
+    assert!(r.stderr.contains("not a working QEMU"), "{}", r.stderr);
+}
