@@ -86,6 +86,11 @@ pub struct ConvertSummary {
     pub unknown_event_samples: u64,
     /// Records before the Hello (skipped, counted).
     pub before_hello: u64,
+    /// Tasks that had samples but no Task record (damaged on the wire):
+    /// each got a fallback COMM `tid-N` and the image's task text as MMAPs.
+    pub tasks_without_record: u64,
+    /// Samples of those tasks before any Task record of theirs arrived.
+    pub samples_without_task: u64,
     /// Things the user should know.
     pub warnings: Vec<String>,
 }
@@ -107,6 +112,14 @@ pub struct Converter<W: OwnedWrite> {
     last_time: u64,
     end: Option<EndCounters>,
     summary: ConvertSummary,
+    /// Tasks (pid, tid) with a COMM written: from their Task record, or a
+    /// fallback.
+    tasks: std::collections::BTreeSet<(u32, u32)>,
+    /// Of those, the ones named by a fallback.
+    fallback: std::collections::BTreeSet<(u32, u32)>,
+    /// The task of the previous sample, and whether it is a fallback one
+    /// (most samples follow one of the same task: no lookup).
+    last_task: Option<((u32, u32), bool)>,
 }
 
 impl<W: OwnedWrite> Converter<W> {
@@ -123,7 +136,58 @@ impl<W: OwnedWrite> Converter<W> {
             last_time: 0,
             end: None,
             summary: ConvertSummary::default(),
+            tasks: Default::default(),
+            fallback: Default::default(),
+            last_task: None,
         }
+    }
+
+    /// Notes a sample of task (pid, tid). The first sample of a task whose
+    /// Task record never arrived (damaged on the wire) gets it a fallback
+    /// COMM (`tid-N`) and MMAPs of the image's task text, so its samples
+    /// still resolve; such samples are counted.
+    #[inline]
+    fn note_task(&mut self, pid: u32, tid: u32) -> Result<(), ConvertError> {
+        let fallback = match self.last_task {
+            Some((t, f)) if t == (pid, tid) => f,
+            _ => {
+                let f = self.note_new_task(pid, tid)?;
+                self.last_task = Some(((pid, tid), f));
+                f
+            }
+        };
+        self.summary.samples_without_task += u64::from(fallback);
+        Ok(())
+    }
+
+    /// The slow path of [`note_task`](Self::note_task): whether the task is
+    /// named by a fallback, writing the fallback on its first sample.
+    fn note_new_task(&mut self, pid: u32, tid: u32) -> Result<bool, ConvertError> {
+        if pid == 0 {
+            return Ok(false);
+        }
+        if self.tasks.contains(&(pid, tid)) {
+            return Ok(self.fallback.contains(&(pid, tid)));
+        }
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(false);
+        };
+        Self::on_task(
+            w,
+            &self.options,
+            &TaskInfo {
+                pid,
+                tid,
+                name: format!("tid-{tid}"),
+                compat: false,
+                time: 0,
+                text: Vec::new(),
+            },
+        )?;
+        self.tasks.insert((pid, tid));
+        self.fallback.insert((pid, tid));
+        self.summary.tasks_without_record += 1;
+        Ok(true)
     }
 
     /// The stream's Hello, once seen.
@@ -138,12 +202,23 @@ impl<W: OwnedWrite> Converter<W> {
             Item::Log(_) | Item::Defmt(_) => return Ok(()),
             _ => {}
         }
+        if let Item::Sample(s) = item
+            && self.writer.is_some()
+        {
+            self.note_task(s.pid, s.tid)?;
+        }
         let Some(w) = self.writer.as_mut() else {
             self.summary.before_hello += 1;
             return Ok(());
         };
         match item {
-            Item::Task(t) => Self::on_task(w, &self.options, t)?,
+            Item::Task(t) => {
+                Self::on_task(w, &self.options, t)?;
+                // A late Task record names the task from here on.
+                self.tasks.insert((t.pid, t.tid));
+                self.fallback.remove(&(t.pid, t.tid));
+                self.last_task = None;
+            }
             Item::Sample(s) => {
                 let Some(attr) = self.event_ids.iter().position(|&e| e == s.event) else {
                     self.summary.unknown_event_samples += 1;
@@ -183,6 +258,9 @@ impl<W: OwnedWrite> Converter<W> {
     /// same record as [`push`](Self::push) of the sample's item, straight
     /// from the wire form and the task's reference state.
     pub fn push_parts(&mut self, s: &SampleParts<'_>) -> Result<(), ConvertError> {
+        if self.writer.is_some() {
+            self.note_task(s.pid(), s.tid())?;
+        }
         let Some(w) = self.writer.as_mut() else {
             self.summary.before_hello += 1;
             return Ok(());
@@ -411,6 +489,20 @@ impl<W: OwnedWrite> Converter<W> {
             summary.warnings.push(format!(
                 "{} records before the Hello were skipped",
                 summary.before_hello
+            ));
+        }
+        if summary.tasks_without_record > 0 {
+            let n = summary.tasks_without_record;
+            summary.warnings.push(format!(
+                "{} samples of {n} task{} whose Task record never arrived (damaged on the wire?): \
+                 named tid-N, {}",
+                summary.samples_without_task,
+                if n == 1 { "" } else { "s" },
+                if self.options.image.is_some() {
+                    "their code mapped from the image's task text"
+                } else {
+                    "and without --image their code cannot be mapped"
+                }
             ));
         }
         if summary.unknown_event_samples > 0 {

@@ -610,6 +610,20 @@ impl StreamStats {
                 pct(*n, self.samples)
             );
         }
+        let unnamed: Vec<u64> = self
+            .by_task
+            .iter()
+            .filter(|((pid, tid), _)| *pid != 0 && !self.task_names.contains_key(tid))
+            .map(|(_, n)| *n)
+            .collect();
+        if !unnamed.is_empty() {
+            let _ = writeln!(
+                s,
+                "tasks without a Task record: {} ({} samples; the record was damaged or lost)",
+                unnamed.len(),
+                unnamed.iter().sum::<u64>()
+            );
+        }
         let d = self.decoder;
         let _ = writeln!(
             s,

@@ -551,3 +551,82 @@ fn image_and_qemu_messages_name_the_real_problem() {
     assert!(!r.stderr.contains("not found"), "{}", r.stderr);
     assert!(r.stderr.contains("not a working QEMU"), "{}", r.stderr);
 }
+
+// ---- defect 5 (host part): a damaged Task record ----
+
+/// The capture with its Task frame (the second frame) damaged.
+fn without_task_record(samples: u64) -> Vec<u8> {
+    let mut bytes = capture_bytes(&synth(samples, true));
+    // Frames end with 0x00: the first is the Hello, the second the Task.
+    let ends: Vec<usize> = bytes
+        .iter()
+        .enumerate()
+        .filter(|&(_, &b)| b == 0)
+        .map(|(i, _)| i)
+        .collect();
+    assert_ne!(bytes[0], 0, "the synthetic stream starts with its Hello");
+    let (start, end) = (ends[0] + 1, ends[1]);
+    bytes[(start + end) / 2] ^= 0x10;
+    bytes
+}
+
+#[test]
+fn a_lost_task_record_is_warned_about_counted_and_mapped_from_the_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("notask.bin");
+    std::fs::write(&cap, without_task_record(400)).unwrap();
+    let out = dir.path().join("perf.data");
+    let img = fixture("appliance.elf");
+    let r = perch(&["convert", s(&cap), "--image", s(&img), "-o", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("400 samples of 1 task whose Task record never arrived"),
+        "{}",
+        r.stderr
+    );
+    let reader = std::io::BufReader::new(std::fs::File::open(&out).unwrap());
+    let linux_perf_data::PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = linux_perf_data::PerfFileReader::parse_file(reader).unwrap();
+    let mut comms = Vec::new();
+    let mut user_maps = Vec::new();
+    while let Some(rec) = record_iter.next_record(&mut perf_file).unwrap() {
+        if let linux_perf_data::PerfFileRecord::EventRecord { record, .. } = rec {
+            if record.record_type.0 == 13 {
+                continue;
+            }
+            match record.parse().unwrap() {
+                linux_perf_data::linux_perf_event_reader::EventRecord::Comm(c) => comms.push((
+                    c.pid,
+                    String::from_utf8_lossy(&c.name.as_slice()).into_owned(),
+                )),
+                linux_perf_data::linux_perf_event_reader::EventRecord::Mmap(m) if m.pid == 1 => {
+                    user_maps.push((
+                        m.address,
+                        String::from_utf8_lossy(&m.path.as_slice()).into_owned(),
+                    ))
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(comms.contains(&(1, "tid-1".to_owned())), "{comms:?}");
+    let image = image();
+    assert_eq!(
+        user_maps,
+        image
+            .user_text
+            .iter()
+            .map(|u| (u.addr, image.path.display().to_string()))
+            .collect::<Vec<_>>()
+    );
+    let r = perch(&["stat", s(&cap)]);
+    assert!(
+        r.stdout
+            .contains("tasks without a Task record: 1 (400 samples;"),
+        "{}",
+        r.stdout
+    );
+}
