@@ -531,14 +531,19 @@ impl<W: OwnedWrite> Converter<W> {
                 summary.wire_lost = end.delivered.saturating_sub(st.samples);
                 // Target losses whose Lost records did not arrive.
                 let target_unreported = end.lost.saturating_sub(st.lost);
-                let missing = summary.wire_lost + target_unreported;
-                if missing > 0 {
-                    w.lost(0, missing, self.last_time, 0)?;
-                    w.lost_samples(0, missing, self.last_time, 0)?;
+                // Target losses are what PERF_RECORD_LOST means (the
+                // producer could not keep up); wire losses are not, and
+                // get PERF_RECORD_LOST_SAMPLES alone, which perf counts in
+                // "Total Lost Samples" without blaming IO/CPU overload.
+                if target_unreported > 0 {
+                    w.lost(0, target_unreported, self.last_time, 0)?;
+                    w.lost_samples(0, target_unreported, self.last_time, 0)?;
                 }
                 if summary.wire_lost > 0 {
+                    w.lost_samples(0, summary.wire_lost, self.last_time, 0)?;
                     summary.warnings.push(format!(
-                        "{} samples were damaged on the wire; written as lost",
+                        "{} samples were lost on the wire (damaged frames on the line, not an \
+                         overload): written as lost samples",
                         summary.wire_lost
                     ));
                 }

@@ -629,7 +629,7 @@ fn run(
         "perch: wrote {}: {} samples, {} lost ({} on the target, {} on the wire), {} bad frames, {:.1} bytes/sample on the wire",
         output.display(),
         w.samples,
-        w.lost,
+        w.lost_samples,
         pump.stats.lost,
         summary.wire_lost,
         d.bad_frames,
@@ -642,7 +642,7 @@ fn run(
     if let Some(e) = summary.end {
         eprintln!(
             "perch: target counters: taken {} = delivered {} + lost {}; file holds {} samples + {} lost",
-            e.taken, e.delivered, e.lost, w.samples, w.lost
+            e.taken, e.delivered, e.lost, w.samples, w.lost_samples
         );
     }
     for warn in &summary.warnings {

@@ -630,3 +630,64 @@ fn a_lost_task_record_is_warned_about_counted_and_mapped_from_the_image() {
         r.stdout
     );
 }
+
+// ---- defect 12: wire losses named as such ----
+
+/// A damaged line's losses are called wire losses in perch's summary, and
+/// perf does not blame IO/CPU overload for them, while the counts stay
+/// exact.
+#[test]
+fn wire_losses_are_named_and_perf_does_not_blame_overload() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = capture_bytes(&synth(2000, true));
+    let mut next = common::xorshift(0x1234_5678);
+    // Flip one byte in each of a few frames past the Hello and Task.
+    for _ in 0..5 {
+        let pos = 400 + (next() as usize) % (bytes.len() - 800);
+        if bytes[pos] != 0 {
+            bytes[pos] ^= 0x21;
+        }
+    }
+    let cap = dir.path().join("damaged.bin");
+    std::fs::write(&cap, &bytes).unwrap();
+    let out = dir.path().join("perf.data");
+    let img = fixture("appliance.elf");
+    let r = perch(&["convert", s(&cap), "--image", s(&img), "-o", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let samples = written_samples(&r.stderr);
+    let lost = 2000 - samples;
+    assert!(lost > 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "{lost} samples were lost on the wire (damaged frames on the line, not an overload)"
+        )),
+        "{}",
+        r.stderr
+    );
+    let Some((stdout, stderr)) = common::perf(&[
+        "report",
+        "-i",
+        s(&out),
+        "--stdio",
+        "--stats",
+        &format!("--vmlinux={}", s(&img)),
+    ]) else {
+        return;
+    };
+    assert!(!stderr.contains("overload"), "{stderr}");
+    assert!(!stdout.contains("overload"), "{stdout}");
+    assert!(!stdout.contains("LOST events"), "{stdout}");
+    let Some((report, _)) = common::perf(&[
+        "report",
+        "-i",
+        s(&out),
+        "--stdio",
+        &format!("--vmlinux={}", s(&img)),
+    ]) else {
+        return;
+    };
+    assert!(
+        report.contains(&format!("Total Lost Samples: {lost}")),
+        "{report}"
+    );
+}
