@@ -948,11 +948,18 @@ fn stat(file: &Path) -> Result<i32, HostError> {
     let mut pump = Pump::new();
     pump.read_all(std::io::Cursor::new(&head[..got]).chain(f), &mut |_| Ok(()))?;
     pump.check_recognised()?;
-    print!("{}", pump.stats.render());
+    let mut text = pump.stats.render();
     if let Some(h) = &pump.stats.hello {
-        println!("build-id: {}", hex(&h.build_id));
+        text.push_str(&format!("build-id: {}\n", hex(&h.build_id)));
     }
-    Ok(exit::OK)
+    // A reader that stops early (`perch stat X | head`) is not an error.
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(HostError::io("writing to stdout", e))
+        }
+        _ => Ok(exit::OK),
+    }
 }
 
 fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, HostError> {

@@ -353,6 +353,26 @@ fn stat_reads_a_pipe() {
     assert!(r.stdout.contains("lost (target): 5"), "{}", r.stdout);
 }
 
+/// A reader that goes away early (`perch stat X | head -1`) ends `stat`
+/// quietly, not with a panic.
+#[test]
+fn stat_into_a_closed_pipe_does_not_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("c.bin");
+    std::fs::write(&cap, capture_bytes(&synth(2000, true))).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(["stat", s(&cap)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let r = finish(child.wait_with_output().unwrap());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.is_empty(), "{}", r.stderr);
+}
+
 // ---- defect 7: values the runtime cannot use ----
 
 #[test]
