@@ -46,9 +46,21 @@ pub enum ConvertError {
         /// The stream's build-id.
         stream_id: String,
     },
-    /// A second, different Hello (the target restarted mid-stream).
-    #[error("the stream restarted with a different Hello; split the capture and convert each run")]
+    /// A second Hello (the target restarted mid-stream).
+    #[error("the stream restarted (a second Hello); split the capture and convert each run")]
     Restarted,
+    /// More samples arrived than the End record says were delivered: the
+    /// stream is not one run (appended or duplicated data).
+    #[error(
+        "the stream holds {samples} samples, but its End record says the target delivered {delivered}: \
+         it is not one run (data appended or duplicated)"
+    )]
+    MoreThanDelivered {
+        /// Samples that arrived.
+        samples: u64,
+        /// End's `delivered`.
+        delivered: u64,
+    },
 }
 
 /// Options for a conversion.
@@ -74,6 +86,11 @@ pub struct ConvertSummary {
     pub unknown_event_samples: u64,
     /// Records before the Hello (skipped, counted).
     pub before_hello: u64,
+    /// Tasks that had samples but no Task record (damaged on the wire):
+    /// each got a fallback COMM `tid-N` and the image's task text as MMAPs.
+    pub tasks_without_record: u64,
+    /// Samples of those tasks before any Task record of theirs arrived.
+    pub samples_without_task: u64,
     /// Things the user should know.
     pub warnings: Vec<String>,
 }
@@ -95,6 +112,14 @@ pub struct Converter<W: OwnedWrite> {
     last_time: u64,
     end: Option<EndCounters>,
     summary: ConvertSummary,
+    /// Tasks (pid, tid) with a COMM written: from their Task record, or a
+    /// fallback.
+    tasks: std::collections::BTreeSet<(u32, u32)>,
+    /// Of those, the ones named by a fallback.
+    fallback: std::collections::BTreeSet<(u32, u32)>,
+    /// The task of the previous sample, and whether it is a fallback one
+    /// (most samples follow one of the same task: no lookup).
+    last_task: Option<((u32, u32), bool)>,
 }
 
 impl<W: OwnedWrite> Converter<W> {
@@ -111,7 +136,58 @@ impl<W: OwnedWrite> Converter<W> {
             last_time: 0,
             end: None,
             summary: ConvertSummary::default(),
+            tasks: Default::default(),
+            fallback: Default::default(),
+            last_task: None,
         }
+    }
+
+    /// Notes a sample of task (pid, tid). The first sample of a task whose
+    /// Task record never arrived (damaged on the wire) gets it a fallback
+    /// COMM (`tid-N`) and MMAPs of the image's task text, so its samples
+    /// still resolve; such samples are counted.
+    #[inline]
+    fn note_task(&mut self, pid: u32, tid: u32) -> Result<(), ConvertError> {
+        let fallback = match self.last_task {
+            Some((t, f)) if t == (pid, tid) => f,
+            _ => {
+                let f = self.note_new_task(pid, tid)?;
+                self.last_task = Some(((pid, tid), f));
+                f
+            }
+        };
+        self.summary.samples_without_task += u64::from(fallback);
+        Ok(())
+    }
+
+    /// The slow path of [`note_task`](Self::note_task): whether the task is
+    /// named by a fallback, writing the fallback on its first sample.
+    fn note_new_task(&mut self, pid: u32, tid: u32) -> Result<bool, ConvertError> {
+        if pid == 0 {
+            return Ok(false);
+        }
+        if self.tasks.contains(&(pid, tid)) {
+            return Ok(self.fallback.contains(&(pid, tid)));
+        }
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(false);
+        };
+        Self::on_task(
+            w,
+            &self.options,
+            &TaskInfo {
+                pid,
+                tid,
+                name: format!("tid-{tid}"),
+                compat: false,
+                time: 0,
+                text: Vec::new(),
+            },
+        )?;
+        self.tasks.insert((pid, tid));
+        self.fallback.insert((pid, tid));
+        self.summary.tasks_without_record += 1;
+        Ok(true)
     }
 
     /// The stream's Hello, once seen.
@@ -126,12 +202,23 @@ impl<W: OwnedWrite> Converter<W> {
             Item::Log(_) | Item::Defmt(_) => return Ok(()),
             _ => {}
         }
+        if let Item::Sample(s) = item
+            && self.writer.is_some()
+        {
+            self.note_task(s.pid, s.tid)?;
+        }
         let Some(w) = self.writer.as_mut() else {
             self.summary.before_hello += 1;
             return Ok(());
         };
         match item {
-            Item::Task(t) => Self::on_task(w, &self.options, t)?,
+            Item::Task(t) => {
+                Self::on_task(w, &self.options, t)?;
+                // A late Task record names the task from here on.
+                self.tasks.insert((t.pid, t.tid));
+                self.fallback.remove(&(t.pid, t.tid));
+                self.last_task = None;
+            }
             Item::Sample(s) => {
                 let Some(attr) = self.event_ids.iter().position(|&e| e == s.event) else {
                     self.summary.unknown_event_samples += 1;
@@ -171,6 +258,9 @@ impl<W: OwnedWrite> Converter<W> {
     /// same record as [`push`](Self::push) of the sample's item, straight
     /// from the wire form and the task's reference state.
     pub fn push_parts(&mut self, s: &SampleParts<'_>) -> Result<(), ConvertError> {
+        if self.writer.is_some() {
+            self.note_task(s.pid(), s.tid())?;
+        }
         let Some(w) = self.writer.as_mut() else {
             self.summary.before_hello += 1;
             return Ok(());
@@ -246,12 +336,8 @@ impl<W: OwnedWrite> Converter<W> {
     }
 
     fn on_hello(&mut self, h: &Hello) -> Result<(), ConvertError> {
-        if let Some(old) = &self.hello {
-            return if old == h {
-                Ok(())
-            } else {
-                Err(ConvertError::Restarted)
-            };
+        if self.hello.is_some() {
+            return Err(ConvertError::Restarted);
         }
         if h.events.is_empty() {
             return Err(ConvertError::NoEvents);
@@ -405,6 +491,20 @@ impl<W: OwnedWrite> Converter<W> {
                 summary.before_hello
             ));
         }
+        if summary.tasks_without_record > 0 {
+            let n = summary.tasks_without_record;
+            summary.warnings.push(format!(
+                "{} samples of {n} task{} whose Task record never arrived (damaged on the wire?): \
+                 named tid-N, {}",
+                summary.samples_without_task,
+                if n == 1 { "" } else { "s" },
+                if self.options.image.is_some() {
+                    "their code mapped from the image's task text"
+                } else {
+                    "and without --image their code cannot be mapped"
+                }
+            ));
+        }
         if summary.unknown_event_samples > 0 {
             summary.warnings.push(format!(
                 "{} samples named an event the Hello did not declare and were dropped",
@@ -414,6 +514,13 @@ impl<W: OwnedWrite> Converter<W> {
         match self.end {
             Some(end) => {
                 let st = w.stats();
+                let arrived = st.samples + summary.unknown_event_samples;
+                if arrived > end.delivered {
+                    return Err(ConvertError::MoreThanDelivered {
+                        samples: arrived,
+                        delivered: end.delivered,
+                    });
+                }
                 if end.taken != end.delivered + end.lost {
                     summary.warnings.push(format!(
                         "target counters disagree: taken {} != delivered {} + lost {}",
@@ -424,14 +531,19 @@ impl<W: OwnedWrite> Converter<W> {
                 summary.wire_lost = end.delivered.saturating_sub(st.samples);
                 // Target losses whose Lost records did not arrive.
                 let target_unreported = end.lost.saturating_sub(st.lost);
-                let missing = summary.wire_lost + target_unreported;
-                if missing > 0 {
-                    w.lost(0, missing, self.last_time, 0)?;
-                    w.lost_samples(0, missing, self.last_time, 0)?;
+                // Target losses are what PERF_RECORD_LOST means (the
+                // producer could not keep up); wire losses are not, and
+                // get PERF_RECORD_LOST_SAMPLES alone, which perf counts in
+                // "Total Lost Samples" without blaming IO/CPU overload.
+                if target_unreported > 0 {
+                    w.lost(0, target_unreported, self.last_time, 0)?;
+                    w.lost_samples(0, target_unreported, self.last_time, 0)?;
                 }
                 if summary.wire_lost > 0 {
+                    w.lost_samples(0, summary.wire_lost, self.last_time, 0)?;
                     summary.warnings.push(format!(
-                        "{} samples were damaged on the wire; written as lost",
+                        "{} samples were lost on the wire (damaged frames on the line, not an \
+                         overload): written as lost samples",
                         summary.wire_lost
                     ));
                 }

@@ -17,7 +17,7 @@ pub mod exit {
     pub const BAD_STREAM: i32 = 3;
     /// The image is unreadable or does not match the stream.
     pub const BAD_IMAGE: i32 = 4;
-    /// A required external tool (QEMU, perf) is missing.
+    /// A required external tool (QEMU, perf) is missing or does not work.
     pub const MISSING_TOOL: i32 = 5;
     /// The appliance failed or crashed.
     pub const APPLIANCE_FAILED: i32 = 6;
@@ -58,6 +58,9 @@ pub enum HostError {
         /// The install command.
         install: String,
     },
+    /// A tool perch runs is there but does not work (`--qemu /bin/false`).
+    #[error("{0}")]
+    BadTool(String),
     /// The appliance (QEMU) ended badly.
     #[error("{0}")]
     Appliance(String),
@@ -72,6 +75,9 @@ pub enum HostError {
     /// Flamegraph rendering.
     #[error("flamegraph: {0}")]
     Flamegraph(String),
+    /// A stream with no samples where samples are needed (a flamegraph).
+    #[error("{0}")]
+    NoSamples(String),
     /// Bad argument combination or value.
     #[error("{0}")]
     Usage(String),
@@ -95,10 +101,11 @@ impl HostError {
             HostError::Image(_) => exit::BAD_IMAGE,
             HostError::Convert(ConvertError::WrongImage { .. }) => exit::BAD_IMAGE,
             HostError::Convert(ConvertError::Write(_)) => exit::FAILURE,
-            HostError::Convert(_) | HostError::NotPerch(_) | HostError::Protocol(_) => {
-                exit::BAD_STREAM
-            }
-            HostError::MissingTool { .. } => exit::MISSING_TOOL,
+            HostError::Convert(_)
+            | HostError::NotPerch(_)
+            | HostError::Protocol(_)
+            | HostError::NoSamples(_) => exit::BAD_STREAM,
+            HostError::MissingTool { .. } | HostError::BadTool(_) => exit::MISSING_TOOL,
             HostError::Appliance(_) => exit::APPLIANCE_FAILED,
             HostError::Usage(_) => exit::USAGE,
         }

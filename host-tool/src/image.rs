@@ -41,11 +41,48 @@ pub enum ImageError {
         arch: String,
     },
     /// No executable section outside the task sections.
-    #[error("{path} has no executable runtime section")]
+    #[error("{path} has no executable runtime section: it is not a Perch runtime image")]
     NoText {
         /// The image path.
         path: PathBuf,
+        /// Its GNU build-id, to tell the user it is another image.
+        build_id: Option<Vec<u8>>,
     },
+    /// No symbol table: a stripped copy.
+    #[error(
+        "{path} has no symbol table (stripped?): perch and perf need the unstripped runtime ELF \
+         the appliance was built as"
+    )]
+    NoSymbols {
+        /// The image path.
+        path: PathBuf,
+        /// Its GNU build-id, to tell the user it is another image.
+        build_id: Option<Vec<u8>>,
+    },
+}
+
+impl ImageError {
+    /// The build-id of an image that parsed as an ELF but is unusable, so
+    /// that a stream from another image can be named as the real problem.
+    pub fn build_id(&self) -> Option<&[u8]> {
+        match self {
+            ImageError::NoText { build_id, .. } | ImageError::NoSymbols { build_id, .. } => {
+                build_id.as_deref()
+            }
+            _ => None,
+        }
+    }
+
+    /// The image path.
+    pub fn path(&self) -> &Path {
+        match self {
+            ImageError::Io { path, .. }
+            | ImageError::NotElf { path, .. }
+            | ImageError::WrongArch { path, .. }
+            | ImageError::NoText { path, .. }
+            | ImageError::NoSymbols { path, .. } => path,
+        }
+    }
 }
 
 /// One executable section of ring-3 task code.
@@ -148,7 +185,7 @@ impl Image {
             }
         }
         if kernel_start >= kernel_end {
-            return Err(ImageError::NoText { path });
+            return Err(ImageError::NoText { path, build_id });
         }
         let mut symbols = Vec::new();
         let mut ref_candidates: Vec<(usize, String, u64)> = Vec::new();
@@ -171,10 +208,16 @@ impl Image {
             Some((_, name, addr)) => (name, addr),
             None => {
                 // Fall back to the first function symbol in the runtime text.
-                let s = symbols
+                let Some(s) = symbols
                     .iter()
                     .find(|s| s.addr >= kernel_start && s.addr < kernel_end)
-                    .ok_or(ImageError::NoText { path: path.clone() })?;
+                else {
+                    return Err(if symbols.is_empty() {
+                        ImageError::NoSymbols { path, build_id }
+                    } else {
+                        ImageError::NoText { path, build_id }
+                    });
+                };
                 (s.name.clone(), s.addr)
             }
         };

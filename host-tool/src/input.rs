@@ -9,19 +9,25 @@ use std::ops::ControlFlow;
 use std::sync::mpsc::{channel, sync_channel};
 
 use sampler::sample::CpuMode;
-use sampler::wire::{DecodeError, Decoder, DecoderStats, FrameBatch, Framer, Lent, SampleParts};
+use sampler::wire::{
+    DecodeError, Decoder, DecoderStats, FrameBatch, Framer, Lent, Record, SampleParts,
+};
 
 use crate::error::HostError;
 use crate::model::{EndCounters, Hello, Item};
 use crate::wire::Adapter;
 
-/// Whether the caller wants more input.
+/// Where the stream stands: running, or ended, after which records are
+/// counted ([`StreamStats::after_end`]) but no longer handed on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flow {
     /// Keep reading.
     Continue,
     /// The stream ended (End record).
     Done,
+    /// A second Hello arrived before End: the appliance restarted, and what
+    /// follows is another run.
+    Restart,
 }
 
 /// Where [`Pump::feed_parts`] sends what it decodes.
@@ -49,6 +55,9 @@ pub struct Pump {
     adapter: Adapter,
     /// The first bytes of the stream, to explain an unrecognised one.
     head: Vec<u8>,
+    /// Where the stream stands (`Done` after End, `Restart` after a
+    /// second Hello).
+    state: Flow,
     /// Counters of everything seen.
     pub stats: StreamStats,
 }
@@ -66,6 +75,7 @@ impl Pump {
             decoder: Decoder::new(),
             adapter: Adapter::new(),
             head: Vec::new(),
+            state: Flow::Continue,
             stats: StreamStats::default(),
         }
     }
@@ -88,34 +98,42 @@ impl Pump {
         sink: &mut dyn FnMut(&Item<'_>) -> Result<(), HostError>,
     ) -> Result<Flow, HostError> {
         self.note_chunk(chunk.len(), chunk);
-        let mut result = Ok(Flow::Continue);
+        let mut result = Ok(self.state);
         let adapter = &mut self.adapter;
         let stats = &mut self.stats;
         self.decoder.push_ref(chunk, |rec| {
-            if result.is_err() {
-                return;
-            }
             // Records are lent by the decoder, which rebuilds each sample
             // in place: nothing is copied between the frame and the sink.
-            match rec {
-                Ok(rec) => {
-                    let r = adapter.with_item(rec, |item| {
-                        stats.observe(item);
-                        sink(item)
-                    });
-                    match r {
-                        Err(e) => result = Err(e),
-                        Ok(()) if matches!(rec, sampler::wire::Record::End(_)) => {
-                            result = Ok(Flow::Done)
-                        }
-                        Ok(()) => {}
+            let rec = match rec {
+                Ok(rec) if admit(rec, stats, &mut result) => rec,
+                Ok(_) => return,
+                Err(e) => {
+                    if matches!(result, Ok(Flow::Continue)) {
+                        result = Err(decode_error(e));
                     }
+                    return;
                 }
-                Err(e) => result = Err(decode_error(e)),
+            };
+            let r = adapter.with_item(rec, |item| {
+                stats.observe(item);
+                sink(item)
+            });
+            match r {
+                Err(e) => result = Err(e),
+                Ok(()) if matches!(rec, Record::End(_)) => result = Ok(Flow::Done),
+                Ok(()) => {}
             }
         });
+        self.finish_chunk(result)
+    }
+
+    /// Updates the counters after a chunk and keeps where the stream stands.
+    fn finish_chunk(&mut self, result: Result<Flow, HostError>) -> Result<Flow, HostError> {
         self.stats.decoder = self.decoder.stats();
         self.stats.settle();
+        if let Ok(f) = result {
+            self.state = f;
+        }
         result
     }
 
@@ -131,19 +149,17 @@ impl Pump {
         sink: &mut impl PartsSink,
     ) -> Result<Flow, HostError> {
         self.note_chunk(chunk.len(), chunk);
-        let mut result = Ok(Flow::Continue);
+        let mut result = Ok(self.state);
         let adapter = &mut self.adapter;
         let stats = &mut self.stats;
         self.decoder.push_parts(chunk, |rec| {
             deliver(rec, adapter, stats, sink, &mut result);
         });
-        self.stats.decoder = self.decoder.stats();
-        self.stats.settle();
-        result
+        self.finish_chunk(result)
     }
 
-    /// Reads `input` to its end (or to the End record) through
-    /// [`feed_parts`](Self::feed_parts).
+    /// Reads `input` to its end through [`feed_parts`](Self::feed_parts)
+    /// (what follows an End record or a restart is only counted).
     pub fn read_all_parts(
         &mut self,
         mut input: impl Read,
@@ -160,19 +176,18 @@ impl Pump {
         sink: &mut impl PartsSink,
     ) -> Result<Flow, HostError> {
         self.note_chunk(chunk.len, &chunk.head);
-        let mut result = Ok(Flow::Continue);
+        let mut result = Ok(self.state);
         let adapter = &mut self.adapter;
         let stats = &mut self.stats;
         self.decoder.push_batch_parts(&chunk.frames, |rec| {
             deliver(rec, adapter, stats, sink, &mut result);
         });
-        self.stats.decoder = self.decoder.stats();
-        self.stats.settle();
-        result
+        self.finish_chunk(result)
     }
 
-    /// Reads `input` to its end (or to the End record) like
-    /// [`read_all_parts`](Self::read_all_parts), but in two stages: a
+    /// Reads `input` to its end like [`read_all_parts`](Self::read_all_parts)
+    /// (what follows an End record or a restart is only counted), but in
+    /// two stages: a
     /// second thread reads the input and frames each chunk (delimiters,
     /// COBS, CRC) while this one decodes the records and hands them to
     /// `sink`, chunk by chunk, with the same results. `after_chunk` runs
@@ -250,16 +265,15 @@ impl Pump {
                     ));
                 };
                 for chunk in &c.chunks[..c.used] {
-                    match self.feed_framed(chunk, sink) {
-                        Ok(Flow::Continue) => {}
-                        other => break 'read other,
+                    if let Err(e) = self.feed_framed(chunk, sink) {
+                        break 'read Err(e);
                     }
                     if after_chunk(self, sink).is_break() {
-                        break 'read Ok(Flow::Continue);
+                        break 'read Ok(self.state);
                     }
                 }
                 match c.end.take() {
-                    Some(Ok(())) => break Ok(Flow::Continue),
+                    Some(Ok(())) => break Ok(self.state),
                     Some(Err(e)) => break Err(HostError::io("reading the stream", e)),
                     None => {}
                 }
@@ -278,7 +292,8 @@ impl Pump {
         })
     }
 
-    /// Reads `input` to its end (or to the End record).
+    /// Reads `input` to its end (what follows an End record or a restart
+    /// is only counted).
     pub fn read_all(
         &mut self,
         mut input: impl Read,
@@ -317,10 +332,33 @@ impl Pump {
     }
 }
 
+/// Whether `rec` goes on to the sink, given where the stream stands in
+/// `result`: nothing does after an error; after End or a restart records
+/// are only counted; a second Hello before End is a restart.
+#[inline]
+fn admit(rec: &Record, stats: &mut StreamStats, result: &mut Result<Flow, HostError>) -> bool {
+    match result {
+        Ok(Flow::Continue) => {}
+        Ok(_) => {
+            stats.after_end += 1;
+            return false;
+        }
+        Err(_) => return false,
+    }
+    if matches!(rec, Record::Hello(_)) && stats.hello.is_some() {
+        stats.restarted = true;
+        stats.after_end += 1;
+        *result = Ok(Flow::Restart);
+        return false;
+    }
+    true
+}
+
 /// Hands one record lent by the decoder to `sink`, samples as parts and
 /// everything else as an item, after counting it in `stats`. `result` holds
-/// the first error (after which records are dropped) or `Done` once the End
-/// record went through.
+/// the first error (after which records are dropped), or `Done` once the End
+/// record went through, or `Restart` after a second Hello (after both,
+/// records are only counted).
 #[inline]
 fn deliver(
     rec: Result<Lent<'_>, DecodeError>,
@@ -329,10 +367,16 @@ fn deliver(
     sink: &mut impl PartsSink,
     result: &mut Result<Flow, HostError>,
 ) {
-    if result.is_err() {
-        return;
+    match result {
+        Ok(Flow::Continue) => {}
+        Ok(_) => {
+            stats.after_end += u64::from(rec.is_ok());
+            return;
+        }
+        Err(_) => return,
     }
     let r = match rec {
+        Ok(Lent::Record(rec)) if !admit(rec, stats, result) => return,
         Ok(Lent::Sample(s)) => {
             stats.observe_sample(s.event(), (s.pid(), s.tid()), s.cpumode() == CpuMode::User);
             sink.sample(&s)
@@ -343,7 +387,7 @@ fn deliver(
                 sink.item(item)
             })
             .map(|()| {
-                if matches!(rec, sampler::wire::Record::End(_)) {
+                if matches!(rec, Record::End(_)) {
                     *result = Ok(Flow::Done);
                 }
             }),
@@ -437,6 +481,12 @@ pub struct StreamStats {
     pub end: Option<EndCounters>,
     /// The decoder's counters (bad frames, skipped bytes).
     pub decoder: DecoderStats,
+    /// Records after the End record, or from a second Hello on: counted,
+    /// never converted (a second capture appended, or a restart).
+    pub after_end: u64,
+    /// A second Hello arrived before End: the appliance restarted, and
+    /// everything counted here is from the first run.
+    pub restarted: bool,
     /// Consecutive samples of one event and task not yet added to
     /// `by_event` / `by_task`.
     run: Option<SampleRun>,
@@ -560,6 +610,20 @@ impl StreamStats {
                 pct(*n, self.samples)
             );
         }
+        let unnamed: Vec<u64> = self
+            .by_task
+            .iter()
+            .filter(|((pid, tid), _)| *pid != 0 && !self.task_names.contains_key(tid))
+            .map(|(_, n)| *n)
+            .collect();
+        if !unnamed.is_empty() {
+            let _ = writeln!(
+                s,
+                "tasks without a Task record: {} ({} samples; the record was damaged or lost)",
+                unnamed.len(),
+                unnamed.iter().sum::<u64>()
+            );
+        }
         let d = self.decoder;
         let _ = writeln!(
             s,
@@ -577,6 +641,20 @@ impl StreamStats {
             d.bad_frames, d.unresolved_samples, d.bytes_skipped, d.frames_ignored
         );
         let _ = writeln!(s, "log records: {}", self.logs);
+        if self.restarted {
+            let _ = writeln!(
+                s,
+                "restarted: a second Hello arrived before End (the appliance restarted); \
+                 counted up to it, {} records from there on ignored",
+                self.after_end
+            );
+        } else if self.after_end > 0 {
+            let _ = writeln!(
+                s,
+                "after end: {} records after the End record ignored (a second capture appended?)",
+                self.after_end
+            );
+        }
         if self.samples > 0 {
             let _ = writeln!(
                 s,
@@ -669,16 +747,15 @@ fn read_chunks(
     mut feed: impl FnMut(&[u8]) -> Result<Flow, HostError>,
 ) -> Result<Flow, HostError> {
     let mut buf = vec![0u8; 1 << 16];
+    let mut last = Flow::Continue;
     loop {
         let n = match input.read(&mut buf) {
-            Ok(0) => return Ok(Flow::Continue),
+            Ok(0) => return Ok(last),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(HostError::io("reading the stream", e)),
         };
-        if feed(&buf[..n])? == Flow::Done {
-            return Ok(Flow::Done);
-        }
+        last = feed(&buf[..n])?;
     }
 }
 

@@ -17,15 +17,15 @@ use host_tool::flamegraph::Folder;
 use host_tool::image::Image;
 use host_tool::input::{Flow, LogPrinter, PartsSink, Pump};
 use host_tool::model::Item;
-use host_tool::output::OwnedWrite;
+use host_tool::output::{OwnedWrite, Pending};
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
 use host_tool::synth::{SynthConfig, write_capture};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sampler::wire::SampleParts;
 
 const EXIT_CODES: &str = "Exit codes: 0 ok, 1 I/O failure, 2 usage, 3 not a usable Perch stream \
-(garbage, wrong protocol version, no Hello), 4 bad or mismatched image, 5 QEMU or perf missing, \
-6 the appliance failed or crashed, 7 the stream stopped before its End record (output written).";
+(garbage, wrong protocol version, no Hello, no samples to draw), 4 bad or mismatched image, 5 QEMU or perf missing, \
+6 the appliance failed or crashed, 7 the stream stopped before its End record or at a restart (output written).";
 
 #[derive(Parser)]
 #[command(name = "perch", version, about = "Profile a Perch appliance into perf.data", after_help = EXIT_CODES)]
@@ -103,9 +103,10 @@ struct RecordArgs {
     /// The appliance image (runtime ELF) to boot and symbolise with.
     #[arg(long)]
     image: Option<PathBuf>,
-    /// Sampling frequency in Hz.
-    #[arg(long, default_value_t = 1000)]
-    freq: u64,
+    /// Sampling frequency in Hz (19 to 200000: the NMI clock's range).
+    #[arg(long, default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(i64::from(MIN_FREQ_HZ)..=i64::from(MAX_FREQ_HZ)))]
+    freq: u32,
     /// Run QEMU with `-icount shift=0,sleep=off` (instruction-exact, repeatable).
     #[arg(long)]
     icount: bool,
@@ -115,8 +116,8 @@ struct RecordArgs {
     /// How long the appliance samples, in seconds.
     #[arg(long, default_value_t = 3.0)]
     duration: f64,
-    /// Ring size in samples (runtime `ring=N`).
-    #[arg(long)]
+    /// Ring size in samples (runtime `ring=N`, at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     ring: Option<u32>,
     /// Samples per second an event may take before it is throttled
     /// (runtime `max_rate=N`, perf_event_max_sample_rate; 0: no limit).
@@ -132,14 +133,17 @@ struct RecordArgs {
     /// Also save the raw stream to this file.
     #[arg(long)]
     save_capture: Option<PathBuf>,
-    /// Read a real serial line instead of starting QEMU.
-    #[arg(long, conflicts_with = "input")]
+    /// Read a real serial line instead of starting QEMU (the options of a
+    /// boot do not apply: the board runs its own command line).
+    #[arg(long, conflicts_with = "input", conflicts_with_all = BOOT_ONLY)]
     serial: Option<String>,
-    /// Baud rate of --serial.
-    #[arg(long, default_value_t = 115_200, requires = "serial")]
-    baud: u32,
-    /// Read a saved capture instead of starting QEMU.
-    #[arg(long)]
+    /// Baud rate of --serial (default 115200; an option without a default
+    /// value, so that clap refuses it without `--serial`).
+    #[arg(long, requires = "serial", conflicts_with = "input")]
+    baud: Option<u32>,
+    /// Read a saved capture instead of starting QEMU (the options of a boot
+    /// do not apply).
+    #[arg(long, conflicts_with_all = BOOT_ONLY)]
     input: Option<PathBuf>,
     /// The QEMU binary.
     #[arg(long, default_value = "qemu-system-x86_64")]
@@ -154,6 +158,30 @@ struct RecordArgs {
     #[arg(last = true)]
     qemu_args: Vec<String>,
 }
+
+/// `perch record` options that only apply when perch boots the appliance.
+const BOOT_ONLY: [&str; 9] = [
+    "freq",
+    "icount",
+    "pmu",
+    "duration",
+    "ring",
+    "max_rate",
+    "cpu_pct",
+    "qemu",
+    "qemu_args",
+];
+
+/// `--baud` when not given.
+const DEFAULT_BAUD: u32 = 115_200;
+
+/// Lowest `--freq`: the NMI clock is the PIT, whose 16-bit divisor of
+/// 1193182 Hz cannot go below 18.2 Hz (`arch_x86::pit::rate_for`).
+const MIN_FREQ_HZ: u32 = 19;
+
+/// Highest `--freq`: what the runtime accepts from `freq=`
+/// (`arch_x86::cmdline::MAX_FREQ_HZ`).
+const MAX_FREQ_HZ: u32 = 200_000;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -209,14 +237,132 @@ fn open_image(path: Option<&Path>) -> Result<(Option<Image>, Option<Vec<u8>>), H
     Ok((Some(image), Some(bytes)))
 }
 
+/// The error for an image that would not open, against the capture it was
+/// given for: when the image is unusable (no runtime text, no symbols) and
+/// the capture, a regular file, was made by another build, the mismatch is
+/// the real problem and is what gets reported.
+fn image_error_for(e: HostError, capture: &Path) -> HostError {
+    let HostError::Image(ie) = &e else { return e };
+    let Some(image_id) = ie.build_id() else {
+        return e;
+    };
+    if !std::fs::metadata(capture).is_ok_and(|m| m.is_file()) {
+        return e;
+    }
+    let Ok(f) = File::open(capture) else { return e };
+    // The Hello is the first record: the first 64 KiB are plenty.
+    let mut pump = Pump::new();
+    if pump.read_all(f.take(1 << 16), &mut |_| Ok(())).is_err() {
+        return e;
+    }
+    match &pump.stats.hello {
+        Some(h) if !h.build_id.is_empty() && h.build_id != image_id => {
+            host_tool::convert::ConvertError::WrongImage {
+                image: ie.path().display().to_string(),
+                image_id: hex(image_id),
+                stream_id: hex(&h.build_id),
+            }
+            .into()
+        }
+        _ => e,
+    }
+}
+
+/// Opens an input: a capture file, a device or a pipe, never a directory.
 fn open_file(path: &Path) -> Result<File, HostError> {
-    File::open(path).map_err(|e| HostError::io(format!("opening {}", path.display()), e))
+    let f =
+        File::open(path).map_err(|e| HostError::io(format!("opening {}", path.display()), e))?;
+    if f.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(HostError::io(
+            format!("opening {}", path.display()),
+            std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "it is a directory, not a capture file",
+            ),
+        ));
+    }
+    Ok(f)
+}
+
+/// What a path names, to tell whether two paths are one file: the device
+/// and inode of an existing file (through symlinks and hard links), or the
+/// absolute path of one still to be created.
+#[derive(Debug, PartialEq, Eq)]
+enum FileId {
+    Node(u64, u64),
+    New(PathBuf),
+}
+
+fn file_id(path: &Path) -> FileId {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(m) = std::fs::metadata(path) {
+        return FileId::Node(m.dev(), m.ino());
+    }
+    let parent = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let dir = std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_owned());
+    FileId::New(dir.join(path.file_name().unwrap_or_default()))
+}
+
+/// Refuses a run in which an output is one of the inputs, or two outputs
+/// are one file, before anything is opened for writing. Each entry is
+/// (what it is, its path); absent ones are skipped.
+fn refuse_same_files(
+    outputs: &[(&str, Option<&Path>)],
+    inputs: &[(&str, Option<&Path>)],
+) -> Result<(), HostError> {
+    let outputs: Vec<(&str, &Path, FileId)> = outputs
+        .iter()
+        .filter_map(|&(what, p)| p.map(|p| (what, p, file_id(p))))
+        .collect();
+    for (i, (what, p, id)) in outputs.iter().enumerate() {
+        for &(in_what, q) in inputs {
+            if let Some(q) = q
+                && matches!(id, FileId::Node(..))
+                && file_id(q) == *id
+            {
+                return Err(HostError::Usage(format!(
+                    "{what} {} is also the {in_what} {} (the same file): perch would \
+                     overwrite its input; choose another output",
+                    p.display(),
+                    q.display()
+                )));
+            }
+        }
+        for (other_what, q, other) in &outputs[i + 1..] {
+            if other == id {
+                return Err(HostError::Usage(format!(
+                    "{what} {} is also the {other_what} {} (the same file): one output \
+                     would overwrite the other; choose two paths",
+                    p.display(),
+                    q.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Starts an output: a temporary file beside `path`, which becomes `path`
+/// only when the run succeeds.
+fn create_output(path: &Path) -> Result<Pending, HostError> {
+    Pending::new(path).map_err(|e| HostError::io(format!("creating {}", path.display()), e))
+}
+
+/// Puts a finished output in place.
+fn commit_output(p: Pending) -> Result<(), HostError> {
+    let target = p.target().to_owned();
+    p.commit()
+        .map_err(|e| HostError::io(format!("writing {}", target.display()), e))
 }
 
 /// Why reading stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stop {
     End,
+    Restart,
     Eof,
     Interrupted,
     TimeLimit,
@@ -300,17 +446,78 @@ impl<W: OwnedWrite> PartsSink for ConvertSink<'_, W> {
 }
 
 /// Where `run` reads the stream from.
-enum Source<'a> {
-    /// A live stream (QEMU, a serial port), read as it comes.
-    Live(&'a mut dyn Read),
+enum Source {
+    /// A live stream (QEMU, a serial port, `record --input`), read as it
+    /// comes on a thread of its own, so that the deadline and Ctrl-C are
+    /// honoured even while a read blocks (a silent pipe).
+    Live(Box<dyn Read + Send>),
     /// A capture file, which a second thread reads and frames ahead (read
     /// to its end: `run`'s deadline and capture copy are for live streams).
     File(File),
 }
 
+/// A live source read on a thread of its own, chunk by chunk.
+struct LiveReader {
+    chunks: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    stop: std::sync::Arc<AtomicBool>,
+}
+
+impl LiveReader {
+    /// Starts reading `src`. The thread ends at EOF, on an error, or after
+    /// [`stop`](Self::stop) once its current read returns; one blocked in a
+    /// read that never returns ends with the process.
+    fn start(mut src: Box<dyn Read + Send>) -> Result<LiveReader, HostError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(16);
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stopped = std::sync::Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("stream reader".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; 1 << 16];
+                while !stopped.load(Ordering::Relaxed) {
+                    let msg = match src.read(&mut buf) {
+                        Ok(n) => Ok(buf[..n].to_vec()),
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::Interrupted
+                                    | std::io::ErrorKind::TimedOut
+                                    | std::io::ErrorKind::WouldBlock
+                            ) =>
+                        {
+                            continue;
+                        }
+                        Err(e) => Err(e),
+                    };
+                    let last = !matches!(&msg, Ok(c) if !c.is_empty());
+                    if tx.send(msg).is_err() || last {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| HostError::io("starting the stream reader", e))?;
+        Ok(LiveReader { chunks: rx, stop })
+    }
+
+    /// The next chunk (empty at EOF), or None when none came within `wait`.
+    fn next(&self, wait: Duration) -> Option<std::io::Result<Vec<u8>>> {
+        match self.chunks.recv_timeout(wait) {
+            Ok(m) => Some(m),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+            // The thread ended without a word: treat it as the end.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Some(Ok(Vec::new())),
+        }
+    }
+
+    /// Asks the thread to end.
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Reads `src` into the converter until End, EOF, Ctrl-C or the deadline.
 fn run(
-    src: Source<'_>,
+    src: Source,
     image: Option<Image>,
     elf: Option<&[u8]>,
     output: &Path,
@@ -321,15 +528,16 @@ fn run(
     // Whether perf is there is only reported at the end; asking it (a
     // process start) overlaps the conversion.
     let perf_check = std::thread::spawn(check_perf);
-    let out = File::create(output)
+    let pending = create_output(output)?;
+    let out = pending
+        .file()
         .and_then(host_tool::output::BackgroundFile::new)
         .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
-    let mut save = match save {
-        Some(p) => {
-            Some(BufWriter::new(File::create(p).map_err(|e| {
-                HostError::io(format!("creating {}", p.display()), e)
-            })?))
-        }
+    let save_pending = save.map(create_output).transpose()?;
+    let mut save = match &save_pending {
+        Some(p) => Some(BufWriter::new(p.file().map_err(|e| {
+            HostError::io(format!("creating {}", p.target().display()), e)
+        })?)),
         None => None,
     };
     let image_path = image.as_ref().map(|i| i.path.clone());
@@ -339,7 +547,6 @@ fn run(
     let logs = LogPrinter::new(elf);
     let mut pump = Pump::new();
     let mut progress = Progress::new();
-    let mut buf = vec![0u8; 1 << 16];
     let stop = match src {
         Source::File(file) => {
             // A file can be read ahead: frame it on a second thread.
@@ -358,48 +565,49 @@ fn run(
             })?;
             match flow {
                 Flow::Done => Stop::End,
+                Flow::Restart => Stop::Restart,
                 Flow::Continue if INTERRUPTED.load(Ordering::Relaxed) => Stop::Interrupted,
                 Flow::Continue => Stop::Eof,
             }
         }
-        Source::Live(src) => loop {
-            if INTERRUPTED.load(Ordering::Relaxed) {
-                break Stop::Interrupted;
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                break Stop::TimeLimit;
-            }
-            let n = match src.read(&mut buf) {
-                Ok(0) => break Stop::Eof,
-                Ok(n) => n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::Interrupted
-                            | std::io::ErrorKind::TimedOut
-                            | std::io::ErrorKind::WouldBlock
-                    ) =>
-                {
-                    progress.update(&pump, false);
-                    continue;
+        Source::Live(src) => {
+            let reader = LiveReader::start(src)?;
+            let stop = loop {
+                if INTERRUPTED.load(Ordering::Relaxed) {
+                    break Stop::Interrupted;
                 }
-                Err(e) => return Err(HostError::io("reading the stream", e)),
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    break Stop::TimeLimit;
+                }
+                let chunk = match reader.next(Duration::from_millis(100)) {
+                    Some(Ok(c)) if c.is_empty() => break Stop::Eof,
+                    Some(Ok(c)) => c,
+                    Some(Err(e)) => return Err(HostError::io("reading the stream", e)),
+                    None => {
+                        progress.update(&pump, false);
+                        continue;
+                    }
+                };
+                if let Some(s) = save.as_mut() {
+                    s.write_all(&chunk)
+                        .map_err(|e| HostError::io("saving the capture", e))?;
+                }
+                let mut sink = ConvertSink {
+                    conv: &mut conv,
+                    logs: &logs,
+                    progress: &mut progress,
+                };
+                let flow = pump.feed_parts(&chunk, &mut sink)?;
+                progress.update(&pump, false);
+                match flow {
+                    Flow::Done => break Stop::End,
+                    Flow::Restart => break Stop::Restart,
+                    Flow::Continue => {}
+                }
             };
-            if let Some(s) = save.as_mut() {
-                s.write_all(&buf[..n])
-                    .map_err(|e| HostError::io("saving the capture", e))?;
-            }
-            let mut sink = ConvertSink {
-                conv: &mut conv,
-                logs: &logs,
-                progress: &mut progress,
-            };
-            let flow = pump.feed_parts(&buf[..n], &mut sink)?;
-            progress.update(&pump, false);
-            if flow == Flow::Done {
-                break Stop::End;
-            }
-        },
+            reader.stop();
+            stop
+        }
     };
     progress.update(&pump, true);
     progress.finish();
@@ -408,14 +616,20 @@ fn run(
             .map_err(|e| HostError::io("saving the capture", e))?;
     }
     pump.check_recognised()?;
-    let (_, summary) = conv.finish()?;
+    let (out, summary) = conv.finish()?;
+    out.finish()
+        .map_err(|e| HostError::io(format!("writing {}", output.display()), e))?;
+    commit_output(pending)?;
+    if let Some(p) = save_pending {
+        commit_output(p)?;
+    }
     let w = summary.written;
     let d = pump.stats.decoder;
     eprintln!(
         "perch: wrote {}: {} samples, {} lost ({} on the target, {} on the wire), {} bad frames, {:.1} bytes/sample on the wire",
         output.display(),
         w.samples,
-        w.lost,
+        w.lost_samples,
         pump.stats.lost,
         summary.wire_lost,
         d.bad_frames,
@@ -428,11 +642,17 @@ fn run(
     if let Some(e) = summary.end {
         eprintln!(
             "perch: target counters: taken {} = delivered {} + lost {}; file holds {} samples + {} lost",
-            e.taken, e.delivered, e.lost, w.samples, w.lost
+            e.taken, e.delivered, e.lost, w.samples, w.lost_samples
         );
     }
     for warn in &summary.warnings {
         eprintln!("perch: warning: {warn}");
+    }
+    if stop == Stop::End && pump.stats.after_end > 0 {
+        eprintln!(
+            "perch: warning: {} records after the End record were ignored (a second capture appended?)",
+            pump.stats.after_end
+        );
     }
     let perf_checked = perf_check.join().unwrap_or_else(|_| check_perf());
     if let Err(e) = perf_checked {
@@ -469,6 +689,13 @@ fn run(
     }
     Ok(match stop {
         Stop::End => exit::OK,
+        Stop::Restart => {
+            eprintln!(
+                "perch: the appliance restarted (a second Hello before End): stopped there; \
+                 the file holds the first run, convert the rest as a capture of its own"
+            );
+            exit::TRUNCATED
+        }
         Stop::Interrupted => {
             eprintln!("perch: stopped by Ctrl-C");
             exit::OK
@@ -550,26 +777,39 @@ fn check_perf() -> Result<(), HostError> {
 }
 
 fn record(a: RecordArgs) -> Result<i32, HostError> {
-    let (image, elf) = open_image(a.image.as_deref())?;
+    refuse_same_files(
+        &[
+            ("-o", Some(&a.output)),
+            ("--save-capture", a.save_capture.as_deref()),
+        ],
+        &[
+            ("--input", a.input.as_deref()),
+            ("--image", a.image.as_deref()),
+        ],
+    )?;
+    let (image, elf) = open_image(a.image.as_deref()).map_err(|e| match &a.input {
+        Some(input) => image_error_for(e, input),
+        None => e,
+    })?;
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed));
-    if let Some(input) = &a.input {
-        let mut f = open_file(input)?;
-        return run(
-            Source::Live(&mut f),
-            image,
-            elf.as_deref(),
-            &a.output,
-            a.save_capture.as_deref(),
-            None,
-            a.buildid_cache,
-        );
-    }
     let deadline = match a.timeout {
         Some(t) => Some(Instant::now() + seconds("--timeout", t)?),
         None => None,
     };
+    if let Some(input) = &a.input {
+        let f = open_file(input)?;
+        return run(
+            Source::Live(Box::new(f)),
+            image,
+            elf.as_deref(),
+            &a.output,
+            a.save_capture.as_deref(),
+            deadline,
+            a.buildid_cache,
+        );
+    }
     if let Some(dev) = &a.serial {
-        let mut port = serialport::new(dev, a.baud)
+        let port = serialport::new(dev, a.baud.unwrap_or(DEFAULT_BAUD))
             .timeout(Duration::from_millis(100))
             .open()
             .map_err(|source| HostError::Serial {
@@ -577,7 +817,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
                 source,
             })?;
         return run(
-            Source::Live(&mut port),
+            Source::Live(Box::new(port)),
             image,
             elf.as_deref(),
             &a.output,
@@ -592,6 +832,13 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         ));
     };
     seconds("--duration", a.duration)?;
+    let duration_ms = (a.duration * 1000.0).round() as u64;
+    if duration_ms == 0 {
+        return Err(HostError::Usage(format!(
+            "--duration {} rounds to 0 ms, which the runtime cannot use: give at least 0.0005 s",
+            a.duration
+        )));
+    }
     let mut append = format!(
         "console=wire freq={} pmu={} duration={}",
         a.freq,
@@ -600,7 +847,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             PmuMode::Sim => "sim",
             PmuMode::Off => "off",
         },
-        (a.duration * 1000.0).round() as u64
+        duration_ms
     );
     if let Some(r) = a.ring {
         append.push_str(&format!(" ring={r}"));
@@ -619,13 +866,14 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         extra: a.qemu_args.clone(),
     };
     let limit = a.timeout.unwrap_or(a.duration + 60.0);
-    let deadline = Instant::now() + seconds("--timeout", limit)?;
-    let (mut qemu, mut stream) = Qemu::spawn(&cfg)?;
+    let within = seconds("--timeout", limit)?;
+    let deadline = Instant::now() + within;
+    let (mut qemu, stream) = Qemu::spawn(&cfg, within)?;
     stream
         .set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| HostError::io("configuring the wire socket", e))?;
     let code = run(
-        Source::Live(&mut stream),
+        Source::Live(Box::new(stream)),
         image,
         elf.as_deref(),
         &a.output,
@@ -659,7 +907,11 @@ fn convert(
     output: &Path,
     buildid_cache: bool,
 ) -> Result<i32, HostError> {
-    let (image, elf) = open_image(image)?;
+    refuse_same_files(
+        &[("-o", Some(output))],
+        &[("capture", Some(capture)), ("--image", image)],
+    )?;
+    let (image, elf) = open_image(image).map_err(|e| image_error_for(e, capture))?;
     let f = open_file(capture)?;
     run(
         Source::File(f),
@@ -673,30 +925,49 @@ fn convert(
 }
 
 fn stat(file: &Path) -> Result<i32, HostError> {
+    // Read once, from the start: the file may be a pipe, which cannot be
+    // opened again. The bytes sniffed for the perf.data magic are fed first.
     let mut f = open_file(file)?;
     let mut head = [0u8; 8];
-    if f.read(&mut head).map_err(|e| HostError::io("reading", e))? == 8
-        && &head == host_tool::perf_abi::MAGIC
-    {
+    let mut got = 0;
+    while got < head.len() {
+        match f.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(HostError::io(format!("reading {}", file.display()), e)),
+        }
+    }
+    if got == head.len() && &head == host_tool::perf_abi::MAGIC {
         return Err(HostError::Usage(format!(
             "{} is a perf.data file; perch stat reads captures (use `perf report --stats -i {}`)",
             file.display(),
             file.display()
         )));
     }
-    let mut f = open_file(file)?;
     let mut pump = Pump::new();
-    pump.read_all(&mut f, &mut |_| Ok(()))?;
+    pump.read_all(std::io::Cursor::new(&head[..got]).chain(f), &mut |_| Ok(()))?;
     pump.check_recognised()?;
-    print!("{}", pump.stats.render());
+    let mut text = pump.stats.render();
     if let Some(h) = &pump.stats.hello {
-        println!("build-id: {}", hex(&h.build_id));
+        text.push_str(&format!("build-id: {}\n", hex(&h.build_id)));
     }
-    Ok(exit::OK)
+    // A reader that stops early (`perch stat X | head`) is not an error.
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(HostError::io("writing to stdout", e))
+        }
+        _ => Ok(exit::OK),
+    }
 }
 
 fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, HostError> {
-    let (image, _) = open_image(image)?;
+    refuse_same_files(
+        &[("-o", Some(output))],
+        &[("capture", Some(file)), ("--image", image)],
+    )?;
+    let (image, _) = open_image(image).map_err(|e| image_error_for(e, file))?;
     let mut folder = Folder::new(image.clone());
     let mut pump = Pump::new();
     let mut f = open_file(file)?;
@@ -719,14 +990,41 @@ fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, H
     if let Some(e) = mismatch {
         return Err(e.into());
     }
-    let out = File::create(output)
+    if pump.stats.samples == 0 {
+        return Err(HostError::NoSamples(format!(
+            "{} holds no samples: there is nothing to draw",
+            file.display()
+        )));
+    }
+    let pending = create_output(output)?;
+    let out = pending
+        .file()
         .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
-    folder.render(&format!("perch: {}", file.display()), BufWriter::new(out))?;
+    let mut out = BufWriter::new(out);
+    folder.render(&format!("perch: {}", file.display()), &mut out)?;
+    out.flush()
+        .map_err(|e| HostError::io(format!("writing {}", output.display()), e))?;
+    drop(out);
+    commit_output(pending)?;
     eprintln!(
         "perch: wrote {} ({} samples)",
         output.display(),
         pump.stats.samples
     );
+    // The same endings, messages and exit codes as a conversion.
+    if pump.stats.restarted {
+        eprintln!(
+            "perch: the appliance restarted (a second Hello before End): stopped there; \
+             the flamegraph shows the first run"
+        );
+        return Ok(exit::TRUNCATED);
+    }
+    if pump.stats.end.is_none() {
+        eprintln!(
+            "perch: the stream ended before its End record (truncated capture or the appliance stopped)"
+        );
+        return Ok(exit::TRUNCATED);
+    }
     Ok(exit::OK)
 }
 
@@ -737,8 +1035,11 @@ fn synth(
     lost: u64,
     end: bool,
 ) -> Result<i32, HostError> {
+    refuse_same_files(&[("-o", Some(output))], &[("--image", image)])?;
     let (image, _) = open_image(image)?;
-    let f = File::create(output)
+    let pending = create_output(output)?;
+    let f = pending
+        .file()
         .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
     let mut w = BufWriter::new(f);
     let cfg = SynthConfig {
@@ -751,6 +1052,8 @@ fn synth(
         .map_err(|e| HostError::io("writing the capture", e))?;
     w.flush()
         .map_err(|e| HostError::io("writing the capture", e))?;
+    drop(w);
+    commit_output(pending)?;
     eprintln!(
         "perch: wrote {} ({samples} samples, {bytes} bytes)",
         output.display()

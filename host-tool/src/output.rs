@@ -2,7 +2,10 @@
 //! buffers while the previous one is being copied into the page cache, so
 //! the kernel's share of writing a big perf.data overlaps the decoding
 //! instead of following it. Whole buffers can also be handed over without
-//! a copy ([`OwnedWrite`]).
+//! a copy ([`OwnedWrite`]). Outputs are written to a temporary file beside
+//! their target and renamed over it only when the run succeeds
+//! ([`Pending`]), so a failed run never leaves a partial file nor destroys
+//! the one that was there.
 
 use std::fs::File;
 use std::io::{self, Cursor, Seek, SeekFrom, Write};
@@ -29,6 +32,80 @@ pub trait OwnedWrite: Write + Seek {
 impl OwnedWrite for File {}
 impl OwnedWrite for Cursor<Vec<u8>> {}
 impl OwnedWrite for Cursor<&mut Vec<u8>> {}
+
+/// An output being written: a temporary file in the target's directory,
+/// renamed to the target by [`commit`](Self::commit). Dropped without a
+/// commit, it is removed and the target is left as it was. A target that
+/// is a symlink is written through (the file it names is replaced); one
+/// that is not a regular file (`/dev/null`, a FIFO, a directory) is opened
+/// directly, since renaming over it would replace the device itself.
+pub struct Pending {
+    out: PendingOut,
+    target: std::path::PathBuf,
+}
+
+enum PendingOut {
+    /// The temporary file and the path it is renamed to.
+    Temp(tempfile::NamedTempFile, std::path::PathBuf),
+    /// A device or FIFO, written in place.
+    Direct(File),
+}
+
+impl Pending {
+    /// Creates the temporary file for `target` (mode 0644, like a new
+    /// file under the usual umask).
+    pub fn new(target: &std::path::Path) -> io::Result<Pending> {
+        use std::os::unix::fs::PermissionsExt;
+        if std::fs::metadata(target).is_ok_and(|m| !m.is_file()) {
+            return Ok(Pending {
+                out: PendingOut::Direct(File::create(target)?),
+                target: target.to_owned(),
+            });
+        }
+        let real = if std::fs::symlink_metadata(target).is_ok_and(|m| m.is_symlink()) {
+            std::fs::canonicalize(target).unwrap_or_else(|_| target.to_owned())
+        } else {
+            target.to_owned()
+        };
+        let dir = match real.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        let name = real
+            .file_name()
+            .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".tmp")
+            .permissions(std::fs::Permissions::from_mode(0o644))
+            .tempfile_in(dir)?;
+        Ok(Pending {
+            out: PendingOut::Temp(tmp, real),
+            target: target.to_owned(),
+        })
+    }
+
+    /// A second handle on the file being written, to write through.
+    pub fn file(&self) -> io::Result<File> {
+        match &self.out {
+            PendingOut::Temp(tmp, _) => tmp.as_file().try_clone(),
+            PendingOut::Direct(f) => f.try_clone(),
+        }
+    }
+
+    /// The file the output becomes, as given.
+    pub fn target(&self) -> &std::path::Path {
+        &self.target
+    }
+
+    /// Renames the temporary file over the target.
+    pub fn commit(self) -> io::Result<()> {
+        match self.out {
+            PendingOut::Temp(tmp, real) => tmp.persist(&real).map(drop).map_err(|e| e.error),
+            PendingOut::Direct(_) => Ok(()),
+        }
+    }
+}
 
 /// Bytes collected before a buffer is handed to the writing thread.
 pub const CHUNK: usize = 1 << 20;
@@ -292,6 +369,38 @@ mod tests {
         File::open(&path).unwrap().read_to_end(&mut got).unwrap();
         assert_eq!(got.len(), expect.len());
         assert!(got == expect, "contents differ");
+    }
+
+    /// A pending output replaces the target only when committed; dropped,
+    /// it leaves the target as it was and no file behind.
+    #[test]
+    fn pending_output_replaces_the_target_only_on_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("perf.data");
+        std::fs::write(&target, b"old").unwrap();
+        let p = Pending::new(&target).unwrap();
+        p.file().unwrap().write_all(b"new").unwrap();
+        drop(p);
+        assert_eq!(std::fs::read(&target).unwrap(), b"old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let p = Pending::new(&target).unwrap();
+        p.file().unwrap().write_all(b"new").unwrap();
+        p.commit().unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        // Through a symlink: the file it names is replaced, the link kept.
+        let link = dir.path().join("link.data");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let p = Pending::new(&link).unwrap();
+        p.file().unwrap().write_all(b"linked").unwrap();
+        p.commit().unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&target).unwrap(), b"linked");
+        // A device is written in place, never renamed over.
+        let p = Pending::new(std::path::Path::new("/dev/null")).unwrap();
+        p.file().unwrap().write_all(b"gone").unwrap();
+        p.commit().unwrap();
+        assert!(!std::fs::metadata("/dev/null").unwrap().is_file());
     }
 
     /// A write error in the thread comes back to the caller instead of

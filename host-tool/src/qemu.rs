@@ -87,11 +87,17 @@ pub fn check_qemu(qemu: &Path) -> Result<(), HostError> {
         .output()
     {
         Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(HostError::MissingTool {
-            tool: qemu.display().to_string(),
-            reason: format!("`--version` exited with {}", o.status),
-            install: "apt-get install qemu-system-x86".into(),
-        }),
+        Ok(o) => Err(HostError::BadTool(format!(
+            "{} is not a working QEMU: `{} --version` exited with {}{}; pass the \
+             qemu-system-x86_64 binary with --qemu (apt-get install qemu-system-x86)",
+            qemu.display(),
+            qemu.display(),
+            o.status,
+            match String::from_utf8_lossy(&o.stderr).trim() {
+                "" => String::new(),
+                err => format!(" ({err})"),
+            }
+        ))),
         Err(e) => Err(HostError::MissingTool {
             tool: qemu.display().to_string(),
             reason: e.to_string(),
@@ -101,8 +107,9 @@ pub fn check_qemu(qemu: &Path) -> Result<(), HostError> {
 }
 
 impl Qemu {
-    /// Starts QEMU and connects to its wire socket.
-    pub fn spawn(cfg: &QemuConfig) -> Result<(Qemu, UnixStream), HostError> {
+    /// Starts QEMU and connects to its wire socket, waiting at most
+    /// `within` for QEMU to open it (the run's `--timeout`).
+    pub fn spawn(cfg: &QemuConfig, within: Duration) -> Result<(Qemu, UnixStream), HostError> {
         check_qemu(&cfg.qemu)?;
         let dir = tempfile::Builder::new()
             .prefix("perch-")
@@ -140,10 +147,11 @@ impl Qemu {
                     err.trim()
                 )));
             }
-            if start.elapsed() > Duration::from_secs(20) {
-                return Err(HostError::Appliance(
-                    "QEMU did not open its wire socket within 20 s".into(),
-                ));
+            if start.elapsed() > within {
+                return Err(HostError::Appliance(format!(
+                    "QEMU did not open its wire socket within {} s (the time limit, --timeout)",
+                    within.as_secs_f64()
+                )));
             }
             std::thread::sleep(Duration::from_millis(10));
         }

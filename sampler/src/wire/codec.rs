@@ -40,7 +40,9 @@ pub(crate) mod flag {
 pub struct TaskRef {
     /// The task.
     pub tid: u32,
-    /// Plain CRC-32C of the sample frame this state came from.
+    /// The state's chain value ([`chain_input`]): bound to every sample
+    /// frame since the task's keyframe, in order. A delta frame's check is
+    /// XORed with the chain of the state it was encoded against.
     pub chain: u32,
     /// Samples since the last keyframe.
     pub since_key: u32,
@@ -52,6 +54,23 @@ pub struct TaskRef {
     pub(crate) regs_intr: Option<RegsSample>,
 }
 
+/// What a task's chain value is computed from (as CRC-32C of these 12
+/// bytes) after a sample frame: the chain of the state the frame was
+/// encoded against (0 for a keyframe), the frame's plain CRC, and its
+/// count since the keyframe (0 for a keyframe). So the chain names the
+/// whole run of frames since the keyframe, not just the last payload:
+/// byte-identical delta payloads (periodic code) leave different chains,
+/// and after a lost frame no later frame of the run matches the stale
+/// state (protocol version 3; version 2 chained the previous payload's
+/// plain CRC, which periodic code repeats).
+pub(crate) fn chain_input(prev: u32, plain: u32, since_key: u32) -> [u8; 12] {
+    let mut b = [0u8; 12];
+    b[..4].copy_from_slice(&prev.to_le_bytes());
+    b[4..8].copy_from_slice(&plain.to_le_bytes());
+    b[8..].copy_from_slice(&since_key.to_le_bytes());
+    b
+}
+
 impl TaskRef {
     /// Whether a delta frame with stored CRC `stored` and plain CRC `plain`
     /// was encoded against this state (its CRC is chained to this state's;
@@ -60,7 +79,7 @@ impl TaskRef {
         self.chain ^ plain == stored && stored != plain
     }
 
-    /// The state after `s` was sent in a frame with plain CRC `chain`.
+    /// The state after `s` was sent, with chain value `chain`.
     pub(crate) fn after(s: &Sample, chain: u32, since_key: u32) -> Self {
         TaskRef {
             tid: s.tid,

@@ -5,7 +5,9 @@
 
 use core::fmt;
 
-use super::codec::{DenseScratch, Reader, SampleParts, TaskRef, WireSample, decode_sample_into};
+use super::codec::{
+    DenseScratch, Reader, SampleParts, TaskRef, WireSample, chain_input, decode_sample_into,
+};
 use super::{MAGIC, MAX_FRAME, PROTOCOL_VERSION, Record, SAMPLE_TAG, WireRecord};
 use crate::sample::Sample;
 
@@ -30,6 +32,14 @@ pub(crate) fn frame_crc(bytes: &[u8]) -> u32 {
     {
         CRC32C_TABLES.checksum(bytes)
     }
+}
+
+/// A task's chain value after a sample frame with plain CRC `plain`,
+/// `since_key` frames after its keyframe, encoded against a state with
+/// chain `prev` (0 for a keyframe): see [`chain_input`].
+#[inline]
+fn next_chain(prev: u32, plain: u32, since_key: u32) -> u32 {
+    frame_crc(&chain_input(prev, plain, since_key))
 }
 
 /// The frame CRC of protocol version 1 (CRC-32/ISO-HDLC), only used to
@@ -150,6 +160,7 @@ const COBS_SLACK: usize = 16;
 /// undoes COBS and computes each frame's CRC. It keeps no record state, so
 /// it can run ahead of the record stage, on another thread if need be
 /// ([`FrameBatch`], [`Decoder::push_batch_parts`]).
+#[derive(Clone)]
 pub struct Framer {
     /// A frame that straddles chunks, collected.
     frame: heapless::Vec<u8, MAX_FRAME>,
@@ -362,7 +373,8 @@ impl FrameBatch {
     }
 }
 
-/// The incremental decoder.
+/// The incremental decoder. A clone is a snapshot of its place in the
+/// stream and its delta state, from which decoding can go on separately.
 ///
 /// ```
 /// use sampler::wire::{Decoder, Encoder, End, Record, MAX_FRAME};
@@ -375,12 +387,14 @@ impl FrameBatch {
 /// dec.push(&buf[2..n], |r| got.push(r));
 /// assert_eq!(got, [Ok(Record::End(End { taken: 3, ..End::default() }))]);
 /// ```
+#[derive(Clone)]
 pub struct Decoder {
     framer: Framer,
     records: Records,
 }
 
 /// The record stage: CRC checks, delta state, records.
+#[derive(Clone)]
 struct Records {
     tasks: heapless::Deque<TaskRef, DECODER_TASKS>,
     incompatible: bool,
@@ -643,10 +657,11 @@ impl Records {
             return self.bad(len);
         }
         let since = reference.map_or(0, |r| r.since_key + 1);
+        let chain = next_chain(reference.map_or(0, |r| r.chain), plain, since);
         match pos.and_then(|p| tasks.iter_mut().nth(p)) {
-            Some(slot) => slot.update(s, plain, since),
+            Some(slot) => slot.update(s, chain, since),
             None => {
-                remember(tasks, TaskRef::after(s, plain, since));
+                remember(tasks, TaskRef::after(s, chain, since));
             }
         }
         self.stats.frames_ok += 1;
@@ -684,7 +699,8 @@ impl Records {
             // bad frame (never unresolved, which needs the chain broken).
             Some(slot) if !key && wire.dense_uregs() && slot.chained(stored, plain) => {
                 let since = slot.since_key + 1;
-                if slot.apply_dense(wire, rd, scratch, plain, since).is_err() {
+                let chain = next_chain(slot.chain, plain, since);
+                if slot.apply_dense(wire, rd, scratch, chain, since).is_err() {
                     return bad(stats, len);
                 }
                 stats.frames_ok += 1;
@@ -700,15 +716,18 @@ impl Records {
         }
         let state = match slot {
             Some(slot) => {
-                let since = if key {
-                    0
+                let (prev, since) = if key {
+                    (0, 0)
                 } else if slot.chained(stored, plain) {
-                    slot.since_key + 1
+                    (slot.chain, slot.since_key + 1)
                 } else {
                     stats.unresolved_samples += u64::from(stored != plain);
                     return bad(stats, len);
                 };
-                if slot.apply(wire, plain, since).is_err() {
+                if slot
+                    .apply(wire, next_chain(prev, plain, since), since)
+                    .is_err()
+                {
                     return bad(stats, len);
                 }
                 &*slot
@@ -719,7 +738,7 @@ impl Records {
                     return bad(stats, len);
                 }
                 let mut state = TaskRef::empty(tid);
-                if state.apply(wire, plain, 0).is_err() {
+                if state.apply(wire, next_chain(0, plain, 0), 0).is_err() {
                     return bad(stats, len);
                 }
                 match remember(tasks, state) {

@@ -6,7 +6,7 @@ use core::fmt;
 
 use postcard::ser_flavors::{Cobs, Flavor, Slice};
 
-use super::codec::{TaskRef, encode_sample};
+use super::codec::{TaskRef, chain_input, encode_sample};
 use super::{Record, WireRecordRef};
 
 /// The CRC used by every frame since protocol version 2: CRC-32C
@@ -142,7 +142,8 @@ impl<const N: usize> Encoder<N> {
                 let xor = reference.map_or(0, |r| r.chain);
                 let since_key = reference.map_or(0, |r| r.since_key + 1);
                 let (n, plain) = write_frame(&WireRecordRef::Sample(&wire), xor, out)?;
-                self.tasks[slot] = Some(TaskRef::after(s, plain, since_key));
+                let chain = CRC32.checksum(&chain_input(xor, plain, since_key));
+                self.tasks[slot] = Some(TaskRef::after(s, chain, since_key));
                 (n, plain)
             }
             Record::Hello(h) => {

@@ -16,10 +16,17 @@
 //! reports the version mismatch.
 //!
 //! `chain` is 0 except for a *delta* sample (see below), where it is the
-//! plain CRC-32C of the previous sample frame of the same task. A delta sample
-//! therefore only verifies against the exact reference the encoder used: a
-//! decoder that missed that reference (lost or corrupted frame) rejects the
-//! sample instead of reconstructing wrong values, and counts it.
+//! chain value of the task's state the sample was encoded against: the
+//! CRC-32C of (the previous state's chain, the previous sample frame's plain
+//! CRC, that frame's count since the keyframe), starting from 0 at the
+//! keyframe. It binds a delta frame to the exact run of frames since the
+//! task's keyframe, not just to the previous payload, which periodic code
+//! repeats byte for byte. A decoder that missed a frame of the run (lost or
+//! corrupted) holds a stale chain that no later frame of the run matches
+//! (short of a 2^-32 CRC coincidence), so it rejects and counts those
+//! samples until the next keyframe instead of rebuilding them on the wrong
+//! base. `tests/wire_loss.rs` drops each of 8,000 sample frames of a
+//! periodic capture in turn and finds no wrong sample.
 //!
 //! # Records
 //! [`Record::Hello`] is always variant 0 and starts with the magic and the
@@ -84,8 +91,11 @@ use crate::sample::Sample;
 /// The magic at the start of every Hello.
 pub const MAGIC: [u8; 4] = *b"PRCH";
 /// The protocol version this crate speaks. Version 2 changed the frame
-/// check from CRC-32/ISO-HDLC to CRC-32C; nothing else changed.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// check from CRC-32/ISO-HDLC to CRC-32C; version 3 made a delta sample's
+/// chain the cumulative chain of its task's run since the keyframe instead
+/// of the previous frame's plain CRC (see the module docs). A version-2
+/// Hello is recognised and refused with the version error.
+pub const PROTOCOL_VERSION: u16 = 3;
 /// The frame delimiter. A writer should send one before its first frame
 /// (and after any reset of the line) so that noise on the line before it is
 /// not glued to that frame.

@@ -905,17 +905,20 @@ fn frame_crc_is_crc32c() {
 }
 
 /// The CRC the encoder stores in a frame is the decoder's CRC of the
-/// payload (keyframes and other records), or that CRC chained to the
-/// previous sample frame of the task (delta samples).
+/// payload (keyframes and other records), or that CRC XORed with the
+/// task's chain (delta samples): the CRC-32C of the previous chain, the
+/// previous frame's plain CRC and its count since the keyframe.
 #[test]
 fn encoded_frames_carry_the_decoders_crc() {
     let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
         keyframe_interval: 4,
     });
     let mut buf = [0u8; MAX_FRAME];
-    let mut previous = None;
-    for i in 0..12 {
-        let n = enc.encode(&Record::Sample(sample(i)), &mut buf).unwrap();
+    let mut chain = 0u32;
+    for i in 0..12u32 {
+        let n = enc
+            .encode(&Record::Sample(sample(u64::from(i))), &mut buf)
+            .unwrap();
         let mut raw = buf[..n - 1].to_vec();
         let m = cobs::decode_in_place(&mut raw).unwrap();
         let (payload, crc) = raw[..m].split_at(m - 4);
@@ -923,10 +926,11 @@ fn encoded_frames_carry_the_decoders_crc() {
         let plain = decoder::frame_crc(payload);
         if i % 4 == 0 {
             assert_eq!(stored, plain, "keyframe {i}");
+            chain = 0;
         } else {
-            assert_eq!(stored, plain ^ previous.unwrap(), "delta {i}");
+            assert_eq!(stored, plain ^ chain, "delta {i}");
         }
-        previous = Some(plain);
+        chain = decoder::frame_crc(&super::codec::chain_input(chain, plain, i % 4));
     }
     let n = enc.encode(&Record::End(End::default()), &mut buf).unwrap();
     let mut raw = buf[..n - 1].to_vec();
@@ -987,7 +991,7 @@ fn a_version_1_stream_gets_the_version_error() {
         found: 1,
         expected: PROTOCOL_VERSION,
     })];
-    assert_eq!(PROTOCOL_VERSION, 2);
+    assert_eq!(PROTOCOL_VERSION, 3);
     #[cfg(feature = "std")]
     let paths = [Path::Rebuilt, Path::Parts, Path::Batches];
     #[cfg(not(feature = "std"))]
@@ -1015,7 +1019,20 @@ fn a_version_1_stream_gets_the_version_error() {
         assert_eq!(stats.frames_ignored, 0);
     }
 
-    // The same Hello as version 2 writes it decodes.
+    // A version-2 Hello (CRC-32C, with the chain of the previous payload
+    // only) gets the version error too.
+    h.version = 2;
+    let n = enc.encode(&Record::Hello(h.clone()), &mut buf).unwrap();
+    let (out, _) = decode_all(&buf[..n]);
+    assert_eq!(
+        out,
+        [Err(DecodeError::VersionMismatch {
+            found: 2,
+            expected: PROTOCOL_VERSION,
+        })]
+    );
+
+    // The same Hello as this version writes it decodes.
     h.version = PROTOCOL_VERSION;
     let n = enc.encode(&Record::Hello(h.clone()), &mut buf).unwrap();
     let (out, stats) = decode_all(&buf[..n]);

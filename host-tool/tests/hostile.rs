@@ -1,0 +1,713 @@
+//! The `perch` binary against hostile input: concatenated and restarted
+//! captures, outputs that are inputs, failed runs over existing files,
+//! pipes, values the runtime cannot use, silent sources, damaged Task
+//! records and images that do not fit. Each test guards one defect.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::fixture;
+use host_tool::image::Image;
+use host_tool::synth::{SynthConfig, write_capture};
+use sampler::wire::{self, Encoder, Record};
+
+struct Run {
+    code: i32,
+    stderr: String,
+    stdout: String,
+}
+
+fn finish(out: std::process::Output) -> Run {
+    let r = Run {
+        code: out.status.code().unwrap_or(-1),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+    };
+    assert!(
+        !r.stderr.contains("panicked"),
+        "perch panicked: {}",
+        r.stderr
+    );
+    r
+}
+
+fn perch(args: &[&str]) -> Run {
+    finish(
+        Command::new(env!("CARGO_BIN_EXE_perch"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap(),
+    )
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn image() -> Image {
+    Image::open(&fixture("appliance.elf")).unwrap()
+}
+
+/// The bytes of a synthetic capture over the fixture image.
+fn capture_bytes(cfg: &SynthConfig) -> Vec<u8> {
+    let mut v = Vec::new();
+    write_capture(Some(&image()), cfg, &mut v).unwrap();
+    v
+}
+
+fn synth(samples: u64, end: bool) -> SynthConfig {
+    SynthConfig {
+        samples,
+        end,
+        ..Default::default()
+    }
+}
+
+// ---- defect 4: a failed run keeps the old output ----
+
+/// Regular files directly in `dir`.
+fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Failed runs (exit 3, 4, a directory as input) leave an existing output
+/// as it was, create none where there was none, and leave no temporary
+/// file behind; a good run replaces the file.
+#[test]
+fn a_failed_run_leaves_no_output_and_keeps_the_old_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.bin");
+    std::fs::write(&garbage, vec![0x5a; 10_000]).unwrap();
+    let cap = dir.path().join("c.bin");
+    std::fs::write(&cap, capture_bytes(&synth(50, true))).unwrap();
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let out = dir.path().join("perf.data");
+    let svg = dir.path().join("f.svg");
+    let other = fixture("other.elf");
+    let runs: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["convert", s(&garbage), "-o", s(&out)], 3),
+        (
+            vec!["convert", s(&cap), "--image", s(&other), "-o", s(&out)],
+            4,
+        ),
+        (vec!["record", "--input", s(&garbage), "-o", s(&out)], 3),
+        (vec!["flamegraph", s(&garbage), "-o", s(&svg)], 3),
+        (
+            vec!["flamegraph", s(&cap), "--image", s(&other), "-o", s(&svg)],
+            4,
+        ),
+    ];
+    let before = files_in(dir.path());
+    for (args, code) in &runs {
+        let r = perch(args);
+        assert_eq!(r.code, *code, "{args:?}: {}", r.stderr);
+        assert_eq!(files_in(dir.path()), before, "{args:?}: an output appeared");
+    }
+    std::fs::write(&out, b"precious").unwrap();
+    std::fs::write(&svg, b"precious").unwrap();
+    let before = files_in(dir.path());
+    for (args, code) in &runs {
+        let r = perch(args);
+        assert_eq!(r.code, *code, "{args:?}: {}", r.stderr);
+        assert_eq!(std::fs::read(&out).unwrap(), b"precious", "{args:?}");
+        assert_eq!(std::fs::read(&svg).unwrap(), b"precious", "{args:?}");
+        assert_eq!(files_in(dir.path()), before, "{args:?}: a file was left");
+    }
+    for cmd in ["convert", "stat", "flamegraph"] {
+        let args = if cmd == "stat" {
+            vec![cmd, s(&sub)]
+        } else {
+            vec![cmd, s(&sub), "-o", s(&out)]
+        };
+        let r = perch(&args);
+        assert_eq!(r.code, 1, "{cmd}: {}", r.stderr);
+        assert!(r.stderr.contains("is a directory"), "{cmd}: {}", r.stderr);
+        assert_eq!(std::fs::read(&out).unwrap(), b"precious", "{cmd}");
+        assert!(r.stdout.is_empty(), "{cmd}: {}", r.stdout);
+    }
+    let r = perch(&["record", "--input", s(&sub), "-o", s(&out)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("is a directory"), "{}", r.stderr);
+    let r = perch(&["convert", s(&cap), "-o", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(&std::fs::read(&out).unwrap()[..8], b"PERFILE2");
+    assert_eq!(files_in(dir.path()), before);
+}
+
+// ---- defect 2: End ends the stream; a second Hello is a restart ----
+
+/// `perch args` with `input` written to its stdin in `chunk`-byte writes.
+fn perch_piped(args: &[&str], input: Vec<u8>, chunk: usize) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        for c in input.chunks(chunk) {
+            if stdin.write_all(c).is_err() {
+                break;
+            }
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    finish(out)
+}
+
+/// One record as a frame (a fresh encoder: for records with no delta state).
+fn frame(rec: &Record) -> Vec<u8> {
+    let mut enc: Encoder = Encoder::new(Default::default());
+    let mut buf = [0u8; wire::MAX_FRAME];
+    let n = enc.encode(rec, &mut buf).unwrap();
+    buf[..n].to_vec()
+}
+
+/// The sample count of perch's `wrote ...: N samples` line.
+fn written_samples(stderr: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("perch: wrote"))
+        .unwrap_or_else(|| panic!("no `wrote` line: {stderr}"));
+    let after = line.rsplit_once(": ").unwrap().1;
+    after.split(' ').next().unwrap().parse().unwrap()
+}
+
+/// Two captures glued together: only the first run is converted, the same
+/// however the bytes arrive (a file, or a pipe in 1000-byte writes), and
+/// what follows End is reported.
+#[test]
+fn records_after_end_are_not_converted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = capture_bytes(&synth(500, true));
+    bytes.extend(capture_bytes(&synth(300, true)));
+    let cap = dir.path().join("two.bin");
+    std::fs::write(&cap, &bytes).unwrap();
+    let out = dir.path().join("perf.data");
+    let img = fixture("appliance.elf");
+    let r = perch(&["convert", s(&cap), "--image", s(&img), "-o", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(written_samples(&r.stderr), 500, "{}", r.stderr);
+    assert!(r.stderr.contains("after the End record"), "{}", r.stderr);
+    for chunk in [1000, 7, 1 << 16] {
+        let r = perch_piped(
+            &[
+                "record",
+                "--input",
+                "/dev/stdin",
+                "--image",
+                s(&img),
+                "-o",
+                s(&out),
+            ],
+            bytes.clone(),
+            chunk,
+        );
+        assert_eq!(r.code, 0, "chunk {chunk}: {}", r.stderr);
+        assert_eq!(
+            written_samples(&r.stderr),
+            500,
+            "chunk {chunk}: {}",
+            r.stderr
+        );
+    }
+    let r = perch(&["stat", s(&cap)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("samples: 500 "), "{}", r.stdout);
+}
+
+/// A run that restarts (a second Hello, no End before it) is stopped at
+/// the restart, with a message and exit 7.
+#[test]
+fn a_second_hello_is_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = capture_bytes(&synth(300, false));
+    bytes.extend(capture_bytes(&synth(200, true)));
+    let cap = dir.path().join("restart.bin");
+    std::fs::write(&cap, &bytes).unwrap();
+    let out = dir.path().join("perf.data");
+    let img = fixture("appliance.elf");
+    let r = perch(&["convert", s(&cap), "--image", s(&img), "-o", s(&out)]);
+    assert_eq!(r.code, 7, "{}", r.stderr);
+    assert!(r.stderr.contains("restarted"), "{}", r.stderr);
+    assert_eq!(written_samples(&r.stderr), 300, "{}", r.stderr);
+    let r = perch(&["stat", s(&cap)]);
+    assert!(r.stdout.contains("samples: 300 "), "{}", r.stdout);
+    assert!(r.stdout.contains("restarted"), "{}", r.stdout);
+}
+
+/// A stream holding more samples than its End says were delivered is
+/// refused: it is not one run.
+#[test]
+fn more_samples_than_delivered_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = capture_bytes(&synth(500, false));
+    bytes.extend(frame(&Record::End(wire::End {
+        time: 1 << 40,
+        taken: 400,
+        delivered: 400,
+        lost: 0,
+        throttled: 0,
+        frames: 0,
+    })));
+    let cap = dir.path().join("over.bin");
+    std::fs::write(&cap, &bytes).unwrap();
+    let out = dir.path().join("perf.data");
+    let r = perch(&["convert", s(&cap), "-o", s(&out)]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("500 samples") && r.stderr.contains("delivered 400"),
+        "{}",
+        r.stderr
+    );
+    assert!(!out.exists(), "a refused stream left {}", out.display());
+}
+
+// ---- defect 3: an output that is an input ----
+
+/// Every way of naming an input as an output is refused before anything
+/// is written, by device and inode (a hard link, a symlink, `./X`).
+#[test]
+fn an_output_that_is_an_input_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("c.bin");
+    let bytes = capture_bytes(&synth(100, true));
+    std::fs::write(&cap, &bytes).unwrap();
+    let link = dir.path().join("hard.bin");
+    std::fs::hard_link(&cap, &link).unwrap();
+    let sym = dir.path().join("sym.bin");
+    std::os::unix::fs::symlink(&cap, &sym).unwrap();
+    let img = fixture("appliance.elf");
+    let other = dir.path().join("other.data");
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["convert", s(&cap), "-o", s(&cap)],
+        vec!["convert", s(&cap), "-o", s(&link)],
+        vec!["convert", s(&cap), "-o", s(&sym)],
+        vec!["convert", s(&cap), "--image", s(&img), "-o", s(&img)],
+        vec!["record", "--input", s(&cap), "-o", s(&link)],
+        vec![
+            "record",
+            "--input",
+            s(&cap),
+            "--save-capture",
+            s(&sym),
+            "-o",
+            s(&other),
+        ],
+        vec!["flamegraph", s(&cap), "-o", s(&cap)],
+        vec![
+            "record",
+            "--input",
+            s(&sym),
+            "--save-capture",
+            s(&other),
+            "-o",
+            s(&other),
+        ],
+    ];
+    let img_bytes = std::fs::read(&img).unwrap();
+    for args in cases {
+        let r = perch(&args);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("is also") || r.stderr.contains("same file"),
+            "{args:?}: {}",
+            r.stderr
+        );
+        assert_eq!(std::fs::read(&cap).unwrap(), bytes, "{args:?}");
+        assert_eq!(std::fs::read(&img).unwrap(), img_bytes, "{args:?}");
+        assert!(!other.exists(), "{args:?}");
+    }
+    // The check must not stop a normal run with an existing output.
+    std::fs::write(&other, b"old").unwrap();
+    let r = perch(&["convert", s(&cap), "-o", s(&other)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+// ---- defect 6: perch stat reads a pipe ----
+
+#[test]
+fn stat_reads_a_pipe() {
+    let bytes = capture_bytes(&SynthConfig {
+        samples: 700,
+        lost: 5,
+        ..Default::default()
+    });
+    let r = perch_piped(&["stat", "/dev/stdin"], bytes, 1000);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("samples: 700 "), "{}", r.stdout);
+    assert!(r.stdout.contains("lost (target): 5"), "{}", r.stdout);
+}
+
+/// A reader that goes away early (`perch stat X | head -1`) ends `stat`
+/// quietly, not with a panic.
+#[test]
+fn stat_into_a_closed_pipe_does_not_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("c.bin");
+    std::fs::write(&cap, capture_bytes(&synth(2000, true))).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(["stat", s(&cap)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let r = finish(child.wait_with_output().unwrap());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.is_empty(), "{}", r.stderr);
+}
+
+// ---- defect 7: values the runtime cannot use ----
+
+#[test]
+fn values_the_runtime_cannot_use_are_refused_before_boot() {
+    let img = fixture("appliance.elf");
+    // A QEMU that would be started only if the values got through.
+    for (flag, v, needle) in [
+        ("--freq", "0", "--freq"),
+        ("--freq", "99999999", "--freq"),
+        ("--freq", "5", "--freq"),
+        ("--ring", "0", "--ring"),
+        ("--duration", "0.0001", "--duration"),
+        ("--duration", "0.0004", "--duration"),
+    ] {
+        let r = perch(&[
+            "record",
+            "--image",
+            s(&img),
+            "--qemu",
+            "/nonexistent/qemu",
+            flag,
+            v,
+        ]);
+        assert_eq!(r.code, 2, "{flag} {v}: {}", r.stderr);
+        assert!(r.stderr.contains(needle), "{flag} {v}: {}", r.stderr);
+    }
+    // With a capture or a serial line, the options of a boot do nothing:
+    // they are refused.
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("c.bin");
+    std::fs::write(&cap, capture_bytes(&synth(10, true))).unwrap();
+    for extra in [
+        &["--freq", "4000"][..],
+        &["--duration", "2"],
+        &["--icount"],
+        &["--baud", "9600"],
+        &["--ring", "16"],
+        &["--pmu", "sim"],
+        &["--max-rate", "10"],
+        &["--cpu-pct", "10"],
+        &["--qemu", "qemu-system-x86_64"],
+        &["--", "-smp", "2"],
+    ] {
+        let out = dir.path().join("perf.data");
+        let mut args = vec!["record", "--input", s(&cap), "-o", s(&out)];
+        args.extend_from_slice(extra);
+        let r = perch(&args);
+        assert_eq!(r.code, 2, "{extra:?}: {}", r.stderr);
+        assert!(r.stderr.contains(extra[0]), "{extra:?}: {}", r.stderr);
+    }
+}
+
+// ---- defect 8: --timeout everywhere ----
+
+/// `--timeout` stops a pipe that never sends End, and a QEMU that never
+/// opens its wire socket, near the limit.
+#[test]
+fn timeout_covers_a_silent_pipe_and_a_qemu_without_its_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("perf.data");
+    // A pipe that sends the start of a run and then nothing, but stays open.
+    let head = capture_bytes(&synth(20, false));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(["record", "--input", "/dev/stdin", "--timeout", "1", "-o"])
+        .arg(&out)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&head).unwrap();
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(15);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(stdin);
+    let r = finish(child.wait_with_output().unwrap());
+    assert!(status.is_some(), "perch ignored --timeout on a pipe");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(r.code, 7, "{}", r.stderr);
+    assert!(r.stderr.contains("time limit"), "{}", r.stderr);
+    assert_eq!(written_samples(&r.stderr), 20, "{}", r.stderr);
+
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipping the QEMU half: python3 is needed for the stand-in QEMU");
+        return;
+    }
+    let start = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(["record", "--image"])
+        .arg(fixture("appliance.elf"))
+        .arg("--qemu")
+        .arg(fixture("fake-qemu.py"))
+        .args(["--timeout", "1", "-o"])
+        .arg(&out)
+        .env("PERCH_FAKE_ARGS", dir.path().join("args.txt"))
+        .env("PERCH_FAKE_NO_SOCKET", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let r = finish(o);
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(r.code, 6, "{}", r.stderr);
+    assert!(r.stderr.contains("within 1 s"), "{}", r.stderr);
+}
+
+// ---- defect 9: flamegraph ----
+
+#[test]
+fn flamegraph_of_no_samples_and_of_a_truncated_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = fixture("appliance.elf");
+    let svg = dir.path().join("f.svg");
+    let empty = dir.path().join("empty.bin");
+    std::fs::write(&empty, capture_bytes(&synth(0, true))).unwrap();
+    let r = perch(&["flamegraph", s(&empty), "--image", s(&img), "-o", s(&svg)]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains("no samples"), "{}", r.stderr);
+    assert!(!svg.exists());
+
+    let cut = dir.path().join("cut.bin");
+    let bytes = capture_bytes(&synth(300, true));
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let r = perch(&["flamegraph", s(&cut), "--image", s(&img), "-o", s(&svg)]);
+    assert_eq!(r.code, 7, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("ended before its End record"),
+        "{}",
+        r.stderr
+    );
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<?xml"));
+}
+
+// ---- defect 10: messages that name the real problem ----
+
+#[test]
+fn image_and_qemu_messages_name_the_real_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("c.bin");
+    std::fs::write(&cap, capture_bytes(&synth(10, true))).unwrap();
+    let out = dir.path().join("perf.data");
+    // Another image, stripped: the build-id is what is wrong.
+    let r = perch(&[
+        "convert",
+        s(&cap),
+        "--image",
+        s(&fixture("other-stripped.elf")),
+        "-o",
+        s(&out),
+    ]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(r.stderr.contains("build-id"), "{}", r.stderr);
+    assert!(!r.stderr.contains("no executable"), "{}", r.stderr);
+    // The right image, stripped: its symbols are missing.
+    for cmd in ["convert", "flamegraph"] {
+        let r = perch(&[
+            cmd,
+            s(&cap),
+            "--image",
+            s(&fixture("appliance-stripped.elf")),
+            "-o",
+            s(&out),
+        ]);
+        assert_eq!(r.code, 4, "{cmd}: {}", r.stderr);
+        assert!(r.stderr.contains("stripped"), "{cmd}: {}", r.stderr);
+        assert!(!r.stderr.contains("no executable"), "{cmd}: {}", r.stderr);
+    }
+    // A program that is there but is no QEMU.
+    let r = perch(&[
+        "record",
+        "--image",
+        s(&fixture("appliance.elf")),
+        "--qemu",
+        "/bin/false",
+        "-o",
+        s(&out),
+    ]);
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    assert!(!r.stderr.contains("not found"), "{}", r.stderr);
+    assert!(r.stderr.contains("not a working QEMU"), "{}", r.stderr);
+}
+
+// ---- defect 5 (host part): a damaged Task record ----
+
+/// The capture with its Task frame (the second frame) damaged.
+fn without_task_record(samples: u64) -> Vec<u8> {
+    let mut bytes = capture_bytes(&synth(samples, true));
+    // Frames end with 0x00: the first is the Hello, the second the Task.
+    let ends: Vec<usize> = bytes
+        .iter()
+        .enumerate()
+        .filter(|&(_, &b)| b == 0)
+        .map(|(i, _)| i)
+        .collect();
+    assert_ne!(bytes[0], 0, "the synthetic stream starts with its Hello");
+    let (start, end) = (ends[0] + 1, ends[1]);
+    bytes[(start + end) / 2] ^= 0x10;
+    bytes
+}
+
+#[test]
+fn a_lost_task_record_is_warned_about_counted_and_mapped_from_the_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("notask.bin");
+    std::fs::write(&cap, without_task_record(400)).unwrap();
+    let out = dir.path().join("perf.data");
+    let img = fixture("appliance.elf");
+    let r = perch(&["convert", s(&cap), "--image", s(&img), "-o", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("400 samples of 1 task whose Task record never arrived"),
+        "{}",
+        r.stderr
+    );
+    let reader = std::io::BufReader::new(std::fs::File::open(&out).unwrap());
+    let linux_perf_data::PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = linux_perf_data::PerfFileReader::parse_file(reader).unwrap();
+    let mut comms = Vec::new();
+    let mut user_maps = Vec::new();
+    while let Some(rec) = record_iter.next_record(&mut perf_file).unwrap() {
+        if let linux_perf_data::PerfFileRecord::EventRecord { record, .. } = rec {
+            if record.record_type.0 == 13 {
+                continue;
+            }
+            match record.parse().unwrap() {
+                linux_perf_data::linux_perf_event_reader::EventRecord::Comm(c) => comms.push((
+                    c.pid,
+                    String::from_utf8_lossy(&c.name.as_slice()).into_owned(),
+                )),
+                linux_perf_data::linux_perf_event_reader::EventRecord::Mmap(m) if m.pid == 1 => {
+                    user_maps.push((
+                        m.address,
+                        String::from_utf8_lossy(&m.path.as_slice()).into_owned(),
+                    ))
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(comms.contains(&(1, "tid-1".to_owned())), "{comms:?}");
+    let image = image();
+    assert_eq!(
+        user_maps,
+        image
+            .user_text
+            .iter()
+            .map(|u| (u.addr, image.path.display().to_string()))
+            .collect::<Vec<_>>()
+    );
+    let r = perch(&["stat", s(&cap)]);
+    assert!(
+        r.stdout
+            .contains("tasks without a Task record: 1 (400 samples;"),
+        "{}",
+        r.stdout
+    );
+}
+
+// ---- defect 12: wire losses named as such ----
+
+/// A damaged line's losses are called wire losses in perch's summary, and
+/// perf does not blame IO/CPU overload for them, while the counts stay
+/// exact.
+#[test]
+fn wire_losses_are_named_and_perf_does_not_blame_overload() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = capture_bytes(&synth(2000, true));
+    let mut next = common::xorshift(0x1234_5678);
+    // Flip one byte in each of a few frames past the Hello and Task.
+    for _ in 0..5 {
+        let pos = 400 + (next() as usize) % (bytes.len() - 800);
+        if bytes[pos] != 0 {
+            bytes[pos] ^= 0x21;
+        }
+    }
+    let cap = dir.path().join("damaged.bin");
+    std::fs::write(&cap, &bytes).unwrap();
+    let out = dir.path().join("perf.data");
+    let img = fixture("appliance.elf");
+    let r = perch(&["convert", s(&cap), "--image", s(&img), "-o", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let samples = written_samples(&r.stderr);
+    let lost = 2000 - samples;
+    assert!(lost > 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "{lost} samples were lost on the wire (damaged frames on the line, not an overload)"
+        )),
+        "{}",
+        r.stderr
+    );
+    let Some((stdout, stderr)) = common::perf(&[
+        "report",
+        "-i",
+        s(&out),
+        "--stdio",
+        "--stats",
+        &format!("--vmlinux={}", s(&img)),
+    ]) else {
+        return;
+    };
+    assert!(!stderr.contains("overload"), "{stderr}");
+    assert!(!stdout.contains("overload"), "{stdout}");
+    assert!(!stdout.contains("LOST events"), "{stdout}");
+    let Some((report, _)) = common::perf(&[
+        "report",
+        "-i",
+        s(&out),
+        "--stdio",
+        &format!("--vmlinux={}", s(&img)),
+    ]) else {
+        return;
+    };
+    assert!(
+        report.contains(&format!("Total Lost Samples: {lost}")),
+        "{report}"
+    );
+}
