@@ -64,7 +64,6 @@ typedef uint32_t word;
 #define MAP_FIXED 0x10
 #define MAP_ANONYMOUS 0x20
 #define MREMAP_FIXED 2
-#define F_DUPFD 0
 #define F_SETLKW 7
 #define F_SETLKW64 14 /* i386 */
 #define F_OFD_SETLKW 38
@@ -490,7 +489,10 @@ int main(int argc, char **argv, char **envp)
 	/* Keep the console as `console`; fds 0-2 become /dev/null. */
 	static const int console_fds[] = {100, 64, 32, 20};
 	for (size_t i = 0; i < sizeof console_fds / sizeof console_fds[0] && console < 0; i++)
-		console = (int)SYS3(SYS_fcntl, 1, F_DUPFD, console_fds[i]);
+		if (SYS3(SYS_dup2, 1, console_fds[i], 0) == console_fds[i])
+			console = console_fds[i];
+	if (console < 0)
+		console = (int)SYS3(SYS_dup, 1, 0, 0);
 	long null = raw(SYS_openat, (word)AT_FDCWD, (word)(uintptr_t)"/dev/null", O_RDWR, 0, 0, 0);
 	if (console < 0 || null < 0) {
 		put(2, "fuzz: cannot set up descriptors\n");
