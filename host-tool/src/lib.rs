@@ -1,6 +1,8 @@
 //! The host side of Perch as a library: the perf.data writer, the image
-//! reader, the stream model and the conversions the `perch` binary drives.
+//! reader, the stream model, the conversions the `perch` binary drives, and
+//! the appliance packer (boot archive and manifest).
 
+pub mod archive;
 pub mod convert;
 pub mod error;
 pub mod flamegraph;

@@ -1,6 +1,9 @@
 //! Helpers for Perch's QEMU end-to-end tests (in `tests/tests/`): build the
-//! runtime once, boot it with a command line under a hard timeout, and
-//! collect its serial output and exit status.
+//! runtime once, boot it with a command line (and a boot archive) under a
+//! hard timeout, and collect its serial output and exit status. The test
+//! programs, their native runs and the console parser are in [`programs`].
+
+pub mod programs;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -15,7 +18,8 @@ pub const STATUS_FAIL: i32 = 35;
 /// QEMU status for the runtime's crash code (0x12).
 pub const STATUS_CRASH: i32 = 37;
 
-fn workspace_root() -> PathBuf {
+/// The repository root.
+pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("tests/ lives one level below the workspace root")
@@ -56,8 +60,10 @@ pub struct Boot {
     pub status: Option<i32>,
     /// Whether the timeout killed QEMU.
     pub timed_out: bool,
-    /// Everything written to the serial line.
+    /// Everything written to the serial line (lossily decoded).
     pub output: String,
+    /// Everything written to the serial line, as bytes.
+    pub bytes: Vec<u8>,
 }
 
 impl Boot {
@@ -82,12 +88,27 @@ impl Drop for KillOnDrop {
 
 /// Boots the runtime with `cmdline` (`-kernel`, PVH, `-cpu max`) and waits at most `timeout`.
 pub fn boot(cmdline: &str, timeout: Duration) -> Boot {
-    boot_with(cmdline, timeout, &["-cpu", "max"])
+    boot_with(cmdline, timeout, &["-cpu", "max", "-m", "256M"])
+}
+
+/// Boots the runtime with `archive` as its boot archive (`-initrd`, the PVH
+/// module) and 1 GiB of memory (`-cpu max`), and waits at most `timeout`.
+pub fn boot_archive(cmdline: &str, archive: &std::path::Path, timeout: Duration) -> Boot {
+    let archive = archive.to_str().expect("the archive path is UTF-8");
+    boot_with(
+        cmdline,
+        timeout,
+        &["-cpu", "max", "-m", "1G", "-initrd", archive],
+    )
 }
 
 /// Boots under `-icount shift=0,sleep=off`: instruction-exact, repeatable timing.
 pub fn boot_icount(cmdline: &str, timeout: Duration) -> Boot {
-    boot_with(cmdline, timeout, &["-icount", "shift=0,sleep=off"])
+    boot_with(
+        cmdline,
+        timeout,
+        &["-icount", "shift=0,sleep=off", "-m", "256M"],
+    )
 }
 
 fn boot_with(cmdline: &str, timeout: Duration, extra: &[&str]) -> Boot {
@@ -100,8 +121,6 @@ fn boot_with(cmdline: &str, timeout: Duration, extra: &[&str]) -> Boot {
             "none",
             "-machine",
             "pc",
-            "-m",
-            "256M",
             "-serial",
             "stdio",
             "-device",
@@ -118,7 +137,7 @@ fn boot_with(cmdline: &str, timeout: Duration, extra: &[&str]) -> Boot {
     let child = match child {
         Ok(c) => c,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-            "qemu-system-x86_64 not found: install it with `sudo apt-get install qemu-system-x86`"
+            "qemu-system-x86_64 not found: install it with `sudo apt-get install --no-install-recommends qemu-system-x86`"
         ),
         Err(e) => panic!("starting QEMU: {e}"),
     };
@@ -127,7 +146,7 @@ fn boot_with(cmdline: &str, timeout: Duration, extra: &[&str]) -> Boot {
     let reader = std::thread::spawn(move || {
         let mut buf = Vec::new();
         let _ = stdout.read_to_end(&mut buf);
-        String::from_utf8_lossy(&buf).into_owned()
+        buf
     });
     let start = Instant::now();
     let (status, timed_out) = loop {
@@ -142,11 +161,12 @@ fn boot_with(cmdline: &str, timeout: Duration, extra: &[&str]) -> Boot {
         std::thread::sleep(Duration::from_millis(20));
     };
     drop(child);
-    let output = reader.join().unwrap_or_default();
+    let bytes = reader.join().unwrap_or_default();
     Boot {
         status,
         timed_out,
-        output,
+        output: String::from_utf8_lossy(&bytes).into_owned(),
+        bytes,
     }
 }
 
@@ -268,7 +288,9 @@ pub fn qemu_present() -> bool {
     if have_tool("qemu-system-x86_64") {
         return true;
     }
-    eprintln!("SKIPPED: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)");
+    eprintln!(
+        "SKIPPED: qemu-system-x86_64 is not installed (apt-get install --no-install-recommends qemu-system-x86)"
+    );
     false
 }
 
@@ -277,6 +299,8 @@ pub fn perf_present() -> bool {
     if have_tool("perf") {
         return true;
     }
-    eprintln!("SKIPPED: perf is not installed (apt-get install linux-perf)");
+    eprintln!(
+        "SKIPPED: perf is not installed (apt-get install --no-install-recommends linux-perf)"
+    );
     false
 }

@@ -13,7 +13,9 @@ pub fn target_dir() -> PathBuf {
 }
 
 /// Builds the runtime (optimised, with debug info) and returns the ELF path.
+/// Adds the `x86_64-unknown-none` target first if the toolchain lacks it.
 pub fn build() -> Result<PathBuf> {
+    crate::tools::require_targets(&[crate::tools::RUNTIME_TARGET])?;
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(project_root())
         .args([

@@ -103,7 +103,7 @@ pub fn run(o: &RunOptions) -> Result<i32> {
         );
     } else {
         println!(
-            "\nxtask: perf is not installed (apt-get install linux-perf); perch's own summary instead:"
+            "\nxtask: perf is not installed (apt-get install --no-install-recommends linux-perf); perch's own summary instead:"
         );
         let s = Command::new(&perch).arg("stat").arg(&capture).status()?;
         if !s.success() {
@@ -393,7 +393,7 @@ pub fn bench() -> Result<i32> {
     } else {
         rows.push((
             "perf script / perf report".into(),
-            "perf not installed (apt-get install linux-perf)".into(),
+            "perf not installed (apt-get install --no-install-recommends linux-perf)".into(),
         ));
     }
 

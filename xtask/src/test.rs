@@ -2,6 +2,7 @@
 //! self-test in QEMU (plain, under icount, and from the ISO under BIOS and
 //! UEFI), with a summary whose last line is `N passed, M failed`.
 
+use crate::tools::{self, GCC_MULTILIB, MUSL_GCC, PROGRAM_TARGETS, RUNTIME_TARGET};
 use crate::{SelftestArgs, project_root, selftest};
 use anyhow::Result;
 use std::process::Command;
@@ -16,8 +17,15 @@ fn cargo(args: &[&str]) -> Result<bool> {
     Ok(status.success())
 }
 
-/// Runs every step; returns the process exit code.
+/// Runs every step; returns the process exit code. First makes sure of what
+/// the builds need: the runtime's and the test programs' rustup targets, and
+/// the C compilers of `tests/programs/c` (musl-gcc, gcc -m32).
 pub fn run(with_iso: bool) -> Result<i32> {
+    let mut targets = vec![RUNTIME_TARGET];
+    targets.extend_from_slice(PROGRAM_TARGETS);
+    tools::require_targets(&targets)?;
+    tools::require_tool(&MUSL_GCC)?;
+    tools::require_tool(&GCC_MULTILIB)?;
     type Step = (&'static str, Box<dyn Fn() -> Result<bool>>);
     let st = |icount, iso, uefi| SelftestArgs {
         icount,

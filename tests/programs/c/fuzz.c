@@ -1,0 +1,523 @@
+/*
+ * fuzz: a system-call fuzzer for the Perch runtime, one source for both ABIs.
+ *
+ *   fuzz CALLS [SEED]
+ *
+ * Built as x86-64 (`gcc -static`: raw `syscall`) and as i386 (`gcc -m32
+ * -static`: raw `int 0x80`). A seeded xorshift picks a system-call number
+ * and six arguments per call, each argument from a class: small integers,
+ * random 32/64-bit values, single bits, bad pointers (0, 8, the runtime's
+ * half at 0xffffffff80100000, non-canonical, unmapped, a guard page), huge
+ * lengths, and valid pointers into a scratch buffer (random bytes, a few
+ * path strings). It makes CALLS calls and prints only what is the same on
+ * every kernel: the number of calls made, then "fuzz done".
+ *
+ * The runtime must survive every call. So that the *fuzzer* survives too
+ * and never blocks, a short deny-list (see deny_reason) skips the calls that
+ * end or replace the process, signal anything, block or sleep on a caller's
+ * timeout, make blocking descriptors (pipes, sockets, eventfds), or reach
+ * other processes or the network; and a few calls are steered:
+ *   - munmap/mprotect/madvise/mremap/mlock/munlock/msync/mseal act only on a
+ *     sacrificial "victim" mapping (the fuzzer never touches it);
+ *   - mmap never gets MAP_FIXED (it would replace the fuzzer's own pages),
+ *     and what it maps is unmapped again at once; mremap never MREMAP_FIXED;
+ *   - brk never shrinks below the break the fuzzer started with, and grows
+ *     by at most 16 MiB (a heap up to a bad pointer would make it good);
+ *   - the console is kept as a high descriptor (100 where the fd table
+ *     allows) and no call that has an argument equal to it is made, so
+ *     nothing can write, truncate, duplicate or close it; pidfd_getfd is
+ *     denied (it could duplicate it too); fds 0-2 are /dev/null while
+ *     fuzzing and close/dup2/dup3 never target them;
+ *   - poll gets a zero timeout; prlimit64 never sets limits; fcntl never
+ *     waits for a lock (F_SETLKW, F_OFD_SETLKW: two of the fuzzer's own
+ *     descriptors of one file can conflict, as with flock, which is denied).
+ * The scratch buffer sits between two PROT_NONE guard pages, so a call that
+ * writes through a valid pointer with a huge length stops at a guard.
+ *
+ * Do not run it on a host as root: it makes random calls with whatever
+ * privileges it has. It refuses to start as root unless PERCH_FUZZ_GUEST=1
+ * is set, which the end-to-end test sets in the appliance's manifest.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+
+#if defined(__x86_64__)
+#define ABI_NAME "x86_64"
+typedef uint64_t word;
+#define USER_END 0x800000000000ull
+#elif defined(__i386__)
+#define ABI_NAME "i386"
+typedef uint32_t word;
+#define USER_END 0xffffe000u
+#else
+#error "fuzz.c is for x86-64 and i386"
+#endif
+
+/* Linux constants, spelled out so the fuzzer needs no libc headers. */
+#define O_RDONLY 0
+#define O_RDWR 2
+#define PROT_NONE 0
+#define PROT_READ 1
+#define PROT_WRITE 2
+#define MAP_PRIVATE 0x02
+#define MAP_FIXED 0x10
+#define MAP_ANONYMOUS 0x20
+#define MREMAP_FIXED 2
+#define F_SETLKW 7
+#define F_SETLKW64 14 /* i386 */
+#define F_OFD_SETLKW 38
+#define AT_FDCWD (-100)
+#define PAGE 4096u
+#define SCRATCH_BYTES (16 * PAGE)
+#define VICTIM_BYTES (16 * PAGE)
+#define BRK_SPAN (16u << 20)
+#define NR_SPAN 512 /* numbers 0..511 cover both tables today */
+
+static long raw(word nr, word a, word b, word c, word d, word e, word f)
+{
+#if defined(__x86_64__)
+	register word r10 __asm__("r10") = d;
+	register word r8 __asm__("r8") = e;
+	register word r9 __asm__("r9") = f;
+	long ret;
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	return ret;
+#else
+	/* ebp (the sixth argument) may be the frame pointer and ebx the PIC
+	 * register, so both are saved by hand and every argument is loaded from
+	 * an array whose address is in esi. */
+	word args[6] = {a, b, c, d, e, f};
+	word *p = args;
+	long ret;
+	__asm__ volatile("push %%ebp\n\t"
+			 "push %%ebx\n\t"
+			 "mov 0(%%esi), %%ebx\n\t"
+			 "mov 4(%%esi), %%ecx\n\t"
+			 "mov 8(%%esi), %%edx\n\t"
+			 "mov 16(%%esi), %%edi\n\t"
+			 "mov 20(%%esi), %%ebp\n\t"
+			 "mov 12(%%esi), %%esi\n\t"
+			 "int $0x80\n\t"
+			 "pop %%ebx\n\t"
+			 "pop %%ebp"
+			 : "=a"(ret), "+S"(p)
+			 : "a"(nr), "m"(args)
+			 : "ecx", "edx", "edi", "memory");
+	return ret;
+#endif
+}
+
+#define SYS0(n) raw((n), 0, 0, 0, 0, 0, 0)
+#define SYS3(n, a, b, c) raw((n), (word)(a), (word)(b), (word)(c), 0, 0, 0)
+
+static size_t len_of(const char *s)
+{
+	size_t n = 0;
+	while (s[n])
+		n++;
+	return n;
+}
+
+static void put(int fd, const char *s)
+{
+	SYS3(SYS_write, fd, s, len_of(s));
+}
+
+static char *utoa(char *end, uint64_t v)
+{
+	*--end = 0;
+	do
+		*--end = (char)('0' + v % 10);
+	while (v /= 10);
+	return end;
+}
+
+static uint64_t parse_u64(const char *s)
+{
+	uint64_t v = 0;
+	while (*s >= '0' && *s <= '9')
+		v = v * 10 + (uint64_t)(*s++ - '0');
+	return v;
+}
+
+static __attribute__((noreturn)) void finish(int status)
+{
+	for (;;)
+		SYS3(SYS_exit_group, status, 0, 0);
+}
+
+static uint64_t rng;
+static uint64_t next(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+static unsigned char *scratch; /* SCRATCH_BYTES between guard pages */
+static unsigned char *victim;  /* the only target of munmap & co */
+static word initial_brk;
+static int console = -1;       /* saved stdout */
+
+/* Path strings placed in the scratch buffer at these offsets. */
+static const char *const paths[] = {
+	"data/input.txt", "/dev/null", "/dev/zero", "/dev/urandom", ".",
+	"data", "/", "fuzz-new-file", "/proc/self/exe", "bin",
+};
+#define NPATHS (sizeof paths / sizeof paths[0])
+#define PATH_SLOT 64
+
+static word bad_pointer(void)
+{
+	static const uint64_t bad[] = {
+		0, 8, 0xfff, 0xffffffff80100000ull, 0xffff800000000000ull,
+		0x0000800000000000ull, 0x00007ffffffff000ull, 0x8000000000000000ull,
+		0xdead0000ull, 0xfffff000ull, 0xffffffffffffffffull, 0xc0000000ull,
+	};
+	unsigned k = (unsigned)(next() % (sizeof bad / sizeof bad[0]) + 2);
+	if (k == sizeof bad / sizeof bad[0])
+		return (word)(uintptr_t)(scratch - PAGE + (next() % PAGE)); /* guard */
+	if (k == sizeof bad / sizeof bad[0] + 1)
+		return (word)(uintptr_t)(scratch + SCRATCH_BYTES); /* guard after */
+	return (word)bad[k];
+}
+
+static word arg(void)
+{
+	uint64_t r = next();
+	switch (r % 16) {
+	case 0: case 1: case 2: case 3:
+		return (word)(next() % 16);                  /* small: fds, flags */
+	case 4:
+		return (word)(0 - (next() % 4));             /* -1, -2, -3, 0 */
+	case 5: case 6:
+		return (word)next();                         /* random bits */
+	case 7:
+		return (word)(1ull << (next() % 64));        /* a single bit */
+	case 8: case 9:
+		return bad_pointer();
+	case 10: {                                       /* huge or odd lengths */
+		static const uint64_t lens[] = {
+			0x7fffffff, 0xffffffff, 0x80000000, 1ull << 40,
+			0xffffffffffffffffull, 1u << 20, 4096, 4097,
+		};
+		return (word)lens[next() % (sizeof lens / sizeof lens[0])];
+	}
+	case 11: case 12: case 13:                       /* into the scratch buffer */
+		return (word)(uintptr_t)(scratch + next() % SCRATCH_BYTES);
+	case 14:                                         /* aligned, with room */
+		return (word)(uintptr_t)(scratch + (next() % (SCRATCH_BYTES / 64)) * 64);
+	default:                                         /* a path string */
+		return (word)(uintptr_t)(scratch + (next() % NPATHS) * PATH_SLOT);
+	}
+}
+
+static word syscall_number(void)
+{
+	uint64_t r = next();
+	if (r % 64)
+		return (word)(next() % NR_SPAN);
+	static const uint64_t odd[] = {
+		NR_SPAN, 1000, 0x40000000 | 1, 0x40000000 | 39, 0x7fffffff,
+		0xffffffff, 0xffffffffffffffffull, (1ull << 32) | 39,
+	};
+	return (word)odd[next() % (sizeof odd / sizeof odd[0])];
+}
+
+enum action { ALLOW = 0, DENY, MEMORY, MMAP, MREMAP, BRK, FD_TARGET0, FD_TARGET1, FCNTL, POLL, PRLIMIT };
+static unsigned char table[NR_SPAN];
+
+static void mark(long nr, enum action a)
+{
+	if (nr >= 0 && nr < NR_SPAN)
+		table[nr] = (unsigned char)a;
+}
+
+/* The deny-list and the steered calls, by name so one list serves both ABIs
+ * (a name the ABI lacks is skipped by its #ifdef). */
+static void build_table(void)
+{
+#define D(name) mark(SYS_##name, DENY)
+	/* end or replace the process, or signal anything */
+	D(exit); D(exit_group); D(execve); D(execveat);
+	D(fork); D(vfork); D(clone); D(kill); D(tkill); D(tgkill);
+	D(rt_sigqueueinfo); D(rt_tgsigqueueinfo); D(rt_sigreturn);
+#ifdef SYS_clone3
+	D(clone3);
+#endif
+#ifdef SYS_pidfd_send_signal
+	D(pidfd_send_signal);
+#endif
+#ifdef SYS_sigreturn
+	D(sigreturn);
+#endif
+	/* a bad argument here kills the caller later (seccomp strict mode,
+	 * death signals, CPU-time limits, an rseq area) or arms a signal */
+	D(prctl); D(seccomp); D(setrlimit); D(alarm); D(setitimer); D(timer_create);
+#ifdef SYS_rseq
+	D(rseq);
+#endif
+	/* block or sleep for as long as an argument says */
+	D(pause); D(nanosleep); D(clock_nanosleep); D(pselect6); D(ppoll);
+	D(rt_sigsuspend); D(rt_sigtimedwait); D(futex); D(epoll_wait); D(epoll_pwait);
+	D(io_getevents); D(msgrcv); D(mq_timedreceive); D(mq_timedsend);
+	D(wait4); D(waitid); D(sync); D(syncfs); D(flock);
+#ifdef SYS_select
+	D(select);
+#endif
+#ifdef SYS__newselect
+	D(_newselect);
+#endif
+#ifdef SYS_sigsuspend
+	D(sigsuspend);
+#endif
+#ifdef SYS_waitpid
+	D(waitpid);
+#endif
+#ifdef SYS_semop
+	D(semop);
+#endif
+#ifdef SYS_semtimedop
+	D(semtimedop);
+#endif
+#ifdef SYS_ipc
+	D(ipc); /* i386 multiplexer: msgrcv, semop, shmat */
+#endif
+#ifdef SYS_epoll_pwait2
+	D(epoll_pwait2);
+#endif
+#ifdef SYS_futex_waitv
+	D(futex_waitv);
+#endif
+#ifdef SYS_io_pgetevents
+	D(io_pgetevents);
+#endif
+#ifdef SYS_io_uring_enter
+	D(io_uring_enter);
+#endif
+#ifdef SYS_clock_nanosleep_time64
+	D(clock_nanosleep_time64); D(pselect6_time64); D(ppoll_time64);
+	D(rt_sigtimedwait_time64); D(futex_time64); D(semtimedop_time64);
+	D(mq_timedreceive_time64); D(mq_timedsend_time64); D(io_pgetevents_time64);
+#endif
+	/* descriptors whose reads block, and the network */
+	D(pipe); D(pipe2); D(socket); D(socketpair); D(eventfd); D(eventfd2);
+	D(signalfd); D(signalfd4); D(timerfd_create); D(inotify_init); D(inotify_init1);
+	D(userfaultfd); D(perf_event_open); D(fanotify_init);
+#ifdef SYS_socketcall
+	D(socketcall);
+#endif
+	/* other processes, the machine, or mappings at arbitrary addresses */
+	D(ptrace); D(process_vm_writev); D(reboot); D(iopl); D(ioperm); D(shmat);
+	D(close_range); D(io_uring_setup);
+	D(fallocate); /* reserves real disk space on a host */
+#ifdef SYS_pidfd_getfd
+	D(pidfd_getfd);
+#endif
+#ifdef SYS_process_madvise
+	D(process_madvise);
+#endif
+#ifdef SYS_remap_file_pages
+	D(remap_file_pages);
+#endif
+#if defined(__x86_64__)
+	/* uretprobe and uprobe: SIGILL unless called from their trampolines */
+	mark(335, DENY);
+	mark(336, DENY);
+#endif
+#if defined(__i386__)
+	D(mmap); /* i386 old_mmap: its arguments (MAP_FIXED too) come from memory */
+#endif
+#undef D
+	mark(SYS_munmap, MEMORY); mark(SYS_mprotect, MEMORY); mark(SYS_madvise, MEMORY);
+	mark(SYS_mlock, MEMORY); mark(SYS_munlock, MEMORY); mark(SYS_msync, MEMORY);
+#ifdef SYS_mlock2
+	mark(SYS_mlock2, MEMORY);
+#endif
+#ifdef SYS_pkey_mprotect
+	mark(SYS_pkey_mprotect, MEMORY);
+#endif
+#ifdef SYS_mseal
+	mark(SYS_mseal, MEMORY);
+#endif
+#if defined(__x86_64__)
+	mark(SYS_mmap, MMAP);
+#else
+	mark(SYS_mmap2, MMAP);
+#endif
+	mark(SYS_mremap, MREMAP);
+	mark(SYS_brk, BRK);
+	mark(SYS_close, FD_TARGET0);
+	mark(SYS_dup2, FD_TARGET1);
+	mark(SYS_dup3, FD_TARGET1);
+	mark(SYS_fcntl, FCNTL);
+#ifdef SYS_fcntl64
+	mark(SYS_fcntl64, FCNTL);
+#endif
+	mark(SYS_poll, POLL);
+	mark(SYS_prlimit64, PRLIMIT);
+}
+
+static int protected_fd(word fd)
+{
+	return fd <= 2;
+}
+
+/* Applies the table to one drawn call; returns 0 to skip it. */
+static int steer(word nr, word *a)
+{
+	for (int i = 0; i < 6; i++)
+		if (a[i] == (word)console)
+			return 0;
+	if (nr >= NR_SPAN)
+		return 1;
+	switch ((enum action)table[nr]) {
+	case ALLOW:
+		return 1;
+	case DENY:
+		return 0;
+	case MEMORY:
+		a[0] = (word)(uintptr_t)(victim + (next() % (VICTIM_BYTES / PAGE)) * PAGE);
+		if (next() % 2)
+			a[1] = (word)((next() % (VICTIM_BYTES / PAGE)) * PAGE);
+		if ((uintptr_t)a[0] + a[1] > (uintptr_t)victim + VICTIM_BYTES ||
+		    (uintptr_t)a[0] + a[1] < (uintptr_t)a[0])
+			a[1] = (word)((uintptr_t)victim + VICTIM_BYTES - (uintptr_t)a[0]);
+		return 1;
+	case MMAP:
+		a[3] &= ~(word)MAP_FIXED;
+		return 1;
+	case MREMAP:
+		a[0] = (word)(uintptr_t)victim;
+		a[1] = (word)((next() % (VICTIM_BYTES / PAGE) + 1) * PAGE);
+		a[3] &= ~(word)MREMAP_FIXED;
+		return 1;
+	case BRK:
+		if (a[0] < initial_brk)
+			a[0] = 0;
+		else if (a[0] - initial_brk > BRK_SPAN && a[0] < USER_END)
+			a[0] = initial_brk + a[0] % BRK_SPAN;
+		return 1;
+	case FD_TARGET0:
+		return !protected_fd(a[0]);
+	case FD_TARGET1:
+		return !protected_fd(a[1]);
+	case FCNTL:
+		return a[1] != F_SETLKW && a[1] != F_OFD_SETLKW && a[1] != F_SETLKW64;
+	case POLL:
+		a[2] = 0;
+		return 1;
+	case PRLIMIT:
+		a[2] = 0;
+		return 1;
+	}
+	return 0;
+}
+
+static int is_root_without_consent(char **envp)
+{
+	if (SYS0(SYS_getuid) != 0)
+		return 0;
+	static const char want[] = "PERCH_FUZZ_GUEST=1";
+	for (char **e = envp; *e; e++) {
+		size_t i = 0;
+		while (want[i] && (*e)[i] == want[i])
+			i++;
+		if (!want[i] && !(*e)[i])
+			return 0;
+	}
+	return 1;
+}
+
+static unsigned char *map(size_t bytes, int prot)
+{
+	long p = raw(
+#if defined(__x86_64__)
+		SYS_mmap,
+#else
+		SYS_mmap2,
+#endif
+		0, (word)bytes, (word)prot, MAP_PRIVATE | MAP_ANONYMOUS, (word)-1, 0);
+	return (p < 0 && p > -4096) ? NULL : (unsigned char *)(uintptr_t)p;
+}
+
+int main(int argc, char **argv, char **envp)
+{
+	if (argc < 2) {
+		put(2, "usage: fuzz CALLS [SEED]\n");
+		return 2;
+	}
+	if (is_root_without_consent(envp)) {
+		put(2, "fuzz: refusing to fuzz a host's system calls as root "
+		       "(set PERCH_FUZZ_GUEST=1 where the calls reach only the runtime)\n");
+		return 2;
+	}
+	uint64_t calls = parse_u64(argv[1]);
+	rng = argc > 2 ? parse_u64(argv[2]) : 1;
+	if (rng == 0)
+		rng = 1;
+	char num[24];
+	put(1, "fuzz: " ABI_NAME ", ");
+	put(1, utoa(num + sizeof num, calls));
+	put(1, " calls, seed ");
+	put(1, utoa(num + sizeof num, rng));
+	put(1, "\n");
+
+	unsigned char *area = map(SCRATCH_BYTES + 2 * PAGE, PROT_NONE);
+	victim = map(VICTIM_BYTES, PROT_READ | PROT_WRITE);
+	if (!area || !victim ||
+	    SYS3(SYS_mprotect, area + PAGE, SCRATCH_BYTES, PROT_READ | PROT_WRITE) != 0) {
+		put(2, "fuzz: cannot map the scratch buffer\n");
+		return 1;
+	}
+	scratch = area + PAGE;
+	for (size_t i = 0; i < SCRATCH_BYTES; i++)
+		scratch[i] = (unsigned char)next();
+	for (size_t i = 0; i < NPATHS; i++) {
+		size_t n = len_of(paths[i]);
+		for (size_t j = 0; j <= n; j++)
+			scratch[i * PATH_SLOT + j] = (unsigned char)paths[i][j];
+	}
+	initial_brk = (word)SYS0(SYS_brk);
+	build_table();
+
+	/* Keep the console as `console`; fds 0-2 become /dev/null. */
+	static const int console_fds[] = {100, 64, 32, 20};
+	for (size_t i = 0; i < sizeof console_fds / sizeof console_fds[0] && console < 0; i++)
+		if (SYS3(SYS_dup2, 1, console_fds[i], 0) == console_fds[i])
+			console = console_fds[i];
+	if (console < 0)
+		console = (int)SYS3(SYS_dup, 1, 0, 0);
+	long null = raw(SYS_openat, (word)AT_FDCWD, (word)(uintptr_t)"/dev/null", O_RDWR, 0, 0, 0);
+	if (console < 0 || null < 0) {
+		put(2, "fuzz: cannot set up descriptors\n");
+		return 1;
+	}
+	for (int fd = 0; fd <= 2; fd++)
+		SYS3(SYS_dup2, null, fd, 0);
+
+	uint64_t made = 0;
+	while (made < calls) {
+		word nr = syscall_number();
+		word a[6];
+		for (int i = 0; i < 6; i++)
+			a[i] = arg();
+		if (!steer(nr, a))
+			continue;
+		long ret = raw(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+		made++;
+		/* Give back what mmap made, so that memory stays bounded over
+		 * a million calls (the unmap is not counted). */
+		if (table[nr < NR_SPAN ? nr : 0] == MMAP && nr < NR_SPAN && (ret >= 0 || ret < -4095))
+			SYS3(SYS_munmap, ret, a[1], 0);
+	}
+	put(console, "fuzz: ");
+	put(console, utoa(num + sizeof num, made));
+	put(console, " calls made\nfuzz done\n");
+	finish(0);
+}
