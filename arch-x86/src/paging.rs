@@ -251,7 +251,7 @@ impl Mapper {
         pa: u64,
         flags: u64,
     ) -> Result<u64, MapError> {
-        if !canonical(va) || va % PAGE != 0 || pa % PAGE != 0 {
+        if !canonical(va) || !va.is_multiple_of(PAGE) || !pa.is_multiple_of(PAGE) {
             return Err(MapError::BadAddress);
         }
         let t = self.leaf_table(mem, va, true)?.ok_or(MapError::NoMemory)?;

@@ -252,8 +252,7 @@ pub fn load_user_segments(s: &UserSegments) {
 
 /// AT_HWCAP: CPUID.1:EDX, as Linux gives it on x86.
 pub fn hwcap() -> u32 {
-    // SAFETY: CPUID leaf 1 exists on every x86-64 CPU.
-    unsafe { core::arch::x86_64::__cpuid(1) }.edx
+    core::arch::x86_64::__cpuid(1).edx
 }
 
 /// The x87/SSE register state of a process (the FXSAVE image). The runtime

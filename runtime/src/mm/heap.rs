@@ -58,11 +58,3 @@ pub unsafe fn init(start: u64, size: u64) {
         }
     });
 }
-
-/// (heap bytes, bytes in use).
-pub fn stats() -> (usize, usize) {
-    critical_section::with(|cs| {
-        let h = HEAP.0.borrow_ref(cs);
-        (h.size(), h.used())
-    })
-}

@@ -5,7 +5,7 @@
 
 use super::frames;
 use arch_x86::paging::{
-    self, ADDR_MASK, BORROWED, KERNEL_PML4_FIRST, MapError, Mapper, PAGE, PRESENT, PageTable,
+    ADDR_MASK, BORROWED, KERNEL_PML4_FIRST, MapError, Mapper, PAGE, PRESENT, PageTable,
     TableMemory, phys_to_virt,
 };
 
@@ -51,11 +51,6 @@ impl AddressSpace {
         };
         t.table(root).0[KERNEL_PML4_FIRST..].copy_from_slice(&upper);
         Some(AddressSpace { root })
-    }
-
-    /// Physical address of the PML4 (for CR3).
-    pub fn root(&self) -> u64 {
-        self.root
     }
 
     fn mapper(&self) -> Mapper {
@@ -165,6 +160,3 @@ impl Drop for AddressSpace {
         frames::free(self.root);
     }
 }
-
-/// The size of a page, for callers that step through ranges.
-pub const PAGE_SIZE: u64 = paging::PAGE;

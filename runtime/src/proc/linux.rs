@@ -4,7 +4,7 @@
 //! system-call and page-fault entry points, and starting a program from the
 //! boot archive (ELF plan, memory areas, initial stack, first frame).
 
-use super::{Fault, Inner, Outcome, TaskSpec, TaskState};
+use super::{Inner, Outcome, TaskSpec, TaskState};
 use crate::mm::space::AddressSpace;
 use crate::mm::user::{self, Access, Pager};
 use crate::trap::{LEAVE, RESUME};
@@ -419,8 +419,6 @@ pub fn flush(id: u8) {
 /// Why a program could not be started.
 #[derive(Debug)]
 pub enum StartError {
-    /// The manifest names a file the archive does not have.
-    NoSuchFile,
     /// The ELF was refused.
     Elf(kcore::elf::ElfError),
     /// The initial stack could not be built.
@@ -436,7 +434,6 @@ pub enum StartError {
 impl core::fmt::Display for StartError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            StartError::NoSuchFile => write!(f, "no such file in the boot archive"),
             StartError::Elf(e) => write!(f, "{e}"),
             StartError::Stack(e) => write!(f, "{e}"),
             StartError::Process(e) => write!(f, "{e:?}"),
@@ -460,15 +457,11 @@ fn prot_of(p: kcore::elf::Prot) -> Prot {
     r
 }
 
-/// A started program's identity, for Task records and reports.
-#[derive(Clone, Debug)]
+/// A started program.
+#[derive(Clone, Copy, Debug)]
 pub struct Started {
     /// The process slot.
     pub id: u8,
-    /// Its executable segments: (address, length, file offset).
-    pub exec_segments: Vec<(u64, u64, u64)>,
-    /// The ELF's build-id, if it has one.
-    pub build_id: Vec<u8>,
 }
 
 /// Starts the manifest's process `spec` from the program bytes `elf`.
@@ -513,7 +506,7 @@ pub fn start(
         };
         proc.areas.insert(area).map_err(StartError::Process)?;
         if seg.prot.exec {
-            exec_segments.push((start, seg.page_end() - start, seg.file_offset - lead));
+            exec_segments.push((start, seg.page_end()));
         }
     }
     let layout = proc.layout;
@@ -558,9 +551,7 @@ pub fn start(
     user::write(&mut space, pager, image.sp, &image.bytes, Access::Fill)
         .map_err(|_| StartError::NoMemory)?;
     let name: &'static str = Box::leak(spec.name.clone().into_boxed_str());
-    let text = exec_segments
-        .first()
-        .map_or((0, 0), |&(a, l, _)| (a, a + l));
+    let text = exec_segments.first().copied().unwrap_or((0, 0));
     let task_spec = TaskSpec {
         name,
         abi: match abi {
@@ -580,16 +571,5 @@ pub fn start(
     });
     let sp = image.sp;
     let id = super::install(task_spec, inner, |_| sp).map_err(|_| StartError::NoSlot)?;
-    Ok(Started {
-        id,
-        exec_segments,
-        build_id: kcore::elf::build_id(elf)
-            .map(<[u8]>::to_vec)
-            .unwrap_or_default(),
-    })
-}
-
-/// A fault that ends a loaded program: flush its output first.
-pub fn on_fault(id: u8, _f: &Fault) {
-    flush(id);
+    Ok(Started { id })
 }
