@@ -93,6 +93,8 @@ pub enum Sys {
     Ppoll,
     Ppoll64,
     Select,
+    Pipe,
+    Pipe2,
     OldSelect,
     Pselect6,
     Pselect6Time64,
@@ -167,6 +169,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (19, Sys::Readv),              // readv
     (20, Sys::Writev),             // writev
     (21, Sys::Access),             // access
+    (22, Sys::Pipe),               // pipe
     (23, Sys::Select),             // select
     (24, Sys::SchedYield),         // sched_yield
     (25, Sys::Mremap),             // mremap
@@ -246,6 +249,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (273, Sys::SetRobustList),     // set_robust_list
     (274, Sys::GetRobustList),     // get_robust_list
     (292, Sys::Dup3),              // dup3
+    (293, Sys::Pipe2),             // pipe2
     (295, Sys::Preadv),            // preadv
     (296, Sys::Pwritev),           // pwritev
     (302, Sys::Prlimit64),         // prlimit64
@@ -278,6 +282,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (39, Sys::Mkdir),              // mkdir
     (40, Sys::Rmdir),              // rmdir
     (41, Sys::Dup),                // dup
+    (42, Sys::Pipe),               // pipe
     (43, Sys::Times),              // times
     (45, Sys::Brk),                // brk
     (47, Sys::Getid),              // getgid
@@ -380,6 +385,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (312, Sys::GetRobustList),     // get_robust_list
     (318, Sys::Getcpu),            // getcpu
     (330, Sys::Dup3),              // dup3
+    (331, Sys::Pipe2),             // pipe2
     (333, Sys::Preadv),            // preadv
     (334, Sys::Pwritev),           // pwritev
     (340, Sys::Prlimit64),         // prlimit64

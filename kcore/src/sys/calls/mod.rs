@@ -119,11 +119,20 @@ pub(crate) fn dispatch<M: Machine>(
     let abi = c.abi;
     use Sys::*;
     match call {
-        // Descriptors and I/O.
+        // Descriptors and I/O. A pipe may make a non-empty transfer wait.
+        Read | Readv | Write | Writev
+            if a[2] != 0
+                && let Some(wait) =
+                    file::pipe_wait(c, fd_arg(a[0]), matches!(call, Write | Writev)) =>
+        {
+            Ok(wait)
+        }
         Read => ret(file::read(c, fd_arg(a[0]), a[1], a[2])),
         Write => ret(file::write(c, fd_arg(a[0]), a[1], a[2])),
         Readv => ret(file::readv(c, fd_arg(a[0]), a[1], a[2], None)),
         Writev => ret(file::writev(c, fd_arg(a[0]), a[1], a[2], None)),
+        Pipe => ret(file::pipe2(c, a[0], 0)),
+        Pipe2 => ret(file::pipe2(c, a[0], a[1] as u32)),
         Pread64 | Pwrite64 => {
             let off = if wide { a[3] } else { hilo(a[3], a[4]) } as i64;
             if off < 0 {

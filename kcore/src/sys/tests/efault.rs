@@ -169,6 +169,8 @@ fn common_cases() -> Vec<Case> {
         case("pselect6", &[2, X, 0, 0, 0, 0], SET),
         case("pselect6", &[2, SET, 0, 0, X, 0], TS0),
         case("pselect6", &[2, SET, 0, 0, TS0, X], SSARG),
+        case("pipe", &[X], BUF),
+        case("pipe2", &[X, 0], BUF),
         case("access", &[X, 0], PATH),
         case("faccessat", &[AT_FDCWD, X, 0], PATH),
         case("faccessat2", &[AT_FDCWD, X, 0, 0], PATH),
