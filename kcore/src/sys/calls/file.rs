@@ -1490,3 +1490,126 @@ pub(crate) fn select<M: Machine>(
         None => Ok(Action::Block),
     }
 }
+
+/// `utimensat(dirfd, path, times, flags)` (path NULL: the descriptor
+/// itself, as glibc's `futimens`): sets the modification time of an
+/// in-memory file (`UTIME_NOW`, `UTIME_OMIT` understood; access times are
+/// not kept). Archive files are `EROFS`.
+pub(crate) fn utimensat<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    dirfd: i32,
+    path: u64,
+    times: u64,
+    flags: u32,
+    wide_time: bool,
+) -> SysResult {
+    const UTIME_NOW: i64 = (1 << 30) - 1;
+    const UTIME_OMIT: i64 = (1 << 30) - 2;
+    if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let mtime = if times == 0 {
+        Some(c.now())
+    } else {
+        let mut ts = [(0i64, 0i64); 2];
+        for (i, t) in ts.iter_mut().enumerate() {
+            *t = if wide_time {
+                let v = super::super::uapi::Timespec64::from_bytes(
+                    &c.read_array(times + 16 * i as u64)?,
+                );
+                (v.tv_sec, v.tv_nsec)
+            } else {
+                let v = super::super::uapi::Timespec32::from_bytes(
+                    &c.read_array(times + 8 * i as u64)?,
+                );
+                (v.tv_sec.into(), v.tv_nsec.into())
+            };
+            if t.1 != UTIME_NOW && t.1 != UTIME_OMIT && !(0..1_000_000_000).contains(&t.1) {
+                return Err(Errno::EINVAL);
+            }
+        }
+        match ts[1] {
+            (_, UTIME_OMIT) => None,
+            (_, UTIME_NOW) => Some(c.now()),
+            (s, ns) => Some(
+                (s.max(0) as u64)
+                    .saturating_mul(1_000_000_000)
+                    .saturating_add(ns as u64),
+            ),
+        }
+    };
+    let id = if path == 0 {
+        match c.p.fds.get(dirfd as u32 as u64)?.target {
+            Target::Node(id) => id,
+            _ => return Ok(0),
+        }
+    } else {
+        let p = c.path(path)?;
+        if p.is_empty() && flags & AT_EMPTY_PATH != 0 {
+            match c.p.fds.get(dirfd as u32 as u64)?.target {
+                Target::Node(id) => id,
+                _ => return Ok(0),
+            }
+        } else {
+            lookup(c, dirfd, &p, flags & AT_SYMLINK_NOFOLLOW != 0)?
+        }
+    };
+    let n = c.fs.node_mut(id);
+    match n.content {
+        Content::Mem(_) | Content::Dir(_) => {
+            if let Some(t) = mtime {
+                n.mtime_ns = t;
+            }
+            Ok(0)
+        }
+        Content::Device(_) => Ok(0),
+        _ => Err(Errno::EROFS),
+    }
+}
+
+/// `chown`, `lchown`, `fchown`, `fchownat`: everything belongs to root and
+/// stays so: an owner other than 0 (or -1, unchanged) is `EPERM`; archive
+/// files are `EROFS`.
+pub(crate) fn chownat<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    dirfd: i32,
+    path: Option<u64>,
+    uid: u32,
+    gid: u32,
+    flags: u32,
+) -> SysResult {
+    if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let id = match path {
+        None => match c.p.fds.get(dirfd as u32 as u64)?.target {
+            Target::Node(id) => Some(id),
+            _ => None,
+        },
+        Some(path) => {
+            let p = c.path(path)?;
+            if p.is_empty() && flags & AT_EMPTY_PATH != 0 {
+                match c.p.fds.get(dirfd as u32 as u64)?.target {
+                    Target::Node(id) => Some(id),
+                    _ => None,
+                }
+            } else {
+                Some(lookup(c, dirfd, &p, flags & AT_SYMLINK_NOFOLLOW != 0)?)
+            }
+        }
+    };
+    if let Some(id) = id
+        && matches!(
+            c.fs.node(id).content,
+            Content::Archive(_) | Content::SelfExe
+        )
+    {
+        return Err(Errno::EROFS);
+    }
+    let keep = |v: u32| v == 0 || v == u32::MAX;
+    if keep(uid) && keep(gid) {
+        Ok(0)
+    } else {
+        Err(Errno::EPERM)
+    }
+}

@@ -369,6 +369,81 @@ pub(crate) fn dispatch<M: Machine>(
         Chmod => ret(file::chmodat(c, file::AT_FDCWD, a[0], a[1] as u32)),
         Fchmodat => ret(file::chmodat(c, int_arg(a[0]), a[1], a[2] as u32)),
         Fchmod => ret(file::fchmod(c, fd_arg(a[0]), a[1] as u32)),
+        Utimensat => ret(file::utimensat(
+            c,
+            int_arg(a[0]),
+            a[1],
+            a[2],
+            a[3] as u32,
+            wide,
+        )),
+        Utimensat64 => ret(file::utimensat(
+            c,
+            int_arg(a[0]),
+            a[1],
+            a[2],
+            a[3] as u32,
+            true,
+        )),
+        Chown | Lchown => {
+            let nofollow = if call == Lchown {
+                file::AT_SYMLINK_NOFOLLOW
+            } else {
+                0
+            };
+            ret(file::chownat(
+                c,
+                file::AT_FDCWD,
+                Some(a[0]),
+                a[1] as u32,
+                a[2] as u32,
+                nofollow,
+            ))
+        }
+        Fchown => ret(file::chownat(
+            c,
+            int_arg(a[0]),
+            None,
+            a[1] as u32,
+            a[2] as u32,
+            0,
+        )),
+        Fchownat => ret(file::chownat(
+            c,
+            int_arg(a[0]),
+            Some(a[1]),
+            a[2] as u32,
+            a[3] as u32,
+            a[4] as u32,
+        )),
+        // The i386 16-bit ids: 0xffff is "unchanged".
+        Chown16 | Lchown16 | Fchown16 => {
+            let id16 = |v: u64| {
+                if v as u16 == u16::MAX {
+                    u32::MAX
+                } else {
+                    v as u16 as u32
+                }
+            };
+            let (uid, gid) = (id16(a[1]), id16(a[2]));
+            if call == Fchown16 {
+                ret(file::chownat(c, int_arg(a[0]), None, uid, gid, 0))
+            } else {
+                let nofollow = if call == Lchown16 {
+                    file::AT_SYMLINK_NOFOLLOW
+                } else {
+                    0
+                };
+                ret(file::chownat(
+                    c,
+                    file::AT_FDCWD,
+                    Some(a[0]),
+                    uid,
+                    gid,
+                    nofollow,
+                ))
+            }
+        }
 
         // Memory.
         Brk => ret(mem::brk(c, a[0])),

@@ -863,3 +863,51 @@ fn pipes_within_one_process() {
         assert_eq!(e.err("pipe", &[BAD]), Errno::EFAULT);
     }
 }
+
+#[test]
+fn utimensat_and_chown() {
+    for mut e in both() {
+        let wide = e.abi == Abi::X86_64;
+        let p = e.cstr(SCRATCH, "/tmp/t");
+        let fd = e.ret("open", &[p, O_CREAT | O_WRONLY, 0o644]) as u64;
+        let ts: Vec<u8> = if wide {
+            [0i64, (1 << 30) - 2, 1_000_000, 5]
+                .map(i64::to_le_bytes)
+                .concat()
+        } else {
+            [0i32, (1 << 30) - 2, 1_000_000, 5]
+                .map(i32::to_le_bytes)
+                .concat()
+        };
+        e.poke(SCRATCH + 0x100, &ts);
+        assert_eq!(e.ret("utimensat", &[AT_FDCWD, p, SCRATCH + 0x100, 0]), 0);
+        let id = e.sys.fs.resolve(crate::sys::fs::ROOT, b"/tmp/t").unwrap();
+        assert_eq!(e.sys.fs.node(id).mtime_ns, 1_000_000 * 1_000_000_000 + 5);
+        // NULL path: the descriptor (futimens); NULL times: now.
+        assert_eq!(e.ret("utimensat", &[fd, 0, 0, 0]), 0);
+        assert!(e.sys.fs.node(id).mtime_ns >= 1_700_000_000 * 1_000_000_000);
+        let ro = e.cstr(SCRATCH + 0x200, "/data/input.txt");
+        assert_eq!(e.err("utimensat", &[AT_FDCWD, ro, 0, 0]), Errno::EROFS);
+        e.poke(SCRATCH + 0x100, &[0xff; 32]);
+        assert_eq!(
+            e.err("utimensat", &[AT_FDCWD, p, SCRATCH + 0x100, 0]),
+            Errno::EINVAL
+        );
+        assert_eq!(e.err("utimensat", &[AT_FDCWD, p, BAD, 0]), Errno::EFAULT);
+        let (chown, fchown) = if wide {
+            ("chown", "fchown")
+        } else {
+            ("chown32", "fchown32")
+        };
+        assert_eq!(e.ret(chown, &[p, 0, u32::MAX as u64]), 0);
+        assert_eq!(e.err(chown, &[p, 1000, 1000]), Errno::EPERM);
+        assert_eq!(e.err(chown, &[ro, 0, 0]), Errno::EROFS);
+        assert_eq!(e.ret(fchown, &[fd, 0, 0]), 0);
+        assert_eq!(e.err(chown, &[BAD, 0, 0]), Errno::EFAULT);
+        assert_eq!(e.ret("fchownat", &[AT_FDCWD, p, 0, 0, 0x100]), 0);
+    }
+    let mut e = Env::new(Abi::I386);
+    let p = e.cstr(SCRATCH, "/tmp");
+    assert_eq!(e.ret("chown", &[p, 0xffff, 0]), 0, "16-bit -1 is unchanged");
+    assert_eq!(e.err("chown", &[p, 5, 0]), Errno::EPERM);
+}

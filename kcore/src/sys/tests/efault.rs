@@ -169,6 +169,9 @@ fn common_cases() -> Vec<Case> {
         case("pselect6", &[2, X, 0, 0, 0, 0], SET),
         case("pselect6", &[2, SET, 0, 0, X, 0], TS0),
         case("pselect6", &[2, SET, 0, 0, TS0, X], SSARG),
+        case("utimensat", &[AT_FDCWD, X, 0, 0], WPATH),
+        case("utimensat", &[AT_FDCWD, WPATH, X, 0], TS0),
+        case("fchownat", &[AT_FDCWD, X, 0, 0, 0], WPATH),
         case("pipe", &[X], BUF),
         case("pipe2", &[X, 0], BUF),
         case("access", &[X, 0], PATH),
@@ -231,6 +234,8 @@ fn common_cases() -> Vec<Case> {
 fn x86_64_cases() -> Vec<Case> {
     vec![
         case("arch_prctl", &[0x1003, X], BUF),
+        case("chown", &[X, 0, 0], WPATH),
+        case("lchown", &[X, 0, 0], WPATH),
         case("getresuid", &[X, BUF, BUF], BUF),
         case("getresgid", &[BUF, BUF, X], BUF),
         case("getrlimit", &[3, X], BUF),
@@ -240,6 +245,9 @@ fn x86_64_cases() -> Vec<Case> {
 fn i386_cases() -> Vec<Case> {
     vec![
         case("_llseek", &[3, 0, 0, X, 0], BUF),
+        case("chown32", &[X, 0, 0], WPATH),
+        case("chown", &[X, 0, 0], WPATH),
+        case("utimensat_time64", &[AT_FDCWD, WPATH, X, 0], TS0),
         case("stat64", &[X, BUF], PATH),
         case("stat64", &[PATH, X], BUF),
         case("lstat64", &[X, BUF], PATH),
