@@ -5,6 +5,7 @@
 //! share the offset and status flags, as on Linux. The close-on-exec flag
 //! belongs to the descriptor.
 
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use super::errno::Errno;
@@ -59,6 +60,28 @@ pub enum Target {
     Console(Stream),
     /// A file-system node.
     Node(NodeId),
+    /// One end of a pipe of this table ([`FdTable::pipe_mut`]).
+    Pipe {
+        /// The pipe.
+        id: usize,
+        /// Whether this is the write end.
+        write: bool,
+    },
+}
+
+/// How many bytes a pipe holds (Linux's default pipe size).
+pub const PIPE_CAPACITY: usize = 65536;
+
+/// A pipe: the bytes written and not yet read, and how many open file
+/// descriptions each end has.
+#[derive(Debug, Clone, Default)]
+pub struct Pipe {
+    /// Buffered bytes (at most [`PIPE_CAPACITY`]).
+    pub buf: VecDeque<u8>,
+    /// Open read ends.
+    pub readers: usize,
+    /// Open write ends.
+    pub writers: usize,
 }
 
 /// An open file description.
@@ -98,6 +121,7 @@ struct Slot {
 pub struct FdTable {
     fds: Vec<Option<Slot>>,
     descs: Vec<Option<(OpenFile, usize)>>,
+    pipes: Vec<Option<Pipe>>,
 }
 
 impl FdTable {
@@ -106,6 +130,7 @@ impl FdTable {
         let mut t = FdTable {
             fds: Vec::with_capacity(8),
             descs: Vec::with_capacity(8),
+            pipes: Vec::new(),
         };
         for (target, flags) in [
             (Target::Stdin, oflag::O_RDONLY),
@@ -266,9 +291,21 @@ impl FdTable {
     pub fn close(&mut self, fd: u64) -> Result<(), Errno> {
         let s = self.slot(fd)?;
         self.fds[fd as usize] = None;
-        if let Some((_, n)) = &mut self.descs[s.desc] {
+        if let Some((f, n)) = &mut self.descs[s.desc] {
             *n -= 1;
             if *n == 0 {
+                if let Target::Pipe { id, write } = f.target
+                    && let Some(Some(p)) = self.pipes.get_mut(id)
+                {
+                    if write {
+                        p.writers -= 1;
+                    } else {
+                        p.readers -= 1;
+                    }
+                    if p.readers == 0 && p.writers == 0 {
+                        self.pipes[id] = None;
+                    }
+                }
                 self.descs[s.desc] = None;
             }
         }
@@ -276,6 +313,68 @@ impl FdTable {
             self.fds.pop();
         }
         Ok(())
+    }
+
+    /// Makes a pipe and two descriptors for it, the read end first (as
+    /// `pipe2`): both or neither.
+    pub fn pipe(
+        &mut self,
+        extra_flags: u32,
+        cloexec: bool,
+        limit: u64,
+    ) -> Result<(u64, u64), Errno> {
+        let id = match self.pipes.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.pipes.try_reserve(1).map_err(|_| Errno::ENOMEM)?;
+                self.pipes.push(None);
+                self.pipes.len() - 1
+            }
+        };
+        self.pipes[id] = Some(Pipe {
+            buf: VecDeque::new(),
+            readers: 1,
+            writers: 1,
+        });
+        let end = |write: bool| OpenFile {
+            target: Target::Pipe { id, write },
+            offset: 0,
+            flags: extra_flags
+                | if write {
+                    oflag::O_WRONLY
+                } else {
+                    oflag::O_RDONLY
+                },
+        };
+        let r = match self.open(end(false), cloexec, limit) {
+            Ok(r) => r,
+            Err(e) => {
+                self.pipes[id] = None;
+                return Err(e);
+            }
+        };
+        match self.open(end(true), cloexec, limit) {
+            Ok(w) => Ok((r, w)),
+            Err(e) => {
+                // Closing the read end drops its count; drop the writer's.
+                if let Some(Some(p)) = self.pipes.get_mut(id) {
+                    p.writers = 0;
+                }
+                let _ = self.close(r);
+                self.pipes[id] = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// The pipe `id` (from a [`Target::Pipe`] of this table).
+    pub fn pipe_ref(&self, id: usize) -> Option<&Pipe> {
+        self.pipes.get(id).and_then(Option::as_ref)
+    }
+
+    /// The pipe `id`, mutable.
+    pub fn pipe_mut(&mut self, id: usize) -> Option<&mut Pipe> {
+        self.pipes.get_mut(id).and_then(Option::as_mut)
     }
 
     /// The open descriptors, in order.

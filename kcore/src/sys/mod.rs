@@ -48,8 +48,8 @@
 //! # Implemented, and what is not
 //! Every number in [`table`]'s `X86_64_TABLE`/`I386_TABLE` has a handler;
 //! `rseq` and `membarrier` return `ENOSYS` on purpose (libc copes) and
-//! are not counted as unknown; everything else (sockets, pipes, `clone`,
-//! `fork`, `execve`, `wait4`, `select`, epoll, timers, xattrs, SysV IPC,
+//! are not counted as unknown; everything else (sockets, `clone`,
+//! `fork`, `execve`, `wait4`, epoll, timers, xattrs, SysV IPC,
 //! ...) returns `ENOSYS` and is counted by name in [`UnknownCalls`].
 
 pub mod errno;

@@ -93,6 +93,17 @@ pub enum Sys {
     Ppoll,
     Ppoll64,
     Select,
+    Utimensat,
+    Utimensat64,
+    Chown,
+    Lchown,
+    Fchown,
+    Fchownat,
+    Chown16,
+    Lchown16,
+    Fchown16,
+    Pipe,
+    Pipe2,
     OldSelect,
     Pselect6,
     Pselect6Time64,
@@ -167,6 +178,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (19, Sys::Readv),              // readv
     (20, Sys::Writev),             // writev
     (21, Sys::Access),             // access
+    (22, Sys::Pipe),               // pipe
     (23, Sys::Select),             // select
     (24, Sys::SchedYield),         // sched_yield
     (25, Sys::Mremap),             // mremap
@@ -195,6 +207,9 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (89, Sys::Readlink),           // readlink
     (90, Sys::Chmod),              // chmod
     (91, Sys::Fchmod),             // fchmod
+    (92, Sys::Chown),              // chown
+    (93, Sys::Fchown),             // fchown
+    (94, Sys::Lchown),             // lchown
     (95, Sys::Umask),              // umask
     (96, Sys::Gettimeofday),       // gettimeofday
     (97, Sys::Getrlimit),          // getrlimit
@@ -235,6 +250,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (234, Sys::Tgkill),            // tgkill
     (257, Sys::Openat),            // openat
     (258, Sys::Mkdirat),           // mkdirat
+    (260, Sys::Fchownat),          // fchownat
     (262, Sys::Newfstatat),        // newfstatat
     (263, Sys::Unlinkat),          // unlinkat
     (264, Sys::Renameat),          // renameat
@@ -245,7 +261,9 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (271, Sys::Ppoll),             // ppoll
     (273, Sys::SetRobustList),     // set_robust_list
     (274, Sys::GetRobustList),     // get_robust_list
+    (280, Sys::Utimensat),         // utimensat
     (292, Sys::Dup3),              // dup3
+    (293, Sys::Pipe2),             // pipe2
     (295, Sys::Preadv),            // preadv
     (296, Sys::Pwritev),           // pwritev
     (302, Sys::Prlimit64),         // prlimit64
@@ -269,6 +287,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (12, Sys::Chdir),              // chdir
     (13, Sys::Time),               // time
     (15, Sys::Chmod),              // chmod
+    (16, Sys::Lchown16),           // lchown
     (19, Sys::Lseek),              // lseek
     (20, Sys::Getpid),             // getpid
     (24, Sys::Getid),              // getuid
@@ -278,6 +297,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (39, Sys::Mkdir),              // mkdir
     (40, Sys::Rmdir),              // rmdir
     (41, Sys::Dup),                // dup
+    (42, Sys::Pipe),               // pipe
     (43, Sys::Times),              // times
     (45, Sys::Brk),                // brk
     (47, Sys::Getid),              // getgid
@@ -302,6 +322,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (92, Sys::Truncate),           // truncate
     (93, Sys::Ftruncate),          // ftruncate
     (94, Sys::Fchmod),             // fchmod
+    (95, Sys::Fchown16),           // fchown
     (96, Sys::Getpriority),        // getpriority
     (106, Sys::Stat32),            // stat
     (107, Sys::Lstat32),           // lstat
@@ -334,6 +355,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (175, Sys::RtSigprocmask),     // rt_sigprocmask
     (180, Sys::Pread64),           // pread64
     (181, Sys::Pwrite64),          // pwrite64
+    (182, Sys::Chown16),           // chown
     (183, Sys::Getcwd),            // getcwd
     (186, Sys::Sigaltstack),       // sigaltstack
     (191, Sys::Getrlimit),         // ugetrlimit
@@ -343,13 +365,16 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (195, Sys::Stat64),            // stat64
     (196, Sys::Lstat64),           // lstat64
     (197, Sys::Fstat64),           // fstat64
+    (198, Sys::Lchown),            // lchown32
     (199, Sys::Getid),             // getuid32
     (200, Sys::Getid),             // getgid32
     (201, Sys::Getid),             // geteuid32
     (202, Sys::Getid),             // getegid32
     (205, Sys::Getgroups),         // getgroups32
+    (207, Sys::Fchown),            // fchown32
     (209, Sys::Getresid),          // getresuid32
     (211, Sys::Getresid),          // getresgid32
+    (212, Sys::Chown),             // chown32
     (219, Sys::Madvise),           // madvise
     (220, Sys::Getdents64),        // getdents64
     (221, Sys::Fcntl),             // fcntl64
@@ -368,6 +393,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (270, Sys::Tgkill),            // tgkill
     (295, Sys::Openat),            // openat
     (296, Sys::Mkdirat),           // mkdirat
+    (298, Sys::Fchownat),          // fchownat
     (300, Sys::Fstatat64),         // fstatat64
     (301, Sys::Unlinkat),          // unlinkat
     (302, Sys::Renameat),          // renameat
@@ -379,7 +405,9 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (311, Sys::SetRobustList),     // set_robust_list
     (312, Sys::GetRobustList),     // get_robust_list
     (318, Sys::Getcpu),            // getcpu
+    (320, Sys::Utimensat),         // utimensat
     (330, Sys::Dup3),              // dup3
+    (331, Sys::Pipe2),             // pipe2
     (333, Sys::Preadv),            // preadv
     (334, Sys::Pwritev),           // pwritev
     (340, Sys::Prlimit64),         // prlimit64
@@ -392,6 +420,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (403, Sys::ClockGettime64),    // clock_gettime64
     (406, Sys::ClockGetres64),     // clock_getres_time64
     (407, Sys::ClockNanosleep64),  // clock_nanosleep_time64
+    (412, Sys::Utimensat64),       // utimensat_time64
     (413, Sys::Pselect6Time64),    // pselect6_time64
     (414, Sys::Ppoll64),           // ppoll_time64
     (422, Sys::Futex64),           // futex_time64

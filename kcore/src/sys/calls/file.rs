@@ -10,7 +10,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::super::errno::{Errno, SysResult};
-use super::super::fd::{OpenFile, Target, oflag};
+use super::super::fd::{OpenFile, PIPE_CAPACITY, Target, oflag};
 use super::super::fs::{Content, Device, NodeId, ROOT, mode};
 use super::super::machine::{CHUNK, Machine};
 use super::super::table::Sys;
@@ -107,6 +107,15 @@ fn target_info(fs: &super::super::fs::Vfs, p: &Process, t: Target) -> StatInfo {
             nlink: 1,
             rdev: CONSOLE_RDEV,
             size: 0,
+            mtime_ns: 0,
+        },
+        Target::Pipe { id, .. } => StatInfo {
+            dev: 0x0c,
+            ino: 0x1_0000 + id as u64,
+            mode: 0o010600,
+            nlink: 1,
+            rdev: 0,
+            size: p.fds.pipe_ref(id).map_or(0, |p| p.buf.len() as u64),
             mtime_ns: 0,
         },
     }
@@ -343,6 +352,8 @@ fn read_into_user<M: Machine>(
     let id = match target {
         Target::Stdin => return Ok(0),
         Target::Console(_) => return Err(Errno::EBADF),
+        Target::Pipe { id, write: false } => return pipe_read(c, id, buf, len),
+        Target::Pipe { write: true, .. } => return Err(Errno::EBADF),
         Target::Node(id) => id,
     };
     if c.fs.node(id).is_dir() {
@@ -385,6 +396,13 @@ fn write_from_user<M: Machine>(
 ) -> SysResult {
     c.access_ok(buf, len)?;
     let len = len.min(MAX_RW_COUNT);
+    if let Target::Pipe { id, write } = target {
+        return if write {
+            pipe_write(c, id, buf, len)
+        } else {
+            Err(Errno::EBADF)
+        };
+    }
     let mut done = 0u64;
     let mut chunk = [0u8; CHUNK];
     while done < len {
@@ -393,7 +411,7 @@ fn write_from_user<M: Machine>(
             return if done == 0 { Err(e) } else { Ok(done) };
         }
         match target {
-            Target::Stdin => return Err(Errno::EBADF),
+            Target::Stdin | Target::Pipe { .. } => return Err(Errno::EBADF),
             Target::Console(s) => c.p.output(c.m, s, &chunk[..want]),
             Target::Node(id) => {
                 let now = c.m.realtime_ns();
@@ -410,6 +428,154 @@ fn write_from_user<M: Machine>(
         done += want as u64;
     }
     Ok(done)
+}
+
+/// Reads from pipe `id`: what is buffered, up to `len`; 0 when empty and
+/// no writer is left; `EAGAIN` when empty (the caller has turned the
+/// blocking case into [`Action::Block`] already, see [`pipe_wait`]).
+fn pipe_read<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> SysResult {
+    c.access_ok(buf, len)?;
+    let p = c.p.fds.pipe_ref(id).ok_or(Errno::EBADF)?;
+    if len == 0 {
+        return Ok(0);
+    }
+    if p.buf.is_empty() {
+        return if p.writers == 0 {
+            Ok(0)
+        } else {
+            Err(Errno::EAGAIN)
+        };
+    }
+    let mut chunk = [0u8; CHUNK];
+    let mut done = 0u64;
+    while done < len {
+        let p = c.p.fds.pipe_ref(id).ok_or(Errno::EBADF)?;
+        let n = ((len - done) as usize).min(CHUNK).min(p.buf.len());
+        if n == 0 {
+            break;
+        }
+        for (d, s) in chunk[..n].iter_mut().zip(p.buf.iter()) {
+            *d = *s;
+        }
+        if let Err(e) = c.write(buf + done, &chunk[..n]) {
+            return if done == 0 { Err(e) } else { Ok(done) };
+        }
+        if let Some(p) = c.p.fds.pipe_mut(id) {
+            p.buf.drain(..n);
+        }
+        done += n as u64;
+    }
+    Ok(done)
+}
+
+/// Writes to pipe `id` what fits; `EPIPE` without a reader (the caller
+/// has raised SIGPIPE already), `EAGAIN` when full.
+fn pipe_write<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> SysResult {
+    let p = c.p.fds.pipe_ref(id).ok_or(Errno::EBADF)?;
+    if len == 0 {
+        return Ok(0);
+    }
+    if p.readers == 0 {
+        return Err(Errno::EPIPE);
+    }
+    let room = PIPE_CAPACITY - p.buf.len();
+    if room == 0 && len > 0 {
+        return Err(Errno::EAGAIN);
+    }
+    let len = len.min(room as u64);
+    let mut chunk = [0u8; CHUNK];
+    let mut done = 0u64;
+    while done < len {
+        let n = ((len - done) as usize).min(CHUNK);
+        if let Err(e) = c.read(buf + done, &mut chunk[..n]) {
+            return if done == 0 { Err(e) } else { Ok(done) };
+        }
+        let p = c.p.fds.pipe_mut(id).ok_or(Errno::EBADF)?;
+        if p.buf.try_reserve(n).is_err() {
+            return if done == 0 {
+                Err(Errno::ENOMEM)
+            } else {
+                Ok(done)
+            };
+        }
+        p.buf.extend(&chunk[..n]);
+        done += n as u64;
+    }
+    Ok(done)
+}
+
+/// Whether descriptor `fd` is ready for reading and for writing (poll,
+/// select): files and devices always; a pipe's read end when it has bytes
+/// or no writer, its write end when it has room or no reader.
+fn readiness<M: Machine>(c: &Ctx<'_, M>, f: &OpenFile) -> (bool, bool) {
+    match f.target {
+        Target::Pipe { id, write } => match c.p.fds.pipe_ref(id) {
+            Some(p) if write => (false, p.readers == 0 || p.buf.len() < PIPE_CAPACITY),
+            Some(p) => (!p.buf.is_empty() || p.writers == 0, false),
+            None => (false, false),
+        },
+        _ => (f.readable(), f.writable()),
+    }
+}
+
+/// Before a read or write of `fd`: what a pipe makes of it in a process
+/// with a single thread. Reading an empty pipe that still has a writer, or
+/// writing a full one that still has a reader, waits for ever
+/// ([`Action::Block`], unless `O_NONBLOCK`: then the call says `EAGAIN`);
+/// writing a pipe without a reader raises SIGPIPE, which ends the process
+/// unless it is ignored or blocked (then the call says `EPIPE`).
+pub(crate) fn pipe_wait<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, writing: bool) -> Option<Action> {
+    let f = c.p.fds.get(fd).ok()?;
+    let Target::Pipe { id, write } = f.target else {
+        return None;
+    };
+    if write != writing {
+        return None;
+    }
+    let nonblock = f.flags & oflag::O_NONBLOCK != 0;
+    let p = c.p.fds.pipe_ref(id)?;
+    if writing {
+        if p.readers == 0 {
+            let sigpipe = c.p.signals.actions[12];
+            let blocked = c.p.signals.mask & (1 << 12) != 0;
+            if sigpipe.handler == 0 && !blocked {
+                return Some(Action::Kill {
+                    signal: 13,
+                    reason: "write to a pipe with no reader",
+                });
+            }
+            return None;
+        }
+        (p.buf.len() == PIPE_CAPACITY && !nonblock).then_some(Action::Block)
+    } else {
+        (p.buf.is_empty() && p.writers > 0 && !nonblock).then_some(Action::Block)
+    }
+}
+
+/// `pipe(fds)` and `pipe2(fds, flags)`.
+pub(crate) fn pipe2<M: Machine>(c: &mut Ctx<'_, M>, fds: u64, flags: u32) -> SysResult {
+    const O_DIRECT: u32 = 0o40000;
+    if flags & !(oflag::O_CLOEXEC | oflag::O_NONBLOCK | O_DIRECT) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    // Check the destination before making anything.
+    let probe: [u8; 8] = c.read_array(fds)?;
+    c.write(fds, &probe)?;
+    let limit = c.p.rlimits[super::super::process::rlimit::NOFILE].cur;
+    let (r, w) = c.p.fds.pipe(
+        flags & oflag::O_NONBLOCK,
+        flags & oflag::O_CLOEXEC != 0,
+        limit,
+    )?;
+    let mut out = [0u8; 8];
+    out[..4].copy_from_slice(&(r as u32).to_le_bytes());
+    out[4..].copy_from_slice(&(w as u32).to_le_bytes());
+    if let Err(e) = c.write(fds, &out) {
+        let _ = c.p.fds.close(r);
+        let _ = c.p.fds.close(w);
+        return Err(e);
+    }
+    Ok(0)
 }
 
 fn file_size<M: Machine>(c: &Ctx<'_, M>, t: Target) -> u64 {
@@ -938,10 +1104,11 @@ pub(crate) fn poll<M: Machine>(
             match c.p.fds.get(pfd.fd as u64) {
                 Err(_) => pfd.revents = POLLNVAL,
                 Ok(f) => {
-                    if f.readable() {
+                    let (r, w) = readiness(c, f);
+                    if r {
                         pfd.revents |= pfd.events & (POLLIN | POLLRDNORM);
                     }
-                    if f.writable() {
+                    if w {
                         pfd.revents |= pfd.events & (POLLOUT | POLLWRNORM);
                     }
                 }
@@ -1292,7 +1459,7 @@ pub(crate) fn select<M: Machine>(
             continue;
         }
         let f = c.p.fds.get(fd as u64)?;
-        let (r, w) = (f.readable(), f.writable());
+        let (r, w) = readiness(c, f);
         for (i, ok) in [r, w, false].into_iter().enumerate() {
             if bits[i][byte] & bit != 0 {
                 if ok {
@@ -1321,5 +1488,128 @@ pub(crate) fn select<M: Machine>(
             })
         }
         None => Ok(Action::Block),
+    }
+}
+
+/// `utimensat(dirfd, path, times, flags)` (path NULL: the descriptor
+/// itself, as glibc's `futimens`): sets the modification time of an
+/// in-memory file (`UTIME_NOW`, `UTIME_OMIT` understood; access times are
+/// not kept). Archive files are `EROFS`.
+pub(crate) fn utimensat<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    dirfd: i32,
+    path: u64,
+    times: u64,
+    flags: u32,
+    wide_time: bool,
+) -> SysResult {
+    const UTIME_NOW: i64 = (1 << 30) - 1;
+    const UTIME_OMIT: i64 = (1 << 30) - 2;
+    if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let mtime = if times == 0 {
+        Some(c.now())
+    } else {
+        let mut ts = [(0i64, 0i64); 2];
+        for (i, t) in ts.iter_mut().enumerate() {
+            *t = if wide_time {
+                let v = super::super::uapi::Timespec64::from_bytes(
+                    &c.read_array(times + 16 * i as u64)?,
+                );
+                (v.tv_sec, v.tv_nsec)
+            } else {
+                let v = super::super::uapi::Timespec32::from_bytes(
+                    &c.read_array(times + 8 * i as u64)?,
+                );
+                (v.tv_sec.into(), v.tv_nsec.into())
+            };
+            if t.1 != UTIME_NOW && t.1 != UTIME_OMIT && !(0..1_000_000_000).contains(&t.1) {
+                return Err(Errno::EINVAL);
+            }
+        }
+        match ts[1] {
+            (_, UTIME_OMIT) => None,
+            (_, UTIME_NOW) => Some(c.now()),
+            (s, ns) => Some(
+                (s.max(0) as u64)
+                    .saturating_mul(1_000_000_000)
+                    .saturating_add(ns as u64),
+            ),
+        }
+    };
+    let id = if path == 0 {
+        match c.p.fds.get(dirfd as u32 as u64)?.target {
+            Target::Node(id) => id,
+            _ => return Ok(0),
+        }
+    } else {
+        let p = c.path(path)?;
+        if p.is_empty() && flags & AT_EMPTY_PATH != 0 {
+            match c.p.fds.get(dirfd as u32 as u64)?.target {
+                Target::Node(id) => id,
+                _ => return Ok(0),
+            }
+        } else {
+            lookup(c, dirfd, &p, flags & AT_SYMLINK_NOFOLLOW != 0)?
+        }
+    };
+    let n = c.fs.node_mut(id);
+    match n.content {
+        Content::Mem(_) | Content::Dir(_) => {
+            if let Some(t) = mtime {
+                n.mtime_ns = t;
+            }
+            Ok(0)
+        }
+        Content::Device(_) => Ok(0),
+        _ => Err(Errno::EROFS),
+    }
+}
+
+/// `chown`, `lchown`, `fchown`, `fchownat`: everything belongs to root and
+/// stays so: an owner other than 0 (or -1, unchanged) is `EPERM`; archive
+/// files are `EROFS`.
+pub(crate) fn chownat<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    dirfd: i32,
+    path: Option<u64>,
+    uid: u32,
+    gid: u32,
+    flags: u32,
+) -> SysResult {
+    if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let id = match path {
+        None => match c.p.fds.get(dirfd as u32 as u64)?.target {
+            Target::Node(id) => Some(id),
+            _ => None,
+        },
+        Some(path) => {
+            let p = c.path(path)?;
+            if p.is_empty() && flags & AT_EMPTY_PATH != 0 {
+                match c.p.fds.get(dirfd as u32 as u64)?.target {
+                    Target::Node(id) => Some(id),
+                    _ => None,
+                }
+            } else {
+                Some(lookup(c, dirfd, &p, flags & AT_SYMLINK_NOFOLLOW != 0)?)
+            }
+        }
+    };
+    if let Some(id) = id
+        && matches!(
+            c.fs.node(id).content,
+            Content::Archive(_) | Content::SelfExe
+        )
+    {
+        return Err(Errno::EROFS);
+    }
+    let keep = |v: u32| v == 0 || v == u32::MAX;
+    if keep(uid) && keep(gid) {
+        Ok(0)
+    } else {
+        Err(Errno::EPERM)
     }
 }

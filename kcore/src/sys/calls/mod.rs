@@ -119,11 +119,20 @@ pub(crate) fn dispatch<M: Machine>(
     let abi = c.abi;
     use Sys::*;
     match call {
-        // Descriptors and I/O.
+        // Descriptors and I/O. A pipe may make a non-empty transfer wait.
+        Read | Readv | Write | Writev
+            if a[2] != 0
+                && let Some(wait) =
+                    file::pipe_wait(c, fd_arg(a[0]), matches!(call, Write | Writev)) =>
+        {
+            Ok(wait)
+        }
         Read => ret(file::read(c, fd_arg(a[0]), a[1], a[2])),
         Write => ret(file::write(c, fd_arg(a[0]), a[1], a[2])),
         Readv => ret(file::readv(c, fd_arg(a[0]), a[1], a[2], None)),
         Writev => ret(file::writev(c, fd_arg(a[0]), a[1], a[2], None)),
+        Pipe => ret(file::pipe2(c, a[0], 0)),
+        Pipe2 => ret(file::pipe2(c, a[0], a[1] as u32)),
         Pread64 | Pwrite64 => {
             let off = if wide { a[3] } else { hilo(a[3], a[4]) } as i64;
             if off < 0 {
@@ -360,6 +369,81 @@ pub(crate) fn dispatch<M: Machine>(
         Chmod => ret(file::chmodat(c, file::AT_FDCWD, a[0], a[1] as u32)),
         Fchmodat => ret(file::chmodat(c, int_arg(a[0]), a[1], a[2] as u32)),
         Fchmod => ret(file::fchmod(c, fd_arg(a[0]), a[1] as u32)),
+        Utimensat => ret(file::utimensat(
+            c,
+            int_arg(a[0]),
+            a[1],
+            a[2],
+            a[3] as u32,
+            wide,
+        )),
+        Utimensat64 => ret(file::utimensat(
+            c,
+            int_arg(a[0]),
+            a[1],
+            a[2],
+            a[3] as u32,
+            true,
+        )),
+        Chown | Lchown => {
+            let nofollow = if call == Lchown {
+                file::AT_SYMLINK_NOFOLLOW
+            } else {
+                0
+            };
+            ret(file::chownat(
+                c,
+                file::AT_FDCWD,
+                Some(a[0]),
+                a[1] as u32,
+                a[2] as u32,
+                nofollow,
+            ))
+        }
+        Fchown => ret(file::chownat(
+            c,
+            int_arg(a[0]),
+            None,
+            a[1] as u32,
+            a[2] as u32,
+            0,
+        )),
+        Fchownat => ret(file::chownat(
+            c,
+            int_arg(a[0]),
+            Some(a[1]),
+            a[2] as u32,
+            a[3] as u32,
+            a[4] as u32,
+        )),
+        // The i386 16-bit ids: 0xffff is "unchanged".
+        Chown16 | Lchown16 | Fchown16 => {
+            let id16 = |v: u64| {
+                if v as u16 == u16::MAX {
+                    u32::MAX
+                } else {
+                    v as u16 as u32
+                }
+            };
+            let (uid, gid) = (id16(a[1]), id16(a[2]));
+            if call == Fchown16 {
+                ret(file::chownat(c, int_arg(a[0]), None, uid, gid, 0))
+            } else {
+                let nofollow = if call == Lchown16 {
+                    file::AT_SYMLINK_NOFOLLOW
+                } else {
+                    0
+                };
+                ret(file::chownat(
+                    c,
+                    file::AT_FDCWD,
+                    Some(a[0]),
+                    uid,
+                    gid,
+                    nofollow,
+                ))
+            }
+        }
 
         // Memory.
         Brk => ret(mem::brk(c, a[0])),

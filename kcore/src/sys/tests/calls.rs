@@ -788,3 +788,126 @@ fn select_and_pselect6() {
     assert_eq!(e.ret("select", &[SCRATCH]), 1);
     assert_eq!(e.err("select", &[BAD]), Errno::EFAULT);
 }
+
+#[test]
+fn pipes_within_one_process() {
+    for mut e in both() {
+        assert_eq!(e.ret("pipe", &[SCRATCH]), 0);
+        let (r, w) = (e.u32_at(SCRATCH) as u64, e.u32_at(SCRATCH + 4) as u64);
+        assert_eq!((r, w), (3, 4));
+        // Reading the empty pipe while a writer is open waits for ever.
+        assert_eq!(e.call("read", &[r, SCRATCH + 0x100, 10]), Action::Block);
+        assert_eq!(
+            e.ret("read", &[r, SCRATCH + 0x100, 0]),
+            0,
+            "an empty read does not wait"
+        );
+        assert_eq!(e.ret("fstat", &[r, SCRATCH + 0x800]), 0);
+        assert_eq!(
+            e.u32_at(SCRATCH + 0x800 + if e.abi == Abi::X86_64 { 24 } else { 8 }) & 0o170000,
+            0o010000
+        );
+        e.poke(SCRATCH + 0x100, b"through the pipe");
+        assert_eq!(e.ret("write", &[w, SCRATCH + 0x100, 16]), 16);
+        assert_eq!(e.err("read", &[w, SCRATCH + 0x200, 4]), Errno::EBADF);
+        assert_eq!(e.err("write", &[r, SCRATCH + 0x200, 4]), Errno::EBADF);
+        assert_eq!(e.ret("read", &[r, SCRATCH + 0x200, 7]), 7);
+        assert_eq!(e.peek(SCRATCH + 0x200, 7), b"through");
+        assert_eq!(e.err("lseek", &[r, 0, 1]), Errno::ESPIPE);
+        // poll: readable with bytes in it; writable with room.
+        let pfds = [r as i32, 1, w as i32, 4].map(|v| v.to_le_bytes()).concat();
+        e.poke(SCRATCH + 0x300, &pfds);
+        assert_eq!(e.ret("poll", &[SCRATCH + 0x300, 2, 0]), 2);
+        // A dup keeps the write end open after close.
+        let w2 = e.ret("dup", &[w]) as u64;
+        assert_eq!(e.ret("close", &[w]), 0);
+        assert_eq!(e.ret("read", &[r, SCRATCH + 0x200, 100]), 9);
+        assert_eq!(e.call("read", &[r, SCRATCH + 0x200, 100]), Action::Block);
+        assert_eq!(e.ret("close", &[w2]), 0);
+        assert_eq!(
+            e.ret("read", &[r, SCRATCH + 0x200, 100]),
+            0,
+            "no writer: end of file"
+        );
+        // Writing without a reader: SIGPIPE, or EPIPE when it is ignored.
+        assert_eq!(e.ret("pipe2", &[SCRATCH, 0o4000 | 0o2000000]), 0);
+        let (r, w) = (e.u32_at(SCRATCH) as u64, e.u32_at(SCRATCH + 4) as u64);
+        assert_eq!(e.ret("fcntl", &[r, 1, 0]), 1, "O_CLOEXEC");
+        assert_eq!(
+            e.err("read", &[r, SCRATCH + 0x200, 1]),
+            Errno::EAGAIN,
+            "O_NONBLOCK"
+        );
+        // Fill it: 65536 bytes fit, then EAGAIN.
+        let mut total = 0;
+        while total < 65536 {
+            total += e.ret("write", &[w, SCRATCH, 0x8000]);
+        }
+        assert_eq!(total, 65536);
+        assert_eq!(e.err("write", &[w, SCRATCH, 1]), Errno::EAGAIN);
+        assert_eq!(e.ret("close", &[r]), 0);
+        assert!(matches!(
+            e.call("write", &[w, SCRATCH, 1]),
+            Action::Kill { signal: 13, .. }
+        ));
+        let ign = if e.abi == Abi::X86_64 {
+            vec![1u8, 0, 0, 0, 0, 0, 0, 0]
+        } else {
+            vec![1u8, 0, 0, 0]
+        };
+        e.poke(SCRATCH + 0x400, &[ign, vec![0; 24]].concat());
+        assert_eq!(e.ret("rt_sigaction", &[13, SCRATCH + 0x400, 0, 8]), 0);
+        assert_eq!(e.err("write", &[w, SCRATCH, 1]), Errno::EPIPE);
+        assert_eq!(e.err("pipe2", &[SCRATCH, 1]), Errno::EINVAL);
+        assert_eq!(e.err("pipe", &[RO]), Errno::EFAULT);
+        assert_eq!(e.err("pipe", &[BAD]), Errno::EFAULT);
+    }
+}
+
+#[test]
+fn utimensat_and_chown() {
+    for mut e in both() {
+        let wide = e.abi == Abi::X86_64;
+        let p = e.cstr(SCRATCH, "/tmp/t");
+        let fd = e.ret("open", &[p, O_CREAT | O_WRONLY, 0o644]) as u64;
+        let ts: Vec<u8> = if wide {
+            [0i64, (1 << 30) - 2, 1_000_000, 5]
+                .map(i64::to_le_bytes)
+                .concat()
+        } else {
+            [0i32, (1 << 30) - 2, 1_000_000, 5]
+                .map(i32::to_le_bytes)
+                .concat()
+        };
+        e.poke(SCRATCH + 0x100, &ts);
+        assert_eq!(e.ret("utimensat", &[AT_FDCWD, p, SCRATCH + 0x100, 0]), 0);
+        let id = e.sys.fs.resolve(crate::sys::fs::ROOT, b"/tmp/t").unwrap();
+        assert_eq!(e.sys.fs.node(id).mtime_ns, 1_000_000 * 1_000_000_000 + 5);
+        // NULL path: the descriptor (futimens); NULL times: now.
+        assert_eq!(e.ret("utimensat", &[fd, 0, 0, 0]), 0);
+        assert!(e.sys.fs.node(id).mtime_ns >= 1_700_000_000 * 1_000_000_000);
+        let ro = e.cstr(SCRATCH + 0x200, "/data/input.txt");
+        assert_eq!(e.err("utimensat", &[AT_FDCWD, ro, 0, 0]), Errno::EROFS);
+        e.poke(SCRATCH + 0x100, &[0xff; 32]);
+        assert_eq!(
+            e.err("utimensat", &[AT_FDCWD, p, SCRATCH + 0x100, 0]),
+            Errno::EINVAL
+        );
+        assert_eq!(e.err("utimensat", &[AT_FDCWD, p, BAD, 0]), Errno::EFAULT);
+        let (chown, fchown) = if wide {
+            ("chown", "fchown")
+        } else {
+            ("chown32", "fchown32")
+        };
+        assert_eq!(e.ret(chown, &[p, 0, u32::MAX as u64]), 0);
+        assert_eq!(e.err(chown, &[p, 1000, 1000]), Errno::EPERM);
+        assert_eq!(e.err(chown, &[ro, 0, 0]), Errno::EROFS);
+        assert_eq!(e.ret(fchown, &[fd, 0, 0]), 0);
+        assert_eq!(e.err(chown, &[BAD, 0, 0]), Errno::EFAULT);
+        assert_eq!(e.ret("fchownat", &[AT_FDCWD, p, 0, 0, 0x100]), 0);
+    }
+    let mut e = Env::new(Abi::I386);
+    let p = e.cstr(SCRATCH, "/tmp");
+    assert_eq!(e.ret("chown", &[p, 0xffff, 0]), 0, "16-bit -1 is unchanged");
+    assert_eq!(e.err("chown", &[p, 5, 0]), Errno::EPERM);
+}

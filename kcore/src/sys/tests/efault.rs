@@ -27,6 +27,7 @@ const AFF: u64 = SCRATCH + 0x3c0; // CPU mask {1}
 const WPATH: u64 = SCRATCH + 0x3e0; // "/tmp/w"
 const TS0: u64 = SCRATCH + 0x400; // a zero timespec / timeval
 const SSARG: u64 = SCRATCH + 0x420; // pselect6's {SET, 8}
+const SELARGS: u64 = SCRATCH + 0x440; // i386 sel_arg_struct {2, SET, 0, 0, TS0}
 const BUF: u64 = SCRATCH + 0x1000;
 const X: u64 = 0xbad0_bad0; // placeholder for the pointer under test
 const AT_FDCWD: u64 = -100i64 as u64;
@@ -99,6 +100,12 @@ fn setup(abi: Abi) -> Env {
     }
     e.poke(AFF, &[1]);
     e.poke(TS0, &[0; 16]);
+    e.poke(
+        SELARGS,
+        &[2, SET as u32, 0, 0, TS0 as u32]
+            .map(u32::to_le_bytes)
+            .concat(),
+    );
     e.poke(SSARG, &[word(SET), word(8)].concat());
     // fd 3: the archive file; fd 4: a writable memory file; fd 5: /tmp.
     assert_eq!(e.ret("open", &[PATH, 0, 0]), 3);
@@ -133,6 +140,7 @@ fn common_cases() -> Vec<Case> {
         case("pread64", &[3, X, 10, 0], BUF),
         case("pwrite64", &[4, X, 10, 0], BUF),
         case("preadv", &[3, X, 1, 0], IOV),
+        ("preadv", [3, X, 1, 0, 0, 0], 1, IOV, IOV_BAD),
         case("pwritev", &[4, X, 1, 0], IOV),
         case("open", &[X, 0, 0], PATH),
         case("openat", &[AT_FDCWD, X, 0, 0], PATH),
@@ -161,6 +169,11 @@ fn common_cases() -> Vec<Case> {
         case("pselect6", &[2, X, 0, 0, 0, 0], SET),
         case("pselect6", &[2, SET, 0, 0, X, 0], TS0),
         case("pselect6", &[2, SET, 0, 0, TS0, X], SSARG),
+        case("utimensat", &[AT_FDCWD, X, 0, 0], WPATH),
+        case("utimensat", &[AT_FDCWD, WPATH, X, 0], TS0),
+        case("fchownat", &[AT_FDCWD, X, 0, 0, 0], WPATH),
+        case("pipe", &[X], BUF),
+        case("pipe2", &[X, 0], BUF),
         case("access", &[X, 0], PATH),
         case("faccessat", &[AT_FDCWD, X, 0], PATH),
         case("faccessat2", &[AT_FDCWD, X, 0, 0], PATH),
@@ -221,6 +234,8 @@ fn common_cases() -> Vec<Case> {
 fn x86_64_cases() -> Vec<Case> {
     vec![
         case("arch_prctl", &[0x1003, X], BUF),
+        case("chown", &[X, 0, 0], WPATH),
+        case("lchown", &[X, 0, 0], WPATH),
         case("getresuid", &[X, BUF, BUF], BUF),
         case("getresgid", &[BUF, BUF, X], BUF),
         case("getrlimit", &[3, X], BUF),
@@ -230,6 +245,9 @@ fn x86_64_cases() -> Vec<Case> {
 fn i386_cases() -> Vec<Case> {
     vec![
         case("_llseek", &[3, 0, 0, X, 0], BUF),
+        case("chown32", &[X, 0, 0], WPATH),
+        case("chown", &[X, 0, 0], WPATH),
+        case("utimensat_time64", &[AT_FDCWD, WPATH, X, 0], TS0),
         case("stat64", &[X, BUF], PATH),
         case("stat64", &[PATH, X], BUF),
         case("lstat64", &[X, BUF], PATH),
@@ -307,5 +325,10 @@ fn every_pointer_argument_faults_cleanly_i386() {
     // The i386 stat/lstat/fstat (106-108) use the old struct stat.
     cases.push(case("fstat", &[3, X], BUF));
     cases.push(case("stat", &[PATH, X], BUF));
+    cases.push(case("stat", &[X, BUF], PATH));
+    cases.push(case("lstat", &[PATH, X], BUF));
+    cases.push(case("lstat", &[X, BUF], PATH));
+    cases.push(case("pselect6_time64", &[2, SET, 0, 0, X, 0], TS64));
+    cases.push(case("select", &[X], SELARGS));
     assert!(run(Abi::I386, cases) > 200);
 }
