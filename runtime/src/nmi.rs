@@ -304,7 +304,9 @@ pub mod recorder {
         // first dispatch) the saved frame is the task's initial one.
         let wanted = mode_code(cap.mode) == WANT_MODE.load(Ordering::Relaxed)
             && (cap.mode.is_user()
-                || (cap.task.is_some() && crate::syscall::IN_SPIN.load(Ordering::Relaxed)));
+                || (cap.task.is_some()
+                    && (crate::syscall::IN_SPIN.load(Ordering::Relaxed)
+                        || crate::task::linux::IN_CALL.load(Ordering::Relaxed))));
         if !wanted {
             return;
         }

@@ -286,6 +286,271 @@ perch_st_end:
     pesp = const PATTERN_ESP32,
 );
 
+/// Address the loaded self-test programs are linked at (their code).
+pub const LOADED_CODE: u64 = 0x40_0100;
+/// Address of their data: the loop counter at +0, scratch at +8, a 4 KiB
+/// buffer at +0x1000.
+pub const LOADED_DATA: u64 = 0x40_1000;
+
+// The self-test's loaded programs: raw code for ELFs the self-test builds
+// in memory and starts through the program loader, as any program from
+// the boot archive. Linked for LOADED_CODE, with the data page at
+// LOADED_DATA; each loops until its counter there reaches 0, then exits
+// with Linux's exit system call. Kept as read-only data of the runtime
+// (copied into the ELF), never executed in place.
+core::arch::global_asm!(
+    r#"
+    .section .rodata.perch_loaded, "a"
+    .code64
+    .global perch_ld_regs64
+perch_ld_regs64:
+    movabs rax, {p0}
+    movabs rbx, {p1}
+    movabs rcx, {p2}
+    movabs rdx, {p3}
+    movabs rsi, {p4}
+    movabs rdi, {p5}
+    movabs rbp, {p6}
+    movabs r8, {p7}
+    movabs r9, {p8}
+    movabs r10, {p9}
+    movabs r11, {p10}
+    movabs r12, {p11}
+    movabs r13, {p12}
+    movabs r14, {p13}
+    movabs r15, {p14}
+    movabs rsp, {prsp}
+    .global perch_ld_regs64_loop
+perch_ld_regs64_loop:
+    dec qword ptr [{data}]
+    jnz perch_ld_regs64_loop
+    .global perch_ld_regs64_loop_end
+perch_ld_regs64_loop_end:
+    mov eax, 60
+    xor edi, edi
+    syscall
+    ud2
+    .global perch_ld_regs64_end
+perch_ld_regs64_end:
+
+    .global perch_ld_sys64
+perch_ld_sys64:
+    movabs rbx, {p1}
+    movabs rbp, {p6}
+    movabs r8, {p7}
+    movabs r9, {p8}
+    movabs r10, {p9}
+    movabs r12, {p11}
+    movabs r13, {p12}
+    movabs r14, {p13}
+    movabs r15, {p14}
+    movabs rsp, {prsp}
+perch_ld_sys64_loop:
+    mov eax, 318
+    mov edi, {buf}
+    mov esi, 4096
+    xor edx, edx
+    syscall
+    .global perch_ld_sys64_ret
+perch_ld_sys64_ret:
+    dec qword ptr [{data}]
+    jnz perch_ld_sys64_loop
+    mov eax, 60
+    xor edi, edi
+    syscall
+    ud2
+    .global perch_ld_sys64_end
+perch_ld_sys64_end:
+
+    .global perch_ld_space64
+perch_ld_space64:
+    mov rax, qword ptr [{data}]
+    mov qword ptr [{data} + 8], rax
+    mov ebx, 3
+perch_ld_space64_yield:
+    mov eax, 24
+    syscall
+    dec ebx
+    jnz perch_ld_space64_yield
+    mov eax, 1
+    mov edi, 1
+    movabs rsi, 0xffffffff80100000
+    mov edx, 16
+    syscall
+    mov rdi, qword ptr [{data} + 8]
+    cmp rax, -14
+    je perch_ld_space64_exit
+    add rdi, 100
+perch_ld_space64_exit:
+    mov eax, 60
+    syscall
+    ud2
+    .global perch_ld_space64_end
+perch_ld_space64_end:
+
+    .code32
+    .global perch_ld_regs32
+perch_ld_regs32:
+    mov eax, {q0}
+    mov ebx, {q1}
+    mov ecx, {q2}
+    mov edx, {q3}
+    mov esi, {q4}
+    mov edi, {q5}
+    mov ebp, {q6}
+    mov esp, {pesp}
+    .global perch_ld_regs32_loop
+perch_ld_regs32_loop:
+    dec dword ptr [{data}]
+    jnz perch_ld_regs32_loop
+    .global perch_ld_regs32_loop_end
+perch_ld_regs32_loop_end:
+    mov eax, 1
+    xor ebx, ebx
+    int 0x80
+    ud2
+    .global perch_ld_regs32_end
+perch_ld_regs32_end:
+
+    .global perch_ld_sys32
+perch_ld_sys32:
+    mov esi, {q4}
+    mov edi, {q5}
+    mov ebp, {q6}
+    mov esp, {pesp}
+perch_ld_sys32_loop:
+    mov eax, 355
+    mov ebx, {buf}
+    mov ecx, 4096
+    xor edx, edx
+    int 0x80
+    .global perch_ld_sys32_ret
+perch_ld_sys32_ret:
+    dec dword ptr [{data}]
+    jnz perch_ld_sys32_loop
+    mov eax, 1
+    xor ebx, ebx
+    int 0x80
+    ud2
+    .global perch_ld_sys32_end
+perch_ld_sys32_end:
+    .code64
+    "#,
+    data = const LOADED_DATA,
+    buf = const LOADED_DATA + 0x1000,
+    p0 = const pattern64(0),
+    p1 = const pattern64(1),
+    p2 = const pattern64(2),
+    p3 = const pattern64(3),
+    p4 = const pattern64(4),
+    p5 = const pattern64(5),
+    p6 = const pattern64(6),
+    p7 = const pattern64(7),
+    p8 = const pattern64(8),
+    p9 = const pattern64(9),
+    p10 = const pattern64(10),
+    p11 = const pattern64(11),
+    p12 = const pattern64(12),
+    p13 = const pattern64(13),
+    p14 = const pattern64(14),
+    prsp = const PATTERN_RSP64,
+    q0 = const pattern32(0),
+    q1 = const pattern32(1),
+    q2 = const pattern32(2),
+    q3 = const pattern32(3),
+    q4 = const pattern32(4),
+    q5 = const pattern32(5),
+    q6 = const pattern32(6),
+    pesp = const PATTERN_ESP32,
+);
+
+unsafe extern "C" {
+    static perch_ld_regs64: u8;
+    static perch_ld_regs64_loop: u8;
+    static perch_ld_regs64_loop_end: u8;
+    static perch_ld_regs64_end: u8;
+    static perch_ld_sys64: u8;
+    static perch_ld_sys64_ret: u8;
+    static perch_ld_sys64_end: u8;
+    static perch_ld_space64: u8;
+    static perch_ld_space64_end: u8;
+    static perch_ld_regs32: u8;
+    static perch_ld_regs32_loop: u8;
+    static perch_ld_regs32_loop_end: u8;
+    static perch_ld_regs32_end: u8;
+    static perch_ld_sys32: u8;
+    static perch_ld_sys32_ret: u8;
+    static perch_ld_sys32_end: u8;
+}
+
+/// One loaded self-test program: its code bytes and where, relative to
+/// its start, its marks are (loop start and end, or the system call's
+/// return address).
+#[derive(Clone, Copy, Debug)]
+pub struct LoadedCode {
+    /// The code.
+    pub code: &'static [u8],
+    /// Offsets of the marks from the start of the code.
+    pub marks: (u64, u64),
+}
+
+fn loaded(start: u64, end: u64, marks: (u64, u64)) -> LoadedCode {
+    // SAFETY: `start..end` brackets bytes of the runtime's read-only data
+    // (the section above), mapped and never written.
+    let code = unsafe { core::slice::from_raw_parts(start as *const u8, (end - start) as usize) };
+    LoadedCode {
+        code,
+        marks: (marks.0 - start, marks.1 - start),
+    }
+}
+
+/// The 64-bit register-pattern program (marks: its spin loop).
+pub fn loaded_regs64() -> LoadedCode {
+    let s = crate::abs_addr!(perch_ld_regs64);
+    let (a, b) = (
+        crate::abs_addr!(perch_ld_regs64_loop),
+        crate::abs_addr!(perch_ld_regs64_loop_end),
+    );
+    loaded(s, crate::abs_addr!(perch_ld_regs64_end), (a, b))
+}
+
+/// The 64-bit program that loops on `getrandom` of 4 KiB (marks: the return address twice).
+pub fn loaded_sys64() -> LoadedCode {
+    let r = crate::abs_addr!(perch_ld_sys64_ret);
+    loaded(
+        crate::abs_addr!(perch_ld_sys64),
+        crate::abs_addr!(perch_ld_sys64_end),
+        (r, r),
+    )
+}
+
+/// The 64-bit program that keeps its data-page value across yields and
+/// exits with it (plus 100 unless `write` of a runtime pointer gave EFAULT).
+pub fn loaded_space64() -> LoadedCode {
+    let s = crate::abs_addr!(perch_ld_space64);
+    loaded(s, crate::abs_addr!(perch_ld_space64_end), (s, s))
+}
+
+/// The compat register-pattern program (marks: its spin loop).
+pub fn loaded_regs32() -> LoadedCode {
+    let s = crate::abs_addr!(perch_ld_regs32);
+    let (a, b) = (
+        crate::abs_addr!(perch_ld_regs32_loop),
+        crate::abs_addr!(perch_ld_regs32_loop_end),
+    );
+    loaded(s, crate::abs_addr!(perch_ld_regs32_end), (a, b))
+}
+
+/// The compat program that loops on `getrandom` of 4 KiB through `int 0x80`.
+pub fn loaded_sys32() -> LoadedCode {
+    let r = crate::abs_addr!(perch_ld_sys32_ret);
+    loaded(
+        crate::abs_addr!(perch_ld_sys32),
+        crate::abs_addr!(perch_ld_sys32_end),
+        (r, r),
+    )
+}
+
 macro_rules! user_symbols {
     ($($name:ident),* $(,)?) => {
         unsafe extern "C" {

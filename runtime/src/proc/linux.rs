@@ -207,6 +207,11 @@ impl Machine for RtMachine<'_> {
     }
 }
 
+/// Set while a loaded program's system call runs in the personality: an
+/// NMI that sees it interrupted a call's body, where the process's saved
+/// user frame is the one its entry saved (the self-test's recorder reads it).
+pub static IN_CALL: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
 /// Handles a system call of a loaded program (its personality is `Some`).
 /// Returns the entry stub's RESUME or LEAVE.
 pub fn syscall(frame: &mut TrapFrame, id: u8, abi: super::Abi) -> u64 {
@@ -246,8 +251,10 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: super::Abi) -> u64 {
             stack_top,
             name,
         };
+        IN_CALL.store(true, core::sync::atomic::Ordering::Relaxed);
         let a = with_system(|s| sys::syscall(&mut m, s, p, sys_abi, nr, args))
             .unwrap_or(Action::Return(Errno::ENOSYS.to_return()));
+        IN_CALL.store(false, core::sync::atomic::Ordering::Relaxed);
         if matches!(a, Action::Exit(_) | Action::Kill { .. }) {
             p.flush_output(&mut m);
         }
