@@ -209,7 +209,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         provoke_crash(kind);
     }
     if cfg.selftest {
-        selftest::run(&cfg)
+        selftest::run(&cfg, boot.modules().first().copied(), boot.protocol.name())
     } else if let Some(archive) = boot.modules().first() {
         proc::appliance::run(&cfg, archive)
     } else {

@@ -101,6 +101,10 @@ struct ImageArgs {
     /// Output path (default: out/perch.iso).
     #[arg(long)]
     output: Option<PathBuf>,
+    /// A boot archive (cpio newc with `.perch/manifest`) to load as the
+    /// multiboot2 module: the programs the appliance runs.
+    #[arg(long)]
+    archive: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -140,7 +144,7 @@ fn main() {
                 .output
                 .unwrap_or_else(|| project_root().join("out/perch.iso"));
             kernel::build()
-                .and_then(|elf| image::build_iso(&elf, &a.cmdline, &out))
+                .and_then(|elf| image::build_iso(&elf, &a.cmdline, a.archive.as_deref(), &out))
                 .map(|()| {
                     println!("{}", out.display());
                     0
@@ -165,6 +169,7 @@ fn run(a: RunArgs) -> Result<i32> {
         boot: qemu::Boot::Kernel {
             elf,
             cmdline: cmdline.trim().to_string(),
+            initrd: None,
         },
         icount: a.icount,
         timeout: std::time::Duration::from_secs(a.timeout),
@@ -178,16 +183,22 @@ fn run(a: RunArgs) -> Result<i32> {
 pub fn selftest(a: &SelftestArgs) -> Result<bool> {
     let elf = kernel::build()?;
     let cmdline = format!("selftest {}", a.append).trim().to_string();
+    let archive = project_root().join("target/selftest-archive.cpio");
+    image::selftest_archive(&archive)?;
     let boot = if a.iso || a.uefi {
         let iso = project_root().join(if a.uefi {
             "out/perch-selftest-uefi.iso"
         } else {
             "out/perch-selftest.iso"
         });
-        image::build_iso(&elf, &cmdline, &iso)?;
+        image::build_iso(&elf, &cmdline, Some(&archive), &iso)?;
         qemu::Boot::Iso { iso, uefi: a.uefi }
     } else {
-        qemu::Boot::Kernel { elf, cmdline }
+        qemu::Boot::Kernel {
+            elf,
+            cmdline,
+            initrd: Some(archive),
+        }
     };
     let cfg = qemu::Config {
         boot,
@@ -196,7 +207,21 @@ pub fn selftest(a: &SelftestArgs) -> Result<bool> {
     };
     let out = qemu::run(&cfg)?;
     let summary = out.selftest_summary();
-    let pass = out.exit == qemu::Exit::Pass && summary.is_some_and(|(_, failed)| failed == 0);
+    // The boot archive must have reached the self-test through the protocol.
+    let archive_seen = out
+        .lines
+        .iter()
+        .any(|l| l.contains("selftest: boot_archive ... ok"))
+        && !out
+            .lines
+            .iter()
+            .any(|l| l.contains("boot_archive: skipped"));
+    let pass = out.exit == qemu::Exit::Pass
+        && summary.is_some_and(|(_, failed)| failed == 0)
+        && archive_seen;
+    if !archive_seen {
+        println!("xtask: the self-test did not read the boot archive it was booted with");
+    }
     match (pass, summary) {
         (true, Some((p, _))) => println!("xtask: selftest passed ({p} tests)"),
         (_, Some((p, f))) => println!(

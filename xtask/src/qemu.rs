@@ -26,6 +26,8 @@ pub enum Boot {
         elf: PathBuf,
         /// Kernel command line.
         cmdline: String,
+        /// The boot archive, passed as the PVH module (`-initrd`).
+        initrd: Option<PathBuf>,
     },
     /// `-cdrom ISO` (multiboot2 through GRUB).
     Iso {
@@ -139,9 +141,16 @@ pub fn args(cfg: &Config) -> Vec<String> {
         a.extend(["-cpu".into(), "max".into()]);
     }
     match &cfg.boot {
-        Boot::Kernel { elf, cmdline } => {
+        Boot::Kernel {
+            elf,
+            cmdline,
+            initrd,
+        } => {
             a.extend(["-kernel".into(), elf.display().to_string()]);
             a.extend(["-append".into(), cmdline.clone()]);
+            if let Some(i) = initrd {
+                a.extend(["-initrd".into(), i.display().to_string()]);
+            }
         }
         Boot::Iso { iso, uefi } => {
             if *uefi {

@@ -13,7 +13,7 @@ use kcore::archive::Archive;
 use kcore::sys::{System, Vfs};
 
 /// The boot archive's bytes, in place in the module's memory.
-fn module_bytes(m: &Module) -> &'static [u8] {
+pub fn module_bytes(m: &Module) -> &'static [u8] {
     // SAFETY: the module's physical range was reserved from the frame
     // allocator at boot (so nothing reuses it) and lies inside the direct
     // map; it is never written.
