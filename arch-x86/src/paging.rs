@@ -297,29 +297,39 @@ impl Mapper {
     }
 
     /// Calls `leaf(va, entry)` for every present 4 KiB leaf in `[start, end)`
-    /// of the lower half, skipping unmapped tables whole.
+    /// of the lower half, in address order, until `leaf` returns false.
+    /// Absent tables are skipped whole at every level (512 GiB, 1 GiB,
+    /// 2 MiB), so a walk over a huge, mostly empty range stays cheap.
+    /// Returns the address after the last leaf visited when `leaf` stopped
+    /// the walk, or `None` when it reached `end`.
     pub fn for_each_leaf(
         &self,
         mem: &mut impl TableMemory,
         start: u64,
         end: u64,
-        mut leaf: impl FnMut(u64, u64),
-    ) {
+        mut leaf: impl FnMut(u64, u64) -> bool,
+    ) -> Option<u64> {
         let end = end.min(USER_END);
         let mut va = start & !(PAGE - 1);
-        while va < end {
-            match self.leaf_table(mem, va, false) {
-                Ok(Some(t)) => {
-                    let e = mem.table(t).0[index(va, 1)];
-                    if e & PRESENT != 0 {
-                        leaf(va, e);
-                    }
-                    va += PAGE;
+        'walk: while va < end {
+            let mut table = self.root;
+            for level in [4u32, 3, 2] {
+                let e = mem.table(table).0[index(va, level)];
+                if e & PRESENT == 0 || e & HUGE != 0 {
+                    // Skip what this entry covers.
+                    let span = 1u64 << (12 + 9 * (level - 1));
+                    va = (va | (span - 1)).saturating_add(1);
+                    continue 'walk;
                 }
-                // Skip to the next page table (2 MiB).
-                _ => va = (va | (LARGE_PAGE - 1)) + 1,
+                table = e & ADDR_MASK;
             }
+            let e = mem.table(table).0[index(va, 1)];
+            if e & PRESENT != 0 && !leaf(va, e) {
+                return Some(va + PAGE);
+            }
+            va += PAGE;
         }
+        None
     }
 
     /// Frees every table of the lower half, calling `leaf(entry)` for each
@@ -473,7 +483,17 @@ mod tests {
         // A runtime-half entry must survive.
         m.table(root).0[511] = 0xabc000 | PRESENT;
         let mut seen = Vec::new();
-        mp.for_each_leaf(&mut m, 0, USER_END, |va, _| seen.push(va));
+        mp.for_each_leaf(&mut m, 0, USER_END, |va, _| {
+            seen.push(va);
+            true
+        });
+        let mut first = Vec::new();
+        let stopped = mp.for_each_leaf(&mut m, 0, USER_END, |va, _| {
+            first.push(va);
+            first.len() < 2
+        });
+        assert_eq!(first, vec![0x1000, 0x2000]);
+        assert_eq!(stopped, Some(0x3000));
         assert_eq!(seen, {
             let mut p = pages.to_vec();
             p.sort();

@@ -27,26 +27,32 @@ pub extern "C" fn trap_dispatch(frame: &mut TrapFrame) -> u64 {
         tick::SPURIOUS_VECTOR => RESUME,
         SYSCALL_VECTOR if user => syscall_from(frame, Abi::X64),
         INT80_VECTOR if user => syscall_from(frame, Abi::Compat32),
-        14 if user
-            && current_is_linux()
-            && task::current().is_some_and(|id| {
-                task::linux::page_fault(id, arch_x86::cpu::cr2(), frame.error_code)
-            }) =>
-        {
-            RESUME
+        14 if user && current_is_linux() => {
+            let id = task::current().unwrap_or(task::NO_TASK);
+            match task::linux::page_fault(id, arch_x86::cpu::cr2(), frame.error_code) {
+                task::linux::PageFault::Resolved => RESUME,
+                task::linux::PageFault::OutOfMemory => {
+                    task::linux::kill_out_of_memory(id);
+                    LEAVE
+                }
+                task::linux::PageFault::Segv => user_fault(frame),
+            }
         }
-        _ if user && task::current().is_some() => {
-            task::set_outcome(Outcome::Fault(Fault {
-                vector: frame.vector,
-                error_code: frame.error_code,
-                rip: frame.rip,
-                cs: frame.cs,
-                cr2: arch_x86::cpu::cr2(),
-            }));
-            LEAVE
-        }
+        _ if user && task::current().is_some() => user_fault(frame),
         _ => runtime_exception(frame),
     }
+}
+
+/// An exception in ring 3 ends only the current process, with its reason.
+fn user_fault(frame: &TrapFrame) -> u64 {
+    task::set_outcome(Outcome::Fault(Fault {
+        vector: frame.vector,
+        error_code: frame.error_code,
+        rip: frame.rip,
+        cs: frame.cs,
+        cr2: arch_x86::cpu::cr2(),
+    }));
+    LEAVE
 }
 
 /// True when the current process is a loaded Linux program.

@@ -285,6 +285,34 @@ fn faulting_processes_are_killed_with_a_reason_and_the_others_run_on() {
 }
 
 #[test]
+fn a_process_that_exhausts_memory_is_killed_and_the_others_run_on() {
+    let crash = c_program("crash", CBuild::Glibc);
+    let twin = c_program("twin", CBuild::Glibc);
+    // 3 GiB touched, in a guest with 1 GiB of RAM; natively it just works.
+    let hog = Program::new(&crash, "hog", &["hog", "3072"], &[]);
+    let sibling = Program::new(&twin, "sibling", &["sibling", "300"], &[]);
+    let n = hog.native();
+    assert_eq!(n.end, Some(End::Exited(0)), "hog natively: {}", n.out());
+    if !qemu_present() {
+        return;
+    }
+    let run = run_appliance(&appliance(&[hog, sibling.clone()]), CMDLINE, TIMEOUT);
+    let t = run.transcript();
+    assert_eq!(run.boot.status, Some(STATUS_PASS), "{t}");
+    let guest = run.console.process("hog");
+    let Some(End::Killed { signal, reason }) = &guest.end else {
+        panic!("hog was not reported killed:\n{t}");
+    };
+    assert_eq!(signal, "SIGKILL", "{t}");
+    assert!(reason.contains("out of memory"), "reason {reason:?}:\n{t}");
+    assert!(!guest.out().contains("touched all"), "{t}");
+    let s = run.console.process("sibling");
+    assert_eq!(s.out(), sibling.native().out(), "{t}");
+    assert_eq!(s.end, Some(End::Exited(0)), "{t}");
+    assert_eq!(run.console.run_end, Some(RunEnd::AllExited), "{t}");
+}
+
+#[test]
 fn system_calls_given_runtime_or_unmapped_pointers_return_efault() {
     let programs = [
         Program::new(&c_program("efault", CBuild::Glibc), "efault64", &[], &[]),

@@ -5,8 +5,8 @@
 
 use super::frames;
 use arch_x86::paging::{
-    ADDR_MASK, BORROWED, KERNEL_PML4_FIRST, MapError, Mapper, PAGE, PRESENT, PageTable,
-    TableMemory, phys_to_virt,
+    ADDR_MASK, BORROWED, KERNEL_PML4_FIRST, MapError, Mapper, PRESENT, PageTable, TableMemory,
+    phys_to_virt,
 };
 
 /// Page tables reached through the direct map, table frames from [`frames`].
@@ -90,43 +90,41 @@ impl AddressSpace {
 
     /// Unmaps every page in `[start, end)`, freeing the frames it owns.
     pub fn unmap_range(&mut self, start: u64, end: u64) {
+        self.each_present(start, end, |m, p| release(m.unmap(&mut DirectTables, p)));
+    }
+
+    /// Calls `f` for every present page of `[start, end)`, in batches (the
+    /// walk borrows the tables, `f` edits them).
+    fn each_present(&mut self, start: u64, end: u64, mut f: impl FnMut(Mapper, u64)) {
         let m = self.mapper();
         let mut pages = heapless::Vec::<u64, 64>::new();
-        let mut va = start;
-        // Collect in batches: the walk borrows the tables.
-        while va < end {
+        let mut next = Some(start);
+        while let Some(from) = next {
             pages.clear();
-            let batch_end = end.min(va.saturating_add(64 * PAGE));
-            m.for_each_leaf(&mut DirectTables, va, batch_end, |p, _| {
+            next = m.for_each_leaf(&mut DirectTables, from, end, |p, _| {
                 let _ = pages.push(p);
+                !pages.is_full()
             });
             for &p in &pages {
-                release(m.unmap(&mut DirectTables, p));
+                f(m, p);
             }
-            va = batch_end;
         }
+        flush_all();
+    }
+
+    /// Unmaps the whole lower half, freeing every frame and table it owns.
+    pub fn clear_user(&mut self) {
+        self.mapper().free_lower_half(&mut DirectTables, release);
         flush_all();
     }
 
     /// Applies `f` to the leaf flags of every present page in `[start, end)`.
     pub fn update_range(&mut self, start: u64, end: u64, f: impl Fn(u64) -> u64) {
-        let m = self.mapper();
-        let mut pages = heapless::Vec::<u64, 64>::new();
-        let mut va = start;
-        while va < end {
-            pages.clear();
-            let batch_end = end.min(va.saturating_add(64 * PAGE));
-            m.for_each_leaf(&mut DirectTables, va, batch_end, |p, _| {
-                let _ = pages.push(p);
+        self.each_present(start, end, |m, p| {
+            m.update(&mut DirectTables, p, |e| {
+                (e & (ADDR_MASK | BORROWED)) | f(e)
             });
-            for &p in &pages {
-                m.update(&mut DirectTables, p, |e| {
-                    (e & (ADDR_MASK | BORROWED)) | f(e)
-                });
-            }
-            va = batch_end;
-        }
-        flush_all();
+        });
     }
 
     /// Makes this space the current one.

@@ -317,13 +317,24 @@ fn kill_reason(id: u8) -> &'static str {
     })
 }
 
+/// What a ring-3 page fault of a loaded program comes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageFault {
+    /// The page was brought in: resume the program.
+    Resolved,
+    /// No area allows the access: SIGSEGV.
+    Segv,
+    /// The access is allowed but no frame is left: the process is killed
+    /// (SIGKILL, as Linux's OOM killer does), never the runtime.
+    OutOfMemory,
+}
+
 /// A page fault in ring 3 of a loaded program: brings the page in when its
-/// area allows the access (returns true: resume), else false (the process
-/// ends with SIGSEGV).
-pub fn page_fault(id: u8, addr: u64, error_code: u64) -> bool {
+/// area allows the access.
+pub fn page_fault(id: u8, addr: u64, error_code: u64) -> PageFault {
     // Error code: bit 0 present (a rights violation), bit 1 write, bit 4 fetch.
     if error_code & 1 != 0 {
-        return false;
+        return PageFault::Segv;
     }
     let access = if error_code & 2 != 0 {
         Access::Write
@@ -339,18 +350,37 @@ pub fn page_fault(id: u8, addr: u64, error_code: u64) -> bool {
             ..
         } = inner;
         let Some(p) = linux.as_deref() else {
-            return false;
+            return PageFault::Segv;
         };
-        if error_code & 0x10 != 0 && !p.areas.find(page).is_some_and(|a| a.prot.executable()) {
-            return false;
+        let Some(area) = p.areas.find(page) else {
+            return PageFault::Segv;
+        };
+        let allowed = match access {
+            Access::Write => area.prot.writable(),
+            _ if error_code & 0x10 != 0 => area.prot.executable(),
+            _ => area.prot.readable() || area.prot.executable(),
+        };
+        if !allowed {
+            return PageFault::Segv;
         }
-        AreaPager {
+        let mut pager = AreaPager {
             areas: &p.areas,
             stack_low,
+        };
+        if pager.fault_in(space, page, access) {
+            PageFault::Resolved
+        } else {
+            PageFault::OutOfMemory
         }
-        .fault_in(space, page, access)
     })
-    .unwrap_or(false)
+    .unwrap_or(PageFault::Segv)
+}
+
+/// Ends process `id` for want of memory (the trap handler leaves to the
+/// scheduler next).
+pub fn kill_out_of_memory(id: u8) {
+    set_kill_reason(id, "out of memory (no free frame for a page it touched)");
+    super::set_outcome(Outcome::Signal(9));
 }
 
 /// The signal a hardware fault delivers, as Linux maps the vectors.

@@ -427,6 +427,12 @@ pub fn run_once(id: u8) -> Option<Outcome> {
             if let Some(t) = get(id) {
                 linux::report_end(id, task.spec.name, &t.state);
             }
+            // Its memory goes back at once: the frames it owned and its
+            // system-call state (files stay, they belong to the run).
+            with_inner(id, |i| {
+                i.space.clear_user();
+                i.linux = None;
+            });
         }
     } else if let Some(Outcome::Fault(f)) = outcome {
         report_fault(task.spec.name, &f);
