@@ -8,6 +8,7 @@ use e2e_tests::programs::{
     run_archive, rust_appcheck,
 };
 use e2e_tests::{STATUS_CRASH, STATUS_FAIL, STATUS_PASS, qemu_present};
+use std::process::Command;
 use std::time::Duration;
 
 /// A run that should end by itself: the duration is only a backstop (each of these
@@ -629,5 +630,112 @@ fn corrupt_archives_get_a_clear_error() {
             error.is_some(),
             "{what}: no `perch: ...` line naming {words:?}:\n{t}"
         );
+    }
+}
+
+/// The numbers of the `perch stat` line of `capture` that starts with `prefix`.
+fn stat_numbers(capture: &std::path::Path, prefix: &str) -> Vec<u64> {
+    let out = Command::new(e2e_tests::perch_bin())
+        .arg("stat")
+        .arg(capture)
+        .output()
+        .expect("running perch stat");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line in perch stat:\n{text}"));
+    line.split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}
+
+/// Loaded programs sampled in wire mode: 64-bit and i386 fuzzers (random
+/// frame pointers and stack pointers for the callchain walk to meet, bad
+/// pointers, faults) beside an ordinary program, at 20 kHz under icount.
+/// The walk through each process's own stack never faults the runtime,
+/// every program still prints what it prints natively, and the counts add
+/// up: taken = delivered + lost, with every delivered sample in perf.data.
+#[test]
+fn loaded_programs_are_sampled_and_the_walk_never_faults() {
+    if !qemu_present() {
+        return;
+    }
+    let flags = &["-fno-stack-protector"];
+    let fuzz64 = c_program_with("fuzz", CBuild::Glibc, flags, "");
+    let fuzz32 = c_program_with("fuzz", CBuild::Glibc32, flags, "");
+    let env = &["PERCH_FUZZ_GUEST=1"];
+    let app = appcheck(&c_program("appcheck", CBuild::Musl), "appcheck");
+    let programs = [
+        Program::new(&fuzz64, "fuzz64", &["20000", "7"], env),
+        Program::new(&fuzz32, "fuzz32", &["20000", "8"], env),
+        app.clone(),
+    ];
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let archive = dir.path().join("app.cpio");
+    appliance(&programs)
+        .write_to(&archive)
+        .expect("packing the appliance");
+    let archive = archive.display().to_string();
+    let rec = e2e_tests::record(&[
+        "--freq",
+        "20000",
+        "--max-rate",
+        "0",
+        "--duration",
+        "60",
+        "--",
+        "-initrd",
+        &archive,
+        "-m",
+        "1G",
+    ]);
+    let err = &rec.stderr;
+    assert_eq!(rec.status, Some(0), "perch record failed:\n{err}");
+    assert!(!err.contains("RUNTIME"), "the runtime crashed:\n{err}");
+    assert!(
+        err.contains("run ended: all processes exited"),
+        "the run did not end with the programs:\n{err}"
+    );
+    for name in ["fuzz64", "fuzz32"] {
+        assert!(
+            err.contains(&format!("[{name}] fuzz done"))
+                && err.contains(&format!("perch: {name} (pid")),
+            "{name} did not finish:\n{err}"
+        );
+    }
+    let native = app.native();
+    for line in native.out().lines() {
+        assert!(
+            err.contains(&format!("[appcheck] {line}")),
+            "appcheck lost {line:?}:\n{err}"
+        );
+    }
+    let end = stat_numbers(&rec.capture, "end: taken ");
+    let (taken, delivered, lost) = (end[0], end[1], end[2]);
+    assert!(delivered > 100, "only {delivered} samples");
+    assert_eq!(taken, delivered + lost);
+    let reader = std::io::BufReader::new(std::fs::File::open(&rec.data).expect("perf.data"));
+    let linux_perf_data::PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = linux_perf_data::PerfFileReader::parse_file(reader).expect("perf.data parses");
+    let mut samples = 0u64;
+    let mut pids = std::collections::BTreeSet::new();
+    while let Some(r) = record_iter.next_record(&mut perf_file).expect("a record") {
+        let linux_perf_data::PerfFileRecord::EventRecord { record, .. } = r else {
+            continue;
+        };
+        if let Ok(linux_perf_data::linux_perf_event_reader::EventRecord::Sample(s)) = record.parse()
+        {
+            samples += 1;
+            if let Some(p) = s.pid {
+                pids.insert(p);
+            }
+        }
+    }
+    assert_eq!(samples, delivered, "perf.data holds every delivered sample");
+    for pid in 1..=3 {
+        assert!(pids.contains(&pid), "no sample of pid {pid}: {pids:?}");
     }
 }
