@@ -247,7 +247,7 @@ impl<W: OwnedWrite> Converter<W> {
                 let attr = self.event_ids.iter().position(|e| e == event).unwrap_or(0);
                 w.throttle(attr, *on, *time, *cpu)?;
             }
-            Item::End(e) => self.end = Some(*e),
+            Item::End(e) => self.end = Some(e.clone()),
             Item::Hello(_) | Item::Log(_) | Item::Defmt(_) => {}
         }
         Ok(())
@@ -512,7 +512,7 @@ impl<W: OwnedWrite> Converter<W> {
             ));
         }
         match self.end {
-            Some(end) => {
+            Some(ref end) => {
                 let st = w.stats();
                 let arrived = st.samples + summary.unknown_event_samples;
                 if arrived > end.delivered {
@@ -570,7 +570,7 @@ impl<W: OwnedWrite> Converter<W> {
                     .into(),
             );
         }
-        summary.end = self.end;
+        summary.end = self.end.clone();
         let meta = self.meta(&h);
         let (out, written) = w.finish(&meta)?;
         summary.written = written;

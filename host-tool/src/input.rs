@@ -527,7 +527,7 @@ impl StreamStats {
             Item::Throttle { on: true, .. } => self.throttled += 1,
             Item::Throttle { on: false, .. } => self.unthrottled += 1,
             Item::Log(_) | Item::Defmt(_) => self.logs += 1,
-            Item::End(e) => self.end = Some(*e),
+            Item::End(e) => self.end = Some(e.clone()),
         }
     }
 
@@ -662,7 +662,7 @@ impl StreamStats {
                 self.bytes as f64 / self.samples as f64
             );
         }
-        match self.end {
+        match &self.end {
             Some(e) => {
                 let _ = writeln!(
                     s,
@@ -679,6 +679,9 @@ impl StreamStats {
                 );
                 let missing = e.delivered.saturating_sub(self.samples);
                 let _ = writeln!(s, "delivered but not received intact: {missing}");
+                if !e.unknown_syscalls.is_empty() {
+                    let _ = writeln!(s, "unknown system calls: {}", e.unknown_syscalls);
+                }
             }
             None => {
                 let _ = writeln!(

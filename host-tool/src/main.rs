@@ -639,11 +639,17 @@ fn run(
             0.0
         }
     );
-    if let Some(e) = summary.end {
+    if let Some(e) = &summary.end {
         eprintln!(
             "perch: target counters: taken {} = delivered {} + lost {}; file holds {} samples + {} lost",
             e.taken, e.delivered, e.lost, w.samples, w.lost_samples
         );
+        if !e.unknown_syscalls.is_empty() {
+            eprintln!(
+                "perch: the programs made unknown system calls (ENOSYS): {}",
+                e.unknown_syscalls
+            );
+        }
     }
     for warn in &summary.warnings {
         eprintln!("perch: warning: {warn}");

@@ -170,7 +170,7 @@ pub struct SampleView<'a> {
 }
 
 /// Counters the target reports when a run ends.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EndCounters {
     /// Overflows that produced a sample attempt.
     pub taken: u64,
@@ -180,6 +180,8 @@ pub struct EndCounters {
     pub lost: u64,
     /// Times throttling engaged.
     pub throttled: u64,
+    /// The programs' unknown system calls, named (empty when none).
+    pub unknown_syscalls: String,
 }
 
 /// One decoded stream item.

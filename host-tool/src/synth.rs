@@ -178,6 +178,7 @@ pub fn write_capture(
             lost: cfg.lost,
             throttled: 0,
             frames: 0,
+            unknown_syscalls: heapless::Vec::new(),
         };
         put(&mut enc, &Record::End(end), out)?;
     }

@@ -191,9 +191,28 @@ impl Adapter {
                 delivered: e.delivered,
                 lost: e.lost,
                 throttled: e.throttled,
+                unknown_syscalls: unknown_syscalls(&e.unknown_syscalls),
             })),
         }
     }
+}
+
+/// End's unknown system calls as `x86_64 41 (socket) x2, i386 102 (socketcall) x1`.
+pub fn unknown_syscalls(list: &[wire::UnknownSyscall]) -> String {
+    list.iter()
+        .map(|u| {
+            let abi = if u.abi == 32 {
+                kcore::sys::Abi::I386
+            } else {
+                kcore::sys::Abi::X86_64
+            };
+            let name = kcore::sys::table::name(abi, u64::from(u.nr))
+                .filter(|n| !n.is_empty())
+                .unwrap_or("unassigned");
+            format!("{} {} ({name}) x{}", abi.name(), u.nr, u.count)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 trait UpperLevel {
@@ -206,5 +225,35 @@ impl UpperLevel for String {
         let end = self.find(' ').unwrap_or(self.len());
         self[..end].make_ascii_uppercase();
         self
+    }
+}
+
+#[cfg(test)]
+mod unknown_tests {
+    use super::*;
+
+    #[test]
+    fn unknown_syscalls_are_named_per_abi() {
+        let l = [
+            wire::UnknownSyscall {
+                abi: 64,
+                nr: 41,
+                count: 2,
+            },
+            wire::UnknownSyscall {
+                abi: 32,
+                nr: 102,
+                count: 1,
+            },
+            wire::UnknownSyscall {
+                abi: 64,
+                nr: 100_000,
+                count: 3,
+            },
+        ];
+        assert_eq!(
+            unknown_syscalls(&l),
+            "x86_64 41 (socket) x2, i386 102 (socketcall) x1, x86_64 100000 (unassigned) x3"
+        );
     }
 }

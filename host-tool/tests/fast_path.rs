@@ -287,6 +287,7 @@ fn varied_stream(image: &Image) -> Vec<u8> {
         lost: 24,
         throttled: 0,
         frames: 0,
+        unknown_syscalls: Default::default(),
     };
     put(&mut enc, &Record::End(end), &mut out);
     out

@@ -263,6 +263,7 @@ fn more_samples_than_delivered_is_an_error() {
         lost: 0,
         throttled: 0,
         frames: 0,
+        unknown_syscalls: Default::default(),
     })));
     let cap = dir.path().join("over.bin");
     std::fs::write(&cap, &bytes).unwrap();

@@ -382,6 +382,7 @@ fn pmu_recording(dir: &std::path::Path, image: &Image) -> String {
         delivered: 40,
         lost: 0,
         throttled: 1,
+        unknown_syscalls: String::new(),
     }))
     .unwrap();
     conv.finish().unwrap();

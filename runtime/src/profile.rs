@@ -912,6 +912,7 @@ pub fn end_counters() -> End {
         lost: r.lost + pebs + suppressed,
         throttled: throttle().0.throttle_count(),
         frames: 0,
+        unknown_syscalls: heapless::Vec::new(),
     }
 }
 
@@ -924,8 +925,9 @@ pub fn finish() -> End {
     let end = End {
         time: clock::now_ns(),
         frames: wire::frames(),
+        unknown_syscalls: crate::task::linux::unknown_for_end(),
         ..end
     };
-    wire::send(&Record::End(end));
+    wire::send(&Record::End(end.clone()));
     end
 }

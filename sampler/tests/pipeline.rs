@@ -127,6 +127,7 @@ fn nmi_to_decoder_accounts_for_every_sample() {
         lost: stats.lost,
         throttled: throttle.throttle_count(),
         frames: enc.frames(),
+        unknown_syscalls: heapless::Vec::new(),
     };
     let n = enc.encode(&Record::End(end), &mut buf).unwrap();
     wire.extend_from_slice(&buf[..n]);

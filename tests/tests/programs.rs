@@ -735,6 +735,21 @@ fn loaded_programs_are_sampled_and_the_walk_never_faults() {
         }
     }
     assert_eq!(samples, delivered, "perf.data holds every delivered sample");
+    // End names the unknown calls of both ABIs (random numbers hit some).
+    let stat = Command::new(e2e_tests::perch_bin())
+        .arg("stat")
+        .arg(&rec.capture)
+        .output()
+        .expect("running perch stat");
+    let stat = String::from_utf8_lossy(&stat.stdout);
+    let unknown = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("unknown system calls: "))
+        .unwrap_or_else(|| panic!("End names no unknown system calls:\n{stat}"));
+    assert!(
+        unknown.contains("x86_64 ") && unknown.contains("i386 "),
+        "End's unknown calls: {unknown}"
+    );
     for pid in 1..=3 {
         assert!(pids.contains(&pid), "no sample of pid {pid}: {pids:?}");
     }

@@ -218,6 +218,7 @@ pub fn demo_items(image: &Image, d: Demo, mut f: impl FnMut(&Item<'_>)) {
         delivered: n,
         lost: d.lost,
         throttled: 0,
+        unknown_syscalls: String::new(),
     }));
 }
 

@@ -33,6 +33,24 @@ pub fn with_system<R>(f: impl FnOnce(&mut System) -> R) -> Option<R> {
     critical_section::with(|cs| SYSTEM.borrow_ref_mut(cs).as_mut().map(f))
 }
 
+/// The run's unknown system calls for the End record, most frequent first.
+pub fn unknown_for_end()
+-> heapless::Vec<sampler::wire::UnknownSyscall, { sampler::wire::MAX_UNKNOWN_SYSCALLS }> {
+    let mut list = with_system(|s| s.unknown.list()).unwrap_or_default();
+    list.sort_by_key(|u| core::cmp::Reverse(u.3));
+    list.iter()
+        .take(sampler::wire::MAX_UNKNOWN_SYSCALLS)
+        .map(|&(abi, nr, _, count)| sampler::wire::UnknownSyscall {
+            abi: match abi {
+                sys::Abi::X86_64 => 64,
+                sys::Abi::I386 => 32,
+            },
+            nr: u32::try_from(nr).unwrap_or(u32::MAX),
+            count,
+        })
+        .collect()
+}
+
 /// Page rights for an area's protection: x86 pages are readable once
 /// present, so PROT_NONE pages stay present but supervisor-only (their
 /// content survives an `mprotect` back to access).

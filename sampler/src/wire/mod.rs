@@ -339,8 +339,22 @@ pub struct SelfTest {
     pub detail: heapless::String<MAX_SELFTEST_TEXT>,
 }
 
-/// Final counters, sent once at the end of a run.
+/// Most distinct unknown system calls an End record names.
+pub const MAX_UNKNOWN_SYSCALLS: usize = 16;
+
+/// A system call the runtime does not implement, as its programs made it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnknownSyscall {
+    /// 64 for the x86-64 ABI (SYSCALL), 32 for i386 (`int 0x80`).
+    pub abi: u8,
+    /// The call's number in that ABI.
+    pub nr: u32,
+    /// Calls made.
+    pub count: u64,
+}
+
+/// Final counters, sent once at the end of a run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct End {
     /// Time (ns).
     pub time: u64,
@@ -354,6 +368,9 @@ pub struct End {
     pub throttled: u64,
     /// Frames written, this one excluded.
     pub frames: u64,
+    /// The distinct unknown system calls of the run's programs (the first
+    /// [`MAX_UNKNOWN_SYSCALLS`], most frequent first).
+    pub unknown_syscalls: heapless::Vec<UnknownSyscall, MAX_UNKNOWN_SYSCALLS>,
 }
 
 /// One record of the stream.

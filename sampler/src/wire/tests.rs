@@ -136,6 +136,20 @@ fn other_records_round_trip() {
             lost: 3,
             throttled: 1,
             frames: 9,
+            unknown_syscalls: [
+                UnknownSyscall {
+                    abi: 64,
+                    nr: 41,
+                    count: 2,
+                },
+                UnknownSyscall {
+                    abi: 32,
+                    nr: 102,
+                    count: u64::MAX,
+                },
+            ]
+            .into_iter()
+            .collect(),
         }),
     ];
     let mut enc: Encoder = Encoder::new(EncoderConfig::default());
