@@ -1166,11 +1166,21 @@ fn run_recorded(
         Ok(id) => id,
         Err(e) => fail!("spawn: {e:?}"),
     };
+    record_until_exit(id, s.name, mode)
+}
+
+/// Runs every process while recording NMIs in `mode`; process `id` must
+/// exit with status 0. Returns the captures.
+fn record_until_exit(
+    id: u8,
+    name: &str,
+    mode: Mode,
+) -> Result<(u8, heapless::Vec<nmi::NmiCapture, { recorder::SLOTS }>), Why> {
     recorder::start(mode, WANT_CAPTURES, SPIN_BUDGET);
     task::run_all(|| false);
     let (n, overflow) = recorder::stop();
     let t = task::get(id).map(|t| t.state);
-    ensure!(t == Some(TaskState::Exited(0)), "task state {t:?}");
+    ensure!(t == Some(TaskState::Exited(0)), "{name}: state {t:?}");
     let mut caps = heapless::Vec::new();
     for i in 0..n {
         if let Some(c) = recorder::get(i) {
@@ -1450,23 +1460,7 @@ fn run_loaded_recorded(
     mode: Mode,
 ) -> Result<(u8, heapless::Vec<nmi::NmiCapture, { recorder::SLOTS }>), Why> {
     let id = start_loaded(name, compat, prog, counter)?;
-    recorder::start(mode, WANT_CAPTURES, SPIN_BUDGET);
-    task::run_all(|| false);
-    let (n, overflow) = recorder::stop();
-    let t = task::get(id).map(|t| t.state);
-    ensure!(t == Some(TaskState::Exited(0)), "{name}: state {t:?}");
-    let mut caps = heapless::Vec::new();
-    for i in 0..n {
-        if let Some(c) = recorder::get(i) {
-            let _ = caps.push(c);
-        }
-    }
-    ensure!(
-        caps.len() >= WANT_CAPTURES as usize || overflow > 0,
-        "only {} NMIs landed in {mode:?}",
-        caps.len()
-    );
-    Ok((id, caps))
+    record_until_exit(id, name, mode)
 }
 
 /// Two loaded programs linked at the same address run side by side, each

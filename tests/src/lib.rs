@@ -304,3 +304,20 @@ pub fn perf_present() -> bool {
     );
     false
 }
+
+/// The numbers on the `perch stat` line of `capture` that starts with `prefix`.
+pub fn stat_numbers(capture: &std::path::Path, prefix: &str) -> Vec<u64> {
+    let out = Command::new(perch_bin())
+        .arg("stat")
+        .arg(capture)
+        .output()
+        .expect("running perch stat");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line in perch stat:\n{text}"));
+    line.split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}

@@ -97,25 +97,8 @@ fn script(rec: &Recording) -> Vec<ScriptSample> {
 
 /// `(taken, delivered, lost)` from the target's End record, via `perch stat`.
 fn end_counters(capture: &Path) -> (u64, u64, u64) {
-    let nums = stat_numbers(capture, "end: taken ");
+    let nums = e2e_tests::stat_numbers(capture, "end: taken ");
     (nums[0], nums[1], nums[2])
-}
-
-/// The numbers on the `perch stat` line of `capture` that starts with `prefix`.
-fn stat_numbers(capture: &Path, prefix: &str) -> Vec<u64> {
-    let out = Command::new(perch_bin())
-        .arg("stat")
-        .arg(capture)
-        .output()
-        .expect("running perch stat");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no `{prefix}` line in perch stat:\n{text}"));
-    line.split(|c: char| !c.is_ascii_digit())
-        .filter_map(|w| w.parse().ok())
-        .collect()
 }
 
 /// What linux-perf-data finds in a perf.data file.
@@ -402,9 +385,9 @@ fn throttled_overflows_are_counted_exactly() {
         "{}",
         rec.stderr
     );
-    let end = stat_numbers(&rec.capture, "end: taken ");
+    let end = e2e_tests::stat_numbers(&rec.capture, "end: taken ");
     let (taken, delivered, lost, throttled) = (end[0], end[1], end[2], end[3]);
-    let lost_line = stat_numbers(&rec.capture, "lost (target): ");
+    let lost_line = e2e_tests::stat_numbers(&rec.capture, "lost (target): ");
     let suppressed = lost_line[1];
     assert_eq!(lost_line[0], lost, "Lost records vs End");
     assert!(throttled > 0 && suppressed > 0, "not throttled: {end:?}");
@@ -456,7 +439,7 @@ fn throttling_stops_and_restarts_the_simulated_pmu() {
         "0.2",
     ]);
     assert_eq!(rec.status, Some(0), "{}", rec.stderr);
-    let end = stat_numbers(&rec.capture, "end: taken ");
+    let end = e2e_tests::stat_numbers(&rec.capture, "end: taken ");
     let (taken, delivered, lost, throttled) = (end[0], end[1], end[2], end[3]);
     assert_eq!((taken, lost), (delivered, 0), "{end:?}");
     assert!(throttled >= 150, "throttled {throttled} times in 200 ticks");

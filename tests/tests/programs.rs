@@ -633,23 +633,6 @@ fn corrupt_archives_get_a_clear_error() {
     }
 }
 
-/// The numbers of the `perch stat` line of `capture` that starts with `prefix`.
-fn stat_numbers(capture: &std::path::Path, prefix: &str) -> Vec<u64> {
-    let out = Command::new(e2e_tests::perch_bin())
-        .arg("stat")
-        .arg(capture)
-        .output()
-        .expect("running perch stat");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no `{prefix}` line in perch stat:\n{text}"));
-    line.split(|c: char| !c.is_ascii_digit())
-        .filter_map(|w| w.parse().ok())
-        .collect()
-}
-
 /// Loaded programs sampled in wire mode: 64-bit and i386 fuzzers (random
 /// frame pointers and stack pointers for the callchain walk to meet, bad
 /// pointers, faults) beside an ordinary program, at 20 kHz under icount.
@@ -711,7 +694,7 @@ fn loaded_programs_are_sampled_and_the_walk_never_faults() {
             "appcheck lost {line:?}:\n{err}"
         );
     }
-    let end = stat_numbers(&rec.capture, "end: taken ");
+    let end = e2e_tests::stat_numbers(&rec.capture, "end: taken ");
     let (taken, delivered, lost) = (end[0], end[1], end[2]);
     assert!(delivered > 100, "only {delivered} samples");
     assert_eq!(taken, delivered + lost);

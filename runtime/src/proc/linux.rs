@@ -249,32 +249,13 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: super::Abi) -> u64 {
             ],
         ),
     };
-    let name = super::get(id).map_or("?", |t| t.spec.name);
-    let action = super::with_inner(id, |inner| {
-        let Inner {
-            space,
-            segs,
-            linux,
-            stack_low,
-            ..
-        } = inner;
-        let Some(p) = linux.as_deref_mut() else {
-            return Action::Return(Errno::ENOSYS.to_return());
-        };
-        let stack_top = p.layout.stack_top;
-        let mut m = RtMachine {
-            space,
-            segs,
-            stack_low,
-            stack_top,
-            name,
-        };
+    let action = with_machine(id, |m, p| {
         IN_CALL.store(true, core::sync::atomic::Ordering::Relaxed);
-        let a = with_system(|s| sys::syscall(&mut m, s, p, sys_abi, nr, args))
+        let a = with_system(|s| sys::syscall(m, s, p, sys_abi, nr, args))
             .unwrap_or(Action::Return(Errno::ENOSYS.to_return()));
         IN_CALL.store(false, core::sync::atomic::Ordering::Relaxed);
         if matches!(a, Action::Exit(_) | Action::Kill { .. }) {
-            p.flush_output(&mut m);
+            p.flush_output(m);
         }
         a
     })
@@ -449,6 +430,15 @@ pub fn report_end(id: u8, name: &str, state: &TaskState) {
 /// Flushes a process's pending partial output lines (at a fault or when
 /// the run ends).
 pub fn flush(id: u8) {
+    with_machine(id, |m, p| p.flush_output(m));
+}
+
+/// Runs `f` with the [`Machine`] of loaded program `id` and its Linux
+/// state (`None` for a built-in program or a free slot).
+fn with_machine<R>(
+    id: u8,
+    f: impl FnOnce(&mut RtMachine<'_>, &mut sys::Process) -> R,
+) -> Option<R> {
     let name = super::get(id).map_or("?", |t| t.spec.name);
     super::with_inner(id, |inner| {
         let Inner {
@@ -458,17 +448,18 @@ pub fn flush(id: u8) {
             stack_low,
             ..
         } = inner;
-        if let Some(p) = linux.as_deref_mut() {
-            let stack_top = p.layout.stack_top;
-            p.flush_output(&mut RtMachine {
-                space,
-                segs,
-                stack_low,
-                stack_top,
-                name,
-            });
-        }
-    });
+        let p = linux.as_deref_mut()?;
+        let stack_top = p.layout.stack_top;
+        let mut m = RtMachine {
+            space,
+            segs,
+            stack_low,
+            stack_top,
+            name,
+        };
+        Some(f(&mut m, p))
+    })
+    .flatten()
 }
 
 /// Why a program could not be started.
