@@ -113,6 +113,12 @@ struct RecordArgs {
     /// Event source.
     #[arg(long, value_enum, default_value_t = PmuMode::Auto)]
     pmu: PmuMode,
+    /// The CPU `--pmu sim` simulates: `spr` (Sapphire Rapids: adaptive PEBS
+    /// format 5, architectural LBR; the default), `icl` (Ice Lake: adaptive
+    /// PEBS format 4, legacy LBR) or `skl` (Skylake: PEBS format 3, legacy
+    /// LBR with INFO).
+    #[arg(long, value_parser = ["spr", "icl", "skl"])]
+    sim_cpu: Option<String>,
     /// How long the appliance samples, in seconds.
     #[arg(long, default_value_t = 3.0)]
     duration: f64,
@@ -160,10 +166,11 @@ struct RecordArgs {
 }
 
 /// `perch record` options that only apply when perch boots the appliance.
-const BOOT_ONLY: [&str; 9] = [
+const BOOT_ONLY: [&str; 10] = [
     "freq",
     "icount",
     "pmu",
+    "sim_cpu",
     "duration",
     "ring",
     "max_rate",
@@ -857,6 +864,12 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
     );
     if let Some(r) = a.ring {
         append.push_str(&format!(" ring={r}"));
+    }
+    if let Some(c) = &a.sim_cpu {
+        if !matches!(a.pmu, PmuMode::Sim) {
+            return Err(HostError::Usage("--sim-cpu needs --pmu sim".into()));
+        }
+        append.push_str(&format!(" sim={c}"));
     }
     if let Some(r) = a.max_rate {
         append.push_str(&format!(" max_rate={r}"));

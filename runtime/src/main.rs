@@ -78,6 +78,13 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     let pmu_info = arch_x86::cpuid::detect(&arch_x86::cpuid::CpuCpuid, &mut msr);
     // Only `pmu=sim` ever selects the simulator; `pmu=auto` uses the PMU
     // after its start-up check, else the NMI clock.
+    // `sim=spr|icl|skl`: which CPU `pmu=sim` simulates.
+    let sim_key = boot
+        .cmdline()
+        .split(' ')
+        .rev()
+        .find_map(|k| k.strip_prefix("sim="));
+    let sim_cpu = sim_key.and_then(pmu::sim_cpu_named).unwrap_or(pmu::SIM_CPU);
     let pmu_boot = pmu::boot(
         early.pmu,
         early.selftest,
@@ -85,6 +92,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         early.event,
         tsc_hz,
         early.freq_hz,
+        sim_cpu,
     );
     match pmu_boot {
         pmu::Boot::Sim(Ok(_)) => profile::configure_sim(),
@@ -129,6 +137,11 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             Ok(ms) if (1..=10_000).contains(&ms) => task::tick::set_slice_ms(ms),
             _ => kprintln!("perch: bad value for `slice` ignored (expected 1..=10000 ms)"),
         }
+    }
+    if let Some(k) = sim_key
+        && pmu::sim_cpu_named(k).is_none()
+    {
+        kprintln!("perch: bad value for `sim` ignored (expected spr|icl|skl)");
     }
     kprintln!(
         "perch: scheduler: {} ms slices, {} Hz tick (local APIC timer, {timer} counts per tick)",

@@ -48,8 +48,21 @@ use sampler::lbr::{self as slbr, LbrFormat};
 use sampler::pebs::{self, DecodeConfig, MemKind, PebsFormat};
 use sampler::regs::RegFile;
 
-/// The simulated CPU: adaptive PEBS (format 5) and architectural LBR.
+/// The simulated CPU by default: adaptive PEBS (format 5) and
+/// architectural LBR.
 pub const SIM_CPU: SimCpu = SimCpu::sapphire_rapids();
+
+/// The simulated CPU `sim=NAME` names (`spr`, `icl`, `skl`): Sapphire
+/// Rapids (PEBS format 5, adaptive, architectural LBR), Ice Lake (format
+/// 4, adaptive, legacy LBR) or Skylake (format 3, legacy LBR with INFO).
+pub fn sim_cpu_named(name: &str) -> Option<SimCpu> {
+    match name {
+        "spr" | "sapphire-rapids" => Some(SimCpu::sapphire_rapids()),
+        "icl" | "ice-lake" => Some(SimCpu::ice_lake()),
+        "skl" | "skylake" => Some(SimCpu::skylake()),
+        _ => None,
+    }
+}
 /// Instructions the simulator retires per NMI-clock tick.
 pub const SIM_INSTRUCTIONS_PER_TICK: u64 = 1000;
 /// Sampling period of the simulated `mem-loads` event (one load per tick).
@@ -163,12 +176,12 @@ pub fn build_sim(
 /// `pmu=sim`: sets up the simulated PMU and the real driver on it, and
 /// starts it. Call once at boot, before the NMI clock starts. Returns the
 /// capabilities for Hello (marked [`EventSource::Simulated`]).
-pub fn setup_sim() -> Result<PmuCaps, PmuError> {
+pub fn setup_sim(cpu: SimCpu) -> Result<PmuCaps, PmuError> {
     // SAFETY: boot context, SIM_ON is still false and the NMI clock has not
     // started, so nothing else refers to the buffer or the state.
     let buf = unsafe { &mut *PEBS_BUF.0.get() };
     let mut mem = DsMemory::new(&AREA, buf);
-    let (mut state, info) = build_sim(SIM_CPU, SIM_PERIOD, &mut mem)?;
+    let (mut state, info) = build_sim(cpu, SIM_PERIOD, &mut mem)?;
     state.driver.start(&mut state.clock.sim);
     // SAFETY: as above.
     unsafe { *SIM.0.get() = Some(state) };
@@ -1009,10 +1022,11 @@ pub fn boot(
     event: Option<Event>,
     tsc_hz: u64,
     freq_hz: u32,
+    sim: SimCpu,
 ) -> Boot {
     use arch_x86::cmdline::PmuMode;
     match mode {
-        PmuMode::Sim => return Boot::Sim(setup_sim()),
+        PmuMode::Sim => return Boot::Sim(setup_sim(sim)),
         PmuMode::Off => return Boot::Off,
         PmuMode::Auto => {}
     }

@@ -221,3 +221,67 @@ fn the_file_says_the_pmu_is_simulated() {
         assert!(event.contains(want), "no {want} in {event}");
     }
 }
+
+/// The same recording on each simulated CPU model: Skylake (PEBS format 3,
+/// legacy LBR with INFO), Ice Lake (adaptive PEBS format 4, legacy LBR) and
+/// Sapphire Rapids (adaptive format 5, architectural LBR). Under each the
+/// real driver programs the model's own PEBS and LBR layout, and every
+/// model yields PEBS samples with their memory fields, the interrupted
+/// registers and branch stacks.
+#[test]
+fn pebs_yields_samples_on_skylake_ice_lake_and_sapphire_rapids() {
+    if !tools_present() {
+        return;
+    }
+    for (model, format) in [("skl", 3), ("icl", 4), ("spr", 5)] {
+        let rec = record(&[
+            "--freq",
+            "4000",
+            "--duration",
+            "0.5",
+            "--pmu",
+            "sim",
+            "--sim-cpu",
+            model,
+        ]);
+        assert_eq!(
+            rec.status,
+            Some(0),
+            "{model}: perch record failed:\n{}",
+            rec.stderr
+        );
+        assert!(
+            rec.stderr.contains(&format!("PEBS format Some({format})")),
+            "{model}: the runtime did not simulate PEBS format {format}:\n{}",
+            rec.stderr
+        );
+        let lines = script(&rec);
+        assert!(
+            lines.len() > 1500,
+            "{model}: only {} PEBS samples in 0.5 s at 4 kHz:\n{}",
+            lines.len(),
+            rec.stderr
+        );
+        let with_memory = lines.iter().filter(|l| l.addr != 0 && l.weight > 0).count();
+        assert!(
+            with_memory * 10 > lines.len() * 9,
+            "{model}: {with_memory} of {} samples carry ADDR and WEIGHT",
+            lines.len()
+        );
+        let regs = lines
+            .iter()
+            .filter(|l| l.comm == "demoregs" && l.sym.starts_with("perch_demoregs_spin"))
+            .filter(|l| PATTERNS.iter().all(|(r, v)| l.iregs.get(*r) == Some(v)))
+            .count();
+        assert!(
+            regs > 0,
+            "{model}: no demoregs sample with its register patterns in iregs"
+        );
+        let branches = lines.iter().filter(|l| !l.branches.is_empty()).count();
+        assert!(
+            branches * 10 > lines.len() * 9,
+            "{model}: {branches} of {} samples carry a branch stack",
+            lines.len()
+        );
+    }
+}
