@@ -563,6 +563,7 @@ pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
     if !pmi {
         match CLOCK_ROLE.load(Ordering::Relaxed) {
             CLOCK_SAMPLES => {
+                CLOCK_OVERFLOWS.fetch_add(1, Ordering::Relaxed);
                 if !overflow(cap, entry_tsc, &Extra::NONE) {
                     // Suppressed: nothing was sampled.
                     return;
@@ -577,6 +578,15 @@ pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
     NMI_COST_TSC.fetch_add(cost, Ordering::Relaxed);
     NMI_COST_COUNT.fetch_add(1, Ordering::Relaxed);
     throttle().0.sample_took(clock::tsc_to_ns(cost));
+}
+
+/// NMI-clock overflows taken while sampling (each becomes a sample or a
+/// suppressed, counted overflow).
+static CLOCK_OVERFLOWS: AtomicU64 = AtomicU64::new(0);
+
+/// NMI-clock overflows taken while sampling, since boot.
+pub fn clock_overflows() -> u64 {
+    CLOCK_OVERFLOWS.load(Ordering::Relaxed)
 }
 
 /// NMI context: one overflow of the sampled event, through the throttle

@@ -576,17 +576,8 @@ fn nmi_clock_throttle(cfg: &Config) -> TestResult {
     profile::configure_throttle(1000, 0);
     let before = profile::throttle_stats();
     let end_before = profile::end_counters();
-    // Sampling starts and stops right after a clock NMI, so the next one is
-    // a whole clock period away and none can fall between reading the NMI
-    // count and switching sampling on or off.
-    let after_nmi = || {
-        let n = nmi::nmi_count();
-        while nmi::nmi_count() == n {
-            core::hint::spin_loop();
-        }
-    };
-    after_nmi();
-    let n0 = nmi::nmi_count();
+    // The handler counts the clock NMIs it takes while sampling is on.
+    let n0 = profile::clock_overflows();
     profile::start();
     // 20 ms: about 20 ticks.
     let t0 = cpu::rdtsc();
@@ -594,9 +585,8 @@ fn nmi_clock_throttle(cfg: &Config) -> TestResult {
     while cpu::rdtsc() - t0 < budget {
         cpu::halt();
     }
-    after_nmi();
     profile::stop();
-    let nmis = nmi::nmi_count() - n0;
+    let nmis = profile::clock_overflows() - n0;
     let (mut samples, mut throttles, mut unthrottles) = (0u64, 0u64, 0u64);
     let mut order_ok = true;
     let mut last_was_sample = false;
