@@ -4,7 +4,7 @@
 //! [`print`] (via `kprintln!`). The sink depends on the console mode: in text
 //! mode the text goes to the UART as is; in wire mode (`console=wire`) the
 //! record stream owns COM1 and text is gathered into lines, each sent as a
-//! text Log record by [`crate::wire`].
+//! text Log record by [`crate::stream::wire`].
 //!
 //! defmt frames take the same route: text mode drops and counts them, wire
 //! mode carries each as a defmt Log record. Nothing here may be called from
@@ -91,7 +91,11 @@ fn flush_line(line: &mut heapless::Vec<u8, MAX_LOG>) {
     } else {
         LogLevel::Info
     };
-    crate::wire::send(&Record::Log(Log::text(crate::clock::now_ns(), level, text)));
+    crate::stream::wire::send(&Record::Log(Log::text(
+        crate::sample::clock::now_ns(),
+        level,
+        text,
+    )));
     line.clear();
 }
 
@@ -112,12 +116,12 @@ pub fn print(args: core::fmt::Arguments<'_>) {
 /// Writes straight to the UART, bypassing the sink: only for the last words
 /// of a crash, when nothing else can be trusted.
 pub fn emergency_print(args: core::fmt::Arguments<'_>) {
-    if sink() == Sink::Wire && crate::wire::started() {
+    if sink() == Sink::Wire && crate::stream::wire::started() {
         // Keep the stream parseable: the words go out as one Log record.
         let mut text: heapless::String<MAX_LOG> = heapless::String::new();
         let _ = core::fmt::Write::write_fmt(&mut text, args);
-        crate::wire::send(&Record::Log(Log::text(
-            crate::clock::now_ns(),
+        crate::stream::wire::send(&Record::Log(Log::text(
+            crate::sample::clock::now_ns(),
             LogLevel::Error,
             text.trim(),
         )));
@@ -198,9 +202,9 @@ unsafe impl defmt::Logger for DefmtLogger {
         if sink() == Sink::Wire && !DEFMT_FRAME_CUT.swap(false, Ordering::Relaxed) {
             critical_section::with(|cs| {
                 let mut frame = DEFMT_FRAME.borrow_ref_mut(cs);
-                let log = Log::defmt(crate::clock::now_ns(), LogLevel::Info, &frame);
+                let log = Log::defmt(crate::sample::clock::now_ns(), LogLevel::Info, &frame);
                 frame.clear();
-                crate::wire::send(&Record::Log(log));
+                crate::stream::wire::send(&Record::Log(log));
             });
         } else {
             critical_section::with(|cs| DEFMT_FRAME.borrow_ref_mut(cs).clear());

@@ -11,9 +11,10 @@
 //! - `demoregs`, which spins with known patterns in its registers
 //!   (see `perch_demoregs_spin`).
 
-use crate::syscall::{SYS_EXIT, SYS_SPIN, SYS_WRITE, SYS_YIELD};
-use crate::task::{self, Abi, TaskSpec};
-use crate::{kprintln, nmi};
+use crate::abi::perch::{SYS_EXIT, SYS_SPIN, SYS_WRITE, SYS_YIELD};
+use crate::kprintln;
+use crate::proc::{self as task, Abi, TaskSpec};
+use crate::sample::nmi;
 use arch_x86::cmdline::Config;
 use arch_x86::exit::ExitCode;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -271,7 +272,7 @@ pub fn symbols() -> impl Iterator<Item = (u64, &'static str)> {
 /// end of a run so the designed split is visible before any profile is
 /// recorded. Atomics only.
 pub mod hits {
-    use crate::nmi::NmiCapture;
+    use crate::sample::nmi::NmiCapture;
     use arch_x86::frame::Mode;
     use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -348,10 +349,10 @@ const HOT: [(&str, u64); 3] = [
 /// appliance symbol or the end of the appliance's code.
 fn function_range(name: &str) -> (u64, u64) {
     let text_end = crate::mm::layout().user_text.1;
-    let start = crate::user::symbols()
+    let start = crate::selftest::programs::symbols()
         .find(|&(_, n)| n == name)
         .map_or(0, |(a, _)| a);
-    let end = crate::user::symbols()
+    let end = crate::selftest::programs::symbols()
         .map(|(a, _)| a)
         .filter(|&a| a > start)
         .min()
@@ -369,7 +370,7 @@ fn percent(part: u64, whole: u64) -> u64 {
 pub fn run(cfg: &Config) -> ! {
     let ms = cfg.duration_ms.unwrap_or(DEFAULT_DURATION_MS);
     let wire = crate::console::sink() == crate::console::Sink::Wire;
-    let tsc_hz = crate::clock::tsc_hz();
+    let tsc_hz = crate::sample::clock::tsc_hz();
     // TSC time when calibrated (not lost with host timing), else NMI ticks.
     let tsc_budget = (u128::from(ms) * u128::from(tsc_hz) / 1000) as u64;
     let ticks = (ms * u64::from(cfg.freq_hz)).div_ceil(1000).max(1);
@@ -419,7 +420,7 @@ pub fn run(cfg: &Config) -> ! {
                 );
                 if wire {
                     // perf maps whole pages: announce the page-aligned user text.
-                    crate::profile::send_task(id, s.name, s.abi == Abi::Compat32, text);
+                    crate::stream::send_task(id, s.name, s.abi == Abi::Compat32, text);
                 }
             }
             Err(e) => kprintln!("demo: cannot start {}: {e:?}", s.name),
@@ -431,14 +432,15 @@ pub fn run(cfg: &Config) -> ! {
         kprintln!("demo: TSC not calibrated; running for {ms} ms ({ticks} NMI clock ticks)");
     }
     hits::start(HOT.map(|(name, _)| function_range(name)));
+    nmi::set_observer(1, hits::on_capture);
     let start = nmi::nmi_count();
     let start_tsc = arch_x86::cpu::rdtsc();
     if wire {
-        crate::profile::start();
+        crate::sample::profile::start();
     }
     task::run_all(|| {
         if wire {
-            crate::profile::drain();
+            crate::sample::profile::drain();
         }
         if tsc_hz > 0 {
             arch_x86::cpu::rdtsc().wrapping_sub(start_tsc) >= tsc_budget
@@ -446,7 +448,7 @@ pub fn run(cfg: &Config) -> ! {
             nmi::nmi_count() - start >= ticks
         }
     });
-    crate::profile::stop();
+    crate::sample::profile::stop();
     hits::stop();
     let mut ok = true;
     for id in 0..task::MAX_TASKS as u8 {
@@ -471,7 +473,7 @@ pub fn run(cfg: &Config) -> ! {
             percent(n, hot_total)
         );
     }
-    let (cost, measured) = crate::profile::nmi_cost();
+    let (cost, measured) = crate::sample::profile::nmi_cost();
     if let Some(avg) = cost.checked_div(measured) {
         kprintln!(
             "demo: NMI path {avg} TSC ticks per sample on average over {measured} samples (instructions under -icount shift=0)"
@@ -484,8 +486,8 @@ pub fn run(cfg: &Config) -> ! {
         nmi::nmi_count() - start
     );
     if wire {
-        let end = crate::profile::finish();
-        let (enc_fail, write_fail) = crate::wire::failures();
+        let end = crate::stream::finish();
+        let (enc_fail, write_fail) = crate::stream::wire::failures();
         if enc_fail + write_fail > 0 || end.taken != end.delivered + end.lost {
             ok = false;
         }
@@ -497,8 +499,10 @@ pub fn run(cfg: &Config) -> ! {
 /// stopped): perf's "interrupt took too long" report when the CPU-time
 /// budget lowered the rate, and the throttled overflows.
 fn report_throttle() {
-    let t = crate::profile::throttle_stats();
-    if t.max_rate != u64::MAX && t.max_rate < u64::from(crate::profile::max_rate_configured()) {
+    let t = crate::sample::profile::throttle_stats();
+    if t.max_rate != u64::MAX
+        && t.max_rate < u64::from(crate::sample::profile::max_rate_configured())
+    {
         kprintln!(
             "perch: interrupt took too long ({} ns on average), lowered max_rate to {}",
             t.average_ns,

@@ -6,27 +6,23 @@
 
 extern crate alloc;
 
+mod abi;
 mod boot;
-mod clock;
 mod console;
 mod cpu;
 mod demo;
 mod entry;
+mod fs;
 mod mm;
-mod nmi;
-mod pmu;
 mod proc;
-mod profile;
+mod sample;
 mod selftest;
+mod stream;
 mod symbols;
-mod syscall;
-use proc as task;
-mod trap;
-mod user;
-mod wire;
 
 use arch_x86::cmdline::{self, ConsoleMode};
 use arch_x86::exit::ExitCode;
+use sample::{clock, pmu, profile};
 
 critical_section::set_impl!(arch_x86::single_core_cs::SingleCoreCriticalSection);
 
@@ -40,7 +36,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     let sample_set = sample_set(boot.cmdline());
     if wire_mode {
         console::set_sink(console::Sink::Wire);
-        wire::start();
+        stream::wire::start();
     }
     let early = cmdline::parse(boot.cmdline(), |_| {});
     let actual_mhz = arch_x86::pit::rate_for(early.freq_hz).map_or(0, |r| r.actual_mhz);
@@ -100,7 +96,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         _ => {}
     }
     if wire_mode {
-        profile::send_hello(boot.cmdline(), pmu_boot.source());
+        stream::send_hello(boot.cmdline(), pmu_boot.source());
     }
     kprintln!("perch: runtime booted via {}", boot.protocol.name());
     kprintln!(
@@ -123,7 +119,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         );
     }
     clock::init_realtime();
-    let timer = task::tick::calibrate(tsc_hz);
+    let timer = proc::tick::calibrate(tsc_hz);
     if timer == 0 {
         kprintln!("perch: local APIC timer does not run: no preemption");
     }
@@ -134,7 +130,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         .find_map(|k| k.strip_prefix("slice="))
     {
         match v.parse::<u32>() {
-            Ok(ms) if (1..=10_000).contains(&ms) => task::tick::set_slice_ms(ms),
+            Ok(ms) if (1..=10_000).contains(&ms) => proc::tick::set_slice_ms(ms),
             _ => kprintln!("perch: bad value for `slice` ignored (expected 1..=10000 ms)"),
         }
     }
@@ -145,8 +141,8 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     }
     kprintln!(
         "perch: scheduler: {} ms slices, {} Hz tick (local APIC timer, {timer} counts per tick)",
-        u64::from(task::tick::slice_ticks()) * 1000 / task::tick::TICK_HZ,
-        task::tick::TICK_HZ
+        u64::from(proc::tick::slice_ticks()) * 1000 / proc::tick::TICK_HZ,
+        proc::tick::TICK_HZ
     );
     let cfg = cmdline::parse(boot.cmdline(), |issue| {
         // `sample=` and `slice=` are the runtime's own keys.
@@ -261,12 +257,12 @@ pub fn provoke_crash(kind: cmdline::CrashKind) {
         },
         cmdline::CrashKind::Smap => {
             // A process's address space maps the ring-3 image; load one.
-            let Some(space) = task::builtin_space() else {
+            let Some(space) = proc::builtin_space() else {
                 kprintln!("perch: no memory for an address space");
                 return;
             };
             space.activate();
-            let addr = abs_addr!(nmi::recorder::perch_user_stop);
+            let addr = abs_addr!(selftest::recorder::perch_user_stop);
             // SAFETY: deliberately reads an appliance page without `stac`; with
             // SMAP on this raises #PF, whose handler reports and exits. Without
             // SMAP the read of the (mapped) flag is harmless.

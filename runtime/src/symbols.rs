@@ -14,20 +14,23 @@ fn table() -> [(u64, &'static str); 17] {
         (crate::provoke_crash as *const () as u64, "provoke_crash"),
         (crate::perch_kmain as *const () as u64, "perch_kmain"),
         (
-            crate::trap::trap_dispatch as *const () as u64,
+            crate::abi::trap_dispatch as *const () as u64,
             "trap_dispatch",
         ),
         (
-            crate::trap::runtime_exception as *const () as u64,
+            crate::abi::runtime_exception as *const () as u64,
             "runtime_exception",
         ),
-        (crate::nmi::nmi_dispatch as *const () as u64, "nmi_dispatch"),
         (
-            crate::syscall::handle as *const () as u64,
+            crate::sample::nmi::nmi_dispatch as *const () as u64,
+            "nmi_dispatch",
+        ),
+        (
+            crate::abi::perch::handle as *const () as u64,
             "syscall::handle",
         ),
-        (crate::syscall::sys_spin as *const () as u64, "sys_spin"),
-        (crate::task::run_once as *const () as u64, "task::run_once"),
+        (crate::abi::perch::sys_spin as *const () as u64, "sys_spin"),
+        (crate::proc::run_once as *const () as u64, "task::run_once"),
         (crate::entry::syscall_entry(), "perch_syscall_entry"),
         (crate::entry::nmi_entry(), "perch_nmi_entry"),
         (crate::entry::isr_stub(0), "perch_isr_table"),
@@ -43,7 +46,10 @@ fn table() -> [(u64, &'static str); 17] {
 impl fmt::Display for Nearest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut best: Option<(u64, &str)> = None;
-        for (addr, name) in table().into_iter().chain(crate::user::symbols()) {
+        for (addr, name) in table()
+            .into_iter()
+            .chain(crate::selftest::programs::symbols())
+        {
             if addr <= self.0 && self.0 - addr < MAX_DISTANCE && best.is_none_or(|(b, _)| addr > b)
             {
                 best = Some((addr, name));

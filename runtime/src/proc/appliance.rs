@@ -12,24 +12,11 @@ use arch_x86::exit::ExitCode;
 use kcore::archive::Archive;
 use kcore::sys::{System, Vfs};
 
-/// The boot archive's bytes, in place in the module's memory.
-pub fn module_bytes(m: &Module) -> &'static [u8] {
-    // SAFETY: the module's physical range was reserved from the frame
-    // allocator at boot (so nothing reuses it) and lies inside the direct
-    // map; it is never written.
-    unsafe {
-        core::slice::from_raw_parts(
-            arch_x86::paging::phys_to_virt(m.base) as *const u8,
-            m.len as usize,
-        )
-    }
-}
-
 /// Runs the archive's processes, then exits QEMU: pass when the run
 /// completed (whatever the programs did), fail when the archive or its
 /// manifest is unusable.
 pub fn run(cfg: &Config, module: &Module) -> ! {
-    let bytes = module_bytes(module);
+    let bytes = crate::fs::module_bytes(module);
     let archive = match Archive::parse(bytes) {
         Ok(a) => a,
         Err(e) => {
@@ -86,7 +73,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
                 );
                 if wire {
                     let text = t.map_or((0, 0), |t| t.text);
-                    crate::profile::send_task(
+                    crate::stream::send_task(
                         s.id,
                         t.map_or("?", |t| t.name),
                         t.is_some_and(|t| t.abi == super::Abi::Compat32),
@@ -97,26 +84,26 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
             Err(e) => kprintln!("perch: {}: cannot start {}: {e}", spec.name, spec.exe),
         }
     }
-    let tsc_hz = crate::clock::tsc_hz();
+    let tsc_hz = crate::sample::clock::tsc_hz();
     let budget = cfg
         .duration_ms
         .map(|ms| (u128::from(ms) * u128::from(tsc_hz) / 1000) as u64);
     let t0 = arch_x86::cpu::rdtsc();
     if wire {
-        crate::profile::start();
+        crate::sample::profile::start();
     }
     let mut timed_out = false;
     if started > 0 {
         super::run_all(|| {
             if wire {
-                crate::profile::drain();
+                crate::sample::profile::drain();
             }
             let over = budget.is_some_and(|b| arch_x86::cpu::rdtsc().wrapping_sub(t0) >= b);
             timed_out |= over;
             over
         });
     }
-    crate::profile::stop();
+    crate::sample::profile::stop();
     let mut running = 0;
     let mut blocked = 0;
     for id in 0..MAX_TASKS as u8 {
@@ -154,7 +141,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
         }
     );
     if wire {
-        crate::profile::finish();
+        crate::stream::finish();
     }
     crate::exit(ExitCode::Pass)
 }

@@ -5,9 +5,9 @@
 //! boot archive (ELF plan, memory areas, initial stack, first frame).
 
 use super::{Inner, Outcome, TaskSpec, TaskState};
+use crate::abi::{LEAVE, RESUME};
 use crate::mm::space::AddressSpace;
 use crate::mm::user::{self, Access, Pager};
-use crate::trap::{LEAVE, RESUME};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use arch_x86::frame::TrapFrame;
@@ -187,15 +187,15 @@ impl Machine for RtMachine<'_> {
     }
 
     fn monotonic_ns(&mut self) -> u64 {
-        crate::clock::now_ns()
+        crate::sample::clock::now_ns()
     }
 
     fn realtime_ns(&mut self) -> u64 {
-        crate::clock::realtime_ns()
+        crate::sample::clock::realtime_ns()
     }
 
     fn random_bytes(&mut self, buf: &mut [u8]) {
-        crate::clock::random_bytes(buf);
+        crate::sample::clock::random_bytes(buf);
     }
 
     fn set_fs_base(&mut self, base: u64) {
@@ -284,7 +284,9 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: super::Abi) -> u64 {
         }
         Action::Sleep { until_ns, then } => {
             frame.rax = then;
-            super::set_outcome(Outcome::Sleep(crate::clock::ns_to_tsc_deadline(until_ns)));
+            super::set_outcome(Outcome::Sleep(crate::sample::clock::ns_to_tsc_deadline(
+                until_ns,
+            )));
             LEAVE
         }
         Action::Block => {
@@ -571,7 +573,7 @@ pub fn start(
     proc.set_brk_start(plan.brk_start);
     let mut space = AddressSpace::new().ok_or(StartError::NoMemory)?;
     let mut random = [0u8; 16];
-    crate::clock::random_bytes(&mut random);
+    crate::sample::clock::random_bytes(&mut random);
     let hwcap = crate::cpu::hwcap();
     let execfn = spec.exe.as_bytes();
     let argv: Vec<Vec<u8>> = if spec.argv.is_empty() {

@@ -390,10 +390,11 @@ pub fn run_once(id: u8) -> Option<Outcome> {
         crate::cpu::load_user_segments(&i.segs);
         i.fpu.restore();
         match &i.linux {
-            Some(p) => {
-                crate::profile::set_user_walk((i.stack_low, p.layout.stack_top), task.spec.text)
-            }
-            None => crate::profile::set_builtin_walk(),
+            Some(p) => crate::sample::profile::set_user_walk(
+                (i.stack_low, p.layout.stack_top),
+                task.spec.text,
+            ),
+            None => crate::sample::profile::set_builtin_walk(),
         }
     });
     CURRENT_TASK.store(id, Ordering::Relaxed);

@@ -25,8 +25,8 @@
 //! share the PEBS buffer. The start-up check publishes its driver through
 //! [`CHECK_DRIVER`] the same way, for the duration of its workload only.
 
-use crate::nmi::NmiContext;
-use crate::profile::{self, Extra};
+use crate::sample::nmi::NmiContext;
+use crate::sample::profile::{self, Extra};
 use arch_x86::cpuid::{self, CpuIdResult, Cpuid, LbrKind, PmuInfo, Vendor};
 use arch_x86::frame::Mode;
 use arch_x86::pmu::driver::{self, CheckReport, PmuDriver};
@@ -867,7 +867,7 @@ pub fn on_nmi(cap: &NmiContext<'_>, entry_tsc: u64, sampling: bool) -> bool {
     if !CHECK_PHASE.load(Ordering::Relaxed) && HW_STATE.load(Ordering::Relaxed) == HW_OFF {
         return false;
     }
-    on_pmu_nmi(cap, entry_tsc, sampling, crate::clock::running())
+    on_pmu_nmi(cap, entry_tsc, sampling, crate::sample::clock::running())
 }
 
 #[inline(never)]

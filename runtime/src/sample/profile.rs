@@ -10,9 +10,9 @@
 //! (`cpu-clock`), where every NMI is one overflow; the hardware PMU, whose
 //! PMIs are the NMIs; or the simulated PMU driven by the NMI clock.
 
-use crate::clock;
-use crate::nmi::NmiContext;
-use crate::wire;
+use crate::sample::clock;
+use crate::sample::nmi::NmiContext;
+use crate::stream::wire;
 use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
 use core::cell::UnsafeCell;
@@ -24,9 +24,7 @@ use sampler::regs::{GPR_MASK, RegFile};
 use sampler::ring::Ring;
 use sampler::sample::MAX_CALLCHAIN;
 use sampler::throttle::{EventThrottle, OverflowAction, Throttle, ThrottleConfig};
-use sampler::wire::{
-    CpuId, CpuVendor, End, Hello, Lost, LostReason, Record, Task, TextRange, ThrottleEvent,
-};
+use sampler::wire::{End, Lost, LostReason, Record, ThrottleEvent};
 
 /// Ring slots (the usable capacity can be lowered with `ring=N`).
 pub const RING_SLOTS: usize = 256;
@@ -42,13 +40,13 @@ const DRAIN_BATCH: usize = 64;
 pub enum Source {
     /// The periodic NMI clock: the `cpu-clock` event.
     NmiClock,
-    /// `pmu=sim`: the simulated PMU driven by the NMI clock (see `crate::pmu`).
+    /// `pmu=sim`: the simulated PMU driven by the NMI clock (see `crate::sample::pmu`).
     Simulated(PmuCaps),
-    /// `pmu=auto` with a usable PMU: its overflow NMIs (see `crate::pmu`).
+    /// `pmu=auto` with a usable PMU: its overflow NMIs (see `crate::sample::pmu`).
     Pmu(PmuCaps),
 }
 
-/// PMU data for one sample (see `crate::pmu`); [`Extra::NONE`] for the NMI clock.
+/// PMU data for one sample (see `crate::sample::pmu`); [`Extra::NONE`] for the NMI clock.
 pub struct Extra<'a> {
     /// The period this sample stands for (0: the NMI clock's).
     pub period: u64,
@@ -195,8 +193,8 @@ pub fn event() -> EventConfig {
     e.regs_intr = REGS_INTR.load(Ordering::Relaxed);
     if SIMULATED.load(Ordering::Relaxed) {
         e.kind = sampler::event::EventKind::Raw;
-        e.config = crate::pmu::SIM_RAW_CONFIG;
-        e.sampling = sampler::event::Sampling::Period(crate::pmu::SIM_PERIOD);
+        e.config = crate::sample::pmu::SIM_RAW_CONFIG;
+        e.sampling = sampler::event::Sampling::Period(crate::sample::pmu::SIM_PERIOD);
         e.precise = 2;
         e.branch_sample_type = sampler::event::branch_type::ANY
             | sampler::event::branch_type::USER
@@ -556,7 +554,7 @@ pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
         new_tick(entry_tsc);
     }
     // A PMI of the hardware PMU is serviced (and sampled when on) there.
-    let pmi = crate::pmu::on_nmi(cap, entry_tsc, on);
+    let pmi = crate::sample::pmu::on_nmi(cap, entry_tsc, on);
     if !on {
         return;
     }
@@ -569,12 +567,12 @@ pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
                     return;
                 }
             }
-            CLOCK_DRIVES_SIM => crate::pmu::on_tick(cap, entry_tsc),
+            CLOCK_DRIVES_SIM => crate::sample::pmu::on_tick(cap, entry_tsc),
             // The clock is only the throttle's tick here.
             _ => return,
         }
     }
-    let cost = crate::nmi::rdtsc().wrapping_sub(entry_tsc);
+    let cost = crate::sample::nmi::rdtsc().wrapping_sub(entry_tsc);
     NMI_COST_TSC.fetch_add(cost, Ordering::Relaxed);
     NMI_COST_COUNT.fetch_add(1, Ordering::Relaxed);
     throttle().0.sample_took(clock::tsc_to_ns(cost));
@@ -630,7 +628,7 @@ fn new_tick(tsc: u64) {
     t.tick();
     if t.on_tick(e) {
         push_transition(false, tsc);
-        crate::pmu::unthrottle();
+        crate::sample::pmu::unthrottle();
     }
 }
 
@@ -736,111 +734,6 @@ pub fn nmi_cost() -> (u64, u64) {
     )
 }
 
-fn cpu_id() -> CpuId {
-    use arch_x86::cpuid::{CpuCpuid, Cpuid};
-    let c = CpuCpuid;
-    let l0 = c.cpuid(0, 0);
-    let mut v = [0u8; 12];
-    v[0..4].copy_from_slice(&l0.ebx.to_le_bytes());
-    v[4..8].copy_from_slice(&l0.edx.to_le_bytes());
-    v[8..12].copy_from_slice(&l0.ecx.to_le_bytes());
-    let vendor = match &v {
-        b"GenuineIntel" => CpuVendor::Intel,
-        b"AuthenticAMD" => CpuVendor::Amd,
-        _ => CpuVendor::Other(v),
-    };
-    let eax = c.cpuid(1, 0).eax;
-    let base_family = ((eax >> 8) & 0xf) as u16;
-    let base_model = ((eax >> 4) & 0xf) as u16;
-    let family = if base_family == 0xf {
-        base_family + ((eax >> 20) & 0xff) as u16
-    } else {
-        base_family
-    };
-    let model = if base_family == 0x6 || base_family == 0xf {
-        base_model | ((((eax >> 16) & 0xf) as u16) << 4)
-    } else {
-        base_model
-    };
-    CpuId {
-        vendor,
-        family,
-        model,
-        stepping: (eax & 0xf) as u8,
-    }
-}
-
-unsafe extern "C" {
-    static __build_id_note_start: u8;
-    static __build_id_note_end: u8;
-}
-
-/// The runtime ELF's GNU build-id, from the note the linker script brackets.
-pub fn build_id() -> &'static [u8] {
-    let start = (&raw const __build_id_note_start) as usize;
-    let end = (&raw const __build_id_note_end) as usize;
-    let len = end.saturating_sub(start);
-    // SAFETY: the linker script places the two symbols around the
-    // `.note.gnu.build-id` section inside the read-only data segment, so the
-    // bytes between them are mapped and never written.
-    let note = unsafe { core::slice::from_raw_parts(start as *const u8, len) };
-    // Note: namesz, descsz, type (u32 each), name "GNU\0", then desc.
-    if note.len() < 16 {
-        return &[];
-    }
-    let word = |i: usize| u32::from_le_bytes([note[i], note[i + 1], note[i + 2], note[i + 3]]);
-    let (namesz, descsz, kind) = (word(0) as usize, word(4) as usize, word(8));
-    if kind != 3 || namesz != 4 || &note[12..16] != b"GNU\0" {
-        return &[];
-    }
-    note.get(16..16 + descsz).unwrap_or(&[])
-}
-
-/// Sends Hello: who we are and what we sample.
-pub fn send_hello(cmdline: &str, source: Source) {
-    let caps = match source {
-        Source::NmiClock => PmuCaps::cpu_clock(),
-        Source::Simulated(c) | Source::Pmu(c) => c,
-    };
-    let mut h = Hello::new(cpu_id(), caps);
-    h.tsc_hz = clock::tsc_hz();
-    let id = build_id();
-    let _ = h
-        .build_id
-        .extend_from_slice(&id[..id.len().min(h.build_id.capacity())]);
-    let mut end = cmdline.len().min(h.cmdline.capacity());
-    while !cmdline.is_char_boundary(end) {
-        end -= 1;
-    }
-    let _ = h.cmdline.push_str(&cmdline[..end]);
-    let _ = h.events.push(event());
-    wire::send(&Record::Hello(h));
-}
-
-/// Sends a Task record for task `id`.
-pub fn send_task(id: u8, name: &str, compat: bool, text: (u64, u64)) {
-    let mut t = Task {
-        time: clock::now_ns(),
-        pid: u32::from(id) + 1,
-        tid: u32::from(id) + 1,
-        name: heapless::String::new(),
-        abi: if compat {
-            sampler::regs::Abi::Bits32
-        } else {
-            sampler::regs::Abi::Bits64
-        },
-        text: heapless::Vec::new(),
-    };
-    let _ = t.name.push_str(&name[..name.len().min(t.name.capacity())]);
-    let _ = t.text.push(TextRange {
-        start: text.0,
-        len: text.1.saturating_sub(text.0),
-        // The host takes the offset from the image's section headers.
-        file_offset: 0,
-    });
-    wire::send(&Record::Task(t));
-}
-
 /// Outside NMI context: moves queued samples (and Lost records for ring
 /// losses) onto the wire, at most one ring's worth per call so a slow line
 /// cannot keep the tasks from running (what does not fit is lost and
@@ -849,9 +742,10 @@ pub fn drain() -> usize {
     drain_up_to(RING_SLOTS.div_ceil(DRAIN_BATCH))
 }
 
-fn drain_up_to(max_steps: usize) -> usize {
+/// Drains at most `max_steps` batches (see [`drain`]); returns the records written.
+pub fn drain_up_to(max_steps: usize) -> usize {
     let mut written = 0;
-    let pebs_lost = crate::pmu::take_pebs_lost();
+    let pebs_lost = crate::sample::pmu::take_pebs_lost();
     if pebs_lost > 0 {
         PEBS_LOST_TOTAL.fetch_add(pebs_lost, Ordering::Relaxed);
         wire::send(&Record::Lost(Lost {
@@ -924,20 +818,4 @@ pub fn end_counters() -> End {
         frames: 0,
         unknown_syscalls: heapless::Vec::new(),
     }
-}
-
-/// Stops sampling, drains everything and sends End with the final counters.
-pub fn finish() -> End {
-    stop();
-    // Sampling is off, so the ring only empties: this ends.
-    while drain_up_to(usize::MAX) > 0 {}
-    let end = end_counters();
-    let end = End {
-        time: clock::now_ns(),
-        frames: wire::frames(),
-        unknown_syscalls: crate::task::linux::unknown_for_end(),
-        ..end
-    };
-    wire::send(&Record::End(end.clone()));
-    end
 }

@@ -4,8 +4,8 @@
 //! `rsi`, `rdx`; compat tasks use `int 0x80` with the number in `eax` and
 //! arguments in `ebx`, `ecx`, `edx`. The result comes back in `rax`.
 
-use crate::task::{self, Abi, Outcome};
-use crate::trap::{LEAVE, RESUME};
+use crate::abi::{LEAVE, RESUME};
+use crate::proc::{self as task, Abi, Outcome};
 use arch_x86::frame::TrapFrame;
 use core::sync::atomic::{AtomicBool, Ordering};
 

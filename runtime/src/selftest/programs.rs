@@ -3,7 +3,7 @@
 //! register patterns while NMIs arrive. All of it lives in `.user.text` /
 //! `.user.data`, mapped user-accessible.
 
-use crate::syscall::{SYS_CLOCK, SYS_EXIT, SYS_SPIN, SYS_WRITE, SYS_YIELD};
+use crate::abi::perch::{SYS_CLOCK, SYS_EXIT, SYS_SPIN, SYS_WRITE, SYS_YIELD};
 
 /// The pattern a task loads into GPR `i` (`TrapFrame::gprs` order), 64-bit.
 pub const fn pattern64(i: usize) -> u64 {

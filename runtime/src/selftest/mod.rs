@@ -5,10 +5,14 @@
 // allocator), so the error type is large by design.
 #![allow(clippy::result_large_err)]
 
-use crate::nmi::{self, UserFrameState, recorder};
-use crate::task::{self, Abi, TaskSpec, TaskState};
-use crate::user::{self, pattern32, pattern64};
-use crate::{kprintln, mm, profile, syscall};
+pub mod programs;
+pub mod recorder;
+use crate::abi::perch as syscall;
+use crate::proc::{self as task, Abi, TaskSpec, TaskState};
+use crate::sample::nmi::{self, UserFrameState};
+use crate::sample::profile;
+use crate::selftest::programs::{self as user, pattern32, pattern64};
+use crate::{kprintln, mm};
 use arch_x86::cmdline::Config;
 use arch_x86::exit::ExitCode;
 use arch_x86::frame::{INT80_VECTOR, Mode, SYSCALL_VECTOR, TrapFrame};
@@ -65,6 +69,7 @@ const SPIN_BUDGET: u64 = 400_000_000;
 /// Runs every test and exits QEMU.
 pub fn run(cfg: &Config, archive: Option<arch_x86::bootinfo::Module>, protocol: &str) -> ! {
     kprintln!("selftest: starting (nmi clock at {} Hz)", cfg.freq_hz);
+    nmi::set_observer(0, recorder::on_capture);
     let mut r = Runner {
         passed: 0,
         failed: 0,
@@ -581,7 +586,7 @@ fn nmi_clock_throttle(cfg: &Config) -> TestResult {
     profile::start();
     // 20 ms: about 20 ticks.
     let t0 = cpu::rdtsc();
-    let budget = crate::clock::tsc_hz() / 50;
+    let budget = crate::sample::clock::tsc_hz() / 50;
     while cpu::rdtsc() - t0 < budget {
         cpu::halt();
     }
@@ -641,7 +646,7 @@ fn nmi_clock_throttle(cfg: &Config) -> TestResult {
     );
     // At most two samples per tick (the allowed one and the one that
     // throttles), so at least half the NMIs beyond that were suppressed.
-    let ticks = budget / (crate::clock::tsc_hz() / 1000).max(1) + 2;
+    let ticks = budget / (crate::sample::clock::tsc_hz() / 1000).max(1) + 2;
     ensure!(
         samples <= 2 * ticks,
         "{samples} samples in about {ticks} ticks at max_rate=1000"
@@ -659,7 +664,7 @@ fn nmi_clock_throttle(cfg: &Config) -> TestResult {
 /// Whether a PMU (hardware or simulated) samples: the clock's NMIs are
 /// then not the overflows.
 fn cpu_pmu_sampling() -> bool {
-    crate::pmu::hw_active() || crate::pmu::sim_active()
+    crate::sample::pmu::hw_active() || crate::sample::pmu::sim_active()
 }
 
 /// Detection through CPUID: on QEMU TCG no PMU is found, with a reason, and
@@ -687,7 +692,7 @@ fn pmu_detection_and_fallback() -> TestResult {
         ensure!(info.lbr_depth() == 0, "LBR without a PMU");
         // The runtime's start-up check stops at detection (touching no
         // MSR) and says why the NMI clock is used.
-        let r = crate::pmu::startup_check(&info);
+        let r = crate::sample::pmu::startup_check(&info);
         let Verdict::Fallback(reason @ Reason::NotDetected(_)) = r.verdict else {
             fail!("start-up check without a PMU: {:?}", r.verdict);
         };
@@ -700,11 +705,11 @@ fn pmu_detection_and_fallback() -> TestResult {
         kprintln!("selftest: start-up check: {msg}");
     }
     ensure!(
-        !crate::pmu::sim_active(),
+        !crate::sample::pmu::sim_active(),
         "simulated PMU active without pmu=sim"
     );
     ensure!(
-        !crate::pmu::hw_active(),
+        !crate::sample::pmu::hw_active(),
         "hardware PMU sampling during the self-test"
     );
     nmi_clock_ticks()
@@ -727,7 +732,8 @@ fn pmu_startup_check_sim() -> TestResult {
         ("Sapphire Rapids", SimCpu::sapphire_rapids()),
         ("Zen 4", SimCpu::zen4()),
     ] {
-        let info = arch_x86::cpuid::detect(&crate::pmu::SimCpuid(cpu), &mut SimPmu::new(cpu));
+        let info =
+            arch_x86::cpuid::detect(&crate::sample::pmu::SimCpuid(cpu), &mut SimPmu::new(cpu));
         let pmis = Cell::new(0);
         let mut sim = SimPmu::new(cpu);
         let r = startup_check(
@@ -792,7 +798,7 @@ fn pmu_startup_check_sim() -> TestResult {
 /// validation `perf_event_open` would do, against the capabilities of a
 /// PMU with PEBS and LBR (the simulated Sapphire Rapids' CPUID).
 fn pmu_event_description() -> TestResult {
-    use crate::pmu::{EventName, MAX_PERIOD, perf_event, sample_mode};
+    use crate::sample::pmu::{EventName, MAX_PERIOD, perf_event, sample_mode};
     use arch_x86::cpuid::Vendor;
     use arch_x86::pmu::events;
     use arch_x86::pmu::sim::{SimCpu, SimPmu};
@@ -823,9 +829,9 @@ fn pmu_event_description() -> TestResult {
         );
     }
     let cpu = SimCpu::sapphire_rapids();
-    let info = arch_x86::cpuid::detect(&crate::pmu::SimCpuid(cpu), &mut SimPmu::new(cpu));
-    let caps = crate::pmu::caps_of(&info, EventSource::IntelPmu);
-    let parse = |s: &str| events::parse(s).unwrap_or(crate::pmu::DEFAULT_EVENT);
+    let info = arch_x86::cpuid::detect(&crate::sample::pmu::SimCpuid(cpu), &mut SimPmu::new(cpu));
+    let caps = crate::sample::pmu::caps_of(&info, EventSource::IntelPmu);
+    let parse = |s: &str| events::parse(s).unwrap_or(crate::sample::pmu::DEFAULT_EVENT);
     let cases = [
         ("cycles", false, MemKind::None, Perf::Hardware, 0, 0),
         ("instructions:u", false, MemKind::None, Perf::Hardware, 1, 0),
@@ -838,7 +844,7 @@ fn pmu_event_description() -> TestResult {
     for (spec, pebs, mem, kind, config, precise) in cases {
         let ev = parse(spec);
         ensure!(
-            crate::pmu::uses_pebs(&ev, Vendor::Intel) == pebs,
+            crate::sample::pmu::uses_pebs(&ev, Vendor::Intel) == pebs,
             "{spec}: PEBS use"
         );
         let mode = sample_mode(&ev, pebs, 2_800_000_000, 4000);
@@ -927,12 +933,13 @@ fn sample_hw(
     ev: arch_x86::pmu::Event,
     mode: arch_x86::pmu::SampleMode,
     work: impl FnOnce(),
-) -> Result<(crate::pmu::HwSetup, crate::pmu::HwStats), crate::pmu::HwError> {
-    crate::pmu::reset_hw_stats();
-    let setup = crate::pmu::setup_hw(info, ev, mode)?;
+) -> Result<(crate::sample::pmu::HwSetup, crate::sample::pmu::HwStats), crate::sample::pmu::HwError>
+{
+    crate::sample::pmu::reset_hw_stats();
+    let setup = crate::sample::pmu::setup_hw(info, ev, mode)?;
     work();
-    crate::pmu::stop_hw();
-    Ok((setup, crate::pmu::hw_stats()))
+    crate::sample::pmu::stop_hw();
+    Ok((setup, crate::sample::pmu::hw_stats()))
 }
 
 /// The real PMU, on a CPU that has one (skipped, and says so, without):
@@ -943,7 +950,7 @@ fn sample_hw(
 /// precise instructions whose PEBS records must decode when PEBS is
 /// present. `cargo xtask hwcheck` prints these lines.
 fn pmu_hardware() -> TestResult {
-    use crate::pmu::{CHECK_INSTRUCTIONS, EventName, HwError};
+    use crate::sample::pmu::{CHECK_INSTRUCTIONS, EventName, HwError};
     use arch_x86::pmu::{Event, EventKind, PmuError, SampleMode};
     // SAFETY: CPL 0; `detect` reads only MSRs CPUID advertises and writes none.
     let mut msr = unsafe { arch_x86::msr::CpuMsr::new() };
@@ -964,7 +971,7 @@ fn pmu_hardware() -> TestResult {
         info.lbr_format(),
         info.lbr_depth()
     );
-    let r = crate::pmu::startup_check(&info);
+    let r = crate::sample::pmu::startup_check(&info);
     kprintln!(
         "selftest: pmu_hardware: counting: {} instructions counted over a workload of {}",
         r.counted,
@@ -984,7 +991,7 @@ fn pmu_hardware() -> TestResult {
         "{} instructions counted for a workload of {CHECK_INSTRUCTIONS}",
         r.counted
     );
-    let workload = || arch_x86::pmu::hw::workload(crate::pmu::CHECK_ITERATIONS);
+    let workload = || arch_x86::pmu::hw::workload(crate::sample::pmu::CHECK_ITERATIONS);
     // Instructions at a period, through the sampling path.
     let period = CHECK_INSTRUCTIONS / 64;
     let ins = Event::new(EventKind::Instructions);
@@ -1015,7 +1022,7 @@ fn pmu_hardware() -> TestResult {
     }
     // Cycles for 20 ms of TSC time: about 20 PMIs at a period of a
     // millisecond of TSC ticks when the core runs near the TSC rate.
-    let tsc_hz = crate::clock::tsc_hz();
+    let tsc_hz = crate::sample::clock::tsc_hz();
     if tsc_hz > 0 {
         let spin = || {
             let t0 = cpu::rdtsc();
@@ -1075,7 +1082,7 @@ fn pmu_hardware() -> TestResult {
     } else {
         kprintln!("selftest: pmu_hardware: PEBS: absent, not checked");
     }
-    ensure!(!crate::pmu::hw_active(), "the PMU still samples");
+    ensure!(!crate::sample::pmu::hw_active(), "the PMU still samples");
     Ok(())
 }
 
@@ -1087,11 +1094,12 @@ fn pmu_sim_pmi_round_trip() -> TestResult {
     use arch_x86::pmu::sim::{SimCpu, SimRegs};
     const PERIOD: u64 = 5;
     let ip = |t: u64| 0x40_1000 + 0x10 * t;
-    let out = crate::pmu::with_check_memory(|mem| -> TestResult {
-        let (mut st, info) = match crate::pmu::build_sim(SimCpu::sapphire_rapids(), PERIOD, mem) {
-            Ok(x) => x,
-            Err(e) => fail!("driver on the simulator: {e}"),
-        };
+    let out = crate::sample::pmu::with_check_memory(|mem| -> TestResult {
+        let (mut st, info) =
+            match crate::sample::pmu::build_sim(SimCpu::sapphire_rapids(), PERIOD, mem) {
+                Ok(x) => x,
+                Err(e) => fail!("driver on the simulator: {e}"),
+            };
         ensure!(
             info.pebs_format == Some(5) && info.lbr_depth() == 32,
             "detected {:?}",
@@ -1105,7 +1113,7 @@ fn pmu_sim_pmi_round_trip() -> TestResult {
             gprs[0] = 0xA0 + t;
             gprs[7] = 0x7FFF_0000 - 8 * t;
             let regs = SimRegs { flags: 0x202, gprs };
-            let lost = crate::pmu::tick(&mut st, mem, ip(t), true, regs, &mut |x| {
+            let lost = crate::sample::pmu::tick(&mut st, mem, ip(t), true, regs, &mut |x| {
                 got = Some((
                     x.precise_ip.unwrap_or(0),
                     x.pebs_regs.map_or(0, |r| r.get(sampler::regs::Reg::Ax)),
@@ -1618,7 +1626,7 @@ fn boot_archive(archive: Option<arch_x86::bootinfo::Module>, protocol: &str) -> 
         kprintln!("selftest: boot_archive: skipped (booted without a boot archive)");
         return Ok(());
     };
-    let bytes = task::appliance::module_bytes(&m);
+    let bytes = crate::fs::module_bytes(&m);
     let a = match kcore::archive::Archive::parse(bytes) {
         Ok(a) => a,
         Err(e) => fail!("archive at {:#x} ({} bytes): {e}", m.base, m.len),

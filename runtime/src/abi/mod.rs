@@ -1,9 +1,11 @@
-//! The Rust side of every non-NMI entry: system calls, ring-3 faults (which
-//! end only the task), and runtime exceptions (reported, then QEMU exits with
-//! the crash code — never a silent hang or triple fault).
+//! The system-call ABIs and the Rust side of every non-NMI entry: system
+//! calls (a loaded program's go to its Linux personality, a built-in
+//! program's to [`perch`]), the scheduler tick, ring-3 faults (which end
+//! only the process), and runtime exceptions (reported, then QEMU exits
+//! with the crash code — never a silent hang or triple fault).
 
-use crate::syscall;
-use crate::task::{self, Abi, Fault, Outcome, tick};
+pub mod perch;
+use crate::proc::{self as task, Abi, Fault, Outcome, tick};
 use arch_x86::frame::{INT80_VECTOR, SYSCALL_VECTOR, TrapFrame, exception_name};
 
 /// Returned to the entry stub: resume the interrupted context.
@@ -65,7 +67,7 @@ fn current_is_linux() -> bool {
 fn syscall_from(frame: &mut TrapFrame, abi: Abi) -> u64 {
     match task::current() {
         Some(id) if current_is_linux() => task::linux::syscall(frame, id, abi),
-        _ => syscall::handle(frame, abi),
+        _ => perch::handle(frame, abi),
     }
 }
 

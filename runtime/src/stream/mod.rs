@@ -1,0 +1,130 @@
+//! The stream: COM1 in wire mode, and the records the runtime sends on it
+//! (Hello, Task, the drained samples, End).
+
+pub mod wire;
+
+use crate::sample::clock;
+use crate::sample::profile::{self, Source};
+use sampler::event::PmuCaps;
+use sampler::wire::{CpuId, CpuVendor, End, Hello, Record, Task, TextRange};
+
+fn cpu_id() -> CpuId {
+    use arch_x86::cpuid::{CpuCpuid, Cpuid};
+    let c = CpuCpuid;
+    let l0 = c.cpuid(0, 0);
+    let mut v = [0u8; 12];
+    v[0..4].copy_from_slice(&l0.ebx.to_le_bytes());
+    v[4..8].copy_from_slice(&l0.edx.to_le_bytes());
+    v[8..12].copy_from_slice(&l0.ecx.to_le_bytes());
+    let vendor = match &v {
+        b"GenuineIntel" => CpuVendor::Intel,
+        b"AuthenticAMD" => CpuVendor::Amd,
+        _ => CpuVendor::Other(v),
+    };
+    let eax = c.cpuid(1, 0).eax;
+    let base_family = ((eax >> 8) & 0xf) as u16;
+    let base_model = ((eax >> 4) & 0xf) as u16;
+    let family = if base_family == 0xf {
+        base_family + ((eax >> 20) & 0xff) as u16
+    } else {
+        base_family
+    };
+    let model = if base_family == 0x6 || base_family == 0xf {
+        base_model | ((((eax >> 16) & 0xf) as u16) << 4)
+    } else {
+        base_model
+    };
+    CpuId {
+        vendor,
+        family,
+        model,
+        stepping: (eax & 0xf) as u8,
+    }
+}
+
+unsafe extern "C" {
+    static __build_id_note_start: u8;
+    static __build_id_note_end: u8;
+}
+
+/// The runtime ELF's GNU build-id, from the note the linker script brackets.
+pub fn build_id() -> &'static [u8] {
+    let start = (&raw const __build_id_note_start) as usize;
+    let end = (&raw const __build_id_note_end) as usize;
+    let len = end.saturating_sub(start);
+    // SAFETY: the linker script places the two symbols around the
+    // `.note.gnu.build-id` section inside the read-only data segment, so the
+    // bytes between them are mapped and never written.
+    let note = unsafe { core::slice::from_raw_parts(start as *const u8, len) };
+    // Note: namesz, descsz, type (u32 each), name "GNU\0", then desc.
+    if note.len() < 16 {
+        return &[];
+    }
+    let word = |i: usize| u32::from_le_bytes([note[i], note[i + 1], note[i + 2], note[i + 3]]);
+    let (namesz, descsz, kind) = (word(0) as usize, word(4) as usize, word(8));
+    if kind != 3 || namesz != 4 || &note[12..16] != b"GNU\0" {
+        return &[];
+    }
+    note.get(16..16 + descsz).unwrap_or(&[])
+}
+
+/// Sends Hello: who we are and what we sample.
+pub fn send_hello(cmdline: &str, source: Source) {
+    let caps = match source {
+        Source::NmiClock => PmuCaps::cpu_clock(),
+        Source::Simulated(c) | Source::Pmu(c) => c,
+    };
+    let mut h = Hello::new(cpu_id(), caps);
+    h.tsc_hz = clock::tsc_hz();
+    let id = build_id();
+    let _ = h
+        .build_id
+        .extend_from_slice(&id[..id.len().min(h.build_id.capacity())]);
+    let mut end = cmdline.len().min(h.cmdline.capacity());
+    while !cmdline.is_char_boundary(end) {
+        end -= 1;
+    }
+    let _ = h.cmdline.push_str(&cmdline[..end]);
+    let _ = h.events.push(profile::event());
+    wire::send(&Record::Hello(h));
+}
+
+/// Sends a Task record for task `id`.
+pub fn send_task(id: u8, name: &str, compat: bool, text: (u64, u64)) {
+    let mut t = Task {
+        time: clock::now_ns(),
+        pid: u32::from(id) + 1,
+        tid: u32::from(id) + 1,
+        name: heapless::String::new(),
+        abi: if compat {
+            sampler::regs::Abi::Bits32
+        } else {
+            sampler::regs::Abi::Bits64
+        },
+        text: heapless::Vec::new(),
+    };
+    let _ = t.name.push_str(&name[..name.len().min(t.name.capacity())]);
+    let _ = t.text.push(TextRange {
+        start: text.0,
+        len: text.1.saturating_sub(text.0),
+        // The host takes the offset from the image's section headers.
+        file_offset: 0,
+    });
+    wire::send(&Record::Task(t));
+}
+
+/// Stops sampling, drains everything and sends End with the final counters.
+pub fn finish() -> End {
+    profile::stop();
+    // Sampling is off, so the ring only empties: this ends.
+    while profile::drain_up_to(usize::MAX) > 0 {}
+    let end = profile::end_counters();
+    let end = End {
+        time: clock::now_ns(),
+        frames: wire::frames(),
+        unknown_syscalls: crate::proc::linux::unknown_for_end(),
+        ..end
+    };
+    wire::send(&Record::End(end.clone()));
+    end
+}
