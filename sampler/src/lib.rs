@@ -57,4 +57,5 @@ pub mod regs;
 pub mod ring;
 pub mod sample;
 pub mod throttle;
+pub mod walk;
 pub mod wire;

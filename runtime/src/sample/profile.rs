@@ -24,6 +24,7 @@ use sampler::regs::{GPR_MASK, RegFile};
 use sampler::ring::Ring;
 use sampler::sample::MAX_CALLCHAIN;
 use sampler::throttle::{EventThrottle, OverflowAction, Throttle, ThrottleConfig};
+use sampler::walk::WalkRange;
 use sampler::wire::{End, Lost, LostReason, Record, ThrottleEvent};
 
 /// Ring slots (the usable capacity can be lowered with `ring=N`).
@@ -413,75 +414,27 @@ fn compat(cs: u64, bit: u32) -> u32 {
     }
 }
 
-/// Where a frame-pointer walk may read: the frame pointers `fp` whose pair
-/// of words `[fp, fp + 2W)` lies inside the stack region, `fp` aligned to
-/// `W`, are exactly those with `(fp - lo).rotate_right(log2 W) < count`
-/// (a misaligned `fp` rotates its low bits to the top). Set by [`start`]
-/// from the image layout; all zero (nothing passes) before.
-struct WalkRange {
-    lo: AtomicU64,
-    count: AtomicU64,
-    text_lo: AtomicU64,
-    text_len: AtomicU64,
-}
-
-impl WalkRange {
-    const fn new() -> Self {
-        WalkRange {
-            lo: AtomicU64::new(0),
-            count: AtomicU64::new(0),
-            text_lo: AtomicU64::new(0),
-            text_len: AtomicU64::new(0),
-        }
-    }
-
-    /// Frames of `w`-byte words in `stack`, return addresses in `text`.
-    fn set(&self, w: u64, stack: (u64, u64), text: (u64, u64)) {
-        let lo = stack.0.next_multiple_of(w);
-        let count = stack
-            .1
-            .checked_sub(lo)
-            .and_then(|len| len.checked_sub(2 * w))
-            .map_or(0, |room| room / w + 1);
-        self.lo.store(lo, Ordering::Relaxed);
-        self.count.store(count, Ordering::Relaxed);
-        self.text_lo.store(text.0, Ordering::Relaxed);
-        self.text_len
-            .store(text.1.saturating_sub(text.0), Ordering::Relaxed);
-    }
-}
-
 static RUNTIME_WALK: WalkRange = WalkRange::new();
 static USER_WALK: WalkRange = WalkRange::new();
 static COMPAT_WALK: WalkRange = WalkRange::new();
 
-/// Frame-pointer walk appending return addresses to `chain` from index
-/// `n`, at most `max` frames: the saved frame pointer at `[fp]`, the return
-/// address at `[fp + W]` (`W` = 8, or 4 for compat code), both words inside
-/// the range's stack (one test, see [`WalkRange`]), every return address
-/// inside its text, frames strictly ascending. Returns the new end.
+/// The frame-pointer walk of [`sampler::walk`] with the reads done as
+/// volatile loads of `W`-byte words through the current address space.
 #[inline(always)]
 fn walk<const W: u64>(
     chain: &mut [u64; MAX_CALLCHAIN],
-    mut n: usize,
-    mut fp: u64,
+    n: usize,
+    fp: u64,
     range: &WalkRange,
     max: usize,
 ) -> usize {
-    let lo = range.lo.load(Ordering::Relaxed);
-    let count = range.count.load(Ordering::Relaxed);
-    let text_lo = range.text_lo.load(Ordering::Relaxed);
-    let text_len = range.text_len.load(Ordering::Relaxed);
-    let end = (n + max).min(MAX_CALLCHAIN);
-    while n < end {
-        if fp.wrapping_sub(lo).rotate_right(W.trailing_zeros()) >= count {
-            break;
-        }
-        // SAFETY: `fp` is aligned to `W` and `[fp, fp + 2W)` lies inside a
-        // mapped region of the image (runtime data, or appliance data read
-        // inside `with_user_access`), identity mapped by `paging::init`,
-        // so neither read can fault.
-        let (next, ret) = unsafe {
+    sampler::walk::walk::<W>(chain, n, fp, range, max, |fp| {
+        // SAFETY: `walk` only reads at an `fp` aligned to `W` whose pair
+        // of words lies inside the range's stack: the runtime's data, or
+        // the running process's present stack pages (its range is set on
+        // every switch, read inside `with_user_access`), so neither load
+        // can fault.
+        unsafe {
             if W == 8 {
                 (
                     core::ptr::read_volatile(fp as *const u64),
@@ -493,18 +446,8 @@ fn walk<const W: u64>(
                     u64::from(core::ptr::read_volatile((fp + 4) as *const u32)),
                 )
             }
-        };
-        if ret.wrapping_sub(text_lo) >= text_len {
-            break;
         }
-        chain[n] = ret;
-        n += 1;
-        if next <= fp {
-            break;
-        }
-        fp = next;
-    }
-    n
+    })
 }
 
 /// The callchain's raw IPs: the runtime's (interrupted RIP, then return
