@@ -52,6 +52,30 @@ pub enum CrashKind {
     Smap,
 }
 
+/// Which fields each sample carries (`sample=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SampleFields {
+    /// IP, TID, TIME, CPU, PERIOD, REGS_USER, CALLCHAIN.
+    #[default]
+    Default,
+    /// The default plus REGS_INTR.
+    Full,
+    /// Neither registers nor callchain.
+    Minimal,
+}
+
+/// The CPU `pmu=sim` simulates (`sim=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SimModel {
+    /// Sapphire-Rapids-like: adaptive PEBS format 5, architectural LBR.
+    #[default]
+    SapphireRapids,
+    /// Ice-Lake-like: adaptive PEBS format 4, legacy LBR.
+    IceLake,
+    /// Skylake-like: PEBS format 3, legacy LBR with INFO.
+    Skylake,
+}
+
 /// The parsed kernel command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -79,6 +103,12 @@ pub struct Config {
     /// average before the rate is lowered (`perf_cpu_time_max_percent`);
     /// 0: no CPU-time budget.
     pub cpu_pct: u32,
+    /// `sample=default|full|minimal`.
+    pub sample: SampleFields,
+    /// `slice=MS`: a process's time slice; `None`: the scheduler's default.
+    pub slice_ms: Option<u32>,
+    /// `sim=spr|icl|skl`: the CPU `pmu=sim` simulates.
+    pub sim: SimModel,
 }
 
 impl Default for Config {
@@ -94,6 +124,9 @@ impl Default for Config {
             event: None,
             max_rate: DEFAULT_MAX_RATE,
             cpu_pct: DEFAULT_CPU_PCT,
+            sample: SampleFields::Default,
+            slice_ms: None,
+            sim: SimModel::SapphireRapids,
         }
     }
 }
@@ -209,6 +242,22 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 Some(n) if n <= 100 => cfg.cpu_pct = n,
                 _ => bad("a percentage from 0 (no budget) to 100"),
             },
+            "sample" => match value {
+                Some("default") => cfg.sample = SampleFields::Default,
+                Some("full") => cfg.sample = SampleFields::Full,
+                Some("minimal") => cfg.sample = SampleFields::Minimal,
+                _ => bad("default, full or minimal"),
+            },
+            "slice" => match value.and_then(|v| v.parse::<u32>().ok()) {
+                Some(ms) if (1..=10_000).contains(&ms) => cfg.slice_ms = Some(ms),
+                _ => bad("milliseconds from 1 to 10000"),
+            },
+            "sim" => match value {
+                Some("spr") | Some("sapphire-rapids") => cfg.sim = SimModel::SapphireRapids,
+                Some("icl") | Some("ice-lake") => cfg.sim = SimModel::IceLake,
+                Some("skl") | Some("skylake") => cfg.sim = SimModel::Skylake,
+                _ => bad("spr, icl or skl"),
+            },
             "event" => match value.map(|v| (v, events::parse(v))) {
                 Some((_, Ok(e))) => cfg.event = Some(e),
                 Some((v, Err(error))) => {
@@ -243,6 +292,21 @@ mod tests {
         assert!(issues.is_empty());
         assert_eq!(cfg.freq_hz, 4000);
         assert_eq!(cfg.console_mode(), ConsoleMode::Text);
+    }
+
+    #[test]
+    fn runtime_keys() {
+        let (cfg, issues) = parse_all("sample=full slice=25 sim=icl");
+        assert!(issues.is_empty(), "{issues:?}");
+        assert_eq!(cfg.sample, SampleFields::Full);
+        assert_eq!(cfg.slice_ms, Some(25));
+        assert_eq!(cfg.sim, SimModel::IceLake);
+        let (cfg, issues) = parse_all("sample=all slice=0 sim=zen");
+        assert_eq!(issues.len(), 3, "{issues:?}");
+        assert_eq!(
+            (cfg.sample, cfg.slice_ms, cfg.sim),
+            (SampleFields::Default, None, SimModel::SapphireRapids)
+        );
     }
 
     #[test]

@@ -31,19 +31,27 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     console::init();
     let boot = boot::read_boot_info(magic, info);
     let tsc_hz = clock::calibrate_tsc();
-    // A quiet first parse decides what COM1 carries before anything is said.
-    let wire_mode = cmdline::parse(boot.cmdline(), |_| {}).console_mode() == ConsoleMode::Wire;
-    let sample_set = sample_set(boot.cmdline());
+    // One parse; its issues are reported once the console carries what
+    // `console=` says.
+    let mut issues: heapless::Vec<cmdline::Issue<'_>, 16> = heapless::Vec::new();
+    let cfg = cmdline::parse(boot.cmdline(), |i| {
+        let _ = issues.push(i);
+    });
+    let wire_mode = cfg.console_mode() == ConsoleMode::Wire;
     if wire_mode {
         console::set_sink(console::Sink::Wire);
         stream::wire::start();
     }
-    let early = cmdline::parse(boot.cmdline(), |_| {});
+    let early = &cfg;
     let actual_mhz = arch_x86::pit::rate_for(early.freq_hz).map_or(0, |r| r.actual_mhz);
     profile::configure(
         early.freq_hz,
         actual_mhz,
-        sample_set.unwrap_or(profile::SampleSet::Default),
+        match cfg.sample {
+            cmdline::SampleFields::Default => profile::SampleSet::Default,
+            cmdline::SampleFields::Full => profile::SampleSet::Full,
+            cmdline::SampleFields::Minimal => profile::SampleSet::Minimal,
+        },
     );
     // The CPU's tables first: the PMU start-up check takes NMIs. What they
     // report is printed below, after Hello.
@@ -75,12 +83,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     // Only `pmu=sim` ever selects the simulator; `pmu=auto` uses the PMU
     // after its start-up check, else the NMI clock.
     // `sim=spr|icl|skl`: which CPU `pmu=sim` simulates.
-    let sim_key = boot
-        .cmdline()
-        .split(' ')
-        .rev()
-        .find_map(|k| k.strip_prefix("sim="));
-    let sim_cpu = sim_key.and_then(pmu::sim_cpu_named).unwrap_or(pmu::SIM_CPU);
+    let sim_cpu = pmu::sim_cpu(cfg.sim);
     let pmu_boot = pmu::boot(
         early.pmu,
         early.selftest,
@@ -123,37 +126,16 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     if timer == 0 {
         kprintln!("perch: local APIC timer does not run: no preemption");
     }
-    if let Some(v) = boot
-        .cmdline()
-        .split(' ')
-        .rev()
-        .find_map(|k| k.strip_prefix("slice="))
-    {
-        match v.parse::<u32>() {
-            Ok(ms) if (1..=10_000).contains(&ms) => proc::tick::set_slice_ms(ms),
-            _ => kprintln!("perch: bad value for `slice` ignored (expected 1..=10000 ms)"),
-        }
-    }
-    if let Some(k) = sim_key
-        && pmu::sim_cpu_named(k).is_none()
-    {
-        kprintln!("perch: bad value for `sim` ignored (expected spr|icl|skl)");
+    if let Some(ms) = cfg.slice_ms {
+        proc::tick::set_slice_ms(ms);
     }
     kprintln!(
         "perch: scheduler: {} ms slices, {} Hz tick (local APIC timer, {timer} counts per tick)",
         u64::from(proc::tick::slice_ticks()) * 1000 / proc::tick::TICK_HZ,
         proc::tick::TICK_HZ
     );
-    let cfg = cmdline::parse(boot.cmdline(), |issue| {
-        // `sample=` and `slice=` are the runtime's own keys.
-        if issue != cmdline::Issue::UnknownKey("sample")
-            && issue != cmdline::Issue::UnknownKey("slice")
-        {
-            kprintln!("perch: {issue}");
-        }
-    });
-    if sample_set.is_none() && boot.cmdline().split(' ').any(|k| k.starts_with("sample=")) {
-        kprintln!("perch: bad value for `sample` ignored (expected default|full|minimal)");
+    for issue in &issues {
+        kprintln!("perch: {issue}");
     }
     if let Some(n) = cfg.ring_slots {
         match profile::set_ring_slots(n) {
@@ -224,15 +206,6 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     } else {
         demo::run(&cfg)
     }
-}
-
-/// The `sample=default|full|minimal` key: which fields each sample carries.
-fn sample_set(cmdline: &str) -> Option<profile::SampleSet> {
-    cmdline
-        .split(' ')
-        .rev()
-        .find_map(|k| k.strip_prefix("sample="))
-        .and_then(profile::SampleSet::parse)
 }
 
 /// Provokes a fault in the runtime itself (`crash=`), to exercise crash reporting.

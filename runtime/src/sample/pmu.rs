@@ -48,21 +48,16 @@ use sampler::lbr::{self as slbr, LbrFormat};
 use sampler::pebs::{self, DecodeConfig, MemKind, PebsFormat};
 use sampler::regs::RegFile;
 
-/// The simulated CPU by default: adaptive PEBS (format 5) and
-/// architectural LBR.
-pub const SIM_CPU: SimCpu = SimCpu::sapphire_rapids();
-
-/// The simulated CPU `sim=NAME` names (`spr`, `icl`, `skl`): Sapphire
-/// Rapids (PEBS format 5, adaptive, architectural LBR), Ice Lake (format
-/// 4, adaptive, legacy LBR) or Skylake (format 3, legacy LBR with INFO).
-pub fn sim_cpu_named(name: &str) -> Option<SimCpu> {
-    match name {
-        "spr" | "sapphire-rapids" => Some(SimCpu::sapphire_rapids()),
-        "icl" | "ice-lake" => Some(SimCpu::ice_lake()),
-        "skl" | "skylake" => Some(SimCpu::skylake()),
-        _ => None,
+/// The simulated CPU `sim=` selects.
+pub fn sim_cpu(model: arch_x86::cmdline::SimModel) -> SimCpu {
+    use arch_x86::cmdline::SimModel;
+    match model {
+        SimModel::SapphireRapids => SimCpu::sapphire_rapids(),
+        SimModel::IceLake => SimCpu::ice_lake(),
+        SimModel::Skylake => SimCpu::skylake(),
     }
 }
+
 /// Instructions the simulator retires per NMI-clock tick.
 pub const SIM_INSTRUCTIONS_PER_TICK: u64 = 1000;
 /// Sampling period of the simulated `mem-loads` event (one load per tick).

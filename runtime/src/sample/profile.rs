@@ -83,18 +83,6 @@ pub enum SampleSet {
     Minimal,
 }
 
-impl SampleSet {
-    /// Parses a `sample=` value.
-    pub fn parse(v: &str) -> Option<Self> {
-        match v {
-            "default" => Some(Self::Default),
-            "full" => Some(Self::Full),
-            "minimal" => Some(Self::Minimal),
-            _ => None,
-        }
-    }
-}
-
 // Every slot starts as an empty sample, so the NMI path never initialises one.
 static RING: Ring<NmiRecord, RING_SLOTS> = Ring::new_filled();
 static ON: AtomicBool = AtomicBool::new(false);
