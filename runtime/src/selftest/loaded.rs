@@ -1,0 +1,244 @@
+//! Programs started through the ELF loader: address spaces, EFAULT, exact registers, saved user frames.
+
+use super::*;
+
+/// A minimal static ELF (ET_EXEC) for a loaded self-test program: its code
+/// at `user::LOADED_CODE` (read, execute) and a data page at
+/// `user::LOADED_DATA` (read, write; three pages) whose first word is `counter`.
+pub(super) fn tiny_elf(compat: bool, code: &[u8], counter: u64) -> alloc::vec::Vec<u8> {
+    let code_off = (user::LOADED_CODE - 0x40_0000) as usize;
+    let data_off = (user::LOADED_DATA - 0x40_0000) as usize;
+    let mut f = alloc::vec![0u8; data_off + 16];
+    let put = |f: &mut [u8], at: usize, v: u64, n: usize| {
+        f[at..at + n].copy_from_slice(&v.to_le_bytes()[..n]);
+    };
+    f[..4].copy_from_slice(b"\x7fELF");
+    f[4] = if compat { 1 } else { 2 };
+    f[5] = 1; // little-endian
+    f[6] = 1; // EV_CURRENT
+    put(&mut f, 16, 2, 2); // ET_EXEC
+    put(&mut f, 18, if compat { 3 } else { 62 }, 2); // EM_386 / EM_X86_64
+    put(&mut f, 20, 1, 4);
+    // Header and program-header sizes, offsets of the fields after e_entry.
+    let (ehsize, phentsize, w) = if compat { (52, 32, 4) } else { (64, 56, 8) };
+    put(&mut f, 24, user::LOADED_CODE, w);
+    put(&mut f, 24 + w, ehsize as u64, w); // e_phoff
+    let rest = 24 + 3 * w + 4; // after e_shoff and e_flags
+    put(&mut f, rest, ehsize as u64, 2);
+    put(&mut f, rest + 2, phentsize as u64, 2);
+    put(&mut f, rest + 4, 2, 2); // e_phnum
+    let segs = [
+        (
+            0u64,
+            0x40_0000u64,
+            (code_off + code.len()) as u64,
+            (code_off + code.len()) as u64,
+            5u64,
+        ),
+        (data_off as u64, user::LOADED_DATA, 16, 0x3000, 6),
+    ];
+    for (k, (off, va, filesz, memsz, flags)) in segs.into_iter().enumerate() {
+        let p = ehsize + k * phentsize;
+        put(&mut f, p, 1, 4); // PT_LOAD
+        if compat {
+            put(&mut f, p + 4, off, 4);
+            put(&mut f, p + 8, va, 4);
+            put(&mut f, p + 12, va, 4);
+            put(&mut f, p + 16, filesz, 4);
+            put(&mut f, p + 20, memsz, 4);
+            put(&mut f, p + 24, flags, 4);
+            put(&mut f, p + 28, 0x1000, 4);
+        } else {
+            put(&mut f, p + 4, flags, 4);
+            put(&mut f, p + 8, off, 8);
+            put(&mut f, p + 16, va, 8);
+            put(&mut f, p + 24, va, 8);
+            put(&mut f, p + 32, filesz, 8);
+            put(&mut f, p + 40, memsz, 8);
+            put(&mut f, p + 48, 0x1000, 8);
+        }
+    }
+    f[code_off..code_off + code.len()].copy_from_slice(code);
+    put(&mut f, data_off, counter, 8);
+    f
+}
+
+/// Starts a loaded self-test program through the program loader.
+pub(super) fn start_loaded(
+    name: &str,
+    compat: bool,
+    prog: user::LoadedCode,
+    counter: u64,
+) -> Result<u8, Why> {
+    let elf: &'static [u8] =
+        alloc::boxed::Box::leak(tiny_elf(compat, prog.code, counter).into_boxed_slice());
+    let spec = kcore::manifest::ProcessSpec::new(name, "/selftest");
+    match task::linux::start(&spec, elf) {
+        Ok(s) => Ok(s.id),
+        Err(e) => fail!("loader refused {name}: {e}"),
+    }
+}
+
+/// Runs a loaded program while recording NMIs in `mode`.
+pub(super) fn run_loaded_recorded(
+    name: &str,
+    compat: bool,
+    prog: user::LoadedCode,
+    counter: u64,
+    mode: Mode,
+) -> Result<(u8, heapless::Vec<nmi::NmiCapture, { recorder::SLOTS }>), Why> {
+    let id = start_loaded(name, compat, prog, counter)?;
+    record_until_exit(id, name, mode)
+}
+
+/// Two loaded programs linked at the same address run side by side, each
+/// in its own address space: each keeps the value its own data page
+/// started with across yields, a system call handed a runtime pointer
+/// returns EFAULT to it, and their pages are freed when they end.
+pub(super) fn loaded_address_spaces() -> TestResult {
+    let a = start_loaded("space_a", false, user::loaded_space64(), 7)?;
+    let b = start_loaded("space_b", false, user::loaded_space64(), 9)?;
+    task::run_all(|| false);
+    let (sa, sb) = (task::get(a).map(|t| t.state), task::get(b).map(|t| t.state));
+    ensure!(
+        sa == Some(TaskState::Exited(7)) && sb == Some(TaskState::Exited(9)),
+        "exit states {sa:?} and {sb:?} (want 7 and 9; +100 means no EFAULT)"
+    );
+    // An ended process's pages are freed at once.
+    for (id, name) in [(a, "space_a"), (b, "space_b")] {
+        let e = task::with_space(id, |s| s.entry(user::LOADED_DATA)).unwrap_or(0);
+        ensure!(
+            e & pg::PRESENT == 0,
+            "{name} ended but its data page is still mapped ({e:#x})"
+        );
+    }
+    Ok(())
+}
+
+pub(super) fn loaded_exact_regs64() -> TestResult {
+    let prog = user::loaded_regs64();
+    let (id, caps) = run_loaded_recorded("ld_regs64", false, prog, 20_000_000, Mode::User64)?;
+    let lo = user::LOADED_CODE + prog.marks.0;
+    let hi = user::LOADED_CODE + prog.marks.1;
+    let want: [(usize, u64); 15] = core::array::from_fn(|i| (i, pattern64(i)));
+    let mut exact = 0;
+    for c in &caps {
+        let r = &c.interrupted;
+        ensure!(c.task == Some(id), "capture without the process");
+        ensure!(r.cs == u64::from(gdt::USER_CODE64), "cs {:#x}", r.cs);
+        if (lo..hi).contains(&r.rip) {
+            compare("loaded user64", r, &want, u64::MAX)?;
+            ensure!(r.rsp == user::PATTERN_RSP64, "rsp {:#x}", r.rsp);
+            ensure!(
+                c.user_regs == *r,
+                "user_regs differ from the interrupted frame"
+            );
+            exact += 1;
+        }
+    }
+    ensure!(
+        exact > 0,
+        "no NMI landed in the spin loop ({} captures)",
+        caps.len()
+    );
+    Ok(())
+}
+
+pub(super) fn loaded_exact_regs32() -> TestResult {
+    let prog = user::loaded_regs32();
+    let (id, caps) = run_loaded_recorded("ld_regs32", true, prog, 20_000_000, Mode::UserCompat)?;
+    let lo = user::LOADED_CODE + prog.marks.0;
+    let hi = user::LOADED_CODE + prog.marks.1;
+    let low: [(usize, u64); 7] = core::array::from_fn(|i| (i, pattern32(i)));
+    let high: [(usize, u64); 8] = core::array::from_fn(|i| (i + 7, 0));
+    let mut exact = 0;
+    for c in &caps {
+        let r = &c.interrupted;
+        ensure!(c.task == Some(id), "capture without the process");
+        ensure!(r.cs == u64::from(gdt::USER_CODE32), "cs {:#x}", r.cs);
+        if (lo..hi).contains(&r.rip) {
+            compare("loaded compat", r, &low, 0xffff_ffff)?;
+            compare("loaded compat r8-r15", r, &high, u64::MAX)?;
+            ensure!(r.rsp as u32 == user::PATTERN_ESP32, "esp {:#x}", r.rsp);
+            exact += 1;
+        }
+    }
+    ensure!(
+        exact > 0,
+        "no NMI landed in the spin loop ({} captures)",
+        caps.len()
+    );
+    Ok(())
+}
+
+pub(super) fn loaded_syscall_frame64() -> TestResult {
+    let prog = user::loaded_sys64();
+    let (id, caps) = run_loaded_recorded("ld_sys64", false, prog, 20_000, Mode::Kernel)?;
+    let ret = user::LOADED_CODE + prog.marks.0;
+    let mut want: heapless::Vec<(usize, u64), 15> = [1, 6, 7, 8, 9, 11, 12, 13, 14]
+        .into_iter()
+        .map(|i| (i, pattern64(i)))
+        .collect();
+    // SYSCALL puts the return RIP in rcx; rax is the number (getrandom),
+    // rdi, rsi, rdx its arguments.
+    let _ = want.push((2, ret));
+    let _ = want.push((0, 318));
+    let _ = want.push((5, user::LOADED_DATA + 0x1000));
+    let _ = want.push((4, 4096));
+    let _ = want.push((3, 0));
+    check_in_syscall(
+        &caps,
+        id,
+        &want,
+        u64::MAX,
+        ret,
+        gdt::USER_CODE64,
+        SYSCALL_VECTOR,
+    )?;
+    for c in caps
+        .iter()
+        .filter(|c| c.user_state == UserFrameState::Complete)
+    {
+        let u = &c.user_regs;
+        ensure!(
+            u.r11 == u.rflags,
+            "r11 {:#x} != rflags {:#x}",
+            u.r11,
+            u.rflags
+        );
+        ensure!(u.rsp == user::PATTERN_RSP64, "saved rsp {:#x}", u.rsp);
+    }
+    Ok(())
+}
+
+pub(super) fn loaded_int80_frame32() -> TestResult {
+    let prog = user::loaded_sys32();
+    let (id, caps) = run_loaded_recorded("ld_sys32", true, prog, 20_000, Mode::Kernel)?;
+    let ret = user::LOADED_CODE + prog.marks.0;
+    let mut want: heapless::Vec<(usize, u64), 15> = (4..=6).map(|i| (i, pattern32(i))).collect();
+    // eax is the number (getrandom), ebx, ecx, edx its arguments.
+    let _ = want.push((0, 355));
+    let _ = want.push((1, user::LOADED_DATA + 0x1000));
+    let _ = want.push((2, 4096));
+    let _ = want.push((3, 0));
+    check_in_syscall(
+        &caps,
+        id,
+        &want,
+        0xffff_ffff,
+        ret,
+        gdt::USER_CODE32,
+        INT80_VECTOR,
+    )?;
+    for c in caps
+        .iter()
+        .filter(|c| c.user_state == UserFrameState::Complete)
+    {
+        ensure!(
+            c.user_regs.rsp as u32 == user::PATTERN_ESP32,
+            "saved esp {:#x}",
+            c.user_regs.rsp
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! The CPU's tables as built, the entry windows, and page rights.
+
+use super::*;
+
+pub(super) fn descriptor_tables() -> TestResult {
+    let g = cpu::sgdt();
+    let (gbase, glimit) = (g.base, g.limit);
+    ensure!(
+        gbase == crate::cpu::gdt_base(),
+        "GDTR base {gbase:#x} is not the runtime GDT"
+    );
+    ensure!(
+        usize::from(glimit) == gdt::GDT_ENTRIES * 8 - 1,
+        "GDTR limit {glimit}"
+    );
+    let live = crate::cpu::gdt_copy();
+    let tss_base = {
+        let lo = live[6];
+        ((lo >> 16) & 0xff_ffff) | (((lo >> 56) & 0xff) << 24) | (live[7] << 32)
+    };
+    let want = gdt::build(tss_base);
+    // The TLS slots belong to whichever compat process last ran.
+    for (i, (l, w)) in live
+        .iter()
+        .zip(want.iter())
+        .enumerate()
+        .take(gdt::TLS_FIRST)
+    {
+        // The CPU marks the TSS busy (type 9 -> 0xb) on `ltr` and sets the
+        // accessed bit of segments it loads.
+        let l = if i == 6 {
+            l & !(2 << 40)
+        } else {
+            l & !(1 << 40)
+        };
+        ensure!(l == *w, "GDT slot {i}: {l:#018x}, built {w:#018x}");
+    }
+    ensure!(cpu::str() == gdt::TSS, "TR = {:#x}", cpu::str());
+    ensure!(cpu::cs() == gdt::KERNEL_CODE, "CS = {:#x}", cpu::cs());
+    let i = cpu::sidt();
+    let (ibase, ilimit) = (i.base, i.limit);
+    ensure!(
+        ibase == crate::cpu::idt_base() && ilimit == 4095,
+        "IDTR {ibase:#x}/{ilimit}"
+    );
+    let nmi = crate::cpu::idt_entry(2);
+    ensure!(
+        nmi.ist() == gdt::IST_NMI && nmi.handler() == crate::entry::nmi_entry(),
+        "NMI gate"
+    );
+    ensure!(
+        crate::cpu::idt_entry(8).ist() == gdt::IST_DOUBLE_FAULT,
+        "#DF gate has no IST"
+    );
+    ensure!(
+        crate::cpu::idt_entry(18).ist() == gdt::IST_MACHINE_CHECK,
+        "#MC gate has no IST"
+    );
+    ensure!(
+        crate::cpu::idt_entry(0x80).dpl() == 3,
+        "int 0x80 gate not DPL 3"
+    );
+    ensure!(
+        crate::cpu::idt_entry(13).dpl() == 0,
+        "#GP gate reachable from ring 3"
+    );
+    for v in 0..=255u8 {
+        ensure!(crate::cpu::idt_entry(v).present(), "vector {v} has no gate");
+    }
+    // SAFETY: reading the STAR/LSTAR MSRs has no side effects.
+    let (star, lstar) = unsafe {
+        (
+            x86::msr::rdmsr(x86::msr::IA32_STAR),
+            x86::msr::rdmsr(x86::msr::IA32_LSTAR),
+        )
+    };
+    ensure!(star == gdt::star(), "STAR {star:#x}");
+    ensure!(lstar == crate::entry::syscall_entry(), "LSTAR {lstar:#x}");
+    Ok(())
+}
+
+pub(super) fn frame_windows() -> TestResult {
+    let (a, b) = crate::entry::entry_window();
+    let (c, d) = crate::entry::exit_window();
+    ensure!(
+        a < b && c < d && b <= c,
+        "windows out of order: {a:#x}..{b:#x}, {c:#x}..{d:#x}"
+    );
+    ensure!(
+        crate::entry::in_frame_window(crate::entry::syscall_entry()),
+        "SYSCALL entry outside the entry window"
+    );
+    ensure!(
+        crate::entry::in_frame_window(crate::entry::isr_stub(0x80)),
+        "int 0x80 stub outside the entry window"
+    );
+    ensure!(
+        !crate::entry::in_frame_window(crate::entry::nmi_entry()),
+        "NMI entry inside a frame window"
+    );
+    ensure!(
+        !crate::entry::in_frame_window(syscall::sys_spin as *const () as u64),
+        "sys_spin inside a frame window"
+    );
+    Ok(())
+}
+
+pub(super) fn paging_rights() -> TestResult {
+    let f = cpu::features();
+    ensure!(cpu::cr0() & cpu::CR0_WP != 0, "CR0.WP off");
+    ensure!(
+        (cpu::cr4() & cpu::CR4_SMEP != 0) == f.smep,
+        "CR4.SMEP does not match CPUID ({})",
+        f.smep
+    );
+    ensure!(
+        (cpu::cr4() & cpu::CR4_SMAP != 0) == f.smap,
+        "CR4.SMAP does not match CPUID ({})",
+        f.smap
+    );
+    let nx = if f.nx { pg::NO_EXECUTE } else { 0 };
+    let kernel_text = crate::perch_kmain as *const () as u64;
+    let kernel_data = crate::cpu::gdt_base();
+    let user_text = user::addr(user::perch_st_hello64);
+    let user_data = user::addr(user::perch_st_data_code);
+    let cases = [
+        ("page 0", 0, 0, pg::PRESENT),
+        (
+            "runtime text",
+            kernel_text,
+            pg::PRESENT,
+            pg::USER | pg::WRITABLE | pg::NO_EXECUTE,
+        ),
+        (
+            "runtime data",
+            kernel_data,
+            pg::PRESENT | pg::WRITABLE | nx,
+            pg::USER,
+        ),
+        (
+            "appliance text",
+            user_text,
+            pg::PRESENT | pg::USER,
+            pg::WRITABLE | pg::NO_EXECUTE,
+        ),
+        (
+            "appliance data",
+            user_data,
+            pg::PRESENT | pg::USER | pg::WRITABLE | nx,
+            0,
+        ),
+    ];
+    let Some(space) = task::builtin_space() else {
+        fail!("no memory for an address space");
+    };
+    for (what, addr, must, must_not) in cases {
+        let e = space.entry(addr);
+        ensure!(
+            e & must == must && e & must_not == 0,
+            "{what} at {addr:#x} mapped {e:#x}"
+        );
+    }
+    // The kernel's own root maps no user page; a process's root maps the
+    // runtime exactly as the kernel's does.
+    ensure!(
+        mm::kernel_entry(user_text) == 0 && mm::kernel_entry(user_data) == 0,
+        "the kernel's root maps ring-3 pages"
+    );
+    for addr in [kernel_text, kernel_data] {
+        ensure!(
+            space.entry(addr) == mm::kernel_entry(addr),
+            "{addr:#x} differs between the process's and the kernel's root"
+        );
+    }
+    Ok(())
+}

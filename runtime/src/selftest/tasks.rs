@@ -1,0 +1,268 @@
+//! Built-in programs: both system-call ABIs, user faults, preemption.
+
+use super::*;
+
+pub(super) fn spec(name: &'static str, abi: Abi, entry: unsafe extern "C" fn()) -> TaskSpec {
+    TaskSpec {
+        name,
+        abi,
+        entry: user::addr(entry),
+        text: (
+            user::addr(user::perch_st_hello64),
+            user::addr(user::perch_st_end),
+        ),
+        gprs: [0; 15],
+    }
+}
+
+pub(super) fn run_to_end(s: TaskSpec) -> Result<task::Task, Why> {
+    let id = match task::spawn(s) {
+        Ok(id) => id,
+        Err(e) => fail!("spawn {}: {e:?}", s.name),
+    };
+    task::run_all(|| false);
+    match task::get(id) {
+        Some(t) => Ok(t),
+        None => fail!("task {} vanished", s.name),
+    }
+}
+
+/// A process that never enters the runtime is preempted by the tick: two
+/// such spinners share the CPU with a process that makes system calls,
+/// which runs to its end while they spin; the run ends when asked.
+pub(super) fn preemption() -> TestResult {
+    let mut ids = [0u8; 3];
+    for (i, (name, entry)) in [
+        (
+            "spin_a",
+            user::perch_st_spin_forever as unsafe extern "C" fn(),
+        ),
+        ("spin_b", user::perch_st_spin_forever),
+        ("hello64", user::perch_st_hello64),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        ids[i] = match task::spawn(spec(name, Abi::X64, entry)) {
+            Ok(id) => id,
+            Err(e) => fail!("spawn {name}: {e:?}"),
+        };
+    }
+    let slice = u64::from(task::tick::slice_ticks());
+    let t0 = task::tick::ticks();
+    // Ten slices of each spinner.
+    let want = 20 * slice;
+    task::run_all(|| task::tick::ticks() - t0 >= want);
+    let ticks = task::tick::ticks() - t0;
+    let (a, b, h) = match (task::get(ids[0]), task::get(ids[1]), task::get(ids[2])) {
+        (Some(a), Some(b), Some(h)) => (a, b, h),
+        _ => fail!("a task vanished"),
+    };
+    task::clear();
+    ensure!(
+        ticks >= want,
+        "the run stopped after {ticks} ticks, before {want}"
+    );
+    ensure!(
+        h.state == TaskState::Exited(user::HELLO64_EXIT),
+        "hello64 did not finish beside the spinners: {:?}",
+        h.state
+    );
+    for t in [a, b] {
+        ensure!(
+            t.state == TaskState::Ready,
+            "{} ended: {:?}",
+            t.spec.name,
+            t.state
+        );
+        ensure!(
+            t.preemptions >= 5,
+            "{} preempted {} times in {ticks} ticks ({slice}-tick slices)",
+            t.spec.name,
+            t.preemptions
+        );
+    }
+    Ok(())
+}
+
+pub(super) fn syscall_abi_64() -> TestResult {
+    let t = run_to_end(spec("hello64", Abi::X64, user::perch_st_hello64))?;
+    ensure!(
+        t.state == TaskState::Exited(user::HELLO64_EXIT),
+        "state {:?}",
+        t.state
+    );
+    ensure!(t.bytes_written == 32, "wrote {} bytes", t.bytes_written);
+    ensure!(t.yields == 1, "yielded {} times", t.yields);
+    Ok(())
+}
+
+pub(super) fn int80_abi_compat() -> TestResult {
+    let t = run_to_end(spec("hello32", Abi::Compat32, user::perch_st_hello32))?;
+    ensure!(
+        t.state == TaskState::Exited(user::HELLO32_EXIT),
+        "state {:?}",
+        t.state
+    );
+    ensure!(t.bytes_written == 37, "wrote {} bytes", t.bytes_written);
+    ensure!(t.yields == 1, "yielded {} times", t.yields);
+    Ok(())
+}
+
+pub(super) struct FaultCase {
+    pub(super) name: &'static str,
+    abi: Abi,
+    entry: unsafe extern "C" fn(),
+    vector: u64,
+    /// Required page-fault error code bits (present, write, user, fetch).
+    error_code: Option<u64>,
+    /// Required CR2 (page faults).
+    cr2: Option<fn() -> u64>,
+}
+
+pub(super) const FAULTS: &[FaultCase] = &[
+    FaultCase {
+        name: "user64_divide_error",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_de,
+        vector: 0,
+        error_code: None,
+        cr2: None,
+    },
+    FaultCase {
+        name: "user64_invalid_opcode",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_ud,
+        vector: 6,
+        error_code: None,
+        cr2: None,
+    },
+    FaultCase {
+        name: "user64_breakpoint",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_bp,
+        vector: 3,
+        error_code: None,
+        cr2: None,
+    },
+    FaultCase {
+        name: "user64_rdmsr_privileged",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_rdmsr,
+        vector: 13,
+        error_code: Some(0),
+        cr2: None,
+    },
+    FaultCase {
+        name: "user64_hlt_privileged",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_hlt,
+        vector: 13,
+        error_code: Some(0),
+        cr2: None,
+    },
+    FaultCase {
+        name: "user64_noncanonical_gp",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_noncanonical,
+        vector: 13,
+        error_code: Some(0),
+        cr2: None,
+    },
+    FaultCase {
+        name: "user64_null_page_fault",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_null,
+        vector: 14,
+        error_code: Some(0x4),
+        cr2: Some(|| 0),
+    },
+    FaultCase {
+        name: "user64_reads_runtime",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_kernel_read,
+        vector: 14,
+        error_code: Some(0x5),
+        cr2: Some(|| crate::perch_kmain as *const () as u64),
+    },
+    FaultCase {
+        name: "user64_writes_own_text",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_text_write,
+        vector: 14,
+        error_code: Some(0x7),
+        cr2: Some(|| user::addr(user::perch_st_fault_text_write)),
+    },
+    FaultCase {
+        name: "user64_executes_data_nx",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_nx,
+        vector: 14,
+        error_code: Some(0x15),
+        cr2: Some(|| user::addr(user::perch_st_data_code)),
+    },
+    FaultCase {
+        name: "compat_invalid_opcode",
+        abi: Abi::Compat32,
+        entry: user::perch_st_fault32_ud,
+        vector: 6,
+        error_code: None,
+        cr2: None,
+    },
+    FaultCase {
+        name: "compat_null_page_fault",
+        abi: Abi::Compat32,
+        entry: user::perch_st_fault32_pf,
+        vector: 14,
+        error_code: Some(0x4),
+        cr2: Some(|| 0),
+    },
+    FaultCase {
+        name: "compat_divide_error",
+        abi: Abi::Compat32,
+        entry: user::perch_st_fault32_de,
+        vector: 0,
+        error_code: None,
+        cr2: None,
+    },
+];
+
+pub(super) fn user_fault(c: &FaultCase) -> TestResult {
+    if c.name == "user64_executes_data_nx" && !cpu::features().nx {
+        return Ok(());
+    }
+    let t = run_to_end(spec(c.name, c.abi, c.entry))?;
+    let TaskState::Faulted(f) = t.state else {
+        fail!("task was not ended by a fault: {:?}", t.state);
+    };
+    ensure!(
+        f.vector == c.vector,
+        "vector {} (want {})",
+        f.vector,
+        c.vector
+    );
+    let want_cs = match c.abi {
+        Abi::X64 => gdt::USER_CODE64,
+        Abi::Compat32 => gdt::USER_CODE32,
+    };
+    ensure!(f.cs == u64::from(want_cs), "cs {:#x}", f.cs);
+    // An instruction fetch fault reports the target as RIP; others the faulting instruction.
+    let fetch_fault = f.vector == 14 && f.error_code & 0x10 != 0;
+    ensure!(
+        (f.rip >= user::addr(c.entry) && f.rip < user::addr(c.entry) + 32)
+            || (fetch_fault && f.rip == f.cr2),
+        "rip {:#x} outside the task",
+        f.rip
+    );
+    if let Some(e) = c.error_code {
+        ensure!(
+            f.error_code == e,
+            "error code {:#x} (want {e:#x})",
+            f.error_code
+        );
+    }
+    if let Some(cr2) = c.cr2 {
+        ensure!(f.cr2 == cr2(), "cr2 {:#x} (want {:#x})", f.cr2, cr2());
+    }
+    Ok(())
+}
