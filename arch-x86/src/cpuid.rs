@@ -181,6 +181,18 @@ impl PmuInfo {
         }
     }
 
+    /// The model-table row the drivers follow for this CPU
+    /// ([`crate::pmu::models::UNKNOWN_MODEL`] outside the table).
+    pub fn row(&self) -> &'static crate::pmu::models::IntelModel {
+        crate::pmu::models::row_for(self.vendor == Vendor::Intel, self.family, self.model)
+    }
+
+    /// How the decoder reads the load data-source field of this CPU's PEBS
+    /// records (the row's table).
+    pub fn pebs_data_source(&self) -> sampler::pebs::DataSource {
+        self.row().data_source
+    }
+
     /// LBR depth, 0 without LBR.
     pub fn lbr_depth(&self) -> u8 {
         match self.lbr {

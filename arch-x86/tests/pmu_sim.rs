@@ -8,6 +8,7 @@ use arch_x86::pmu::ds::{DsArea, DsMemory};
 use arch_x86::pmu::events::{self, Event, EventKind};
 use arch_x86::pmu::intel::{IntelOptions, IntelPmu};
 use arch_x86::pmu::lbr::{LbrConfig, LbrRawFormat, filter};
+use arch_x86::pmu::models;
 use arch_x86::pmu::selftest::{self, Reason, Verdict};
 use arch_x86::pmu::sim::{BranchKind, SimBranch, SimCpu, SimLbr, SimMem, SimPmu, SimRegs, SimStep};
 use arch_x86::pmu::{Counter, EventConfig, PmiSummary, PmuError, SampleMode};
@@ -545,6 +546,7 @@ fn decode_cfg(format: u8, mem: MemKind, split: bool) -> DecodeConfig {
         format: PebsFormat::from_number(format).unwrap(),
         mem,
         split_latency: split,
+        data_source: pebs::DataSource::Snb,
     }
 }
 
@@ -610,7 +612,86 @@ fn pebs_memory_fields_for_mem_loads() {
     .unwrap();
     let m = r.mem.unwrap();
     assert_eq!((m.addr, m.weight), (0x10_0000 + 8 * 9, 29));
-    assert_eq!(m.data_src, pebs::data_src(MemKind::Load, 0x3));
+    assert_eq!(
+        m.data_src,
+        pebs::data_src(pebs::DataSource::Snb, MemKind::Load, 0x3)
+    );
+}
+
+/// Decodes the load records of a run of `mem-loads` on the typical CPU of
+/// the row of `model`, every load with data-source encoding `dse`, with
+/// the decoder set up from detection (as the runtime does).
+fn mem_loads_data_src(model: u8, dse: u8) -> Vec<u64> {
+    let row = models::intel_row(model).unwrap();
+    let mut rig = Rig::new(SimCpu::from_row(row));
+    let info = rig.info();
+    assert_eq!(info.row().name, row.name);
+    let mut d = rig
+        .intel(&[precise(EventKind::MemLoads, 10)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(
+        &mut d,
+        (0..100).map(|i| {
+            let mut s = step(i);
+            if let Some(m) = s.mem.as_mut() {
+                m.dse = dse;
+            }
+            s
+        }),
+    );
+    assert!(!rig.seen.is_empty(), "{}", row.name);
+    let cfg = DecodeConfig {
+        format: PebsFormat::from_number(info.pebs_format.unwrap()).unwrap(),
+        mem: MemKind::Load,
+        split_latency: info.pebs_format.is_some_and(|f| f >= 5),
+        data_source: info.pebs_data_source(),
+    };
+    rig.seen
+        .iter()
+        .map(|s| {
+            pebs::decode(s.pebs.as_ref().unwrap(), &cfg)
+                .unwrap()
+                .mem
+                .unwrap()
+                .data_src
+        })
+        .collect()
+}
+
+#[test]
+fn pebs_data_source_table_is_the_models() {
+    use pebs::mem::*;
+    let snoop = |v: u64| (v >> SNOOP_SHIFT) & 0x1F;
+    let lvl_num = |v: u64| (v >> LVLNUM_SHIFT) & 0xF;
+    let tlb = |v: u64| (v >> TLB_SHIFT) & 0x7F;
+    // Nehalem: 0x05 is an L3 hit with a snoop hit (Sandy Bridge: snoop
+    // miss), and the record has no TLB bits.
+    for v in mem_loads_data_src(0x1E, 0x5 | 1 << 4) {
+        assert_eq!(snoop(v), SNOOP_HIT, "{v:#x}");
+        assert_eq!(tlb(v), TLB_NA, "{v:#x}");
+    }
+    // Westmere: the same table, with TLB bits.
+    for v in mem_loads_data_src(0x2C, 0x5 | 1 << 4) {
+        assert_eq!((snoop(v), tlb(v)), (SNOOP_HIT, TLB_MISS | TLB_L2));
+    }
+    // Sandy Bridge: the base table.
+    for v in mem_loads_data_src(0x2A, 0x5) {
+        assert_eq!(snoop(v), SNOOP_MISS);
+    }
+    // Skylake client: 0x08 is L4; Skylake-X and Sapphire Rapids: PMEM.
+    for v in mem_loads_data_src(0x5E, 0x8) {
+        assert_eq!(lvl_num(v), LVLNUM_L4);
+    }
+    for model in [0x55, 0x6A, 0x8F] {
+        for v in mem_loads_data_src(model, 0x8) {
+            assert_eq!(lvl_num(v), LVLNUM_PMEM, "model {model:#x}");
+        }
+    }
+    // Ice Lake client: 0x0B is remote RAM.
+    for v in mem_loads_data_src(0x7E, 0xB) {
+        assert_eq!(lvl_num(v), LVLNUM_RAM);
+        assert_ne!(v & 1 << REMOTE_SHIFT, 0);
+    }
 }
 
 #[test]
@@ -1226,6 +1307,7 @@ fn sim_clock_carries_real_ips_registers_branches_and_memory() {
                             format: PebsFormat::Adaptive(5),
                             mem: MemKind::Load,
                             split_latency: true,
+                            data_source: pebs::DataSource::Skl { pmem: true },
                         };
                         let r = pebs::decode(bytes, &cfg).unwrap();
                         let stack = slbr::to_stack(LbrFormat::Arch, &r.lbr().collect::<Vec<_>>());
@@ -2085,6 +2167,7 @@ fn sim_clock_yields_pebs_samples_on_skylake_ice_lake_and_sapphire_rapids() {
                         format,
                         mem: MemKind::Load,
                         split_latency: info.pebs_format.is_some_and(|f| f >= 5),
+                        data_source: info.pebs_data_source(),
                     };
                     let r = pebs::decode(ov.pebs.unwrap(), &cfg).unwrap();
                     assert!(r.mem.is_some());

@@ -167,6 +167,7 @@ pub fn build_sim(
                     ..
                 }
             ),
+            data_source: info.pebs_data_source(),
         },
         lbr,
     };
@@ -680,6 +681,7 @@ pub fn setup_hw(info: &PmuInfo, ev: Event, mode: SampleMode) -> Result<HwSetup, 
                 // The latency word splits in two from format 5 (Alder
                 // Lake / Sapphire Rapids) on.
                 split_latency: f >= 5,
+                data_source: info.pebs_data_source(),
             }),
             _ => None,
         },

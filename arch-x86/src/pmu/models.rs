@@ -15,6 +15,7 @@
 //! counts through CPUID and PERF_CAPABILITIES.
 
 use crate::msr::addr;
+pub use sampler::pebs::DataSource;
 
 /// How `cycles:p` is sampled where event 0x3C cannot trigger a PEBS assist:
 /// an event that counts every cycle and is PEBS-capable (Linux
@@ -144,6 +145,10 @@ pub struct IntelModel {
     /// The load-latency event only assists when the auxiliary event 0x8203
     /// (`mem-loads-aux`) counts too (Linux `PMU_FL_MEM_LOADS_AUX`).
     pub mem_loads_aux: bool,
+    /// How the load data-source field of PEBS records reads (Linux
+    /// `pebs_data_source` as patched for the model in `intel_pmu_init`);
+    /// [`DataSource::Snb`] where the model has no load latency.
+    pub data_source: DataSource,
     /// `cycles:p` alias.
     pub cycles_alias: CyclesAlias,
     /// LBR facility.
@@ -208,6 +213,107 @@ const fn legacy(format: u8, depth: u8, from: u32, to: u32, select: bool, cs: boo
 
 const ALL_GP: u32 = 0xFF;
 
+const NEHALEM: IntelModel = IntelModel {
+    name: "Nehalem",
+    models: &[0x1A, 0x1E, 0x1F, 0x2E],
+    source: "SDM vol. 3 \"Nehalem\" load latency MEM_INST_RETIRED.LATENCY_ABOVE_THRESHOLD (0x100B) with MSR_PEBS_LD_LAT_THRESHOLD, LBR 16 at 0x680/0x6C0; Linux intel_nehalem_pebs_event_constraints, intel_nehalem_extra_regs, intel_pebs_aliases_core2; data source: intel_pmu_pebs_data_source_nhm and pebs_no_tlb",
+    version: 3,
+    gp: 4,
+    fixed: 3,
+    pebs_format: Some(1),
+    pebs_baseline: false,
+    pebs_quirks: PebsQuirks::NONE,
+    pebs_gp_mask: 0xF,
+    pebs_constraints: &[PebsConstraint {
+        event: 0x100B,
+        gp_mask: 0xF,
+    }],
+    ld_lat_event: Some(0x100B),
+    mem_loads_aux: false,
+    data_source: DataSource::Nhm,
+    cycles_alias: CyclesAlias::Core2,
+    lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
+    ack: PmiAck::Early,
+    min_periods: &[MinPeriod {
+        event: None,
+        ppp_only: false,
+        min: 32,
+    }],
+};
+
+const SKYLAKE: IntelModel = IntelModel {
+    name: "Skylake / Kaby Lake / Coffee Lake / Comet Lake (client)",
+    models: &[0x4E, 0x5E, 0x8E, 0x9E, 0xA5, 0xA6, 0x66],
+    source: "SDM vol. 3 \"Skylake\" (PEBS format 3, LBR 32 with MSR_LBR_INFO); Linux intel_skl_pebs_event_constraints, intel_pebs_aliases_skl, intel_pmu_lbr_init_skl, late_ack; data source: intel_pmu_pebs_data_source_skl(false)",
+    version: 4,
+    gp: 4,
+    fixed: 3,
+    pebs_format: Some(3),
+    pebs_baseline: false,
+    pebs_quirks: PebsQuirks::NONE,
+    pebs_gp_mask: 0xF,
+    pebs_constraints: &[PebsConstraint {
+        event: 0x01C0,
+        gp_mask: 0x2,
+    }],
+    ld_lat_event: Some(0x01CD),
+    mem_loads_aux: false,
+    data_source: DataSource::Skl { pmem: false },
+    cycles_alias: CyclesAlias::Skl,
+    lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
+    ack: PmiAck::Late,
+    min_periods: &[],
+};
+
+const ICE_LAKE: IntelModel = IntelModel {
+    name: "Ice Lake / Tiger Lake / Rocket Lake (client)",
+    models: &[0x7D, 0x7E, 0x8C, 0x8D, 0xA7],
+    source: "SDM vol. 3 \"Ice Lake\" adaptive PEBS format 4 with baseline (PEBS on all events and fixed counters, EVTSEL[34] / FIXED_CTR_CTRL[32+4n] adaptive bits), legacy LBR 32 with LBR_INFO; Linux intel_icl_pebs_event_constraints, intel_pmu_lbr_init_skl, late_ack; data source: intel_pmu_pebs_data_source_skl(false)",
+    version: 5,
+    gp: 8,
+    fixed: 4,
+    pebs_format: Some(4),
+    pebs_baseline: true,
+    pebs_quirks: PebsQuirks::NONE,
+    pebs_gp_mask: ALL_GP,
+    pebs_constraints: &[],
+    ld_lat_event: Some(0x01CD),
+    mem_loads_aux: false,
+    data_source: DataSource::Skl { pmem: false },
+    cycles_alias: CyclesAlias::None,
+    lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
+    ack: PmiAck::Late,
+    min_periods: &[],
+};
+
+const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
+    name: "Sapphire Rapids / Emerald Rapids",
+    models: &[0x8F, 0xCF],
+    source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (load latency 0x1cd not on PMC0), PMU_FL_MEM_LOADS_AUX (0x8203), spr_limit_period (:ppp at least 128), late_ack; data source: intel_pmu_pebs_data_source_skl(true) (pmem)",
+    version: 5,
+    gp: 8,
+    fixed: 4,
+    pebs_format: Some(5),
+    pebs_baseline: true,
+    pebs_quirks: PebsQuirks::NONE,
+    pebs_gp_mask: ALL_GP,
+    pebs_constraints: &[PebsConstraint {
+        event: 0x01CD,
+        gp_mask: 0xFE,
+    }],
+    ld_lat_event: Some(0x01CD),
+    mem_loads_aux: true,
+    data_source: DataSource::Skl { pmem: true },
+    cycles_alias: CyclesAlias::None,
+    lbr: ModelLbr::Arch(32),
+    ack: PmiAck::Late,
+    min_periods: &[MinPeriod {
+        event: None,
+        ppp_only: true,
+        min: 128,
+    }],
+};
+
 /// The table. A model appears in one row only.
 pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
@@ -227,6 +333,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Core2,
         lbr: legacy(1, 4, CORE_FROM, CORE_TO, false, false),
         ack: PmiAck::Early,
@@ -249,6 +356,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Core2,
         lbr: legacy(1, 4, CORE_FROM, CORE_TO, false, false),
         ack: PmiAck::Early,
@@ -268,6 +376,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Core2,
         lbr: legacy(1, 8, CORE_FROM, CORE_TO, false, false),
         ack: PmiAck::Early,
@@ -287,6 +396,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::None,
         lbr: legacy(3, 8, CORE_FROM, CORE_TO, true, false),
         ack: PmiAck::Early,
@@ -306,6 +416,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::None,
         lbr: ModelLbr::Legacy(LegacyLbr {
             format: 1,
@@ -333,6 +444,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::None,
         lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
         ack: PmiAck::Early,
@@ -352,36 +464,19 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::None,
         lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
         ack: PmiAck::Early,
         min_periods: &[],
     },
+    NEHALEM,
     IntelModel {
-        name: "Nehalem / Westmere",
-        models: &[0x1A, 0x1E, 0x1F, 0x2E, 0x25, 0x2C, 0x2F],
-        source: "SDM vol. 3 \"Nehalem\" load latency MEM_INST_RETIRED.LATENCY_ABOVE_THRESHOLD (0x100B) with MSR_PEBS_LD_LAT_THRESHOLD, LBR 16 at 0x680/0x6C0; Linux intel_nehalem_pebs_event_constraints, intel_nehalem_extra_regs, intel_pebs_aliases_core2",
-        version: 3,
-        gp: 4,
-        fixed: 3,
-        pebs_format: Some(1),
-        pebs_baseline: false,
-        pebs_quirks: PebsQuirks::NONE,
-        pebs_gp_mask: 0xF,
-        pebs_constraints: &[PebsConstraint {
-            event: 0x100B,
-            gp_mask: 0xF,
-        }],
-        ld_lat_event: Some(0x100B),
-        mem_loads_aux: false,
-        cycles_alias: CyclesAlias::Core2,
-        lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
-        ack: PmiAck::Early,
-        min_periods: &[MinPeriod {
-            event: None,
-            ppp_only: false,
-            min: 32,
-        }],
+        name: "Westmere",
+        models: &[0x25, 0x2C, 0x2F],
+        source: "SDM vol. 3 \"Westmere\" (as Nehalem, load latency 0x100B with MSR_PEBS_LD_LAT_THRESHOLD, LBR 16 at 0x680/0x6C0); Linux intel_westmere_pebs_event_constraints, intel_westmere_extra_regs; data source: intel_pmu_pebs_data_source_nhm with TLB and lock bits (no pebs_no_tlb)",
+        data_source: DataSource::Wsm,
+        ..NEHALEM
     },
     IntelModel {
         name: "Sandy Bridge",
@@ -400,6 +495,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         }],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Snb,
         lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
         ack: PmiAck::Early,
@@ -428,6 +524,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         ],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Ivb,
         lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
         ack: PmiAck::Early,
@@ -450,6 +547,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         }],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Ivb,
         lbr: legacy(4, 16, NHM_FROM, NHM_TO, true, true),
         ack: PmiAck::Late,
@@ -472,6 +570,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         }],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Ivb,
         lbr: legacy(4, 16, NHM_FROM, NHM_TO, true, true),
         ack: PmiAck::Late,
@@ -481,72 +580,29 @@ pub static INTEL_MODELS: &[IntelModel] = &[
             min: 128,
         }],
     },
+    SKYLAKE,
     IntelModel {
-        name: "Skylake / Kaby Lake / Coffee Lake / Cascade Lake",
-        models: &[0x4E, 0x5E, 0x55, 0x8E, 0x9E, 0xA5, 0xA6, 0x66],
-        source: "SDM vol. 3 \"Skylake\" (PEBS format 3, LBR 32 with MSR_LBR_INFO); Linux intel_skl_pebs_event_constraints, intel_pebs_aliases_skl, intel_pmu_lbr_init_skl, late_ack",
-        version: 4,
-        gp: 4,
-        fixed: 3,
-        pebs_format: Some(3),
-        pebs_baseline: false,
-        pebs_quirks: PebsQuirks::NONE,
-        pebs_gp_mask: 0xF,
-        pebs_constraints: &[PebsConstraint {
-            event: 0x01C0,
-            gp_mask: 0x2,
-        }],
-        ld_lat_event: Some(0x01CD),
-        mem_loads_aux: false,
-        cycles_alias: CyclesAlias::Skl,
-        lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
-        ack: PmiAck::Late,
-        min_periods: &[],
+        name: "Skylake-X / Cascade Lake / Cooper Lake (server)",
+        models: &[0x55],
+        source: "as the Skylake client row; Linux intel_pmu_init: pmem for SKYLAKE_X, intel_pmu_pebs_data_source_skl(true)",
+        data_source: DataSource::Skl { pmem: true },
+        ..SKYLAKE
     },
+    ICE_LAKE,
     IntelModel {
-        name: "Ice Lake / Tiger Lake",
-        models: &[0x7D, 0x7E, 0x6A, 0x6C, 0x8C, 0x8D, 0xA7],
-        source: "SDM vol. 3 \"Ice Lake\" adaptive PEBS format 4 with baseline (PEBS on all events and fixed counters, EVTSEL[34] / FIXED_CTR_CTRL[32+4n] adaptive bits), legacy LBR 32 with LBR_INFO; Linux intel_icl_pebs_event_constraints, intel_pmu_lbr_init_skl, late_ack",
-        version: 5,
-        gp: 8,
-        fixed: 4,
-        pebs_format: Some(4),
-        pebs_baseline: true,
-        pebs_quirks: PebsQuirks::NONE,
-        pebs_gp_mask: ALL_GP,
-        pebs_constraints: &[],
-        ld_lat_event: Some(0x01CD),
-        mem_loads_aux: false,
-        cycles_alias: CyclesAlias::None,
-        lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
-        ack: PmiAck::Late,
-        min_periods: &[],
+        name: "Ice Lake-X / Ice Lake-D (server)",
+        models: &[0x6A, 0x6C],
+        source: "as the Ice Lake client row; Linux intel_pmu_init: pmem for ICELAKE_X / ICELAKE_D, intel_pmu_pebs_data_source_skl(true)",
+        data_source: DataSource::Skl { pmem: true },
+        ..ICE_LAKE
     },
+    SAPPHIRE_RAPIDS,
     IntelModel {
-        name: "Sapphire Rapids / Emerald Rapids / Alder Lake-P / Raptor Lake-P",
-        models: &[0x8F, 0xCF, 0x97, 0x9A, 0xB7, 0xBA, 0xBF],
-        source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (load latency 0x1cd not on PMC0), PMU_FL_MEM_LOADS_AUX (0x8203), spr_limit_period (:ppp at least 128), late_ack",
-        version: 5,
-        gp: 8,
-        fixed: 4,
-        pebs_format: Some(5),
-        pebs_baseline: true,
-        pebs_quirks: PebsQuirks::NONE,
-        pebs_gp_mask: ALL_GP,
-        pebs_constraints: &[PebsConstraint {
-            event: 0x01CD,
-            gp_mask: 0xFE,
-        }],
-        ld_lat_event: Some(0x01CD),
-        mem_loads_aux: true,
-        cycles_alias: CyclesAlias::None,
-        lbr: ModelLbr::Arch(32),
-        ack: PmiAck::Late,
-        min_periods: &[MinPeriod {
-            event: None,
-            ppp_only: true,
-            min: 128,
-        }],
+        name: "Alder Lake / Raptor Lake (Golden Cove / Raptor Cove P-cores)",
+        models: &[0x97, 0x9A, 0xB7, 0xBA, 0xBF],
+        source: "SDM vol. 3 \"Golden Cove\"; Linux intel_pmu_init ALDERLAKE / RAPTORLAKE cpu_core PMU: intel_spr_pebs_event_constraints, PMU_FL_MEM_LOADS_AUX, spr_limit_period, late_ack; data source: intel_pmu_pebs_data_source_adl (skl(false) for the core PMU)",
+        data_source: DataSource::Skl { pmem: false },
+        ..SAPPHIRE_RAPIDS
     },
 ];
 
@@ -572,6 +628,7 @@ pub const UNKNOWN_MODEL: IntelModel = IntelModel {
     pebs_constraints: &[],
     ld_lat_event: None,
     mem_loads_aux: false,
+    data_source: DataSource::Snb,
     cycles_alias: CyclesAlias::None,
     lbr: ModelLbr::None,
     ack: PmiAck::Late,
@@ -653,6 +710,7 @@ impl core::fmt::Display for IntelModel {
             self.pebs_quirks, self.cycles_alias, self.ack
         )?;
         writeln!(f, "  LBR: {:?}", self.lbr)?;
+        writeln!(f, "  PEBS data source: {:?}", self.data_source)?;
         write!(f, "  source: {}", self.source)
     }
 }
