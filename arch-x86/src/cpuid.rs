@@ -193,6 +193,20 @@ impl PmuInfo {
         self.row().data_source
     }
 
+    /// PEBS assists are trap-like (PERF_CAPABILITIES\[6\]): the IP field of
+    /// a record is the instruction after the eventing one.
+    pub fn pebs_trap(&self) -> bool {
+        self.perf_capabilities & (1 << 6) != 0
+    }
+
+    /// PEBS records need the IP fix-up of `sampler::pebs::fixup_ip`: trap-
+    /// like assists on formats 0 and 1, which have no eventing-IP field
+    /// (Haswell's format 2 added it). Linux `intel_pmu_pebs_fixup_ip`
+    /// returns at once when PERF_CAPABILITIES\[6\] is clear.
+    pub fn pebs_ip_needs_fixup(&self) -> bool {
+        self.pebs_trap() && self.pebs_format.is_some_and(|f| f < 2)
+    }
+
     /// LBR depth, 0 without LBR.
     pub fn lbr_depth(&self) -> u8 {
         match self.lbr {

@@ -40,6 +40,7 @@ fn intel(version: u8, pebs_format: Option<u8>, lbr: SimLbr) -> SimCpu {
         fixed_width: 48,
         pebs_format,
         pebs_baseline: pebs_format.is_some_and(|f| f >= 4),
+        pebs_trap: true,
         full_width: version >= 2,
         split_latency: false,
         lbr,
@@ -547,6 +548,7 @@ fn decode_cfg(format: u8, mem: MemKind, split: bool) -> DecodeConfig {
         mem,
         split_latency: split,
         data_source: pebs::DataSource::Snb,
+        pebs_trap: true,
     }
 }
 
@@ -645,6 +647,7 @@ fn mem_loads_data_src(model: u8, dse: u8) -> Vec<u64> {
         mem: MemKind::Load,
         split_latency: info.pebs_format.is_some_and(|f| f >= 5),
         data_source: info.pebs_data_source(),
+        pebs_trap: info.pebs_trap(),
     };
     rig.seen
         .iter()
@@ -913,6 +916,7 @@ fn lbr_cpu(format: u8) -> SimCpu {
         fixed_width: 48,
         pebs_format: None,
         pebs_baseline: false,
+        pebs_trap: true,
         full_width: true,
         split_latency: false,
         lbr: SimLbr::Legacy {
@@ -1308,6 +1312,7 @@ fn sim_clock_carries_real_ips_registers_branches_and_memory() {
                             mem: MemKind::Load,
                             split_latency: true,
                             data_source: pebs::DataSource::Skl { pmem: true },
+                            pebs_trap: true,
                         };
                         let r = pebs::decode(bytes, &cfg).unwrap();
                         let stack = slbr::to_stack(LbrFormat::Arch, &r.lbr().collect::<Vec<_>>());
@@ -1348,6 +1353,7 @@ fn trap_like_pebs_ip_is_fixed_up_with_lbr_entry_zero() {
         fixed_width: 48,
         pebs_format: Some(1),
         pebs_baseline: false,
+        pebs_trap: true,
         full_width: false,
         split_latency: false,
         lbr: SimLbr::Legacy {
@@ -1435,6 +1441,82 @@ fn trap_like_pebs_ip_is_fixed_up_with_lbr_entry_zero() {
         fixed,
         [0x900, 0x1000, 0x1005, 0x1008, 0x900, 0x1000, 0x1005, 0x1008]
     );
+}
+
+/// A Sandy Bridge-like CPU with PEBS format `format`, trap-like assists
+/// when `trap`.
+fn snb_with_trap(format: u8, trap: bool) -> SimCpu {
+    match SimCpu::from_row(models::intel_row(0x2A).unwrap()) {
+        SimCpu::Intel {
+            model,
+            version,
+            gp,
+            fixed,
+            gp_width,
+            fixed_width,
+            full_width,
+            split_latency,
+            lbr,
+            ..
+        } => SimCpu::Intel {
+            model,
+            version,
+            gp,
+            fixed,
+            gp_width,
+            fixed_width,
+            pebs_format: Some(format),
+            pebs_baseline: false,
+            pebs_trap: trap,
+            full_width,
+            split_latency,
+            lbr,
+        },
+        other => other,
+    }
+}
+
+#[test]
+fn pebs_trap_bit_decides_the_ip_fixup() {
+    // (format, PERF_CAPABILITIES[6], record IP is the eventing IP, needs fixup)
+    for (format, trap, eventing, fixup) in [
+        (1, true, false, true),
+        (1, false, true, false),
+        (0, false, true, false),
+        (2, true, true, false),
+        (2, false, true, false),
+    ] {
+        let mut rig = Rig::new(snb_with_trap(format, trap));
+        let info = rig.info();
+        assert_eq!(info.pebs_trap(), trap);
+        assert_eq!(
+            info.pebs_ip_needs_fixup(),
+            fixup,
+            "format {format} trap {trap}"
+        );
+        let mut d = rig
+            .intel(
+                &[precise(EventKind::Instructions, 100)],
+                IntelOptions::default(),
+            )
+            .unwrap();
+        rig.run_intel(&mut d, (0..1000).map(step));
+        assert_eq!(rig.seen.len(), 10);
+        let cfg = DecodeConfig {
+            pebs_trap: info.pebs_trap(),
+            ..decode_cfg(format, MemKind::None, false)
+        };
+        for (k, s) in rig.seen.iter().enumerate() {
+            let r = pebs::decode(s.pebs.as_ref().unwrap(), &cfg).unwrap();
+            let expect = step(100 * k as u64 + 99);
+            let ip = if eventing { expect.ip } else { expect.next_ip };
+            assert_eq!(
+                (r.ip, r.precise, r.needs_fixup),
+                (ip, eventing, fixup),
+                "format {format} trap {trap}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -1735,6 +1817,7 @@ fn sandy_bridge() -> SimCpu {
         fixed_width: 48,
         pebs_format: Some(1),
         pebs_baseline: false,
+        pebs_trap: true,
         full_width: false,
         split_latency: false,
         lbr: SimLbr::Legacy {
@@ -2168,6 +2251,7 @@ fn sim_clock_yields_pebs_samples_on_skylake_ice_lake_and_sapphire_rapids() {
                         mem: MemKind::Load,
                         split_latency: info.pebs_format.is_some_and(|f| f >= 5),
                         data_source: info.pebs_data_source(),
+                        pebs_trap: info.pebs_trap(),
                     };
                     let r = pebs::decode(ov.pebs.unwrap(), &cfg).unwrap();
                     assert!(r.mem.is_some());

@@ -168,6 +168,7 @@ pub fn build_sim(
                 }
             ),
             data_source: info.pebs_data_source(),
+            pebs_trap: info.pebs_trap(),
         },
         lbr,
     };
@@ -682,6 +683,7 @@ pub fn setup_hw(info: &PmuInfo, ev: Event, mode: SampleMode) -> Result<HwSetup, 
                 // Lake / Sapphire Rapids) on.
                 split_latency: f >= 5,
                 data_source: info.pebs_data_source(),
+                pebs_trap: info.pebs_trap(),
             }),
             _ => None,
         },

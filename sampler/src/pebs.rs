@@ -268,6 +268,10 @@ pub struct DecodeConfig {
     pub split_latency: bool,
     /// How the model's load data-source field reads (from the model table).
     pub data_source: DataSource,
+    /// PEBS assists are trap-like (PERF_CAPABILITIES\[6\]): the IP of a
+    /// format 0 or 1 record is the instruction after the eventing one.
+    /// Without it they are fault-like and that IP is the eventing one.
+    pub pebs_trap: bool,
 }
 
 /// A decoded PEBS record.
@@ -276,8 +280,14 @@ pub struct PebsRecord<'a> {
     /// Sample IP: the eventing IP where the format has it, else the record's
     /// (trap-like, next-instruction) IP; see [`fixup_ip`].
     pub ip: u64,
-    /// `ip` is the eventing IP (format 2+).
+    /// `ip` is the eventing IP: format 2+ (the eventing-IP field), or
+    /// formats 0 and 1 with fault-like assists.
     pub precise: bool,
+    /// `ip` is the trap-like next-instruction IP of a format 0 or 1 record:
+    /// recover the eventing IP with [`fixup_ip`] (Linux
+    /// `intel_pmu_pebs_fixup_ip`, which returns at once for fault-like
+    /// assists).
+    pub needs_fixup: bool,
     /// GPRs in perf order (valid under [`PEBS_REGS_MASK`]); `None` when the
     /// record has no GPRs (adaptive without the GPR group).
     pub regs: Option<RegFile>,
@@ -358,9 +368,13 @@ pub fn decode<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord<'a>,
             let size = fixed.fixed_size().unwrap_or(0);
             need(bytes, size)?;
             let regs = gprs(bytes, 0, &PEBS_LEGACY_GPR_ORDER);
+            // Formats 0 and 1 have only the assist's IP: the next
+            // instruction's for trap-like assists, the eventing one's for
+            // fault-like ones (PERF_CAPABILITIES[6] clear).
             let mut rec = PebsRecord {
                 ip: regs.get(Reg::Ip),
-                precise: false,
+                precise: !cfg.pebs_trap,
+                needs_fixup: cfg.pebs_trap,
                 regs: Some(regs),
                 tsc: None,
                 applicable: 0,
@@ -382,6 +396,8 @@ pub fn decode<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord<'a>,
                 }
             }
             if matches!(fixed, PebsFormat::Hsw | PebsFormat::Skl) {
+                // The eventing-IP field: no fix-up from format 2 on.
+                rec.needs_fixup = false;
                 let real_ip = rd(bytes, 176);
                 if real_ip != 0 {
                     rec.ip = real_ip;
@@ -409,6 +425,7 @@ fn decode_adaptive<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord
     let mut rec = PebsRecord {
         ip: rd(bytes, 8),
         precise: true,
+        needs_fixup: false,
         regs: None,
         tsc: Some(rd(bytes, 24)),
         applicable: rd(bytes, 16),
@@ -847,6 +864,7 @@ mod tests {
                 mem: MemKind::Load,
                 split_latency: false,
                 data_source: DataSource::Snb,
+                pebs_trap: true,
             };
             let r = decode(&bytes[..size], &cfg).unwrap();
             let regs = r.regs.unwrap();
@@ -873,6 +891,27 @@ mod tests {
                 decode(&bytes[..size - 8], &cfg),
                 Err(PebsError::Truncated { .. })
             ));
+        }
+    }
+
+    #[test]
+    fn trap_bit_decides_precise_and_fixup_of_fixed_formats() {
+        for format in [PebsFormat::Core, PebsFormat::Nhm, PebsFormat::Hsw] {
+            let bytes = fixed_record(format);
+            let size = format.fixed_size().unwrap();
+            for trap in [false, true] {
+                let cfg = DecodeConfig {
+                    format,
+                    mem: MemKind::None,
+                    split_latency: false,
+                    data_source: DataSource::Snb,
+                    pebs_trap: trap,
+                };
+                let r = decode(&bytes[..size], &cfg).unwrap();
+                let old = matches!(format, PebsFormat::Core | PebsFormat::Nhm);
+                assert_eq!(r.precise, !old || !trap, "{format:?} trap {trap}");
+                assert_eq!(r.needs_fixup, old && trap, "{format:?} trap {trap}");
+            }
         }
     }
 
@@ -904,6 +943,7 @@ mod tests {
             mem: MemKind::Load,
             split_latency: true,
             data_source: DataSource::Snb,
+            pebs_trap: true,
         };
         let r = decode(&b[..size], &cfg).unwrap();
         assert_eq!(
@@ -943,6 +983,7 @@ mod tests {
             mem: MemKind::None,
             split_latency: false,
             data_source: DataSource::Snb,
+            pebs_trap: true,
         };
         assert_eq!(
             decode(&b, &cfg).unwrap_err(),

@@ -85,6 +85,10 @@ pub enum SimCpu {
         /// on every event and on fixed counters. Without it a format 4+
         /// part writes 32-byte basic records only.
         pebs_baseline: bool,
+        /// Trap-like PEBS assists (PERF_CAPABILITIES\[6\]): the record's IP
+        /// is the instruction after the eventing one. Without it the assist
+        /// is fault-like and the record's IP is the eventing instruction.
+        pebs_trap: bool,
         /// Full-width counter writes (PERF_CAPABILITIES\[13\]).
         full_width: bool,
         /// Meminfo latency split into instruction and cache latency.
@@ -117,6 +121,7 @@ impl SimCpu {
             fixed_width: 48,
             pebs_format: Some(3),
             pebs_baseline: false,
+            pebs_trap: true,
             full_width: true,
             split_latency: false,
             lbr: SimLbr::Legacy {
@@ -140,6 +145,7 @@ impl SimCpu {
             fixed_width: 48,
             pebs_format: Some(4),
             pebs_baseline: true,
+            pebs_trap: true,
             full_width: true,
             split_latency: false,
             lbr: SimLbr::Legacy {
@@ -162,6 +168,7 @@ impl SimCpu {
             fixed_width: 48,
             pebs_format: Some(5),
             pebs_baseline: true,
+            pebs_trap: true,
             full_width: true,
             split_latency: true,
             lbr: SimLbr::Arch { depth: 32 },
@@ -189,6 +196,7 @@ impl SimCpu {
             fixed_width: 48,
             pebs_format: row.pebs_format,
             pebs_baseline: row.pebs_baseline,
+            pebs_trap: true,
             full_width: row.version >= 4,
             split_latency: row.pebs_format.is_some_and(|f| f >= 5),
             lbr,
@@ -589,6 +597,7 @@ impl SimPmu {
             SimCpu::Intel {
                 pebs_format,
                 pebs_baseline,
+                pebs_trap,
                 full_width,
                 lbr,
                 ..
@@ -600,7 +609,10 @@ impl SimPmu {
                 };
                 let mut c = lbr_fmt;
                 if let Some(f) = pebs_format {
-                    c |= 1 << 6 | 1 << 7 | (u64::from(f) & 0xF) << 8;
+                    c |= 1 << 7 | (u64::from(f) & 0xF) << 8;
+                    if pebs_trap {
+                        c |= 1 << 6;
+                    }
                     if f >= 4 && pebs_baseline {
                         c |= 1 << 14;
                     }
@@ -918,9 +930,17 @@ impl SimPmu {
             None => (0, 0, 0),
         };
         if format < 4 {
-            // FLAGS, IP (trap-like: the next instruction), AX, BX, CX, DX, SI, DI, BP, SP, R8-R15.
+            // FLAGS, IP (trap-like: the next instruction; fault-like: the
+            // eventing one), AX, BX, CX, DX, SI, DI, BP, SP, R8-R15.
+            let trap = matches!(
+                self.cpu,
+                SimCpu::Intel {
+                    pebs_trap: true,
+                    ..
+                }
+            );
             put(r.flags, out);
-            put(s.next_ip, out);
+            put(if trap { s.next_ip } else { s.ip }, out);
             for g in r.gprs {
                 put(g, out);
             }
