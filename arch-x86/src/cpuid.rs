@@ -126,6 +126,8 @@ pub struct PmuInfo {
     pub family: u8,
     /// Display model.
     pub model: u8,
+    /// Stepping (CPUID.1:EAX\[3:0\]).
+    pub stepping: u8,
     /// Intel architectural perfmon version (CPUID.0xA:EAX\[7:0\]); 0 when none.
     /// On AMD: 1 for the legacy counters, 2 with PerfMonV2.
     pub version: u8,
@@ -246,14 +248,15 @@ pub fn detect(cpuid: &impl Cpuid, msr: &mut impl Msr) -> PmuInfo {
         _ => Vendor::Other,
     };
     let fi = rc.get_feature_info();
-    let (family, model) = fi
+    let (family, model, stepping) = fi
         .as_ref()
-        .map(|f| (f.family_id(), f.model_id()))
-        .unwrap_or((0, 0));
+        .map(|f| (f.family_id(), f.model_id(), f.stepping_id()))
+        .unwrap_or((0, 0, 0));
     let mut info = PmuInfo {
         vendor,
         family,
         model,
+        stepping,
         version: 0,
         gp_counters: 0,
         gp_width: 0,
@@ -350,7 +353,13 @@ fn detect_intel_lbr(cpuid: &impl Cpuid, info: &PmuInfo, max_leaf: u32) -> LbrKin
         return LbrKind::None;
     }
     let mut format = (info.perf_capabilities & 0x3F) as u8;
-    let Some(l) = crate::pmu::models::intel_row(info.model).and_then(|r| r.legacy_lbr()) else {
+    let row = info.row();
+    // Early steppings whose LBR cannot freeze on a PMI have none (model
+    // table, `lbr_min_stepping`).
+    if row.lbr_broken(info.model, info.stepping) {
+        return LbrKind::None;
+    }
+    let Some(l) = row.legacy_lbr() else {
         return LbrKind::None;
     };
     // Knights Landing / Mill report LIP but keep the mispredict flag in

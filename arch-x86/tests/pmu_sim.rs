@@ -33,6 +33,7 @@ impl cpuid::Cpuid for SimCpuid {
 fn intel(version: u8, pebs_format: Option<u8>, lbr: SimLbr) -> SimCpu {
     SimCpu::Intel {
         model: 0x3C,
+        stepping: 1,
         version,
         gp: 4,
         fixed: if version >= 2 { 3 } else { 0 },
@@ -909,6 +910,7 @@ fn adaptive_size_mismatch_is_skipped_and_counted() {
 fn lbr_cpu(format: u8) -> SimCpu {
     SimCpu::Intel {
         model: 0x5E,
+        stepping: 1,
         version: 4,
         gp: 4,
         fixed: 3,
@@ -1346,6 +1348,7 @@ fn trap_like_pebs_ip_is_fixed_up_with_lbr_entry_zero() {
     // Sandy Bridge-like: PEBS format 1 (trap-like IP), LBR format 3, 16 deep.
     let cpu = SimCpu::Intel {
         model: 0x2A,
+        stepping: 1,
         version: 3,
         gp: 4,
         fixed: 3,
@@ -1449,6 +1452,7 @@ fn snb_with_trap(format: u8, trap: bool) -> SimCpu {
     match SimCpu::from_row(models::intel_row(0x2A).unwrap()) {
         SimCpu::Intel {
             model,
+            stepping,
             version,
             gp,
             fixed,
@@ -1460,6 +1464,7 @@ fn snb_with_trap(format: u8, trap: bool) -> SimCpu {
             ..
         } => SimCpu::Intel {
             model,
+            stepping,
             version,
             gp,
             fixed,
@@ -1516,6 +1521,85 @@ fn pebs_trap_bit_decides_the_ip_fixup() {
                 "format {format} trap {trap}"
             );
         }
+    }
+}
+
+/// The typical CPU of the row of `model`, at `stepping`, reporting `model`.
+fn row_cpu(model: u8, stepping: u8) -> SimCpu {
+    match SimCpu::from_row(models::intel_row(model).unwrap()) {
+        SimCpu::Intel {
+            version,
+            gp,
+            fixed,
+            gp_width,
+            fixed_width,
+            pebs_format,
+            pebs_baseline,
+            pebs_trap,
+            full_width,
+            split_latency,
+            lbr,
+            ..
+        } => SimCpu::Intel {
+            model,
+            stepping,
+            version,
+            gp,
+            fixed,
+            gp_width,
+            fixed_width,
+            pebs_format,
+            pebs_baseline,
+            pebs_trap,
+            full_width,
+            split_latency,
+            lbr,
+        },
+        other => other,
+    }
+}
+
+#[test]
+fn atom_bonnell_before_stepping_10_has_no_lbr() {
+    let lbr_opts = IntelOptions {
+        lbr: Some(LbrConfig::default()),
+        ..Default::default()
+    };
+    // Bonnell (model 28) before stepping 10: the LBR cannot freeze on a
+    // PMI. Detection reports none and the driver refuses branch stacks.
+    for stepping in [0, 2, 9] {
+        let mut rig = Rig::new(row_cpu(0x1C, stepping));
+        let info = rig.info();
+        assert_eq!(info.stepping, stepping);
+        assert_eq!(info.lbr, LbrKind::None, "stepping {stepping}");
+        assert_eq!(
+            rig.intel(&[ev(EventKind::Instructions, 100)], lbr_opts)
+                .err(),
+            Some(PmuError::LbrUnavailable)
+        );
+        assert_eq!(rig.sim.stats.gp_faults(), 0);
+    }
+    // From stepping 10 on, and on the other Bonnell / Saltwell models,
+    // the 8-entry LBR works and freezes on PMI.
+    for (model, stepping) in [(0x1C, 10), (0x1C, 12), (0x26, 1), (0x36, 1)] {
+        let mut rig = Rig::new(row_cpu(model, stepping));
+        let info = rig.info();
+        assert!(
+            matches!(info.lbr, LbrKind::Legacy { depth: 8, .. }),
+            "model {model:#x} stepping {stepping}: {:?}",
+            info.lbr
+        );
+        let mut d = rig
+            .intel(&[ev(EventKind::Instructions, 100)], lbr_opts)
+            .unwrap();
+        rig.run_intel(&mut d, (0..300).map(step));
+        assert_eq!(rig.seen.len(), 3);
+        // The stack is the one at the overflow: frozen by the PMI.
+        for (k, s) in rig.seen.iter().enumerate() {
+            let i = 100 * k as u64 + 99;
+            assert_eq!(s.lbr[0].from & 0xFFFF_FFFF, step(i).ip, "{model:#x}");
+        }
+        assert_eq!(rig.sim.stats.gp_faults(), 0);
     }
 }
 
@@ -1810,6 +1894,7 @@ fn cycles_precise_before_ice_lake_uses_a_pebs_capable_alias() {
 fn sandy_bridge() -> SimCpu {
     SimCpu::Intel {
         model: 0x2A,
+        stepping: 1,
         version: 3,
         gp: 4,
         fixed: 3,

@@ -153,6 +153,10 @@ pub struct IntelModel {
     pub cycles_alias: CyclesAlias,
     /// LBR facility.
     pub lbr: ModelLbr,
+    /// `(model, stepping)`: steppings of `model` below `stepping` have no
+    /// working LBR (it cannot freeze on a PMI): the model is treated as
+    /// having none.
+    pub lbr_min_stepping: &'static [(u8, u8)],
     /// LVT re-arm point in the PMI handler.
     pub ack: PmiAck,
     /// Smallest periods the model takes (Linux `*_limit_period`).
@@ -233,6 +237,7 @@ const NEHALEM: IntelModel = IntelModel {
     data_source: DataSource::Nhm,
     cycles_alias: CyclesAlias::Core2,
     lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
+    lbr_min_stepping: &[],
     ack: PmiAck::Early,
     min_periods: &[MinPeriod {
         event: None,
@@ -261,6 +266,7 @@ const SKYLAKE: IntelModel = IntelModel {
     data_source: DataSource::Skl { pmem: false },
     cycles_alias: CyclesAlias::Skl,
     lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
+    lbr_min_stepping: &[],
     ack: PmiAck::Late,
     min_periods: &[],
 };
@@ -282,6 +288,7 @@ const ICE_LAKE: IntelModel = IntelModel {
     data_source: DataSource::Skl { pmem: false },
     cycles_alias: CyclesAlias::None,
     lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
+    lbr_min_stepping: &[],
     ack: PmiAck::Late,
     min_periods: &[],
 };
@@ -306,6 +313,7 @@ const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
     data_source: DataSource::Skl { pmem: true },
     cycles_alias: CyclesAlias::None,
     lbr: ModelLbr::Arch(32),
+    lbr_min_stepping: &[],
     ack: PmiAck::Late,
     min_periods: &[MinPeriod {
         event: None,
@@ -336,6 +344,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Core2,
         lbr: legacy(1, 4, CORE_FROM, CORE_TO, false, false),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
@@ -359,13 +368,14 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Core2,
         lbr: legacy(1, 4, CORE_FROM, CORE_TO, false, false),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
     IntelModel {
         name: "Atom Bonnell / Saltwell",
         models: &[0x1C, 0x26, 0x27, 0x35, 0x36],
-        source: "SDM vol. 4 MSRs for Atom (LBR 8 entries at 0x40/0x60, no LBR_SELECT); Linux intel_atom_pebs_event_constraints (PMC0), intel_pmu_lbr_init_atom",
+        source: "SDM vol. 4 MSRs for Atom (LBR 8 entries at 0x40/0x60, no LBR_SELECT); Linux intel_atom_pebs_event_constraints (PMC0), intel_pmu_lbr_init_atom (model 28 before stepping 10: LBR disabled, erratum: it cannot freeze on PMI)",
         version: 3,
         gp: 2,
         fixed: 3,
@@ -379,6 +389,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Core2,
         lbr: legacy(1, 8, CORE_FROM, CORE_TO, false, false),
+        lbr_min_stepping: &[(0x1C, 10)],
         ack: PmiAck::Early,
         min_periods: &[],
     },
@@ -399,6 +410,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::None,
         lbr: legacy(3, 8, CORE_FROM, CORE_TO, true, false),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
@@ -427,6 +439,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
             call_stack: false,
             lip_has_mispred: true,
         }),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
@@ -447,6 +460,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::None,
         lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
@@ -467,6 +481,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::None,
         lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
@@ -498,6 +513,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Snb,
         lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
@@ -527,6 +543,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Ivb,
         lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
@@ -550,6 +567,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Ivb,
         lbr: legacy(4, 16, NHM_FROM, NHM_TO, true, true),
+        lbr_min_stepping: &[],
         ack: PmiAck::Late,
         min_periods: &[],
     },
@@ -573,6 +591,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Ivb,
         lbr: legacy(4, 16, NHM_FROM, NHM_TO, true, true),
+        lbr_min_stepping: &[],
         ack: PmiAck::Late,
         min_periods: &[MinPeriod {
             event: Some(0x01C0),
@@ -631,6 +650,7 @@ pub const UNKNOWN_MODEL: IntelModel = IntelModel {
     data_source: DataSource::Snb,
     cycles_alias: CyclesAlias::None,
     lbr: ModelLbr::None,
+    lbr_min_stepping: &[],
     ack: PmiAck::Late,
     min_periods: &[],
 };
@@ -669,6 +689,14 @@ impl IntelModel {
             .map(|m| m.min)
             .max()
             .unwrap_or(1)
+    }
+
+    /// The LBR of `model` at `stepping` does not work (see
+    /// [`IntelModel::lbr_min_stepping`]).
+    pub fn lbr_broken(&self, model: u8, stepping: u8) -> bool {
+        self.lbr_min_stepping
+            .iter()
+            .any(|&(m, min)| m == model && stepping < min)
     }
 
     /// The legacy LBR facts, if the model has a model-specific LBR.

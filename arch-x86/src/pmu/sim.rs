@@ -69,6 +69,8 @@ pub enum SimCpu {
     Intel {
         /// Family 6 model number reported by CPUID.
         model: u8,
+        /// Stepping reported by CPUID.
+        stepping: u8,
         /// Perfmon version (1-5).
         version: u8,
         /// General-purpose counters.
@@ -114,6 +116,7 @@ impl SimCpu {
     pub const fn skylake() -> Self {
         SimCpu::Intel {
             model: 0x5E,
+            stepping: 10,
             version: 4,
             gp: 4,
             fixed: 3,
@@ -138,6 +141,7 @@ impl SimCpu {
     pub const fn ice_lake() -> Self {
         SimCpu::Intel {
             model: 0x7E,
+            stepping: 10,
             version: 5,
             gp: 8,
             fixed: 4,
@@ -161,6 +165,7 @@ impl SimCpu {
     pub const fn sapphire_rapids() -> Self {
         SimCpu::Intel {
             model: 0x8F,
+            stepping: 10,
             version: 5,
             gp: 8,
             fixed: 4,
@@ -189,6 +194,7 @@ impl SimCpu {
         };
         SimCpu::Intel {
             model: row.models.first().copied().unwrap_or(0),
+            stepping: 10,
             version: row.version,
             gp: row.gp,
             fixed: row.fixed,
@@ -816,7 +822,14 @@ impl SimPmu {
                 ..
             }
         );
-        if self.debugctl & debugctl::FREEZE_LBRS_ON_PMI != 0 {
+        // Steppings whose LBR cannot freeze (model table) record on.
+        let lbr_broken = match self.cpu {
+            SimCpu::Intel {
+                model, stepping, ..
+            } => self.row().lbr_broken(model, stepping),
+            _ => false,
+        };
+        if self.debugctl & debugctl::FREEZE_LBRS_ON_PMI != 0 && !lbr_broken {
             if v >= 4 || arch_lbr || matches!(self.cpu, SimCpu::Amd { .. }) {
                 self.global_status |= STATUS_LBR_FRZ;
             } else {
@@ -1615,6 +1628,7 @@ impl Cpuid for SimPmu {
             },
             SimCpu::Intel {
                 model,
+                stepping,
                 version,
                 gp,
                 fixed,
@@ -1626,7 +1640,10 @@ impl Cpuid for SimPmu {
             } => match leaf {
                 0 => intel_vendor(0x1C),
                 1 => {
-                    let eax = 6 << 8 | u32::from(model & 0xF) << 4 | u32::from(model >> 4) << 16;
+                    let eax = 6 << 8
+                        | u32::from(model & 0xF) << 4
+                        | u32::from(model >> 4) << 16
+                        | u32::from(stepping & 0xF);
                     let pebs = pebs_format.is_some();
                     let ecx = 1 << 15 | if pebs { 1 << 2 } else { 0 }; // PDCM, DTES64
                     let edx = if pebs { 1 << 21 } else { 0 }; // DS
