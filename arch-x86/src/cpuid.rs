@@ -6,6 +6,7 @@
 //! advertised.
 
 use crate::msr::{Msr, addr};
+pub use crate::pmu::models::CoreType;
 use raw_cpuid::CpuId;
 pub use raw_cpuid::CpuIdResult;
 
@@ -128,6 +129,11 @@ pub struct PmuInfo {
     pub model: u8,
     /// Stepping (CPUID.1:EAX\[3:0\]).
     pub stepping: u8,
+    /// A CPU of a hybrid part (Intel CPUID.07H.0:EDX\[15\]).
+    pub hybrid: bool,
+    /// The core type of this CPU of a hybrid part (CPUID leaf 1AH);
+    /// `None` when not hybrid or the type is unknown.
+    pub core_type: Option<CoreType>,
     /// Intel architectural perfmon version (CPUID.0xA:EAX\[7:0\]); 0 when none.
     /// On AMD: 1 for the legacy counters, 2 with PerfMonV2.
     pub version: u8,
@@ -183,10 +189,17 @@ impl PmuInfo {
         }
     }
 
-    /// The model-table row the drivers follow for this CPU
+    /// The model-table row the drivers follow for this CPU: on a hybrid
+    /// part the row of its core type
     /// ([`crate::pmu::models::UNKNOWN_MODEL`] outside the table).
     pub fn row(&self) -> &'static crate::pmu::models::IntelModel {
-        crate::pmu::models::row_for(self.vendor == Vendor::Intel, self.family, self.model)
+        crate::pmu::models::row_for_core(
+            self.vendor == Vendor::Intel,
+            self.family,
+            self.model,
+            self.hybrid,
+            self.core_type,
+        )
     }
 
     /// How the decoder reads the load data-source field of this CPU's PEBS
@@ -257,6 +270,8 @@ pub fn detect(cpuid: &impl Cpuid, msr: &mut impl Msr) -> PmuInfo {
         family,
         model,
         stepping,
+        hybrid: false,
+        core_type: None,
         version: 0,
         gp_counters: 0,
         gp_width: 0,
@@ -274,6 +289,14 @@ pub fn detect(cpuid: &impl Cpuid, msr: &mut impl Msr) -> PmuInfo {
         Vendor::Amd => detect_amd(cpuid, &mut info),
         Vendor::Intel | Vendor::Other => {
             let max_leaf = cpuid.cpuid(0, 0).eax;
+            // Hybrid parts: this CPU's core type picks the model row (SDM
+            // vol. 2A CPUID leaves 07H EDX[15] and 1AH EAX[31:24]).
+            if vendor == Vendor::Intel && max_leaf >= 7 {
+                info.hybrid = cpuid.cpuid(7, 0).edx & (1 << 15) != 0;
+                if info.hybrid && max_leaf >= 0x1A {
+                    info.core_type = CoreType::from_leaf_1a(cpuid.cpuid(0x1A, 0).eax);
+                }
+            }
             if max_leaf < 0xA {
                 return info;
             }
@@ -316,9 +339,7 @@ pub fn detect(cpuid: &impl Cpuid, msr: &mut impl Msr) -> PmuInfo {
             if ds && dtes64 && pdcm {
                 let misc = msr.read(addr::IA32_MISC_ENABLE);
                 // Models whose PEBS is unreliable get none (model table).
-                let broken = vendor == Vendor::Intel
-                    && family == 6
-                    && crate::pmu::models::intel_row(model).is_some_and(|r| r.pebs_quirks.broken);
+                let broken = info.row().pebs_quirks.broken;
                 if misc & (1 << 12) == 0 && !broken {
                     info.pebs_format = Some(((info.perf_capabilities >> 8) & 0xF) as u8);
                     info.pebs_baseline = info.perf_capabilities & (1 << 14) != 0;

@@ -34,6 +34,7 @@ fn intel(version: u8, pebs_format: Option<u8>, lbr: SimLbr) -> SimCpu {
     SimCpu::Intel {
         model: 0x3C,
         stepping: 1,
+        hybrid: None,
         version,
         gp: 4,
         fixed: if version >= 2 { 3 } else { 0 },
@@ -911,6 +912,7 @@ fn lbr_cpu(format: u8) -> SimCpu {
     SimCpu::Intel {
         model: 0x5E,
         stepping: 1,
+        hybrid: None,
         version: 4,
         gp: 4,
         fixed: 3,
@@ -1349,6 +1351,7 @@ fn trap_like_pebs_ip_is_fixed_up_with_lbr_entry_zero() {
     let cpu = SimCpu::Intel {
         model: 0x2A,
         stepping: 1,
+        hybrid: None,
         version: 3,
         gp: 4,
         fixed: 3,
@@ -1453,6 +1456,7 @@ fn snb_with_trap(format: u8, trap: bool) -> SimCpu {
         SimCpu::Intel {
             model,
             stepping,
+            hybrid,
             version,
             gp,
             fixed,
@@ -1465,6 +1469,7 @@ fn snb_with_trap(format: u8, trap: bool) -> SimCpu {
         } => SimCpu::Intel {
             model,
             stepping,
+            hybrid,
             version,
             gp,
             fixed,
@@ -1528,6 +1533,7 @@ fn pebs_trap_bit_decides_the_ip_fixup() {
 fn row_cpu(model: u8, stepping: u8) -> SimCpu {
     match SimCpu::from_row(models::intel_row(model).unwrap()) {
         SimCpu::Intel {
+            hybrid,
             version,
             gp,
             fixed,
@@ -1543,6 +1549,7 @@ fn row_cpu(model: u8, stepping: u8) -> SimCpu {
         } => SimCpu::Intel {
             model,
             stepping,
+            hybrid,
             version,
             gp,
             fixed,
@@ -1601,6 +1608,82 @@ fn atom_bonnell_before_stepping_10_has_no_lbr() {
         }
         assert_eq!(rig.sim.stats.gp_faults(), 0);
     }
+}
+
+#[test]
+fn hybrid_parts_use_the_row_of_the_boot_cpus_core_type() {
+    use models::CoreType;
+    let e_row = models::intel_row_for_core(0x97, true, Some(CoreType::Atom)).unwrap();
+    let p_row = models::intel_row_for_core(0x97, true, Some(CoreType::Core)).unwrap();
+    assert_ne!(e_row.name, p_row.name);
+    for (row, t) in [(e_row, CoreType::Atom), (p_row, CoreType::Core)] {
+        let mut rig = Rig::new(SimCpu::from_row(row));
+        let info = rig.info();
+        assert!(info.hybrid, "{}", row.name);
+        assert_eq!(info.core_type, Some(t));
+        assert_eq!(info.row().name, row.name);
+        let mut d = rig
+            .intel(&[precise(EventKind::MemLoads, 10)], IntelOptions::default())
+            .unwrap();
+        // The core type's load-latency event, on a counter it allows, with
+        // the auxiliary event only on the P-cores.
+        let Some(Counter::Gp(c)) = d.counter_of(0) else {
+            panic!("{}: mem-loads not on a GP counter", row.name)
+        };
+        let sel = rig.sim.read(addr::IA32_PERFEVTSEL0 + u32::from(c)) & 0xFFFF;
+        assert_eq!(Some(sel as u16), row.ld_lat_event, "{}", row.name);
+        assert_ne!(row.pebs_counters(sel) & (1 << c), 0, "{}", row.name);
+        let aux = (0..u32::from(info.gp_counters)).any(|k| {
+            rig.sim.read(addr::IA32_PERFEVTSEL0 + k) & 0xFFFF
+                == u64::from(models::MEM_LOADS_AUX_EVENT)
+        });
+        assert_eq!(aux, t == CoreType::Core, "{}", row.name);
+        // Records arrive, and their data source reads with the core
+        // type's table: on the E-cores bit 4 is the lock bit.
+        rig.run_intel(
+            &mut d,
+            (0..100).map(|i| {
+                let mut s = step(i);
+                if let Some(m) = s.mem.as_mut() {
+                    m.dse = 0x1 | 1 << 4;
+                }
+                s
+            }),
+        );
+        assert_eq!(rig.total.pebs_records, 10, "{}", row.name);
+        assert_eq!(rig.sim.stats.pebs_no_assist, 0, "{}", row.name);
+        assert_eq!(
+            rig.sim.stats.gp_faults(),
+            0,
+            "{}: {:?}",
+            row.name,
+            rig.sim.stats
+        );
+        let cfg = DecodeConfig {
+            format: PebsFormat::Adaptive(5),
+            mem: MemKind::Load,
+            split_latency: true,
+            data_source: info.pebs_data_source(),
+            pebs_trap: info.pebs_trap(),
+        };
+        let m = pebs::decode(rig.seen[0].pebs.as_ref().unwrap(), &cfg)
+            .unwrap()
+            .mem
+            .unwrap();
+        let locked = (m.data_src >> pebs::mem::LOCK_SHIFT) & 3 == pebs::mem::LOCK_LOCKED;
+        assert_eq!(locked, t == CoreType::Atom, "{}", row.name);
+    }
+    // An unknown core type on a hybrid part: no row (architectural only);
+    // a hybrid model without the hybrid bit (E-cores off): the P-cores'.
+    assert_eq!(models::intel_row_for_core(0x97, true, None), None);
+    assert_eq!(
+        models::intel_row_for_core(0x9A, false, None).map(|r| r.name),
+        Some(p_row.name)
+    );
+    assert_eq!(
+        models::row_for_core(true, 6, 0x97, true, None).name,
+        models::UNKNOWN_MODEL.name
+    );
 }
 
 #[test]
@@ -1895,6 +1978,7 @@ fn sandy_bridge() -> SimCpu {
     SimCpu::Intel {
         model: 0x2A,
         stepping: 1,
+        hybrid: None,
         version: 3,
         gp: 4,
         fixed: 3,

@@ -112,6 +112,36 @@ pub enum ModelLbr {
     Arch(u8),
 }
 
+/// The core type of a CPU of a hybrid part (CPUID.1AH:EAX\[31:24\], SDM
+/// vol. 2A "CPUID: Native Model ID Enumeration Leaf"; the part sets
+/// CPUID.07H.0:EDX\[15\] "Hybrid").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoreType {
+    /// Intel Atom (20H): the E-cores.
+    Atom,
+    /// Intel Core (40H): the P-cores.
+    Core,
+}
+
+impl CoreType {
+    /// The core type of CPUID.1AH:EAX, `None` for an unknown type.
+    pub fn from_leaf_1a(eax: u32) -> Option<Self> {
+        match eax >> 24 {
+            0x20 => Some(CoreType::Atom),
+            0x40 => Some(CoreType::Core),
+            _ => None,
+        }
+    }
+
+    /// CPUID.1AH:EAX\[31:24\] of this core type.
+    pub fn leaf_1a_id(self) -> u32 {
+        match self {
+            CoreType::Atom => 0x20,
+            CoreType::Core => 0x40,
+        }
+    }
+}
+
 /// One row: the facts of a group of family-6 models.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IntelModel {
@@ -119,6 +149,10 @@ pub struct IntelModel {
     pub name: &'static str,
     /// CPUID display models (family 6).
     pub models: &'static [u8],
+    /// `None`: every CPU of the models. `Some(t)`: the PMU of the
+    /// core-type-`t` CPUs of a hybrid part, whose other core type has a row
+    /// of its own (Linux: one `x86_hybrid_pmu` per core type).
+    pub core_type: Option<CoreType>,
     /// Where the facts come from.
     pub source: &'static str,
     /// Typical perfmon version.
@@ -220,6 +254,7 @@ const ALL_GP: u32 = 0xFF;
 const NEHALEM: IntelModel = IntelModel {
     name: "Nehalem",
     models: &[0x1A, 0x1E, 0x1F, 0x2E],
+    core_type: None,
     source: "SDM vol. 3 \"Nehalem\" load latency MEM_INST_RETIRED.LATENCY_ABOVE_THRESHOLD (0x100B) with MSR_PEBS_LD_LAT_THRESHOLD, LBR 16 at 0x680/0x6C0; Linux intel_nehalem_pebs_event_constraints, intel_nehalem_extra_regs, intel_pebs_aliases_core2; data source: intel_pmu_pebs_data_source_nhm and pebs_no_tlb",
     version: 3,
     gp: 4,
@@ -249,6 +284,7 @@ const NEHALEM: IntelModel = IntelModel {
 const SKYLAKE: IntelModel = IntelModel {
     name: "Skylake / Kaby Lake / Coffee Lake / Comet Lake (client)",
     models: &[0x4E, 0x5E, 0x8E, 0x9E, 0xA5, 0xA6, 0x66],
+    core_type: None,
     source: "SDM vol. 3 \"Skylake\" (PEBS format 3, LBR 32 with MSR_LBR_INFO); Linux intel_skl_pebs_event_constraints, intel_pebs_aliases_skl, intel_pmu_lbr_init_skl, late_ack; data source: intel_pmu_pebs_data_source_skl(false)",
     version: 4,
     gp: 4,
@@ -274,6 +310,7 @@ const SKYLAKE: IntelModel = IntelModel {
 const ICE_LAKE: IntelModel = IntelModel {
     name: "Ice Lake / Tiger Lake / Rocket Lake (client)",
     models: &[0x7D, 0x7E, 0x8C, 0x8D, 0xA7],
+    core_type: None,
     source: "SDM vol. 3 \"Ice Lake\" adaptive PEBS format 4 with baseline (PEBS on all events and fixed counters, EVTSEL[34] / FIXED_CTR_CTRL[32+4n] adaptive bits), legacy LBR 32 with LBR_INFO; Linux intel_icl_pebs_event_constraints, intel_pmu_lbr_init_skl, late_ack; data source: intel_pmu_pebs_data_source_skl(false)",
     version: 5,
     gp: 8,
@@ -296,6 +333,7 @@ const ICE_LAKE: IntelModel = IntelModel {
 const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
     name: "Sapphire Rapids / Emerald Rapids",
     models: &[0x8F, 0xCF],
+    core_type: None,
     source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (load latency 0x1cd not on PMC0), PMU_FL_MEM_LOADS_AUX (0x8203), spr_limit_period (:ppp at least 128), late_ack; data source: intel_pmu_pebs_data_source_skl(true) (pmem)",
     version: 5,
     gp: 8,
@@ -327,6 +365,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Core 2 Merom / Clovertown",
         models: &[0x0F],
+        core_type: None,
         source: "SDM vol. 3 \"Intel Core Microarchitecture\" (LBR 4 entries at 0x40/0x60, no LBR_SELECT); PEBS unreliable: Linux intel_clovertown_quirk disables it",
         version: 2,
         gp: 2,
@@ -351,6 +390,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Core 2 (Merom-L, Penryn, Dunnington)",
         models: &[0x16, 0x17, 0x1D],
+        core_type: None,
         source: "SDM vol. 3 \"Intel Core Microarchitecture\" PEBS (PMC0 only), LBR 4 entries at 0x40/0x60, no LBR_SELECT; Linux intel_core2_pebs_event_constraints, intel_pebs_aliases_core2, intel_pmu_lbr_init_core, one-page PEBS buffer",
         version: 2,
         gp: 2,
@@ -375,6 +415,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Atom Bonnell / Saltwell",
         models: &[0x1C, 0x26, 0x27, 0x35, 0x36],
+        core_type: None,
         source: "SDM vol. 4 MSRs for Atom (LBR 8 entries at 0x40/0x60, no LBR_SELECT); Linux intel_atom_pebs_event_constraints (PMC0), intel_pmu_lbr_init_atom (model 28 before stepping 10: LBR disabled, erratum: it cannot freeze on PMI)",
         version: 3,
         gp: 2,
@@ -396,6 +437,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Silvermont / Airmont",
         models: &[0x37, 0x4A, 0x4C, 0x4D, 0x5A, 0x5D],
+        core_type: None,
         source: "SDM vol. 3 \"Silvermont\" PEBS on PMC0 only, LBR 8 entries at 0x40/0x60 with LBR_SELECT; Linux intel_slm_pebs_event_constraints, intel_pmu_lbr_init_slm",
         version: 3,
         gp: 2,
@@ -417,6 +459,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Knights Landing / Knights Mill",
         models: &[0x57, 0x85],
+        core_type: None,
         source: "SDM vol. 4 MSRs for Xeon Phi (LBR 8 entries at 0x680/0x6C0); Linux intel_pmu_lbr_init_knl (8 entries, LIP format carries the mispredict bit), KNL uses the SLM PEBS constraints (PMC0), no load latency",
         version: 3,
         gp: 2,
@@ -446,6 +489,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Goldmont / Goldmont Plus",
         models: &[0x5C, 0x5F, 0x7A],
+        core_type: None,
         source: "SDM vol. 3 \"Goldmont\" PEBS (PMC0), LBR 32 entries with cycle counts in TO; Linux intel_glm_pebs_event_constraints, intel_pmu_lbr_init_skl",
         version: 4,
         gp: 4,
@@ -467,6 +511,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Tremont",
         models: &[0x86, 0x96, 0x9C],
+        core_type: None,
         source: "SDM vol. 3 \"Tremont\" extended PEBS, format 4 with basic records only (no PERF_CAPABILITIES[14]); Linux intel_ds_init format 4 without pebs_baseline",
         version: 5,
         gp: 4,
@@ -489,6 +534,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Westmere",
         models: &[0x25, 0x2C, 0x2F],
+        core_type: None,
         source: "SDM vol. 3 \"Westmere\" (as Nehalem, load latency 0x100B with MSR_PEBS_LD_LAT_THRESHOLD, LBR 16 at 0x680/0x6C0); Linux intel_westmere_pebs_event_constraints, intel_westmere_extra_regs; data source: intel_pmu_pebs_data_source_nhm with TLB and lock bits (no pebs_no_tlb)",
         data_source: DataSource::Wsm,
         ..NEHALEM
@@ -496,6 +542,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Sandy Bridge",
         models: &[0x2A, 0x2D],
+        core_type: None,
         source: "SDM vol. 3 \"Sandy Bridge\" load latency on PMC3 only; Linux intel_snb_pebs_event_constraints (INTEL_PLD_CONSTRAINT 0x01cd, 0x8), intel_snb_extra_regs, intel_pebs_aliases_snb",
         version: 3,
         gp: 4,
@@ -520,6 +567,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Ivy Bridge",
         models: &[0x3A, 0x3E],
+        core_type: None,
         source: "SDM vol. 3 \"Ivy Bridge\" (load latency on PMC3, INST_RETIRED.PREC_DIST on PMC1); Linux intel_ivb_pebs_event_constraints, intel_pebs_aliases_ivb",
         version: 3,
         gp: 4,
@@ -550,6 +598,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Haswell",
         models: &[0x3C, 0x3F, 0x45, 0x46],
+        core_type: None,
         source: "SDM vol. 3 \"Haswell\" (PEBS format 2, PREC_DIST on PMC1, LBR call-stack mode); Linux intel_hsw_pebs_event_constraints, intel_pebs_aliases_ivb, intel_pmu_lbr_init_hsw, late_ack",
         version: 3,
         gp: 4,
@@ -574,6 +623,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Broadwell",
         models: &[0x3D, 0x47, 0x4F, 0x56],
+        core_type: None,
         source: "SDM vol. 3 \"Broadwell\" (as Haswell); Linux intel_bdw_pebs_event_constraints, intel_pebs_aliases_ivb, bdw_limit_period (INST_RETIRED.ALL at least 128), late_ack",
         version: 3,
         gp: 4,
@@ -603,6 +653,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Skylake-X / Cascade Lake / Cooper Lake (server)",
         models: &[0x55],
+        core_type: None,
         source: "as the Skylake client row; Linux intel_pmu_init: pmem for SKYLAKE_X, intel_pmu_pebs_data_source_skl(true)",
         data_source: DataSource::Skl { pmem: true },
         ..SKYLAKE
@@ -611,6 +662,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Ice Lake-X / Ice Lake-D (server)",
         models: &[0x6A, 0x6C],
+        core_type: None,
         source: "as the Ice Lake client row; Linux intel_pmu_init: pmem for ICELAKE_X / ICELAKE_D, intel_pmu_pebs_data_source_skl(true)",
         data_source: DataSource::Skl { pmem: true },
         ..ICE_LAKE
@@ -619,15 +671,71 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Alder Lake / Raptor Lake (Golden Cove / Raptor Cove P-cores)",
         models: &[0x97, 0x9A, 0xB7, 0xBA, 0xBF],
-        source: "SDM vol. 3 \"Golden Cove\"; Linux intel_pmu_init ALDERLAKE / RAPTORLAKE cpu_core PMU: intel_spr_pebs_event_constraints, PMU_FL_MEM_LOADS_AUX, spr_limit_period, late_ack; data source: intel_pmu_pebs_data_source_adl (skl(false) for the core PMU)",
+        core_type: Some(CoreType::Core),
+        source: "SDM vol. 3 \"Golden Cove\", vol. 2A CPUID leaf 1AH core type 40H; Linux intel_pmu_init ALDERLAKE / RAPTORLAKE cpu_core PMU: intel_spr_pebs_event_constraints, PMU_FL_MEM_LOADS_AUX, spr_limit_period, late_ack; data source: intel_pmu_pebs_data_source_adl (skl(false) for the core PMU)",
         data_source: DataSource::Skl { pmem: false },
         ..SAPPHIRE_RAPIDS
     },
+    IntelModel {
+        name: "Alder Lake / Raptor Lake (Gracemont E-cores)",
+        models: &[0x97, 0x9A, 0xB7, 0xBA, 0xBF],
+        core_type: Some(CoreType::Atom),
+        source: "SDM vol. 3 \"Gracemont\", vol. 2A CPUID leaf 1AH core type 20H; Linux intel_pmu_init ALDERLAKE / RAPTORLAKE cpu_atom PMU: intel_grt_pebs_event_constraints (load latency MEM_UOPS_RETIRED.LOAD_LATENCY 0x5d0 on PMC0-1), intel_grt_extra_regs (MSR_PEBS_LD_LAT_THRESHOLD), mid_ack, no mem-loads-aux (require_mem_loads_aux_event: big cores only), spr_limit_period; data source: intel_pmu_pebs_data_source_grt, adl_latency_data_small",
+        version: 5,
+        gp: 6,
+        fixed: 3,
+        pebs_format: Some(5),
+        pebs_baseline: true,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: ALL_GP,
+        pebs_constraints: &[PebsConstraint {
+            event: 0x05D0,
+            gp_mask: 0x3,
+        }],
+        ld_lat_event: Some(0x05D0),
+        mem_loads_aux: false,
+        data_source: DataSource::Grt,
+        cycles_alias: CyclesAlias::None,
+        lbr: ModelLbr::Arch(32),
+        lbr_min_stepping: &[],
+        ack: PmiAck::Mid,
+        min_periods: &[MinPeriod {
+            event: None,
+            ppp_only: true,
+            min: 128,
+        }],
+    },
 ];
 
-/// The row of family-6 model `model`, if the table knows it.
+/// The row of family-6 model `model`, if the table knows it (for a hybrid
+/// part, its P-core row).
 pub fn intel_row(model: u8) -> Option<&'static IntelModel> {
-    INTEL_MODELS.iter().find(|r| r.models.contains(&model))
+    intel_row_for_core(model, false, None)
+}
+
+/// The row of family-6 model `model` for a CPU that is of a hybrid part
+/// (`hybrid`, CPUID.07H.0:EDX\[15\]) with core type `core_type` (CPUID leaf
+/// 1AH). A hybrid CPU gets its core type's row, and none (architectural
+/// behaviour only) when the table has no row for it or the type is
+/// unknown: the drivers must never take the E-core PMU for the P-core's.
+/// A hybrid model on a CPU without the hybrid bit (E-cores disabled) runs
+/// P-cores only.
+pub fn intel_row_for_core(
+    model: u8,
+    hybrid: bool,
+    core_type: Option<CoreType>,
+) -> Option<&'static IntelModel> {
+    let rows = || {
+        INTEL_MODELS
+            .iter()
+            .filter(move |r| r.models.contains(&model))
+    };
+    if hybrid {
+        let t = core_type?;
+        rows().find(|r| r.core_type == Some(t))
+    } else {
+        rows().find(|r| matches!(r.core_type, None | Some(CoreType::Core)))
+    }
 }
 
 /// What the drivers assume of a model the table does not know: only
@@ -636,6 +744,7 @@ pub fn intel_row(model: u8) -> Option<&'static IntelModel> {
 pub const UNKNOWN_MODEL: IntelModel = IntelModel {
     name: "unknown model (architectural only)",
     models: &[],
+    core_type: None,
     source: "SDM vol. 3 \"Architectural Performance Monitoring\"",
     version: 0,
     gp: 0,
@@ -658,8 +767,20 @@ pub const UNKNOWN_MODEL: IntelModel = IntelModel {
 /// The row for a CPU: its table row for Intel family 6, else
 /// [`UNKNOWN_MODEL`].
 pub fn row_for(vendor_intel: bool, family: u8, model: u8) -> &'static IntelModel {
+    row_for_core(vendor_intel, family, model, false, None)
+}
+
+/// [`row_for`] for a CPU that may be of a hybrid part (see
+/// [`intel_row_for_core`]).
+pub fn row_for_core(
+    vendor_intel: bool,
+    family: u8,
+    model: u8,
+    hybrid: bool,
+    core_type: Option<CoreType>,
+) -> &'static IntelModel {
     if vendor_intel && family == 6 {
-        intel_row(model).unwrap_or(&UNKNOWN_MODEL)
+        intel_row_for_core(model, hybrid, core_type).unwrap_or(&UNKNOWN_MODEL)
     } else {
         &UNKNOWN_MODEL
     }
@@ -711,6 +832,9 @@ impl IntelModel {
 impl core::fmt::Display for IntelModel {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         writeln!(f, "{}", self.name)?;
+        if let Some(t) = self.core_type {
+            writeln!(f, "  hybrid part: the {t:?} cores' PMU")?;
+        }
         write!(f, "  models:")?;
         for m in self.models {
             write!(f, " {m:#04x}")?;
@@ -752,12 +876,26 @@ mod tests {
         for (i, r) in INTEL_MODELS.iter().enumerate() {
             assert!(!r.source.is_empty(), "{}", r.name);
             for m in r.models {
-                assert_eq!(
-                    INTEL_MODELS.iter().filter(|o| o.models.contains(m)).count(),
-                    1,
-                    "model {m:#x}"
-                );
-                assert_eq!(intel_row(*m), Some(&INTEL_MODELS[i]));
+                let same = || INTEL_MODELS.iter().filter(|o| o.models.contains(m));
+                match r.core_type {
+                    None => {
+                        assert_eq!(same().count(), 1, "model {m:#x}");
+                        assert_eq!(intel_row(*m), Some(&INTEL_MODELS[i]));
+                    }
+                    // A hybrid model: one row per core type, no plain row.
+                    Some(t) => {
+                        assert!(same().all(|o| o.core_type.is_some()), "model {m:#x}");
+                        assert_eq!(
+                            same().filter(|o| o.core_type == Some(t)).count(),
+                            1,
+                            "model {m:#x}"
+                        );
+                        assert_eq!(
+                            intel_row_for_core(*m, true, Some(t)),
+                            Some(&INTEL_MODELS[i])
+                        );
+                    }
+                }
             }
             if r.mem_loads_aux {
                 assert!(r.ld_lat_event.is_some(), "{}", r.name);

@@ -37,7 +37,7 @@ use crate::cpuid::{CpuIdResult, Cpuid, regs};
 use crate::msr::{Msr, addr, debugctl};
 use crate::pmu::Lvt;
 use crate::pmu::ds::{DsArea, DsMemory};
-use crate::pmu::models::{self, IntelModel, ModelLbr, PmiAck};
+use crate::pmu::models::{self, CoreType, IntelModel, ModelLbr, PmiAck};
 
 /// LBR model of a simulated Intel CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +71,9 @@ pub enum SimCpu {
         model: u8,
         /// Stepping reported by CPUID.
         stepping: u8,
+        /// A CPU of a hybrid part with this core type (CPUID.07H.0:EDX\[15\]
+        /// and leaf 1AH); `None`: not hybrid.
+        hybrid: Option<CoreType>,
         /// Perfmon version (1-5).
         version: u8,
         /// General-purpose counters.
@@ -117,6 +120,7 @@ impl SimCpu {
         SimCpu::Intel {
             model: 0x5E,
             stepping: 10,
+            hybrid: None,
             version: 4,
             gp: 4,
             fixed: 3,
@@ -142,6 +146,7 @@ impl SimCpu {
         SimCpu::Intel {
             model: 0x7E,
             stepping: 10,
+            hybrid: None,
             version: 5,
             gp: 8,
             fixed: 4,
@@ -166,6 +171,7 @@ impl SimCpu {
         SimCpu::Intel {
             model: 0x8F,
             stepping: 10,
+            hybrid: None,
             version: 5,
             gp: 8,
             fixed: 4,
@@ -195,6 +201,7 @@ impl SimCpu {
         SimCpu::Intel {
             model: row.models.first().copied().unwrap_or(0),
             stepping: 10,
+            hybrid: row.core_type,
             version: row.version,
             gp: row.gp,
             fixed: row.fixed,
@@ -484,7 +491,9 @@ impl SimPmu {
     /// The model-table row of the simulated Intel CPU.
     pub fn row(&self) -> &'static IntelModel {
         match self.cpu {
-            SimCpu::Intel { model, .. } => models::row_for(true, 6, model),
+            SimCpu::Intel { model, hybrid, .. } => {
+                models::row_for_core(true, 6, model, hybrid.is_some(), hybrid)
+            }
             _ => &models::UNKNOWN_MODEL,
         }
     }
@@ -715,8 +724,12 @@ impl SimPmu {
                 }
                 // LLC miss: a load served by DRAM, a remote cache or unknown L3 miss.
                 (0x2E, 0x41) => u64::from(load.is_some_and(|m| matches!(m.dse & 0xF, 0 | 8..=0xD))),
+                // Gracemont load latency (MEM_UOPS_RETIRED.LOAD_LATENCY).
+                (0xD0, 0x05) if self.row().ld_lat_event == Some(0x05D0) => {
+                    u64::from(load.is_some_and(|m| u64::from(m.latency) >= self.ld_lat.max(3)))
+                }
                 // Load latency: loads at or above the threshold.
-                (0xCD, 0x01) if self.row().ld_lat_event != Some(0x100B) => {
+                (0xCD, 0x01) if self.row().ld_lat_event.is_none_or(|e| e == 0x01CD) => {
                     u64::from(load.is_some_and(|m| u64::from(m.latency) >= self.ld_lat.max(3)))
                 }
                 (0xD0, 0x82) => store,
@@ -1629,6 +1642,7 @@ impl Cpuid for SimPmu {
             SimCpu::Intel {
                 model,
                 stepping,
+                hybrid,
                 version,
                 gp,
                 fixed,
@@ -1657,8 +1671,9 @@ impl Cpuid for SimPmu {
                         1 << 19
                     } else {
                         0
-                    },
+                    } | if hybrid.is_some() { 1 << 15 } else { 0 },
                 ),
+                0x1A => regs(hybrid.map_or(0, |t| t.leaf_1a_id() << 24), 0, 0, 0),
                 0xA => {
                     let eax = u32::from(version)
                         | u32::from(gp) << 8
