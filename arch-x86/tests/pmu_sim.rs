@@ -323,6 +323,7 @@ fn detection_amd_variants() {
         }
     );
     let info = detect(&mut SimPmu::new(SimCpu::Amd {
+        family: 0x19,
         ext: true,
         v2: false,
         lbr_depth: 0,
@@ -332,6 +333,7 @@ fn detection_amd_variants() {
         (6, true, false, 1)
     );
     let info = detect(&mut SimPmu::new(SimCpu::Amd {
+        family: 0x10,
         ext: false,
         v2: false,
         lbr_depth: 0,
@@ -1061,6 +1063,7 @@ fn arch_lbr_entry_zero_newest_and_call_stack_mode() {
 #[test]
 fn amd_legacy_four_counters() {
     let mut rig = Rig::new(SimCpu::Amd {
+        family: 0x10,
         ext: false,
         v2: false,
         lbr_depth: 0,
@@ -1100,6 +1103,7 @@ fn amd_legacy_four_counters() {
 fn amd_extended_six_counters_and_perfmon_v2() {
     for v2 in [false, true] {
         let mut rig = Rig::new(SimCpu::Amd {
+            family: 0x19,
             ext: true,
             v2,
             lbr_depth: 0,
@@ -1124,6 +1128,68 @@ fn amd_extended_six_counters_and_perfmon_v2() {
         }
         assert_eq!(rig.sim.stats.bad_msr_writes, 0);
     }
+}
+
+#[test]
+fn amd_family_15h_events_go_on_counters_they_may_use() {
+    let mut rig = Rig::new(SimCpu::Amd {
+        family: 0x15,
+        ext: true,
+        v2: false,
+        lbr_depth: 0,
+    });
+    let info = rig.info();
+    assert_eq!((info.family, info.gp_counters), (0x15, 6));
+    let mut d = AmdPmu::new(&info).unwrap();
+    // Instructions (EX) may use any counter; cycles (0x76) and the pre-Zen
+    // cache events (0x7D, 0x7E) only PERF_CTR2:0. Listed unconstrained
+    // first, the constrained ones must still get the low counters.
+    let evs = [
+        ev(EventKind::Instructions, 100),
+        ev(EventKind::Branches, 7),
+        ev(EventKind::BranchMisses, 3),
+        ev(EventKind::Cycles, 100),
+        ev(EventKind::CacheReferences, 10),
+        ev(EventKind::CacheMisses, 10),
+    ];
+    d.configure(&mut rig.sim, &evs, None).unwrap();
+    for (i, e) in evs.iter().enumerate() {
+        let Some(Counter::Gp(c)) = d.counter_of(i) else {
+            panic!("event {i} has no counter")
+        };
+        let (ctl, _) = d.msrs(c);
+        let sel = rig.sim.read(ctl);
+        assert_ne!(
+            models::amd_counters(0x15, sel) & (1 << c),
+            0,
+            "{:?} on PERF_CTR{c}",
+            e.event.kind
+        );
+    }
+    d.start(&mut rig.sim);
+    // Every load misses L1; every other one is served from L3 (misses L2).
+    rig.run_amd(
+        &mut d,
+        (0..1000).map(|i| {
+            let mut s = step(i);
+            if let Some(m) = s.mem.as_mut() {
+                m.dse = if i % 2 == 1 { 0x4 } else { 0x3 };
+            }
+            s
+        }),
+    );
+    // Every event counted.
+    assert_eq!(rig.count(3), 20, "cycles");
+    assert_eq!(rig.count(0), 10, "instructions");
+    assert_eq!((rig.count(1), rig.count(2)), (142, 66));
+    assert_eq!((rig.count(4), rig.count(5)), (100, 50), "cache events");
+    assert_eq!(rig.sim.stats.gp_faults(), 0);
+    // Four events for the three counters of cycles: no assignment.
+    let four = [ev(EventKind::Cycles, 10); 4];
+    assert_eq!(
+        d.configure(&mut rig.sim, &four, None).unwrap_err(),
+        PmuError::NoCounter { event: 3 }
+    );
 }
 
 #[test]
@@ -1739,6 +1805,7 @@ fn start_up_check_through_the_vendor_neutral_driver() {
         SimCpu::skylake(),
         SimCpu::zen4(),
         SimCpu::Amd {
+            family: 0x10,
             ext: false,
             v2: false,
             lbr_depth: 0,
@@ -2461,6 +2528,7 @@ fn legacy_lbr_format_0_packs_source_and_target_in_from() {
 #[test]
 fn amd_lbr_ext_v2_needs_perfmon_v2() {
     let info = detect(&mut SimPmu::new(SimCpu::Amd {
+        family: 0x19,
         ext: true,
         v2: false,
         lbr_depth: 16,
@@ -2544,6 +2612,7 @@ fn periods_below_the_model_minimum_are_raised() {
 fn amd_cache_events_before_and_from_zen() {
     for cpu in [
         SimCpu::Amd {
+            family: 0x10,
             ext: false,
             v2: false,
             lbr_depth: 0,

@@ -829,6 +829,217 @@ impl IntelModel {
     }
 }
 
+/// How a row of [`AMD_F15H_CONSTRAINTS`] selects events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmdEventMatch {
+    /// This event code (EVTSEL\[35:32\] and \[7:0\] as bits 11:0), any unit mask.
+    Code(u16),
+    /// Event codes `.0..=.1`.
+    Codes(u16, u16),
+    /// This event code with a unit mask that has bits in both nibbles.
+    CodeUmaskBothNibbles(u16),
+    /// This event code with more than one unit-mask bit.
+    CodeUmaskMultiBit(u16),
+    /// This event code with at most one unit-mask bit.
+    CodeUmaskOneBit(u16),
+    /// Every code whose bits 7:4 (the unit type) are `.0..=.1` (as
+    /// 0x00..=0xF0).
+    Types(u16, u16),
+}
+
+/// A counter constraint of the AMD family 15h core PMU: events that only
+/// count on some of the six PERF_CTRs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AmdConstraint {
+    /// The events of the row.
+    pub events: AmdEventMatch,
+    /// Allowed counters (bit n = PERF_CTRn); 0: not a core event.
+    pub counters: u32,
+    /// Where the fact comes from.
+    pub source: &'static str,
+}
+
+const F15H: &str = "AMD BKDG for family 15h, \"Core Performance Event Select\" PERF_CTL[5:0] event-to-counter table; Linux amd_get_event_constraints_f15h";
+
+/// The family 15h (Bulldozer to Excavator) core-PMU constraints, first
+/// matching row wins (exceptions before the unit-type defaults). Linux
+/// uses them on family 15h with the core counter extensions
+/// (`amd_core_pmu_init`).
+pub static AMD_F15H_CONSTRAINTS: &[AmdConstraint] = &[
+    // FP exceptions: PERF_CTR3 only.
+    AmdConstraint {
+        events: AmdEventMatch::CodeUmaskBothNibbles(0x000),
+        counters: 0x08,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::CodeUmaskMultiBit(0x004),
+        counters: 0x08,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x003),
+        counters: 0x08,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x00B),
+        counters: 0x08,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x00D),
+        counters: 0x08,
+        source: F15H,
+    },
+    // FP (unit types 0x00, 0x10): PERF_CTR5:3.
+    AmdConstraint {
+        events: AmdEventMatch::Types(0x00, 0x10),
+        counters: 0x38,
+        source: F15H,
+    },
+    // LS / DC / EX exceptions.
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x023),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x043),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x045),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x046),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x054),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x055),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x02D),
+        counters: 0x08,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x02E),
+        counters: 0x09,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::CodeUmaskOneBit(0x031),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x031),
+        counters: 0,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x1C0),
+        counters: 0x38,
+        source: F15H,
+    },
+    // CU / IC / DE exceptions.
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x08F),
+        counters: 0x01,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x187),
+        counters: 0x01,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x188),
+        counters: 0x01,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Codes(0x0DB, 0x0DF),
+        counters: 0x3F,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x1D6),
+        counters: 0x3F,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x1D8),
+        counters: 0x3F,
+        source: F15H,
+    },
+    // Unit-type defaults: LS and DC (0x20-0x50) and EX/LS (0xC0) on all
+    // six; CU, IC/DE (0x60-0x90) and DE (0xD0) on PERF_CTR2:0; NB events
+    // (0xE0, 0xF0) and the unused types belong to no core counter.
+    AmdConstraint {
+        events: AmdEventMatch::Types(0x20, 0x50),
+        counters: 0x3F,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Types(0xC0, 0xC0),
+        counters: 0x3F,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Types(0x60, 0x90),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Types(0xD0, 0xD0),
+        counters: 0x07,
+        source: F15H,
+    },
+];
+
+impl AmdEventMatch {
+    fn matches(self, code: u16, umask: u8) -> bool {
+        match self {
+            AmdEventMatch::Code(c) => code == c,
+            AmdEventMatch::Codes(lo, hi) => (lo..=hi).contains(&code),
+            AmdEventMatch::CodeUmaskBothNibbles(c) => {
+                code == c && umask & 0xF0 != 0 && umask & 0x0F != 0
+            }
+            AmdEventMatch::CodeUmaskMultiBit(c) => code == c && umask.count_ones() > 1,
+            AmdEventMatch::CodeUmaskOneBit(c) => code == c && umask.count_ones() <= 1,
+            AmdEventMatch::Types(lo, hi) => (lo..=hi).contains(&(code & 0xF0)),
+        }
+    }
+}
+
+/// The counters an AMD core event with select bits `evtsel` (event at
+/// \[7:0\] and \[35:32\], unit mask at \[15:8\]) may use on family `family`
+/// (bit n = PERF_CTRn): the family 15h table, else all six.
+pub fn amd_counters(family: u8, evtsel: u64) -> u32 {
+    if family != 0x15 {
+        return 0x3F;
+    }
+    let code = ((evtsel >> 24) & 0xF00 | evtsel & 0xFF) as u16;
+    let umask = (evtsel >> 8) as u8;
+    AMD_F15H_CONSTRAINTS
+        .iter()
+        .find(|c| c.events.matches(code, umask))
+        .map_or(0, |c| c.counters)
+}
+
 impl core::fmt::Display for IntelModel {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         writeln!(f, "{}", self.name)?;
@@ -905,6 +1116,31 @@ mod tests {
                 assert!(!l.call_stack || l.select, "{}", r.name);
             }
         }
+    }
+
+    #[test]
+    fn amd_family_15h_constraints() {
+        // Event code bits 11:8 live in EVTSEL[35:32].
+        let sel = |code: u64, umask: u64| (code & 0xFF) | (code >> 8) << 32 | umask << 8;
+        assert_eq!(amd_counters(0x15, sel(0x076, 0)), 0x07, "cycles: CU");
+        assert_eq!(amd_counters(0x15, sel(0x0C0, 0)), 0x3F, "instructions: EX");
+        assert_eq!(amd_counters(0x15, sel(0x07D, 0x07)), 0x07);
+        assert_eq!(amd_counters(0x15, sel(0x003, 0)), 0x08);
+        assert_eq!(amd_counters(0x15, sel(0x000, 0x11)), 0x08);
+        assert_eq!(amd_counters(0x15, sel(0x000, 0x01)), 0x38);
+        assert_eq!(amd_counters(0x15, sel(0x004, 0x03)), 0x08);
+        assert_eq!(amd_counters(0x15, sel(0x004, 0x02)), 0x38);
+        assert_eq!(amd_counters(0x15, sel(0x02E, 0)), 0x09);
+        assert_eq!(amd_counters(0x15, sel(0x031, 0x01)), 0x07);
+        assert_eq!(amd_counters(0x15, sel(0x031, 0x03)), 0);
+        assert_eq!(amd_counters(0x15, sel(0x187, 0)), 0x01);
+        assert_eq!(amd_counters(0x15, sel(0x1C0, 0)), 0x38);
+        assert_eq!(amd_counters(0x15, sel(0x0DD, 0)), 0x3F);
+        assert_eq!(amd_counters(0x15, sel(0x0D0, 0)), 0x07);
+        assert_eq!(amd_counters(0x15, sel(0x0E0, 0)), 0, "NB");
+        assert_eq!(amd_counters(0x15, sel(0x0A0, 0)), 0);
+        assert_eq!(amd_counters(0x17, sel(0x076, 0)), 0x3F);
+        assert_eq!(amd_counters(0x10, sel(0x0E0, 0)), 0x3F);
     }
 
     #[test]

@@ -103,6 +103,10 @@ pub enum SimCpu {
     },
     /// An AMD CPU.
     Amd {
+        /// Display family reported by CPUID: 0x10 (legacy counters only),
+        /// 0x15 (Bulldozer class: six counters with per-event counter
+        /// constraints), 0x19 (Zen 4).
+        family: u8,
         /// Extended six-counter set (PerfCtrExtCore).
         ext: bool,
         /// PerfMonV2.
@@ -219,6 +223,7 @@ impl SimCpu {
     /// A Zen 4-like AMD CPU: 6 counters, PerfMonV2, LbrExtV2 x 16.
     pub const fn zen4() -> Self {
         SimCpu::Amd {
+            family: 0x19,
             ext: true,
             v2: true,
             lbr_depth: 16,
@@ -669,6 +674,17 @@ impl SimPmu {
         mode_ok && self.global_ctrl & (1 << (32 + i)) != 0 && !self.frozen()
     }
 
+    /// Whether counter `i` can count its event: on AMD family 15h only the
+    /// counters of the event's constraint do (model table); elsewhere any.
+    fn counts_on(&self, i: usize) -> bool {
+        match self.cpu {
+            SimCpu::Amd { family, .. } => {
+                models::amd_counters(family, self.evtsel[i]) & (1 << i) != 0
+            }
+            _ => true,
+        }
+    }
+
     /// How many events a GP event-select counts in `s` (the events the
     /// simulator knows; any other code counts nothing).
     fn gp_increment(&self, sel: u64, s: &SimStep) -> u64 {
@@ -687,8 +703,8 @@ impl SimPmu {
         let load = s.mem.filter(|m| !m.store);
         let store = u64::from(s.mem.is_some_and(|m| m.store));
         match self.cpu {
-            SimCpu::Amd { ext, v2, .. } => {
-                let zen = ext || v2;
+            SimCpu::Amd { family, .. } => {
+                let zen = family >= 0x17;
                 let beyond_l1 = u64::from(load.is_some_and(|m| m.dse & 0xF != 1));
                 let beyond_l2 =
                     u64::from(load.is_some_and(|m| (m.dse & 0xF) >= 4 || m.dse & 0xF == 0));
@@ -750,7 +766,7 @@ impl SimPmu {
                 continue;
             }
             let inc = self.gp_increment(self.evtsel[i], s);
-            if inc == 0 {
+            if inc == 0 || !self.counts_on(i) {
                 continue;
             }
             let sum = self.pmc[i] + inc;
@@ -1623,13 +1639,26 @@ impl Cpuid for SimPmu {
                 0x8000_0000 => regs(0x8000_000A, 0, 0, 0),
                 _ => ZERO,
             },
-            SimCpu::Amd { ext, v2, lbr_depth } => match leaf {
+            SimCpu::Amd {
+                family,
+                ext,
+                v2,
+                lbr_depth,
+            } => match leaf {
                 0 => amd_vendor(0x10),
-                // Zen 4 (family 19h model 11h) under a hypervisor when it has
-                // the extended set; otherwise a bare-metal family 10h part,
-                // whose four legacy counters have no CPUID bit.
-                1 if ext || v2 => regs(0x00A1_0F10, 0, 1 << 31, 0),
-                1 => regs(0x0010_0F20, 0, 0, 0),
+                // Family 19h is Zen 4 (model 11h), 15h Piledriver (model
+                // 02h), 10h model 02h; under a hypervisor when the part has
+                // the extended set, else bare metal (the four legacy
+                // counters have no CPUID bit).
+                1 => {
+                    let eax = match family {
+                        0x19 => 0x00A1_0F10,
+                        0x15 => 0x0060_0F20,
+                        f if f >= 0xF => u32::from(f - 0xF) << 20 | 0xF20,
+                        f => u32::from(f) << 8 | 0x20,
+                    };
+                    regs(eax, 0, if ext || v2 { 1 << 31 } else { 0 }, 0)
+                }
                 0x8000_0000 => regs(0x8000_0022, 0, 0, 0),
                 0x8000_0001 => regs(0, 0, if ext { 1 << 23 } else { 0 }, 0),
                 0x8000_0022 => {
