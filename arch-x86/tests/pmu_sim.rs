@@ -1193,6 +1193,59 @@ fn amd_family_15h_events_go_on_counters_they_may_use() {
 }
 
 #[test]
+fn amd_late_nmis_after_a_handled_pmi_are_benign() {
+    for cpu in [
+        SimCpu::zen4(),
+        SimCpu::Amd {
+            family: 0x10,
+            ext: false,
+            v2: false,
+            lbr_depth: 0,
+        },
+    ] {
+        let mut rig = Rig::new(cpu);
+        rig.sim.set_amd_late_nmis(true);
+        let info = rig.info();
+        let mut d = AmdPmu::new(&info).unwrap();
+        // Two counters that overflow on the same step: two NMIs, the
+        // second after the handler has handled both overflows.
+        let evs = [ev(EventKind::Instructions, 10), ev(EventKind::Branches, 10)];
+        d.configure(&mut rig.sim, &evs, None).unwrap();
+        d.start(&mut rig.sim);
+        let (mut handled, mut late, mut unknown, mut overflows) = (0, 0, 0, 0);
+        // Overflows on steps 9, 19, ..., 199; the last late NMI on step 200.
+        for s in (0..205).map(step) {
+            if rig.sim.advance(None, &s) {
+                rig.sim.take_pmi();
+                let tsc = rig.sim.tsc();
+                let sum = d.handle_pmi(&mut rig.sim, tsc, &mut |_| overflows += 1);
+                match (sum.spurious, sum.late) {
+                    (false, _) => handled += 1,
+                    (true, true) => late += 1,
+                    (true, false) => unknown += 1,
+                }
+            }
+        }
+        assert_eq!((handled, overflows), (20, 40), "{cpu:?}");
+        assert_eq!(rig.sim.stats.late_nmis, 20, "{cpu:?}");
+        assert_eq!((late, unknown), (20, 0), "{cpu:?}");
+        // The allowance is bounded: NMIs beyond it with no overflow, or
+        // with no PMI before them, are unknown.
+        let tsc = rig.sim.tsc();
+        let sum = d.handle_pmi(&mut rig.sim, tsc, &mut |_| {});
+        assert!(
+            sum.spurious && sum.late,
+            "{cpu:?}: one more within min(2, active)"
+        );
+        let sum = d.handle_pmi(&mut rig.sim, tsc, &mut |_| {});
+        assert!(sum.spurious && !sum.late, "{cpu:?}: beyond the allowance");
+        d.configure(&mut rig.sim, &evs, None).unwrap();
+        let sum = d.handle_pmi(&mut rig.sim, tsc, &mut |_| {});
+        assert!(sum.spurious && !sum.late, "{cpu:?}: no PMI handled yet");
+    }
+}
+
+#[test]
 fn amd_lbr_ext_v2() {
     let mut rig = Rig::new(SimCpu::zen4());
     let info = rig.info();

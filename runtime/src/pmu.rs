@@ -933,7 +933,7 @@ fn on_pmu_nmi(cap: &NmiContext<'_>, entry_tsc: u64, sampling: bool, clock_runnin
         if clock_running {
             return false;
         }
-        UNKNOWN_NMIS.fetch_add(1, Ordering::Relaxed);
+        UNKNOWN_NMIS.fetch_add(u64::from(!s.summary.late), Ordering::Relaxed);
         return true;
     }
     HW_PMIS.fetch_add(1, Ordering::Relaxed);
@@ -960,7 +960,7 @@ fn on_check_nmi(tsc: u64, clock_running: bool) -> bool {
     if clock_running {
         return false;
     }
-    UNKNOWN_NMIS.fetch_add(1, Ordering::Relaxed);
+    UNKNOWN_NMIS.fetch_add(u64::from(!sum.late), Ordering::Relaxed);
     true
 }
 

@@ -43,7 +43,15 @@ pub struct AmdPmu {
     n: usize,
     lbr: Option<LbrDriver>,
     lbr_on: bool,
+    /// NMIs without an overflow still claimed as late NMIs of the last
+    /// handled PMI.
+    late_allowance: u8,
 }
+
+/// Most late NMIs claimed after one handled PMI (Linux's first form of
+/// `amd_pmu_adjust_nmi_window`: `min(2, active counters)`; it now claims
+/// any unhandled NMI within 100 ms instead).
+pub const MAX_LATE_NMIS: u8 = 2;
 
 impl AmdPmu {
     /// A driver for the detected PMU.
@@ -57,6 +65,7 @@ impl AmdPmu {
             n: 0,
             lbr: LbrDriver::new(info.lbr),
             lbr_on: false,
+            late_allowance: 0,
         })
     }
 
@@ -100,6 +109,7 @@ impl AmdPmu {
     ) -> Result<(), PmuError> {
         self.stop(hw);
         self.slots = [None; MAX_COUNTERS];
+        self.late_allowance = 0;
         let ncount = usize::from(self.info.gp_counters).min(MAX_COUNTERS);
         for (i, ev) in events_in.iter().enumerate() {
             if i >= ncount {
@@ -253,7 +263,9 @@ impl AmdPmu {
         Some(self.read_counter(hw, s.counter).wrapping_sub(start) & WIDTH)
     }
 
-    /// Handle a PMI: one `Overflow` per overflowed counter.
+    /// Handle a PMI: one `Overflow` per overflowed counter. An NMI with no
+    /// overflow is `spurious`; right after a handled PMI it is also `late`
+    /// (at most [`MAX_LATE_NMIS`], bounded by the counters in use).
     pub fn handle_pmi(
         &mut self,
         hw: &mut impl PmuHw,
@@ -319,6 +331,18 @@ impl AmdPmu {
             hw.write(addr::AMD_PERF_CNTR_GLOBAL_STATUS_CLR, status);
         }
         sum.spurious = sum.overflows == 0;
+        // Each overflow raises its own NMI, and one handled together with
+        // an earlier overflow arrives after that handler, finding nothing
+        // (Linux amd_pmu_adjust_nmi_window): a few such NMIs after a
+        // handled PMI are the PMU's, not unknown ones.
+        if sum.spurious {
+            if self.late_allowance > 0 {
+                self.late_allowance -= 1;
+                sum.late = true;
+            }
+        } else {
+            self.late_allowance = MAX_LATE_NMIS.min(self.n as u8);
+        }
         hw.write_lvt_pmi(LVT_PMI_NMI);
         self.start(hw);
         sum

@@ -352,6 +352,8 @@ pub struct SimStats {
     /// Counters enabled with a period below the model's minimum for their
     /// event (unsafe on real parts).
     pub short_periods: u64,
+    /// Late NMIs delivered (AMD, [`SimPmu::set_amd_late_nmis`]).
+    pub late_nmis: u64,
 }
 
 impl SimStats {
@@ -411,6 +413,8 @@ pub struct SimPmu {
     loaded: u64,
     status_race: bool,
     handler_overflow: u64,
+    amd_late_nmis: bool,
+    late_nmis: u32,
     /// Statistics.
     pub stats: SimStats,
 }
@@ -449,6 +453,8 @@ impl SimPmu {
             loaded: 0,
             status_race: false,
             handler_overflow: 0,
+            amd_late_nmis: false,
+            late_nmis: 0,
             stats: SimStats::default(),
         }
     }
@@ -482,6 +488,14 @@ impl SimPmu {
     /// GLOBAL_STATUS and carry a status field of 0 (while `on`).
     pub fn set_pebs_status_race(&mut self, on: bool) {
         self.status_race = on;
+    }
+
+    /// AMD: each overflow raises its own NMI (while `on`). When several
+    /// counters overflow together, the handler of the first NMI handles
+    /// them all; each further NMI arrives once the handler has unmasked the
+    /// LVT entry again and finds no overflow (a late NMI).
+    pub fn set_amd_late_nmis(&mut self, on: bool) {
+        self.amd_late_nmis = on;
     }
 
     /// Overflows that land while the PMI handler runs: right after the
@@ -759,6 +773,7 @@ impl SimPmu {
         self.tsc = self.tsc.wrapping_add(s.cycles);
         self.cycles_since_branch += s.cycles;
         let mut overflow_pmi = false;
+        let mut interrupts = 0u32;
         let mut pebs_hits = 0u64; // PEBS_ENABLE-style bits of PEBS counters that overflowed
         let gp_mask = width_mask(self.gp_width());
         for i in 0..self.n_gp() {
@@ -779,11 +794,9 @@ impl SimPmu {
                     if pebs_on {
                         self.stats.pebs_no_assist += 1;
                     }
-                    self.counter_overflow(
-                        1 << i,
-                        self.evtsel[i] & EVTSEL_INT != 0,
-                        &mut overflow_pmi,
-                    );
+                    let int = self.evtsel[i] & EVTSEL_INT != 0;
+                    interrupts += u32::from(int);
+                    self.counter_overflow(1 << i, int, &mut overflow_pmi);
                 }
             }
         }
@@ -819,6 +832,9 @@ impl SimPmu {
         }
         if overflow_pmi {
             self.raise_pmi();
+            if self.amd_late_nmis && matches!(self.cpu, SimCpu::Amd { .. }) && self.pmi_pending {
+                self.late_nmis += interrupts.saturating_sub(1);
+            }
         }
         self.pmi_pending
     }
@@ -1373,6 +1389,13 @@ impl Lvt for SimPmu {
             self.stats.early_lvt_unmasks += 1;
         }
         self.lvt = entry;
+        // A latched late NMI (AMD) arrives once the handler unmasks.
+        if unmasked && self.late_nmis > 0 && !self.pmi_pending {
+            self.late_nmis -= 1;
+            self.lvt |= crate::pmu::LVT_MASKED;
+            self.pmi_pending = true;
+            self.stats.late_nmis += 1;
+        }
     }
 }
 
