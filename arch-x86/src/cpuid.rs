@@ -6,6 +6,7 @@
 //! advertised.
 
 use crate::msr::{Msr, addr};
+pub use crate::pmu::models::CoreType;
 use raw_cpuid::CpuId;
 pub use raw_cpuid::CpuIdResult;
 
@@ -126,6 +127,13 @@ pub struct PmuInfo {
     pub family: u8,
     /// Display model.
     pub model: u8,
+    /// Stepping (CPUID.1:EAX\[3:0\]).
+    pub stepping: u8,
+    /// A CPU of a hybrid part (Intel CPUID.07H.0:EDX\[15\]).
+    pub hybrid: bool,
+    /// The core type of this CPU of a hybrid part (CPUID leaf 1AH);
+    /// `None` when not hybrid or the type is unknown.
+    pub core_type: Option<CoreType>,
     /// Intel architectural perfmon version (CPUID.0xA:EAX\[7:0\]); 0 when none.
     /// On AMD: 1 for the legacy counters, 2 with PerfMonV2.
     pub version: u8,
@@ -181,6 +189,39 @@ impl PmuInfo {
         }
     }
 
+    /// The model-table row the drivers follow for this CPU: on a hybrid
+    /// part the row of its core type
+    /// ([`crate::pmu::models::UNKNOWN_MODEL`] outside the table).
+    pub fn row(&self) -> &'static crate::pmu::models::IntelModel {
+        crate::pmu::models::row_for_core(
+            self.vendor == Vendor::Intel,
+            self.family,
+            self.model,
+            self.hybrid,
+            self.core_type,
+        )
+    }
+
+    /// How the decoder reads the load data-source field of this CPU's PEBS
+    /// records (the row's table).
+    pub fn pebs_data_source(&self) -> sampler::pebs::DataSource {
+        self.row().data_source
+    }
+
+    /// PEBS assists are trap-like (PERF_CAPABILITIES\[6\]): the IP field of
+    /// a record is the instruction after the eventing one.
+    pub fn pebs_trap(&self) -> bool {
+        self.perf_capabilities & (1 << 6) != 0
+    }
+
+    /// PEBS records need the IP fix-up of `sampler::pebs::fixup_ip`: trap-
+    /// like assists on formats 0 and 1, which have no eventing-IP field
+    /// (Haswell's format 2 added it). Linux `intel_pmu_pebs_fixup_ip`
+    /// returns at once when PERF_CAPABILITIES\[6\] is clear.
+    pub fn pebs_ip_needs_fixup(&self) -> bool {
+        self.pebs_trap() && self.pebs_format.is_some_and(|f| f < 2)
+    }
+
     /// LBR depth, 0 without LBR.
     pub fn lbr_depth(&self) -> u8 {
         match self.lbr {
@@ -220,14 +261,17 @@ pub fn detect(cpuid: &impl Cpuid, msr: &mut impl Msr) -> PmuInfo {
         _ => Vendor::Other,
     };
     let fi = rc.get_feature_info();
-    let (family, model) = fi
+    let (family, model, stepping) = fi
         .as_ref()
-        .map(|f| (f.family_id(), f.model_id()))
-        .unwrap_or((0, 0));
+        .map(|f| (f.family_id(), f.model_id(), f.stepping_id()))
+        .unwrap_or((0, 0, 0));
     let mut info = PmuInfo {
         vendor,
         family,
         model,
+        stepping,
+        hybrid: false,
+        core_type: None,
         version: 0,
         gp_counters: 0,
         gp_width: 0,
@@ -245,6 +289,14 @@ pub fn detect(cpuid: &impl Cpuid, msr: &mut impl Msr) -> PmuInfo {
         Vendor::Amd => detect_amd(cpuid, &mut info),
         Vendor::Intel | Vendor::Other => {
             let max_leaf = cpuid.cpuid(0, 0).eax;
+            // Hybrid parts: this CPU's core type picks the model row (SDM
+            // vol. 2A CPUID leaves 07H EDX[15] and 1AH EAX[31:24]).
+            if vendor == Vendor::Intel && max_leaf >= 7 {
+                info.hybrid = cpuid.cpuid(7, 0).edx & (1 << 15) != 0;
+                if info.hybrid && max_leaf >= 0x1A {
+                    info.core_type = CoreType::from_leaf_1a(cpuid.cpuid(0x1A, 0).eax);
+                }
+            }
             if max_leaf < 0xA {
                 return info;
             }
@@ -287,9 +339,7 @@ pub fn detect(cpuid: &impl Cpuid, msr: &mut impl Msr) -> PmuInfo {
             if ds && dtes64 && pdcm {
                 let misc = msr.read(addr::IA32_MISC_ENABLE);
                 // Models whose PEBS is unreliable get none (model table).
-                let broken = vendor == Vendor::Intel
-                    && family == 6
-                    && crate::pmu::models::intel_row(model).is_some_and(|r| r.pebs_quirks.broken);
+                let broken = info.row().pebs_quirks.broken;
                 if misc & (1 << 12) == 0 && !broken {
                     info.pebs_format = Some(((info.perf_capabilities >> 8) & 0xF) as u8);
                     info.pebs_baseline = info.perf_capabilities & (1 << 14) != 0;
@@ -324,7 +374,13 @@ fn detect_intel_lbr(cpuid: &impl Cpuid, info: &PmuInfo, max_leaf: u32) -> LbrKin
         return LbrKind::None;
     }
     let mut format = (info.perf_capabilities & 0x3F) as u8;
-    let Some(l) = crate::pmu::models::intel_row(info.model).and_then(|r| r.legacy_lbr()) else {
+    let row = info.row();
+    // Early steppings whose LBR cannot freeze on a PMI have none (model
+    // table, `lbr_min_stepping`).
+    if row.lbr_broken(info.model, info.stepping) {
+        return LbrKind::None;
+    }
+    let Some(l) = row.legacy_lbr() else {
         return LbrKind::None;
     };
     // Knights Landing / Mill report LIP but keep the mispredict flag in

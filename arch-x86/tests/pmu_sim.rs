@@ -8,6 +8,7 @@ use arch_x86::pmu::ds::{DsArea, DsMemory};
 use arch_x86::pmu::events::{self, Event, EventKind};
 use arch_x86::pmu::intel::{IntelOptions, IntelPmu};
 use arch_x86::pmu::lbr::{LbrConfig, LbrRawFormat, filter};
+use arch_x86::pmu::models;
 use arch_x86::pmu::selftest::{self, Reason, Verdict};
 use arch_x86::pmu::sim::{BranchKind, SimBranch, SimCpu, SimLbr, SimMem, SimPmu, SimRegs, SimStep};
 use arch_x86::pmu::{Counter, EventConfig, PmiSummary, PmuError, SampleMode};
@@ -32,6 +33,8 @@ impl cpuid::Cpuid for SimCpuid {
 fn intel(version: u8, pebs_format: Option<u8>, lbr: SimLbr) -> SimCpu {
     SimCpu::Intel {
         model: 0x3C,
+        stepping: 1,
+        hybrid: None,
         version,
         gp: 4,
         fixed: if version >= 2 { 3 } else { 0 },
@@ -39,6 +42,7 @@ fn intel(version: u8, pebs_format: Option<u8>, lbr: SimLbr) -> SimCpu {
         fixed_width: 48,
         pebs_format,
         pebs_baseline: pebs_format.is_some_and(|f| f >= 4),
+        pebs_trap: true,
         full_width: version >= 2,
         split_latency: false,
         lbr,
@@ -319,6 +323,7 @@ fn detection_amd_variants() {
         }
     );
     let info = detect(&mut SimPmu::new(SimCpu::Amd {
+        family: 0x19,
         ext: true,
         v2: false,
         lbr_depth: 0,
@@ -328,6 +333,7 @@ fn detection_amd_variants() {
         (6, true, false, 1)
     );
     let info = detect(&mut SimPmu::new(SimCpu::Amd {
+        family: 0x10,
         ext: false,
         v2: false,
         lbr_depth: 0,
@@ -545,6 +551,8 @@ fn decode_cfg(format: u8, mem: MemKind, split: bool) -> DecodeConfig {
         format: PebsFormat::from_number(format).unwrap(),
         mem,
         split_latency: split,
+        data_source: pebs::DataSource::Snb,
+        pebs_trap: true,
     }
 }
 
@@ -610,7 +618,87 @@ fn pebs_memory_fields_for_mem_loads() {
     .unwrap();
     let m = r.mem.unwrap();
     assert_eq!((m.addr, m.weight), (0x10_0000 + 8 * 9, 29));
-    assert_eq!(m.data_src, pebs::data_src(MemKind::Load, 0x3));
+    assert_eq!(
+        m.data_src,
+        pebs::data_src(pebs::DataSource::Snb, MemKind::Load, 0x3)
+    );
+}
+
+/// Decodes the load records of a run of `mem-loads` on the typical CPU of
+/// the row of `model`, every load with data-source encoding `dse`, with
+/// the decoder set up from detection (as the runtime does).
+fn mem_loads_data_src(model: u8, dse: u8) -> Vec<u64> {
+    let row = models::intel_row(model).unwrap();
+    let mut rig = Rig::new(SimCpu::from_row(row));
+    let info = rig.info();
+    assert_eq!(info.row().name, row.name);
+    let mut d = rig
+        .intel(&[precise(EventKind::MemLoads, 10)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(
+        &mut d,
+        (0..100).map(|i| {
+            let mut s = step(i);
+            if let Some(m) = s.mem.as_mut() {
+                m.dse = dse;
+            }
+            s
+        }),
+    );
+    assert!(!rig.seen.is_empty(), "{}", row.name);
+    let cfg = DecodeConfig {
+        format: PebsFormat::from_number(info.pebs_format.unwrap()).unwrap(),
+        mem: MemKind::Load,
+        split_latency: info.pebs_format.is_some_and(|f| f >= 5),
+        data_source: info.pebs_data_source(),
+        pebs_trap: info.pebs_trap(),
+    };
+    rig.seen
+        .iter()
+        .map(|s| {
+            pebs::decode(s.pebs.as_ref().unwrap(), &cfg)
+                .unwrap()
+                .mem
+                .unwrap()
+                .data_src
+        })
+        .collect()
+}
+
+#[test]
+fn pebs_data_source_table_is_the_models() {
+    use pebs::mem::*;
+    let snoop = |v: u64| (v >> SNOOP_SHIFT) & 0x1F;
+    let lvl_num = |v: u64| (v >> LVLNUM_SHIFT) & 0xF;
+    let tlb = |v: u64| (v >> TLB_SHIFT) & 0x7F;
+    // Nehalem: 0x05 is an L3 hit with a snoop hit (Sandy Bridge: snoop
+    // miss), and the record has no TLB bits.
+    for v in mem_loads_data_src(0x1E, 0x5 | 1 << 4) {
+        assert_eq!(snoop(v), SNOOP_HIT, "{v:#x}");
+        assert_eq!(tlb(v), TLB_NA, "{v:#x}");
+    }
+    // Westmere: the same table, with TLB bits.
+    for v in mem_loads_data_src(0x2C, 0x5 | 1 << 4) {
+        assert_eq!((snoop(v), tlb(v)), (SNOOP_HIT, TLB_MISS | TLB_L2));
+    }
+    // Sandy Bridge: the base table.
+    for v in mem_loads_data_src(0x2A, 0x5) {
+        assert_eq!(snoop(v), SNOOP_MISS);
+    }
+    // Skylake client: 0x08 is L4; Skylake-X and Sapphire Rapids: PMEM.
+    for v in mem_loads_data_src(0x5E, 0x8) {
+        assert_eq!(lvl_num(v), LVLNUM_L4);
+    }
+    for model in [0x55, 0x6A, 0x8F] {
+        for v in mem_loads_data_src(model, 0x8) {
+            assert_eq!(lvl_num(v), LVLNUM_PMEM, "model {model:#x}");
+        }
+    }
+    // Ice Lake client: 0x0B is remote RAM.
+    for v in mem_loads_data_src(0x7E, 0xB) {
+        assert_eq!(lvl_num(v), LVLNUM_RAM);
+        assert_ne!(v & 1 << REMOTE_SHIFT, 0);
+    }
 }
 
 #[test]
@@ -825,6 +913,8 @@ fn adaptive_size_mismatch_is_skipped_and_counted() {
 fn lbr_cpu(format: u8) -> SimCpu {
     SimCpu::Intel {
         model: 0x5E,
+        stepping: 1,
+        hybrid: None,
         version: 4,
         gp: 4,
         fixed: 3,
@@ -832,6 +922,7 @@ fn lbr_cpu(format: u8) -> SimCpu {
         fixed_width: 48,
         pebs_format: None,
         pebs_baseline: false,
+        pebs_trap: true,
         full_width: true,
         split_latency: false,
         lbr: SimLbr::Legacy {
@@ -972,6 +1063,7 @@ fn arch_lbr_entry_zero_newest_and_call_stack_mode() {
 #[test]
 fn amd_legacy_four_counters() {
     let mut rig = Rig::new(SimCpu::Amd {
+        family: 0x10,
         ext: false,
         v2: false,
         lbr_depth: 0,
@@ -1011,6 +1103,7 @@ fn amd_legacy_four_counters() {
 fn amd_extended_six_counters_and_perfmon_v2() {
     for v2 in [false, true] {
         let mut rig = Rig::new(SimCpu::Amd {
+            family: 0x19,
             ext: true,
             v2,
             lbr_depth: 0,
@@ -1034,6 +1127,121 @@ fn amd_extended_six_counters_and_perfmon_v2() {
             assert_eq!(rig.sim.read(addr::AMD_PERF_CNTR_GLOBAL_STATUS), 0);
         }
         assert_eq!(rig.sim.stats.bad_msr_writes, 0);
+    }
+}
+
+#[test]
+fn amd_family_15h_events_go_on_counters_they_may_use() {
+    let mut rig = Rig::new(SimCpu::Amd {
+        family: 0x15,
+        ext: true,
+        v2: false,
+        lbr_depth: 0,
+    });
+    let info = rig.info();
+    assert_eq!((info.family, info.gp_counters), (0x15, 6));
+    let mut d = AmdPmu::new(&info).unwrap();
+    // Instructions (EX) may use any counter; cycles (0x76) and the pre-Zen
+    // cache events (0x7D, 0x7E) only PERF_CTR2:0. Listed unconstrained
+    // first, the constrained ones must still get the low counters.
+    let evs = [
+        ev(EventKind::Instructions, 100),
+        ev(EventKind::Branches, 7),
+        ev(EventKind::BranchMisses, 3),
+        ev(EventKind::Cycles, 100),
+        ev(EventKind::CacheReferences, 10),
+        ev(EventKind::CacheMisses, 10),
+    ];
+    d.configure(&mut rig.sim, &evs, None).unwrap();
+    for (i, e) in evs.iter().enumerate() {
+        let Some(Counter::Gp(c)) = d.counter_of(i) else {
+            panic!("event {i} has no counter")
+        };
+        let (ctl, _) = d.msrs(c);
+        let sel = rig.sim.read(ctl);
+        assert_ne!(
+            models::amd_counters(0x15, sel) & (1 << c),
+            0,
+            "{:?} on PERF_CTR{c}",
+            e.event.kind
+        );
+    }
+    d.start(&mut rig.sim);
+    // Every load misses L1; every other one is served from L3 (misses L2).
+    rig.run_amd(
+        &mut d,
+        (0..1000).map(|i| {
+            let mut s = step(i);
+            if let Some(m) = s.mem.as_mut() {
+                m.dse = if i % 2 == 1 { 0x4 } else { 0x3 };
+            }
+            s
+        }),
+    );
+    // Every event counted.
+    assert_eq!(rig.count(3), 20, "cycles");
+    assert_eq!(rig.count(0), 10, "instructions");
+    assert_eq!((rig.count(1), rig.count(2)), (142, 66));
+    assert_eq!((rig.count(4), rig.count(5)), (100, 50), "cache events");
+    assert_eq!(rig.sim.stats.gp_faults(), 0);
+    // Four events for the three counters of cycles: no assignment.
+    let four = [ev(EventKind::Cycles, 10); 4];
+    assert_eq!(
+        d.configure(&mut rig.sim, &four, None).unwrap_err(),
+        PmuError::NoCounter { event: 3 }
+    );
+}
+
+#[test]
+fn amd_late_nmis_after_a_handled_pmi_are_benign() {
+    for cpu in [
+        SimCpu::zen4(),
+        SimCpu::Amd {
+            family: 0x10,
+            ext: false,
+            v2: false,
+            lbr_depth: 0,
+        },
+    ] {
+        let mut rig = Rig::new(cpu);
+        rig.sim.set_amd_late_nmis(true);
+        let info = rig.info();
+        let mut d = AmdPmu::new(&info).unwrap();
+        // Two counters that overflow on the same step: two NMIs, the
+        // second after the handler has handled both overflows.
+        let evs = [ev(EventKind::Instructions, 10), ev(EventKind::Branches, 10)];
+        d.configure(&mut rig.sim, &evs, None).unwrap();
+        d.start(&mut rig.sim);
+        let (mut handled, mut late, mut unknown, mut overflows) = (0, 0, 0, 0);
+        // Overflows on steps 9, 19, ..., 199; the last late NMI on step 200.
+        for s in (0..205).map(step) {
+            if rig.sim.advance(None, &s) {
+                rig.sim.take_pmi();
+                let tsc = rig.sim.tsc();
+                let sum = d.handle_pmi(&mut rig.sim, tsc, &mut |_| overflows += 1);
+                match (sum.spurious, sum.late) {
+                    (false, _) => handled += 1,
+                    (true, true) => late += 1,
+                    (true, false) => unknown += 1,
+                }
+            }
+        }
+        assert_eq!((handled, overflows), (20, 40), "{cpu:?}");
+        assert_eq!(rig.sim.stats.late_nmis, 20, "{cpu:?}");
+        assert_eq!((late, unknown), (20, 0), "{cpu:?}");
+        // The allowance is bounded: NMIs beyond it with no overflow, or
+        // with no PMI before them, are unknown.
+        let tsc = rig.sim.tsc();
+        let sum = d.handle_pmi(&mut rig.sim, tsc, &mut |_| {});
+        assert!(
+            sum.spurious && sum.late,
+            "{cpu:?}: one more within min(2, active)"
+        );
+        let sum = d.handle_pmi(&mut rig.sim, tsc, &mut |_| {});
+        assert!(sum.spurious && !sum.late, "{cpu:?}: beyond the allowance");
+        d.configure(&mut rig.sim, &evs, None).unwrap();
+        let sum = d.handle_pmi(&mut rig.sim, tsc, &mut |_| {});
+        assert!(sum.spurious && !sum.late, "{cpu:?}: no PMI handled yet");
     }
 }
 
@@ -1226,6 +1434,8 @@ fn sim_clock_carries_real_ips_registers_branches_and_memory() {
                             format: PebsFormat::Adaptive(5),
                             mem: MemKind::Load,
                             split_latency: true,
+                            data_source: pebs::DataSource::Skl { pmem: true },
+                            pebs_trap: true,
                         };
                         let r = pebs::decode(bytes, &cfg).unwrap();
                         let stack = slbr::to_stack(LbrFormat::Arch, &r.lbr().collect::<Vec<_>>());
@@ -1259,6 +1469,8 @@ fn trap_like_pebs_ip_is_fixed_up_with_lbr_entry_zero() {
     // Sandy Bridge-like: PEBS format 1 (trap-like IP), LBR format 3, 16 deep.
     let cpu = SimCpu::Intel {
         model: 0x2A,
+        stepping: 1,
+        hybrid: None,
         version: 3,
         gp: 4,
         fixed: 3,
@@ -1266,6 +1478,7 @@ fn trap_like_pebs_ip_is_fixed_up_with_lbr_entry_zero() {
         fixed_width: 48,
         pebs_format: Some(1),
         pebs_baseline: false,
+        pebs_trap: true,
         full_width: false,
         split_latency: false,
         lbr: SimLbr::Legacy {
@@ -1355,6 +1568,243 @@ fn trap_like_pebs_ip_is_fixed_up_with_lbr_entry_zero() {
     );
 }
 
+/// A Sandy Bridge-like CPU with PEBS format `format`, trap-like assists
+/// when `trap`.
+fn snb_with_trap(format: u8, trap: bool) -> SimCpu {
+    match SimCpu::from_row(models::intel_row(0x2A).unwrap()) {
+        SimCpu::Intel {
+            model,
+            stepping,
+            hybrid,
+            version,
+            gp,
+            fixed,
+            gp_width,
+            fixed_width,
+            full_width,
+            split_latency,
+            lbr,
+            ..
+        } => SimCpu::Intel {
+            model,
+            stepping,
+            hybrid,
+            version,
+            gp,
+            fixed,
+            gp_width,
+            fixed_width,
+            pebs_format: Some(format),
+            pebs_baseline: false,
+            pebs_trap: trap,
+            full_width,
+            split_latency,
+            lbr,
+        },
+        other => other,
+    }
+}
+
+#[test]
+fn pebs_trap_bit_decides_the_ip_fixup() {
+    // (format, PERF_CAPABILITIES[6], record IP is the eventing IP, needs fixup)
+    for (format, trap, eventing, fixup) in [
+        (1, true, false, true),
+        (1, false, true, false),
+        (0, false, true, false),
+        (2, true, true, false),
+        (2, false, true, false),
+    ] {
+        let mut rig = Rig::new(snb_with_trap(format, trap));
+        let info = rig.info();
+        assert_eq!(info.pebs_trap(), trap);
+        assert_eq!(
+            info.pebs_ip_needs_fixup(),
+            fixup,
+            "format {format} trap {trap}"
+        );
+        let mut d = rig
+            .intel(
+                &[precise(EventKind::Instructions, 100)],
+                IntelOptions::default(),
+            )
+            .unwrap();
+        rig.run_intel(&mut d, (0..1000).map(step));
+        assert_eq!(rig.seen.len(), 10);
+        let cfg = DecodeConfig {
+            pebs_trap: info.pebs_trap(),
+            ..decode_cfg(format, MemKind::None, false)
+        };
+        for (k, s) in rig.seen.iter().enumerate() {
+            let r = pebs::decode(s.pebs.as_ref().unwrap(), &cfg).unwrap();
+            let expect = step(100 * k as u64 + 99);
+            let ip = if eventing { expect.ip } else { expect.next_ip };
+            assert_eq!(
+                (r.ip, r.precise, r.needs_fixup),
+                (ip, eventing, fixup),
+                "format {format} trap {trap}"
+            );
+        }
+    }
+}
+
+/// The typical CPU of the row of `model`, at `stepping`, reporting `model`.
+fn row_cpu(model: u8, stepping: u8) -> SimCpu {
+    match SimCpu::from_row(models::intel_row(model).unwrap()) {
+        SimCpu::Intel {
+            hybrid,
+            version,
+            gp,
+            fixed,
+            gp_width,
+            fixed_width,
+            pebs_format,
+            pebs_baseline,
+            pebs_trap,
+            full_width,
+            split_latency,
+            lbr,
+            ..
+        } => SimCpu::Intel {
+            model,
+            stepping,
+            hybrid,
+            version,
+            gp,
+            fixed,
+            gp_width,
+            fixed_width,
+            pebs_format,
+            pebs_baseline,
+            pebs_trap,
+            full_width,
+            split_latency,
+            lbr,
+        },
+        other => other,
+    }
+}
+
+#[test]
+fn atom_bonnell_before_stepping_10_has_no_lbr() {
+    let lbr_opts = IntelOptions {
+        lbr: Some(LbrConfig::default()),
+        ..Default::default()
+    };
+    // Bonnell (model 28) before stepping 10: the LBR cannot freeze on a
+    // PMI. Detection reports none and the driver refuses branch stacks.
+    for stepping in [0, 2, 9] {
+        let mut rig = Rig::new(row_cpu(0x1C, stepping));
+        let info = rig.info();
+        assert_eq!(info.stepping, stepping);
+        assert_eq!(info.lbr, LbrKind::None, "stepping {stepping}");
+        assert_eq!(
+            rig.intel(&[ev(EventKind::Instructions, 100)], lbr_opts)
+                .err(),
+            Some(PmuError::LbrUnavailable)
+        );
+        assert_eq!(rig.sim.stats.gp_faults(), 0);
+    }
+    // From stepping 10 on, and on the other Bonnell / Saltwell models,
+    // the 8-entry LBR works and freezes on PMI.
+    for (model, stepping) in [(0x1C, 10), (0x1C, 12), (0x26, 1), (0x36, 1)] {
+        let mut rig = Rig::new(row_cpu(model, stepping));
+        let info = rig.info();
+        assert!(
+            matches!(info.lbr, LbrKind::Legacy { depth: 8, .. }),
+            "model {model:#x} stepping {stepping}: {:?}",
+            info.lbr
+        );
+        let mut d = rig
+            .intel(&[ev(EventKind::Instructions, 100)], lbr_opts)
+            .unwrap();
+        rig.run_intel(&mut d, (0..300).map(step));
+        assert_eq!(rig.seen.len(), 3);
+        // The stack is the one at the overflow: frozen by the PMI.
+        for (k, s) in rig.seen.iter().enumerate() {
+            let i = 100 * k as u64 + 99;
+            assert_eq!(s.lbr[0].from & 0xFFFF_FFFF, step(i).ip, "{model:#x}");
+        }
+        assert_eq!(rig.sim.stats.gp_faults(), 0);
+    }
+}
+
+#[test]
+fn hybrid_parts_use_the_row_of_the_boot_cpus_core_type() {
+    use models::CoreType;
+    let e_row = models::intel_row_for_core(0x97, true, Some(CoreType::Atom)).unwrap();
+    let p_row = models::intel_row_for_core(0x97, true, Some(CoreType::Core)).unwrap();
+    assert_ne!(e_row.name, p_row.name);
+    for (row, t) in [(e_row, CoreType::Atom), (p_row, CoreType::Core)] {
+        let mut rig = Rig::new(SimCpu::from_row(row));
+        let info = rig.info();
+        assert!(info.hybrid, "{}", row.name);
+        assert_eq!(info.core_type, Some(t));
+        assert_eq!(info.row().name, row.name);
+        let mut d = rig
+            .intel(&[precise(EventKind::MemLoads, 10)], IntelOptions::default())
+            .unwrap();
+        // The core type's load-latency event, on a counter it allows, with
+        // the auxiliary event only on the P-cores.
+        let Some(Counter::Gp(c)) = d.counter_of(0) else {
+            panic!("{}: mem-loads not on a GP counter", row.name)
+        };
+        let sel = rig.sim.read(addr::IA32_PERFEVTSEL0 + u32::from(c)) & 0xFFFF;
+        assert_eq!(Some(sel as u16), row.ld_lat_event, "{}", row.name);
+        assert_ne!(row.pebs_counters(sel) & (1 << c), 0, "{}", row.name);
+        let aux = (0..u32::from(info.gp_counters)).any(|k| {
+            rig.sim.read(addr::IA32_PERFEVTSEL0 + k) & 0xFFFF
+                == u64::from(models::MEM_LOADS_AUX_EVENT)
+        });
+        assert_eq!(aux, t == CoreType::Core, "{}", row.name);
+        // Records arrive, and their data source reads with the core
+        // type's table: on the E-cores bit 4 is the lock bit.
+        rig.run_intel(
+            &mut d,
+            (0..100).map(|i| {
+                let mut s = step(i);
+                if let Some(m) = s.mem.as_mut() {
+                    m.dse = 0x1 | 1 << 4;
+                }
+                s
+            }),
+        );
+        assert_eq!(rig.total.pebs_records, 10, "{}", row.name);
+        assert_eq!(rig.sim.stats.pebs_no_assist, 0, "{}", row.name);
+        assert_eq!(
+            rig.sim.stats.gp_faults(),
+            0,
+            "{}: {:?}",
+            row.name,
+            rig.sim.stats
+        );
+        let cfg = DecodeConfig {
+            format: PebsFormat::Adaptive(5),
+            mem: MemKind::Load,
+            split_latency: true,
+            data_source: info.pebs_data_source(),
+            pebs_trap: info.pebs_trap(),
+        };
+        let m = pebs::decode(rig.seen[0].pebs.as_ref().unwrap(), &cfg)
+            .unwrap()
+            .mem
+            .unwrap();
+        let locked = (m.data_src >> pebs::mem::LOCK_SHIFT) & 3 == pebs::mem::LOCK_LOCKED;
+        assert_eq!(locked, t == CoreType::Atom, "{}", row.name);
+    }
+    // An unknown core type on a hybrid part: no row (architectural only);
+    // a hybrid model without the hybrid bit (E-cores off): the P-cores'.
+    assert_eq!(models::intel_row_for_core(0x97, true, None), None);
+    assert_eq!(
+        models::intel_row_for_core(0x9A, false, None).map(|r| r.name),
+        Some(p_row.name)
+    );
+    assert_eq!(
+        models::row_for_core(true, 6, 0x97, true, None).name,
+        models::UNKNOWN_MODEL.name
+    );
+}
+
 #[test]
 fn adaptive_pebs_on_fixed_counters() {
     let mut rig = Rig::new(SimCpu::sapphire_rapids());
@@ -1408,6 +1858,7 @@ fn start_up_check_through_the_vendor_neutral_driver() {
         SimCpu::skylake(),
         SimCpu::zen4(),
         SimCpu::Amd {
+            family: 0x10,
             ext: false,
             v2: false,
             lbr_depth: 0,
@@ -1646,6 +2097,8 @@ fn cycles_precise_before_ice_lake_uses_a_pebs_capable_alias() {
 fn sandy_bridge() -> SimCpu {
     SimCpu::Intel {
         model: 0x2A,
+        stepping: 1,
+        hybrid: None,
         version: 3,
         gp: 4,
         fixed: 3,
@@ -1653,6 +2106,7 @@ fn sandy_bridge() -> SimCpu {
         fixed_width: 48,
         pebs_format: Some(1),
         pebs_baseline: false,
+        pebs_trap: true,
         full_width: false,
         split_latency: false,
         lbr: SimLbr::Legacy {
@@ -2085,6 +2539,8 @@ fn sim_clock_yields_pebs_samples_on_skylake_ice_lake_and_sapphire_rapids() {
                         format,
                         mem: MemKind::Load,
                         split_latency: info.pebs_format.is_some_and(|f| f >= 5),
+                        data_source: info.pebs_data_source(),
+                        pebs_trap: info.pebs_trap(),
                     };
                     let r = pebs::decode(ov.pebs.unwrap(), &cfg).unwrap();
                     assert!(r.mem.is_some());
@@ -2125,6 +2581,7 @@ fn legacy_lbr_format_0_packs_source_and_target_in_from() {
 #[test]
 fn amd_lbr_ext_v2_needs_perfmon_v2() {
     let info = detect(&mut SimPmu::new(SimCpu::Amd {
+        family: 0x19,
         ext: true,
         v2: false,
         lbr_depth: 16,
@@ -2208,6 +2665,7 @@ fn periods_below_the_model_minimum_are_raised() {
 fn amd_cache_events_before_and_from_zen() {
     for cpu in [
         SimCpu::Amd {
+            family: 0x10,
             ext: false,
             v2: false,
             lbr_depth: 0,

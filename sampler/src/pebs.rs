@@ -266,6 +266,12 @@ pub struct DecodeConfig {
     /// The meminfo latency word is split into instruction and cache latency
     /// (Alder Lake / Sapphire Rapids and later).
     pub split_latency: bool,
+    /// How the model's load data-source field reads (from the model table).
+    pub data_source: DataSource,
+    /// PEBS assists are trap-like (PERF_CAPABILITIES\[6\]): the IP of a
+    /// format 0 or 1 record is the instruction after the eventing one.
+    /// Without it they are fault-like and that IP is the eventing one.
+    pub pebs_trap: bool,
 }
 
 /// A decoded PEBS record.
@@ -274,8 +280,14 @@ pub struct PebsRecord<'a> {
     /// Sample IP: the eventing IP where the format has it, else the record's
     /// (trap-like, next-instruction) IP; see [`fixup_ip`].
     pub ip: u64,
-    /// `ip` is the eventing IP (format 2+).
+    /// `ip` is the eventing IP: format 2+ (the eventing-IP field), or
+    /// formats 0 and 1 with fault-like assists.
     pub precise: bool,
+    /// `ip` is the trap-like next-instruction IP of a format 0 or 1 record:
+    /// recover the eventing IP with [`fixup_ip`] (Linux
+    /// `intel_pmu_pebs_fixup_ip`, which returns at once for fault-like
+    /// assists).
+    pub needs_fixup: bool,
     /// GPRs in perf order (valid under [`PEBS_REGS_MASK`]); `None` when the
     /// record has no GPRs (adaptive without the GPR group).
     pub regs: Option<RegFile>,
@@ -356,9 +368,13 @@ pub fn decode<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord<'a>,
             let size = fixed.fixed_size().unwrap_or(0);
             need(bytes, size)?;
             let regs = gprs(bytes, 0, &PEBS_LEGACY_GPR_ORDER);
+            // Formats 0 and 1 have only the assist's IP: the next
+            // instruction's for trap-like assists, the eventing one's for
+            // fault-like ones (PERF_CAPABILITIES[6] clear).
             let mut rec = PebsRecord {
                 ip: regs.get(Reg::Ip),
-                precise: false,
+                precise: !cfg.pebs_trap,
+                needs_fixup: cfg.pebs_trap,
                 regs: Some(regs),
                 tsc: None,
                 applicable: 0,
@@ -375,11 +391,13 @@ pub fn decode<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord<'a>,
                         addr: rd(bytes, 152),
                         weight: rd(bytes, 168),
                         ins_lat: 0,
-                        data_src: data_src(cfg.mem, dse),
+                        data_src: data_src(cfg.data_source, cfg.mem, dse),
                     });
                 }
             }
             if matches!(fixed, PebsFormat::Hsw | PebsFormat::Skl) {
+                // The eventing-IP field: no fix-up from format 2 on.
+                rec.needs_fixup = false;
                 let real_ip = rd(bytes, 176);
                 if real_ip != 0 {
                     rec.ip = real_ip;
@@ -407,6 +425,7 @@ fn decode_adaptive<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord
     let mut rec = PebsRecord {
         ip: rd(bytes, 8),
         precise: true,
+        needs_fixup: false,
         regs: None,
         tsc: Some(rd(bytes, 24)),
         applicable: rd(bytes, 16),
@@ -428,7 +447,7 @@ fn decode_adaptive<'a>(bytes: &'a [u8], cfg: &DecodeConfig) -> Result<PebsRecord
                 addr: rd(bytes, off),
                 weight,
                 ins_lat: ins_lat as u16,
-                data_src: data_src(cfg.mem, rd(bytes, off + 8)),
+                data_src: data_src(cfg.data_source, cfg.mem, rd(bytes, off + 8)),
             });
         }
         off += size_of::<AdaptiveMemInfo>();
@@ -512,14 +531,81 @@ pub mod mem {
     pub const TLB_L1: u64 = 0x08;
     /// L2 (second-level TLB).
     pub const TLB_L2: u64 = 0x10;
+    /// TLB not available.
+    pub const TLB_NA: u64 = 0x01;
+    /// Lock not available.
+    pub const LOCK_NA: u64 = 0x01;
+    /// mem_lvl_num shift.
+    pub const LVLNUM_SHIFT: u32 = 33;
+    /// L1.
+    pub const LVLNUM_L1: u64 = 0x01;
+    /// L2.
+    pub const LVLNUM_L2: u64 = 0x02;
+    /// L3.
+    pub const LVLNUM_L3: u64 = 0x03;
+    /// L4.
+    pub const LVLNUM_L4: u64 = 0x04;
+    /// Any cache.
+    pub const LVLNUM_ANY_CACHE: u64 = 0x0B;
+    /// Line fill buffer.
+    pub const LVLNUM_LFB: u64 = 0x0C;
+    /// RAM.
+    pub const LVLNUM_RAM: u64 = 0x0D;
+    /// Persistent memory.
+    pub const LVLNUM_PMEM: u64 = 0x0E;
+    /// Not available.
+    pub const LVLNUM_NA: u64 = 0x0F;
+    /// mem_remote shift.
+    pub const REMOTE_SHIFT: u32 = 37;
+    /// mem_snoopx shift.
+    pub const SNOOPX_SHIFT: u32 = 38;
+    /// Forwarded from another core's cache.
+    pub const SNOOPX_FWD: u64 = 0x01;
 }
 
-/// Translate an Intel data-source encoding (SDM "Data Source Encoding for
-/// Load Latency Record"; bit 4 STLB miss and bit 5 lock on Haswell and later)
-/// into perf's `perf_mem_data_src`.
-pub fn data_src(kind: MemKind, dse: u64) -> u64 {
+/// A model's reading of the load data-source field (DSE) of PEBS records:
+/// the table from DSE\[3:0\] to perf's memory-hierarchy fields, and where the
+/// TLB and lock bits are. Linux keeps one base table (`pebs_data_source`,
+/// arch/x86/events/intel/ds.c) and patches it per model in
+/// `intel_pmu_init`; the model table of the CPU crate names the variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataSource {
+    /// Sandy Bridge to Broadwell, and any model without a table of its own:
+    /// the base table (SDM vol. 3 "Data Source Encoding for Load Latency
+    /// Record"), STLB miss in bit 4, lock in bit 5.
+    #[default]
+    Snb,
+    /// Nehalem (`intel_pmu_pebs_data_source_nhm`): 0x05 is an L3 hit with a
+    /// snoop hit, 0x06 and 0x07 snoop HITM; the record has no TLB or lock
+    /// bits (Linux `pebs_no_tlb`): both read as not available.
+    Nhm,
+    /// Westmere: the Nehalem table, with TLB and lock bits.
+    Wsm,
+    /// Skylake and later big cores (`intel_pmu_pebs_data_source_skl`):
+    /// 0x08/0x09 local/remote L4 (persistent memory on the server parts
+    /// with `pmem`: Skylake-X, Ice Lake-X/D, Sapphire Rapids), 0x0B remote
+    /// RAM, 0x0C remote cache forward, 0x0D remote cache HITM.
+    Skl {
+        /// 0x08/0x09 are persistent memory, not L4.
+        pmem: bool,
+    },
+    /// Gracemont E-cores of Alder / Raptor Lake
+    /// (`intel_pmu_pebs_data_source_grt`, `adl_latency_data_small`): 0x05 L3
+    /// snoop hit, 0x06 L3 snoop HITM, 0x08 L3 forwarded; bit 4 is the lock
+    /// bit and bit 5 the STLB miss (swapped against the big cores).
+    Grt,
+}
+
+/// Translate an Intel data-source encoding `dse` read with the model's
+/// `table` (SDM "Data Source Encoding for Load Latency Record"; see
+/// [`DataSource`]) into perf's `perf_mem_data_src`.
+pub fn data_src(table: DataSource, kind: MemKind, dse: u64) -> u64 {
     use mem::*;
-    let (op, lvl, snoop) = match kind {
+    let (stlb_miss, locked) = match table {
+        DataSource::Grt => (dse & (1 << 5) != 0, dse & (1 << 4) != 0),
+        _ => (dse & (1 << 4) != 0, dse & (1 << 5) != 0),
+    };
+    let base = match kind {
         MemKind::None => return 0,
         MemKind::Store => {
             // Stores report only L1 hit (bit 0) or miss.
@@ -528,44 +614,92 @@ pub fn data_src(kind: MemKind, dse: u64) -> u64 {
             } else {
                 LVL_L1 | LVL_MISS
             };
-            (OP_STORE, lvl, SNOOP_NA)
+            OP_STORE << OP_SHIFT | lvl << LVL_SHIFT | SNOOP_NA << SNOOP_SHIFT
         }
-        MemKind::Load => {
-            let (lvl, snoop) = match dse & 0xF {
-                0x0 => (LVL_L3 | LVL_MISS, SNOOP_NA),
-                0x1 => (LVL_L1 | LVL_HIT, SNOOP_NONE),
-                0x2 => (LVL_LFB | LVL_HIT, SNOOP_NONE),
-                0x3 => (LVL_L2 | LVL_HIT, SNOOP_NONE),
-                0x4 => (LVL_L3 | LVL_HIT, SNOOP_NONE),
-                0x5 => (LVL_L3 | LVL_HIT, SNOOP_MISS),
-                0x6 => (LVL_L3 | LVL_HIT, SNOOP_HIT),
-                0x7 => (LVL_L3 | LVL_HIT, SNOOP_HITM),
-                0x8 => (LVL_REM_CCE1 | LVL_HIT, SNOOP_HIT),
-                0x9 => (LVL_REM_CCE1 | LVL_HIT, SNOOP_HITM),
-                0xA => (LVL_LOC_RAM | LVL_HIT, SNOOP_HIT),
-                0xB => (LVL_REM_RAM1 | LVL_HIT, SNOOP_HIT),
-                0xC => (LVL_LOC_RAM | LVL_HIT, SNOOP_NONE),
-                0xD => (LVL_REM_RAM1 | LVL_HIT, SNOOP_NONE),
-                0xE => (LVL_IO | LVL_HIT, SNOOP_NONE),
-                _ => (LVL_UNC | LVL_HIT, SNOOP_NONE),
-            };
-            (OP_LOAD, lvl, snoop)
-        }
+        MemKind::Load => load_source(table, (dse & 0xF) as u8),
     };
+    if table == DataSource::Nhm {
+        return base | TLB_NA << TLB_SHIFT | LOCK_NA << LOCK_SHIFT;
+    }
     // An STLB miss missed both levels; otherwise the access hit in the
     // L1 or L2 TLB, which the encoding does not tell apart (Linux reports
     // HIT | L1 | L2).
-    let tlb = if dse & (1 << 4) != 0 {
+    let tlb = if stlb_miss {
         TLB_L2 | TLB_MISS
     } else {
         TLB_HIT | TLB_L1 | TLB_L2
     };
-    let lock = if dse & (1 << 5) != 0 {
-        LOCK_LOCKED
-    } else {
-        0x01
-    };
-    op << OP_SHIFT | lvl << LVL_SHIFT | snoop << SNOOP_SHIFT | lock << LOCK_SHIFT | tlb << TLB_SHIFT
+    let lock = if locked { LOCK_LOCKED } else { LOCK_NA };
+    base | lock << LOCK_SHIFT | tlb << TLB_SHIFT
+}
+
+/// One load entry of a data-source table: op, mem_lvl, mem_lvl_num,
+/// mem_remote, mem_snoop and mem_snoopx, each in its field.
+const fn src(lvl: u64, lvl_num: u64, remote: bool, snoop: u64, snoopx: u64) -> u64 {
+    use mem::*;
+    OP_LOAD << OP_SHIFT
+        | lvl << LVL_SHIFT
+        | lvl_num << LVLNUM_SHIFT
+        | (remote as u64) << REMOTE_SHIFT
+        | snoop << SNOOP_SHIFT
+        | snoopx << SNOOPX_SHIFT
+}
+
+/// The load entry for DSE\[3:0\] = `code` in `table` (Linux
+/// `pebs_data_source` and its per-model patches, arch/x86/events/intel/ds.c).
+fn load_source(table: DataSource, code: u8) -> u64 {
+    use mem::*;
+    const HIT: u64 = LVL_HIT;
+    match (table, code) {
+        // Nehalem / Westmere (`intel_pmu_pebs_data_source_nhm`), Gracemont
+        // (`intel_pmu_pebs_data_source_grt`) for 0x05 and 0x06.
+        (DataSource::Nhm | DataSource::Wsm | DataSource::Grt, 0x5) => {
+            src(LVL_L3 | HIT, LVLNUM_L3, false, SNOOP_HIT, 0)
+        }
+        (DataSource::Nhm | DataSource::Wsm | DataSource::Grt, 0x6)
+        | (DataSource::Nhm | DataSource::Wsm, 0x7) => {
+            src(LVL_L3 | HIT, LVLNUM_L3, false, SNOOP_HITM, 0)
+        }
+        (DataSource::Grt, 0x8) => src(LVL_L3 | HIT, LVLNUM_L3, false, 0, SNOOPX_FWD),
+        // Skylake and later (`intel_pmu_pebs_data_source_skl`).
+        (DataSource::Skl { pmem }, 0x8 | 0x9) => {
+            let num = if pmem { LVLNUM_PMEM } else { LVLNUM_L4 };
+            src(HIT, num, code == 0x9, SNOOP_HIT, 0)
+        }
+        (DataSource::Skl { .. }, 0xB) => src(HIT, LVLNUM_RAM, true, SNOOP_NONE, 0),
+        (DataSource::Skl { .. }, 0xC) => src(HIT, LVLNUM_ANY_CACHE, true, 0, SNOOPX_FWD),
+        (DataSource::Skl { .. }, 0xD) => src(HIT, LVLNUM_ANY_CACHE, true, SNOOP_HITM, 0),
+        // The base table (Sandy Bridge and later; SDM "Data Source Encoding
+        // for Load Latency Record").
+        (_, 0x0) => src(LVL_MISS, LVLNUM_L3, false, SNOOP_NA, 0),
+        (_, 0x1) => src(LVL_L1 | HIT, LVLNUM_L1, false, SNOOP_NONE, 0),
+        (_, 0x2) => src(LVL_LFB | HIT, LVLNUM_LFB, false, SNOOP_NONE, 0),
+        (_, 0x3) => src(LVL_L2 | HIT, LVLNUM_L2, false, SNOOP_NONE, 0),
+        (_, 0x4) => src(LVL_L3 | HIT, LVLNUM_L3, false, SNOOP_NONE, 0),
+        (_, 0x5) => src(LVL_L3 | HIT, LVLNUM_L3, false, SNOOP_MISS, 0),
+        (_, 0x6) => src(LVL_L3 | HIT, LVLNUM_L3, false, SNOOP_HIT, 0),
+        (_, 0x7) => src(LVL_L3 | HIT, LVLNUM_L3, false, SNOOP_HITM, 0),
+        (_, 0x8) => src(LVL_REM_CCE1 | HIT, LVLNUM_L3, true, SNOOP_HIT, 0),
+        (_, 0x9) => src(LVL_REM_CCE1 | HIT, LVLNUM_L3, true, SNOOP_HITM, 0),
+        (_, 0xA) => src(LVL_LOC_RAM | HIT, LVLNUM_RAM, false, SNOOP_HIT, 0),
+        (_, 0xB) => src(LVL_REM_RAM1 | HIT, LVLNUM_L3, true, SNOOP_HIT, 0),
+        (_, 0xC) => src(
+            LVL_LOC_RAM | HIT,
+            LVLNUM_RAM,
+            false,
+            SNOOP_NONE | SNOOP_MISS,
+            0,
+        ),
+        (_, 0xD) => src(
+            LVL_REM_RAM1 | HIT,
+            LVLNUM_RAM,
+            true,
+            SNOOP_NONE | SNOOP_MISS,
+            0,
+        ),
+        (_, 0xE) => src(LVL_IO | HIT, LVLNUM_NA, false, SNOOP_NONE, 0),
+        _ => src(LVL_UNC | HIT, LVLNUM_NA, false, SNOOP_NONE, 0),
+    }
 }
 
 /// Why the pre-Haswell IP fixup gave up.
@@ -729,6 +863,8 @@ mod tests {
                 format,
                 mem: MemKind::Load,
                 split_latency: false,
+                data_source: DataSource::Snb,
+                pebs_trap: true,
             };
             let r = decode(&bytes[..size], &cfg).unwrap();
             let regs = r.regs.unwrap();
@@ -759,6 +895,27 @@ mod tests {
     }
 
     #[test]
+    fn trap_bit_decides_precise_and_fixup_of_fixed_formats() {
+        for format in [PebsFormat::Core, PebsFormat::Nhm, PebsFormat::Hsw] {
+            let bytes = fixed_record(format);
+            let size = format.fixed_size().unwrap();
+            for trap in [false, true] {
+                let cfg = DecodeConfig {
+                    format,
+                    mem: MemKind::None,
+                    split_latency: false,
+                    data_source: DataSource::Snb,
+                    pebs_trap: trap,
+                };
+                let r = decode(&bytes[..size], &cfg).unwrap();
+                let old = matches!(format, PebsFormat::Core | PebsFormat::Nhm);
+                assert_eq!(r.precise, !old || !trap, "{format:?} trap {trap}");
+                assert_eq!(r.needs_fixup, old && trap, "{format:?} trap {trap}");
+            }
+        }
+    }
+
+    #[test]
     fn adaptive_groups_decode_in_order() {
         let cfg_bits =
             data_cfg::MEMINFO | data_cfg::GPRS | data_cfg::XMMS | data_cfg::LBRS | (1 << 24);
@@ -785,6 +942,8 @@ mod tests {
             format: PebsFormat::Adaptive(5),
             mem: MemKind::Load,
             split_latency: true,
+            data_source: DataSource::Snb,
+            pebs_trap: true,
         };
         let r = decode(&b[..size], &cfg).unwrap();
         assert_eq!(
@@ -823,6 +982,8 @@ mod tests {
             format: PebsFormat::Adaptive(4),
             mem: MemKind::None,
             split_latency: false,
+            data_source: DataSource::Snb,
+            pebs_trap: true,
         };
         assert_eq!(
             decode(&b, &cfg).unwrap_err(),
@@ -841,10 +1002,11 @@ mod tests {
 
     #[test]
     fn data_source_encodings() {
-        let l1 = data_src(MemKind::Load, 0x1);
+        let snb = DataSource::Snb;
+        let l1 = data_src(snb, MemKind::Load, 0x1);
         assert_eq!(l1 & 0x1F, mem::OP_LOAD);
         assert_eq!((l1 >> mem::LVL_SHIFT) & 0x3FFF, mem::LVL_L1 | mem::LVL_HIT);
-        let ram = data_src(MemKind::Load, 0xC | (1 << 4) | (1 << 5));
+        let ram = data_src(snb, MemKind::Load, 0xC | (1 << 4) | (1 << 5));
         assert_eq!(
             (ram >> mem::LVL_SHIFT) & 0x3FFF,
             mem::LVL_LOC_RAM | mem::LVL_HIT
@@ -856,10 +1018,96 @@ mod tests {
             "a TLB hit is a hit in L1 or L2"
         );
         assert_eq!((ram >> mem::LOCK_SHIFT) & 0x3, mem::LOCK_LOCKED);
-        let st = data_src(MemKind::Store, 0);
+        let st = data_src(snb, MemKind::Store, 0);
         assert_eq!(st & 0x1F, mem::OP_STORE);
         assert_eq!((st >> mem::LVL_SHIFT) & 0x3FFF, mem::LVL_L1 | mem::LVL_MISS);
-        assert_eq!(data_src(MemKind::None, 0x1), 0);
+        assert_eq!(data_src(snb, MemKind::None, 0x1), 0);
+    }
+
+    fn lvl(v: u64) -> u64 {
+        (v >> mem::LVL_SHIFT) & 0x3FFF
+    }
+    fn snoop(v: u64) -> u64 {
+        (v >> mem::SNOOP_SHIFT) & 0x1F
+    }
+    fn lvl_num(v: u64) -> u64 {
+        (v >> mem::LVLNUM_SHIFT) & 0xF
+    }
+    fn remote(v: u64) -> bool {
+        (v >> mem::REMOTE_SHIFT) & 1 != 0
+    }
+    fn snoopx(v: u64) -> u64 {
+        (v >> mem::SNOOPX_SHIFT) & 0x3
+    }
+
+    #[test]
+    fn data_source_tables_differ_per_model() {
+        use mem::*;
+        let ld = |t: DataSource, dse: u64| data_src(t, MemKind::Load, dse);
+        // Base table: 0x05-0x07 are L3 hits with snoop miss / hit / HITM;
+        // 0x08 a remote-cache hit.
+        assert_eq!(snoop(ld(DataSource::Snb, 0x5)), SNOOP_MISS);
+        assert_eq!(snoop(ld(DataSource::Snb, 0x6)), SNOOP_HIT);
+        assert_eq!(snoop(ld(DataSource::Snb, 0x7)), SNOOP_HITM);
+        assert_eq!(lvl(ld(DataSource::Snb, 0x8)), LVL_REM_CCE1 | LVL_HIT);
+        assert!(remote(ld(DataSource::Snb, 0x8)));
+        assert_eq!(lvl_num(ld(DataSource::Snb, 0x8)), LVLNUM_L3);
+        assert_eq!(lvl_num(ld(DataSource::Snb, 0x1)), LVLNUM_L1);
+        assert_eq!(lvl_num(ld(DataSource::Snb, 0x2)), LVLNUM_LFB);
+        assert_eq!(lvl_num(ld(DataSource::Snb, 0xA)), LVLNUM_RAM);
+        assert_eq!(snoop(ld(DataSource::Snb, 0xC)), SNOOP_NONE | SNOOP_MISS);
+        assert_eq!(lvl_num(ld(DataSource::Snb, 0xE)), LVLNUM_NA);
+        // 0x00: unknown L3 miss.
+        assert_eq!(lvl(ld(DataSource::Snb, 0x0)), LVL_MISS);
+        assert_eq!(lvl_num(ld(DataSource::Snb, 0x0)), LVLNUM_L3);
+        // Nehalem / Westmere: 0x05 snoop hit, 0x06 and 0x07 HITM.
+        for t in [DataSource::Nhm, DataSource::Wsm] {
+            assert_eq!(snoop(ld(t, 0x5)), SNOOP_HIT);
+            assert_eq!(snoop(ld(t, 0x6)), SNOOP_HITM);
+            assert_eq!(snoop(ld(t, 0x7)), SNOOP_HITM);
+            assert_eq!(lvl(ld(t, 0x5)), LVL_L3 | LVL_HIT);
+        }
+        assert_eq!(ld(DataSource::Wsm, 0x8), ld(DataSource::Snb, 0x8));
+        // Nehalem has no TLB or lock bits; Westmere has.
+        let nhm = ld(DataSource::Nhm, 0x1 | 1 << 4 | 1 << 5);
+        assert_eq!((nhm >> TLB_SHIFT) & 0x7F, TLB_NA);
+        assert_eq!((nhm >> LOCK_SHIFT) & 0x3, LOCK_NA);
+        let wsm = ld(DataSource::Wsm, 0x1 | 1 << 4 | 1 << 5);
+        assert_eq!((wsm >> TLB_SHIFT) & 0x7F, TLB_MISS | TLB_L2);
+        assert_eq!((wsm >> LOCK_SHIFT) & 0x3, LOCK_LOCKED);
+        // Skylake and later: 0x08/0x09 L4 (or PMEM), local and remote, no
+        // mem_lvl bit; 0x0B remote RAM; 0x0C/0x0D remote cache.
+        let skl = DataSource::Skl { pmem: false };
+        let skx = DataSource::Skl { pmem: true };
+        assert_eq!(lvl(ld(skl, 0x8)), LVL_HIT);
+        assert_eq!(lvl_num(ld(skl, 0x8)), LVLNUM_L4);
+        assert_eq!(lvl_num(ld(skx, 0x8)), LVLNUM_PMEM);
+        assert!(!remote(ld(skl, 0x8)) && remote(ld(skl, 0x9)));
+        assert_eq!(snoop(ld(skl, 0x9)), SNOOP_HIT);
+        assert_eq!(lvl_num(ld(skl, 0xB)), LVLNUM_RAM);
+        assert!(remote(ld(skl, 0xB)));
+        assert_eq!(snoop(ld(skl, 0xB)), SNOOP_NONE);
+        assert_eq!(lvl_num(ld(skl, 0xC)), LVLNUM_ANY_CACHE);
+        assert_eq!(snoopx(ld(skl, 0xC)), SNOOPX_FWD);
+        assert_eq!(snoop(ld(skl, 0xD)), SNOOP_HITM);
+        // The rest is the base table.
+        for dse in [0x0, 0x1, 0x5, 0x7, 0xA, 0xE, 0xF] {
+            assert_eq!(ld(skl, dse), ld(DataSource::Snb, dse), "{dse:#x}");
+        }
+        // Gracemont: 0x05 snoop hit, 0x06 HITM, 0x08 L3 forwarded; lock in
+        // bit 4, STLB miss in bit 5.
+        let grt = DataSource::Grt;
+        assert_eq!(snoop(ld(grt, 0x5)), SNOOP_HIT);
+        assert_eq!(snoop(ld(grt, 0x6)), SNOOP_HITM);
+        assert_eq!(snoop(ld(grt, 0x7)), SNOOP_HITM);
+        assert_eq!(lvl(ld(grt, 0x8)), LVL_L3 | LVL_HIT);
+        assert_eq!(snoopx(ld(grt, 0x8)), SNOOPX_FWD);
+        let locked = ld(grt, 0x1 | 1 << 4);
+        assert_eq!((locked >> LOCK_SHIFT) & 0x3, LOCK_LOCKED);
+        assert_eq!((locked >> TLB_SHIFT) & 0x7F, TLB_HIT | TLB_L1 | TLB_L2);
+        let stlb = ld(grt, 0x1 | 1 << 5);
+        assert_eq!((stlb >> TLB_SHIFT) & 0x7F, TLB_MISS | TLB_L2);
+        assert_eq!((stlb >> LOCK_SHIFT) & 0x3, LOCK_NA);
     }
 
     // Code at 0x1000: mov eax,1 (5 bytes); add rax,rbx (3); nop (1); ret (1).

@@ -2,9 +2,12 @@
 //! extended set (PerfCtrExtCore, CTL/CTR interleaved from 0xC001_0200),
 //! PerfMonV2 global control and status, and LbrExtV2 branch stacks
 //! (AMD APM vol. 2 "Performance Monitoring Counters"; PPR for family 19h).
+//! Events go on counters they may use: family 15h restricts many events
+//! to some counters ([`super::models::AMD_F15H_CONSTRAINTS`]).
 
 use super::events::EventKind;
 use super::lbr::{LbrConfig, LbrDriver, LbrRawFormat, RawBranch};
+use super::models;
 use super::{
     Counter, EventConfig, FREQ_START_PERIOD, LVT_PMI_NMI, Overflow, PmiSummary, PmuError, PmuHw,
     SampleMode,
@@ -40,7 +43,15 @@ pub struct AmdPmu {
     n: usize,
     lbr: Option<LbrDriver>,
     lbr_on: bool,
+    /// NMIs without an overflow still claimed as late NMIs of the last
+    /// handled PMI.
+    late_allowance: u8,
 }
+
+/// Most late NMIs claimed after one handled PMI (Linux's first form of
+/// `amd_pmu_adjust_nmi_window`: `min(2, active counters)`; it now claims
+/// any unhandled NMI within 100 ms instead).
+pub const MAX_LATE_NMIS: u8 = 2;
 
 impl AmdPmu {
     /// A driver for the detected PMU.
@@ -54,6 +65,7 @@ impl AmdPmu {
             n: 0,
             lbr: LbrDriver::new(info.lbr),
             lbr_on: false,
+            late_allowance: 0,
         })
     }
 
@@ -97,6 +109,7 @@ impl AmdPmu {
     ) -> Result<(), PmuError> {
         self.stop(hw);
         self.slots = [None; MAX_COUNTERS];
+        self.late_allowance = 0;
         let ncount = usize::from(self.info.gp_counters).min(MAX_COUNTERS);
         for (i, ev) in events_in.iter().enumerate() {
             if i >= ncount {
@@ -133,7 +146,7 @@ impl AmdPmu {
                 | if ev.event.kernel { EVTSEL_OS } else { 0 };
             sel |= EVTSEL_INT | EVTSEL_EN;
             self.slots[i] = Some(Slot {
-                counter: i as u8,
+                counter: 0,
                 evtsel: sel,
                 period,
                 mode: ev.mode,
@@ -141,6 +154,7 @@ impl AmdPmu {
             });
         }
         self.n = events_in.len();
+        self.assign_counters(ncount)?;
         if self.info.amd_v2 {
             // Stale overflow and LbrFrz bits of an earlier user would read
             // as overflows at the first PMI (Linux amd_pmu_cpu_reset).
@@ -171,6 +185,37 @@ impl AmdPmu {
             self.lbr_on = true;
         }
         hw.write_lvt_pmi(LVT_PMI_NMI);
+        Ok(())
+    }
+
+    /// Put each event on a counter it may use (the model's constraints,
+    /// [`models::amd_counters`]), the most constrained events first, each on
+    /// its lowest free counter.
+    fn assign_counters(&mut self, ncount: usize) -> Result<(), PmuError> {
+        let present = (1u32 << ncount) - 1;
+        let family = self.info.family;
+        let allowed =
+            |s: &Option<Slot>| s.map_or(0, |s| models::amd_counters(family, s.evtsel) & present);
+        let mut order = [0usize; MAX_COUNTERS];
+        for (k, o) in order.iter_mut().enumerate() {
+            *o = k;
+        }
+        let order = &mut order[..self.n];
+        order.sort_unstable_by_key(|&i| (allowed(&self.slots[i]).count_ones(), i));
+        let mut used = 0u32;
+        for &i in order.iter() {
+            let free = allowed(&self.slots[i]) & !used;
+            if free == 0 {
+                self.slots = [None; MAX_COUNTERS];
+                self.n = 0;
+                return Err(PmuError::NoCounter { event: i });
+            }
+            let c = free.trailing_zeros();
+            used |= 1 << c;
+            if let Some(s) = self.slots[i].as_mut() {
+                s.counter = c as u8;
+            }
+        }
         Ok(())
     }
 
@@ -218,7 +263,9 @@ impl AmdPmu {
         Some(self.read_counter(hw, s.counter).wrapping_sub(start) & WIDTH)
     }
 
-    /// Handle a PMI: one `Overflow` per overflowed counter.
+    /// Handle a PMI: one `Overflow` per overflowed counter. An NMI with no
+    /// overflow is `spurious`; right after a handled PMI it is also `late`
+    /// (at most [`MAX_LATE_NMIS`], bounded by the counters in use).
     pub fn handle_pmi(
         &mut self,
         hw: &mut impl PmuHw,
@@ -284,6 +331,18 @@ impl AmdPmu {
             hw.write(addr::AMD_PERF_CNTR_GLOBAL_STATUS_CLR, status);
         }
         sum.spurious = sum.overflows == 0;
+        // Each overflow raises its own NMI, and one handled together with
+        // an earlier overflow arrives after that handler, finding nothing
+        // (Linux amd_pmu_adjust_nmi_window): a few such NMIs after a
+        // handled PMI are the PMU's, not unknown ones.
+        if sum.spurious {
+            if self.late_allowance > 0 {
+                self.late_allowance -= 1;
+                sum.late = true;
+            }
+        } else {
+            self.late_allowance = MAX_LATE_NMIS.min(self.n as u8);
+        }
         hw.write_lvt_pmi(LVT_PMI_NMI);
         self.start(hw);
         sum

@@ -116,7 +116,7 @@ impl IntelPmu {
         if info.vendor == Vendor::Amd || !info.has_pmu() {
             return Err(PmuError::NoPmu);
         }
-        let row = models::row_for(info.vendor == Vendor::Intel, info.family, info.model);
+        let row = info.row();
         Ok(IntelPmu {
             info: *info,
             row,

@@ -218,4 +218,9 @@ pub struct PmiSummary {
     pub pebs_lost: u32,
     /// The PMI found nothing to report (e.g. a late or shared NMI).
     pub spurious: bool,
+    /// A `spurious` NMI that the driver claims as a late NMI of a PMI it
+    /// already handled (AMD: an overflow handled in an earlier NMI still
+    /// raises its own; Linux `amd_pmu_adjust_nmi_window`): benign, not an
+    /// unknown NMI.
+    pub late: bool,
 }

@@ -15,6 +15,7 @@
 //! counts through CPUID and PERF_CAPABILITIES.
 
 use crate::msr::addr;
+pub use sampler::pebs::DataSource;
 
 /// How `cycles:p` is sampled where event 0x3C cannot trigger a PEBS assist:
 /// an event that counts every cycle and is PEBS-capable (Linux
@@ -111,6 +112,36 @@ pub enum ModelLbr {
     Arch(u8),
 }
 
+/// The core type of a CPU of a hybrid part (CPUID.1AH:EAX\[31:24\], SDM
+/// vol. 2A "CPUID: Native Model ID Enumeration Leaf"; the part sets
+/// CPUID.07H.0:EDX\[15\] "Hybrid").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoreType {
+    /// Intel Atom (20H): the E-cores.
+    Atom,
+    /// Intel Core (40H): the P-cores.
+    Core,
+}
+
+impl CoreType {
+    /// The core type of CPUID.1AH:EAX, `None` for an unknown type.
+    pub fn from_leaf_1a(eax: u32) -> Option<Self> {
+        match eax >> 24 {
+            0x20 => Some(CoreType::Atom),
+            0x40 => Some(CoreType::Core),
+            _ => None,
+        }
+    }
+
+    /// CPUID.1AH:EAX\[31:24\] of this core type.
+    pub fn leaf_1a_id(self) -> u32 {
+        match self {
+            CoreType::Atom => 0x20,
+            CoreType::Core => 0x40,
+        }
+    }
+}
+
 /// One row: the facts of a group of family-6 models.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IntelModel {
@@ -118,6 +149,10 @@ pub struct IntelModel {
     pub name: &'static str,
     /// CPUID display models (family 6).
     pub models: &'static [u8],
+    /// `None`: every CPU of the models. `Some(t)`: the PMU of the
+    /// core-type-`t` CPUs of a hybrid part, whose other core type has a row
+    /// of its own (Linux: one `x86_hybrid_pmu` per core type).
+    pub core_type: Option<CoreType>,
     /// Where the facts come from.
     pub source: &'static str,
     /// Typical perfmon version.
@@ -144,10 +179,18 @@ pub struct IntelModel {
     /// The load-latency event only assists when the auxiliary event 0x8203
     /// (`mem-loads-aux`) counts too (Linux `PMU_FL_MEM_LOADS_AUX`).
     pub mem_loads_aux: bool,
+    /// How the load data-source field of PEBS records reads (Linux
+    /// `pebs_data_source` as patched for the model in `intel_pmu_init`);
+    /// [`DataSource::Snb`] where the model has no load latency.
+    pub data_source: DataSource,
     /// `cycles:p` alias.
     pub cycles_alias: CyclesAlias,
     /// LBR facility.
     pub lbr: ModelLbr,
+    /// `(model, stepping)`: steppings of `model` below `stepping` have no
+    /// working LBR (it cannot freeze on a PMI): the model is treated as
+    /// having none.
+    pub lbr_min_stepping: &'static [(u8, u8)],
     /// LVT re-arm point in the PMI handler.
     pub ack: PmiAck,
     /// Smallest periods the model takes (Linux `*_limit_period`).
@@ -208,11 +251,121 @@ const fn legacy(format: u8, depth: u8, from: u32, to: u32, select: bool, cs: boo
 
 const ALL_GP: u32 = 0xFF;
 
+const NEHALEM: IntelModel = IntelModel {
+    name: "Nehalem",
+    models: &[0x1A, 0x1E, 0x1F, 0x2E],
+    core_type: None,
+    source: "SDM vol. 3 \"Nehalem\" load latency MEM_INST_RETIRED.LATENCY_ABOVE_THRESHOLD (0x100B) with MSR_PEBS_LD_LAT_THRESHOLD, LBR 16 at 0x680/0x6C0; Linux intel_nehalem_pebs_event_constraints, intel_nehalem_extra_regs, intel_pebs_aliases_core2; data source: intel_pmu_pebs_data_source_nhm and pebs_no_tlb",
+    version: 3,
+    gp: 4,
+    fixed: 3,
+    pebs_format: Some(1),
+    pebs_baseline: false,
+    pebs_quirks: PebsQuirks::NONE,
+    pebs_gp_mask: 0xF,
+    pebs_constraints: &[PebsConstraint {
+        event: 0x100B,
+        gp_mask: 0xF,
+    }],
+    ld_lat_event: Some(0x100B),
+    mem_loads_aux: false,
+    data_source: DataSource::Nhm,
+    cycles_alias: CyclesAlias::Core2,
+    lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
+    lbr_min_stepping: &[],
+    ack: PmiAck::Early,
+    min_periods: &[MinPeriod {
+        event: None,
+        ppp_only: false,
+        min: 32,
+    }],
+};
+
+const SKYLAKE: IntelModel = IntelModel {
+    name: "Skylake / Kaby Lake / Coffee Lake / Comet Lake (client)",
+    models: &[0x4E, 0x5E, 0x8E, 0x9E, 0xA5, 0xA6, 0x66],
+    core_type: None,
+    source: "SDM vol. 3 \"Skylake\" (PEBS format 3, LBR 32 with MSR_LBR_INFO); Linux intel_skl_pebs_event_constraints, intel_pebs_aliases_skl, intel_pmu_lbr_init_skl, late_ack; data source: intel_pmu_pebs_data_source_skl(false)",
+    version: 4,
+    gp: 4,
+    fixed: 3,
+    pebs_format: Some(3),
+    pebs_baseline: false,
+    pebs_quirks: PebsQuirks::NONE,
+    pebs_gp_mask: 0xF,
+    pebs_constraints: &[PebsConstraint {
+        event: 0x01C0,
+        gp_mask: 0x2,
+    }],
+    ld_lat_event: Some(0x01CD),
+    mem_loads_aux: false,
+    data_source: DataSource::Skl { pmem: false },
+    cycles_alias: CyclesAlias::Skl,
+    lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
+    lbr_min_stepping: &[],
+    ack: PmiAck::Late,
+    min_periods: &[],
+};
+
+const ICE_LAKE: IntelModel = IntelModel {
+    name: "Ice Lake / Tiger Lake / Rocket Lake (client)",
+    models: &[0x7D, 0x7E, 0x8C, 0x8D, 0xA7],
+    core_type: None,
+    source: "SDM vol. 3 \"Ice Lake\" adaptive PEBS format 4 with baseline (PEBS on all events and fixed counters, EVTSEL[34] / FIXED_CTR_CTRL[32+4n] adaptive bits), legacy LBR 32 with LBR_INFO; Linux intel_icl_pebs_event_constraints, intel_pmu_lbr_init_skl, late_ack; data source: intel_pmu_pebs_data_source_skl(false)",
+    version: 5,
+    gp: 8,
+    fixed: 4,
+    pebs_format: Some(4),
+    pebs_baseline: true,
+    pebs_quirks: PebsQuirks::NONE,
+    pebs_gp_mask: ALL_GP,
+    pebs_constraints: &[],
+    ld_lat_event: Some(0x01CD),
+    mem_loads_aux: false,
+    data_source: DataSource::Skl { pmem: false },
+    cycles_alias: CyclesAlias::None,
+    lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
+    lbr_min_stepping: &[],
+    ack: PmiAck::Late,
+    min_periods: &[],
+};
+
+const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
+    name: "Sapphire Rapids / Emerald Rapids",
+    models: &[0x8F, 0xCF],
+    core_type: None,
+    source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (load latency 0x1cd not on PMC0), PMU_FL_MEM_LOADS_AUX (0x8203), spr_limit_period (:ppp at least 128), late_ack; data source: intel_pmu_pebs_data_source_skl(true) (pmem)",
+    version: 5,
+    gp: 8,
+    fixed: 4,
+    pebs_format: Some(5),
+    pebs_baseline: true,
+    pebs_quirks: PebsQuirks::NONE,
+    pebs_gp_mask: ALL_GP,
+    pebs_constraints: &[PebsConstraint {
+        event: 0x01CD,
+        gp_mask: 0xFE,
+    }],
+    ld_lat_event: Some(0x01CD),
+    mem_loads_aux: true,
+    data_source: DataSource::Skl { pmem: true },
+    cycles_alias: CyclesAlias::None,
+    lbr: ModelLbr::Arch(32),
+    lbr_min_stepping: &[],
+    ack: PmiAck::Late,
+    min_periods: &[MinPeriod {
+        event: None,
+        ppp_only: true,
+        min: 128,
+    }],
+};
+
 /// The table. A model appears in one row only.
 pub static INTEL_MODELS: &[IntelModel] = &[
     IntelModel {
         name: "Core 2 Merom / Clovertown",
         models: &[0x0F],
+        core_type: None,
         source: "SDM vol. 3 \"Intel Core Microarchitecture\" (LBR 4 entries at 0x40/0x60, no LBR_SELECT); PEBS unreliable: Linux intel_clovertown_quirk disables it",
         version: 2,
         gp: 2,
@@ -227,14 +380,17 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Core2,
         lbr: legacy(1, 4, CORE_FROM, CORE_TO, false, false),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
     IntelModel {
         name: "Core 2 (Merom-L, Penryn, Dunnington)",
         models: &[0x16, 0x17, 0x1D],
+        core_type: None,
         source: "SDM vol. 3 \"Intel Core Microarchitecture\" PEBS (PMC0 only), LBR 4 entries at 0x40/0x60, no LBR_SELECT; Linux intel_core2_pebs_event_constraints, intel_pebs_aliases_core2, intel_pmu_lbr_init_core, one-page PEBS buffer",
         version: 2,
         gp: 2,
@@ -249,15 +405,18 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Core2,
         lbr: legacy(1, 4, CORE_FROM, CORE_TO, false, false),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
     IntelModel {
         name: "Atom Bonnell / Saltwell",
         models: &[0x1C, 0x26, 0x27, 0x35, 0x36],
-        source: "SDM vol. 4 MSRs for Atom (LBR 8 entries at 0x40/0x60, no LBR_SELECT); Linux intel_atom_pebs_event_constraints (PMC0), intel_pmu_lbr_init_atom",
+        core_type: None,
+        source: "SDM vol. 4 MSRs for Atom (LBR 8 entries at 0x40/0x60, no LBR_SELECT); Linux intel_atom_pebs_event_constraints (PMC0), intel_pmu_lbr_init_atom (model 28 before stepping 10: LBR disabled, erratum: it cannot freeze on PMI)",
         version: 3,
         gp: 2,
         fixed: 3,
@@ -268,14 +427,17 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Core2,
         lbr: legacy(1, 8, CORE_FROM, CORE_TO, false, false),
+        lbr_min_stepping: &[(0x1C, 10)],
         ack: PmiAck::Early,
         min_periods: &[],
     },
     IntelModel {
         name: "Silvermont / Airmont",
         models: &[0x37, 0x4A, 0x4C, 0x4D, 0x5A, 0x5D],
+        core_type: None,
         source: "SDM vol. 3 \"Silvermont\" PEBS on PMC0 only, LBR 8 entries at 0x40/0x60 with LBR_SELECT; Linux intel_slm_pebs_event_constraints, intel_pmu_lbr_init_slm",
         version: 3,
         gp: 2,
@@ -287,14 +449,17 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::None,
         lbr: legacy(3, 8, CORE_FROM, CORE_TO, true, false),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
     IntelModel {
         name: "Knights Landing / Knights Mill",
         models: &[0x57, 0x85],
+        core_type: None,
         source: "SDM vol. 4 MSRs for Xeon Phi (LBR 8 entries at 0x680/0x6C0); Linux intel_pmu_lbr_init_knl (8 entries, LIP format carries the mispredict bit), KNL uses the SLM PEBS constraints (PMC0), no load latency",
         version: 3,
         gp: 2,
@@ -306,6 +471,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::None,
         lbr: ModelLbr::Legacy(LegacyLbr {
             format: 1,
@@ -316,12 +482,14 @@ pub static INTEL_MODELS: &[IntelModel] = &[
             call_stack: false,
             lip_has_mispred: true,
         }),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
     IntelModel {
         name: "Goldmont / Goldmont Plus",
         models: &[0x5C, 0x5F, 0x7A],
+        core_type: None,
         source: "SDM vol. 3 \"Goldmont\" PEBS (PMC0), LBR 32 entries with cycle counts in TO; Linux intel_glm_pebs_event_constraints, intel_pmu_lbr_init_skl",
         version: 4,
         gp: 4,
@@ -333,14 +501,17 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::None,
         lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
     IntelModel {
         name: "Tremont",
         models: &[0x86, 0x96, 0x9C],
+        core_type: None,
         source: "SDM vol. 3 \"Tremont\" extended PEBS, format 4 with basic records only (no PERF_CAPABILITIES[14]); Linux intel_ds_init format 4 without pebs_baseline",
         version: 5,
         gp: 4,
@@ -352,40 +523,26 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::None,
         lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
+    NEHALEM,
     IntelModel {
-        name: "Nehalem / Westmere",
-        models: &[0x1A, 0x1E, 0x1F, 0x2E, 0x25, 0x2C, 0x2F],
-        source: "SDM vol. 3 \"Nehalem\" load latency MEM_INST_RETIRED.LATENCY_ABOVE_THRESHOLD (0x100B) with MSR_PEBS_LD_LAT_THRESHOLD, LBR 16 at 0x680/0x6C0; Linux intel_nehalem_pebs_event_constraints, intel_nehalem_extra_regs, intel_pebs_aliases_core2",
-        version: 3,
-        gp: 4,
-        fixed: 3,
-        pebs_format: Some(1),
-        pebs_baseline: false,
-        pebs_quirks: PebsQuirks::NONE,
-        pebs_gp_mask: 0xF,
-        pebs_constraints: &[PebsConstraint {
-            event: 0x100B,
-            gp_mask: 0xF,
-        }],
-        ld_lat_event: Some(0x100B),
-        mem_loads_aux: false,
-        cycles_alias: CyclesAlias::Core2,
-        lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
-        ack: PmiAck::Early,
-        min_periods: &[MinPeriod {
-            event: None,
-            ppp_only: false,
-            min: 32,
-        }],
+        name: "Westmere",
+        models: &[0x25, 0x2C, 0x2F],
+        core_type: None,
+        source: "SDM vol. 3 \"Westmere\" (as Nehalem, load latency 0x100B with MSR_PEBS_LD_LAT_THRESHOLD, LBR 16 at 0x680/0x6C0); Linux intel_westmere_pebs_event_constraints, intel_westmere_extra_regs; data source: intel_pmu_pebs_data_source_nhm with TLB and lock bits (no pebs_no_tlb)",
+        data_source: DataSource::Wsm,
+        ..NEHALEM
     },
     IntelModel {
         name: "Sandy Bridge",
         models: &[0x2A, 0x2D],
+        core_type: None,
         source: "SDM vol. 3 \"Sandy Bridge\" load latency on PMC3 only; Linux intel_snb_pebs_event_constraints (INTEL_PLD_CONSTRAINT 0x01cd, 0x8), intel_snb_extra_regs, intel_pebs_aliases_snb",
         version: 3,
         gp: 4,
@@ -400,14 +557,17 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         }],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Snb,
         lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
     IntelModel {
         name: "Ivy Bridge",
         models: &[0x3A, 0x3E],
+        core_type: None,
         source: "SDM vol. 3 \"Ivy Bridge\" (load latency on PMC3, INST_RETIRED.PREC_DIST on PMC1); Linux intel_ivb_pebs_event_constraints, intel_pebs_aliases_ivb",
         version: 3,
         gp: 4,
@@ -428,14 +588,17 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         ],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Ivb,
         lbr: legacy(3, 16, NHM_FROM, NHM_TO, true, false),
+        lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
     },
     IntelModel {
         name: "Haswell",
         models: &[0x3C, 0x3F, 0x45, 0x46],
+        core_type: None,
         source: "SDM vol. 3 \"Haswell\" (PEBS format 2, PREC_DIST on PMC1, LBR call-stack mode); Linux intel_hsw_pebs_event_constraints, intel_pebs_aliases_ivb, intel_pmu_lbr_init_hsw, late_ack",
         version: 3,
         gp: 4,
@@ -450,14 +613,17 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         }],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Ivb,
         lbr: legacy(4, 16, NHM_FROM, NHM_TO, true, true),
+        lbr_min_stepping: &[],
         ack: PmiAck::Late,
         min_periods: &[],
     },
     IntelModel {
         name: "Broadwell",
         models: &[0x3D, 0x47, 0x4F, 0x56],
+        core_type: None,
         source: "SDM vol. 3 \"Broadwell\" (as Haswell); Linux intel_bdw_pebs_event_constraints, intel_pebs_aliases_ivb, bdw_limit_period (INST_RETIRED.ALL at least 128), late_ack",
         version: 3,
         gp: 4,
@@ -472,8 +638,10 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         }],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
+        data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Ivb,
         lbr: legacy(4, 16, NHM_FROM, NHM_TO, true, true),
+        lbr_min_stepping: &[],
         ack: PmiAck::Late,
         min_periods: &[MinPeriod {
             event: Some(0x01C0),
@@ -481,67 +649,56 @@ pub static INTEL_MODELS: &[IntelModel] = &[
             min: 128,
         }],
     },
+    SKYLAKE,
     IntelModel {
-        name: "Skylake / Kaby Lake / Coffee Lake / Cascade Lake",
-        models: &[0x4E, 0x5E, 0x55, 0x8E, 0x9E, 0xA5, 0xA6, 0x66],
-        source: "SDM vol. 3 \"Skylake\" (PEBS format 3, LBR 32 with MSR_LBR_INFO); Linux intel_skl_pebs_event_constraints, intel_pebs_aliases_skl, intel_pmu_lbr_init_skl, late_ack",
-        version: 4,
-        gp: 4,
+        name: "Skylake-X / Cascade Lake / Cooper Lake (server)",
+        models: &[0x55],
+        core_type: None,
+        source: "as the Skylake client row; Linux intel_pmu_init: pmem for SKYLAKE_X, intel_pmu_pebs_data_source_skl(true)",
+        data_source: DataSource::Skl { pmem: true },
+        ..SKYLAKE
+    },
+    ICE_LAKE,
+    IntelModel {
+        name: "Ice Lake-X / Ice Lake-D (server)",
+        models: &[0x6A, 0x6C],
+        core_type: None,
+        source: "as the Ice Lake client row; Linux intel_pmu_init: pmem for ICELAKE_X / ICELAKE_D, intel_pmu_pebs_data_source_skl(true)",
+        data_source: DataSource::Skl { pmem: true },
+        ..ICE_LAKE
+    },
+    SAPPHIRE_RAPIDS,
+    IntelModel {
+        name: "Alder Lake / Raptor Lake (Golden Cove / Raptor Cove P-cores)",
+        models: &[0x97, 0x9A, 0xB7, 0xBA, 0xBF],
+        core_type: Some(CoreType::Core),
+        source: "SDM vol. 3 \"Golden Cove\", vol. 2A CPUID leaf 1AH core type 40H; Linux intel_pmu_init ALDERLAKE / RAPTORLAKE cpu_core PMU: intel_spr_pebs_event_constraints, PMU_FL_MEM_LOADS_AUX, spr_limit_period, late_ack; data source: intel_pmu_pebs_data_source_adl (skl(false) for the core PMU)",
+        data_source: DataSource::Skl { pmem: false },
+        ..SAPPHIRE_RAPIDS
+    },
+    IntelModel {
+        name: "Alder Lake / Raptor Lake (Gracemont E-cores)",
+        models: &[0x97, 0x9A, 0xB7, 0xBA, 0xBF],
+        core_type: Some(CoreType::Atom),
+        source: "SDM vol. 3 \"Gracemont\", vol. 2A CPUID leaf 1AH core type 20H; Linux intel_pmu_init ALDERLAKE / RAPTORLAKE cpu_atom PMU: intel_grt_pebs_event_constraints (load latency MEM_UOPS_RETIRED.LOAD_LATENCY 0x5d0 on PMC0-1), intel_grt_extra_regs (MSR_PEBS_LD_LAT_THRESHOLD), mid_ack, no mem-loads-aux (require_mem_loads_aux_event: big cores only), spr_limit_period; data source: intel_pmu_pebs_data_source_grt, adl_latency_data_small",
+        version: 5,
+        gp: 6,
         fixed: 3,
-        pebs_format: Some(3),
-        pebs_baseline: false,
-        pebs_quirks: PebsQuirks::NONE,
-        pebs_gp_mask: 0xF,
-        pebs_constraints: &[PebsConstraint {
-            event: 0x01C0,
-            gp_mask: 0x2,
-        }],
-        ld_lat_event: Some(0x01CD),
-        mem_loads_aux: false,
-        cycles_alias: CyclesAlias::Skl,
-        lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
-        ack: PmiAck::Late,
-        min_periods: &[],
-    },
-    IntelModel {
-        name: "Ice Lake / Tiger Lake",
-        models: &[0x7D, 0x7E, 0x6A, 0x6C, 0x8C, 0x8D, 0xA7],
-        source: "SDM vol. 3 \"Ice Lake\" adaptive PEBS format 4 with baseline (PEBS on all events and fixed counters, EVTSEL[34] / FIXED_CTR_CTRL[32+4n] adaptive bits), legacy LBR 32 with LBR_INFO; Linux intel_icl_pebs_event_constraints, intel_pmu_lbr_init_skl, late_ack",
-        version: 5,
-        gp: 8,
-        fixed: 4,
-        pebs_format: Some(4),
-        pebs_baseline: true,
-        pebs_quirks: PebsQuirks::NONE,
-        pebs_gp_mask: ALL_GP,
-        pebs_constraints: &[],
-        ld_lat_event: Some(0x01CD),
-        mem_loads_aux: false,
-        cycles_alias: CyclesAlias::None,
-        lbr: legacy(5, 32, NHM_FROM, NHM_TO, true, true),
-        ack: PmiAck::Late,
-        min_periods: &[],
-    },
-    IntelModel {
-        name: "Sapphire Rapids / Emerald Rapids / Alder Lake-P / Raptor Lake-P",
-        models: &[0x8F, 0xCF, 0x97, 0x9A, 0xB7, 0xBA, 0xBF],
-        source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (load latency 0x1cd not on PMC0), PMU_FL_MEM_LOADS_AUX (0x8203), spr_limit_period (:ppp at least 128), late_ack",
-        version: 5,
-        gp: 8,
-        fixed: 4,
         pebs_format: Some(5),
         pebs_baseline: true,
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: ALL_GP,
         pebs_constraints: &[PebsConstraint {
-            event: 0x01CD,
-            gp_mask: 0xFE,
+            event: 0x05D0,
+            gp_mask: 0x3,
         }],
-        ld_lat_event: Some(0x01CD),
-        mem_loads_aux: true,
+        ld_lat_event: Some(0x05D0),
+        mem_loads_aux: false,
+        data_source: DataSource::Grt,
         cycles_alias: CyclesAlias::None,
         lbr: ModelLbr::Arch(32),
-        ack: PmiAck::Late,
+        lbr_min_stepping: &[],
+        ack: PmiAck::Mid,
         min_periods: &[MinPeriod {
             event: None,
             ppp_only: true,
@@ -550,9 +707,35 @@ pub static INTEL_MODELS: &[IntelModel] = &[
     },
 ];
 
-/// The row of family-6 model `model`, if the table knows it.
+/// The row of family-6 model `model`, if the table knows it (for a hybrid
+/// part, its P-core row).
 pub fn intel_row(model: u8) -> Option<&'static IntelModel> {
-    INTEL_MODELS.iter().find(|r| r.models.contains(&model))
+    intel_row_for_core(model, false, None)
+}
+
+/// The row of family-6 model `model` for a CPU that is of a hybrid part
+/// (`hybrid`, CPUID.07H.0:EDX\[15\]) with core type `core_type` (CPUID leaf
+/// 1AH). A hybrid CPU gets its core type's row, and none (architectural
+/// behaviour only) when the table has no row for it or the type is
+/// unknown: the drivers must never take the E-core PMU for the P-core's.
+/// A hybrid model on a CPU without the hybrid bit (E-cores disabled) runs
+/// P-cores only.
+pub fn intel_row_for_core(
+    model: u8,
+    hybrid: bool,
+    core_type: Option<CoreType>,
+) -> Option<&'static IntelModel> {
+    let rows = || {
+        INTEL_MODELS
+            .iter()
+            .filter(move |r| r.models.contains(&model))
+    };
+    if hybrid {
+        let t = core_type?;
+        rows().find(|r| r.core_type == Some(t))
+    } else {
+        rows().find(|r| matches!(r.core_type, None | Some(CoreType::Core)))
+    }
 }
 
 /// What the drivers assume of a model the table does not know: only
@@ -561,6 +744,7 @@ pub fn intel_row(model: u8) -> Option<&'static IntelModel> {
 pub const UNKNOWN_MODEL: IntelModel = IntelModel {
     name: "unknown model (architectural only)",
     models: &[],
+    core_type: None,
     source: "SDM vol. 3 \"Architectural Performance Monitoring\"",
     version: 0,
     gp: 0,
@@ -572,8 +756,10 @@ pub const UNKNOWN_MODEL: IntelModel = IntelModel {
     pebs_constraints: &[],
     ld_lat_event: None,
     mem_loads_aux: false,
+    data_source: DataSource::Snb,
     cycles_alias: CyclesAlias::None,
     lbr: ModelLbr::None,
+    lbr_min_stepping: &[],
     ack: PmiAck::Late,
     min_periods: &[],
 };
@@ -581,8 +767,20 @@ pub const UNKNOWN_MODEL: IntelModel = IntelModel {
 /// The row for a CPU: its table row for Intel family 6, else
 /// [`UNKNOWN_MODEL`].
 pub fn row_for(vendor_intel: bool, family: u8, model: u8) -> &'static IntelModel {
+    row_for_core(vendor_intel, family, model, false, None)
+}
+
+/// [`row_for`] for a CPU that may be of a hybrid part (see
+/// [`intel_row_for_core`]).
+pub fn row_for_core(
+    vendor_intel: bool,
+    family: u8,
+    model: u8,
+    hybrid: bool,
+    core_type: Option<CoreType>,
+) -> &'static IntelModel {
     if vendor_intel && family == 6 {
-        intel_row(model).unwrap_or(&UNKNOWN_MODEL)
+        intel_row_for_core(model, hybrid, core_type).unwrap_or(&UNKNOWN_MODEL)
     } else {
         &UNKNOWN_MODEL
     }
@@ -614,6 +812,14 @@ impl IntelModel {
             .unwrap_or(1)
     }
 
+    /// The LBR of `model` at `stepping` does not work (see
+    /// [`IntelModel::lbr_min_stepping`]).
+    pub fn lbr_broken(&self, model: u8, stepping: u8) -> bool {
+        self.lbr_min_stepping
+            .iter()
+            .any(|&(m, min)| m == model && stepping < min)
+    }
+
     /// The legacy LBR facts, if the model has a model-specific LBR.
     pub fn legacy_lbr(&self) -> Option<&LegacyLbr> {
         match &self.lbr {
@@ -623,9 +829,223 @@ impl IntelModel {
     }
 }
 
+/// How a row of [`AMD_F15H_CONSTRAINTS`] selects events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmdEventMatch {
+    /// This event code (EVTSEL\[35:32\] and \[7:0\] as bits 11:0), any unit mask.
+    Code(u16),
+    /// Event codes `.0..=.1`.
+    Codes(u16, u16),
+    /// This event code with a unit mask that has bits in both nibbles.
+    CodeUmaskBothNibbles(u16),
+    /// This event code with more than one unit-mask bit.
+    CodeUmaskMultiBit(u16),
+    /// This event code with at most one unit-mask bit.
+    CodeUmaskOneBit(u16),
+    /// Every code whose bits 7:4 (the unit type) are `.0..=.1` (as
+    /// 0x00..=0xF0).
+    Types(u16, u16),
+}
+
+/// A counter constraint of the AMD family 15h core PMU: events that only
+/// count on some of the six PERF_CTRs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AmdConstraint {
+    /// The events of the row.
+    pub events: AmdEventMatch,
+    /// Allowed counters (bit n = PERF_CTRn); 0: not a core event.
+    pub counters: u32,
+    /// Where the fact comes from.
+    pub source: &'static str,
+}
+
+const F15H: &str = "AMD BKDG for family 15h, \"Core Performance Event Select\" PERF_CTL[5:0] event-to-counter table; Linux amd_get_event_constraints_f15h";
+
+/// The family 15h (Bulldozer to Excavator) core-PMU constraints, first
+/// matching row wins (exceptions before the unit-type defaults). Linux
+/// uses them on family 15h with the core counter extensions
+/// (`amd_core_pmu_init`).
+pub static AMD_F15H_CONSTRAINTS: &[AmdConstraint] = &[
+    // FP exceptions: PERF_CTR3 only.
+    AmdConstraint {
+        events: AmdEventMatch::CodeUmaskBothNibbles(0x000),
+        counters: 0x08,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::CodeUmaskMultiBit(0x004),
+        counters: 0x08,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x003),
+        counters: 0x08,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x00B),
+        counters: 0x08,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x00D),
+        counters: 0x08,
+        source: F15H,
+    },
+    // FP (unit types 0x00, 0x10): PERF_CTR5:3.
+    AmdConstraint {
+        events: AmdEventMatch::Types(0x00, 0x10),
+        counters: 0x38,
+        source: F15H,
+    },
+    // LS / DC / EX exceptions.
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x023),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x043),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x045),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x046),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x054),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x055),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x02D),
+        counters: 0x08,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x02E),
+        counters: 0x09,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::CodeUmaskOneBit(0x031),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x031),
+        counters: 0,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x1C0),
+        counters: 0x38,
+        source: F15H,
+    },
+    // CU / IC / DE exceptions.
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x08F),
+        counters: 0x01,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x187),
+        counters: 0x01,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x188),
+        counters: 0x01,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Codes(0x0DB, 0x0DF),
+        counters: 0x3F,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x1D6),
+        counters: 0x3F,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Code(0x1D8),
+        counters: 0x3F,
+        source: F15H,
+    },
+    // Unit-type defaults: LS and DC (0x20-0x50) and EX/LS (0xC0) on all
+    // six; CU, IC/DE (0x60-0x90) and DE (0xD0) on PERF_CTR2:0; NB events
+    // (0xE0, 0xF0) and the unused types belong to no core counter.
+    AmdConstraint {
+        events: AmdEventMatch::Types(0x20, 0x50),
+        counters: 0x3F,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Types(0xC0, 0xC0),
+        counters: 0x3F,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Types(0x60, 0x90),
+        counters: 0x07,
+        source: F15H,
+    },
+    AmdConstraint {
+        events: AmdEventMatch::Types(0xD0, 0xD0),
+        counters: 0x07,
+        source: F15H,
+    },
+];
+
+impl AmdEventMatch {
+    fn matches(self, code: u16, umask: u8) -> bool {
+        match self {
+            AmdEventMatch::Code(c) => code == c,
+            AmdEventMatch::Codes(lo, hi) => (lo..=hi).contains(&code),
+            AmdEventMatch::CodeUmaskBothNibbles(c) => {
+                code == c && umask & 0xF0 != 0 && umask & 0x0F != 0
+            }
+            AmdEventMatch::CodeUmaskMultiBit(c) => code == c && umask.count_ones() > 1,
+            AmdEventMatch::CodeUmaskOneBit(c) => code == c && umask.count_ones() <= 1,
+            AmdEventMatch::Types(lo, hi) => (lo..=hi).contains(&(code & 0xF0)),
+        }
+    }
+}
+
+/// The counters an AMD core event with select bits `evtsel` (event at
+/// \[7:0\] and \[35:32\], unit mask at \[15:8\]) may use on family `family`
+/// (bit n = PERF_CTRn): the family 15h table, else all six.
+pub fn amd_counters(family: u8, evtsel: u64) -> u32 {
+    if family != 0x15 {
+        return 0x3F;
+    }
+    let code = ((evtsel >> 24) & 0xF00 | evtsel & 0xFF) as u16;
+    let umask = (evtsel >> 8) as u8;
+    AMD_F15H_CONSTRAINTS
+        .iter()
+        .find(|c| c.events.matches(code, umask))
+        .map_or(0, |c| c.counters)
+}
+
 impl core::fmt::Display for IntelModel {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         writeln!(f, "{}", self.name)?;
+        if let Some(t) = self.core_type {
+            writeln!(f, "  hybrid part: the {t:?} cores' PMU")?;
+        }
         write!(f, "  models:")?;
         for m in self.models {
             write!(f, " {m:#04x}")?;
@@ -653,6 +1073,7 @@ impl core::fmt::Display for IntelModel {
             self.pebs_quirks, self.cycles_alias, self.ack
         )?;
         writeln!(f, "  LBR: {:?}", self.lbr)?;
+        writeln!(f, "  PEBS data source: {:?}", self.data_source)?;
         write!(f, "  source: {}", self.source)
     }
 }
@@ -666,12 +1087,26 @@ mod tests {
         for (i, r) in INTEL_MODELS.iter().enumerate() {
             assert!(!r.source.is_empty(), "{}", r.name);
             for m in r.models {
-                assert_eq!(
-                    INTEL_MODELS.iter().filter(|o| o.models.contains(m)).count(),
-                    1,
-                    "model {m:#x}"
-                );
-                assert_eq!(intel_row(*m), Some(&INTEL_MODELS[i]));
+                let same = || INTEL_MODELS.iter().filter(|o| o.models.contains(m));
+                match r.core_type {
+                    None => {
+                        assert_eq!(same().count(), 1, "model {m:#x}");
+                        assert_eq!(intel_row(*m), Some(&INTEL_MODELS[i]));
+                    }
+                    // A hybrid model: one row per core type, no plain row.
+                    Some(t) => {
+                        assert!(same().all(|o| o.core_type.is_some()), "model {m:#x}");
+                        assert_eq!(
+                            same().filter(|o| o.core_type == Some(t)).count(),
+                            1,
+                            "model {m:#x}"
+                        );
+                        assert_eq!(
+                            intel_row_for_core(*m, true, Some(t)),
+                            Some(&INTEL_MODELS[i])
+                        );
+                    }
+                }
             }
             if r.mem_loads_aux {
                 assert!(r.ld_lat_event.is_some(), "{}", r.name);
@@ -681,6 +1116,31 @@ mod tests {
                 assert!(!l.call_stack || l.select, "{}", r.name);
             }
         }
+    }
+
+    #[test]
+    fn amd_family_15h_constraints() {
+        // Event code bits 11:8 live in EVTSEL[35:32].
+        let sel = |code: u64, umask: u64| (code & 0xFF) | (code >> 8) << 32 | umask << 8;
+        assert_eq!(amd_counters(0x15, sel(0x076, 0)), 0x07, "cycles: CU");
+        assert_eq!(amd_counters(0x15, sel(0x0C0, 0)), 0x3F, "instructions: EX");
+        assert_eq!(amd_counters(0x15, sel(0x07D, 0x07)), 0x07);
+        assert_eq!(amd_counters(0x15, sel(0x003, 0)), 0x08);
+        assert_eq!(amd_counters(0x15, sel(0x000, 0x11)), 0x08);
+        assert_eq!(amd_counters(0x15, sel(0x000, 0x01)), 0x38);
+        assert_eq!(amd_counters(0x15, sel(0x004, 0x03)), 0x08);
+        assert_eq!(amd_counters(0x15, sel(0x004, 0x02)), 0x38);
+        assert_eq!(amd_counters(0x15, sel(0x02E, 0)), 0x09);
+        assert_eq!(amd_counters(0x15, sel(0x031, 0x01)), 0x07);
+        assert_eq!(amd_counters(0x15, sel(0x031, 0x03)), 0);
+        assert_eq!(amd_counters(0x15, sel(0x187, 0)), 0x01);
+        assert_eq!(amd_counters(0x15, sel(0x1C0, 0)), 0x38);
+        assert_eq!(amd_counters(0x15, sel(0x0DD, 0)), 0x3F);
+        assert_eq!(amd_counters(0x15, sel(0x0D0, 0)), 0x07);
+        assert_eq!(amd_counters(0x15, sel(0x0E0, 0)), 0, "NB");
+        assert_eq!(amd_counters(0x15, sel(0x0A0, 0)), 0);
+        assert_eq!(amd_counters(0x17, sel(0x076, 0)), 0x3F);
+        assert_eq!(amd_counters(0x10, sel(0x0E0, 0)), 0x3F);
     }
 
     #[test]

@@ -37,7 +37,7 @@ use crate::cpuid::{CpuIdResult, Cpuid, regs};
 use crate::msr::{Msr, addr, debugctl};
 use crate::pmu::Lvt;
 use crate::pmu::ds::{DsArea, DsMemory};
-use crate::pmu::models::{self, IntelModel, ModelLbr, PmiAck};
+use crate::pmu::models::{self, CoreType, IntelModel, ModelLbr, PmiAck};
 
 /// LBR model of a simulated Intel CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +69,11 @@ pub enum SimCpu {
     Intel {
         /// Family 6 model number reported by CPUID.
         model: u8,
+        /// Stepping reported by CPUID.
+        stepping: u8,
+        /// A CPU of a hybrid part with this core type (CPUID.07H.0:EDX\[15\]
+        /// and leaf 1AH); `None`: not hybrid.
+        hybrid: Option<CoreType>,
         /// Perfmon version (1-5).
         version: u8,
         /// General-purpose counters.
@@ -85,6 +90,10 @@ pub enum SimCpu {
         /// on every event and on fixed counters. Without it a format 4+
         /// part writes 32-byte basic records only.
         pebs_baseline: bool,
+        /// Trap-like PEBS assists (PERF_CAPABILITIES\[6\]): the record's IP
+        /// is the instruction after the eventing one. Without it the assist
+        /// is fault-like and the record's IP is the eventing instruction.
+        pebs_trap: bool,
         /// Full-width counter writes (PERF_CAPABILITIES\[13\]).
         full_width: bool,
         /// Meminfo latency split into instruction and cache latency.
@@ -94,6 +103,10 @@ pub enum SimCpu {
     },
     /// An AMD CPU.
     Amd {
+        /// Display family reported by CPUID: 0x10 (legacy counters only),
+        /// 0x15 (Bulldozer class: six counters with per-event counter
+        /// constraints), 0x19 (Zen 4).
+        family: u8,
         /// Extended six-counter set (PerfCtrExtCore).
         ext: bool,
         /// PerfMonV2.
@@ -110,6 +123,8 @@ impl SimCpu {
     pub const fn skylake() -> Self {
         SimCpu::Intel {
             model: 0x5E,
+            stepping: 10,
+            hybrid: None,
             version: 4,
             gp: 4,
             fixed: 3,
@@ -117,6 +132,7 @@ impl SimCpu {
             fixed_width: 48,
             pebs_format: Some(3),
             pebs_baseline: false,
+            pebs_trap: true,
             full_width: true,
             split_latency: false,
             lbr: SimLbr::Legacy {
@@ -133,6 +149,8 @@ impl SimCpu {
     pub const fn ice_lake() -> Self {
         SimCpu::Intel {
             model: 0x7E,
+            stepping: 10,
+            hybrid: None,
             version: 5,
             gp: 8,
             fixed: 4,
@@ -140,6 +158,7 @@ impl SimCpu {
             fixed_width: 48,
             pebs_format: Some(4),
             pebs_baseline: true,
+            pebs_trap: true,
             full_width: true,
             split_latency: false,
             lbr: SimLbr::Legacy {
@@ -155,6 +174,8 @@ impl SimCpu {
     pub const fn sapphire_rapids() -> Self {
         SimCpu::Intel {
             model: 0x8F,
+            stepping: 10,
+            hybrid: None,
             version: 5,
             gp: 8,
             fixed: 4,
@@ -162,6 +183,7 @@ impl SimCpu {
             fixed_width: 48,
             pebs_format: Some(5),
             pebs_baseline: true,
+            pebs_trap: true,
             full_width: true,
             split_latency: true,
             lbr: SimLbr::Arch { depth: 32 },
@@ -182,6 +204,8 @@ impl SimCpu {
         };
         SimCpu::Intel {
             model: row.models.first().copied().unwrap_or(0),
+            stepping: 10,
+            hybrid: row.core_type,
             version: row.version,
             gp: row.gp,
             fixed: row.fixed,
@@ -189,6 +213,7 @@ impl SimCpu {
             fixed_width: 48,
             pebs_format: row.pebs_format,
             pebs_baseline: row.pebs_baseline,
+            pebs_trap: true,
             full_width: row.version >= 4,
             split_latency: row.pebs_format.is_some_and(|f| f >= 5),
             lbr,
@@ -198,6 +223,7 @@ impl SimCpu {
     /// A Zen 4-like AMD CPU: 6 counters, PerfMonV2, LbrExtV2 x 16.
     pub const fn zen4() -> Self {
         SimCpu::Amd {
+            family: 0x19,
             ext: true,
             v2: true,
             lbr_depth: 16,
@@ -326,6 +352,8 @@ pub struct SimStats {
     /// Counters enabled with a period below the model's minimum for their
     /// event (unsafe on real parts).
     pub short_periods: u64,
+    /// Late NMIs delivered (AMD, [`SimPmu::set_amd_late_nmis`]).
+    pub late_nmis: u64,
 }
 
 impl SimStats {
@@ -385,6 +413,8 @@ pub struct SimPmu {
     loaded: u64,
     status_race: bool,
     handler_overflow: u64,
+    amd_late_nmis: bool,
+    late_nmis: u32,
     /// Statistics.
     pub stats: SimStats,
 }
@@ -423,6 +453,8 @@ impl SimPmu {
             loaded: 0,
             status_race: false,
             handler_overflow: 0,
+            amd_late_nmis: false,
+            late_nmis: 0,
             stats: SimStats::default(),
         }
     }
@@ -458,6 +490,14 @@ impl SimPmu {
         self.status_race = on;
     }
 
+    /// AMD: each overflow raises its own NMI (while `on`). When several
+    /// counters overflow together, the handler of the first NMI handles
+    /// them all; each further NMI arrives once the handler has unmasked the
+    /// LVT entry again and finds no overflow (a late NMI).
+    pub fn set_amd_late_nmis(&mut self, on: bool) {
+        self.amd_late_nmis = on;
+    }
+
     /// Overflows that land while the PMI handler runs: right after the
     /// handler's next write to IA32_PERF_GLOBAL_OVF_CTRL / STATUS_RESET
     /// (its acknowledge), the counters in `bits` (GLOBAL_STATUS layout)
@@ -470,7 +510,9 @@ impl SimPmu {
     /// The model-table row of the simulated Intel CPU.
     pub fn row(&self) -> &'static IntelModel {
         match self.cpu {
-            SimCpu::Intel { model, .. } => models::row_for(true, 6, model),
+            SimCpu::Intel { model, hybrid, .. } => {
+                models::row_for_core(true, 6, model, hybrid.is_some(), hybrid)
+            }
             _ => &models::UNKNOWN_MODEL,
         }
     }
@@ -589,6 +631,7 @@ impl SimPmu {
             SimCpu::Intel {
                 pebs_format,
                 pebs_baseline,
+                pebs_trap,
                 full_width,
                 lbr,
                 ..
@@ -600,7 +643,10 @@ impl SimPmu {
                 };
                 let mut c = lbr_fmt;
                 if let Some(f) = pebs_format {
-                    c |= 1 << 6 | 1 << 7 | (u64::from(f) & 0xF) << 8;
+                    c |= 1 << 7 | (u64::from(f) & 0xF) << 8;
+                    if pebs_trap {
+                        c |= 1 << 6;
+                    }
                     if f >= 4 && pebs_baseline {
                         c |= 1 << 14;
                     }
@@ -642,6 +688,17 @@ impl SimPmu {
         mode_ok && self.global_ctrl & (1 << (32 + i)) != 0 && !self.frozen()
     }
 
+    /// Whether counter `i` can count its event: on AMD family 15h only the
+    /// counters of the event's constraint do (model table); elsewhere any.
+    fn counts_on(&self, i: usize) -> bool {
+        match self.cpu {
+            SimCpu::Amd { family, .. } => {
+                models::amd_counters(family, self.evtsel[i]) & (1 << i) != 0
+            }
+            _ => true,
+        }
+    }
+
     /// How many events a GP event-select counts in `s` (the events the
     /// simulator knows; any other code counts nothing).
     fn gp_increment(&self, sel: u64, s: &SimStep) -> u64 {
@@ -660,8 +717,8 @@ impl SimPmu {
         let load = s.mem.filter(|m| !m.store);
         let store = u64::from(s.mem.is_some_and(|m| m.store));
         match self.cpu {
-            SimCpu::Amd { ext, v2, .. } => {
-                let zen = ext || v2;
+            SimCpu::Amd { family, .. } => {
+                let zen = family >= 0x17;
                 let beyond_l1 = u64::from(load.is_some_and(|m| m.dse & 0xF != 1));
                 let beyond_l2 =
                     u64::from(load.is_some_and(|m| (m.dse & 0xF) >= 4 || m.dse & 0xF == 0));
@@ -697,8 +754,12 @@ impl SimPmu {
                 }
                 // LLC miss: a load served by DRAM, a remote cache or unknown L3 miss.
                 (0x2E, 0x41) => u64::from(load.is_some_and(|m| matches!(m.dse & 0xF, 0 | 8..=0xD))),
+                // Gracemont load latency (MEM_UOPS_RETIRED.LOAD_LATENCY).
+                (0xD0, 0x05) if self.row().ld_lat_event == Some(0x05D0) => {
+                    u64::from(load.is_some_and(|m| u64::from(m.latency) >= self.ld_lat.max(3)))
+                }
                 // Load latency: loads at or above the threshold.
-                (0xCD, 0x01) if self.row().ld_lat_event != Some(0x100B) => {
+                (0xCD, 0x01) if self.row().ld_lat_event.is_none_or(|e| e == 0x01CD) => {
                     u64::from(load.is_some_and(|m| u64::from(m.latency) >= self.ld_lat.max(3)))
                 }
                 (0xD0, 0x82) => store,
@@ -712,6 +773,7 @@ impl SimPmu {
         self.tsc = self.tsc.wrapping_add(s.cycles);
         self.cycles_since_branch += s.cycles;
         let mut overflow_pmi = false;
+        let mut interrupts = 0u32;
         let mut pebs_hits = 0u64; // PEBS_ENABLE-style bits of PEBS counters that overflowed
         let gp_mask = width_mask(self.gp_width());
         for i in 0..self.n_gp() {
@@ -719,7 +781,7 @@ impl SimPmu {
                 continue;
             }
             let inc = self.gp_increment(self.evtsel[i], s);
-            if inc == 0 {
+            if inc == 0 || !self.counts_on(i) {
                 continue;
             }
             let sum = self.pmc[i] + inc;
@@ -732,11 +794,9 @@ impl SimPmu {
                     if pebs_on {
                         self.stats.pebs_no_assist += 1;
                     }
-                    self.counter_overflow(
-                        1 << i,
-                        self.evtsel[i] & EVTSEL_INT != 0,
-                        &mut overflow_pmi,
-                    );
+                    let int = self.evtsel[i] & EVTSEL_INT != 0;
+                    interrupts += u32::from(int);
+                    self.counter_overflow(1 << i, int, &mut overflow_pmi);
                 }
             }
         }
@@ -772,6 +832,9 @@ impl SimPmu {
         }
         if overflow_pmi {
             self.raise_pmi();
+            if self.amd_late_nmis && matches!(self.cpu, SimCpu::Amd { .. }) && self.pmi_pending {
+                self.late_nmis += interrupts.saturating_sub(1);
+            }
         }
         self.pmi_pending
     }
@@ -804,7 +867,14 @@ impl SimPmu {
                 ..
             }
         );
-        if self.debugctl & debugctl::FREEZE_LBRS_ON_PMI != 0 {
+        // Steppings whose LBR cannot freeze (model table) record on.
+        let lbr_broken = match self.cpu {
+            SimCpu::Intel {
+                model, stepping, ..
+            } => self.row().lbr_broken(model, stepping),
+            _ => false,
+        };
+        if self.debugctl & debugctl::FREEZE_LBRS_ON_PMI != 0 && !lbr_broken {
             if v >= 4 || arch_lbr || matches!(self.cpu, SimCpu::Amd { .. }) {
                 self.global_status |= STATUS_LBR_FRZ;
             } else {
@@ -918,9 +988,17 @@ impl SimPmu {
             None => (0, 0, 0),
         };
         if format < 4 {
-            // FLAGS, IP (trap-like: the next instruction), AX, BX, CX, DX, SI, DI, BP, SP, R8-R15.
+            // FLAGS, IP (trap-like: the next instruction; fault-like: the
+            // eventing one), AX, BX, CX, DX, SI, DI, BP, SP, R8-R15.
+            let trap = matches!(
+                self.cpu,
+                SimCpu::Intel {
+                    pebs_trap: true,
+                    ..
+                }
+            );
             put(r.flags, out);
-            put(s.next_ip, out);
+            put(if trap { s.next_ip } else { s.ip }, out);
             for g in r.gprs {
                 put(g, out);
             }
@@ -1311,6 +1389,13 @@ impl Lvt for SimPmu {
             self.stats.early_lvt_unmasks += 1;
         }
         self.lvt = entry;
+        // A latched late NMI (AMD) arrives once the handler unmasks.
+        if unmasked && self.late_nmis > 0 && !self.pmi_pending {
+            self.late_nmis -= 1;
+            self.lvt |= crate::pmu::LVT_MASKED;
+            self.pmi_pending = true;
+            self.stats.late_nmis += 1;
+        }
     }
 }
 
@@ -1577,13 +1662,26 @@ impl Cpuid for SimPmu {
                 0x8000_0000 => regs(0x8000_000A, 0, 0, 0),
                 _ => ZERO,
             },
-            SimCpu::Amd { ext, v2, lbr_depth } => match leaf {
+            SimCpu::Amd {
+                family,
+                ext,
+                v2,
+                lbr_depth,
+            } => match leaf {
                 0 => amd_vendor(0x10),
-                // Zen 4 (family 19h model 11h) under a hypervisor when it has
-                // the extended set; otherwise a bare-metal family 10h part,
-                // whose four legacy counters have no CPUID bit.
-                1 if ext || v2 => regs(0x00A1_0F10, 0, 1 << 31, 0),
-                1 => regs(0x0010_0F20, 0, 0, 0),
+                // Family 19h is Zen 4 (model 11h), 15h Piledriver (model
+                // 02h), 10h model 02h; under a hypervisor when the part has
+                // the extended set, else bare metal (the four legacy
+                // counters have no CPUID bit).
+                1 => {
+                    let eax = match family {
+                        0x19 => 0x00A1_0F10,
+                        0x15 => 0x0060_0F20,
+                        f if f >= 0xF => u32::from(f - 0xF) << 20 | 0xF20,
+                        f => u32::from(f) << 8 | 0x20,
+                    };
+                    regs(eax, 0, if ext || v2 { 1 << 31 } else { 0 }, 0)
+                }
                 0x8000_0000 => regs(0x8000_0022, 0, 0, 0),
                 0x8000_0001 => regs(0, 0, if ext { 1 << 23 } else { 0 }, 0),
                 0x8000_0022 => {
@@ -1595,6 +1693,8 @@ impl Cpuid for SimPmu {
             },
             SimCpu::Intel {
                 model,
+                stepping,
+                hybrid,
                 version,
                 gp,
                 fixed,
@@ -1606,7 +1706,10 @@ impl Cpuid for SimPmu {
             } => match leaf {
                 0 => intel_vendor(0x1C),
                 1 => {
-                    let eax = 6 << 8 | u32::from(model & 0xF) << 4 | u32::from(model >> 4) << 16;
+                    let eax = 6 << 8
+                        | u32::from(model & 0xF) << 4
+                        | u32::from(model >> 4) << 16
+                        | u32::from(stepping & 0xF);
                     let pebs = pebs_format.is_some();
                     let ecx = 1 << 15 | if pebs { 1 << 2 } else { 0 }; // PDCM, DTES64
                     let edx = if pebs { 1 << 21 } else { 0 }; // DS
@@ -1620,8 +1723,9 @@ impl Cpuid for SimPmu {
                         1 << 19
                     } else {
                         0
-                    },
+                    } | if hybrid.is_some() { 1 << 15 } else { 0 },
                 ),
+                0x1A => regs(hybrid.map_or(0, |t| t.leaf_1a_id() << 24), 0, 0, 0),
                 0xA => {
                     let eax = u32::from(version)
                         | u32::from(gp) << 8

@@ -162,6 +162,8 @@ pub fn build_sim(
                     ..
                 }
             ),
+            data_source: info.pebs_data_source(),
+            pebs_trap: info.pebs_trap(),
         },
         lbr,
     };
@@ -675,6 +677,8 @@ pub fn setup_hw(info: &PmuInfo, ev: Event, mode: SampleMode) -> Result<HwSetup, 
                 // The latency word splits in two from format 5 (Alder
                 // Lake / Sapphire Rapids) on.
                 split_latency: f >= 5,
+                data_source: info.pebs_data_source(),
+                pebs_trap: info.pebs_trap(),
             }),
             _ => None,
         },
@@ -924,7 +928,7 @@ fn on_pmu_nmi(cap: &NmiContext<'_>, entry_tsc: u64, sampling: bool, clock_runnin
         if clock_running {
             return false;
         }
-        UNKNOWN_NMIS.fetch_add(1, Ordering::Relaxed);
+        UNKNOWN_NMIS.fetch_add(u64::from(!s.summary.late), Ordering::Relaxed);
         return true;
     }
     HW_PMIS.fetch_add(1, Ordering::Relaxed);
@@ -951,7 +955,7 @@ fn on_check_nmi(tsc: u64, clock_running: bool) -> bool {
     if clock_running {
         return false;
     }
-    UNKNOWN_NMIS.fetch_add(1, Ordering::Relaxed);
+    UNKNOWN_NMIS.fetch_add(u64::from(!sum.late), Ordering::Relaxed);
     true
 }
 
