@@ -41,6 +41,7 @@ pub mod hw;
 pub mod intel;
 pub mod lbr;
 pub mod models;
+pub mod perf;
 pub mod selftest;
 pub mod sim;
 

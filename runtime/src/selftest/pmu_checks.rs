@@ -131,142 +131,6 @@ pub(super) fn pmu_startup_check_sim() -> TestResult {
     Ok(())
 }
 
-/// How a hardware event is named, sampled and described to perf (Hello,
-/// perf.data): names round-trip through the event table; generic events
-/// are PERF_TYPE_HARDWARE with perf's config, memory and raw events
-/// PERF_TYPE_RAW with their encoding; the sample fields follow PEBS and
-/// LBR; periods follow `freq=`; and every description passes the same
-/// validation `perf_event_open` would do, against the capabilities of a
-/// PMU with PEBS and LBR (the simulated Sapphire Rapids' CPUID).
-pub(super) fn pmu_event_description() -> TestResult {
-    use crate::sample::pmu::{EventName, MAX_PERIOD, perf_event, sample_mode};
-    use arch_x86::cpuid::Vendor;
-    use arch_x86::pmu::events;
-    use arch_x86::pmu::sim::{SimCpu, SimPmu};
-    use arch_x86::pmu::{EventKind, SampleMode};
-    use sampler::event::{EventKind as Perf, EventSource, Sampling, sample_type as st};
-    use sampler::pebs::MemKind;
-    for spec in [
-        "cycles",
-        "instructions:u",
-        "ref-cycles:k",
-        "branches",
-        "branch-misses:p",
-        "cache-references",
-        "cache-misses",
-        "mem-loads:pp",
-        "mem-stores:p",
-        "r1c2",
-        "r4f2e:upp",
-    ] {
-        let Ok(e) = events::parse(spec) else {
-            fail!("{spec} does not parse");
-        };
-        let mut name = Why::new();
-        let _ = write!(name, "{}", EventName(e));
-        ensure!(
-            events::parse(&name) == Ok(e),
-            "{spec} is named {name}, which parses differently"
-        );
-    }
-    let cpu = SimCpu::sapphire_rapids();
-    let info = arch_x86::cpuid::detect(&crate::sample::pmu::SimCpuid(cpu), &mut SimPmu::new(cpu));
-    let caps = crate::sample::pmu::caps_of(&info, EventSource::IntelPmu);
-    let parse = |s: &str| events::parse(s).unwrap_or(crate::sample::pmu::DEFAULT_EVENT);
-    let cases = [
-        ("cycles", false, MemKind::None, Perf::Hardware, 0, 0),
-        ("instructions:u", false, MemKind::None, Perf::Hardware, 1, 0),
-        ("ref-cycles", false, MemKind::None, Perf::Hardware, 9, 0),
-        ("branch-misses", false, MemKind::None, Perf::Hardware, 5, 0),
-        ("r1c2:p", true, MemKind::None, Perf::Raw, 0x1c2, 1),
-        ("mem-loads:pp", true, MemKind::Load, Perf::Raw, 0x1cd, 2),
-        ("mem-stores", true, MemKind::Store, Perf::Raw, 0x82d0, 1),
-    ];
-    for (spec, pebs, mem, kind, config, precise) in cases {
-        let ev = parse(spec);
-        ensure!(
-            crate::sample::pmu::uses_pebs(&ev, Vendor::Intel) == pebs,
-            "{spec}: PEBS use"
-        );
-        let mode = sample_mode(&ev, pebs, 2_800_000_000, 4000);
-        let (p, extra) = perf_event(&ev, mode, Vendor::Intel, pebs, mem, true);
-        ensure!(
-            p.kind == kind && p.config == config && p.precise == precise,
-            "{spec}: {:?} {:#x} precise {}",
-            p.kind,
-            p.config,
-            p.precise
-        );
-        ensure!(
-            p.exclude_kernel != ev.kernel && p.exclude_user != ev.user,
-            "{spec}: modes"
-        );
-        let mut want = st::BRANCH_STACK;
-        if pebs {
-            want |= st::REGS_INTR;
-        }
-        if mem != MemKind::None {
-            want |= st::ADDR | st::WEIGHT | st::DATA_SRC;
-        }
-        ensure!(
-            extra == want,
-            "{spec}: sample bits {extra:#x}, want {want:#x}"
-        );
-        // What the stream's Hello carries for it.
-        let mut e = sampler::event::EventConfig::cpu_clock(0, 4000);
-        e.sample_type |= st::REGS_USER | st::CALLCHAIN | st::CPU | extra;
-        e.regs_user = sampler::regs::GPR_MASK;
-        if extra & st::REGS_INTR != 0 {
-            e.regs_intr = sampler::regs::GPR_MASK;
-        }
-        e.count_as(&p);
-        if let Err(err) = e.validate(&caps) {
-            fail!("{spec}: the description is refused: {err}");
-        }
-    }
-    let cyc = parse("cycles");
-    ensure!(
-        sample_mode(&cyc, false, 2_800_000_000, 4000) == SampleMode::Period(700_000),
-        "cycles period at 4 kHz"
-    );
-    ensure!(
-        sample_mode(&cyc, false, 2_800_000_000, 1) == SampleMode::Period(MAX_PERIOD),
-        "cycles period at 1 Hz is not capped"
-    );
-    ensure!(
-        sample_mode(&cyc, false, 0, 4000) == SampleMode::Period(250_000),
-        "cycles period without a calibrated TSC"
-    );
-    ensure!(
-        sample_mode(&parse("mem-loads:pp"), true, 2_800_000_000, 4000)
-            == SampleMode::Period(175_000),
-        "PEBS period"
-    );
-    let br = parse("branches");
-    ensure!(
-        br.kind == EventKind::Branches
-            && matches!(
-                sample_mode(&br, false, 2_800_000_000, 4000),
-                SampleMode::Frequency { hz: 4000, .. }
-            ),
-        "branches are not in frequency mode"
-    );
-    let (p, _) = perf_event(
-        &br,
-        sample_mode(&br, false, 1, 4000),
-        Vendor::Intel,
-        false,
-        MemKind::None,
-        false,
-    );
-    ensure!(
-        p.sampling == Sampling::Frequency(4000) && p.branch_sample_type == 0,
-        "branches: {:?}",
-        p.sampling
-    );
-    Ok(())
-}
-
 /// Samples `ev` with `mode` on the real PMU while `work` runs; returns what
 /// was programmed and the hardware path's counters for the run.
 pub(super) fn sample_hw(
@@ -291,7 +155,7 @@ pub(super) fn sample_hw(
 /// precise instructions whose PEBS records must decode when PEBS is
 /// present. `cargo xtask hwcheck` prints these lines.
 pub(super) fn pmu_hardware() -> TestResult {
-    use crate::sample::pmu::{CHECK_INSTRUCTIONS, EventName, HwError};
+    use crate::sample::pmu::{CHECK_INSTRUCTIONS, HwError};
     use arch_x86::pmu::{Event, EventKind, PmuError, SampleMode};
     // SAFETY: CPL 0; `detect` reads only MSRs CPUID advertises and writes none.
     let mut msr = unsafe { arch_x86::msr::CpuMsr::new() };
@@ -399,7 +263,7 @@ pub(super) fn pmu_hardware() -> TestResult {
                     "selftest: pmu_hardware: PEBS: format {f} unknown to the decoder, PEBS disabled"
                 )
             }
-            Err(e) => fail!("sampling {}: {e}", EventName(pins)),
+            Err(e) => fail!("sampling {}: {e}", pins),
             Ok((_, s)) => {
                 kprintln!(
                     "selftest: pmu_hardware: PEBS: {} records decoded, {} lost, {} samples, expected about {}",

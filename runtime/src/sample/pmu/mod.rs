@@ -1,0 +1,341 @@
+//! The PMU overflow sources on the target, sharing one glue path
+//! ([`service_pmi`]: the driver's `handle_pmi`, then every overflow as a
+//! sample, each PEBS record its own sample, the LBR stack as its branch
+//! stack):
+//!
+//! - `pmu=auto` on a CPU with a PMU: the start-up check ([`startup_check`]:
+//!   counters advance over a workload of known size, overflow NMIs arrive
+//!   near the programmed period), then the real driver on [`CpuPmu`]
+//!   samples the chosen event and its PMIs are the NMIs ([`setup_hw`],
+//!   [`on_nmi`]); when the check fails, the reason is printed and the NMI
+//!   clock is used.
+//! - `pmu=sim`: the real Intel driver against the simulated PMU, with the
+//!   simulator advanced by the NMI clock. The simulator is only ever
+//!   selected by `pmu=sim`; the real path never touches it.
+//!
+//! The parts: [`sim`] (the simulated PMU, advanced by the NMI clock),
+//! [`hw`] (the real PMU while it samples), [`check`] (the start-up check)
+//! and [`service`] (the PMI glue both sources share); this module decides
+//! at boot which one runs and reports it.
+//!
+//! # Why the statics are sound
+//!
+//! [`setup_sim`] and [`setup_hw`] fill [`SIM`] / [`HW`] and the PEBS buffer
+//! outside NMI context, before [`SIM_ON`] / [`HW_STATE`] publish them
+//! (Release). From then on they are touched only by the NMI handler after
+//! seeing the flag (Acquire), until [`stop_hw`] withdraws the flag and takes
+//! them back. The runtime runs on one CPU and NMIs do not nest (the CPU
+//! blocks further NMIs until the handler's IRET), so at most one `&mut` to
+//! them exists at any time. Only one of the two is ever set up, so they
+//! share the PEBS buffer. The start-up check publishes its driver through
+//! [`CHECK_DRIVER`] the same way, for the duration of its workload only.
+
+use crate::sample::profile::{self};
+use arch_x86::cpuid::{PmuInfo, Vendor};
+use arch_x86::pmu::driver::CheckReport;
+use arch_x86::pmu::ds::DsArea;
+use arch_x86::pmu::selftest::Verdict;
+use arch_x86::pmu::sim::SimCpu;
+use arch_x86::pmu::{Event, PmuError, SampleMode};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU64, Ordering};
+use sampler::event::PmuCaps;
+
+pub mod check;
+pub mod hw;
+pub mod service;
+pub mod sim;
+
+pub use arch_x86::pmu::perf::{DEFAULT_EVENT, caps_of, perf_event, sample_mode, uses_pebs};
+pub use check::*;
+pub use hw::*;
+pub use service::*;
+pub use sim::*;
+
+/// Bytes of the PEBS buffer.
+pub(super) const PEBS_BYTES: usize = 16 * 1024;
+
+pub(super) struct BufCell(pub(super) UnsafeCell<[u8; PEBS_BYTES]>);
+
+// SAFETY: as for `SimCell`.
+unsafe impl Sync for BufCell {}
+
+pub(super) static PEBS_BUF: BufCell = BufCell(UnsafeCell::new([0; PEBS_BYTES]));
+
+pub(super) static AREA: DsArea = DsArea::new();
+
+pub(super) static PEBS_LOST: AtomicU64 = AtomicU64::new(0);
+
+/// PEBS samples lost since the last call (collisions, unusable records).
+pub fn take_pebs_lost() -> u64 {
+    PEBS_LOST.swap(0, Ordering::Relaxed)
+}
+
+/// NMI context, at a tick that unthrottled the event: restart the
+/// counters the throttle stopped (the hardware PMU's or the simulator's).
+pub fn unthrottle() {
+    if HW_STATE.load(Ordering::Acquire) == HW_ON {
+        // SAFETY: HW_ON was seen, so setup finished; NMI context is the
+        // only user until `stop_hw`, and NMIs do not nest (module docs).
+        if let Some(st) = (unsafe { &mut *HW.0.get() }).as_mut() {
+            st.driver.start(&mut st.hw);
+        }
+    } else if sim_active() {
+        // SAFETY: SIM_ON was seen, so setup finished; NMI context is the
+        // only user, and NMIs do not nest (module docs).
+        if let Some(st) = (unsafe { &mut *SIM.0.get() }).as_mut() {
+            st.driver.start(&mut st.clock.sim);
+        }
+    }
+}
+
+/// What the boot decided about the overflow source, kept so it can be
+/// reported once the console is set up (after Hello in wire mode). Lives
+/// once on the boot stack; there is no allocator to box the large variant.
+#[derive(Clone, Copy, Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Boot {
+    /// `pmu=sim`: the simulated PMU, or why it could not be set up.
+    Sim(Result<PmuCaps, PmuError>),
+    /// `pmu=off`.
+    Off,
+    /// `pmu=auto` without a PMU (CPUID): why.
+    NoPmu(&'static str),
+    /// `pmu=auto` in the self-test: the `pmu_hardware` test exercises the
+    /// PMU; the NMI clock drives the other tests.
+    SelfTest(PmuInfo),
+    /// `pmu=auto`: the start-up check failed.
+    CheckFailed(CheckReport),
+    /// `pmu=auto`: the check passed but no event could be programmed.
+    SetupFailed(CheckReport, HwError),
+    /// `pmu=auto`: the PMU samples.
+    Hardware {
+        /// The detected PMU.
+        info: PmuInfo,
+        /// The start-up check.
+        report: CheckReport,
+        /// What is sampled.
+        setup: HwSetup,
+        /// The `event=` value refused by the driver, and why (then cycles).
+        refused: Option<(Event, HwError)>,
+    },
+}
+
+impl Boot {
+    /// The overflow source for Hello and the profile.
+    pub fn source(&self) -> profile::Source {
+        match self {
+            Boot::Sim(Ok(caps)) => profile::Source::Simulated(*caps),
+            Boot::Hardware { setup, .. } => profile::Source::Pmu(setup.caps),
+            _ => profile::Source::NmiClock,
+        }
+    }
+
+    /// True when the hardware PMU's overflows are the samples (the NMI
+    /// clock then only ticks for the throttle).
+    pub fn hardware(&self) -> bool {
+        matches!(self, Boot::Hardware { .. })
+    }
+}
+
+/// Decides the overflow source for `pmu=` (after the IDT is loaded, before
+/// the NMI clock starts): `pmu=auto` with a PMU runs the start-up check
+/// and, when it passes, starts sampling `event` (cycles when `None` or
+/// refused) at `freq_hz`.
+pub fn boot(
+    mode: arch_x86::cmdline::PmuMode,
+    selftest: bool,
+    info: &PmuInfo,
+    event: Option<Event>,
+    tsc_hz: u64,
+    freq_hz: u32,
+    sim: SimCpu,
+) -> Boot {
+    use arch_x86::cmdline::PmuMode;
+    match mode {
+        PmuMode::Sim => return Boot::Sim(setup_sim(sim)),
+        PmuMode::Off => return Boot::Off,
+        PmuMode::Auto => {}
+    }
+    if let Some(why) = info.missing_reason() {
+        return Boot::NoPmu(why);
+    }
+    if selftest {
+        return Boot::SelfTest(*info);
+    }
+    let report = startup_check(info);
+    if report.verdict != Verdict::Usable {
+        return Boot::CheckFailed(report);
+    }
+    let start = |ev: Event| {
+        let mode = sample_mode(&ev, uses_pebs(&ev, info.vendor), tsc_hz, freq_hz);
+        setup_hw(info, ev, mode)
+    };
+    let wanted = event.unwrap_or(DEFAULT_EVENT);
+    let (setup, refused) = match start(wanted) {
+        Ok(s) => (s, None),
+        Err(e) if wanted != DEFAULT_EVENT => match start(DEFAULT_EVENT) {
+            Ok(s) => (s, Some((wanted, e))),
+            Err(e2) => return Boot::SetupFailed(report, e2),
+        },
+        Err(e) => return Boot::SetupFailed(report, e),
+    };
+    Boot::Hardware {
+        info: *info,
+        report,
+        setup,
+        refused,
+    }
+}
+
+pub(super) fn vendor_name(v: Vendor) -> &'static str {
+    match v {
+        Vendor::Intel => "Intel",
+        Vendor::Amd => "AMD",
+        Vendor::Other => "unknown-vendor",
+    }
+}
+
+/// Prints what [`boot`] decided: which overflow source is in use and why.
+pub fn report_boot(b: &Boot, event: Option<Event>) {
+    let check = |r: &CheckReport| {
+        crate::kprintln!(
+            "perch: PMU start-up check: {} instructions counted over a workload of {}; overflow phase at period {}: {} PMIs (expected about {})",
+            r.counted,
+            CHECK_INSTRUCTIONS,
+            r.period,
+            r.pmis,
+            r.expected_pmis()
+        );
+    };
+    match b {
+        Boot::Sim(Ok(caps)) => crate::kprintln!(
+            "perch: pmu=sim: SIMULATED PMU (v{}, {} GP + {} fixed counters, PEBS format {:?}, LBR format {:?} x {}); precise mem-loads period {}, driven by the NMI clock",
+            caps.version,
+            caps.gp_counters,
+            caps.fixed_counters,
+            caps.pebs_format,
+            caps.lbr_format,
+            caps.lbr_depth,
+            SIM_PERIOD
+        ),
+        Boot::Sim(Err(e)) => crate::kprintln!(
+            "perch: pmu=sim: simulated PMU not set up: {e}; overflow source: NMI clock"
+        ),
+        Boot::Off => crate::kprintln!("perch: pmu=off; overflow source: NMI clock (cpu-clock)"),
+        Boot::NoPmu(why) => {
+            crate::kprintln!("perch: {why}; falling back to the NMI clock (cpu-clock)")
+        }
+        Boot::SelfTest(info) => crate::kprintln!(
+            "perch: PMU found ({} v{}, {} GP + {} fixed counters); the self-test checks it in pmu_hardware; overflow source for the other tests: NMI clock",
+            vendor_name(info.vendor),
+            info.version,
+            info.gp_counters,
+            info.fixed_counters()
+        ),
+        Boot::CheckFailed(r) => {
+            check(r);
+            if let Verdict::Fallback(reason) = r.verdict {
+                crate::kprintln!("perch: PMU start-up check failed: {reason}");
+            }
+            crate::kprintln!("perch: overflow source: NMI clock (cpu-clock)");
+        }
+        Boot::SetupFailed(r, e) => {
+            check(r);
+            crate::kprintln!(
+                "perch: PMU start-up check passed, but no event could be programmed: {e}; falling back to the NMI clock (cpu-clock)"
+            );
+        }
+        Boot::Hardware {
+            info,
+            report,
+            setup,
+            refused,
+        } => {
+            check(report);
+            if let Some((ev, e)) = refused {
+                crate::kprintln!("perch: event={} refused: {e}; sampling cycles instead", ev);
+            }
+            let (how, n) = match setup.mode {
+                SampleMode::Period(p) => ("period", p),
+                SampleMode::Frequency { hz, .. } => ("frequency mode, Hz", u64::from(hz)),
+            };
+            crate::kprintln!(
+                "perch: overflow source: {} PMU (v{}, {} GP x {} bits + {} fixed counters); event {} ({} {}); PEBS {}; LBR {}; the NMI clock is not started",
+                vendor_name(info.vendor),
+                info.version,
+                info.gp_counters,
+                info.gp_width,
+                info.fixed_counters(),
+                setup.event,
+                how,
+                n,
+                match (setup.pebs, info.pebs_format) {
+                    (true, Some(f)) => FmtOpt::Format(f),
+                    (false, Some(_)) => FmtOpt::Unused,
+                    _ => FmtOpt::Absent,
+                },
+                if setup.lbr {
+                    LbrNote::On(info.lbr_depth())
+                } else {
+                    LbrNote::Absent
+                },
+            );
+        }
+    }
+    if let Some(ev) = event
+        && !b.hardware()
+    {
+        crate::kprintln!(
+            "perch: event={} ignored: the hardware PMU is not the overflow source",
+            ev
+        );
+    }
+}
+
+enum FmtOpt {
+    Format(u8),
+    Unused,
+    Absent,
+}
+
+impl core::fmt::Display for FmtOpt {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            FmtOpt::Format(n) => write!(f, "records format {n}"),
+            FmtOpt::Unused => write!(f, "present, not used by this event"),
+            FmtOpt::Absent => write!(f, "absent"),
+        }
+    }
+}
+
+enum LbrNote {
+    On(u8),
+    Absent,
+}
+
+impl core::fmt::Display for LbrNote {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            LbrNote::On(d) => write!(f, "branch stacks x {d}"),
+            LbrNote::Absent => write!(f, "absent"),
+        }
+    }
+}
+
+/// At the end of a run: the hardware path's counters, unknown NMIs included.
+pub fn report_end() {
+    let s = hw_stats();
+    if s.pmis + s.unknown_nmis == 0 {
+        return;
+    }
+    crate::kprintln!(
+        "perch: PMU: {} PMIs, {} samples ({} with a branch stack, {} from PEBS records, {} PEBS records lost); {} unknown NMIs",
+        s.pmis,
+        s.samples,
+        s.with_branches,
+        s.pebs_decoded,
+        s.pebs_lost,
+        s.unknown_nmis
+    );
+}

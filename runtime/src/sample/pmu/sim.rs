@@ -1,0 +1,218 @@
+//! `pmu=sim`: the real Intel driver programmed against the simulated PMU,
+//! which the NMI clock advances one tick at a time (statics: see the
+//! parent module's docs).
+
+use super::*;
+use crate::sample::nmi::NmiContext;
+use crate::sample::profile::{self, Extra};
+use arch_x86::cpuid::{self, CpuIdResult, Cpuid, PmuInfo};
+use arch_x86::frame::Mode;
+use arch_x86::pmu::driver::PmuDriver;
+use arch_x86::pmu::ds::DsMemory;
+use arch_x86::pmu::intel::IntelOptions;
+use arch_x86::pmu::lbr::LbrConfig;
+use arch_x86::pmu::sim::{SimClock, SimCpu, SimPmu, SimRegs};
+use arch_x86::pmu::{Event, EventConfig, EventKind, PmuError, SampleMode};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, Ordering};
+use sampler::event::{EventSource, PmuCaps};
+use sampler::lbr::LbrFormat;
+use sampler::pebs::{DecodeConfig, MemKind};
+
+/// The simulated CPU `sim=` selects.
+pub fn sim_cpu(model: arch_x86::cmdline::SimModel) -> SimCpu {
+    use arch_x86::cmdline::SimModel;
+    match model {
+        SimModel::SapphireRapids => SimCpu::sapphire_rapids(),
+        SimModel::IceLake => SimCpu::ice_lake(),
+        SimModel::Skylake => SimCpu::skylake(),
+    }
+}
+
+/// Instructions the simulator retires per NMI-clock tick.
+pub const SIM_INSTRUCTIONS_PER_TICK: u64 = 1000;
+
+/// Sampling period of the simulated `mem-loads` event (one load per tick).
+pub const SIM_PERIOD: u64 = 1;
+
+/// Raw encoding of the sampled event (MEM_TRANS_RETIRED.LOAD_LATENCY).
+pub const SIM_RAW_CONFIG: u64 = 0x01CD;
+
+/// Everything the simulated run keeps between ticks.
+pub struct SimState {
+    /// The simulator, advanced by the NMI clock.
+    pub clock: SimClock,
+    /// The real driver, programmed against the simulator.
+    pub driver: PmuDriver,
+    /// How PEBS records are decoded.
+    pub decode: DecodeConfig,
+    /// How LBR entries are decoded.
+    pub lbr: LbrFormat,
+}
+
+pub(super) struct SimCell(pub(super) UnsafeCell<Option<SimState>>);
+
+// SAFETY: see the parent module's docs: written once before SIM_ON is published,
+// afterwards used only from (non-nesting, single-CPU) NMI context.
+unsafe impl Sync for SimCell {}
+
+pub(super) static SIM: SimCell = SimCell(UnsafeCell::new(None));
+
+pub(super) static SIM_ON: AtomicBool = AtomicBool::new(false);
+
+/// CPUID of the simulated CPU (CPUID does not depend on the simulator's state).
+pub struct SimCpuid(pub SimCpu);
+
+impl Cpuid for SimCpuid {
+    fn cpuid(&self, leaf: u32, subleaf: u32) -> CpuIdResult {
+        SimPmu::new(self.0).cpuid(leaf, subleaf)
+    }
+}
+
+/// Builds a simulated PMU of `cpu` with the real driver programmed for
+/// precise `mem-loads` at `period` with LBR (frozen on PMI), its PEBS
+/// records going to `mem`.
+pub fn build_sim(
+    cpu: SimCpu,
+    period: u64,
+    mem: &mut DsMemory<'_>,
+) -> Result<(SimState, PmuInfo), PmuError> {
+    let mut clock = SimClock::new(cpu, SIM_INSTRUCTIONS_PER_TICK);
+    let info = cpuid::detect(&SimCpuid(cpu), &mut clock.sim);
+    let mut driver = PmuDriver::new(&info)?;
+    let events = [EventConfig {
+        event: Event {
+            precise: 2,
+            ..Event::new(EventKind::MemLoads)
+        },
+        mode: SampleMode::Period(period),
+    }];
+    let opts = IntelOptions {
+        lbr: Some(LbrConfig::default()),
+        ..Default::default()
+    };
+    driver.configure(&mut clock.sim, Some(mem), &events, &opts)?;
+    let format =
+        arch_x86::pmu::perf::pebs_format(info.pebs_format.ok_or(PmuError::PebsUnavailable)?);
+    let lbr =
+        arch_x86::pmu::perf::lbr_format(driver.lbr_format()).ok_or(PmuError::LbrUnavailable)?;
+    let state = SimState {
+        clock,
+        driver,
+        decode: DecodeConfig {
+            format,
+            mem: MemKind::Load,
+            split_latency: matches!(
+                cpu,
+                SimCpu::Intel {
+                    split_latency: true,
+                    ..
+                }
+            ),
+            data_source: info.pebs_data_source(),
+            pebs_trap: info.pebs_trap(),
+        },
+        lbr,
+    };
+    Ok((state, info))
+}
+
+/// `pmu=sim`: sets up the simulated PMU and the real driver on it, and
+/// starts it. Call once at boot, before the NMI clock starts. Returns the
+/// capabilities for Hello (marked [`EventSource::Simulated`]).
+pub fn setup_sim(cpu: SimCpu) -> Result<PmuCaps, PmuError> {
+    // SAFETY: boot context, SIM_ON is still false and the NMI clock has not
+    // started, so nothing else refers to the buffer or the state.
+    let buf = unsafe { &mut *PEBS_BUF.0.get() };
+    let mut mem = DsMemory::new(&AREA, buf);
+    let (mut state, info) = build_sim(cpu, SIM_PERIOD, &mut mem)?;
+    state.driver.start(&mut state.clock.sim);
+    // SAFETY: as above.
+    unsafe { *SIM.0.get() = Some(state) };
+    SIM_ON.store(true, Ordering::Release);
+    Ok(caps_of(&info, EventSource::Simulated))
+}
+
+/// True once `pmu=sim` is set up: NMI-clock ticks drive the simulator.
+pub fn sim_active() -> bool {
+    SIM_ON.load(Ordering::Acquire)
+}
+
+/// The simulator's registers for an interrupted frame (SDM PEBS order).
+pub fn sim_regs(cap: &NmiContext<'_>) -> SimRegs {
+    let f = cap.interrupted;
+    SimRegs {
+        flags: f.rflags,
+        gprs: [
+            f.rax, f.rbx, f.rcx, f.rdx, f.rsi, f.rdi, f.rbp, f.rsp, f.r8, f.r9, f.r10, f.r11,
+            f.r12, f.r13, f.r14, f.r15,
+        ],
+    }
+}
+
+/// One simulated tick on `st`: advance the simulator with the interrupted
+/// context and, on a PMI, service it with [`service_pmi`], handing every
+/// overflow to `emit`. Returns the PEBS samples lost in this PMI.
+/// NMI-safe: no allocation, lock or log; bounded copies only.
+pub fn tick(
+    st: &mut SimState,
+    mem: &mut DsMemory<'_>,
+    ip: u64,
+    user: bool,
+    regs: SimRegs,
+    emit: &mut dyn FnMut(&Extra<'_>),
+) -> Option<u32> {
+    if !st.clock.on_tick(Some(mem), ip, user, regs) {
+        return None;
+    }
+    st.clock.sim.take_pmi();
+    let tsc = st.clock.sim.tsc();
+    let dec = Decoding {
+        pebs: Some(st.decode),
+        lbr: Some(st.lbr),
+    };
+    let s = service_pmi(
+        &mut st.driver,
+        &mut st.clock.sim,
+        Some(mem),
+        tsc,
+        &dec,
+        emit,
+    );
+    Some(s.pebs_lost())
+}
+
+/// NMI context, `pmu=sim`: one NMI-clock tick.
+pub fn on_tick(cap: &NmiContext<'_>, entry_tsc: u64) {
+    if !sim_active() {
+        return;
+    }
+    // SAFETY: SIM_ON was seen, so setup finished; we are in NMI context,
+    // the only user from now on, and NMIs do not nest (the parent module's docs).
+    let Some(st) = (unsafe { &mut *SIM.0.get() }).as_mut() else {
+        return;
+    };
+    // SAFETY: as above, for the PEBS buffer.
+    let buf = unsafe { &mut *PEBS_BUF.0.get() };
+    let mut mem = DsMemory::new(&AREA, buf);
+    let user = cap.mode != Mode::Kernel;
+    let lost = tick(
+        st,
+        &mut mem,
+        cap.interrupted.rip,
+        user,
+        sim_regs(cap),
+        &mut |x| {
+            profile::overflow(cap, entry_tsc, x);
+        },
+    );
+    if profile::throttled() {
+        // Throttled: the counter stops until the next tick.
+        st.driver.stop(&mut st.clock.sim);
+    }
+    if let Some(n) = lost
+        && n > 0
+    {
+        PEBS_LOST.fetch_add(u64::from(n), Ordering::Relaxed);
+    }
+}
