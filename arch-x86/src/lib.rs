@@ -2,7 +2,6 @@
 #![cfg_attr(not(test), no_std)]
 
 pub mod bootinfo;
-pub mod cmdline;
 pub mod cpu;
 pub mod cpuid;
 pub mod exit;

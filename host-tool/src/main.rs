@@ -187,7 +187,7 @@ const DEFAULT_BAUD: u32 = 115_200;
 const MIN_FREQ_HZ: u32 = 19;
 
 /// Highest `--freq`: what the runtime accepts from `freq=`
-/// (`arch_x86::cmdline::MAX_FREQ_HZ`).
+/// (`kcore::cmdline::MAX_FREQ_HZ`).
 const MAX_FREQ_HZ: u32 = 200_000;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);

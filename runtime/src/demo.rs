@@ -15,9 +15,9 @@ use crate::abi::perch::{SYS_EXIT, SYS_SPIN, SYS_WRITE, SYS_YIELD};
 use crate::kprintln;
 use crate::proc::{self as task, Abi, TaskSpec};
 use crate::sample::nmi;
-use arch_x86::cmdline::Config;
 use arch_x86::exit::ExitCode;
 use core::sync::atomic::{AtomicU64, Ordering};
+use kcore::cmdline::Config;
 
 /// Default run length when `duration=` is not given.
 pub const DEFAULT_DURATION_MS: u64 = 1000;

@@ -11,6 +11,12 @@
 //! (`perch_entry_window_start..perch_entry_window_end`), and from the first
 //! restore to the `iretq` (`perch_exit_window_start..perch_exit_window_end`).
 //! The NMI handler checks the interrupted RIP against them.
+//!
+//! Every return through the exit stub first calls
+//! `sample::profile::on_return` with the frame it is about to restore
+//! (samples of `uregs=return` take their user registers from it), and
+//! the dispatcher tells the sampler when an entry from ring 3 has saved its
+//! frame.
 
 use arch_x86::frame::TrapFrame;
 use arch_x86::gdt;
@@ -86,6 +92,10 @@ perch_entry_window_end:
     test rax, rax
     jnz perch_leave_to_scheduler
 
+perch_return:
+    mov rdi, rsp
+    call {on_return}
+
     .global perch_exit_window_start
 perch_exit_window_start:
     pop r15
@@ -128,7 +138,8 @@ perch_enter_user:
     push r15
     mov [rip + {resume}], rsp
     mov rsp, rdi
-    jmp perch_exit_window_start
+    cld
+    jmp perch_return
 
     .balign 16
     .global perch_nmi_entry
@@ -175,6 +186,7 @@ perch_nmi_entry:
     kstack = sym CURRENT_KSTACK_TOP,
     resume = sym KERNEL_RESUME_RSP,
     dispatch = sym crate::abi::trap_dispatch,
+    on_return = sym crate::sample::profile::on_return,
     nmi = sym crate::sample::nmi::nmi_dispatch,
     udata = const gdt::USER_DATA as u64,
     ucode64 = const gdt::USER_CODE64 as u64,

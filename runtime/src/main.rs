@@ -20,8 +20,8 @@ mod selftest;
 mod stream;
 mod symbols;
 
-use arch_x86::cmdline::{self, ConsoleMode};
 use arch_x86::exit::ExitCode;
+use kcore::cmdline::{self, ConsoleMode};
 use sample::{clock, pmu, profile};
 
 critical_section::set_impl!(arch_x86::single_core_cs::SingleCoreCriticalSection);
@@ -53,6 +53,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             cmdline::SampleFields::Minimal => profile::SampleSet::Minimal,
         },
     );
+    profile::set_user_regs_at_return(cfg.uregs == cmdline::UserRegsAt::Return);
     // The CPU's tables first: the PMU start-up check takes NMIs. What they
     // report is printed below, after Hello.
     cpu::init();

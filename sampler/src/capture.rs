@@ -23,9 +23,11 @@
 //! GPRs, when a PEBS decoder supplies them).
 //!
 //! # Return-to-user mode ([`UserRegsMode::AtReturnToUser`])
-//! When the NMI interrupted the runtime, the sample is parked in a
-//! [`DeferredUserRegs`] store and completed with the frame that the return
-//! path is about to restore, which is complete by construction. The return
+//! When the NMI interrupted the runtime, the raw sample is parked in a
+//! [`DeferredUserRegs`] store and completed with the frame that the task's
+//! return path is about to restore, which is complete by construction
+//! ([`raw_flags::RETURN_USER`]); a parked sample whose task never returns
+//! (it blocked or exited) gets ABI_NONE. The return
 //! path raises the *exit-window flag* before it drains the store and keeps
 //! it up until the `iretq`; an NMI that lands while it is up gets ABI_NONE
 //! at once instead of being parked, because parking it would attach the
@@ -71,6 +73,7 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use crate::drain::NmiRecord;
 use crate::event::{EventConfig, UserRegsMode, sample_type as st};
 use crate::regs::{
     CodeMode, NUM_GPR_SLOTS, R8_R15_MASK, Reg, RegFile, RegsSample, VALID_MASK_WITH_XMM,
@@ -384,6 +387,11 @@ pub mod raw_flags {
     pub const BRANCHES: u32 = 1 << 5;
     /// [`super::PmuFields::mem`] holds PEBS memory fields.
     pub const MEM: u32 = 1 << 6;
+    /// With [`KERNEL`], in return-to-user mode: [`super::RawSample::user`]
+    /// holds the frame the task's next return to user mode restored
+    /// (complete by construction), written by
+    /// [`super::DeferredUserRegs::complete`].
+    pub const RETURN_USER: u32 = 1 << 7;
 }
 
 /// PMU data of a sample (PEBS GPRs, LBR stack, memory fields), valid as
@@ -519,8 +527,9 @@ impl RawSample {
     /// - REGS_USER, with the NMI in user mode: the interrupted frame (or the
     ///   PEBS GPRs) with that frame's ABI; in the runtime: the saved user
     ///   frame when it was complete and is a user frame, else ABI_NONE with
-    ///   no values; in the runtime with [`UserRegsMode::AtReturnToUser`]: an
-    ///   ABI_NONE placeholder for [`DeferredUserRegs`];
+    ///   no values; in the runtime with [`UserRegsMode::AtReturnToUser`]:
+    ///   the frame of the return to user mode once [`DeferredUserRegs`]
+    ///   completed the record, else ABI_NONE;
     /// - REGS_INTR: the PEBS GPRs, else the interrupted frame;
     /// - both: the x86-64 mask layout always, compat code gives ABI_32 with
     ///   R8-R15 reading 0, XMM bits read 0 ([`fill_regs`]);
@@ -581,9 +590,20 @@ impl RawSample {
                     None => self.user.to_regfile(),
                 };
                 fill_regs(r, &file, e.regs_user, intr_code);
-            } else if e.user_regs_mode == UserRegsMode::AtReturnToUser || !saved_ok {
+            } else if e.user_regs_mode == UserRegsMode::AtReturnToUser {
+                // The registers of the return to user mode, once the store
+                // completed the sample; ABI_NONE otherwise.
+                let returned = self.flags & raw_flags::RETURN_USER != 0
+                    && CpuMode::from_cs(self.user.cs) == CpuMode::User;
+                if returned {
+                    let file = self.user.to_regfile();
+                    fill_regs(r, &file, e.regs_user, self.code(raw_flags::USER_COMPAT));
+                } else {
+                    set_regs_none(r, e.regs_user);
+                }
+            } else if !saved_ok {
                 // A "saved user frame" that is not a user frame is not
-                // complete; in return-to-user mode the registers come later.
+                // complete.
                 set_regs_none(r, e.regs_user);
             } else {
                 let file = self.user.to_regfile();
@@ -680,8 +700,8 @@ pub fn capture(input: &SampleInput<'_>, raw: &mut RawSample) -> bool {
 /// excludes the interrupted mode (exclude_user / exclude_kernel).
 ///
 /// With [`UserRegsMode::AtReturnToUser`] and an NMI that interrupted the
-/// runtime, the sample's user registers are a placeholder (ABI_NONE with the
-/// event's mask); pass it to [`DeferredUserRegs::defer`].
+/// runtime, the sample's user registers are ABI_NONE with the event's mask:
+/// the NMI handler parks such records in [`DeferredUserRegs`] instead.
 ///
 /// [`capture`] then [`RawSample::expand`]: the same path as the NMI handler
 /// and the drain.
@@ -702,12 +722,11 @@ pub fn build_sample_into(input: &SampleInput<'_>, s: &mut Sample) -> bool {
     true
 }
 
-/// True when `s` must go through [`DeferredUserRegs`] (return-to-user mode
-/// and the NMI interrupted the runtime).
-pub fn needs_deferred_regs(event: &EventConfig, s: &Sample) -> bool {
-    event.user_regs_mode == UserRegsMode::AtReturnToUser
-        && event.has(st::REGS_USER)
-        && s.cpumode == CpuMode::Kernel
+/// True when a sample of `event` whose NMI interrupted the runtime
+/// (`kernel`) waits in [`DeferredUserRegs`] for its user registers
+/// (return-to-user mode).
+pub fn needs_deferred_regs(event: &EventConfig, kernel: bool) -> bool {
+    event.user_regs_mode == UserRegsMode::AtReturnToUser && event.has(st::REGS_USER) && kernel
 }
 
 /// Builds a callchain with perf's context markers: a marker is inserted
@@ -819,34 +838,29 @@ impl<'a> CallchainWriter<'a> {
     }
 }
 
-/// What [`DeferredUserRegs::defer`] did with a sample.
-// The sample is large but is moved, never boxed, in NMI context.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, PartialEq, Eq)]
-pub enum Deferred {
-    /// Parked until the next return to user mode.
-    Pending,
-    /// The NMI landed in the exit window: here is the sample with ABI_NONE
-    /// user registers, push it now.
-    Ready(Sample),
-    /// The pending store was full: dropped and counted
-    /// ([`DeferredUserRegs::take_lost`]).
-    Lost,
-}
-
 /// Per-CPU store of samples waiting for the user registers of the next
-/// return to user mode, with the exit-window flag.
+/// return to user mode, with the exit-window flag. It holds the NMI
+/// handler's raw records ([`NmiRecord`]) and completes them into the
+/// sample ring, so a parked sample costs the NMI path no more than a
+/// queued one.
+///
+/// The NMI handler, for a sample that [`needs_deferred_regs`], calls
+/// [`park_with`](Self::park_with) and, when it declines, queues the sample
+/// in the ring as usual without a saved user frame (ABI_NONE).
 ///
 /// The runtime's return-to-user path does, in order:
 /// 1. [`enter_exit_window`](Self::enter_exit_window);
-/// 2. [`complete`](Self::complete) with the frame it will restore;
+/// 2. [`complete`](Self::complete) with the task and the frame it will
+///    restore;
 /// 3. restore registers and `iretq`.
 ///
 /// and its entry path calls [`leave_exit_window`](Self::leave_exit_window)
-/// once the user frame is saved.
+/// once the user frame is saved. Before the End counters are taken,
+/// [`abandon`](Self::abandon) moves what is still parked into the ring, so
+/// every parked sample is delivered or counted as lost by the ring.
 #[derive(Debug)]
 pub struct DeferredUserRegs<const P: usize> {
-    pending: Ring<Sample, P>,
+    pending: Ring<NmiRecord, P>,
     exit_window: AtomicBool,
 }
 
@@ -860,24 +874,29 @@ impl<const P: usize> DeferredUserRegs<P> {
     /// An empty store.
     pub const fn new() -> Self {
         DeferredUserRegs {
-            pending: Ring::new(),
+            pending: Ring::new_filled(),
             exit_window: AtomicBool::new(false),
         }
     }
 
-    /// NMI path: parks `sample` (see [`Deferred`]).
-    pub fn defer(&self, mut sample: Sample) -> Deferred {
+    /// NMI path: parks the sample `fill` writes (header words, runtime
+    /// frame, callchain, PMU data; not the user frame). Returns false, without
+    /// calling `fill`, when the sample must be queued now with ABI_NONE user
+    /// registers: inside the exit window (parking would attach the
+    /// registers of a later return), or when the store is full.
+    // Out of line: only `uregs=return` runs it, and the common NMI path
+    // stays short.
+    #[inline(never)]
+    pub fn park_with(&self, fill: &mut impl FnMut(&mut RawSample)) -> bool {
         if self.exit_window.load(Ordering::Acquire) {
-            if let Some(r) = &mut sample.regs_user {
-                *r = RegsSample::none(r.mask);
-            }
-            return Deferred::Ready(sample);
+            return false;
         }
-        if self.pending.push(sample) {
-            Deferred::Pending
-        } else {
-            Deferred::Lost
+        if self.pending.push_with(|rec| fill(rec.sample_mut())) {
+            return true;
         }
+        // Full: the caller queues the sample itself, so nothing is lost here.
+        let _ = self.pending.take_lost();
+        false
     }
 
     /// Return path, step 1: from here until `iretq`, NMIs do not park.
@@ -890,38 +909,65 @@ impl<const P: usize> DeferredUserRegs<P> {
         self.exit_window.store(false, Ordering::Release);
     }
 
-    /// Return path, step 2: gives every parked sample the registers of
-    /// `frame` (the complete user frame about to be restored) and hands it
-    /// to `out`. Returns how many were completed.
-    pub fn complete(&self, frame: &InterruptFrame, mut out: impl FnMut(Sample)) -> usize {
+    /// Whether the exit-window flag is up.
+    pub fn in_exit_window(&self) -> bool {
+        self.exit_window.load(Ordering::Acquire)
+    }
+
+    /// Samples parked now.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// True when nothing is parked.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Return path, step 2: task `tid` returns to user mode with `frame`
+    /// (complete: it is what the `iretq` restores; `compat` when it is
+    /// 32-bit code). Every parked sample of `tid` gets that frame as its
+    /// user registers ([`raw_flags::RETURN_USER`]); a parked sample of
+    /// another task (which blocked or exited without returning) gets
+    /// ABI_NONE. Each goes to `ring`, which counts it as lost when full.
+    /// Returns how many samples left the store.
+    pub fn complete<const R: usize>(
+        &self,
+        tid: u32,
+        frame: &RawFrame,
+        compat: bool,
+        ring: &Ring<NmiRecord, R>,
+    ) -> usize {
         let mut n = 0;
-        while let Some(mut s) = self.pending.pop() {
-            if let Some(r) = &mut s.regs_user {
-                *r = RegsSample::from_file(&frame.regs, r.mask, frame.code);
-            }
-            out(s);
+        while self
+            .pending
+            .pop_with(|parked| {
+                ring.push_with(|slot| {
+                    slot.clone_from(parked);
+                    let r = slot.sample_mut();
+                    r.flags &=
+                        !(raw_flags::SAVED_USER | raw_flags::RETURN_USER | raw_flags::USER_COMPAT);
+                    if r.tid == tid {
+                        r.user = *frame;
+                        r.flags |= raw_flags::RETURN_USER;
+                        if compat {
+                            r.flags |= raw_flags::USER_COMPAT;
+                        }
+                    }
+                });
+            })
+            .is_some()
+        {
             n += 1;
         }
         n
     }
 
-    /// The task will not return to user mode (it exited): hands parked
-    /// samples to `out` with ABI_NONE user registers.
-    pub fn abandon(&self, mut out: impl FnMut(Sample)) -> usize {
-        let mut n = 0;
-        while let Some(mut s) = self.pending.pop() {
-            if let Some(r) = &mut s.regs_user {
-                *r = RegsSample::none(r.mask);
-            }
-            out(s);
-            n += 1;
-        }
-        n
-    }
-
-    /// Samples dropped because the store was full, since the last call.
-    pub fn take_lost(&self) -> u64 {
-        self.pending.take_lost()
+    /// No task will return to user mode (the run ends): moves every parked
+    /// sample to `ring` with ABI_NONE user registers. Returns how many.
+    pub fn abandon<const R: usize>(&self, ring: &Ring<NmiRecord, R>) -> usize {
+        // No tid is 0 in a sample the runtime parks (tids start at 1).
+        self.complete(0, &RawFrame::ZERO, false, ring)
     }
 }
 

@@ -39,7 +39,7 @@
 //! markers and depth live there) and encodes it; the host feeds the bytes
 //! to [`wire::Decoder`]. [`capture::capture`] and [`capture::build_sample`]
 //! are the same two steps by value, for tests and cold paths;
-//! [`capture::DeferredUserRegs::defer`] parks a sample in return-to-user
+//! [`capture::DeferredUserRegs::park_with`] parks a sample in return-to-user
 //! mode.
 //!
 //! `unsafe` is denied everywhere except in [`ring`], whose every block is

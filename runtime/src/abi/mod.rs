@@ -17,6 +17,9 @@ pub const LEAVE: u64 = 1;
 pub extern "C" fn trap_dispatch(frame: &mut TrapFrame) -> u64 {
     crate::cpu::clear_ac();
     let user = frame.mode().is_user();
+    if user {
+        crate::sample::profile::on_entry_from_user();
+    }
     match frame.vector {
         tick::TIMER_VECTOR => {
             if tick::on_tick(user) && task::current().is_some() {

@@ -7,9 +7,9 @@ use super::linux;
 use super::{MAX_TASKS, TaskState};
 use crate::kprintln;
 use arch_x86::bootinfo::Module;
-use arch_x86::cmdline::Config;
 use arch_x86::exit::ExitCode;
 use kcore::archive::Archive;
+use kcore::cmdline::Config;
 use kcore::sys::{System, Vfs};
 
 /// Runs the archive's processes, then exits QEMU: pass when the run

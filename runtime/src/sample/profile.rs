@@ -17,7 +17,7 @@ use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
-use sampler::capture::{RawFrame, RawSample, raw_flags};
+use sampler::capture::{DeferredUserRegs, RawFrame, RawSample, raw_flags};
 use sampler::drain::{NmiRecord, drain_step};
 use sampler::event::{EventConfig, PmuCaps, sample_type as st};
 use sampler::regs::{GPR_MASK, RegFile};
@@ -85,6 +85,12 @@ pub enum SampleSet {
 
 // Every slot starts as an empty sample, so the NMI path never initialises one.
 static RING: Ring<NmiRecord, RING_SLOTS> = Ring::new_filled();
+/// Samples parked until the next return to user mode (`uregs=return`).
+static PARKED: DeferredUserRegs<PARKED_SLOTS> = DeferredUserRegs::new();
+/// Parked samples at most; more in one stay in the runtime get ABI_NONE.
+const PARKED_SLOTS: usize = 16;
+/// `uregs=return` is in force.
+static AT_RETURN: AtomicBool = AtomicBool::new(false);
 static ON: AtomicBool = AtomicBool::new(false);
 static SAMPLE_TYPE: AtomicU64 = AtomicU64::new(0);
 static REGS_USER: AtomicU64 = AtomicU64::new(0);
@@ -180,6 +186,9 @@ pub fn event() -> EventConfig {
     e.exclude_kernel = exclude & EXCLUDE_KERNEL != 0;
     e.regs_user = REGS_USER.load(Ordering::Relaxed);
     e.regs_intr = REGS_INTR.load(Ordering::Relaxed);
+    if AT_RETURN.load(Ordering::Relaxed) && e.has(st::REGS_USER) {
+        e.user_regs_mode = sampler::event::UserRegsMode::AtReturnToUser;
+    }
     if SIMULATED.load(Ordering::Relaxed) {
         e.kind = sampler::event::EventKind::Raw;
         e.config = crate::sample::pmu::SIM_RAW_CONFIG;
@@ -354,9 +363,14 @@ pub fn set_builtin_walk() {
     set_user_walk(l.user_data, l.user_text);
 }
 
-/// Stops sampling (NMIs still arrive but take no samples).
+/// Stops sampling (NMIs still arrive but take no samples). Samples still
+/// waiting for a return to user mode are queued with ABI_NONE user
+/// registers, so every one is delivered or counted as lost.
 pub fn stop() {
     ON.store(false, Ordering::Release);
+    // An NMI that saw ON runs to completion before this line (one CPU), so
+    // nothing parks after it.
+    PARKED.abandon(&RING);
 }
 
 /// Copies the trap frame into a ring slot's raw frame: the 22 words as
@@ -416,26 +430,34 @@ fn walk<const W: u64>(
     range: &WalkRange,
     max: usize,
 ) -> usize {
-    sampler::walk::walk::<W>(chain, n, fp, range, max, |fp| {
-        // SAFETY: `walk` only reads at an `fp` aligned to `W` whose pair
-        // of words lies inside the range's stack: the runtime's data, or
-        // the running process's present stack pages (its range is set on
-        // every switch, read inside `with_user_access`), so neither load
-        // can fault.
-        unsafe {
-            if W == 8 {
-                (
-                    core::ptr::read_volatile(fp as *const u64),
-                    core::ptr::read_volatile((fp + 8) as *const u64),
-                )
-            } else {
-                (
-                    u64::from(core::ptr::read_volatile(fp as *const u32)),
-                    u64::from(core::ptr::read_volatile((fp + 4) as *const u32)),
-                )
+    sampler::walk::walk::<W>(
+        chain,
+        n,
+        fp,
+        range,
+        max,
+        #[inline(always)]
+        |fp| {
+            // SAFETY: `walk` only reads at an `fp` aligned to `W` whose pair
+            // of words lies inside the range's stack: the runtime's data, or
+            // the running process's present stack pages (its range is set on
+            // every switch, read inside `with_user_access`), so neither load
+            // can fault.
+            unsafe {
+                if W == 8 {
+                    (
+                        core::ptr::read_volatile(fp as *const u64),
+                        core::ptr::read_volatile((fp + 8) as *const u64),
+                    )
+                } else {
+                    (
+                        u64::from(core::ptr::read_volatile(fp as *const u32)),
+                        u64::from(core::ptr::read_volatile((fp + 4) as *const u32)),
+                    )
+                }
             }
-        }
-    })
+        },
+    )
 }
 
 /// The callchain's raw IPs: the runtime's (interrupted RIP, then return
@@ -460,13 +482,16 @@ fn callchain(r: &mut RawSample, ctx: &NmiContext<'_>) {
         n += 1;
         let chain = &mut r.chain;
         // SMAP is opened once for the whole user walk.
-        n = crate::cpu::with_user_access(|| {
-            if compat(u.cs, 1) != 0 {
-                walk::<4>(chain, n, u.rbp & 0xffff_ffff, &COMPAT_WALK, MAX_USER_FRAMES)
-            } else {
-                walk::<8>(chain, n, u.rbp, &USER_WALK, MAX_USER_FRAMES)
-            }
-        });
+        n = crate::cpu::with_user_access(
+            #[inline(always)]
+            || {
+                if compat(u.cs, 1) != 0 {
+                    walk::<4>(chain, n, u.rbp & 0xffff_ffff, &COMPAT_WALK, MAX_USER_FRAMES)
+                } else {
+                    walk::<8>(chain, n, u.rbp, &USER_WALK, MAX_USER_FRAMES)
+                }
+            },
+        );
     }
     // At most 1 + MAX_USER_FRAMES.
     r.user_len = (n - start) as u8;
@@ -593,7 +618,9 @@ fn push_transition(on: bool, tsc: u64) {
 /// data in `x`, in place in its ring slot: header words, the frames the
 /// event needs copied as they are, the walked IPs. The drain expands it
 /// (`sampler::capture::RawSample::expand_into`). Bounded copies only.
-#[inline]
+/// Inlined into its one caller, [`overflow`]: the NMI path's cost is
+/// measured per instruction.
+#[inline(always)]
 pub fn push_sample(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) {
     let stype = SAMPLE_TYPE.load(Ordering::Relaxed);
     let kernel = ctx.mode == Mode::Kernel;
@@ -602,58 +629,122 @@ pub fn push_sample(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) {
         NOT_SAMPLED.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let f = ctx.interrupted;
+    // Return-to-user mode: an NMI in the runtime while a task's user frame
+    // is complete waits for the registers of that task's next return; in a
+    // window, without a task or with the store full it is queued at once,
+    // with ABI_NONE user registers.
+    let deferred = kernel && stype & st::REGS_USER != 0 && AT_RETURN.load(Ordering::Relaxed);
+    let saved_user = if deferred { None } else { ctx.user_regs };
+    if deferred
+        && ctx.user_regs.is_some()
+        && PARKED.park_with(&mut |r| fill_sample(r, ctx, entry_tsc, x, stype, saved_user))
+    {
+        return;
+    }
     // Drops and counts the sample when the ring is full.
-    RING.push_with(|rec| {
-        let r = rec.sample_mut();
-        r.time = clock::tsc_to_ns(entry_tsc);
-        r.ip = match x.precise_ip {
-            Some(ip) => ip,
-            None => f.rip,
-        };
-        r.period = if x.period == 0 {
-            PERIOD_NS.load(Ordering::Relaxed)
-        } else {
-            x.period
-        };
-        let tid = ctx.task.map_or(0, |t| u32::from(t) + 1);
-        r.pid = tid;
-        r.tid = tid;
-        r.cpu = 0;
-        let mut flags = 0;
-        if kernel {
-            flags = raw_flags::KERNEL;
-            if stype & st::REGS_USER != 0
-                && let Some(u) = ctx.user_regs
-            {
-                copy_frame(&mut r.user, u);
-                flags |= raw_flags::SAVED_USER | compat(u.cs, raw_flags::USER_COMPAT);
-            }
-            if stype & st::REGS_INTR != 0 {
-                copy_frame(&mut r.intr, f);
-                flags |= compat(f.cs, raw_flags::INTR_COMPAT);
-            }
-        } else if stype & (st::REGS_USER | st::REGS_INTR) != 0 {
-            copy_frame(&mut r.user, f);
-            flags |= compat(f.cs, raw_flags::USER_COMPAT);
+    RING.push_with(
+        #[inline(always)]
+        |rec| fill_sample(rec.sample_mut(), ctx, entry_tsc, x, stype, saved_user),
+    );
+}
+
+/// Writes one sample into `r` (a ring slot or a parked slot): header
+/// words, the frames the event needs copied as they are (`saved_user` as
+/// the user frame when the NMI hit the runtime), the walked IPs and the
+/// PMU data. Inlined into both call sites, so the common one stays a
+/// straight line.
+#[inline(always)]
+fn fill_sample(
+    r: &mut RawSample,
+    ctx: &NmiContext<'_>,
+    entry_tsc: u64,
+    x: &Extra<'_>,
+    stype: u64,
+    saved_user: Option<&TrapFrame>,
+) {
+    let f = ctx.interrupted;
+    let kernel = ctx.mode == Mode::Kernel;
+    r.time = clock::tsc_to_ns(entry_tsc);
+    r.ip = match x.precise_ip {
+        Some(ip) => ip,
+        None => f.rip,
+    };
+    r.period = if x.period == 0 {
+        PERIOD_NS.load(Ordering::Relaxed)
+    } else {
+        x.period
+    };
+    let tid = ctx.task.map_or(0, |t| u32::from(t) + 1);
+    r.pid = tid;
+    r.tid = tid;
+    r.cpu = 0;
+    let mut flags = 0;
+    if kernel {
+        flags = raw_flags::KERNEL;
+        if stype & st::REGS_USER != 0
+            && let Some(u) = saved_user
+        {
+            copy_frame(&mut r.user, u);
+            flags |= raw_flags::SAVED_USER | compat(u.cs, raw_flags::USER_COMPAT);
         }
-        if stype & st::CALLCHAIN != 0 {
-            callchain(r, ctx);
+        if stype & st::REGS_INTR != 0 {
+            copy_frame(&mut r.intr, f);
+            flags |= compat(f.cs, raw_flags::INTR_COMPAT);
         }
-        if let Some(p) = x.pebs_regs {
-            r.pmu.pebs_regs = *p;
-            flags |= raw_flags::PEBS_REGS;
-        }
-        if let Some(b) = x.branches {
-            r.pmu.branches.clone_from(b);
-            flags |= raw_flags::BRANCHES;
-        }
-        if let Some(m) = x.mem {
-            r.pmu.mem = m;
-            flags |= raw_flags::MEM;
-        }
-        r.flags = flags;
-    });
+    } else if stype & (st::REGS_USER | st::REGS_INTR) != 0 {
+        copy_frame(&mut r.user, f);
+        flags |= compat(f.cs, raw_flags::USER_COMPAT);
+    }
+    if stype & st::CALLCHAIN != 0 {
+        callchain(r, ctx);
+    }
+    if let Some(p) = x.pebs_regs {
+        r.pmu.pebs_regs = *p;
+        flags |= raw_flags::PEBS_REGS;
+    }
+    if let Some(b) = x.branches {
+        r.pmu.branches.clone_from(b);
+        flags |= raw_flags::BRANCHES;
+    }
+    if let Some(m) = x.mem {
+        r.pmu.mem = m;
+        flags |= raw_flags::MEM;
+    }
+    r.flags = flags;
+}
+
+/// `uregs=return`: user registers of samples taken in the runtime come
+/// from the task's next return to user mode. Before [`start`].
+pub fn set_user_regs_at_return(on: bool) {
+    AT_RETURN.store(on, Ordering::Relaxed);
+}
+
+/// The return-to-user path, with `frame` the complete frame its `iretq`
+/// restores: parked samples of the current task get its registers, those of
+/// other tasks ABI_NONE, and NMIs stop parking until the next entry
+/// ([`on_entry_from_user`]). Called by the exit stub for every return,
+/// with interrupts off; one load when `uregs=return` is off.
+pub extern "C" fn on_return(frame: &TrapFrame) {
+    if !AT_RETURN.load(Ordering::Relaxed) || frame.mode() == Mode::Kernel {
+        return;
+    }
+    PARKED.enter_exit_window();
+    if PARKED.is_empty() {
+        return;
+    }
+    let tid = crate::proc::current().map_or(0, |t| u32::from(t) + 1);
+    let mut user = RawFrame::ZERO;
+    copy_frame(&mut user, frame);
+    let compat = compat(frame.cs, 1) != 0;
+    PARKED.complete(tid, &user, compat, &RING);
+}
+
+/// The entry path, once the user frame is saved: NMIs may park again.
+#[inline]
+pub fn on_entry_from_user() {
+    if AT_RETURN.load(Ordering::Relaxed) {
+        PARKED.leave_exit_window();
+    }
 }
 
 /// `(TSC ticks spent from NMI entry to the end of the push, samples measured)`;

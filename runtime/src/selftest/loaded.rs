@@ -242,3 +242,120 @@ pub(super) fn loaded_int80_frame32() -> TestResult {
     }
     Ok(())
 }
+
+/// `uregs=return` through the sampling path (NMI, ring, expansion): NMIs
+/// that land in the runtime while `ld_sys64` loops on `getrandom` of 4 KiB
+/// get the registers of its return from the system call, which differ
+/// from the frame saved at entry: rax is the result (4096) where the entry
+/// frame holds the number (318). rcx and rip are the return address, r11
+/// the flags, the other registers the program's patterns and arguments.
+/// Every sample of the run is either exact so, or ABI_NONE, or (taken
+/// while the runtime started the process) the entry point's frame; some
+/// are exact.
+pub(super) fn loaded_return_to_user_regs() -> TestResult {
+    use sampler::drain::NmiRecord;
+    use sampler::regs::{Abi, Reg};
+    if cpu_pmu_sampling() {
+        kprintln!(
+            "selftest: loaded_return_to_user_regs: skipped (the PMU samples, not the NMI clock)"
+        );
+        return Ok(());
+    }
+    profile::take_queued(|_| {});
+    profile::set_user_regs_at_return(true);
+    let event = profile::event();
+    let started = start_loaded("ld_ret64", false, user::loaded_sys64(), 20_000);
+    if started.is_ok() {
+        profile::start();
+        task::run_all(|| false);
+        profile::stop();
+    }
+    profile::set_user_regs_at_return(false);
+    let id = started?;
+    ensure!(
+        event.user_regs_mode == sampler::event::UserRegsMode::AtReturnToUser,
+        "the event does not say return-to-user mode"
+    );
+    let ret = user::LOADED_CODE + user::loaded_sys64().marks.0;
+    let order = [
+        Reg::Ax,
+        Reg::Bx,
+        Reg::Cx,
+        Reg::Dx,
+        Reg::Si,
+        Reg::Di,
+        Reg::Bp,
+        Reg::R8,
+        Reg::R9,
+        Reg::R10,
+        Reg::R11,
+        Reg::R12,
+        Reg::R13,
+        Reg::R14,
+        Reg::R15,
+    ];
+    let mut want: [Option<u64>; 15] = core::array::from_fn(|i| Some(pattern64(i)));
+    want[0] = Some(4096);
+    want[2] = Some(ret);
+    want[3] = Some(0);
+    want[4] = Some(4096);
+    want[5] = Some(user::LOADED_DATA + 0x1000);
+    want[10] = None;
+    let (mut exact, mut none, mut user_mode, mut first) = (0u32, 0u32, 0u32, 0u32);
+    let mut bad: Option<(Reg, u64, u64)> = None;
+    let mut bad_abi = None;
+    profile::take_queued(|r| {
+        let NmiRecord::Sample(raw) = r else { return };
+        let s = raw.expand(&event);
+        if s.pid != u32::from(id) + 1 {
+            return;
+        }
+        if s.cpumode != sampler::sample::CpuMode::Kernel {
+            user_mode += 1;
+            return;
+        }
+        let Some(u) = s.regs_user.as_ref() else {
+            bad_abi = Some(Abi::None);
+            return;
+        };
+        match u.abi {
+            Abi::None => none += 1,
+            Abi::Bits64 => {
+                let get = |reg: Reg| u.get(reg).unwrap_or(u64::MAX);
+                if get(Reg::Ip) == user::LOADED_CODE {
+                    // Taken while the runtime started the process: its
+                    // first return to user mode is to the entry point.
+                    first += 1;
+                    return;
+                }
+                for (i, reg) in order.iter().enumerate() {
+                    if let Some(w) = want[i]
+                        && get(*reg) != w
+                    {
+                        bad.get_or_insert((*reg, get(*reg), w));
+                    }
+                }
+                for (reg, w) in [
+                    (Reg::Ip, ret),
+                    (Reg::Sp, user::PATTERN_RSP64),
+                    (Reg::R11, get(Reg::Flags)),
+                ] {
+                    if get(reg) != w {
+                        bad.get_or_insert((reg, get(reg), w));
+                    }
+                }
+                exact += 1;
+            }
+            other => bad_abi = Some(other),
+        }
+    });
+    ensure!(bad_abi.is_none(), "a runtime sample with ABI {bad_abi:?}");
+    if let Some((reg, got, w)) = bad {
+        fail!("return-to-user sample: {reg:?} = {got:#x}, want {w:#x}");
+    }
+    ensure!(
+        exact > 0,
+        "no runtime sample got the return frame ({none} ABI_NONE, {first} at the entry, {user_mode} in user mode)"
+    );
+    Ok(())
+}

@@ -20,12 +20,12 @@ use crate::sample::nmi::{self, UserFrameState};
 use crate::sample::profile;
 use crate::selftest::programs::{self as user, pattern32, pattern64};
 use crate::{kprintln, mm};
-use arch_x86::cmdline::Config;
 use arch_x86::exit::ExitCode;
 use arch_x86::frame::{INT80_VECTOR, Mode, SYSCALL_VECTOR, TrapFrame};
 use arch_x86::pmu::selftest::{Reason, Verdict};
 use arch_x86::{cpu, gdt, paging as pg};
 use core::fmt::Write;
+use kcore::cmdline::Config;
 
 type Why = heapless::String<200>;
 
@@ -120,6 +120,7 @@ pub fn run(cfg: &Config, archive: Option<arch_x86::bootinfo::Module>, protocol: 
     r.check("loaded_nmi_in_compat_exact_regs", loaded_exact_regs32);
     r.check("loaded_nmi_in_syscall_user_frame", loaded_syscall_frame64);
     r.check("loaded_nmi_in_int80_user_frame", loaded_int80_frame32);
+    r.check("loaded_return_to_user_regs", loaded_return_to_user_regs);
     kprintln!("{} passed, {} failed", r.passed, r.failed);
     crate::exit(if r.failed == 0 {
         ExitCode::Pass

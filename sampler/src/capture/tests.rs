@@ -245,60 +245,124 @@ fn pebs_fields_override_the_interrupt_frame() {
     assert_eq!(s.mem.unwrap().addr, 0xdead);
 }
 
+/// A raw record of an NMI that interrupted the runtime, for task `tid`,
+/// written the way the NMI handler writes it in return-to-user mode (no
+/// user frame).
+fn kernel_record(tid: u32, k: &InterruptFrame) -> impl FnMut(&mut RawSample) + '_ {
+    move |r: &mut RawSample| {
+        r.time = 5;
+        r.ip = k.regs.get(Reg::Ip);
+        (r.pid, r.tid, r.cpu, r.period) = (tid, tid, 0, 1);
+        r.flags = raw_flags::KERNEL;
+        r.intr = RawFrame::from_regfile(&k.regs);
+        r.kernel_len = 0;
+        r.user_len = 0;
+    }
+}
+
+fn pop_samples<const N: usize>(
+    ring: &Ring<NmiRecord, N>,
+    e: &EventConfig,
+) -> std::vec::Vec<Sample> {
+    let mut out = std::vec::Vec::new();
+    while let Some(rec) = ring.pop() {
+        match rec {
+            NmiRecord::Sample(raw) => out.push(raw.expand(e)),
+            other => panic!("{other:?}"),
+        }
+    }
+    out
+}
+
 #[test]
 fn return_to_user_mode_completes_parked_samples() {
     let e = event(UserRegsMode::AtReturnToUser);
     let store: DeferredUserRegs<2> = DeferredUserRegs::new();
+    let ring: Ring<NmiRecord, 8> = Ring::new();
     let k = frame(9, KERNEL_CS, CodeMode::Long64);
-    // The saved frame at NMI time is stale by the time we return: ignored.
-    let stale = frame(2, USER_CS64, CodeMode::Long64);
-    let s = build_sample(&SampleInput::new(
-        &e,
-        &k,
-        UserFrame::Complete(&stale),
-        0,
-        0,
-        1,
-        1,
-    ))
-    .unwrap();
-    assert!(needs_deferred_regs(&e, &s));
-    assert_eq!(s.regs_user.as_ref().unwrap().abi, Abi::None, "placeholder");
-    assert_eq!(store.defer(s.clone()), Deferred::Pending);
-    assert_eq!(store.defer(s.clone()), Deferred::Pending);
-    assert_eq!(store.defer(s.clone()), Deferred::Lost, "store of 2 is full");
-    assert_eq!(store.take_lost(), 1);
+    assert!(needs_deferred_regs(&e, true));
+    assert!(
+        !needs_deferred_regs(&e, false),
+        "user-mode NMIs are complete"
+    );
+    assert!(!needs_deferred_regs(
+        &event(UserRegsMode::AtInterrupt),
+        true
+    ));
 
+    // Two NMIs in the runtime while task 1 runs a system call are parked;
+    // the store is full at the third, which the caller queues at once.
+    assert!(store.park_with(&mut kernel_record(1, &k)));
+    assert!(store.park_with(&mut kernel_record(1, &k)));
+    assert!(
+        !store.park_with(&mut kernel_record(1, &k)),
+        "store of 2 is full"
+    );
+    assert_eq!(store.len(), 2);
+    assert!(ring.is_empty(), "parked samples are not in the ring yet");
+
+    // Task 1 returns with `ret`: both get exactly its registers.
     let ret = frame(4, USER_CS64, CodeMode::Long64);
     store.enter_exit_window();
-    let mut out = std::vec::Vec::new();
-    assert_eq!(store.complete(&ret, |s| out.push(s)), 2);
+    assert_eq!(
+        store.complete(1, &RawFrame::from_regfile(&ret.regs), false, &ring),
+        2
+    );
+    let out = pop_samples(&ring, &e);
+    assert_eq!(out.len(), 2);
     for s in &out {
+        assert_eq!(s.cpumode, CpuMode::Kernel);
         assert_regs_from(s.regs_user.as_ref().unwrap(), &ret, Abi::Bits64);
+        assert_regs_from(s.regs_intr.as_ref().unwrap(), &k, Abi::Bits64);
     }
 
-    // An NMI inside the exit window is not parked: ABI_NONE right away.
-    match store.defer(s.clone()) {
-        Deferred::Ready(r) => {
-            assert_eq!(r.regs_user.as_ref().unwrap().abi, Abi::None);
-            assert!(r.regs_user.as_ref().unwrap().values.is_empty());
-        }
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(store.complete(&ret, |_| panic!("nothing parked")), 0);
+    // An NMI inside the exit window is not parked: the caller queues it
+    // with ABI_NONE right away.
+    assert!(!store.park_with(&mut |_| panic!("not called in the window")));
+    assert_eq!(store.complete(1, &RawFrame::ZERO, false, &ring), 0);
     store.leave_exit_window();
 
-    // A user-mode NMI needs no deferral: the frame is complete.
-    let u = frame(1, USER_CS64, CodeMode::Long64);
-    let s2 = build_sample(&SampleInput::new(&e, &u, UserFrame::NoTask, 0, 0, 1, 1)).unwrap();
-    assert!(!needs_deferred_regs(&e, &s2));
-    assert_regs_from(s2.regs_user.as_ref().unwrap(), &u, Abi::Bits64);
+    // A compat task's return gives ABI_32 with R8-R15 reading 0.
+    let ret32 = frame(6, USER_CS32, CodeMode::Compat32);
+    assert!(store.park_with(&mut kernel_record(2, &k)));
+    store.enter_exit_window();
+    store.complete(2, &RawFrame::from_regfile(&ret32.regs), true, &ring);
+    store.leave_exit_window();
+    let out = pop_samples(&ring, &e);
+    assert_regs_from(out[0].regs_user.as_ref().unwrap(), &ret32, Abi::Bits32);
 
-    // A task that exits hands parked samples back without registers.
-    assert_eq!(store.defer(s), Deferred::Pending);
-    let mut abandoned = std::vec::Vec::new();
-    assert_eq!(store.abandon(|s| abandoned.push(s)), 1);
-    assert_eq!(abandoned[0].regs_user.as_ref().unwrap().abi, Abi::None);
+    // Another task's return never lends its registers: task 1 blocked,
+    // task 3 returns, task 1's sample says ABI_NONE.
+    assert!(store.park_with(&mut kernel_record(1, &k)));
+    store.complete(3, &RawFrame::from_regfile(&ret.regs), false, &ring);
+    let out = pop_samples(&ring, &e);
+    let u = out[0].regs_user.as_ref().unwrap();
+    assert_eq!((u.abi, u.values.len()), (Abi::None, 0));
+
+    // At the end of the run parked samples go to the ring without registers.
+    assert!(store.park_with(&mut kernel_record(1, &k)));
+    assert_eq!(store.abandon(&ring), 1);
+    let out = pop_samples(&ring, &e);
+    assert_eq!(out[0].regs_user.as_ref().unwrap().abi, Abi::None);
+    assert!(store.is_empty());
+
+    // A full ring counts the completed sample as lost: nothing vanishes.
+    let tiny: Ring<NmiRecord, 1> = Ring::new();
+    assert!(tiny.push(NmiRecord::default()));
+    assert!(store.park_with(&mut kernel_record(1, &k)));
+    assert_eq!(
+        store.complete(1, &RawFrame::from_regfile(&ret.regs), false, &tiny),
+        1
+    );
+    assert_eq!(tiny.take_lost(), 1);
+
+    // In interrupt mode a RETURN_USER record is never taken for one.
+    let mut raw = RawSample::EMPTY;
+    kernel_record(1, &k)(&mut raw);
+    raw.user = RawFrame::from_regfile(&ret.regs);
+    raw.flags |= raw_flags::RETURN_USER;
+    let s = raw.expand(&event(UserRegsMode::AtInterrupt));
+    assert_eq!(s.regs_user.as_ref().unwrap().abi, Abi::None);
 }
 
 mod in_place {
@@ -674,7 +738,7 @@ mod raw {
         let d = event(UserRegsMode::AtReturnToUser);
         let s = record(raw_flags::KERNEL | raw_flags::SAVED_USER, &saved, &k).expand(&d);
         assert_eq!(s.regs_user.as_ref().unwrap().abi, Abi::None);
-        assert!(needs_deferred_regs(&d, &s));
+        assert!(needs_deferred_regs(&d, true));
     }
 
     #[test]

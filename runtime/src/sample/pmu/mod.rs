@@ -143,7 +143,7 @@ impl Boot {
 /// and, when it passes, starts sampling `event` (cycles when `None` or
 /// refused) at `freq_hz`.
 pub fn boot(
-    mode: arch_x86::cmdline::PmuMode,
+    mode: kcore::cmdline::PmuMode,
     selftest: bool,
     info: &PmuInfo,
     event: Option<Event>,
@@ -151,7 +151,7 @@ pub fn boot(
     freq_hz: u32,
     sim: SimCpu,
 ) -> Boot {
-    use arch_x86::cmdline::PmuMode;
+    use kcore::cmdline::PmuMode;
     match mode {
         PmuMode::Sim => return Boot::Sim(setup_sim(sim)),
         PmuMode::Off => return Boot::Off,

@@ -20,8 +20,8 @@ use sampler::lbr::LbrFormat;
 use sampler::pebs::{DecodeConfig, MemKind};
 
 /// The simulated CPU `sim=` selects.
-pub fn sim_cpu(model: arch_x86::cmdline::SimModel) -> SimCpu {
-    use arch_x86::cmdline::SimModel;
+pub fn sim_cpu(model: kcore::cmdline::SimModel) -> SimCpu {
+    use kcore::cmdline::SimModel;
     match model {
         SimModel::SapphireRapids => SimCpu::sapphire_rapids(),
         SimModel::IceLake => SimCpu::ice_lake(),
@@ -182,7 +182,9 @@ pub fn tick(
     Some(s.pebs_lost())
 }
 
-/// NMI context, `pmu=sim`: one NMI-clock tick.
+/// NMI context, `pmu=sim`: one NMI-clock tick. Out of line, so the NMI
+/// clock's own path stays short.
+#[inline(never)]
 pub fn on_tick(cap: &NmiContext<'_>, entry_tsc: u64) {
     if !sim_active() {
         return;

@@ -1,10 +1,11 @@
-//! Parsing of the kernel command line (`selftest freq=4000 pmu=auto ...`).
+//! The runtime's command line (`selftest freq=4000 pmu=auto ...`), parsed
+//! once at boot into a [`Config`].
 //!
 //! Keys are separated by spaces and are either `key` or `key=value`. Unknown
 //! keys and malformed values are reported through a callback and otherwise
 //! ignored, so a typo never stops the appliance from booting.
 
-use crate::pmu::events::{self, Event, EventError};
+use arch_x86::pmu::events::{self, Event, EventError};
 
 /// Default NMI rate in Hz when `freq=` is not given.
 pub const DEFAULT_FREQ_HZ: u32 = 4000;
@@ -76,6 +77,18 @@ pub enum SimModel {
     Skylake,
 }
 
+/// Where a sample's user registers come from when the NMI interrupted the
+/// runtime (`uregs=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UserRegsAt {
+    /// In the NMI: the process's user frame saved at entry (ABI_NONE inside
+    /// an entry or exit window).
+    #[default]
+    Nmi,
+    /// At the process's next return to user mode: the frame it restores.
+    Return,
+}
+
 /// The parsed kernel command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -109,6 +122,8 @@ pub struct Config {
     pub slice_ms: Option<u32>,
     /// `sim=spr|icl|skl`: the CPU `pmu=sim` simulates.
     pub sim: SimModel,
+    /// `uregs=nmi|return`: where user registers of runtime samples come from.
+    pub uregs: UserRegsAt,
 }
 
 impl Default for Config {
@@ -127,6 +142,7 @@ impl Default for Config {
             sample: SampleFields::Default,
             slice_ms: None,
             sim: SimModel::SapphireRapids,
+            uregs: UserRegsAt::Nmi,
         }
     }
 }
@@ -258,6 +274,11 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 Some("skl") | Some("skylake") => cfg.sim = SimModel::Skylake,
                 _ => bad("spr, icl or skl"),
             },
+            "uregs" => match value {
+                Some("nmi") => cfg.uregs = UserRegsAt::Nmi,
+                Some("return") => cfg.uregs = UserRegsAt::Return,
+                _ => bad("nmi or return"),
+            },
             "event" => match value.map(|v| (v, events::parse(v))) {
                 Some((_, Ok(e))) => cfg.event = Some(e),
                 Some((v, Err(error))) => {
@@ -296,16 +317,23 @@ mod tests {
 
     #[test]
     fn runtime_keys() {
-        let (cfg, issues) = parse_all("sample=full slice=25 sim=icl");
+        let (cfg, issues) = parse_all("sample=full slice=25 sim=icl uregs=return");
         assert!(issues.is_empty(), "{issues:?}");
         assert_eq!(cfg.sample, SampleFields::Full);
         assert_eq!(cfg.slice_ms, Some(25));
         assert_eq!(cfg.sim, SimModel::IceLake);
-        let (cfg, issues) = parse_all("sample=all slice=0 sim=zen");
-        assert_eq!(issues.len(), 3, "{issues:?}");
+        assert_eq!(cfg.uregs, UserRegsAt::Return);
+        let (cfg, issues) = parse_all("sample=all slice=0 sim=zen uregs=later");
+        assert_eq!(issues.len(), 4, "{issues:?}");
+        assert!(issues[3].contains("expected nmi or return"), "{issues:?}");
         assert_eq!(
-            (cfg.sample, cfg.slice_ms, cfg.sim),
-            (SampleFields::Default, None, SimModel::SapphireRapids)
+            (cfg.sample, cfg.slice_ms, cfg.sim, cfg.uregs),
+            (
+                SampleFields::Default,
+                None,
+                SimModel::SapphireRapids,
+                UserRegsAt::Nmi
+            )
         );
     }
 
@@ -363,7 +391,7 @@ mod tests {
 
     #[test]
     fn event_key() {
-        use crate::pmu::events::EventKind;
+        use arch_x86::pmu::events::EventKind;
         let (cfg, issues) = parse_all("event=instructions:u");
         assert!(issues.is_empty(), "{issues:?}");
         let e = cfg.event.unwrap();
