@@ -440,7 +440,7 @@ pub fn run(cfg: &Config) -> ! {
     }
     task::run_all(|| {
         if wire {
-            crate::sample::profile::drain();
+            crate::stream::drain::drain();
         }
         if tsc_hz > 0 {
             arch_x86::cpu::rdtsc().wrapping_sub(start_tsc) >= tsc_budget

@@ -96,7 +96,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
     if started > 0 {
         super::run_all(|| {
             if wire {
-                crate::sample::profile::drain();
+                crate::stream::drain::drain();
             }
             let over = budget.is_some_and(|b| arch_x86::cpu::rdtsc().wrapping_sub(t0) >= b);
             timed_out |= over;

@@ -1,10 +1,10 @@
 //! Profiling on the target: the NMI-context sampler glue (interrupted
 //! context -> a `sampler::capture::RawSample` written straight into the
 //! claimed slot of the per-CPU ring: header words, trap frames copied as
-//! they are, walked IPs) and, outside NMI context, the stream that carries
-//! the samples: Hello, Task records, the drain loop (ring -> expansion into
-//! `Lost`/`Sample` frames -> UART) and the final End with counters such that
-//! `taken = delivered + lost` exactly.
+//! they are, walked IPs), the event and throttle configuration the path
+//! reads, and the return-to-user store of `uregs=return`. The drain that
+//! empties the ring onto the wire, and the End counters, are in
+//! `crate::stream::drain`.
 //!
 //! The overflow source has one seam, [`Source`]: the NMI clock
 //! (`cpu-clock`), where every NMI is one overflow; the hardware PMU, whose
@@ -12,20 +12,19 @@
 
 use crate::sample::clock;
 use crate::sample::nmi::NmiContext;
-use crate::stream::wire;
 use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use sampler::capture::{DeferredUserRegs, RawFrame, RawSample, raw_flags};
-use sampler::drain::{NmiRecord, drain_step};
+use sampler::drain::NmiRecord;
 use sampler::event::{EventConfig, PmuCaps, sample_type as st};
 use sampler::regs::{GPR_MASK, RegFile};
 use sampler::ring::Ring;
 use sampler::sample::MAX_CALLCHAIN;
 use sampler::throttle::{EventThrottle, OverflowAction, Throttle, ThrottleConfig};
 use sampler::walk::WalkRange;
-use sampler::wire::{End, Lost, LostReason, Record, ThrottleEvent};
+use sampler::wire::ThrottleEvent;
 
 /// Ring slots (the usable capacity can be lowered with `ring=N`).
 pub const RING_SLOTS: usize = 256;
@@ -34,7 +33,7 @@ const MAX_KERNEL_FRAMES: usize = 16;
 /// Most user frames walked per sample.
 const MAX_USER_FRAMES: usize = 32;
 /// Records written per drain step, so a drain never runs unbounded.
-const DRAIN_BATCH: usize = 64;
+pub(crate) const DRAIN_BATCH: usize = 64;
 
 /// What drives the overflows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,7 +83,7 @@ pub enum SampleSet {
 }
 
 // Every slot starts as an empty sample, so the NMI path never initialises one.
-static RING: Ring<NmiRecord, RING_SLOTS> = Ring::new_filled();
+pub(crate) static RING: Ring<NmiRecord, RING_SLOTS> = Ring::new_filled();
 /// Samples parked until the next return to user mode (`uregs=return`).
 static PARKED: DeferredUserRegs<PARKED_SLOTS> = DeferredUserRegs::new();
 /// Parked samples at most; more in one stay in the runtime get ABI_NONE.
@@ -113,7 +112,7 @@ static CLOCK_ROLE: AtomicU8 = AtomicU8::new(CLOCK_SAMPLES);
 const CLOCK_SAMPLES: u8 = 0;
 const CLOCK_DRIVES_SIM: u8 = 1;
 const CLOCK_TICKS_ONLY: u8 = 2;
-static PEBS_LOST_TOTAL: AtomicU64 = AtomicU64::new(0);
+pub(crate) static PEBS_LOST_TOTAL: AtomicU64 = AtomicU64::new(0);
 static HW_EVENT: HwEventCell = HwEventCell(UnsafeCell::new(None));
 static HW_EVENT_SET: AtomicBool = AtomicBool::new(false);
 
@@ -135,12 +134,12 @@ static NEXT_TICK_TSC: AtomicU64 = AtomicU64::new(0);
 /// `max_rate=` as configured (0: no limit).
 static MAX_RATE_CONFIGURED: AtomicU32 = AtomicU32::new(0);
 /// Overflows suppressed while throttled, not yet sent in a Lost record.
-static THROTTLED_PENDING: AtomicU64 = AtomicU64::new(0);
+pub(crate) static THROTTLED_PENDING: AtomicU64 = AtomicU64::new(0);
 /// Overflows suppressed while throttled, in all.
-static THROTTLED_TOTAL: AtomicU64 = AtomicU64::new(0);
+pub(crate) static THROTTLED_TOTAL: AtomicU64 = AtomicU64::new(0);
 /// Throttle and Unthrottle records queued in the ring (they pass through
 /// the ring's counters but are not samples).
-static THROTTLE_RECORDS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static THROTTLE_RECORDS: AtomicU64 = AtomicU64::new(0);
 /// Throttle and Unthrottle records dropped because the ring was full.
 static THROTTLE_RECORDS_DROPPED: AtomicU64 = AtomicU64::new(0);
 
@@ -155,7 +154,7 @@ struct ThrottleCell(UnsafeCell<(Throttle, EventThrottle)>);
 unsafe impl Sync for ThrottleCell {}
 
 #[inline(always)]
-fn throttle() -> &'static (Throttle, EventThrottle) {
+pub(crate) fn throttle() -> &'static (Throttle, EventThrottle) {
     // SAFETY: see `ThrottleCell`.
     unsafe { &*THROTTLE.0.get() }
 }
@@ -754,90 +753,4 @@ pub fn nmi_cost() -> (u64, u64) {
         NMI_COST_TSC.load(Ordering::Relaxed),
         NMI_COST_COUNT.load(Ordering::Relaxed),
     )
-}
-
-/// Outside NMI context: moves queued samples (and Lost records for ring
-/// losses) onto the wire, at most one ring's worth per call so a slow line
-/// cannot keep the tasks from running (what does not fit is lost and
-/// counted). Returns the records written.
-pub fn drain() -> usize {
-    drain_up_to(RING_SLOTS.div_ceil(DRAIN_BATCH))
-}
-
-/// Drains at most `max_steps` batches (see [`drain`]); returns the records written.
-pub fn drain_up_to(max_steps: usize) -> usize {
-    let mut written = 0;
-    let pebs_lost = crate::sample::pmu::take_pebs_lost();
-    if pebs_lost > 0 {
-        PEBS_LOST_TOTAL.fetch_add(pebs_lost, Ordering::Relaxed);
-        wire::send(&Record::Lost(Lost {
-            time: clock::now_ns(),
-            cpu: 0,
-            event: 0,
-            count: pebs_lost,
-            reason: LostReason::Pebs,
-        }));
-        written += 1;
-    }
-    let throttled = THROTTLED_PENDING.swap(0, Ordering::Relaxed);
-    if throttled > 0 {
-        wire::send(&Record::Lost(Lost {
-            time: clock::now_ns(),
-            cpu: 0,
-            event: 0,
-            count: throttled,
-            reason: LostReason::Throttled,
-        }));
-        written += 1;
-    }
-    let ev = event();
-    for _ in 0..max_steps {
-        let step = wire::with_encoder(|enc, buf, write| {
-            drain_step(
-                &RING,
-                &ev,
-                0,
-                clock::now_ns(),
-                enc,
-                buf,
-                DRAIN_BATCH,
-                |f: &[u8]| write(f),
-            )
-        });
-        match step {
-            Ok(s) => {
-                written += s.frames;
-                if s.frames < DRAIN_BATCH {
-                    break;
-                }
-            }
-            // Counted by the wire module; the ring's counters stay exact.
-            Err(_) => break,
-        }
-    }
-    written
-}
-
-/// The End counters now (time and frames 0), samples only: `taken` counts
-/// every overflow (ring pushes, PEBS records lost, overflows suppressed
-/// while throttled), `delivered` the samples the drain took from the ring,
-/// `lost` the ring's losses plus the PEBS and throttled ones (each sent in
-/// Lost records), so `taken = delivered + lost` once the ring is empty,
-/// with the throttled part also in `lost`. Throttle and Unthrottle records
-/// pass through the ring but are not samples, so they are taken out;
-/// `throttled` is the number of times the event was throttled.
-pub fn end_counters() -> End {
-    let r = RING.stats();
-    let records = THROTTLE_RECORDS.load(Ordering::Relaxed);
-    let pebs = PEBS_LOST_TOTAL.load(Ordering::Relaxed);
-    let suppressed = THROTTLED_TOTAL.load(Ordering::Relaxed);
-    End {
-        time: 0,
-        taken: r.taken - records + pebs + suppressed,
-        delivered: r.delivered.saturating_sub(records),
-        lost: r.lost + pebs + suppressed,
-        throttled: throttle().0.throttle_count(),
-        frames: 0,
-        unknown_syscalls: heapless::Vec::new(),
-    }
 }

@@ -31,7 +31,7 @@ pub(super) fn nmi_clock_throttle(cfg: &Config) -> TestResult {
     profile::take_queued(|_| {});
     profile::configure_throttle(1000, 0);
     let before = profile::throttle_stats();
-    let end_before = profile::end_counters();
+    let end_before = crate::stream::drain::end_counters();
     // The handler counts the clock NMIs it takes while sampling is on.
     let n0 = profile::clock_overflows();
     profile::start();
@@ -67,7 +67,7 @@ pub(super) fn nmi_clock_throttle(cfg: &Config) -> TestResult {
         }
     });
     let after = profile::throttle_stats();
-    let end = profile::end_counters();
+    let end = crate::stream::drain::end_counters();
     profile::configure_throttle(cfg.max_rate, cfg.cpu_pct);
     let suppressed = after.suppressed - before.suppressed;
     ensure!(

@@ -1,6 +1,7 @@
 //! The stream: COM1 in wire mode, and the records the runtime sends on it
 //! (Hello, Task, the drained samples, End).
 
+pub mod drain;
 pub mod wire;
 
 use crate::sample::clock;
@@ -117,8 +118,8 @@ pub fn send_task(id: u8, name: &str, compat: bool, text: (u64, u64)) {
 pub fn finish() -> End {
     profile::stop();
     // Sampling is off, so the ring only empties: this ends.
-    while profile::drain_up_to(usize::MAX) > 0 {}
-    let end = profile::end_counters();
+    while crate::stream::drain::drain_up_to(usize::MAX) > 0 {}
+    let end = crate::stream::drain::end_counters();
     let end = End {
         time: clock::now_ns(),
         frames: wire::frames(),
