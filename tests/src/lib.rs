@@ -94,12 +94,42 @@ pub fn boot(cmdline: &str, timeout: Duration) -> Boot {
 /// Boots the runtime with `archive` as its boot archive (`-initrd`, the PVH
 /// module) and 1 GiB of memory (`-cpu max`), and waits at most `timeout`.
 pub fn boot_archive(cmdline: &str, archive: &std::path::Path, timeout: Duration) -> Boot {
+    boot_archive_on(Cpu::Max, cmdline, archive, timeout, &[])
+}
+
+/// The CPU model QEMU emulates (`-cpu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cpu {
+    /// `-cpu max`: under TCG every feature QEMU can emulate, among them NX,
+    /// SMEP, SMAP and UMIP, so the runtime's protections are on.
+    Max,
+    /// `-cpu qemu64`, QEMU's default model: NX, but no SMEP, SMAP or UMIP
+    /// (the runtime runs without them).
+    Qemu64,
+}
+
+impl Cpu {
+    /// The `-cpu` argument.
+    pub fn model(self) -> &'static str {
+        match self {
+            Cpu::Max => "max",
+            Cpu::Qemu64 => "qemu64",
+        }
+    }
+}
+
+/// [`boot_archive`] on CPU model `cpu`, with `extra` QEMU arguments (e.g. `-icount`).
+pub fn boot_archive_on(
+    cpu: Cpu,
+    cmdline: &str,
+    archive: &std::path::Path,
+    timeout: Duration,
+    extra: &[&str],
+) -> Boot {
     let archive = archive.to_str().expect("the archive path is UTF-8");
-    boot_with(
-        cmdline,
-        timeout,
-        &["-cpu", "max", "-m", "1G", "-initrd", archive],
-    )
+    let mut args = vec!["-cpu", cpu.model(), "-m", "1G", "-initrd", archive];
+    args.extend_from_slice(extra);
+    boot_with(cmdline, timeout, &args)
 }
 
 /// Boots under `-icount shift=0,sleep=off`: instruction-exact, repeatable timing.
