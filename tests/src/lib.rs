@@ -263,6 +263,11 @@ pub struct Recording {
 
 /// Runs `perch record --icount` on the runtime image with `args` added.
 pub fn record(args: &[&str]) -> Recording {
+    record_for(240, args)
+}
+
+/// [`record`] with perch's `--timeout` at `timeout_s` seconds.
+pub fn record_for(timeout_s: u64, args: &[&str]) -> Recording {
     let dir = tempfile::tempdir().expect("temporary directory");
     let data = dir.path().join("perf.data");
     let capture = dir.path().join("capture.bin");
@@ -275,7 +280,7 @@ pub fn record(args: &[&str]) -> Recording {
         .arg(&data)
         .arg("--save-capture")
         .arg(&capture)
-        .args(["--timeout", "240"])
+        .args(["--timeout", &timeout_s.to_string()])
         .args(args)
         .stdin(Stdio::null())
         .output()
