@@ -37,7 +37,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sched.h>
 #include <unistd.h>
+#if defined(__i386__)
+#include <asm/ldt.h>
+#endif
 
 static const char *name;
 
@@ -169,6 +173,51 @@ int main(int argc, char **argv)
 				 : : "r"(&frame[1]) : "memory", "rax", "rcx", "r11");
 	}
 #else
+	else if (!strncmp(name, "tls-", 4)) {
+		/* tls-ss, tls-fs: load a TLS segment of our own into SS (or FS;
+		 * i386 glibc's TLS is GS), then make that GDT slot not present
+		 * (Linux refuses: EINVAL). tls-ss-clear, tls-fs-clear: delete the
+		 * slot instead (allowed). Either way the kernel's return to user
+		 * mode (iret reloads SS) or its next reload of FS meets a bad
+		 * descriptor: that must end the process, not the kernel. */
+		int fs = name[4] == 'f', clear = strstr(name, "-clear") != NULL;
+		struct user_desc d = {0};
+		d.entry_number = (unsigned)-1;
+		d.limit = 0xfffff;
+		d.seg_32bit = 1;
+		d.limit_in_pages = 1;
+		d.useable = 1;
+		if (syscall(SYS_set_thread_area, &d)) {
+			printf("attack: %s: set_thread_area failed\n", name);
+			return 1;
+		}
+		unsigned sel = d.entry_number * 8 + 3;
+		printf("attack: %s: selector 0x%x\n", name, sel);
+		if (clear) {
+			unsigned n = d.entry_number;
+			memset(&d, 0, sizeof d);
+			d.entry_number = n;
+			d.read_exec_only = 1;
+			d.seg_not_present = 1;
+		} else {
+			d.seg_not_present = 1;
+		}
+		long r;
+		if (!fs)
+			__asm__ volatile("mov %1, %%ss; int $0x80"
+					 : "=a"(r) : "r"(sel), "a"(SYS_set_thread_area), "b"(&d)
+					 : "memory");
+		else
+			__asm__ volatile("mov %1, %%fs; int $0x80"
+					 : "=a"(r) : "r"(sel), "a"(SYS_set_thread_area), "b"(&d)
+					 : "memory");
+		printf("attack: %s: set_thread_area returned %ld\n", name, r);
+		sched_yield();
+		unsigned now;
+		__asm__ volatile("mov %%fs, %0" : "=r"(now));
+		printf("attack: %s: after a yield, fs 0x%x\n", name, now);
+		return 0;
+	}
 	else if (!strcmp(name, "sigreturn-forged")) {
 		static uint32_t frame[64];
 		for (int i = 0; i < 64; i++)
