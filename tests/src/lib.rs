@@ -101,10 +101,10 @@ pub fn boot_archive(cmdline: &str, archive: &std::path::Path, timeout: Duration)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cpu {
     /// `-cpu max`: under TCG every feature QEMU can emulate, among them NX,
-    /// SMEP, SMAP and UMIP, so the runtime's protections are on.
+    /// SMEP and SMAP, so the runtime's protections are on.
     Max,
-    /// `-cpu qemu64`, QEMU's default model: NX, but no SMEP, SMAP or UMIP
-    /// (the runtime runs without them).
+    /// `-cpu qemu64`, QEMU's default model: NX, but no SMEP or SMAP (the
+    /// runtime runs without them).
     Qemu64,
 }
 

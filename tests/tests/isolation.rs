@@ -4,9 +4,9 @@
 //! the signal Linux gives it and the runtime's reason; the well-behaved program prints
 //! exactly what it prints natively, and the runtime ends the run normally.
 //!
-//! The manifest holds at most 16 processes, so the attacks come in four appliances by
-//! kind. Each runs on `-cpu max` (NX, SMEP, SMAP, UMIP under TCG: the runtime's
-//! protections on) and on `-cpu qemu64` (no SMEP/SMAP/UMIP).
+//! The manifest holds at most 16 processes, so the attacks come in five appliances by
+//! kind. Each runs on `-cpu max` (NX, SMEP, SMAP under TCG: the runtime's
+//! protections on) and on `-cpu qemu64` (NX, no SMEP/SMAP).
 //!
 //! Exhaustion of memory and the endless loop are covered in `programs.rs`
 //! (`a_process_that_exhausts_memory_is_killed_and_the_others_run_on`,
