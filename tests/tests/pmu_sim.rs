@@ -135,7 +135,15 @@ fn memory_fields_come_from_the_pebs_records() {
     // DATA_SRC decodes as loads from the levels the simulator cycles through.
     let Some(rec) = sim_run() else { return };
     let ds = run_perf(rec, &["script", "-G", "-F", "data_src"], &[]);
-    for lvl in ["LVL L1 hit", "LVL L2 hit", "LVL L3 hit", "LVL LFB/MAB hit"] {
+    // perf prints the level from both mem_lvl and mem_lvl_num
+    // ("LVL L1 or L1 hit"), as for Linux's own PEBS data sources.
+    for lvl in [
+        "LVL L1 or L1 hit",
+        "LVL L2 or L2 hit",
+        "LVL L3 or L3 hit",
+        "LVL LFB/MAB or LFB/MAB hit",
+        "SNP HitM",
+    ] {
         assert!(ds.contains(lvl), "no `{lvl}` in data_src");
     }
     assert!(ds.lines().filter(|l| l.contains("|OP LOAD|")).count() > 3000);
