@@ -149,7 +149,10 @@ pub struct Converter<W: OwnedWrite> {
 /// The program files of a run's processes, for the BUILD_ID table.
 #[derive(Debug, Default)]
 struct ProgramFiles {
-    /// One entry per (host file, build-id).
+    /// One entry per (host file, build-id, pid): the BUILD_ID entry of a
+    /// program names the process that ran it (perf itself writes -1 for
+    /// every host DSO; perf 6.1 resolves the program either way, through
+    /// the build-id its MMAP2 carries).
     entries: Vec<BuildIdEntry>,
     /// Archive paths already warned about.
     warned: std::collections::BTreeSet<String>,
@@ -538,13 +541,13 @@ impl<W: OwnedWrite> Converter<W> {
             && !programs
                 .entries
                 .iter()
-                .any(|e| e.filename == file && e.build_id == p.build_id)
+                .any(|e| e.filename == file && e.build_id == p.build_id && e.pid == t.pid as i32)
         {
             programs.entries.push(BuildIdEntry {
                 cpumode: misc::USER,
                 build_id: p.build_id.clone(),
                 filename: file,
-                pid: -1,
+                pid: t.pid as i32,
             });
         }
         Ok(())
