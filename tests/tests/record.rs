@@ -406,7 +406,10 @@ fn bad_programs_and_manifests_are_refused_before_boot() {
     let dynamic = s(&c_program("hello", CBuild::Dynamic));
     refused(&["--", &dynamic], &["dynamically linked", "statically"]);
     refused(&["--", &s(&text)], &["notes.txt", "not an elf"]);
-    refused(&["--", &s(&other)], &["aarch64-prog", "em_aarch64", "x86-64"]);
+    refused(
+        &["--", &s(&other)],
+        &["aarch64-prog", "em_aarch64", "x86-64"],
+    );
     let missing = s(&dir.path().join("missing-prog"));
     refused(&["--", &missing], &["missing-prog", "cannot read"]);
     let spin = s(&c_program("spin", CBuild::Glibc));
