@@ -278,7 +278,8 @@ fn two_processes_of_one_program_are_kept_apart_by_pid() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let home = dir.path().join("home");
     std::fs::create_dir(&home).expect("creating HOME");
-    let big = big_file(dir.path());
+    // The manifest names it relative to itself, as `big.bin`.
+    big_file(dir.path());
     let manifest = dir.path().join("two.toml");
     std::fs::write(
         &manifest,
