@@ -9,6 +9,7 @@ pub mod error;
 pub mod flamegraph;
 pub mod image;
 pub mod input;
+pub mod iso;
 pub mod manifest;
 pub mod model;
 pub mod output;

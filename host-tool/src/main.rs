@@ -70,6 +70,10 @@ enum Cmd {
         #[arg(long)]
         buildid_cache: bool,
     },
+    /// Build a bootable GRUB ISO (BIOS and UEFI) of the runtime and the
+    /// programs, for bare metal; record it with `perch record --serial DEV
+    /// --appliance FILE.toml`.
+    Image(ImageArgs),
     /// Samples per task and event, losses, throttling, bad frames, bytes per sample.
     Stat {
         /// A capture file.
@@ -199,6 +203,33 @@ struct RecordArgs {
     command: Vec<String>,
 }
 
+#[derive(clap::Args)]
+struct ImageArgs {
+    /// The runtime ELF.
+    #[arg(long)]
+    image: PathBuf,
+    /// An appliance manifest (TOML, docs/programs.md).
+    #[arg(long, value_name = "FILE.toml", conflicts_with = "command")]
+    appliance: Option<PathBuf>,
+    /// A data file for the program: HOST or HOST:GUEST. Repeatable.
+    #[arg(long, value_name = "HOST[:GUEST]", requires = "command")]
+    file: Vec<String>,
+    /// Sampling frequency in Hz.
+    #[arg(long, default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(i64::from(MIN_FREQ_HZ)..=i64::from(MAX_FREQ_HZ)))]
+    freq: u32,
+    /// A runtime command-line key, after `console=wire freq=HZ`
+    /// (repeatable: `--boot-arg duration=5000`).
+    #[arg(long, value_name = "KEY=VALUE")]
+    boot_arg: Vec<String>,
+    /// Output ISO.
+    #[arg(short = 'o', long)]
+    output: PathBuf,
+    /// The program and its arguments.
+    #[arg(last = true, value_name = "PROGRAM [ARGS]")]
+    command: Vec<String>,
+}
+
 /// `perch record` options that only apply when perch boots the appliance.
 const BOOT_ONLY: [&str; 13] = [
     "freq", "icount", "pmu", "sim_cpu", "duration", "ring", "max_rate", "cpu_pct", "qemu",
@@ -241,6 +272,7 @@ fn main() -> ExitCode {
             &output,
             buildid_cache,
         ),
+        Cmd::Image(a) => image(&a),
         Cmd::Stat { file } => stat(&file),
         Cmd::Flamegraph {
             file,
@@ -1152,6 +1184,57 @@ fn convert(
         buildid_cache,
         RunPrograms::of(spec.as_ref()),
     )
+}
+
+fn image(a: &ImageArgs) -> Result<i32, HostError> {
+    let spec = match (&a.appliance, a.command.is_empty()) {
+        (Some(m), _) => Some(AppSpec::from_manifest(m)?),
+        (None, false) => Some(AppSpec::from_command_line(&a.command, &a.file)?),
+        (None, true) => None,
+    };
+    if let Some(s) = &spec {
+        s.validate()?;
+    }
+    open_image(Some(&a.image))?;
+    let mut cmdline = format!("console=wire freq={}", a.freq);
+    for b in &a.boot_arg {
+        if b.is_empty() || b.contains(char::is_whitespace) {
+            return Err(HostError::Usage(format!(
+                "--boot-arg {b:?}: one KEY or KEY=VALUE without spaces"
+            )));
+        }
+        cmdline.push(' ');
+        cmdline.push_str(b);
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("perch-image-")
+        .tempdir()
+        .map_err(|e| HostError::io("creating a directory for the boot archive", e))?;
+    let archive = match &spec {
+        Some(s) => {
+            let p = dir.path().join("app.cpio");
+            s.appliance().write_to(&p)?;
+            Some(p)
+        }
+        None => None,
+    };
+    host_tool::iso::build_iso(&a.image, &cmdline, archive.as_deref(), &a.output)?;
+    eprintln!(
+        "perch: wrote {} (runtime command line \"{cmdline}\"{})",
+        a.output.display(),
+        match &spec {
+            Some(s) => format!(", {} process(es)", s.processes.len()),
+            None => ", the built-in demo".into(),
+        }
+    );
+    if let Some(m) = &a.appliance {
+        eprintln!(
+            "perch: record it with: perch record --serial DEVICE --image {} --appliance {}",
+            a.image.display(),
+            m.display()
+        );
+    }
+    Ok(exit::OK)
 }
 
 fn stat(file: &Path) -> Result<i32, HostError> {

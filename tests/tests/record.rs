@@ -443,3 +443,105 @@ fn bad_programs_and_manifests_are_refused_before_boot() {
         &["none.toml"],
     );
 }
+
+/// The bare-metal path: `perch image --appliance` builds the GRUB ISO,
+/// which boots (here under QEMU, its serial line saved to a file as a board
+/// would send it), and `perch convert --appliance` turns what came back
+/// into perf.data that names the program's own symbols.
+#[test]
+fn an_iso_of_a_manifest_boots_and_converts_with_the_programs_symbols() {
+    if !qemu_present() || !perf_present() || !e2e_tests::have_tool("grub-mkrescue") {
+        return;
+    }
+    let program = c_program("appcheck", CBuild::Musl);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).expect("creating HOME");
+    big_file(dir.path());
+    let manifest = dir.path().join("app.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "[[process]]\nprogram = \"{}\"\nargs = [\"data\", \"data/big.bin\"]\n\n\
+             [[file]]\nhost = \"big.bin\"\nguest = \"data/big.bin\"\n",
+            program.display()
+        ),
+    )
+    .expect("writing the manifest");
+    let iso = dir.path().join("app.iso");
+    let o = Command::new(perch_bin())
+        .arg("image")
+        .arg("--image")
+        .arg(runtime_elf())
+        .arg("--appliance")
+        .arg(&manifest)
+        .arg("-o")
+        .arg(&iso)
+        .output()
+        .expect("running perch image");
+    assert!(
+        o.status.success(),
+        "perch image: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let capture = dir.path().join("serial.bin");
+    let status = Command::new("qemu-system-x86_64")
+        .args([
+            "-nodefaults",
+            "-no-reboot",
+            "-display",
+            "none",
+            "-machine",
+            "pc",
+        ])
+        .args([
+            "-m",
+            "1G",
+            "-device",
+            "isa-debug-exit,iobase=0xf4,iosize=0x04",
+        ])
+        .arg("-serial")
+        .arg(format!("file:{}", capture.display()))
+        .arg("-cdrom")
+        .arg(&iso)
+        .stdin(Stdio::null())
+        .status()
+        .expect("running QEMU");
+    assert_eq!(
+        status.code(),
+        Some(e2e_tests::STATUS_PASS),
+        "QEMU: {status}"
+    );
+    let data = dir.path().join("perf.data");
+    let o = Command::new(perch_bin())
+        .arg("convert")
+        .arg(&capture)
+        .arg("--image")
+        .arg(runtime_elf())
+        .arg("--appliance")
+        .arg(&manifest)
+        .arg("--buildid-cache")
+        .arg("-o")
+        .arg(&data)
+        .env("HOME", &home)
+        .env_remove("PERF_BUILDID_DIR")
+        .output()
+        .expect("running perch convert");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "perch convert: {err}");
+    let script = perf(&home, &data, &["script", "-G", "-F", "comm,pid,ip,sym,dso"]);
+    assert_eq!(script.stderr.trim(), "", "perf script warned");
+    let own = std::fs::canonicalize(&program)
+        .expect("the program's path")
+        .display()
+        .to_string();
+    let samples = script_samples(&script.stdout);
+    let user: Vec<&ScriptSample> = samples.iter().filter(|s| s.user()).collect();
+    assert!(user.len() > 20, "{} user samples", user.len());
+    assert!(
+        user.iter()
+            .all(|s| s.dso == own && !s.sym.contains("[unknown]")),
+        "{user:?}"
+    );
+    assert!(user.iter().any(|s| s.sym == "check_file"), "{user:?}");
+}
