@@ -385,6 +385,12 @@ impl AppSpec {
     }
 }
 
+/// The NT_GNU_BUILD_ID of an ELF (what the runtime's loader sends in the
+/// Task record), `None` when it has none or is not an x86 ELF.
+pub fn build_id(elf: &[u8]) -> Option<Vec<u8>> {
+    kcore::elf::build_id(elf).map(<[u8]>::to_vec)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

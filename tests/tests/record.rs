@@ -32,6 +32,11 @@ fn big_file(dir: &Path) -> PathBuf {
     p
 }
 
+/// The GNU build-id of an ELF (the runtime loader's reading of it).
+fn kcore_build_id(elf: &[u8]) -> Option<Vec<u8>> {
+    host_tool::manifest::build_id(elf)
+}
+
 /// One finished command.
 struct Out {
     code: Option<i32>,
@@ -261,7 +266,27 @@ fn each_program_is_profiled_with_its_own_symbols_in_a_fresh_home() {
         ("C glibc", c_program("appcheck", CBuild::Glibc)),
         ("C glibc -m32", c_program("appcheck", CBuild::Glibc32)),
     ];
-    for (what, program) in &builds {
+    // A program without a build-id note: perf finds it by its path.
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let plain = dir.path().join("appcheck-no-build-id");
+    let o = Command::new("objcopy")
+        .arg("--remove-section")
+        .arg(".note.gnu.build-id")
+        .arg(&builds[2].1)
+        .arg(&plain)
+        .output()
+        .expect("running objcopy (binutils)");
+    assert!(
+        o.status.success(),
+        "objcopy: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let bytes = std::fs::read(&plain).expect("reading the copy");
+    assert_eq!(kcore_build_id(&bytes), None, "the note is still there");
+    for (what, program) in builds
+        .iter()
+        .chain([&("C musl-gcc without a build-id note", plain.clone())])
+    {
         profile_one(what, program);
     }
 }
