@@ -239,6 +239,12 @@ fn profile_one(what: &str, program: &Path) {
         .iter()
         .max_by_key(|(_, n)| **n)
         .expect("a user symbol");
+    eprintln!(
+        "{what}: {} samples, {} user, {unnamed} without a symbol, hottest user symbol {hot} ({})",
+        samples.len(),
+        user.len(),
+        counts[hot]
+    );
     let ann = perf(&home, &data, &["annotate", "--stdio", hot]);
     assert_eq!(
         ann.code,
