@@ -622,7 +622,7 @@ impl StreamStats {
                     .segments
                     .iter()
                     .filter(|g| g.exec)
-                    .map(|g| format!("{:#x}-{:#x}", g.start, g.start + g.len))
+                    .map(|g| format!("{:#x}-{:#x}", g.start, g.start.saturating_add(g.len)))
                     .collect();
                 let _ = writeln!(
                     s,
