@@ -247,6 +247,9 @@ pub fn record(args: &[&str]) -> Recording {
         .arg(&capture)
         .args(["--timeout", "240"])
         .args(args)
+        // perch adds the image and the programs to perf's build-id cache:
+        // a private one per recording, not the user's ~/.debug.
+        .env("PERF_BUILDID_DIR", dir.path().join("buildid"))
         .stdin(Stdio::null())
         .output()
         .expect("running perch record");

@@ -55,10 +55,8 @@ pub fn run(o: &RunOptions) -> Result<i32> {
     if o.icount {
         cmd.arg("--icount");
     }
-    if !o.append.trim().is_empty() {
-        eprintln!(
-            "xtask: note: perch record sets the runtime command line; --append is ignored here"
-        );
+    for key in o.append.split_whitespace() {
+        cmd.args(["--boot-arg", key]);
     }
     println!("xtask: {cmd:?}");
     let status = cmd.status().context("running perch record")?;
@@ -123,7 +121,10 @@ fn record_with(
     out: &Path,
 ) -> Result<(bool, String)> {
     let mut cmd = Command::new(perch);
-    cmd.arg("record").arg("--image").arg(elf);
+    cmd.arg("record")
+        .arg("--image")
+        .arg(elf)
+        .arg("--no-buildid-cache");
     if !realtime {
         cmd.arg("--icount");
     }
@@ -237,18 +238,20 @@ fn medians(t: &[Timing]) -> Timing {
     }
 }
 
-/// `perch record` args that set the runtime command line with extra keys
-/// (QEMU keeps the last `-append`).
+/// `perch record` args for a run with extra runtime command-line keys
+/// (`--boot-arg`, appended to the command line perch builds).
 fn append_args(freq: u64, duration_ms: u64, extra: &str) -> Vec<String> {
-    vec![
+    let mut a = vec![
         "--freq".into(),
         freq.to_string(),
         "--duration".into(),
         format!("{}", duration_ms as f64 / 1000.0),
-        "--".into(),
-        "-append".into(),
-        format!("console=wire freq={freq} pmu=auto duration={duration_ms} {extra}"),
-    ]
+    ];
+    for key in extra.split_whitespace() {
+        a.push("--boot-arg".into());
+        a.push(key.into());
+    }
+    a
 }
 
 /// Runs the measurements and prints one table.
