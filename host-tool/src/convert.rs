@@ -136,6 +136,9 @@ pub struct Converter<W: OwnedWrite> {
     /// Tasks (pid, tid) with a COMM written: from their Task record, or a
     /// fallback.
     tasks: std::collections::BTreeSet<(u32, u32)>,
+    /// The last Task record of each task, so the target's periodic
+    /// repetitions are not written again.
+    announced: std::collections::BTreeMap<(u32, u32), TaskInfo>,
     /// Of those, the ones named by a fallback.
     fallback: std::collections::BTreeSet<(u32, u32)>,
     /// The task of the previous sample, and whether it is a fallback one
@@ -175,6 +178,7 @@ impl<W: OwnedWrite> Converter<W> {
             end: None,
             summary: ConvertSummary::default(),
             tasks: Default::default(),
+            announced: Default::default(),
             fallback: Default::default(),
             last_task: None,
             programs: ProgramFiles::default(),
@@ -254,6 +258,11 @@ impl<W: OwnedWrite> Converter<W> {
         };
         match item {
             Item::Task(t) => {
+                if self.announced.get(&(t.pid, t.tid)) == Some(t) {
+                    // A periodic repetition: already in the file.
+                    return Ok(());
+                }
+                self.announced.insert((t.pid, t.tid), (*t).clone());
                 Self::on_task(w, &self.options, &mut self.programs, t)?;
                 // A late Task record names the task from here on.
                 self.tasks.insert((t.pid, t.tid));
@@ -498,7 +507,7 @@ impl<W: OwnedWrite> Converter<W> {
             None => {
                 if programs.warned.insert(key.to_owned()) {
                     programs.warnings.push(format!(
-                        "process {} runs {key}, whose host file perch does not know: its samples                          name /{key}, which perf cannot open (give the manifest with --appliance)",
+                        "process {} runs {key}, whose host file perch does not know: its samples name /{key}, which perf cannot open (give the manifest with --appliance)",
                         t.name
                     ));
                 }
@@ -603,7 +612,19 @@ impl<W: OwnedWrite> Converter<W> {
         let mut w = self.writer.take().ok_or(ConvertError::NoHello)?;
         let h = self.hello.take().ok_or(ConvertError::NoHello)?;
         let mut summary = std::mem::take(&mut self.summary);
-        if summary.before_hello > 0 {
+        if h.repeat > 0 {
+            summary.warnings.push(format!(
+                "joined the stream late: the first Hello seen is the target's repetition {} \
+                 ({} records before it were skipped); the samples missed are counted as lost{}",
+                h.repeat,
+                summary.before_hello,
+                if self.end.is_some() {
+                    ""
+                } else {
+                    ", once End arrives"
+                }
+            ));
+        } else if summary.before_hello > 0 {
             summary.warnings.push(format!(
                 "{} records before the Hello were skipped",
                 summary.before_hello
@@ -660,9 +681,14 @@ impl<W: OwnedWrite> Converter<W> {
                 if summary.wire_lost > 0 {
                     w.lost_samples(0, summary.wire_lost, self.last_time, 0)?;
                     summary.warnings.push(format!(
-                        "{} samples were lost on the wire (damaged frames on the line, not an \
-                         overload): written as lost samples",
-                        summary.wire_lost
+                        "{} samples were lost on the wire ({}, not an overload): written as \
+                         lost samples",
+                        summary.wire_lost,
+                        if h.repeat > 0 {
+                            "sent before the host joined, or damaged on the line"
+                        } else {
+                            "damaged frames on the line"
+                        }
                     ));
                 }
             }

@@ -334,7 +334,9 @@ impl Pump {
 
 /// Whether `rec` goes on to the sink, given where the stream stands in
 /// `result`: nothing does after an error; after End or a restart records
-/// are only counted; a second Hello before End is a restart.
+/// are only counted; a second Hello before End is a restart, unless it
+/// is the target's periodic repetition of the first (same boot, non-zero
+/// repeat), which is counted and dropped.
 #[inline]
 fn admit(rec: &Record, stats: &mut StreamStats, result: &mut Result<Flow, HostError>) -> bool {
     match result {
@@ -345,7 +347,14 @@ fn admit(rec: &Record, stats: &mut StreamStats, result: &mut Result<Flow, HostEr
         }
         Err(_) => return false,
     }
-    if matches!(rec, Record::Hello(_)) && stats.hello.is_some() {
+    if let Record::Hello(h) = rec
+        && let Some(first) = &stats.hello
+    {
+        if h.repeat > 0 && h.boot == first.boot {
+            // The target's periodic repetition: nothing new.
+            stats.hello_repeats += 1;
+            return false;
+        }
         stats.restarted = true;
         stats.after_end += 1;
         *result = Ok(Flow::Restart);
@@ -489,6 +498,9 @@ pub struct StreamStats {
     /// A second Hello arrived before End: the appliance restarted, and
     /// everything counted here is from the first run.
     pub restarted: bool,
+    /// Periodic repetitions of the Hello (same boot) after the first one
+    /// seen.
+    pub hello_repeats: u64,
     /// Consecutive samples of one event and task not yet added to
     /// `by_event` / `by_task`.
     run: Option<SampleRun>,

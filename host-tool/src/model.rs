@@ -108,6 +108,10 @@ pub struct Hello {
     pub cmdline: String,
     /// Configured events.
     pub events: Vec<EventInfo>,
+    /// The same in every Hello of one boot.
+    pub boot: u64,
+    /// 0 for the boot's first Hello, n for its n-th periodic repetition.
+    pub repeat: u32,
 }
 
 /// A ring-3 task.

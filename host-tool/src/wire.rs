@@ -76,6 +76,8 @@ pub fn hello(h: &wire::Hello) -> Hello {
         cpu_desc,
         cmdline: h.cmdline.as_str().to_owned(),
         events,
+        boot: h.boot,
+        repeat: h.repeat,
     }
 }
 

@@ -63,6 +63,8 @@ pub fn hello(image: &Image) -> Hello {
             precise: 0,
             max_stack: 64,
         }],
+        boot: 0,
+        repeat: 0,
     }
 }
 

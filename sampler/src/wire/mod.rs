@@ -171,6 +171,14 @@ pub struct Hello {
     pub cmdline: heapless::String<MAX_CMDLINE>,
     /// The events being sampled.
     pub events: heapless::Vec<EventConfig, MAX_EVENTS>,
+    /// A number that is the same in every Hello of one boot and (with
+    /// overwhelming likelihood) differs between boots.
+    pub boot: u64,
+    /// 0 for the boot's first Hello; the target repeats Hello (and its Task
+    /// records) periodically with 1, 2, ..., so a host that joins late, or
+    /// lost the start to noise, decodes from the next repetition. A Hello of
+    /// the same `boot` with a non-zero `repeat` is never a restart.
+    pub repeat: u32,
 }
 
 impl Hello {
@@ -187,7 +195,15 @@ impl Hello {
             build_id: heapless::Vec::new(),
             cmdline: heapless::String::new(),
             events: heapless::Vec::new(),
+            boot: 0,
+            repeat: 0,
         }
+    }
+
+    /// Whether `self`, arriving after `first`, repeats it (the same boot)
+    /// rather than starting a new run.
+    pub fn repeats(&self, first: &Hello) -> bool {
+        self.repeat > 0 && self.boot == first.boot
     }
 }
 
