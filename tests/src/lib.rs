@@ -201,7 +201,7 @@ pub fn have_tool(tool: &str) -> bool {
 }
 
 /// The register patterns `demoregs` holds while it spins.
-pub const DEMOREGS_PATTERNS: [(&str, u64); 13] = [
+pub const DEMOREGS_PATTERNS: [(&str, u64); 14] = [
     ("AX", 0x1111_1111_1111_1111),
     ("BX", 0x2222_2222_2222_2222),
     ("DX", 0x4444_4444_4444_4444),
@@ -215,9 +215,10 @@ pub const DEMOREGS_PATTERNS: [(&str, u64); 13] = [
     ("R12", 0xcccc_cccc_cccc_cccc),
     ("R13", 0xdddd_dddd_dddd_dddd),
     ("R14", 0xeeee_eeee_eeee_eeee),
+    ("R15", 0xf0f0_f0f0_f0f0_f0f0),
 ];
 
-/// One `perch record` run of the demo under icount, with its perf.data and
+/// One `perch record` run under icount, with its perf.data and
 /// saved capture in a temporary directory that lives as long as it does.
 pub struct Recording {
     _dir: tempfile::TempDir,
@@ -233,7 +234,24 @@ pub struct Recording {
 
 /// Runs `perch record --icount` on the runtime image with `args` added.
 pub fn record(args: &[&str]) -> Recording {
+    record_in(tempfile::tempdir().expect("temporary directory"), args)
+}
+
+/// Runs `perch record --icount` of the demo appliance (`appliances/demo`, see
+/// [`programs::demo_appliance`]) with `args` added.
+pub fn record_demo(args: &[&str]) -> Recording {
     let dir = tempfile::tempdir().expect("temporary directory");
+    let archive = dir.path().join("demo.cpio");
+    programs::demo_appliance()
+        .write_to(&archive)
+        .expect("packing the demo appliance");
+    let archive = archive.to_str().expect("a UTF-8 temporary path").to_owned();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--", "-initrd", &archive, "-m", "1G"]);
+    record_in(dir, &all)
+}
+
+fn record_in(dir: tempfile::TempDir, args: &[&str]) -> Recording {
     let data = dir.path().join("perf.data");
     let capture = dir.path().join("capture.bin");
     let out = Command::new(perch_bin())

@@ -48,26 +48,53 @@ impl RustTarget {
 /// Builds `tests/programs/rust` (appcheck-rs) for `target` once per test binary, into
 /// `target/programs`, and returns the executable.
 pub fn rust_appcheck(target: RustTarget) -> PathBuf {
-    static BUILT: Mutex<Vec<(RustTarget, PathBuf)>> = Mutex::new(Vec::new());
+    rust_program("tests/programs/rust", target, "appcheck-rs")
+}
+
+/// Builds binary `bin` of the Rust crate in `crate_dir` (relative to the repository root,
+/// its own workspace) for `target`, release profile, once per test binary, and returns
+/// the executable. Cargo runs from `crate_dir`, so the crate's own `.cargo/config.toml`
+/// (rustflags such as frame pointers and a build-id) applies; `RUSTFLAGS` from the
+/// environment is removed so that it cannot override them. The output goes to
+/// `target/programs` (for `tests/programs/rust`) or `target/programs/<crate dir name>`.
+pub fn rust_program(crate_dir: &str, target: RustTarget, bin: &str) -> PathBuf {
+    type Key = (String, RustTarget, String);
+    static BUILT: Mutex<Vec<(Key, PathBuf)>> = Mutex::new(Vec::new());
+    let key: Key = (crate_dir.to_string(), target, bin.to_string());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = built.iter().find(|(t, _)| *t == target) {
+    if let Some((_, p)) = built.iter().find(|(k, _)| *k == key) {
         return p.clone();
     }
     let root = workspace_root();
-    let dir = target_dir().join("programs");
+    let dir = if crate_dir == "tests/programs/rust" {
+        target_dir().join("programs")
+    } else {
+        let leaf = Path::new(crate_dir)
+            .file_name()
+            .expect("a crate directory has a name");
+        target_dir().join("programs").join(leaf)
+    };
     let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(&root)
-        .args(["build", "--release", "--manifest-path"])
-        .arg(root.join("tests/programs/rust/Cargo.toml"))
-        .args(["--target", target.triple(), "--target-dir"])
+        .current_dir(root.join(crate_dir))
+        .args([
+            "build",
+            "--release",
+            "--bin",
+            bin,
+            "--target",
+            target.triple(),
+        ])
+        .arg("--target-dir")
         .arg(&dir)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .stdin(Stdio::null())
         .output()
-        .expect("running cargo to build tests/programs/rust");
+        .unwrap_or_else(|e| panic!("running cargo to build {crate_dir}: {e}"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "building tests/programs/rust for {} failed{}:\n{stderr}",
+        "building {bin} of {crate_dir} for {} failed{}:\n{stderr}",
         target.triple(),
         if stderr.contains("E0463") || stderr.contains("target may not be installed") {
             format!(" (add the target: rustup target add {})", target.triple())
@@ -75,9 +102,36 @@ pub fn rust_appcheck(target: RustTarget) -> PathBuf {
             String::new()
         }
     );
-    let exe = dir.join(target.triple()).join("release/appcheck-rs");
-    built.push((target, exe.clone()));
+    let exe = dir.join(target.triple()).join("release").join(bin);
+    built.push((key, exe.clone()));
     exe
+}
+
+/// The demo appliance's crate, relative to the repository root.
+pub const DEMO_CRATE: &str = "appliances/demo";
+
+/// The programs of the demo appliance (`appliances/demo`), built, in the order the
+/// manifest starts them: `demo64` (the 50/30/20 hot split), `demo32` (compat mode),
+/// `demosys` (most of its time inside `getrandom`) and `demoregs` (register patterns).
+/// Without a round count each runs until the run's duration ends it.
+pub fn demo_programs() -> Vec<Program> {
+    [
+        ("demo64", RustTarget::X86_64Musl),
+        ("demo32", RustTarget::I686Musl),
+        ("demosys", RustTarget::X86_64Musl),
+        ("demoregs", RustTarget::X86_64Musl),
+    ]
+    .into_iter()
+    .map(|(name, target)| Program::new(&rust_program(DEMO_CRATE, target, name), name, &[], &[]))
+    .collect()
+}
+
+/// The demo appliance packed: its [`demo_programs`] at `bin/NAME`, no data files.
+pub fn demo_appliance() -> Appliance {
+    demo_programs().iter().fold(Appliance::new(), |app, p| {
+        app.file(&p.spec.exe, p.exe.as_path())
+            .process(p.spec.clone())
+    })
 }
 
 /// How a C test program is compiled.

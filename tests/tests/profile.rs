@@ -6,7 +6,9 @@
 //!
 //! The tests skip, saying why, only when QEMU or perf is missing.
 
-use e2e_tests::{Recording, perch_bin, perf_present, qemu_present, record, run_perf, runtime_elf};
+use e2e_tests::{
+    Recording, perch_bin, perf_present, qemu_present, record, record_demo, run_perf, runtime_elf,
+};
 use linux_perf_data::linux_perf_event_reader::{CpuMode, EventRecord};
 use linux_perf_data::{DsoKey, PerfFileReader, PerfFileRecord};
 use std::collections::HashMap;
@@ -28,7 +30,7 @@ use e2e_tests::DEMOREGS_PATTERNS as PATTERNS;
 /// virtual time at 4 kHz.
 fn demo() -> Option<&'static Recording> {
     static REC: OnceLock<Option<Recording>> = OnceLock::new();
-    REC.get_or_init(|| qemu_present().then(|| record(&["--freq", "4000", "--duration", "1"])))
+    REC.get_or_init(|| qemu_present().then(|| record_demo(&["--freq", "4000", "--duration", "1"])))
         .as_ref()
         .inspect(|r| assert_eq!(r.status, Some(0), "perch record failed:\n{}", r.stderr))
 }
