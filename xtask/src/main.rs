@@ -164,12 +164,13 @@ fn main() {
 
 fn run(a: RunArgs) -> Result<i32> {
     let elf = kernel::build()?;
+    let archive = kernel::demo_archive()?;
     let cmdline = format!("duration={} {}", a.duration, a.append);
     let cfg = qemu::Config {
         boot: qemu::Boot::Kernel {
             elf,
             cmdline: cmdline.trim().to_string(),
-            initrd: None,
+            initrd: Some(archive),
         },
         icount: a.icount,
         timeout: std::time::Duration::from_secs(a.timeout),

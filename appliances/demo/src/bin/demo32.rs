@@ -14,7 +14,7 @@ core::arch::global_asm!(
     .type perch_demo32_main, @function
 perch_demo32_main:
     mov esi, 0x9e3779b9
-perch_demo32_outer:
+1:
     mov ecx, 20000
     .size perch_demo32_main, . - perch_demo32_main
     .global perch_demo32_crc_loop
@@ -30,7 +30,7 @@ perch_demo32_crc_loop:
     jnz perch_demo32_crc_loop
     mov eax, 158
     int 0x80
-    jmp perch_demo32_outer
+    jmp 1b
     .size perch_demo32_crc_loop, . - perch_demo32_crc_loop
     "#
 );
