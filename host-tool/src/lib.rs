@@ -3,15 +3,19 @@
 //! the appliance packer (boot archive and manifest).
 
 pub mod archive;
+pub mod buildid_cache;
 pub mod convert;
 pub mod error;
 pub mod flamegraph;
 pub mod image;
 pub mod input;
+pub mod iso;
+pub mod manifest;
 pub mod model;
 pub mod output;
 pub mod perf_abi;
 pub mod perf_data;
+pub mod procs;
 pub mod qemu;
 pub mod synth;
 pub mod wire;

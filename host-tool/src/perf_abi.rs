@@ -117,6 +117,9 @@ pub mod record {
     pub const UNTHROTTLE: u32 = 6;
     /// `PERF_RECORD_SAMPLE`.
     pub const SAMPLE: u32 = 9;
+    /// `PERF_RECORD_MMAP2`: pid, tid, addr, len, pgoff, build-id (or
+    /// device and inode), prot, flags, filename.
+    pub const MMAP2: u32 = 10;
     /// `PERF_RECORD_LOST_SAMPLES`: lost.
     pub const LOST_SAMPLES: u32 = 13;
     /// `PERF_RECORD_FINISHED_ROUND` (user record, header only).
@@ -131,6 +134,9 @@ pub mod misc {
     pub const USER: u16 = 2;
     /// `PERF_RECORD_MISC_BUILD_ID_SIZE` in a build-id entry: the size byte is valid.
     pub const BUILD_ID_SIZE: u16 = 1 << 15;
+    /// `PERF_RECORD_MISC_MMAP_BUILD_ID` in an MMAP2: it carries a build-id
+    /// instead of device and inode numbers.
+    pub const MMAP_BUILD_ID: u16 = 1 << 14;
 }
 
 /// Callchain context markers (`enum perf_callchain_context`).

@@ -112,6 +112,7 @@ pub fn write_capture(
             name,
             abi: sampler::regs::Abi::Bits64,
             text: heapless::Vec::new(),
+            program: None,
         }),
         out,
     )?;

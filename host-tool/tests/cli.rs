@@ -479,7 +479,19 @@ fn record_with_fake_qemu(
 fn record_boots_qemu_with_the_documented_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let cap = samples_capture(dir.path(), 200);
-    let Some((r, args)) = record_with_fake_qemu(dir.path(), &cap, 33, &["--", "-smp", "1"]) else {
+    let Some((r, args)) = record_with_fake_qemu(
+        dir.path(),
+        &cap,
+        33,
+        &[
+            "--qemu-arg",
+            "-smp",
+            "--qemu-arg",
+            "1",
+            "--boot-arg",
+            "slice=5",
+        ],
+    ) else {
         return;
     };
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -494,7 +506,7 @@ fn record_boots_qemu_with_the_documented_command_line() {
     assert_eq!(after("-kernel"), fixture("appliance.elf").to_str().unwrap());
     assert_eq!(
         after("-append"),
-        "console=wire freq=1234 pmu=sim duration=2000 ring=64"
+        "console=wire freq=1234 pmu=sim duration=2000 ring=64 slice=5"
     );
     assert_eq!(after("-icount"), "shift=0,sleep=off");
     assert_eq!(after("-serial"), "chardev:wire");

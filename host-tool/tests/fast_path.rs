@@ -64,6 +64,7 @@ fn convert(bytes: &[u8], image: &Image, chunk: usize, path: Path) -> Outcome {
         ConvertOptions {
             image: Some(image.clone()),
             cmdline: vec!["perch".into(), "convert".into()],
+            programs: Default::default(),
         },
     );
     let mut pump = Pump::new();
@@ -262,6 +263,7 @@ fn varied_stream(image: &Image) -> Vec<u8> {
             name,
             abi: Abi::Bits64,
             text: heapless::Vec::new(),
+            program: None,
         };
         put(&mut enc, &Record::Task(task), &mut out);
     }

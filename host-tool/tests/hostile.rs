@@ -415,7 +415,9 @@ fn values_the_runtime_cannot_use_are_refused_before_boot() {
         &["--max-rate", "10"],
         &["--cpu-pct", "10"],
         &["--qemu", "qemu-system-x86_64"],
-        &["--", "-smp", "2"],
+        &["--qemu-arg", "-smp"],
+        &["--boot-arg", "slice=5"],
+        &["--", "prog"],
     ] {
         let out = dir.path().join("perf.data");
         let mut args = vec!["record", "--input", s(&cap), "-o", s(&out)];

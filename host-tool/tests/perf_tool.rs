@@ -308,6 +308,7 @@ fn pmu_recording(dir: &std::path::Path, image: &Image) -> String {
         ConvertOptions {
             image: Some(image.clone()),
             cmdline: vec!["perch".into()],
+            programs: Default::default(),
         },
     );
     conv.push(&Item::Hello(h)).unwrap();
@@ -318,6 +319,7 @@ fn pmu_recording(dir: &std::path::Path, image: &Image) -> String {
         compat: false,
         time: 0,
         text: vec![],
+        program: None,
     }))
     .unwrap();
     let alpha = sym(image, "hot_alpha");

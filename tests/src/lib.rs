@@ -230,28 +230,13 @@ pub struct Recording {
     pub status: Option<i32>,
     /// perch's stderr (the target's log included).
     pub stderr: String,
+    /// perch's stdout (the programs' output).
+    pub stdout: String,
 }
 
 /// Runs `perch record --icount` on the runtime image with `args` added.
 pub fn record(args: &[&str]) -> Recording {
-    record_in(tempfile::tempdir().expect("temporary directory"), args)
-}
-
-/// Runs `perch record --icount` of the demo appliance (`appliances/demo`, see
-/// [`programs::demo_appliance`]) with `args` added.
-pub fn record_demo(args: &[&str]) -> Recording {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let archive = dir.path().join("demo.cpio");
-    programs::demo_appliance()
-        .write_to(&archive)
-        .expect("packing the demo appliance");
-    let archive = archive.to_str().expect("a UTF-8 temporary path").to_owned();
-    let mut all: Vec<&str> = args.to_vec();
-    all.extend(["--", "-initrd", &archive, "-m", "1G"]);
-    record_in(dir, &all)
-}
-
-fn record_in(dir: tempfile::TempDir, args: &[&str]) -> Recording {
     let data = dir.path().join("perf.data");
     let capture = dir.path().join("capture.bin");
     let out = Command::new(perch_bin())
@@ -265,6 +250,9 @@ fn record_in(dir: tempfile::TempDir, args: &[&str]) -> Recording {
         .arg(&capture)
         .args(["--timeout", "240"])
         .args(args)
+        // perch adds the image and the programs to perf's build-id cache:
+        // a private one per recording, not the user's ~/.debug.
+        .env("PERF_BUILDID_DIR", dir.path().join("buildid"))
         .stdin(Stdio::null())
         .output()
         .expect("running perch record");
@@ -274,7 +262,18 @@ fn record_in(dir: tempfile::TempDir, args: &[&str]) -> Recording {
         capture,
         status: out.status.code(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
     }
+}
+
+/// Runs `perch record --icount --appliance appliances/demo/appliance.toml` (the demo
+/// appliance, built first: see [`programs::demo_manifest`]) with `args` added.
+pub fn record_demo(args: &[&str]) -> Recording {
+    let manifest = programs::demo_manifest();
+    let manifest = manifest.to_str().expect("a UTF-8 manifest path").to_owned();
+    let mut all: Vec<&str> = vec!["--appliance", &manifest];
+    all.extend_from_slice(args);
+    record(&all)
 }
 
 /// Runs perf on the recording (with the runtime as vmlinux); it must succeed

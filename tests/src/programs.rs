@@ -143,6 +143,46 @@ pub fn try_demo_programs() -> Result<Vec<Program>, String> {
         .collect()
 }
 
+/// The demo appliance's manifest for `perch record --appliance`, with its programs
+/// built: `appliances/demo/appliance.toml` itself, whose host paths name the programs
+/// under `target/` relative to it; when the target directory is elsewhere
+/// (`CARGO_TARGET_DIR`), a copy of it in `<target>/programs/demo/` naming the programs
+/// where they were built.
+pub fn try_demo_manifest() -> Result<PathBuf, String> {
+    let programs = try_demo_programs()?;
+    let root = workspace_root();
+    let manifest = root.join(DEMO_CRATE).join("appliance.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .map_err(|e| format!("reading {}: {e}", manifest.display()))?;
+    let dir = manifest.parent().expect("a manifest has a directory");
+    let resolves = |rel: &str| {
+        let want = std::fs::canonicalize(dir.join(rel)).ok();
+        want.is_some()
+            && programs
+                .iter()
+                .any(|p| std::fs::canonicalize(&p.exe).ok() == want)
+    };
+    let rels: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("program = \""))
+        .filter_map(|l| l.strip_suffix('"'))
+        .collect();
+    if rels.len() == programs.len() && rels.iter().all(|r| resolves(r)) {
+        return Ok(manifest);
+    }
+    let target = target_dir();
+    let target = target.to_str().ok_or("the target directory is not UTF-8")?;
+    let copy = text.replace("\"../../target/", &format!("\"{target}/"));
+    let out = target_dir().join("programs/demo/appliance.toml");
+    std::fs::write(&out, copy).map_err(|e| format!("writing {}: {e}", out.display()))?;
+    Ok(out)
+}
+
+/// [`try_demo_manifest`]; panics when a build fails.
+pub fn demo_manifest() -> PathBuf {
+    try_demo_manifest().unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The demo appliance packed: its [`demo_programs`] at `bin/NAME`, no data files.
 pub fn demo_appliance() -> Appliance {
     demo_appliance_of(&demo_programs())

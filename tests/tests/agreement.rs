@@ -12,7 +12,7 @@
 //!
 //! The tests skip, saying why, only when QEMU or valgrind is missing.
 
-use e2e_tests::programs::{CBuild, Program, appliance, c_program};
+use e2e_tests::programs::{CBuild, c_program};
 use e2e_tests::{have_tool, qemu_present, record};
 use linux_perf_data::linux_perf_event_reader::{CpuMode, EventRecord};
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
@@ -148,16 +148,10 @@ fn symbolize(funcs: &[(u64, u64, String)], ip: u64) -> String {
     }
 }
 
-/// Records `exe ROUNDS` alone (pid 1) with `perch record --icount` and returns
-/// the shares of its user samples by symbol, and the sample count.
-fn perch_shares(exe: &Path, name: &str, expect_line: &str) -> (Shares, u64) {
-    let program = Program::new(exe, name, &[ROUNDS], &[]);
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let archive = dir.path().join("app.cpio");
-    appliance(&[program])
-        .write_to(&archive)
-        .expect("packing the appliance");
-    let archive = archive.display().to_string();
+/// Records `exe ROUNDS` alone (pid 1) with `perch record --icount -- exe ROUNDS`
+/// and returns the shares of its user samples by symbol, and the sample count.
+fn perch_shares(exe: &Path, expect_line: &str) -> (Shares, u64) {
+    let exe_arg = exe.to_str().expect("a UTF-8 program path");
     let rec = record(&[
         "--freq",
         FREQ,
@@ -166,16 +160,15 @@ fn perch_shares(exe: &Path, name: &str, expect_line: &str) -> (Shares, u64) {
         "--duration",
         "60",
         "--",
-        "-initrd",
-        &archive,
-        "-m",
-        "1G",
+        exe_arg,
+        ROUNDS,
     ]);
     let err = &rec.stderr;
     assert_eq!(rec.status, Some(0), "perch record failed:\n{err}");
     assert!(
-        err.contains(&format!("[{name}] {expect_line}")),
-        "{name} did not finish its rounds:\n{err}"
+        rec.stdout.lines().any(|l| l == expect_line),
+        "{exe_arg} did not finish its rounds:\n{}\n{err}",
+        rec.stdout
     );
     assert!(
         err.contains("run ended: all processes exited"),
@@ -281,7 +274,7 @@ fn agreement(build: CBuild, name: &str) {
     let Some(reference) = callgrind_shares(&exe, &line) else {
         return;
     };
-    let (measured, samples) = perch_shares(&exe, name, &line);
+    let (measured, samples) = perch_shares(&exe, &line);
     assert!(
         samples > 5000,
         "only {samples} user samples of {name}: {measured:?}"

@@ -577,8 +577,17 @@ fn bad_input_gives_clear_errors_and_exit_codes() {
 
     // Missing QEMU (a PATH without it): exit 5 with the install line.
     let elf = runtime_elf().display().to_string();
+    let manifest = e2e_tests::programs::demo_manifest().display().to_string();
     let (code, err) = perch(
-        &["record", "--image", &elf, "-o", &p("q.data")],
+        &[
+            "record",
+            "--image",
+            &elf,
+            "--appliance",
+            &manifest,
+            "-o",
+            &p("q.data"),
+        ],
         Some("/nonexistent"),
     );
     assert_eq!(code, Some(5), "{err}");

@@ -667,10 +667,13 @@ fn loaded_programs_are_sampled_and_the_walk_never_faults() {
         "0",
         "--duration",
         "60",
-        "--",
+        "--qemu-arg",
         "-initrd",
+        "--qemu-arg",
         &archive,
+        "--qemu-arg",
         "-m",
+        "--qemu-arg",
         "1G",
     ]);
     let err = &rec.stderr;

@@ -131,6 +131,7 @@ pub fn demo_items(image: &Image, d: Demo, mut f: impl FnMut(&Item<'_>)) {
         compat: false,
         time: 0,
         text: vec![],
+        program: None,
     }));
     f(&Item::Task(TaskInfo {
         pid: 2,
@@ -139,6 +140,7 @@ pub fn demo_items(image: &Image, d: Demo, mut f: impl FnMut(&Item<'_>)) {
         compat: true,
         time: 0,
         text: vec![],
+        program: None,
     }));
     let task_main = sym(image, "task_main");
     let runtime_entry = sym(image, "runtime_entry");
@@ -230,6 +232,7 @@ pub fn write_demo(image: &Image, d: Demo, out: &Path) -> ConvertSummary {
         ConvertOptions {
             image: Some(image.clone()),
             cmdline: vec!["perch".into(), "test".into()],
+            programs: Default::default(),
         },
     );
     let mut err = None;

@@ -73,12 +73,11 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
                     t.map_or(0, |t| t.entry)
                 );
                 if wire {
-                    let text = t.map_or((0, 0), |t| t.text);
-                    crate::stream::send_task(
+                    crate::stream::send_program_task(
                         s.id,
                         t.map_or("?", |t| t.name),
                         t.is_some_and(|t| t.abi == super::Abi::Compat32),
-                        text,
+                        s.program,
                     );
                 }
             }

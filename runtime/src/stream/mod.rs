@@ -6,7 +6,7 @@ pub mod wire;
 use crate::sample::clock;
 use crate::sample::profile::{self, Source};
 use sampler::event::PmuCaps;
-use sampler::wire::{CpuId, CpuVendor, End, Hello, Record, Task, TextRange};
+use sampler::wire::{CpuId, CpuVendor, End, Hello, Program, Record, Task, TextRange};
 
 fn cpu_id() -> CpuId {
     use arch_x86::cpuid::{CpuCpuid, Cpuid};
@@ -102,6 +102,7 @@ pub fn send_task(id: u8, name: &str, compat: bool, text: (u64, u64)) {
             sampler::regs::Abi::Bits64
         },
         text: heapless::Vec::new(),
+        program: None,
     };
     let _ = t.name.push_str(&name[..name.len().min(t.name.capacity())]);
     let _ = t.text.push(TextRange {
@@ -110,6 +111,30 @@ pub fn send_task(id: u8, name: &str, compat: bool, text: (u64, u64)) {
         // The host takes the offset from the image's section headers.
         file_offset: 0,
     });
+    wire::send(&Record::Task(t));
+}
+
+/// Sends the Task record of loaded process `id` running `program` (its
+/// archive path, build-id and loaded segments).
+pub fn send_program_task(id: u8, name: &str, compat: bool, program: Program) {
+    let mut t = Task {
+        time: clock::now_ns(),
+        pid: u32::from(id) + 1,
+        tid: u32::from(id) + 1,
+        name: heapless::String::new(),
+        abi: if compat {
+            sampler::regs::Abi::Bits32
+        } else {
+            sampler::regs::Abi::Bits64
+        },
+        text: heapless::Vec::new(),
+        program: Some(program),
+    };
+    let mut end = name.len().min(t.name.capacity());
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    let _ = t.name.push_str(&name[..end]);
     wire::send(&Record::Task(t));
 }
 
