@@ -467,6 +467,8 @@ pub struct StreamStats {
     pub by_task: BTreeMap<(u32, u32), u64>,
     /// Task names by tid.
     pub task_names: BTreeMap<u32, String>,
+    /// The program each loaded process runs, by pid.
+    pub programs: BTreeMap<u32, crate::model::ProgramInfo>,
     /// Samples the target reported lost.
     pub lost: u64,
     /// The part of `lost` suppressed while the event was throttled.
@@ -514,6 +516,9 @@ impl StreamStats {
             }
             Item::Task(t) => {
                 self.task_names.insert(t.tid, t.name.clone());
+                if let Some(p) = &t.program {
+                    self.programs.insert(t.pid, p.clone());
+                }
             }
             Item::Sample(s) => self.observe_sample(s.event, (s.pid, s.tid), s.user),
             Item::Lost {
@@ -609,6 +614,32 @@ impl StreamStats {
                 "  {pid:>4}/{tid:<4} {name:<20} {n:>10}  {:>6.2}%",
                 pct(*n, self.samples)
             );
+        }
+        if !self.programs.is_empty() {
+            let _ = writeln!(s, "\nprograms:");
+            for (pid, p) in &self.programs {
+                let text: Vec<String> = p
+                    .segments
+                    .iter()
+                    .filter(|g| g.exec)
+                    .map(|g| format!("{:#x}-{:#x}", g.start, g.start.saturating_add(g.len)))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "  {pid:>4} {}: build-id {}, text {}",
+                    p.path,
+                    if p.build_id.is_empty() {
+                        "(none)".to_owned()
+                    } else {
+                        crate::convert::hex(&p.build_id)
+                    },
+                    if text.is_empty() {
+                        "(none)".to_owned()
+                    } else {
+                        text.join(" ")
+                    }
+                );
+            }
         }
         let unnamed: Vec<u64> = self
             .by_task

@@ -195,3 +195,15 @@ fn a_programs_task_becomes_comm_mmap2_and_build_id() {
         "{names:?}"
     );
 }
+
+#[test]
+fn perch_stat_names_each_process_program() {
+    let mut stats = host_tool::input::StreamStats::default();
+    stats.observe(&Item::Task(task(2, "two", "bin/app", &[0xab, 0x01])));
+    stats.observe(&Item::Task(task(3, "plain", "bin/plain", &[])));
+    let text = stats.render();
+    assert!(
+        text.contains("\nprograms:\n     2 bin/app: build-id ab01, text 0x401000-0x404000\n     3 bin/plain: build-id (none), text 0x401000-0x404000\n"),
+        "{text}"
+    );
+}
