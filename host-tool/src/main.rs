@@ -141,7 +141,7 @@ struct RecordArgs {
     #[arg(long, value_parser = ["spr", "icl", "skl"])]
     sim_cpu: Option<String>,
     /// Upper bound on the run, in seconds. Programs run until they exit
-    /// (no bound by default); the built-in demo runs 3 s by default.
+    /// (no bound by default).
     #[arg(long)]
     duration: Option<f64>,
     /// Ring size in samples (runtime `ring=N`, at least 1).
@@ -197,8 +197,8 @@ struct RecordArgs {
     #[arg(long, value_name = "KEY=VALUE")]
     boot_arg: Vec<String>,
     /// The program to profile and its arguments (a static x86-64 or i386
-    /// Linux executable). Without it (and without --appliance) the
-    /// runtime's built-in demo runs.
+    /// Linux executable). Without it (and without --appliance) the runtime
+    /// has nothing to run: it says so and reports a failure (exit 6).
     #[arg(last = true, value_name = "PROGRAM [ARGS]")]
     command: Vec<String>,
 }
@@ -1047,7 +1047,8 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             "perch record needs --image ELF to boot (or --input FILE / --serial DEVICE)".into(),
         ));
     };
-    // The demo runs 3 s by default; programs run until they exit.
+    // Programs run until they exit; without any, the runtime says there is
+    // nothing to run and fails at once (the bound only guards that).
     let duration = match (a.duration, &spec) {
         (Some(d), _) => Some(d),
         (None, None) => Some(3.0),
@@ -1224,7 +1225,7 @@ fn image(a: &ImageArgs) -> Result<i32, HostError> {
         a.output.display(),
         match &spec {
             Some(s) => format!(", {} process(es)", s.processes.len()),
-            None => ", the built-in demo".into(),
+            None => ", no boot archive: the runtime will have nothing to run".into(),
         }
     );
     if let Some(m) = &a.appliance {

@@ -32,7 +32,7 @@ pub struct QemuConfig {
     pub icount: bool,
     /// The boot archive, passed as `-initrd` (the PVH module).
     pub initrd: Option<PathBuf>,
-    /// Guest RAM (`-m`): 128M for the demo, 1G for programs (they use
+    /// Guest RAM (`-m`): 128M without programs, 1G for programs (they use
     /// more than 64 MiB of heap).
     pub memory: String,
     /// Extra QEMU arguments (`--qemu-arg`), last.

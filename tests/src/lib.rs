@@ -201,7 +201,7 @@ pub fn have_tool(tool: &str) -> bool {
 }
 
 /// The register patterns `demoregs` holds while it spins.
-pub const DEMOREGS_PATTERNS: [(&str, u64); 13] = [
+pub const DEMOREGS_PATTERNS: [(&str, u64); 14] = [
     ("AX", 0x1111_1111_1111_1111),
     ("BX", 0x2222_2222_2222_2222),
     ("DX", 0x4444_4444_4444_4444),
@@ -215,9 +215,10 @@ pub const DEMOREGS_PATTERNS: [(&str, u64); 13] = [
     ("R12", 0xcccc_cccc_cccc_cccc),
     ("R13", 0xdddd_dddd_dddd_dddd),
     ("R14", 0xeeee_eeee_eeee_eeee),
+    ("R15", 0xf0f0_f0f0_f0f0_f0f0),
 ];
 
-/// One `perch record` run of the demo under icount, with its perf.data and
+/// One `perch record` run under icount, with its perf.data and
 /// saved capture in a temporary directory that lives as long as it does.
 pub struct Recording {
     _dir: tempfile::TempDir,
@@ -229,6 +230,8 @@ pub struct Recording {
     pub status: Option<i32>,
     /// perch's stderr (the target's log included).
     pub stderr: String,
+    /// perch's stdout (the programs' output).
+    pub stdout: String,
 }
 
 /// Runs `perch record --icount` on the runtime image with `args` added.
@@ -259,7 +262,18 @@ pub fn record(args: &[&str]) -> Recording {
         capture,
         status: out.status.code(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
     }
+}
+
+/// Runs `perch record --icount --appliance appliances/demo/appliance.toml` (the demo
+/// appliance, built first: see [`programs::demo_manifest`]) with `args` added.
+pub fn record_demo(args: &[&str]) -> Recording {
+    let manifest = programs::demo_manifest();
+    let manifest = manifest.to_str().expect("a UTF-8 manifest path").to_owned();
+    let mut all: Vec<&str> = vec!["--appliance", &manifest];
+    all.extend_from_slice(args);
+    record(&all)
 }
 
 /// Runs perf on the recording (with the runtime as vmlinux); it must succeed

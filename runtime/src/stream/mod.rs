@@ -9,7 +9,7 @@ use crate::sample::profile::{self, Source};
 use core::cell::RefCell;
 use critical_section::Mutex;
 use sampler::event::PmuCaps;
-use sampler::wire::{CpuId, CpuVendor, End, Hello, Program, Record, Task, TextRange};
+use sampler::wire::{CpuId, CpuVendor, End, Hello, Program, Record, Task};
 
 /// Hello and the Task records are sent again this often (TSC time), so a
 /// host that joins late, or lost the start to noise, decodes the stream
@@ -159,31 +159,6 @@ pub fn send_hello(cmdline: &str, source: Source) {
         a.hello = Some(h);
         a.next_ns = clock::now_ns() + REPEAT_NS;
     });
-}
-
-/// Sends a Task record for task `id`.
-pub fn send_task(id: u8, name: &str, compat: bool, text: (u64, u64)) {
-    let mut t = Task {
-        time: clock::now_ns(),
-        pid: u32::from(id) + 1,
-        tid: u32::from(id) + 1,
-        name: heapless::String::new(),
-        abi: if compat {
-            sampler::regs::Abi::Bits32
-        } else {
-            sampler::regs::Abi::Bits64
-        },
-        text: heapless::Vec::new(),
-        program: None,
-    };
-    let _ = t.name.push_str(&name[..name.len().min(t.name.capacity())]);
-    let _ = t.text.push(TextRange {
-        start: text.0,
-        len: text.1.saturating_sub(text.0),
-        // The host takes the offset from the image's section headers.
-        file_offset: 0,
-    });
-    announce_task(t);
 }
 
 /// Sends the Task record of loaded process `id` running `program` (its
