@@ -341,7 +341,9 @@ fn system_calls_given_runtime_or_unmapped_pointers_return_efault() {
 fn a_process_that_never_makes_a_system_call_is_preempted_and_the_run_ends_at_duration() {
     let spin = Program::new(&c_program("spin", CBuild::Glibc), "spin", &[], &[]);
     let twin = c_program("twin", CBuild::Glibc);
-    let worker = Program::new(&twin, "worker", &["worker", "300"], &[]);
+    // Each round yields to the spinner, which keeps the CPU for a whole
+    // 10 ms slice: 150 rounds take about 1.5 s of the 4 s run.
+    let worker = Program::new(&twin, "worker", &["worker", "150"], &[]);
     if !qemu_present() {
         return;
     }
