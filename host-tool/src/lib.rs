@@ -1,6 +1,7 @@
 //! The host side of Perch as a library: the perf.data writer, the image
 //! reader, the stream model, the conversions the `perch` binary drives, and
 //! the appliance packer (boot archive and manifest).
+#![forbid(unsafe_code)]
 
 pub mod archive;
 pub mod buildid_cache;

@@ -1,6 +1,7 @@
 //! `perch`: record a Perch appliance (QEMU, a serial line or a saved
 //! capture), write perf.data that stock perf opens with symbols, and show
 //! stats and flamegraphs.
+#![forbid(unsafe_code)]
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Read, Write};

@@ -1,5 +1,6 @@
 //! The `perch` binary on good and bad input: exit codes, messages, and
 //! never a panic.
+#![forbid(unsafe_code)]
 
 mod common;
 

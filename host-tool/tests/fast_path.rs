@@ -4,6 +4,7 @@
 //! summary, the same counters and the same errors, on clean, corrupted and
 //! truncated streams, with losses, several tasks and events, and every
 //! sample field.
+#![forbid(unsafe_code)]
 
 mod common;
 

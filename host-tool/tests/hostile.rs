@@ -2,6 +2,7 @@
 //! captures, outputs that are inputs, failed runs over existing files,
 //! pipes, values the runtime cannot use, silent sources, damaged Task
 //! records and images that do not fit. Each test guards one defect.
+#![forbid(unsafe_code)]
 
 mod common;
 

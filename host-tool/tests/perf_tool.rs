@@ -1,6 +1,7 @@
 //! perf.data files from synthetic streams, read by the stock `perf` tool:
 //! symbols, register dumps, ABIs, lost counts and a warning-free stderr.
 //! Skipped (with the reason printed) where perf is not installed.
+#![forbid(unsafe_code)]
 
 mod common;
 

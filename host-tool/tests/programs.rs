@@ -4,6 +4,7 @@
 //! path and build-id) and a BUILD_ID entry; a program without a build-id
 //! gets an MMAP2 naming its file and no entry; an archive path perch has no
 //! host file for is named as it is, with a warning.
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! perf.data written from a synthetic stream, read back with the
 //! linux-perf-data crate: every field it exposes must match what went in.
+#![forbid(unsafe_code)]
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! runtime once, boot it with a command line (and a boot archive) under a
 //! hard timeout, and collect its serial output and exit status. The test
 //! programs, their native runs and the console parser are in [`programs`].
+#![forbid(unsafe_code)]
 
 pub mod programs;
 

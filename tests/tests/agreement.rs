@@ -11,6 +11,7 @@
 //! noise that icount does not).
 //!
 //! The tests skip, saying why, only when QEMU or valgrind is missing.
+#![forbid(unsafe_code)]
 
 use e2e_tests::programs::{CBuild, c_program};
 use e2e_tests::{have_tool, qemu_present, record};

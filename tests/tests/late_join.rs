@@ -3,6 +3,7 @@
 //! running when `perch record --serial` opens the port, or noise over the
 //! first frames) still decodes from the next repetition, names the
 //! program, and says how much it missed.
+#![forbid(unsafe_code)]
 
 use e2e_tests::programs::{CBuild, c_program};
 use e2e_tests::{perch_bin, qemu_present, record, runtime_elf};

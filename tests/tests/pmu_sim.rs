@@ -7,6 +7,7 @@
 //! simulated.
 //!
 //! The tests skip, saying why, only when QEMU or perf is missing.
+#![forbid(unsafe_code)]
 
 use e2e_tests::{Recording, perf_present, qemu_present, record_demo, run_perf};
 use std::collections::HashMap;

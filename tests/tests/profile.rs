@@ -6,6 +6,7 @@
 //! (exact accounting) and bad input through the whole pipe.
 //!
 //! The tests skip, saying why, only when QEMU or perf is missing.
+#![forbid(unsafe_code)]
 
 use e2e_tests::{
     Recording, perch_bin, perf_present, qemu_present, record_demo, run_perf, runtime_elf,

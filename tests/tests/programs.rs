@@ -2,6 +2,7 @@
 //! its programs from `tests/programs/`, runs them natively where that is meaningful, packs
 //! them into a boot archive, boots it in QEMU (`-initrd`, 1 GiB) and checks the console
 //! (the contract's text format) process by process.
+#![forbid(unsafe_code)]
 
 use e2e_tests::programs::{
     CBuild, End, Program, RunEnd, RustTarget, appliance, c_program, c_program_with, run_appliance,

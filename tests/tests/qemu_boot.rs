@@ -1,5 +1,6 @@
 //! Short QEMU boots of the runtime that check what the host sees: exit
 //! statuses, crash reports and command-line handling.
+#![forbid(unsafe_code)]
 
 use e2e_tests::{STATUS_CRASH, STATUS_FAIL, STATUS_PASS, boot, boot_archive};
 use std::time::Duration;

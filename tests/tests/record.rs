@@ -10,6 +10,7 @@
 //!
 //! Each run hashes a 12 MiB data file (appcheck's FNV-1a over each FILE it
 //! is given), about a second of user time under TCG at 1 kHz.
+#![forbid(unsafe_code)]
 
 use e2e_tests::programs::{CBuild, RustTarget, c_program, rust_appcheck};
 use e2e_tests::{perch_bin, perf_present, qemu_present, runtime_elf};
