@@ -33,6 +33,7 @@ fn convert_once(capture: &[u8], image: &Image, out: &mut Vec<u8>, path: Path3) -
         ConvertOptions {
             image: Some(image.clone()),
             cmdline: vec![],
+            programs: Default::default(),
         },
     );
     let mut pump = Pump::new();

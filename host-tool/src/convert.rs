@@ -10,7 +10,9 @@ use sampler::sample::CpuMode;
 use sampler::wire::SampleParts;
 
 use crate::image::Image;
-use crate::model::{EndCounters, EventKind, EventSource, Hello, Item, SampleView, TaskInfo};
+use crate::model::{
+    EndCounters, EventKind, EventSource, Hello, Item, ProgramInfo, SampleView, TaskInfo,
+};
 use crate::output::OwnedWrite;
 use crate::perf_abi::{self, context, misc};
 use crate::perf_data::{
@@ -70,6 +72,25 @@ pub struct ConvertOptions {
     pub image: Option<Image>,
     /// The command line recorded in CMDLINE.
     pub cmdline: Vec<String>,
+    /// The host file of each program of the boot archive, by archive path
+    /// (`bin/app`, no leading `/` or `./`): what perch packed, or what
+    /// `--appliance` names. A loaded process's MMAP2s and build-id entry
+    /// name this file, so perf reads the program's own symbols from it.
+    pub programs: std::collections::BTreeMap<String, std::path::PathBuf>,
+}
+
+/// The archive path `path` as [`ConvertOptions::programs`] keys it.
+pub fn archive_key(path: &str) -> &str {
+    let mut p = path;
+    loop {
+        if let Some(rest) = p.strip_prefix("./") {
+            p = rest;
+        } else if let Some(rest) = p.strip_prefix('/') {
+            p = rest;
+        } else {
+            return p;
+        }
+    }
 }
 
 /// What a conversion wrote and checked.
@@ -115,11 +136,31 @@ pub struct Converter<W: OwnedWrite> {
     /// Tasks (pid, tid) with a COMM written: from their Task record, or a
     /// fallback.
     tasks: std::collections::BTreeSet<(u32, u32)>,
+    /// The last Task record of each task, so the target's periodic
+    /// repetitions are not written again.
+    announced: std::collections::BTreeMap<(u32, u32), TaskInfo>,
     /// Of those, the ones named by a fallback.
     fallback: std::collections::BTreeSet<(u32, u32)>,
     /// The task of the previous sample, and whether it is a fallback one
     /// (most samples follow one of the same task: no lookup).
     last_task: Option<((u32, u32), bool)>,
+    /// The programs' files met in Task records: their build-id entries and
+    /// what was said about them.
+    programs: ProgramFiles,
+}
+
+/// The program files of a run's processes, for the BUILD_ID table.
+#[derive(Debug, Default)]
+struct ProgramFiles {
+    /// One entry per (host file, build-id, pid): the BUILD_ID entry of a
+    /// program names the process that ran it (perf itself writes -1 for
+    /// every host DSO; perf 6.1 resolves the program either way, through
+    /// the build-id its MMAP2 carries).
+    entries: Vec<BuildIdEntry>,
+    /// Archive paths already warned about.
+    warned: std::collections::BTreeSet<String>,
+    /// Warnings for the summary.
+    warnings: Vec<String>,
 }
 
 impl<W: OwnedWrite> Converter<W> {
@@ -137,8 +178,10 @@ impl<W: OwnedWrite> Converter<W> {
             end: None,
             summary: ConvertSummary::default(),
             tasks: Default::default(),
+            announced: Default::default(),
             fallback: Default::default(),
             last_task: None,
+            programs: ProgramFiles::default(),
         }
     }
 
@@ -175,6 +218,7 @@ impl<W: OwnedWrite> Converter<W> {
         Self::on_task(
             w,
             &self.options,
+            &mut self.programs,
             &TaskInfo {
                 pid,
                 tid,
@@ -182,6 +226,7 @@ impl<W: OwnedWrite> Converter<W> {
                 compat: false,
                 time: 0,
                 text: Vec::new(),
+                program: None,
             },
         )?;
         self.tasks.insert((pid, tid));
@@ -213,7 +258,12 @@ impl<W: OwnedWrite> Converter<W> {
         };
         match item {
             Item::Task(t) => {
-                Self::on_task(w, &self.options, t)?;
+                if self.announced.get(&(t.pid, t.tid)) == Some(t) {
+                    // A periodic repetition: already in the file.
+                    return Ok(());
+                }
+                self.announced.insert((t.pid, t.tid), (*t).clone());
+                Self::on_task(w, &self.options, &mut self.programs, t)?;
                 // A late Task record names the task from here on.
                 self.tasks.insert((t.pid, t.tid));
                 self.fallback.remove(&(t.pid, t.tid));
@@ -401,9 +451,13 @@ impl<W: OwnedWrite> Converter<W> {
     fn on_task(
         w: &mut PerfDataWriter<W>,
         options: &ConvertOptions,
+        programs: &mut ProgramFiles,
         t: &TaskInfo,
     ) -> Result<(), ConvertError> {
         w.comm(t.pid, t.tid, &t.name, t.time)?;
+        if let Some(p) = &t.program {
+            return Self::on_program(w, options, programs, t, p);
+        }
         let Some(img) = &options.image else {
             return Ok(());
         };
@@ -431,6 +485,79 @@ impl<W: OwnedWrite> Converter<W> {
                     .map_or(off, |u| u.file_offset + (start - u.addr));
                 w.mmap(misc::USER, t.pid, t.tid, start, len, pgoff, &file, t.time)?;
             }
+        }
+        Ok(())
+    }
+
+    /// The MMAP2s of a loaded process: one per executable segment, naming
+    /// the program's host file and build-id, and its BUILD_ID entry.
+    fn on_program(
+        w: &mut PerfDataWriter<W>,
+        options: &ConvertOptions,
+        programs: &mut ProgramFiles,
+        t: &TaskInfo,
+        p: &ProgramInfo,
+    ) -> Result<(), ConvertError> {
+        let key = archive_key(&p.path);
+        let file = match options.programs.get(key) {
+            Some(host) => {
+                let abs = std::fs::canonicalize(host).unwrap_or_else(|_| host.clone());
+                abs.display().to_string()
+            }
+            None => {
+                if programs.warned.insert(key.to_owned()) {
+                    programs.warnings.push(format!(
+                        "process {} runs {key}, whose host file perch does not know: its samples name /{key}, which perf cannot open (give the manifest with --appliance)",
+                        t.name
+                    ));
+                }
+                format!("/{key}")
+            }
+        };
+        if options.programs.contains_key(key) && programs.warned.insert(key.to_owned()) {
+            let host = std::fs::read(&file).ok();
+            let host_id = host.as_deref().and_then(kcore::elf::build_id);
+            match host_id {
+                _ if host.is_none() => programs.warnings.push(format!(
+                    "{file} (the host file of {key}) cannot be read: perf cannot symbolise {}",
+                    t.name
+                )),
+                Some(id) if !p.build_id.is_empty() && id != &p.build_id[..] => {
+                    programs.warnings.push(format!(
+                        "{file} has build-id {}, but {} ran {key} with build-id {}: perf will not                          use this file for it",
+                        hex(id),
+                        t.name,
+                        hex(&p.build_id)
+                    ))
+                }
+                _ => {}
+            }
+        }
+        for s in p.segments.iter().filter(|s| s.exec) {
+            w.mmap2(
+                t.pid,
+                t.tid,
+                s.start,
+                s.len,
+                s.file_offset,
+                s.prot(),
+                &p.build_id,
+                &file,
+                t.time,
+            )?;
+        }
+        if !p.build_id.is_empty()
+            && !programs
+                .entries
+                .iter()
+                .any(|e| e.filename == file && e.build_id == p.build_id && e.pid == t.pid as i32)
+        {
+            programs.entries.push(BuildIdEntry {
+                cpumode: misc::USER,
+                build_id: p.build_id.clone(),
+                filename: file,
+                pid: t.pid as i32,
+            });
         }
         Ok(())
     }
@@ -485,7 +612,19 @@ impl<W: OwnedWrite> Converter<W> {
         let mut w = self.writer.take().ok_or(ConvertError::NoHello)?;
         let h = self.hello.take().ok_or(ConvertError::NoHello)?;
         let mut summary = std::mem::take(&mut self.summary);
-        if summary.before_hello > 0 {
+        if h.repeat > 0 {
+            summary.warnings.push(format!(
+                "joined the stream late: the first Hello seen is the target's repetition {} \
+                 ({} records before it were skipped); the samples missed are counted as lost{}",
+                h.repeat,
+                summary.before_hello,
+                if self.end.is_some() {
+                    ""
+                } else {
+                    ", once End arrives"
+                }
+            ));
+        } else if summary.before_hello > 0 {
             summary.warnings.push(format!(
                 "{} records before the Hello were skipped",
                 summary.before_hello
@@ -542,9 +681,14 @@ impl<W: OwnedWrite> Converter<W> {
                 if summary.wire_lost > 0 {
                     w.lost_samples(0, summary.wire_lost, self.last_time, 0)?;
                     summary.warnings.push(format!(
-                        "{} samples were lost on the wire (damaged frames on the line, not an \
-                         overload): written as lost samples",
-                        summary.wire_lost
+                        "{} samples were lost on the wire ({}, not an overload): written as \
+                         lost samples",
+                        summary.wire_lost,
+                        if h.repeat > 0 {
+                            "sent before the host joined, or damaged on the line"
+                        } else {
+                            "damaged frames on the line"
+                        }
                     ));
                 }
             }
@@ -570,6 +714,7 @@ impl<W: OwnedWrite> Converter<W> {
                     .into(),
             );
         }
+        summary.warnings.append(&mut self.programs.warnings);
         summary.end = self.end.clone();
         let meta = self.meta(&h);
         let (out, written) = w.finish(&meta)?;
@@ -594,6 +739,7 @@ impl<W: OwnedWrite> Converter<W> {
                 cpumode: misc::KERNEL,
                 build_id: kernel_id.clone(),
                 filename: "[kernel.kallsyms]".into(),
+                pid: -1,
             });
         }
         if let Some(img) = image
@@ -603,8 +749,10 @@ impl<W: OwnedWrite> Converter<W> {
                 cpumode: misc::USER,
                 build_id: kernel_id,
                 filename: img.path.display().to_string(),
+                pid: -1,
             });
         }
+        build_ids.extend(self.programs.entries.iter().cloned());
         let mut cmdline = self.options.cmdline.clone();
         if !h.cmdline.is_empty() {
             cmdline.push(format!("[appliance: {}]", h.cmdline));

@@ -23,6 +23,13 @@ pub mod exit {
     pub const APPLIANCE_FAILED: i32 = 6;
     /// The stream stopped before its End record: output written from what arrived.
     pub const TRUNCATED: i32 = 7;
+    /// A program, a data file or the appliance manifest is unusable (not a
+    /// static x86-64 / i386 ELF, missing, unreadable, an unknown key):
+    /// nothing was booted.
+    pub const BAD_PROGRAM: i32 = 8;
+    /// The run completed and perf.data was written, but a program was
+    /// killed by a signal (a crash).
+    pub const PROGRAM_CRASHED: i32 = 9;
 }
 
 /// Everything that can stop `perch`.
@@ -81,6 +88,12 @@ pub enum HostError {
     /// Bad argument combination or value.
     #[error("{0}")]
     Usage(String),
+    /// The programs of the run are unusable.
+    #[error(transparent)]
+    Spec(#[from] crate::manifest::SpecError),
+    /// The boot archive could not be packed.
+    #[error("packing the boot archive: {0}")]
+    Pack(#[from] crate::archive::PackError),
 }
 
 impl HostError {
@@ -108,6 +121,7 @@ impl HostError {
             HostError::MissingTool { .. } | HostError::BadTool(_) => exit::MISSING_TOOL,
             HostError::Appliance(_) => exit::APPLIANCE_FAILED,
             HostError::Usage(_) => exit::USAGE,
+            HostError::Spec(_) | HostError::Pack(_) => exit::BAD_PROGRAM,
         }
     }
 }

@@ -116,6 +116,7 @@ mod tests {
             compat: false,
             time: 0,
             text: vec![],
+            program: None,
         }));
         let chain = [context::KERNEL, 0x10, 0x20, context::USER, 0x30, 0x40];
         let s = SampleView {

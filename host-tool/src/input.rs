@@ -334,7 +334,9 @@ impl Pump {
 
 /// Whether `rec` goes on to the sink, given where the stream stands in
 /// `result`: nothing does after an error; after End or a restart records
-/// are only counted; a second Hello before End is a restart.
+/// are only counted; a second Hello before End is a restart, unless it
+/// is the target's periodic repetition of the first (same boot, non-zero
+/// repeat), which is counted and dropped.
 #[inline]
 fn admit(rec: &Record, stats: &mut StreamStats, result: &mut Result<Flow, HostError>) -> bool {
     match result {
@@ -345,7 +347,14 @@ fn admit(rec: &Record, stats: &mut StreamStats, result: &mut Result<Flow, HostEr
         }
         Err(_) => return false,
     }
-    if matches!(rec, Record::Hello(_)) && stats.hello.is_some() {
+    if let Record::Hello(h) = rec
+        && let Some(first) = &stats.hello
+    {
+        if h.repeat > 0 && h.boot == first.boot {
+            // The target's periodic repetition: nothing new.
+            stats.hello_repeats += 1;
+            return false;
+        }
         stats.restarted = true;
         stats.after_end += 1;
         *result = Ok(Flow::Restart);
@@ -467,6 +476,8 @@ pub struct StreamStats {
     pub by_task: BTreeMap<(u32, u32), u64>,
     /// Task names by tid.
     pub task_names: BTreeMap<u32, String>,
+    /// The program each loaded process runs, by pid.
+    pub programs: BTreeMap<u32, crate::model::ProgramInfo>,
     /// Samples the target reported lost.
     pub lost: u64,
     /// The part of `lost` suppressed while the event was throttled.
@@ -487,6 +498,9 @@ pub struct StreamStats {
     /// A second Hello arrived before End: the appliance restarted, and
     /// everything counted here is from the first run.
     pub restarted: bool,
+    /// Periodic repetitions of the Hello (same boot) after the first one
+    /// seen.
+    pub hello_repeats: u64,
     /// Consecutive samples of one event and task not yet added to
     /// `by_event` / `by_task`.
     run: Option<SampleRun>,
@@ -514,6 +528,9 @@ impl StreamStats {
             }
             Item::Task(t) => {
                 self.task_names.insert(t.tid, t.name.clone());
+                if let Some(p) = &t.program {
+                    self.programs.insert(t.pid, p.clone());
+                }
             }
             Item::Sample(s) => self.observe_sample(s.event, (s.pid, s.tid), s.user),
             Item::Lost {
@@ -609,6 +626,32 @@ impl StreamStats {
                 "  {pid:>4}/{tid:<4} {name:<20} {n:>10}  {:>6.2}%",
                 pct(*n, self.samples)
             );
+        }
+        if !self.programs.is_empty() {
+            let _ = writeln!(s, "\nprograms:");
+            for (pid, p) in &self.programs {
+                let text: Vec<String> = p
+                    .segments
+                    .iter()
+                    .filter(|g| g.exec)
+                    .map(|g| format!("{:#x}-{:#x}", g.start, g.start.saturating_add(g.len)))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "  {pid:>4} {}: build-id {}, text {}",
+                    p.path,
+                    if p.build_id.is_empty() {
+                        "(none)".to_owned()
+                    } else {
+                        crate::convert::hex(&p.build_id)
+                    },
+                    if text.is_empty() {
+                        "(none)".to_owned()
+                    } else {
+                        text.join(" ")
+                    }
+                );
+            }
         }
         let unnamed: Vec<u64> = self
             .by_task

@@ -1,17 +1,22 @@
 //! The host side of Perch as a library: the perf.data writer, the image
 //! reader, the stream model, the conversions the `perch` binary drives, and
 //! the appliance packer (boot archive and manifest).
+#![forbid(unsafe_code)]
 
 pub mod archive;
+pub mod buildid_cache;
 pub mod convert;
 pub mod error;
 pub mod flamegraph;
 pub mod image;
 pub mod input;
+pub mod iso;
+pub mod manifest;
 pub mod model;
 pub mod output;
 pub mod perf_abi;
 pub mod perf_data;
+pub mod procs;
 pub mod qemu;
 pub mod synth;
 pub mod wire;

@@ -1,6 +1,7 @@
 //! `perch`: record a Perch appliance (QEMU, a serial line or a saved
 //! capture), write perf.data that stock perf opens with symbols, and show
 //! stats and flamegraphs.
+#![forbid(unsafe_code)]
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Read, Write};
@@ -16,8 +17,10 @@ use host_tool::error::{HostError, exit};
 use host_tool::flamegraph::Folder;
 use host_tool::image::Image;
 use host_tool::input::{Flow, LogPrinter, PartsSink, Pump};
+use host_tool::manifest::AppSpec;
 use host_tool::model::Item;
 use host_tool::output::{OwnedWrite, Pending};
+use host_tool::procs::{Ending, ProcessLog, Routed};
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
 use host_tool::synth::{SynthConfig, write_capture};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -25,7 +28,9 @@ use sampler::wire::SampleParts;
 
 const EXIT_CODES: &str = "Exit codes: 0 ok, 1 I/O failure, 2 usage, 3 not a usable Perch stream \
 (garbage, wrong protocol version, no Hello, no samples to draw), 4 bad or mismatched image, 5 QEMU or perf missing, \
-6 the appliance failed or crashed, 7 the stream stopped before its End record or at a restart (output written).";
+6 the appliance failed or crashed, 7 the stream stopped before its End record or at a restart (output written), \
+8 a program, data file or appliance manifest is unusable (nothing booted), \
+9 a program was killed by a signal (output written).";
 
 #[derive(Parser)]
 #[command(name = "perch", version, about = "Profile a Perch appliance into perf.data", after_help = EXIT_CODES)]
@@ -47,7 +52,7 @@ enum PmuMode {
 #[derive(Subcommand)]
 enum Cmd {
     /// Boot the appliance under QEMU (or read a serial line or capture) and write perf.data.
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Convert a saved capture to perf.data.
     Convert {
         /// The capture file (raw wire stream).
@@ -55,13 +60,21 @@ enum Cmd {
         /// The appliance image the stream came from (symbols, build-id).
         #[arg(long)]
         image: Option<PathBuf>,
+        /// The appliance manifest the run was packed from: names each
+        /// program's host file, for its symbols.
+        #[arg(long, value_name = "FILE.toml")]
+        appliance: Option<PathBuf>,
         /// Output file.
         #[arg(short = 'o', long, default_value = "perf.data")]
         output: PathBuf,
-        /// Add the image to perf's build-id cache so perf needs no --vmlinux.
+        /// Add the image and the programs to perf's build-id cache so perf needs no --vmlinux.
         #[arg(long)]
         buildid_cache: bool,
     },
+    /// Build a bootable GRUB ISO (BIOS and UEFI) of the runtime and the
+    /// programs, for bare metal; record it with `perch record --serial DEV
+    /// --appliance FILE.toml`.
+    Image(ImageArgs),
     /// Samples per task and event, losses, throttling, bad frames, bytes per sample.
     Stat {
         /// A capture file.
@@ -103,6 +116,15 @@ struct RecordArgs {
     /// The appliance image (runtime ELF) to boot and symbolise with.
     #[arg(long)]
     image: Option<PathBuf>,
+    /// An appliance manifest (TOML, docs/programs.md): the programs to run,
+    /// their argv, env and data files. With --serial or --input it names
+    /// the programs' host files for their symbols.
+    #[arg(long, value_name = "FILE.toml", conflicts_with = "command")]
+    appliance: Option<PathBuf>,
+    /// A data file for the program: HOST, or HOST:GUEST (the path the
+    /// program opens; default: HOST's file name, in `/`). Repeatable.
+    #[arg(long, value_name = "HOST[:GUEST]", requires = "command")]
+    file: Vec<String>,
     /// Sampling frequency in Hz (19 to 1000000: the NMI clock's range; above about
     /// 596 kHz the HPET ticks instead of the PIT).
     #[arg(long, default_value_t = 1000,
@@ -120,9 +142,10 @@ struct RecordArgs {
     /// LBR with INFO).
     #[arg(long, value_parser = ["spr", "icl", "skl"])]
     sim_cpu: Option<String>,
-    /// How long the appliance samples, in seconds.
-    #[arg(long, default_value_t = 3.0)]
-    duration: f64,
+    /// Upper bound on the run, in seconds. Programs run until they exit
+    /// (no bound by default).
+    #[arg(long)]
+    duration: Option<f64>,
     /// Ring size in samples (runtime `ring=N`, at least 1).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     ring: Option<u32>,
@@ -155,29 +178,64 @@ struct RecordArgs {
     /// The QEMU binary.
     #[arg(long, default_value = "qemu-system-x86_64")]
     qemu: PathBuf,
-    /// Hard time limit in seconds (default: duration + 60).
+    /// Hard time limit in seconds (default: duration + 60; none for
+    /// programs without --duration).
     #[arg(long)]
     timeout: Option<f64>,
-    /// Add the image to perf's build-id cache so perf needs no --vmlinux.
+    /// Do not add the image and the programs to perf's build-id cache
+    /// ($PERF_BUILDID_DIR or ~/.debug), which perch does by default so
+    /// that a plain `perf report` finds their symbols.
     #[arg(long)]
+    no_buildid_cache: bool,
+    /// The default (kept for old command lines).
+    #[arg(long, hide = true, conflicts_with = "no_buildid_cache")]
     buildid_cache: bool,
-    /// Extra QEMU arguments.
-    #[arg(last = true)]
-    qemu_args: Vec<String>,
+    /// An extra QEMU argument, after perch's own (repeatable:
+    /// `--qemu-arg -smp --qemu-arg 2`).
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    qemu_arg: Vec<String>,
+    /// A runtime command-line key, appended to the one perch builds
+    /// (repeatable: `--boot-arg slice=5`).
+    #[arg(long, value_name = "KEY=VALUE")]
+    boot_arg: Vec<String>,
+    /// The program to profile and its arguments (a static x86-64 or i386
+    /// Linux executable). Without it (and without --appliance) the runtime
+    /// has nothing to run: it says so and reports a failure (exit 6).
+    #[arg(last = true, value_name = "PROGRAM [ARGS]")]
+    command: Vec<String>,
+}
+
+#[derive(clap::Args)]
+struct ImageArgs {
+    /// The runtime ELF.
+    #[arg(long)]
+    image: PathBuf,
+    /// An appliance manifest (TOML, docs/programs.md).
+    #[arg(long, value_name = "FILE.toml", conflicts_with = "command")]
+    appliance: Option<PathBuf>,
+    /// A data file for the program: HOST or HOST:GUEST. Repeatable.
+    #[arg(long, value_name = "HOST[:GUEST]", requires = "command")]
+    file: Vec<String>,
+    /// Sampling frequency in Hz.
+    #[arg(long, default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(i64::from(MIN_FREQ_HZ)..=i64::from(MAX_FREQ_HZ)))]
+    freq: u32,
+    /// A runtime command-line key, after `console=wire freq=HZ`
+    /// (repeatable: `--boot-arg duration=5000`).
+    #[arg(long, value_name = "KEY=VALUE")]
+    boot_arg: Vec<String>,
+    /// Output ISO.
+    #[arg(short = 'o', long)]
+    output: PathBuf,
+    /// The program and its arguments.
+    #[arg(last = true, value_name = "PROGRAM [ARGS]")]
+    command: Vec<String>,
 }
 
 /// `perch record` options that only apply when perch boots the appliance.
-const BOOT_ONLY: [&str; 10] = [
-    "freq",
-    "icount",
-    "pmu",
-    "sim_cpu",
-    "duration",
-    "ring",
-    "max_rate",
-    "cpu_pct",
-    "qemu",
-    "qemu_args",
+const BOOT_ONLY: [&str; 13] = [
+    "freq", "icount", "pmu", "sim_cpu", "duration", "ring", "max_rate", "cpu_pct", "qemu",
+    "qemu_arg", "boot_arg", "command", "file",
 ];
 
 /// `--baud` when not given.
@@ -202,13 +260,21 @@ fn main() -> ExitCode {
         }
     };
     let r = match cli.cmd {
-        Cmd::Record(a) => record(a),
+        Cmd::Record(a) => record(*a),
         Cmd::Convert {
             capture,
             image,
+            appliance,
             output,
             buildid_cache,
-        } => convert(&capture, image.as_deref(), &output, buildid_cache),
+        } => convert(
+            &capture,
+            image.as_deref(),
+            appliance.as_deref(),
+            &output,
+            buildid_cache,
+        ),
+        Cmd::Image(a) => image(&a),
         Cmd::Stat { file } => stat(&file),
         Cmd::Flamegraph {
             file,
@@ -425,6 +491,13 @@ impl Progress {
         }
     }
 
+    fn suspend(&self, f: impl FnOnce()) {
+        match &self.bar {
+            Some(b) => b.suspend(f),
+            None => f(),
+        }
+    }
+
     fn finish(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
@@ -432,17 +505,33 @@ impl Progress {
     }
 }
 
-/// The converter, with target logs shown on the way.
+/// The converter, with target logs shown on the way: the programs' output
+/// on the host's stdout and stderr, the runtime's lines on stderr.
 struct ConvertSink<'a, W: OwnedWrite> {
     conv: &'a mut Converter<W>,
     logs: &'a LogPrinter,
     progress: &'a mut Progress,
+    procs: Option<&'a mut ProcessLog>,
 }
 
 impl<W: OwnedWrite> PartsSink for ConvertSink<'_, W> {
     fn item(&mut self, item: &Item<'_>) -> Result<(), HostError> {
-        if let Some(line) = self.logs.render(item) {
-            self.progress.println(&line);
+        let routed = match (&mut self.procs, item) {
+            (Some(p), Item::Log(text)) => p.route(text),
+            _ => Routed::Log,
+        };
+        match routed {
+            Routed::Stdout(line) => self.progress.suspend(|| {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{line}");
+                let _ = out.flush();
+            }),
+            Routed::Stderr(line) => self.progress.suspend(|| eprintln!("{line}")),
+            Routed::Log => {
+                if let Some(line) = self.logs.render(item) {
+                    self.progress.println(&line);
+                }
+            }
         }
         self.conv.push(item).map_err(HostError::from)
     }
@@ -523,7 +612,30 @@ impl LiveReader {
     }
 }
 
+/// What a run knows of the programs it profiles.
+#[derive(Default)]
+struct RunPrograms {
+    /// The host file of each program, by archive path.
+    files: std::collections::BTreeMap<String, PathBuf>,
+    /// The processes' names, when perch knows them (it packed them or read
+    /// the manifest): their output is routed and their ends checked.
+    log: Option<ProcessLog>,
+}
+
+impl RunPrograms {
+    fn of(spec: Option<&AppSpec>) -> RunPrograms {
+        match spec {
+            Some(s) => RunPrograms {
+                files: s.program_files(),
+                log: Some(ProcessLog::new(s.names())),
+            },
+            None => RunPrograms::default(),
+        }
+    }
+}
+
 /// Reads `src` into the converter until End, EOF, Ctrl-C or the deadline.
+#[allow(clippy::too_many_arguments)]
 fn run(
     src: Source,
     image: Option<Image>,
@@ -532,6 +644,7 @@ fn run(
     save: Option<&Path>,
     deadline: Option<Instant>,
     buildid_cache: bool,
+    mut programs: RunPrograms,
 ) -> Result<i32, HostError> {
     // Whether perf is there is only reported at the end; asking it (a
     // process start) overlaps the conversion.
@@ -551,7 +664,15 @@ fn run(
     let image_path = image.as_ref().map(|i| i.path.clone());
     let image_has_id = image.as_ref().is_some_and(|i| i.build_id.is_some());
     let cmdline: Vec<String> = std::env::args().collect();
-    let mut conv = Converter::new(out, ConvertOptions { image, cmdline });
+    let program_files = programs.files.clone();
+    let mut conv = Converter::new(
+        out,
+        ConvertOptions {
+            image,
+            cmdline,
+            programs: programs.files,
+        },
+    );
     let logs = LogPrinter::new(elf);
     let mut pump = Pump::new();
     let mut progress = Progress::new();
@@ -562,6 +683,7 @@ fn run(
                 conv: &mut conv,
                 logs: &logs,
                 progress: &mut progress,
+                procs: programs.log.as_mut(),
             };
             let flow = pump.read_all_framed(file, &mut sink, |pump, sink| {
                 sink.progress.update(pump, false);
@@ -604,6 +726,7 @@ fn run(
                     conv: &mut conv,
                     logs: &logs,
                     progress: &mut progress,
+                    procs: programs.log.as_mut(),
                 };
                 let flow = pump.feed_parts(&chunk, &mut sink)?;
                 progress.update(&pump, false);
@@ -672,21 +795,19 @@ fn run(
     if let Err(e) = perf_checked {
         eprintln!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
     }
+    let cached = if buildid_cache {
+        cache_build_ids(image_path.as_deref(), elf, &program_files)
+    } else {
+        false
+    };
     match &image_path {
-        Some(p) if buildid_cache && image_has_id => match add_to_buildid_cache(p) {
-            Ok(()) => eprintln!(
-                "perch: added {} to perf's build-id cache; open it with: perf report -i {} --demangle-kernel",
-                p.display(),
-                output.display()
-            ),
-            Err(e) => eprintln!(
-                "perch: warning: {e}; open it with: perf report -i {} --vmlinux={} --demangle-kernel",
-                output.display(),
-                p.display()
-            ),
-        },
+        Some(p) if cached => eprintln!(
+            "perch: open it with: perf report -i {}   (or perf script -i {})",
+            output.display(),
+            output.display()
+        ),
         Some(p) => {
-            if buildid_cache {
+            if !image_has_id {
                 eprintln!(
                     "perch: warning: {} has no build-id, so the build-id cache cannot hold it",
                     p.display()
@@ -700,6 +821,13 @@ fn run(
             )
         }
         None => eprintln!("perch: no --image given: perf cannot symbolise this file"),
+    }
+    let crashed = match &programs.log {
+        Some(log) => report_ends(log),
+        None => false,
+    };
+    if crashed && matches!(stop, Stop::End | Stop::Eof) && summary.end.is_some() {
+        return Ok(exit::PROGRAM_CRASHED);
     }
     Ok(match stop {
         Stop::End => exit::OK,
@@ -745,28 +873,89 @@ fn seconds(flag: &str, secs: f64) -> Result<Duration, HostError> {
         })
 }
 
-/// Adds the image to perf's build-id cache (`perf buildid-cache -a`), so
-/// perf finds the runtime and task symbols with no extra flags.
-fn add_to_buildid_cache(image: &Path) -> Result<(), HostError> {
-    let o = std::process::Command::new("perf")
-        .arg("buildid-cache")
-        .arg("-a")
-        .arg(image)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| HostError::MissingTool {
-            tool: "perf".into(),
-            reason: e.to_string(),
-            install: "apt-get install linux-perf".into(),
-        })?;
-    if !o.status.success() {
-        return Err(HostError::Usage(format!(
-            "`perf buildid-cache -a {}` failed: {}",
-            image.display(),
-            String::from_utf8_lossy(&o.stderr).trim()
-        )));
+/// Adds the runtime image (as the kernel too) and every program with a
+/// build-id to perf's build-id cache, so perf finds their symbols with no
+/// flags. Says what it did; returns whether the runtime image is cached.
+fn cache_build_ids(
+    image: Option<&Path>,
+    elf: Option<&[u8]>,
+    programs: &std::collections::BTreeMap<String, PathBuf>,
+) -> bool {
+    use host_tool::buildid_cache::{Added, add, cache_dir};
+    let Some(dir) = cache_dir() else {
+        eprintln!(
+            "perch: warning: neither PERF_BUILDID_DIR nor HOME is set: nothing added to perf's build-id cache"
+        );
+        return false;
+    };
+    let mut image_cached = false;
+    let mut files: Vec<(PathBuf, Vec<u8>, bool)> = Vec::new();
+    if let (Some(p), Some(bytes)) = (image, elf) {
+        files.push((p.to_owned(), bytes.to_vec(), true));
     }
-    Ok(())
+    for host in programs.values() {
+        match std::fs::read(host) {
+            Ok(b) => files.push((host.clone(), b, false)),
+            Err(e) => eprintln!(
+                "perch: warning: {} not added to the build-id cache: {e}",
+                host.display()
+            ),
+        }
+    }
+    let mut added = Vec::new();
+    for (path, bytes, kernel) in &files {
+        let Some(id) = kcore::elf::build_id(bytes) else {
+            if !kernel {
+                eprintln!(
+                    "perch: note: {} has no build-id note (link with -Wl,--build-id to cache it): \
+                     perf opens it by its path",
+                    path.display()
+                );
+            }
+            continue;
+        };
+        match add(&dir, path, bytes, id, *kernel) {
+            Ok(a) => {
+                image_cached |= *kernel;
+                if matches!(a, Added::New(_)) {
+                    added.push(path.display().to_string());
+                }
+            }
+            Err(e) => eprintln!(
+                "perch: warning: adding {} to the build-id cache {}: {e}",
+                path.display(),
+                dir.display()
+            ),
+        }
+    }
+    if !added.is_empty() {
+        eprintln!(
+            "perch: added {} to perf's build-id cache ({})",
+            added.join(", "),
+            dir.display()
+        );
+    }
+    image_cached
+}
+
+/// Reports how the programs ended; returns whether one was killed by a
+/// signal.
+fn report_ends(log: &ProcessLog) -> bool {
+    for e in &log.ends {
+        match &e.ending {
+            Ending::Exited(code) => eprintln!(
+                "perch: {} (pid {}) exited with status {code}",
+                e.name, e.pid
+            ),
+            Ending::Killed { signal, reason } => eprintln!(
+                "perch: {} (pid {}) crashed: killed by {signal}{}{reason}",
+                e.name,
+                e.pid,
+                if reason.is_empty() { "" } else { ": " }
+            ),
+        }
+    }
+    log.crashed().next().is_some()
 }
 
 /// Checks that `perf` can be run, to open what perch wrote.
@@ -801,6 +990,18 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             ("--image", a.image.as_deref()),
         ],
     )?;
+    // The programs first: a bad one is an error before anything boots.
+    let spec = match (&a.appliance, a.command.is_empty()) {
+        (Some(m), _) => Some(AppSpec::from_manifest(m)?),
+        (None, false) => Some(AppSpec::from_command_line(&a.command, &a.file)?),
+        (None, true) => None,
+    };
+    let boots = a.input.is_none() && a.serial.is_none();
+    if let Some(s) = &spec
+        && boots
+    {
+        s.validate()?;
+    }
     let (image, elf) = open_image(a.image.as_deref()).map_err(|e| match &a.input {
         Some(input) => image_error_for(e, input),
         None => e,
@@ -810,6 +1011,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         Some(t) => Some(Instant::now() + seconds("--timeout", t)?),
         None => None,
     };
+    let cache = !a.no_buildid_cache;
     if let Some(input) = &a.input {
         let f = open_file(input)?;
         return run(
@@ -819,7 +1021,8 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             &a.output,
             a.save_capture.as_deref(),
             deadline,
-            a.buildid_cache,
+            cache,
+            RunPrograms::of(spec.as_ref()),
         );
     }
     if let Some(dev) = &a.serial {
@@ -837,7 +1040,8 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             &a.output,
             a.save_capture.as_deref(),
             deadline,
-            a.buildid_cache,
+            cache,
+            RunPrograms::of(spec.as_ref()),
         );
     }
     let Some(img) = a.image.as_ref() else {
@@ -845,24 +1049,32 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             "perch record needs --image ELF to boot (or --input FILE / --serial DEVICE)".into(),
         ));
     };
-    seconds("--duration", a.duration)?;
-    let duration_ms = (a.duration * 1000.0).round() as u64;
-    if duration_ms == 0 {
-        return Err(HostError::Usage(format!(
-            "--duration {} rounds to 0 ms, which the runtime cannot use: give at least 0.0005 s",
-            a.duration
-        )));
-    }
+    // Programs run until they exit; without any, the runtime says there is
+    // nothing to run and fails at once (the bound only guards that).
+    let duration = match (a.duration, &spec) {
+        (Some(d), _) => Some(d),
+        (None, None) => Some(3.0),
+        (None, Some(_)) => None,
+    };
     let mut append = format!(
-        "console=wire freq={} pmu={} duration={}",
+        "console=wire freq={} pmu={}",
         a.freq,
         match a.pmu {
             PmuMode::Auto => "auto",
             PmuMode::Sim => "sim",
             PmuMode::Off => "off",
         },
-        duration_ms
     );
+    if let Some(d) = duration {
+        seconds("--duration", d)?;
+        let duration_ms = (d * 1000.0).round() as u64;
+        if duration_ms == 0 {
+            return Err(HostError::Usage(format!(
+                "--duration {d} rounds to 0 ms, which the runtime cannot use: give at least 0.0005 s"
+            )));
+        }
+        append.push_str(&format!(" duration={duration_ms}"));
+    }
     if let Some(r) = a.ring {
         append.push_str(&format!(" ring={r}"));
     }
@@ -878,16 +1090,44 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
     if let Some(p) = a.cpu_pct {
         append.push_str(&format!(" cpu_pct={p}"));
     }
+    for b in &a.boot_arg {
+        if b.is_empty() || b.contains(char::is_whitespace) {
+            return Err(HostError::Usage(format!(
+                "--boot-arg {b:?}: one KEY or KEY=VALUE without spaces"
+            )));
+        }
+        append.push(' ');
+        append.push_str(b);
+    }
+    // The boot archive lives as long as the run.
+    let archive_dir = tempfile::Builder::new()
+        .prefix("perch-archive-")
+        .tempdir()
+        .map_err(|e| HostError::io("creating a directory for the boot archive", e))?;
+    let initrd = match &spec {
+        Some(s) => {
+            let path = archive_dir.path().join("app.cpio");
+            s.appliance().write_to(&path)?;
+            Some(path)
+        }
+        None => None,
+    };
     let cfg = QemuConfig {
         qemu: a.qemu.clone(),
         image: img.clone(),
         append,
         icount: a.icount,
-        extra: a.qemu_args.clone(),
+        memory: if spec.is_some() { "1G" } else { "128M" }.into(),
+        initrd,
+        extra: a.qemu_arg.clone(),
     };
-    let limit = a.timeout.unwrap_or(a.duration + 60.0);
-    let within = seconds("--timeout", limit)?;
-    let deadline = Instant::now() + within;
+    let limit = a.timeout.or(duration.map(|d| d + 60.0));
+    let within = match limit {
+        Some(l) => seconds("--timeout", l)?,
+        // QEMU opens its socket at once; a year is "no limit".
+        None => Duration::from_secs(365 * 24 * 3600 - 1),
+    };
+    let deadline = limit.map(|_| Instant::now() + within);
     let (mut qemu, stream) = Qemu::spawn(&cfg, within)?;
     stream
         .set_read_timeout(Some(Duration::from_millis(100)))
@@ -898,11 +1138,13 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         elf.as_deref(),
         &a.output,
         a.save_capture.as_deref(),
-        Some(deadline),
-        a.buildid_cache,
+        deadline,
+        cache,
+        RunPrograms::of(spec.as_ref()),
     );
     let status = qemu.wait(Duration::from_secs(5));
     let qemu_err = qemu.take_stderr();
+    drop(archive_dir);
     let code = code?;
     if INTERRUPTED.load(Ordering::Relaxed) {
         return Ok(code);
@@ -924,6 +1166,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
 fn convert(
     capture: &Path,
     image: Option<&Path>,
+    appliance: Option<&Path>,
     output: &Path,
     buildid_cache: bool,
 ) -> Result<i32, HostError> {
@@ -931,6 +1174,7 @@ fn convert(
         &[("-o", Some(output))],
         &[("capture", Some(capture)), ("--image", image)],
     )?;
+    let spec = appliance.map(AppSpec::from_manifest).transpose()?;
     let (image, elf) = open_image(image).map_err(|e| image_error_for(e, capture))?;
     let f = open_file(capture)?;
     run(
@@ -941,7 +1185,59 @@ fn convert(
         None,
         None,
         buildid_cache,
+        RunPrograms::of(spec.as_ref()),
     )
+}
+
+fn image(a: &ImageArgs) -> Result<i32, HostError> {
+    let spec = match (&a.appliance, a.command.is_empty()) {
+        (Some(m), _) => Some(AppSpec::from_manifest(m)?),
+        (None, false) => Some(AppSpec::from_command_line(&a.command, &a.file)?),
+        (None, true) => None,
+    };
+    if let Some(s) = &spec {
+        s.validate()?;
+    }
+    open_image(Some(&a.image))?;
+    let mut cmdline = format!("console=wire freq={}", a.freq);
+    for b in &a.boot_arg {
+        if b.is_empty() || b.contains(char::is_whitespace) {
+            return Err(HostError::Usage(format!(
+                "--boot-arg {b:?}: one KEY or KEY=VALUE without spaces"
+            )));
+        }
+        cmdline.push(' ');
+        cmdline.push_str(b);
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("perch-image-")
+        .tempdir()
+        .map_err(|e| HostError::io("creating a directory for the boot archive", e))?;
+    let archive = match &spec {
+        Some(s) => {
+            let p = dir.path().join("app.cpio");
+            s.appliance().write_to(&p)?;
+            Some(p)
+        }
+        None => None,
+    };
+    host_tool::iso::build_iso(&a.image, &cmdline, archive.as_deref(), &a.output)?;
+    eprintln!(
+        "perch: wrote {} (runtime command line \"{cmdline}\"{})",
+        a.output.display(),
+        match &spec {
+            Some(s) => format!(", {} process(es)", s.processes.len()),
+            None => ", no boot archive: the runtime will have nothing to run".into(),
+        }
+    );
+    if let Some(m) = &a.appliance {
+        eprintln!(
+            "perch: record it with: perch record --serial DEVICE --image {} --appliance {}",
+            a.image.display(),
+            m.display()
+        );
+    }
+    Ok(exit::OK)
 }
 
 fn stat(file: &Path) -> Result<i32, HostError> {

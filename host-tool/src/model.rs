@@ -108,6 +108,10 @@ pub struct Hello {
     pub cmdline: String,
     /// Configured events.
     pub events: Vec<EventInfo>,
+    /// The same in every Hello of one boot.
+    pub boot: u64,
+    /// 0 for the boot's first Hello, n for its n-th periodic repetition.
+    pub repeat: u32,
 }
 
 /// A ring-3 task.
@@ -125,6 +129,44 @@ pub struct TaskInfo {
     pub time: u64,
     /// User text ranges the target reports: (start, len, file offset).
     pub text: Vec<(u64, u64, u64)>,
+    /// The program file a loaded process runs (`None` for the runtime's
+    /// built-in programs, whose code is in the image).
+    pub program: Option<ProgramInfo>,
+}
+
+/// The program of a loaded process, as its Task record names it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProgramInfo {
+    /// Path in the boot archive (`bin/app`).
+    pub path: String,
+    /// GNU build-id; empty when the ELF has none.
+    pub build_id: Vec<u8>,
+    /// Loaded segments.
+    pub segments: Vec<SegmentInfo>,
+}
+
+/// One loaded segment of a program.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SegmentInfo {
+    /// First mapped address.
+    pub start: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// File offset of `start` (the MMAP2 pgoff).
+    pub file_offset: u64,
+    /// Readable.
+    pub read: bool,
+    /// Writable.
+    pub write: bool,
+    /// Executable.
+    pub exec: bool,
+}
+
+impl SegmentInfo {
+    /// The PROT_* bits of an MMAP2 (PROT_READ 1, PROT_WRITE 2, PROT_EXEC 4).
+    pub fn prot(&self) -> u32 {
+        u32::from(self.read) | u32::from(self.write) << 1 | u32::from(self.exec) << 2
+    }
 }
 
 /// One sample with borrowed variable-length parts.

@@ -117,6 +117,9 @@ pub mod record {
     pub const UNTHROTTLE: u32 = 6;
     /// `PERF_RECORD_SAMPLE`.
     pub const SAMPLE: u32 = 9;
+    /// `PERF_RECORD_MMAP2`: pid, tid, addr, len, pgoff, build-id (or
+    /// device and inode), prot, flags, filename.
+    pub const MMAP2: u32 = 10;
     /// `PERF_RECORD_LOST_SAMPLES`: lost.
     pub const LOST_SAMPLES: u32 = 13;
     /// `PERF_RECORD_FINISHED_ROUND` (user record, header only).
@@ -131,35 +134,72 @@ pub mod misc {
     pub const USER: u16 = 2;
     /// `PERF_RECORD_MISC_BUILD_ID_SIZE` in a build-id entry: the size byte is valid.
     pub const BUILD_ID_SIZE: u16 = 1 << 15;
+    /// `PERF_RECORD_MISC_MMAP_BUILD_ID` in an MMAP2: it carries a build-id
+    /// instead of device and inode numbers.
+    pub const MMAP_BUILD_ID: u16 = 1 << 14;
 }
 
-/// Callchain context markers (`enum perf_callchain_context`).
+/// Callchain context markers (`enum perf_callchain_context`): the
+/// sampler's, which the target writes.
 pub mod context {
     /// `PERF_CONTEXT_KERNEL`: the following ips are kernel ips.
-    pub const KERNEL: u64 = -128i64 as u64;
+    pub const KERNEL: u64 = sampler::sample::PERF_CONTEXT_KERNEL;
     /// `PERF_CONTEXT_USER`: the following ips are user ips.
-    pub const USER: u64 = -512i64 as u64;
+    pub const USER: u64 = sampler::sample::PERF_CONTEXT_USER;
 }
 
-/// `enum perf_sample_regs_abi`.
+/// `enum perf_sample_regs_abi`: the sampler's [`sampler::regs::Abi`].
 pub mod regs_abi {
+    use sampler::regs::Abi;
     /// No registers follow.
-    pub const NONE: u64 = 0;
+    pub const NONE: u64 = Abi::None as u64;
     /// A 32-bit (compat) task.
-    pub const ABI_32: u64 = 1;
+    pub const ABI_32: u64 = Abi::Bits32 as u64;
     /// A 64-bit task.
-    pub const ABI_64: u64 = 2;
+    pub const ABI_64: u64 = Abi::Bits64 as u64;
 }
 
-/// `enum perf_event_x86_regs` indices (bit positions in a register mask).
+/// `enum perf_event_x86_regs` indices (bit positions in a register mask):
+/// the sampler's [`sampler::regs::Reg`].
 pub mod reg {
+    use sampler::regs::{ALL_REGS, NUM_GPR_SLOTS};
     /// Register names in mask-bit order 0..=23.
-    pub const NAMES: [&str; 24] = [
-        "AX", "BX", "CX", "DX", "SI", "DI", "BP", "SP", "IP", "FLAGS", "CS", "SS", "DS", "ES",
-        "FS", "GS", "R8", "R9", "R10", "R11", "R12", "R13", "R14", "R15",
-    ];
+    pub const NAMES: [&str; NUM_GPR_SLOTS] = {
+        let mut names = [""; NUM_GPR_SLOTS];
+        let mut i = 0;
+        while i < NUM_GPR_SLOTS {
+            names[ALL_REGS[i] as usize] = ALL_REGS[i].name();
+            i += 1;
+        }
+        names
+    };
     /// The general-purpose registers the x86-64 kernel accepts (no DS/ES/FS/GS).
-    pub const GPR_MASK_64: u64 = 0xff_0fff;
+    pub const GPR_MASK_64: u64 = sampler::regs::GPR_MASK;
+}
+
+#[cfg(test)]
+mod abi_tests {
+    use super::*;
+
+    /// perf's own numbers, from `include/uapi/linux/perf_event.h` and
+    /// `arch/x86/include/uapi/asm/perf_regs.h`.
+    #[test]
+    fn the_sampler_constants_are_perfs() {
+        assert_eq!(context::KERNEL, -128i64 as u64);
+        assert_eq!(context::USER, -512i64 as u64);
+        assert_eq!(
+            (regs_abi::NONE, regs_abi::ABI_32, regs_abi::ABI_64),
+            (0, 1, 2)
+        );
+        assert_eq!(
+            reg::NAMES,
+            [
+                "AX", "BX", "CX", "DX", "SI", "DI", "BP", "SP", "IP", "FLAGS", "CS", "SS", "DS",
+                "ES", "FS", "GS", "R8", "R9", "R10", "R11", "R12", "R13", "R14", "R15",
+            ]
+        );
+        assert_eq!(reg::GPR_MASK_64, 0xff_0fff);
+    }
 }
 
 /// Header feature bits (`enum HEADER_*` in perf's `util/header.h`).

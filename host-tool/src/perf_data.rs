@@ -213,6 +213,10 @@ pub struct BuildIdEntry {
     pub build_id: Vec<u8>,
     /// DSO name: `[kernel.kallsyms]` or the absolute path of the ELF.
     pub filename: String,
+    /// The entry's pid: -1 (`HOST_KERNEL_ID`, the host machine) for every
+    /// entry perf itself writes; perf looks any other pid up as a guest
+    /// machine.
+    pub pid: i32,
 }
 
 /// Machine description written into the feature sections.
@@ -501,6 +505,51 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         buf.extend_from_slice(&addr.to_le_bytes());
         buf.extend_from_slice(&len.to_le_bytes());
         buf.extend_from_slice(&pgoff.to_le_bytes());
+        Self::push_str_padded(&mut buf, filename);
+        Self::push_sample_id(&mut buf, &self.attrs[0], pid, tid, time, 0);
+        self.batch = buf;
+        self.end(start, time)
+    }
+
+    /// PERF_RECORD_MMAP2 of a user file mapping: `prot` (PROT_* bits),
+    /// MAP_PRIVATE, and the file's build-id when it has one (misc
+    /// `MMAP_BUILD_ID`, which perf 5.12 and later read instead of the
+    /// device and inode), else zero device and inode numbers.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmap2(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        addr: u64,
+        len: u64,
+        pgoff: u64,
+        prot: u32,
+        build_id: &[u8],
+        filename: &str,
+        time: u64,
+    ) -> Result<(), WriteError> {
+        const MAP_PRIVATE: u32 = 2;
+        let mut buf = self.take_batch();
+        let cpumode = if build_id.is_empty() {
+            misc::USER
+        } else {
+            misc::USER | misc::MMAP_BUILD_ID
+        };
+        let start = Self::begin(&mut buf, record::MMAP2, cpumode);
+        buf.extend_from_slice(&pid.to_le_bytes());
+        buf.extend_from_slice(&tid.to_le_bytes());
+        buf.extend_from_slice(&addr.to_le_bytes());
+        buf.extend_from_slice(&len.to_le_bytes());
+        buf.extend_from_slice(&pgoff.to_le_bytes());
+        let mut id = [0u8; 24];
+        if !build_id.is_empty() {
+            let n = build_id.len().min(20);
+            id[0] = n as u8;
+            id[4..4 + n].copy_from_slice(&build_id[..n]);
+        }
+        buf.extend_from_slice(&id);
+        buf.extend_from_slice(&prot.to_le_bytes());
+        buf.extend_from_slice(&MAP_PRIVATE.to_le_bytes());
         Self::push_str_padded(&mut buf, filename);
         Self::push_sample_id(&mut buf, &self.attrs[0], pid, tid, time, 0);
         self.batch = buf;
@@ -965,7 +1014,7 @@ fn encode_build_ids(entries: &[BuildIdEntry]) -> Vec<u8> {
         v.extend_from_slice(&0u32.to_le_bytes());
         v.extend_from_slice(&(e.cpumode | misc::BUILD_ID_SIZE).to_le_bytes());
         v.extend_from_slice(&(size as u16).to_le_bytes());
-        v.extend_from_slice(&(-1i32).to_le_bytes());
+        v.extend_from_slice(&e.pid.to_le_bytes());
         let mut id = [0u8; 24];
         let n = e.build_id.len().min(20);
         id[..n].copy_from_slice(&e.build_id[..n]);

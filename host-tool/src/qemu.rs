@@ -30,7 +30,12 @@ pub struct QemuConfig {
     pub append: String,
     /// Add `-icount shift=0,sleep=off`.
     pub icount: bool,
-    /// Extra arguments after `--`.
+    /// The boot archive, passed as `-initrd` (the PVH module).
+    pub initrd: Option<PathBuf>,
+    /// Guest RAM (`-m`): 128M without programs, 1G for programs (they use
+    /// more than 64 MiB of heap).
+    pub memory: String,
+    /// Extra QEMU arguments (`--qemu-arg`), last.
     pub extra: Vec<String>,
 }
 
@@ -44,14 +49,14 @@ impl QemuConfig {
             "none",
             "-machine",
             "pc",
-            "-m",
-            "128M",
             "-device",
             "isa-debug-exit,iobase=0xf4,iosize=0x04",
         ]
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
+        a.push("-m".into());
+        a.push(self.memory.clone());
         a.push("-chardev".into());
         a.push(format!(
             "socket,id=wire,path={},server=on,wait=on",
@@ -63,6 +68,10 @@ impl QemuConfig {
         a.push(self.image.display().to_string());
         a.push("-append".into());
         a.push(self.append.clone());
+        if let Some(i) = &self.initrd {
+            a.push("-initrd".into());
+            a.push(i.display().to_string());
+        }
         if self.icount {
             a.push("-icount".into());
             a.push("shift=0,sleep=off".into());

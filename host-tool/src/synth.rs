@@ -24,6 +24,9 @@ pub struct SynthConfig {
     pub lost: u64,
     /// End the stream with End (false: a truncated capture).
     pub end: bool,
+    /// Repeat Hello and the Task record every this many samples, as the
+    /// runtime does every few seconds (0: never).
+    pub repeat_every: u64,
 }
 
 impl Default for SynthConfig {
@@ -34,6 +37,7 @@ impl Default for SynthConfig {
             kernel_every: 10,
             lost: 0,
             end: true,
+            repeat_every: 0,
         }
     }
 }
@@ -100,24 +104,28 @@ pub fn write_capture(
     ev.sample_type |= st::CALLCHAIN | st::CPU | st::REGS_USER;
     ev.regs_user = GPR_MASK;
     let _ = hello.events.push(ev);
-    put(&mut enc, &Record::Hello(hello), out)?;
+    hello.boot = 0x5e7d_1b0a_77c3_0001;
+    put(&mut enc, &Record::Hello(hello.clone()), out)?;
     let mut name = heapless::String::new();
     let _ = name.push_str("synth64");
-    put(
-        &mut enc,
-        &Record::Task(wire::Task {
-            time: 0,
-            pid: 1,
-            tid: 1,
-            name,
-            abi: sampler::regs::Abi::Bits64,
-            text: heapless::Vec::new(),
-        }),
-        out,
-    )?;
+    let task = wire::Task {
+        time: 0,
+        pid: 1,
+        tid: 1,
+        name,
+        abi: sampler::regs::Abi::Bits64,
+        text: heapless::Vec::new(),
+        program: None,
+    };
+    put(&mut enc, &Record::Task(task.clone()), out)?;
     let step = 1_000_000_000 / cfg.freq.max(1);
     let mut regs = RegFile([0; sampler::regs::NUM_GPR_SLOTS]);
     for i in 0..cfg.samples {
+        if cfg.repeat_every > 0 && i > 0 && i % cfg.repeat_every == 0 {
+            hello.repeat += 1;
+            put(&mut enc, &Record::Hello(hello.clone()), out)?;
+            put(&mut enc, &Record::Task(task.clone()), out)?;
+        }
         let f = user[(i as usize * 7 + i as usize / 3) % user.len()];
         let uip = f + (i % 16);
         let in_kernel = cfg.kernel_every != 0 && i % cfg.kernel_every == cfg.kernel_every - 1;

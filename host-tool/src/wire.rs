@@ -6,7 +6,8 @@ use sampler::sample::CpuMode;
 use sampler::wire::{self, CpuVendor, LogPayload, Record};
 
 use crate::model::{
-    EndCounters, EventInfo, EventKind, EventSource, Hello, Item, SampleView, TaskInfo,
+    EndCounters, EventInfo, EventKind, EventSource, Hello, Item, ProgramInfo, SampleView,
+    SegmentInfo, TaskInfo,
 };
 use crate::perf_data::BranchEntry;
 
@@ -75,6 +76,8 @@ pub fn hello(h: &wire::Hello) -> Hello {
         cpu_desc,
         cmdline: h.cmdline.as_str().to_owned(),
         events,
+        boot: h.boot,
+        repeat: h.repeat,
     }
 }
 
@@ -91,6 +94,22 @@ pub fn task(t: &wire::Task) -> TaskInfo {
             .iter()
             .map(|r| (r.start, r.len, r.file_offset))
             .collect(),
+        program: t.program.as_ref().map(|p| ProgramInfo {
+            path: p.path.as_str().to_owned(),
+            build_id: p.build_id.to_vec(),
+            segments: p
+                .segments
+                .iter()
+                .map(|s| SegmentInfo {
+                    start: s.start,
+                    len: s.len,
+                    file_offset: s.file_offset,
+                    read: s.prot & wire::Segment::READ != 0,
+                    write: s.prot & wire::Segment::WRITE != 0,
+                    exec: s.prot & wire::Segment::EXEC != 0,
+                })
+                .collect(),
+        }),
     }
 }
 

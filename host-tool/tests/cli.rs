@@ -1,5 +1,6 @@
 //! The `perch` binary on good and bad input: exit codes, messages, and
 //! never a panic.
+#![forbid(unsafe_code)]
 
 mod common;
 
@@ -464,6 +465,7 @@ fn record_with_fake_qemu(
         .env("PERCH_FAKE_ARGS", &args_file)
         .env("PERCH_FAKE_CAPTURE", cap)
         .env("PERCH_FAKE_STATUS", status.to_string())
+        .env("PERCH_FAKE_INITRD", dir.join("initrd.cpio"))
         .output()
         .unwrap();
     let r = Run {
@@ -479,7 +481,19 @@ fn record_with_fake_qemu(
 fn record_boots_qemu_with_the_documented_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let cap = samples_capture(dir.path(), 200);
-    let Some((r, args)) = record_with_fake_qemu(dir.path(), &cap, 33, &["--", "-smp", "1"]) else {
+    let Some((r, args)) = record_with_fake_qemu(
+        dir.path(),
+        &cap,
+        33,
+        &[
+            "--qemu-arg",
+            "-smp",
+            "--qemu-arg",
+            "1",
+            "--boot-arg",
+            "slice=5",
+        ],
+    ) else {
         return;
     };
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -494,7 +508,7 @@ fn record_boots_qemu_with_the_documented_command_line() {
     assert_eq!(after("-kernel"), fixture("appliance.elf").to_str().unwrap());
     assert_eq!(
         after("-append"),
-        "console=wire freq=1234 pmu=sim duration=2000 ring=64"
+        "console=wire freq=1234 pmu=sim duration=2000 ring=64 slice=5"
     );
     assert_eq!(after("-icount"), "shift=0,sleep=off");
     assert_eq!(after("-serial"), "chardev:wire");
@@ -638,4 +652,125 @@ fn record_reads_a_serial_line() {
     assert!(stderr.contains("300 samples, 2 lost"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(&std::fs::read(&out).unwrap()[..8], b"PERFILE2");
+}
+
+/// A minimal static x86-64 executable: one R+X PT_LOAD at 0x400000 holding
+/// the headers and an entry point (never run: the QEMU here is a stand-in).
+fn tiny_static_elf() -> Vec<u8> {
+    let mut e = vec![0u8; 0x1000];
+    e[..16].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let put16 =
+        |e: &mut Vec<u8>, at: usize, v: u16| e[at..at + 2].copy_from_slice(&v.to_le_bytes());
+    let put32 =
+        |e: &mut Vec<u8>, at: usize, v: u32| e[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    let put64 =
+        |e: &mut Vec<u8>, at: usize, v: u64| e[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    put16(&mut e, 16, 2); // ET_EXEC
+    put16(&mut e, 18, 62); // EM_X86_64
+    put32(&mut e, 20, 1);
+    put64(&mut e, 24, 0x40_0100); // e_entry
+    put64(&mut e, 32, 64); // e_phoff
+    put16(&mut e, 52, 64); // e_ehsize
+    put16(&mut e, 54, 56); // e_phentsize
+    put16(&mut e, 56, 1); // e_phnum
+    put32(&mut e, 64, 1); // PT_LOAD
+    put32(&mut e, 68, 5); // R+X
+    put64(&mut e, 72, 0); // p_offset
+    put64(&mut e, 80, 0x40_0000); // p_vaddr
+    put64(&mut e, 88, 0x40_0000); // p_paddr
+    put64(&mut e, 96, 0x1000); // p_filesz
+    put64(&mut e, 104, 0x1000); // p_memsz
+    put64(&mut e, 112, 0x1000); // p_align
+    e[0x100] = 0xf4; // hlt
+    e
+}
+
+#[test]
+fn record_packs_a_program_with_its_files_and_boots_it_with_the_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = samples_capture(dir.path(), 50);
+    let prog = dir.path().join("my-prog");
+    std::fs::write(&prog, tiny_static_elf()).unwrap();
+    let data = dir.path().join("input.txt");
+    std::fs::write(&data, "some input\n").unwrap();
+    let file = format!("{}:data/in.txt", data.display());
+    let prog_s = prog.display().to_string();
+    // record_with_fake_qemu passes --duration 2: programs still get a bound
+    // when asked for one.
+    let Some((r, args)) = record_with_fake_qemu(
+        dir.path(),
+        &cap,
+        33,
+        &[
+            "--no-buildid-cache",
+            "--file",
+            &file,
+            "--",
+            &prog_s,
+            "a b",
+            "-x",
+        ],
+    ) else {
+        return;
+    };
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let args: Vec<&str> = args.lines().collect();
+    let after = |flag: &str| args[args.iter().rposition(|a| *a == flag).unwrap() + 1];
+    assert_eq!(after("-m"), "1G");
+    assert!(after("-initrd").ends_with("app.cpio"), "{args:?}");
+    assert!(
+        !Path::new(after("-initrd")).exists(),
+        "the archive outlived the run"
+    );
+    let bytes = std::fs::read(dir.path().join("initrd.cpio")).unwrap();
+    let archive = kcore::archive::Archive::parse(&bytes).unwrap();
+    let m = archive.manifest().unwrap();
+    assert_eq!(m.processes.len(), 1);
+    let p = &m.processes[0];
+    assert_eq!(
+        (p.name.as_str(), p.exe.as_str()),
+        ("my-prog", "bin/my-prog")
+    );
+    let argv: Vec<&[u8]> = p.argv.iter().map(|a| &a[..]).collect();
+    assert_eq!(argv, [prog_s.as_bytes(), b"a b", b"-x"]);
+    assert_eq!(
+        archive.get(b"bin/my-prog").unwrap().data(),
+        &tiny_static_elf()[..]
+    );
+    assert_eq!(archive.get(b"data/in.txt").unwrap().data(), b"some input\n");
+}
+
+#[test]
+fn a_program_runs_to_its_end_without_a_duration() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = samples_capture(dir.path(), 20);
+    let prog = dir.path().join("p");
+    std::fs::write(&prog, tiny_static_elf()).unwrap();
+    let args_file = dir.path().join("args.txt");
+    let o = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(["record", "--no-buildid-cache", "--image"])
+        .arg(fixture("appliance.elf"))
+        .arg("--qemu")
+        .arg(fixture("fake-qemu.py"))
+        .arg("-o")
+        .arg(dir.path().join("perf.data"))
+        .arg("--")
+        .arg(&prog)
+        .env("PERCH_FAKE_ARGS", &args_file)
+        .env("PERCH_FAKE_CAPTURE", &cap)
+        .output()
+        .unwrap();
+    if Command::new("python3").arg("--version").output().is_err() {
+        return;
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let args = std::fs::read_to_string(&args_file).unwrap();
+    let append = args
+        .lines()
+        .skip_while(|a| *a != "-append")
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    assert_eq!(append, "console=wire freq=1000 pmu=auto");
 }

@@ -4,6 +4,7 @@
 //! summary, the same counters and the same errors, on clean, corrupted and
 //! truncated streams, with losses, several tasks and events, and every
 //! sample field.
+#![forbid(unsafe_code)]
 
 mod common;
 
@@ -64,6 +65,7 @@ fn convert(bytes: &[u8], image: &Image, chunk: usize, path: Path) -> Outcome {
         ConvertOptions {
             image: Some(image.clone()),
             cmdline: vec!["perch".into(), "convert".into()],
+            programs: Default::default(),
         },
     );
     let mut pump = Pump::new();
@@ -262,6 +264,7 @@ fn varied_stream(image: &Image) -> Vec<u8> {
             name,
             abi: Abi::Bits64,
             text: heapless::Vec::new(),
+            program: None,
         };
         put(&mut enc, &Record::Task(task), &mut out);
     }

@@ -2,6 +2,7 @@
 //! captures, outputs that are inputs, failed runs over existing files,
 //! pipes, values the runtime cannot use, silent sources, damaged Task
 //! records and images that do not fit. Each test guards one defect.
+#![forbid(unsafe_code)]
 
 mod common;
 
@@ -250,6 +251,100 @@ fn a_second_hello_is_a_restart() {
     assert!(r.stdout.contains("restarted"), "{}", r.stdout);
 }
 
+// ---- defect 11: a host that joins late ----
+
+/// The target repeats Hello and its Task records: an intact stream with
+/// repetitions converts every sample, names the task once and is not a
+/// restart.
+#[test]
+fn repeated_hellos_are_not_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = SynthConfig {
+        repeat_every: 100,
+        ..synth(1000, true)
+    };
+    let cap = dir.path().join("repeats.bin");
+    std::fs::write(&cap, capture_bytes(&cfg)).unwrap();
+    let out = dir.path().join("perf.data");
+    let img = fixture("appliance.elf");
+    let r = perch(&["convert", s(&cap), "--image", s(&img), "-o", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(written_samples(&r.stderr), 1000, "{}", r.stderr);
+    assert!(!r.stderr.contains("late"), "{}", r.stderr);
+    let comms = perf_comms(&out);
+    assert_eq!(comms, ["synth64"], "one COMM for the task");
+}
+
+/// A capture whose start is missing (the host opened the line late, or
+/// noise ate the first frames) decodes from the next repetition: it says
+/// it joined late, the task keeps its name and code, and the samples it
+/// missed are counted as lost, so samples + lost = delivered.
+#[test]
+fn a_host_that_joins_late_decodes_from_the_next_repetition() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = SynthConfig {
+        repeat_every: 100,
+        ..synth(1000, true)
+    };
+    let bytes = capture_bytes(&cfg);
+    // Open the line a quarter of the way in, mid-frame.
+    let late = &bytes[bytes.len() / 4 + 3..];
+    let cap = dir.path().join("late.bin");
+    std::fs::write(&cap, late).unwrap();
+    let out = dir.path().join("perf.data");
+    let img = fixture("appliance.elf");
+    let r = perch(&["convert", s(&cap), "--image", s(&img), "-o", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("joined the stream late"), "{}", r.stderr);
+    let written = written_samples(&r.stderr);
+    assert!(
+        (600..900).contains(&written),
+        "{written} samples from the last three quarters: {}",
+        r.stderr
+    );
+    assert_eq!(perf_comms(&out), ["synth64"]);
+    let lost = perf_lost_samples(&out);
+    assert_eq!(written + lost, 1000, "samples {written} + lost {lost}");
+}
+
+/// The COMM names of pid 1 in a perf.data file, in order.
+fn perf_comms(path: &Path) -> Vec<String> {
+    let (comms, _) = comms_and_lost(path);
+    comms
+}
+
+/// The samples a perf.data file's LOST_SAMPLES records count.
+fn perf_lost_samples(path: &Path) -> u64 {
+    comms_and_lost(path).1
+}
+
+fn comms_and_lost(path: &Path) -> (Vec<String>, u64) {
+    let reader = std::io::BufReader::new(std::fs::File::open(path).unwrap());
+    let linux_perf_data::PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = linux_perf_data::PerfFileReader::parse_file(reader).unwrap();
+    let (mut comms, mut lost) = (Vec::new(), 0u64);
+    while let Some(rec) = record_iter.next_record(&mut perf_file).unwrap() {
+        let linux_perf_data::PerfFileRecord::EventRecord { record, .. } = rec else {
+            continue;
+        };
+        if record.record_type.0 == 13 {
+            // PERF_RECORD_LOST_SAMPLES: u64 lost, then the sample id.
+            let mut n = [0u8; 8];
+            record.data.clone().read_exact(&mut n).unwrap();
+            lost += u64::from_le_bytes(n);
+            continue;
+        }
+        if let Ok(linux_perf_data::linux_perf_event_reader::EventRecord::Comm(c)) = record.parse()
+            && c.pid == 1
+        {
+            comms.push(String::from_utf8_lossy(&c.name.as_slice()).into_owned());
+        }
+    }
+    (comms, lost)
+}
+
 /// A stream holding more samples than its End says were delivered is
 /// refused: it is not one run.
 #[test]
@@ -415,7 +510,9 @@ fn values_the_runtime_cannot_use_are_refused_before_boot() {
         &["--max-rate", "10"],
         &["--cpu-pct", "10"],
         &["--qemu", "qemu-system-x86_64"],
-        &["--", "-smp", "2"],
+        &["--qemu-arg", "-smp"],
+        &["--boot-arg", "slice=5"],
+        &["--", "prog"],
     ] {
         let out = dir.path().join("perf.data");
         let mut args = vec!["record", "--input", s(&cap), "-o", s(&out)];

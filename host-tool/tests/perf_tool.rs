@@ -1,6 +1,7 @@
 //! perf.data files from synthetic streams, read by the stock `perf` tool:
 //! symbols, register dumps, ABIs, lost counts and a warning-free stderr.
 //! Skipped (with the reason printed) where perf is not installed.
+#![forbid(unsafe_code)]
 
 mod common;
 
@@ -308,6 +309,7 @@ fn pmu_recording(dir: &std::path::Path, image: &Image) -> String {
         ConvertOptions {
             image: Some(image.clone()),
             cmdline: vec!["perch".into()],
+            programs: Default::default(),
         },
     );
     conv.push(&Item::Hello(h)).unwrap();
@@ -318,6 +320,7 @@ fn pmu_recording(dir: &std::path::Path, image: &Image) -> String {
         compat: false,
         time: 0,
         text: vec![],
+        program: None,
     }))
     .unwrap();
     let alpha = sym(image, "hot_alpha");

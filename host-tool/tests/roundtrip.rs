@@ -1,5 +1,6 @@
 //! perf.data written from a synthetic stream, read back with the
 //! linux-perf-data crate: every field it exposes must match what went in.
+#![forbid(unsafe_code)]
 
 mod common;
 
@@ -200,6 +201,7 @@ fn wrong_image_for_the_stream_is_refused() {
         ConvertOptions {
             image: Some(other),
             cmdline: vec![],
+            programs: Default::default(),
         },
     );
     let err = conv.push(&Item::Hello(common::hello(&image))).unwrap_err();
@@ -220,6 +222,7 @@ fn unreported_losses_are_written_so_the_file_adds_up() {
         ConvertOptions {
             image: Some(image.clone()),
             cmdline: vec![],
+            programs: Default::default(),
         },
     );
     // Drop every third sample as if its frame was damaged on the wire, and
@@ -276,6 +279,7 @@ fn mutated_streams_never_panic_and_still_add_up() {
             ConvertOptions {
                 image: Some(image.clone()),
                 cmdline: vec![],
+                programs: Default::default(),
             },
         );
         let mut pump = Pump::new();

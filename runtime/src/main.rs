@@ -1,6 +1,7 @@
-//! The Perch appliance runtime: boots, takes over the CPU, runs the
-//! appliance's ring-3 tasks under a periodic NMI, and either runs the
-//! on-target self-test (`selftest`) or the demo appliance.
+//! The Perch appliance runtime: boots, takes over the CPU, and either runs
+//! the on-target self-test (`selftest`) or the programs of the boot
+//! archive in ring 3 under a periodic NMI. Without either there is nothing
+//! to run: it says so and exits with the failure code.
 #![no_std]
 #![no_main]
 
@@ -10,7 +11,6 @@ mod abi;
 mod boot;
 mod console;
 mod cpu;
-mod demo;
 mod entry;
 mod fs;
 mod mm;
@@ -213,7 +213,12 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     } else if let Some(archive) = boot.modules().first() {
         proc::appliance::run(&cfg, archive)
     } else {
-        demo::run(&cfg)
+        kprintln!(
+            "perch: nothing to run: no boot archive (give one as the PVH module, \
+             `qemu -initrd app.cpio`, or a multiboot2 module; `perch record -- PROGRAM` \
+             packs one) and no `selftest` on the command line"
+        );
+        exit(ExitCode::Fail)
     }
 }
 

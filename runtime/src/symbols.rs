@@ -9,7 +9,7 @@ pub struct Nearest(pub u64);
 
 const MAX_DISTANCE: u64 = 64 * 1024;
 
-fn table() -> [(u64, &'static str); 17] {
+fn table() -> [(u64, &'static str); 16] {
     [
         (crate::provoke_crash as *const () as u64, "provoke_crash"),
         (crate::perch_kmain as *const () as u64, "perch_kmain"),
@@ -37,7 +37,6 @@ fn table() -> [(u64, &'static str); 17] {
         (crate::entry::exit_window().0, "perch_exit_window_start"),
         (crate::entry::exit_window().1, "perch_leave_to_scheduler"),
         (crate::selftest::run as *const () as u64, "selftest::run"),
-        (crate::demo::run as *const () as u64, "demo::run"),
         (crate::mm::layout().user_text.0, "appliance .user.text"),
         (crate::mm::layout().text.0, ".text"),
     ]

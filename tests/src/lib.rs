@@ -2,6 +2,7 @@
 //! runtime once, boot it with a command line (and a boot archive) under a
 //! hard timeout, and collect its serial output and exit status. The test
 //! programs, their native runs and the console parser are in [`programs`].
+#![forbid(unsafe_code)]
 
 pub mod programs;
 
@@ -231,7 +232,7 @@ pub fn have_tool(tool: &str) -> bool {
 }
 
 /// The register patterns `demoregs` holds while it spins.
-pub const DEMOREGS_PATTERNS: [(&str, u64); 13] = [
+pub const DEMOREGS_PATTERNS: [(&str, u64); 14] = [
     ("AX", 0x1111_1111_1111_1111),
     ("BX", 0x2222_2222_2222_2222),
     ("DX", 0x4444_4444_4444_4444),
@@ -245,9 +246,10 @@ pub const DEMOREGS_PATTERNS: [(&str, u64); 13] = [
     ("R12", 0xcccc_cccc_cccc_cccc),
     ("R13", 0xdddd_dddd_dddd_dddd),
     ("R14", 0xeeee_eeee_eeee_eeee),
+    ("R15", 0xf0f0_f0f0_f0f0_f0f0),
 ];
 
-/// One `perch record` run of the demo under icount, with its perf.data and
+/// One `perch record` run under icount, with its perf.data and
 /// saved capture in a temporary directory that lives as long as it does.
 pub struct Recording {
     _dir: tempfile::TempDir,
@@ -259,6 +261,8 @@ pub struct Recording {
     pub status: Option<i32>,
     /// perch's stderr (the target's log included).
     pub stderr: String,
+    /// perch's stdout (the programs' output).
+    pub stdout: String,
 }
 
 /// Runs `perch record --icount` on the runtime image with `args` added.
@@ -282,6 +286,9 @@ pub fn record_for(timeout_s: u64, args: &[&str]) -> Recording {
         .arg(&capture)
         .args(["--timeout", &timeout_s.to_string()])
         .args(args)
+        // perch adds the image and the programs to perf's build-id cache:
+        // a private one per recording, not the user's ~/.debug.
+        .env("PERF_BUILDID_DIR", dir.path().join("buildid"))
         .stdin(Stdio::null())
         .output()
         .expect("running perch record");
@@ -291,7 +298,18 @@ pub fn record_for(timeout_s: u64, args: &[&str]) -> Recording {
         capture,
         status: out.status.code(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
     }
+}
+
+/// Runs `perch record --icount --appliance appliances/demo/appliance.toml` (the demo
+/// appliance, built first: see [`programs::demo_manifest`]) with `args` added.
+pub fn record_demo(args: &[&str]) -> Recording {
+    let manifest = programs::demo_manifest();
+    let manifest = manifest.to_str().expect("a UTF-8 manifest path").to_owned();
+    let mut all: Vec<&str> = vec!["--appliance", &manifest];
+    all.extend_from_slice(args);
+    record(&all)
 }
 
 /// Runs perf on the recording (with the runtime as vmlinux); it must succeed

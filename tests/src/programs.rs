@@ -48,36 +48,152 @@ impl RustTarget {
 /// Builds `tests/programs/rust` (appcheck-rs) for `target` once per test binary, into
 /// `target/programs`, and returns the executable.
 pub fn rust_appcheck(target: RustTarget) -> PathBuf {
-    static BUILT: Mutex<Vec<(RustTarget, PathBuf)>> = Mutex::new(Vec::new());
+    rust_program("tests/programs/rust", target, "appcheck-rs")
+}
+
+/// Builds binary `bin` of the Rust crate in `crate_dir` (relative to the repository root,
+/// its own workspace) for `target`, release profile, once per test binary, and returns
+/// the executable; panics with cargo's message when the build fails (see
+/// [`try_rust_program`]).
+pub fn rust_program(crate_dir: &str, target: RustTarget, bin: &str) -> PathBuf {
+    try_rust_program(crate_dir, target, bin).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`rust_program`], with a failed build as an error message (cargo's output, and the
+/// `rustup target add` line when the target is missing). Cargo runs from `crate_dir`, so
+/// the crate's own `.cargo/config.toml` (rustflags such as frame pointers and a build-id)
+/// applies; `RUSTFLAGS` from the environment is removed so that it cannot override them.
+/// The output goes to `target/programs` (for `tests/programs/rust`) or
+/// `target/programs/<crate dir name>`.
+pub fn try_rust_program(crate_dir: &str, target: RustTarget, bin: &str) -> Result<PathBuf, String> {
+    type Key = (String, RustTarget, String);
+    static BUILT: Mutex<Vec<(Key, PathBuf)>> = Mutex::new(Vec::new());
+    let key: Key = (crate_dir.to_string(), target, bin.to_string());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = built.iter().find(|(t, _)| *t == target) {
-        return p.clone();
+    if let Some((_, p)) = built.iter().find(|(k, _)| *k == key) {
+        return Ok(p.clone());
     }
     let root = workspace_root();
-    let dir = target_dir().join("programs");
+    let dir = match Path::new(crate_dir).file_name() {
+        _ if crate_dir == "tests/programs/rust" => target_dir().join("programs"),
+        Some(leaf) => target_dir().join("programs").join(leaf),
+        None => return Err(format!("{crate_dir:?} is not a crate directory")),
+    };
     let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(&root)
-        .args(["build", "--release", "--manifest-path"])
-        .arg(root.join("tests/programs/rust/Cargo.toml"))
-        .args(["--target", target.triple(), "--target-dir"])
+        .current_dir(root.join(crate_dir))
+        .args([
+            "build",
+            "--release",
+            "--bin",
+            bin,
+            "--target",
+            target.triple(),
+        ])
+        .arg("--target-dir")
         .arg(&dir)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .stdin(Stdio::null())
         .output()
-        .expect("running cargo to build tests/programs/rust");
+        .map_err(|e| format!("running cargo to build {crate_dir}: {e}"))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "building tests/programs/rust for {} failed{}:\n{stderr}",
-        target.triple(),
-        if stderr.contains("E0463") || stderr.contains("target may not be installed") {
-            format!(" (add the target: rustup target add {})", target.triple())
-        } else {
-            String::new()
-        }
-    );
-    let exe = dir.join(target.triple()).join("release/appcheck-rs");
-    built.push((target, exe.clone()));
-    exe
+    if !out.status.success() {
+        return Err(format!(
+            "building {bin} of {crate_dir} for {} failed{}:\n{stderr}",
+            target.triple(),
+            if stderr.contains("E0463") || stderr.contains("target may not be installed") {
+                format!(" (add the target: rustup target add {})", target.triple())
+            } else {
+                String::new()
+            }
+        ));
+    }
+    let exe = dir.join(target.triple()).join("release").join(bin);
+    built.push((key, exe.clone()));
+    Ok(exe)
+}
+
+/// The demo appliance's crate, relative to the repository root.
+pub const DEMO_CRATE: &str = "appliances/demo";
+
+/// The programs of the demo appliance (`appliances/demo`): `(name, target)` in the order
+/// the manifest starts them: `demo64` (the 50/30/20 hot split), `demo32` (compat mode),
+/// `demosys` (most of its time inside `getrandom`) and `demoregs` (register patterns).
+pub const DEMO_PROGRAMS: [(&str, RustTarget); 4] = [
+    ("demo64", RustTarget::X86_64Musl),
+    ("demo32", RustTarget::I686Musl),
+    ("demosys", RustTarget::X86_64Musl),
+    ("demoregs", RustTarget::X86_64Musl),
+];
+
+/// The [`DEMO_PROGRAMS`], built, each at `bin/NAME` without arguments (each runs until
+/// the run's duration ends it); panics when a build fails.
+pub fn demo_programs() -> Vec<Program> {
+    try_demo_programs().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`demo_programs`], with a failed build as an error message.
+pub fn try_demo_programs() -> Result<Vec<Program>, String> {
+    DEMO_PROGRAMS
+        .iter()
+        .map(|&(name, target)| {
+            let exe = try_rust_program(DEMO_CRATE, target, name)?;
+            Ok(Program::new(&exe, name, &[], &[]))
+        })
+        .collect()
+}
+
+/// The demo appliance's manifest for `perch record --appliance`, with its programs
+/// built: `appliances/demo/appliance.toml` itself, whose host paths name the programs
+/// under `target/` relative to it; when the target directory is elsewhere
+/// (`CARGO_TARGET_DIR`), a copy of it in `<target>/programs/demo/` naming the programs
+/// where they were built.
+pub fn try_demo_manifest() -> Result<PathBuf, String> {
+    let programs = try_demo_programs()?;
+    let root = workspace_root();
+    let manifest = root.join(DEMO_CRATE).join("appliance.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .map_err(|e| format!("reading {}: {e}", manifest.display()))?;
+    let dir = manifest.parent().expect("a manifest has a directory");
+    let resolves = |rel: &str| {
+        let want = std::fs::canonicalize(dir.join(rel)).ok();
+        want.is_some()
+            && programs
+                .iter()
+                .any(|p| std::fs::canonicalize(&p.exe).ok() == want)
+    };
+    let rels: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("program = \""))
+        .filter_map(|l| l.strip_suffix('"'))
+        .collect();
+    if rels.len() == programs.len() && rels.iter().all(|r| resolves(r)) {
+        return Ok(manifest);
+    }
+    let target = target_dir();
+    let target = target.to_str().ok_or("the target directory is not UTF-8")?;
+    let copy = text.replace("\"../../target/", &format!("\"{target}/"));
+    let out = target_dir().join("programs/demo/appliance.toml");
+    std::fs::write(&out, copy).map_err(|e| format!("writing {}: {e}", out.display()))?;
+    Ok(out)
+}
+
+/// [`try_demo_manifest`]; panics when a build fails.
+pub fn demo_manifest() -> PathBuf {
+    try_demo_manifest().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The demo appliance packed: its [`demo_programs`] at `bin/NAME`, no data files.
+pub fn demo_appliance() -> Appliance {
+    demo_appliance_of(&demo_programs())
+}
+
+/// The appliance of already built demo `programs` (see [`try_demo_programs`]).
+pub fn demo_appliance_of(programs: &[Program]) -> Appliance {
+    programs.iter().fold(Appliance::new(), |app, p| {
+        app.file(&p.spec.exe, p.exe.as_path())
+            .process(p.spec.clone())
+    })
 }
 
 /// How a C test program is compiled.

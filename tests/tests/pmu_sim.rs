@@ -7,8 +7,9 @@
 //! simulated.
 //!
 //! The tests skip, saying why, only when QEMU or perf is missing.
+#![forbid(unsafe_code)]
 
-use e2e_tests::{Recording, perf_present, qemu_present, record, run_perf};
+use e2e_tests::{Recording, perf_present, qemu_present, record_demo, run_perf};
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -30,7 +31,7 @@ fn tools_present() -> bool {
 fn sim_run() -> Option<&'static Recording> {
     static REC: OnceLock<Option<Recording>> = OnceLock::new();
     REC.get_or_init(|| {
-        tools_present().then(|| record(&["--freq", "4000", "--duration", "1", "--pmu", "sim"]))
+        tools_present().then(|| record_demo(&["--freq", "4000", "--duration", "1", "--pmu", "sim"]))
     })
     .as_ref()
     .inspect(|r| assert_eq!(r.status, Some(0), "perch record failed:\n{}", r.stderr))
@@ -135,7 +136,15 @@ fn memory_fields_come_from_the_pebs_records() {
     // DATA_SRC decodes as loads from the levels the simulator cycles through.
     let Some(rec) = sim_run() else { return };
     let ds = run_perf(rec, &["script", "-G", "-F", "data_src"], &[]);
-    for lvl in ["LVL L1 hit", "LVL L2 hit", "LVL L3 hit", "LVL LFB/MAB hit"] {
+    // perf prints the level from both mem_lvl and mem_lvl_num
+    // ("LVL L1 or L1 hit"), as for Linux's own PEBS data sources.
+    for lvl in [
+        "LVL L1 or L1 hit",
+        "LVL L2 or L2 hit",
+        "LVL L3 or L3 hit",
+        "LVL LFB/MAB or LFB/MAB hit",
+        "SNP HitM",
+    ] {
         assert!(ds.contains(lvl), "no `{lvl}` in data_src");
     }
     assert!(ds.lines().filter(|l| l.contains("|OP LOAD|")).count() > 3000);
@@ -150,12 +159,15 @@ fn branch_stacks_follow_the_sampled_ips_with_demo_symbols() {
         "{with} of {} with branches",
         lines.len()
     );
-    // The simulator's newest branch leads to the previous tick's IP.
+    // The simulator's newest branch leads to the previous tick's IP. perf
+    // resolves a branch address in the sampled process's maps, so only
+    // consecutive samples of one process (one address space) can name the
+    // same function.
     let mut pairs = 0;
     let mut matching = 0;
     for w in lines.windows(2) {
         let (prev, cur) = (&w[0], &w[1]);
-        if !HOT.contains(&prev.sym.as_str()) {
+        if !HOT.contains(&prev.sym.as_str()) || prev.comm != cur.comm {
             continue;
         }
         let Some((_, to)) = cur.branches.first() else {
@@ -234,7 +246,7 @@ fn pebs_yields_samples_on_skylake_ice_lake_and_sapphire_rapids() {
         return;
     }
     for (model, format) in [("skl", 3), ("icl", 4), ("spr", 5)] {
-        let rec = record(&[
+        let rec = record_demo(&[
             "--freq",
             "4000",
             "--duration",

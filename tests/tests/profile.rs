@@ -1,12 +1,16 @@
 //! End to end, as a user lives it: `perch record` boots the demo appliance
-//! under `-icount shift=0,sleep=off`, the runtime samples it on the NMI
-//! clock and streams the samples, and stock `perf report` / `perf script`
-//! and `linux-perf-data` read the perf.data that comes out. Also forced
-//! losses (exact accounting) and bad input through the whole pipe.
+//! (the programs of `appliances/demo`, packed as the boot archive) under
+//! `-icount shift=0,sleep=off`, the runtime samples it on the NMI clock and
+//! streams the samples, and stock `perf report` / `perf script` and
+//! `linux-perf-data` read the perf.data that comes out. Also forced losses
+//! (exact accounting) and bad input through the whole pipe.
 //!
 //! The tests skip, saying why, only when QEMU or perf is missing.
+#![forbid(unsafe_code)]
 
-use e2e_tests::{Recording, perch_bin, perf_present, qemu_present, record, run_perf, runtime_elf};
+use e2e_tests::{
+    Recording, perch_bin, perf_present, qemu_present, record_demo, run_perf, runtime_elf,
+};
 use linux_perf_data::linux_perf_event_reader::{CpuMode, EventRecord};
 use linux_perf_data::{DsoKey, PerfFileReader, PerfFileRecord};
 use std::collections::HashMap;
@@ -24,11 +28,11 @@ const HOT: [(&str, f64); 3] = [
 /// The register patterns `demoregs` holds while it spins.
 use e2e_tests::DEMOREGS_PATTERNS as PATTERNS;
 
-/// The demo recorded once for every test of this binary: one second of
-/// virtual time at 4 kHz.
+/// The demo appliance recorded once for every test of this binary: one
+/// second of virtual time at 4 kHz.
 fn demo() -> Option<&'static Recording> {
     static REC: OnceLock<Option<Recording>> = OnceLock::new();
-    REC.get_or_init(|| qemu_present().then(|| record(&["--freq", "4000", "--duration", "1"])))
+    REC.get_or_init(|| qemu_present().then(|| record_demo(&["--freq", "4000", "--duration", "1"])))
         .as_ref()
         .inspect(|r| assert_eq!(r.status, Some(0), "perch record failed:\n{}", r.stderr))
 }
@@ -222,12 +226,12 @@ fn runtime_samples_resolve_to_runtime_symbols() {
     );
     let unknown = kernel.iter().filter(|s| s.sym() == "[unknown]").count();
     assert_eq!(unknown, 0, "runtime samples without a symbol: {unknown}");
-    // The demosys task spends its time in the spin system call.
+    // demosys spends its time in the getrandom system call.
     assert!(
         kernel
             .iter()
-            .any(|s| s.comm == "demosys" && s.chain.iter().any(|c| c.1.contains("sys_spin"))),
-        "no demosys sample inside sys_spin"
+            .any(|s| s.comm == "demosys" && in_getrandom(s)),
+        "no demosys sample inside getrandom"
     );
 }
 
@@ -269,6 +273,13 @@ fn user_registers_show_the_exact_patterns_and_abis() {
     }
 }
 
+/// Whether the sample's runtime frames are inside the getrandom handler.
+fn in_getrandom(s: &ScriptSample) -> bool {
+    s.chain
+        .iter()
+        .any(|c| c.2 == "[kernel.kallsyms]" && c.1.contains("getrandom"))
+}
+
 #[test]
 fn samples_inside_syscalls_carry_the_user_frame_saved_at_entry() {
     let Some(rec) = demo() else { return };
@@ -276,28 +287,42 @@ fn samples_inside_syscalls_carry_the_user_frame_saved_at_entry() {
         return;
     }
     let samples = script(rec);
-    let in_spin: Vec<&ScriptSample> = samples
+    let in_call: Vec<&ScriptSample> = samples
         .iter()
-        .filter(|s| {
-            s.comm == "demosys" && s.in_kernel() && s.chain.iter().any(|c| c.1.contains("sys_spin"))
-        })
+        .filter(|s| s.comm == "demosys" && s.in_kernel() && in_getrandom(s))
         .collect();
     assert!(
-        in_spin.len() > 20,
-        "too few samples in sys_spin: {}",
-        in_spin.len()
+        in_call.len() > 20,
+        "too few samples in getrandom: {}",
+        in_call.len()
     );
-    for s in &in_spin {
+    for s in &in_call {
         assert_eq!(s.abi, Some(2), "{s:?}");
         // SYSCALL put the user RIP into RCX: the saved frame shows both.
         let ip = s.uregs["IP"];
         assert_eq!(s.uregs.get("CX"), Some(&ip), "{s:?}");
-        assert_eq!(s.uregs.get("AX"), Some(&4), "the spin call number: {s:?}");
+        assert_eq!(
+            s.uregs.get("AX"),
+            Some(&318),
+            "the getrandom call number: {s:?}"
+        );
         assert_eq!(s.uregs.get("CS"), Some(&0x2b), "{s:?}");
-        // The callchain crosses from the runtime into the task.
+        // The callchain crosses from the runtime into the program: first
+        // the call's own user frame, then its caller.
+        let user: Vec<&str> = s
+            .chain
+            .iter()
+            .filter(|c| c.2 != "[kernel.kallsyms]")
+            .map(|c| c.1.as_str())
+            .collect();
+        assert_eq!(
+            user.first().copied(),
+            Some("demosys_fetch_random"),
+            "the user frame saved at entry: {s:?}"
+        );
         assert!(
-            s.chain.iter().any(|c| c.1 == "demosys_main"),
-            "no user frame in the callchain: {s:?}"
+            user.contains(&"demosys_main"),
+            "no caller frame in the callchain: {s:?}"
         );
     }
 }
@@ -354,7 +379,7 @@ fn forced_losses_are_counted_exactly() {
         return;
     }
     // Two ring slots and 50k NMIs/s: the ring overflows between drains.
-    let rec = record(&["--freq", "50000", "--duration", "0.2", "--ring", "2"]);
+    let rec = record_demo(&["--freq", "50000", "--duration", "0.2", "--ring", "2"]);
     assert_eq!(rec.status, Some(0), "{}", rec.stderr);
     let (taken, delivered, lost) = end_counters(&rec.capture);
     assert!(
@@ -377,7 +402,7 @@ fn throttled_overflows_are_counted_exactly() {
     // 20 NMIs per 1 ms tick, 4 allowed (max_rate=4000): each tick's fifth
     // NMI samples and throttles, the rest of the tick is suppressed, and
     // the next tick unthrottles.
-    let rec = record(&["--freq", "20000", "--max-rate", "4000", "--duration", "0.2"]);
+    let rec = record_demo(&["--freq", "20000", "--max-rate", "4000", "--duration", "0.2"]);
     assert_eq!(rec.status, Some(0), "{}", rec.stderr);
     assert!(
         rec.stderr
@@ -428,7 +453,7 @@ fn throttling_stops_and_restarts_the_simulated_pmu() {
     // pmu=sim: every clock NMI is a PMI of the simulated counter (period
     // 1). Throttling stops the counter through the driver, so no overflow
     // arrives (none is suppressed or lost), and each tick restarts it.
-    let rec = record(&[
+    let rec = record_demo(&[
         "--pmu",
         "sim",
         "--freq",
@@ -462,7 +487,7 @@ fn cpu_time_budget_lowers_the_rate_and_says_so_after_the_run() {
     }
     // cpu_pct=1 at the default max_rate allows 100 ns per sample on
     // average; a default sample takes about 230 instructions (ns here).
-    let rec = record(&["--freq", "20000", "--cpu-pct", "1", "--duration", "0.2"]);
+    let rec = record_demo(&["--freq", "20000", "--cpu-pct", "1", "--duration", "0.2"]);
     assert_eq!(rec.status, Some(0), "{}", rec.stderr);
     let line = rec
         .stderr
@@ -553,8 +578,17 @@ fn bad_input_gives_clear_errors_and_exit_codes() {
 
     // Missing QEMU (a PATH without it): exit 5 with the install line.
     let elf = runtime_elf().display().to_string();
+    let manifest = e2e_tests::programs::demo_manifest().display().to_string();
     let (code, err) = perch(
-        &["record", "--image", &elf, "-o", &p("q.data")],
+        &[
+            "record",
+            "--image",
+            &elf,
+            "--appliance",
+            &manifest,
+            "-o",
+            &p("q.data"),
+        ],
         Some("/nonexistent"),
     );
     assert_eq!(code, Some(5), "{err}");

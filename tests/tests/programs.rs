@@ -2,6 +2,7 @@
 //! its programs from `tests/programs/`, runs them natively where that is meaningful, packs
 //! them into a boot archive, boots it in QEMU (`-initrd`, 1 GiB) and checks the console
 //! (the contract's text format) process by process.
+#![forbid(unsafe_code)]
 
 use e2e_tests::programs::{
     CBuild, End, Program, RunEnd, RustTarget, appliance, c_program, c_program_with, run_appliance,
@@ -341,7 +342,9 @@ fn system_calls_given_runtime_or_unmapped_pointers_return_efault() {
 fn a_process_that_never_makes_a_system_call_is_preempted_and_the_run_ends_at_duration() {
     let spin = Program::new(&c_program("spin", CBuild::Glibc), "spin", &[], &[]);
     let twin = c_program("twin", CBuild::Glibc);
-    let worker = Program::new(&twin, "worker", &["worker", "300"], &[]);
+    // Each round yields to the spinner, which keeps the CPU for a whole
+    // 10 ms slice: 150 rounds take about 1.5 s of the 4 s run.
+    let worker = Program::new(&twin, "worker", &["worker", "150"], &[]);
     if !qemu_present() {
         return;
     }
@@ -667,10 +670,13 @@ fn loaded_programs_are_sampled_and_the_walk_never_faults() {
         "0",
         "--duration",
         "60",
-        "--",
+        "--qemu-arg",
         "-initrd",
+        "--qemu-arg",
         &archive,
+        "--qemu-arg",
         "-m",
+        "--qemu-arg",
         "1G",
     ]);
     let err = &rec.stderr;

@@ -1,7 +1,8 @@
 //! Short QEMU boots of the runtime that check what the host sees: exit
 //! statuses, crash reports and command-line handling.
+#![forbid(unsafe_code)]
 
-use e2e_tests::{STATUS_CRASH, STATUS_PASS, boot, boot_icount};
+use e2e_tests::{STATUS_CRASH, STATUS_FAIL, STATUS_PASS, boot, boot_archive};
 use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -104,58 +105,50 @@ fn runtime_panic_is_reported_with_the_crash_status() {
 }
 
 #[test]
-fn demo_runs_for_its_duration_and_passes() {
+fn without_an_archive_or_selftest_there_is_nothing_to_run() {
     let b = boot("duration=200 freq=2000", TIMEOUT);
-    assert_eq!(b.status, Some(STATUS_PASS), "{}", b.output);
+    assert_eq!(b.status, Some(STATUS_FAIL), "{}", b.output);
     assert!(
-        b.output.contains("demo: running for 200 ms of TSC time"),
+        b.output.contains("perch: nothing to run: no boot archive")
+            && b.output.contains("and no `selftest` on the command line"),
         "{}",
         b.output
     );
-    for task in ["demo64", "demo32", "demosys"] {
-        assert!(
-            b.output.contains(&format!("demo: task {task} Ready")),
-            "{task} still runnable at the end: {}",
-            b.output
-        );
-    }
 }
 
-/// Share (%) of the NMIs the demo reports for `function` among its hot functions.
-fn share(output: &str, function: &str) -> u64 {
-    let line = output
-        .lines()
-        .find(|l| l.starts_with(&format!("demo: {function}: ")))
-        .unwrap_or_else(|| panic!("no line for {function}: {output}"));
-    let pct = line
-        .split(", ")
-        .nth(1)
-        .and_then(|s| s.split('%').next())
-        .and_then(|s| s.parse().ok());
-    pct.unwrap_or_else(|| panic!("no share in {line:?}"))
+/// Boots the demo appliance (`appliances/demo`) with the text console.
+fn boot_demo(cmdline: &str) -> e2e_tests::Boot {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let archive = dir.path().join("demo.cpio");
+    e2e_tests::programs::demo_appliance()
+        .write_to(&archive)
+        .expect("packing the demo appliance");
+    boot_archive(cmdline, &archive, TIMEOUT)
 }
 
 #[test]
-fn demo_work_splits_50_30_20_under_icount() {
-    let b = boot_icount("duration=1000", TIMEOUT);
+fn demo_runs_for_its_duration_and_passes() {
+    let b = boot_demo("duration=200 freq=2000");
     assert_eq!(b.status, Some(STATUS_PASS), "{}", b.output);
-    for (function, designed) in [
-        ("demo_checksum_blocks", 50),
-        ("demo_parse_records", 30),
-        ("demo_update_stats", 20),
-    ] {
-        let got = share(&b.output, function);
+    for task in ["demo64", "demo32", "demosys", "demoregs"] {
         assert!(
-            got.abs_diff(designed) <= 4,
-            "{function}: {got}% of the hot-function NMIs, designed {designed}%\n{}",
+            b.output
+                .contains(&format!("[{task}] {task}: appliance task ready")),
+            "{task} did not start: {}",
             b.output
         );
     }
+    assert!(
+        b.output
+            .contains("perch: run ended: duration reached (4 still running)"),
+        "{}",
+        b.output
+    );
 }
 
 #[test]
 fn missing_pmu_is_reported_and_the_nmi_clock_is_used() {
-    let b = boot("duration=50", TIMEOUT);
+    let b = boot_demo("duration=50");
     assert_eq!(b.status, Some(STATUS_PASS), "{}", b.output);
     assert!(
         b.output.contains("no PMU: ")

@@ -1,4 +1,5 @@
-//! Building the runtime ELF for `x86_64-unknown-none`.
+//! Building the runtime ELF for `x86_64-unknown-none`, the host tool, and
+//! the demo appliance's boot archive.
 
 use crate::project_root;
 use anyhow::{Context, Result, bail};
@@ -37,6 +38,28 @@ pub fn build() -> Result<PathBuf> {
         bail!("the runtime was built but {} is missing", elf.display());
     }
     Ok(elf)
+}
+
+/// Builds the demo appliance's programs (`appliances/demo`, through the
+/// end-to-end tests' builder) and packs them into `target/demo-appliance.cpio`
+/// (for booting without perch); returns the archive. Adds the musl targets
+/// first if the toolchain lacks them.
+pub fn demo_archive() -> Result<PathBuf> {
+    crate::tools::require_targets(crate::tools::PROGRAM_TARGETS)?;
+    let programs = e2e_tests::programs::try_demo_programs().map_err(anyhow::Error::msg)?;
+    let archive = target_dir().join("demo-appliance.cpio");
+    e2e_tests::programs::demo_appliance_of(&programs)
+        .write_to(&archive)
+        .with_context(|| format!("packing {}", archive.display()))?;
+    Ok(archive)
+}
+
+/// Builds the demo appliance's programs and returns the manifest for
+/// `perch record --appliance` (`appliances/demo/appliance.toml`, or a copy
+/// naming the programs' paths when the target directory is elsewhere).
+pub fn demo_manifest() -> Result<PathBuf> {
+    crate::tools::require_targets(crate::tools::PROGRAM_TARGETS)?;
+    e2e_tests::programs::try_demo_manifest().map_err(anyhow::Error::msg)
 }
 
 /// Builds the host tool `perch` (optimised) and returns its path.

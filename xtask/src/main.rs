@@ -109,7 +109,9 @@ struct ImageArgs {
     #[arg(long)]
     output: Option<PathBuf>,
     /// A boot archive (cpio newc with `.perch/manifest`) to load as the
-    /// multiboot2 module: the programs the appliance runs.
+    /// multiboot2 module: the programs the appliance runs (default: the
+    /// demo appliance, or the self-test's archive with `selftest` in the
+    /// command line).
     #[arg(long)]
     archive: Option<PathBuf>,
 }
@@ -150,8 +152,22 @@ fn main() {
             let out = a
                 .output
                 .unwrap_or_else(|| project_root().join("out/perch.iso"));
-            kernel::build()
-                .and_then(|elf| image::build_iso(&elf, &a.cmdline, a.archive.as_deref(), &out))
+            // Without --archive (and without `selftest` in the command
+            // line) the ISO carries the demo appliance: the runtime has no
+            // built-in programs.
+            let archive = match a.archive {
+                Some(p) => Ok(p),
+                None if a.cmdline.split_whitespace().any(|k| k == "selftest") => {
+                    let p = project_root().join("target/selftest-archive.cpio");
+                    image::selftest_archive(&p).map(|()| p)
+                }
+                None => kernel::demo_archive(),
+            };
+            archive
+                .and_then(|archive| {
+                    let elf = kernel::build()?;
+                    image::build_iso(&elf, &a.cmdline, Some(&archive), &out)
+                })
                 .map(|()| {
                     println!("{}", out.display());
                     0
@@ -171,12 +187,13 @@ fn main() {
 
 fn run(a: RunArgs) -> Result<i32> {
     let elf = kernel::build()?;
+    let archive = kernel::demo_archive()?;
     let cmdline = format!("duration={} {}", a.duration, a.append);
     let cfg = qemu::Config {
         boot: qemu::Boot::Kernel {
             elf,
             cmdline: cmdline.trim().to_string(),
-            initrd: None,
+            initrd: Some(archive),
         },
         icount: a.icount,
         cpu: None,

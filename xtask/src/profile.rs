@@ -1,4 +1,4 @@
-//! `cargo xtask run` (record a profile of the demo appliance with `perch`
+//! `cargo xtask run` (record a profile of the demo appliance, `appliances/demo`, with `perch`
 //! and show the top of `perf report`) and `cargo xtask bench` (one table of
 //! the costs that matter: NMI-path instructions per sample, wire bytes per
 //! sample, the highest loss-free NMI rate, and `perch convert` beside
@@ -38,6 +38,7 @@ pub fn run(o: &RunOptions) -> Result<i32> {
     tools::require_tool(&tools::QEMU)?;
     let elf = kernel::build()?;
     let perch = kernel::build_perch()?;
+    let manifest = kernel::demo_manifest()?;
     let out_dir = project_root().join("out");
     std::fs::create_dir_all(&out_dir)?;
     let capture = out_dir.join("run.capture");
@@ -55,10 +56,9 @@ pub fn run(o: &RunOptions) -> Result<i32> {
     if o.icount {
         cmd.arg("--icount");
     }
-    if !o.append.trim().is_empty() {
-        eprintln!(
-            "xtask: note: perch record sets the runtime command line; --append is ignored here"
-        );
+    cmd.arg("--appliance").arg(&manifest);
+    for key in o.append.split_whitespace() {
+        cmd.args(["--boot-arg", key]);
     }
     println!("xtask: {cmd:?}");
     let status = cmd.status().context("running perch record")?;
@@ -113,17 +113,21 @@ pub fn run(o: &RunOptions) -> Result<i32> {
     Ok(0)
 }
 
-/// One `perch record` (under icount unless `realtime`); returns success and
-/// perch's stderr.
+/// One `perch record --appliance MANIFEST` of the demo appliance (under
+/// icount unless `realtime`); returns success and perch's stderr.
 fn record_with(
     perch: &Path,
     elf: &Path,
+    manifest: &Path,
     realtime: bool,
     args: &[&str],
     out: &Path,
 ) -> Result<(bool, String)> {
     let mut cmd = Command::new(perch);
-    cmd.arg("record").arg("--image").arg(elf);
+    cmd.arg("record")
+        .arg("--image")
+        .arg(elf)
+        .arg("--no-buildid-cache");
     if !realtime {
         cmd.arg("--icount");
     }
@@ -132,6 +136,8 @@ fn record_with(
         .arg(out)
         .arg("--save-capture")
         .arg(out.with_extension("capture"))
+        .arg("--appliance")
+        .arg(manifest)
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -153,7 +159,7 @@ fn number_after(text: &str, key: &str) -> Option<f64> {
 }
 
 fn nmi_cost(stderr: &str) -> Option<f64> {
-    number_after(stderr, "demo: NMI path")
+    number_after(stderr, "perch: NMI path")
 }
 
 fn bytes_per_sample(stderr: &str) -> Option<f64> {
@@ -237,18 +243,20 @@ fn medians(t: &[Timing]) -> Timing {
     }
 }
 
-/// `perch record` args that set the runtime command line with extra keys
-/// (QEMU keeps the last `-append`).
+/// `perch record` args for a run with extra runtime command-line keys
+/// (`--boot-arg`, appended to the command line perch builds).
 fn append_args(freq: u64, duration_ms: u64, extra: &str) -> Vec<String> {
-    vec![
+    let mut a = vec![
         "--freq".into(),
         freq.to_string(),
         "--duration".into(),
         format!("{}", duration_ms as f64 / 1000.0),
-        "--".into(),
-        "-append".into(),
-        format!("console=wire freq={freq} pmu=auto duration={duration_ms} {extra}"),
-    ]
+    ];
+    for key in extra.split_whitespace() {
+        a.push("--boot-arg".into());
+        a.push(key.into());
+    }
+    a
 }
 
 /// Runs the measurements and prints one table.
@@ -256,6 +264,7 @@ pub fn bench() -> Result<i32> {
     tools::require_tool(&tools::QEMU)?;
     let elf = kernel::build()?;
     let perch = kernel::build_perch()?;
+    let manifest = kernel::demo_manifest()?;
     let dir = project_root().join("out/bench");
     std::fs::create_dir_all(&dir)?;
     let mut rows: Vec<(String, String)> = Vec::new();
@@ -268,7 +277,7 @@ pub fn bench() -> Result<i32> {
         let out = dir.join(format!("{set}.data"));
         let args = append_args(4000, 500, &format!("sample={set}"));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (ok, err) = record_with(&perch, &elf, false, &args, &out)?;
+        let (ok, err) = record_with(&perch, &elf, &manifest, false, &args, &out)?;
         if !ok {
             bail!("recording with sample={set} failed:\n{err}");
         }
@@ -297,7 +306,7 @@ pub fn bench() -> Result<i32> {
             // the max_rate limit (100,000/s by default).
             let args = append_args(freq, 500, "max_rate=0");
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let (ok, err) = record_with(&perch, &elf, realtime, &args, &out)?;
+            let (ok, err) = record_with(&perch, &elf, &manifest, realtime, &args, &out)?;
             match (ok, lost(&err)) {
                 (true, Some(0)) => best = Some(freq),
                 _ => break,

@@ -63,6 +63,8 @@ pub fn hello(image: &Image) -> Hello {
             precise: 0,
             max_stack: 64,
         }],
+        boot: 0,
+        repeat: 0,
     }
 }
 
@@ -131,6 +133,7 @@ pub fn demo_items(image: &Image, d: Demo, mut f: impl FnMut(&Item<'_>)) {
         compat: false,
         time: 0,
         text: vec![],
+        program: None,
     }));
     f(&Item::Task(TaskInfo {
         pid: 2,
@@ -139,6 +142,7 @@ pub fn demo_items(image: &Image, d: Demo, mut f: impl FnMut(&Item<'_>)) {
         compat: true,
         time: 0,
         text: vec![],
+        program: None,
     }));
     let task_main = sym(image, "task_main");
     let runtime_entry = sym(image, "runtime_entry");
@@ -230,6 +234,7 @@ pub fn write_demo(image: &Image, d: Demo, out: &Path) -> ConvertSummary {
         ConvertOptions {
             image: Some(image.clone()),
             cmdline: vec!["perch".into(), "test".into()],
+            programs: Default::default(),
         },
     );
     let mut err = None;

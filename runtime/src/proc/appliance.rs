@@ -14,7 +14,8 @@ use kcore::sys::{System, Vfs};
 
 /// Runs the archive's processes, then exits QEMU: pass when the run
 /// completed (whatever the programs did), fail when the archive or its
-/// manifest is unusable.
+/// manifest is unusable or the profile stream broke (a record not sent, or
+/// taken != delivered + lost).
 pub fn run(cfg: &Config, module: &Module) -> ! {
     let bytes = crate::fs::module_bytes(module);
     let archive = match Archive::parse(bytes) {
@@ -72,12 +73,11 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
                     t.map_or(0, |t| t.entry)
                 );
                 if wire {
-                    let text = t.map_or((0, 0), |t| t.text);
-                    crate::stream::send_task(
+                    crate::stream::send_program_task(
                         s.id,
                         t.map_or("?", |t| t.name),
                         t.is_some_and(|t| t.abi == super::Abi::Compat32),
-                        text,
+                        s.program,
                     );
                 }
             }
@@ -104,6 +104,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
         });
     }
     crate::sample::profile::stop();
+    crate::sample::profile::report_end_of_run();
     let mut running = 0;
     let mut blocked = 0;
     for id in 0..MAX_TASKS as u8 {
@@ -140,8 +141,25 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
             unknown.as_str()
         }
     );
+    let (text_dropped, defmt_dropped) = crate::console::dropped();
+    // The text console carries no defmt frames: those count only on the wire.
+    if text_dropped > 0 || (wire && defmt_dropped > 0) {
+        kprintln!("perch: console dropped {text_dropped} text bytes, {defmt_dropped} defmt frames");
+    }
     if wire {
-        crate::stream::finish();
+        let end = crate::stream::finish();
+        let (enc_fail, write_fail) = crate::stream::wire::failures();
+        if enc_fail + write_fail > 0 || end.taken != end.delivered + end.lost {
+            // The profile is not what was sampled: a runtime fault, not the
+            // programs'.
+            kprintln!(
+                "perch: stream broken: {enc_fail} records not encoded, {write_fail} writes failed, taken {} != delivered {} + lost {}",
+                end.taken,
+                end.delivered,
+                end.lost
+            );
+            crate::exit(ExitCode::Fail);
+        }
     }
     crate::exit(ExitCode::Pass)
 }

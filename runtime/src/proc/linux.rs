@@ -506,10 +506,21 @@ fn prot_of(p: kcore::elf::Prot) -> Prot {
 }
 
 /// A started program.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Started {
     /// The process slot.
     pub id: u8,
+    /// What the Task record says of its program: archive path, build-id
+    /// and the segments as mapped.
+    pub program: sampler::wire::Program,
+}
+
+/// The wire form of a loaded segment's rights.
+fn wire_prot(p: kcore::elf::Prot) -> u8 {
+    use sampler::wire::Segment as S;
+    (if p.read { S::READ } else { 0 })
+        | (if p.write { S::WRITE } else { 0 })
+        | (if p.exec { S::EXEC } else { 0 })
 }
 
 /// Starts the manifest's process `spec` from the program bytes `elf`.
@@ -538,6 +549,18 @@ pub fn start(
     .ok_or(StartError::Process(Errno::ENOSYS))?
     .map_err(StartError::Process)?;
     let mut exec_segments = Vec::new();
+    let mut program = sampler::wire::Program::default();
+    let path = spec.exe.trim_start_matches("./").trim_start_matches('/');
+    let mut cut = path.len().min(sampler::wire::MAX_PROGRAM_PATH);
+    while !path.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let _ = program.path.push_str(&path[..cut]);
+    if let Some(id) = kcore::elf::build_id(elf) {
+        let _ = program
+            .build_id
+            .extend_from_slice(&id[..id.len().min(sampler::wire::MAX_BUILD_ID)]);
+    }
     for seg in &plan.segments {
         let start = seg.page_start();
         let lead = seg.vaddr - start;
@@ -553,6 +576,14 @@ pub fn start(
             },
         };
         proc.areas.insert(area).map_err(StartError::Process)?;
+        // As Linux maps a PT_LOAD: whole pages from the page holding the
+        // segment's first byte (the bias is in `vaddr` already).
+        let _ = program.segments.push(sampler::wire::Segment {
+            start,
+            len: seg.page_end() - start,
+            file_offset: seg.file_offset - lead,
+            prot: wire_prot(seg.prot),
+        });
         if seg.prot.exec {
             exec_segments.push((start, seg.page_end()));
         }
@@ -619,5 +650,5 @@ pub fn start(
     });
     let sp = image.sp;
     let id = super::install(task_spec, inner, |_| sp).map_err(|_| StartError::NoSlot)?;
-    Ok(Started { id })
+    Ok(Started { id, program })
 }

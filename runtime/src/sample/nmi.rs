@@ -115,7 +115,7 @@ pub fn rdtsc() -> u64 {
 
 /// Something that looks at every NMI's capture (from NMI context, so it
 /// must itself be NMI-safe: atomics and bounded copies only). The
-/// self-test's recorder and the demo's hit counters register one; the core
+/// self-test's recorder registers one; the core
 /// names neither.
 pub type Observer = fn(&NmiCapture);
 

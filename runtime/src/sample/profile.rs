@@ -754,3 +754,33 @@ pub fn nmi_cost() -> (u64, u64) {
         NMI_COST_COUNT.load(Ordering::Relaxed),
     )
 }
+
+/// Outside NMI context, after sampling stopped: the end-of-run report of
+/// whatever ran (the boot archive's programs): the NMI path's average cost
+/// per sample (`perch: NMI path N TSC ticks per sample ...`; instructions
+/// under `-icount shift=0`, which `cargo xtask bench` and the tests read),
+/// perf's "interrupt took too long" line when the CPU-time budget lowered
+/// the rate, and what the throttle did.
+pub fn report_end_of_run() {
+    let (cost, measured) = nmi_cost();
+    if let Some(avg) = cost.checked_div(measured) {
+        crate::kprintln!(
+            "perch: NMI path {avg} TSC ticks per sample on average over {measured} samples (instructions under -icount shift=0)"
+        );
+    }
+    let t = throttle_stats();
+    if t.max_rate != u64::MAX && t.max_rate < u64::from(max_rate_configured()) {
+        crate::kprintln!(
+            "perch: interrupt took too long ({} ns on average), lowered max_rate to {}",
+            t.average_ns,
+            t.max_rate
+        );
+    }
+    crate::kprintln!(
+        "perch: throttled {} times, {} overflows suppressed while throttled, {} throttle records ({} dropped: ring full)",
+        t.throttles,
+        t.suppressed,
+        t.records,
+        t.records_dropped
+    );
+}

@@ -572,9 +572,7 @@ macro_rules! user_symbols {
 
         /// The named appliance entry points (for reports).
         pub fn symbols() -> impl Iterator<Item = (u64, &'static str)> {
-            [$(($name as *const () as u64, stringify!($name))),*]
-                .into_iter()
-                .chain(crate::demo::symbols())
+            [$(($name as *const () as u64, stringify!($name))),*].into_iter()
         }
     };
 }

@@ -18,6 +18,7 @@ use sampler::wire::{End, Lost, LostReason, Record};
 /// cannot keep the tasks from running (what does not fit is lost and
 /// counted). Returns the records written.
 pub fn drain() -> usize {
+    crate::stream::repeat_if_due();
     drain_up_to(RING_SLOTS.div_ceil(DRAIN_BATCH))
 }
 

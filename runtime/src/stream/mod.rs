@@ -6,8 +6,71 @@ pub mod wire;
 
 use crate::sample::clock;
 use crate::sample::profile::{self, Source};
+use core::cell::RefCell;
+use critical_section::Mutex;
 use sampler::event::PmuCaps;
-use sampler::wire::{CpuId, CpuVendor, End, Hello, Record, Task, TextRange};
+use sampler::wire::{CpuId, CpuVendor, End, Hello, Program, Record, Task};
+
+/// Hello and the Task records are sent again this often (TSC time), so a
+/// host that joins late, or lost the start to noise, decodes the stream
+/// from the next repetition.
+pub const REPEAT_NS: u64 = 2_000_000_000;
+/// Tasks whose records are repeated (the process table's size, and then
+/// some).
+const MAX_ANNOUNCED: usize = 32;
+
+/// What was announced, for the periodic repetition.
+struct Announced {
+    hello: Option<Hello>,
+    tasks: heapless::Vec<Task, MAX_ANNOUNCED>,
+    next_ns: u64,
+}
+
+static ANNOUNCED: Mutex<RefCell<Announced>> = Mutex::new(RefCell::new(Announced {
+    hello: None,
+    tasks: heapless::Vec::new(),
+    next_ns: 0,
+}));
+
+/// Sends the Task record `t` and keeps it for the repetition.
+fn announce_task(t: Task) {
+    wire::send(&Record::Task(t.clone()));
+    critical_section::with(|cs| {
+        let mut a = ANNOUNCED.borrow_ref_mut(cs);
+        if let Some(old) = a.tasks.iter_mut().find(|o| o.tid == t.tid) {
+            *old = t;
+        } else {
+            // A table full of tasks keeps the first ones repeated.
+            let _ = a.tasks.push(t);
+        }
+    });
+}
+
+/// From the drain loop: once [`REPEAT_NS`] passed since the last time,
+/// sends Hello again (same boot, the next repeat number) and every task's
+/// Task record, unchanged.
+pub fn repeat_if_due() {
+    let now = clock::now_ns();
+    let hello = critical_section::with(|cs| {
+        let mut a = ANNOUNCED.borrow_ref_mut(cs);
+        if now < a.next_ns {
+            return None;
+        }
+        a.next_ns = now + REPEAT_NS;
+        let h = a.hello.as_mut()?;
+        h.repeat += 1;
+        Some(h.clone())
+    });
+    let Some(hello) = hello else { return };
+    wire::send(&Record::Hello(hello));
+    for i in 0..MAX_ANNOUNCED {
+        let t = critical_section::with(|cs| ANNOUNCED.borrow_ref(cs).tasks.get(i).cloned());
+        match t {
+            Some(t) => wire::send(&Record::Task(t)),
+            None => break,
+        }
+    }
+}
 
 fn cpu_id() -> CpuId {
     use arch_x86::cpuid::{CpuCpuid, Cpuid};
@@ -87,11 +150,20 @@ pub fn send_hello(cmdline: &str, source: Source) {
     }
     let _ = h.cmdline.push_str(&cmdline[..end]);
     let _ = h.events.push(profile::event());
-    wire::send(&Record::Hello(h));
+    let mut boot = [0u8; 8];
+    clock::random_bytes(&mut boot);
+    h.boot = u64::from_le_bytes(boot) | 1;
+    wire::send(&Record::Hello(h.clone()));
+    critical_section::with(|cs| {
+        let mut a = ANNOUNCED.borrow_ref_mut(cs);
+        a.hello = Some(h);
+        a.next_ns = clock::now_ns() + REPEAT_NS;
+    });
 }
 
-/// Sends a Task record for task `id`.
-pub fn send_task(id: u8, name: &str, compat: bool, text: (u64, u64)) {
+/// Sends the Task record of loaded process `id` running `program` (its
+/// archive path, build-id and loaded segments).
+pub fn send_program_task(id: u8, name: &str, compat: bool, program: Program) {
     let mut t = Task {
         time: clock::now_ns(),
         pid: u32::from(id) + 1,
@@ -103,15 +175,14 @@ pub fn send_task(id: u8, name: &str, compat: bool, text: (u64, u64)) {
             sampler::regs::Abi::Bits64
         },
         text: heapless::Vec::new(),
+        program: Some(program),
     };
-    let _ = t.name.push_str(&name[..name.len().min(t.name.capacity())]);
-    let _ = t.text.push(TextRange {
-        start: text.0,
-        len: text.1.saturating_sub(text.0),
-        // The host takes the offset from the image's section headers.
-        file_offset: 0,
-    });
-    wire::send(&Record::Task(t));
+    let mut end = name.len().min(t.name.capacity());
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    let _ = t.name.push_str(&name[..end]);
+    announce_task(t);
 }
 
 /// Stops sampling, drains everything and sends End with the final counters.

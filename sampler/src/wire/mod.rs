@@ -93,9 +93,11 @@ pub const MAGIC: [u8; 4] = *b"PRCH";
 /// The protocol version this crate speaks. Version 2 changed the frame
 /// check from CRC-32/ISO-HDLC to CRC-32C; version 3 made a delta sample's
 /// chain the cumulative chain of its task's run since the keyframe instead
-/// of the previous frame's plain CRC (see the module docs). A version-2
-/// Hello is recognised and refused with the version error.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// of the previous frame's plain CRC (see the module docs); version 4 added
+/// the program of a loaded process to its Task record ([`Task::program`]).
+/// A Hello of another version is recognised and refused with the version
+/// error.
+pub const PROTOCOL_VERSION: u16 = 4;
 /// The frame delimiter. A writer should send one before its first frame
 /// (and after any reset of the line) so that noise on the line before it is
 /// not glued to that frame.
@@ -113,6 +115,10 @@ pub const MAX_BUILD_ID: usize = 32;
 pub const MAX_TASK_NAME: usize = 32;
 /// Most text ranges of a task.
 pub const MAX_TASK_RANGES: usize = 4;
+/// Longest archive path of a program in a Task record.
+pub const MAX_PROGRAM_PATH: usize = 256;
+/// Most loaded segments of a program in a Task record.
+pub const MAX_PROGRAM_SEGMENTS: usize = 8;
 /// Longest log payload.
 pub const MAX_LOG: usize = 512;
 /// Longest self-test name / detail.
@@ -165,6 +171,14 @@ pub struct Hello {
     pub cmdline: heapless::String<MAX_CMDLINE>,
     /// The events being sampled.
     pub events: heapless::Vec<EventConfig, MAX_EVENTS>,
+    /// A number that is the same in every Hello of one boot and (with
+    /// overwhelming likelihood) differs between boots.
+    pub boot: u64,
+    /// 0 for the boot's first Hello; the target repeats Hello (and its Task
+    /// records) periodically with 1, 2, ..., so a host that joins late, or
+    /// lost the start to noise, decodes from the next repetition. A Hello of
+    /// the same `boot` with a non-zero `repeat` is never a restart.
+    pub repeat: u32,
 }
 
 impl Hello {
@@ -181,7 +195,15 @@ impl Hello {
             build_id: heapless::Vec::new(),
             cmdline: heapless::String::new(),
             events: heapless::Vec::new(),
+            boot: 0,
+            repeat: 0,
         }
+    }
+
+    /// Whether `self`, arriving after `first`, repeats it (the same boot)
+    /// rather than starting a new run.
+    pub fn repeats(&self, first: &Hello) -> bool {
+        self.repeat > 0 && self.boot == first.boot
     }
 }
 
@@ -237,6 +259,50 @@ pub struct TextRange {
     pub file_offset: u64,
 }
 
+/// One loaded segment of a program, as the loader mapped it (page-aligned,
+/// as Linux's `mmap` of a PT_LOAD segment): becomes an MMAP2 on the host
+/// when it is executable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    /// First mapped address (page-aligned).
+    pub start: u64,
+    /// Mapped length in bytes (whole pages).
+    pub len: u64,
+    /// Offset in the program file of the byte at `start` (page-aligned; the
+    /// MMAP2 pgoff).
+    pub file_offset: u64,
+    /// Rights: [`Segment::READ`], [`Segment::WRITE`], [`Segment::EXEC`].
+    pub prot: u8,
+}
+
+impl Segment {
+    /// Readable.
+    pub const READ: u8 = 1;
+    /// Writable.
+    pub const WRITE: u8 = 2;
+    /// Executable.
+    pub const EXEC: u8 = 4;
+
+    /// Whether the segment holds code.
+    pub fn executable(&self) -> bool {
+        self.prot & Self::EXEC != 0
+    }
+}
+
+/// The program a loaded process runs: which file of the boot archive, its
+/// build-id and where its segments were loaded.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Program {
+    /// The program's path in the boot archive (`bin/app`), as the manifest
+    /// names it (cut at [`MAX_PROGRAM_PATH`] bytes).
+    pub path: heapless::String<MAX_PROGRAM_PATH>,
+    /// The ELF's NT_GNU_BUILD_ID note; empty when it has none.
+    pub build_id: heapless::Vec<u8, MAX_BUILD_ID>,
+    /// Its loaded PT_LOAD segments, in program-header order (the first
+    /// [`MAX_PROGRAM_SEGMENTS`]).
+    pub segments: heapless::Vec<Segment, MAX_PROGRAM_SEGMENTS>,
+}
+
 /// A task appeared (COMM + MMAP on the host).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
@@ -250,8 +316,12 @@ pub struct Task {
     pub name: heapless::String<MAX_TASK_NAME>,
     /// ABI of its user code.
     pub abi: Abi,
-    /// Its user text.
+    /// Its user text inside the runtime image (built-in programs; empty
+    /// for a loaded program, whose code is in [`Task::program`]).
     pub text: heapless::Vec<TextRange, MAX_TASK_RANGES>,
+    /// The program file a loaded process runs (`None` for the runtime's
+    /// built-in programs).
+    pub program: Option<Program>,
 }
 
 /// Log severity.

@@ -91,8 +91,38 @@ fn other_records_round_trip() {
         name: heapless::String::new(),
         abi: crate::regs::Abi::Bits32,
         text: heapless::Vec::new(),
+        program: None,
     };
     task.name.push_str("spin32").unwrap();
+    let mut program = Program::default();
+    program.path.push_str("bin/app").unwrap();
+    program.build_id.extend_from_slice(&[0x5a; 20]).unwrap();
+    for (i, prot) in [
+        Segment::READ,
+        Segment::READ | Segment::EXEC,
+        Segment::READ | Segment::WRITE,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let i = i as u64;
+        program
+            .segments
+            .push(Segment {
+                start: 0x40_0000 + i * 0x1000,
+                len: 0x1000,
+                file_offset: i * 0x1000,
+                prot,
+            })
+            .unwrap();
+    }
+    let loaded = Task {
+        pid: 4,
+        tid: 4,
+        text: heapless::Vec::new(),
+        program: Some(program),
+        ..task.clone()
+    };
     task.text
         .push(TextRange {
             start: 0x40_0000,
@@ -103,6 +133,7 @@ fn other_records_round_trip() {
     let records = [
         Record::Hello(hello),
         Record::Task(task),
+        Record::Task(loaded),
         Record::Log(Log::text(1, LogLevel::Warn, "panicked at x.rs:3")),
         Record::Log(Log::defmt(2, LogLevel::Info, &[1, 0, 2, 0, 0])),
         Record::Lost(Lost {
@@ -1005,7 +1036,7 @@ fn a_version_1_stream_gets_the_version_error() {
         found: 1,
         expected: PROTOCOL_VERSION,
     })];
-    assert_eq!(PROTOCOL_VERSION, 3);
+    assert_eq!(PROTOCOL_VERSION, 4);
     #[cfg(feature = "std")]
     let paths = [Path::Rebuilt, Path::Parts, Path::Batches];
     #[cfg(not(feature = "std"))]

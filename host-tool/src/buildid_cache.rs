@@ -1,0 +1,167 @@
+//! perf's build-id cache, written the way `perf buildid-cache -a` lays it
+//! out, so a plain `perf report` finds the runtime and every program by the
+//! build-ids in perf.data with no flags and no perf needed to write it.
+//!
+//! The cache directory is `$PERF_BUILDID_DIR` when set, else
+//! `$HOME/.debug` (perf's default `buildid.dir`). An ELF at absolute path
+//! `/a/b/prog` with build-id `0123ab...` is cached as
+//!
+//! ```text
+//! DIR/a/b/prog/0123ab.../elf             a copy of the file
+//! DIR/.build-id/01/23ab...  ->  ../../a/b/prog/0123ab...
+//! ```
+//!
+//! which perf reads for user DSOs (`.build-id/01/23ab.../elf`). perf looks
+//! the kernel up as `.build-id/<xx>/<rest>/kallsyms` and loads that file as
+//! a vmlinux before the standard vmlinux paths (`dso__load_kernel_sym`), so
+//! the runtime's entry also holds the ELF as `kallsyms`: runtime samples
+//! under `[kernel.kallsyms]` then resolve with no `--vmlinux` and no
+//! "No kallsyms or vmlinux" warning.
+//!
+//! Files are written to a temporary name in the entry's directory and
+//! renamed into place; an entry or link already there is left alone (a
+//! cache is shared with perf and other runs: nothing is ever removed or
+//! overwritten).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The cache directory: `$PERF_BUILDID_DIR`, else `$HOME/.debug`; `None`
+/// when neither is set.
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("PERF_BUILDID_DIR").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(d));
+    }
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| PathBuf::from(h).join(".debug"))
+}
+
+/// What [`add`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Added {
+    /// The entry was written (or completed).
+    New(PathBuf),
+    /// The entry was there already, with these bytes.
+    Present(PathBuf),
+}
+
+/// Lowercase hex.
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Writes `bytes` as `path` through a temporary file in the same
+/// directory, unless `path` exists. Returns whether it wrote.
+fn put_file(path: &Path, bytes: &[u8], executable: bool) -> std::io::Result<bool> {
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Ok(false);
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".perch-")
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.flush()?;
+    if executable {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o755))?;
+    }
+    // `persist_noclobber` refuses to replace a file that appeared meanwhile.
+    match tmp.persist_noclobber(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e.error),
+    }
+}
+
+/// Adds `file` (whose contents are `bytes` and GNU build-id `build_id`) to
+/// the cache at `dir`; `kernel` also stores it as the kernel's `kallsyms`
+/// (the runtime image).
+pub fn add(
+    dir: &Path,
+    file: &Path,
+    bytes: &[u8],
+    build_id: &[u8],
+    kernel: bool,
+) -> std::io::Result<Added> {
+    if build_id.is_empty() {
+        return Err(std::io::Error::other("the file has no build-id"));
+    }
+    let abs = std::fs::canonicalize(file)?;
+    let id = hex(build_id);
+    let rel = abs.strip_prefix("/").unwrap_or(&abs);
+    let entry = dir.join(rel).join(&id);
+    std::fs::create_dir_all(&entry)?;
+    let mut wrote = put_file(&entry.join("elf"), bytes, true)?;
+    if kernel {
+        wrote |= put_file(&entry.join("kallsyms"), bytes, false)?;
+    }
+    let (head, rest) = id.split_at(2);
+    let links = dir.join(".build-id").join(head);
+    std::fs::create_dir_all(&links)?;
+    let link = links.join(rest);
+    if std::fs::symlink_metadata(&link).is_err() {
+        let target = Path::new("../..").join(rel).join(&id);
+        let tmp = links.join(format!(".perch-{rest}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&target, &tmp)?;
+        // rename(2) over a link that appeared meanwhile would replace it:
+        // check once more, as close to the rename as this gets.
+        if std::fs::symlink_metadata(&link).is_ok() {
+            let _ = std::fs::remove_file(&tmp);
+        } else {
+            std::fs::rename(&tmp, &link)?;
+            wrote = true;
+        }
+    }
+    Ok(if wrote {
+        Added::New(entry)
+    } else {
+        Added::Present(entry)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_and_links_follow_perfs_layout_and_are_never_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let file = dir.path().join("prog");
+        std::fs::write(&file, b"one").unwrap();
+        let id = [0xab, 0xcd, 0x01, 0x02];
+        let got = add(&cache, &file, b"one", &id, true).unwrap();
+        let abs = std::fs::canonicalize(&file).unwrap();
+        let entry = cache.join(abs.strip_prefix("/").unwrap()).join("abcd0102");
+        assert_eq!(got, Added::New(entry.clone()));
+        assert_eq!(std::fs::read(entry.join("elf")).unwrap(), b"one");
+        assert_eq!(std::fs::read(entry.join("kallsyms")).unwrap(), b"one");
+        let link = cache.join(".build-id/ab/cd0102");
+        assert_eq!(
+            std::fs::read_link(&link).unwrap(),
+            Path::new("../..")
+                .join(abs.strip_prefix("/").unwrap())
+                .join("abcd0102")
+        );
+        assert_eq!(std::fs::read(link.join("elf")).unwrap(), b"one");
+        // A second add leaves the entry as it was, even with other bytes.
+        assert_eq!(
+            add(&cache, &file, b"two", &id, true).unwrap(),
+            Added::Present(entry.clone())
+        );
+        assert_eq!(std::fs::read(entry.join("elf")).unwrap(), b"one");
+        // No temporary file is left behind.
+        let leftovers: Vec<_> = std::fs::read_dir(&entry)
+            .unwrap()
+            .chain(std::fs::read_dir(cache.join(".build-id/ab")).unwrap())
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".perch-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        assert!(add(&cache, &file, b"one", &[], false).is_err());
+    }
+}
