@@ -62,10 +62,7 @@ fn attack(build: CBuild, what: &str, arg: Option<u64>, want: Want) -> Attack {
         .replace("noncanonical", "noncanon")
         .replace("sigreturn-forged", "sigret")
         .replace("exec-mprotect", "mprotect-x");
-    let mut name = format!("{short}{suffix}");
-    if let Some(a) = arg {
-        name = format!("w{:x}{suffix}", a >> 12);
-    }
+    let name = format!("{short}{suffix}");
     assert!(
         name.len() <= 15,
         "{name}: a process name has 15 bytes at most"
@@ -261,26 +258,26 @@ fn tables() -> Vec<Attack> {
         attack(A32, "sgdt-write", None, Want::TableWrite),
         attack(A32, "sidt-write", None, Want::TableWrite),
     ];
-    for addr in [
-        gdt,
-        direct_alias(gdt),
-        direct_alias(idt),
-        direct_alias(tss),
-        pml4,
-        direct_alias(pml4),
-        direct_alias(boot_pml4),
-        text,
-        DIRECT_MAP,
+    for (name, addr) in [
+        ("wr-gdt", gdt),
+        ("wr-gdt-dmap", direct_alias(gdt)),
+        ("wr-idt-dmap", direct_alias(idt)),
+        ("wr-tss-dmap", direct_alias(tss)),
+        ("wr-pml4", pml4),
+        ("wr-pml4-dmap", direct_alias(pml4)),
+        ("wr-bootpml4-dm", direct_alias(boot_pml4)),
+        ("wr-text", text),
+        ("wr-dmap", DIRECT_MAP),
         // The page tables of the first process the runtime builds are frames above
         // the image; the direct map's first 16 MiB cover them.
-        DIRECT_MAP + (16 << 20),
+        ("wr-dmap-16m", DIRECT_MAP + (16 << 20)),
     ] {
-        v.push(attack(
-            A64,
-            "write",
-            Some(addr),
-            Want::PageFault("writing", Some(addr)),
-        ));
+        let hex = format!("{addr:x}");
+        v.push(Attack {
+            program: Program::new(&attack_exe(A64), name, &["write", &hex], &[]),
+            name: name.to_string(),
+            want: Want::PageFault("writing", Some(addr)),
+        });
     }
     v
 }
