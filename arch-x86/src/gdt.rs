@@ -184,7 +184,14 @@ impl TaskStateSegment {
     }
 }
 
-/// Loads a GDT built by [`build`], reloads every segment register and loads the TSS.
+/// Loads a GDT built by [`build`], reloads every segment register, loads the TSS
+/// and loads the null LDT selector.
+///
+/// The LDTR must be null: whatever the CPU or the firmware left there (QEMU resets
+/// it to base 0, limit 0xffff) would make every selector with TI set (`mov ds, 7`,
+/// `ljmp 7:...` from ring 3) read descriptors from a linear address of the running
+/// process's space, one it may map and fill with a call gate into ring 0. With a
+/// null LDTR those selectors raise #GP.
 ///
 /// # Safety
 /// `gdt` must hold [`build`]'s layout for a TSS that stays valid and in place
@@ -218,6 +225,7 @@ pub unsafe fn load(gdt: *const [u64; GDT_ENTRIES]) {
             "mov fs, {tmp:x}",
             "mov gs, {tmp:x}",
             "ltr {tss:x}",
+            "lldt {tmp:x}",
             ptr = in(reg) &ptr,
             cs = const KERNEL_CODE as u64,
             ds = in(reg) KERNEL_DATA as u64,

@@ -10,7 +10,7 @@ use arch_x86::pmu::events::{self, Event, EventError};
 /// Default NMI rate in Hz when `freq=` is not given.
 pub const DEFAULT_FREQ_HZ: u32 = 4000;
 /// Highest NMI rate accepted from `freq=`.
-pub const MAX_FREQ_HZ: u32 = 200_000;
+pub const MAX_FREQ_HZ: u32 = 1_000_000;
 /// `max_rate=` default: perf's `perf_event_max_sample_rate`.
 pub const DEFAULT_MAX_RATE: u32 = 100_000;
 /// `cpu_pct=` default: perf's `perf_cpu_time_max_percent`.
@@ -221,7 +221,7 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
             },
             "freq" => match value.and_then(|v| v.parse::<u32>().ok()) {
                 Some(hz) if (1..=MAX_FREQ_HZ).contains(&hz) => cfg.freq_hz = hz,
-                _ => bad("a rate in Hz from 1 to 200000"),
+                _ => bad("a rate in Hz from 1 to 1000000"),
             },
             "pmu" => match value {
                 Some("auto") => cfg.pmu = PmuMode::Auto,
@@ -365,7 +365,7 @@ mod tests {
 
     #[test]
     fn bad_values_keep_defaults() {
-        let (cfg, issues) = parse_all("freq=0 freq=abc freq=999999 pmu=maybe ring=0 duration=");
+        let (cfg, issues) = parse_all("freq=0 freq=abc freq=1000001 pmu=maybe ring=0 duration=");
         assert_eq!(cfg, Config::default());
         assert_eq!(issues.len(), 6);
         assert!(issues[0].contains("`0` for `freq`"));

@@ -222,6 +222,23 @@ fn loadable(sel: u16, tls: &[u64; gdt::TLS_SLOTS]) -> bool {
     (0..gdt::TLS_SLOTS).any(|i| sel == gdt::tls_selector(i) && tls[i] & (1 << 47) != 0)
 }
 
+/// True when `sel`, a ring-3 SS the CPU accepted when it was loaded, may be
+/// loaded again by `iretq`: any selector but a TLS slot's (the other GDT
+/// entries never change), and a TLS slot's while its descriptor is a
+/// present, writable data segment.
+pub fn user_ss_loadable(sel: u16) -> bool {
+    let Some(i) = (0..gdt::TLS_SLOTS).find(|&i| sel & !3 == gdt::tls_selector(i) & !3) else {
+        return true;
+    };
+    // SAFETY: single core; the slot is read, not written, and only
+    // `set_tls_slot` writes it, never concurrently with this.
+    let d = unsafe { core::ptr::read_volatile(&raw const (*GDT.0.get())[gdt::TLS_FIRST + i]) };
+    let present = d & (1 << 47) != 0;
+    let data = d & (1 << 44) != 0 && d & (1 << 43) == 0;
+    let writable = d & (1 << 41) != 0;
+    present && data && writable
+}
+
 /// Installs a process's segment state before it runs: its TLS slots, then
 /// its FS/GS selectors (a selector that no longer names a usable
 /// descriptor is replaced by the null one), then its FS base.

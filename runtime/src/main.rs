@@ -43,7 +43,12 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         stream::wire::start();
     }
     let early = &cfg;
-    let actual_mhz = arch_x86::pit::rate_for(early.freq_hz).map_or(0, |r| r.actual_mhz);
+    // Above the PIT's range the HPET ticks: exact rates on QEMU's 100 MHz counter.
+    let actual_mhz = match arch_x86::pit::rate_for(early.freq_hz) {
+        Ok(r) => r.actual_mhz,
+        Err(arch_x86::pit::PitError::TooFast) => u64::from(early.freq_hz) * 1000,
+        Err(_) => 0,
+    };
     profile::configure(
         early.freq_hz,
         actual_mhz,
@@ -179,9 +184,9 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             "perch: nmi clock: {} at {} Hz (divisor {}, {}.{:03} Hz){}{}",
             c.source,
             clock_hz,
-            c.rate.divisor,
-            c.rate.actual_mhz / 1000,
-            c.rate.actual_mhz % 1000,
+            c.divisor,
+            c.actual_mhz / 1000,
+            c.actual_mhz % 1000,
             if c.hpet_found {
                 "; HPET legacy routing off"
             } else {
@@ -195,6 +200,9 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         ),
         Err(clock::ClockError::Rate(e)) => {
             kprintln!("perch: nmi clock not started: {clock_hz} Hz: {e:?}")
+        }
+        Err(clock::ClockError::Hpet(e)) => {
+            kprintln!("perch: nmi clock not started: {clock_hz} Hz needs the HPET: {e:?}")
         }
     }
     if let Some(kind) = cfg.crash {

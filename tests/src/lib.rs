@@ -95,12 +95,42 @@ pub fn boot(cmdline: &str, timeout: Duration) -> Boot {
 /// Boots the runtime with `archive` as its boot archive (`-initrd`, the PVH
 /// module) and 1 GiB of memory (`-cpu max`), and waits at most `timeout`.
 pub fn boot_archive(cmdline: &str, archive: &std::path::Path, timeout: Duration) -> Boot {
+    boot_archive_on(Cpu::Max, cmdline, archive, timeout, &[])
+}
+
+/// The CPU model QEMU emulates (`-cpu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cpu {
+    /// `-cpu max`: under TCG every feature QEMU can emulate, among them NX,
+    /// SMEP and SMAP, so the runtime's protections are on.
+    Max,
+    /// `-cpu qemu64`, QEMU's default model: NX, but no SMEP or SMAP (the
+    /// runtime runs without them).
+    Qemu64,
+}
+
+impl Cpu {
+    /// The `-cpu` argument.
+    pub fn model(self) -> &'static str {
+        match self {
+            Cpu::Max => "max",
+            Cpu::Qemu64 => "qemu64",
+        }
+    }
+}
+
+/// [`boot_archive`] on CPU model `cpu`, with `extra` QEMU arguments (e.g. `-icount`).
+pub fn boot_archive_on(
+    cpu: Cpu,
+    cmdline: &str,
+    archive: &std::path::Path,
+    timeout: Duration,
+    extra: &[&str],
+) -> Boot {
     let archive = archive.to_str().expect("the archive path is UTF-8");
-    boot_with(
-        cmdline,
-        timeout,
-        &["-cpu", "max", "-m", "1G", "-initrd", archive],
-    )
+    let mut args = vec!["-cpu", cpu.model(), "-m", "1G", "-initrd", archive];
+    args.extend_from_slice(extra);
+    boot_with(cmdline, timeout, &args)
 }
 
 /// Boots under `-icount shift=0,sleep=off`: instruction-exact, repeatable timing.
@@ -237,6 +267,11 @@ pub struct Recording {
 
 /// Runs `perch record --icount` on the runtime image with `args` added.
 pub fn record(args: &[&str]) -> Recording {
+    record_for(240, args)
+}
+
+/// [`record`] with perch's `--timeout` at `timeout_s` seconds.
+pub fn record_for(timeout_s: u64, args: &[&str]) -> Recording {
     let dir = tempfile::tempdir().expect("temporary directory");
     let data = dir.path().join("perf.data");
     let capture = dir.path().join("capture.bin");
@@ -249,7 +284,7 @@ pub fn record(args: &[&str]) -> Recording {
         .arg(&data)
         .arg("--save-capture")
         .arg(&capture)
-        .args(["--timeout", "240"])
+        .args(["--timeout", &timeout_s.to_string()])
         .args(args)
         // perch adds the image and the programs to perf's build-id cache:
         // a private one per recording, not the user's ~/.debug.

@@ -9,7 +9,7 @@
 //! with the same argv and environment), and boots them all with [`run_appliance`], which
 //! returns the parsed [`Console`].
 
-use crate::{Boot, boot_archive, workspace_root};
+use crate::{Boot, Cpu, boot_archive, boot_archive_on, workspace_root};
 use host_tool::archive::Appliance;
 pub use host_tool::archive::ProcessSpec;
 use std::collections::{BTreeMap, HashMap};
@@ -729,10 +729,23 @@ impl ApplianceRun {
 
 /// Packs `app` into a temporary archive and boots it with `cmdline` (1 GiB, `-initrd`).
 pub fn run_appliance(app: &Appliance, cmdline: &str, timeout: Duration) -> ApplianceRun {
+    run_appliance_on(Cpu::Max, app, cmdline, timeout, &[])
+}
+
+/// [`run_appliance`] on CPU model `cpu`, with `extra` QEMU arguments.
+pub fn run_appliance_on(
+    cpu: Cpu,
+    app: &Appliance,
+    cmdline: &str,
+    timeout: Duration,
+    extra: &[&str],
+) -> ApplianceRun {
     let dir = tempfile::tempdir().expect("temporary directory");
     let archive = dir.path().join("app.cpio");
     app.write_to(&archive).expect("packing the appliance");
-    run_archive(&archive, cmdline, timeout)
+    let boot = boot_archive_on(cpu, cmdline, &archive, timeout, extra);
+    let console = Console::parse(&boot.bytes);
+    ApplianceRun { boot, console }
 }
 
 /// Boots an archive file as it is (for damaged archives).

@@ -36,7 +36,8 @@ enum Command {
     Selftest(SelftestArgs),
     /// Build the bootable GRUB ISO (multiboot2, BIOS and UEFI).
     Image(ImageArgs),
-    /// fmt check, clippy, host tests, and the self-test in QEMU (plain and icount).
+    /// fmt check, clippy, host tests, and the self-test in QEMU (plain, icount,
+    /// `-cpu max` with icount, and the ISO under BIOS and UEFI).
     Test(TestArgs),
     /// Run the PMU self-test under KVM `-cpu host` when a virtual PMU exists;
     /// otherwise say why not and how to boot the ISO on bare metal (exit 0).
@@ -88,6 +89,12 @@ pub struct SelftestArgs {
     /// Extra kernel command-line items.
     #[arg(long, default_value = "")]
     pub append: String,
+    /// QEMU CPU model (`-cpu`; default: `max`, or QEMU's default under
+    /// `--icount`). `--cpu max` also requires the protections to be on and
+    /// checked: NX, SMEP and SMAP enabled (TCG's `max` has them), the page-rights
+    /// and NX self-tests run, not skipped.
+    #[arg(long)]
+    pub cpu: Option<String>,
     /// Hard timeout in seconds.
     #[arg(long, default_value_t = 180)]
     pub timeout: u64,
@@ -189,6 +196,7 @@ fn run(a: RunArgs) -> Result<i32> {
             initrd: Some(archive),
         },
         icount: a.icount,
+        cpu: None,
         timeout: std::time::Duration::from_secs(a.timeout),
     };
     let out = qemu::run(&cfg)?;
@@ -220,10 +228,19 @@ pub fn selftest(a: &SelftestArgs) -> Result<bool> {
     let cfg = qemu::Config {
         boot,
         icount: a.icount,
+        cpu: a.cpu.clone(),
         timeout: std::time::Duration::from_secs(a.timeout),
     };
     let out = qemu::run(&cfg)?;
     let summary = out.selftest_summary();
+    // `--cpu max`: the protections must be on, and their checks must have run.
+    let protections = a.cpu.as_deref() != Some("max") || {
+        let missing = missing_protection_checks(&out.lines);
+        for m in &missing {
+            println!("xtask: -cpu max: {m}");
+        }
+        missing.is_empty()
+    };
     // The boot archive must have reached the self-test through the protocol.
     let archive_seen = out
         .lines
@@ -235,7 +252,8 @@ pub fn selftest(a: &SelftestArgs) -> Result<bool> {
             .any(|l| l.contains("boot_archive: skipped"));
     let pass = out.exit == qemu::Exit::Pass
         && summary.is_some_and(|(_, failed)| failed == 0)
-        && archive_seen;
+        && archive_seen
+        && protections;
     if !archive_seen {
         println!("xtask: the self-test did not read the boot archive it was booted with");
     }
@@ -251,4 +269,50 @@ pub fn selftest(a: &SelftestArgs) -> Result<bool> {
         ),
     }
     Ok(pass)
+}
+
+/// What a `-cpu max` self-test run lacks of the protection checks: the boot
+/// line must report NX, SMEP and SMAP on, and the self-tests that check them
+/// (`paging_rights`: CR4 against CPUID and the page rights;
+/// `user64_executes_data_nx`: an NX fetch fault, skipped without NX) must
+/// have passed.
+fn missing_protection_checks(lines: &[String]) -> Vec<String> {
+    let mut missing = Vec::new();
+    if !lines
+        .iter()
+        .any(|l| l.contains("cpu tables loaded; nx=true smep=true smap=true"))
+    {
+        missing.push("the runtime did not report nx=true smep=true smap=true".to_string());
+    }
+    for test in ["paging_rights", "user64_executes_data_nx"] {
+        let ok = format!("selftest: {test} ... ok");
+        if !lines.iter().any(|l| l.contains(&ok)) {
+            missing.push(format!("no `{ok}`"));
+        }
+    }
+    missing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::missing_protection_checks;
+
+    #[test]
+    fn protection_checks_must_all_be_there() {
+        let good: Vec<String> = [
+            "perch: cpu tables loaded; nx=true smep=true smap=true",
+            "selftest: paging_rights ... ok",
+            "selftest: user64_executes_data_nx ... ok",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert!(missing_protection_checks(&good).is_empty());
+        let mut off = good.clone();
+        off[0] = "perch: cpu tables loaded; nx=true smep=false smap=false".into();
+        assert_eq!(missing_protection_checks(&off).len(), 1);
+        let mut failed = good.clone();
+        failed[1] = "selftest: paging_rights ... FAILED (CR0.WP off)".into();
+        assert_eq!(missing_protection_checks(&failed).len(), 1);
+        assert_eq!(missing_protection_checks(&[]).len(), 3);
+    }
 }

@@ -44,6 +44,9 @@ pub struct Config {
     pub boot: Boot,
     /// `-icount shift=0,sleep=off`.
     pub icount: bool,
+    /// The `-cpu` model; `None`: `max` without icount, QEMU's default
+    /// (`qemu64`) with it.
+    pub cpu: Option<String>,
     /// Hard timeout.
     pub timeout: Duration,
 }
@@ -136,9 +139,12 @@ pub fn args(cfg: &Config) -> Vec<String> {
     };
     a.extend(["-machine".into(), machine.into()]);
     // `max` exposes SMEP/SMAP and NX under TCG; with icount keep the
-    // default model (the runtime adapts to what CPUID reports).
-    if !cfg.icount {
-        a.extend(["-cpu".into(), "max".into()]);
+    // default model (the runtime adapts to what CPUID reports) unless a
+    // model is asked for.
+    match &cfg.cpu {
+        Some(model) => a.extend(["-cpu".into(), model.clone()]),
+        None if !cfg.icount => a.extend(["-cpu".into(), "max".into()]),
+        None => {}
     }
     match &cfg.boot {
         Boot::Kernel {
@@ -271,13 +277,37 @@ mod tests {
                 uefi: true,
             },
             icount: true,
+            cpu: None,
             timeout: Duration::from_secs(1),
         };
         let a = args(&cfg).join(" ");
+        assert!(!a.contains("-cpu"));
         assert!(a.contains("-machine q35"));
         assert!(a.contains("-bios /usr/share/qemu/OVMF.fd"));
         assert!(a.contains("-icount shift=0,sleep=off"));
         assert!(a.contains("isa-debug-exit,iobase=0xf4,iosize=0x04"));
         assert!(a.contains("-no-reboot"));
+    }
+
+    #[test]
+    fn cpu_models() {
+        let kernel = |icount, cpu: Option<&str>| {
+            args(&Config {
+                boot: Boot::Kernel {
+                    elf: "k".into(),
+                    cmdline: String::new(),
+                    initrd: None,
+                },
+                icount,
+                cpu: cpu.map(String::from),
+                timeout: Duration::from_secs(1),
+            })
+            .join(" ")
+        };
+        assert!(kernel(false, None).contains("-cpu max"));
+        assert!(!kernel(true, None).contains("-cpu"));
+        let a = kernel(true, Some("max"));
+        assert!(a.contains("-cpu max") && a.contains("-icount shift=0,sleep=off"));
+        assert_eq!(kernel(false, Some("qemu64")).matches("-cpu").count(), 1);
     }
 }

@@ -1,6 +1,8 @@
-//! `cargo xtask test`: formatting, lints, host tests and the on-target
-//! self-test in QEMU (plain, under icount, and from the ISO under BIOS and
-//! UEFI), with a summary whose last line is `N passed, M failed`.
+//! `cargo xtask test`: formatting, lints, host tests (the QEMU end-to-end
+//! tests of `tests/` among them) and the on-target self-test in QEMU (plain,
+//! under icount, `-cpu max` under icount with the protections checked, and
+//! from the ISO under BIOS and UEFI), with a summary whose last line is
+//! `N passed, M failed`.
 
 use crate::tools::{self, GCC_MULTILIB, MUSL_GCC, PROGRAM_TARGETS, RUNTIME_TARGET};
 use crate::{SelftestArgs, project_root, selftest};
@@ -32,7 +34,12 @@ pub fn run(with_iso: bool) -> Result<i32> {
         iso,
         uefi,
         append: String::new(),
+        cpu: None,
         timeout: 240,
+    };
+    let max_icount = SelftestArgs {
+        cpu: Some("max".into()),
+        ..st(true, false, false)
     };
     let mut steps: Vec<Step> = vec![
         ("fmt", Box::new(|| cargo(&["fmt", "--all", "--check"]))),
@@ -64,6 +71,10 @@ pub fn run(with_iso: bool) -> Result<i32> {
         (
             "selftest (QEMU, -icount shift=0,sleep=off)",
             Box::new(move || selftest(&st(true, false, false))),
+        ),
+        (
+            "selftest (QEMU, -cpu max -icount: NX/SMEP/SMAP on)",
+            Box::new(move || selftest(&max_icount)),
         ),
     ];
     if with_iso {

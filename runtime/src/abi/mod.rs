@@ -68,10 +68,26 @@ fn current_is_linux() -> bool {
 /// A system call: a loaded program's goes to its Linux personality, a
 /// built-in program's to the runtime's own small ABI.
 fn syscall_from(frame: &mut TrapFrame, abi: Abi) -> u64 {
-    match task::current() {
+    let r = match task::current() {
         Some(id) if current_is_linux() => task::linux::syscall(frame, id, abi),
         _ => perch::handle(frame, abi),
+    };
+    // A compat process may have loaded SS from one of its TLS slots and
+    // then deleted that slot (set_thread_area): the `iretq` back would fault
+    // in ring 0. As Linux's failed IRET does, that ends the process (SIGSEGV,
+    // #GP with the selector as its error code), never the runtime.
+    let ss = frame.ss as u16;
+    if r == RESUME && !crate::cpu::user_ss_loadable(ss) {
+        task::set_outcome(Outcome::Fault(Fault {
+            vector: 13,
+            error_code: u64::from(ss & !3),
+            rip: frame.rip,
+            cs: frame.cs,
+            cr2: arch_x86::cpu::cr2(),
+        }));
+        return LEAVE;
     }
+    r
 }
 
 /// Reports an exception taken in the runtime itself and exits with the crash code.

@@ -1,5 +1,9 @@
 //! The NMI clock: a periodic NMI that works without a PMU. The PIT's
 //! channel 0 drives ISA IRQ 0, which the I/O APIC (pin 2) delivers as an NMI.
+//! Above the PIT's highest rate (about 596 kHz: divisor 2) the HPET's timer 0
+//! drives that line instead, in legacy-replacement mode, one-shot and moved
+//! on one period from each NMI ([`on_nmi`]; QEMU's HPET counts at 100 MHz, so
+//! 1 MHz is exactly 100 ticks, 1,000 instructions under `-icount shift=0`).
 
 use arch_x86::paging::phys_to_virt;
 use arch_x86::{hpet, ioapic, lapic, pic, pit};
@@ -19,9 +23,11 @@ pub fn running() -> bool {
 pub struct ClockInfo {
     /// Human-readable source.
     pub source: &'static str,
-    /// The PIT rate actually programmed.
-    pub rate: pit::PitRate,
-    /// Whether an HPET had to be taken out of legacy routing.
+    /// The PIT divisor or the HPET ticks per period.
+    pub divisor: u64,
+    /// The rate actually programmed, in mHz.
+    pub actual_mhz: u64,
+    /// Whether an HPET had to be taken out of legacy routing (PIT source).
     pub hpet_found: bool,
 }
 
@@ -30,19 +36,47 @@ pub struct ClockInfo {
 pub enum ClockError {
     /// The rate is out of the PIT's range.
     Rate(pit::PitError),
+    /// The rate needs the HPET, which cannot give it.
+    Hpet(hpet::HpetError),
+}
+
+/// Which device ticks (for `stop` and `on_nmi`).
+static ON_HPET: AtomicBool = AtomicBool::new(false);
+/// HPET source: the main-counter value of the next expiry, and the period.
+static HPET_NEXT: AtomicU64 = AtomicU64::new(0);
+static HPET_TICKS: AtomicU64 = AtomicU64::new(0);
+
+/// Called first thing in every NMI (NMI-safe): with the HPET as the source,
+/// moves its comparator on one period (on the schedule, not from now, so the
+/// rate holds even when a handler runs late; an expiry already past fires at
+/// once). Nothing to do for the PIT, which is periodic.
+#[inline]
+pub fn on_nmi() {
+    if !ON_HPET.load(Ordering::Relaxed) {
+        return;
+    }
+    let next = HPET_NEXT.load(Ordering::Relaxed) + HPET_TICKS.load(Ordering::Relaxed);
+    HPET_NEXT.store(next, Ordering::Relaxed);
+    // SAFETY: `start` found the HPET there and started it; only the NMI path
+    // moves the comparator while it runs.
+    unsafe { hpet::set_comparator(phys_to_virt(hpet::DEFAULT_BASE), next) };
 }
 
 /// Starts NMIs at about `hz`. `pmu_armed`: the hardware PMU samples
 /// already, so the local APIC keeps its performance-counter LVT entry
 /// armed; every other LVT entry (and otherwise that one too) is masked.
 pub fn start(hz: u32, pmu_armed: bool) -> Result<ClockInfo, ClockError> {
-    let rate = pit::rate_for(hz).map_err(ClockError::Rate)?;
+    let pit_rate = match pit::rate_for(hz) {
+        Ok(r) => Some(r),
+        Err(pit::PitError::TooFast) => None,
+        Err(e) => return Err(ClockError::Rate(e)),
+    };
+    let hpet_base = phys_to_virt(hpet::DEFAULT_BASE);
     // SAFETY: standard PC platform resources (8259, HPET window, local APIC,
     // I/O APIC, PIT), all reached through the direct map that `mm::init` builds
-    // (uncached in the device window).
+    // (uncached in the device window); nothing else uses the HPET or IRQ 0.
     unsafe {
         pic::disable();
-        let hpet_found = hpet::disable_legacy_routing(phys_to_virt(hpet::DEFAULT_BASE));
         let apic = lapic::LocalApic::from_msr();
         apic.enable_masked(pmu_armed);
         let io = ioapic::IoApic::new(phys_to_virt(ioapic::DEFAULT_BASE));
@@ -51,13 +85,46 @@ pub fn start(hz: u32, pmu_armed: bool) -> Result<ClockInfo, ClockError> {
             ioapic::PIT_PIN,
             ioapic::redirection(ioapic::Delivery::Nmi, 2, apic.id(), false),
         );
-        RUNNING.store(true, Ordering::Relaxed);
-        pit::start_channel0(rate);
-        Ok(ClockInfo {
-            source: "PIT channel 0 -> IOAPIC pin 2 (NMI delivery)",
-            rate,
-            hpet_found,
-        })
+        let info = match pit_rate {
+            Some(rate) => {
+                let hpet_found = hpet::disable_legacy_routing(hpet_base);
+                RUNNING.store(true, Ordering::Relaxed);
+                pit::start_channel0(rate);
+                ClockInfo {
+                    source: "PIT channel 0 -> IOAPIC pin 2 (NMI delivery)",
+                    divisor: u64::from(rate.divisor),
+                    actual_mhz: rate.actual_mhz,
+                    hpet_found,
+                }
+            }
+            None => {
+                let rate = hpet::rate_for(
+                    hz,
+                    hpet::period_fs(core::ptr::read_volatile(hpet_base as *const u64)).unwrap_or(0),
+                );
+                if let Some(r) = rate {
+                    HPET_TICKS.store(r.ticks, Ordering::Relaxed);
+                    HPET_NEXT.store(r.ticks, Ordering::Relaxed);
+                }
+                RUNNING.store(true, Ordering::Relaxed);
+                ON_HPET.store(true, Ordering::Relaxed);
+                match hpet::start_legacy(hpet_base, hz) {
+                    Ok(rate) => ClockInfo {
+                        source: "HPET timer 0 (legacy replacement, one-shot re-armed per NMI) -> IOAPIC pin 2 (NMI delivery)",
+                        divisor: rate.ticks,
+                        actual_mhz: rate.actual_mhz,
+                        hpet_found: false,
+                    },
+                    Err(e) => {
+                        io.set_redirection(ioapic::PIT_PIN, ioapic::MASKED);
+                        RUNNING.store(false, Ordering::Relaxed);
+                        ON_HPET.store(false, Ordering::Relaxed);
+                        return Err(ClockError::Hpet(e));
+                    }
+                }
+            }
+        };
+        Ok(info)
     }
 }
 
@@ -67,6 +134,9 @@ pub fn stop() {
     unsafe {
         ioapic::IoApic::new(phys_to_virt(ioapic::DEFAULT_BASE))
             .set_redirection(ioapic::PIT_PIN, ioapic::MASKED);
+        if ON_HPET.swap(false, Ordering::Relaxed) {
+            hpet::stop(phys_to_virt(hpet::DEFAULT_BASE));
+        }
     }
     RUNNING.store(false, Ordering::Relaxed);
 }

@@ -137,6 +137,7 @@ pub fn set_observer(slot: usize, f: Observer) {
 pub extern "C" fn nmi_dispatch(frame: &mut TrapFrame) {
     let entry_tsc = rdtsc();
     NMI_COUNT.fetch_add(1, Ordering::Relaxed);
+    crate::sample::clock::on_nmi();
     crate::sample::profile::on_overflow(&context(frame), entry_tsc);
     let mut cap = None;
     for o in &OBSERVER {

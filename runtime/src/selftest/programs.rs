@@ -113,6 +113,11 @@ perch_st_fault_nx:
     lea rbx, [rip + perch_st_data_code]
     call rbx
     ud2
+    .global perch_st_fault_ldt
+perch_st_fault_ldt:
+    mov eax, 7
+    mov ds, ax
+    ud2
 
     .balign 16
     .global perch_st_regs64
@@ -190,6 +195,11 @@ perch_st_hello32:
 
     .global perch_st_fault32_ud
 perch_st_fault32_ud:
+    ud2
+    .global perch_st_fault32_ldt
+perch_st_fault32_ldt:
+    mov eax, 7
+    mov ds, ax
     ud2
     .global perch_st_fault32_pf
 perch_st_fault32_pf:
@@ -580,6 +590,7 @@ user_symbols!(
     perch_st_fault_kernel_read,
     perch_st_fault_text_write,
     perch_st_fault_nx,
+    perch_st_fault_ldt,
     perch_st_regs64,
     perch_st_regs64_loop,
     perch_st_regs64_loop_end,
@@ -587,6 +598,7 @@ user_symbols!(
     perch_st_spin64_ret,
     perch_st_hello32,
     perch_st_fault32_ud,
+    perch_st_fault32_ldt,
     perch_st_fault32_pf,
     perch_st_fault32_de,
     perch_st_regs32,

@@ -201,6 +201,24 @@ pub(super) const FAULTS: &[FaultCase] = &[
         error_code: Some(0x15),
         cr2: Some(|| user::addr(user::perch_st_data_code)),
     },
+    // A selector into the LDT: the LDTR is null, so #GP with the selector as
+    // the error code (not a descriptor read through the process's page 0).
+    FaultCase {
+        name: "user64_ldt_selector_gp",
+        abi: Abi::X64,
+        entry: user::perch_st_fault_ldt,
+        vector: 13,
+        error_code: Some(0x4),
+        cr2: None,
+    },
+    FaultCase {
+        name: "compat_ldt_selector_gp",
+        abi: Abi::Compat32,
+        entry: user::perch_st_fault32_ldt,
+        vector: 13,
+        error_code: Some(0x4),
+        cr2: None,
+    },
     FaultCase {
         name: "compat_invalid_opcode",
         abi: Abi::Compat32,

@@ -7,7 +7,9 @@
  * runtime. Built with `gcc -static` (x86-64; the "runtime pointer" is the
  * runtime's upper half) and `gcc -m32 -static` (i386; there a 32-bit
  * pointer cannot reach the runtime, so the top page of the 4 GiB space
- * stands in for it). Exits with status 0.
+ * stands in for it). On x86-64 also good buffers with lengths that run past
+ * the end of user space (EFAULT too: Linux checks the whole range first).
+ * Exits with status 0.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +23,8 @@
 #if defined(__x86_64__)
 #define KERNEL_PTR ((void *)0xffffffff80100000ull)
 #define ABI "x86_64"
+/* A length no buffer has: from any user address it runs past user space. */
+#define HUGE (1ull << 62)
 #else
 #define KERNEL_PTR ((void *)0xfffff000u)
 #define ABI "i386"
@@ -84,6 +88,15 @@ int main(void)
 	report("clock_gettime(MONOTONIC, runtime pointer)",
 	       sys(syscall(SYS_clock_gettime, 1, KERNEL_PTR)));
 	report("getrandom(runtime pointer, 16)", sys(syscall(SYS_getrandom, KERNEL_PTR, 16, 0)));
+#if defined(__x86_64__)
+	/* Good buffers with lengths that run past the end of user space. (An
+	 * i386 process's range is checked against the 64-bit limit by Linux, so
+	 * there such a write goes through up to the first unmapped page.) */
+	char small[16];
+	report("write(1, stack buffer, huge)", sys(syscall(SYS_write, 1, small, HUGE)));
+	report("read(file, stack buffer, huge)", sys(syscall(SYS_read, fd, small, HUGE)));
+	report("read(file, runtime pointer, huge)", sys(syscall(SYS_read, fd, KERNEL_PTR, HUGE)));
+#endif
 	/* A good call still works afterwards. */
 	char buf[6] = {0};
 	long n = pread(fd, buf, 5, 0);

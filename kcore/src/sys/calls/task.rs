@@ -136,9 +136,7 @@ pub(crate) fn set_thread_area<M: Machine>(c: &mut Ctx<'_, M>, uinfo: u64) -> Sys
         n as usize
     };
     let e = decode_desc(&d);
-    if e.contents == 3 && !e.seg_not_present {
-        return Err(Errno::EINVAL);
-    }
+    // Linux's LDT_empty, and LDT_zero (every field 0).
     let empty = e.base == 0
         && e.limit == 0
         && e.contents == 0
@@ -147,6 +145,14 @@ pub(crate) fn set_thread_area<M: Machine>(c: &mut Ctx<'_, M>, uinfo: u64) -> Sys
         && !e.limit_in_pages
         && e.seg_not_present
         && !e.useable;
+    let zero = e == TlsEntry::default();
+    // Linux's tls_desc_okay: 32-bit data segments only, and present ones (a
+    // code segment could become CS, a not-present one SS or a data register
+    // that no return to user mode could reload).
+    if !empty && !zero && (!e.seg_32bit || e.contents > 1 || e.seg_not_present) {
+        return Err(Errno::EINVAL);
+    }
+    let empty = empty || zero;
     c.p.tls[slot] = if empty { None } else { Some(e) };
     let tls = c.p.tls;
     c.m.set_tls(&tls);

@@ -182,6 +182,39 @@ fn glibc_i386_start_up() {
         0,
         "entry 12 given back again is a rewrite"
     );
+    // As Linux's tls_desc_okay: no 16-bit, code or not-present segments (a
+    // return to user mode could not reload SS, CS or a data register from
+    // them); the empty and the all-zero descriptor delete the slot.
+    for (flags, what) in [(0x50, "16-bit"), (0x55, "code"), (0x71, "not present")] {
+        e.poke(
+            SCRATCH + 0x400,
+            &UserDesc {
+                entry_number: 12,
+                base_addr: 0x1000,
+                limit: 0xfffff,
+                flags,
+            }
+            .to_bytes(),
+        );
+        assert_eq!(
+            e.err("set_thread_area", &[SCRATCH + 0x400]),
+            Errno::EINVAL,
+            "a {what} TLS segment"
+        );
+    }
+    for (limit, flags) in [(0, 0x28), (0, 0)] {
+        e.poke(
+            SCRATCH + 0x400,
+            &UserDesc {
+                entry_number: 12,
+                base_addr: 0,
+                limit,
+                flags,
+            }
+            .to_bytes(),
+        );
+        assert_eq!(e.ret("set_thread_area", &[SCRATCH + 0x400]), 0);
+    }
     // fstat64 of stdout and of an archive file, in the stat64 layout.
     assert_eq!(e.ret("fstat64", &[1, SCRATCH + 0x100]), 0);
     let st = Stat64::from_bytes(&e.peek(SCRATCH + 0x100, 96).try_into().unwrap());
