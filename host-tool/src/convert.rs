@@ -427,8 +427,9 @@ impl<W: OwnedWrite> Converter<W> {
                 let pgoff = img
                     .user_text
                     .iter()
-                    .find(|u| start >= u.addr && start < u.addr + u.size)
-                    .map_or(off, |u| u.file_offset + (start - u.addr));
+                    .find(|u| start >= u.addr && start - u.addr < u.size)
+                    .and_then(|u| u.file_offset.checked_add(start - u.addr))
+                    .unwrap_or(off);
                 w.mmap(misc::USER, t.pid, t.tid, start, len, pgoff, &file, t.time)?;
             }
         }
