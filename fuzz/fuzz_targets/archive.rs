@@ -20,7 +20,11 @@ fuzz_target!(|spec: ArchiveSpec| {
     let mut paths = Vec::new();
     for e in archive.entries() {
         let path = e.path();
-        assert_eq!(normalise_path(path), Ok(Some(path)), "entry paths are normalised");
+        assert_eq!(
+            normalise_path(path),
+            Ok(Some(path)),
+            "entry paths are normalised"
+        );
         let found = archive.get(path).expect("every entry is found by its path");
         assert_eq!(found.path(), path);
         let data = e.data().as_ptr_range();

@@ -15,8 +15,22 @@ const KEYS: [&str; 16] = [
     "cpu_pct", "sample", "slice", "sim", "quiet", "", "=",
 ];
 const VALUES: [&str; 16] = [
-    "auto", "sim", "off", "wire", "text", "0", "1", "4000", "18446744073709551616", "cycles",
-    "instructions:u", "r01c2:pp", "full", "minimal", "spr", "-1",
+    "auto",
+    "sim",
+    "off",
+    "wire",
+    "text",
+    "0",
+    "1",
+    "4000",
+    "18446744073709551616",
+    "cycles",
+    "instructions:u",
+    "r01c2:pp",
+    "full",
+    "minimal",
+    "spr",
+    "-1",
 ];
 
 #[derive(Debug)]

@@ -34,12 +34,17 @@ fuzz_target!(|spec: ElfSpec| {
         prev_end = Some(s.page_end());
     }
     assert_eq!(plan.brk_start, plan.segments.last().unwrap().page_end());
-    assert!(plan.segments.iter().any(|s| s.prot.exec
-        && plan.entry >= s.vaddr
-        && plan.entry - s.vaddr < s.filesz));
+    assert!(
+        plan.segments
+            .iter()
+            .any(|s| s.prot.exec && plan.entry >= s.vaddr && plan.entry - s.vaddr < s.filesz)
+    );
     let table = plan.phent * plan.phnum;
-    assert!(plan.segments.iter().any(|s| plan.phdr_addr >= s.vaddr
-        && plan.phdr_addr + table <= s.vaddr + s.filesz));
+    assert!(
+        plan.segments
+            .iter()
+            .any(|s| plan.phdr_addr >= s.vaddr && plan.phdr_addr + table <= s.vaddr + s.filesz)
+    );
     match plan.class {
         Class::Elf64 => assert_eq!(plan.phent, 56),
         Class::Elf32 => assert_eq!(plan.phent, 32),

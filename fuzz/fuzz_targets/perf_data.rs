@@ -38,10 +38,9 @@ fuzz_target!(|data: &[u8]| {
                 if record.record_type.0 == 13 {
                     continue;
                 }
-                match record
-                    .parse()
-                    .unwrap_or_else(|e| panic!("record {:?} does not parse: {e}", record.record_type))
-                {
+                match record.parse().unwrap_or_else(|e| {
+                    panic!("record {:?} does not parse: {e}", record.record_type)
+                }) {
                     EventRecord::Sample(_) => samples += 1,
                     EventRecord::Lost(l) => lost += l.count,
                     _ => {}

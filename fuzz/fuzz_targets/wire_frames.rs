@@ -80,13 +80,19 @@ fuzz_target!(|input: Input| {
         let rest = &bytes[start..];
         if let Some((end, decoded)) = cobs_scan(rest) {
             assert_eq!(rest[end], 0, "the scan ends at a delimiter");
-            assert!(!rest[..end].contains(&0), "the scan stops at the first delimiter");
+            assert!(
+                !rest[..end].contains(&0),
+                "the scan stops at the first delimiter"
+            );
             if end > 0 {
                 assert_eq!(cobs_decode(&rest[..end]).as_ref(), Some(&decoded));
                 assert_eq!(reference_cobs(&rest[..end]).as_ref(), Some(&decoded));
             }
         }
-        let next = rest.iter().position(|&b| b == 0).map_or(rest.len(), |i| i + 1);
+        let next = rest
+            .iter()
+            .position(|&b| b == 0)
+            .map_or(rest.len(), |i| i + 1);
         let seg = &rest[..next.min(rest.len())];
         let seg = seg.strip_suffix(&[0]).unwrap_or(seg);
         if seg.len() <= MAX_FRAME {
@@ -103,7 +109,9 @@ fuzz_target!(|input: Input| {
     }
     let stats = dec.stats();
     assert_eq!(stats.frames_ok, records);
-    assert!(stats.frames_ok + stats.bad_frames + stats.frames_ignored <= want.len() as u64 + want_bad);
+    assert!(
+        stats.frames_ok + stats.bad_frames + stats.frames_ignored <= want.len() as u64 + want_bad
+    );
     assert!(stats.unresolved_samples <= stats.bad_frames);
     assert!(stats.bytes_skipped <= bytes.len() as u64);
 });

@@ -80,7 +80,10 @@ fuzz_target!(|input: Input| {
         payloads.len() as u64
     );
     assert!(errors <= stats.frames_ignored);
-    assert!(got.len() >= first_edit, "the frames before the first mutated one decode");
+    assert!(
+        got.len() >= first_edit,
+        "the frames before the first mutated one decode"
+    );
     assert_eq!(
         got[..first_edit],
         input.records[..first_edit],

@@ -522,7 +522,7 @@ impl<W: OwnedWrite> Converter<W> {
                         delivered: end.delivered,
                     });
                 }
-                if end.taken != end.delivered + end.lost {
+                if end.delivered.checked_add(end.lost) != Some(end.taken) {
                     summary.warnings.push(format!(
                         "target counters disagree: taken {} != delivered {} + lost {}",
                         end.taken, end.delivered, end.lost

@@ -289,9 +289,9 @@ pub struct FileMeta {
 pub struct WriteStats {
     /// SAMPLE records.
     pub samples: u64,
-    /// Sum of LOST record counts.
+    /// Sum of LOST record counts (saturating: counts come from the target).
     pub lost: u64,
-    /// Sum of LOST_SAMPLES counts.
+    /// Sum of LOST_SAMPLES counts (saturating).
     pub lost_samples: u64,
     /// FINISHED_ROUND records.
     pub rounds: u64,
@@ -569,7 +569,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         buf.extend_from_slice(&count.to_le_bytes());
         Self::push_sample_id(&mut buf, &self.attrs[attr], 0, 0, time, cpu);
         self.batch = buf;
-        self.stats.lost += count;
+        self.stats.lost = self.stats.lost.saturating_add(count);
         self.end(start, time)
     }
 
@@ -590,7 +590,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         buf.extend_from_slice(&count.to_le_bytes());
         Self::push_sample_id(&mut buf, &self.attrs[attr], 0, 0, time, cpu);
         self.batch = buf;
-        self.stats.lost_samples += count;
+        self.stats.lost_samples = self.stats.lost_samples.saturating_add(count);
         self.end(start, time)
     }
 

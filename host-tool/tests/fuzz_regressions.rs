@@ -134,3 +134,53 @@ fn an_event_perf_cannot_describe_is_refused() {
         assert_eq!(file.perf_file.event_attributes().len(), 1);
     }
 }
+
+/// The `perf_data` target: Lost records whose counts add up past
+/// `u64::MAX` (the target's counts are not trusted) overflowed the
+/// writer's loss counters; an End whose `delivered + lost` does the same
+/// overflowed the converter's check of the target's counters. Both now
+/// saturate, and the file still reads.
+#[test]
+fn loss_counts_past_u64_max_saturate() {
+    use sampler::wire::{End, Lost, LostReason};
+    let lost = |count, event| {
+        Record::Lost(Lost {
+            time: 8893104128,
+            cpu: 0,
+            event,
+            count,
+            reason: LostReason::RingFull,
+        })
+    };
+    let records = [
+        Record::Hello(hello_with(EventKind::Hardware, 0, 0)),
+        lost(10146556976927081472, 2),
+        lost(18409026431111467727, 3),
+        Record::End(End {
+            taken: 1,
+            delivered: u64::MAX,
+            lost: 2,
+            ..End::default()
+        }),
+    ];
+    let mut conv = Converter::new(Cursor::new(Vec::new()), ConvertOptions::default());
+    let mut adapter = Adapter::new();
+    for r in &records {
+        adapter
+            .with_item(r, |item| conv.push(item))
+            .expect("the record converts");
+    }
+    let (out, summary) = conv.finish().expect("the stream converts");
+    assert_eq!(summary.written.lost, u64::MAX);
+    assert_eq!(summary.written.lost_samples, u64::MAX);
+    assert!(
+        summary
+            .warnings
+            .iter()
+            .any(|w| w.contains("counters disagree"))
+    );
+    let bytes = out.into_inner();
+    let reader = linux_perf_data::PerfFileReader::parse_file(Cursor::new(&bytes[..]))
+        .expect("the file parses");
+    assert_eq!(reader.perf_file.event_attributes().len(), 1);
+}

@@ -18,9 +18,15 @@ fn main() {
     let data = std::fs::read(input).expect("reading the input");
     let mut u = Unstructured::new(&data);
     let bytes = match target.as_str() {
-        "image" => ImageInput::arbitrary_take_rest(u).expect("an image input").bytes(),
-        "elf_plan" => ElfSpec::arbitrary_take_rest(u).expect("an ELF input").build(),
-        "archive" => ArchiveSpec::arbitrary_take_rest(u).expect("an archive input").build(),
+        "image" => ImageInput::arbitrary_take_rest(u)
+            .expect("an image input")
+            .bytes(),
+        "elf_plan" => ElfSpec::arbitrary_take_rest(u)
+            .expect("an ELF input")
+            .build(),
+        "archive" => ArchiveSpec::arbitrary_take_rest(u)
+            .expect("an archive input")
+            .build(),
         "perf_data" => {
             let case = Case::from_input(&mut u).expect("a perf_data input");
             eprintln!("{case:#?}");

@@ -13,8 +13,8 @@ use sampler::sample::{
 };
 use sampler::wire::{
     CpuId, CpuVendor, DELIMITER, Encoder, EncoderConfig, End, Hello, Log, LogLevel, Lost,
-    LostReason, MAX_BUILD_ID, MAX_EVENTS, MAX_FRAME, MAX_TASK_RANGES, MAX_UNKNOWN_SYSCALLS,
-    Record, SelfTest, Task, TextRange, ThrottleEvent, UnknownSyscall,
+    LostReason, MAX_BUILD_ID, MAX_EVENTS, MAX_FRAME, MAX_TASK_RANGES, MAX_UNKNOWN_SYSCALLS, Record,
+    SelfTest, Task, TextRange, ThrottleEvent, UnknownSyscall,
 };
 
 /// Task ids samples are drawn from: few, so that tasks repeat and delta

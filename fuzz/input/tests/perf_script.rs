@@ -48,7 +48,14 @@ fn perf_script_reads_the_saved_corpus() {
             "perf script failed on the file from {}: {stderr}",
             input.display()
         );
-        for bad in ["corrupt", "Error", "error", "not supported", "Can't", "invalid"] {
+        for bad in [
+            "corrupt",
+            "Error",
+            "error",
+            "not supported",
+            "Can't",
+            "invalid",
+        ] {
             assert!(
                 !stderr.contains(bad),
                 "perf script complained about the file from {}: {stderr}",
