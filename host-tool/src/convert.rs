@@ -481,8 +481,9 @@ impl<W: OwnedWrite> Converter<W> {
                 let pgoff = img
                     .user_text
                     .iter()
-                    .find(|u| start >= u.addr && start < u.addr + u.size)
-                    .map_or(off, |u| u.file_offset + (start - u.addr));
+                    .find(|u| start >= u.addr && start - u.addr < u.size)
+                    .and_then(|u| u.file_offset.checked_add(start - u.addr))
+                    .unwrap_or(off);
                 w.mmap(misc::USER, t.pid, t.tid, start, len, pgoff, &file, t.time)?;
             }
         }
@@ -660,7 +661,7 @@ impl<W: OwnedWrite> Converter<W> {
                         delivered: end.delivered,
                     });
                 }
-                if end.taken != end.delivered + end.lost {
+                if end.delivered.checked_add(end.lost) != Some(end.taken) {
                     summary.warnings.push(format!(
                         "target counters disagree: taken {} != delivered {} + lost {}",
                         end.taken, end.delivered, end.lost

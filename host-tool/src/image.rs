@@ -48,6 +48,18 @@ pub enum ImageError {
         /// Its GNU build-id, to tell the user it is another image.
         build_id: Option<Vec<u8>>,
     },
+    /// An executable section that runs past the end of the address space.
+    #[error("{path}: section {name} at {addr:#x} with {size:#x} bytes ends past the address space")]
+    BadSection {
+        /// The image path.
+        path: PathBuf,
+        /// The section's name.
+        name: String,
+        /// Its address.
+        addr: u64,
+        /// Its size.
+        size: u64,
+    },
     /// No symbol table: a stripped copy.
     #[error(
         "{path} has no symbol table (stripped?): perch and perf need the unstripped runtime ELF \
@@ -80,7 +92,8 @@ impl ImageError {
             | ImageError::NotElf { path, .. }
             | ImageError::WrongArch { path, .. }
             | ImageError::NoText { path, .. }
-            | ImageError::NoSymbols { path, .. } => path,
+            | ImageError::NoSymbols { path, .. }
+            | ImageError::BadSection { path, .. } => path,
         }
     }
 }
@@ -171,6 +184,14 @@ impl Image {
                 continue;
             }
             let name = s.name().unwrap_or("").to_owned();
+            let Some(end) = s.address().checked_add(s.size()) else {
+                return Err(ImageError::BadSection {
+                    path,
+                    name,
+                    addr: s.address(),
+                    size: s.size(),
+                });
+            };
             if name.starts_with(USER_SECTION_PREFIX) {
                 let file_offset = s.file_range().map(|r| r.0).unwrap_or(0);
                 user_text.push(UserText {
@@ -181,7 +202,7 @@ impl Image {
                 });
             } else {
                 kernel_start = kernel_start.min(s.address());
-                kernel_end = kernel_end.max(s.address() + s.size());
+                kernel_end = kernel_end.max(end);
             }
         }
         if kernel_start >= kernel_end {
@@ -243,14 +264,16 @@ impl Image {
     pub fn is_user_ip(&self, ip: u64) -> bool {
         self.user_text
             .iter()
-            .any(|t| ip >= t.addr && ip < t.addr + t.size)
+            .any(|t| ip >= t.addr && ip - t.addr < t.size)
     }
 
     /// The function containing `ip`, if any.
     pub fn symbolize(&self, ip: u64) -> Option<&str> {
         let i = self.symbols.partition_point(|s| s.addr <= ip);
         let s = self.symbols.get(i.checked_sub(1)?)?;
-        if s.size != 0 && ip >= s.addr + s.size {
+        // `ip >= s.addr` here; a symbol may claim to reach past the end of
+        // the address space.
+        if s.size != 0 && ip - s.addr >= s.size {
             return None;
         }
         Some(&s.name)

@@ -47,6 +47,18 @@ pub enum WriteError {
     /// A record would not fit the 16-bit size field of its header.
     #[error("record of {0} bytes exceeds the 65535-byte perf record limit")]
     RecordTooLarge(usize),
+    /// An event perf_event_open would refuse, which perf.data readers do
+    /// not read back: a config that is no generic hardware or software
+    /// event of its type, or sample_type bits the writer does not lay out.
+    #[error("event id {id} ({name}): {problem}")]
+    BadEvent {
+        /// The event's id.
+        id: u64,
+        /// Its name.
+        name: String,
+        /// What is wrong.
+        problem: String,
+    },
 }
 
 /// One event (`perf_event_attr` plus its name and sample id).
@@ -103,6 +115,37 @@ impl AttrSpec {
         }
     }
 
+    /// Checks what readers rely on: a `PERF_TYPE_HARDWARE` config names a
+    /// generic event (`PERF_COUNT_HW_*`, below 10, in its low 32 bits; the
+    /// high ones are the extended PMU type), a `PERF_TYPE_SOFTWARE` config a
+    /// software counter (`PERF_COUNT_SW_*`, below 12), and `sample_type`
+    /// holds only the fields the writer lays out
+    /// ([`sample::SUPPORTED`]). Linux's `perf_event_open` refuses the same.
+    pub fn check(&self) -> Result<(), WriteError> {
+        let bad = |problem: String| WriteError::BadEvent {
+            id: self.id,
+            name: self.name.clone(),
+            problem,
+        };
+        match self.type_ {
+            perf_abi::attr_type::HARDWARE if self.config & 0xffff_ffff >= HW_EVENTS => {
+                Err(bad(format!(
+                    "hardware config {:#x} is no generic hardware event",
+                    self.config
+                )))
+            }
+            perf_abi::attr_type::SOFTWARE if self.config >= SW_EVENTS => Err(bad(format!(
+                "software config {:#x} is no software counter",
+                self.config
+            ))),
+            _ if self.sample_type & !sample::SUPPORTED != 0 => Err(bad(format!(
+                "sample_type bits {:#x} are not written",
+                self.sample_type & !sample::SUPPORTED
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// The sample type actually written: the configured bits plus the ones
     /// the writer always needs (IDENTIFIER first in every sample so several
     /// attrs line up; TID/TIME/CPU for tasks, ordering and `-C`).
@@ -151,6 +194,11 @@ impl AttrSpec {
         b
     }
 }
+
+/// `PERF_COUNT_HW_MAX`: generic hardware events are below it.
+const HW_EVENTS: u64 = 10;
+/// `PERF_COUNT_SW_MAX`: software counters are below it.
+const SW_EVENTS: u64 = 12;
 
 /// One LBR entry (`struct perf_branch_entry`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -245,9 +293,9 @@ pub struct FileMeta {
 pub struct WriteStats {
     /// SAMPLE records.
     pub samples: u64,
-    /// Sum of LOST record counts.
+    /// Sum of LOST record counts (saturating: counts come from the target).
     pub lost: u64,
-    /// Sum of LOST_SAMPLES counts.
+    /// Sum of LOST_SAMPLES counts (saturating).
     pub lost_samples: u64,
     /// FINISHED_ROUND records.
     pub rounds: u64,
@@ -350,6 +398,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
             if attrs[..i].iter().any(|b| b.id == a.id) {
                 return Err(WriteError::DuplicateId(a.id));
             }
+            a.check()?;
         }
         let mut out = out;
         let mut head = Vec::with_capacity(FILE_HEADER_SIZE as usize + 200 * attrs.len());
@@ -569,7 +618,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         buf.extend_from_slice(&count.to_le_bytes());
         Self::push_sample_id(&mut buf, &self.attrs[attr], 0, 0, time, cpu);
         self.batch = buf;
-        self.stats.lost += count;
+        self.stats.lost = self.stats.lost.saturating_add(count);
         self.end(start, time)
     }
 
@@ -590,7 +639,7 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         buf.extend_from_slice(&count.to_le_bytes());
         Self::push_sample_id(&mut buf, &self.attrs[attr], 0, 0, time, cpu);
         self.batch = buf;
-        self.stats.lost_samples += count;
+        self.stats.lost_samples = self.stats.lost_samples.saturating_add(count);
         self.end(start, time)
     }
 

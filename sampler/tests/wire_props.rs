@@ -2,7 +2,7 @@
 //! through encoder and decoder, the largest possible sample fits
 //! `MAX_FRAME`, and arbitrary or mutated input never panics the decoder nor
 //! yields a record that was not sent (the stable stand-in for the fuzz
-//! target in `sampler/fuzz`).
+//! targets in `fuzz/`).
 
 use proptest::prelude::*;
 use sampler::regs::{Abi, GPR_MASK, RegsSample, VALID_MASK_WITH_XMM, XMM_MASK};

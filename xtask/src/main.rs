@@ -1,8 +1,9 @@
-//! Build, run, image, self-test, bench and hwcheck commands for Perch.
+//! Build, run, image, self-test, bench, fuzz and hwcheck commands for Perch.
 //!
 //! `cargo xtask <command>`; every command that boots the runtime runs QEMU
 //! through [`qemu`], with a hard timeout, stdin closed and a kill guard.
 
+mod fuzz;
 mod hwcheck;
 mod image;
 mod kernel;
@@ -39,6 +40,10 @@ enum Command {
     /// fmt check, clippy, host tests, and the self-test in QEMU (plain, icount,
     /// `-cpu max` with icount, and the ISO under BIOS and UEFI).
     Test(TestArgs),
+    /// Run every fuzz target (or one) for N executions on nightly with
+    /// cargo-fuzz, installing both when missing, then `perf script` over the
+    /// saved perf_data corpus.
+    Fuzz(FuzzArgs),
     /// Run the PMU self-test under KVM `-cpu host` when a virtual PMU exists;
     /// otherwise say why not and how to boot the ISO on bare metal (exit 0).
     Hwcheck,
@@ -117,6 +122,16 @@ struct ImageArgs {
 }
 
 #[derive(clap::Args)]
+struct FuzzArgs {
+    /// Executions per target.
+    #[arg(long, default_value_t = 10_000)]
+    runs: u64,
+    /// Run only this target.
+    #[arg(long)]
+    target: Option<String>,
+}
+
+#[derive(clap::Args)]
 struct TestArgs {
     /// Skip the ISO boots (BIOS and UEFI).
     #[arg(long)]
@@ -174,6 +189,10 @@ fn main() {
                 })
         }
         Command::Test(a) => test::run(!a.no_iso),
+        Command::Fuzz(a) => fuzz::run(&fuzz::Options {
+            runs: a.runs,
+            target: a.target,
+        }),
         Command::Hwcheck => hwcheck::run(),
     };
     match result {

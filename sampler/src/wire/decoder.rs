@@ -144,7 +144,7 @@ pub(crate) struct Frame<'a> {
     len: usize,
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 impl Frame<'_> {
     /// The payload, the stored and the plain CRC, and the wire length.
     pub(crate) fn parts(&self) -> (&[u8], u32, u32, usize) {
@@ -154,7 +154,7 @@ impl Frame<'_> {
 
 /// Bytes of room after a decoded frame, so short COBS runs can be copied
 /// with one fixed-size move.
-const COBS_SLACK: usize = 16;
+pub(crate) const COBS_SLACK: usize = 16;
 
 /// The framing stage of the decoder: splits a byte stream at delimiters,
 /// undoes COBS and computes each frame's CRC. It keeps no record state, so

@@ -75,6 +75,8 @@
 mod codec;
 mod decoder;
 mod encoder;
+#[cfg(feature = "fuzzing")]
+pub mod framing;
 
 pub use codec::{SampleParts, TaskRef, WireSample};
 #[cfg(feature = "std")]
