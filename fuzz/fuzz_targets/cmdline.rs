@@ -1,4 +1,4 @@
-//! The runtime's command-line parser (`arch_x86::cmdline::parse`; a thin
+//! The runtime's command-line parser (`kcore::cmdline::parse`; a thin
 //! call, so the target follows the parser if it moves): arbitrary lines,
 //! often made of its own keys and values. Never panics; every issue it
 //! reports names text of the line; unknown keys are ignored (the line
@@ -7,7 +7,7 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Result, Unstructured};
-use arch_x86::cmdline::{Issue, parse};
+use kcore::cmdline::{Issue, parse};
 use libfuzzer_sys::fuzz_target;
 
 const KEYS: [&str; 16] = [

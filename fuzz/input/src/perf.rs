@@ -120,6 +120,7 @@ impl Case {
         let options = ConvertOptions {
             image,
             cmdline: vec!["perch".into(), "record".into()],
+            programs: Default::default(),
         };
         let mut conv = Converter::new(Cursor::new(Vec::new()), options);
         let mut adapter = Adapter::new();

@@ -13,8 +13,9 @@ use sampler::sample::{
 };
 use sampler::wire::{
     CpuId, CpuVendor, DELIMITER, Encoder, EncoderConfig, End, Hello, Log, LogLevel, Lost,
-    LostReason, MAX_BUILD_ID, MAX_EVENTS, MAX_FRAME, MAX_TASK_RANGES, MAX_UNKNOWN_SYSCALLS, Record,
-    SelfTest, Task, TextRange, ThrottleEvent, UnknownSyscall,
+    LostReason, MAX_BUILD_ID, MAX_EVENTS, MAX_FRAME, MAX_PROGRAM_SEGMENTS, MAX_TASK_RANGES,
+    MAX_UNKNOWN_SYSCALLS, Program, Record, Segment, SelfTest, Task, TextRange, ThrottleEvent,
+    UnknownSyscall,
 };
 
 /// Task ids samples are drawn from: few, so that tasks repeat and delta
@@ -216,7 +217,25 @@ pub fn hello(u: &mut Unstructured<'_>) -> Result<Hello> {
     h.build_id = vec::<_, MAX_BUILD_ID>(u, |u| u.arbitrary())?;
     h.cmdline = string(u)?;
     h.events = vec::<_, MAX_EVENTS>(u, event)?;
+    h.boot = u.arbitrary()?;
+    h.repeat = u.int_in_range(0..=3)?;
     Ok(h)
+}
+
+/// A loaded program as a Task record names it.
+fn program(u: &mut Unstructured<'_>) -> Result<Program> {
+    Ok(Program {
+        path: string(u)?,
+        build_id: vec::<_, MAX_BUILD_ID>(u, |u| u.arbitrary())?,
+        segments: vec::<_, MAX_PROGRAM_SEGMENTS>(u, |u| {
+            Ok(Segment {
+                start: u.arbitrary()?,
+                len: u.arbitrary()?,
+                file_offset: u.arbitrary()?,
+                prot: u.int_in_range(0..=7)?,
+            })
+        })?,
+    })
 }
 
 fn throttle(u: &mut Unstructured<'_>) -> Result<ThrottleEvent> {
@@ -257,6 +276,11 @@ pub fn other_record(u: &mut Unstructured<'_>) -> Result<Record> {
                     file_offset: u.arbitrary()?,
                 })
             })?,
+            program: if u.arbitrary()? {
+                Some(program(u)?)
+            } else {
+                None
+            },
         }),
         4 => {
             let level = *u.choose(&[
