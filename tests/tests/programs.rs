@@ -235,17 +235,21 @@ fn faulting_processes_are_killed_with_a_reason_and_the_others_run_on() {
     let sibling = Program::new(&twin, "sibling", &["sibling", "300"], &[]);
     programs.push(sibling_high.clone());
     programs.push(sibling.clone());
-    // Natively every case is killed by SIGSEGV.
-    for p in &programs[..cases.len()] {
+    // Natively every case is killed by SIGSEGV, except that the host's own
+    // layout may happen to map a plain user address (0x10000000 was seen
+    // mapped once): the guest's answer is what this test checks.
+    for (p, (name, _, addr)) in programs.iter().zip(cases) {
         let n = p.native();
-        assert_eq!(
-            n.end.as_ref().map(End::without_reason),
-            Some(End::Killed {
+        let killed = n.end.as_ref().map(End::without_reason)
+            == Some(End::Killed {
                 signal: "SIGSEGV".into(),
-                reason: String::new()
-            }),
-            "{} natively: {}",
-            p.spec.name,
+                reason: String::new(),
+            });
+        let user_address = addr != 0 && addr < 0x8000_0000_0000;
+        assert!(
+            killed || user_address,
+            "{name} natively: {:?}: {}",
+            n.end,
             n.out()
         );
     }

@@ -63,7 +63,10 @@ pub fn run(with_iso: bool) -> Result<i32> {
                 ])
             }),
         ),
-        ("host tests", Box::new(|| cargo(&["test"]))),
+        (
+            "host tests",
+            Box::new(|| cargo(&["test", "--no-fail-fast"])),
+        ),
         (
             "selftest (QEMU, -kernel)",
             Box::new(move || selftest(&st(false, false, false))),
