@@ -1571,38 +1571,19 @@ fn trap_like_pebs_ip_is_fixed_up_with_lbr_entry_zero() {
 /// A Sandy Bridge-like CPU with PEBS format `format`, trap-like assists
 /// when `trap`.
 fn snb_with_trap(format: u8, trap: bool) -> SimCpu {
-    match SimCpu::from_row(models::intel_row(0x2A).unwrap()) {
-        SimCpu::Intel {
-            model,
-            stepping,
-            hybrid,
-            version,
-            gp,
-            fixed,
-            gp_width,
-            fixed_width,
-            full_width,
-            split_latency,
-            lbr,
-            ..
-        } => SimCpu::Intel {
-            model,
-            stepping,
-            hybrid,
-            version,
-            gp,
-            fixed,
-            gp_width,
-            fixed_width,
-            pebs_format: Some(format),
-            pebs_baseline: false,
-            pebs_trap: trap,
-            full_width,
-            split_latency,
-            lbr,
-        },
-        other => other,
+    let mut cpu = SimCpu::from_row(models::intel_row(0x2A).unwrap());
+    if let SimCpu::Intel {
+        pebs_format,
+        pebs_baseline,
+        pebs_trap,
+        ..
+    } = &mut cpu
+    {
+        *pebs_format = Some(format);
+        *pebs_baseline = false;
+        *pebs_trap = trap;
     }
+    cpu
 }
 
 #[test]
@@ -1650,39 +1631,16 @@ fn pebs_trap_bit_decides_the_ip_fixup() {
 
 /// The typical CPU of the row of `model`, at `stepping`, reporting `model`.
 fn row_cpu(model: u8, stepping: u8) -> SimCpu {
-    match SimCpu::from_row(models::intel_row(model).unwrap()) {
-        SimCpu::Intel {
-            hybrid,
-            version,
-            gp,
-            fixed,
-            gp_width,
-            fixed_width,
-            pebs_format,
-            pebs_baseline,
-            pebs_trap,
-            full_width,
-            split_latency,
-            lbr,
-            ..
-        } => SimCpu::Intel {
-            model,
-            stepping,
-            hybrid,
-            version,
-            gp,
-            fixed,
-            gp_width,
-            fixed_width,
-            pebs_format,
-            pebs_baseline,
-            pebs_trap,
-            full_width,
-            split_latency,
-            lbr,
-        },
-        other => other,
+    let mut cpu = SimCpu::from_row(models::intel_row(model).unwrap());
+    if let SimCpu::Intel {
+        model: m,
+        stepping: st,
+        ..
+    } = &mut cpu
+    {
+        (*m, *st) = (model, stepping);
     }
+    cpu
 }
 
 #[test]

@@ -135,16 +135,7 @@ pub struct Appliance {
 /// The normalised form of a guest path: leading `/` and `./` and a trailing `/` stripped;
 /// empty, `.` and `..` components refused.
 fn normalise(path: &str) -> Result<String, &'static str> {
-    let mut p = path;
-    loop {
-        if let Some(rest) = p.strip_prefix("./") {
-            p = rest;
-        } else if let Some(rest) = p.strip_prefix('/') {
-            p = rest;
-        } else {
-            break;
-        }
-    }
+    let p = crate::convert::archive_key(path);
     let p = p.strip_suffix('/').unwrap_or(p);
     if p.is_empty() {
         return Err("empty, or the root itself");

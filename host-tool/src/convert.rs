@@ -79,7 +79,8 @@ pub struct ConvertOptions {
     pub programs: std::collections::BTreeMap<String, std::path::PathBuf>,
 }
 
-/// The archive path `path` as [`ConvertOptions::programs`] keys it.
+/// The archive path `path` as [`ConvertOptions::programs`] keys it (and as
+/// the archive stores it): leading `/` and `./` stripped.
 pub fn archive_key(path: &str) -> &str {
     let mut p = path;
     loop {

@@ -1090,28 +1090,9 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
     if let Some(p) = a.cpu_pct {
         append.push_str(&format!(" cpu_pct={p}"));
     }
-    for b in &a.boot_arg {
-        if b.is_empty() || b.contains(char::is_whitespace) {
-            return Err(HostError::Usage(format!(
-                "--boot-arg {b:?}: one KEY or KEY=VALUE without spaces"
-            )));
-        }
-        append.push(' ');
-        append.push_str(b);
-    }
+    push_boot_args(&mut append, &a.boot_arg)?;
     // The boot archive lives as long as the run.
-    let archive_dir = tempfile::Builder::new()
-        .prefix("perch-archive-")
-        .tempdir()
-        .map_err(|e| HostError::io("creating a directory for the boot archive", e))?;
-    let initrd = match &spec {
-        Some(s) => {
-            let path = archive_dir.path().join("app.cpio");
-            s.appliance().write_to(&path)?;
-            Some(path)
-        }
-        None => None,
-    };
+    let (archive_dir, initrd) = pack_archive(spec.as_ref(), "perch-archive-")?;
     let cfg = QemuConfig {
         qemu: a.qemu.clone(),
         image: img.clone(),
@@ -1200,27 +1181,8 @@ fn image(a: &ImageArgs) -> Result<i32, HostError> {
     }
     open_image(Some(&a.image))?;
     let mut cmdline = format!("console=wire freq={}", a.freq);
-    for b in &a.boot_arg {
-        if b.is_empty() || b.contains(char::is_whitespace) {
-            return Err(HostError::Usage(format!(
-                "--boot-arg {b:?}: one KEY or KEY=VALUE without spaces"
-            )));
-        }
-        cmdline.push(' ');
-        cmdline.push_str(b);
-    }
-    let dir = tempfile::Builder::new()
-        .prefix("perch-image-")
-        .tempdir()
-        .map_err(|e| HostError::io("creating a directory for the boot archive", e))?;
-    let archive = match &spec {
-        Some(s) => {
-            let p = dir.path().join("app.cpio");
-            s.appliance().write_to(&p)?;
-            Some(p)
-        }
-        None => None,
-    };
+    push_boot_args(&mut cmdline, &a.boot_arg)?;
+    let (_dir, archive) = pack_archive(spec.as_ref(), "perch-image-")?;
     host_tool::iso::build_iso(&a.image, &cmdline, archive.as_deref(), &a.output)?;
     eprintln!(
         "perch: wrote {} (runtime command line \"{cmdline}\"{})",
@@ -1375,4 +1337,41 @@ fn synth(
         output.display()
     );
     Ok(exit::OK)
+}
+
+/// Appends each `--boot-arg` to the runtime command line `line`; each must
+/// be one `KEY` or `KEY=VALUE` without spaces.
+fn push_boot_args(line: &mut String, args: &[String]) -> Result<(), HostError> {
+    for b in args {
+        if b.is_empty() || b.contains(char::is_whitespace) {
+            return Err(HostError::Usage(format!(
+                "--boot-arg {b:?}: one KEY or KEY=VALUE without spaces"
+            )));
+        }
+        line.push(' ');
+        line.push_str(b);
+    }
+    Ok(())
+}
+
+/// Packs `spec`'s boot archive into a new temporary directory named from
+/// `prefix`; returns the directory (the archive lives as long as it does)
+/// and the archive's path, `None` without programs.
+fn pack_archive(
+    spec: Option<&AppSpec>,
+    prefix: &str,
+) -> Result<(tempfile::TempDir, Option<std::path::PathBuf>), HostError> {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .map_err(|e| HostError::io("creating a directory for the boot archive", e))?;
+    let archive = match spec {
+        Some(s) => {
+            let path = dir.path().join("app.cpio");
+            s.appliance().write_to(&path)?;
+            Some(path)
+        }
+        None => None,
+    };
+    Ok((dir, archive))
 }

@@ -277,23 +277,12 @@ pub(super) fn loaded_return_to_user_regs() -> TestResult {
         "the event does not say return-to-user mode"
     );
     let ret = user::LOADED_CODE + user::loaded_sys64().marks.0;
-    let order = [
-        Reg::Ax,
-        Reg::Bx,
-        Reg::Cx,
-        Reg::Dx,
-        Reg::Si,
-        Reg::Di,
-        Reg::Bp,
-        Reg::R8,
-        Reg::R9,
-        Reg::R10,
-        Reg::R11,
-        Reg::R12,
-        Reg::R13,
-        Reg::R14,
-        Reg::R15,
-    ];
+    // `TrapFrame::gprs` order: AX..BP as perf numbers them, then R8-R15.
+    let order: heapless::Vec<Reg, 15> = sampler::regs::ALL_REGS[..7]
+        .iter()
+        .chain(&sampler::regs::ALL_REGS[16..])
+        .copied()
+        .collect();
     let mut want: [Option<u64>; 15] = core::array::from_fn(|i| Some(pattern64(i)));
     want[0] = Some(4096);
     want[2] = Some(ret);
