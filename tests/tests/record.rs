@@ -54,6 +54,9 @@ fn perch_record(home: &Path, data: &Path, args: &[&str]) -> Out {
         .arg(runtime_elf())
         .arg("-o")
         .arg(data)
+        // Under icount a sample falls every N instructions, so each build's
+        // sample count is the same on a loaded host as on an idle one.
+        .arg("--icount")
         .args(["--timeout", "240"])
         .args(args)
         .env("HOME", home)
