@@ -370,6 +370,19 @@ impl RawFrame {
     }
 }
 
+/// Where a user return address can point. The frame-pointer walk keeps
+/// every return address it reads, as Linux's does; the expansion ends the
+/// user chain at the first one outside this range, which no code can
+/// occupy: the runtime maps nothing below Linux's default `mmap_min_addr`
+/// (64 KiB) and nothing of a process in the upper half. Such a value is
+/// a frame record the walk misread (start-up code that left a stale frame
+/// pointer, a function without frame pointers holding a stack address in
+/// RBP), not a frame.
+pub const USER_CODE: core::ops::Range<u64> = 0x1_0000..0x0000_8000_0000_0000;
+/// The lowest address of the upper half, where the runtime's code is: a
+/// runtime return address below it ends the runtime part of the chain.
+pub const KERNEL_CODE_START: u64 = 0xffff_8000_0000_0000;
+
 /// The bits of [`RawSample::flags`].
 pub mod raw_flags {
     /// The NMI interrupted the runtime (ring 0); otherwise user mode.
@@ -551,10 +564,18 @@ impl RawSample {
             let mut w = CallchainWriter::new(&mut s.callchain, e.max_stack);
             let k = usize::from(self.kernel_len).min(MAX_CALLCHAIN);
             let u = (k + usize::from(self.user_len)).min(MAX_CALLCHAIN);
-            for &ip in &self.chain[..k] {
+            // The interrupted IP, then return addresses up to the first
+            // that cannot be code of that half (see `USER_CODE`).
+            for (i, &ip) in self.chain[..k].iter().enumerate() {
+                if i > 0 && ip < KERNEL_CODE_START {
+                    break;
+                }
                 w.push(CpuMode::Kernel, ip);
             }
-            for &ip in &self.chain[k..u] {
+            for (i, &ip) in self.chain[k..u].iter().enumerate() {
+                if i > 0 && !USER_CODE.contains(&ip) {
+                    break;
+                }
                 w.push(CpuMode::User, ip);
             }
         } else {

@@ -630,7 +630,6 @@ pub fn start(
     user::write(&mut space, pager, image.sp, &image.bytes, Access::Fill)
         .map_err(|_| StartError::NoMemory)?;
     let name: &'static str = Box::leak(spec.name.clone().into_boxed_str());
-    let text = exec_segments.first().copied().unwrap_or((0, 0));
     let task_spec = TaskSpec {
         name,
         abi: match abi {
@@ -638,7 +637,6 @@ pub fn start(
             sys::Abi::I386 => super::Abi::Compat32,
         },
         entry: plan.entry,
-        text,
         gprs: [0; 15],
     };
     let inner = Box::new(Inner {

@@ -119,8 +119,6 @@ pub struct TaskSpec {
     pub abi: Abi,
     /// Entry point (in `.user.text`).
     pub entry: u64,
-    /// The task's code range (for symbolisation downstream).
-    pub text: (u64, u64),
     /// Initial GPRs in `TrapFrame::gprs` order (`rsp` is the user stack).
     pub gprs: [u64; 15],
 }
@@ -390,10 +388,7 @@ pub fn run_once(id: u8) -> Option<Outcome> {
         crate::cpu::load_user_segments(&i.segs);
         i.fpu.restore();
         match &i.linux {
-            Some(p) => crate::sample::profile::set_user_walk(
-                (i.stack_low, p.layout.stack_top),
-                task.spec.text,
-            ),
+            Some(p) => crate::sample::profile::set_user_walk((i.stack_low, p.layout.stack_top)),
             None => crate::sample::profile::set_builtin_walk(),
         }
     });

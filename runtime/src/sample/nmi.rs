@@ -6,7 +6,7 @@
 use crate::entry;
 use crate::proc as task;
 use arch_x86::frame::{Mode, TrapFrame};
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Whether the captured user registers can be trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +56,8 @@ pub struct NmiContext<'a> {
     pub mode: Mode,
     /// The current task, if any.
     pub task: Option<u8>,
+    /// Its thread id (the task number + 1; 0 without a task).
+    pub tid: u32,
     /// The task's user registers when they are complete: the interrupted
     /// frame when the NMI hit ring 3, else the task's saved user frame.
     pub user_regs: Option<&'a TrapFrame>,
@@ -64,9 +66,14 @@ pub struct NmiContext<'a> {
 }
 
 /// Finds the task's user registers for the interrupted `frame`.
+#[inline(always)]
 pub fn context(frame: &TrapFrame) -> NmiContext<'_> {
     let mode = frame.mode();
-    let task = task::current();
+    let raw = task::CURRENT_TASK.load(Ordering::Relaxed);
+    let task = (raw != task::NO_TASK).then_some(raw);
+    // NO_TASK is 0xff, so the wrapping add gives 0 without a task.
+    const _: () = assert!(task::NO_TASK.wrapping_add(1) == 0);
+    let tid = u32::from(raw.wrapping_add(1));
     let (user_regs, user_state) = if mode.is_user() {
         (Some(frame), UserFrameState::Complete)
     } else if task.is_none() {
@@ -88,6 +95,7 @@ pub fn context(frame: &TrapFrame) -> NmiContext<'_> {
         interrupted: frame,
         mode,
         task,
+        tid,
         user_regs,
         user_state,
     }
@@ -123,11 +131,15 @@ pub type Observer = fn(&NmiCapture);
 pub const OBSERVERS: usize = 2;
 
 static OBSERVER: [AtomicUsize; OBSERVERS] = [const { AtomicUsize::new(0) }; OBSERVERS];
+/// Some observer slot was ever filled: one load decides whether the NMI
+/// path looks at the slots at all.
+static ANY_OBSERVER: AtomicBool = AtomicBool::new(false);
 
 /// Registers `f` in observer slot `slot` (replacing what was there).
 pub fn set_observer(slot: usize, f: Observer) {
     if let Some(o) = OBSERVER.get(slot) {
         o.store(f as usize, Ordering::Release);
+        ANY_OBSERVER.store(true, Ordering::Release);
     }
 }
 
@@ -138,7 +150,10 @@ pub extern "C" fn nmi_dispatch(frame: &mut TrapFrame) {
     let entry_tsc = rdtsc();
     NMI_COUNT.fetch_add(1, Ordering::Relaxed);
     crate::sample::clock::on_nmi();
-    crate::sample::profile::on_overflow(&context(frame), entry_tsc);
+    crate::sample::profile::on_overflow(frame, entry_tsc);
+    if !ANY_OBSERVER.load(Ordering::Acquire) {
+        return;
+    }
     let mut cap = None;
     for o in &OBSERVER {
         let f = o.load(Ordering::Acquire);

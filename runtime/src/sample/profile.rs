@@ -104,14 +104,54 @@ static EXCLUDE: AtomicU32 = AtomicU32::new(0);
 const EXCLUDE_USER: u32 = 1;
 const EXCLUDE_KERNEL: u32 = 2;
 static SIMULATED: AtomicBool = AtomicBool::new(false);
-/// What an NMI-clock NMI that is not a PMI does: [`CLOCK_SAMPLES`] (the
-/// `cpu-clock` event), [`CLOCK_DRIVES_SIM`] (`pmu=sim`) or
-/// [`CLOCK_TICKS_ONLY`] (the hardware PMU samples; the clock is the
-/// throttle's tick). One load on the NMI path.
-static CLOCK_ROLE: AtomicU8 = AtomicU8::new(CLOCK_SAMPLES);
+/// How an NMI is routed, one load on the NMI path: the clock's role in the
+/// low bits, what an NMI-clock NMI that is not a PMI does:
+/// [`CLOCK_SAMPLES`] (the `cpu-clock` event), [`CLOCK_DRIVES_SIM`]
+/// (`pmu=sim`) or [`CLOCK_TICKS_ONLY`] (the hardware PMU samples; the
+/// clock is the throttle's tick); and [`PMU_NMIS`] once the PMU may raise
+/// PMIs (its start-up check or hardware sampling), so that every NMI asks
+/// the PMU first. 0, the NMI clock sampling with no PMU, is the fast path.
+static ROUTE: AtomicU8 = AtomicU8::new(CLOCK_SAMPLES);
 const CLOCK_SAMPLES: u8 = 0;
 const CLOCK_DRIVES_SIM: u8 = 1;
 const CLOCK_TICKS_ONLY: u8 = 2;
+const CLOCK_ROLE: u8 = 3;
+const PMU_NMIS: u8 = 4;
+
+/// Sets the clock's role in [`ROUTE`], keeping [`PMU_NMIS`].
+fn set_clock_role(role: u8) {
+    let _ = ROUTE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| {
+        Some(r & !CLOCK_ROLE | role)
+    });
+}
+
+/// Before the PMU may raise its first PMI (the start-up check, hardware
+/// sampling): from now on every NMI asks the PMU whether it was a PMI. Never
+/// cleared: after the PMU stops, its late PMIs still reach it.
+pub(crate) fn route_nmis_to_the_pmu() {
+    ROUTE.fetch_or(PMU_NMIS, Ordering::SeqCst);
+}
+
+/// Which exclusions and deferrals [`push_sample`] must look at; 0 (the
+/// default event) skips them all with one test. Kept by [`update_path`].
+static PATH: AtomicU32 = AtomicU32::new(0);
+/// The event excludes user samples.
+const PATH_EXCLUDE_USER: u32 = EXCLUDE_USER;
+/// The event excludes runtime samples.
+const PATH_EXCLUDE_KERNEL: u32 = EXCLUDE_KERNEL;
+/// REGS_USER with `uregs=return`: runtime samples wait for the return.
+const PATH_DEFER: u32 = 4;
+
+/// Recomputes [`PATH`] from the configuration atomics; every setter of
+/// them calls it (before sampling starts).
+fn update_path() {
+    let defer = SAMPLE_TYPE.load(Ordering::Relaxed) & st::REGS_USER != 0
+        && AT_RETURN.load(Ordering::Relaxed);
+    PATH.store(
+        EXCLUDE.load(Ordering::Relaxed) | if defer { PATH_DEFER } else { 0 },
+        Ordering::Relaxed,
+    );
+}
 pub(crate) static PEBS_LOST_TOTAL: AtomicU64 = AtomicU64::new(0);
 static HW_EVENT: HwEventCell = HwEventCell(UnsafeCell::new(None));
 static HW_EVENT_SET: AtomicBool = AtomicBool::new(false);
@@ -215,7 +255,7 @@ pub fn configure_hw(ev: &EventConfig, sample_type: u64) {
     // starts: nothing reads the cell yet.
     unsafe { *HW_EVENT.0.get() = Some(*ev) };
     HW_EVENT_SET.store(true, Ordering::Release);
-    CLOCK_ROLE.store(CLOCK_TICKS_ONLY, Ordering::Relaxed);
+    set_clock_role(CLOCK_TICKS_ONLY);
     // Samples that skid across the privilege boundary the counter filters
     // on are dropped (and counted), as perf drops them.
     let exclude = if ev.exclude_user { EXCLUDE_USER } else { 0 }
@@ -225,6 +265,7 @@ pub fn configure_hw(ev: &EventConfig, sample_type: u64) {
     if sample_type & st::REGS_INTR != 0 {
         REGS_INTR.store(GPR_MASK, Ordering::Relaxed);
     }
+    update_path();
 }
 
 /// `pmu=sim`: samples carry the PMU fields (BRANCH_STACK, ADDR, WEIGHT,
@@ -234,7 +275,7 @@ pub fn configure_sim() {
     SAMPLE_TYPE.fetch_or(extra, Ordering::Relaxed);
     REGS_INTR.store(GPR_MASK, Ordering::Relaxed);
     SIMULATED.store(true, Ordering::Relaxed);
-    CLOCK_ROLE.store(CLOCK_DRIVES_SIM, Ordering::Relaxed);
+    set_clock_role(CLOCK_DRIVES_SIM);
 }
 
 /// Configures the event for `freq_hz` (the rate really programmed, in
@@ -256,6 +297,7 @@ pub fn configure(freq_hz: u32, actual_mhz: u64, set: SampleSet) {
     FREQ_HZ.store(u64::from(freq_hz.max(1)), Ordering::Relaxed);
     let mhz = actual_mhz.max(1);
     PERIOD_NS.store(1_000_000_000_000 / mhz, Ordering::Relaxed);
+    update_path();
 }
 
 /// The throttle limits: `max_rate` samples per second per event (0: no
@@ -341,25 +383,23 @@ pub fn set_ring_slots(n: u32) -> Result<usize, sampler::ring::CapacityError> {
 /// Starts sampling.
 pub fn start() {
     let l = crate::mm::layout();
-    RUNTIME_WALK.set(8, l.data, l.text);
-    USER_WALK.set(8, l.user_data, l.user_text);
-    COMPAT_WALK.set(4, l.user_data, l.user_text);
+    RUNTIME_WALK.set(8, l.data);
+    USER_WALK.set(8, l.user_data);
+    COMPAT_WALK.set(4, l.user_data);
     ON.store(true, Ordering::Release);
 }
 
 /// Sets where the frame-pointer walk may read the running process's stack
-/// (`stack`, whose pages must all be present) and where its return
-/// addresses may point (`text`). Called while no process is current, so
-/// no NMI walks with half-updated ranges.
-pub fn set_user_walk(stack: (u64, u64), text: (u64, u64)) {
-    USER_WALK.set(8, stack, text);
-    COMPAT_WALK.set(4, stack, text);
+/// (`stack`, whose pages must all be present). Called while no process is
+/// current, so no NMI walks with a half-updated range.
+pub fn set_user_walk(stack: (u64, u64)) {
+    USER_WALK.set(8, stack);
+    COMPAT_WALK.set(4, stack);
 }
 
-/// The built-in programs' walk ranges (their data and code in the image).
+/// The built-in programs' walk range (their data in the image).
 pub fn set_builtin_walk() {
-    let l = crate::mm::layout();
-    set_user_walk(l.user_data, l.user_text);
+    set_user_walk(crate::mm::layout().user_data);
 }
 
 /// Stops sampling (NMIs still arrive but take no samples). Samples still
@@ -403,6 +443,15 @@ const _: () = {
         r15, r14, r13, r12, r11, r10, r9, r8, rbp, rdi, rsi, rdx, rcx, rbx, rax, vector,
         error_code, rip, cs, rflags, rsp, ss
     );
+};
+
+// The expansion's test for a plausible user return address is the
+// runtime's user layout: nothing mapped below mmap_min_addr, nothing of a
+// process at or above the end of the user half.
+const _: () = {
+    assert!(sampler::capture::USER_CODE.start == kcore::sys::vma::MMAP_MIN_ADDR);
+    assert!(sampler::capture::USER_CODE.end == arch_x86::paging::USER_END);
+    assert!(sampler::capture::KERNEL_CODE_START == arch_x86::paging::DIRECT_MAP);
 };
 
 /// `bit` when `cs` is the compat (32-bit) user code selector.
@@ -496,41 +545,64 @@ fn callchain(r: &mut RawSample, ctx: &NmiContext<'_>) {
     r.user_len = (n - start) as u8;
 }
 
-/// NMI context: one NMI. Starts a throttle tick when the TSC crossed a
-/// tick boundary, lets the PMU service a PMI, and otherwise takes the NMI
-/// as one overflow of the NMI clock (or a step of the simulated PMU; in
-/// hardware mode the clock only ticks). Atomics and bounded copies only.
-/// `entry_tsc` is the TSC read first thing in the handler (for the
-/// per-sample cost and the handler time the CPU-time budget averages).
-#[inline]
-pub fn on_overflow(cap: &NmiContext<'_>, entry_tsc: u64) {
+/// NMI context: one NMI, interrupting `frame`. Starts a throttle tick when
+/// the TSC crossed a tick boundary, lets the PMU service a PMI, and
+/// otherwise takes the NMI as one overflow of the NMI clock (or a step of
+/// the simulated PMU; in hardware mode the clock only ticks). Atomics and
+/// bounded copies only. `entry_tsc` is the TSC read first thing in the
+/// handler (for the per-sample cost and the handler time the CPU-time
+/// budget averages).
+#[inline(always)]
+pub fn on_overflow(frame: &TrapFrame, entry_tsc: u64) {
     let on = ON.load(Ordering::Acquire);
     if on && entry_tsc >= NEXT_TICK_TSC.load(Ordering::Relaxed) {
         new_tick(entry_tsc);
     }
-    // A PMI of the hardware PMU is serviced (and sampled when on) there.
-    let pmi = crate::sample::pmu::on_nmi(cap, entry_tsc, on);
-    if !on {
-        return;
-    }
-    if !pmi {
-        match CLOCK_ROLE.load(Ordering::Relaxed) {
-            CLOCK_SAMPLES => {
-                CLOCK_OVERFLOWS.fetch_add(1, Ordering::Relaxed);
-                if !overflow(cap, entry_tsc, &Extra::NONE) {
-                    // Suppressed: nothing was sampled.
-                    return;
-                }
-            }
-            CLOCK_DRIVES_SIM => crate::sample::pmu::on_tick(cap, entry_tsc),
-            // The clock is only the throttle's tick here.
-            _ => return,
+    let route = ROUTE.load(Ordering::Relaxed);
+    if route == CLOCK_SAMPLES {
+        // The NMI clock's own sample, built inline.
+        if !on {
+            return;
         }
+        CLOCK_OVERFLOWS.fetch_add(1, Ordering::Relaxed);
+        if !overflow(&crate::sample::nmi::context(frame), entry_tsc, &Extra::NONE) {
+            // Suppressed: nothing was sampled.
+            return;
+        }
+    } else if !routed(frame, entry_tsc, on, route) {
+        return;
     }
     let cost = crate::sample::nmi::rdtsc().wrapping_sub(entry_tsc);
     NMI_COST_TSC.fetch_add(cost, Ordering::Relaxed);
     NMI_COST_COUNT.fetch_add(1, Ordering::Relaxed);
     throttle().0.sample_took(clock::tsc_to_ns(cost));
+}
+
+/// NMI context, out of line: an NMI the PMU may have raised, or a clock
+/// NMI of the simulated or hardware PMU mode. True when a sample was taken
+/// (and its cost is to be accounted).
+#[inline(never)]
+fn routed(frame: &TrapFrame, entry_tsc: u64, on: bool, route: u8) -> bool {
+    // A PMI of the hardware PMU is serviced (and sampled when on) there.
+    let pmi = route & PMU_NMIS != 0 && crate::sample::pmu::on_nmi(frame, entry_tsc, on);
+    if !on {
+        return false;
+    }
+    if pmi {
+        return true;
+    }
+    match route & CLOCK_ROLE {
+        CLOCK_SAMPLES => {
+            CLOCK_OVERFLOWS.fetch_add(1, Ordering::Relaxed);
+            overflow(&crate::sample::nmi::context(frame), entry_tsc, &Extra::NONE)
+        }
+        CLOCK_DRIVES_SIM => {
+            crate::sample::pmu::on_tick(frame, entry_tsc);
+            true
+        }
+        // The clock is only the throttle's tick here.
+        _ => false,
+    }
 }
 
 /// NMI-clock overflows taken while sampling (each becomes a sample or a
@@ -623,28 +695,45 @@ fn push_transition(on: bool, tsc: u64) {
 pub fn push_sample(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) {
     let stype = SAMPLE_TYPE.load(Ordering::Relaxed);
     let kernel = ctx.mode == Mode::Kernel;
-    let exclude = EXCLUDE.load(Ordering::Relaxed);
-    if exclude != 0 && exclude & if kernel { EXCLUDE_KERNEL } else { EXCLUDE_USER } != 0 {
-        NOT_SAMPLED.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    // Return-to-user mode: an NMI in the runtime while a task's user frame
-    // is complete waits for the registers of that task's next return; in a
-    // window, without a task or with the store full it is queued at once,
-    // with ABI_NONE user registers.
-    let deferred = kernel && stype & st::REGS_USER != 0 && AT_RETURN.load(Ordering::Relaxed);
-    let saved_user = if deferred { None } else { ctx.user_regs };
-    if deferred
-        && ctx.user_regs.is_some()
-        && PARKED.park_with(&mut |r| fill_sample(r, ctx, entry_tsc, x, stype, saved_user))
-    {
-        return;
+    let path = PATH.load(Ordering::Relaxed);
+    let mut saved_user = ctx.user_regs;
+    if path != 0 {
+        let excluded = if kernel {
+            PATH_EXCLUDE_KERNEL
+        } else {
+            PATH_EXCLUDE_USER
+        };
+        if path & excluded != 0 {
+            NOT_SAMPLED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        // Return-to-user mode: an NMI in the runtime while a task's user
+        // frame is complete waits for the registers of that task's next
+        // return; in a window, without a task or with the store full it is
+        // queued at once, with ABI_NONE user registers.
+        if kernel && path & PATH_DEFER != 0 {
+            saved_user = None;
+            if ctx.user_regs.is_some() && park(ctx.interrupted, entry_tsc, x, stype) {
+                return;
+            }
+        }
     }
     // Drops and counts the sample when the ring is full.
     RING.push_with(
         #[inline(always)]
         |rec| fill_sample(rec.sample_mut(), ctx, entry_tsc, x, stype, saved_user),
     );
+}
+
+/// `uregs=return`: parks the sample of an NMI that interrupted the runtime
+/// (`frame`) until the task's next return to user mode; false when it must
+/// be queued at once (see `DeferredUserRegs::park_with`). Out of line, and
+/// rebuilding the context from `frame`, so the common path keeps its
+/// context in registers.
+#[inline(never)]
+fn park(frame: &TrapFrame, entry_tsc: u64, x: &Extra<'_>, stype: u64) -> bool {
+    let ctx = crate::sample::nmi::context(frame);
+    PARKED.park_with(&mut |r| fill_sample(r, &ctx, entry_tsc, x, stype, None))
 }
 
 /// Writes one sample into `r` (a ring slot or a parked slot): header
@@ -673,9 +762,8 @@ fn fill_sample(
     } else {
         x.period
     };
-    let tid = ctx.task.map_or(0, |t| u32::from(t) + 1);
-    r.pid = tid;
-    r.tid = tid;
+    r.pid = ctx.tid;
+    r.tid = ctx.tid;
     r.cpu = 0;
     let mut flags = 0;
     if kernel {
@@ -716,6 +804,7 @@ fn fill_sample(
 /// from the task's next return to user mode. Before [`start`].
 pub fn set_user_regs_at_return(on: bool) {
     AT_RETURN.store(on, Ordering::Relaxed);
+    update_path();
 }
 
 /// The return-to-user path, with `frame` the complete frame its `iretq`

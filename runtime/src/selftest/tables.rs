@@ -102,6 +102,24 @@ pub(super) fn frame_windows() -> TestResult {
         !crate::entry::in_frame_window(syscall::sys_spin as *const () as u64),
         "sys_spin inside a frame window"
     );
+    // Each edge: first byte in, end out, and the gap between the windows
+    // (the dispatch call, where the frame is complete) out.
+    for (rip, inside) in [
+        (a - 1, false),
+        (a, true),
+        (b - 1, true),
+        (b, false),
+        (c - 1, b == c),
+        (c, true),
+        (d - 1, true),
+        (d, false),
+    ] {
+        ensure!(
+            crate::entry::in_frame_window(rip) == inside,
+            "{rip:#x} {} the frame windows {a:#x}..{b:#x}, {c:#x}..{d:#x}",
+            if inside { "outside" } else { "inside" }
+        );
+    }
     Ok(())
 }
 

@@ -7,10 +7,6 @@ pub(super) fn spec(name: &'static str, abi: Abi, entry: unsafe extern "C" fn()) 
         name,
         abi,
         entry: user::addr(entry),
-        text: (
-            user::addr(user::perch_st_hello64),
-            user::addr(user::perch_st_end),
-        ),
         gprs: [0; 15],
     }
 }

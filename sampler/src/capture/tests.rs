@@ -218,6 +218,51 @@ fn callchain_respects_max_stack_and_markers() {
 }
 
 #[test]
+fn callchains_end_at_a_return_address_no_code_can_have() {
+    let e = event(UserRegsMode::AtInterrupt);
+    let k = frame(2, KERNEL_CS, CodeMode::Long64);
+    let mut input = SampleInput::new(&e, &k, UserFrame::NoTask, 0, 0, 1, 1);
+    // A compat program's start-up frame gave argc (3) as a return address.
+    let kernel = [0xffff_ffff_8010_0000, 0xffff_ffff_8010_2000, 0x7fff_0000];
+    let user = [0x40_1000, 0x40_2000, 3, 0x40_3000];
+    input.chain_kernel = &kernel;
+    input.chain_user = &user;
+    let s = build_sample(&input).unwrap();
+    assert_eq!(
+        &s.callchain[..],
+        &[
+            PERF_CONTEXT_KERNEL,
+            kernel[0],
+            kernel[1],
+            PERF_CONTEXT_USER,
+            user[0],
+            user[1]
+        ]
+    );
+    // The edges: the lowest user code address and the last one are kept,
+    // the first interrupted IP is kept whatever it is.
+    for (ret, kept) in [
+        (USER_CODE.start, true),
+        (USER_CODE.start - 1, false),
+        (USER_CODE.end - 1, true),
+        (USER_CODE.end, false),
+        (0, false),
+        (KERNEL_CODE_START, false),
+    ] {
+        let user = [5, ret, 0x40_3000];
+        let mut input = SampleInput::new(&e, &k, UserFrame::NoTask, 0, 0, 1, 1);
+        input.chain_user = &user;
+        let s = build_sample(&input).unwrap();
+        let want: &[u64] = if kept {
+            &[PERF_CONTEXT_USER, 5, ret, 0x40_3000]
+        } else {
+            &[PERF_CONTEXT_USER, 5]
+        };
+        assert_eq!(&s.callchain[..], want, "{ret:#x}");
+    }
+}
+
+#[test]
 fn pebs_fields_override_the_interrupt_frame() {
     let mut e = event(UserRegsMode::AtInterrupt);
     e.sample_type |= st::WEIGHT_STRUCT | st::ADDR;

@@ -72,6 +72,7 @@ pub fn startup_check(info: &PmuInfo) -> CheckReport {
         return not_run(Reason::NotDetected("the PMU is already in use"));
     }
     hw.software_enable();
+    crate::sample::profile::route_nmis_to_the_pmu();
     CHECK_PHASE.store(true, Ordering::SeqCst);
     let report = driver::startup_check(
         info,

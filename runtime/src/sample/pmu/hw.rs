@@ -5,6 +5,7 @@ use super::*;
 use crate::sample::nmi::NmiContext;
 use crate::sample::profile::{self, Extra};
 use arch_x86::cpuid::{LbrKind, PmuInfo, Vendor};
+use arch_x86::frame::TrapFrame;
 use arch_x86::pmu::driver::PmuDriver;
 use arch_x86::pmu::ds::DsMemory;
 use arch_x86::pmu::events::{self, MemEvent};
@@ -224,6 +225,7 @@ pub fn setup_hw(info: &PmuInfo, ev: Event, mode: SampleMode) -> Result<HwSetup, 
     });
     // Started before it is published: the smallest period is
     // `MIN_PERIOD` events, far more than the two stores below take.
+    profile::route_nmis_to_the_pmu();
     st.driver.start(&mut st.hw);
     HW_STATE.store(HW_ON, Ordering::Release);
     Ok(HwSetup {
@@ -263,20 +265,21 @@ pub fn mask_pmis() {
     }
 }
 
-/// NMI context: the PMU's part of one NMI. Services a PMI of the start-up
-/// check or of hardware sampling (samples go to `profile::push_sample` when
-/// `sampling`). Returns true when the NMI was the PMU's business and must
-/// not be taken as an NMI-clock tick: a PMI, or (while the NMI clock does
-/// not run) an NMI nobody claims, which is counted as unknown.
-/// NMI-safe: atomics and bounded copies only.
-/// The test for "no PMU work" is two atomic loads, inlined into the NMI
-/// path; the rest is out of line.
-#[inline]
-pub fn on_nmi(cap: &NmiContext<'_>, entry_tsc: u64, sampling: bool) -> bool {
-    if !CHECK_PHASE.load(Ordering::Relaxed) && HW_STATE.load(Ordering::Relaxed) == HW_OFF {
-        return false;
-    }
-    on_pmu_nmi(cap, entry_tsc, sampling, crate::sample::clock::running())
+/// NMI context: the PMU's part of one NMI, interrupting `frame`. Services
+/// a PMI of the start-up check or of hardware sampling (samples go to
+/// `profile::push_sample` when `sampling`). Returns true when the NMI was
+/// the PMU's business and must not be taken as an NMI-clock tick: a PMI,
+/// or (while the NMI clock does not run) an NMI nobody claims, which is
+/// counted as unknown. Called only once the PMU may raise PMIs
+/// (`profile::route_nmis_to_the_pmu`). NMI-safe: atomics and bounded
+/// copies only.
+pub fn on_nmi(frame: &TrapFrame, entry_tsc: u64, sampling: bool) -> bool {
+    on_pmu_nmi(
+        &crate::sample::nmi::context(frame),
+        entry_tsc,
+        sampling,
+        crate::sample::clock::running(),
+    )
 }
 
 #[inline(never)]

@@ -7,6 +7,7 @@ use crate::sample::nmi::NmiContext;
 use crate::sample::profile::{self, Extra};
 use arch_x86::cpuid::{self, CpuIdResult, Cpuid, PmuInfo};
 use arch_x86::frame::Mode;
+use arch_x86::frame::TrapFrame;
 use arch_x86::pmu::driver::PmuDriver;
 use arch_x86::pmu::ds::DsMemory;
 use arch_x86::pmu::intel::IntelOptions;
@@ -185,10 +186,11 @@ pub fn tick(
 /// NMI context, `pmu=sim`: one NMI-clock tick. Out of line, so the NMI
 /// clock's own path stays short.
 #[inline(never)]
-pub fn on_tick(cap: &NmiContext<'_>, entry_tsc: u64) {
+pub fn on_tick(frame: &TrapFrame, entry_tsc: u64) {
     if !sim_active() {
         return;
     }
+    let cap = &crate::sample::nmi::context(frame);
     // SAFETY: SIM_ON was seen, so setup finished; we are in NMI context,
     // the only user from now on, and NMIs do not nest (the parent module's docs).
     let Some(st) = (unsafe { &mut *SIM.0.get() }).as_mut() else {
