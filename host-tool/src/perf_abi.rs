@@ -101,6 +101,11 @@ pub use sampler::event::sample_type as sample;
 pub mod branch {
     /// `PERF_SAMPLE_BRANCH_HW_INDEX`: `hw_idx` precedes the entries.
     pub const HW_INDEX: u64 = 1 << 17;
+    /// `PERF_SAMPLE_BRANCH_USER | KERNEL | HV`: the privilege levels.
+    pub const PLM_ALL: u64 = 0b111;
+    /// `PERF_SAMPLE_BRANCH_MAX` of perf 6.1: the defined bits are below it
+    /// (PRIV_SAVE, bit 18, is the last).
+    pub const MAX: u64 = 1 << 19;
 }
 
 /// `perf_event_header.type`.

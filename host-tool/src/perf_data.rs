@@ -142,7 +142,33 @@ impl AttrSpec {
                 "sample_type bits {:#x} are not written",
                 self.sample_type & !sample::SUPPORTED
             ))),
-            _ => Ok(()),
+            _ => {
+                if self.sample_type & sample::REGS_USER != 0 {
+                    check_regs_mask(self.regs_user, false).map_err(|why| {
+                        bad(format!("sample_regs_user {:#x}: {why}", self.regs_user))
+                    })?;
+                }
+                if self.sample_type & sample::REGS_INTR != 0 {
+                    check_regs_mask(self.regs_intr, self.precise_ip > 0).map_err(|why| {
+                        bad(format!("sample_regs_intr {:#x}: {why}", self.regs_intr))
+                    })?;
+                }
+                if self.sample_type & sample::BRANCH_STACK != 0 {
+                    let b = self.branch_sample_type;
+                    if b & !(perf_abi::branch::MAX - 1) != 0 {
+                        return Err(bad(format!(
+                            "branch_sample_type bits {:#x} are not defined",
+                            b & !(perf_abi::branch::MAX - 1)
+                        )));
+                    }
+                    if b & !perf_abi::branch::PLM_ALL == 0 {
+                        return Err(bad(format!(
+                            "branch_sample_type {b:#x} names no branch type"
+                        )));
+                    }
+                }
+                Ok(())
+            }
         }
     }
 
@@ -182,16 +208,51 @@ impl AttrSpec {
         }
         flags |= u64::from(self.precise_ip & 3) << attr_flag::PRECISE_IP_SHIFT;
         put64(&mut b, attr_offset::FLAGS, flags);
+        // A field whose sample bit is clear means nothing, and is written
+        // as 0, as perf record leaves it: perf reads a branch_sample_type
+        // with CALL_STACK as "callchains come from the branch stack" even
+        // without BRANCH_STACK, and perf script 6.1 then dereferences the
+        // branch stack the samples do not have.
+        let st = self.effective_sample_type();
+        let when = |bit: u64, v: u64| if st & bit != 0 { v } else { 0 };
         put64(
             &mut b,
             attr_offset::BRANCH_SAMPLE_TYPE,
-            self.branch_sample_type,
+            when(sample::BRANCH_STACK, self.branch_sample_type),
         );
-        put64(&mut b, attr_offset::SAMPLE_REGS_USER, self.regs_user);
-        put64(&mut b, attr_offset::SAMPLE_REGS_INTR, self.regs_intr);
+        put64(
+            &mut b,
+            attr_offset::SAMPLE_REGS_USER,
+            when(sample::REGS_USER, self.regs_user),
+        );
+        put64(
+            &mut b,
+            attr_offset::SAMPLE_REGS_INTR,
+            when(sample::REGS_INTR, self.regs_intr),
+        );
         b[attr_offset::SAMPLE_MAX_STACK..attr_offset::SAMPLE_MAX_STACK + 2]
             .copy_from_slice(&self.max_stack.to_le_bytes());
         b
+    }
+}
+
+/// x86's `perf_reg_validate` and perf_event_open's extended-register
+/// rule: a sampled register mask is not empty, names no segment register
+/// (DS, ES, FS, GS: not sampled on x86-64) and no reserved bit (24-31),
+/// and names XMM registers only where PEBS records them (`pebs`: the
+/// interrupt registers of a precise event).
+fn check_regs_mask(mask: u64, pebs: bool) -> Result<(), &'static str> {
+    use sampler::regs::{RESERVED_MASK, SEGMENT_MASK, XMM_MASK};
+    if mask == 0 {
+        Err("no register named")
+    } else if mask & SEGMENT_MASK != 0 {
+        Err("segment registers are not sampled on x86-64")
+    } else if mask & RESERVED_MASK != 0 {
+        Err("bits 24-31 name no register")
+    } else if mask & XMM_MASK != 0 && !pebs {
+        Err("XMM registers are sampled only by PEBS (the interrupt registers of a precise event)")
+    } else {
+        Ok(())
     }
 }
 

@@ -184,3 +184,146 @@ fn loss_counts_past_u64_max_saturate() {
         .expect("the file parses");
     assert_eq!(reader.perf_file.event_attributes().len(), 1);
 }
+
+/// The `perf_data` target (`fuzz/saved/perf_data/209f4dc8…` and two
+/// more): an event whose `branch_sample_type` had `CALL_STACK` without
+/// `BRANCH_STACK` in its `sample_type`. perf takes CALL_STACK to mean that
+/// callchains come from the branch stack, and perf script 6.1 then read
+/// the branch stack the samples do not have: SIGSEGV. A field whose sample
+/// bit is clear is now written as 0, as perf record leaves it.
+#[test]
+fn branch_types_and_masks_without_their_sample_bit_are_written_as_zero() {
+    use host_tool::perf_abi::misc;
+    use host_tool::perf_data::{AttrSpec, FileMeta, PerfDataWriter, SampleRecord};
+    use sampler::event::{branch_type, sample_type as st};
+    use sampler::sample::PERF_CONTEXT_USER;
+    let mut a = AttrSpec::cpu_clock(1, "cpu-clock", 1000);
+    a.sample_type |= st::CALLCHAIN;
+    a.branch_sample_type = branch_type::CALL_STACK | branch_type::ANY | branch_type::USER;
+    a.regs_user = 0xffff_ff00_00b1_00f0;
+    a.regs_intr = 0xff_0fff;
+    let mut w =
+        PerfDataWriter::new(Cursor::new(Vec::new()), vec![a]).expect("the event is written");
+    w.comm(1, 1, "task", 0).unwrap();
+    let chain = [PERF_CONTEXT_USER, 0x40_1000, 0x40_2000, 0x40_3000];
+    for t in 1..4 {
+        w.sample(&SampleRecord {
+            ip: 0x40_1000,
+            pid: 1,
+            tid: 1,
+            time: t,
+            period: 1,
+            misc: misc::USER,
+            callchain: &chain,
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    let (out, _) = w
+        .finish(&FileMeta {
+            arch: "x86_64".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    let bytes = out.into_inner();
+    let file = linux_perf_data::PerfFileReader::parse_file(Cursor::new(&bytes[..]))
+        .expect("the file parses");
+    let attr = file.perf_file.event_attributes()[0].attributes();
+    assert!(
+        attr.branch_sample_format.is_empty(),
+        "{:?}",
+        attr.branch_sample_format
+    );
+    assert_eq!((attr.sample_regs_user, attr.sample_regs_intr), (0, 0));
+
+    let path = std::env::temp_dir().join(format!("perch-branch-{}.data", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let out = std::process::Command::new("perf")
+        .args(["script", "--force", "-F", "comm,tid,time,ip,sym", "-i"])
+        .arg(&path)
+        .output()
+        .expect("perf is needed (Debian: apt-get install linux-perf)");
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        out.status.success(),
+        "perf script: {} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).matches("task").count(),
+        3,
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The rules of perf_event_open (and x86's `perf_reg_validate`) for the
+/// fields that are sampled: a register mask names registers, no segment
+/// register, no reserved bit, XMM only for a precise event's interrupt
+/// registers; a branch_sample_type names a branch type and only defined
+/// bits. The fuzz inputs above carried all of these.
+#[test]
+fn register_masks_and_branch_types_perf_event_open_refuses_are_refused() {
+    use host_tool::perf_data::{AttrSpec, PerfDataWriter};
+    use sampler::event::{branch_type, sample_type as st};
+    let attr = |f: &dyn Fn(&mut AttrSpec)| {
+        let mut a = AttrSpec::cpu_clock(1, "cpu-clock", 1000);
+        f(&mut a);
+        PerfDataWriter::new(Cursor::new(Vec::new()), vec![a]).map(|_| ())
+    };
+    type Case<'a> = (&'a str, &'a dyn Fn(&mut AttrSpec));
+    let refused: [Case; 8] = [
+        ("empty user mask", &|a| a.sample_type |= st::REGS_USER),
+        ("segment register", &|a| {
+            a.sample_type |= st::REGS_USER;
+            a.regs_user = 1 << 12;
+        }),
+        ("reserved bit", &|a| {
+            a.sample_type |= st::REGS_INTR;
+            a.regs_intr = 0xff_0fff | 1 << 24;
+        }),
+        ("user XMM", &|a| {
+            a.sample_type |= st::REGS_USER;
+            a.regs_user = 0xff_0fff | 1 << 32;
+        }),
+        ("XMM of an imprecise event", &|a| {
+            a.sample_type |= st::REGS_INTR;
+            a.regs_intr = 0xff_0fff | 1 << 32;
+        }),
+        ("undefined branch bit", &|a| {
+            a.sample_type |= st::BRANCH_STACK;
+            a.branch_sample_type = branch_type::ANY | 1 << 19;
+        }),
+        ("privilege levels only", &|a| {
+            a.sample_type |= st::BRANCH_STACK;
+            a.branch_sample_type = branch_type::USER | branch_type::KERNEL;
+        }),
+        ("empty branch type", &|a| a.sample_type |= st::BRANCH_STACK),
+    ];
+    for (what, f) in refused {
+        assert!(
+            matches!(attr(f), Err(WriteError::BadEvent { .. })),
+            "{what} was written"
+        );
+    }
+    let accepted: [Case; 3] = [
+        ("the GPRs", &|a| {
+            a.sample_type |= st::REGS_USER | st::REGS_INTR;
+            a.regs_user = 0xff_0fff;
+            a.regs_intr = 0xff_0fff;
+        }),
+        ("PEBS XMM", &|a| {
+            a.sample_type |= st::REGS_INTR;
+            a.regs_intr = 0xff_0fff | 0xffff_ffff << 32;
+            a.precise_ip = 2;
+        }),
+        ("branches", &|a| {
+            a.sample_type |= st::BRANCH_STACK;
+            a.branch_sample_type = branch_type::ANY | branch_type::USER | branch_type::HW_INDEX;
+        }),
+    ];
+    for (what, f) in accepted {
+        assert!(attr(f).is_ok(), "{what} was refused: {:?}", attr(f).err());
+    }
+}
