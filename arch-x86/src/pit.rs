@@ -54,6 +54,45 @@ pub unsafe fn start_channel0(rate: PitRate) {
     }
 }
 
+/// Starts channel 0 in mode 2 with the largest divisor (65,536: a wrap
+/// every 54.9 ms), free running, for [`read_channel0`] to measure time with.
+///
+/// # Safety
+/// Ports 0x40/0x43 must be the PIT, and nothing else may use channel 0
+/// until it is programmed again.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn start_free_running() {
+    use x86::io::outb;
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        outb(0x43, 0x34); // channel 0, lobyte/hibyte, mode 2, binary
+        outb(0x40, 0);
+        outb(0x40, 0);
+    }
+}
+
+/// Latches and reads channel 0's count (counting down at [`PIT_HZ`]).
+///
+/// # Safety
+/// Ports 0x40/0x43 must be the PIT.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn read_channel0() -> u16 {
+    use x86::io::{inb, outb};
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        outb(0x43, 0x00); // latch channel 0
+        let lo = inb(0x40);
+        let hi = inb(0x40);
+        u16::from_le_bytes([lo, hi])
+    }
+}
+
+/// PIT ticks between two reads of a free-running down-counter, `before`
+/// then `after`, less than one wrap (65,536 ticks) apart.
+pub fn ticks_between(before: u16, after: u16) -> u16 {
+    before.wrapping_sub(after)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +107,14 @@ mod tests {
         assert_eq!(rate_for(0), Err(PitError::TooSlow));
         assert_eq!(rate_for(1_000_000), Err(PitError::TooFast));
         assert_eq!(rate_for(200_000).unwrap().divisor, 6);
+    }
+
+    #[test]
+    fn ticks_across_the_reload() {
+        assert_eq!(ticks_between(0x8000, 0x7000), 0x1000);
+        // The counter reloads 65,536 after 1 (read as 0 at the reload).
+        assert_eq!(ticks_between(10, 0xfff0), 26);
+        assert_eq!(ticks_between(0, 0xffff), 1);
+        assert_eq!(ticks_between(5, 5), 0);
     }
 }

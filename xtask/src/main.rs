@@ -100,6 +100,11 @@ pub struct SelftestArgs {
     /// and NX self-tests run, not skipped.
     #[arg(long)]
     pub cpu: Option<String>,
+    /// QEMU machine (`-machine`; default `pc`, `q35` with `--uefi`).
+    /// `microvm` is the Firecracker-style machine: no PCI, no HPET, no PC
+    /// speaker port; it boots only `-kernel`.
+    #[arg(long, value_parser = ["pc", "q35", "microvm"], conflicts_with_all = ["iso", "uefi"])]
+    pub machine: Option<String>,
     /// Hard timeout in seconds.
     #[arg(long, default_value_t = 180)]
     pub timeout: u64,
@@ -216,6 +221,7 @@ fn run(a: RunArgs) -> Result<i32> {
         },
         icount: a.icount,
         cpu: None,
+        machine: None,
         timeout: std::time::Duration::from_secs(a.timeout),
     };
     let out = qemu::run(&cfg)?;
@@ -248,6 +254,7 @@ pub fn selftest(a: &SelftestArgs) -> Result<bool> {
         boot,
         icount: a.icount,
         cpu: a.cpu.clone(),
+        machine: a.machine.clone(),
         timeout: std::time::Duration::from_secs(a.timeout),
     };
     let out = qemu::run(&cfg)?;

@@ -47,6 +47,8 @@ pub struct Config {
     /// The `-cpu` model; `None`: `max` without icount, QEMU's default
     /// (`qemu64`) with it.
     pub cpu: Option<String>,
+    /// The `-machine`; `None`: `pc`, or `q35` for the UEFI ISO.
+    pub machine: Option<String>,
     /// Hard timeout.
     pub timeout: Duration,
 }
@@ -133,9 +135,10 @@ pub fn args(cfg: &Config) -> Vec<String> {
     ]
     .map(String::from)
     .to_vec();
-    let machine = match &cfg.boot {
-        Boot::Iso { uefi: true, .. } => "q35",
-        _ => "pc",
+    let machine = match (&cfg.machine, &cfg.boot) {
+        (Some(m), _) => m.as_str(),
+        (None, Boot::Iso { uefi: true, .. }) => "q35",
+        (None, _) => "pc",
     };
     a.extend(["-machine".into(), machine.into()]);
     // `max` exposes SMEP/SMAP and NX under TCG; with icount keep the
@@ -270,6 +273,27 @@ mod tests {
     }
 
     #[test]
+    fn machine_is_chosen_or_follows_the_boot() {
+        let kernel = |machine: Option<&str>| {
+            args(&Config {
+                boot: Boot::Kernel {
+                    elf: "k".into(),
+                    cmdline: String::new(),
+                    initrd: None,
+                },
+                icount: false,
+                cpu: None,
+                machine: machine.map(String::from),
+                timeout: Duration::from_secs(1),
+            })
+            .join(" ")
+        };
+        assert!(kernel(None).contains("-machine pc"));
+        let m = kernel(Some("microvm"));
+        assert!(m.contains("-machine microvm") && !m.contains("-machine pc"));
+    }
+
+    #[test]
     fn icount_and_uefi_arguments() {
         let cfg = Config {
             boot: Boot::Iso {
@@ -278,6 +302,7 @@ mod tests {
             },
             icount: true,
             cpu: None,
+            machine: None,
             timeout: Duration::from_secs(1),
         };
         let a = args(&cfg).join(" ");
@@ -300,6 +325,7 @@ mod tests {
                 },
                 icount,
                 cpu: cpu.map(String::from),
+                machine: None,
                 timeout: Duration::from_secs(1),
             })
             .join(" ")

@@ -1,7 +1,7 @@
 //! `cargo xtask test`: formatting, lints, host tests (the QEMU end-to-end
 //! tests of `tests/` among them) and the on-target self-test in QEMU (plain,
-//! under icount, `-cpu max` under icount with the protections checked, and
-//! from the ISO under BIOS and UEFI), with a summary whose last line is
+//! under icount, `-cpu max` under icount with the protections checked, on
+//! `-machine microvm`, and from the ISO under BIOS and UEFI), with a summary whose last line is
 //! `N passed, M failed`.
 
 use crate::tools::{self, GCC_MULTILIB, MUSL_GCC, PROGRAM_TARGETS, RUNTIME_TARGET};
@@ -35,11 +35,16 @@ pub fn run(with_iso: bool) -> Result<i32> {
         uefi,
         append: String::new(),
         cpu: None,
+        machine: None,
         timeout: 240,
     };
     let max_icount = SelftestArgs {
         cpu: Some("max".into()),
         ..st(true, false, false)
+    };
+    let microvm = SelftestArgs {
+        machine: Some("microvm".into()),
+        ..st(false, false, false)
     };
     let mut steps: Vec<Step> = vec![
         ("fmt", Box::new(|| cargo(&["fmt", "--all", "--check"]))),
@@ -78,6 +83,10 @@ pub fn run(with_iso: bool) -> Result<i32> {
         (
             "selftest (QEMU, -cpu max -icount: NX/SMEP/SMAP on)",
             Box::new(move || selftest(&max_icount)),
+        ),
+        (
+            "selftest (QEMU, -machine microvm: no PCI, no HPET)",
+            Box::new(move || selftest(&microvm)),
         ),
     ];
     if with_iso {

@@ -147,35 +147,41 @@ static TSC_HZ: AtomicU64 = AtomicU64::new(0);
 static NS_MULT: AtomicU64 = AtomicU64::new(0);
 
 /// PIT ticks the calibration waits (10 ms).
-const CALIBRATION_PIT_TICKS: u16 = 11_932;
+const CALIBRATION_PIT_TICKS: u32 = 11_932;
+/// Reads of the PIT after which a count that never moves means no PIT.
+const CALIBRATION_POLLS: u32 = 5_000_000;
 
-/// Measures the TSC rate against the PIT's channel 2 (10 ms one-shot) and
-/// sets the TSC-to-ns conversion. Under `-icount shift=0` the TSC counts
-/// instructions and virtual time runs one nanosecond per instruction, so the
-/// rate comes out near 1 GHz and "time" means executed instructions.
-/// Returns the rate in Hz, 0 when the PIT never ended the measurement.
+/// Measures the TSC rate against the PIT's channel 0, free running (10 ms
+/// of its ticks, read by latching the count), and sets the TSC-to-ns
+/// conversion. Channel 0's gate is always open, so this works on machines
+/// without the PC speaker port that gates channel 2 (QEMU's `microvm`).
+/// Under `-icount shift=0` the TSC counts instructions and virtual time
+/// runs one nanosecond per instruction, so the rate comes out near 1 GHz
+/// and "time" means executed instructions. Returns the rate in Hz, 0 when
+/// the PIT's count never moved.
 pub fn calibrate_tsc() -> u64 {
-    use x86::io::{inb, outb};
-    // SAFETY: ports 0x42/0x43/0x61 are the PIT's channel 2 and its gate on
-    // the PC platform; nothing else uses channel 2.
+    // SAFETY: ports 0x40/0x43 are the PIT on the PC platform and on
+    // microvm; nothing uses channel 0 until the NMI clock programs it.
     let (t0, t1, done) = unsafe {
-        let gate = inb(0x61);
-        outb(0x61, (gate & !0x02) | 0x01); // gate on, speaker off
-        outb(0x43, 0xb0); // channel 2, lobyte/hibyte, mode 0
-        outb(0x42, CALIBRATION_PIT_TICKS as u8);
-        outb(0x42, (CALIBRATION_PIT_TICKS >> 8) as u8);
+        pit::start_free_running();
+        let mut last = pit::read_channel0();
+        let mut elapsed = 0u32;
+        let mut still = 0u32;
         let t0 = arch_x86::cpu::rdtsc();
-        let mut done = false;
         // Bounded: a missing PIT must not hang the boot.
-        for _ in 0..50_000_000u64 {
-            if inb(0x61) & 0x20 != 0 {
-                done = true;
-                break;
+        while elapsed < CALIBRATION_PIT_TICKS && still < CALIBRATION_POLLS {
+            let now = pit::read_channel0();
+            let d = pit::ticks_between(last, now);
+            if d == 0 {
+                still += 1;
+            } else {
+                still = 0;
             }
+            elapsed += u32::from(d);
+            last = now;
         }
         let t1 = arch_x86::cpu::rdtsc();
-        outb(0x61, gate);
-        (t0, t1, done)
+        (t0, t1, elapsed >= CALIBRATION_PIT_TICKS)
     };
     if !done {
         return 0;
