@@ -117,6 +117,8 @@ struct FileContents {
     comms: Vec<String>,
     kernel_build_id: Option<Vec<u8>>,
     event_name: Option<String>,
+    /// Every sample's PERIOD, in file order.
+    periods: Vec<u64>,
 }
 
 fn read_back(path: &Path) -> FileContents {
@@ -154,6 +156,8 @@ fn read_back(path: &Path) -> FileContents {
             EventRecord::Sample(s) => {
                 c.samples += 1;
                 c.user_samples += u64::from(s.cpu_mode == CpuMode::User);
+                c.periods
+                    .push(s.period.expect("cpu-clock samples carry PERIOD"));
             }
             EventRecord::Lost(l) => c.lost_in_lost_records += l.count,
             EventRecord::Comm(cm) => c
@@ -373,6 +377,47 @@ fn perf_reports_lost(rec: &Recording, lost: u64) {
     );
 }
 
+/// The PIT's period at 4 kHz (divisor 298 of 1,193,182 Hz), in ns.
+const PIT_4KHZ_NS: f64 = 298.0 * 1e9 / 1_193_182.0;
+
+/// cpu-clock semantics: each sample's PERIOD is the time since the clock's
+/// previous tick, so the periods add up to the time sampled, and the
+/// runtime reports the rate it achieved against the one requested.
+#[test]
+fn clock_periods_are_the_time_since_the_previous_tick() {
+    let Some(rec) = demo() else { return };
+    let c = read_back(&rec.data);
+    let sum: u64 = c.periods.iter().sum();
+    // One second of virtual time was sampled (under icount, exactly
+    // instructions); the first period runs from the start of sampling.
+    assert!(
+        (0.99e9..=1.01e9).contains(&(sum as f64)),
+        "periods add up to {sum} ns over a 1 s recording"
+    );
+    for (i, &p) in c.periods.iter().enumerate().skip(1) {
+        assert!(
+            (p as f64 - PIT_4KHZ_NS).abs() < PIT_4KHZ_NS * 0.01,
+            "sample {i}: period {p} ns, the clock ticks every {PIT_4KHZ_NS:.0} ns"
+        );
+    }
+    let line = rec
+        .stderr
+        .lines()
+        .find(|l| l.contains("perch: NMI clock: "))
+        .unwrap_or_else(|| panic!("no rate line:\n{}", rec.stderr));
+    let achieved: f64 = line
+        .split(" s: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|hz| hz.parse().ok())
+        .unwrap_or_else(|| panic!("no achieved rate in {line}"));
+    assert!(
+        (achieved - 4000.0).abs() < 40.0,
+        "achieved {achieved} Hz: {line}"
+    );
+    assert!(line.contains("Hz requested"), "{line}");
+}
+
 #[test]
 fn forced_losses_are_counted_exactly() {
     if !qemu_present() {
@@ -436,6 +481,15 @@ fn throttled_overflows_are_counted_exactly() {
     assert_eq!(c.samples + c.lost_samples_records, taken);
     assert_eq!(c.lost_in_lost_records, lost);
     assert_eq!(c.throttle_records, throttled);
+    // A suppressed tick keeps its own time: the samples that follow it
+    // stand for one tick each (20 kHz: divisor 60), not for the gap.
+    let tick = 60.0 * 1e9 / 1_193_182.0;
+    for (i, &p) in c.periods.iter().enumerate().skip(1) {
+        assert!(
+            (p as f64 - tick).abs() < tick * 0.02,
+            "sample {i}: period {p} ns, the clock ticks every {tick:.0} ns"
+        );
+    }
     assert!(
         c.unthrottle_records + 1 >= throttled && c.unthrottle_records <= throttled,
         "{} THROTTLE, {} UNTHROTTLE",

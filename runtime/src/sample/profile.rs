@@ -48,7 +48,8 @@ pub enum Source {
 
 /// PMU data for one sample (see `crate::sample::pmu`); [`Extra::NONE`] for the NMI clock.
 pub struct Extra<'a> {
-    /// The period this sample stands for (0: the NMI clock's).
+    /// The period this sample stands for; 0 for the NMI clock, whose
+    /// period is the time since its previous tick ([`clock_period`]).
     pub period: u64,
     /// PEBS IP.
     pub precise_ip: Option<u64>,
@@ -61,7 +62,8 @@ pub struct Extra<'a> {
 }
 
 impl Extra<'_> {
-    /// No PMU data.
+    /// No PMU data (a constant, so the NMI clock's path passes it without
+    /// building one).
     pub const NONE: Extra<'static> = Extra {
         period: 0,
         precise_ip: None,
@@ -69,6 +71,26 @@ impl Extra<'_> {
         branches: None,
         mem: None,
     };
+}
+
+/// The time (ns) of the NMI clock's previous tick while sampling (set by
+/// [`start`]).
+static LAST_TICK_NS: AtomicU64 = AtomicU64::new(0);
+/// The TSC when sampling started and stopped, for the achieved rate.
+static STARTED_TSC: AtomicU64 = AtomicU64::new(0);
+static STOPPED_TSC: AtomicU64 = AtomicU64::new(0);
+/// [`CLOCK_OVERFLOWS`] when sampling started.
+static OVERFLOWS_AT_START: AtomicU64 = AtomicU64::new(0);
+
+/// NMI context, one tick of the NMI clock: the nanoseconds since
+/// the previous tick, the PERIOD of its sample (cpu-clock semantics: the
+/// time the sample stands for, so that perf's counts stay true when ticks
+/// come late or are missed; a tick whose sample is throttled or lost keeps
+/// its own time, counted with it).
+/// `now` is the tick's time in ns (the sample's TIME).
+#[inline(always)]
+fn clock_period(now: u64) -> u64 {
+    now.wrapping_sub(LAST_TICK_NS.swap(now, Ordering::Relaxed))
 }
 
 /// Which fields a sample carries (`sample=` on the command line).
@@ -95,6 +117,7 @@ static SAMPLE_TYPE: AtomicU64 = AtomicU64::new(0);
 static REGS_USER: AtomicU64 = AtomicU64::new(0);
 static REGS_INTR: AtomicU64 = AtomicU64::new(0);
 static FREQ_HZ: AtomicU64 = AtomicU64::new(1);
+/// The NMI clock's nominal period (ns), from the rate programmed.
 static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
 static NOT_SAMPLED: AtomicU64 = AtomicU64::new(0);
 static NMI_COST_TSC: AtomicU64 = AtomicU64::new(0);
@@ -386,6 +409,11 @@ pub fn start() {
     RUNTIME_WALK.set(8, l.data);
     USER_WALK.set(8, l.user_data);
     COMPAT_WALK.set(4, l.user_data);
+    let now = crate::sample::nmi::rdtsc();
+    LAST_TICK_NS.store(clock::tsc_to_ns(now), Ordering::Relaxed);
+    STARTED_TSC.store(now, Ordering::Relaxed);
+    STOPPED_TSC.store(0, Ordering::Relaxed);
+    OVERFLOWS_AT_START.store(clock_overflows(), Ordering::Relaxed);
     ON.store(true, Ordering::Release);
 }
 
@@ -407,6 +435,7 @@ pub fn set_builtin_walk() {
 /// registers, so every one is delivered or counted as lost.
 pub fn stop() {
     ON.store(false, Ordering::Release);
+    STOPPED_TSC.store(crate::sample::nmi::rdtsc(), Ordering::Relaxed);
     // An NMI that saw ON runs to completion before this line (one CPU), so
     // nothing parks after it.
     PARKED.abandon(&RING);
@@ -627,6 +656,10 @@ pub fn overflow(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) -> bool {
     if action == OverflowAction::Suppressed {
         THROTTLED_PENDING.fetch_add(1, Ordering::Relaxed);
         THROTTLED_TOTAL.fetch_add(1, Ordering::Relaxed);
+        if x.period == 0 {
+            // The tick's time goes with its suppressed sample.
+            let _ = clock_period(clock::tsc_to_ns(entry_tsc));
+        }
         return false;
     }
     // One call site, so the sample is built inline.
@@ -719,10 +752,14 @@ pub fn push_sample(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) {
         }
     }
     // Drops and counts the sample when the ring is full.
-    RING.push_with(
+    let pushed = RING.push_with(
         #[inline(always)]
         |rec| fill_sample(rec.sample_mut(), ctx, entry_tsc, x, stype, saved_user),
     );
+    if !pushed && x.period == 0 {
+        // The tick's time goes with its lost sample.
+        let _ = clock_period(clock::tsc_to_ns(entry_tsc));
+    }
 }
 
 /// `uregs=return`: parks the sample of an NMI that interrupted the runtime
@@ -752,13 +789,16 @@ fn fill_sample(
 ) {
     let f = ctx.interrupted;
     let kernel = ctx.mode == Mode::Kernel;
-    r.time = clock::tsc_to_ns(entry_tsc);
+    let now = clock::tsc_to_ns(entry_tsc);
+    r.time = now;
     r.ip = match x.precise_ip {
         Some(ip) => ip,
         None => f.rip,
     };
+    // The NMI clock's period is measured here, where the sample is
+    // written, so the value is not held across the ring claim.
     r.period = if x.period == 0 {
-        PERIOD_NS.load(Ordering::Relaxed)
+        clock_period(now)
     } else {
         x.period
     };
@@ -835,6 +875,47 @@ pub fn on_entry_from_user() {
     }
 }
 
+/// The NMI clock's rate over the last sampling run: requested (the rate
+/// programmed) against achieved (ticks over the time sampling was on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClockRate {
+    /// Clock ticks while sampling was on.
+    pub ticks: u64,
+    /// How long sampling was on.
+    pub elapsed_ns: u64,
+    /// The rate programmed, in mHz.
+    pub requested_mhz: u64,
+    /// Ticks per second, in mHz.
+    pub achieved_mhz: u64,
+    /// Achieved over requested, in tenths of a percent.
+    pub permille: u64,
+}
+
+/// The NMI clock's rate over the last sampling run (after [`stop`]);
+/// `None` when the clock did not sample (a PMU did) or nothing ran.
+pub fn clock_rate() -> Option<ClockRate> {
+    if ROUTE.load(Ordering::Relaxed) & CLOCK_ROLE != CLOCK_SAMPLES {
+        return None;
+    }
+    let (t0, t1) = (
+        STARTED_TSC.load(Ordering::Relaxed),
+        STOPPED_TSC.load(Ordering::Relaxed),
+    );
+    let elapsed_ns = clock::tsc_to_ns(t1.checked_sub(t0).filter(|&d| d > 0 && t0 > 0)?);
+    let ticks = clock_overflows() - OVERFLOWS_AT_START.load(Ordering::Relaxed);
+    let period = PERIOD_NS.load(Ordering::Relaxed).max(1);
+    let requested_mhz = 1_000_000_000_000 / period;
+    let achieved_mhz =
+        (u128::from(ticks) * 1_000_000_000_000 / u128::from(elapsed_ns.max(1))) as u64;
+    Some(ClockRate {
+        ticks,
+        elapsed_ns,
+        requested_mhz,
+        achieved_mhz,
+        permille: achieved_mhz * 1000 / requested_mhz.max(1),
+    })
+}
+
 /// `(TSC ticks spent from NMI entry to the end of the push, samples measured)`;
 /// under `-icount shift=0` the ticks are instructions.
 pub fn nmi_cost() -> (u64, u64) {
@@ -855,6 +936,20 @@ pub fn report_end_of_run() {
     if let Some(avg) = cost.checked_div(measured) {
         crate::kprintln!(
             "perch: NMI path {avg} TSC ticks per sample on average over {measured} samples (instructions under -icount shift=0)"
+        );
+    }
+    if let Some(r) = clock_rate() {
+        crate::kprintln!(
+            "perch: NMI clock: {} ticks in {}.{:03} s: {}.{:03} Hz achieved of {}.{:03} Hz requested ({}.{}%)",
+            r.ticks,
+            r.elapsed_ns / 1_000_000_000,
+            r.elapsed_ns / 1_000_000 % 1000,
+            r.achieved_mhz / 1000,
+            r.achieved_mhz % 1000,
+            r.requested_mhz / 1000,
+            r.requested_mhz % 1000,
+            r.permille / 10,
+            r.permille % 10
         );
     }
     let t = throttle_stats();
