@@ -18,5 +18,7 @@ pub mod perf_abi;
 pub mod perf_data;
 pub mod procs;
 pub mod qemu;
+pub mod symtab;
 pub mod synth;
+pub mod top;
 pub mod wire;

@@ -16,13 +16,14 @@ use host_tool::convert::{ConvertOptions, Converter, hex};
 use host_tool::error::{HostError, exit};
 use host_tool::flamegraph::Folder;
 use host_tool::image::Image;
-use host_tool::input::{Flow, LogPrinter, PartsSink, Pump};
+use host_tool::input::{Flow, LogPrinter, Observer, PartsSink, Pump};
 use host_tool::manifest::AppSpec;
 use host_tool::model::Item;
 use host_tool::output::{OwnedWrite, Pending};
 use host_tool::procs::{Ending, ProcessLog, Routed};
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
 use host_tool::synth::{SynthConfig, write_capture};
+use host_tool::top::{Plain, Watch, WatchOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sampler::wire::SampleParts;
 
@@ -53,6 +54,11 @@ enum PmuMode {
 enum Cmd {
     /// Boot the appliance under QEMU (or read a serial line or capture) and write perf.data.
     Record(Box<RecordArgs>),
+    /// Boot and record like `record`, showing the hottest symbols live
+    /// (full screen on a terminal, `q` stops; a plain table every
+    /// --delay where stdout is not one); perf.data is written as by
+    /// `record`.
+    Top(Box<TopArgs>),
     /// Convert a saved capture to perf.data.
     Convert {
         /// The capture file (raw wire stream).
@@ -206,6 +212,26 @@ struct RecordArgs {
 }
 
 #[derive(clap::Args)]
+struct TopArgs {
+    /// Print the plain text table every --delay (as where stdout is not a
+    /// terminal) instead of the full-screen view.
+    #[arg(long)]
+    stdio: bool,
+    /// Seconds between refreshes.
+    #[arg(short = 'd', long, default_value_t = 1.0)]
+    delay: f64,
+    /// Rows of the plain table (the full-screen view fills the screen).
+    #[arg(short = 'E', long, default_value_t = 25)]
+    entries: usize,
+    /// Zero the counts at each refresh: each view shows the last interval
+    /// only (by default the counts run from the start).
+    #[arg(short = 'z', long)]
+    zero: bool,
+    #[command(flatten)]
+    record: RecordArgs,
+}
+
+#[derive(clap::Args)]
 struct ImageArgs {
     /// The runtime ELF.
     #[arg(long)]
@@ -260,7 +286,8 @@ fn main() -> ExitCode {
         }
     };
     let r = match cli.cmd {
-        Cmd::Record(a) => record(*a),
+        Cmd::Record(a) => record(*a, None),
+        Cmd::Top(a) => top(*a),
         Cmd::Convert {
             capture,
             image,
@@ -440,6 +467,8 @@ enum Stop {
     Eof,
     Interrupted,
     TimeLimit,
+    /// The observer stopped the run (`q` in `perch top`).
+    User,
 }
 
 /// Progress on stderr when it is a terminal.
@@ -450,8 +479,9 @@ struct Progress {
 }
 
 impl Progress {
-    fn new() -> Self {
-        let bar = std::io::stderr().is_terminal().then(|| {
+    /// A progress line on stderr when it is a terminal and `show`.
+    fn new(show: bool) -> Self {
+        let bar = (show && std::io::stderr().is_terminal()).then(|| {
             let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             b.set_style(
                 ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("static template"),
@@ -507,20 +537,28 @@ impl Progress {
 
 /// The converter, with target logs shown on the way: the programs' output
 /// on the host's stdout and stderr, the runtime's lines on stderr.
-struct ConvertSink<'a, W: OwnedWrite> {
+struct ConvertSink<'a, 'w, W: OwnedWrite> {
     conv: &'a mut Converter<W>,
     logs: &'a LogPrinter,
     progress: &'a mut Progress,
     procs: Option<&'a mut ProcessLog>,
+    /// Sees every item after the converter, and takes the log lines it
+    /// wants (while it owns the terminal).
+    watch: Option<&'a mut (dyn Observer + 'w)>,
 }
 
-impl<W: OwnedWrite> PartsSink for ConvertSink<'_, W> {
+impl<W: OwnedWrite> PartsSink for ConvertSink<'_, '_, W> {
     fn item(&mut self, item: &Item<'_>) -> Result<(), HostError> {
         let routed = match (&mut self.procs, item) {
             (Some(p), Item::Log(text)) => p.route(text),
             _ => Routed::Log,
         };
+        let taken = self.watch.as_deref_mut().is_some_and(|w| match routed {
+            Routed::Stdout(line) | Routed::Stderr(line) => w.log(line),
+            Routed::Log => self.logs.render(item).is_none_or(|line| w.log(&line)),
+        });
         match routed {
+            _ if taken => {}
             Routed::Stdout(line) => self.progress.suspend(|| {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "{line}");
@@ -533,12 +571,20 @@ impl<W: OwnedWrite> PartsSink for ConvertSink<'_, W> {
                 }
             }
         }
-        self.conv.push(item).map_err(HostError::from)
+        self.conv.push(item).map_err(HostError::from)?;
+        if let Some(w) = self.watch.as_deref_mut() {
+            w.item(item);
+        }
+        Ok(())
     }
 
     #[inline]
     fn sample(&mut self, s: &SampleParts<'_>) -> Result<(), HostError> {
-        self.conv.push_parts(s).map_err(HostError::from)
+        self.conv.push_parts(s).map_err(HostError::from)?;
+        if let Some(w) = self.watch.as_deref_mut() {
+            w.sample(s);
+        }
+        Ok(())
     }
 }
 
@@ -634,9 +680,10 @@ impl RunPrograms {
     }
 }
 
-/// Reads `src` into the converter until End, EOF, Ctrl-C or the deadline.
+/// Reads `src` into the converter until End, EOF, Ctrl-C, the deadline or
+/// the observer's stop; `watch` sees the run as it goes.
 #[allow(clippy::too_many_arguments)]
-fn run(
+fn run<'w>(
     src: Source,
     image: Option<Image>,
     elf: Option<&[u8]>,
@@ -645,6 +692,7 @@ fn run(
     deadline: Option<Instant>,
     buildid_cache: bool,
     mut programs: RunPrograms,
+    mut watch: Option<&mut (dyn Observer + 'w)>,
 ) -> Result<i32, HostError> {
     // Whether perf is there is only reported at the end; asking it (a
     // process start) overlaps the conversion.
@@ -665,6 +713,9 @@ fn run(
     let image_has_id = image.as_ref().is_some_and(|i| i.build_id.is_some());
     let cmdline: Vec<String> = std::env::args().collect();
     let program_files = programs.files.clone();
+    if let Some(w) = watch.as_deref_mut() {
+        w.begin(image.as_ref(), &programs.files);
+    }
     let mut conv = Converter::new(
         out,
         ConvertOptions {
@@ -675,7 +726,7 @@ fn run(
     );
     let logs = LogPrinter::new(elf);
     let mut pump = Pump::new();
-    let mut progress = Progress::new();
+    let mut progress = Progress::new(watch.is_none());
     let stop = match src {
         Source::File(file) => {
             // A file can be read ahead: frame it on a second thread.
@@ -684,10 +735,16 @@ fn run(
                 logs: &logs,
                 progress: &mut progress,
                 procs: programs.log.as_mut(),
+                watch: watch.as_deref_mut(),
             };
+            let mut user = false;
             let flow = pump.read_all_framed(file, &mut sink, |pump, sink| {
                 sink.progress.update(pump, false);
-                if INTERRUPTED.load(Ordering::Relaxed) {
+                user = sink
+                    .watch
+                    .as_deref_mut()
+                    .is_some_and(|w| w.tick(&pump.stats).is_break());
+                if INTERRUPTED.load(Ordering::Relaxed) || user {
                     ControlFlow::Break(())
                 } else {
                     ControlFlow::Continue(())
@@ -696,6 +753,7 @@ fn run(
             match flow {
                 Flow::Done => Stop::End,
                 Flow::Restart => Stop::Restart,
+                Flow::Continue if user => Stop::User,
                 Flow::Continue if INTERRUPTED.load(Ordering::Relaxed) => Stop::Interrupted,
                 Flow::Continue => Stop::Eof,
             }
@@ -705,6 +763,11 @@ fn run(
             let stop = loop {
                 if INTERRUPTED.load(Ordering::Relaxed) {
                     break Stop::Interrupted;
+                }
+                if let Some(w) = watch.as_deref_mut()
+                    && w.tick(&pump.stats).is_break()
+                {
+                    break Stop::User;
                 }
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     break Stop::TimeLimit;
@@ -727,6 +790,7 @@ fn run(
                     logs: &logs,
                     progress: &mut progress,
                     procs: programs.log.as_mut(),
+                    watch: watch.as_deref_mut(),
                 };
                 let flow = pump.feed_parts(&chunk, &mut sink)?;
                 progress.update(&pump, false);
@@ -742,6 +806,9 @@ fn run(
     };
     progress.update(&pump, true);
     progress.finish();
+    if let Some(w) = watch {
+        w.finish(&pump.stats);
+    }
     if let Some(mut s) = save {
         s.flush()
             .map_err(|e| HostError::io("saving the capture", e))?;
@@ -840,6 +907,13 @@ fn run(
         }
         Stop::Interrupted => {
             eprintln!("perch: stopped by Ctrl-C");
+            exit::OK
+        }
+        Stop::User => {
+            eprintln!(
+                "perch: stopped by the user (q) before the appliance sent End: {} holds what arrived",
+                output.display()
+            );
             exit::OK
         }
         Stop::TimeLimit => {
@@ -979,7 +1053,38 @@ fn check_perf() -> Result<(), HostError> {
     }
 }
 
-fn record(a: RecordArgs) -> Result<i32, HostError> {
+/// `perch top`: `record` with a live view on the terminal (or a plain
+/// table every refresh where stdout is not one).
+fn top(a: TopArgs) -> Result<i32, HostError> {
+    let options = WatchOptions {
+        delay: seconds("--delay", a.delay)?,
+        zero: a.zero,
+    };
+    if a.stdio || !std::io::stdout().is_terminal() {
+        let mut w = Watch::new(Plain::new(std::io::stdout(), a.entries), options);
+        let code = record(a.record, Some(&mut w))?;
+        view_error(w.take_error());
+        Ok(code)
+    } else {
+        let mut w = Watch::new(host_tool::top::tui::Tui::new(a.entries), options);
+        let code = record(a.record, Some(&mut w));
+        // The terminal is back before anything is said about the run.
+        let err = w.take_error();
+        drop(w);
+        view_error(err);
+        code
+    }
+}
+
+/// Reports a view that failed (the run went on into perf.data).
+fn view_error(e: Option<HostError>) {
+    if let Some(e) = e {
+        eprintln!("perch: warning: the live view stopped: {e}");
+    }
+}
+
+/// `perch record`; `watch` (perch top) sees the run as it goes.
+fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, HostError> {
     refuse_same_files(
         &[
             ("-o", Some(&a.output)),
@@ -1023,6 +1128,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             deadline,
             cache,
             RunPrograms::of(spec.as_ref()),
+            watch,
         );
     }
     if let Some(dev) = &a.serial {
@@ -1042,6 +1148,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             deadline,
             cache,
             RunPrograms::of(spec.as_ref()),
+            watch,
         );
     }
     let Some(img) = a.image.as_ref() else {
@@ -1122,12 +1229,19 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         deadline,
         cache,
         RunPrograms::of(spec.as_ref()),
+        watch.as_deref_mut(),
     );
-    let status = qemu.wait(Duration::from_secs(5));
+    // A run the user stopped has no End to wait for: QEMU goes at once.
+    let user_stop = watch.as_ref().is_some_and(|w| w.user_stopped());
+    let status = qemu.wait(if user_stop {
+        Duration::ZERO
+    } else {
+        Duration::from_secs(5)
+    });
     let qemu_err = qemu.take_stderr();
     drop(archive_dir);
     let code = code?;
-    if INTERRUPTED.load(Ordering::Relaxed) {
+    if INTERRUPTED.load(Ordering::Relaxed) || user_stop {
         return Ok(code);
     }
     match describe_exit(status) {
@@ -1167,6 +1281,7 @@ fn convert(
         None,
         buildid_cache,
         RunPrograms::of(spec.as_ref()),
+        None,
     )
 }
 
