@@ -27,7 +27,7 @@ use host_tool::top::{Plain, Watch, WatchOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sampler::wire::SampleParts;
 
-const EXIT_CODES: &str = "Exit codes: 0 ok, 1 I/O failure, 2 usage, 3 not a usable Perch stream \
+const EXIT_CODES: &str = "Exit codes: 0 ok (also when stopped by Ctrl-C, or by q in perch top), 1 I/O failure, 2 usage, 3 not a usable Perch stream \
 (garbage, wrong protocol version, no Hello, no samples to draw), 4 bad or mismatched image, 5 QEMU or perf missing, \
 6 the appliance failed or crashed, 7 the stream stopped before its End record or at a restart (output written), \
 8 a program, data file or appliance manifest is unusable (nothing booted), \

@@ -774,6 +774,8 @@ pub struct Watch<D: Display> {
     rates: Rates,
     filter: Filter,
     state: RunState,
+    /// Whether a frame was drawn (the first tick draws one at once).
+    drawn: bool,
     /// The first display error, reported when the run ends.
     error: Option<HostError>,
 }
@@ -791,6 +793,7 @@ impl<D: Display> Watch<D> {
             rates: Rates::default(),
             filter: Filter::All,
             state: RunState::Running,
+            drawn: false,
             error: None,
         }
     }
@@ -871,10 +874,10 @@ impl<D: Display> Watch<D> {
     }
 
     /// What [`Observer::tick`] does, at `now`: handles waiting keys, and
-    /// redraws when `delay` has passed since the last refresh (or a key
-    /// asked for it).
+    /// redraws at the first tick, when `delay` has passed since the last
+    /// refresh, and after a key.
     pub fn tick_at(&mut self, now: Instant, stats: &StreamStats) -> ControlFlow<()> {
-        let mut redraw = false;
+        let mut redraw = !self.drawn;
         if self.error.is_none() {
             while let Some(Some(key)) = {
                 let k = self.display.key();
@@ -905,6 +908,7 @@ impl<D: Display> Watch<D> {
             let frame = self.frame(now, totals);
             let r = self.display.draw(&frame);
             self.keep(r);
+            self.drawn = true;
             if self.options.zero
                 && due
                 && let Some(t) = &mut self.top

@@ -396,20 +396,23 @@ fn the_view_redraws_every_delay_steps_through_commands_and_stops_on_quit() {
     stats.samples = 1;
     stats.bytes = 1000;
     let at = |ms| t0 + Duration::from_millis(ms);
+    // The first tick draws at once; the next ones wait for the delay.
+    assert!(w.tick_at(at(100), &stats).is_continue());
+    assert_eq!(w.display().frames.len(), 1);
     assert!(w.tick_at(at(500), &stats).is_continue());
-    assert!(w.display().frames.is_empty(), "not before the delay");
+    assert_eq!(w.display().frames.len(), 1, "not before the delay");
     stats.samples = 3;
     stats.bytes = 3000;
     assert!(w.tick_at(at(1000), &stats).is_continue());
-    let f = &w.display().frames[0];
+    let f = &w.display().frames[1];
     assert_eq!(f.rates.samples, 3.0);
     assert_eq!(f.rates.bytes, 3000.0);
     assert_eq!(f.rows[0].symbol, "hot_alpha");
     // A key redraws at once, with the next filter.
     w.display.keys.push_back(Key::NextFilter);
     assert!(w.tick_at(at(1100), &stats).is_continue());
-    assert_eq!(w.display().frames.len(), 2);
-    assert_eq!(w.display().frames[1].filter, Filter::Command("app".into()));
+    assert_eq!(w.display().frames.len(), 3);
+    assert_eq!(w.display().frames[2].filter, Filter::Command("app".into()));
     w.display.keys.push_back(Key::PrevFilter);
     w.display.keys.push_back(Key::PrevFilter);
     assert!(w.tick_at(at(1200), &stats).is_continue());
@@ -440,8 +443,11 @@ fn zero_counts_each_interval_afresh_and_end_marks_the_run_ended() {
         .as_mut()
         .unwrap()
         .sample(0, 0, sym(&img, "runtime_entry"), true, 1);
+    // The first frame, at once, does not zero: its interval is not over.
+    assert!(w.tick_at(t0, &stats).is_continue());
     assert!(w.tick_at(t0 + Duration::from_secs(1), &stats).is_continue());
     assert_eq!(w.display().frames[0].counted, 1);
+    assert_eq!(w.display().frames[1].counted, 1);
     w.top
         .as_mut()
         .unwrap()
@@ -449,11 +455,11 @@ fn zero_counts_each_interval_afresh_and_end_marks_the_run_ended() {
     w.item(&Item::End(Default::default()));
     assert!(w.tick_at(t0 + Duration::from_secs(2), &stats).is_continue());
     assert_eq!(
-        w.display().frames[1].counted,
+        w.display().frames[2].counted,
         1,
-        "zeroed after the first frame"
+        "zeroed after the interval's frame"
     );
-    assert_eq!(w.display().frames[1].state, RunState::Ended);
+    assert_eq!(w.display().frames[2].state, RunState::Ended);
     assert!(!w.stopped());
 }
 

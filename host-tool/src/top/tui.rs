@@ -208,33 +208,21 @@ impl Display for Tui {
                 return self.draw(frame);
             }
         };
-        t.draw(|f| draw(f, frame, logs))
-            .map(|_| ())
-            .map_err(|e| HostError::io("drawing the view", e))
+        let r = t.draw(|f| draw(f, frame, logs)).map(|_| ());
+        // A view that cannot draw gives the terminal back (the run goes on).
+        r.map_err(|e| {
+            self.close();
+            HostError::io("drawing the view", e)
+        })
     }
 
     fn key(&mut self) -> Result<Option<Key>, HostError> {
         self.open()?;
-        while event::poll(Duration::ZERO).map_err(io_err("reading the keyboard"))? {
-            let ev = event::read().map_err(io_err("reading the keyboard"))?;
-            let key = match ev {
-                Event::Key(k) if k.kind != KeyEventKind::Release => match k.code {
-                    KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
-                        Some(Key::Quit)
-                    }
-                    KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc => Some(Key::Quit),
-                    KeyCode::Char('p') | KeyCode::Tab => Some(Key::NextFilter),
-                    KeyCode::Char('P') | KeyCode::BackTab => Some(Key::PrevFilter),
-                    _ => None,
-                },
-                Event::Resize(..) => Some(Key::Redraw),
-                _ => None,
-            };
-            if key.is_some() {
-                return Ok(key);
-            }
+        let r = read_key();
+        if r.is_err() {
+            self.close();
         }
-        Ok(None)
+        r
     }
 
     fn log(&mut self, line: &str) -> bool {
@@ -252,6 +240,30 @@ impl Display for Tui {
         let _ = out.flush();
         Ok(())
     }
+}
+
+/// The next key of the view waiting on the terminal, if any.
+fn read_key() -> Result<Option<Key>, HostError> {
+    while event::poll(Duration::ZERO).map_err(io_err("reading the keyboard"))? {
+        let ev = event::read().map_err(io_err("reading the keyboard"))?;
+        let key = match ev {
+            Event::Key(k) if k.kind != KeyEventKind::Release => match k.code {
+                KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
+                    Some(Key::Quit)
+                }
+                KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc => Some(Key::Quit),
+                KeyCode::Char('p') | KeyCode::Tab => Some(Key::NextFilter),
+                KeyCode::Char('P') | KeyCode::BackTab => Some(Key::PrevFilter),
+                _ => None,
+            },
+            Event::Resize(..) => Some(Key::Redraw),
+            _ => None,
+        };
+        if key.is_some() {
+            return Ok(key);
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
