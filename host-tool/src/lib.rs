@@ -18,5 +18,6 @@ pub mod perf_abi;
 pub mod perf_data;
 pub mod procs;
 pub mod qemu;
+pub mod record_opts;
 pub mod synth;
 pub mod wire;

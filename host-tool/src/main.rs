@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use host_tool::convert::{ConvertOptions, Converter, hex};
 use host_tool::error::{HostError, exit};
 use host_tool::flamegraph::Folder;
@@ -22,6 +22,9 @@ use host_tool::model::Item;
 use host_tool::output::{OwnedWrite, Pending};
 use host_tool::procs::{Ending, ProcessLog, Routed};
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
+use host_tool::record_opts::{
+    BootLine, DEFAULT_BAUD, MAX_FREQ_HZ, MIN_FREQ_HZ, RecordArgs, push_boot_args, seconds,
+};
 use host_tool::synth::{SynthConfig, write_capture};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sampler::wire::SampleParts;
@@ -37,16 +40,6 @@ const EXIT_CODES: &str = "Exit codes: 0 ok, 1 I/O failure, 2 usage, 3 not a usab
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum PmuMode {
-    /// Use the PMU when one works, else the NMI clock.
-    Auto,
-    /// The simulated PMU (marked as simulated in perf.data).
-    Sim,
-    /// The NMI clock (cpu-clock) only.
-    Off,
 }
 
 #[derive(Subcommand)]
@@ -112,100 +105,6 @@ enum Cmd {
 }
 
 #[derive(clap::Args)]
-struct RecordArgs {
-    /// The appliance image (runtime ELF) to boot and symbolise with.
-    #[arg(long)]
-    image: Option<PathBuf>,
-    /// An appliance manifest (TOML, docs/programs.md): the programs to run,
-    /// their argv, env and data files. With --serial or --input it names
-    /// the programs' host files for their symbols.
-    #[arg(long, value_name = "FILE.toml", conflicts_with = "command")]
-    appliance: Option<PathBuf>,
-    /// A data file for the program: HOST, or HOST:GUEST (the path the
-    /// program opens; default: HOST's file name, in `/`). Repeatable.
-    #[arg(long, value_name = "HOST[:GUEST]", requires = "command")]
-    file: Vec<String>,
-    /// Sampling frequency in Hz (19 to 1000000: the NMI clock's range; above about
-    /// 596 kHz the HPET ticks instead of the PIT).
-    #[arg(long, default_value_t = 1000,
-          value_parser = clap::value_parser!(u32).range(i64::from(MIN_FREQ_HZ)..=i64::from(MAX_FREQ_HZ)))]
-    freq: u32,
-    /// Run QEMU with `-icount shift=0,sleep=off` (instruction-exact, repeatable).
-    #[arg(long)]
-    icount: bool,
-    /// Event source.
-    #[arg(long, value_enum, default_value_t = PmuMode::Auto)]
-    pmu: PmuMode,
-    /// The CPU `--pmu sim` simulates: `spr` (Sapphire Rapids: adaptive PEBS
-    /// format 5, architectural LBR; the default), `icl` (Ice Lake: adaptive
-    /// PEBS format 4, legacy LBR) or `skl` (Skylake: PEBS format 3, legacy
-    /// LBR with INFO).
-    #[arg(long, value_parser = ["spr", "icl", "skl"])]
-    sim_cpu: Option<String>,
-    /// Upper bound on the run, in seconds. Programs run until they exit
-    /// (no bound by default).
-    #[arg(long)]
-    duration: Option<f64>,
-    /// Ring size in samples (runtime `ring=N`, at least 1).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    ring: Option<u32>,
-    /// Samples per second an event may take before it is throttled
-    /// (runtime `max_rate=N`, perf_event_max_sample_rate; 0: no limit).
-    #[arg(long)]
-    max_rate: Option<u32>,
-    /// Share of CPU time the sampling interrupt may take, in percent
-    /// (runtime `cpu_pct=N`, perf_cpu_time_max_percent; 0: no budget).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100))]
-    cpu_pct: Option<u32>,
-    /// Output file.
-    #[arg(short = 'o', long, default_value = "perf.data")]
-    output: PathBuf,
-    /// Also save the raw stream to this file.
-    #[arg(long)]
-    save_capture: Option<PathBuf>,
-    /// Read a real serial line instead of starting QEMU (the options of a
-    /// boot do not apply: the board runs its own command line).
-    #[arg(long, conflicts_with = "input", conflicts_with_all = BOOT_ONLY)]
-    serial: Option<String>,
-    /// Baud rate of --serial (default 115200; an option without a default
-    /// value, so that clap refuses it without `--serial`).
-    #[arg(long, requires = "serial", conflicts_with = "input")]
-    baud: Option<u32>,
-    /// Read a saved capture instead of starting QEMU (the options of a boot
-    /// do not apply).
-    #[arg(long, conflicts_with_all = BOOT_ONLY)]
-    input: Option<PathBuf>,
-    /// The QEMU binary.
-    #[arg(long, default_value = "qemu-system-x86_64")]
-    qemu: PathBuf,
-    /// Hard time limit in seconds (default: duration + 60; none for
-    /// programs without --duration).
-    #[arg(long)]
-    timeout: Option<f64>,
-    /// Do not add the image and the programs to perf's build-id cache
-    /// ($PERF_BUILDID_DIR or ~/.debug), which perch does by default so
-    /// that a plain `perf report` finds their symbols.
-    #[arg(long)]
-    no_buildid_cache: bool,
-    /// The default (kept for old command lines).
-    #[arg(long, hide = true, conflicts_with = "no_buildid_cache")]
-    buildid_cache: bool,
-    /// An extra QEMU argument, after perch's own (repeatable:
-    /// `--qemu-arg -smp --qemu-arg 2`).
-    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
-    qemu_arg: Vec<String>,
-    /// A runtime command-line key, appended to the one perch builds
-    /// (repeatable: `--boot-arg slice=5`).
-    #[arg(long, value_name = "KEY=VALUE")]
-    boot_arg: Vec<String>,
-    /// The program to profile and its arguments (a static x86-64 or i386
-    /// Linux executable). Without it (and without --appliance) the runtime
-    /// has nothing to run: it says so and reports a failure (exit 6).
-    #[arg(last = true, value_name = "PROGRAM [ARGS]")]
-    command: Vec<String>,
-}
-
-#[derive(clap::Args)]
 struct ImageArgs {
     /// The runtime ELF.
     #[arg(long)]
@@ -231,23 +130,6 @@ struct ImageArgs {
     #[arg(last = true, value_name = "PROGRAM [ARGS]")]
     command: Vec<String>,
 }
-
-/// `perch record` options that only apply when perch boots the appliance.
-const BOOT_ONLY: [&str; 13] = [
-    "freq", "icount", "pmu", "sim_cpu", "duration", "ring", "max_rate", "cpu_pct", "qemu",
-    "qemu_arg", "boot_arg", "command", "file",
-];
-
-/// `--baud` when not given.
-const DEFAULT_BAUD: u32 = 115_200;
-
-/// Lowest `--freq`: the NMI clock is the PIT, whose 16-bit divisor of
-/// 1193182 Hz cannot go below 18.2 Hz (`arch_x86::pit::rate_for`).
-const MIN_FREQ_HZ: u32 = 19;
-
-/// Highest `--freq`: what the runtime accepts from `freq=`
-/// (`kcore::cmdline::MAX_FREQ_HZ`).
-const MAX_FREQ_HZ: u32 = 1_000_000;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -861,18 +743,6 @@ fn run(
     })
 }
 
-/// A positive, finite number of seconds from the command line.
-fn seconds(flag: &str, secs: f64) -> Result<Duration, HostError> {
-    Duration::try_from_secs_f64(secs)
-        .ok()
-        .filter(|d| !d.is_zero() && *d < Duration::from_secs(365 * 24 * 3600))
-        .ok_or_else(|| {
-            HostError::Usage(format!(
-                "{flag} must be a positive number of seconds below a year, got {secs}"
-            ))
-        })
-}
-
 /// Adds the runtime image (as the kernel too) and every program with a
 /// build-id to perf's build-id cache, so perf finds their symbols with no
 /// flags. Says what it did; returns whether the runtime image is cached.
@@ -1049,48 +919,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             "perch record needs --image ELF to boot (or --input FILE / --serial DEVICE)".into(),
         ));
     };
-    // Programs run until they exit; without any, the runtime says there is
-    // nothing to run and fails at once (the bound only guards that).
-    let duration = match (a.duration, &spec) {
-        (Some(d), _) => Some(d),
-        (None, None) => Some(3.0),
-        (None, Some(_)) => None,
-    };
-    let mut append = format!(
-        "console=wire freq={} pmu={}",
-        a.freq,
-        match a.pmu {
-            PmuMode::Auto => "auto",
-            PmuMode::Sim => "sim",
-            PmuMode::Off => "off",
-        },
-    );
-    if let Some(d) = duration {
-        seconds("--duration", d)?;
-        let duration_ms = (d * 1000.0).round() as u64;
-        if duration_ms == 0 {
-            return Err(HostError::Usage(format!(
-                "--duration {d} rounds to 0 ms, which the runtime cannot use: give at least 0.0005 s"
-            )));
-        }
-        append.push_str(&format!(" duration={duration_ms}"));
-    }
-    if let Some(r) = a.ring {
-        append.push_str(&format!(" ring={r}"));
-    }
-    if let Some(c) = &a.sim_cpu {
-        if !matches!(a.pmu, PmuMode::Sim) {
-            return Err(HostError::Usage("--sim-cpu needs --pmu sim".into()));
-        }
-        append.push_str(&format!(" sim={c}"));
-    }
-    if let Some(r) = a.max_rate {
-        append.push_str(&format!(" max_rate={r}"));
-    }
-    if let Some(p) = a.cpu_pct {
-        append.push_str(&format!(" cpu_pct={p}"));
-    }
-    push_boot_args(&mut append, &a.boot_arg)?;
+    let BootLine { append, duration } = a.boot_line(spec.is_some())?;
     // The boot archive lives as long as the run.
     let (archive_dir, initrd) = pack_archive(spec.as_ref(), "perch-archive-")?;
     let cfg = QemuConfig {
@@ -1337,21 +1166,6 @@ fn synth(
         output.display()
     );
     Ok(exit::OK)
-}
-
-/// Appends each `--boot-arg` to the runtime command line `line`; each must
-/// be one `KEY` or `KEY=VALUE` without spaces.
-fn push_boot_args(line: &mut String, args: &[String]) -> Result<(), HostError> {
-    for b in args {
-        if b.is_empty() || b.contains(char::is_whitespace) {
-            return Err(HostError::Usage(format!(
-                "--boot-arg {b:?}: one KEY or KEY=VALUE without spaces"
-            )));
-        }
-        line.push(' ');
-        line.push_str(b);
-    }
-    Ok(())
 }
 
 /// Packs `spec`'s boot archive into a new temporary directory named from
