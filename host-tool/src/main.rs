@@ -23,7 +23,7 @@ use host_tool::output::{OwnedWrite, Pending};
 use host_tool::procs::{Ending, ProcessLog, Routed};
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
 use host_tool::record_opts::{
-    BootLine, DEFAULT_BAUD, MAX_FREQ_HZ, MIN_FREQ_HZ, RecordArgs, push_boot_args, seconds,
+    BootLine, DEFAULT_BAUD, Expect, MAX_FREQ_HZ, MIN_FREQ_HZ, RecordArgs, push_boot_args, seconds,
 };
 use host_tool::synth::{SynthConfig, write_capture};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -324,7 +324,8 @@ enum Stop {
     TimeLimit,
 }
 
-/// Progress on stderr when it is a terminal.
+/// The live progress line on stderr when it is a terminal and the run is
+/// not quiet: samples, their rate, losses and the wire's bytes per second.
 struct Progress {
     bar: Option<ProgressBar>,
     start: Instant,
@@ -332,8 +333,8 @@ struct Progress {
 }
 
 impl Progress {
-    fn new() -> Self {
-        let bar = std::io::stderr().is_terminal().then(|| {
+    fn new(quiet: bool) -> Self {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
             let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             b.set_style(
                 ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("static template"),
@@ -355,13 +356,12 @@ impl Progress {
         self.last = Instant::now();
         let s = &pump.stats;
         let secs = self.start.elapsed().as_secs_f64().max(1e-3);
-        bar.set_message(format!(
-            "{} samples, {} lost, {:.0} samples/s, {} bytes, {} bad frames",
+        bar.set_message(progress_line(
             s.samples,
             s.lost,
-            s.samples as f64 / secs,
             s.bytes,
-            s.decoder.bad_frames
+            s.decoder.bad_frames,
+            secs,
         ));
         bar.tick();
     }
@@ -387,6 +387,17 @@ impl Progress {
     }
 }
 
+/// The progress line's text: samples, their rate, losses, the wire's
+/// bytes per second and bad frames over `secs` seconds.
+fn progress_line(samples: u64, lost: u64, bytes: u64, bad_frames: u64, secs: f64) -> String {
+    let secs = secs.max(1e-3);
+    format!(
+        "{samples} samples ({:.0}/s), {lost} lost, {}/s on the wire, {bad_frames} bad frames",
+        samples as f64 / secs,
+        indicatif::HumanBytes((bytes as f64 / secs) as u64),
+    )
+}
+
 /// The converter, with target logs shown on the way: the programs' output
 /// on the host's stdout and stderr, the runtime's lines on stderr.
 struct ConvertSink<'a, W: OwnedWrite> {
@@ -394,10 +405,17 @@ struct ConvertSink<'a, W: OwnedWrite> {
     logs: &'a LogPrinter,
     progress: &'a mut Progress,
     procs: Option<&'a mut ProcessLog>,
+    /// What the Hello must show (`perch record`'s options).
+    expect: &'a Expect,
+    /// No runtime log lines (`-q`).
+    quiet: bool,
 }
 
 impl<W: OwnedWrite> PartsSink for ConvertSink<'_, W> {
     fn item(&mut self, item: &Item<'_>) -> Result<(), HostError> {
+        if let Item::Hello(h) = item {
+            self.expect.check(h)?;
+        }
         let routed = match (&mut self.procs, item) {
             (Some(p), Item::Log(text)) => p.route(text),
             _ => Routed::Log,
@@ -409,6 +427,7 @@ impl<W: OwnedWrite> PartsSink for ConvertSink<'_, W> {
                 let _ = out.flush();
             }),
             Routed::Stderr(line) => self.progress.suspend(|| eprintln!("{line}")),
+            Routed::Log if self.quiet => {}
             Routed::Log => {
                 if let Some(line) = self.logs.render(item) {
                     self.progress.println(&line);
@@ -502,6 +521,10 @@ struct RunPrograms {
     /// The processes' names, when perch knows them (it packed them or read
     /// the manifest): their output is routed and their ends checked.
     log: Option<ProcessLog>,
+    /// What the Hello must show for `perch record`'s options.
+    expect: Expect,
+    /// `-q`: no progress, no runtime log lines, no summary.
+    quiet: bool,
 }
 
 impl RunPrograms {
@@ -510,6 +533,7 @@ impl RunPrograms {
             Some(s) => RunPrograms {
                 files: s.program_files(),
                 log: Some(ProcessLog::new(s.names())),
+                ..RunPrograms::default()
             },
             None => RunPrograms::default(),
         }
@@ -557,7 +581,18 @@ fn run(
     );
     let logs = LogPrinter::new(elf);
     let mut pump = Pump::new();
-    let mut progress = Progress::new();
+    let quiet = programs.quiet;
+    // The summary and notes; `-q` keeps only errors and the lines that
+    // explain a failing exit code.
+    macro_rules! say {
+        ($($t:tt)*) => {
+            if !quiet {
+                eprintln!($($t)*)
+            }
+        };
+    }
+    let mut progress = Progress::new(quiet);
+    let started = Instant::now();
     let stop = match src {
         Source::File(file) => {
             // A file can be read ahead: frame it on a second thread.
@@ -566,6 +601,8 @@ fn run(
                 logs: &logs,
                 progress: &mut progress,
                 procs: programs.log.as_mut(),
+                expect: &programs.expect,
+                quiet,
             };
             let flow = pump.read_all_framed(file, &mut sink, |pump, sink| {
                 sink.progress.update(pump, false);
@@ -609,6 +646,8 @@ fn run(
                     logs: &logs,
                     progress: &mut progress,
                     procs: programs.log.as_mut(),
+                    expect: &programs.expect,
+                    quiet,
                 };
                 let flow = pump.feed_parts(&chunk, &mut sink)?;
                 progress.update(&pump, false);
@@ -638,7 +677,18 @@ fn run(
     }
     let w = summary.written;
     let d = pump.stats.decoder;
-    eprintln!(
+    let secs = started.elapsed().as_secs_f64();
+    say!(
+        "perch: {} in {secs:.1} s",
+        progress_line(
+            pump.stats.samples,
+            pump.stats.lost,
+            pump.stats.bytes,
+            d.bad_frames,
+            secs
+        )
+    );
+    say!(
         "perch: wrote {}: {} samples, {} lost ({} on the target, {} on the wire), {} bad frames, {:.1} bytes/sample on the wire",
         output.display(),
         w.samples,
@@ -653,56 +703,60 @@ fn run(
         }
     );
     if let Some(e) = &summary.end {
-        eprintln!(
+        say!(
             "perch: target counters: taken {} = delivered {} + lost {}; file holds {} samples + {} lost",
-            e.taken, e.delivered, e.lost, w.samples, w.lost_samples
+            e.taken,
+            e.delivered,
+            e.lost,
+            w.samples,
+            w.lost_samples
         );
         if !e.unknown_syscalls.is_empty() {
-            eprintln!(
+            say!(
                 "perch: the programs made unknown system calls (ENOSYS): {}",
                 e.unknown_syscalls
             );
         }
     }
     for warn in &summary.warnings {
-        eprintln!("perch: warning: {warn}");
+        say!("perch: warning: {warn}");
     }
     if stop == Stop::End && pump.stats.after_end > 0 {
-        eprintln!(
+        say!(
             "perch: warning: {} records after the End record were ignored (a second capture appended?)",
             pump.stats.after_end
         );
     }
     let perf_checked = perf_check.join().unwrap_or_else(|_| check_perf());
     if let Err(e) = perf_checked {
-        eprintln!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
+        say!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
     }
     let cached = if buildid_cache {
-        cache_build_ids(image_path.as_deref(), elf, &program_files)
+        cache_build_ids(image_path.as_deref(), elf, &program_files, quiet)
     } else {
         false
     };
     match &image_path {
-        Some(p) if cached => eprintln!(
+        Some(p) if cached => say!(
             "perch: open it with: perf report -i {}   (or perf script -i {})",
             output.display(),
             output.display()
         ),
         Some(p) => {
             if !image_has_id {
-                eprintln!(
+                say!(
                     "perch: warning: {} has no build-id, so the build-id cache cannot hold it",
                     p.display()
                 );
             }
-            eprintln!(
+            say!(
                 "perch: open it with: perf report -i {} --vmlinux={} --demangle-kernel   (or perf script ... --vmlinux={} --demangle-kernel)",
                 output.display(),
                 p.display(),
                 p.display()
             )
         }
-        None => eprintln!("perch: no --image given: perf cannot symbolise this file"),
+        None => say!("perch: no --image given: perf cannot symbolise this file"),
     }
     let crashed = match &programs.log {
         Some(log) => report_ends(log),
@@ -721,7 +775,7 @@ fn run(
             exit::TRUNCATED
         }
         Stop::Interrupted => {
-            eprintln!("perch: stopped by Ctrl-C");
+            say!("perch: stopped by Ctrl-C");
             exit::OK
         }
         Stop::TimeLimit => {
@@ -731,7 +785,7 @@ fn run(
         Stop::Eof if summary.end.is_some() => exit::OK,
         // Ctrl-C also reaches QEMU, which closes the stream first.
         Stop::Eof if INTERRUPTED.load(Ordering::Relaxed) => {
-            eprintln!("perch: stopped by Ctrl-C");
+            say!("perch: stopped by Ctrl-C");
             exit::OK
         }
         Stop::Eof => {
@@ -750,6 +804,7 @@ fn cache_build_ids(
     image: Option<&Path>,
     elf: Option<&[u8]>,
     programs: &std::collections::BTreeMap<String, PathBuf>,
+    quiet: bool,
 ) -> bool {
     use host_tool::buildid_cache::{Added, add, cache_dir};
     let Some(dir) = cache_dir() else {
@@ -775,7 +830,7 @@ fn cache_build_ids(
     let mut added = Vec::new();
     for (path, bytes, kernel) in &files {
         let Some(id) = kcore::elf::build_id(bytes) else {
-            if !kernel {
+            if !kernel && !quiet {
                 eprintln!(
                     "perch: note: {} has no build-id note (link with -Wl,--build-id to cache it): \
                      perf opens it by its path",
@@ -798,7 +853,7 @@ fn cache_build_ids(
             ),
         }
     }
-    if !added.is_empty() {
+    if !added.is_empty() && !quiet {
         eprintln!(
             "perch: added {} to perf's build-id cache ({})",
             added.join(", "),
@@ -860,13 +915,23 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             ("--image", a.image.as_deref()),
         ],
     )?;
-    // The programs first: a bad one is an error before anything boots.
+    let boots = a.input.is_none() && a.serial.is_none();
+    // The options first, then the programs: a combination the target
+    // cannot do, or a bad program, is an error before anything boots.
+    let boot_line = if boots {
+        Some(a.boot_line(a.appliance.is_some() || !a.command.is_empty())?)
+    } else {
+        None
+    };
     let spec = match (&a.appliance, a.command.is_empty()) {
         (Some(m), _) => Some(AppSpec::from_manifest(m)?),
         (None, false) => Some(AppSpec::from_command_line(&a.command, &a.file)?),
         (None, true) => None,
     };
-    let boots = a.input.is_none() && a.serial.is_none();
+    let programs = || RunPrograms {
+        quiet: a.quiet,
+        ..RunPrograms::of(spec.as_ref())
+    };
     if let Some(s) = &spec
         && boots
     {
@@ -892,7 +957,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             a.save_capture.as_deref(),
             deadline,
             cache,
-            RunPrograms::of(spec.as_ref()),
+            programs(),
         );
     }
     if let Some(dev) = &a.serial {
@@ -911,7 +976,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             a.save_capture.as_deref(),
             deadline,
             cache,
-            RunPrograms::of(spec.as_ref()),
+            programs(),
         );
     }
     let Some(img) = a.image.as_ref() else {
@@ -919,7 +984,14 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             "perch record needs --image ELF to boot (or --input FILE / --serial DEVICE)".into(),
         ));
     };
-    let BootLine { append, duration } = a.boot_line(spec.is_some())?;
+    let Some(BootLine {
+        append,
+        duration,
+        expect,
+    }) = boot_line
+    else {
+        unreachable!("a boot has its command line")
+    };
     // The boot archive lives as long as the run.
     let (archive_dir, initrd) = pack_archive(spec.as_ref(), "perch-archive-")?;
     let cfg = QemuConfig {
@@ -950,7 +1022,10 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         a.save_capture.as_deref(),
         deadline,
         cache,
-        RunPrograms::of(spec.as_ref()),
+        RunPrograms {
+            expect,
+            ..programs()
+        },
     );
     let status = qemu.wait(Duration::from_secs(5));
     let qemu_err = qemu.take_stderr();
@@ -961,7 +1036,9 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
     }
     match describe_exit(status) {
         Ok(msg) => {
-            eprintln!("perch: {msg}");
+            if !a.quiet {
+                eprintln!("perch: {msg}");
+            }
             Ok(code)
         }
         Err(msg) => {
