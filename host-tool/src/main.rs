@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use host_tool::convert::{ConvertOptions, Converter, hex};
 use host_tool::error::{HostError, exit};
 use host_tool::flamegraph::Folder;
@@ -22,6 +22,9 @@ use host_tool::model::Item;
 use host_tool::output::{OwnedWrite, Pending};
 use host_tool::procs::{Ending, ProcessLog, Routed};
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
+use host_tool::record_opts::{
+    BootLine, DEFAULT_BAUD, Expect, MAX_FREQ_HZ, MIN_FREQ_HZ, RecordArgs, push_boot_args, seconds,
+};
 use host_tool::synth::{SynthConfig, write_capture};
 use host_tool::top::{Plain, Watch, WatchOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -38,16 +41,6 @@ const EXIT_CODES: &str = "Exit codes: 0 ok (also when stopped by Ctrl-C, or by q
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum PmuMode {
-    /// Use the PMU when one works, else the NMI clock.
-    Auto,
-    /// The simulated PMU (marked as simulated in perf.data).
-    Sim,
-    /// The NMI clock (cpu-clock) only.
-    Off,
 }
 
 #[derive(Subcommand)]
@@ -118,100 +111,6 @@ enum Cmd {
 }
 
 #[derive(clap::Args)]
-struct RecordArgs {
-    /// The appliance image (runtime ELF) to boot and symbolise with.
-    #[arg(long)]
-    image: Option<PathBuf>,
-    /// An appliance manifest (TOML, docs/programs.md): the programs to run,
-    /// their argv, env and data files. With --serial or --input it names
-    /// the programs' host files for their symbols.
-    #[arg(long, value_name = "FILE.toml", conflicts_with = "command")]
-    appliance: Option<PathBuf>,
-    /// A data file for the program: HOST, or HOST:GUEST (the path the
-    /// program opens; default: HOST's file name, in `/`). Repeatable.
-    #[arg(long, value_name = "HOST[:GUEST]", requires = "command")]
-    file: Vec<String>,
-    /// Sampling frequency in Hz (19 to 1000000: the NMI clock's range; above about
-    /// 596 kHz the HPET ticks instead of the PIT).
-    #[arg(long, default_value_t = 1000,
-          value_parser = clap::value_parser!(u32).range(i64::from(MIN_FREQ_HZ)..=i64::from(MAX_FREQ_HZ)))]
-    freq: u32,
-    /// Run QEMU with `-icount shift=0,sleep=off` (instruction-exact, repeatable).
-    #[arg(long)]
-    icount: bool,
-    /// Event source.
-    #[arg(long, value_enum, default_value_t = PmuMode::Auto)]
-    pmu: PmuMode,
-    /// The CPU `--pmu sim` simulates: `spr` (Sapphire Rapids: adaptive PEBS
-    /// format 5, architectural LBR; the default), `icl` (Ice Lake: adaptive
-    /// PEBS format 4, legacy LBR) or `skl` (Skylake: PEBS format 3, legacy
-    /// LBR with INFO).
-    #[arg(long, value_parser = ["spr", "icl", "skl"])]
-    sim_cpu: Option<String>,
-    /// Upper bound on the run, in seconds. Programs run until they exit
-    /// (no bound by default).
-    #[arg(long)]
-    duration: Option<f64>,
-    /// Ring size in samples (runtime `ring=N`, at least 1).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    ring: Option<u32>,
-    /// Samples per second an event may take before it is throttled
-    /// (runtime `max_rate=N`, perf_event_max_sample_rate; 0: no limit).
-    #[arg(long)]
-    max_rate: Option<u32>,
-    /// Share of CPU time the sampling interrupt may take, in percent
-    /// (runtime `cpu_pct=N`, perf_cpu_time_max_percent; 0: no budget).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100))]
-    cpu_pct: Option<u32>,
-    /// Output file.
-    #[arg(short = 'o', long, default_value = "perf.data")]
-    output: PathBuf,
-    /// Also save the raw stream to this file.
-    #[arg(long)]
-    save_capture: Option<PathBuf>,
-    /// Read a real serial line instead of starting QEMU (the options of a
-    /// boot do not apply: the board runs its own command line).
-    #[arg(long, conflicts_with = "input", conflicts_with_all = BOOT_ONLY)]
-    serial: Option<String>,
-    /// Baud rate of --serial (default 115200; an option without a default
-    /// value, so that clap refuses it without `--serial`).
-    #[arg(long, requires = "serial", conflicts_with = "input")]
-    baud: Option<u32>,
-    /// Read a saved capture instead of starting QEMU (the options of a boot
-    /// do not apply).
-    #[arg(long, conflicts_with_all = BOOT_ONLY)]
-    input: Option<PathBuf>,
-    /// The QEMU binary.
-    #[arg(long, default_value = "qemu-system-x86_64")]
-    qemu: PathBuf,
-    /// Hard time limit in seconds (default: duration + 60; none for
-    /// programs without --duration).
-    #[arg(long)]
-    timeout: Option<f64>,
-    /// Do not add the image and the programs to perf's build-id cache
-    /// ($PERF_BUILDID_DIR or ~/.debug), which perch does by default so
-    /// that a plain `perf report` finds their symbols.
-    #[arg(long)]
-    no_buildid_cache: bool,
-    /// The default (kept for old command lines).
-    #[arg(long, hide = true, conflicts_with = "no_buildid_cache")]
-    buildid_cache: bool,
-    /// An extra QEMU argument, after perch's own (repeatable:
-    /// `--qemu-arg -smp --qemu-arg 2`).
-    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
-    qemu_arg: Vec<String>,
-    /// A runtime command-line key, appended to the one perch builds
-    /// (repeatable: `--boot-arg slice=5`).
-    #[arg(long, value_name = "KEY=VALUE")]
-    boot_arg: Vec<String>,
-    /// The program to profile and its arguments (a static x86-64 or i386
-    /// Linux executable). Without it (and without --appliance) the runtime
-    /// has nothing to run: it says so and reports a failure (exit 6).
-    #[arg(last = true, value_name = "PROGRAM [ARGS]")]
-    command: Vec<String>,
-}
-
-#[derive(clap::Args)]
 struct TopArgs {
     /// Print the plain text table every --delay (as where stdout is not a
     /// terminal) instead of the full-screen view.
@@ -257,23 +156,6 @@ struct ImageArgs {
     #[arg(last = true, value_name = "PROGRAM [ARGS]")]
     command: Vec<String>,
 }
-
-/// `perch record` options that only apply when perch boots the appliance.
-const BOOT_ONLY: [&str; 13] = [
-    "freq", "icount", "pmu", "sim_cpu", "duration", "ring", "max_rate", "cpu_pct", "qemu",
-    "qemu_arg", "boot_arg", "command", "file",
-];
-
-/// `--baud` when not given.
-const DEFAULT_BAUD: u32 = 115_200;
-
-/// Lowest `--freq`: the NMI clock is the PIT, whose 16-bit divisor of
-/// 1193182 Hz cannot go below 18.2 Hz (`arch_x86::pit::rate_for`).
-const MIN_FREQ_HZ: u32 = 19;
-
-/// Highest `--freq`: what the runtime accepts from `freq=`
-/// (`kcore::cmdline::MAX_FREQ_HZ`).
-const MAX_FREQ_HZ: u32 = 1_000_000;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -471,7 +353,8 @@ enum Stop {
     User,
 }
 
-/// Progress on stderr when it is a terminal.
+/// The live progress line on stderr when it is a terminal and the run is
+/// not quiet: samples, their rate, losses and the wire's bytes per second.
 struct Progress {
     bar: Option<ProgressBar>,
     start: Instant,
@@ -479,9 +362,8 @@ struct Progress {
 }
 
 impl Progress {
-    /// A progress line on stderr when it is a terminal and `show`.
-    fn new(show: bool) -> Self {
-        let bar = (show && std::io::stderr().is_terminal()).then(|| {
+    fn new(quiet: bool) -> Self {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
             let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             b.set_style(
                 ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("static template"),
@@ -503,13 +385,12 @@ impl Progress {
         self.last = Instant::now();
         let s = &pump.stats;
         let secs = self.start.elapsed().as_secs_f64().max(1e-3);
-        bar.set_message(format!(
-            "{} samples, {} lost, {:.0} samples/s, {} bytes, {} bad frames",
+        bar.set_message(progress_line(
             s.samples,
             s.lost,
-            s.samples as f64 / secs,
             s.bytes,
-            s.decoder.bad_frames
+            s.decoder.bad_frames,
+            secs,
         ));
         bar.tick();
     }
@@ -535,6 +416,17 @@ impl Progress {
     }
 }
 
+/// The progress line's text: samples, their rate, losses, the wire's
+/// bytes per second and bad frames over `secs` seconds.
+fn progress_line(samples: u64, lost: u64, bytes: u64, bad_frames: u64, secs: f64) -> String {
+    let secs = secs.max(1e-3);
+    format!(
+        "{samples} samples ({:.0}/s), {lost} lost, {}/s on the wire, {bad_frames} bad frames",
+        samples as f64 / secs,
+        indicatif::HumanBytes((bytes as f64 / secs) as u64),
+    )
+}
+
 /// The converter, with target logs shown on the way: the programs' output
 /// on the host's stdout and stderr, the runtime's lines on stderr.
 struct ConvertSink<'a, 'w, W: OwnedWrite> {
@@ -542,6 +434,10 @@ struct ConvertSink<'a, 'w, W: OwnedWrite> {
     logs: &'a LogPrinter,
     progress: &'a mut Progress,
     procs: Option<&'a mut ProcessLog>,
+    /// What the Hello must show (`perch record`'s options).
+    expect: &'a Expect,
+    /// No runtime log lines (`-q`).
+    quiet: bool,
     /// Sees every item after the converter, and takes the log lines it
     /// wants (while it owns the terminal).
     watch: Option<&'a mut (dyn Observer + 'w)>,
@@ -549,13 +445,16 @@ struct ConvertSink<'a, 'w, W: OwnedWrite> {
 
 impl<W: OwnedWrite> PartsSink for ConvertSink<'_, '_, W> {
     fn item(&mut self, item: &Item<'_>) -> Result<(), HostError> {
+        if let Item::Hello(h) = item {
+            self.expect.check(h)?;
+        }
         let routed = match (&mut self.procs, item) {
             (Some(p), Item::Log(text)) => p.route(text),
             _ => Routed::Log,
         };
         let taken = self.watch.as_deref_mut().is_some_and(|w| match routed {
             Routed::Stdout(line) | Routed::Stderr(line) => w.log(line),
-            Routed::Log => self.logs.render(item).is_none_or(|line| w.log(&line)),
+            Routed::Log => self.quiet || self.logs.render(item).is_none_or(|line| w.log(&line)),
         });
         match routed {
             _ if taken => {}
@@ -565,6 +464,7 @@ impl<W: OwnedWrite> PartsSink for ConvertSink<'_, '_, W> {
                 let _ = out.flush();
             }),
             Routed::Stderr(line) => self.progress.suspend(|| eprintln!("{line}")),
+            Routed::Log if self.quiet => {}
             Routed::Log => {
                 if let Some(line) = self.logs.render(item) {
                     self.progress.println(&line);
@@ -666,6 +566,10 @@ struct RunPrograms {
     /// The processes' names, when perch knows them (it packed them or read
     /// the manifest): their output is routed and their ends checked.
     log: Option<ProcessLog>,
+    /// What the Hello must show for `perch record`'s options.
+    expect: Expect,
+    /// `-q`: no progress, no runtime log lines, no summary.
+    quiet: bool,
 }
 
 impl RunPrograms {
@@ -674,6 +578,7 @@ impl RunPrograms {
             Some(s) => RunPrograms {
                 files: s.program_files(),
                 log: Some(ProcessLog::new(s.names())),
+                ..RunPrograms::default()
             },
             None => RunPrograms::default(),
         }
@@ -726,7 +631,19 @@ fn run<'w>(
     );
     let logs = LogPrinter::new(elf);
     let mut pump = Pump::new();
-    let mut progress = Progress::new(watch.is_none());
+    let quiet = programs.quiet;
+    // The summary and notes; `-q` keeps only errors and the lines that
+    // explain a failing exit code.
+    macro_rules! say {
+        ($($t:tt)*) => {
+            if !quiet {
+                eprintln!($($t)*)
+            }
+        };
+    }
+    // No progress line under a live view (it owns the terminal).
+    let mut progress = Progress::new(quiet || watch.is_some());
+    let started = Instant::now();
     let stop = match src {
         Source::File(file) => {
             // A file can be read ahead: frame it on a second thread.
@@ -735,6 +652,8 @@ fn run<'w>(
                 logs: &logs,
                 progress: &mut progress,
                 procs: programs.log.as_mut(),
+                expect: &programs.expect,
+                quiet,
                 watch: watch.as_deref_mut(),
             };
             let mut user = false;
@@ -790,6 +709,8 @@ fn run<'w>(
                     logs: &logs,
                     progress: &mut progress,
                     procs: programs.log.as_mut(),
+                    expect: &programs.expect,
+                    quiet,
                     watch: watch.as_deref_mut(),
                 };
                 let flow = pump.feed_parts(&chunk, &mut sink)?;
@@ -823,7 +744,18 @@ fn run<'w>(
     }
     let w = summary.written;
     let d = pump.stats.decoder;
-    eprintln!(
+    let secs = started.elapsed().as_secs_f64();
+    say!(
+        "perch: {} in {secs:.1} s",
+        progress_line(
+            pump.stats.samples,
+            pump.stats.lost,
+            pump.stats.bytes,
+            d.bad_frames,
+            secs
+        )
+    );
+    say!(
         "perch: wrote {}: {} samples, {} lost ({} on the target, {} on the wire), {} bad frames, {:.1} bytes/sample on the wire",
         output.display(),
         w.samples,
@@ -838,56 +770,60 @@ fn run<'w>(
         }
     );
     if let Some(e) = &summary.end {
-        eprintln!(
+        say!(
             "perch: target counters: taken {} = delivered {} + lost {}; file holds {} samples + {} lost",
-            e.taken, e.delivered, e.lost, w.samples, w.lost_samples
+            e.taken,
+            e.delivered,
+            e.lost,
+            w.samples,
+            w.lost_samples
         );
         if !e.unknown_syscalls.is_empty() {
-            eprintln!(
+            say!(
                 "perch: the programs made unknown system calls (ENOSYS): {}",
                 e.unknown_syscalls
             );
         }
     }
     for warn in &summary.warnings {
-        eprintln!("perch: warning: {warn}");
+        say!("perch: warning: {warn}");
     }
     if stop == Stop::End && pump.stats.after_end > 0 {
-        eprintln!(
+        say!(
             "perch: warning: {} records after the End record were ignored (a second capture appended?)",
             pump.stats.after_end
         );
     }
     let perf_checked = perf_check.join().unwrap_or_else(|_| check_perf());
     if let Err(e) = perf_checked {
-        eprintln!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
+        say!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
     }
     let cached = if buildid_cache {
-        cache_build_ids(image_path.as_deref(), elf, &program_files)
+        cache_build_ids(image_path.as_deref(), elf, &program_files, quiet)
     } else {
         false
     };
     match &image_path {
-        Some(p) if cached => eprintln!(
+        Some(p) if cached => say!(
             "perch: open it with: perf report -i {}   (or perf script -i {})",
             output.display(),
             output.display()
         ),
         Some(p) => {
             if !image_has_id {
-                eprintln!(
+                say!(
                     "perch: warning: {} has no build-id, so the build-id cache cannot hold it",
                     p.display()
                 );
             }
-            eprintln!(
+            say!(
                 "perch: open it with: perf report -i {} --vmlinux={} --demangle-kernel   (or perf script ... --vmlinux={} --demangle-kernel)",
                 output.display(),
                 p.display(),
                 p.display()
             )
         }
-        None => eprintln!("perch: no --image given: perf cannot symbolise this file"),
+        None => say!("perch: no --image given: perf cannot symbolise this file"),
     }
     let crashed = match &programs.log {
         Some(log) => report_ends(log),
@@ -906,11 +842,11 @@ fn run<'w>(
             exit::TRUNCATED
         }
         Stop::Interrupted => {
-            eprintln!("perch: stopped by Ctrl-C");
+            say!("perch: stopped by Ctrl-C");
             exit::OK
         }
         Stop::User => {
-            eprintln!(
+            say!(
                 "perch: stopped by the user (q) before the appliance sent End: {} holds what arrived",
                 output.display()
             );
@@ -923,7 +859,7 @@ fn run<'w>(
         Stop::Eof if summary.end.is_some() => exit::OK,
         // Ctrl-C also reaches QEMU, which closes the stream first.
         Stop::Eof if INTERRUPTED.load(Ordering::Relaxed) => {
-            eprintln!("perch: stopped by Ctrl-C");
+            say!("perch: stopped by Ctrl-C");
             exit::OK
         }
         Stop::Eof => {
@@ -935,18 +871,6 @@ fn run<'w>(
     })
 }
 
-/// A positive, finite number of seconds from the command line.
-fn seconds(flag: &str, secs: f64) -> Result<Duration, HostError> {
-    Duration::try_from_secs_f64(secs)
-        .ok()
-        .filter(|d| !d.is_zero() && *d < Duration::from_secs(365 * 24 * 3600))
-        .ok_or_else(|| {
-            HostError::Usage(format!(
-                "{flag} must be a positive number of seconds below a year, got {secs}"
-            ))
-        })
-}
-
 /// Adds the runtime image (as the kernel too) and every program with a
 /// build-id to perf's build-id cache, so perf finds their symbols with no
 /// flags. Says what it did; returns whether the runtime image is cached.
@@ -954,6 +878,7 @@ fn cache_build_ids(
     image: Option<&Path>,
     elf: Option<&[u8]>,
     programs: &std::collections::BTreeMap<String, PathBuf>,
+    quiet: bool,
 ) -> bool {
     use host_tool::buildid_cache::{Added, add, cache_dir};
     let Some(dir) = cache_dir() else {
@@ -979,7 +904,7 @@ fn cache_build_ids(
     let mut added = Vec::new();
     for (path, bytes, kernel) in &files {
         let Some(id) = kcore::elf::build_id(bytes) else {
-            if !kernel {
+            if !kernel && !quiet {
                 eprintln!(
                     "perch: note: {} has no build-id note (link with -Wl,--build-id to cache it): \
                      perf opens it by its path",
@@ -1002,7 +927,7 @@ fn cache_build_ids(
             ),
         }
     }
-    if !added.is_empty() {
+    if !added.is_empty() && !quiet {
         eprintln!(
             "perch: added {} to perf's build-id cache ({})",
             added.join(", "),
@@ -1095,13 +1020,23 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
             ("--image", a.image.as_deref()),
         ],
     )?;
-    // The programs first: a bad one is an error before anything boots.
+    let boots = a.input.is_none() && a.serial.is_none();
+    // The options first, then the programs: a combination the target
+    // cannot do, or a bad program, is an error before anything boots.
+    let boot_line = if boots {
+        Some(a.boot_line(a.appliance.is_some() || !a.command.is_empty())?)
+    } else {
+        None
+    };
     let spec = match (&a.appliance, a.command.is_empty()) {
         (Some(m), _) => Some(AppSpec::from_manifest(m)?),
         (None, false) => Some(AppSpec::from_command_line(&a.command, &a.file)?),
         (None, true) => None,
     };
-    let boots = a.input.is_none() && a.serial.is_none();
+    let programs = || RunPrograms {
+        quiet: a.quiet,
+        ..RunPrograms::of(spec.as_ref())
+    };
     if let Some(s) = &spec
         && boots
     {
@@ -1127,7 +1062,7 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
             a.save_capture.as_deref(),
             deadline,
             cache,
-            RunPrograms::of(spec.as_ref()),
+            programs(),
             watch,
         );
     }
@@ -1147,7 +1082,7 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
             a.save_capture.as_deref(),
             deadline,
             cache,
-            RunPrograms::of(spec.as_ref()),
+            programs(),
             watch,
         );
     }
@@ -1156,48 +1091,14 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
             "perch record needs --image ELF to boot (or --input FILE / --serial DEVICE)".into(),
         ));
     };
-    // Programs run until they exit; without any, the runtime says there is
-    // nothing to run and fails at once (the bound only guards that).
-    let duration = match (a.duration, &spec) {
-        (Some(d), _) => Some(d),
-        (None, None) => Some(3.0),
-        (None, Some(_)) => None,
+    let Some(BootLine {
+        append,
+        duration,
+        expect,
+    }) = boot_line
+    else {
+        unreachable!("a boot has its command line")
     };
-    let mut append = format!(
-        "console=wire freq={} pmu={}",
-        a.freq,
-        match a.pmu {
-            PmuMode::Auto => "auto",
-            PmuMode::Sim => "sim",
-            PmuMode::Off => "off",
-        },
-    );
-    if let Some(d) = duration {
-        seconds("--duration", d)?;
-        let duration_ms = (d * 1000.0).round() as u64;
-        if duration_ms == 0 {
-            return Err(HostError::Usage(format!(
-                "--duration {d} rounds to 0 ms, which the runtime cannot use: give at least 0.0005 s"
-            )));
-        }
-        append.push_str(&format!(" duration={duration_ms}"));
-    }
-    if let Some(r) = a.ring {
-        append.push_str(&format!(" ring={r}"));
-    }
-    if let Some(c) = &a.sim_cpu {
-        if !matches!(a.pmu, PmuMode::Sim) {
-            return Err(HostError::Usage("--sim-cpu needs --pmu sim".into()));
-        }
-        append.push_str(&format!(" sim={c}"));
-    }
-    if let Some(r) = a.max_rate {
-        append.push_str(&format!(" max_rate={r}"));
-    }
-    if let Some(p) = a.cpu_pct {
-        append.push_str(&format!(" cpu_pct={p}"));
-    }
-    push_boot_args(&mut append, &a.boot_arg)?;
     // The boot archive lives as long as the run.
     let (archive_dir, initrd) = pack_archive(spec.as_ref(), "perch-archive-")?;
     let cfg = QemuConfig {
@@ -1228,7 +1129,10 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
         a.save_capture.as_deref(),
         deadline,
         cache,
-        RunPrograms::of(spec.as_ref()),
+        RunPrograms {
+            expect,
+            ..programs()
+        },
         watch.as_deref_mut(),
     );
     // A run the user stopped has no End to wait for: QEMU goes at once.
@@ -1246,7 +1150,9 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
     }
     match describe_exit(status) {
         Ok(msg) => {
-            eprintln!("perch: {msg}");
+            if !a.quiet {
+                eprintln!("perch: {msg}");
+            }
             Ok(code)
         }
         Err(msg) => {
@@ -1452,21 +1358,6 @@ fn synth(
         output.display()
     );
     Ok(exit::OK)
-}
-
-/// Appends each `--boot-arg` to the runtime command line `line`; each must
-/// be one `KEY` or `KEY=VALUE` without spaces.
-fn push_boot_args(line: &mut String, args: &[String]) -> Result<(), HostError> {
-    for b in args {
-        if b.is_empty() || b.contains(char::is_whitespace) {
-            return Err(HostError::Usage(format!(
-                "--boot-arg {b:?}: one KEY or KEY=VALUE without spaces"
-            )));
-        }
-        line.push(' ');
-        line.push_str(b);
-    }
-    Ok(())
 }
 
 /// Packs `spec`'s boot archive into a new temporary directory named from
