@@ -28,7 +28,7 @@ impl SymbolTable {
                 .symbols
                 .iter()
                 .map(|s| Symbol {
-                    name: without_hash(&s.name).to_owned(),
+                    name: without_hash(&s.name),
                     ..s.clone()
                 })
                 .collect(),
@@ -115,15 +115,40 @@ impl SymbolTable {
     }
 }
 
-/// A demangled Rust name without its legacy hash suffix (`::h` and 16 hex
-/// digits), as perf shows it.
-pub fn without_hash(name: &str) -> &str {
-    match name.rsplit_once("::h") {
+/// A demangled Rust name without its hashes, as perf shows it: the legacy
+/// suffix (`::h` and 16 hex digits) and v0's crate disambiguators
+/// (`core[bb170dea1013a3a3]::str` becomes `core::str`).
+pub fn without_hash(name: &str) -> String {
+    let name = match name.rsplit_once("::h") {
         Some((head, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
             head
         }
         _ => name,
+    };
+    let mut out = String::with_capacity(name.len());
+    let mut rest = name;
+    while let Some(open) = rest.find('[') {
+        let after = &rest[open + 1..];
+        match after.find(']') {
+            Some(close)
+                if close > 0
+                    && after[..close].bytes().all(|b| b.is_ascii_hexdigit())
+                    && rest[..open]
+                        .chars()
+                        .next_back()
+                        .is_some_and(|c| c.is_alphanumeric() || c == '_') =>
+            {
+                out.push_str(&rest[..open]);
+                rest = &after[close + 1..];
+            }
+            _ => {
+                out.push_str(&rest[..=open]);
+                rest = after;
+            }
+        }
     }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -181,6 +206,18 @@ mod tests {
             "demo::g::hxyz3456789abcdef"
         );
         assert_eq!(without_hash("plain_c_name"), "plain_c_name");
+        assert_eq!(
+            without_hash("core[bb170dea1013a3a3]::str::converts::from_utf8"),
+            "core::str::converts::from_utf8"
+        );
+        assert_eq!(
+            without_hash("<alloc[1a2b]::vec::Vec<u8> as core[3c4d]::clone::Clone>::clone"),
+            "<alloc::vec::Vec<u8> as core::clone::Clone>::clone"
+        );
+        // Slices and arrays are not hashes.
+        assert_eq!(without_hash("<[u8] as x>::f"), "<[u8] as x>::f");
+        assert_eq!(without_hash("[u8; 4]::f"), "[u8; 4]::f");
+        assert_eq!(without_hash("a[]b[12"), "a[]b[12");
     }
 
     #[test]
