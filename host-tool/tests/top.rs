@@ -127,3 +127,22 @@ fn a_pipe_gets_a_table_each_refresh_and_a_last_one_and_perf_data_is_written() {
         "every tenth sample is in the runtime: {r:?}"
     );
 }
+
+#[test]
+fn a_bad_delay_is_a_usage_error_before_anything_runs() {
+    for d in ["0", "-1", "nan"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_perch"))
+            .args([
+                "top",
+                &format!("--delay={d}"),
+                "--input",
+                "/nonexistent/capture",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "-d {d}: {err}");
+        assert!(err.contains("--delay"), "-d {d}: {err}");
+    }
+}
