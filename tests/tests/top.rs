@@ -189,6 +189,48 @@ fn the_live_view_ranks_the_demo_hot_functions_and_q_writes_perf_data() {
         "the hot functions are not in their designed order (50/30/20): {rows:?}\n{screen}"
     );
 
+    // Every program has its share, and runtime code its rows.
+    let commands = screen
+        .lines()
+        .find(|l| l.starts_with("commands: "))
+        .unwrap_or_else(|| panic!("no commands line:\n{screen}"));
+    for p in ["demo64", "demo32", "demosys", "demoregs"] {
+        assert!(
+            commands.contains(&format!("{p} ")),
+            "{p} missing: {commands}"
+        );
+    }
+    assert!(screen.contains(" [k] "), "no runtime row:\n{screen}");
+
+    // `p` steps to demo64's own view: its rows only.
+    let mut own = None;
+    for _ in 0..8 {
+        tmux.run(&["send-keys", "-t", "top", "p"]);
+        std::thread::sleep(Duration::from_millis(700));
+        let s = tmux.screen();
+        if s.lines().any(|l| l.starts_with("showing: demo64 ")) {
+            own = Some(s);
+            break;
+        }
+    }
+    let own = own.unwrap_or_else(|| panic!("p never showed demo64's view:\n{}", tmux.screen()));
+    let table: Vec<Vec<&str>> = own
+        .lines()
+        .skip_while(|l| !l.starts_with("Overhead"))
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w.len() >= 6 && w[0].ends_with('%'))
+        .collect();
+    assert!(
+        !table.is_empty() && table.iter().all(|w| w[2] == "demo64"),
+        "demo64's view shows other commands:\n{own}"
+    );
+    assert!(
+        table[0][5] == HOT[0],
+        "demo64's view does not lead with {}:\n{own}",
+        HOT[0]
+    );
+
     // q stops the run; perch says so and exits 0.
     tmux.run(&["send-keys", "-t", "top", "q"]);
     let stopped = Instant::now();
