@@ -826,7 +826,7 @@ fn run<'w>(
         None => say!("perch: no --image given: perf cannot symbolise this file"),
     }
     let crashed = match &programs.log {
-        Some(log) => report_ends(log),
+        Some(log) => report_ends(log, quiet),
         None => false,
     };
     if crashed && matches!(stop, Stop::End | Stop::Eof) && summary.end.is_some() {
@@ -937,11 +937,12 @@ fn cache_build_ids(
     image_cached
 }
 
-/// Reports how the programs ended; returns whether one was killed by a
-/// signal.
-fn report_ends(log: &ProcessLog) -> bool {
+/// Reports how the programs ended (`quiet`: only the crashes); returns
+/// whether one was killed by a signal.
+fn report_ends(log: &ProcessLog, quiet: bool) -> bool {
     for e in &log.ends {
         match &e.ending {
+            Ending::Exited(_) if quiet => {}
             Ending::Exited(code) => eprintln!(
                 "perch: {} (pid {}) exited with status {code}",
                 e.name, e.pid
