@@ -59,6 +59,7 @@ impl Tui {
 
     fn open(&mut self) -> Result<&mut Terminal<CrosstermBackend<Stdout>>, HostError> {
         if self.terminal.is_none() {
+            restore_on_panic();
             enable_raw_mode().map_err(io_err("switching the terminal to raw mode"))?;
             let mut out = std::io::stdout();
             if let Err(e) = crossterm::execute!(out, EnterAlternateScreen) {
@@ -88,6 +89,19 @@ impl Tui {
             restore(Some(t));
         }
     }
+}
+
+/// Makes a panic give the terminal back before its message is printed
+/// (once per process).
+fn restore_on_panic() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore(None);
+            previous(info);
+        }));
+    });
 }
 
 /// Gives the terminal back: normal screen, cursor, cooked mode.
