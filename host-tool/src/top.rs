@@ -690,6 +690,11 @@ pub trait Display {
     /// The run stopped reading: the last frame, then the terminal goes
     /// back to normal.
     fn finish(&mut self, frame: &Frame) -> Result<(), HostError>;
+    /// Whether the first tick draws at once (a screen, blank until then),
+    /// rather than after the first interval.
+    fn immediate(&self) -> bool {
+        true
+    }
 }
 
 /// The plain display: a table every refresh, written to `out` (stdout when
@@ -749,6 +754,11 @@ impl<W: std::io::Write> Display for Plain<W> {
 
     fn finish(&mut self, frame: &Frame) -> Result<(), HostError> {
         self.write(frame)
+    }
+
+    /// No empty table at the start: the first one comes after `delay`.
+    fn immediate(&self) -> bool {
+        false
     }
 }
 
@@ -877,7 +887,7 @@ impl<D: Display> Watch<D> {
     /// redraws at the first tick, when `delay` has passed since the last
     /// refresh, and after a key.
     pub fn tick_at(&mut self, now: Instant, stats: &StreamStats) -> ControlFlow<()> {
-        let mut redraw = !self.drawn;
+        let mut redraw = !self.drawn && self.display.immediate();
         if self.error.is_none() {
             while let Some(Some(key)) = {
                 let k = self.display.key();

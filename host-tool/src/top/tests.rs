@@ -475,8 +475,32 @@ fn the_plain_display_writes_each_frame_as_a_table() {
     p.draw(&frame).unwrap();
     p.finish(&frame).unwrap();
     assert!(p.log("a target line"), "the target's lines go to stderr");
+    assert!(!p.immediate(), "no empty table at the start");
     let out = String::from_utf8(p.into_inner()).unwrap();
     assert_eq!(out.matches("perch top: ").count(), 2);
     assert_eq!(out.matches("[.] hot_alpha").count(), 2);
     assert!(!out.contains("hot_beta"), "two rows only:\n{out}");
+}
+
+#[test]
+fn the_plain_view_prints_its_first_table_after_the_first_interval() {
+    let img = fixture_image();
+    let mut w = Watch::new(
+        Plain::new(Vec::new(), 5),
+        WatchOptions {
+            delay: Duration::from_secs(1),
+            zero: false,
+        },
+    );
+    w.begin(Some(&img), &BTreeMap::new());
+    let t0 = w.last.0;
+    let stats = StreamStats::default();
+    assert!(
+        w.tick_at(t0 + Duration::from_millis(100), &stats)
+            .is_continue()
+    );
+    assert!(w.display().out.is_empty(), "an empty table at the start");
+    assert!(w.tick_at(t0 + Duration::from_secs(1), &stats).is_continue());
+    let out = String::from_utf8(w.into_display().into_inner()).unwrap();
+    assert_eq!(out.matches("perch top: ").count(), 1, "{out}");
 }
