@@ -49,6 +49,33 @@ impl<W: crate::output::OwnedWrite> PartsSink for crate::convert::Converter<W> {
     }
 }
 
+/// Watches a run as it is recorded (`perch top`): the recording loop hands
+/// it every item and sample after the converter has them, asks it after
+/// each chunk and at least every 100 ms whether to go on, and offers it the
+/// target's log lines while it owns the terminal.
+pub trait Observer {
+    /// The run starts: the image and the programs' host files (by archive
+    /// path) it is symbolised with.
+    fn begin(
+        &mut self,
+        image: Option<&crate::image::Image>,
+        programs: &BTreeMap<String, std::path::PathBuf>,
+    );
+    /// Every item but samples.
+    fn item(&mut self, item: &Item<'_>);
+    /// Every sample.
+    fn sample(&mut self, s: &SampleParts<'_>);
+    /// `Break` stops the run where it is (the user quit).
+    fn tick(&mut self, stats: &StreamStats) -> ControlFlow<()>;
+    /// A line for the terminal (a program's output, the runtime's log):
+    /// true when the observer took it, false when the caller prints it.
+    fn log(&mut self, line: &str) -> bool;
+    /// Reading stopped: the terminal goes back to the caller.
+    fn finish(&mut self, stats: &StreamStats);
+    /// Whether the run stopped because the user quit.
+    fn user_stopped(&self) -> bool;
+}
+
 /// Decodes chunks of a stream into items.
 pub struct Pump {
     decoder: Decoder,

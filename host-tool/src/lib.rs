@@ -18,5 +18,8 @@ pub mod perf_abi;
 pub mod perf_data;
 pub mod procs;
 pub mod qemu;
+pub mod record_opts;
+pub mod symtab;
 pub mod synth;
+pub mod top;
 pub mod wire;

@@ -11,22 +11,26 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use host_tool::convert::{ConvertOptions, Converter, hex};
 use host_tool::error::{HostError, exit};
 use host_tool::flamegraph::Folder;
 use host_tool::image::Image;
-use host_tool::input::{Flow, LogPrinter, PartsSink, Pump};
+use host_tool::input::{Flow, LogPrinter, Observer, PartsSink, Pump};
 use host_tool::manifest::AppSpec;
 use host_tool::model::Item;
 use host_tool::output::{OwnedWrite, Pending};
 use host_tool::procs::{Ending, ProcessLog, Routed};
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
+use host_tool::record_opts::{
+    BootLine, DEFAULT_BAUD, Expect, MAX_FREQ_HZ, MIN_FREQ_HZ, RecordArgs, push_boot_args, seconds,
+};
 use host_tool::synth::{SynthConfig, write_capture};
+use host_tool::top::{Plain, Watch, WatchOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sampler::wire::SampleParts;
 
-const EXIT_CODES: &str = "Exit codes: 0 ok, 1 I/O failure, 2 usage, 3 not a usable Perch stream \
+const EXIT_CODES: &str = "Exit codes: 0 ok (also when stopped by Ctrl-C, or by q in perch top), 1 I/O failure, 2 usage, 3 not a usable Perch stream \
 (garbage, wrong protocol version, no Hello, no samples to draw), 4 bad or mismatched image, 5 QEMU or perf missing, \
 6 the appliance failed or crashed, 7 the stream stopped before its End record or at a restart (output written), \
 8 a program, data file or appliance manifest is unusable (nothing booted), \
@@ -39,20 +43,15 @@ struct Cli {
     cmd: Cmd,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum PmuMode {
-    /// Use the PMU when one works, else the NMI clock.
-    Auto,
-    /// The simulated PMU (marked as simulated in perf.data).
-    Sim,
-    /// The NMI clock (cpu-clock) only.
-    Off,
-}
-
 #[derive(Subcommand)]
 enum Cmd {
     /// Boot the appliance under QEMU (or read a serial line or capture) and write perf.data.
     Record(Box<RecordArgs>),
+    /// Boot and record like `record`, showing the hottest symbols live
+    /// (full screen on a terminal, `q` stops; a plain table every
+    /// --delay where stdout is not one); perf.data is written as by
+    /// `record`.
+    Top(Box<TopArgs>),
     /// Convert a saved capture to perf.data.
     Convert {
         /// The capture file (raw wire stream).
@@ -112,97 +111,23 @@ enum Cmd {
 }
 
 #[derive(clap::Args)]
-struct RecordArgs {
-    /// The appliance image (runtime ELF) to boot and symbolise with.
+struct TopArgs {
+    /// Print the plain text table every --delay (as where stdout is not a
+    /// terminal) instead of the full-screen view.
     #[arg(long)]
-    image: Option<PathBuf>,
-    /// An appliance manifest (TOML, docs/programs.md): the programs to run,
-    /// their argv, env and data files. With --serial or --input it names
-    /// the programs' host files for their symbols.
-    #[arg(long, value_name = "FILE.toml", conflicts_with = "command")]
-    appliance: Option<PathBuf>,
-    /// A data file for the program: HOST, or HOST:GUEST (the path the
-    /// program opens; default: HOST's file name, in `/`). Repeatable.
-    #[arg(long, value_name = "HOST[:GUEST]", requires = "command")]
-    file: Vec<String>,
-    /// Sampling frequency in Hz (19 to 1000000: the NMI clock's range; above about
-    /// 596 kHz the HPET ticks instead of the PIT).
-    #[arg(long, default_value_t = 1000,
-          value_parser = clap::value_parser!(u32).range(i64::from(MIN_FREQ_HZ)..=i64::from(MAX_FREQ_HZ)))]
-    freq: u32,
-    /// Run QEMU with `-icount shift=0,sleep=off` (instruction-exact, repeatable).
-    #[arg(long)]
-    icount: bool,
-    /// Event source.
-    #[arg(long, value_enum, default_value_t = PmuMode::Auto)]
-    pmu: PmuMode,
-    /// The CPU `--pmu sim` simulates: `spr` (Sapphire Rapids: adaptive PEBS
-    /// format 5, architectural LBR; the default), `icl` (Ice Lake: adaptive
-    /// PEBS format 4, legacy LBR) or `skl` (Skylake: PEBS format 3, legacy
-    /// LBR with INFO).
-    #[arg(long, value_parser = ["spr", "icl", "skl"])]
-    sim_cpu: Option<String>,
-    /// Upper bound on the run, in seconds. Programs run until they exit
-    /// (no bound by default).
-    #[arg(long)]
-    duration: Option<f64>,
-    /// Ring size in samples (runtime `ring=N`, at least 1).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    ring: Option<u32>,
-    /// Samples per second an event may take before it is throttled
-    /// (runtime `max_rate=N`, perf_event_max_sample_rate; 0: no limit).
-    #[arg(long)]
-    max_rate: Option<u32>,
-    /// Share of CPU time the sampling interrupt may take, in percent
-    /// (runtime `cpu_pct=N`, perf_cpu_time_max_percent; 0: no budget).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100))]
-    cpu_pct: Option<u32>,
-    /// Output file.
-    #[arg(short = 'o', long, default_value = "perf.data")]
-    output: PathBuf,
-    /// Also save the raw stream to this file.
-    #[arg(long)]
-    save_capture: Option<PathBuf>,
-    /// Read a real serial line instead of starting QEMU (the options of a
-    /// boot do not apply: the board runs its own command line).
-    #[arg(long, conflicts_with = "input", conflicts_with_all = BOOT_ONLY)]
-    serial: Option<String>,
-    /// Baud rate of --serial (default 115200; an option without a default
-    /// value, so that clap refuses it without `--serial`).
-    #[arg(long, requires = "serial", conflicts_with = "input")]
-    baud: Option<u32>,
-    /// Read a saved capture instead of starting QEMU (the options of a boot
-    /// do not apply).
-    #[arg(long, conflicts_with_all = BOOT_ONLY)]
-    input: Option<PathBuf>,
-    /// The QEMU binary.
-    #[arg(long, default_value = "qemu-system-x86_64")]
-    qemu: PathBuf,
-    /// Hard time limit in seconds (default: duration + 60; none for
-    /// programs without --duration).
-    #[arg(long)]
-    timeout: Option<f64>,
-    /// Do not add the image and the programs to perf's build-id cache
-    /// ($PERF_BUILDID_DIR or ~/.debug), which perch does by default so
-    /// that a plain `perf report` finds their symbols.
-    #[arg(long)]
-    no_buildid_cache: bool,
-    /// The default (kept for old command lines).
-    #[arg(long, hide = true, conflicts_with = "no_buildid_cache")]
-    buildid_cache: bool,
-    /// An extra QEMU argument, after perch's own (repeatable:
-    /// `--qemu-arg -smp --qemu-arg 2`).
-    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
-    qemu_arg: Vec<String>,
-    /// A runtime command-line key, appended to the one perch builds
-    /// (repeatable: `--boot-arg slice=5`).
-    #[arg(long, value_name = "KEY=VALUE")]
-    boot_arg: Vec<String>,
-    /// The program to profile and its arguments (a static x86-64 or i386
-    /// Linux executable). Without it (and without --appliance) the runtime
-    /// has nothing to run: it says so and reports a failure (exit 6).
-    #[arg(last = true, value_name = "PROGRAM [ARGS]")]
-    command: Vec<String>,
+    stdio: bool,
+    /// Seconds between refreshes.
+    #[arg(short = 'd', long, default_value_t = 1.0)]
+    delay: f64,
+    /// Rows of the plain table (the full-screen view fills the screen).
+    #[arg(short = 'E', long, default_value_t = 25)]
+    entries: usize,
+    /// Zero the counts at each refresh: each view shows the last interval
+    /// only (by default the counts run from the start).
+    #[arg(short = 'z', long)]
+    zero: bool,
+    #[command(flatten)]
+    record: RecordArgs,
 }
 
 #[derive(clap::Args)]
@@ -232,23 +157,6 @@ struct ImageArgs {
     command: Vec<String>,
 }
 
-/// `perch record` options that only apply when perch boots the appliance.
-const BOOT_ONLY: [&str; 13] = [
-    "freq", "icount", "pmu", "sim_cpu", "duration", "ring", "max_rate", "cpu_pct", "qemu",
-    "qemu_arg", "boot_arg", "command", "file",
-];
-
-/// `--baud` when not given.
-const DEFAULT_BAUD: u32 = 115_200;
-
-/// Lowest `--freq`: the NMI clock is the PIT, whose 16-bit divisor of
-/// 1193182 Hz cannot go below 18.2 Hz (`arch_x86::pit::rate_for`).
-const MIN_FREQ_HZ: u32 = 19;
-
-/// Highest `--freq`: what the runtime accepts from `freq=`
-/// (`kcore::cmdline::MAX_FREQ_HZ`).
-const MAX_FREQ_HZ: u32 = 1_000_000;
-
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 fn main() -> ExitCode {
@@ -260,7 +168,8 @@ fn main() -> ExitCode {
         }
     };
     let r = match cli.cmd {
-        Cmd::Record(a) => record(*a),
+        Cmd::Record(a) => record(*a, None),
+        Cmd::Top(a) => top(*a),
         Cmd::Convert {
             capture,
             image,
@@ -440,9 +349,12 @@ enum Stop {
     Eof,
     Interrupted,
     TimeLimit,
+    /// The observer stopped the run (`q` in `perch top`).
+    User,
 }
 
-/// Progress on stderr when it is a terminal.
+/// The live progress line on stderr when it is a terminal and the run is
+/// not quiet: samples, their rate, losses and the wire's bytes per second.
 struct Progress {
     bar: Option<ProgressBar>,
     start: Instant,
@@ -450,8 +362,8 @@ struct Progress {
 }
 
 impl Progress {
-    fn new() -> Self {
-        let bar = std::io::stderr().is_terminal().then(|| {
+    fn new(quiet: bool) -> Self {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
             let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             b.set_style(
                 ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("static template"),
@@ -473,13 +385,12 @@ impl Progress {
         self.last = Instant::now();
         let s = &pump.stats;
         let secs = self.start.elapsed().as_secs_f64().max(1e-3);
-        bar.set_message(format!(
-            "{} samples, {} lost, {:.0} samples/s, {} bytes, {} bad frames",
+        bar.set_message(progress_line(
             s.samples,
             s.lost,
-            s.samples as f64 / secs,
             s.bytes,
-            s.decoder.bad_frames
+            s.decoder.bad_frames,
+            secs,
         ));
         bar.tick();
     }
@@ -505,40 +416,75 @@ impl Progress {
     }
 }
 
+/// The progress line's text: samples, their rate, losses, the wire's
+/// bytes per second and bad frames over `secs` seconds.
+fn progress_line(samples: u64, lost: u64, bytes: u64, bad_frames: u64, secs: f64) -> String {
+    let secs = secs.max(1e-3);
+    format!(
+        "{samples} samples ({:.0}/s), {lost} lost, {}/s on the wire, {bad_frames} bad frames",
+        samples as f64 / secs,
+        indicatif::HumanBytes((bytes as f64 / secs) as u64),
+    )
+}
+
 /// The converter, with target logs shown on the way: the programs' output
 /// on the host's stdout and stderr, the runtime's lines on stderr.
-struct ConvertSink<'a, W: OwnedWrite> {
+struct ConvertSink<'a, 'w, W: OwnedWrite> {
     conv: &'a mut Converter<W>,
     logs: &'a LogPrinter,
     progress: &'a mut Progress,
     procs: Option<&'a mut ProcessLog>,
+    /// What the Hello must show (`perch record`'s options).
+    expect: &'a Expect,
+    /// No runtime log lines (`-q`).
+    quiet: bool,
+    /// Sees every item after the converter, and takes the log lines it
+    /// wants (while it owns the terminal).
+    watch: Option<&'a mut (dyn Observer + 'w)>,
 }
 
-impl<W: OwnedWrite> PartsSink for ConvertSink<'_, W> {
+impl<W: OwnedWrite> PartsSink for ConvertSink<'_, '_, W> {
     fn item(&mut self, item: &Item<'_>) -> Result<(), HostError> {
+        if let Item::Hello(h) = item {
+            self.expect.check(h)?;
+        }
         let routed = match (&mut self.procs, item) {
             (Some(p), Item::Log(text)) => p.route(text),
             _ => Routed::Log,
         };
+        let taken = self.watch.as_deref_mut().is_some_and(|w| match routed {
+            Routed::Stdout(line) | Routed::Stderr(line) => w.log(line),
+            Routed::Log => self.quiet || self.logs.render(item).is_none_or(|line| w.log(&line)),
+        });
         match routed {
+            _ if taken => {}
             Routed::Stdout(line) => self.progress.suspend(|| {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "{line}");
                 let _ = out.flush();
             }),
             Routed::Stderr(line) => self.progress.suspend(|| eprintln!("{line}")),
+            Routed::Log if self.quiet => {}
             Routed::Log => {
                 if let Some(line) = self.logs.render(item) {
                     self.progress.println(&line);
                 }
             }
         }
-        self.conv.push(item).map_err(HostError::from)
+        self.conv.push(item).map_err(HostError::from)?;
+        if let Some(w) = self.watch.as_deref_mut() {
+            w.item(item);
+        }
+        Ok(())
     }
 
     #[inline]
     fn sample(&mut self, s: &SampleParts<'_>) -> Result<(), HostError> {
-        self.conv.push_parts(s).map_err(HostError::from)
+        self.conv.push_parts(s).map_err(HostError::from)?;
+        if let Some(w) = self.watch.as_deref_mut() {
+            w.sample(s);
+        }
+        Ok(())
     }
 }
 
@@ -620,6 +566,10 @@ struct RunPrograms {
     /// The processes' names, when perch knows them (it packed them or read
     /// the manifest): their output is routed and their ends checked.
     log: Option<ProcessLog>,
+    /// What the Hello must show for `perch record`'s options.
+    expect: Expect,
+    /// `-q`: no progress, no runtime log lines, no summary.
+    quiet: bool,
 }
 
 impl RunPrograms {
@@ -628,15 +578,17 @@ impl RunPrograms {
             Some(s) => RunPrograms {
                 files: s.program_files(),
                 log: Some(ProcessLog::new(s.names())),
+                ..RunPrograms::default()
             },
             None => RunPrograms::default(),
         }
     }
 }
 
-/// Reads `src` into the converter until End, EOF, Ctrl-C or the deadline.
+/// Reads `src` into the converter until End, EOF, Ctrl-C, the deadline or
+/// the observer's stop; `watch` sees the run as it goes.
 #[allow(clippy::too_many_arguments)]
-fn run(
+fn run<'w>(
     src: Source,
     image: Option<Image>,
     elf: Option<&[u8]>,
@@ -645,6 +597,7 @@ fn run(
     deadline: Option<Instant>,
     buildid_cache: bool,
     mut programs: RunPrograms,
+    mut watch: Option<&mut (dyn Observer + 'w)>,
 ) -> Result<i32, HostError> {
     // Whether perf is there is only reported at the end; asking it (a
     // process start) overlaps the conversion.
@@ -665,6 +618,9 @@ fn run(
     let image_has_id = image.as_ref().is_some_and(|i| i.build_id.is_some());
     let cmdline: Vec<String> = std::env::args().collect();
     let program_files = programs.files.clone();
+    if let Some(w) = watch.as_deref_mut() {
+        w.begin(image.as_ref(), &programs.files);
+    }
     let mut conv = Converter::new(
         out,
         ConvertOptions {
@@ -675,7 +631,19 @@ fn run(
     );
     let logs = LogPrinter::new(elf);
     let mut pump = Pump::new();
-    let mut progress = Progress::new();
+    let quiet = programs.quiet;
+    // The summary and notes; `-q` keeps only errors and the lines that
+    // explain a failing exit code.
+    macro_rules! say {
+        ($($t:tt)*) => {
+            if !quiet {
+                eprintln!($($t)*)
+            }
+        };
+    }
+    // No progress line under a live view (it owns the terminal).
+    let mut progress = Progress::new(quiet || watch.is_some());
+    let started = Instant::now();
     let stop = match src {
         Source::File(file) => {
             // A file can be read ahead: frame it on a second thread.
@@ -684,10 +652,18 @@ fn run(
                 logs: &logs,
                 progress: &mut progress,
                 procs: programs.log.as_mut(),
+                expect: &programs.expect,
+                quiet,
+                watch: watch.as_deref_mut(),
             };
+            let mut user = false;
             let flow = pump.read_all_framed(file, &mut sink, |pump, sink| {
                 sink.progress.update(pump, false);
-                if INTERRUPTED.load(Ordering::Relaxed) {
+                user = sink
+                    .watch
+                    .as_deref_mut()
+                    .is_some_and(|w| w.tick(&pump.stats).is_break());
+                if INTERRUPTED.load(Ordering::Relaxed) || user {
                     ControlFlow::Break(())
                 } else {
                     ControlFlow::Continue(())
@@ -696,6 +672,7 @@ fn run(
             match flow {
                 Flow::Done => Stop::End,
                 Flow::Restart => Stop::Restart,
+                Flow::Continue if user => Stop::User,
                 Flow::Continue if INTERRUPTED.load(Ordering::Relaxed) => Stop::Interrupted,
                 Flow::Continue => Stop::Eof,
             }
@@ -705,6 +682,11 @@ fn run(
             let stop = loop {
                 if INTERRUPTED.load(Ordering::Relaxed) {
                     break Stop::Interrupted;
+                }
+                if let Some(w) = watch.as_deref_mut()
+                    && w.tick(&pump.stats).is_break()
+                {
+                    break Stop::User;
                 }
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     break Stop::TimeLimit;
@@ -727,6 +709,9 @@ fn run(
                     logs: &logs,
                     progress: &mut progress,
                     procs: programs.log.as_mut(),
+                    expect: &programs.expect,
+                    quiet,
+                    watch: watch.as_deref_mut(),
                 };
                 let flow = pump.feed_parts(&chunk, &mut sink)?;
                 progress.update(&pump, false);
@@ -742,6 +727,9 @@ fn run(
     };
     progress.update(&pump, true);
     progress.finish();
+    if let Some(w) = watch {
+        w.finish(&pump.stats);
+    }
     if let Some(mut s) = save {
         s.flush()
             .map_err(|e| HostError::io("saving the capture", e))?;
@@ -756,7 +744,18 @@ fn run(
     }
     let w = summary.written;
     let d = pump.stats.decoder;
-    eprintln!(
+    let secs = started.elapsed().as_secs_f64();
+    say!(
+        "perch: {} in {secs:.1} s",
+        progress_line(
+            pump.stats.samples,
+            pump.stats.lost,
+            pump.stats.bytes,
+            d.bad_frames,
+            secs
+        )
+    );
+    say!(
         "perch: wrote {}: {} samples, {} lost ({} on the target, {} on the wire), {} bad frames, {:.1} bytes/sample on the wire",
         output.display(),
         w.samples,
@@ -771,59 +770,63 @@ fn run(
         }
     );
     if let Some(e) = &summary.end {
-        eprintln!(
+        say!(
             "perch: target counters: taken {} = delivered {} + lost {}; file holds {} samples + {} lost",
-            e.taken, e.delivered, e.lost, w.samples, w.lost_samples
+            e.taken,
+            e.delivered,
+            e.lost,
+            w.samples,
+            w.lost_samples
         );
         if !e.unknown_syscalls.is_empty() {
-            eprintln!(
+            say!(
                 "perch: the programs made unknown system calls (ENOSYS): {}",
                 e.unknown_syscalls
             );
         }
     }
     for warn in &summary.warnings {
-        eprintln!("perch: warning: {warn}");
+        say!("perch: warning: {warn}");
     }
     if stop == Stop::End && pump.stats.after_end > 0 {
-        eprintln!(
+        say!(
             "perch: warning: {} records after the End record were ignored (a second capture appended?)",
             pump.stats.after_end
         );
     }
     let perf_checked = perf_check.join().unwrap_or_else(|_| check_perf());
     if let Err(e) = perf_checked {
-        eprintln!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
+        say!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
     }
     let cached = if buildid_cache {
-        cache_build_ids(image_path.as_deref(), elf, &program_files)
+        cache_build_ids(image_path.as_deref(), elf, &program_files, quiet)
     } else {
         false
     };
     match &image_path {
-        Some(p) if cached => eprintln!(
+        Some(p) if cached => say!(
             "perch: open it with: perf report -i {}   (or perf script -i {})",
             output.display(),
             output.display()
         ),
         Some(p) => {
             if !image_has_id {
-                eprintln!(
+                say!(
                     "perch: warning: {} has no build-id, so the build-id cache cannot hold it",
                     p.display()
                 );
             }
-            eprintln!(
+            say!(
                 "perch: open it with: perf report -i {} --vmlinux={} --demangle-kernel   (or perf script ... --vmlinux={} --demangle-kernel)",
                 output.display(),
                 p.display(),
                 p.display()
             )
         }
-        None => eprintln!("perch: no --image given: perf cannot symbolise this file"),
+        None => say!("perch: no --image given: perf cannot symbolise this file"),
     }
     let crashed = match &programs.log {
-        Some(log) => report_ends(log),
+        Some(log) => report_ends(log, quiet),
         None => false,
     };
     if crashed && matches!(stop, Stop::End | Stop::Eof) && summary.end.is_some() {
@@ -839,7 +842,14 @@ fn run(
             exit::TRUNCATED
         }
         Stop::Interrupted => {
-            eprintln!("perch: stopped by Ctrl-C");
+            say!("perch: stopped by Ctrl-C");
+            exit::OK
+        }
+        Stop::User => {
+            say!(
+                "perch: stopped by the user (q) before the appliance sent End: {} holds what arrived",
+                output.display()
+            );
             exit::OK
         }
         Stop::TimeLimit => {
@@ -849,7 +859,7 @@ fn run(
         Stop::Eof if summary.end.is_some() => exit::OK,
         // Ctrl-C also reaches QEMU, which closes the stream first.
         Stop::Eof if INTERRUPTED.load(Ordering::Relaxed) => {
-            eprintln!("perch: stopped by Ctrl-C");
+            say!("perch: stopped by Ctrl-C");
             exit::OK
         }
         Stop::Eof => {
@@ -861,18 +871,6 @@ fn run(
     })
 }
 
-/// A positive, finite number of seconds from the command line.
-fn seconds(flag: &str, secs: f64) -> Result<Duration, HostError> {
-    Duration::try_from_secs_f64(secs)
-        .ok()
-        .filter(|d| !d.is_zero() && *d < Duration::from_secs(365 * 24 * 3600))
-        .ok_or_else(|| {
-            HostError::Usage(format!(
-                "{flag} must be a positive number of seconds below a year, got {secs}"
-            ))
-        })
-}
-
 /// Adds the runtime image (as the kernel too) and every program with a
 /// build-id to perf's build-id cache, so perf finds their symbols with no
 /// flags. Says what it did; returns whether the runtime image is cached.
@@ -880,6 +878,7 @@ fn cache_build_ids(
     image: Option<&Path>,
     elf: Option<&[u8]>,
     programs: &std::collections::BTreeMap<String, PathBuf>,
+    quiet: bool,
 ) -> bool {
     use host_tool::buildid_cache::{Added, add, cache_dir};
     let Some(dir) = cache_dir() else {
@@ -905,7 +904,7 @@ fn cache_build_ids(
     let mut added = Vec::new();
     for (path, bytes, kernel) in &files {
         let Some(id) = kcore::elf::build_id(bytes) else {
-            if !kernel {
+            if !kernel && !quiet {
                 eprintln!(
                     "perch: note: {} has no build-id note (link with -Wl,--build-id to cache it): \
                      perf opens it by its path",
@@ -928,7 +927,7 @@ fn cache_build_ids(
             ),
         }
     }
-    if !added.is_empty() {
+    if !added.is_empty() && !quiet {
         eprintln!(
             "perch: added {} to perf's build-id cache ({})",
             added.join(", "),
@@ -938,11 +937,12 @@ fn cache_build_ids(
     image_cached
 }
 
-/// Reports how the programs ended; returns whether one was killed by a
-/// signal.
-fn report_ends(log: &ProcessLog) -> bool {
+/// Reports how the programs ended (`quiet`: only the crashes); returns
+/// whether one was killed by a signal.
+fn report_ends(log: &ProcessLog, quiet: bool) -> bool {
     for e in &log.ends {
         match &e.ending {
+            Ending::Exited(_) if quiet => {}
             Ending::Exited(code) => eprintln!(
                 "perch: {} (pid {}) exited with status {code}",
                 e.name, e.pid
@@ -979,7 +979,38 @@ fn check_perf() -> Result<(), HostError> {
     }
 }
 
-fn record(a: RecordArgs) -> Result<i32, HostError> {
+/// `perch top`: `record` with a live view on the terminal (or a plain
+/// table every refresh where stdout is not one).
+fn top(a: TopArgs) -> Result<i32, HostError> {
+    let options = WatchOptions {
+        delay: seconds("--delay", a.delay)?,
+        zero: a.zero,
+    };
+    if a.stdio || !std::io::stdout().is_terminal() {
+        let mut w = Watch::new(Plain::new(std::io::stdout(), a.entries), options);
+        let code = record(a.record, Some(&mut w))?;
+        view_error(w.take_error());
+        Ok(code)
+    } else {
+        let mut w = Watch::new(host_tool::top::tui::Tui::new(a.entries), options);
+        let code = record(a.record, Some(&mut w));
+        // The terminal is back before anything is said about the run.
+        let err = w.take_error();
+        drop(w);
+        view_error(err);
+        code
+    }
+}
+
+/// Reports a view that failed (the run went on into perf.data).
+fn view_error(e: Option<HostError>) {
+    if let Some(e) = e {
+        eprintln!("perch: warning: the live view stopped: {e}");
+    }
+}
+
+/// `perch record`; `watch` (perch top) sees the run as it goes.
+fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, HostError> {
     refuse_same_files(
         &[
             ("-o", Some(&a.output)),
@@ -990,13 +1021,23 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             ("--image", a.image.as_deref()),
         ],
     )?;
-    // The programs first: a bad one is an error before anything boots.
+    let boots = a.input.is_none() && a.serial.is_none();
+    // The options first, then the programs: a combination the target
+    // cannot do, or a bad program, is an error before anything boots.
+    let boot_line = if boots {
+        Some(a.boot_line(a.appliance.is_some() || !a.command.is_empty())?)
+    } else {
+        None
+    };
     let spec = match (&a.appliance, a.command.is_empty()) {
         (Some(m), _) => Some(AppSpec::from_manifest(m)?),
         (None, false) => Some(AppSpec::from_command_line(&a.command, &a.file)?),
         (None, true) => None,
     };
-    let boots = a.input.is_none() && a.serial.is_none();
+    let programs = || RunPrograms {
+        quiet: a.quiet,
+        ..RunPrograms::of(spec.as_ref())
+    };
     if let Some(s) = &spec
         && boots
     {
@@ -1022,7 +1063,8 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             a.save_capture.as_deref(),
             deadline,
             cache,
-            RunPrograms::of(spec.as_ref()),
+            programs(),
+            watch,
         );
     }
     if let Some(dev) = &a.serial {
@@ -1041,7 +1083,8 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             a.save_capture.as_deref(),
             deadline,
             cache,
-            RunPrograms::of(spec.as_ref()),
+            programs(),
+            watch,
         );
     }
     let Some(img) = a.image.as_ref() else {
@@ -1049,48 +1092,14 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             "perch record needs --image ELF to boot (or --input FILE / --serial DEVICE)".into(),
         ));
     };
-    // Programs run until they exit; without any, the runtime says there is
-    // nothing to run and fails at once (the bound only guards that).
-    let duration = match (a.duration, &spec) {
-        (Some(d), _) => Some(d),
-        (None, None) => Some(3.0),
-        (None, Some(_)) => None,
+    let Some(BootLine {
+        append,
+        duration,
+        expect,
+    }) = boot_line
+    else {
+        unreachable!("a boot has its command line")
     };
-    let mut append = format!(
-        "console=wire freq={} pmu={}",
-        a.freq,
-        match a.pmu {
-            PmuMode::Auto => "auto",
-            PmuMode::Sim => "sim",
-            PmuMode::Off => "off",
-        },
-    );
-    if let Some(d) = duration {
-        seconds("--duration", d)?;
-        let duration_ms = (d * 1000.0).round() as u64;
-        if duration_ms == 0 {
-            return Err(HostError::Usage(format!(
-                "--duration {d} rounds to 0 ms, which the runtime cannot use: give at least 0.0005 s"
-            )));
-        }
-        append.push_str(&format!(" duration={duration_ms}"));
-    }
-    if let Some(r) = a.ring {
-        append.push_str(&format!(" ring={r}"));
-    }
-    if let Some(c) = &a.sim_cpu {
-        if !matches!(a.pmu, PmuMode::Sim) {
-            return Err(HostError::Usage("--sim-cpu needs --pmu sim".into()));
-        }
-        append.push_str(&format!(" sim={c}"));
-    }
-    if let Some(r) = a.max_rate {
-        append.push_str(&format!(" max_rate={r}"));
-    }
-    if let Some(p) = a.cpu_pct {
-        append.push_str(&format!(" cpu_pct={p}"));
-    }
-    push_boot_args(&mut append, &a.boot_arg)?;
     // The boot archive lives as long as the run.
     let (archive_dir, initrd) = pack_archive(spec.as_ref(), "perch-archive-")?;
     let cfg = QemuConfig {
@@ -1121,18 +1130,30 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         a.save_capture.as_deref(),
         deadline,
         cache,
-        RunPrograms::of(spec.as_ref()),
+        RunPrograms {
+            expect,
+            ..programs()
+        },
+        watch.as_deref_mut(),
     );
-    let status = qemu.wait(Duration::from_secs(5));
+    // A run the user stopped has no End to wait for: QEMU goes at once.
+    let user_stop = watch.as_ref().is_some_and(|w| w.user_stopped());
+    let status = qemu.wait(if user_stop {
+        Duration::ZERO
+    } else {
+        Duration::from_secs(5)
+    });
     let qemu_err = qemu.take_stderr();
     drop(archive_dir);
     let code = code?;
-    if INTERRUPTED.load(Ordering::Relaxed) {
+    if INTERRUPTED.load(Ordering::Relaxed) || user_stop {
         return Ok(code);
     }
     match describe_exit(status) {
         Ok(msg) => {
-            eprintln!("perch: {msg}");
+            if !a.quiet {
+                eprintln!("perch: {msg}");
+            }
             Ok(code)
         }
         Err(msg) => {
@@ -1167,6 +1188,7 @@ fn convert(
         None,
         buildid_cache,
         RunPrograms::of(spec.as_ref()),
+        None,
     )
 }
 
@@ -1337,21 +1359,6 @@ fn synth(
         output.display()
     );
     Ok(exit::OK)
-}
-
-/// Appends each `--boot-arg` to the runtime command line `line`; each must
-/// be one `KEY` or `KEY=VALUE` without spaces.
-fn push_boot_args(line: &mut String, args: &[String]) -> Result<(), HostError> {
-    for b in args {
-        if b.is_empty() || b.contains(char::is_whitespace) {
-            return Err(HostError::Usage(format!(
-                "--boot-arg {b:?}: one KEY or KEY=VALUE without spaces"
-            )));
-        }
-        line.push(' ');
-        line.push_str(b);
-    }
-    Ok(())
 }
 
 /// Packs `spec`'s boot archive into a new temporary directory named from

@@ -124,6 +124,23 @@ pub struct Config {
     pub sim: SimModel,
     /// `uregs=nmi|return`: where user registers of runtime samples come from.
     pub uregs: UserRegsAt,
+    /// `period=N`: a sample every N events (`perf record -c`); on the NMI
+    /// clock N is nanoseconds of cpu-clock and sets the clock's rate
+    /// instead of `freq=` ([`Config::clock_hz`]).
+    pub period: Option<u64>,
+    /// `callchain=fp|no`: whether samples carry a frame-pointer call chain
+    /// (`perf record -g`); `None`: as `sample=` says.
+    pub callchain: Option<bool>,
+    /// `uregs_mask=HEX`: the user registers each sample carries
+    /// (`sample_regs_user`, perf's x86 register bits; 0: none); `None`: as
+    /// `sample=` says.
+    pub uregs_mask: Option<u64>,
+    /// `iregs_mask=HEX`: the interrupted registers each sample carries
+    /// (`sample_regs_intr`; 0: none); `None`: as `sample=` and the PMU say.
+    pub iregs_mask: Option<u64>,
+    /// `branch=HEX`: perf's `branch_sample_type` for the LBR (`perf record
+    /// -b` / `-j`); `None`: every branch, both modes, where there is an LBR.
+    pub branch: Option<u64>,
 }
 
 impl Default for Config {
@@ -143,6 +160,11 @@ impl Default for Config {
             slice_ms: None,
             sim: SimModel::SapphireRapids,
             uregs: UserRegsAt::Nmi,
+            period: None,
+            callchain: None,
+            uregs_mask: None,
+            iregs_mask: None,
+            branch: None,
         }
     }
 }
@@ -152,6 +174,38 @@ impl Config {
     pub fn console_mode(&self) -> ConsoleMode {
         self.console.unwrap_or(ConsoleMode::Text)
     }
+
+    /// The NMI clock's rate in Hz: `freq=`, or with `period=NS` the rate
+    /// of one tick per period (at least 1 Hz, at most [`MAX_FREQ_HZ`]).
+    pub fn clock_hz(&self) -> u32 {
+        match self.period {
+            Some(ns) => (1_000_000_000 / ns.max(1)).clamp(1, u64::from(MAX_FREQ_HZ)) as u32,
+            None => self.freq_hz,
+        }
+    }
+}
+
+/// Register bits `uregs_mask=` / `iregs_mask=` may set: perf's x86-64
+/// registers AX to R15 (bits 0 to 23) without DS, ES, FS and GS (bits 12
+/// to 15, which x86-64 Linux refuses too); XMM registers are not sampled.
+pub const REGS_MASK_ALLOWED: u64 = ((1 << 24) - 1) & !(0xf << 12);
+
+/// `branch_sample_type` bits `branch=` may set: USER, KERNEL, ANY,
+/// ANY_CALL, ANY_RETURN, IND_CALL, COND, IND_JUMP and CALL (the classes
+/// the LBR filter has).
+pub const BRANCH_ALLOWED: u64 =
+    1 << 0 | 1 << 1 | 1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 10 | 1 << 12 | 1 << 13;
+
+/// A hexadecimal number, with or without `0x`.
+fn parse_hex(v: &str) -> Option<u64> {
+    let digits = v
+        .strip_prefix("0x")
+        .or_else(|| v.strip_prefix("0X"))
+        .unwrap_or(v);
+    if digits.is_empty() || digits.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(digits, 16).ok()
 }
 
 /// A problem found while parsing; the offending item is ignored.
@@ -278,6 +332,27 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 Some("nmi") => cfg.uregs = UserRegsAt::Nmi,
                 Some("return") => cfg.uregs = UserRegsAt::Return,
                 _ => bad("nmi or return"),
+            },
+            "period" => match value.and_then(|v| v.parse::<u64>().ok()) {
+                Some(n) if n > 0 => cfg.period = Some(n),
+                _ => bad("an event count above 0"),
+            },
+            "callchain" => match value {
+                Some("fp") => cfg.callchain = Some(true),
+                Some("no") => cfg.callchain = Some(false),
+                _ => bad("fp or no"),
+            },
+            "uregs_mask" => match value.and_then(parse_hex) {
+                Some(m) if m & !REGS_MASK_ALLOWED == 0 => cfg.uregs_mask = Some(m),
+                _ => bad("a hex mask of perf's x86-64 registers (within 0xff0fff)"),
+            },
+            "iregs_mask" => match value.and_then(parse_hex) {
+                Some(m) if m & !REGS_MASK_ALLOWED == 0 => cfg.iregs_mask = Some(m),
+                _ => bad("a hex mask of perf's x86-64 registers (within 0xff0fff)"),
+            },
+            "branch" => match value.and_then(parse_hex) {
+                Some(b) if b & !BRANCH_ALLOWED == 0 && b & !0b11 != 0 => cfg.branch = Some(b),
+                _ => bad("a hex branch_sample_type with a branch class (any, any_call, ...)"),
             },
             "event" => match value.map(|v| (v, events::parse(v))) {
                 Some((_, Ok(e))) => cfg.event = Some(e),
@@ -456,6 +531,45 @@ mod tests {
         assert!(issues[0].contains("`-1` for `max_rate`"), "{}", issues[0]);
         assert!(issues[3].contains("`101` for `cpu_pct`"), "{}", issues[3]);
         assert!(issues[3].contains("0 (no budget) to 100"), "{}", issues[3]);
+    }
+
+    #[test]
+    fn record_option_keys() {
+        let (cfg, issues) =
+            parse_all("period=250000 callchain=no uregs_mask=0x1c0 iregs_mask=ff0000 branch=0x11");
+        assert!(issues.is_empty(), "{issues:?}");
+        assert_eq!(cfg.period, Some(250_000));
+        assert_eq!(cfg.clock_hz(), 4000);
+        assert_eq!(cfg.callchain, Some(false));
+        assert_eq!(cfg.uregs_mask, Some(0x1c0));
+        assert_eq!(cfg.iregs_mask, Some(0xff_0000));
+        assert_eq!(cfg.branch, Some(0x11));
+        assert_eq!(parse_all("callchain=fp").0.callchain, Some(true));
+        assert_eq!(parse_all("uregs_mask=0").0.uregs_mask, Some(0));
+        assert_eq!(parse_all("freq=99").0.clock_hz(), 99);
+        // One tick per period, within the clock's range.
+        assert_eq!(parse_all("period=1").0.clock_hz(), MAX_FREQ_HZ);
+        assert_eq!(parse_all("period=4000000000").0.clock_hz(), 1);
+        let (cfg, issues) = parse_all(
+            "period=0 period=x callchain=dwarf uregs_mask=0x1000000 iregs_mask=zz branch=1 branch=0x80 branch= iregs_mask=0x1000",
+        );
+        assert_eq!(cfg, Config::default());
+        assert_eq!(issues.len(), 9, "{issues:?}");
+        // DS is not an x86-64 sample register.
+        assert!(
+            issues[8].contains("`0x1000` for `iregs_mask`"),
+            "{}",
+            issues[8]
+        );
+        assert!(issues[2].contains("expected fp or no"), "{}", issues[2]);
+        assert!(
+            issues[3].contains("`0x1000000` for `uregs_mask`"),
+            "{}",
+            issues[3]
+        );
+        // USER alone names no branch class; 0x80 (ABORT_TX) is not sampled.
+        assert!(issues[5].contains("`1` for `branch`"), "{}", issues[5]);
+        assert!(issues[6].contains("`0x80` for `branch`"), "{}", issues[6]);
     }
 
     #[test]

@@ -44,13 +44,15 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     }
     let early = &cfg;
     // Above the PIT's range the HPET ticks: exact rates on QEMU's 100 MHz counter.
-    let actual_mhz = match arch_x86::pit::rate_for(early.freq_hz) {
+    // `period=NS` sets the NMI clock's rate in place of `freq=`.
+    let sample_hz = early.clock_hz();
+    let actual_mhz = match arch_x86::pit::rate_for(sample_hz) {
         Ok(r) => r.actual_mhz,
-        Err(arch_x86::pit::PitError::TooFast) => u64::from(early.freq_hz) * 1000,
+        Err(arch_x86::pit::PitError::TooFast) => u64::from(sample_hz) * 1000,
         Err(_) => 0,
     };
     profile::configure(
-        early.freq_hz,
+        sample_hz,
         actual_mhz,
         match cfg.sample {
             cmdline::SampleFields::Default => profile::SampleSet::Default,
@@ -90,20 +92,19 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     // after its start-up check, else the NMI clock.
     // `sim=spr|icl|skl`: which CPU `pmu=sim` simulates.
     let sim_cpu = pmu::sim_cpu(cfg.sim);
-    let pmu_boot = pmu::boot(
-        early.pmu,
-        early.selftest,
-        &pmu_info,
-        early.event,
-        tsc_hz,
-        early.freq_hz,
-        sim_cpu,
-    );
+    let pmu_boot = pmu::boot(early, &pmu_info, tsc_hz, sim_cpu);
     match pmu_boot {
         pmu::Boot::Sim(Ok(_)) => profile::configure_sim(),
         pmu::Boot::Hardware { setup, .. } => profile::configure_hw(&setup.perf, setup.sample_type),
         _ => {}
     }
+    profile::configure_fields(
+        cfg.period,
+        cfg.callchain,
+        cfg.uregs_mask,
+        cfg.iregs_mask,
+        cfg.branch,
+    );
     if wire_mode {
         stream::send_hello(boot.cmdline(), pmu_boot.source());
     }
@@ -177,7 +178,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     let clock_hz = if pmu_boot.hardware() {
         profile::TICK_HZ as u32
     } else {
-        cfg.freq_hz
+        sample_hz
     };
     match clock::start(clock_hz, pmu_boot.hardware()) {
         Ok(c) => kprintln!(

@@ -183,6 +183,71 @@ pub fn lbr_format(f: LbrRawFormat) -> Option<LbrFormat> {
     }
 }
 
+/// `perf_event_attr.branch_sample_type` bits ([`sev::branch_type`] and
+/// the rest of perf's `PERF_SAMPLE_BRANCH_*`).
+pub mod branch_bits {
+    /// User branches.
+    pub const USER: u64 = 1 << 0;
+    /// Kernel branches.
+    pub const KERNEL: u64 = 1 << 1;
+    /// Any branch.
+    pub const ANY: u64 = 1 << 3;
+    /// Any call (direct, indirect, far).
+    pub const ANY_CALL: u64 = 1 << 4;
+    /// Any return.
+    pub const ANY_RETURN: u64 = 1 << 5;
+    /// Indirect calls.
+    pub const IND_CALL: u64 = 1 << 6;
+    /// Conditional branches.
+    pub const COND: u64 = 1 << 10;
+    /// Indirect jumps.
+    pub const IND_JUMP: u64 = 1 << 12;
+    /// Direct calls.
+    pub const CALL: u64 = 1 << 13;
+}
+
+/// The LBR filter for perf's `branch_sample_type` `bst`, as Linux's
+/// `intel_pmu_setup_hw_lbr_filter` maps it: ANY records every class,
+/// ANY_CALL direct, indirect and far calls, ANY_RETURN returns and far
+/// branches; with neither USER nor KERNEL both modes are recorded.
+pub fn lbr_config(bst: u64) -> super::lbr::LbrConfig {
+    use super::lbr::filter as f;
+    use branch_bits as b;
+    let mut filter = 0;
+    if bst & b::USER != 0 {
+        filter |= f::USER;
+    }
+    if bst & b::KERNEL != 0 {
+        filter |= f::KERNEL;
+    }
+    if filter == 0 {
+        filter = f::USER | f::KERNEL;
+    }
+    let classes = [
+        (b::ANY, f::ANY),
+        (b::ANY_CALL, f::CALL | f::IND_CALL | f::FAR),
+        (b::ANY_RETURN, f::RET | f::FAR),
+        (b::IND_CALL, f::IND_CALL),
+        (b::COND, f::COND),
+        (b::IND_JUMP, f::IND_JMP),
+        (b::CALL, f::CALL),
+    ];
+    let mut any_class = false;
+    for (bit, fl) in classes {
+        if bst & bit != 0 {
+            filter |= fl;
+            any_class = true;
+        }
+    }
+    if !any_class {
+        filter |= f::ANY;
+    }
+    super::lbr::LbrConfig {
+        filter,
+        call_stack: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -332,5 +397,32 @@ mod tests {
             lbr_format(LbrRawFormat::Legacy(5)),
             Some(LbrFormat::Legacy(5))
         );
+    }
+
+    #[test]
+    fn lbr_config_maps_perf_branch_types() {
+        use super::branch_bits as b;
+        use crate::pmu::lbr::filter as f;
+        assert_eq!(
+            lbr_config(b::ANY | b::USER | b::KERNEL).filter,
+            f::ALL,
+            "any, both modes"
+        );
+        assert_eq!(lbr_config(b::ANY).filter, f::ALL, "no mode: both");
+        assert_eq!(
+            lbr_config(b::ANY_CALL | b::USER).filter,
+            f::USER | f::CALL | f::IND_CALL | f::FAR
+        );
+        assert_eq!(
+            lbr_config(b::ANY_RETURN | b::KERNEL).filter,
+            f::KERNEL | f::RET | f::FAR
+        );
+        assert_eq!(
+            lbr_config(b::IND_CALL | b::COND | b::IND_JUMP | b::CALL).filter,
+            f::USER | f::KERNEL | f::IND_CALL | f::COND | f::IND_JMP | f::CALL
+        );
+        // A mode without a class records every class in it.
+        assert_eq!(lbr_config(b::USER).filter, f::USER | f::ANY);
+        assert!(!lbr_config(b::ANY).call_stack);
     }
 }

@@ -119,6 +119,10 @@ static REGS_INTR: AtomicU64 = AtomicU64::new(0);
 static FREQ_HZ: AtomicU64 = AtomicU64::new(1);
 /// The NMI clock's nominal period (ns), from the rate programmed.
 static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
+/// `period=`: the event's fixed period (0: frequency mode).
+static PERIOD_ATTR: AtomicU64 = AtomicU64::new(0);
+/// `branch_sample_type` of the simulated PMU's branch stacks (`branch=`).
+static BRANCHES: AtomicU64 = AtomicU64::new(crate::sample::pmu::DEFAULT_BRANCHES);
 static NOT_SAMPLED: AtomicU64 = AtomicU64::new(0);
 static NMI_COST_TSC: AtomicU64 = AtomicU64::new(0);
 static NMI_COST_COUNT: AtomicU64 = AtomicU64::new(0);
@@ -242,6 +246,10 @@ fn hw_event() -> Option<EventConfig> {
 /// path reads the atomics it needs directly).
 pub fn event() -> EventConfig {
     let mut e = EventConfig::cpu_clock(0, FREQ_HZ.load(Ordering::Relaxed));
+    match PERIOD_ATTR.load(Ordering::Relaxed) {
+        0 => {}
+        p => e.sampling = sampler::event::Sampling::Period(p),
+    }
     e.sample_type = SAMPLE_TYPE.load(Ordering::Relaxed);
     let exclude = EXCLUDE.load(Ordering::Relaxed);
     e.exclude_user = exclude & EXCLUDE_USER != 0;
@@ -256,9 +264,7 @@ pub fn event() -> EventConfig {
         e.config = crate::sample::pmu::SIM_RAW_CONFIG;
         e.sampling = sampler::event::Sampling::Period(crate::sample::pmu::SIM_PERIOD);
         e.precise = 2;
-        e.branch_sample_type = sampler::event::branch_type::ANY
-            | sampler::event::branch_type::USER
-            | sampler::event::branch_type::KERNEL;
+        e.branch_sample_type = BRANCHES.load(Ordering::Relaxed);
     }
     if let Some(h) = hw_event() {
         e.count_as(&h);
@@ -321,6 +327,49 @@ pub fn configure(freq_hz: u32, actual_mhz: u64, set: SampleSet) {
     let mhz = actual_mhz.max(1);
     PERIOD_NS.store(1_000_000_000_000 / mhz, Ordering::Relaxed);
     update_path();
+}
+
+/// What the command line asks of each sample beyond `sample=`, applied
+/// after the overflow source is configured ([`configure`], then
+/// [`configure_sim`] or [`configure_hw`]), before [`start`]: a fixed
+/// `period` for the event's description (`period=`), a call chain or none
+/// (`callchain=`), the user and interrupted register masks (`uregs_mask=`,
+/// `iregs_mask=`; 0 drops the field) and the simulated PMU's
+/// `branch_sample_type` (`branch=`). `None` keeps what is configured.
+pub fn configure_fields(
+    period: Option<u64>,
+    callchain: Option<bool>,
+    uregs_mask: Option<u64>,
+    iregs_mask: Option<u64>,
+    branches: Option<u64>,
+) {
+    if ON.load(Ordering::Acquire) {
+        return;
+    }
+    PERIOD_ATTR.store(period.unwrap_or(0), Ordering::Relaxed);
+    if let Some(b) = branches {
+        BRANCHES.store(b, Ordering::Relaxed);
+    }
+    let mut stype = SAMPLE_TYPE.load(Ordering::Relaxed);
+    let mut set = |bit: u64, on: bool| {
+        if on {
+            stype |= bit;
+        } else {
+            stype &= !bit;
+        }
+    };
+    if let Some(c) = callchain {
+        set(st::CALLCHAIN, c);
+    }
+    if let Some(m) = uregs_mask {
+        set(st::REGS_USER, m != 0);
+        REGS_USER.store(m, Ordering::Relaxed);
+    }
+    if let Some(m) = iregs_mask {
+        set(st::REGS_INTR, m != 0);
+        REGS_INTR.store(m, Ordering::Relaxed);
+    }
+    SAMPLE_TYPE.store(stype, Ordering::Relaxed);
 }
 
 /// The throttle limits: `max_rate` samples per second per event (0: no

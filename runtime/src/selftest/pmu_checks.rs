@@ -141,7 +141,7 @@ pub(super) fn sample_hw(
 ) -> Result<(crate::sample::pmu::HwSetup, crate::sample::pmu::HwStats), crate::sample::pmu::HwError>
 {
     crate::sample::pmu::reset_hw_stats();
-    let setup = crate::sample::pmu::setup_hw(info, ev, mode)?;
+    let setup = crate::sample::pmu::setup_hw(info, ev, mode, crate::sample::pmu::DEFAULT_BRANCHES)?;
     work();
     crate::sample::pmu::stop_hw();
     Ok((setup, crate::sample::pmu::hw_stats()))
@@ -300,11 +300,15 @@ pub(super) fn pmu_sim_pmi_round_trip() -> TestResult {
     const PERIOD: u64 = 5;
     let ip = |t: u64| 0x40_1000 + 0x10 * t;
     let out = crate::sample::pmu::with_check_memory(|mem| -> TestResult {
-        let (mut st, info) =
-            match crate::sample::pmu::build_sim(SimCpu::sapphire_rapids(), PERIOD, mem) {
-                Ok(x) => x,
-                Err(e) => fail!("driver on the simulator: {e}"),
-            };
+        let (mut st, info) = match crate::sample::pmu::build_sim(
+            SimCpu::sapphire_rapids(),
+            PERIOD,
+            crate::sample::pmu::DEFAULT_BRANCHES,
+            mem,
+        ) {
+            Ok(x) => x,
+            Err(e) => fail!("driver on the simulator: {e}"),
+        };
         ensure!(
             info.pebs_format == Some(5) && info.lbr_depth() == 32,
             "detected {:?}",

@@ -11,7 +11,6 @@ use arch_x86::pmu::ds::DsMemory;
 use arch_x86::pmu::events::{self, MemEvent};
 use arch_x86::pmu::hw::CpuPmu;
 use arch_x86::pmu::intel::IntelOptions;
-use arch_x86::pmu::lbr::LbrConfig;
 use arch_x86::pmu::{Event, EventConfig, PmuError, SampleMode};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -159,9 +158,15 @@ pub struct HwSetup {
 }
 
 /// Programs the real PMU to sample `ev` with `mode` (with LBR branch stacks
-/// when the CPU has LBR, PEBS when the event is precise) and starts it; its
-/// PMIs are then the NMIs. Outside NMI context, after the start-up check.
-pub fn setup_hw(info: &PmuInfo, ev: Event, mode: SampleMode) -> Result<HwSetup, HwError> {
+/// of the classes in `branches` (perf's `branch_sample_type`) when the CPU has LBR, PEBS when the event is precise)
+/// and starts it; its PMIs are then the NMIs. Outside NMI context, after
+/// the start-up check.
+pub fn setup_hw(
+    info: &PmuInfo,
+    ev: Event,
+    mode: SampleMode,
+    branches: u64,
+) -> Result<HwSetup, HwError> {
     if HW_STATE.load(Ordering::Acquire) != HW_OFF || sim_active() {
         return Err(HwError::Busy);
     }
@@ -173,7 +178,7 @@ pub fn setup_hw(info: &PmuInfo, ev: Event, mode: SampleMode) -> Result<HwSetup, 
     let mut driver = PmuDriver::new(info).map_err(HwError::Pmu)?;
     let pebs = uses_pebs(&ev, info.vendor);
     let mut opts = IntelOptions {
-        lbr: (info.lbr != LbrKind::None).then(LbrConfig::default),
+        lbr: (info.lbr != LbrKind::None).then(|| lbr_config(branches)),
         ..Default::default()
     };
     // SAFETY: HW_STATE is off and `pmu=sim` is not set up (checked above),
@@ -215,7 +220,10 @@ pub fn setup_hw(info: &PmuInfo, ev: Event, mode: SampleMode) -> Result<HwSetup, 
     } else {
         EventSource::IntelPmu
     };
-    let (perf, sample_type) = perf_event(&ev, mode, info.vendor, pebs, mem_kind, lbr);
+    let (mut perf, sample_type) = perf_event(&ev, mode, info.vendor, pebs, mem_kind, lbr);
+    if lbr {
+        perf.branch_sample_type = branches;
+    }
     // SAFETY: HW_STATE is off: nothing else refers to the cell.
     let st = unsafe { &mut *HW.0.get() }.insert(HwState {
         driver,

@@ -46,7 +46,14 @@ pub mod hw;
 pub mod service;
 pub mod sim;
 
-pub use arch_x86::pmu::perf::{DEFAULT_EVENT, caps_of, perf_event, sample_mode, uses_pebs};
+pub use arch_x86::pmu::perf::{
+    DEFAULT_EVENT, caps_of, lbr_config, perf_event, sample_mode, uses_pebs,
+};
+
+/// `branch_sample_type` without `branch=`: every branch in both modes.
+pub const DEFAULT_BRANCHES: u64 = sampler::event::branch_type::ANY
+    | sampler::event::branch_type::USER
+    | sampler::event::branch_type::KERNEL;
 pub use check::*;
 pub use hw::*;
 pub use service::*;
@@ -138,29 +145,23 @@ impl Boot {
     }
 }
 
-/// Decides the overflow source for `pmu=` (after the IDT is loaded, before
-/// the NMI clock starts): `pmu=auto` with a PMU runs the start-up check
-/// and, when it passes, starts sampling `event` (cycles when `None` or
-/// refused) at `freq_hz`.
-pub fn boot(
-    mode: kcore::cmdline::PmuMode,
-    selftest: bool,
-    info: &PmuInfo,
-    event: Option<Event>,
-    tsc_hz: u64,
-    freq_hz: u32,
-    sim: SimCpu,
-) -> Boot {
+/// Decides the overflow source for `cfg.pmu` (after the IDT is loaded,
+/// before the NMI clock starts): `pmu=auto` with a PMU runs the start-up
+/// check and, when it passes, starts sampling `cfg.event` (cycles when
+/// `None` or refused) at `cfg.freq_hz` or every `cfg.period` events, its
+/// LBR filtered by `cfg.branch`.
+pub fn boot(cfg: &kcore::cmdline::Config, info: &PmuInfo, tsc_hz: u64, sim: SimCpu) -> Boot {
     use kcore::cmdline::PmuMode;
-    match mode {
-        PmuMode::Sim => return Boot::Sim(setup_sim(sim)),
+    let branches = cfg.branch.unwrap_or(DEFAULT_BRANCHES);
+    match cfg.pmu {
+        PmuMode::Sim => return Boot::Sim(setup_sim(sim, branches)),
         PmuMode::Off => return Boot::Off,
         PmuMode::Auto => {}
     }
     if let Some(why) = info.missing_reason() {
         return Boot::NoPmu(why);
     }
-    if selftest {
+    if cfg.selftest {
         return Boot::SelfTest(*info);
     }
     let report = startup_check(info);
@@ -168,10 +169,13 @@ pub fn boot(
         return Boot::CheckFailed(report);
     }
     let start = |ev: Event| {
-        let mode = sample_mode(&ev, uses_pebs(&ev, info.vendor), tsc_hz, freq_hz);
-        setup_hw(info, ev, mode)
+        let mode = match cfg.period {
+            Some(p) => SampleMode::Period(p),
+            None => sample_mode(&ev, uses_pebs(&ev, info.vendor), tsc_hz, cfg.freq_hz),
+        };
+        setup_hw(info, ev, mode, branches)
     };
-    let wanted = event.unwrap_or(DEFAULT_EVENT);
+    let wanted = cfg.event.unwrap_or(DEFAULT_EVENT);
     let (setup, refused) = match start(wanted) {
         Ok(s) => (s, None),
         Err(e) if wanted != DEFAULT_EVENT => match start(DEFAULT_EVENT) {

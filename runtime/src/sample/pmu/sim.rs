@@ -11,7 +11,6 @@ use arch_x86::frame::TrapFrame;
 use arch_x86::pmu::driver::PmuDriver;
 use arch_x86::pmu::ds::DsMemory;
 use arch_x86::pmu::intel::IntelOptions;
-use arch_x86::pmu::lbr::LbrConfig;
 use arch_x86::pmu::sim::{SimClock, SimCpu, SimPmu, SimRegs};
 use arch_x86::pmu::{Event, EventConfig, EventKind, PmuError, SampleMode};
 use core::cell::UnsafeCell;
@@ -71,11 +70,13 @@ impl Cpuid for SimCpuid {
 }
 
 /// Builds a simulated PMU of `cpu` with the real driver programmed for
-/// precise `mem-loads` at `period` with LBR (frozen on PMI), its PEBS
-/// records going to `mem`.
+/// precise `mem-loads` at `period` with LBR (frozen on PMI) of the classes
+/// in `branches` (perf's `branch_sample_type`), its PEBS records going to
+/// `mem`.
 pub fn build_sim(
     cpu: SimCpu,
     period: u64,
+    branches: u64,
     mem: &mut DsMemory<'_>,
 ) -> Result<(SimState, PmuInfo), PmuError> {
     let mut clock = SimClock::new(cpu, SIM_INSTRUCTIONS_PER_TICK);
@@ -89,7 +90,7 @@ pub fn build_sim(
         mode: SampleMode::Period(period),
     }];
     let opts = IntelOptions {
-        lbr: Some(LbrConfig::default()),
+        lbr: Some(lbr_config(branches)),
         ..Default::default()
     };
     driver.configure(&mut clock.sim, Some(mem), &events, &opts)?;
@@ -119,14 +120,15 @@ pub fn build_sim(
 }
 
 /// `pmu=sim`: sets up the simulated PMU and the real driver on it, and
-/// starts it. Call once at boot, before the NMI clock starts. Returns the
-/// capabilities for Hello (marked [`EventSource::Simulated`]).
-pub fn setup_sim(cpu: SimCpu) -> Result<PmuCaps, PmuError> {
+/// starts it, its LBR recording the classes in `branches`. Call once at
+/// boot, before the NMI clock starts. Returns the capabilities for Hello
+/// (marked [`EventSource::Simulated`]).
+pub fn setup_sim(cpu: SimCpu, branches: u64) -> Result<PmuCaps, PmuError> {
     // SAFETY: boot context, SIM_ON is still false and the NMI clock has not
     // started, so nothing else refers to the buffer or the state.
     let buf = unsafe { &mut *PEBS_BUF.0.get() };
     let mut mem = DsMemory::new(&AREA, buf);
-    let (mut state, info) = build_sim(cpu, SIM_PERIOD, &mut mem)?;
+    let (mut state, info) = build_sim(cpu, SIM_PERIOD, branches, &mut mem)?;
     state.driver.start(&mut state.clock.sim);
     // SAFETY: as above.
     unsafe { *SIM.0.get() = Some(state) };
