@@ -19,7 +19,8 @@ use host_tool::image::Image;
 use host_tool::input::{Flow, LogPrinter, PartsSink, Pump};
 use host_tool::manifest::AppSpec;
 use host_tool::model::Item;
-use host_tool::output::{OwnedWrite, Pending};
+use host_tool::output::{Discard, OwnedWrite, Pending, PerfOut};
+use host_tool::pprof::PprofBuilder;
 use host_tool::procs::{Ending, ProcessLog, Routed};
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
 use host_tool::synth::{SynthConfig, write_capture};
@@ -49,11 +50,20 @@ enum PmuMode {
     Off,
 }
 
+/// What `perch convert` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// perf.data, for perf and hotspot.
+    Perf,
+    /// A gzipped pprof profile.proto.
+    Pprof,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Boot the appliance under QEMU (or read a serial line or capture) and write perf.data.
     Record(Box<RecordArgs>),
-    /// Convert a saved capture to perf.data.
+    /// Convert a saved capture to perf.data (or a pprof profile).
     Convert {
         /// The capture file (raw wire stream).
         capture: PathBuf,
@@ -64,9 +74,13 @@ enum Cmd {
         /// program's host file, for its symbols.
         #[arg(long, value_name = "FILE.toml")]
         appliance: Option<PathBuf>,
-        /// Output file.
-        #[arg(short = 'o', long, default_value = "perf.data")]
-        output: PathBuf,
+        /// Output file (default: perf.data, or profile.pb.gz for pprof).
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+        /// What to write: perf.data, or the gzipped profile.proto that
+        /// pprof, Pyroscope, Parca and Grafana read.
+        #[arg(long, value_enum, default_value_t = Format::Perf)]
+        format: Format,
         /// Add the image and the programs to perf's build-id cache so perf needs no --vmlinux.
         #[arg(long)]
         buildid_cache: bool,
@@ -163,6 +177,10 @@ struct RecordArgs {
     /// Also save the raw stream to this file.
     #[arg(long)]
     save_capture: Option<PathBuf>,
+    /// Also write a gzipped pprof profile (profile.proto) to this file,
+    /// for pprof, Pyroscope, Parca and Grafana.
+    #[arg(long, value_name = "FILE")]
+    pprof: Option<PathBuf>,
     /// Read a real serial line instead of starting QEMU (the options of a
     /// boot do not apply: the board runs its own command line).
     #[arg(long, conflicts_with = "input", conflicts_with_all = BOOT_ONLY)]
@@ -266,12 +284,14 @@ fn main() -> ExitCode {
             image,
             appliance,
             output,
+            format,
             buildid_cache,
         } => convert(
             &capture,
             image.as_deref(),
             appliance.as_deref(),
-            &output,
+            output.as_deref(),
+            format,
             buildid_cache,
         ),
         Cmd::Image(a) => image(&a),
@@ -509,6 +529,8 @@ impl Progress {
 /// on the host's stdout and stderr, the runtime's lines on stderr.
 struct ConvertSink<'a, W: OwnedWrite> {
     conv: &'a mut Converter<W>,
+    /// The pprof profile, fed the same items and samples.
+    pprof: Option<&'a mut PprofBuilder>,
     logs: &'a LogPrinter,
     progress: &'a mut Progress,
     procs: Option<&'a mut ProcessLog>,
@@ -533,11 +555,17 @@ impl<W: OwnedWrite> PartsSink for ConvertSink<'_, W> {
                 }
             }
         }
+        if let Some(p) = self.pprof.as_mut() {
+            p.push(item);
+        }
         self.conv.push(item).map_err(HostError::from)
     }
 
     #[inline]
     fn sample(&mut self, s: &SampleParts<'_>) -> Result<(), HostError> {
+        if let Some(p) = self.pprof.as_mut() {
+            p.push_parts(s);
+        }
         self.conv.push_parts(s).map_err(HostError::from)
     }
 }
@@ -634,6 +662,38 @@ impl RunPrograms {
     }
 }
 
+/// What a run writes besides (or instead of) perf.data.
+#[derive(Clone, Debug)]
+struct Formats {
+    /// Write perf.data to the run's output (`false`: the conversion runs,
+    /// with its checks, but its perf.data is dropped).
+    perf_data: bool,
+    /// Also write a pprof profile here.
+    pprof: Option<PathBuf>,
+}
+
+impl Formats {
+    /// perf.data alone.
+    const PERF: Formats = Formats {
+        perf_data: true,
+        pprof: None,
+    };
+}
+
+/// When a capture file was last written (a recording's end), or now for a
+/// live stream, in ns since the epoch.
+fn ended_nanos(src: &Source) -> i64 {
+    let t = match src {
+        Source::File(f) => f
+            .metadata()
+            .and_then(|m| m.modified())
+            .unwrap_or_else(|_| std::time::SystemTime::now()),
+        Source::Live(_) => std::time::SystemTime::now(),
+    };
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
 /// Reads `src` into the converter until End, EOF, Ctrl-C or the deadline.
 #[allow(clippy::too_many_arguments)]
 fn run(
@@ -645,15 +705,25 @@ fn run(
     deadline: Option<Instant>,
     buildid_cache: bool,
     mut programs: RunPrograms,
+    formats: &Formats,
 ) -> Result<i32, HostError> {
     // Whether perf is there is only reported at the end; asking it (a
     // process start) overlaps the conversion.
-    let perf_check = std::thread::spawn(check_perf);
-    let pending = create_output(output)?;
-    let out = pending
-        .file()
-        .and_then(host_tool::output::BackgroundFile::new)
-        .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
+    let perf_check = formats.perf_data.then(|| std::thread::spawn(check_perf));
+    let pending = formats
+        .perf_data
+        .then(|| create_output(output))
+        .transpose()?;
+    let out = match &pending {
+        Some(p) => p
+            .file()
+            .and_then(host_tool::output::BackgroundFile::new)
+            .map(PerfOut::File)
+            .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?,
+        None => PerfOut::Discard(Discard::default()),
+    };
+    let pprof_pending = formats.pprof.as_deref().map(create_output).transpose()?;
+    let ended = ended_nanos(&src);
     let save_pending = save.map(create_output).transpose()?;
     let mut save = match &save_pending {
         Some(p) => Some(BufWriter::new(p.file().map_err(|e| {
@@ -665,14 +735,15 @@ fn run(
     let image_has_id = image.as_ref().is_some_and(|i| i.build_id.is_some());
     let cmdline: Vec<String> = std::env::args().collect();
     let program_files = programs.files.clone();
-    let mut conv = Converter::new(
-        out,
-        ConvertOptions {
-            image,
-            cmdline,
-            programs: programs.files,
-        },
-    );
+    let options = ConvertOptions {
+        image,
+        cmdline,
+        programs: programs.files,
+    };
+    let mut pprof = pprof_pending
+        .as_ref()
+        .map(|_| PprofBuilder::new(&options, ended));
+    let mut conv = Converter::new(out, options);
     let logs = LogPrinter::new(elf);
     let mut pump = Pump::new();
     let mut progress = Progress::new();
@@ -684,6 +755,7 @@ fn run(
                 logs: &logs,
                 progress: &mut progress,
                 procs: programs.log.as_mut(),
+                pprof: pprof.as_mut(),
             };
             let flow = pump.read_all_framed(file, &mut sink, |pump, sink| {
                 sink.progress.update(pump, false);
@@ -727,6 +799,7 @@ fn run(
                     logs: &logs,
                     progress: &mut progress,
                     procs: programs.log.as_mut(),
+                    pprof: pprof.as_mut(),
                 };
                 let flow = pump.feed_parts(&chunk, &mut sink)?;
                 progress.update(&pump, false);
@@ -750,15 +823,24 @@ fn run(
     let (out, summary) = conv.finish()?;
     out.finish()
         .map_err(|e| HostError::io(format!("writing {}", output.display()), e))?;
-    commit_output(pending)?;
+    if let Some(p) = pending {
+        commit_output(p)?;
+    }
     if let Some(p) = save_pending {
         commit_output(p)?;
+    }
+    if let (Some(b), Some(p)) = (pprof, pprof_pending) {
+        write_pprof(b, p)?;
     }
     let w = summary.written;
     let d = pump.stats.decoder;
     eprintln!(
-        "perch: wrote {}: {} samples, {} lost ({} on the target, {} on the wire), {} bad frames, {:.1} bytes/sample on the wire",
-        output.display(),
+        "perch: {}: {} samples, {} lost ({} on the target, {} on the wire), {} bad frames, {:.1} bytes/sample on the wire",
+        if formats.perf_data {
+            format!("wrote {}", output.display())
+        } else {
+            "read the stream".to_owned()
+        },
         w.samples,
         w.lost_samples,
         pump.stats.lost,
@@ -772,7 +854,7 @@ fn run(
     );
     if let Some(e) = &summary.end {
         eprintln!(
-            "perch: target counters: taken {} = delivered {} + lost {}; file holds {} samples + {} lost",
+            "perch: target counters: taken {} = delivered {} + lost {}; the stream holds {} samples + {} lost",
             e.taken, e.delivered, e.lost, w.samples, w.lost_samples
         );
         if !e.unknown_syscalls.is_empty() {
@@ -791,8 +873,9 @@ fn run(
             pump.stats.after_end
         );
     }
-    let perf_checked = perf_check.join().unwrap_or_else(|_| check_perf());
-    if let Err(e) = perf_checked {
+    if let Some(check) = perf_check
+        && let Err(e) = check.join().unwrap_or_else(|_| check_perf())
+    {
         eprintln!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
     }
     let cached = if buildid_cache {
@@ -801,6 +884,7 @@ fn run(
         false
     };
     match &image_path {
+        _ if !formats.perf_data => {}
         Some(p) if cached => eprintln!(
             "perch: open it with: perf report -i {}   (or perf script -i {})",
             output.display(),
@@ -859,6 +943,35 @@ fn run(
             exit::TRUNCATED
         }
     })
+}
+
+/// Writes the pprof profile `b` built into `p` and puts it in place.
+fn write_pprof(b: PprofBuilder, p: Pending) -> Result<(), HostError> {
+    let target = p.target().to_owned();
+    let (profile, summary) = b.finish().map_err(|e| {
+        HostError::io(
+            format!("writing {}", target.display()),
+            std::io::Error::other(e),
+        )
+    })?;
+    let f = p
+        .file()
+        .map_err(|e| HostError::io(format!("creating {}", target.display()), e))?;
+    host_tool::pprof::write_gz(&profile, BufWriter::new(f))
+        .map_err(|e| HostError::io(format!("writing {}", target.display()), e))?;
+    commit_output(p)?;
+    eprintln!(
+        "perch: wrote {}: pprof profile of {} samples ({} stacks, {} locations, {} mappings)",
+        target.display(),
+        summary.samples,
+        summary.stacks,
+        summary.locations,
+        summary.mappings
+    );
+    for problem in &summary.problems {
+        eprintln!("perch: warning: pprof: {problem}: its frames are named by address");
+    }
+    Ok(())
 }
 
 /// A positive, finite number of seconds from the command line.
@@ -984,6 +1097,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         &[
             ("-o", Some(&a.output)),
             ("--save-capture", a.save_capture.as_deref()),
+            ("--pprof", a.pprof.as_deref()),
         ],
         &[
             ("--input", a.input.as_deref()),
@@ -1012,6 +1126,10 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         None => None,
     };
     let cache = !a.no_buildid_cache;
+    let formats = Formats {
+        perf_data: true,
+        pprof: a.pprof.clone(),
+    };
     if let Some(input) = &a.input {
         let f = open_file(input)?;
         return run(
@@ -1023,6 +1141,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             deadline,
             cache,
             RunPrograms::of(spec.as_ref()),
+            &formats,
         );
     }
     if let Some(dev) = &a.serial {
@@ -1042,6 +1161,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
             deadline,
             cache,
             RunPrograms::of(spec.as_ref()),
+            &formats,
         );
     }
     let Some(img) = a.image.as_ref() else {
@@ -1122,6 +1242,7 @@ fn record(a: RecordArgs) -> Result<i32, HostError> {
         deadline,
         cache,
         RunPrograms::of(spec.as_ref()),
+        &formats,
     );
     let status = qemu.wait(Duration::from_secs(5));
     let qemu_err = qemu.take_stderr();
@@ -1148,9 +1269,21 @@ fn convert(
     capture: &Path,
     image: Option<&Path>,
     appliance: Option<&Path>,
-    output: &Path,
+    output: Option<&Path>,
+    format: Format,
     buildid_cache: bool,
 ) -> Result<i32, HostError> {
+    let output = output.unwrap_or(Path::new(match format {
+        Format::Perf => "perf.data",
+        Format::Pprof => "profile.pb.gz",
+    }));
+    let formats = match format {
+        Format::Perf => Formats::PERF,
+        Format::Pprof => Formats {
+            perf_data: false,
+            pprof: Some(output.to_owned()),
+        },
+    };
     refuse_same_files(
         &[("-o", Some(output))],
         &[("capture", Some(capture)), ("--image", image)],
@@ -1167,6 +1300,7 @@ fn convert(
         None,
         buildid_cache,
         RunPrograms::of(spec.as_ref()),
+        &formats,
     )
 }
 
