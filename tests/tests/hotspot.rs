@@ -5,7 +5,7 @@
 //! program's ELF, and its output names the programs' hot functions.
 //!
 //! One parser warning stays and is allowed: "feature not properly read
-//! PerfHeader::SAMPLE_TIME 16 0". Debian's perfparser (hotspot 1.4.1) does
+//! PerfHeader::SAMPLE_TIME 16 0". Debian's perfparser (hotspot 1.3.0) does
 //! not parse HEADER_SAMPLE_TIME at all and says so for any file that has
 //! it, among them every file Linux perf 6.1's `perf record` writes (checked
 //! by hand: the same line, plus others for CPU_TOPOLOGY, CACHE and
