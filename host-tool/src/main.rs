@@ -94,13 +94,29 @@ enum Cmd {
         /// A capture file.
         file: PathBuf,
     },
-    /// Render a flamegraph SVG from a capture.
+    /// Render a flamegraph SVG from a capture or a perf.data file.
     Flamegraph {
-        /// A capture file.
+        /// A capture file, or a perf.data file (told apart by perf.data's
+        /// magic, "PERFILE2").
         file: PathBuf,
         /// The appliance image (symbols).
         #[arg(long)]
         image: Option<PathBuf>,
+        /// The appliance manifest the run was packed from: names each
+        /// program's host file, for a capture's symbols (a perf.data names
+        /// them itself).
+        #[arg(long, value_name = "FILE.toml")]
+        appliance: Option<PathBuf>,
+        /// Keep only the samples of this process id (repeatable).
+        #[arg(long)]
+        pid: Vec<u32>,
+        /// Keep only the samples of this process name (repeatable).
+        #[arg(long)]
+        comm: Vec<String>,
+        /// Write the folded stacks (`stack count` lines, inferno's and
+        /// flamegraph.pl's input) instead of the SVG.
+        #[arg(long)]
+        folded: bool,
         /// Output SVG.
         #[arg(short = 'o', long, default_value = "flamegraph.svg")]
         output: PathBuf,
@@ -299,8 +315,22 @@ fn main() -> ExitCode {
         Cmd::Flamegraph {
             file,
             image,
+            appliance,
+            pid,
+            comm,
+            folded,
             output,
-        } => flamegraph(&file, image.as_deref(), &output),
+        } => flamegraph(
+            &file,
+            image.as_deref(),
+            appliance.as_deref(),
+            host_tool::flamegraph::Filter {
+                pids: pid,
+                comms: comm,
+            },
+            folded,
+            &output,
+        ),
         Cmd::Synth {
             output,
             image,
@@ -1374,37 +1404,84 @@ fn stat(file: &Path) -> Result<i32, HostError> {
     }
 }
 
-fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, HostError> {
+/// Whether `path` starts with perf.data's magic (read once, then reopened:
+/// a perf.data is a seekable file).
+fn is_perf_data(path: &Path) -> Result<bool, HostError> {
+    let mut f = open_file(path)?;
+    let mut head = [0u8; 8];
+    let mut got = 0;
+    while got < head.len() {
+        match f.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(HostError::io(format!("reading {}", path.display()), e)),
+        }
+    }
+    Ok(got == head.len() && &head == host_tool::perf_abi::MAGIC)
+}
+
+fn flamegraph(
+    file: &Path,
+    image: Option<&Path>,
+    appliance: Option<&Path>,
+    filter: host_tool::flamegraph::Filter,
+    folded: bool,
+    output: &Path,
+) -> Result<i32, HostError> {
     refuse_same_files(
         &[("-o", Some(output))],
-        &[("capture", Some(file)), ("--image", image)],
+        &[("input", Some(file)), ("--image", image)],
     )?;
-    let (image, _) = open_image(image).map_err(|e| image_error_for(e, file))?;
-    let mut folder = Folder::new(image.clone());
-    let mut pump = Pump::new();
-    let mut f = open_file(file)?;
-    let mut mismatch = None;
-    pump.read_all(&mut f, &mut |item| {
-        if let (Item::Hello(h), Some(img)) = (item, &image)
-            && !h.build_id.is_empty()
-            && img.build_id.as_deref() != Some(&h.build_id[..])
-        {
-            mismatch = Some(host_tool::convert::ConvertError::WrongImage {
-                image: img.path.display().to_string(),
-                image_id: img.build_id_hex().unwrap_or_default(),
-                stream_id: hex(&h.build_id),
-            });
+    let spec = appliance.map(AppSpec::from_manifest).transpose()?;
+    let programs = spec.map(|s| s.program_files()).unwrap_or_default();
+    let perf_data = is_perf_data(file)?;
+    let (image, _) = if perf_data {
+        open_image(image)?
+    } else {
+        open_image(image).map_err(|e| image_error_for(e, file))?
+    };
+    let filtered = !filter.pids.is_empty() || !filter.comms.is_empty();
+    let mut folder = Folder::with(image.clone(), programs, filter);
+    // How the input ended: None for a perf.data (complete by construction).
+    let mut ending = None;
+    if perf_data {
+        let f = open_file(file)?;
+        folder.read_perf_data(std::io::BufReader::new(f))?;
+    } else {
+        let mut pump = Pump::new();
+        let mut f = open_file(file)?;
+        let mut mismatch = None;
+        pump.read_all(&mut f, &mut |item| {
+            if let (Item::Hello(h), Some(img)) = (item, &image)
+                && !h.build_id.is_empty()
+                && img.build_id.as_deref() != Some(&h.build_id[..])
+            {
+                mismatch = Some(host_tool::convert::ConvertError::WrongImage {
+                    image: img.path.display().to_string(),
+                    image_id: img.build_id_hex().unwrap_or_default(),
+                    stream_id: hex(&h.build_id),
+                });
+            }
+            folder.push(item);
+            Ok(())
+        })?;
+        pump.check_recognised()?;
+        if let Some(e) = mismatch {
+            return Err(e.into());
         }
-        folder.push(item);
-        Ok(())
-    })?;
-    pump.check_recognised()?;
-    if let Some(e) = mismatch {
-        return Err(e.into());
+        ending = Some((pump.stats.restarted, pump.stats.end.is_some()));
     }
-    if pump.stats.samples == 0 {
+    if folder.samples == 0 {
         return Err(HostError::NoSamples(format!(
             "{} holds no samples: there is nothing to draw",
+            file.display()
+        )));
+    }
+    if folder.is_empty() {
+        return Err(HostError::NoSamples(format!(
+            "none of the {} samples of {} is of the --pid/--comm given: there is nothing to draw",
+            folder.samples,
             file.display()
         )));
     }
@@ -1413,31 +1490,49 @@ fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, H
         .file()
         .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
     let mut out = BufWriter::new(out);
-    folder.render(&format!("perch: {}", file.display()), &mut out)?;
+    if folded {
+        for line in folder.folded() {
+            writeln!(out, "{line}")
+                .map_err(|e| HostError::io(format!("writing {}", output.display()), e))?;
+        }
+    } else {
+        folder.render(&format!("perch: {}", file.display()), &mut out)?;
+    }
     out.flush()
         .map_err(|e| HostError::io(format!("writing {}", output.display()), e))?;
     drop(out);
     commit_output(pending)?;
-    eprintln!(
-        "perch: wrote {} ({} samples)",
-        output.display(),
-        pump.stats.samples
-    );
+    if filtered {
+        eprintln!(
+            "perch: wrote {} ({} of {} samples)",
+            output.display(),
+            folder.kept,
+            folder.samples
+        );
+    } else {
+        eprintln!(
+            "perch: wrote {} ({} samples)",
+            output.display(),
+            folder.samples
+        );
+    }
     // The same endings, messages and exit codes as a conversion.
-    if pump.stats.restarted {
-        eprintln!(
-            "perch: the appliance restarted (a second Hello before End): stopped there; \
-             the flamegraph shows the first run"
-        );
-        return Ok(exit::TRUNCATED);
+    match ending {
+        Some((true, _)) => {
+            eprintln!(
+                "perch: the appliance restarted (a second Hello before End): stopped there; \
+                 the flamegraph shows the first run"
+            );
+            Ok(exit::TRUNCATED)
+        }
+        Some((false, false)) => {
+            eprintln!(
+                "perch: the stream ended before its End record (truncated capture or the appliance stopped)"
+            );
+            Ok(exit::TRUNCATED)
+        }
+        _ => Ok(exit::OK),
     }
-    if pump.stats.end.is_none() {
-        eprintln!(
-            "perch: the stream ended before its End record (truncated capture or the appliance stopped)"
-        );
-        return Ok(exit::TRUNCATED);
-    }
-    Ok(exit::OK)
 }
 
 fn synth(

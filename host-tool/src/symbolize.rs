@@ -14,7 +14,54 @@ use std::rc::Rc;
 
 use object::{Object, ObjectSegment};
 
+use crate::convert::archive_key;
 use crate::image::Image;
+use crate::model::TaskInfo;
+use crate::perf_abi::context;
+
+/// One frame of a sample's stack before it is resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainFrame {
+    /// The address.
+    pub addr: u64,
+    /// In the runtime (after a `PERF_CONTEXT_KERNEL` marker).
+    pub kernel: bool,
+    /// The innermost frame (the sampled IP); the others are return
+    /// addresses.
+    pub leaf: bool,
+}
+
+/// Appends the frames of `chain` (a callchain with context markers,
+/// innermost first) to `out`; the sample's `ip` alone when the chain has
+/// none. `user`: the sample interrupted ring 3.
+pub fn chain_frames(
+    out: &mut Vec<ChainFrame>,
+    ip: u64,
+    user: bool,
+    chain: impl Iterator<Item = u64>,
+) {
+    let start = out.len();
+    let mut kernel = !user;
+    for a in chain {
+        match a {
+            context::KERNEL => kernel = true,
+            context::USER => kernel = false,
+            a if a >= (-4095i64) as u64 => {}
+            a => out.push(ChainFrame {
+                addr: a,
+                kernel,
+                leaf: out.len() == start,
+            }),
+        }
+    }
+    if out.len() == start {
+        out.push(ChainFrame {
+            addr: ip,
+            kernel: !user,
+            leaf: true,
+        });
+    }
+}
 
 /// One frame of a resolved address, innermost (inlined) first.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -284,6 +331,49 @@ impl Symbolizer {
     /// Forgets the user mappings of `pid` (a new program replaced it).
     pub fn clear(&mut self, pid: u32) {
         self.procs.remove(&pid);
+    }
+
+    /// Maps the code of a task as the converter's MMAP/MMAP2 records do: a
+    /// loaded process's executable segments to its program's host file
+    /// (`programs`, by archive path; `/PATH` when unknown), a built-in task's
+    /// text to the image (at the image's own file offsets).
+    pub fn map_task(
+        &mut self,
+        t: &TaskInfo,
+        image: Option<&Image>,
+        programs: &std::collections::BTreeMap<String, PathBuf>,
+    ) {
+        if t.pid == 0 {
+            return;
+        }
+        if let Some(p) = &t.program {
+            let key = archive_key(&p.path);
+            let file = match programs.get(key) {
+                Some(host) => std::fs::canonicalize(host).unwrap_or_else(|_| host.clone()),
+                None => PathBuf::from(format!("/{key}")),
+            };
+            self.clear(t.pid);
+            for s in p.segments.iter().filter(|s| s.exec) {
+                self.map(t.pid, s.start, s.len, s.file_offset, &file);
+            }
+            return;
+        }
+        let Some(img) = image else { return };
+        if t.text.is_empty() {
+            for u in &img.user_text {
+                self.map(t.pid, u.addr, u.size, u.file_offset, &img.path);
+            }
+        } else {
+            for &(start, len, off) in &t.text {
+                let pgoff = img
+                    .user_text
+                    .iter()
+                    .find(|u| start >= u.addr && start - u.addr < u.size)
+                    .and_then(|u| u.file_offset.checked_add(start - u.addr))
+                    .unwrap_or(off);
+                self.map(t.pid, start, len, pgoff, &img.path);
+            }
+        }
     }
 
     /// The region of `addr` in process `pid` (`kernel`: in the runtime).

@@ -13,16 +13,14 @@ pub mod proto;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
-use std::path::PathBuf;
 
 use prost::Message;
 use sampler::sample::CpuMode;
 use sampler::wire::SampleParts;
 
-use crate::convert::{ConvertOptions, RUNTIME_COMM, archive_key, hex};
+use crate::convert::{ConvertOptions, RUNTIME_COMM, hex};
 use crate::model::{EventKind, Hello, Item, TaskInfo};
-use crate::perf_abi::context;
-use crate::symbolize::{Region, Symbolizer};
+use crate::symbolize::{ChainFrame, Region, Symbolizer, chain_frames};
 
 /// What a finished profile holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -50,15 +48,6 @@ pub enum PprofError {
     Io(#[from] std::io::Error),
 }
 
-/// A frame of a sample before it is a location: address, runtime or not,
-/// innermost or a return address.
-#[derive(Clone, Copy)]
-struct RawFrame {
-    addr: u64,
-    kernel: bool,
-    leaf: bool,
-}
-
 /// Builds a pprof profile from stream items.
 pub struct PprofBuilder {
     options: ConvertOptions,
@@ -79,7 +68,7 @@ pub struct PprofBuilder {
     location_ids: HashMap<(u64, u64, bool), u64>,
     /// (location ids leaf first, comm string, pid, cpu) to values.
     samples: HashMap<(Vec<u64>, i64, u32, u32), Vec<i64>>,
-    raw: Vec<RawFrame>,
+    raw: Vec<ChainFrame>,
     first_time: Option<u64>,
     last_time: u64,
     taken: u64,
@@ -137,7 +126,7 @@ impl PprofBuilder {
             Item::Task(t) => self.on_task(t),
             Item::Sample(s) => {
                 self.raw.clear();
-                Self::frames(&mut self.raw, s.ip, s.user, s.callchain.iter().copied());
+                chain_frames(&mut self.raw, s.ip, s.user, s.callchain.iter().copied());
                 self.on_sample(s.event, s.pid, s.tid, s.cpu, s.time, s.period);
             }
             _ => {}
@@ -148,7 +137,7 @@ impl PprofBuilder {
     /// [`Converter::push_parts`](crate::convert::Converter::push_parts) does.
     pub fn push_parts(&mut self, s: &SampleParts<'_>) {
         self.raw.clear();
-        Self::frames(
+        chain_frames(
             &mut self.raw,
             s.ip(),
             s.cpumode() == CpuMode::User,
@@ -157,61 +146,10 @@ impl PprofBuilder {
         self.on_sample(s.event(), s.pid(), s.tid(), s.cpu(), s.time(), s.period());
     }
 
-    /// The frames of a callchain (with context markers), innermost first;
-    /// the sample's IP alone when there is none.
-    fn frames(out: &mut Vec<RawFrame>, ip: u64, user: bool, chain: impl Iterator<Item = u64>) {
-        let mut kernel = !user;
-        for a in chain {
-            match a {
-                context::KERNEL => kernel = true,
-                context::USER => kernel = false,
-                a if a >= (-4095i64) as u64 => {}
-                a => out.push(RawFrame {
-                    addr: a,
-                    kernel,
-                    leaf: out.is_empty(),
-                }),
-            }
-        }
-        if out.is_empty() {
-            out.push(RawFrame {
-                addr: ip,
-                kernel: !user,
-                leaf: true,
-            });
-        }
-    }
-
     fn on_task(&mut self, t: &TaskInfo) {
         self.names.insert((t.pid, t.tid), t.name.clone());
-        if t.pid == 0 {
-            return;
-        }
-        if let Some(p) = &t.program {
-            let key = archive_key(&p.path);
-            let file = match self.options.programs.get(key) {
-                Some(host) => std::fs::canonicalize(host).unwrap_or_else(|_| host.clone()),
-                None => PathBuf::from(format!("/{key}")),
-            };
-            self.sym.clear(t.pid);
-            for s in p.segments.iter().filter(|s| s.exec) {
-                self.sym.map(t.pid, s.start, s.len, s.file_offset, &file);
-            }
-        } else if let Some(img) = &self.options.image {
-            // A built-in task: its code is the image's task text.
-            let path = img.path.clone();
-            let text: Vec<(u64, u64, u64)> = if t.text.is_empty() {
-                img.user_text
-                    .iter()
-                    .map(|u| (u.addr, u.size, u.file_offset))
-                    .collect()
-            } else {
-                t.text.clone()
-            };
-            for (start, len, off) in text {
-                self.sym.map(t.pid, start, len, off, &path);
-            }
-        }
+        self.sym
+            .map_task(t, self.options.image.as_ref(), &self.options.programs);
     }
 
     fn on_sample(&mut self, event: u32, pid: u32, tid: u32, cpu: u32, time: u64, period: u64) {
@@ -286,7 +224,7 @@ impl PprofBuilder {
         id
     }
 
-    fn location(&mut self, pid: u32, f: RawFrame) -> u64 {
+    fn location(&mut self, pid: u32, f: ChainFrame) -> u64 {
         let region = self.sym.region(pid, f.addr, f.kernel);
         let mapping_id = match &region {
             Some(r) => self.mapping(r),
@@ -456,6 +394,7 @@ pub fn read(bytes: &[u8]) -> Result<proto::Profile, String> {
 mod tests {
     use super::*;
     use crate::model::{EventInfo, EventSource, SampleView};
+    use crate::perf_abi::context;
 
     fn hello(kind: EventKind) -> Hello {
         Hello {
