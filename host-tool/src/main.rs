@@ -859,9 +859,6 @@ fn run(
     if let Some(p) = save_pending {
         commit_output(p)?;
     }
-    if let (Some(b), Some(p)) = (pprof, pprof_pending) {
-        write_pprof(b, p)?;
-    }
     let w = summary.written;
     let d = pump.stats.decoder;
     eprintln!(
@@ -882,6 +879,10 @@ fn run(
             0.0
         }
     );
+    // After the perf.data line, which scripts read first.
+    if let (Some(b), Some(p)) = (pprof, pprof_pending) {
+        write_pprof(b, p)?;
+    }
     if let Some(e) = &summary.end {
         eprintln!(
             "perch: target counters: taken {} = delivered {} + lost {}; the stream holds {} samples + {} lost",

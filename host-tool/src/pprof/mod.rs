@@ -281,7 +281,13 @@ impl PprofBuilder {
         for e in &h.events {
             let (name, unit) = match e.kind {
                 EventKind::CpuClock => ("cpu".to_owned(), "nanoseconds"),
-                _ => (e.perf_name(h.source), "count"),
+                // Without perf's `:p` modifiers: Pyroscope and Parca take
+                // `:` as the separator of a profile type's parts.
+                _ => {
+                    let name = e.perf_name(h.source);
+                    let base = name.split(':').next().unwrap_or_default().to_owned();
+                    (base, "count")
+                }
             };
             sample_type.push(proto::ValueType {
                 r#type: self.string(&name),
@@ -521,6 +527,7 @@ mod tests {
         h.source = EventSource::Pmu;
         h.events[0].freq = false;
         h.events[0].period_or_freq = 100_000;
+        h.events[0].precise = 2;
         b.push(&Item::Hello(h));
         b.push(&Item::Sample(SampleView {
             pid: 3,
