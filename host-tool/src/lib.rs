@@ -11,6 +11,7 @@ pub mod flamegraph;
 pub mod image;
 pub mod input;
 pub mod iso;
+pub mod kallsyms;
 pub mod manifest;
 pub mod model;
 pub mod output;

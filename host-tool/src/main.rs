@@ -121,6 +121,17 @@ enum Cmd {
         #[arg(short = 'o', long, default_value = "flamegraph.svg")]
         output: PathBuf,
     },
+    /// Write the runtime image's function symbols as a kallsyms file, for
+    /// `hotspot --kallsyms FILE perf.data` (hotspot resolves the runtime's
+    /// samples only through one).
+    Kallsyms {
+        /// The appliance image (runtime ELF).
+        #[arg(long)]
+        image: PathBuf,
+        /// Output file.
+        #[arg(short = 'o', long, default_value = "perch.kallsyms")]
+        output: PathBuf,
+    },
     /// Write a synthetic capture (for benchmarks and trying the tools).
     Synth {
         /// Output capture file.
@@ -331,6 +342,7 @@ fn main() -> ExitCode {
             folded,
             &output,
         ),
+        Cmd::Kallsyms { image, output } => kallsyms(&image, &output),
         Cmd::Synth {
             output,
             image,
@@ -1534,6 +1546,28 @@ fn flamegraph(
         }
         _ => Ok(exit::OK),
     }
+}
+
+fn kallsyms(image: &Path, output: &Path) -> Result<i32, HostError> {
+    refuse_same_files(&[("-o", Some(output))], &[("--image", Some(image))])?;
+    let (Some(img), Some(elf)) = open_image(Some(image))? else {
+        return Err(HostError::Usage("perch kallsyms needs --image ELF".into()));
+    };
+    let text = host_tool::kallsyms::kallsyms(&img, &elf)?;
+    let pending = create_output(output)?;
+    let mut f = pending
+        .file()
+        .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| HostError::io(format!("writing {}", output.display()), e))?;
+    commit_output(pending)?;
+    eprintln!(
+        "perch: wrote {} ({} symbols); open a recording with: hotspot --kallsyms {} perf.data",
+        output.display(),
+        text.lines().count(),
+        output.display()
+    );
+    Ok(exit::OK)
 }
 
 fn synth(

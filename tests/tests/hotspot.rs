@@ -2,7 +2,8 @@
 //! `hotspot-perfparser`, converts a recording of the demo appliance and one
 //! of a C test program without the errors it printed before ("failed to
 //! report elf ... address range overlaps an existing module"), finds every
-//! program's ELF, and its output names the programs' hot functions.
+//! program's ELF, and its output names the programs' hot functions; given
+//! `perch kallsyms`' file (`--kallsyms`), it names the runtime's too.
 //!
 //! One parser warning stays and is allowed: "feature not properly read
 //! PerfHeader::SAMPLE_TIME 16 0". Debian's perfparser (hotspot 1.3.0) does
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use e2e_tests::programs::{CBuild, c_program};
-use e2e_tests::{Recording, qemu_present, record, record_demo};
+use e2e_tests::{Recording, perch_bin, qemu_present, record, record_demo, runtime_elf};
 
 /// hotspot's parser: on PATH, or where Debian's `hotspot` installs it.
 fn perfparser() -> Option<PathBuf> {
@@ -43,11 +44,13 @@ fn perfparser() -> Option<PathBuf> {
 }
 
 /// Runs the parser on `rec`'s perf.data, with the recording's build-id
-/// cache as its debug path; returns (stderr, output bytes).
-fn parse(parser: &Path, rec: &Recording) -> (String, Vec<u8>) {
+/// cache as its debug path (and `extra` arguments); returns (stderr,
+/// output bytes).
+fn parse(parser: &Path, rec: &Recording, extra: &[&std::ffi::OsStr]) -> (String, Vec<u8>) {
     let dir = rec.data.parent().expect("the recording's directory");
     let out = dir.join("perfparser.out");
     let o = Command::new(parser)
+        .args(extra)
         .arg("--input")
         .arg(&rec.data)
         .arg("--output")
@@ -91,7 +94,7 @@ fn perfparser_reads_the_demo_without_errors() {
     let Some(parser) = perfparser() else { return };
     let rec = record_demo(&["--duration", "1"]);
     assert_eq!(rec.status, Some(0), "perch record failed:\n{}", rec.stderr);
-    let (stderr, out) = parse(&parser, &rec);
+    let (stderr, out) = parse(&parser, &rec, &[]);
     let bad = complaints(&stderr);
     assert!(bad.is_empty(), "hotspot-perfparser complained: {bad:#?}");
     for f in [
@@ -101,6 +104,30 @@ fn perfparser_reads_the_demo_without_errors() {
     ] {
         assert!(contains(&out, f), "the parser's output does not name {f}");
     }
+    // With the runtime's kallsyms, its functions are named too (demosys
+    // spends most of its time in the runtime's getrandom).
+    let ks = rec.data.with_file_name("runtime.kallsyms");
+    let o = Command::new(perch_bin())
+        .arg("kallsyms")
+        .arg("--image")
+        .arg(runtime_elf())
+        .arg("-o")
+        .arg(&ks)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running perch kallsyms");
+    assert!(
+        o.status.success(),
+        "perch kallsyms failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (stderr, out) = parse(&parser, &rec, &["--kallsyms".as_ref(), ks.as_os_str()]);
+    let bad = complaints(&stderr);
+    assert!(bad.is_empty(), "hotspot-perfparser complained: {bad:#?}");
+    assert!(
+        contains(&out, "perch_runtime::sample::clock::random_bytes"),
+        "the parser's output does not name the runtime's random_bytes"
+    );
 }
 
 #[test]
@@ -113,7 +140,7 @@ fn perfparser_reads_a_c_program_without_errors() {
     let exe = exe.to_str().expect("a UTF-8 path");
     let rec = record(&["--", exe, "2000"]);
     assert_eq!(rec.status, Some(0), "perch record failed:\n{}", rec.stderr);
-    let (stderr, out) = parse(&parser, &rec);
+    let (stderr, out) = parse(&parser, &rec, &[]);
     let bad = complaints(&stderr);
     assert!(bad.is_empty(), "hotspot-perfparser complained: {bad:#?}");
     for f in ["sieve", "crc_bytes", "sort_words", "fnv_words", "collatz"] {
