@@ -78,6 +78,7 @@ mod tests {
             ref_symbol: ("_start".into(), 0),
             user_text: vec![],
             symbols: vec![],
+            load_base: None,
         };
         let text = kallsyms(&image, &elf).expect("kallsyms");
         assert_eq!(

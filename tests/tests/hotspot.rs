@@ -1,6 +1,7 @@
 //! hotspot (KDAB's perf GUI) reads perch's perf.data: its parser,
-//! `hotspot-perfparser`, converts a recording of the demo appliance and one
-//! of a C test program without the errors it printed before ("failed to
+//! `hotspot-perfparser`, converts a recording of the demo appliance, one
+//! of a C test program and the built-in tasks of a synthetic capture
+//! without the errors it printed before ("failed to
 //! report elf ... address range overlaps an existing module"), finds every
 //! program's ELF, and its output names the programs' hot functions; given
 //! `perch kallsyms`' file (`--kallsyms`), it names the runtime's too.
@@ -144,6 +145,70 @@ fn perfparser_reads_a_c_program_without_errors() {
     let bad = complaints(&stderr);
     assert!(bad.is_empty(), "hotspot-perfparser complained: {bad:#?}");
     for f in ["sieve", "crc_bytes", "sort_words", "fnv_words", "collatz"] {
+        assert!(contains(&out, f), "the parser's output does not name {f}");
+    }
+}
+
+/// The runtime's built-in tasks run the image's own task text: their maps
+/// name the image, whose task text is not at the image's start. Without
+/// the image's first page at offset 0 in each task's maps, the parser
+/// reported the image again on every lookup ("failed to report elf for pid
+/// = 1 ... address range overlaps an existing module") and named nothing.
+#[test]
+fn perfparser_reads_the_built_in_tasks_of_a_synthetic_capture() {
+    let Some(parser) = perfparser() else { return };
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let image = e2e_tests::workspace_root().join("host-tool/tests/fixtures/appliance.elf");
+    let cap = dir.path().join("capture.bin");
+    let data = dir.path().join("perf.data");
+    for args in [
+        vec![
+            "synth".as_ref(),
+            "--image".as_ref(),
+            image.as_os_str(),
+            "--samples".as_ref(),
+            "3000".as_ref(),
+            "-o".as_ref(),
+            cap.as_os_str(),
+        ],
+        vec![
+            "convert".as_ref(),
+            cap.as_os_str(),
+            "--image".as_ref(),
+            image.as_os_str(),
+            "-o".as_ref(),
+            data.as_os_str(),
+        ],
+    ] {
+        let args: Vec<&std::ffi::OsStr> = args;
+        let o = Command::new(perch_bin())
+            .args(&args)
+            .env("HOME", dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("running perch");
+        assert!(
+            o.status.success(),
+            "perch {args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let out = dir.path().join("perfparser.out");
+    let o = Command::new(&parser)
+        .arg("--input")
+        .arg(&data)
+        .arg("--output")
+        .arg(&out)
+        .env("HOME", dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("running hotspot-perfparser");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "hotspot-perfparser failed:\n{stderr}");
+    let bad = complaints(&stderr);
+    assert!(bad.is_empty(), "hotspot-perfparser complained: {bad:#?}");
+    let out = std::fs::read(&out).expect("the parser's output");
+    for f in ["task_main", "hot_alpha", "hot_beta", "compat_main"] {
         assert!(contains(&out, f), "the parser's output does not name {f}");
     }
 }
