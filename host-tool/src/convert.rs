@@ -463,6 +463,16 @@ impl<W: OwnedWrite> Converter<W> {
             return Ok(());
         };
         let file = img.path.display().to_string();
+        // The image's start, at file offset 0: hotspot's parser maps a whole
+        // ELF from the mapping of its offset 0 (or from the mapping's own
+        // address less its offset, which for the task text at its own
+        // offset is not where the image starts, and every lookup then
+        // reports the image again over itself: "address range overlaps
+        // an existing module"). perf resolves samples in the text MMAPs
+        // below either way.
+        if let Some(base) = img.load_base {
+            w.mmap(misc::USER, t.pid, t.tid, base, 0x1000, 0, &file, t.time)?;
+        }
         if t.text.is_empty() {
             for u in &img.user_text {
                 w.mmap(

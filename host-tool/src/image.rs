@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionFlags, SymbolKind};
 use thiserror::Error;
 
 /// Symbols tried, in order, as the kernel map's relocation reference.
@@ -139,6 +139,10 @@ pub struct Image {
     pub user_text: Vec<UserText>,
     /// Function symbols sorted by address.
     pub symbols: Vec<Symbol>,
+    /// The lowest address a PT_LOAD segment maps, page-aligned: where the
+    /// file starts in memory for tools that map a whole ELF at once
+    /// (hotspot's parser, elfutils' libdwfl).
+    pub load_base: Option<u64>,
 }
 
 impl Image {
@@ -242,7 +246,9 @@ impl Image {
                 (s.name.clone(), s.addr)
             }
         };
+        let load_base = file.segments().map(|s| s.address() & !0xfff).min();
         Ok(Image {
+            load_base,
             path,
             build_id,
             kernel_start,

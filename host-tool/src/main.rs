@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use host_tool::convert::{ConvertOptions, Converter, hex};
 use host_tool::error::{HostError, exit};
 use host_tool::flamegraph::Folder;
@@ -19,7 +19,8 @@ use host_tool::image::Image;
 use host_tool::input::{Flow, LogPrinter, Observer, PartsSink, Pump};
 use host_tool::manifest::AppSpec;
 use host_tool::model::Item;
-use host_tool::output::{OwnedWrite, Pending};
+use host_tool::output::{Discard, OwnedWrite, Pending, PerfOut};
+use host_tool::pprof::PprofBuilder;
 use host_tool::procs::{Ending, ProcessLog, Routed};
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
 use host_tool::record_opts::{
@@ -43,6 +44,15 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// What `perch convert` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// perf.data, for perf and hotspot.
+    Perf,
+    /// A gzipped pprof profile.proto.
+    Pprof,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Boot the appliance under QEMU (or read a serial line or capture) and write perf.data.
@@ -52,7 +62,7 @@ enum Cmd {
     /// --delay where stdout is not one); perf.data is written as by
     /// `record`.
     Top(Box<TopArgs>),
-    /// Convert a saved capture to perf.data.
+    /// Convert a saved capture to perf.data (or a pprof profile).
     Convert {
         /// The capture file (raw wire stream).
         capture: PathBuf,
@@ -63,9 +73,13 @@ enum Cmd {
         /// program's host file, for its symbols.
         #[arg(long, value_name = "FILE.toml")]
         appliance: Option<PathBuf>,
-        /// Output file.
-        #[arg(short = 'o', long, default_value = "perf.data")]
-        output: PathBuf,
+        /// Output file (default: perf.data, or profile.pb.gz for pprof).
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+        /// What to write: perf.data, or the gzipped profile.proto that
+        /// pprof, Pyroscope, Parca and Grafana read.
+        #[arg(long, value_enum, default_value_t = Format::Perf)]
+        format: Format,
         /// Add the image and the programs to perf's build-id cache so perf needs no --vmlinux.
         #[arg(long)]
         buildid_cache: bool,
@@ -79,15 +93,42 @@ enum Cmd {
         /// A capture file.
         file: PathBuf,
     },
-    /// Render a flamegraph SVG from a capture.
+    /// Render a flamegraph SVG from a capture or a perf.data file.
     Flamegraph {
-        /// A capture file.
+        /// A capture file, or a perf.data file (told apart by perf.data's
+        /// magic, "PERFILE2").
         file: PathBuf,
         /// The appliance image (symbols).
         #[arg(long)]
         image: Option<PathBuf>,
+        /// The appliance manifest the run was packed from: names each
+        /// program's host file, for a capture's symbols (a perf.data names
+        /// them itself).
+        #[arg(long, value_name = "FILE.toml")]
+        appliance: Option<PathBuf>,
+        /// Keep only the samples of this process id (repeatable).
+        #[arg(long)]
+        pid: Vec<u32>,
+        /// Keep only the samples of this process name (repeatable).
+        #[arg(long)]
+        comm: Vec<String>,
+        /// Write the folded stacks (`stack count` lines, inferno's and
+        /// flamegraph.pl's input) instead of the SVG.
+        #[arg(long)]
+        folded: bool,
         /// Output SVG.
         #[arg(short = 'o', long, default_value = "flamegraph.svg")]
+        output: PathBuf,
+    },
+    /// Write the runtime image's function symbols as a kallsyms file, for
+    /// `hotspot --kallsyms FILE perf.data` (hotspot resolves the runtime's
+    /// samples only through one).
+    Kallsyms {
+        /// The appliance image (runtime ELF).
+        #[arg(long)]
+        image: PathBuf,
+        /// Output file.
+        #[arg(short = 'o', long, default_value = "perch.kallsyms")]
         output: PathBuf,
     },
     /// Write a synthetic capture (for benchmarks and trying the tools).
@@ -175,12 +216,14 @@ fn main() -> ExitCode {
             image,
             appliance,
             output,
+            format,
             buildid_cache,
         } => convert(
             &capture,
             image.as_deref(),
             appliance.as_deref(),
-            &output,
+            output.as_deref(),
+            format,
             buildid_cache,
         ),
         Cmd::Image(a) => image(&a),
@@ -188,8 +231,23 @@ fn main() -> ExitCode {
         Cmd::Flamegraph {
             file,
             image,
+            appliance,
+            pid,
+            comm,
+            folded,
             output,
-        } => flamegraph(&file, image.as_deref(), &output),
+        } => flamegraph(
+            &file,
+            image.as_deref(),
+            appliance.as_deref(),
+            host_tool::flamegraph::Filter {
+                pids: pid,
+                comms: comm,
+            },
+            folded,
+            &output,
+        ),
+        Cmd::Kallsyms { image, output } => kallsyms(&image, &output),
         Cmd::Synth {
             output,
             image,
@@ -431,6 +489,8 @@ fn progress_line(samples: u64, lost: u64, bytes: u64, bad_frames: u64, secs: f64
 /// on the host's stdout and stderr, the runtime's lines on stderr.
 struct ConvertSink<'a, 'w, W: OwnedWrite> {
     conv: &'a mut Converter<W>,
+    /// The pprof profile, fed the same items and samples.
+    pprof: Option<&'a mut PprofBuilder>,
     logs: &'a LogPrinter,
     progress: &'a mut Progress,
     procs: Option<&'a mut ProcessLog>,
@@ -471,6 +531,9 @@ impl<W: OwnedWrite> PartsSink for ConvertSink<'_, '_, W> {
                 }
             }
         }
+        if let Some(p) = self.pprof.as_mut() {
+            p.push(item);
+        }
         self.conv.push(item).map_err(HostError::from)?;
         if let Some(w) = self.watch.as_deref_mut() {
             w.item(item);
@@ -480,6 +543,9 @@ impl<W: OwnedWrite> PartsSink for ConvertSink<'_, '_, W> {
 
     #[inline]
     fn sample(&mut self, s: &SampleParts<'_>) -> Result<(), HostError> {
+        if let Some(p) = self.pprof.as_mut() {
+            p.push_parts(s);
+        }
         self.conv.push_parts(s).map_err(HostError::from)?;
         if let Some(w) = self.watch.as_deref_mut() {
             w.sample(s);
@@ -585,6 +651,38 @@ impl RunPrograms {
     }
 }
 
+/// What a run writes besides (or instead of) perf.data.
+#[derive(Clone, Debug)]
+struct Formats {
+    /// Write perf.data to the run's output (`false`: the conversion runs,
+    /// with its checks, but its perf.data is dropped).
+    perf_data: bool,
+    /// Also write a pprof profile here.
+    pprof: Option<PathBuf>,
+}
+
+impl Formats {
+    /// perf.data alone.
+    const PERF: Formats = Formats {
+        perf_data: true,
+        pprof: None,
+    };
+}
+
+/// When a capture file was last written (a recording's end), or now for a
+/// live stream, in ns since the epoch.
+fn ended_nanos(src: &Source) -> i64 {
+    let t = match src {
+        Source::File(f) => f
+            .metadata()
+            .and_then(|m| m.modified())
+            .unwrap_or_else(|_| std::time::SystemTime::now()),
+        Source::Live(_) => std::time::SystemTime::now(),
+    };
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
 /// Reads `src` into the converter until End, EOF, Ctrl-C, the deadline or
 /// the observer's stop; `watch` sees the run as it goes.
 #[allow(clippy::too_many_arguments)]
@@ -597,16 +695,26 @@ fn run<'w>(
     deadline: Option<Instant>,
     buildid_cache: bool,
     mut programs: RunPrograms,
+    formats: &Formats,
     mut watch: Option<&mut (dyn Observer + 'w)>,
 ) -> Result<i32, HostError> {
     // Whether perf is there is only reported at the end; asking it (a
     // process start) overlaps the conversion.
-    let perf_check = std::thread::spawn(check_perf);
-    let pending = create_output(output)?;
-    let out = pending
-        .file()
-        .and_then(host_tool::output::BackgroundFile::new)
-        .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
+    let perf_check = formats.perf_data.then(|| std::thread::spawn(check_perf));
+    let pending = formats
+        .perf_data
+        .then(|| create_output(output))
+        .transpose()?;
+    let out = match &pending {
+        Some(p) => p
+            .file()
+            .and_then(host_tool::output::BackgroundFile::new)
+            .map(PerfOut::File)
+            .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?,
+        None => PerfOut::Discard(Discard::default()),
+    };
+    let pprof_pending = formats.pprof.as_deref().map(create_output).transpose()?;
+    let ended = ended_nanos(&src);
     let save_pending = save.map(create_output).transpose()?;
     let mut save = match &save_pending {
         Some(p) => Some(BufWriter::new(p.file().map_err(|e| {
@@ -621,14 +729,15 @@ fn run<'w>(
     if let Some(w) = watch.as_deref_mut() {
         w.begin(image.as_ref(), &programs.files);
     }
-    let mut conv = Converter::new(
-        out,
-        ConvertOptions {
-            image,
-            cmdline,
-            programs: programs.files,
-        },
-    );
+    let options = ConvertOptions {
+        image,
+        cmdline,
+        programs: programs.files,
+    };
+    let mut pprof = pprof_pending
+        .as_ref()
+        .map(|_| PprofBuilder::new(&options, ended));
+    let mut conv = Converter::new(out, options);
     let logs = LogPrinter::new(elf);
     let mut pump = Pump::new();
     let quiet = programs.quiet;
@@ -655,6 +764,7 @@ fn run<'w>(
                 expect: &programs.expect,
                 quiet,
                 watch: watch.as_deref_mut(),
+                pprof: pprof.as_mut(),
             };
             let mut user = false;
             let flow = pump.read_all_framed(file, &mut sink, |pump, sink| {
@@ -712,6 +822,7 @@ fn run<'w>(
                     expect: &programs.expect,
                     quiet,
                     watch: watch.as_deref_mut(),
+                    pprof: pprof.as_mut(),
                 };
                 let flow = pump.feed_parts(&chunk, &mut sink)?;
                 progress.update(&pump, false);
@@ -738,7 +849,9 @@ fn run<'w>(
     let (out, summary) = conv.finish()?;
     out.finish()
         .map_err(|e| HostError::io(format!("writing {}", output.display()), e))?;
-    commit_output(pending)?;
+    if let Some(p) = pending {
+        commit_output(p)?;
+    }
     if let Some(p) = save_pending {
         commit_output(p)?;
     }
@@ -756,8 +869,12 @@ fn run<'w>(
         )
     );
     say!(
-        "perch: wrote {}: {} samples, {} lost ({} on the target, {} on the wire), {} bad frames, {:.1} bytes/sample on the wire",
-        output.display(),
+        "perch: {}: {} samples, {} lost ({} on the target, {} on the wire), {} bad frames, {:.1} bytes/sample on the wire",
+        if formats.perf_data {
+            format!("wrote {}", output.display())
+        } else {
+            "read the stream".to_owned()
+        },
         w.samples,
         w.lost_samples,
         pump.stats.lost,
@@ -769,9 +886,13 @@ fn run<'w>(
             0.0
         }
     );
+    // After the perf.data line, which scripts read first.
+    if let (Some(b), Some(p)) = (pprof, pprof_pending) {
+        write_pprof(b, p)?;
+    }
     if let Some(e) = &summary.end {
         say!(
-            "perch: target counters: taken {} = delivered {} + lost {}; file holds {} samples + {} lost",
+            "perch: target counters: taken {} = delivered {} + lost {}; the stream holds {} samples + {} lost",
             e.taken,
             e.delivered,
             e.lost,
@@ -794,8 +915,9 @@ fn run<'w>(
             pump.stats.after_end
         );
     }
-    let perf_checked = perf_check.join().unwrap_or_else(|_| check_perf());
-    if let Err(e) = perf_checked {
+    if let Some(check) = perf_check
+        && let Err(e) = check.join().unwrap_or_else(|_| check_perf())
+    {
         say!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
     }
     let cached = if buildid_cache {
@@ -804,6 +926,7 @@ fn run<'w>(
         false
     };
     match &image_path {
+        _ if !formats.perf_data => {}
         Some(p) if cached => say!(
             "perch: open it with: perf report -i {}   (or perf script -i {})",
             output.display(),
@@ -869,6 +992,35 @@ fn run<'w>(
             exit::TRUNCATED
         }
     })
+}
+
+/// Writes the pprof profile `b` built into `p` and puts it in place.
+fn write_pprof(b: PprofBuilder, p: Pending) -> Result<(), HostError> {
+    let target = p.target().to_owned();
+    let (profile, summary) = b.finish().map_err(|e| {
+        HostError::io(
+            format!("writing {}", target.display()),
+            std::io::Error::other(e),
+        )
+    })?;
+    let f = p
+        .file()
+        .map_err(|e| HostError::io(format!("creating {}", target.display()), e))?;
+    host_tool::pprof::write_gz(&profile, BufWriter::new(f))
+        .map_err(|e| HostError::io(format!("writing {}", target.display()), e))?;
+    commit_output(p)?;
+    eprintln!(
+        "perch: wrote {}: pprof profile of {} samples ({} stacks, {} locations, {} mappings)",
+        target.display(),
+        summary.samples,
+        summary.stacks,
+        summary.locations,
+        summary.mappings
+    );
+    for problem in &summary.problems {
+        eprintln!("perch: warning: pprof: {problem}: its frames are named by address");
+    }
+    Ok(())
 }
 
 /// Adds the runtime image (as the kernel too) and every program with a
@@ -1015,6 +1167,7 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
         &[
             ("-o", Some(&a.output)),
             ("--save-capture", a.save_capture.as_deref()),
+            ("--pprof", a.pprof.as_deref()),
         ],
         &[
             ("--input", a.input.as_deref()),
@@ -1053,6 +1206,10 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
         None => None,
     };
     let cache = !a.no_buildid_cache;
+    let formats = Formats {
+        perf_data: true,
+        pprof: a.pprof.clone(),
+    };
     if let Some(input) = &a.input {
         let f = open_file(input)?;
         return run(
@@ -1064,6 +1221,7 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
             deadline,
             cache,
             programs(),
+            &formats,
             watch,
         );
     }
@@ -1084,6 +1242,7 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
             deadline,
             cache,
             programs(),
+            &formats,
             watch,
         );
     }
@@ -1134,6 +1293,7 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
             expect,
             ..programs()
         },
+        &formats,
         watch.as_deref_mut(),
     );
     // A run the user stopped has no End to wait for: QEMU goes at once.
@@ -1169,9 +1329,21 @@ fn convert(
     capture: &Path,
     image: Option<&Path>,
     appliance: Option<&Path>,
-    output: &Path,
+    output: Option<&Path>,
+    format: Format,
     buildid_cache: bool,
 ) -> Result<i32, HostError> {
+    let output = output.unwrap_or(Path::new(match format {
+        Format::Perf => "perf.data",
+        Format::Pprof => "profile.pb.gz",
+    }));
+    let formats = match format {
+        Format::Perf => Formats::PERF,
+        Format::Pprof => Formats {
+            perf_data: false,
+            pprof: Some(output.to_owned()),
+        },
+    };
     refuse_same_files(
         &[("-o", Some(output))],
         &[("capture", Some(capture)), ("--image", image)],
@@ -1188,6 +1360,7 @@ fn convert(
         None,
         buildid_cache,
         RunPrograms::of(spec.as_ref()),
+        &formats,
         None,
     )
 }
@@ -1262,37 +1435,84 @@ fn stat(file: &Path) -> Result<i32, HostError> {
     }
 }
 
-fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, HostError> {
+/// Whether `path` starts with perf.data's magic (read once, then reopened:
+/// a perf.data is a seekable file).
+fn is_perf_data(path: &Path) -> Result<bool, HostError> {
+    let mut f = open_file(path)?;
+    let mut head = [0u8; 8];
+    let mut got = 0;
+    while got < head.len() {
+        match f.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(HostError::io(format!("reading {}", path.display()), e)),
+        }
+    }
+    Ok(got == head.len() && &head == host_tool::perf_abi::MAGIC)
+}
+
+fn flamegraph(
+    file: &Path,
+    image: Option<&Path>,
+    appliance: Option<&Path>,
+    filter: host_tool::flamegraph::Filter,
+    folded: bool,
+    output: &Path,
+) -> Result<i32, HostError> {
     refuse_same_files(
         &[("-o", Some(output))],
-        &[("capture", Some(file)), ("--image", image)],
+        &[("input", Some(file)), ("--image", image)],
     )?;
-    let (image, _) = open_image(image).map_err(|e| image_error_for(e, file))?;
-    let mut folder = Folder::new(image.clone());
-    let mut pump = Pump::new();
-    let mut f = open_file(file)?;
-    let mut mismatch = None;
-    pump.read_all(&mut f, &mut |item| {
-        if let (Item::Hello(h), Some(img)) = (item, &image)
-            && !h.build_id.is_empty()
-            && img.build_id.as_deref() != Some(&h.build_id[..])
-        {
-            mismatch = Some(host_tool::convert::ConvertError::WrongImage {
-                image: img.path.display().to_string(),
-                image_id: img.build_id_hex().unwrap_or_default(),
-                stream_id: hex(&h.build_id),
-            });
+    let spec = appliance.map(AppSpec::from_manifest).transpose()?;
+    let programs = spec.map(|s| s.program_files()).unwrap_or_default();
+    let perf_data = is_perf_data(file)?;
+    let (image, _) = if perf_data {
+        open_image(image)?
+    } else {
+        open_image(image).map_err(|e| image_error_for(e, file))?
+    };
+    let filtered = !filter.pids.is_empty() || !filter.comms.is_empty();
+    let mut folder = Folder::with(image.clone(), programs, filter);
+    // How the input ended: None for a perf.data (complete by construction).
+    let mut ending = None;
+    if perf_data {
+        let f = open_file(file)?;
+        folder.read_perf_data(std::io::BufReader::new(f))?;
+    } else {
+        let mut pump = Pump::new();
+        let mut f = open_file(file)?;
+        let mut mismatch = None;
+        pump.read_all(&mut f, &mut |item| {
+            if let (Item::Hello(h), Some(img)) = (item, &image)
+                && !h.build_id.is_empty()
+                && img.build_id.as_deref() != Some(&h.build_id[..])
+            {
+                mismatch = Some(host_tool::convert::ConvertError::WrongImage {
+                    image: img.path.display().to_string(),
+                    image_id: img.build_id_hex().unwrap_or_default(),
+                    stream_id: hex(&h.build_id),
+                });
+            }
+            folder.push(item);
+            Ok(())
+        })?;
+        pump.check_recognised()?;
+        if let Some(e) = mismatch {
+            return Err(e.into());
         }
-        folder.push(item);
-        Ok(())
-    })?;
-    pump.check_recognised()?;
-    if let Some(e) = mismatch {
-        return Err(e.into());
+        ending = Some((pump.stats.restarted, pump.stats.end.is_some()));
     }
-    if pump.stats.samples == 0 {
+    if folder.samples == 0 {
         return Err(HostError::NoSamples(format!(
             "{} holds no samples: there is nothing to draw",
+            file.display()
+        )));
+    }
+    if folder.is_empty() {
+        return Err(HostError::NoSamples(format!(
+            "none of the {} samples of {} is of the --pid/--comm given: there is nothing to draw",
+            folder.samples,
             file.display()
         )));
     }
@@ -1301,30 +1521,70 @@ fn flamegraph(file: &Path, image: Option<&Path>, output: &Path) -> Result<i32, H
         .file()
         .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
     let mut out = BufWriter::new(out);
-    folder.render(&format!("perch: {}", file.display()), &mut out)?;
+    if folded {
+        for line in folder.folded() {
+            writeln!(out, "{line}")
+                .map_err(|e| HostError::io(format!("writing {}", output.display()), e))?;
+        }
+    } else {
+        folder.render(&format!("perch: {}", file.display()), &mut out)?;
+    }
     out.flush()
         .map_err(|e| HostError::io(format!("writing {}", output.display()), e))?;
     drop(out);
     commit_output(pending)?;
-    eprintln!(
-        "perch: wrote {} ({} samples)",
-        output.display(),
-        pump.stats.samples
-    );
+    if filtered {
+        eprintln!(
+            "perch: wrote {} ({} of {} samples)",
+            output.display(),
+            folder.kept,
+            folder.samples
+        );
+    } else {
+        eprintln!(
+            "perch: wrote {} ({} samples)",
+            output.display(),
+            folder.samples
+        );
+    }
     // The same endings, messages and exit codes as a conversion.
-    if pump.stats.restarted {
-        eprintln!(
-            "perch: the appliance restarted (a second Hello before End): stopped there; \
-             the flamegraph shows the first run"
-        );
-        return Ok(exit::TRUNCATED);
+    match ending {
+        Some((true, _)) => {
+            eprintln!(
+                "perch: the appliance restarted (a second Hello before End): stopped there; \
+                 the flamegraph shows the first run"
+            );
+            Ok(exit::TRUNCATED)
+        }
+        Some((false, false)) => {
+            eprintln!(
+                "perch: the stream ended before its End record (truncated capture or the appliance stopped)"
+            );
+            Ok(exit::TRUNCATED)
+        }
+        _ => Ok(exit::OK),
     }
-    if pump.stats.end.is_none() {
-        eprintln!(
-            "perch: the stream ended before its End record (truncated capture or the appliance stopped)"
-        );
-        return Ok(exit::TRUNCATED);
-    }
+}
+
+fn kallsyms(image: &Path, output: &Path) -> Result<i32, HostError> {
+    refuse_same_files(&[("-o", Some(output))], &[("--image", Some(image))])?;
+    let (Some(img), Some(elf)) = open_image(Some(image))? else {
+        return Err(HostError::Usage("perch kallsyms needs --image ELF".into()));
+    };
+    let text = host_tool::kallsyms::kallsyms(&img, &elf)?;
+    let pending = create_output(output)?;
+    let mut f = pending
+        .file()
+        .map_err(|e| HostError::io(format!("creating {}", output.display()), e))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| HostError::io(format!("writing {}", output.display()), e))?;
+    commit_output(pending)?;
+    eprintln!(
+        "perch: wrote {} ({} symbols); open a recording with: hotspot --kallsyms {} perf.data",
+        output.display(),
+        text.lines().count(),
+        output.display()
+    );
     Ok(exit::OK)
 }
 

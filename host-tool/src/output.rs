@@ -290,10 +290,117 @@ impl Seek for BackgroundFile {
     }
 }
 
+/// An output that keeps nothing but its length, so that a writer that
+/// seeks back (the perf.data header) works: a conversion whose perf.data is
+/// not wanted (`perch convert --format pprof`) still runs the converter's
+/// checks and counts.
+#[derive(Debug, Default)]
+pub struct Discard {
+    pos: u64,
+    len: u64,
+}
+
+impl Write for Discard {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.pos += data.len() as u64;
+        self.len = self.len.max(self.pos);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Seek for Discard {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        let to = match pos {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.len.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = to.ok_or_else(|| io::Error::other("seek before the start"))?;
+        Ok(self.pos)
+    }
+}
+
+impl OwnedWrite for Discard {}
+
+/// The perf.data output of a run: a file written in the background, or
+/// nothing ([`Discard`]).
+pub enum PerfOut {
+    /// The file.
+    File(BackgroundFile),
+    /// No perf.data wanted.
+    Discard(Discard),
+}
+
+impl PerfOut {
+    /// Waits for everything to be written.
+    pub fn finish(self) -> io::Result<()> {
+        match self {
+            PerfOut::File(f) => f.finish().map(drop),
+            PerfOut::Discard(_) => Ok(()),
+        }
+    }
+}
+
+impl Write for PerfOut {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        match self {
+            PerfOut::File(f) => f.write(data),
+            PerfOut::Discard(d) => d.write(data),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            PerfOut::File(f) => f.flush(),
+            PerfOut::Discard(d) => d.flush(),
+        }
+    }
+}
+
+impl Seek for PerfOut {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        match self {
+            PerfOut::File(f) => f.seek(pos),
+            PerfOut::Discard(d) => d.seek(pos),
+        }
+    }
+}
+
+impl OwnedWrite for PerfOut {
+    fn write_owned(&mut self, buf: Vec<u8>, range: Range<usize>) -> io::Result<Vec<u8>> {
+        match self {
+            PerfOut::File(f) => f.write_owned(buf, range),
+            PerfOut::Discard(d) => d.write_owned(buf, range),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Read;
+
+    /// Discard keeps the length and position a file would have, through
+    /// seeks back and rewrites.
+    #[test]
+    fn discard_tracks_what_a_file_would_hold() {
+        let mut d = Discard::default();
+        let mut c = Cursor::new(Vec::new());
+        for w in [&mut d as &mut dyn OwnedWrite, &mut c] {
+            w.write_all(&[1; 100]).unwrap();
+            assert_eq!(w.seek(SeekFrom::Start(10)).unwrap(), 10);
+            w.write_all(&[2; 5]).unwrap();
+            assert_eq!(w.stream_position().unwrap(), 15);
+            assert_eq!(w.seek(SeekFrom::End(0)).unwrap(), 100);
+            w.write_owned(vec![3; 8], 2..6).unwrap();
+            assert_eq!(w.seek(SeekFrom::End(0)).unwrap(), 104);
+            assert!(w.seek(SeekFrom::Current(-200)).is_err());
+        }
+    }
 
     /// Everything written arrives in order, across many buffer handovers
     /// and writes of every size, and seeks work after the thread is done.

@@ -123,6 +123,10 @@ pub struct RecordArgs {
     /// Also save the raw stream to this file.
     #[arg(long)]
     pub save_capture: Option<PathBuf>,
+    /// Also write a gzipped pprof profile (profile.proto) to this file,
+    /// for pprof, Pyroscope, Parca and Grafana.
+    #[arg(long, value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
     /// Read a real serial line instead of starting QEMU (the options of a
     /// boot do not apply: the board runs its own command line).
     #[arg(long, conflicts_with = "input", conflicts_with_all = BOOT_ONLY)]

@@ -774,3 +774,61 @@ fn a_program_runs_to_its_end_without_a_duration() {
         .to_owned();
     assert_eq!(append, "console=wire freq=1000 pmu=auto");
 }
+
+#[test]
+fn convert_to_pprof_and_a_flamegraph_of_the_perf_data_agree_with_the_capture() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = samples_capture(dir.path(), 400);
+    let img = fixture("appliance.elf");
+    let image = Image::open(&img).unwrap();
+    // pprof: every sample, its period summed, the image as a mapping with
+    // its build-id, the image's functions named.
+    let pb = dir.path().join("p.pb.gz");
+    let r = perch(&[
+        "convert",
+        &cap,
+        "--image",
+        s(&img),
+        "--format",
+        "pprof",
+        "-o",
+        s(&pb),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!dir.path().join("perf.data").exists());
+    let p = host_tool::pprof::read(&std::fs::read(&pb).unwrap()).unwrap();
+    let count: i64 = p.sample.iter().map(|x| x.value[0]).sum();
+    assert_eq!(count, 400);
+    let st = |i: i64| p.string_table[i as usize].as_str();
+    assert_eq!(st(p.sample_type[0].r#type), "samples");
+    let id = image.build_id_hex().unwrap();
+    assert!(
+        p.mapping.iter().any(|m| st(m.build_id) == id),
+        "no mapping with the image's build-id {id}"
+    );
+    let names: Vec<&str> = p.function.iter().map(|f| st(f.name)).collect();
+    for f in ["task_main", "hot_alpha", "runtime_entry"] {
+        assert!(names.iter().any(|n| n.contains(f)), "{f} not in {names:?}");
+    }
+    // The perf.data of the same capture folds into the capture's stacks.
+    let data = dir.path().join("perf.data");
+    let r = perch(&["convert", &cap, "--image", s(&img), "-o", s(&data)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let fold = |input: &str, out: &str| {
+        let out = dir.path().join(out);
+        let r = perch(&[
+            "flamegraph",
+            input,
+            "--image",
+            s(&img),
+            "--folded",
+            "-o",
+            s(&out),
+        ]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        std::fs::read_to_string(out).unwrap()
+    };
+    let a = fold(s(&data), "a.folded");
+    assert_eq!(a, fold(&cap, "b.folded"));
+    assert!(a.contains("hot_alpha"), "{a}");
+}

@@ -732,12 +732,13 @@ fn a_lost_task_record_is_warned_about_counted_and_mapped_from_the_image() {
     }
     assert!(comms.contains(&(1, "tid-1".to_owned())), "{comms:?}");
     let image = image();
+    // The image's first page at offset 0 (for hotspot), then its task text.
+    let base = image.load_base.expect("the image has PT_LOAD segments");
     assert_eq!(
         user_maps,
-        image
-            .user_text
-            .iter()
-            .map(|u| (u.addr, image.path.display().to_string()))
+        std::iter::once(base)
+            .chain(image.user_text.iter().map(|u| u.addr))
+            .map(|a| (a, image.path.display().to_string()))
             .collect::<Vec<_>>()
     );
     let r = perch(&["stat", s(&cap)]);

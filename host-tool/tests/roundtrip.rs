@@ -165,15 +165,24 @@ fn every_field_reads_back() {
     assert_eq!(kernel_map.4, CpuMode::Kernel);
     assert_eq!(kernel_map.5, "[kernel.kallsyms]_text");
     let ut = &image.user_text[0];
-    for (i, pid) in [(1, 1), (2, 2)] {
+    let base = image.load_base.expect("the image has PT_LOAD segments");
+    // Each task: the image's first page at file offset 0 (what hotspot's
+    // parser maps the whole image from), then its task text.
+    for (i, pid) in [(1, 1), (3, 2)] {
         let m = &mmaps[i];
+        assert_eq!(
+            (m.0, m.1, m.2, m.3, m.4),
+            (pid, base, 0x1000, 0, CpuMode::User)
+        );
+        assert_eq!(m.5, image.path.to_str().unwrap());
+        let m = &mmaps[i + 1];
         assert_eq!(
             (m.0, m.1, m.2, m.3, m.4),
             (pid, ut.addr, ut.size, ut.file_offset, CpuMode::User)
         );
         assert_eq!(m.5, image.path.to_str().unwrap());
     }
-    assert_eq!(mmaps.len(), 3);
+    assert_eq!(mmaps.len(), 5);
     assert_eq!(lost, [(1, 3)]);
     assert_eq!(lost_samples, 1);
     assert_eq!(samples.len(), want_samples.len());
