@@ -2,6 +2,8 @@
 //! broke the code (an image, a stream), so the defect stays fixed without
 //! the fuzzing tool.
 
+#![forbid(unsafe_code)]
+
 mod common;
 
 use std::io::Cursor;

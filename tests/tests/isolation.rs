@@ -14,6 +14,8 @@
 //! system calls with runtime pointers and huge lengths in
 //! `system_calls_given_runtime_or_unmapped_pointers_return_efault`.
 
+#![forbid(unsafe_code)]
+
 use e2e_tests::programs::{
     CBuild, End, Program, RunEnd, appliance, c_program, c_program_with, run_appliance_on,
 };

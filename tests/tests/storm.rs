@@ -9,6 +9,8 @@
 //! Throttling (`max_rate=`, perf's default 100,000/s) suppresses most overflows at
 //! this rate: those count as lost.
 
+#![forbid(unsafe_code)]
+
 use e2e_tests::programs::{CBuild, End, Program, appliance, c_program};
 use e2e_tests::{qemu_present, record_for, stat_numbers};
 use std::time::Instant;

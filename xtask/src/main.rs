@@ -2,6 +2,7 @@
 //!
 //! `cargo xtask <command>`; every command that boots the runtime runs QEMU
 //! through [`qemu`], with a hard timeout, stdin closed and a kill guard.
+#![forbid(unsafe_code)]
 
 mod fuzz;
 mod hwcheck;

@@ -5,7 +5,6 @@
 use crate::tools;
 use anyhow::{Context, Result};
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -189,6 +188,9 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// util-linux's `setpriv` (Debian: essential).
+const SETPRIV: &str = "/usr/bin/setpriv";
+
 /// Boots QEMU as `cfg` says, streaming its serial output, and waits for it.
 pub fn run(cfg: &Config) -> Result<Outcome> {
     tools::require_tool(&tools::QEMU)?;
@@ -197,21 +199,21 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
     }
     let args = args(cfg);
     println!("xtask: qemu-system-x86_64 {}", args.join(" "));
-    let mut cmd = Command::new(tools::QEMU.program);
+    // QEMU gets SIGKILL if xtask dies (util-linux's setpriv sets the
+    // parent-death signal and execs it), so a killed test run leaves no
+    // QEMU behind; without setpriv the kill guard below still covers every
+    // ordinary exit.
+    let mut cmd = if std::path::Path::new(SETPRIV).exists() {
+        let mut c = Command::new(SETPRIV);
+        c.args(["--pdeathsig", "KILL", "--", tools::QEMU.program]);
+        c
+    } else {
+        Command::new(tools::QEMU.program)
+    };
     cmd.args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    // SAFETY: the closure runs in the forked child before exec and only makes
-    // the async-signal-safe prctl call, so QEMU gets SIGKILL if we die.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let start = Instant::now();
     let mut child = KillOnDrop(cmd.spawn().context("starting qemu-system-x86_64")?);
     let stdout = child.0.stdout.take().context("QEMU stdout")?;
