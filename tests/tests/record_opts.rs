@@ -392,3 +392,68 @@ fn combinations_the_target_cannot_do_are_refused_before_boot() {
     let e = refused_before_boot(&["-g", "--call-graph", "dwarf"]);
     assert!(e.contains("STACK_USER"), "{e}");
 }
+
+/// `perch record --icount OPTS -- hotspots 300` on a terminal (util-linux
+/// `script`), its terminal output; `None` without `script`.
+fn on_terminal(opts: &[&str]) -> Option<String> {
+    if !e2e_tests::have_tool("script") {
+        eprintln!("skipped: util-linux script is missing");
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let data = dir.path().join("perf.data");
+    let exe = c_program("hotspots", CBuild::Glibc);
+    let line = format!(
+        "{} record --image {} --icount --no-buildid-cache -o {} {} -- {} 300",
+        perch_bin().display(),
+        runtime_elf().display(),
+        data.display(),
+        opts.join(" "),
+        exe.display()
+    );
+    let out = Command::new("script")
+        .args(["-q", "-e", "-c", &line, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("running script");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{line}:\n{text}");
+    assert!(data.exists(), "{line}: no perf.data");
+    Some(text)
+}
+
+#[test]
+fn on_a_terminal_a_live_progress_line_and_none_with_q() {
+    if !tools_present() {
+        return;
+    }
+    let Some(text) = on_terminal(&["--pmu", "off"]) else {
+        return;
+    };
+    // indicatif redraws the line in place: CR, clear line, spinner,
+    // elapsed seconds, the counts.
+    let live: Vec<&str> = text
+        .split('\r')
+        .filter_map(|seg| seg.strip_prefix("\u{1b}[2K"))
+        // The summary follows the cleared line.
+        .filter(|seg| !seg.starts_with("perch:"))
+        .filter(|seg| seg.contains(" samples (") && seg.contains("/s on the wire"))
+        .collect();
+    assert!(live.len() > 3, "no live progress line in:\n{text}");
+    // `{spinner} {elapsed} {msg}`: the second word is the elapsed time.
+    for l in &live {
+        let elapsed = l.split_whitespace().nth(1).unwrap_or("");
+        assert!(
+            elapsed.ends_with('s') && elapsed[..elapsed.len() - 1].parse::<u32>().is_ok(),
+            "not a progress line: {l:?}"
+        );
+    }
+    // And the summary after it.
+    assert!(text.contains("perch: wrote "), "{text}");
+    let Some(quiet) = on_terminal(&["--pmu", "off", "-q"]) else {
+        return;
+    };
+    assert!(!quiet.contains("\u{1b}[2K"), "-q drew:\n{quiet}");
+    assert!(!quiet.contains(" samples ("), "-q summarised:\n{quiet}");
+    assert!(quiet.contains("hotspots: 300 rounds"), "{quiet}");
+}
