@@ -414,6 +414,23 @@ pub struct Expect {
     pub event: Option<(String, u32, u64)>,
     /// `-b` / `-j`: samples must carry branch stacks.
     pub branches: bool,
+    /// `-c N` without `-e`: if the appliance falls back to the NMI clock,
+    /// N is nanoseconds of cpu-clock and must be within the clock's rates.
+    pub clock_period: Option<u64>,
+}
+
+/// Whether a `-c` period in ns of cpu-clock is within the NMI clock's rates.
+fn clock_period_ok(ns: u64) -> bool {
+    (u64::from(MIN_FREQ_HZ)..=u64::from(MAX_FREQ_HZ)).contains(&(1_000_000_000 / ns))
+}
+
+/// The refusal of a `-c` period the NMI clock cannot tick at.
+fn bad_clock_period(n: u64) -> HostError {
+    HostError::Usage(format!(
+        "-c {n}: on the NMI clock the period is nanoseconds of cpu-clock, from {} ({MAX_FREQ_HZ} Hz) to {} ({MIN_FREQ_HZ} Hz)",
+        1_000_000_000 / u64::from(MAX_FREQ_HZ),
+        1_000_000_000 / u64::from(MIN_FREQ_HZ)
+    ))
 }
 
 impl Expect {
@@ -446,6 +463,15 @@ impl Expect {
                     e.config
                 ),
             ));
+        }
+        if let Some(n) = self.clock_period
+            && e.kind == EventKind::CpuClock
+            && !clock_period_ok(n)
+        {
+            return Err(HostError::Usage(format!(
+                "{}\nThe appliance has no usable PMU: it samples on the NMI clock (its log says why).",
+                bad_clock_period(n)
+            )));
         }
         if self.branches && e.sample_type & st::BRANCH_STACK == 0 {
             return Err(no_branch_stack(
@@ -573,15 +599,12 @@ impl RecordArgs {
                     )));
                 }
                 PmuMode::Off => {
-                    let hz = 1_000_000_000 / n;
-                    if !(u64::from(MIN_FREQ_HZ)..=u64::from(MAX_FREQ_HZ)).contains(&hz) {
-                        return Err(HostError::Usage(format!(
-                            "-c {n}: on the NMI clock the period is nanoseconds of cpu-clock, from {} ({MAX_FREQ_HZ} Hz) to {} ({MIN_FREQ_HZ} Hz)",
-                            1_000_000_000 / u64::from(MAX_FREQ_HZ),
-                            1_000_000_000 / u64::from(MIN_FREQ_HZ)
-                        )));
+                    if !clock_period_ok(n) {
+                        return Err(bad_clock_period(n));
                     }
                 }
+                // With -e a fallback is refused anyway.
+                PmuMode::Auto if event_key.is_none() => expect.clock_period = Some(n),
                 PmuMode::Auto => {}
             }
             append.push_str(&format!(" period={n}"));
@@ -959,6 +982,22 @@ mod tests {
         // Without -e / -b / -j any source will do.
         let plain = line_of(&[]).unwrap().expect;
         assert!(plain.check(&hello(EventKind::CpuClock, 0, 0)).is_ok());
+        // -c alone: on the PMU any period; on the NMI clock one it can tick at.
+        let c = line_of(&["-c", "10000000000"]).unwrap().expect;
+        assert_eq!(c.clock_period, Some(10_000_000_000));
+        assert!(c.check(&hello(EventKind::Hardware, 0, 0)).is_ok());
+        let e = c.check(&hello(EventKind::CpuClock, 0, 0)).unwrap_err();
+        assert!(e.to_string().contains("nanoseconds of cpu-clock"), "{e}");
+        let ok = line_of(&["-c", "1000000"]).unwrap().expect;
+        assert!(ok.check(&hello(EventKind::CpuClock, 0, 0)).is_ok());
+        // With -e the fallback itself is the refusal.
+        assert_eq!(
+            line_of(&["-e", "cycles", "-c", "10"])
+                .unwrap()
+                .expect
+                .clock_period,
+            None
+        );
     }
 
     #[test]
