@@ -45,8 +45,9 @@ pub struct RecordArgs {
     /// The event(s) to sample, as perf names them (perf's `-e`): cycles,
     /// instructions, ref-cycles, branches, branch-misses, cache-references,
     /// cache-misses, mem-loads, mem-stores, raw `rUUEE`, with `:u`, `:k`,
-    /// `:p`, `:pp`, `:ppp`; `cpu-clock` is the NMI clock. Comma-separated or
-    /// repeated (runtime `event=`).
+    /// `:p`, `:pp`, `:ppp`; `cpu-clock` is the NMI clock (runtime `event=`).
+    /// Comma-separated or repeated, though the runtime samples one event
+    /// per run (more are refused); `--pmu sim` samples `mem-loads:pp`.
     #[arg(short = 'e', long = "event", value_name = "EVENT[,EVENT...]")]
     pub event: Vec<String>,
     /// Sample every N events (perf's `-c`; runtime `period=N`); on the NMI
