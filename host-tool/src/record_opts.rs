@@ -51,7 +51,8 @@ pub struct RecordArgs {
     #[arg(short = 'e', long = "event", value_name = "EVENT[,EVENT...]")]
     pub event: Vec<String>,
     /// Sample every N events (perf's `-c`; runtime `period=N`); on the NMI
-    /// clock N is nanoseconds of cpu-clock. Excludes -F.
+    /// clock N is nanoseconds of cpu-clock; with `--pmu sim` every N-th
+    /// load. Excludes -F.
     #[arg(short = 'c', long = "count", value_name = "N", conflicts_with = "freq",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
@@ -594,11 +595,8 @@ impl RecordArgs {
         }
         if let Some(n) = self.count {
             match pmu {
-                PmuMode::Sim => {
-                    return Err(HostError::Usage(format!(
-                        "-c {n}: the simulated PMU samples every load (period 1); its rate follows -F"
-                    )));
-                }
+                // The simulated mem-loads: every N-th load (one per tick).
+                PmuMode::Sim => {}
                 PmuMode::Off => {
                     if !clock_period_ok(n) {
                         return Err(bad_clock_period(n));
@@ -831,7 +829,8 @@ mod tests {
         assert!(refusal(&["--pmu", "off", "-c", "999"]).contains("nanoseconds of cpu-clock"));
         assert!(refusal(&["-e", "cpu-clock", "--count", "60000000"]).contains("52631578"));
         assert!(line_of(&["--pmu", "off", "-c", "52631578"]).is_ok());
-        assert!(refusal(&["--pmu", "sim", "-c", "10"]).contains("period 1"));
+        let b = line_of(&["--pmu", "sim", "-c", "10"]).unwrap();
+        assert_eq!(b.append, "console=wire freq=1000 pmu=sim period=10");
         // -c and -F exclude each other (clap), and -c 0 is no period.
         let mut cli = vec!["perch", "-c", "100", "-F", "200"];
         assert!(Cli::try_parse_from(&cli).is_err());
