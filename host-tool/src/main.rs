@@ -1642,3 +1642,21 @@ fn pack_archive(
     };
     Ok((dir, archive))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::progress_line;
+
+    #[test]
+    fn progress_line_gives_rates_per_second() {
+        assert_eq!(
+            progress_line(100, 2, 2048, 1, 2.0),
+            "100 samples (50/s), 2 lost, 1.00 KiB/s on the wire, 1 bad frames"
+        );
+        // At the very start the elapsed time is not zero.
+        assert_eq!(
+            progress_line(0, 0, 0, 0, 0.0),
+            "0 samples (0/s), 0 lost, 0 B/s on the wire, 0 bad frames"
+        );
+    }
+}

@@ -45,12 +45,14 @@ pub struct RecordArgs {
     /// The event(s) to sample, as perf names them (perf's `-e`): cycles,
     /// instructions, ref-cycles, branches, branch-misses, cache-references,
     /// cache-misses, mem-loads, mem-stores, raw `rUUEE`, with `:u`, `:k`,
-    /// `:p`, `:pp`, `:ppp`; `cpu-clock` is the NMI clock. Comma-separated or
-    /// repeated (runtime `event=`).
+    /// `:p`, `:pp`, `:ppp`; `cpu-clock` is the NMI clock (runtime `event=`).
+    /// Comma-separated or repeated, though the runtime samples one event
+    /// per run (more are refused); `--pmu sim` samples `mem-loads:pp`.
     #[arg(short = 'e', long = "event", value_name = "EVENT[,EVENT...]")]
     pub event: Vec<String>,
     /// Sample every N events (perf's `-c`; runtime `period=N`); on the NMI
-    /// clock N is nanoseconds of cpu-clock. Excludes -F.
+    /// clock N is nanoseconds of cpu-clock; with `--pmu sim` every N-th
+    /// load. Excludes -F.
     #[arg(short = 'c', long = "count", value_name = "N", conflicts_with = "freq",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
@@ -418,6 +420,23 @@ pub struct Expect {
     pub event: Option<(String, u32, u64)>,
     /// `-b` / `-j`: samples must carry branch stacks.
     pub branches: bool,
+    /// `-c N` without `-e`: if the appliance falls back to the NMI clock,
+    /// N is nanoseconds of cpu-clock and must be within the clock's rates.
+    pub clock_period: Option<u64>,
+}
+
+/// Whether a `-c` period in ns of cpu-clock is within the NMI clock's rates.
+fn clock_period_ok(ns: u64) -> bool {
+    (u64::from(MIN_FREQ_HZ)..=u64::from(MAX_FREQ_HZ)).contains(&(1_000_000_000 / ns))
+}
+
+/// The refusal of a `-c` period the NMI clock cannot tick at.
+fn bad_clock_period(n: u64) -> HostError {
+    HostError::Usage(format!(
+        "-c {n}: on the NMI clock the period is nanoseconds of cpu-clock, from {} ({MAX_FREQ_HZ} Hz) to {} ({MIN_FREQ_HZ} Hz)",
+        1_000_000_000 / u64::from(MAX_FREQ_HZ),
+        1_000_000_000 / u64::from(MIN_FREQ_HZ)
+    ))
 }
 
 impl Expect {
@@ -450,6 +469,15 @@ impl Expect {
                     e.config
                 ),
             ));
+        }
+        if let Some(n) = self.clock_period
+            && e.kind == EventKind::CpuClock
+            && !clock_period_ok(n)
+        {
+            return Err(HostError::Usage(format!(
+                "{}\nThe appliance has no usable PMU: it samples on the NMI clock (its log says why).",
+                bad_clock_period(n)
+            )));
         }
         if self.branches && e.sample_type & st::BRANCH_STACK == 0 {
             return Err(no_branch_stack(
@@ -571,21 +599,15 @@ impl RecordArgs {
         }
         if let Some(n) = self.count {
             match pmu {
-                PmuMode::Sim => {
-                    return Err(HostError::Usage(format!(
-                        "-c {n}: the simulated PMU samples every load (period 1); its rate follows -F"
-                    )));
-                }
+                // The simulated mem-loads: every N-th load (one per tick).
+                PmuMode::Sim => {}
                 PmuMode::Off => {
-                    let hz = 1_000_000_000 / n;
-                    if !(u64::from(MIN_FREQ_HZ)..=u64::from(MAX_FREQ_HZ)).contains(&hz) {
-                        return Err(HostError::Usage(format!(
-                            "-c {n}: on the NMI clock the period is nanoseconds of cpu-clock, from {} ({MAX_FREQ_HZ} Hz) to {} ({MIN_FREQ_HZ} Hz)",
-                            1_000_000_000 / u64::from(MAX_FREQ_HZ),
-                            1_000_000_000 / u64::from(MIN_FREQ_HZ)
-                        )));
+                    if !clock_period_ok(n) {
+                        return Err(bad_clock_period(n));
                     }
                 }
+                // With -e a fallback is refused anyway.
+                PmuMode::Auto if event_key.is_none() => expect.clock_period = Some(n),
                 PmuMode::Auto => {}
             }
             append.push_str(&format!(" period={n}"));
@@ -811,7 +833,8 @@ mod tests {
         assert!(refusal(&["--pmu", "off", "-c", "999"]).contains("nanoseconds of cpu-clock"));
         assert!(refusal(&["-e", "cpu-clock", "--count", "60000000"]).contains("52631578"));
         assert!(line_of(&["--pmu", "off", "-c", "52631578"]).is_ok());
-        assert!(refusal(&["--pmu", "sim", "-c", "10"]).contains("period 1"));
+        let b = line_of(&["--pmu", "sim", "-c", "10"]).unwrap();
+        assert_eq!(b.append, "console=wire freq=1000 pmu=sim period=10");
         // -c and -F exclude each other (clap), and -c 0 is no period.
         let mut cli = vec!["perch", "-c", "100", "-F", "200"];
         assert!(Cli::try_parse_from(&cli).is_err());
@@ -963,6 +986,22 @@ mod tests {
         // Without -e / -b / -j any source will do.
         let plain = line_of(&[]).unwrap().expect;
         assert!(plain.check(&hello(EventKind::CpuClock, 0, 0)).is_ok());
+        // -c alone: on the PMU any period; on the NMI clock one it can tick at.
+        let c = line_of(&["-c", "10000000000"]).unwrap().expect;
+        assert_eq!(c.clock_period, Some(10_000_000_000));
+        assert!(c.check(&hello(EventKind::Hardware, 0, 0)).is_ok());
+        let e = c.check(&hello(EventKind::CpuClock, 0, 0)).unwrap_err();
+        assert!(e.to_string().contains("nanoseconds of cpu-clock"), "{e}");
+        let ok = line_of(&["-c", "1000000"]).unwrap().expect;
+        assert!(ok.check(&hello(EventKind::CpuClock, 0, 0)).is_ok());
+        // With -e the fallback itself is the refusal.
+        assert_eq!(
+            line_of(&["-e", "cycles", "-c", "10"])
+                .unwrap()
+                .expect
+                .clock_period,
+            None
+        );
     }
 
     #[test]

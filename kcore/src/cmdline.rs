@@ -176,11 +176,15 @@ impl Config {
     }
 
     /// The NMI clock's rate in Hz: `freq=`, or with `period=NS` the rate
-    /// of one tick per period (at least 1 Hz, at most [`MAX_FREQ_HZ`]).
+    /// of one tick per period (at least 1 Hz, at most [`MAX_FREQ_HZ`]) when
+    /// the clock is what samples (not `pmu=sim`, whose period counts the
+    /// simulated loads the clock's ticks drive).
     pub fn clock_hz(&self) -> u32 {
         match self.period {
-            Some(ns) => (1_000_000_000 / ns.max(1)).clamp(1, u64::from(MAX_FREQ_HZ)) as u32,
-            None => self.freq_hz,
+            Some(ns) if self.pmu != PmuMode::Sim => {
+                (1_000_000_000 / ns.max(1)).clamp(1, u64::from(MAX_FREQ_HZ)) as u32
+            }
+            _ => self.freq_hz,
         }
     }
 }
@@ -550,6 +554,8 @@ mod tests {
         // One tick per period, within the clock's range.
         assert_eq!(parse_all("period=1").0.clock_hz(), MAX_FREQ_HZ);
         assert_eq!(parse_all("period=4000000000").0.clock_hz(), 1);
+        // The simulated PMU's period counts loads: the clock keeps freq=.
+        assert_eq!(parse_all("pmu=sim freq=2000 period=4").0.clock_hz(), 2000);
         let (cfg, issues) = parse_all(
             "period=0 period=x callchain=dwarf uregs_mask=0x1000000 iregs_mask=zz branch=1 branch=0x80 branch= iregs_mask=0x1000",
         );

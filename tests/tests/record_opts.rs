@@ -231,6 +231,36 @@ fn sim_branch_any_records_branches_with_perchs_default_sample_set() {
 }
 
 #[test]
+fn sim_count_samples_every_nth_load() {
+    if !tools_present() {
+        return;
+    }
+    // The clock ticks the simulator; -F and -c exclude each other.
+    let every = rec(&["--pmu", "sim", "--boot-arg", "freq=8000", "-q"]);
+    let fourth = rec(&["--pmu", "sim", "--boot-arg", "freq=8000", "-c", "4", "-q"]);
+    let (attr, _) = read_back(&every);
+    match attr.sampling_policy {
+        SamplingPolicy::Period(p) => assert_eq!(p.get(), 1),
+        other => panic!("the simulator samples with a period, not {other:?}"),
+    }
+    let (attr, samples) = read_back(&fourth);
+    match attr.sampling_policy {
+        SamplingPolicy::Period(p) => assert_eq!(p.get(), 4),
+        other => panic!("-c gives a period, not {other:?}"),
+    }
+    assert!(
+        samples.iter().all(|s| s.period == Some(4)),
+        "a sample's period is not 4"
+    );
+    // Under icount the same loads, sampled every 4th: far fewer samples
+    // (not exactly a quarter, by the simulator's overflow-to-PMI timing:
+    // 610 and 88 when this was written).
+    let n1 = read_back(&every).1.len() as f64;
+    let n4 = samples.len() as f64;
+    assert!(n1 / n4 >= 3.0, "{n1} samples, then {n4} at -c 4");
+}
+
+#[test]
 fn nmi_clock_count_and_user_regs_without_call_graph() {
     if !tools_present() {
         return;
@@ -387,8 +417,73 @@ fn combinations_the_target_cannot_do_are_refused_before_boot() {
     assert!(e.contains("one event per run"), "{e}");
     let e = refused_before_boot(&["--intr-regs=ax,fs"]);
     assert!(e.contains("returned with 22 (Invalid argument)"), "{e}");
-    let e = refused_before_boot(&["--pmu", "sim", "-c", "1000"]);
-    assert!(e.contains("period 1"), "{e}");
+    let e = refused_before_boot(&["--pmu", "off", "-c", "100"]);
+    assert!(e.contains("nanoseconds of cpu-clock"), "{e}");
     let e = refused_before_boot(&["-g", "--call-graph", "dwarf"]);
     assert!(e.contains("STACK_USER"), "{e}");
+}
+
+/// `perch record --icount OPTS -- hotspots 300` on a terminal (util-linux
+/// `script`), its terminal output; `None` without `script`.
+fn on_terminal(opts: &[&str]) -> Option<String> {
+    if !e2e_tests::have_tool("script") {
+        eprintln!("skipped: util-linux script is missing");
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let data = dir.path().join("perf.data");
+    let exe = c_program("hotspots", CBuild::Glibc);
+    let line = format!(
+        "{} record --image {} --icount --no-buildid-cache -o {} {} -- {} 300",
+        perch_bin().display(),
+        runtime_elf().display(),
+        data.display(),
+        opts.join(" "),
+        exe.display()
+    );
+    let out = Command::new("script")
+        .args(["-q", "-e", "-c", &line, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("running script");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{line}:\n{text}");
+    assert!(data.exists(), "{line}: no perf.data");
+    Some(text)
+}
+
+#[test]
+fn on_a_terminal_a_live_progress_line_and_none_with_q() {
+    if !tools_present() {
+        return;
+    }
+    let Some(text) = on_terminal(&["--pmu", "off"]) else {
+        return;
+    };
+    // indicatif redraws the line in place: CR, clear line, spinner,
+    // elapsed seconds, the counts.
+    let live: Vec<&str> = text
+        .split('\r')
+        .filter_map(|seg| seg.strip_prefix("\u{1b}[2K"))
+        // The summary follows the cleared line.
+        .filter(|seg| !seg.starts_with("perch:"))
+        .filter(|seg| seg.contains(" samples (") && seg.contains("/s on the wire"))
+        .collect();
+    assert!(live.len() > 3, "no live progress line in:\n{text}");
+    // `{spinner} {elapsed} {msg}`: the second word is the elapsed time.
+    for l in &live {
+        let elapsed = l.split_whitespace().nth(1).unwrap_or("");
+        assert!(
+            elapsed.ends_with('s') && elapsed[..elapsed.len() - 1].parse::<u32>().is_ok(),
+            "not a progress line: {l:?}"
+        );
+    }
+    // And the summary after it.
+    assert!(text.contains("perch: wrote "), "{text}");
+    let Some(quiet) = on_terminal(&["--pmu", "off", "-q"]) else {
+        return;
+    };
+    assert!(!quiet.contains("\u{1b}[2K"), "-q drew:\n{quiet}");
+    assert!(!quiet.contains(" samples ("), "-q summarised:\n{quiet}");
+    assert!(quiet.contains("hotspots: 300 rounds"), "{quiet}");
 }

@@ -262,7 +262,7 @@ pub fn event() -> EventConfig {
     if SIMULATED.load(Ordering::Relaxed) {
         e.kind = sampler::event::EventKind::Raw;
         e.config = crate::sample::pmu::SIM_RAW_CONFIG;
-        e.sampling = sampler::event::Sampling::Period(crate::sample::pmu::SIM_PERIOD);
+        e.sampling = sampler::event::Sampling::Period(crate::sample::pmu::sim_period());
         e.precise = 2;
         e.branch_sample_type = BRANCHES.load(Ordering::Relaxed);
     }

@@ -52,6 +52,12 @@ pub fn started() -> bool {
 
 /// Encodes and writes one record. Records that cannot be encoded or written
 /// are counted ([`failures`]), never dropped silently.
+///
+/// Never inlined: building the encoder takes a frame of about 16 KiB,
+/// which inlined into a long-lived caller (the self-test's runner, the
+/// exception report) stays on the 64 KiB boot stack for good and, with
+/// the callers' own frames, overflows it.
+#[inline(never)]
 pub fn send(record: &Record) {
     critical_section::with(|cs| {
         let mut s = STREAM.borrow_ref_mut(cs);

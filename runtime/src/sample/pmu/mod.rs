@@ -154,7 +154,9 @@ pub fn boot(cfg: &kcore::cmdline::Config, info: &PmuInfo, tsc_hz: u64, sim: SimC
     use kcore::cmdline::PmuMode;
     let branches = cfg.branch.unwrap_or(DEFAULT_BRANCHES);
     match cfg.pmu {
-        PmuMode::Sim => return Boot::Sim(setup_sim(sim, branches)),
+        PmuMode::Sim => {
+            return Boot::Sim(setup_sim(sim, cfg.period.unwrap_or(SIM_PERIOD), branches));
+        }
         PmuMode::Off => return Boot::Off,
         PmuMode::Auto => {}
     }
@@ -221,7 +223,7 @@ pub fn report_boot(b: &Boot, event: Option<Event>) {
             caps.pebs_format,
             caps.lbr_format,
             caps.lbr_depth,
-            SIM_PERIOD
+            sim_period()
         ),
         Boot::Sim(Err(e)) => crate::kprintln!(
             "perch: pmu=sim: simulated PMU not set up: {e}; overflow source: NMI clock"

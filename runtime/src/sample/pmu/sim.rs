@@ -14,7 +14,7 @@ use arch_x86::pmu::intel::IntelOptions;
 use arch_x86::pmu::sim::{SimClock, SimCpu, SimPmu, SimRegs};
 use arch_x86::pmu::{Event, EventConfig, EventKind, PmuError, SampleMode};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use sampler::event::{EventSource, PmuCaps};
 use sampler::lbr::LbrFormat;
 use sampler::pebs::{DecodeConfig, MemKind};
@@ -32,8 +32,17 @@ pub fn sim_cpu(model: kcore::cmdline::SimModel) -> SimCpu {
 /// Instructions the simulator retires per NMI-clock tick.
 pub const SIM_INSTRUCTIONS_PER_TICK: u64 = 1000;
 
-/// Sampling period of the simulated `mem-loads` event (one load per tick).
+/// Default sampling period of the simulated `mem-loads` event (every
+/// load: one load per tick); `period=N` samples every N-th.
 pub const SIM_PERIOD: u64 = 1;
+
+/// The period [`setup_sim`] programmed.
+static PERIOD_IN_USE: AtomicU64 = AtomicU64::new(SIM_PERIOD);
+
+/// The simulated event's period in force (`period=`, else [`SIM_PERIOD`]).
+pub fn sim_period() -> u64 {
+    PERIOD_IN_USE.load(Ordering::Relaxed)
+}
 
 /// Raw encoding of the sampled event (MEM_TRANS_RETIRED.LOAD_LATENCY).
 pub const SIM_RAW_CONFIG: u64 = 0x01CD;
@@ -120,15 +129,16 @@ pub fn build_sim(
 }
 
 /// `pmu=sim`: sets up the simulated PMU and the real driver on it, and
-/// starts it, its LBR recording the classes in `branches`. Call once at
-/// boot, before the NMI clock starts. Returns the capabilities for Hello
-/// (marked [`EventSource::Simulated`]).
-pub fn setup_sim(cpu: SimCpu, branches: u64) -> Result<PmuCaps, PmuError> {
+/// starts it, sampling every `period`-th load, its LBR recording the
+/// classes in `branches`. Call once at boot, before the NMI clock starts.
+/// Returns the capabilities for Hello (marked [`EventSource::Simulated`]).
+pub fn setup_sim(cpu: SimCpu, period: u64, branches: u64) -> Result<PmuCaps, PmuError> {
     // SAFETY: boot context, SIM_ON is still false and the NMI clock has not
     // started, so nothing else refers to the buffer or the state.
     let buf = unsafe { &mut *PEBS_BUF.0.get() };
     let mut mem = DsMemory::new(&AREA, buf);
-    let (mut state, info) = build_sim(cpu, SIM_PERIOD, branches, &mut mem)?;
+    let (mut state, info) = build_sim(cpu, period, branches, &mut mem)?;
+    PERIOD_IN_USE.store(period, Ordering::Relaxed);
     state.driver.start(&mut state.clock.sim);
     // SAFETY: as above.
     unsafe { *SIM.0.get() = Some(state) };
