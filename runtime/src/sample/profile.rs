@@ -305,6 +305,7 @@ pub fn configure_sim() {
     REGS_INTR.store(GPR_MASK, Ordering::Relaxed);
     SIMULATED.store(true, Ordering::Relaxed);
     set_clock_role(CLOCK_DRIVES_SIM);
+    update_path();
 }
 
 /// Configures the event for `freq_hz` (the rate really programmed, in
@@ -370,6 +371,7 @@ pub fn configure_fields(
         REGS_INTR.store(m, Ordering::Relaxed);
     }
     SAMPLE_TYPE.store(stype, Ordering::Relaxed);
+    update_path();
 }
 
 /// The throttle limits: `max_rate` samples per second per event (0: no
