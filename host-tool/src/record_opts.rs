@@ -108,8 +108,9 @@ pub struct RecordArgs {
     /// (no bound by default).
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Ring size in samples (runtime `ring=N`, at least 1).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Ring size in samples (runtime `ring=N`): a power of two from 1 to
+    /// 256.
+    #[arg(long, value_parser = ring_slots)]
     pub ring: Option<u32>,
     /// Samples per second an event may take before it is throttled
     /// (runtime `max_rate=N`, perf_event_max_sample_rate; 0: no limit).
@@ -705,6 +706,16 @@ impl RecordArgs {
             duration,
             expect,
         })
+    }
+}
+
+/// `--ring`: the runtime's ring holds a power of two of slots, at most 256.
+fn ring_slots(v: &str) -> Result<u32, String> {
+    match v.parse::<u32>() {
+        Ok(n) if n.is_power_of_two() && n <= 256 => Ok(n),
+        _ => Err(format!(
+            "{v} is not a ring size: a power of two from 1 to 256"
+        )),
     }
 }
 

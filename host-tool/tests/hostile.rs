@@ -480,6 +480,8 @@ fn values_the_runtime_cannot_use_are_refused_before_boot() {
         ("--freq", "99999999", "--freq"),
         ("--freq", "5", "--freq"),
         ("--ring", "0", "--ring"),
+        ("--ring", "3", "--ring"),
+        ("--ring", "512", "--ring"),
         ("--duration", "0.0001", "--duration"),
         ("--duration", "0.0004", "--duration"),
     ] {

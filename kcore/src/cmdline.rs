@@ -89,6 +89,19 @@ pub enum UserRegsAt {
     Return,
 }
 
+/// What ticks the NMI clock (`clock=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClockSource {
+    /// The HPET where one answers (its comparator is moved on the schedule
+    /// at each NMI, so a late tick is caught up), else the PIT.
+    #[default]
+    Auto,
+    /// The PIT's channel 0 (periodic; above its 596 kHz limit the HPET).
+    Pit,
+    /// The HPET's timer 0 (fails without an HPET).
+    Hpet,
+}
+
 /// The parsed kernel command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -141,6 +154,8 @@ pub struct Config {
     /// `branch=HEX`: perf's `branch_sample_type` for the LBR (`perf record
     /// -b` / `-j`); `None`: every branch, both modes, where there is an LBR.
     pub branch: Option<u64>,
+    /// `clock=auto|pit|hpet`: what ticks the NMI clock.
+    pub clock: ClockSource,
 }
 
 impl Default for Config {
@@ -165,6 +180,7 @@ impl Default for Config {
             uregs_mask: None,
             iregs_mask: None,
             branch: None,
+            clock: ClockSource::Auto,
         }
     }
 }
@@ -293,8 +309,8 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 _ => bad("text or wire"),
             },
             "ring" => match value.and_then(|v| v.parse::<u32>().ok()) {
-                Some(n) if n > 0 => cfg.ring_slots = Some(n),
-                _ => bad("a slot count above 0"),
+                Some(n) if n.is_power_of_two() => cfg.ring_slots = Some(n),
+                _ => bad("a slot count that is a power of two (1, 2, 4, ... 256)"),
             },
             "duration" => match value.and_then(|v| v.parse::<u64>().ok()) {
                 Some(ms) if ms > 0 => cfg.duration_ms = Some(ms),
@@ -336,6 +352,12 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 Some("nmi") => cfg.uregs = UserRegsAt::Nmi,
                 Some("return") => cfg.uregs = UserRegsAt::Return,
                 _ => bad("nmi or return"),
+            },
+            "clock" => match value {
+                Some("auto") => cfg.clock = ClockSource::Auto,
+                Some("pit") => cfg.clock = ClockSource::Pit,
+                Some("hpet") => cfg.clock = ClockSource::Hpet,
+                _ => bad("auto, pit or hpet"),
             },
             "period" => match value.and_then(|v| v.parse::<u64>().ok()) {
                 Some(n) if n > 0 => cfg.period = Some(n),
@@ -405,6 +427,15 @@ mod tests {
         let (cfg, issues) = parse_all("sample=all slice=0 sim=zen uregs=later");
         assert_eq!(issues.len(), 4, "{issues:?}");
         assert!(issues[3].contains("expected nmi or return"), "{issues:?}");
+        assert_eq!(parse_all("clock=pit").0.clock, ClockSource::Pit);
+        assert_eq!(parse_all("clock=hpet").0.clock, ClockSource::Hpet);
+        assert_eq!(parse_all("").0.clock, ClockSource::Auto);
+        let (bad, issues) = parse_all("clock=tsc");
+        assert_eq!(bad.clock, ClockSource::Auto);
+        assert!(
+            issues[0].contains("expected auto, pit or hpet"),
+            "{issues:?}"
+        );
         assert_eq!(
             (cfg.sample, cfg.slice_ms, cfg.sim, cfg.uregs),
             (
@@ -444,9 +475,11 @@ mod tests {
 
     #[test]
     fn bad_values_keep_defaults() {
-        let (cfg, issues) = parse_all("freq=0 freq=abc freq=1000001 pmu=maybe ring=0 duration=");
+        let (cfg, issues) =
+            parse_all("freq=0 freq=abc freq=1000001 pmu=maybe ring=0 duration= ring=3");
         assert_eq!(cfg, Config::default());
-        assert_eq!(issues.len(), 6);
+        assert_eq!(issues.len(), 7);
+        assert!(issues[6].contains("power of two"), "{issues:?}");
         assert!(issues[0].contains("`0` for `freq`"));
         assert!(issues[5].contains("`duration`"));
     }

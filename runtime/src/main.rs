@@ -43,8 +43,9 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         stream::wire::start();
     }
     let early = &cfg;
-    // Above the PIT's range the HPET ticks: exact rates on QEMU's 100 MHz counter.
-    // `period=NS` sets the NMI clock's rate in place of `freq=`.
+    // The PIT's rate until the clock starts (`profile::set_clock_rate` then
+    // gives the rate of the device that ticks). `period=NS` sets the NMI
+    // clock's rate in place of `freq=`.
     let sample_hz = early.clock_hz();
     let actual_mhz = match arch_x86::pit::rate_for(sample_hz) {
         Ok(r) => r.actual_mhz,
@@ -180,25 +181,30 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     } else {
         sample_hz
     };
-    match clock::start(clock_hz, pmu_boot.hardware()) {
-        Ok(c) => kprintln!(
-            "perch: nmi clock: {} at {} Hz (divisor {}, {}.{:03} Hz){}{}",
-            c.source,
-            clock_hz,
-            c.divisor,
-            c.actual_mhz / 1000,
-            c.actual_mhz % 1000,
-            if c.hpet_found {
-                "; HPET legacy routing off"
-            } else {
-                ""
-            },
-            if pmu_boot.hardware() {
-                "; the throttle's tick only: the PMU's overflow NMIs sample"
-            } else {
-                ""
+    match clock::start(clock_hz, pmu_boot.hardware(), cfg.clock) {
+        Ok(c) => {
+            if !pmu_boot.hardware() {
+                profile::set_clock_rate(c.actual_mhz);
             }
-        ),
+            kprintln!(
+                "perch: nmi clock: {} at {} Hz (divisor {}, {}.{:03} Hz){}{}",
+                c.source,
+                clock_hz,
+                c.divisor,
+                c.actual_mhz / 1000,
+                c.actual_mhz % 1000,
+                if c.hpet_found {
+                    "; HPET legacy routing off"
+                } else {
+                    ""
+                },
+                if pmu_boot.hardware() {
+                    "; the throttle's tick only: the PMU's overflow NMIs sample"
+                } else {
+                    ""
+                }
+            )
+        }
         Err(clock::ClockError::Rate(e)) => {
             kprintln!("perch: nmi clock not started: {clock_hz} Hz: {e:?}")
         }

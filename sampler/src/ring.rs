@@ -124,7 +124,7 @@ impl<T> Drop for Consume<'_, T> {
 /// Why [`Ring::set_capacity`] refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CapacityError {
-    /// 0 or more than the compile-time capacity.
+    /// 0, more than the compile-time capacity, or not a power of two.
     OutOfRange {
         /// Requested.
         requested: usize,
@@ -139,7 +139,10 @@ impl core::fmt::Display for CapacityError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             CapacityError::OutOfRange { requested, max } => {
-                write!(f, "ring capacity {requested} is outside 1..={max}")
+                write!(
+                    f,
+                    "ring capacity {requested} is not a power of two in 1..={max}"
+                )
             }
             CapacityError::InUse => write!(f, "ring capacity can only be set before first use"),
         }
@@ -218,7 +221,9 @@ impl<T, const N: usize> Ring<T, N> {
 
     /// An empty ring over `slots`, with usable capacity `N`.
     const fn with_slots(slots: [Slot<T>; N]) -> Self {
-        assert!(N > 0, "a ring needs at least one slot");
+        // A power of two, so a position's slot is `pos & (cap - 1)`: one
+        // instruction on the NMI path instead of a division.
+        assert!(N.is_power_of_two(), "a ring's slots are a power of two");
         Ring {
             slots,
             cap: AtomicUsize::new(N),
@@ -231,10 +236,10 @@ impl<T, const N: usize> Ring<T, N> {
         }
     }
 
-    /// Limits the usable capacity to `cap` (`1..=N`). Only before the first
-    /// push: call it at boot (e.g. for `ring=N`).
+    /// Limits the usable capacity to `cap`, a power of two in `1..=N`. Only
+    /// before the first push: call it at boot (e.g. for `ring=N`).
     pub fn set_capacity(&self, cap: usize) -> Result<(), CapacityError> {
-        if cap == 0 || cap > N {
+        if !cap.is_power_of_two() || cap > N {
             return Err(CapacityError::OutOfRange {
                 requested: cap,
                 max: N,
@@ -314,12 +319,12 @@ impl<T, const N: usize> Ring<T, N> {
     fn claim(&self) -> Option<Claim<'_, T>> {
         self.taken.fetch_add(1, Ordering::Relaxed);
         let cap = self.cap.load(Ordering::Relaxed);
-        // SAFETY: `cap` is always in `1..=N`: `new` sets N and
-        // `set_capacity` stores only values it checked.
-        unsafe { core::hint::assert_unchecked(cap != 0 && cap <= N) };
+        // SAFETY: `cap` is always a power of two in `1..=N`: `new` sets N
+        // and `set_capacity` stores only values it checked.
+        unsafe { core::hint::assert_unchecked(cap.is_power_of_two() && cap <= N) };
         let mut pos = self.tail.load(Ordering::Relaxed);
         loop {
-            let index = pos % cap;
+            let index = pos & (cap - 1);
             // SAFETY: `index < cap <= N`.
             let slot = unsafe { self.slots.get_unchecked(index) };
             let base = index.wrapping_mul(2);
@@ -398,7 +403,7 @@ impl<T, const N: usize> Ring<T, N> {
         let cap = self.cap.load(Ordering::Relaxed);
         let mut pos = self.head.load(Ordering::Relaxed);
         loop {
-            let index = pos % cap;
+            let index = pos & (cap - 1);
             let slot = &self.slots[index];
             let base = index.wrapping_mul(2);
             let seq = slot.stamp.load(Ordering::Acquire).wrapping_add(base);
@@ -524,14 +529,23 @@ mod tests {
             })
         );
         assert!(r.set_capacity(0).is_err());
-        r.set_capacity(3).unwrap();
-        assert_eq!(r.capacity(), 3);
+        for not_a_power_of_two in [3, 5, 6, 7] {
+            assert_eq!(
+                r.set_capacity(not_a_power_of_two),
+                Err(CapacityError::OutOfRange {
+                    requested: not_a_power_of_two,
+                    max: 8
+                })
+            );
+        }
+        r.set_capacity(4).unwrap();
+        assert_eq!(r.capacity(), 4);
         for round in 0..5u8 {
-            assert!(r.push(round));
-            assert!(r.push(round));
-            assert!(r.push(round));
-            assert!(!r.push(round), "capped at 3");
-            for _ in 0..3 {
+            for _ in 0..4 {
+                assert!(r.push(round));
+            }
+            assert!(!r.push(round), "capped at 4");
+            for _ in 0..4 {
                 assert_eq!(r.pop(), Some(round));
             }
         }
@@ -618,8 +632,8 @@ mod tests {
         }
         let counted = Rc::new(());
         {
-            let r: Ring<Held, 3> = Ring::new_filled();
-            for _ in 0..3 {
+            let r: Ring<Held, 4> = Ring::new_filled();
+            for _ in 0..4 {
                 assert!(r.push_with(|h| {
                     assert_eq!(h.0, 7, "the const value, not Default");
                     h.1 = Some(counted.clone());
@@ -630,7 +644,7 @@ mod tests {
             assert_eq!(r.pop().map(|h| h.0), Some(7));
             assert!(r.push_with(|_| ()));
             assert!(r.push_with(|h| assert_eq!(h.0, 99)));
-            assert_eq!(Rc::strong_count(&counted), 3);
+            assert_eq!(Rc::strong_count(&counted), 4);
         }
         assert_eq!(Rc::strong_count(&counted), 1, "live slots dropped once");
     }
@@ -709,7 +723,8 @@ mod tests {
         /// exact counters, for any capacity and operation sequence
         /// (positions wrap the slot array many times).
         #[test]
-        fn matches_a_bounded_fifo(cap in 1usize..=8, ops in proptest::collection::vec(op(), 0..400)) {
+        fn matches_a_bounded_fifo(cap_log2 in 0u32..=3, ops in proptest::collection::vec(op(), 0..400)) {
+            let cap = 1usize << cap_log2;
             let r: Ring<u16, 8> = Ring::new();
             r.set_capacity(cap).unwrap();
             let mut model = VecDeque::new();

@@ -1,13 +1,17 @@
-//! The NMI clock: a periodic NMI that works without a PMU. The PIT's
-//! channel 0 drives ISA IRQ 0, which the I/O APIC (pin 2) delivers as an NMI.
-//! Above the PIT's highest rate (about 596 kHz: divisor 2) the HPET's timer 0
-//! drives that line instead, in legacy-replacement mode, one-shot and moved
-//! on one period from each NMI ([`on_nmi`]; QEMU's HPET counts at 100 MHz, so
-//! 1 MHz is exactly 100 ticks, 1,000 instructions under `-icount shift=0`).
+//! The NMI clock: a periodic NMI that works without a PMU. By default the
+//! HPET's timer 0 drives ISA IRQ 0 in legacy-replacement mode, which the
+//! I/O APIC (pin 2) delivers as an NMI: one-shot, its comparator moved one
+//! period on from the previous expiry at each NMI ([`on_nmi`]), so a late
+//! tick is caught up at once and the rate holds in real time (QEMU's HPET
+//! counts at 100 MHz: 4 kHz is exactly 25,000 ticks, 1 MHz 100 ticks, 1,000
+//! instructions under `-icount shift=0`). Without an HPET (QEMU's
+//! `microvm`), or with `clock=pit`, the PIT's channel 0 drives the line in
+//! its periodic mode (up to about 596 kHz: divisor 2).
 
 use arch_x86::paging::phys_to_virt;
 use arch_x86::{hpet, ioapic, lapic, pic, pit};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+pub use kcore::cmdline::ClockSource;
 
 /// True while the clock delivers NMIs.
 static RUNNING: AtomicBool = AtomicBool::new(false);
@@ -50,12 +54,14 @@ static HPET_TICKS: AtomicU64 = AtomicU64::new(0);
 /// moves its comparator on one period (on the schedule, not from now, so the
 /// rate holds even when a handler runs late; an expiry already past fires at
 /// once). Nothing to do for the PIT, which is periodic.
+/// `HPET_TICKS` is 0 unless the HPET ticks, so one load decides.
 #[inline]
 pub fn on_nmi() {
-    if !ON_HPET.load(Ordering::Relaxed) {
+    let ticks = HPET_TICKS.load(Ordering::Relaxed);
+    if ticks == 0 {
         return;
     }
-    let next = HPET_NEXT.load(Ordering::Relaxed) + HPET_TICKS.load(Ordering::Relaxed);
+    let next = HPET_NEXT.load(Ordering::Relaxed) + ticks;
     HPET_NEXT.store(next, Ordering::Relaxed);
     // SAFETY: `start` found the HPET there and started it; only the NMI path
     // moves the comparator while it runs.
@@ -65,13 +71,21 @@ pub fn on_nmi() {
 /// Starts NMIs at about `hz`. `pmu_armed`: the hardware PMU samples
 /// already, so the local APIC keeps its performance-counter LVT entry
 /// armed; every other LVT entry (and otherwise that one too) is masked.
-pub fn start(hz: u32, pmu_armed: bool) -> Result<ClockInfo, ClockError> {
-    let pit_rate = match pit::rate_for(hz) {
-        Ok(r) => Some(r),
-        Err(pit::PitError::TooFast) => None,
-        Err(e) => return Err(ClockError::Rate(e)),
-    };
+/// `source` picks the device: [`ClockSource::Auto`] takes the HPET where
+/// one answers (see the module docs), else the PIT.
+pub fn start(hz: u32, pmu_armed: bool, source: ClockSource) -> Result<ClockInfo, ClockError> {
     let hpet_base = phys_to_virt(hpet::DEFAULT_BASE);
+    // SAFETY: the HPET window is mapped uncached by `mm::init`; reading the
+    // capabilities register of an absent device gives all ones or zeros.
+    let hpet_present =
+        hpet::period_fs(unsafe { core::ptr::read_volatile(hpet_base as *const u64) }).is_some();
+    let pit_rate = match (source, pit::rate_for(hz)) {
+        (ClockSource::Hpet, _) => None,
+        (ClockSource::Auto, Ok(_)) if hpet_present => None,
+        (_, Ok(r)) => Some(r),
+        (_, Err(pit::PitError::TooFast)) => None,
+        (_, Err(e)) => return Err(ClockError::Rate(e)),
+    };
     // SAFETY: standard PC platform resources (8259, HPET window, local APIC,
     // I/O APIC, PIT), all reached through the direct map that `mm::init` builds
     // (uncached in the device window); nothing else uses the HPET or IRQ 0.
@@ -119,6 +133,7 @@ pub fn start(hz: u32, pmu_armed: bool) -> Result<ClockInfo, ClockError> {
                         io.set_redirection(ioapic::PIT_PIN, ioapic::MASKED);
                         RUNNING.store(false, Ordering::Relaxed);
                         ON_HPET.store(false, Ordering::Relaxed);
+                        HPET_TICKS.store(0, Ordering::Relaxed);
                         return Err(ClockError::Hpet(e));
                     }
                 }
@@ -135,6 +150,7 @@ pub fn stop() {
         ioapic::IoApic::new(phys_to_virt(ioapic::DEFAULT_BASE))
             .set_redirection(ioapic::PIT_PIN, ioapic::MASKED);
         if ON_HPET.swap(false, Ordering::Relaxed) {
+            HPET_TICKS.store(0, Ordering::Relaxed);
             hpet::stop(phys_to_virt(hpet::DEFAULT_BASE));
         }
     }

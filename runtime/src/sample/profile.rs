@@ -137,13 +137,16 @@ static SIMULATED: AtomicBool = AtomicBool::new(false);
 /// (`pmu=sim`) or [`CLOCK_TICKS_ONLY`] (the hardware PMU samples; the
 /// clock is the throttle's tick); and [`PMU_NMIS`] once the PMU may raise
 /// PMIs (its start-up check or hardware sampling), so that every NMI asks
-/// the PMU first. 0, the NMI clock sampling with no PMU, is the fast path.
-static ROUTE: AtomicU8 = AtomicU8::new(CLOCK_SAMPLES);
+/// the PMU first; and [`NOT_SAMPLING`] while sampling is off (the inverse
+/// of `ON`, kept here so the fast path needs this one load). 0, the NMI
+/// clock sampling with no PMU, is the fast path.
+static ROUTE: AtomicU8 = AtomicU8::new(CLOCK_SAMPLES | NOT_SAMPLING);
 const CLOCK_SAMPLES: u8 = 0;
 const CLOCK_DRIVES_SIM: u8 = 1;
 const CLOCK_TICKS_ONLY: u8 = 2;
 const CLOCK_ROLE: u8 = 3;
 const PMU_NMIS: u8 = 4;
+const NOT_SAMPLING: u8 = 8;
 
 /// Sets the clock's role in [`ROUTE`], keeping [`PMU_NMIS`].
 fn set_clock_role(role: u8) {
@@ -374,6 +377,12 @@ pub fn configure_fields(
     update_path();
 }
 
+/// The NMI clock's rate as the device that ticks gives it (mHz), once it
+/// started: the nominal period the end-of-run report compares with.
+pub fn set_clock_rate(actual_mhz: u64) {
+    PERIOD_NS.store(1_000_000_000_000 / actual_mhz.max(1), Ordering::Relaxed);
+}
+
 /// The throttle limits: `max_rate` samples per second per event (0: no
 /// limit, and then no CPU-time budget either, since the budget works by
 /// lowering that limit) and `cpu_pct` percent of CPU time for the handler
@@ -466,6 +475,7 @@ pub fn start() {
     STOPPED_TSC.store(0, Ordering::Relaxed);
     OVERFLOWS_AT_START.store(clock_overflows(), Ordering::Relaxed);
     ON.store(true, Ordering::Release);
+    ROUTE.fetch_and(!NOT_SAMPLING, Ordering::Release);
 }
 
 /// Sets where the frame-pointer walk may read the running process's stack
@@ -485,6 +495,7 @@ pub fn set_builtin_walk() {
 /// waiting for a return to user mode are queued with ABI_NONE user
 /// registers, so every one is delivered or counted as lost.
 pub fn stop() {
+    ROUTE.fetch_or(NOT_SAMPLING, Ordering::SeqCst);
     ON.store(false, Ordering::Release);
     STOPPED_TSC.store(crate::sample::nmi::rdtsc(), Ordering::Relaxed);
     // An NMI that saw ON runs to completion before this line (one CPU), so
@@ -634,22 +645,19 @@ fn callchain(r: &mut RawSample, ctx: &NmiContext<'_>) {
 /// budget averages).
 #[inline(always)]
 pub fn on_overflow(frame: &TrapFrame, entry_tsc: u64) {
-    let on = ON.load(Ordering::Acquire);
-    if on && entry_tsc >= NEXT_TICK_TSC.load(Ordering::Relaxed) {
-        new_tick(entry_tsc);
-    }
-    let route = ROUTE.load(Ordering::Relaxed);
+    // Acquire: sampling on means its configuration is visible.
+    let route = ROUTE.load(Ordering::Acquire);
     if route == CLOCK_SAMPLES {
-        // The NMI clock's own sample, built inline.
-        if !on {
-            return;
+        // Sampling on, the NMI clock's own sample, built inline.
+        if entry_tsc >= NEXT_TICK_TSC.load(Ordering::Relaxed) {
+            new_tick(entry_tsc);
         }
         CLOCK_OVERFLOWS.fetch_add(1, Ordering::Relaxed);
         if !overflow(&crate::sample::nmi::context(frame), entry_tsc, &Extra::NONE) {
             // Suppressed: nothing was sampled.
             return;
         }
-    } else if !routed(frame, entry_tsc, on, route) {
+    } else if !routed(frame, entry_tsc, route) {
         return;
     }
     let cost = crate::sample::nmi::rdtsc().wrapping_sub(entry_tsc);
@@ -662,7 +670,11 @@ pub fn on_overflow(frame: &TrapFrame, entry_tsc: u64) {
 /// NMI of the simulated or hardware PMU mode. True when a sample was taken
 /// (and its cost is to be accounted).
 #[inline(never)]
-fn routed(frame: &TrapFrame, entry_tsc: u64, on: bool, route: u8) -> bool {
+fn routed(frame: &TrapFrame, entry_tsc: u64, route: u8) -> bool {
+    let on = route & NOT_SAMPLING == 0;
+    if on && entry_tsc >= NEXT_TICK_TSC.load(Ordering::Relaxed) {
+        new_tick(entry_tsc);
+    }
     // A PMI of the hardware PMU is serviced (and sampled when on) there.
     let pmi = route & PMU_NMIS != 0 && crate::sample::pmu::on_nmi(frame, entry_tsc, on);
     if !on {
