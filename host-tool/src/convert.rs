@@ -489,12 +489,7 @@ impl<W: OwnedWrite> Converter<W> {
         } else {
             for &(start, len, off) in &t.text {
                 // Prefer the offset the image itself gives for this address.
-                let pgoff = img
-                    .user_text
-                    .iter()
-                    .find(|u| start >= u.addr && start - u.addr < u.size)
-                    .and_then(|u| u.file_offset.checked_add(start - u.addr))
-                    .unwrap_or(off);
+                let pgoff = img.user_text_offset(start).unwrap_or(off);
                 w.mmap(misc::USER, t.pid, t.tid, start, len, pgoff, &file, t.time)?;
             }
         }

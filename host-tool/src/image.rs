@@ -273,6 +273,15 @@ impl Image {
             .any(|t| ip >= t.addr && ip - t.addr < t.size)
     }
 
+    /// The file offset of task-text address `addr`, where the image's
+    /// sections say (`None` outside task text).
+    pub fn user_text_offset(&self, addr: u64) -> Option<u64> {
+        self.user_text
+            .iter()
+            .find(|u| addr >= u.addr && addr - u.addr < u.size)
+            .and_then(|u| u.file_offset.checked_add(addr - u.addr))
+    }
+
     /// The function containing `ip`, if any.
     pub fn symbolize(&self, ip: u64) -> Option<&str> {
         let i = self.symbols.partition_point(|s| s.addr <= ip);

@@ -365,12 +365,7 @@ impl Symbolizer {
             }
         } else {
             for &(start, len, off) in &t.text {
-                let pgoff = img
-                    .user_text
-                    .iter()
-                    .find(|u| start >= u.addr && start - u.addr < u.size)
-                    .and_then(|u| u.file_offset.checked_add(start - u.addr))
-                    .unwrap_or(off);
+                let pgoff = img.user_text_offset(start).unwrap_or(off);
                 self.map(t.pid, start, len, pgoff, &img.path);
             }
         }
