@@ -163,6 +163,16 @@ pub unsafe fn set_comparator(base: u64, at: u64) {
     unsafe { write(base, T0_COMPARATOR, at) }
 }
 
+/// The main counter. NMI-safe (one MMIO read).
+///
+/// # Safety
+/// As [`start_legacy`], which must have found the HPET at `base`.
+#[inline]
+pub unsafe fn counter(base: u64) -> u64 {
+    // SAFETY: (1) of the caller: the main counter register.
+    unsafe { read(base, COUNTER) }
+}
+
 /// Stops the main counter and timer 0's interrupts, and leaves legacy
 /// replacement (the PIT has its line back).
 ///

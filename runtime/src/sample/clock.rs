@@ -1,8 +1,10 @@
 //! The NMI clock: a periodic NMI that works without a PMU. By default the
 //! HPET's timer 0 drives ISA IRQ 0 in legacy-replacement mode, which the
 //! I/O APIC (pin 2) delivers as an NMI: one-shot, its comparator moved one
-//! period on from the previous expiry at each NMI ([`on_nmi`]), so a late
-//! tick is caught up at once and the rate holds in real time (QEMU's HPET
+//! period on from the previous expiry at each NMI ([`on_nmi`]), so the rate
+//! holds when handlers run late, and ticks missed while the host did not run
+//! the machine are skipped, their time carried by the next sample's PERIOD
+//! (QEMU's HPET
 //! counts at 100 MHz: 4 kHz is exactly 25,000 ticks, 1 MHz 100 ticks, 1,000
 //! instructions under `-icount shift=0`). Without an HPET (QEMU's
 //! `microvm`), or with `clock=pit`, the PIT's channel 0 drives the line in
@@ -51,21 +53,32 @@ static HPET_NEXT: AtomicU64 = AtomicU64::new(0);
 static HPET_TICKS: AtomicU64 = AtomicU64::new(0);
 
 /// Called first thing in every NMI (NMI-safe): with the HPET as the source,
-/// moves its comparator on one period (on the schedule, not from now, so the
-/// rate holds even when a handler runs late; an expiry already past fires at
-/// once). Nothing to do for the PIT, which is periodic.
-/// `HPET_TICKS` is 0 unless the HPET ticks, so one load decides.
+/// moves its comparator on one period, on the schedule (not from now, so
+/// the rate holds when a handler runs late). When the next expiry on the
+/// schedule has already passed (the host did not run the machine for a
+/// while), the ticks missed are skipped and the next one is a period from
+/// now: one NMI, not a burst of them at the same place, and the next
+/// sample's PERIOD (the time since this tick) carries the gap, as Linux's
+/// cpu-clock forwards its timer past overruns. Nothing to do for the PIT,
+/// which is periodic. `HPET_TICKS` is 0 unless the HPET ticks, so one load
+/// decides.
 #[inline]
 pub fn on_nmi() {
     let ticks = HPET_TICKS.load(Ordering::Relaxed);
     if ticks == 0 {
         return;
     }
-    let next = HPET_NEXT.load(Ordering::Relaxed) + ticks;
-    HPET_NEXT.store(next, Ordering::Relaxed);
+    let base = phys_to_virt(hpet::DEFAULT_BASE);
+    let mut next = HPET_NEXT.load(Ordering::Relaxed) + ticks;
     // SAFETY: `start` found the HPET there and started it; only the NMI path
     // moves the comparator while it runs.
-    unsafe { hpet::set_comparator(phys_to_virt(hpet::DEFAULT_BASE), next) };
+    let now = unsafe { hpet::counter(base) };
+    if next <= now {
+        next = now + ticks;
+    }
+    HPET_NEXT.store(next, Ordering::Relaxed);
+    // SAFETY: as above.
+    unsafe { hpet::set_comparator(base, next) };
 }
 
 /// Starts NMIs at about `hz`. `pmu_armed`: the hardware PMU samples
