@@ -114,6 +114,47 @@ pub struct Hello {
     pub repeat: u32,
 }
 
+#[cfg(test)]
+impl EventInfo {
+    /// For unit tests: event 0 of `kind`, config 0, at 1000 Hz, sampling
+    /// nothing beyond the basics.
+    pub(crate) fn for_test(kind: EventKind) -> Self {
+        EventInfo {
+            id: 0,
+            kind,
+            config: 0,
+            period_or_freq: 1000,
+            freq: true,
+            sample_type: 0,
+            regs_user: 0,
+            regs_intr: 0,
+            branch_sample_type: 0,
+            exclude_user: false,
+            exclude_kernel: false,
+            precise: 0,
+            max_stack: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+impl Hello {
+    /// For unit tests: the first Hello of a one-CPU boot with `event`.
+    pub(crate) fn for_test(source: EventSource, event: EventInfo) -> Self {
+        Hello {
+            protocol_version: 1,
+            build_id: vec![],
+            cpus: 1,
+            source,
+            cpu_desc: "test".into(),
+            cmdline: String::new(),
+            events: vec![event],
+            boot: 1,
+            repeat: 0,
+        }
+    }
+}
+
 /// A ring-3 task.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskInfo {

@@ -942,31 +942,17 @@ mod tests {
     /// A Hello from a runtime that sampled `kind` / `config`, with
     /// `sample_type`.
     fn hello(kind: EventKind, config: u64, sample_type: u64) -> Hello {
-        Hello {
-            protocol_version: 0,
-            build_id: Vec::new(),
-            cpus: 1,
-            source: crate::model::EventSource::Pmu,
-            cpu_desc: String::new(),
-            cmdline: String::new(),
-            events: vec![crate::model::EventInfo {
-                id: 0,
-                kind,
+        let mut h = Hello::for_test(
+            crate::model::EventSource::Pmu,
+            crate::model::EventInfo {
                 config,
-                period_or_freq: 1000,
-                freq: true,
                 sample_type,
-                regs_user: 0,
-                regs_intr: 0,
-                branch_sample_type: 0,
-                exclude_user: false,
-                exclude_kernel: false,
-                precise: 0,
                 max_stack: 127,
-            }],
-            boot: 1,
-            repeat: 0,
-        }
+                ..crate::model::EventInfo::for_test(kind)
+            },
+        );
+        h.protocol_version = 0;
+        h
     }
 
     #[test]

@@ -403,31 +403,7 @@ mod tests {
     use crate::perf_abi::context;
 
     fn hello(kind: EventKind) -> Hello {
-        Hello {
-            protocol_version: 1,
-            build_id: vec![],
-            cpus: 1,
-            source: EventSource::NmiClock,
-            cpu_desc: "test".into(),
-            cmdline: String::new(),
-            events: vec![EventInfo {
-                id: 0,
-                kind,
-                config: 0,
-                period_or_freq: 1000,
-                freq: true,
-                sample_type: 0,
-                regs_user: 0,
-                regs_intr: 0,
-                branch_sample_type: 0,
-                exclude_user: false,
-                exclude_kernel: false,
-                precise: 0,
-                max_stack: 0,
-            }],
-            boot: 1,
-            repeat: 0,
-        }
+        Hello::for_test(EventSource::NmiClock, EventInfo::for_test(kind))
     }
 
     fn task(pid: u32, name: &str) -> TaskInfo {

@@ -279,31 +279,10 @@ fn rates_are_per_second_over_the_interval() {
 }
 
 fn hello() -> Hello {
-    Hello {
-        protocol_version: 1,
-        build_id: vec![],
-        cpus: 1,
-        source: EventSource::NmiClock,
-        cpu_desc: String::new(),
-        cmdline: String::new(),
-        events: vec![EventInfo {
-            id: 0,
-            kind: EventKind::CpuClock,
-            config: 0,
-            period_or_freq: 1000,
-            freq: true,
-            sample_type: 0,
-            regs_user: 0,
-            regs_intr: 0,
-            branch_sample_type: 0,
-            exclude_user: false,
-            exclude_kernel: false,
-            precise: 0,
-            max_stack: 0,
-        }],
-        boot: 1,
-        repeat: 0,
-    }
+    Hello::for_test(
+        EventSource::NmiClock,
+        EventInfo::for_test(EventKind::CpuClock),
+    )
 }
 
 #[test]
