@@ -1401,16 +1401,7 @@ fn stat(file: &Path) -> Result<i32, HostError> {
     // Read once, from the start: the file may be a pipe, which cannot be
     // opened again. The bytes sniffed for the perf.data magic are fed first.
     let mut f = open_file(file)?;
-    let mut head = [0u8; 8];
-    let mut got = 0;
-    while got < head.len() {
-        match f.read(&mut head[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(HostError::io(format!("reading {}", file.display()), e)),
-        }
-    }
+    let (head, got) = read_head(&mut f, file)?;
     if got == head.len() && &head == host_tool::perf_abi::MAGIC {
         return Err(HostError::Usage(format!(
             "{} is a perf.data file; perch stat reads captures (use `perf report --stats -i {}`)",
@@ -1435,10 +1426,9 @@ fn stat(file: &Path) -> Result<i32, HostError> {
     }
 }
 
-/// Whether `path` starts with perf.data's magic (read once, then reopened:
-/// a perf.data is a seekable file).
-fn is_perf_data(path: &Path) -> Result<bool, HostError> {
-    let mut f = open_file(path)?;
+/// The first 8 bytes of `f` (`path`, for the message), as many as it has:
+/// what is read to tell a perf.data (its magic) from a capture.
+fn read_head(f: &mut impl Read, path: &Path) -> Result<([u8; 8], usize), HostError> {
     let mut head = [0u8; 8];
     let mut got = 0;
     while got < head.len() {
@@ -1449,6 +1439,13 @@ fn is_perf_data(path: &Path) -> Result<bool, HostError> {
             Err(e) => return Err(HostError::io(format!("reading {}", path.display()), e)),
         }
     }
+    Ok((head, got))
+}
+
+/// Whether `path` starts with perf.data's magic (read once, then reopened:
+/// a perf.data is a seekable file).
+fn is_perf_data(path: &Path) -> Result<bool, HostError> {
+    let (head, got) = read_head(&mut open_file(path)?, path)?;
     Ok(got == head.len() && &head == host_tool::perf_abi::MAGIC)
 }
 

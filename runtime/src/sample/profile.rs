@@ -93,6 +93,17 @@ fn clock_period(now: u64) -> u64 {
     now.wrapping_sub(LAST_TICK_NS.swap(now, Ordering::Relaxed))
 }
 
+/// NMI context: the sample of the tick at `tsc` is not written (throttled,
+/// or the ring is full). A clock tick's time goes with it, so the next
+/// sample's period starts here; a PMU sample (`x.period` set) has nothing
+/// to account.
+#[inline(always)]
+fn drop_clock_time(x: &Extra<'_>, tsc: u64) {
+    if x.period == 0 {
+        let _ = clock_period(clock::tsc_to_ns(tsc));
+    }
+}
+
 /// Which fields a sample carries (`sample=` on the command line).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SampleSet {
@@ -112,7 +123,6 @@ static PARKED: DeferredUserRegs<PARKED_SLOTS> = DeferredUserRegs::new();
 const PARKED_SLOTS: usize = 16;
 /// `uregs=return` is in force.
 static AT_RETURN: AtomicBool = AtomicBool::new(false);
-static ON: AtomicBool = AtomicBool::new(false);
 static SAMPLE_TYPE: AtomicU64 = AtomicU64::new(0);
 static REGS_USER: AtomicU64 = AtomicU64::new(0);
 static REGS_INTR: AtomicU64 = AtomicU64::new(0);
@@ -137,9 +147,9 @@ static SIMULATED: AtomicBool = AtomicBool::new(false);
 /// (`pmu=sim`) or [`CLOCK_TICKS_ONLY`] (the hardware PMU samples; the
 /// clock is the throttle's tick); and [`PMU_NMIS`] once the PMU may raise
 /// PMIs (its start-up check or hardware sampling), so that every NMI asks
-/// the PMU first; and [`NOT_SAMPLING`] while sampling is off (the inverse
-/// of `ON`, kept here so the fast path needs this one load). 0, the NMI
-/// clock sampling with no PMU, is the fast path.
+/// the PMU first; and [`NOT_SAMPLING`] while sampling is off (the one
+/// record of it: see [`sampling`]). 0, the NMI clock sampling with no PMU,
+/// is the fast path.
 static ROUTE: AtomicU8 = AtomicU8::new(CLOCK_SAMPLES | NOT_SAMPLING);
 const CLOCK_SAMPLES: u8 = 0;
 const CLOCK_DRIVES_SIM: u8 = 1;
@@ -147,6 +157,12 @@ const CLOCK_TICKS_ONLY: u8 = 2;
 const CLOCK_ROLE: u8 = 3;
 const PMU_NMIS: u8 = 4;
 const NOT_SAMPLING: u8 = 8;
+
+/// Whether sampling is on ([`start`] to [`stop`]); Acquire, so a caller
+/// that sees it on sees the configuration stored before.
+fn sampling() -> bool {
+    ROUTE.load(Ordering::Acquire) & NOT_SAMPLING == 0
+}
 
 /// Sets the clock's role in [`ROUTE`], keeping [`PMU_NMIS`].
 fn set_clock_role(role: u8) {
@@ -218,7 +234,8 @@ static THROTTLE_RECORDS_DROPPED: AtomicU64 = AtomicU64::new(0);
 /// only while sampling is off.
 struct ThrottleCell(UnsafeCell<(Throttle, EventThrottle)>);
 // SAFETY: written only by `configure_throttle`, outside NMI context and
-// while ON is false; the NMI path reads it only after seeing ON (Acquire),
+// while sampling is off; the NMI path reads it only after seeing it on
+// (ROUTE, Acquire),
 // and on this single CPU an NMI runs to completion before the interrupted
 // code resumes, so no reader overlaps a write.
 unsafe impl Sync for ThrottleCell {}
@@ -347,7 +364,7 @@ pub fn configure_fields(
     iregs_mask: Option<u64>,
     branches: Option<u64>,
 ) {
-    if ON.load(Ordering::Acquire) {
+    if sampling() {
         return;
     }
     PERIOD_ATTR.store(period.unwrap_or(0), Ordering::Relaxed);
@@ -390,7 +407,7 @@ pub fn set_clock_rate(actual_mhz: u64) {
 /// throttle state and its counters. Only while sampling is off (before
 /// [`start`] or after [`stop`]), outside NMI context.
 pub fn configure_throttle(max_rate: u32, cpu_pct: u32) {
-    if ON.load(Ordering::Acquire) {
+    if sampling() {
         return;
     }
     let cfg = if max_rate == 0 {
@@ -474,7 +491,6 @@ pub fn start() {
     STARTED_TSC.store(now, Ordering::Relaxed);
     STOPPED_TSC.store(0, Ordering::Relaxed);
     OVERFLOWS_AT_START.store(clock_overflows(), Ordering::Relaxed);
-    ON.store(true, Ordering::Release);
     ROUTE.fetch_and(!NOT_SAMPLING, Ordering::Release);
 }
 
@@ -496,9 +512,8 @@ pub fn set_builtin_walk() {
 /// registers, so every one is delivered or counted as lost.
 pub fn stop() {
     ROUTE.fetch_or(NOT_SAMPLING, Ordering::SeqCst);
-    ON.store(false, Ordering::Release);
     STOPPED_TSC.store(crate::sample::nmi::rdtsc(), Ordering::Relaxed);
-    // An NMI that saw ON runs to completion before this line (one CPU), so
+    // An NMI that saw sampling on runs to completion before this line (one CPU), so
     // nothing parks after it.
     PARKED.abandon(&RING);
 }
@@ -719,10 +734,7 @@ pub fn overflow(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) -> bool {
     if action == OverflowAction::Suppressed {
         THROTTLED_PENDING.fetch_add(1, Ordering::Relaxed);
         THROTTLED_TOTAL.fetch_add(1, Ordering::Relaxed);
-        if x.period == 0 {
-            // The tick's time goes with its suppressed sample.
-            let _ = clock_period(clock::tsc_to_ns(entry_tsc));
-        }
+        drop_clock_time(x, entry_tsc);
         return false;
     }
     // One call site, so the sample is built inline.
@@ -819,9 +831,8 @@ pub fn push_sample(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) {
         #[inline(always)]
         |rec| fill_sample(rec.sample_mut(), ctx, entry_tsc, x, stype, saved_user),
     );
-    if !pushed && x.period == 0 {
-        // The tick's time goes with its lost sample.
-        let _ = clock_period(clock::tsc_to_ns(entry_tsc));
+    if !pushed {
+        drop_clock_time(x, entry_tsc);
     }
 }
 
