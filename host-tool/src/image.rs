@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionFlags, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SectionFlags};
+
+use crate::symtab::{containing, function_symbols};
 use thiserror::Error;
 
 /// Symbols tried, in order, as the kernel map's relocation reference.
@@ -212,22 +214,15 @@ impl Image {
         if kernel_start >= kernel_end {
             return Err(ImageError::NoText { path, build_id });
         }
-        let mut symbols = Vec::new();
-        let mut ref_candidates: Vec<(usize, String, u64)> = Vec::new();
-        for sym in file.symbols() {
-            let Ok(raw) = sym.name() else { continue };
-            if let Some(rank) = REF_SYMBOLS.iter().position(|r| *r == raw) {
-                ref_candidates.push((rank, raw.to_owned(), sym.address()));
-            }
-            if sym.kind() == SymbolKind::Text && !raw.is_empty() {
-                symbols.push(Symbol {
-                    addr: sym.address(),
-                    size: sym.size(),
-                    name: rustc_demangle::demangle(raw).to_string(),
-                });
-            }
-        }
-        symbols.sort_by_key(|s| s.addr);
+        let symbols = function_symbols(&file, |raw| rustc_demangle::demangle(raw).to_string());
+        let mut ref_candidates: Vec<(usize, String, u64)> = file
+            .symbols()
+            .filter_map(|sym| {
+                let raw = sym.name().ok()?;
+                let rank = REF_SYMBOLS.iter().position(|r| *r == raw)?;
+                Some((rank, raw.to_owned(), sym.address()))
+            })
+            .collect();
         ref_candidates.sort();
         let ref_symbol = match ref_candidates.into_iter().next() {
             Some((_, name, addr)) => (name, addr),
@@ -284,13 +279,6 @@ impl Image {
 
     /// The function containing `ip`, if any.
     pub fn symbolize(&self, ip: u64) -> Option<&str> {
-        let i = self.symbols.partition_point(|s| s.addr <= ip);
-        let s = self.symbols.get(i.checked_sub(1)?)?;
-        // `ip >= s.addr` here; a symbol may claim to reach past the end of
-        // the address space.
-        if s.size != 0 && ip - s.addr >= s.size {
-            return None;
-        }
-        Some(&s.name)
+        containing(&self.symbols, ip).map(|i| self.symbols[i].name.as_str())
     }
 }

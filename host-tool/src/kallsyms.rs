@@ -23,7 +23,7 @@ pub fn kallsyms(image: &Image, elf: &[u8]) -> Result<String, ImageError> {
         .filter(|s| s.address() >= image.kernel_start && s.address() < image.kernel_end)
         .filter_map(|s| {
             let raw = s.name().ok().filter(|n| !n.is_empty())?;
-            let name = crate::symbolize::demangle(raw);
+            let name = crate::symtab::demangle(raw);
             let name = if name.contains(char::is_whitespace) {
                 raw.to_owned()
             } else {

@@ -12,12 +12,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use object::{Object, ObjectSegment};
+use object::Object;
 
 use crate::convert::archive_key;
 use crate::image::Image;
 use crate::model::TaskInfo;
 use crate::perf_abi::context;
+use crate::symtab::{LoadMap, demangle};
 
 /// One frame of a sample's stack before it is resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,8 +83,8 @@ pub struct Dso {
     pub build_id: Option<Vec<u8>>,
     /// Symbol table and DWARF, `None` when the file cannot be read.
     loader: Option<addr2line::Loader>,
-    /// PT_LOAD segments: (file offset, file size, virtual address).
-    loads: Vec<(u64, u64, u64)>,
+    /// PT_LOAD segments.
+    loads: LoadMap,
     /// Resolved probes.
     cache: HashMap<u64, Rc<[Frame]>>,
     /// Why the file gives no symbols, when it does not.
@@ -96,7 +97,7 @@ impl Dso {
             path: path.to_owned(),
             build_id: None,
             loader: None,
-            loads: Vec::new(),
+            loads: LoadMap::default(),
             cache: HashMap::new(),
             problem: None,
         };
@@ -110,13 +111,7 @@ impl Dso {
         match object::File::parse(&bytes[..]) {
             Ok(f) => {
                 dso.build_id = f.build_id().ok().flatten().map(<[u8]>::to_vec);
-                dso.loads = f
-                    .segments()
-                    .map(|s| {
-                        let (off, size) = s.file_range();
-                        (off, size, s.address())
-                    })
-                    .collect();
+                dso.loads = LoadMap::of_file(&f);
             }
             Err(e) => {
                 dso.problem = Some(format!("{} is not an ELF file: {e}", path.display()));
@@ -133,18 +128,12 @@ impl Dso {
     /// The link-time address of file offset `off`, through the PT_LOAD
     /// segments that hold it.
     pub fn vaddr_of_offset(&self, off: u64) -> Option<u64> {
-        self.loads
-            .iter()
-            .find(|&&(o, size, _)| off >= o && off - o < size.max(1))
-            .map(|&(o, _, v)| v.wrapping_add(off - o))
+        self.loads.vaddr_of_offset(off)
     }
 
     /// The file offset of link-time address `vaddr`.
     pub fn offset_of_vaddr(&self, vaddr: u64) -> Option<u64> {
-        self.loads
-            .iter()
-            .find(|&&(_, size, v)| vaddr >= v && vaddr - v < size.max(1))
-            .map(|&(o, _, v)| o + (vaddr - v))
+        self.loads.offset_of_vaddr(vaddr)
     }
 
     /// Whether the file gave a symbol table or DWARF.
@@ -206,12 +195,6 @@ impl Dso {
         }
         out
     }
-}
-
-/// A symbol name demangled (Rust legacy and v0) without the hash suffix,
-/// as perf prints it.
-pub fn demangle(raw: &str) -> String {
-    format!("{:#}", rustc_demangle::demangle(raw))
 }
 
 /// An address range of one process (or of the runtime) backed by a file.

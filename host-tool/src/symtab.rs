@@ -1,20 +1,101 @@
-//! Function symbol tables for host-side symbolisation of live samples
-//! (`perch top`): the runtime image's, and each program's own, read from
-//! the program's host file (64-bit or i386 ELF), with the file's load map
-//! so that an address in a loaded segment resolves whatever base the
-//! runtime loaded the program at.
+//! Function symbol tables and load maps, the one place the host looks a
+//! function up by address in an ELF's symbol table: the runtime image's
+//! ([`crate::image::Image`]), each program's own for `perch top`
+//! ([`SymbolTable`], read from the program's host file, 64-bit or i386, with
+//! the file's load map so that an address in a loaded segment resolves
+//! whatever base the runtime loaded the program at), and the load maps the
+//! DWARF symbolizer ([`crate::symbolize`]) translates offsets with.
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use crate::image::{Image, Symbol};
+
+/// The function (text) symbols of `file` with a non-empty name, named by
+/// `name` from the raw (mangled) name, sorted by address; of several at one
+/// address the largest is kept.
+pub fn function_symbols<'d>(file: &object::File<'d>, name: impl Fn(&str) -> String) -> Vec<Symbol> {
+    let mut symbols: Vec<Symbol> = file
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text)
+        .filter_map(|s| {
+            let raw = s.name().ok().filter(|n| !n.is_empty())?;
+            Some(Symbol {
+                addr: s.address(),
+                size: s.size(),
+                name: name(raw),
+            })
+        })
+        .collect();
+    symbols.sort_by(|a, b| a.addr.cmp(&b.addr).then(b.size.cmp(&a.size)));
+    symbols.dedup_by_key(|s| s.addr);
+    symbols
+}
+
+/// The index in `symbols` (sorted by address) of the function containing
+/// `addr`. A size of 0 reaches to the next symbol.
+pub fn containing(symbols: &[Symbol], addr: u64) -> Option<usize> {
+    let i = symbols.partition_point(|s| s.addr <= addr).checked_sub(1)?;
+    let s = &symbols[i];
+    // `addr >= s.addr` here; a symbol may claim to reach past the end of
+    // the address space.
+    (s.size == 0 || addr - s.addr < s.size).then_some(i)
+}
+
+/// A symbol name demangled (Rust legacy and v0) without the hash suffix,
+/// as perf prints it; other names as they are.
+pub fn demangle(raw: &str) -> String {
+    format!("{:#}", rustc_demangle::demangle(raw))
+}
+
+/// An ELF's loaded segments that hold file bytes, to translate between
+/// file offsets (an MMAP's pgoff) and link-time addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadMap {
+    /// (file offset, size in the file, address), segments with file bytes only.
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl LoadMap {
+    /// The segments of `file`.
+    pub fn of_file(file: &object::File<'_>) -> LoadMap {
+        LoadMap::new(file.segments().map(|s| {
+            let (off, size) = s.file_range();
+            (off, size, s.address())
+        }))
+    }
+
+    /// A map of `(file offset, size in the file, address)` segments; those
+    /// with no file bytes are left out.
+    pub fn new(segments: impl IntoIterator<Item = (u64, u64, u64)>) -> LoadMap {
+        LoadMap {
+            segments: segments.into_iter().filter(|s| s.1 > 0).collect(),
+        }
+    }
+
+    /// The link-time address of the byte at file offset `offset`.
+    pub fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|&&(off, size, _)| offset >= off && offset - off < size)
+            .and_then(|&(off, _, addr)| addr.checked_add(offset - off))
+    }
+
+    /// The file offset of link-time address `vaddr`.
+    pub fn offset_of_vaddr(&self, vaddr: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|&&(_, size, v)| vaddr >= v && vaddr - v < size)
+            .and_then(|&(off, _, v)| off.checked_add(vaddr - v))
+    }
+}
 
 /// A sorted function symbol table and the load map of its file.
 #[derive(Clone, Debug, Default)]
 pub struct SymbolTable {
     /// Function symbols sorted by address.
     symbols: Vec<Symbol>,
-    /// The file's loaded segments: (file offset, size in the file, address).
-    loads: Vec<(u64, u64, u64)>,
+    /// The file's loaded segments.
+    loads: LoadMap,
     /// The file's GNU build-id, when it has one.
     build_id: Option<Vec<u8>>,
 }
@@ -32,7 +113,7 @@ impl SymbolTable {
                     ..s.clone()
                 })
                 .collect(),
-            loads: Vec::new(),
+            loads: LoadMap::default(),
             build_id: image.build_id.clone(),
         }
     }
@@ -45,31 +126,10 @@ impl SymbolTable {
         if file.format() != object::BinaryFormat::Elf {
             return Err(format!("a {:?} file, not ELF", file.format()));
         }
-        let mut symbols: Vec<Symbol> = file
-            .symbols()
-            .filter(|s| s.kind() == SymbolKind::Text)
-            .filter_map(|s| {
-                let raw = s.name().ok().filter(|n| !n.is_empty())?;
-                Some(Symbol {
-                    addr: s.address(),
-                    size: s.size(),
-                    // Without the legacy hash suffix, as perf shows them.
-                    name: format!("{:#}", rustc_demangle::demangle(raw)),
-                })
-            })
-            .collect();
-        symbols.sort_by(|a, b| a.addr.cmp(&b.addr).then(b.size.cmp(&a.size)));
-        symbols.dedup_by_key(|s| s.addr);
-        let loads = file
-            .segments()
-            .filter_map(|s| {
-                let (off, size) = s.file_range();
-                (size > 0).then_some((off, size, s.address()))
-            })
-            .collect();
         Ok(SymbolTable {
-            symbols,
-            loads,
+            // Without the legacy hash suffix, as perf shows them.
+            symbols: function_symbols(&file, demangle),
+            loads: LoadMap::of_file(&file),
             build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
         })
     }
@@ -96,22 +156,13 @@ impl SymbolTable {
 
     /// The index of the function containing address `addr`, if any.
     pub fn lookup(&self, addr: u64) -> Option<usize> {
-        let i = self
-            .symbols
-            .partition_point(|s| s.addr <= addr)
-            .checked_sub(1)?;
-        let s = &self.symbols[i];
-        // `addr >= s.addr` here; a size of 0 reaches to the next symbol.
-        (s.size == 0 || addr - s.addr < s.size).then_some(i)
+        containing(&self.symbols, addr)
     }
 
     /// The file address of the byte at file offset `offset`, through the
     /// load map.
     pub fn address_of_offset(&self, offset: u64) -> Option<u64> {
-        self.loads
-            .iter()
-            .find(|&&(off, size, _)| offset >= off && offset - off < size)
-            .and_then(|&(off, _, addr)| addr.checked_add(offset - off))
+        self.loads.vaddr_of_offset(offset)
     }
 }
 
@@ -198,6 +249,31 @@ mod tests {
     }
 
     #[test]
+    fn a_symbol_of_unknown_size_reaches_to_the_next_and_lookups_do_not_overflow() {
+        let sym = |addr, size, name: &str| Symbol {
+            addr,
+            size,
+            name: name.into(),
+        };
+        let syms = [
+            sym(0x10, 0, "open"),
+            sym(0x40, 4, "g"),
+            sym(u64::MAX - 1, u64::MAX, "huge"),
+        ];
+        assert_eq!(containing(&syms, 0x3f), Some(0), "up to the next symbol");
+        assert_eq!(containing(&syms, 0x43), Some(1));
+        assert_eq!(containing(&syms, 0x44), None);
+        assert_eq!(
+            containing(&syms, u64::MAX),
+            Some(2),
+            "no overflow at the top"
+        );
+        assert_eq!(containing(&[], 0x10), None);
+        let t = SymbolTable::parse(&elf(Architecture::X86_64)).expect("parses");
+        assert_eq!(t.lookup(0x10).and_then(|i| t.name(i)), Some("f"));
+    }
+
+    #[test]
     fn legacy_hashes_are_dropped_and_other_names_kept() {
         assert_eq!(without_hash("demo::g::h0123456789abcdef"), "demo::g");
         assert_eq!(without_hash("demo::g::h0123"), "demo::g::h0123");
@@ -225,11 +301,18 @@ mod tests {
         assert!(SymbolTable::parse(b"not an elf at all").is_err());
         assert!(SymbolTable::parse(&[]).is_err());
         let t = SymbolTable {
-            loads: vec![(0x1000, 0x200, 0x40_1000)],
+            loads: LoadMap::new([(0x1000, 0x200, 0x40_1000), (0x1200, 0, 0x50_0000)]),
             ..Default::default()
         };
         assert_eq!(t.address_of_offset(0x1010), Some(0x40_1010));
-        assert_eq!(t.address_of_offset(0x1200), None);
+        assert_eq!(
+            t.address_of_offset(0x1200),
+            None,
+            "a segment of no file bytes"
+        );
         assert_eq!(t.address_of_offset(0xfff), None);
+        assert_eq!(t.loads.offset_of_vaddr(0x40_11ff), Some(0x11ff));
+        assert_eq!(t.loads.offset_of_vaddr(0x40_1200), None);
+        assert_eq!(t.loads.offset_of_vaddr(0x50_0000), None);
     }
 }
