@@ -71,6 +71,8 @@ pub enum EventError {
     BadModifier(char),
     /// More than three `p` modifiers.
     TooPrecise,
+    /// More events in one list than a run samples (8, one counter each).
+    TooMany,
 }
 
 impl core::fmt::Display for EventError {
@@ -89,6 +91,7 @@ impl core::fmt::Display for EventError {
             }
             EventError::BadModifier(c) => write!(f, "unknown event modifier '{c}' (use u, k, p)"),
             EventError::TooPrecise => write!(f, "at most three 'p' modifiers"),
+            EventError::TooMany => write!(f, "at most 8 events in one run"),
         }
     }
 }
