@@ -954,7 +954,7 @@ mod tests {
             e.contains("for event (cycles,instructions)") && e.contains("only event is cpu-clock"),
             "{e}"
         );
-        let nine = vec!["cycles"; 9].join(",");
+        let nine = ["cycles"; 9].join(",");
         let e = refusal(&["-e", &nine]);
         assert!(e.contains("at most 8 events"), "{e}");
         let e = refusal(&["-e", "cycels"]);
@@ -1009,13 +1009,13 @@ mod tests {
         // Sapphire Rapids: 8 GP + 4 fixed counters; mem-loads:pp needs a
         // PEBS-capable GP counter and so do the :pp instructions (PEBS on a
         // fixed counter needs adaptive PEBS, which spr has).
-        let twelve = vec!["branches"; 9].join(",");
-        let e = refusal(&["--pmu", "sim", "-e", &twelve]);
+        let nine = ["branches"; 9].join(",");
+        let e = refusal(&["--pmu", "sim", "-e", &nine]);
         assert!(e.contains("at most 8 events"), "{e}");
-        let eight = vec!["branches"; 8].join(",");
+        let eight = ["branches"; 8].join(",");
         assert!(line_of(&["--pmu", "sim", "-e", &eight]).is_ok());
         // Skylake has 4 GP counters: a fifth GP event does not fit.
-        let five = vec!["branches"; 5].join(",");
+        let five = ["branches"; 5].join(",");
         let e = refusal(&["--pmu", "sim", "--sim-cpu", "skl", "-e", &five]);
         assert!(
             e.starts_with(&format!(
@@ -1031,7 +1031,7 @@ mod tests {
                 "--sim-cpu",
                 "skl",
                 "-e",
-                &vec!["branches"; 4].join(",")
+                &["branches"; 4].join(",")
             ])
             .is_ok()
         );

@@ -46,14 +46,17 @@ fn rec(opts: &[&str]) -> Recording {
     r
 }
 
+/// Each attr of a file, with its ids.
+type Attrs = Vec<(PerfEventAttr, Vec<u64>)>;
+
 /// The file's attrs (each with its ids) and its samples per attr index.
-fn read_back(rec: &Recording) -> (Vec<(PerfEventAttr, Vec<u64>)>, BTreeMap<usize, u64>) {
+fn read_back(rec: &Recording) -> (Attrs, BTreeMap<usize, u64>) {
     let reader = std::io::BufReader::new(std::fs::File::open(&rec.data).expect("open perf.data"));
     let PerfFileReader {
         mut perf_file,
         mut record_iter,
     } = PerfFileReader::parse_file(reader).expect("linux-perf-data parses the file");
-    let attrs: Vec<(PerfEventAttr, Vec<u64>)> = perf_file
+    let attrs: Attrs = perf_file
         .event_attributes()
         .iter()
         .map(|a| (a.attr, a.event_ids.clone()))
@@ -289,7 +292,7 @@ fn sim_precise_mem_loads_beside_cycles_each_with_its_own_attr() {
 
 #[test]
 fn a_set_the_simulated_counters_cannot_hold_is_refused_before_boot() {
-    let five = vec!["branches"; 5].join(",");
+    let five = ["branches"; 5].join(",");
     let out = Command::new(perch_bin())
         .arg("record")
         .arg("--image")
