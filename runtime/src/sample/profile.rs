@@ -899,28 +899,33 @@ fn new_tick(tsc: u64) {
 }
 
 /// NMI context: queues a Throttle (`on`) or Unthrottle record, in order
-/// with the samples. A record that finds the ring full is dropped and
-/// counted (it is not a sample, so it must not count as a lost one).
+/// with the samples, for every event of the set (the throttle stops and
+/// restarts the set's counters together, so each event is throttled). A
+/// record that finds the ring full is dropped and counted (it is not a
+/// sample, so it must not count as a lost one).
 #[inline(never)]
 fn push_transition(on: bool, tsc: u64) {
-    if RING.len() >= RING.capacity() {
-        THROTTLE_RECORDS_DROPPED.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    let ev = ThrottleEvent {
-        time: clock::tsc_to_ns(tsc),
-        cpu: 0,
-        event: 0,
-    };
-    let pushed = RING.push_with(|rec| {
-        *rec = if on {
-            NmiRecord::Throttle(ev)
-        } else {
-            NmiRecord::Unthrottle(ev)
+    let time = clock::tsc_to_ns(tsc);
+    for event in 0..hw_events().len().max(1) as u32 {
+        if RING.len() >= RING.capacity() {
+            THROTTLE_RECORDS_DROPPED.fetch_add(1, Ordering::Relaxed);
+            continue;
         }
-    });
-    if pushed {
-        THROTTLE_RECORDS.fetch_add(1, Ordering::Relaxed);
+        let ev = ThrottleEvent {
+            time,
+            cpu: 0,
+            event,
+        };
+        let pushed = RING.push_with(|rec| {
+            *rec = if on {
+                NmiRecord::Throttle(ev)
+            } else {
+                NmiRecord::Unthrottle(ev)
+            }
+        });
+        if pushed {
+            THROTTLE_RECORDS.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
