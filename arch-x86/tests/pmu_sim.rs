@@ -2712,3 +2712,48 @@ fn several_counters_overflowing_at_once_give_one_pmi_with_a_sample_each() {
     assert_eq!(pmis_with, want);
     assert_eq!(rig.sim.stats.gp_faults(), 0);
 }
+
+#[test]
+fn amd_counters_overflowing_at_once_are_each_found_by_their_sign() {
+    // Without PerfMonV2 there is no status register: each counter whose
+    // bit 47 cleared overflowed. cycles (two a step) at 20 and
+    // instructions at 10 overflow together every 10th step, branches at
+    // 25 every 25th.
+    for v2 in [false, true] {
+        let mut rig = Rig::new(SimCpu::Amd {
+            family: 0x19,
+            ext: true,
+            v2,
+            lbr_depth: 0,
+        });
+        let info = rig.info();
+        let mut d = AmdPmu::new(&info).unwrap();
+        let evs = [
+            ev(EventKind::Cycles, 20),
+            ev(EventKind::Instructions, 10),
+            ev(EventKind::Branches, 25),
+        ];
+        d.configure(&mut rig.sim, &evs, None).unwrap();
+        d.start(&mut rig.sim);
+        let mut pmis_with = std::collections::BTreeMap::<Vec<usize>, u32>::new();
+        for i in 0..1000 {
+            if !rig.sim.advance(None, &step(i)) {
+                continue;
+            }
+            rig.sim.take_pmi();
+            let tsc = rig.sim.tsc();
+            let mut got = Vec::new();
+            let sum = d.handle_pmi(&mut rig.sim, tsc, &mut |ov| got.push(ov.event));
+            assert_eq!(sum.overflows as usize, got.len());
+            got.sort_unstable();
+            *pmis_with.entry(got).or_default() += 1;
+        }
+        let want = std::collections::BTreeMap::from([
+            (vec![0, 1], 80),
+            (vec![0, 1, 2], 20),
+            (vec![2], 20),
+        ]);
+        assert_eq!(pmis_with, want, "PerfMonV2 {v2}");
+        assert_eq!(rig.sim.stats.pmis_masked, 0);
+    }
+}
