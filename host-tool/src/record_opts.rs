@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use arch_x86::pmu::events::{self, Event, EventKind as PmuEventKind};
+use arch_x86::pmu::events::{self, Event, EventKind as PmuEventKind, EventSampling};
 use clap::ValueEnum;
 use sampler::event::sample_type as st;
 use sampler::regs::{ALL_REGS, GPR_MASK, SEGMENT_MASK};
@@ -47,7 +47,8 @@ pub struct RecordArgs {
     /// cache-misses, mem-loads, mem-stores, raw `rUUEE`, with `:u`, `:k`,
     /// `:p`, `:pp`, `:ppp`; `cpu-clock` is the NMI clock (runtime `event=`).
     /// Comma-separated or repeated: up to 8 PMU events, one counter each
-    /// (a set the PMU cannot hold is refused); `--pmu sim` samples
+    /// (a set the PMU cannot hold is refused), each at -c/-F or at its own
+    /// `NAME/period=N/MODS` or `NAME/freq=N/MODS`; `--pmu sim` samples
     /// `mem-loads:pp` by default and any set that fits the simulated CPU.
     #[arg(short = 'e', long = "event", value_name = "EVENT[,EVENT...]")]
     pub event: Vec<String>,
@@ -242,8 +243,9 @@ pub struct BootLine {
 pub enum RecordEvent {
     /// `cpu-clock`: the NMI clock (`--pmu off`).
     CpuClock,
-    /// A PMU event, as the runtime's `event=` parses it.
-    Pmu(Event),
+    /// A PMU event, as the runtime's `event=` parses it, with its own
+    /// sampling when it has a `/period=N/` or `/freq=N/` term.
+    Pmu(Event, Option<EventSampling>),
 }
 
 /// Most `-e` events in one run (one counter each): the wire's.
@@ -253,14 +255,14 @@ pub const MAX_EVENTS: usize = sampler::wire::MAX_EVENTS;
 /// pairs, with perf's message for a name it does not know.
 pub fn parse_events(values: &[String]) -> Result<Vec<(String, RecordEvent)>, HostError> {
     let mut out = Vec::new();
-    for spec in values.iter().flat_map(|v| v.split(',')) {
+    for spec in values.iter().flat_map(|v| events::split_list(v)) {
         let spec = spec.trim();
         if spec.is_empty() {
             return Err(HostError::Usage(
                 "event syntax error: '': an empty event name in -e".into(),
             ));
         }
-        let (name, mods) = spec.split_once(':').unwrap_or((spec, ""));
+        let (name, mods) = spec.split_once([':', '/']).unwrap_or((spec, ""));
         let ev = if matches!(name, "cpu-clock" | "cpu_clock") {
             if !mods.is_empty() {
                 return Err(HostError::Usage(format!(
@@ -270,9 +272,10 @@ pub fn parse_events(values: &[String]) -> Result<Vec<(String, RecordEvent)>, Hos
             }
             RecordEvent::CpuClock
         } else {
-            RecordEvent::Pmu(events::parse(spec).map_err(|e| {
+            let (ev, sampling) = events::parse_spec(spec).map_err(|e| {
                 HostError::Usage(format!("event syntax error: '{spec}': {e}, or cpu-clock"))
-            })?)
+            })?;
+            RecordEvent::Pmu(ev, sampling)
         };
         out.push((spec.to_owned(), ev));
     }
@@ -670,10 +673,21 @@ impl RecordArgs {
         let pmu_events: Vec<(&String, &Event)> = events
             .iter()
             .filter_map(|(s, e)| match e {
-                RecordEvent::Pmu(ev) => Some((s, ev)),
+                RecordEvent::Pmu(ev, _) => Some((s, ev)),
                 RecordEvent::CpuClock => None,
             })
             .collect();
+        if pmu == PmuMode::Sim
+            && let Some((spec, _)) = events
+                .iter()
+                .find(|(_, e)| matches!(e, RecordEvent::Pmu(_, Some(EventSampling::Freq(_)))))
+        {
+            return Err(not_supported(
+                spec,
+                "The simulated PMU runs on simulated time and has no frequency mode: give the \
+                 event a period (NAME/period=N/) or none (a tick's worth of its count).",
+            ));
+        }
         let mut expect = Expect::default();
         let mut event_key = None;
         match (pmu, events.first()) {
@@ -696,8 +710,11 @@ impl RecordArgs {
             }
             (PmuMode::Sim, Some(_)) => {
                 let set: Vec<Event> = pmu_events.iter().map(|(_, e)| **e).collect();
+                let terms = events
+                    .iter()
+                    .any(|(_, e)| matches!(e, RecordEvent::Pmu(_, Some(_))));
                 // The simulated PMU's own default needs no key.
-                if set != [SIM_EVENT] {
+                if set != [SIM_EVENT] || terms {
                     sim_fits(
                         self.sim_cpu.as_deref().unwrap_or("spr"),
                         &pmu_events,
@@ -1035,6 +1052,32 @@ mod tests {
             ])
             .is_ok()
         );
+    }
+
+    #[test]
+    fn an_event_term_gives_it_its_own_period_or_frequency() {
+        let b = line_of(&["-e", "cycles/period=100000/u,instructions", "-F", "500"]).unwrap();
+        assert_eq!(
+            b.append,
+            "console=wire freq=500 pmu=auto event=cycles/period=100000/u,instructions"
+        );
+        assert_eq!(
+            b.expect.events[0],
+            ("cycles/period=100000/u".into(), Some((0, 0)))
+        );
+        let b = line_of(&["--pmu", "sim", "-e", "mem-loads/period=4/pp"]).unwrap();
+        assert!(
+            b.append.ends_with(" event=mem-loads/period=4/pp"),
+            "{}",
+            b.append
+        );
+        let e = refusal(&["--pmu", "sim", "-e", "cycles/freq=100/,instructions"]);
+        assert!(
+            e.contains("for event (cycles/freq=100/)") && e.contains("no frequency mode"),
+            "{e}"
+        );
+        assert!(refusal(&["-e", "cycles/name=x/"]).contains("bad event term"));
+        assert!(refusal(&["-e", "cpu-clock/period=5/"]).contains("no modifiers"));
     }
 
     #[test]

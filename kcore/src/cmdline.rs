@@ -5,7 +5,7 @@
 //! keys and malformed values are reported through a callback and otherwise
 //! ignored, so a typo never stops the appliance from booting.
 
-use arch_x86::pmu::events::{self, Event, EventError};
+use arch_x86::pmu::events::{self, Event, EventError, EventSampling};
 
 /// Default NMI rate in Hz when `freq=` is not given.
 pub const DEFAULT_FREQ_HZ: u32 = 4000;
@@ -25,6 +25,7 @@ pub const MAX_EVENTS: usize = 8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventList {
     list: [Event; MAX_EVENTS],
+    sampling: [Option<EventSampling>; MAX_EVENTS],
     len: u8,
 }
 
@@ -32,20 +33,29 @@ impl EventList {
     /// No event.
     pub const EMPTY: EventList = EventList {
         list: [Event::new(events::EventKind::Cycles); MAX_EVENTS],
+        sampling: [None; MAX_EVENTS],
         len: 0,
     };
 
-    /// A comma-separated list of event specs (`events::parse` each); more
+    /// A comma-separated list of event specs (`events::parse_spec` each:
+    /// `NAME[:MODS]` or `NAME/period=N/MODS`, `NAME/freq=N/MODS`); more
     /// than [`MAX_EVENTS`], or an empty one, is refused.
     pub fn parse(v: &str) -> Result<EventList, EventError> {
         let mut l = EventList::EMPTY;
-        for spec in v.split(',') {
-            let e = events::parse(spec)?;
+        for spec in events::split_list(v) {
+            let (e, sampling) = events::parse_spec(spec)?;
+            let i = usize::from(l.len);
             if !l.push(e) {
                 return Err(EventError::TooMany);
             }
+            l.sampling[i] = sampling;
         }
         Ok(l)
+    }
+
+    /// Event `i`'s own sampling (its `/period=N/` or `/freq=N/` term), if any.
+    pub fn sampling(&self, i: usize) -> Option<EventSampling> {
+        self.sampling.get(i).copied().flatten()
     }
 
     /// A list of `events` (at most [`MAX_EVENTS`]; the rest are dropped).
@@ -612,6 +622,12 @@ mod tests {
             parse_all("event=cycles,cycles,cycles,cycles,cycles,cycles,cycles,cycles,cycles");
         assert!(cfg.events.is_empty());
         assert!(issues[0].contains("at most 8 events"), "{}", issues[0]);
+        let (cfg, issues) = parse_all("event=cycles/period=5000/u,instructions/freq=300/");
+        assert!(issues.is_empty(), "{issues:?}");
+        assert_eq!(cfg.events.as_slice().len(), 2);
+        assert_eq!(cfg.events.sampling(0), Some(EventSampling::Period(5000)));
+        assert_eq!(cfg.events.sampling(1), Some(EventSampling::Freq(300)));
+        assert!(!cfg.events.first().unwrap().kernel);
         let (cfg, issues) = parse_all("event=cycles,,instructions");
         assert!(cfg.events.is_empty() && issues.len() == 1, "{issues:?}");
     }

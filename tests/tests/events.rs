@@ -16,7 +16,7 @@ use e2e_tests::programs::{CBuild, c_program};
 use e2e_tests::{Recording, perch_bin, perf_present, qemu_present, record, run_perf, runtime_elf};
 use linux_perf_data::linux_perf_event_reader::{
     AttrFlags, EventRecord, HardwareEventId, IpSkidConstraint, PerfEventAttr, PerfEventType,
-    SampleFormat,
+    SampleFormat, SamplingPolicy,
 };
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use std::collections::BTreeMap;
@@ -359,4 +359,34 @@ fn ring_losses_are_counted_against_their_own_event() {
     assert_eq!(each[0].1 + each[0].2, each[1].1 + each[1].2, "{each:?}");
     let text = run_perf(&r, &["report", "--header-only"], &[]);
     assert!(text.contains("name = instructions-simulated:u"), "{text}");
+}
+
+#[test]
+fn an_event_term_gives_that_event_its_own_period() {
+    if !tools_present() {
+        return;
+    }
+    // cycles every 4000 (two ticks), instructions every 1000 (a tick).
+    let r = rec(&[
+        "--pmu",
+        "sim",
+        "-e",
+        "cycles/period=4000/u,instructions:u",
+        "-q",
+    ]);
+    let (attrs, per_attr) = read_back(&r);
+    let periods: Vec<_> = attrs.iter().map(|(a, _)| a.sampling_policy).collect();
+    assert!(
+        matches!(
+            periods[..],
+            [
+                SamplingPolicy::Period(a),
+                SamplingPolicy::Period(b)
+            ] if a.get() == 4000 && b.get() == 1000
+        ),
+        "{periods:?}"
+    );
+    let (cycles, instructions) = (per_attr[&0] as f64, per_attr[&1] as f64);
+    let ratio = instructions / cycles;
+    assert!((1.7..=2.3).contains(&ratio), "{per_attr:?}");
 }

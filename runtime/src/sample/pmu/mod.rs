@@ -34,6 +34,7 @@ use crate::sample::profile::{self};
 use arch_x86::cpuid::{PmuInfo, Vendor};
 use arch_x86::pmu::driver::CheckReport;
 use arch_x86::pmu::ds::DsArea;
+use arch_x86::pmu::events::EventSampling;
 use arch_x86::pmu::selftest::Verdict;
 use arch_x86::pmu::sim::SimCpu;
 use arch_x86::pmu::{Event, EventConfig, PmuError, SampleMode};
@@ -185,7 +186,7 @@ pub fn boot(cfg: &kcore::cmdline::Config, info: &PmuInfo, tsc_hz: u64, sim: SimC
     let branches = cfg.branch.unwrap_or(DEFAULT_BRANCHES);
     match cfg.pmu {
         PmuMode::Sim => {
-            return Boot::Sim(setup_sim(sim, cfg.events.as_slice(), cfg.period, branches));
+            return Boot::Sim(setup_sim(sim, &cfg.events, cfg.period, branches));
         }
         PmuMode::Off => return Boot::Off,
         PmuMode::Auto => {}
@@ -200,27 +201,31 @@ pub fn boot(cfg: &kcore::cmdline::Config, info: &PmuInfo, tsc_hz: u64, sim: SimC
     if report.verdict != Verdict::Usable {
         return Boot::CheckFailed(report);
     }
-    let start = |evs: &[Event]| {
+    // Each event's own `/period=N/` or `/freq=N/`, else `period=`, else
+    // `freq=`.
+    let start = |evs: &EventList| {
         let mut cfgs = [NO_CONFIG; profile::MAX_EVENTS];
-        for (c, ev) in cfgs.iter_mut().zip(evs) {
-            let mode = match cfg.period {
-                Some(p) => SampleMode::Period(p),
-                None => sample_mode(ev, uses_pebs(ev, info.vendor), tsc_hz, cfg.freq_hz),
+        for (i, (c, ev)) in cfgs.iter_mut().zip(evs.as_slice()).enumerate() {
+            let pebs = uses_pebs(ev, info.vendor);
+            let mode = match (evs.sampling(i), cfg.period) {
+                (Some(EventSampling::Period(p)), _) | (None, Some(p)) => SampleMode::Period(p),
+                (Some(EventSampling::Freq(hz)), _) => sample_mode(ev, pebs, tsc_hz, hz),
+                (None, None) => sample_mode(ev, pebs, tsc_hz, cfg.freq_hz),
             };
             *c = EventConfig { event: *ev, mode };
         }
-        setup_hw(info, &cfgs[..evs.len().min(cfgs.len())], branches)
+        setup_hw(info, &cfgs[..evs.as_slice().len()], branches)
     };
-    let default = [DEFAULT_EVENT];
+    let default = EventList::of(&[DEFAULT_EVENT]);
     let wanted = if cfg.events.is_empty() {
-        &default[..]
+        &default
     } else {
-        cfg.events.as_slice()
+        &cfg.events
     };
     let (setup, refused) = match start(wanted) {
         Ok(s) => (s, None),
-        Err(e) if wanted != default => match start(&default) {
-            Ok(s) => (s, Some((refused_event(wanted, e), e))),
+        Err(e) if *wanted != default => match start(&default) {
+            Ok(s) => (s, Some((refused_event(wanted.as_slice(), e), e))),
             Err(e2) => return Boot::SetupFailed(report, e2),
         },
         Err(e) => return Boot::SetupFailed(report, e),

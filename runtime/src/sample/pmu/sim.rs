@@ -164,29 +164,37 @@ pub fn build_sim_events(
 
 /// `pmu=sim`: sets up the simulated PMU and the real driver on it, and
 /// starts it, its LBR recording the classes in `branches`: without
-/// `events`, sampling every `period`-th load (precise mem-loads; every
-/// load by default); with them, each event on its own counter every
-/// `period` events (by default [`sim_default_period`]; the simulator
-/// runs on simulated time, so it has no frequency mode). Call once at boot, before
+/// `list`'s events, sampling every `period`-th load (precise mem-loads;
+/// every load by default); with them, each event on its own counter every
+/// `period` events (its own `/period=N/` first; by default
+/// [`sim_default_period`]; the simulator runs on simulated time, so it has
+/// no frequency mode and a `/freq=N/` term is ignored: the host refuses
+/// it). Call once at boot, before
 /// the NMI clock starts. Returns what was programmed, with the
 /// capabilities for Hello (marked [`EventSource::Simulated`]); no events
 /// for the default mem-loads.
 pub fn setup_sim(
     cpu: SimCpu,
-    events: &[Event],
+    list: &kcore::cmdline::EventList,
     period: Option<u64>,
     branches: u64,
 ) -> Result<HwSetup, PmuError> {
+    let events = list.as_slice();
     // SAFETY: boot context, SIM_ON is still false and the NMI clock has not
     // started, so nothing else refers to the buffer or the state.
     let buf = unsafe { &mut *PEBS_BUF.0.get() };
     let mut mem = DsMemory::new(&AREA, buf);
     let mut cfgs = [super::hw::NO_CONFIG; crate::sample::profile::MAX_EVENTS];
     let n = events.len().min(cfgs.len());
-    for (c, ev) in cfgs.iter_mut().zip(events) {
+    for (i, (c, ev)) in cfgs.iter_mut().zip(events).enumerate() {
+        // An event's own `/period=N/`, else `period=`, else a tick's worth.
+        let own = match list.sampling(i) {
+            Some(arch_x86::pmu::events::EventSampling::Period(p)) => Some(p),
+            _ => None,
+        };
         *c = EventConfig {
             event: *ev,
-            mode: SampleMode::Period(period.unwrap_or_else(|| sim_default_period(ev))),
+            mode: SampleMode::Period(own.or(period).unwrap_or_else(|| sim_default_period(ev))),
         };
     }
     let (mut state, info) = if n == 0 {
