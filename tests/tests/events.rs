@@ -269,6 +269,19 @@ fn sim_precise_mem_loads_beside_cycles_each_with_its_own_attr() {
         "{:?}",
         cycles.sample_format
     );
+    // The PEBS registers are the precise event's; with -I every event's.
+    assert!(!cycles.sample_format.contains(SampleFormat::REGS_INTR));
+    assert_eq!(cycles.sample_regs_intr, 0);
+    let with_i = rec(&["--pmu", "sim", "-e", "mem-loads:pp,cycles", "-I", "-q"]);
+    let (attrs_i, _) = read_back(&with_i);
+    for (a, _) in &attrs_i {
+        assert!(
+            a.sample_format.contains(SampleFormat::REGS_INTR),
+            "{:?}",
+            a.sample_format
+        );
+        assert_ne!(a.sample_regs_intr, 0);
+    }
     assert_eq!(per_attr.len(), 2, "samples of both events: {per_attr:?}");
     let header = header_events(&r);
     assert!(

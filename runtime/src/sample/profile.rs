@@ -320,6 +320,9 @@ pub fn events() -> heapless::Vec<EventConfig, MAX_EVENTS> {
         e.id = i as u32;
         // The fields another event's PMU added are not this one's.
         e.sample_type &= !(added & !h.sample_type);
+        if !e.has(st::REGS_INTR) {
+            e.regs_intr = 0;
+        }
         let _ = out.push(e);
     }
     out
@@ -513,6 +516,9 @@ pub fn configure_fields(
     if let Some(m) = iregs_mask {
         set(st::REGS_INTR, m != 0);
         REGS_INTR.store(m, Ordering::Relaxed);
+        // Asked for: every event's samples carry it, not only those whose
+        // PMU adds it (PEBS).
+        PMU_ADDED.fetch_and(!st::REGS_INTR, Ordering::Relaxed);
     }
     SAMPLE_TYPE.store(stype, Ordering::Relaxed);
     update_path();
