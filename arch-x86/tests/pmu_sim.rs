@@ -2648,3 +2648,112 @@ fn amd_cache_events_before_and_from_zen() {
         assert_eq!((rig.count(0), rig.count(1)), (20, 0), "{cpu:?}");
     }
 }
+
+#[test]
+fn several_counters_overflowing_at_once_give_one_pmi_with_a_sample_each() {
+    // cycles and instructions on their fixed counters (perf's choice),
+    // branches and cycles:u on GP counters; the first three overflow at
+    // the same step (two cycles and one instruction and branch a step).
+    let mut rig = Rig::new(SimCpu::sapphire_rapids());
+    let evs = [
+        ev(EventKind::Cycles, 20),
+        ev(EventKind::Instructions, 10),
+        ev(EventKind::Branches, 10),
+        EventConfig {
+            event: Event {
+                kernel: false,
+                ..Event::new(EventKind::Raw(0x003C))
+            },
+            mode: SampleMode::Period(50),
+        },
+    ];
+    let mut d = rig.intel(&evs, IntelOptions::default()).unwrap();
+    assert_eq!(d.counter_of(0), Some(Counter::Fixed(1)));
+    assert_eq!(d.counter_of(1), Some(Counter::Fixed(0)));
+    assert_eq!(d.counter_of(2), Some(Counter::Gp(0)));
+    assert_eq!(d.counter_of(3), Some(Counter::Gp(1)));
+    let mut pmis_with = std::collections::BTreeMap::<Vec<usize>, u32>::new();
+    for i in 0..1000 {
+        let mut mem = DsMemory::new(&rig.area, &mut rig.buf);
+        if !rig.sim.advance(Some(&mut mem), &step(i)) {
+            continue;
+        }
+        let status = rig.sim.read(addr::IA32_PERF_GLOBAL_STATUS);
+        rig.sim.take_pmi();
+        let tsc = rig.sim.tsc();
+        let mut got = Vec::new();
+        let sum = d.handle_pmi(&mut rig.sim, Some(&mut mem), tsc, &mut |ov| {
+            got.push((ov.event, ov.period));
+        });
+        // One PMI, every overflowed counter's bit in GLOBAL_STATUS, one
+        // overflow each, acknowledged.
+        let events: Vec<usize> = got.iter().map(|g| g.0).collect();
+        let bits = events
+            .iter()
+            .map(|&e| d.counter_of(e).unwrap().global_bit())
+            .fold(0, |a, b| a | b);
+        assert_eq!(status & 0xF_0000_00FF, bits, "step {i}: {got:?}");
+        assert_eq!(sum.overflows as usize, got.len());
+        assert_eq!(rig.sim.read(addr::IA32_PERF_GLOBAL_STATUS) & bits, 0);
+        for (e, period) in &got {
+            assert_eq!(*period, [20, 10, 10, 50][*e]);
+        }
+        let mut events = events;
+        events.sort_unstable();
+        *pmis_with.entry(events).or_default() += 1;
+    }
+    // Every 10th step the three overflow together, every 50th with the
+    // raw cycles counter too; every 25th step that one alone otherwise.
+    let want = std::collections::BTreeMap::from([
+        (vec![0, 1, 2], 80),
+        (vec![0, 1, 2, 3], 20),
+        (vec![3], 20),
+    ]);
+    assert_eq!(pmis_with, want);
+    assert_eq!(rig.sim.stats.gp_faults(), 0);
+}
+
+#[test]
+fn amd_counters_overflowing_at_once_are_each_found_by_their_sign() {
+    // Without PerfMonV2 there is no status register: each counter whose
+    // bit 47 cleared overflowed. cycles (two a step) at 20 and
+    // instructions at 10 overflow together every 10th step, branches at
+    // 25 every 25th.
+    for v2 in [false, true] {
+        let mut rig = Rig::new(SimCpu::Amd {
+            family: 0x19,
+            ext: true,
+            v2,
+            lbr_depth: 0,
+        });
+        let info = rig.info();
+        let mut d = AmdPmu::new(&info).unwrap();
+        let evs = [
+            ev(EventKind::Cycles, 20),
+            ev(EventKind::Instructions, 10),
+            ev(EventKind::Branches, 25),
+        ];
+        d.configure(&mut rig.sim, &evs, None).unwrap();
+        d.start(&mut rig.sim);
+        let mut pmis_with = std::collections::BTreeMap::<Vec<usize>, u32>::new();
+        for i in 0..1000 {
+            if !rig.sim.advance(None, &step(i)) {
+                continue;
+            }
+            rig.sim.take_pmi();
+            let tsc = rig.sim.tsc();
+            let mut got = Vec::new();
+            let sum = d.handle_pmi(&mut rig.sim, tsc, &mut |ov| got.push(ov.event));
+            assert_eq!(sum.overflows as usize, got.len());
+            got.sort_unstable();
+            *pmis_with.entry(got).or_default() += 1;
+        }
+        let want = std::collections::BTreeMap::from([
+            (vec![0, 1], 80),
+            (vec![0, 1, 2], 20),
+            (vec![2], 20),
+        ]);
+        assert_eq!(pmis_with, want, "PerfMonV2 {v2}");
+        assert_eq!(rig.sim.stats.pmis_masked, 0);
+    }
+}

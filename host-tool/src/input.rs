@@ -507,6 +507,8 @@ pub struct StreamStats {
     pub programs: BTreeMap<u32, crate::model::ProgramInfo>,
     /// Samples the target reported lost.
     pub lost: u64,
+    /// Samples lost per event id (every reason).
+    pub lost_by_event: BTreeMap<u32, u64>,
     /// The part of `lost` suppressed while the event was throttled.
     pub lost_throttled: u64,
     /// Throttle starts.
@@ -561,9 +563,13 @@ impl StreamStats {
             }
             Item::Sample(s) => self.observe_sample(s.event, (s.pid, s.tid), s.user),
             Item::Lost {
-                count, throttled, ..
+                count,
+                throttled,
+                event,
+                ..
             } => {
                 self.lost += count;
+                *self.lost_by_event.entry(*event).or_default() += count;
                 if *throttled {
                     self.lost_throttled += count;
                 }
@@ -621,7 +627,15 @@ impl StreamStats {
             self.samples - self.user_samples
         );
         let _ = writeln!(s, "\nper event:");
-        for (id, n) in &self.by_event {
+        let mut ids: Vec<u32> = self.by_event.keys().copied().collect();
+        ids.extend(
+            self.lost_by_event
+                .keys()
+                .filter(|i| !self.by_event.contains_key(i)),
+        );
+        ids.sort_unstable();
+        for id in &ids {
+            let n = &self.by_event.get(id).copied().unwrap_or(0);
             let name = self
                 .hello
                 .as_ref()
@@ -632,9 +646,10 @@ impl StreamStats {
                         .map(|e| e.perf_name(h.source))
                 })
                 .unwrap_or_else(|| "(undeclared)".into());
+            let lost = self.lost_by_event.get(id).copied().unwrap_or(0);
             let _ = writeln!(
                 s,
-                "  {id:>4} {name:<24} {n:>10}  {:>6.2}%",
+                "  {id:>4} {name:<24} {n:>10}  {:>6.2}%  lost {lost}",
                 pct(*n, self.samples)
             );
         }

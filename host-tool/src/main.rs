@@ -886,6 +886,24 @@ fn run<'w>(
             0.0
         }
     );
+    if let Some(h) = &pump.stats.hello
+        && h.events.len() > 1
+    {
+        let st = &pump.stats;
+        let each: Vec<String> = h
+            .events
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {} samples + {} lost",
+                    e.perf_name(h.source),
+                    st.by_event.get(&e.id).copied().unwrap_or(0),
+                    st.lost_by_event.get(&e.id).copied().unwrap_or(0)
+                )
+            })
+            .collect();
+        say!("perch: per event: {}", each.join(", "));
+    }
     // After the perf.data line, which scripts read first.
     if let (Some(b), Some(p)) = (pprof, pprof_pending) {
         write_pprof(b, p)?;

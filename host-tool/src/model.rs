@@ -76,18 +76,25 @@ impl EventInfo {
                 c => format!("hw-{c}"),
             },
         };
-        let precise = match self.precise {
-            0 => "",
-            1 => ":p",
-            2 => ":pp",
-            _ => ":ppp",
+        // perf's modifiers: the mode when one is excluded, then the
+        // precise level (`cycles:upp`).
+        let mode = match (self.exclude_user, self.exclude_kernel) {
+            (false, true) => "u",
+            (true, false) => "k",
+            _ => "",
         };
+        let precise = &"ppp"[..usize::from(self.precise.min(3))];
+        let mods = format!("{mode}{precise}");
         let sim = if source == EventSource::SimulatedPmu {
             "-simulated"
         } else {
             ""
         };
-        format!("{base}{sim}{precise}")
+        if mods.is_empty() {
+            format!("{base}{sim}")
+        } else {
+            format!("{base}{sim}:{mods}")
+        }
     }
 }
 

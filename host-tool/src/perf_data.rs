@@ -1383,4 +1383,80 @@ mod tests {
         assert_eq!(&s[4..10], b"x86_64");
         assert_eq!(s[10], 0);
     }
+
+    #[test]
+    fn several_attrs_read_back_with_their_ids_names_and_samples() {
+        use linux_perf_data::linux_perf_event_reader::{EventRecord, IpSkidConstraint};
+        use linux_perf_data::{PerfFileReader, PerfFileRecord};
+        let mut cycles = AttrSpec::cpu_clock(1, "cycles:u", 1000);
+        cycles.type_ = perf_abi::attr_type::HARDWARE;
+        cycles.config = 0;
+        cycles.exclude_kernel = true;
+        let mut loads = AttrSpec::cpu_clock(2, "r1cd:pp", 0);
+        loads.type_ = perf_abi::attr_type::RAW;
+        loads.config = 0x1cd;
+        loads.freq = false;
+        loads.period_or_freq = 3;
+        loads.precise_ip = 2;
+        loads.sample_type |= sample::ADDR;
+        let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), vec![cycles, loads]).unwrap();
+        w.comm(1, 1, "task", 0).unwrap();
+        for t in 0..10u64 {
+            w.sample(&SampleRecord {
+                attr: usize::from(t % 3 == 0),
+                ip: 0x1000 + t,
+                pid: 1,
+                tid: 1,
+                time: 10 + t,
+                period: 5,
+                addr: 0x7000,
+                misc: misc::USER,
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        w.lost(1, 4, 30, 0).unwrap();
+        let (out, stats) = w
+            .finish(&FileMeta {
+                arch: "x86_64".into(),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!((stats.samples, stats.lost), (10, 4));
+        let PerfFileReader {
+            mut perf_file,
+            mut record_iter,
+        } = PerfFileReader::parse_file(Cursor::new(out.into_inner())).unwrap();
+        let attrs = perf_file.event_attributes();
+        assert_eq!(attrs.len(), 2);
+        assert_eq!(
+            (attrs[0].name(), attrs[0].ids()),
+            (Some("cycles:u"), &[1][..])
+        );
+        assert_eq!(
+            (attrs[1].name(), attrs[1].ids()),
+            (Some("r1cd:pp"), &[2][..])
+        );
+        assert_eq!(
+            attrs[1].attributes().flags.ip_skid_constraint(),
+            IpSkidConstraint::ZeroSkid
+        );
+        let mut per_attr = [0u64; 2];
+        let mut addrs = [0u64; 2];
+        while let Some(r) = record_iter.next_record(&mut perf_file).unwrap() {
+            let PerfFileRecord::EventRecord { attr_index, record } = r else {
+                continue;
+            };
+            if let EventRecord::Sample(s) = record.parse().unwrap() {
+                per_attr[attr_index] += 1;
+                addrs[attr_index] += u64::from(s.addr.is_some());
+            }
+        }
+        assert_eq!(
+            per_attr,
+            [6, 4],
+            "each sample under its own attr, by its id"
+        );
+        assert_eq!(addrs, [0, 4], "each attr's own sample layout");
+    }
 }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use arch_x86::pmu::events::{self, Event, EventKind as PmuEventKind};
+use arch_x86::pmu::events::{self, Event, EventKind as PmuEventKind, EventSampling};
 use clap::ValueEnum;
 use sampler::event::sample_type as st;
 use sampler::regs::{ALL_REGS, GPR_MASK, SEGMENT_MASK};
@@ -46,8 +46,10 @@ pub struct RecordArgs {
     /// instructions, ref-cycles, branches, branch-misses, cache-references,
     /// cache-misses, mem-loads, mem-stores, raw `rUUEE`, with `:u`, `:k`,
     /// `:p`, `:pp`, `:ppp`; `cpu-clock` is the NMI clock (runtime `event=`).
-    /// Comma-separated or repeated, though the runtime samples one event
-    /// per run (more are refused); `--pmu sim` samples `mem-loads:pp`.
+    /// Comma-separated or repeated: up to 8 PMU events, one counter each
+    /// (a set the PMU cannot hold is refused), each at -c/-F or at its own
+    /// `NAME/period=N/MODS` or `NAME/freq=N/MODS`; `--pmu sim` samples
+    /// `mem-loads:pp` by default and any set that fits the simulated CPU.
     #[arg(short = 'e', long = "event", value_name = "EVENT[,EVENT...]")]
     pub event: Vec<String>,
     /// Sample every N events (perf's `-c`; runtime `period=N`); on the NMI
@@ -241,22 +243,26 @@ pub struct BootLine {
 pub enum RecordEvent {
     /// `cpu-clock`: the NMI clock (`--pmu off`).
     CpuClock,
-    /// A PMU event, as the runtime's `event=` parses it.
-    Pmu(Event),
+    /// A PMU event, as the runtime's `event=` parses it, with its own
+    /// sampling when it has a `/period=N/` or `/freq=N/` term.
+    Pmu(Event, Option<EventSampling>),
 }
+
+/// Most `-e` events in one run (one counter each): the wire's.
+pub const MAX_EVENTS: usize = sampler::wire::MAX_EVENTS;
 
 /// Parses every `-e` value (each comma-separated) into `(spec, event)`
 /// pairs, with perf's message for a name it does not know.
 pub fn parse_events(values: &[String]) -> Result<Vec<(String, RecordEvent)>, HostError> {
     let mut out = Vec::new();
-    for spec in values.iter().flat_map(|v| v.split(',')) {
+    for spec in values.iter().flat_map(|v| events::split_list(v)) {
         let spec = spec.trim();
         if spec.is_empty() {
             return Err(HostError::Usage(
                 "event syntax error: '': an empty event name in -e".into(),
             ));
         }
-        let (name, mods) = spec.split_once(':').unwrap_or((spec, ""));
+        let (name, mods) = spec.split_once([':', '/']).unwrap_or((spec, ""));
         let ev = if matches!(name, "cpu-clock" | "cpu_clock") {
             if !mods.is_empty() {
                 return Err(HostError::Usage(format!(
@@ -266,9 +272,10 @@ pub fn parse_events(values: &[String]) -> Result<Vec<(String, RecordEvent)>, Hos
             }
             RecordEvent::CpuClock
         } else {
-            RecordEvent::Pmu(events::parse(spec).map_err(|e| {
+            let (ev, sampling) = events::parse_spec(spec).map_err(|e| {
                 HostError::Usage(format!("event syntax error: '{spec}': {e}, or cpu-clock"))
-            })?)
+            })?;
+            RecordEvent::Pmu(ev, sampling)
         };
         out.push((spec.to_owned(), ev));
     }
@@ -400,6 +407,92 @@ pub const SIM_EVENT: Event = Event {
     precise: 2,
 };
 
+/// The simulated CPU of `--sim-cpu` (`spr`, `icl`, `skl`).
+fn sim_cpu_of(name: &str) -> arch_x86::pmu::sim::SimCpu {
+    use arch_x86::pmu::sim::SimCpu;
+    match name {
+        "icl" => SimCpu::ice_lake(),
+        "skl" => SimCpu::skylake(),
+        _ => SimCpu::sapphire_rapids(),
+    }
+}
+
+/// CPUID of a fresh simulator of `0` (CPUID does not depend on its state).
+struct SimCpuid(arch_x86::pmu::sim::SimCpu);
+
+impl arch_x86::cpuid::Cpuid for SimCpuid {
+    fn cpuid(&self, leaf: u32, subleaf: u32) -> arch_x86::cpuid::CpuIdResult {
+        arch_x86::cpuid::Cpuid::cpuid(&arch_x86::pmu::sim::SimPmu::new(self.0), leaf, subleaf)
+    }
+}
+
+/// A page-aligned PEBS buffer, as the runtime's is.
+#[repr(C, align(4096))]
+struct PebsBuf([u8; 16 * 1024]);
+
+/// Whether the `--pmu sim` CPU `cpu` can sample `events` at once: the
+/// runtime's driver programmed against the same simulator here, so a set
+/// it would refuse at boot (counter constraints, PEBS counters, events the
+/// model lacks) is refused before boot with its reason. `count`: `-c`.
+fn sim_fits(cpu: &str, events: &[(&String, &Event)], count: Option<u64>) -> Result<(), HostError> {
+    use arch_x86::pmu::driver::PmuDriver;
+    use arch_x86::pmu::ds::{DsArea, DsMemory};
+    use arch_x86::pmu::intel::IntelOptions;
+    use arch_x86::pmu::{EventConfig, PmuError, SampleMode};
+    let sim_cpu = sim_cpu_of(cpu);
+    let mut sim = arch_x86::pmu::sim::SimPmu::new(sim_cpu);
+    let info = arch_x86::cpuid::detect(&SimCpuid(sim_cpu), &mut sim);
+    let all: Vec<&str> = events.iter().map(|(s, _)| s.as_str()).collect();
+    let all = all.join(",");
+    let cfgs: Vec<EventConfig> = events
+        .iter()
+        .map(|(_, e)| EventConfig {
+            event: **e,
+            mode: SampleMode::Period(count.unwrap_or(1)),
+        })
+        .collect();
+    let area = Box::new(DsArea::new());
+    let mut buf = Box::new(PebsBuf([0; 16 * 1024]));
+    let mut mem = DsMemory::new(&area, &mut buf.0);
+    let opts = IntelOptions {
+        lbr: Some(arch_x86::pmu::perf::lbr_config(
+            sampler::event::branch_type::ANY
+                | sampler::event::branch_type::USER
+                | sampler::event::branch_type::KERNEL,
+        )),
+        ..Default::default()
+    };
+    let r =
+        PmuDriver::new(&info).and_then(|mut d| d.configure(&mut sim, Some(&mut mem), &cfgs, &opts));
+    let spec = |i: usize| events.get(i).map_or(all.as_str(), |(s, _)| s.as_str());
+    match r {
+        Ok(()) => Ok(()),
+        Err(PmuError::NoCounter { event }) => Err(not_supported(
+            &all,
+            &format!(
+                "The simulated {cpu} PMU ({} GP + {} fixed counters) cannot count these events at \
+                 once: no free counter can count {} (counter constraints: PEBS events need a \
+                 PEBS-capable counter, fixed-counter events share theirs); sample fewer events per run.",
+                info.gp_counters,
+                info.fixed_counters(),
+                spec(event)
+            ),
+        )),
+        Err(e @ PmuError::EventUnavailable { event }) => Err(not_supported(
+            spec(event),
+            &format!("The simulated {cpu} PMU refuses it: {e}."),
+        )),
+        Err(e @ PmuError::BadPeriod { event }) => Err(not_supported(
+            spec(event),
+            &format!("The simulated {cpu} PMU refuses it: {e}."),
+        )),
+        Err(e) => Err(not_supported(
+            &all,
+            &format!("The simulated {cpu} PMU refuses the set: {e}."),
+        )),
+    }
+}
+
 /// perf's refusal of an event the target cannot count.
 fn not_supported(event: &str, why: &str) -> HostError {
     HostError::Usage(format!(
@@ -417,8 +510,10 @@ fn no_branch_stack(event: &str, why: &str) -> HostError {
 /// What a boot's Hello must show (`--pmu auto`), checked by [`Expect::check`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Expect {
-    /// The `-e` event the PMU must sample: its spec and perf type/config.
-    pub event: Option<(String, u32, u64)>,
+    /// The `-e` events the PMU must sample, in order: each one's spec and
+    /// perf type/config (`None` where only the appliance's driver knows
+    /// the raw code: memory events).
+    pub events: Vec<(String, Option<(u32, u64)>)>,
     /// `-b` / `-j`: samples must carry branch stacks.
     pub branches: bool,
     /// `-c N` without `-e`: if the appliance falls back to the NMI clock,
@@ -447,29 +542,48 @@ impl Expect {
         let Some(e) = hello.events.first() else {
             return Ok(());
         };
-        let name = self
-            .event
-            .as_ref()
-            .map_or("cycles", |(spec, _, _)| spec.as_str());
-        if (self.event.is_some() || self.branches) && e.kind == EventKind::CpuClock {
+        let specs: Vec<&str> = self.events.iter().map(|(s, _)| s.as_str()).collect();
+        let name = if specs.is_empty() {
+            "cycles".to_owned()
+        } else {
+            specs.join(",")
+        };
+        if (!self.events.is_empty() || self.branches) && e.kind == EventKind::CpuClock {
             return Err(not_supported(
-                name,
+                &name,
                 "The appliance has no usable PMU: it sampled on the NMI clock (cpu-clock) instead \
                  (its log says why); run with --pmu off for cpu-clock or --pmu sim for the simulated PMU.",
             ));
         }
-        if let Some((spec, ty, config)) = &self.event
-            && (perf_type(e.kind), e.config) != (*ty, *config)
-        {
-            return Err(not_supported(
-                spec,
-                &format!(
-                    "The appliance's PMU driver refused it and sampled type {} config {:#x} instead \
-                     (its log says why).",
-                    perf_type(e.kind),
-                    e.config
-                ),
-            ));
+        if self.events.len() > 1 && hello.events.len() != self.events.len() {
+            return Err(HostError::Usage(format!(
+                "{}\nThe appliance's PMU cannot count these {} events at once (counter \
+                 constraints: each event needs a counter that can count it) and sampled {} \
+                 instead (its log says which event did not fit); sample fewer events per run.",
+                not_supported(&name, "").to_string().trim_end(),
+                self.events.len(),
+                hello
+                    .events
+                    .iter()
+                    .map(|e| e.perf_name(hello.source))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )));
+        }
+        for ((spec, want), e) in self.events.iter().zip(&hello.events) {
+            if let Some((ty, config)) = want
+                && (perf_type(e.kind), e.config) != (*ty, *config)
+            {
+                return Err(not_supported(
+                    spec,
+                    &format!(
+                        "The appliance's PMU driver refused it and sampled type {} config {:#x} instead \
+                         (its log says why).",
+                        perf_type(e.kind),
+                        e.config
+                    ),
+                ));
+            }
         }
         if let Some(n) = self.clock_period
             && e.kind == EventKind::CpuClock
@@ -482,7 +596,7 @@ impl Expect {
         }
         if self.branches && e.sample_type & st::BRANCH_STACK == 0 {
             return Err(no_branch_stack(
-                name,
+                &name,
                 "The appliance's PMU has no usable LBR (its log says why).",
             ));
         }
@@ -535,18 +649,44 @@ impl RecordArgs {
         };
         let events = parse_events(&self.event)?;
         let mut pmu = self.pmu;
-        if events.len() > 1 {
-            let names: Vec<&str> = events.iter().map(|(s, _)| s.as_str()).collect();
+        let names: Vec<&str> = events.iter().map(|(s, _)| s.as_str()).collect();
+        let all = names.join(",");
+        if events.len() > MAX_EVENTS {
             return Err(HostError::Usage(format!(
-                "-e {}: perch samples one event per run: the runtime does not program several \
-                 sampling counters at once{}",
-                names.join(","),
-                match pmu {
-                    PmuMode::Off => " (and the NMI clock of --pmu off is one event, cpu-clock)",
-                    PmuMode::Sim => " (and the simulated PMU samples mem-loads:pp only)",
-                    PmuMode::Auto => "",
-                }
+                "-e {all}: {} events; perch samples at most {MAX_EVENTS} events in one run, \
+                 one counter each",
+                events.len()
             )));
+        }
+        let clocks = events
+            .iter()
+            .filter(|(_, e)| *e == RecordEvent::CpuClock)
+            .count();
+        if clocks > 0 && events.len() > 1 {
+            return Err(not_supported(
+                &all,
+                "cpu-clock is the NMI clock, one event that cannot be sampled with others in \
+                 one run (perch has no second software clock, and the NMI clock does not \
+                 tick while a PMU samples): give cpu-clock alone, or PMU events alone.",
+            ));
+        }
+        let pmu_events: Vec<(&String, &Event)> = events
+            .iter()
+            .filter_map(|(s, e)| match e {
+                RecordEvent::Pmu(ev, _) => Some((s, ev)),
+                RecordEvent::CpuClock => None,
+            })
+            .collect();
+        if pmu == PmuMode::Sim
+            && let Some((spec, _)) = events
+                .iter()
+                .find(|(_, e)| matches!(e, RecordEvent::Pmu(_, Some(EventSampling::Freq(_)))))
+        {
+            return Err(not_supported(
+                spec,
+                "The simulated PMU runs on simulated time and has no frequency mode: give the \
+                 event a period (NAME/period=N/) or none (a tick's worth of its count).",
+            ));
         }
         let mut expect = Expect::default();
         let mut event_key = None;
@@ -557,31 +697,42 @@ impl RecordArgs {
             (PmuMode::Sim, Some((spec, RecordEvent::CpuClock))) => {
                 return Err(not_supported(
                     spec,
-                    "--pmu sim samples the simulated PMU's mem-loads:pp; cpu-clock is the NMI clock of --pmu off.",
+                    "--pmu sim samples the simulated PMU's events (mem-loads:pp by default); \
+                     cpu-clock is the NMI clock of --pmu off.",
                 ));
             }
-            (PmuMode::Off, Some((spec, RecordEvent::Pmu(_)))) => {
+            (PmuMode::Off, Some(_)) => {
                 return Err(not_supported(
-                    spec,
+                    &all,
                     "--pmu off samples on the NMI clock, whose only event is cpu-clock; \
                      hardware events need --pmu auto (a PMU) or --pmu sim.",
                 ));
             }
-            (PmuMode::Sim, Some((spec, RecordEvent::Pmu(ev)))) => {
-                if *ev != SIM_EVENT {
-                    return Err(not_supported(
-                        spec,
-                        "The simulated PMU (--pmu sim) samples mem-loads:pp only.",
-                    ));
+            (PmuMode::Sim, Some(_)) => {
+                let set: Vec<Event> = pmu_events.iter().map(|(_, e)| **e).collect();
+                let terms = events
+                    .iter()
+                    .any(|(_, e)| matches!(e, RecordEvent::Pmu(_, Some(_))));
+                // The simulated PMU's own default needs no key.
+                if set != [SIM_EVENT] || terms {
+                    sim_fits(
+                        self.sim_cpu.as_deref().unwrap_or("spr"),
+                        &pmu_events,
+                        self.count,
+                    )?;
+                    event_key = Some(all.clone());
                 }
             }
-            (PmuMode::Auto, Some((spec, RecordEvent::Pmu(ev)))) => {
-                event_key = Some(spec.clone());
-                expect.event = perf_type_config(ev).map(|(t, c)| (spec.clone(), t, c));
+            (PmuMode::Auto, Some(_)) => {
+                event_key = Some(all.clone());
+                expect.events = pmu_events
+                    .iter()
+                    .map(|(spec, ev)| ((*spec).clone(), perf_type_config(ev)))
+                    .collect();
             }
         }
         let event_name = match (events.first(), pmu) {
-            (Some((spec, _)), _) => spec.clone(),
+            (Some(_), _) => all.clone(),
             (None, PmuMode::Off) => "cpu-clock".into(),
             (None, PmuMode::Sim) => "mem-loads:pp".into(),
             (None, PmuMode::Auto) => "cycles".into(),
@@ -780,10 +931,10 @@ mod tests {
             "console=wire freq=1000 pmu=auto event=instructions:u"
         );
         // PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS.
-        assert_eq!(b.expect.event, Some(("instructions:u".into(), 0, 1)));
+        assert_eq!(b.expect.events, [("instructions:u".into(), Some((0, 1)))]);
         let b = line_of(&["--event", "r01c2:pp"]).unwrap();
         assert!(b.append.ends_with(" event=r01c2:pp"), "{}", b.append);
-        assert_eq!(b.expect.event, Some(("r01c2:pp".into(), 4, 0x01c2)));
+        assert_eq!(b.expect.events, [("r01c2:pp".into(), Some((4, 0x01c2)))]);
         // cpu-clock is the NMI clock: pmu=off, no event key, nothing to check.
         let b = line_of(&["-e", "cpu-clock"]).unwrap();
         assert_eq!(b.append, "console=wire freq=1000 pmu=off");
@@ -803,22 +954,26 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("only event is cpu-clock"), "{e}");
-        let e = refusal(&["--pmu", "sim", "-e", "cycles"]);
-        assert!(
-            e.contains("for event (cycles)") && e.contains("mem-loads:pp only"),
-            "{e}"
-        );
-        let e = refusal(&["--pmu", "sim", "-e", "mem-loads:u"]);
-        assert!(e.contains("for event (mem-loads:u)"), "{e}");
         let e = refusal(&["--pmu", "sim", "-e", "cpu-clock"]);
         assert!(e.contains("for event (cpu-clock)"), "{e}");
-        let e = refusal(&["-e", "cycles,instructions"]);
-        assert!(e.contains("one event per run"), "{e}");
         let e = refusal(&["-e", "cycles", "-e", "cpu-clock", "--pmu", "off"]);
         assert!(
-            e.contains("-e cycles,cpu-clock") && e.contains("NMI clock"),
+            e.contains("for event (cycles,cpu-clock)") && e.contains("NMI clock"),
             "{e}"
         );
+        let e = refusal(&["-e", "cpu-clock,cpu-clock"]);
+        assert!(
+            e.contains("for event (cpu-clock,cpu-clock)") && e.contains("cpu-clock alone"),
+            "{e}"
+        );
+        let e = refusal(&["-e", "cycles,instructions", "--pmu", "off"]);
+        assert!(
+            e.contains("for event (cycles,instructions)") && e.contains("only event is cpu-clock"),
+            "{e}"
+        );
+        let nine = ["cycles"; 9].join(",");
+        let e = refusal(&["-e", &nine]);
+        assert!(e.contains("at most 8 events"), "{e}");
         let e = refusal(&["-e", "cycels"]);
         assert!(
             e.starts_with("event syntax error: 'cycels': unknown event"),
@@ -827,6 +982,129 @@ mod tests {
         assert!(refusal(&["-e", "cycles:x"]).contains("modifier 'x'"));
         assert!(refusal(&["-e", "cpu-clock:u"]).contains("no modifiers"));
         assert!(refusal(&["-e", "cycles,"]).contains("empty event name"));
+    }
+
+    #[test]
+    fn several_events_map_to_one_event_key() {
+        // Comma-separated and repeated -e, each with its own modifiers.
+        let b = line_of(&["-e", "cycles:u,instructions:k", "-e", "r01c2:pp"]).unwrap();
+        assert_eq!(
+            b.append,
+            "console=wire freq=1000 pmu=auto event=cycles:u,instructions:k,r01c2:pp"
+        );
+        assert_eq!(
+            b.expect.events,
+            [
+                ("cycles:u".into(), Some((0, 0))),
+                ("instructions:k".into(), Some((0, 1))),
+                ("r01c2:pp".into(), Some((4, 0x01c2)))
+            ]
+        );
+        // mem-loads' raw code is the appliance's driver's to choose.
+        let b = line_of(&["-e", "mem-loads:pp,branches", "-c", "5000"]).unwrap();
+        assert!(
+            b.append
+                .ends_with(" event=mem-loads:pp,branches period=5000"),
+            "{}",
+            b.append
+        );
+        assert_eq!(b.expect.events[0], ("mem-loads:pp".into(), None));
+        // The simulated PMU takes any set its counters hold, checked here
+        // against the same driver and simulator the appliance runs.
+        let b = line_of(&["--pmu", "sim", "-e", "cycles:u,instructions:u"]).unwrap();
+        assert_eq!(
+            b.append,
+            "console=wire freq=1000 pmu=sim event=cycles:u,instructions:u"
+        );
+        assert_eq!(b.expect, Expect::default(), "nothing left to check");
+        let b = line_of(&["--pmu", "sim", "-e", "mem-loads:pp,cycles"]).unwrap();
+        assert!(
+            b.append.ends_with(" event=mem-loads:pp,cycles"),
+            "{}",
+            b.append
+        );
+        // Sapphire Rapids: 8 GP + 4 fixed counters; mem-loads:pp needs a
+        // PEBS-capable GP counter and so do the :pp instructions (PEBS on a
+        // fixed counter needs adaptive PEBS, which spr has).
+        let nine = ["branches"; 9].join(",");
+        let e = refusal(&["--pmu", "sim", "-e", &nine]);
+        assert!(e.contains("at most 8 events"), "{e}");
+        let eight = ["branches"; 8].join(",");
+        assert!(line_of(&["--pmu", "sim", "-e", &eight]).is_ok());
+        // Skylake has 4 GP counters: a fifth GP event does not fit.
+        let five = ["branches"; 5].join(",");
+        let e = refusal(&["--pmu", "sim", "--sim-cpu", "skl", "-e", &five]);
+        assert!(
+            e.starts_with(&format!(
+                "The sys_perf_event_open() syscall returned with 95 (Operation not supported) for event ({five})."
+            )) && e.contains("no free counter can count branches")
+                && e.contains("counter constraints"),
+            "{e}"
+        );
+        assert!(
+            line_of(&[
+                "--pmu",
+                "sim",
+                "--sim-cpu",
+                "skl",
+                "-e",
+                &["branches"; 4].join(",")
+            ])
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn an_event_term_gives_it_its_own_period_or_frequency() {
+        let b = line_of(&["-e", "cycles/period=100000/u,instructions", "-F", "500"]).unwrap();
+        assert_eq!(
+            b.append,
+            "console=wire freq=500 pmu=auto event=cycles/period=100000/u,instructions"
+        );
+        assert_eq!(
+            b.expect.events[0],
+            ("cycles/period=100000/u".into(), Some((0, 0)))
+        );
+        let b = line_of(&["--pmu", "sim", "-e", "mem-loads/period=4/pp"]).unwrap();
+        assert!(
+            b.append.ends_with(" event=mem-loads/period=4/pp"),
+            "{}",
+            b.append
+        );
+        let e = refusal(&["--pmu", "sim", "-e", "cycles/freq=100/,instructions"]);
+        assert!(
+            e.contains("for event (cycles/freq=100/)") && e.contains("no frequency mode"),
+            "{e}"
+        );
+        assert!(refusal(&["-e", "cycles/name=x/"]).contains("bad event term"));
+        assert!(refusal(&["-e", "cpu-clock/period=5/"]).contains("no modifiers"));
+    }
+
+    #[test]
+    fn a_set_the_appliance_could_not_program_is_refused_after_boot() {
+        let b = line_of(&["-e", "cycles,instructions"]).unwrap();
+        let mut two = hello(EventKind::Hardware, 0, 0);
+        let mut second = two.events[0].clone();
+        second.config = 1;
+        second.id = 1;
+        two.events.push(second);
+        assert!(b.expect.check(&two).is_ok());
+        // The driver refused the set and sampled cycles alone.
+        let e = b
+            .expect
+            .check(&hello(EventKind::Hardware, 0, 0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("for event (cycles,instructions)")
+                && e.contains("cannot count these 2 events at once")
+                && e.contains("sampled cycles instead"),
+            "{e}"
+        );
+        // Or a different second event.
+        two.events[1].config = 4;
+        let e = b.expect.check(&two).unwrap_err().to_string();
+        assert!(e.contains("for event (instructions)"), "{e}");
     }
 
     #[test]

@@ -412,8 +412,9 @@ fn several_events_branch_stacks_weights_and_throttling() {
     };
     assert_eq!(err, "", "perf report printed warnings");
     assert!(out.contains("of event 'cycles-simulated'"), "{out}");
+    // exclude_kernel: perf's `u` modifier before the precise level.
     assert!(
-        out.contains("of event 'instructions-simulated:pp'"),
+        out.contains("of event 'instructions-simulated:upp'"),
         "{out}"
     );
     let (script, err) = perf(&[
@@ -433,7 +434,7 @@ fn several_events_branch_stacks_weights_and_throttling() {
     let lines: Vec<&str> = script.lines().collect();
     let insn: Vec<&&str> = lines
         .iter()
-        .filter(|l| l.contains("instructions-simulated:pp:"))
+        .filter(|l| l.contains("instructions-simulated:upp:"))
         .collect();
     assert_eq!(insn.len(), 20, "{script}");
     for l in &insn {

@@ -5,7 +5,7 @@
 //! keys and malformed values are reported through a callback and otherwise
 //! ignored, so a typo never stops the appliance from booting.
 
-use arch_x86::pmu::events::{self, Event, EventError};
+use arch_x86::pmu::events::{self, Event, EventError, EventSampling};
 
 /// Default NMI rate in Hz when `freq=` is not given.
 pub const DEFAULT_FREQ_HZ: u32 = 4000;
@@ -15,6 +15,83 @@ pub const MAX_FREQ_HZ: u32 = 1_000_000;
 pub const DEFAULT_MAX_RATE: u32 = 100_000;
 /// `cpu_pct=` default: perf's `perf_cpu_time_max_percent`.
 pub const DEFAULT_CPU_PCT: u32 = 25;
+
+/// Most events one run samples (one counter each): the wire's
+/// `sampler::wire::MAX_EVENTS`.
+pub const MAX_EVENTS: usize = 8;
+
+/// The events of `event=`, in order (their index is each sample's event
+/// index on the wire).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventList {
+    list: [Event; MAX_EVENTS],
+    sampling: [Option<EventSampling>; MAX_EVENTS],
+    len: u8,
+}
+
+impl EventList {
+    /// No event.
+    pub const EMPTY: EventList = EventList {
+        list: [Event::new(events::EventKind::Cycles); MAX_EVENTS],
+        sampling: [None; MAX_EVENTS],
+        len: 0,
+    };
+
+    /// A comma-separated list of event specs (`events::parse_spec` each:
+    /// `NAME[:MODS]` or `NAME/period=N/MODS`, `NAME/freq=N/MODS`); more
+    /// than [`MAX_EVENTS`], or an empty one, is refused.
+    pub fn parse(v: &str) -> Result<EventList, EventError> {
+        let mut l = EventList::EMPTY;
+        for spec in events::split_list(v) {
+            let (e, sampling) = events::parse_spec(spec)?;
+            let i = usize::from(l.len);
+            if !l.push(e) {
+                return Err(EventError::TooMany);
+            }
+            l.sampling[i] = sampling;
+        }
+        Ok(l)
+    }
+
+    /// Event `i`'s own sampling (its `/period=N/` or `/freq=N/` term), if any.
+    pub fn sampling(&self, i: usize) -> Option<EventSampling> {
+        self.sampling.get(i).copied().flatten()
+    }
+
+    /// A list of `events` (at most [`MAX_EVENTS`]; the rest are dropped).
+    pub fn of(events: &[Event]) -> EventList {
+        let mut l = EventList::EMPTY;
+        for e in events {
+            l.push(*e);
+        }
+        l
+    }
+
+    /// Appends `e`; false when the list is full.
+    pub fn push(&mut self, e: Event) -> bool {
+        let Some(slot) = self.list.get_mut(usize::from(self.len)) else {
+            return false;
+        };
+        *slot = e;
+        self.len += 1;
+        true
+    }
+
+    /// The events, in order.
+    pub fn as_slice(&self) -> &[Event] {
+        &self.list[..usize::from(self.len)]
+    }
+
+    /// The first event, if any.
+    pub fn first(&self) -> Option<Event> {
+        self.as_slice().first().copied()
+    }
+
+    /// True without events.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
 
 /// Which overflow source the runtime should use (`pmu=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,9 +196,10 @@ pub struct Config {
     pub duration_ms: Option<u64>,
     /// `crash=pf|ud|df|smap|panic`: provoke a runtime fault after boot.
     pub crash: Option<CrashKind>,
-    /// `event=NAME[:mods]`: the hardware event to sample with a usable PMU
-    /// (`pmu=auto`); `None`: cycles.
-    pub event: Option<Event>,
+    /// `event=NAME[:mods][,NAME[:mods]...]`: the events to sample with a
+    /// PMU (`pmu=auto`, `pmu=sim`), one counter each; empty: cycles
+    /// (`pmu=sim`: precise mem-loads).
+    pub events: EventList,
     /// `max_rate=N`: samples per second one event may take before it is
     /// throttled (`perf_event_max_sample_rate`); 0: no limit.
     pub max_rate: u32,
@@ -168,7 +246,7 @@ impl Default for Config {
             ring_slots: None,
             duration_ms: None,
             crash: None,
-            event: None,
+            events: EventList::EMPTY,
             max_rate: DEFAULT_MAX_RATE,
             cpu_pct: DEFAULT_CPU_PCT,
             sample: SampleFields::Default,
@@ -380,14 +458,14 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 Some(b) if b & !BRANCH_ALLOWED == 0 && b & !0b11 != 0 => cfg.branch = Some(b),
                 _ => bad("a hex branch_sample_type with a branch class (any, any_call, ...)"),
             },
-            "event" => match value.map(|v| (v, events::parse(v))) {
-                Some((_, Ok(e))) => cfg.event = Some(e),
+            "event" => match value.map(|v| (v, EventList::parse(v))) {
+                Some((_, Ok(l))) => cfg.events = l,
                 Some((v, Err(error))) => {
-                    cfg.event = None;
+                    cfg.events = EventList::EMPTY;
                     on_issue(Issue::BadEvent { value: v, error })
                 }
                 None => {
-                    cfg.event = None;
+                    cfg.events = EventList::EMPTY;
                     bad("an event name, e.g. cycles, instructions:u, r01c2 or mem-loads:pp");
                 }
             },
@@ -506,24 +584,58 @@ mod tests {
         use arch_x86::pmu::events::EventKind;
         let (cfg, issues) = parse_all("event=instructions:u");
         assert!(issues.is_empty(), "{issues:?}");
-        let e = cfg.event.unwrap();
+        let e = cfg.events.first().unwrap();
         assert_eq!(
             (e.kind, e.user, e.kernel, e.precise),
             (EventKind::Instructions, true, false, 0)
         );
-        let e = parse_all("event=r01c2:pp").0.event.unwrap();
+        let e = parse_all("event=r01c2:pp").0.events.first().unwrap();
         assert_eq!((e.kind, e.precise), (EventKind::Raw(0x01C2), 2));
         assert_eq!(
-            parse_all("event=mem-loads:p").0.event.unwrap().kind,
+            parse_all("event=mem-loads:p")
+                .0
+                .events
+                .first()
+                .unwrap()
+                .kind,
             EventKind::MemLoads
         );
-        assert_eq!(parse_all("").0.event, None);
+        assert!(parse_all("").0.events.is_empty());
+        // Several events, in order, each with its modifiers.
+        let (cfg, issues) = parse_all("event=cycles:u,instructions:k,r01c2:pp");
+        assert!(issues.is_empty(), "{issues:?}");
+        let kinds: Vec<_> = cfg
+            .events
+            .as_slice()
+            .iter()
+            .map(|e| (e.kind, e.user, e.kernel, e.precise))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (EventKind::Cycles, true, false, 0),
+                (EventKind::Instructions, false, true, 0),
+                (EventKind::Raw(0x01C2), true, true, 2)
+            ]
+        );
+        let (cfg, issues) =
+            parse_all("event=cycles,cycles,cycles,cycles,cycles,cycles,cycles,cycles,cycles");
+        assert!(cfg.events.is_empty());
+        assert!(issues[0].contains("at most 8 events"), "{}", issues[0]);
+        let (cfg, issues) = parse_all("event=cycles/period=5000/u,instructions/freq=300/");
+        assert!(issues.is_empty(), "{issues:?}");
+        assert_eq!(cfg.events.as_slice().len(), 2);
+        assert_eq!(cfg.events.sampling(0), Some(EventSampling::Period(5000)));
+        assert_eq!(cfg.events.sampling(1), Some(EventSampling::Freq(300)));
+        assert!(!cfg.events.first().unwrap().kernel);
+        let (cfg, issues) = parse_all("event=cycles,,instructions");
+        assert!(cfg.events.is_empty() && issues.len() == 1, "{issues:?}");
     }
 
     #[test]
     fn bad_event_keeps_cycles_with_a_clear_message() {
         let (cfg, issues) = parse_all("event=cycels");
-        assert_eq!(cfg.event, None);
+        assert!(cfg.events.is_empty());
         assert_eq!(issues.len(), 1);
         assert!(
             issues[0].starts_with(
@@ -540,7 +652,7 @@ mod tests {
         // A bad value falls back to cycles even after a good one.
         let (cfg, issues) =
             parse_all("event=instructions event=r5000c0 event=cycles:x event=rzz event");
-        assert_eq!(cfg.event, None);
+        assert!(cfg.events.is_empty());
         assert_eq!(issues.len(), 4);
         assert!(issues[0].contains("0x500000"), "{}", issues[0]);
         assert!(issues[1].contains("modifier 'x'"), "{}", issues[1]);

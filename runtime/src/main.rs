@@ -94,9 +94,9 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     // `sim=spr|icl|skl`: which CPU `pmu=sim` simulates.
     let sim_cpu = pmu::sim_cpu(cfg.sim);
     let pmu_boot = pmu::boot(early, &pmu_info, tsc_hz, sim_cpu);
-    match pmu_boot {
-        pmu::Boot::Sim(Ok(_)) => profile::configure_sim(),
-        pmu::Boot::Hardware { setup, .. } => profile::configure_hw(&setup.perf, setup.sample_type),
+    match &pmu_boot {
+        pmu::Boot::Sim(Ok(s)) => profile::configure_sim(s.perf_events()),
+        pmu::Boot::Hardware { setup, .. } => profile::configure_hw(setup.perf_events()),
         _ => {}
     }
     profile::configure_fields(
@@ -173,7 +173,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         ),
     }
     defmt::info!("runtime up, selftest={=bool}", cfg.selftest);
-    pmu::report_boot(&pmu_boot, cfg.event);
+    pmu::report_boot(&pmu_boot, &cfg.events);
     // With the hardware PMU its overflow NMIs sample and the clock runs at
     // the throttle's tick rate only (to restart throttled counters).
     let clock_hz = if pmu_boot.hardware() {

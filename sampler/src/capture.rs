@@ -405,6 +405,12 @@ pub mod raw_flags {
     /// (complete by construction), written by
     /// [`super::DeferredUserRegs::complete`].
     pub const RETURN_USER: u32 = 1 << 7;
+    /// The shift of the sample's event index (its position in Hello's
+    /// events: the counter that overflowed) in the flags; 0 for the only
+    /// or first event, so the NMI clock's constant flags need no work.
+    pub const EVENT_SHIFT: u32 = 24;
+    /// The event index's bits (up to `wire::MAX_EVENTS` events).
+    pub const EVENT_MASK: u32 = 0xFF << EVENT_SHIFT;
 }
 
 /// PMU data of a sample (PEBS GPRs, LBR stack, memory fields), valid as
@@ -510,6 +516,11 @@ impl ConstDefault for RawSample {
 }
 
 impl RawSample {
+    /// The index of the sample's event (see [`raw_flags::EVENT_SHIFT`]).
+    pub fn event_index(&self) -> usize {
+        ((self.flags & raw_flags::EVENT_MASK) >> raw_flags::EVENT_SHIFT) as usize
+    }
+
     /// Where the sampled IP ran.
     pub fn cpumode(&self) -> CpuMode {
         if self.flags & raw_flags::KERNEL != 0 {

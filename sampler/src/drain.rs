@@ -8,6 +8,7 @@ use crate::event::EventConfig;
 use crate::ring::{ConstDefault, Ring};
 use crate::sample::Sample;
 use crate::wire::{EncodeError, Encoder, Lost, LostReason, Record, ThrottleEvent};
+use core::sync::atomic::{AtomicU64, Ordering};
 
 /// What the NMI handler (and the tick, for Unthrottle) pushes into a ring,
 /// so samples and throttle transitions reach the wire in order.
@@ -53,14 +54,19 @@ impl NmiRecord {
     }
 
     /// Writes the wire record for this queued record into `out`, expanding
-    /// a sample for `event` in place (`out`'s sample, if it holds one, is
-    /// reused).
-    pub fn write_record(&self, event: &EventConfig, out: &mut Record) {
+    /// a sample for its event in `events` (by [`RawSample::event_index`];
+    /// the first for an index out of range) in place (`out`'s sample, if
+    /// it holds one, is reused).
+    pub fn write_record(&self, events: &[EventConfig], out: &mut Record) {
         match self {
             NmiRecord::Sample(raw) => {
                 if !matches!(out, Record::Sample(_)) {
                     *out = Record::Sample(Sample::default());
                 }
+                let event = events
+                    .get(raw.event_index())
+                    .or(events.first())
+                    .unwrap_or(&NO_EVENT);
                 if let Record::Sample(s) = out {
                     raw.expand_into(event, s);
                 }
@@ -71,10 +77,63 @@ impl NmiRecord {
     }
 
     /// The wire record for this queued record, by value.
-    pub fn to_record(&self, event: &EventConfig) -> Record {
+    pub fn to_record(&self, events: &[EventConfig]) -> Record {
         let mut r = Record::Sample(Sample::default());
-        self.write_record(event, &mut r);
+        self.write_record(events, &mut r);
         r
+    }
+}
+
+/// What a sample is expanded for when no event is configured.
+const NO_EVENT: EventConfig = EventConfig::cpu_clock(0, 1);
+
+/// The events a drain expands samples for, and how ring losses divide
+/// among them: the ring counts every sample that found it full, and the
+/// NMI side also counts, in `ring_lost[i]`, those of event `i >= 1`
+/// (entry 0 is unused: what the others do not claim is the first
+/// event's).
+#[derive(Clone, Copy, Debug)]
+pub struct DrainEvents<'a> {
+    /// The events, by index (Hello's order).
+    pub configs: &'a [EventConfig],
+    /// Ring losses of events 1.. not yet reported.
+    pub ring_lost: &'a [AtomicU64],
+}
+
+impl<'a> DrainEvents<'a> {
+    /// One event, whose are all ring losses.
+    pub fn one(config: &'a EventConfig) -> Self {
+        DrainEvents {
+            configs: core::slice::from_ref(config),
+            ring_lost: &[],
+        }
+    }
+
+    /// Splits `lost` ring losses among the events, calling `f(event id,
+    /// count)` for each non-zero share. A per-event count the ring's total
+    /// does not cover yet (an NMI between the two reads) stays for the
+    /// next call, so every share is exact once the ring is drained.
+    pub fn split_lost<E>(
+        &self,
+        lost: u64,
+        mut f: impl FnMut(u32, u64) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut rest = lost;
+        for (i, c) in self.configs.iter().enumerate().skip(1) {
+            let Some(counter) = self.ring_lost.get(i) else {
+                break;
+            };
+            let n = counter.load(Ordering::Relaxed).min(rest);
+            if n > 0 {
+                counter.fetch_sub(n, Ordering::Relaxed);
+                rest -= n;
+                f(c.id, n)?;
+            }
+        }
+        if rest > 0 {
+            f(self.configs.first().map_or(0, |c| c.id), rest)?;
+        }
+        Ok(())
     }
 }
 
@@ -98,9 +157,10 @@ pub enum DrainError<E> {
     Write(E),
 }
 
-/// One drain step: first a Lost record for the losses counted since the
-/// previous step (if any), then up to `max` queued records, each expanded
-/// for `event` ([`RawSample::expand_into`]) and written with `write` as one
+/// One drain step: first Lost records for the losses counted since the
+/// previous step (if any; one per event, [`DrainEvents::split_lost`]),
+/// then up to `max` queued records, each expanded for its event
+/// ([`RawSample::expand_into`]) and written with `write` as one
 /// frame. The ring's `delivered` count includes records
 /// popped here even when writing fails afterwards, so a failing writer
 /// should be reported (it is the caller's link, not the ring, that lost
@@ -108,7 +168,7 @@ pub enum DrainError<E> {
 #[allow(clippy::too_many_arguments)]
 pub fn drain_step<const R: usize, const T: usize, E>(
     ring: &Ring<NmiRecord, R>,
-    event: &EventConfig,
+    events: DrainEvents<'_>,
     cpu: u32,
     now: u64,
     encoder: &mut Encoder<T>,
@@ -119,16 +179,19 @@ pub fn drain_step<const R: usize, const T: usize, E>(
     let mut stats = DrainStats::default();
     let lost = ring.take_lost();
     if lost > 0 {
-        let rec = Record::Lost(Lost {
-            time: now,
-            cpu,
-            event: 0,
-            count: lost,
-            reason: LostReason::RingFull,
-        });
-        let n = encoder.encode(&rec, buf).map_err(DrainError::Encode)?;
-        write(&buf[..n]).map_err(DrainError::Write)?;
-        stats.frames += 1;
+        events.split_lost(lost, |event, count| {
+            let rec = Record::Lost(Lost {
+                time: now,
+                cpu,
+                event,
+                count,
+                reason: LostReason::RingFull,
+            });
+            let n = encoder.encode(&rec, buf).map_err(DrainError::Encode)?;
+            write(&buf[..n]).map_err(DrainError::Write)?;
+            stats.frames += 1;
+            Ok(())
+        })?;
         stats.lost = lost;
     }
     // One scratch record, expanded into in place for every sample.
@@ -137,7 +200,7 @@ pub fn drain_step<const R: usize, const T: usize, E>(
         // Consumed in place: the slot keeps its record for the next
         // `push_with`, so the NMI handler does not re-initialise it.
         if ring
-            .pop_with(|item| item.write_record(event, &mut rec))
+            .pop_with(|item| item.write_record(events.configs, &mut rec))
             .is_none()
         {
             break;
@@ -181,18 +244,36 @@ mod tests {
                     event: 0,
                 }));
             }
-            drain_step(&ring, &event, 0, round, &mut enc, &mut buf, 2, |f| {
-                wire.extend_from_slice(f);
-                Ok::<(), ()>(())
-            })
+            drain_step(
+                &ring,
+                DrainEvents::one(&event),
+                0,
+                round,
+                &mut enc,
+                &mut buf,
+                2,
+                |f| {
+                    wire.extend_from_slice(f);
+                    Ok::<(), ()>(())
+                },
+            )
             .unwrap();
         }
         // Drain the rest.
         loop {
-            let st = drain_step(&ring, &event, 0, 99, &mut enc, &mut buf, 100, |f| {
-                wire.extend_from_slice(f);
-                Ok::<(), ()>(())
-            })
+            let st = drain_step(
+                &ring,
+                DrainEvents::one(&event),
+                0,
+                99,
+                &mut enc,
+                &mut buf,
+                100,
+                |f| {
+                    wire.extend_from_slice(f);
+                    Ok::<(), ()>(())
+                },
+            )
             .unwrap();
             if st.frames == 0 {
                 break;
@@ -224,15 +305,29 @@ mod tests {
         ring.push(NmiRecord::EMPTY);
         let mut enc: Encoder<4> = Encoder::new(EncoderConfig::default());
         let mut buf = [0u8; MAX_FRAME];
-        let r = drain_step(&ring, &event, 0, 0, &mut enc, &mut buf, 4, |_| {
-            Err("link down")
-        });
+        let r = drain_step(
+            &ring,
+            DrainEvents::one(&event),
+            0,
+            0,
+            &mut enc,
+            &mut buf,
+            4,
+            |_| Err("link down"),
+        );
         assert_eq!(r, Err(DrainError::Write("link down")));
         let mut tiny = [0u8; 4];
         ring.push(NmiRecord::EMPTY);
-        let r = drain_step(&ring, &event, 0, 0, &mut enc, &mut tiny, 4, |_| {
-            Ok::<(), ()>(())
-        });
+        let r = drain_step(
+            &ring,
+            DrainEvents::one(&event),
+            0,
+            0,
+            &mut enc,
+            &mut tiny,
+            4,
+            |_| Ok::<(), ()>(()),
+        );
         assert_eq!(r, Err(DrainError::Encode(EncodeError::BufferFull)));
     }
 
@@ -276,10 +371,19 @@ mod tests {
         let mut enc: Encoder<4> = Encoder::new(EncoderConfig::default());
         let mut buf = [0u8; MAX_FRAME];
         let mut wire = std::vec::Vec::new();
-        let st = drain_step(&ring, &event, 0, 0, &mut enc, &mut buf, 8, |f| {
-            wire.extend_from_slice(f);
-            Ok::<(), ()>(())
-        })
+        let st = drain_step(
+            &ring,
+            DrainEvents::one(&event),
+            0,
+            0,
+            &mut enc,
+            &mut buf,
+            8,
+            |f| {
+                wire.extend_from_slice(f);
+                Ok::<(), ()>(())
+            },
+        )
         .unwrap();
         assert_eq!((st.frames, st.samples), (4, 3));
         let mut got = std::vec::Vec::new();
@@ -298,5 +402,81 @@ mod tests {
             assert_eq!(s.callchain.len(), 3, "marker + 2 IPs");
         }
         assert!(matches!(got[3], Record::Throttle(_)));
+    }
+
+    #[test]
+    fn samples_of_several_events_are_expanded_for_each_and_losses_split() {
+        use crate::capture::raw_flags;
+        let mut cycles = EventConfig::hardware(0, 0, 1000);
+        cycles.sample_type |= crate::event::sample_type::ADDR;
+        let instructions = EventConfig::hardware(1, 1, 2000);
+        let configs = [cycles, instructions];
+        let ring_lost = [AtomicU64::new(0), AtomicU64::new(0)];
+        let events = DrainEvents {
+            configs: &configs,
+            ring_lost: &ring_lost,
+        };
+        let ring: Ring<NmiRecord, 4> = Ring::new_filled();
+        // Two of event 0, two of event 1, then two of event 1 and one of
+        // event 0 that find the ring full.
+        for (i, ev) in [0u32, 1, 1, 0].into_iter().enumerate() {
+            let raw = RawSample {
+                time: i as u64,
+                ip: 0x40_0000,
+                tid: 1,
+                flags: ev << raw_flags::EVENT_SHIFT,
+                ..RawSample::EMPTY
+            };
+            assert_eq!(raw.event_index(), ev as usize);
+            assert!(ring.push_with(|r| *r.sample_mut() = raw.clone()));
+        }
+        for ev in [1u32, 1, 0] {
+            assert!(!ring.push_with(|r| r.sample_mut().flags = ev << raw_flags::EVENT_SHIFT));
+            if ev != 0 {
+                ring_lost[ev as usize].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut enc: Encoder<4> = Encoder::new(EncoderConfig::default());
+        let mut buf = [0u8; MAX_FRAME];
+        let mut wire = std::vec::Vec::new();
+        let st = drain_step(&ring, events, 0, 9, &mut enc, &mut buf, 8, |f| {
+            wire.extend_from_slice(f);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!((st.frames, st.samples, st.lost), (6, 4, 3));
+        let mut got = std::vec::Vec::new();
+        Decoder::new().push(&wire, |r| got.push(r.unwrap()));
+        let lost: std::vec::Vec<(u32, u64)> = got
+            .iter()
+            .filter_map(|r| match r {
+                Record::Lost(l) => Some((l.event, l.count)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(lost, [(1, 2), (0, 1)], "each event's ring losses");
+        assert_eq!(ring_lost[1].load(Ordering::Relaxed), 0);
+        let samples: std::vec::Vec<(u32, u64)> = got
+            .iter()
+            .filter_map(|r| match r {
+                Record::Sample(s) => Some((s.event, s.period)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            samples.iter().map(|s| s.0).collect::<std::vec::Vec<_>>(),
+            [0, 1, 1, 0]
+        );
+        // A count the ring's total does not cover yet waits for it.
+        ring_lost[1].store(2, Ordering::Relaxed);
+        let mut shares = std::vec::Vec::new();
+        events
+            .split_lost(1, |e, n| {
+                shares.push((e, n));
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        assert_eq!(shares, [(1, 1)]);
+        assert_eq!(ring_lost[1].load(Ordering::Relaxed), 1);
     }
 }

@@ -8,7 +8,7 @@ mod common;
 
 use common::Rng;
 use sampler::capture::{InterruptFrame, SampleInput, UserFrame, build_sample, capture};
-use sampler::drain::{NmiRecord, drain_step};
+use sampler::drain::{DrainEvents, NmiRecord, drain_step};
 use sampler::event::{EventConfig, sample_type as st};
 use sampler::regs::{CodeMode, GPR_MASK, Reg, RegFile};
 use sampler::ring::Ring;
@@ -44,10 +44,19 @@ fn nmi_to_decoder_accounts_for_every_sample() {
     }
     let mut drain =
         |ring: &Ring<NmiRecord, 64>, enc: &mut Encoder<16>, wire: &mut Vec<u8>, time, max| {
-            drain_step(ring, &event, 0, time, enc, &mut buf, max, |f| {
-                wire.extend_from_slice(f);
-                Ok::<(), ()>(())
-            })
+            drain_step(
+                ring,
+                DrainEvents::one(&event),
+                0,
+                time,
+                enc,
+                &mut buf,
+                max,
+                |f| {
+                    wire.extend_from_slice(f);
+                    Ok::<(), ()>(())
+                },
+            )
             .unwrap()
         };
     for n in 0..20_000u64 {

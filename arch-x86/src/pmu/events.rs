@@ -71,6 +71,11 @@ pub enum EventError {
     BadModifier(char),
     /// More than three `p` modifiers.
     TooPrecise,
+    /// More events in one list than a run samples (8, one counter each).
+    TooMany,
+    /// A `/term/` other than `period=N` or `freq=N` (N above 0), or an
+    /// unterminated one.
+    BadTerm,
 }
 
 impl core::fmt::Display for EventError {
@@ -89,6 +94,11 @@ impl core::fmt::Display for EventError {
             }
             EventError::BadModifier(c) => write!(f, "unknown event modifier '{c}' (use u, k, p)"),
             EventError::TooPrecise => write!(f, "at most three 'p' modifiers"),
+            EventError::TooMany => write!(f, "at most 8 events in one run"),
+            EventError::BadTerm => write!(
+                f,
+                "bad event term (NAME/period=N/ or NAME/freq=N/, N above 0, then modifiers)"
+            ),
         }
     }
 }
@@ -162,6 +172,75 @@ pub fn parse(spec: &str) -> Result<Event, EventError> {
         ev.kernel = k;
     }
     Ok(ev)
+}
+
+/// An event's own sampling, from perf's `NAME/period=N/` or
+/// `NAME/freq=N/` term (else the run's `-c` / `-F`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventSampling {
+    /// A sample every N events.
+    Period(u64),
+    /// N samples per second.
+    Freq(u32),
+}
+
+/// Parses one event as perf writes it: `NAME[:MODS]` ([`parse`]) or
+/// `NAME/TERM[,TERM]/[MODS]` with the terms `period=N` and `freq=N`, which
+/// give the event its own sampling (the last one wins).
+pub fn parse_spec(spec: &str) -> Result<(Event, Option<EventSampling>), EventError> {
+    let Some((name, rest)) = spec.split_once('/') else {
+        return parse(spec).map(|e| (e, None));
+    };
+    let (terms, mods) = rest.split_once('/').ok_or(EventError::BadTerm)?;
+    let mut sampling = None;
+    for term in terms.split(',').filter(|t| !t.is_empty()) {
+        let (key, value) = term.split_once('=').ok_or(EventError::BadTerm)?;
+        let n: u64 = value.parse().map_err(|_| EventError::BadTerm)?;
+        if n == 0 {
+            return Err(EventError::BadTerm);
+        }
+        sampling = Some(match key {
+            "period" => EventSampling::Period(n),
+            "freq" => EventSampling::Freq(u32::try_from(n).map_err(|_| EventError::BadTerm)?),
+            _ => return Err(EventError::BadTerm),
+        });
+    }
+    let mods = mods.strip_prefix(':').unwrap_or(mods);
+    let ev = if mods.is_empty() {
+        parse(name)?
+    } else {
+        // `NAME:MODS` is what `parse` takes.
+        let mut buf = [0u8; 64];
+        let n = name.len() + 1 + mods.len();
+        let b = buf.get_mut(..n).ok_or(EventError::UnknownName)?;
+        b[..name.len()].copy_from_slice(name.as_bytes());
+        b[name.len()] = b':';
+        b[name.len() + 1..].copy_from_slice(mods.as_bytes());
+        parse(core::str::from_utf8(b).map_err(|_| EventError::UnknownName)?)?
+    };
+    Ok((ev, sampling))
+}
+
+/// Splits a comma-separated event list, keeping the commas between an
+/// event's `/terms/` (`cycles/period=10,freq=5/u,instructions`).
+pub fn split_list(list: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(list);
+    core::iter::from_fn(move || {
+        let s = rest?;
+        let mut in_terms = false;
+        for (i, c) in s.char_indices() {
+            match c {
+                '/' => in_terms = !in_terms,
+                ',' if !in_terms => {
+                    rest = Some(&s[i + 1..]);
+                    return Some(&s[..i]);
+                }
+                _ => {}
+            }
+        }
+        rest = None;
+        Some(s)
+    })
 }
 
 /// Bit index in CPUID.0xA:EBX ("event not available") for the architectural
@@ -321,5 +400,37 @@ mod tests {
                 .evtsel,
             0x1_0000_00C0
         );
+    }
+
+    #[test]
+    fn terms_give_an_event_its_own_sampling() {
+        let (e, s) = parse_spec("cycles/period=100000/u").unwrap();
+        assert_eq!((e.kind, e.user, e.kernel), (EventKind::Cycles, true, false));
+        assert_eq!(s, Some(EventSampling::Period(100_000)));
+        let (e, s) = parse_spec("r01c2/freq=4000/pp").unwrap();
+        assert_eq!((e.kind, e.precise), (EventKind::Raw(0x01C2), 2));
+        assert_eq!(s, Some(EventSampling::Freq(4000)));
+        assert_eq!(parse_spec("instructions:k").unwrap().1, None);
+        assert_eq!(parse_spec("branches//").unwrap().1, None);
+        for bad in [
+            "cycles/period=0/",
+            "cycles/period=x/",
+            "cycles/name=foo/",
+            "cycles/period=10",
+            "cycles/freq=99999999999/",
+        ] {
+            assert_eq!(parse_spec(bad).unwrap_err(), EventError::BadTerm, "{bad}");
+        }
+        assert_eq!(
+            parse_spec("cycels/period=1/").unwrap_err(),
+            EventError::UnknownName
+        );
+        let list: Vec<&str> =
+            split_list("cycles/period=10,freq=5/u,instructions,r01c2:p").collect();
+        assert_eq!(
+            list,
+            ["cycles/period=10,freq=5/u", "instructions", "r01c2:p"]
+        );
+        assert_eq!(split_list("").collect::<Vec<_>>(), [""]);
     }
 }

@@ -48,6 +48,9 @@ pub enum Source {
 
 /// PMU data for one sample (see `crate::sample::pmu`); [`Extra::NONE`] for the NMI clock.
 pub struct Extra<'a> {
+    /// The index of the sample's event (the counter that overflowed) in
+    /// the set [`events`] describes; 0 for the NMI clock.
+    pub event: u8,
     /// The period this sample stands for; 0 for the NMI clock, whose
     /// period is the time since its previous tick ([`clock_period`]).
     pub period: u64,
@@ -65,6 +68,7 @@ impl Extra<'_> {
     /// No PMU data (a constant, so the NMI clock's path passes it without
     /// building one).
     pub const NONE: Extra<'static> = Extra {
+        event: 0,
         period: 0,
         precise_ip: None,
         pebs_regs: None,
@@ -199,8 +203,43 @@ fn update_path() {
     );
 }
 pub(crate) static PEBS_LOST_TOTAL: AtomicU64 = AtomicU64::new(0);
-static HW_EVENT: HwEventCell = HwEventCell(UnsafeCell::new(None));
+static HW_EVENTS: HwEventCell = HwEventCell(UnsafeCell::new(heapless::Vec::new()));
 static HW_EVENT_SET: AtomicBool = AtomicBool::new(false);
+/// `PERF_SAMPLE_*` bits the PMU events added to the sample set (each
+/// event's description keeps only its own, [`events`]).
+static PMU_ADDED: AtomicU64 = AtomicU64::new(0);
+
+/// Most events sampled at once (one counter each): the wire's.
+pub const MAX_EVENTS: usize = sampler::wire::MAX_EVENTS;
+const _: () = assert!(MAX_EVENTS == kcore::cmdline::MAX_EVENTS && MAX_EVENTS.is_power_of_two());
+
+/// A per-event counter array.
+const fn per_event() -> [AtomicU64; MAX_EVENTS] {
+    [const { AtomicU64::new(0) }; MAX_EVENTS]
+}
+
+/// Ring losses of events 1.. (the NMI side counts them next to the ring's
+/// own count; the drain splits the ring's losses by them).
+pub(crate) static EVENT_RING_LOST: [AtomicU64; MAX_EVENTS] = per_event();
+/// Overflows of events 1.. suppressed while throttled, not yet sent in a
+/// Lost record (event 0's are [`THROTTLED_PENDING`]).
+pub(crate) static EVENT_THROTTLED_PENDING: [AtomicU64; MAX_EVENTS] = per_event();
+/// Per event of a set of several: the modes it excludes ([`EXCLUDE_USER`],
+/// [`EXCLUDE_KERNEL`]), checked on the PMU's path ([`pmu_overflow`]); a
+/// single event's are in [`EXCLUDE`], on the common path.
+static EVENT_EXCLUDE: [AtomicU32; MAX_EVENTS] = [const { AtomicU32::new(0) }; MAX_EVENTS];
+
+/// One PMU event of the sampled set: how perf describes it (kind, config,
+/// sampling, modes, precise, branch types) and the `PERF_SAMPLE_*` bits
+/// its PMU adds to the sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PmuEvent {
+    /// perf's description.
+    pub perf: EventConfig,
+    /// Bits the PMU adds (BRANCH_STACK with LBR; REGS_INTR, ADDR, WEIGHT,
+    /// DATA_SRC with PEBS).
+    pub sample_type: u64,
+}
 
 /// Timer ticks per second for throttling (perf's `HZ`); the tick is
 /// derived from the TSC in the NMI handler.
@@ -246,25 +285,56 @@ pub(crate) fn throttle() -> &'static (Throttle, EventThrottle) {
     unsafe { &*THROTTLE.0.get() }
 }
 
-/// The hardware event (kind, config, sampling, modes, precise, branch
-/// types), written once by [`configure_hw`] before sampling starts and only
-/// read afterwards.
-struct HwEventCell(UnsafeCell<Option<EventConfig>>);
+/// The PMU's events, written once by [`configure_hw`] / [`configure_sim`]
+/// before sampling starts and only read afterwards.
+struct HwEventCell(UnsafeCell<heapless::Vec<PmuEvent, MAX_EVENTS>>);
 // SAFETY: written once, before HW_EVENT_SET is published (Release); read
 // only after seeing it (Acquire), never written again.
 unsafe impl Sync for HwEventCell {}
 
-fn hw_event() -> Option<EventConfig> {
+fn hw_events() -> &'static [PmuEvent] {
     if !HW_EVENT_SET.load(Ordering::Acquire) {
-        return None;
+        return &[];
     }
     // SAFETY: see `HwEventCell`.
-    unsafe { *HW_EVENT.0.get() }
+    unsafe { &*HW_EVENTS.0.get() }
 }
 
-/// The event in force, rebuilt from atomics (Hello and the drain; the NMI
-/// path reads the atomics it needs directly).
+/// The events in force, in index order (Hello's, the samples' event
+/// index), each with its id (its index), rebuilt from atomics (Hello and
+/// the drain; the NMI path reads the atomics it needs directly). One
+/// event on the NMI clock and the default simulated PMU; one per counter
+/// on a PMU.
+pub fn events() -> heapless::Vec<EventConfig, MAX_EVENTS> {
+    let base = base_event();
+    let mut out = heapless::Vec::new();
+    let hw = hw_events();
+    if hw.is_empty() {
+        let _ = out.push(base);
+        return out;
+    }
+    let added = PMU_ADDED.load(Ordering::Relaxed);
+    for (i, h) in hw.iter().enumerate() {
+        let mut e = base;
+        e.count_as(&h.perf);
+        e.id = i as u32;
+        // The fields another event's PMU added are not this one's.
+        e.sample_type &= !(added & !h.sample_type);
+        if !e.has(st::REGS_INTR) {
+            e.regs_intr = 0;
+        }
+        let _ = out.push(e);
+    }
+    out
+}
+
+/// The first (often the only) event in force (see [`events`]).
 pub fn event() -> EventConfig {
+    events()[0]
+}
+
+/// The event without the PMU's descriptions.
+fn base_event() -> EventConfig {
     let mut e = EventConfig::cpu_clock(0, FREQ_HZ.load(Ordering::Relaxed));
     match PERIOD_ATTR.load(Ordering::Relaxed) {
         0 => {}
@@ -286,46 +356,103 @@ pub fn event() -> EventConfig {
         e.precise = 2;
         e.branch_sample_type = BRANCHES.load(Ordering::Relaxed);
     }
-    if let Some(h) = hw_event() {
-        e.count_as(&h);
-    }
     e
 }
 
-/// `pmu=auto` with a usable PMU: samples describe `ev` (its kind, config,
-/// sampling, modes, precise and branch types) and carry the fields in
-/// `sample_type` the PMU adds (BRANCH_STACK with LBR; REGS_INTR, and ADDR /
-/// WEIGHT / DATA_SRC for memory events, with PEBS). Once, before [`start`].
-pub fn configure_hw(ev: &EventConfig, sample_type: u64) {
-    if HW_EVENT_SET.load(Ordering::Acquire) {
+/// The modes `perf` excludes, as [`EXCLUDE_USER`] / [`EXCLUDE_KERNEL`] bits.
+fn exclude_bits(perf: &EventConfig) -> u32 {
+    let user = if perf.exclude_user { EXCLUDE_USER } else { 0 };
+    user | if perf.exclude_kernel {
+        EXCLUDE_KERNEL
+    } else {
+        0
+    }
+}
+
+/// Records the PMU's `events` (at most [`MAX_EVENTS`]; once): their
+/// descriptions, the fields they add to the sample, and the modes they
+/// exclude. Samples that skid across the privilege boundary a counter
+/// filters on are dropped (and counted), as perf drops them: a single
+/// event's on the common path, each event's of a set on the PMU's.
+fn set_pmu_events(events: &[PmuEvent]) {
+    if HW_EVENT_SET.load(Ordering::Acquire) || events.is_empty() {
         return;
     }
     // SAFETY: not yet published, and called once at boot before sampling
     // starts: nothing reads the cell yet.
-    unsafe { *HW_EVENT.0.get() = Some(*ev) };
+    let cell = unsafe { &mut *HW_EVENTS.0.get() };
+    let mut union = 0;
+    for (i, e) in events.iter().take(MAX_EVENTS).enumerate() {
+        let _ = cell.push(*e);
+        union |= e.sample_type;
+        let x = if events.len() > 1 {
+            exclude_bits(&e.perf)
+        } else {
+            0
+        };
+        EVENT_EXCLUDE[i].store(x, Ordering::Relaxed);
+    }
     HW_EVENT_SET.store(true, Ordering::Release);
-    set_clock_role(CLOCK_TICKS_ONLY);
-    // Samples that skid across the privilege boundary the counter filters
-    // on are dropped (and counted), as perf drops them.
-    let exclude = if ev.exclude_user { EXCLUDE_USER } else { 0 }
-        | if ev.exclude_kernel { EXCLUDE_KERNEL } else { 0 };
-    EXCLUDE.store(exclude, Ordering::Relaxed);
-    SAMPLE_TYPE.fetch_or(sample_type, Ordering::Relaxed);
-    if sample_type & st::REGS_INTR != 0 {
+    let single = if events.len() == 1 {
+        exclude_bits(&events[0].perf)
+    } else {
+        0
+    };
+    EXCLUDE.store(single, Ordering::Relaxed);
+    let before = SAMPLE_TYPE.fetch_or(union, Ordering::Relaxed);
+    PMU_ADDED.store(union & !before, Ordering::Relaxed);
+    if union & st::REGS_INTR != 0 {
         REGS_INTR.store(GPR_MASK, Ordering::Relaxed);
     }
     update_path();
 }
 
+/// `pmu=auto` with a usable PMU: samples of event `i` describe
+/// `events[i]` (its kind, config, sampling, modes, precise and branch
+/// types) and carry the fields its PMU adds (BRANCH_STACK with LBR;
+/// REGS_INTR, and ADDR / WEIGHT / DATA_SRC for memory events, with PEBS).
+/// Once, before [`start`].
+pub fn configure_hw(events: &[PmuEvent]) {
+    set_pmu_events(events);
+    set_clock_role(CLOCK_TICKS_ONLY);
+}
+
 /// `pmu=sim`: samples carry the PMU fields (BRANCH_STACK, ADDR, WEIGHT,
-/// DATA_SRC, REGS_INTR) of the simulated precise `mem-loads` event.
-pub fn configure_sim() {
-    let extra = st::REGS_INTR | st::BRANCH_STACK | st::ADDR | st::WEIGHT | st::DATA_SRC;
-    SAMPLE_TYPE.fetch_or(extra, Ordering::Relaxed);
+/// DATA_SRC, REGS_INTR) of the simulated precise `mem-loads` event; with
+/// `events` (`event=` under `pmu=sim`), those of each event, described
+/// as [`configure_hw`] does.
+pub fn configure_sim(events: &[PmuEvent]) {
+    if events.is_empty() {
+        let extra = st::REGS_INTR | st::BRANCH_STACK | st::ADDR | st::WEIGHT | st::DATA_SRC;
+        SAMPLE_TYPE.fetch_or(extra, Ordering::Relaxed);
+    }
     REGS_INTR.store(GPR_MASK, Ordering::Relaxed);
     SIMULATED.store(true, Ordering::Relaxed);
+    set_pmu_events(events);
     set_clock_role(CLOCK_DRIVES_SIM);
     update_path();
+}
+
+/// NMI context, on the PMU's path (never the NMI clock's): one overflow
+/// of event `x.event` of a set, unless that event excludes the mode the
+/// NMI interrupted (counted, as perf drops such skid); then as
+/// [`overflow`]. Out of line, so the per-counter work stays off the
+/// clock's path.
+#[inline(never)]
+pub fn pmu_overflow(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) -> bool {
+    let ex = EVENT_EXCLUDE[usize::from(x.event) & (MAX_EVENTS - 1)].load(Ordering::Relaxed);
+    if ex != 0 {
+        let mode = if ctx.mode == Mode::Kernel {
+            EXCLUDE_KERNEL
+        } else {
+            EXCLUDE_USER
+        };
+        if ex & mode != 0 {
+            NOT_SAMPLED.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+    }
+    overflow(ctx, entry_tsc, x)
 }
 
 /// Configures the event for `freq_hz` (the rate really programmed, in
@@ -389,6 +516,9 @@ pub fn configure_fields(
     if let Some(m) = iregs_mask {
         set(st::REGS_INTR, m != 0);
         REGS_INTR.store(m, Ordering::Relaxed);
+        // Asked for: every event's samples carry it, not only those whose
+        // PMU adds it (PEBS).
+        PMU_ADDED.fetch_and(!st::REGS_INTR, Ordering::Relaxed);
     }
     SAMPLE_TYPE.store(stype, Ordering::Relaxed);
     update_path();
@@ -732,7 +862,14 @@ pub fn overflow(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) -> bool {
     let (t, e) = throttle();
     let action = t.on_overflow(e);
     if action == OverflowAction::Suppressed {
-        THROTTLED_PENDING.fetch_add(1, Ordering::Relaxed);
+        // Event 0's pending count is the drain's first; the others' are
+        // by event (a constant 0 on the NMI clock's path).
+        if x.event == 0 {
+            THROTTLED_PENDING.fetch_add(1, Ordering::Relaxed);
+        } else {
+            EVENT_THROTTLED_PENDING[usize::from(x.event) & (MAX_EVENTS - 1)]
+                .fetch_add(1, Ordering::Relaxed);
+        }
         THROTTLED_TOTAL.fetch_add(1, Ordering::Relaxed);
         drop_clock_time(x, entry_tsc);
         return false;
@@ -768,28 +905,33 @@ fn new_tick(tsc: u64) {
 }
 
 /// NMI context: queues a Throttle (`on`) or Unthrottle record, in order
-/// with the samples. A record that finds the ring full is dropped and
-/// counted (it is not a sample, so it must not count as a lost one).
+/// with the samples, for every event of the set (the throttle stops and
+/// restarts the set's counters together, so each event is throttled). A
+/// record that finds the ring full is dropped and counted (it is not a
+/// sample, so it must not count as a lost one).
 #[inline(never)]
 fn push_transition(on: bool, tsc: u64) {
-    if RING.len() >= RING.capacity() {
-        THROTTLE_RECORDS_DROPPED.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    let ev = ThrottleEvent {
-        time: clock::tsc_to_ns(tsc),
-        cpu: 0,
-        event: 0,
-    };
-    let pushed = RING.push_with(|rec| {
-        *rec = if on {
-            NmiRecord::Throttle(ev)
-        } else {
-            NmiRecord::Unthrottle(ev)
+    let time = clock::tsc_to_ns(tsc);
+    for event in 0..hw_events().len().max(1) as u32 {
+        if RING.len() >= RING.capacity() {
+            THROTTLE_RECORDS_DROPPED.fetch_add(1, Ordering::Relaxed);
+            continue;
         }
-    });
-    if pushed {
-        THROTTLE_RECORDS.fetch_add(1, Ordering::Relaxed);
+        let ev = ThrottleEvent {
+            time,
+            cpu: 0,
+            event,
+        };
+        let pushed = RING.push_with(|rec| {
+            *rec = if on {
+                NmiRecord::Throttle(ev)
+            } else {
+                NmiRecord::Unthrottle(ev)
+            }
+        });
+        if pushed {
+            THROTTLE_RECORDS.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -832,6 +974,10 @@ pub fn push_sample(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) {
         |rec| fill_sample(rec.sample_mut(), ctx, entry_tsc, x, stype, saved_user),
     );
     if !pushed {
+        if x.event != 0 {
+            EVENT_RING_LOST[usize::from(x.event) & (MAX_EVENTS - 1)]
+                .fetch_add(1, Ordering::Relaxed);
+        }
         drop_clock_time(x, entry_tsc);
     }
 }
@@ -911,7 +1057,8 @@ fn fill_sample(
         r.pmu.mem = m;
         flags |= raw_flags::MEM;
     }
-    r.flags = flags;
+    // The event index (0, a constant, on the NMI clock's path).
+    r.flags = flags | u32::from(x.event) << sampler::capture::raw_flags::EVENT_SHIFT;
 }
 
 /// `uregs=return`: user registers of samples taken in the runtime come

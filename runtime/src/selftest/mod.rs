@@ -108,6 +108,7 @@ pub fn run(cfg: &Config, archive: Option<arch_x86::bootinfo::Module>, protocol: 
     r.check("nmi_clock_throttle", || nmi_clock_throttle(cfg));
     r.check("pmu_detection_and_fallback", pmu_detection_and_fallback);
     r.check("pmu_sim_pmi_round_trip", pmu_sim_pmi_round_trip);
+    r.check("pmu_sim_two_counters", pmu_sim_two_counters);
     r.check("pmu_startup_check_sim", pmu_startup_check_sim);
     r.check("pmu_hardware", pmu_hardware);
     r.check("nmi_in_user64_exact_regs", exact_regs_user64);

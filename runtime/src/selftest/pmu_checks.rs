@@ -141,7 +141,8 @@ pub(super) fn sample_hw(
 ) -> Result<(crate::sample::pmu::HwSetup, crate::sample::pmu::HwStats), crate::sample::pmu::HwError>
 {
     crate::sample::pmu::reset_hw_stats();
-    let setup = crate::sample::pmu::setup_hw(info, ev, mode, crate::sample::pmu::DEFAULT_BRANCHES)?;
+    let cfg = [arch_x86::pmu::EventConfig { event: ev, mode }];
+    let setup = crate::sample::pmu::setup_hw(info, &cfg, crate::sample::pmu::DEFAULT_BRANCHES)?;
     work();
     crate::sample::pmu::stop_hw();
     Ok((setup, crate::sample::pmu::hw_stats()))
@@ -356,6 +357,89 @@ pub(super) fn pmu_sim_pmi_round_trip() -> TestResult {
         ensure!(addr == 0x7FFF_0000 - 8 * PERIOD, "PEBS address {addr:#x}");
         ensure!(nbr > 0, "no LBR entries");
         ensure!(to == ip(PERIOD - 1), "newest branch ends at {to:#x}");
+        Ok(())
+    });
+    match out {
+        Some(r) => r,
+        None => fail!("check memory busy"),
+    }
+}
+
+/// Two counters at once on the simulated PMU, through the runtime's glue
+/// (`tick`, `service_pmi`): cycles:u on its fixed counter and precise
+/// mem-loads on a PEBS-capable GP counter, both overflowing in the same
+/// tick; each PMI hands one sample per overflowed counter to the
+/// sampler, tagged with its event index (the PEBS one with its record).
+pub(super) fn pmu_sim_two_counters() -> TestResult {
+    use crate::sample::pmu::{SIM_EVENT, SIM_INSTRUCTIONS_PER_TICK};
+    use arch_x86::pmu::sim::{SimCpu, SimRegs};
+    use arch_x86::pmu::{Event, EventConfig, EventKind, SampleMode};
+    const TICKS: u64 = 12;
+    let cycles = Event {
+        kernel: false,
+        ..Event::new(EventKind::Cycles)
+    };
+    // Two cycles an instruction: cycles overflow every tick, loads (one a
+    // tick) every third.
+    let cfgs = [
+        EventConfig {
+            event: cycles,
+            mode: SampleMode::Period(2 * SIM_INSTRUCTIONS_PER_TICK),
+        },
+        EventConfig {
+            event: SIM_EVENT,
+            mode: SampleMode::Period(3),
+        },
+    ];
+    let out = crate::sample::pmu::with_check_memory(|mem| -> TestResult {
+        let (mut st, _) = match crate::sample::pmu::build_sim_events(
+            SimCpu::sapphire_rapids(),
+            &cfgs,
+            crate::sample::pmu::DEFAULT_BRANCHES,
+            mem,
+        ) {
+            Ok(x) => x,
+            Err(e) => fail!("two events on the simulator: {e}"),
+        };
+        st.driver.start(&mut st.clock.sim);
+        let (mut per_event, mut pmis, mut both) = ([0u64; 2], 0, 0);
+        for t in 1..=TICKS {
+            let mut gprs = [0u64; 16];
+            gprs[7] = 0x7FFF_0000 - 8 * t;
+            let regs = SimRegs { flags: 0x202, gprs };
+            let mut seen = [0u32; 2];
+            let mut bad = None;
+            let lost =
+                crate::sample::pmu::tick(&mut st, mem, 0x40_1000 + t, true, regs, &mut |x| {
+                    let e = usize::from(x.event);
+                    match (e, x.precise_ip.is_some()) {
+                        (0, false) | (1, true) => seen[e] += 1,
+                        other => bad = Some(other),
+                    }
+                });
+            if let Some((e, precise)) = bad {
+                fail!("tick {t}: a sample of event {e} (precise: {precise})");
+            }
+            if let Some(l) = lost {
+                pmis += 1;
+                ensure!(l == 0, "{l} PEBS records lost");
+            }
+            both += u64::from(seen == [1, 1]);
+            per_event[0] += u64::from(seen[0]);
+            per_event[1] += u64::from(seen[1]);
+        }
+        ensure!(pmis == TICKS, "{pmis} PMIs in {TICKS} ticks");
+        ensure!(
+            per_event == [TICKS, TICKS / 3],
+            "samples per event {per_event:?}, expected [{TICKS}, {}]",
+            TICKS / 3
+        );
+        ensure!(both == TICKS / 3, "{both} PMIs with both counters");
+        kprintln!(
+            "selftest: simulated two counters: {} cycles:u + {} mem-loads:pp samples in {pmis} PMIs ({both} with both)",
+            per_event[0],
+            per_event[1]
+        );
         Ok(())
     });
     match out {

@@ -5,12 +5,12 @@
 
 use crate::sample::clock;
 use crate::sample::profile::{
-    DRAIN_BATCH, PEBS_LOST_TOTAL, RING, RING_SLOTS, THROTTLE_RECORDS, THROTTLED_PENDING,
-    THROTTLED_TOTAL, event, throttle,
+    DRAIN_BATCH, EVENT_RING_LOST, EVENT_THROTTLED_PENDING, PEBS_LOST_TOTAL, RING, RING_SLOTS,
+    THROTTLE_RECORDS, THROTTLED_PENDING, THROTTLED_TOTAL, events, throttle,
 };
 use crate::stream::wire;
 use core::sync::atomic::Ordering;
-use sampler::drain::drain_step;
+use sampler::drain::{DrainEvents, drain_step};
 use sampler::wire::{End, Lost, LostReason, Record};
 
 /// Outside NMI context: moves queued samples (and Lost records for ring
@@ -31,29 +31,38 @@ pub fn drain_up_to(max_steps: usize) -> usize {
         wire::send(&Record::Lost(Lost {
             time: clock::now_ns(),
             cpu: 0,
-            event: 0,
+            event: crate::sample::pmu::pebs_event(),
             count: pebs_lost,
             reason: LostReason::Pebs,
         }));
         written += 1;
     }
-    let throttled = THROTTLED_PENDING.swap(0, Ordering::Relaxed);
-    if throttled > 0 {
-        wire::send(&Record::Lost(Lost {
-            time: clock::now_ns(),
-            cpu: 0,
-            event: 0,
-            count: throttled,
-            reason: LostReason::Throttled,
-        }));
-        written += 1;
+    // Event 0's, then each other event's (its id is its index).
+    let others = EVENT_THROTTLED_PENDING.iter().enumerate().skip(1);
+    let pending = core::iter::once((0, &THROTTLED_PENDING)).chain(others);
+    for (event, counter) in pending {
+        let throttled = counter.swap(0, Ordering::Relaxed);
+        if throttled > 0 {
+            wire::send(&Record::Lost(Lost {
+                time: clock::now_ns(),
+                cpu: 0,
+                event: event as u32,
+                count: throttled,
+                reason: LostReason::Throttled,
+            }));
+            written += 1;
+        }
     }
-    let ev = event();
+    let evs = events();
+    let ev = DrainEvents {
+        configs: &evs,
+        ring_lost: &EVENT_RING_LOST,
+    };
     for _ in 0..max_steps {
         let step = wire::with_encoder(|enc, buf, write| {
             drain_step(
                 &RING,
-                &ev,
+                ev,
                 0,
                 clock::now_ns(),
                 enc,

@@ -149,7 +149,9 @@ pub fn send_hello(cmdline: &str, source: Source) {
         end -= 1;
     }
     let _ = h.cmdline.push_str(&cmdline[..end]);
-    let _ = h.events.push(profile::event());
+    for e in profile::events() {
+        let _ = h.events.push(e);
+    }
     let mut boot = [0u8; 8];
     clock::random_bytes(&mut boot);
     h.boot = u64::from_le_bytes(boot) | 1;

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::sample::nmi::NmiContext;
-use crate::sample::profile::{self, Extra};
+use crate::sample::profile::{self, Extra, MAX_EVENTS, PmuEvent};
 use arch_x86::cpuid::{LbrKind, PmuInfo, Vendor};
 use arch_x86::frame::TrapFrame;
 use arch_x86::pmu::driver::PmuDriver;
@@ -142,31 +142,93 @@ impl core::fmt::Display for HwError {
 pub struct HwSetup {
     /// The capabilities for Hello (source IntelPmu / AmdPmu).
     pub caps: PmuCaps,
-    /// The event sampled.
-    pub event: Event,
-    /// Its period or frequency.
-    pub mode: SampleMode,
+    /// The events sampled (`configs[..n]`), each with its period or
+    /// frequency, one counter each.
+    pub configs: [EventConfig; MAX_EVENTS],
+    /// How many events.
+    pub n: usize,
     /// PEBS records are decoded into samples.
     pub pebs: bool,
     /// Samples carry the LBR stack.
     pub lbr: bool,
-    /// The event as perf describes it (kind, config, sampling, modes,
-    /// precise, branch_sample_type); see `profile::configure_hw`.
-    pub perf: sev::EventConfig,
-    /// `PERF_SAMPLE_*` bits the PMU adds to the sample.
-    pub sample_type: u64,
+    /// The events as perf describes them, with the `PERF_SAMPLE_*` bits
+    /// the PMU adds to each one's samples (`perf[..n]`); see
+    /// `profile::configure_hw`.
+    pub perf: [PmuEvent; MAX_EVENTS],
 }
 
-/// Programs the real PMU to sample `ev` with `mode` (with LBR branch stacks
-/// of the classes in `branches` (perf's `branch_sample_type`) when the CPU has LBR, PEBS when the event is precise)
-/// and starts it; its PMIs are then the NMIs. Outside NMI context, after
-/// the start-up check.
-pub fn setup_hw(
-    info: &PmuInfo,
-    ev: Event,
-    mode: SampleMode,
+impl HwSetup {
+    /// The events programmed, in index order.
+    pub fn configs(&self) -> &[EventConfig] {
+        &self.configs[..self.n]
+    }
+
+    /// perf's descriptions of the events, in index order.
+    pub fn perf_events(&self) -> &[PmuEvent] {
+        &self.perf[..self.n]
+    }
+}
+
+/// An unused entry of [`HwSetup::perf`].
+pub(super) const NO_PMU_EVENT: PmuEvent = PmuEvent {
+    perf: sev::EventConfig::cpu_clock(0, 1),
+    sample_type: 0,
+};
+
+/// An unused entry of [`HwSetup::configs`].
+pub(super) const NO_CONFIG: EventConfig = EventConfig {
+    event: DEFAULT_EVENT,
+    mode: SampleMode::Period(1),
+};
+
+/// The PEBS records' memory kind of `ev` on `vendor`.
+pub(super) fn mem_kind(ev: &Event, vendor: Vendor) -> MemKind {
+    match events::encode(ev.kind, vendor).map(|e| e.mem) {
+        Some(MemEvent::Load) => MemKind::Load,
+        Some(MemEvent::Store) => MemKind::Store,
+        _ => MemKind::None,
+    }
+}
+
+/// perf's descriptions of `cfgs` on `vendor` (see [`HwSetup::perf`]): PEBS
+/// where [`uses_pebs`], branch stacks of the classes in `branches` with
+/// `lbr`.
+pub(super) fn describe(
+    cfgs: &[EventConfig],
+    vendor: Vendor,
+    lbr: bool,
     branches: u64,
-) -> Result<HwSetup, HwError> {
+) -> [PmuEvent; MAX_EVENTS] {
+    let mut perf = [NO_PMU_EVENT; MAX_EVENTS];
+    for (p, c) in perf.iter_mut().zip(cfgs) {
+        let pebs = uses_pebs(&c.event, vendor);
+        let (mut e, sample_type) = perf_event(
+            &c.event,
+            c.mode,
+            vendor,
+            pebs,
+            mem_kind(&c.event, vendor),
+            lbr,
+        );
+        if lbr {
+            e.branch_sample_type = branches;
+        }
+        *p = PmuEvent {
+            perf: e,
+            sample_type,
+        };
+    }
+    perf
+}
+
+/// Programs the real PMU to sample the events of `cfgs`, one counter each
+/// with its own period or frequency (with LBR branch stacks of the classes
+/// in `branches` (perf's `branch_sample_type`) when the CPU has LBR, PEBS
+/// for the precise events), and starts it; its PMIs are then the NMIs,
+/// each overflowed counter a sample of its event. A set the counters
+/// cannot hold is refused (`PmuError::NoCounter` names the event).
+/// Outside NMI context, after the start-up check.
+pub fn setup_hw(info: &PmuInfo, cfgs: &[EventConfig], branches: u64) -> Result<HwSetup, HwError> {
     if HW_STATE.load(Ordering::Acquire) != HW_OFF || sim_active() {
         return Err(HwError::Busy);
     }
@@ -176,7 +238,11 @@ pub fn setup_hw(
     let mut hw = cpu_pmu().ok_or(HwError::ApicOff)?;
     hw.software_enable();
     let mut driver = PmuDriver::new(info).map_err(HwError::Pmu)?;
-    let pebs = uses_pebs(&ev, info.vendor);
+    if cfgs.is_empty() || cfgs.len() > MAX_EVENTS {
+        return Err(HwError::Pmu(PmuError::NoCounter { event: MAX_EVENTS }));
+    }
+    let pebs_index = cfgs.iter().position(|c| uses_pebs(&c.event, info.vendor));
+    let pebs = pebs_index.is_some();
     let mut opts = IntelOptions {
         lbr: (info.lbr != LbrKind::None).then(|| lbr_config(branches)),
         ..Default::default()
@@ -187,18 +253,14 @@ pub fn setup_hw(
     let buf = unsafe { &mut *PEBS_BUF.0.get() };
     buf.fill(0);
     let mut mem = DsMemory::new(&AREA, buf);
-    let cfg = [EventConfig { event: ev, mode }];
-    let mut r = driver.configure(&mut hw, pebs.then_some(&mut mem), &cfg, &opts);
+    let mut r = driver.configure(&mut hw, pebs.then_some(&mut mem), cfgs, &opts);
     if r == Err(PmuError::LbrUnavailable) {
         opts.lbr = None;
-        r = driver.configure(&mut hw, pebs.then_some(&mut mem), &cfg, &opts);
+        r = driver.configure(&mut hw, pebs.then_some(&mut mem), cfgs, &opts);
     }
     r.map_err(HwError::Pmu)?;
-    let mem_kind = match events::encode(ev.kind, info.vendor).map(|e| e.mem) {
-        Some(MemEvent::Load) => MemKind::Load,
-        Some(MemEvent::Store) => MemKind::Store,
-        _ => MemKind::None,
-    };
+    // PEBS records decode as the first precise event's.
+    let mem_kind = pebs_index.map_or(MemKind::None, |i| mem_kind(&cfgs[i].event, info.vendor));
     let dec = Decoding {
         pebs: match (pebs, info.pebs_format) {
             (true, Some(f)) => Some(DecodeConfig {
@@ -220,10 +282,10 @@ pub fn setup_hw(
     } else {
         EventSource::IntelPmu
     };
-    let (mut perf, sample_type) = perf_event(&ev, mode, info.vendor, pebs, mem_kind, lbr);
-    if lbr {
-        perf.branch_sample_type = branches;
-    }
+    let perf = describe(cfgs, info.vendor, lbr, branches);
+    let mut configs = [NO_CONFIG; MAX_EVENTS];
+    configs[..cfgs.len()].copy_from_slice(cfgs);
+    set_pebs_event(pebs_index.unwrap_or(0));
     // SAFETY: HW_STATE is off: nothing else refers to the cell.
     let st = unsafe { &mut *HW.0.get() }.insert(HwState {
         driver,
@@ -238,12 +300,11 @@ pub fn setup_hw(
     HW_STATE.store(HW_ON, Ordering::Release);
     Ok(HwSetup {
         caps: caps_of(info, source),
-        event: ev,
-        mode,
+        configs,
+        n: cfgs.len(),
         pebs,
         lbr,
         perf,
-        sample_type,
     })
 }
 
@@ -312,7 +373,7 @@ pub(super) fn on_pmu_nmi(
     };
     let mut emit = |x: &Extra<'_>| {
         if sampling {
-            profile::overflow(cap, entry_tsc, x);
+            profile::pmu_overflow(cap, entry_tsc, x);
         }
     };
     let s = if st.pebs {

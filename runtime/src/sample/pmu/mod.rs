@@ -34,12 +34,13 @@ use crate::sample::profile::{self};
 use arch_x86::cpuid::{PmuInfo, Vendor};
 use arch_x86::pmu::driver::CheckReport;
 use arch_x86::pmu::ds::DsArea;
+use arch_x86::pmu::events::EventSampling;
 use arch_x86::pmu::selftest::Verdict;
 use arch_x86::pmu::sim::SimCpu;
-use arch_x86::pmu::{Event, PmuError, SampleMode};
+use arch_x86::pmu::{Event, EventConfig, PmuError, SampleMode};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU64, Ordering};
-use sampler::event::PmuCaps;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use kcore::cmdline::EventList;
 
 pub mod check;
 pub mod hw;
@@ -73,6 +74,20 @@ pub(super) static AREA: DsArea = DsArea::new();
 
 pub(super) static PEBS_LOST: AtomicU64 = AtomicU64::new(0);
 
+/// The index of the event PEBS losses are counted against: the first
+/// precise event of the set.
+static PEBS_EVENT: AtomicU32 = AtomicU32::new(0);
+
+pub(super) fn set_pebs_event(i: usize) {
+    PEBS_EVENT.store(i as u32, Ordering::Relaxed);
+}
+
+/// The event (index, which is its id) whose samples PEBS losses are: the
+/// first precise event of the set.
+pub fn pebs_event() -> u32 {
+    PEBS_EVENT.load(Ordering::Relaxed)
+}
+
 /// PEBS samples lost since the last call (collisions, unusable records).
 pub fn take_pebs_lost() -> u64 {
     PEBS_LOST.swap(0, Ordering::Relaxed)
@@ -102,8 +117,9 @@ pub fn unthrottle() {
 #[derive(Clone, Copy, Debug)]
 #[allow(clippy::large_enum_variant)]
 pub enum Boot {
-    /// `pmu=sim`: the simulated PMU, or why it could not be set up.
-    Sim(Result<PmuCaps, PmuError>),
+    /// `pmu=sim`: the simulated PMU (its events: none for the default
+    /// precise mem-loads), or why it could not be set up.
+    Sim(Result<HwSetup, PmuError>),
     /// `pmu=off`.
     Off,
     /// `pmu=auto` without a PMU (CPUID): why.
@@ -123,7 +139,8 @@ pub enum Boot {
         report: CheckReport,
         /// What is sampled.
         setup: HwSetup,
-        /// The `event=` value refused by the driver, and why (then cycles).
+        /// The `event=` set refused by the driver: the event that did not
+        /// fit, and why (then cycles).
         refused: Option<(Event, HwError)>,
     },
 }
@@ -132,7 +149,7 @@ impl Boot {
     /// The overflow source for Hello and the profile.
     pub fn source(&self) -> profile::Source {
         match self {
-            Boot::Sim(Ok(caps)) => profile::Source::Simulated(*caps),
+            Boot::Sim(Ok(s)) => profile::Source::Simulated(s.caps),
             Boot::Hardware { setup, .. } => profile::Source::Pmu(setup.caps),
             _ => profile::Source::NmiClock,
         }
@@ -145,17 +162,31 @@ impl Boot {
     }
 }
 
+/// The event of `set` a refusal `e` names (the first when it names none).
+fn refused_event(set: &[Event], e: HwError) -> Event {
+    let i = match e {
+        HwError::Pmu(
+            PmuError::NoCounter { event }
+            | PmuError::EventUnavailable { event }
+            | PmuError::BadPeriod { event },
+        ) => event,
+        _ => 0,
+    };
+    set.get(i).or(set.first()).copied().unwrap_or(DEFAULT_EVENT)
+}
+
 /// Decides the overflow source for `cfg.pmu` (after the IDT is loaded,
 /// before the NMI clock starts): `pmu=auto` with a PMU runs the start-up
-/// check and, when it passes, starts sampling `cfg.event` (cycles when
-/// `None` or refused) at `cfg.freq_hz` or every `cfg.period` events, its
-/// LBR filtered by `cfg.branch`.
+/// check and, when it passes, starts sampling `cfg.events` (one counter
+/// each; cycles when there are none or the set is refused) at
+/// `cfg.freq_hz` or every `cfg.period` events, its LBR filtered by
+/// `cfg.branch`.
 pub fn boot(cfg: &kcore::cmdline::Config, info: &PmuInfo, tsc_hz: u64, sim: SimCpu) -> Boot {
     use kcore::cmdline::PmuMode;
     let branches = cfg.branch.unwrap_or(DEFAULT_BRANCHES);
     match cfg.pmu {
         PmuMode::Sim => {
-            return Boot::Sim(setup_sim(sim, cfg.period.unwrap_or(SIM_PERIOD), branches));
+            return Boot::Sim(setup_sim(sim, &cfg.events, cfg.period, branches));
         }
         PmuMode::Off => return Boot::Off,
         PmuMode::Auto => {}
@@ -170,18 +201,31 @@ pub fn boot(cfg: &kcore::cmdline::Config, info: &PmuInfo, tsc_hz: u64, sim: SimC
     if report.verdict != Verdict::Usable {
         return Boot::CheckFailed(report);
     }
-    let start = |ev: Event| {
-        let mode = match cfg.period {
-            Some(p) => SampleMode::Period(p),
-            None => sample_mode(&ev, uses_pebs(&ev, info.vendor), tsc_hz, cfg.freq_hz),
-        };
-        setup_hw(info, ev, mode, branches)
+    // Each event's own `/period=N/` or `/freq=N/`, else `period=`, else
+    // `freq=`.
+    let start = |evs: &EventList| {
+        let mut cfgs = [NO_CONFIG; profile::MAX_EVENTS];
+        for (i, (c, ev)) in cfgs.iter_mut().zip(evs.as_slice()).enumerate() {
+            let pebs = uses_pebs(ev, info.vendor);
+            let mode = match (evs.sampling(i), cfg.period) {
+                (Some(EventSampling::Period(p)), _) | (None, Some(p)) => SampleMode::Period(p),
+                (Some(EventSampling::Freq(hz)), _) => sample_mode(ev, pebs, tsc_hz, hz),
+                (None, None) => sample_mode(ev, pebs, tsc_hz, cfg.freq_hz),
+            };
+            *c = EventConfig { event: *ev, mode };
+        }
+        setup_hw(info, &cfgs[..evs.as_slice().len()], branches)
     };
-    let wanted = cfg.event.unwrap_or(DEFAULT_EVENT);
+    let default = EventList::of(&[DEFAULT_EVENT]);
+    let wanted = if cfg.events.is_empty() {
+        &default
+    } else {
+        &cfg.events
+    };
     let (setup, refused) = match start(wanted) {
         Ok(s) => (s, None),
-        Err(e) if wanted != DEFAULT_EVENT => match start(DEFAULT_EVENT) {
-            Ok(s) => (s, Some((wanted, e))),
+        Err(e) if *wanted != default => match start(&default) {
+            Ok(s) => (s, Some((refused_event(wanted.as_slice(), e), e))),
             Err(e2) => return Boot::SetupFailed(report, e2),
         },
         Err(e) => return Boot::SetupFailed(report, e),
@@ -202,8 +246,38 @@ pub(super) fn vendor_name(v: Vendor) -> &'static str {
     }
 }
 
+/// The events of `s` with their periods or frequencies, for the boot log:
+/// `cycles (frequency mode, Hz 1000), instructions:u (period 100000)`.
+struct EventsNote<'a>(&'a HwSetup);
+
+impl core::fmt::Display for EventsNote<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for (i, c) in self.0.configs().iter().enumerate() {
+            let (how, n) = match c.mode {
+                SampleMode::Period(p) => ("period", p),
+                SampleMode::Frequency { hz, .. } => ("frequency mode, Hz", u64::from(hz)),
+            };
+            let sep = if i > 0 { ", " } else { "" };
+            write!(f, "{sep}{} ({how} {n})", c.event)?;
+        }
+        Ok(())
+    }
+}
+
+/// `event=`'s list, comma-separated.
+struct ListNote<'a>(&'a [Event]);
+
+impl core::fmt::Display for ListNote<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            write!(f, "{}{e}", if i > 0 { "," } else { "" })?;
+        }
+        Ok(())
+    }
+}
+
 /// Prints what [`boot`] decided: which overflow source is in use and why.
-pub fn report_boot(b: &Boot, event: Option<Event>) {
+pub fn report_boot(b: &Boot, events: &EventList) {
     let check = |r: &CheckReport| {
         crate::kprintln!(
             "perch: PMU start-up check: {} instructions counted over a workload of {}; overflow phase at period {}: {} PMIs (expected about {})",
@@ -215,14 +289,24 @@ pub fn report_boot(b: &Boot, event: Option<Event>) {
         );
     };
     match b {
-        Boot::Sim(Ok(caps)) => crate::kprintln!(
+        Boot::Sim(Ok(s)) if s.n > 0 => crate::kprintln!(
+            "perch: pmu=sim: SIMULATED PMU (v{}, {} GP + {} fixed counters, PEBS format {:?}, LBR format {:?} x {}); events {}, driven by the NMI clock",
+            s.caps.version,
+            s.caps.gp_counters,
+            s.caps.fixed_counters,
+            s.caps.pebs_format,
+            s.caps.lbr_format,
+            s.caps.lbr_depth,
+            EventsNote(s)
+        ),
+        Boot::Sim(Ok(s)) => crate::kprintln!(
             "perch: pmu=sim: SIMULATED PMU (v{}, {} GP + {} fixed counters, PEBS format {:?}, LBR format {:?} x {}); precise mem-loads period {}, driven by the NMI clock",
-            caps.version,
-            caps.gp_counters,
-            caps.fixed_counters,
-            caps.pebs_format,
-            caps.lbr_format,
-            caps.lbr_depth,
+            s.caps.version,
+            s.caps.gp_counters,
+            s.caps.fixed_counters,
+            s.caps.pebs_format,
+            s.caps.lbr_format,
+            s.caps.lbr_depth,
             sim_period()
         ),
         Boot::Sim(Err(e)) => crate::kprintln!(
@@ -260,22 +344,23 @@ pub fn report_boot(b: &Boot, event: Option<Event>) {
         } => {
             check(report);
             if let Some((ev, e)) = refused {
-                crate::kprintln!("perch: event={} refused: {e}; sampling cycles instead", ev);
+                if events.as_slice().len() > 1 {
+                    crate::kprintln!(
+                        "perch: event={} refused ({ev}: {e}); sampling cycles instead",
+                        ListNote(events.as_slice())
+                    );
+                } else {
+                    crate::kprintln!("perch: event={} refused: {e}; sampling cycles instead", ev);
+                }
             }
-            let (how, n) = match setup.mode {
-                SampleMode::Period(p) => ("period", p),
-                SampleMode::Frequency { hz, .. } => ("frequency mode, Hz", u64::from(hz)),
-            };
             crate::kprintln!(
-                "perch: overflow source: {} PMU (v{}, {} GP x {} bits + {} fixed counters); event {} ({} {}); PEBS {}; LBR {}; the NMI clock is not started",
+                "perch: overflow source: {} PMU (v{}, {} GP x {} bits + {} fixed counters); event {}; PEBS {}; LBR {}; the NMI clock is not started",
                 vendor_name(info.vendor),
                 info.version,
                 info.gp_counters,
                 info.gp_width,
                 info.fixed_counters(),
-                setup.event,
-                how,
-                n,
+                EventsNote(setup),
                 match (setup.pebs, info.pebs_format) {
                     (true, Some(f)) => FmtOpt::Format(f),
                     (false, Some(_)) => FmtOpt::Unused,
@@ -289,12 +374,11 @@ pub fn report_boot(b: &Boot, event: Option<Event>) {
             );
         }
     }
-    if let Some(ev) = event
-        && !b.hardware()
-    {
+    let simulated = matches!(b, Boot::Sim(Ok(_)));
+    if !events.is_empty() && !b.hardware() && !simulated {
         crate::kprintln!(
             "perch: event={} ignored: the hardware PMU is not the overflow source",
-            ev
+            ListNote(events.as_slice())
         );
     }
 }

@@ -96,6 +96,7 @@ pub fn service_pmi<H: PmuHw>(
                 out.pebs_decoded += 1;
                 count_sample(&mut out, branches.as_ref());
                 emit(&Extra {
+                    event: ov.event as u8,
                     period: ov.period,
                     precise_ip: Some(r.ip),
                     pebs_regs: regs.as_ref(),
@@ -107,6 +108,7 @@ pub fn service_pmi<H: PmuHw>(
             None => {
                 count_sample(&mut out, branches.as_ref());
                 emit(&Extra {
+                    event: ov.event as u8,
                     period: ov.period,
                     precise_ip: None,
                     pebs_regs: None,

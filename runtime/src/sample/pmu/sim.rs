@@ -15,7 +15,7 @@ use arch_x86::pmu::sim::{SimClock, SimCpu, SimPmu, SimRegs};
 use arch_x86::pmu::{Event, EventConfig, EventKind, PmuError, SampleMode};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use sampler::event::{EventSource, PmuCaps};
+use sampler::event::EventSource;
 use sampler::lbr::LbrFormat;
 use sampler::pebs::{DecodeConfig, MemKind};
 
@@ -78,6 +78,24 @@ impl Cpuid for SimCpuid {
     }
 }
 
+/// The simulated precise `mem-loads` (`pmu=sim` without `event=`).
+pub const SIM_EVENT: Event = Event {
+    precise: 2,
+    ..Event::new(EventKind::MemLoads)
+};
+
+/// The period of `ev` under `pmu=sim` without `period=`: what it counts in
+/// one tick ([`SimClock`]: [`SIM_INSTRUCTIONS_PER_TICK`] instructions at
+/// two cycles each, one branch, one load), so every counter overflows
+/// about once a tick and each sample's period is what it stands for.
+pub fn sim_default_period(ev: &Event) -> u64 {
+    match ev.kind {
+        EventKind::Cycles | EventKind::RefCycles => 2 * SIM_INSTRUCTIONS_PER_TICK,
+        EventKind::Instructions => SIM_INSTRUCTIONS_PER_TICK,
+        _ => SIM_PERIOD,
+    }
+}
+
 /// Builds a simulated PMU of `cpu` with the real driver programmed for
 /// precise `mem-loads` at `period` with LBR (frozen on PMI) of the classes
 /// in `branches` (perf's `branch_sample_type`), its PEBS records going to
@@ -88,21 +106,37 @@ pub fn build_sim(
     branches: u64,
     mem: &mut DsMemory<'_>,
 ) -> Result<(SimState, PmuInfo), PmuError> {
+    let events = [EventConfig {
+        event: SIM_EVENT,
+        mode: SampleMode::Period(period),
+    }];
+    build_sim_events(cpu, &events, branches, mem)
+}
+
+/// Builds a simulated PMU of `cpu` with the real driver programmed for
+/// `events` (one counter each, as on a real PMU: the driver's counter
+/// constraints apply) with LBR (frozen on PMI) of the classes in
+/// `branches`, PEBS records going to `mem`.
+pub fn build_sim_events(
+    cpu: SimCpu,
+    events: &[EventConfig],
+    branches: u64,
+    mem: &mut DsMemory<'_>,
+) -> Result<(SimState, PmuInfo), PmuError> {
     let mut clock = SimClock::new(cpu, SIM_INSTRUCTIONS_PER_TICK);
     let info = cpuid::detect(&SimCpuid(cpu), &mut clock.sim);
     let mut driver = PmuDriver::new(&info)?;
-    let events = [EventConfig {
-        event: Event {
-            precise: 2,
-            ..Event::new(EventKind::MemLoads)
-        },
-        mode: SampleMode::Period(period),
-    }];
     let opts = IntelOptions {
         lbr: Some(lbr_config(branches)),
         ..Default::default()
     };
-    driver.configure(&mut clock.sim, Some(mem), &events, &opts)?;
+    driver.configure(&mut clock.sim, Some(mem), events, &opts)?;
+    let mem_kind = events
+        .iter()
+        .find(|c| uses_pebs(&c.event, info.vendor))
+        .map_or(MemKind::Load, |c| {
+            super::hw::mem_kind(&c.event, info.vendor)
+        });
     let format =
         arch_x86::pmu::perf::pebs_format(info.pebs_format.ok_or(PmuError::PebsUnavailable)?);
     let lbr =
@@ -112,7 +146,7 @@ pub fn build_sim(
         driver,
         decode: DecodeConfig {
             format,
-            mem: MemKind::Load,
+            mem: mem_kind,
             split_latency: matches!(
                 cpu,
                 SimCpu::Intel {
@@ -129,21 +163,69 @@ pub fn build_sim(
 }
 
 /// `pmu=sim`: sets up the simulated PMU and the real driver on it, and
-/// starts it, sampling every `period`-th load, its LBR recording the
-/// classes in `branches`. Call once at boot, before the NMI clock starts.
-/// Returns the capabilities for Hello (marked [`EventSource::Simulated`]).
-pub fn setup_sim(cpu: SimCpu, period: u64, branches: u64) -> Result<PmuCaps, PmuError> {
+/// starts it, its LBR recording the classes in `branches`: without
+/// `list`'s events, sampling every `period`-th load (precise mem-loads;
+/// every load by default); with them, each event on its own counter every
+/// `period` events (its own `/period=N/` first; by default
+/// [`sim_default_period`]; the simulator runs on simulated time, so it has
+/// no frequency mode and a `/freq=N/` term is ignored: the host refuses
+/// it). Call once at boot, before
+/// the NMI clock starts. Returns what was programmed, with the
+/// capabilities for Hello (marked [`EventSource::Simulated`]); no events
+/// for the default mem-loads.
+pub fn setup_sim(
+    cpu: SimCpu,
+    list: &kcore::cmdline::EventList,
+    period: Option<u64>,
+    branches: u64,
+) -> Result<HwSetup, PmuError> {
+    let events = list.as_slice();
     // SAFETY: boot context, SIM_ON is still false and the NMI clock has not
     // started, so nothing else refers to the buffer or the state.
     let buf = unsafe { &mut *PEBS_BUF.0.get() };
     let mut mem = DsMemory::new(&AREA, buf);
-    let (mut state, info) = build_sim(cpu, period, branches, &mut mem)?;
-    PERIOD_IN_USE.store(period, Ordering::Relaxed);
+    let mut cfgs = [super::hw::NO_CONFIG; crate::sample::profile::MAX_EVENTS];
+    let n = events.len().min(cfgs.len());
+    for (i, (c, ev)) in cfgs.iter_mut().zip(events).enumerate() {
+        // An event's own `/period=N/`, else `period=`, else a tick's worth.
+        let own = match list.sampling(i) {
+            Some(arch_x86::pmu::events::EventSampling::Period(p)) => Some(p),
+            _ => None,
+        };
+        *c = EventConfig {
+            event: *ev,
+            mode: SampleMode::Period(own.or(period).unwrap_or_else(|| sim_default_period(ev))),
+        };
+    }
+    let (mut state, info) = if n == 0 {
+        build_sim(cpu, period.unwrap_or(SIM_PERIOD), branches, &mut mem)?
+    } else {
+        build_sim_events(cpu, &cfgs[..n], branches, &mut mem)?
+    };
+    let mut perf = super::hw::describe(&cfgs[..n], info.vendor, true, branches);
+    for (p, c) in perf.iter_mut().zip(&cfgs[..n]) {
+        // The load-latency event the driver programs.
+        if c.event.kind == EventKind::MemLoads {
+            p.perf.config = SIM_RAW_CONFIG;
+        }
+    }
+    let pebs_index = cfgs[..n]
+        .iter()
+        .position(|c| uses_pebs(&c.event, info.vendor));
+    set_pebs_event(pebs_index.unwrap_or(0));
+    PERIOD_IN_USE.store(period.unwrap_or(SIM_PERIOD), Ordering::Relaxed);
     state.driver.start(&mut state.clock.sim);
     // SAFETY: as above.
     unsafe { *SIM.0.get() = Some(state) };
     SIM_ON.store(true, Ordering::Release);
-    Ok(caps_of(&info, EventSource::Simulated))
+    Ok(HwSetup {
+        caps: caps_of(&info, EventSource::Simulated),
+        configs: cfgs,
+        n,
+        pebs: n == 0 || pebs_index.is_some(),
+        lbr: true,
+        perf,
+    })
 }
 
 /// True once `pmu=sim` is set up: NMI-clock ticks drive the simulator.
@@ -219,7 +301,7 @@ pub fn on_tick(frame: &TrapFrame, entry_tsc: u64) {
         user,
         sim_regs(cap),
         &mut |x| {
-            profile::overflow(cap, entry_tsc, x);
+            profile::pmu_overflow(cap, entry_tsc, x);
         },
     );
     if profile::throttled() {
