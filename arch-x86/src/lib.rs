@@ -19,3 +19,4 @@ pub mod pmu;
 pub mod rtc;
 pub mod single_core_cs;
 pub mod uart;
+pub mod virtio;

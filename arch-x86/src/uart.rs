@@ -93,3 +93,25 @@ impl core::fmt::Write for Uart16550 {
         Ok(())
     }
 }
+
+/// Bytes the transmitter takes at once when its line-status register says
+/// it is empty (the 16550's FIFO).
+pub const TX_FIFO: usize = 16;
+
+impl Uart16550 {
+    /// Writes as many of `bytes` as the transmitter takes now (up to its
+    /// FIFO when it is empty, none while it is still sending); returns
+    /// how many. Never waits.
+    pub fn try_write(&self, bytes: &[u8]) -> usize {
+        // SAFETY: as in `init`.
+        if unsafe { inb(self.base + 5) } & 0x20 == 0 {
+            return 0;
+        }
+        let n = bytes.len().min(TX_FIFO);
+        for &b in &bytes[..n] {
+            // SAFETY: as in `init`.
+            unsafe { outb(self.base, b) };
+        }
+        n
+    }
+}

@@ -1,7 +1,13 @@
 //! Running the appliance under QEMU: PVH boot with `-kernel`, the wire
-//! stream on COM1 through a unix-socket chardev that waits for perch (so no
-//! byte is lost before the reader attaches), stdin closed, a hard timeout,
-//! and a guard that kills QEMU if perch stops first.
+//! stream on a unix-socket chardev that waits for perch (so no byte is lost
+//! before the reader attaches), stdin closed, a hard timeout, and a guard
+//! that kills QEMU if perch stops first.
+//!
+//! The socket is a virtio console's (`virtio-serial-pci` + `virtconsole`,
+//! the default: QEMU writes a page per host write) or COM1's
+//! (`--transport uart`: one host write per byte, as a real 16550 sends).
+//! With virtio, COM1 goes to a file ([`Qemu::com1_text`]): the runtime's
+//! text before the stream moved to the console, and a crash's last words.
 
 use std::io::Read;
 use std::os::unix::net::UnixStream;
@@ -11,6 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::HostError;
+pub use crate::record_opts::Transport;
 
 /// isa-debug-exit status for a normal end of run.
 pub const EXIT_PASS: i32 = 33;
@@ -37,11 +44,14 @@ pub struct QemuConfig {
     pub memory: String,
     /// Extra QEMU arguments (`--qemu-arg`), last.
     pub extra: Vec<String>,
+    /// The device the socket is attached to.
+    pub transport: Transport,
 }
 
 impl QemuConfig {
-    /// The full argument list, with the wire chardev at `socket`.
-    pub fn args(&self, socket: &Path) -> Vec<String> {
+    /// The full argument list, with the wire chardev at `socket` (and,
+    /// with virtio, COM1 written to `com1`).
+    pub fn args(&self, socket: &Path, com1: &Path) -> Vec<String> {
         let mut a: Vec<String> = [
             "-nodefaults",
             "-no-reboot",
@@ -62,8 +72,25 @@ impl QemuConfig {
             "socket,id=wire,path={},server=on,wait=on",
             socket.display()
         ));
-        a.push("-serial".into());
-        a.push("chardev:wire".into());
+        match self.transport {
+            Transport::Virtio => {
+                a.extend(
+                    [
+                        "-device",
+                        "virtio-serial-pci,id=perch-vser",
+                        "-device",
+                        "virtconsole,chardev=wire,bus=perch-vser.0",
+                        "-serial",
+                    ]
+                    .map(String::from),
+                );
+                a.push(format!("file:{}", com1.display()));
+            }
+            Transport::Uart => {
+                a.push("-serial".into());
+                a.push("chardev:wire".into());
+            }
+        }
         a.push("-kernel".into());
         a.push(self.image.display().to_string());
         a.push("-append".into());
@@ -125,8 +152,9 @@ impl Qemu {
             .tempdir()
             .map_err(|e| HostError::io("creating a socket directory", e))?;
         let socket = dir.path().join("wire.sock");
+        let com1 = dir.path().join("com1.txt");
         let mut child = Command::new(&cfg.qemu)
-            .args(cfg.args(&socket))
+            .args(cfg.args(&socket, &com1))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -164,6 +192,15 @@ impl Qemu {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// What the runtime wrote on COM1 as text while the stream was on the
+    /// virtio console (its early boot, a crash's last words); empty with
+    /// `--transport uart`.
+    pub fn com1_text(&self) -> String {
+        std::fs::read(self._dir.path().join("com1.txt"))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
     }
 
     /// QEMU's stderr so far (after it exited).

@@ -50,6 +50,12 @@ pub fn drain_up_to(max_steps: usize) -> usize {
     }
     let ev = event();
     for _ in 0..max_steps {
+        // A full flight-recorder buffer leaves the samples in the ring
+        // (whose overflow is counted) rather than dropping encoded frames.
+        if !wire::room_for_batch(DRAIN_BATCH) {
+            wire::pump();
+            break;
+        }
         let step = wire::with_encoder(|enc, buf, write| {
             drain_step(
                 &RING,
