@@ -890,6 +890,9 @@ fn run<'w>(
     if let (Some(b), Some(p)) = (pprof, pprof_pending) {
         write_pprof(b, p)?;
     }
+    if let Some(h) = &pump.stats.hello {
+        say!("perch: transport: {}", h.transport);
+    }
     if let Some(e) = &summary.end {
         say!(
             "perch: target counters: taken {} = delivered {} + lost {}; the stream holds {} samples + {} lost",
@@ -1274,6 +1277,7 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
         initrd,
         extra: a.qemu_arg.clone(),
         transport: a.transport,
+        line_baud: a.line_baud,
     };
     let limit = a.timeout.or(duration.map(|d| d + 60.0));
     let within = match limit {
@@ -1283,11 +1287,8 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
     };
     let deadline = limit.map(|_| Instant::now() + within);
     let (mut qemu, stream) = Qemu::spawn(&cfg, within)?;
-    stream
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .map_err(|e| HostError::io("configuring the wire socket", e))?;
     let code = run(
-        Source::Live(Box::new(stream)),
+        Source::Live(stream),
         image,
         elf.as_deref(),
         &a.output,

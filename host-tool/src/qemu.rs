@@ -46,6 +46,10 @@ pub struct QemuConfig {
     pub extra: Vec<String>,
     /// The device the socket is attached to.
     pub transport: Transport,
+    /// `--line-baud`: read the stream as slowly as a serial line at this
+    /// baud (10 bits a byte) through a FIFO shrunk to one page, so the
+    /// guest's device backs up as it would on that line.
+    pub line_baud: Option<u32>,
 }
 
 impl QemuConfig {
@@ -68,10 +72,15 @@ impl QemuConfig {
         a.push("-m".into());
         a.push(self.memory.clone());
         a.push("-chardev".into());
-        a.push(format!(
-            "socket,id=wire,path={},server=on,wait=on",
-            socket.display()
-        ));
+        if self.line_baud.is_some() {
+            // `socket` names the FIFOs `socket.in` and `socket.out`.
+            a.push(format!("pipe,id=wire,path={}", socket.display()));
+        } else {
+            a.push(format!(
+                "socket,id=wire,path={},server=on,wait=on",
+                socket.display()
+            ));
+        }
         match self.transport {
             Transport::Virtio => {
                 a.extend(
@@ -145,13 +154,25 @@ pub fn check_qemu(qemu: &Path) -> Result<(), HostError> {
 impl Qemu {
     /// Starts QEMU and connects to its wire socket, waiting at most
     /// `within` for QEMU to open it (the run's `--timeout`).
-    pub fn spawn(cfg: &QemuConfig, within: Duration) -> Result<(Qemu, UnixStream), HostError> {
+    pub fn spawn(
+        cfg: &QemuConfig,
+        within: Duration,
+    ) -> Result<(Qemu, Box<dyn Read + Send>), HostError> {
         check_qemu(&cfg.qemu)?;
         let dir = tempfile::Builder::new()
             .prefix("perch-")
             .tempdir()
             .map_err(|e| HostError::io("creating a socket directory", e))?;
         let socket = dir.path().join("wire.sock");
+        if cfg.line_baud.is_some() {
+            for end in ["in", "out"] {
+                nix::unistd::mkfifo(
+                    &socket.with_extension(format!("sock.{end}")),
+                    nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+                )
+                .map_err(|e| HostError::io("creating the stream's FIFOs", e.into()))?;
+            }
+        }
         let com1 = dir.path().join("com1.txt");
         let mut child = Command::new(&cfg.qemu)
             .args(cfg.args(&socket, &com1))
@@ -172,10 +193,21 @@ impl Qemu {
             stderr,
             _dir: dir,
         };
+        if let Some(baud) = cfg.line_baud {
+            // Opening the FIFO waits for QEMU to open its end.
+            let out = std::fs::File::open(socket.with_extension("sock.out"))
+                .map_err(|e| HostError::io("opening the stream's FIFO", e))?;
+            // One page: what the line has not taken stays in the guest.
+            let _ = nix::fcntl::fcntl(&out, nix::fcntl::FcntlArg::F_SETPIPE_SZ(4096));
+            return Ok((q, Box::new(SlowLine::new(out, u64::from(baud) / 10))));
+        }
         let start = Instant::now();
         loop {
             if let Ok(stream) = UnixStream::connect(&socket) {
-                return Ok((q, stream));
+                stream
+                    .set_read_timeout(Some(Duration::from_millis(100)))
+                    .map_err(|e| HostError::io("configuring the wire socket", e))?;
+                return Ok((q, Box::new(stream)));
             }
             if let Ok(Some(status)) = q.child.try_wait() {
                 let err = q.take_stderr();
@@ -237,6 +269,45 @@ impl Drop for Qemu {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// A reader that takes at most `rate` bytes a second from `inner`: a
+/// serial line's pace (`--line-baud`).
+pub struct SlowLine<R> {
+    inner: R,
+    rate: u64,
+    start: Instant,
+    taken: u64,
+}
+
+impl<R: Read> SlowLine<R> {
+    /// `inner` read at `rate` bytes a second.
+    pub fn new(inner: R, rate: u64) -> Self {
+        SlowLine {
+            inner,
+            rate: rate.max(1),
+            start: Instant::now(),
+            taken: 0,
+        }
+    }
+}
+
+impl<R: Read> Read for SlowLine<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        // Bytes the line could have carried by now, a few at least.
+        let want = (buf.len() as u64).min(16.max(self.rate / 100));
+        loop {
+            let due = (self.start.elapsed().as_secs_f64() * self.rate as f64) as u64;
+            if due >= self.taken + want {
+                break;
+            }
+            let wait = (self.taken + want - due) as f64 / self.rate as f64;
+            std::thread::sleep(Duration::from_secs_f64(wait.min(0.05)));
+        }
+        let n = self.inner.read(&mut buf[..want as usize])?;
+        self.taken += n as u64;
+        Ok(n)
     }
 }
 

@@ -134,6 +134,12 @@ pub struct RecordArgs {
     /// In QEMU the guest gets that much more memory.
     #[arg(long, value_name = "MiB", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub buffer: Option<u32>,
+    /// Read the QEMU stream as slowly as a serial line at this baud (10
+    /// bits a byte; 115200 carries 11,520 B/s), through a FIFO of one
+    /// page, so the guest's device backs up as on that line: what a
+    /// bare-metal run would lose, or keep with --buffer.
+    #[arg(long, value_name = "BAUD", value_parser = clap::value_parser!(u32).range(300..))]
+    pub line_baud: Option<u32>,
     /// Samples per second an event may take before it is throttled
     /// (runtime `max_rate=N`, perf_event_max_sample_rate; 0: no limit).
     #[arg(long)]
