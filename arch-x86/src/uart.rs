@@ -60,7 +60,9 @@ impl Uart16550 {
         // SAFETY: as in `init`.
         while unsafe { inb(self.base + 5) } & 0x20 == 0 {
             spins += 1;
-            if (wedged && spins >= TX_SPIN_LIMIT) || crate::cpu::rdtsc().wrapping_sub(start) > TX_WAIT_TSC {
+            if (wedged && spins >= TX_SPIN_LIMIT)
+                || crate::cpu::rdtsc().wrapping_sub(start) > TX_WAIT_TSC
+            {
                 WEDGED.store(true, Ordering::Relaxed);
                 break;
             }

@@ -17,9 +17,7 @@ use core::ptr::NonNull;
 use virtio_drivers::Hal;
 use virtio_drivers::queue::VirtQueue;
 use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
-use virtio_drivers::transport::pci::bus::{
-    Command, ConfigurationAccess, DeviceFunction, PciRoot,
-};
+use virtio_drivers::transport::pci::bus::{Command, ConfigurationAccess, DeviceFunction, PciRoot};
 use virtio_drivers::transport::pci::{PciTransport, virtio_device_type};
 use virtio_drivers::transport::{DeviceType, SomeTransport, Transport};
 use virtio_drivers::{BufferDirection, PAGE_SIZE};

@@ -1316,7 +1316,14 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
     // before the stream moved, and a crash's last words.
     if (code.is_err() || describe_exit(status).is_err()) && !com1.trim().is_empty() {
         eprintln!("perch: the appliance's serial console (COM1) said:");
-        for line in com1.lines().rev().take(20).collect::<Vec<_>>().into_iter().rev() {
+        for line in com1
+            .lines()
+            .rev()
+            .take(20)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
             eprintln!("  {line}");
         }
     }

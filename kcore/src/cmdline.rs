@@ -462,8 +462,14 @@ mod tests {
         let (cfg, issues) = parse_all("sample=all slice=0 sim=zen uregs=later");
         assert_eq!(issues.len(), 4, "{issues:?}");
         assert!(issues[3].contains("expected nmi or return"), "{issues:?}");
-        assert_eq!(parse_all("transport=uart").0.transport, TransportChoice::Uart);
-        assert_eq!(parse_all("transport=virtio").0.transport, TransportChoice::Virtio);
+        assert_eq!(
+            parse_all("transport=uart").0.transport,
+            TransportChoice::Uart
+        );
+        assert_eq!(
+            parse_all("transport=virtio").0.transport,
+            TransportChoice::Virtio
+        );
         assert_eq!(parse_all("").0.transport, TransportChoice::Auto);
         let (bad, issues) = parse_all("transport=usb");
         assert_eq!(bad.transport, TransportChoice::Auto);

@@ -127,9 +127,9 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         report_transport(probe);
     }
     match buffer {
-        Some((mib, Some(_))) => kprintln!(
-            "perch: flight recorder: {mib} MiB buffer; frames wait there for the line"
-        ),
+        Some((mib, Some(_))) => {
+            kprintln!("perch: flight recorder: {mib} MiB buffer; frames wait there for the line")
+        }
         Some((mib, None)) => kprintln!(
             "perch: flight recorder: no free range of {mib} MiB (give the machine more memory); \
              frames go straight to the line"
@@ -251,21 +251,29 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
 
 /// Says which device carries the stream, and why when it is not virtio.
 fn report_transport(probe: stream::transport::Probe) {
+    #[cfg(target_os = "none")]
     use arch_x86::virtio::{Bus, ProbeError};
     use stream::transport::Probe;
     let kind = stream::wire::transport_kind().name();
     match probe {
         Probe::NotAsked => kprintln!("perch: stream: {kind} (transport=uart)"),
+        #[cfg(not(target_os = "none"))]
+        Probe::Unavailable => kprintln!("perch: stream: {kind} (no virtio driver in this build)"),
+        #[cfg(target_os = "none")]
         Probe::Found(Bus::Pci { device, function }) => {
             kprintln!("perch: stream: {kind} at PCI 00:{device:02x}.{function}")
         }
+        #[cfg(target_os = "none")]
         Probe::Found(Bus::Mmio(pa)) => kprintln!("perch: stream: {kind} at {pa:#x}"),
+        #[cfg(target_os = "none")]
         Probe::Failed(ProbeError::NotFound) => {
             kprintln!("perch: stream: {kind} (no virtio console device)")
         }
+        #[cfg(target_os = "none")]
         Probe::Failed(ProbeError::Pci(_)) => kprintln!(
             "perch: stream: {kind} (the virtio console's PCI BARs are unassigned or above 4 GiB)"
         ),
+        #[cfg(target_os = "none")]
         Probe::Failed(ProbeError::Setup(_, e)) => {
             kprintln!("perch: stream: {kind} (virtio console set-up failed: {e})")
         }

@@ -179,9 +179,7 @@ mod tests {
         let (mut pushed, mut refused) = (0usize, 0usize);
         for _ in 0..20_000 {
             let len = (rnd() % 40) as usize;
-            let frame: Vec<u8> = (0..len)
-                .map(|i| next_in.wrapping_add(i as u8))
-                .collect();
+            let frame: Vec<u8> = (0..len).map(|i| next_in.wrapping_add(i as u8)).collect();
             let before = r.len();
             if r.push(&frame) {
                 next_in = next_in.wrapping_add(len as u8);

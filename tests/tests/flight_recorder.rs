@@ -56,7 +56,10 @@ fn burst(extra: &[&str]) -> Run {
         .expect("running perch record");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(0), "perch record failed:\n{stderr}");
-    assert!(!stderr.contains("RUNTIME"), "the runtime crashed:\n{stderr}");
+    assert!(
+        !stderr.contains("RUNTIME"),
+        "the runtime crashed:\n{stderr}"
+    );
     assert!(
         stderr.contains(" 0 bad frames"),
         "a slow line must not damage frames:\n{stderr}"

@@ -361,9 +361,7 @@ pub fn bench() -> Result<i32> {
             ));
         }
         rows.push((
-            format!(
-                "NMI clock in real time over virtio, achieved / requested rate, clock={clock}"
-            ),
+            format!("NMI clock in real time over virtio, achieved / requested rate, clock={clock}"),
             cells.join(", "),
         ));
     }
@@ -375,7 +373,9 @@ pub fn bench() -> Result<i32> {
         };
         if let Ok(b) = value.parse::<f64>() {
             rows.push((
-                format!("samples/s a 115200-baud line sustains (11,520 B/s / bytes per sample): {label}"),
+                format!(
+                    "samples/s a 115200-baud line sustains (11,520 B/s / bytes per sample): {label}"
+                ),
                 format!("{:.0}", LINE_115200 / b),
             ));
         }

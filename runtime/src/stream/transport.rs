@@ -7,81 +7,95 @@
 //! The virtio driver's memory comes from here ([`FrameHal`]): DMA pages
 //! from the frame allocator, addresses through the direct map.
 
-use crate::mm::frames;
-use arch_x86::paging::{DIRECT_MAP, KERNEL_VMA, PAGE, phys_to_virt};
+//!
+//! The virtio side exists only in the runtime's own build (target
+//! `x86_64-unknown-none`); a host build of the crate (clippy, `cargo
+//! check --workspace`) has the 16550 alone.
+
 use arch_x86::uart::{COM1, Uart16550};
-use arch_x86::virtio::{self, Bus, ProbeError, VirtioConsole};
 use core::convert::Infallible;
-use core::ptr::NonNull;
 use kcore::cmdline::TransportChoice;
 use sampler::wire::TransportKind;
-use virtio_drivers::{BufferDirection, Hal, PhysAddr};
+#[cfg(target_os = "none")]
+pub use virtio_side::*;
 
-/// The virtio driver's memory: frames from the allocator (contiguous runs
-/// for multi-page requests, kept for good), reached through the direct map.
-pub struct FrameHal;
+#[cfg(target_os = "none")]
+mod virtio_side {
+    use crate::mm::frames;
+    use arch_x86::paging::{DIRECT_MAP, KERNEL_VMA, PAGE, phys_to_virt};
+    pub use arch_x86::virtio::{Bus, ProbeError, VirtioConsole};
+    use core::ptr::NonNull;
+    use virtio_drivers::{BufferDirection, Hal, PhysAddr};
 
-/// Physical address of a runtime address: the image (linked at
-/// `KERNEL_VMA` over its physical load address) or the direct map.
-fn virt_to_phys(va: u64) -> u64 {
-    if va >= KERNEL_VMA {
-        va - KERNEL_VMA
-    } else {
-        va - DIRECT_MAP
-    }
-}
+    /// The virtio driver's memory: frames from the allocator (contiguous runs
+    /// for multi-page requests, kept for good), reached through the direct map.
+    pub struct FrameHal;
 
-// SAFETY: `dma_alloc` returns zeroed, page-aligned, physically contiguous
-// frames that nothing else owns (the allocator handed them out) and their
-// direct-map address; `mmio_phys_to_virt` maps below 4 GiB, where the
-// direct map is uncached in the device window (the only callers are the
-// probes, which check that BARs lie there); `share` translates addresses
-// of the image or the direct map, both physically contiguous, and the
-// runtime runs with DMA coherent (no bounce buffers needed).
-unsafe impl Hal for FrameHal {
-    fn dma_alloc(pages: usize, _direction: BufferDirection) -> (PhysAddr, NonNull<u8>) {
-        let bytes = pages as u64 * PAGE;
-        let pa = if pages == 1 {
-            frames::alloc()
+    /// Physical address of a runtime address: the image (linked at
+    /// `KERNEL_VMA` over its physical load address) or the direct map.
+    fn virt_to_phys(va: u64) -> u64 {
+        if va >= KERNEL_VMA {
+            va - KERNEL_VMA
         } else {
-            frames::take_contiguous(bytes)
-        };
-        match pa {
-            Some(pa) => {
-                let va = phys_to_virt(pa) as *mut u8;
-                // SAFETY: the frames were just handed out to this caller and
-                // the direct map covers them.
-                unsafe { core::ptr::write_bytes(va, 0, bytes as usize) };
-                (pa, NonNull::new(va).unwrap_or(NonNull::dangling()))
+            va - DIRECT_MAP
+        }
+    }
+
+    // SAFETY: `dma_alloc` returns zeroed, page-aligned, physically contiguous
+    // frames that nothing else owns (the allocator handed them out) and their
+    // direct-map address; `mmio_phys_to_virt` maps below 4 GiB, where the
+    // direct map is uncached in the device window (the only callers are the
+    // probes, which check that BARs lie there); `share` translates addresses
+    // of the image or the direct map, both physically contiguous, and the
+    // runtime runs with DMA coherent (no bounce buffers needed).
+    unsafe impl Hal for FrameHal {
+        fn dma_alloc(pages: usize, _direction: BufferDirection) -> (PhysAddr, NonNull<u8>) {
+            let bytes = pages as u64 * PAGE;
+            let pa = if pages == 1 {
+                frames::alloc()
+            } else {
+                frames::take_contiguous(bytes)
+            };
+            match pa {
+                Some(pa) => {
+                    let va = phys_to_virt(pa) as *mut u8;
+                    // SAFETY: the frames were just handed out to this caller and
+                    // the direct map covers them.
+                    unsafe { core::ptr::write_bytes(va, 0, bytes as usize) };
+                    (pa, NonNull::new(va).unwrap_or(NonNull::dangling()))
+                }
+                None => (0, NonNull::dangling()),
             }
-            None => (0, NonNull::dangling()),
         }
-    }
 
-    unsafe fn dma_dealloc(paddr: PhysAddr, _vaddr: NonNull<u8>, pages: usize) -> i32 {
-        // Multi-page runs came from `take_contiguous` and stay taken.
-        if pages == 1 {
-            frames::free(paddr);
+        unsafe fn dma_dealloc(paddr: PhysAddr, _vaddr: NonNull<u8>, pages: usize) -> i32 {
+            // Multi-page runs came from `take_contiguous` and stay taken.
+            if pages == 1 {
+                frames::free(paddr);
+            }
+            0
         }
-        0
-    }
 
-    unsafe fn mmio_phys_to_virt(paddr: PhysAddr, _size: usize) -> NonNull<u8> {
-        NonNull::new(phys_to_virt(paddr) as *mut u8).unwrap_or(NonNull::dangling())
-    }
+        unsafe fn mmio_phys_to_virt(paddr: PhysAddr, _size: usize) -> NonNull<u8> {
+            NonNull::new(phys_to_virt(paddr) as *mut u8).unwrap_or(NonNull::dangling())
+        }
 
-    unsafe fn share(buffer: NonNull<[u8]>, _direction: BufferDirection) -> PhysAddr {
-        virt_to_phys(buffer.as_ptr().cast::<u8>() as u64)
-    }
+        unsafe fn share(buffer: NonNull<[u8]>, _direction: BufferDirection) -> PhysAddr {
+            virt_to_phys(buffer.as_ptr().cast::<u8>() as u64)
+        }
 
-    unsafe fn unshare(_paddr: PhysAddr, _buffer: NonNull<[u8]>, _direction: BufferDirection) {}
+        unsafe fn unshare(_paddr: PhysAddr, _buffer: NonNull<[u8]>, _direction: BufferDirection) {}
+    }
 }
 
 /// The stream's device.
+// One lives in the stream's static for good: the size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Transport {
     /// COM1.
     Uart(Uart16550),
     /// A virtio console.
+    #[cfg(target_os = "none")]
     Virtio(VirtioConsole<FrameHal>, TransportKind),
 }
 
@@ -97,6 +111,7 @@ impl Transport {
     pub fn kind(&self) -> TransportKind {
         match self {
             Transport::Uart(_) => TransportKind::Uart16550,
+            #[cfg(target_os = "none")]
             Transport::Virtio(_, k) => *k,
         }
     }
@@ -105,6 +120,7 @@ impl Transport {
     pub fn try_write(&mut self, bytes: &[u8]) -> usize {
         match self {
             Transport::Uart(u) => u.try_write(bytes),
+            #[cfg(target_os = "none")]
             Transport::Virtio(c, _) => c.try_write(bytes),
         }
     }
@@ -114,6 +130,7 @@ impl Transport {
     pub fn idle(&mut self) -> bool {
         match self {
             Transport::Uart(_) => true,
+            #[cfg(target_os = "none")]
             Transport::Virtio(c, _) => c.idle(),
         }
     }
@@ -137,6 +154,7 @@ impl embedded_io::Write for Transport {
                 u.write_bytes(buf);
                 Ok(buf.len())
             }
+            #[cfg(target_os = "none")]
             Transport::Virtio(c, _) => loop {
                 let n = c.try_write(buf);
                 if n > 0 {
@@ -161,18 +179,24 @@ pub enum Probe {
     /// `transport=uart`: not looked for.
     NotAsked,
     /// A console at this place.
+    #[cfg(target_os = "none")]
     Found(Bus),
     /// None usable.
+    #[cfg(target_os = "none")]
     Failed(ProbeError),
+    /// A host build: no virtio driver.
+    #[cfg(not(target_os = "none"))]
+    Unavailable,
 }
 
+#[cfg(target_os = "none")]
 /// Whether anything answers at PCI 00:00.0 (the host bridge of `pc` and
 /// `q35`; `microvm` has no PCI).
 fn pci_present() -> bool {
     use virtio_drivers::transport::pci::bus::{ConfigurationAccess, DeviceFunction};
     // SAFETY: the runtime runs at CPL 0 on a PC; only this module uses the
     // configuration ports, at boot.
-    let cam = unsafe { virtio::PortCam::new() };
+    let cam = unsafe { arch_x86::virtio::PortCam::new() };
     let id = cam.read_word(
         DeviceFunction {
             bus: 0,
@@ -190,6 +214,16 @@ pub fn probe(choice: TransportChoice) -> (Option<Transport>, Probe) {
     if choice == TransportChoice::Uart {
         return (None, Probe::NotAsked);
     }
+    #[cfg(not(target_os = "none"))]
+    return (None, Probe::Unavailable);
+    #[cfg(target_os = "none")]
+    probe_virtio()
+}
+
+#[cfg(target_os = "none")]
+fn probe_virtio() -> (Option<Transport>, Probe) {
+    use arch_x86::paging::phys_to_virt;
+    use arch_x86::virtio;
     let found = if pci_present() {
         // SAFETY: CPL 0 on a PC, the ports used by nothing else (boot, one
         // core); `FrameHal` maps BARs through the direct map, which covers
