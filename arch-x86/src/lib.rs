@@ -19,3 +19,5 @@ pub mod pmu;
 pub mod rtc;
 pub mod single_core_cs;
 pub mod uart;
+#[cfg(target_os = "none")]
+pub mod virtio;

@@ -618,6 +618,7 @@ impl StreamStats {
                 "appliance: protocol {}, {} cpu(s), {}, source {:?}, cmdline \"{}\"",
                 h.protocol_version, h.cpus, h.cpu_desc, h.source, h.cmdline
             );
+            let _ = writeln!(s, "transport: {}", h.transport);
         }
         let _ = writeln!(
             s,

@@ -908,6 +908,9 @@ fn run<'w>(
     if let (Some(b), Some(p)) = (pprof, pprof_pending) {
         write_pprof(b, p)?;
     }
+    if let Some(h) = &pump.stats.hello {
+        say!("perch: transport: {}", h.transport);
+    }
     if let Some(e) = &summary.end {
         say!(
             "perch: target counters: taken {} = delivered {} + lost {}; the stream holds {} samples + {} lost",
@@ -1284,9 +1287,15 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
         image: img.clone(),
         append,
         icount: a.icount,
-        memory: if spec.is_some() { "1G" } else { "128M" }.into(),
+        // The flight recorder's buffer comes on top of what the run needs.
+        memory: format!(
+            "{}M",
+            if spec.is_some() { 1024 } else { 128 } + a.buffer.unwrap_or(0)
+        ),
         initrd,
         extra: a.qemu_arg.clone(),
+        transport: a.transport,
+        line_baud: a.line_baud,
     };
     let limit = a.timeout.or(duration.map(|d| d + 60.0));
     let within = match limit {
@@ -1296,11 +1305,8 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
     };
     let deadline = limit.map(|_| Instant::now() + within);
     let (mut qemu, stream) = Qemu::spawn(&cfg, within)?;
-    stream
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .map_err(|e| HostError::io("configuring the wire socket", e))?;
     let code = run(
-        Source::Live(Box::new(stream)),
+        Source::Live(stream),
         image,
         elf.as_deref(),
         &a.output,
@@ -1322,7 +1328,23 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
         Duration::from_secs(5)
     });
     let qemu_err = qemu.take_stderr();
+    let com1 = qemu.com1_text();
     drop(archive_dir);
+    // With the stream on virtio, COM1 has the text of a boot that failed
+    // before the stream moved, and a crash's last words.
+    if (code.is_err() || describe_exit(status).is_err()) && !com1.trim().is_empty() {
+        eprintln!("perch: the appliance's serial console (COM1) said:");
+        for line in com1
+            .lines()
+            .rev()
+            .take(20)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            eprintln!("  {line}");
+        }
+    }
     let code = code?;
     if INTERRUPTED.load(Ordering::Relaxed) || user_stop {
         return Ok(code);

@@ -119,6 +119,9 @@ pub struct Hello {
     pub boot: u64,
     /// 0 for the boot's first Hello, n for its n-th periodic repetition.
     pub repeat: u32,
+    /// The device the stream left the target through ("16550 UART",
+    /// "virtio console (PCI)", ...).
+    pub transport: String,
 }
 
 #[cfg(test)]
@@ -158,6 +161,7 @@ impl Hello {
             events: vec![event],
             boot: 1,
             repeat: 0,
+            transport: "16550 UART".into(),
         }
     }
 }

@@ -1,7 +1,13 @@
 //! Running the appliance under QEMU: PVH boot with `-kernel`, the wire
-//! stream on COM1 through a unix-socket chardev that waits for perch (so no
-//! byte is lost before the reader attaches), stdin closed, a hard timeout,
-//! and a guard that kills QEMU if perch stops first.
+//! stream on a unix-socket chardev that waits for perch (so no byte is lost
+//! before the reader attaches), stdin closed, a hard timeout, and a guard
+//! that kills QEMU if perch stops first.
+//!
+//! The socket is a virtio console's (`virtio-serial-pci` + `virtconsole`,
+//! the default: QEMU writes a page per host write) or COM1's
+//! (`--transport uart`: one host write per byte, as a real 16550 sends).
+//! With virtio, COM1 goes to a file ([`Qemu::com1_text`]): the runtime's
+//! text before the stream moved to the console, and a crash's last words.
 
 use std::io::Read;
 use std::os::unix::net::UnixStream;
@@ -11,6 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::HostError;
+pub use crate::record_opts::Transport;
 
 /// isa-debug-exit status for a normal end of run.
 pub const EXIT_PASS: i32 = 33;
@@ -37,11 +44,18 @@ pub struct QemuConfig {
     pub memory: String,
     /// Extra QEMU arguments (`--qemu-arg`), last.
     pub extra: Vec<String>,
+    /// The device the socket is attached to.
+    pub transport: Transport,
+    /// `--line-baud`: read the stream as slowly as a serial line at this
+    /// baud (10 bits a byte) through a FIFO shrunk to one page, so the
+    /// guest's device backs up as it would on that line.
+    pub line_baud: Option<u32>,
 }
 
 impl QemuConfig {
-    /// The full argument list, with the wire chardev at `socket`.
-    pub fn args(&self, socket: &Path) -> Vec<String> {
+    /// The full argument list, with the wire chardev at `socket` (and,
+    /// with virtio, COM1 written to `com1`).
+    pub fn args(&self, socket: &Path, com1: &Path) -> Vec<String> {
         let mut a: Vec<String> = [
             "-nodefaults",
             "-no-reboot",
@@ -58,12 +72,34 @@ impl QemuConfig {
         a.push("-m".into());
         a.push(self.memory.clone());
         a.push("-chardev".into());
-        a.push(format!(
-            "socket,id=wire,path={},server=on,wait=on",
-            socket.display()
-        ));
-        a.push("-serial".into());
-        a.push("chardev:wire".into());
+        if self.line_baud.is_some() {
+            // `socket` names the FIFOs `socket.in` and `socket.out`.
+            a.push(format!("pipe,id=wire,path={}", socket.display()));
+        } else {
+            a.push(format!(
+                "socket,id=wire,path={},server=on,wait=on",
+                socket.display()
+            ));
+        }
+        match self.transport {
+            Transport::Virtio => {
+                a.extend(
+                    [
+                        "-device",
+                        "virtio-serial-pci,id=perch-vser",
+                        "-device",
+                        "virtconsole,chardev=wire,bus=perch-vser.0",
+                        "-serial",
+                    ]
+                    .map(String::from),
+                );
+                a.push(format!("file:{}", com1.display()));
+            }
+            Transport::Uart => {
+                a.push("-serial".into());
+                a.push("chardev:wire".into());
+            }
+        }
         a.push("-kernel".into());
         a.push(self.image.display().to_string());
         a.push("-append".into());
@@ -118,15 +154,28 @@ pub fn check_qemu(qemu: &Path) -> Result<(), HostError> {
 impl Qemu {
     /// Starts QEMU and connects to its wire socket, waiting at most
     /// `within` for QEMU to open it (the run's `--timeout`).
-    pub fn spawn(cfg: &QemuConfig, within: Duration) -> Result<(Qemu, UnixStream), HostError> {
+    pub fn spawn(
+        cfg: &QemuConfig,
+        within: Duration,
+    ) -> Result<(Qemu, Box<dyn Read + Send>), HostError> {
         check_qemu(&cfg.qemu)?;
         let dir = tempfile::Builder::new()
             .prefix("perch-")
             .tempdir()
             .map_err(|e| HostError::io("creating a socket directory", e))?;
         let socket = dir.path().join("wire.sock");
+        if cfg.line_baud.is_some() {
+            for end in ["in", "out"] {
+                nix::unistd::mkfifo(
+                    &socket.with_extension(format!("sock.{end}")),
+                    nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+                )
+                .map_err(|e| HostError::io("creating the stream's FIFOs", e.into()))?;
+            }
+        }
+        let com1 = dir.path().join("com1.txt");
         let mut child = Command::new(&cfg.qemu)
-            .args(cfg.args(&socket))
+            .args(cfg.args(&socket, &com1))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -144,10 +193,21 @@ impl Qemu {
             stderr,
             _dir: dir,
         };
+        if let Some(baud) = cfg.line_baud {
+            // Opening the FIFO waits for QEMU to open its end.
+            let out = std::fs::File::open(socket.with_extension("sock.out"))
+                .map_err(|e| HostError::io("opening the stream's FIFO", e))?;
+            // One page: what the line has not taken stays in the guest.
+            let _ = nix::fcntl::fcntl(&out, nix::fcntl::FcntlArg::F_SETPIPE_SZ(4096));
+            return Ok((q, Box::new(SlowLine::new(out, u64::from(baud) / 10))));
+        }
         let start = Instant::now();
         loop {
             if let Ok(stream) = UnixStream::connect(&socket) {
-                return Ok((q, stream));
+                stream
+                    .set_read_timeout(Some(Duration::from_millis(100)))
+                    .map_err(|e| HostError::io("configuring the wire socket", e))?;
+                return Ok((q, Box::new(stream)));
             }
             if let Ok(Some(status)) = q.child.try_wait() {
                 let err = q.take_stderr();
@@ -164,6 +224,15 @@ impl Qemu {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// What the runtime wrote on COM1 as text while the stream was on the
+    /// virtio console (its early boot, a crash's last words); empty with
+    /// `--transport uart`.
+    pub fn com1_text(&self) -> String {
+        std::fs::read(self._dir.path().join("com1.txt"))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
     }
 
     /// QEMU's stderr so far (after it exited).
@@ -200,6 +269,45 @@ impl Drop for Qemu {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// A reader that takes at most `rate` bytes a second from `inner`: a
+/// serial line's pace (`--line-baud`).
+pub struct SlowLine<R> {
+    inner: R,
+    rate: u64,
+    start: Instant,
+    taken: u64,
+}
+
+impl<R: Read> SlowLine<R> {
+    /// `inner` read at `rate` bytes a second.
+    pub fn new(inner: R, rate: u64) -> Self {
+        SlowLine {
+            inner,
+            rate: rate.max(1),
+            start: Instant::now(),
+            taken: 0,
+        }
+    }
+}
+
+impl<R: Read> Read for SlowLine<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        // Bytes the line could have carried by now, a few at least.
+        let want = (buf.len() as u64).min(16.max(self.rate / 100));
+        loop {
+            let due = (self.start.elapsed().as_secs_f64() * self.rate as f64) as u64;
+            if due >= self.taken + want {
+                break;
+            }
+            let wait = (self.taken + want - due) as f64 / self.rate as f64;
+            std::thread::sleep(Duration::from_secs_f64(wait.min(0.05)));
+        }
+        let n = self.inner.read(&mut buf[..want as usize])?;
+        self.taken += n as u64;
+        Ok(n)
     }
 }
 

@@ -26,6 +26,18 @@ pub enum PmuMode {
     Off,
 }
 
+/// The device the stream leaves a QEMU guest through (`--transport`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Transport {
+    /// A virtio console (`virtio-serial-pci` + `virtconsole`): one host
+    /// write per page instead of one per byte; COM1 then carries only the
+    /// runtime's text before the stream starts and a crash's last words.
+    #[default]
+    Virtio,
+    /// COM1's 16550, as on bare metal (one host write per byte).
+    Uart,
+}
+
 /// `perch record`'s arguments (also the base of commands that record,
 /// such as `perch top`).
 #[derive(clap::Args, Clone, Debug)]
@@ -114,6 +126,22 @@ pub struct RecordArgs {
     /// 256.
     #[arg(long, value_parser = ring_slots)]
     pub ring: Option<u32>,
+    /// The device the stream leaves QEMU through: `virtio` (a virtio
+    /// console, the default) or `uart` (COM1's 16550, as on bare metal).
+    #[arg(long, value_enum, default_value_t = Transport::Virtio)]
+    pub transport: Transport,
+    /// A flight-recorder buffer of this many MiB in the appliance's RAM
+    /// (runtime `buffer=MiB`, up to 4096): frames wait there while the
+    /// line is slower than the samples, and the run ends once it is empty.
+    /// In QEMU the guest gets that much more memory.
+    #[arg(long, value_name = "MiB", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub buffer: Option<u32>,
+    /// Read the QEMU stream as slowly as a serial line at this baud (10
+    /// bits a byte; 115200 carries 11,520 B/s), through a FIFO of one
+    /// page, so the guest's device backs up as on that line: what a
+    /// bare-metal run would lose, or keep with --buffer.
+    #[arg(long, value_name = "BAUD", value_parser = clap::value_parser!(u32).range(300..))]
+    pub line_baud: Option<u32>,
     /// Samples per second an event may take before it is throttled
     /// (runtime `max_rate=N`, perf_event_max_sample_rate; 0: no limit).
     #[arg(long)]
@@ -838,6 +866,9 @@ impl RecordArgs {
         }
         if let Some(r) = self.ring {
             append.push_str(&format!(" ring={r}"));
+        }
+        if let Some(b) = self.buffer {
+            append.push_str(&format!(" buffer={b}"));
         }
         if let Some(c) = &self.sim_cpu {
             if pmu != PmuMode::Sim {

@@ -78,6 +78,7 @@ pub fn hello(h: &wire::Hello) -> Hello {
         events,
         boot: h.boot,
         repeat: h.repeat,
+        transport: h.transport.name().to_owned(),
     }
 }
 

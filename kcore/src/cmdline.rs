@@ -179,6 +179,23 @@ pub enum ClockSource {
     Hpet,
 }
 
+/// Which device carries the record stream (`transport=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TransportChoice {
+    /// A virtio console where one answers (PCI, or MMIO on microvm),
+    /// else COM1's 16550.
+    #[default]
+    Auto,
+    /// COM1's 16550 even when a virtio console is present.
+    Uart,
+    /// A virtio console; without one the stream stays on the 16550 and
+    /// the boot log says why.
+    Virtio,
+}
+
+/// Largest flight-recorder buffer (`buffer=MiB`).
+pub const MAX_BUFFER_MIB: u32 = 4096;
+
 /// The parsed kernel command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -234,6 +251,12 @@ pub struct Config {
     pub branch: Option<u64>,
     /// `clock=auto|pit|hpet`: what ticks the NMI clock.
     pub clock: ClockSource,
+    /// `transport=auto|uart|virtio`: the device the record stream goes to.
+    pub transport: TransportChoice,
+    /// `buffer=MiB`: a RAM buffer of encoded frames between the drain and
+    /// the transport (the flight recorder); `None` or 0: frames are written
+    /// straight to the transport.
+    pub buffer_mib: Option<u32>,
 }
 
 impl Default for Config {
@@ -259,6 +282,8 @@ impl Default for Config {
             iregs_mask: None,
             branch: None,
             clock: ClockSource::Auto,
+            transport: TransportChoice::Auto,
+            buffer_mib: None,
         }
     }
 }
@@ -437,6 +462,16 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 Some("hpet") => cfg.clock = ClockSource::Hpet,
                 _ => bad("auto, pit or hpet"),
             },
+            "transport" => match value {
+                Some("auto") => cfg.transport = TransportChoice::Auto,
+                Some("uart") => cfg.transport = TransportChoice::Uart,
+                Some("virtio") => cfg.transport = TransportChoice::Virtio,
+                _ => bad("auto, uart or virtio"),
+            },
+            "buffer" => match value.and_then(|v| v.parse::<u32>().ok()) {
+                Some(n) if n <= MAX_BUFFER_MIB => cfg.buffer_mib = (n > 0).then_some(n),
+                _ => bad("MiB of RAM from 0 (no buffer) to 4096"),
+            },
             "period" => match value.and_then(|v| v.parse::<u64>().ok()) {
                 Some(n) if n > 0 => cfg.period = Some(n),
                 _ => bad("an event count above 0"),
@@ -505,6 +540,23 @@ mod tests {
         let (cfg, issues) = parse_all("sample=all slice=0 sim=zen uregs=later");
         assert_eq!(issues.len(), 4, "{issues:?}");
         assert!(issues[3].contains("expected nmi or return"), "{issues:?}");
+        assert_eq!(
+            parse_all("transport=uart").0.transport,
+            TransportChoice::Uart
+        );
+        assert_eq!(
+            parse_all("transport=virtio").0.transport,
+            TransportChoice::Virtio
+        );
+        assert_eq!(parse_all("").0.transport, TransportChoice::Auto);
+        let (bad, issues) = parse_all("transport=usb");
+        assert_eq!(bad.transport, TransportChoice::Auto);
+        assert_eq!(issues.len(), 1);
+        assert_eq!(parse_all("buffer=64").0.buffer_mib, Some(64));
+        assert_eq!(parse_all("buffer=0").0.buffer_mib, None);
+        let (bad, issues) = parse_all("buffer=5000");
+        assert_eq!(bad.buffer_mib, None);
+        assert_eq!(issues.len(), 1);
         assert_eq!(parse_all("clock=pit").0.clock, ClockSource::Pit);
         assert_eq!(parse_all("clock=hpet").0.clock, ClockSource::Hpet);
         assert_eq!(parse_all("").0.clock, ClockSource::Auto);

@@ -120,6 +120,12 @@ pub fn emergency_print(args: core::fmt::Arguments<'_>) {
         // Keep the stream parseable: the words go out as one Log record.
         let mut text: heapless::String<MAX_LOG> = heapless::String::new();
         let _ = core::fmt::Write::write_fmt(&mut text, args);
+        // On virtio, COM1 gets the words too, as text: a crash of the
+        // virtio path itself still reaches the host (`perch record` shows
+        // COM1's text when a run fails).
+        if crate::stream::wire::off_com1() {
+            let _ = core::fmt::Write::write_str(&mut uart(), &text);
+        }
         crate::stream::wire::send(&Record::Log(Log::text(
             crate::sample::clock::now_ns(),
             LogLevel::Error,

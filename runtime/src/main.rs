@@ -84,6 +84,13 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             exit(ExitCode::Crash);
         }
     };
+    // The stream's device and the flight recorder's buffer, before Hello
+    // (which names the device). Until here frames went to COM1.
+    let transport = wire_mode.then(|| stream::wire::select_transport(cfg.transport));
+    let buffer = match cfg.buffer_mib {
+        Some(mib) if wire_mode => Some((mib, stream::setup_buffer(mib))),
+        _ => None,
+    };
     // SAFETY: the runtime runs at CPL 0, and `detect` reads only the MSRs
     // CPUID advertises (IA32_PERF_CAPABILITIES with PDCM, IA32_MISC_ENABLE
     // with DS); it writes none.
@@ -116,6 +123,19 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         tsc_hz / 1000 % 1000
     );
     kprintln!("perch: command line \"{}\"", boot.cmdline());
+    if let Some(probe) = transport {
+        report_transport(probe);
+    }
+    match buffer {
+        Some((mib, Some(_))) => {
+            kprintln!("perch: flight recorder: {mib} MiB buffer; frames wait there for the line")
+        }
+        Some((mib, None)) => kprintln!(
+            "perch: flight recorder: no free range of {mib} MiB (give the machine more memory); \
+             frames go straight to the line"
+        ),
+        None => {}
+    }
     kprintln!(
         "perch: memory: {} MiB usable, {} MiB heap, direct map to {} GiB; {} boot module(s)",
         mem.usable >> 20,
@@ -229,6 +249,37 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     }
 }
 
+/// Says which device carries the stream, and why when it is not virtio.
+fn report_transport(probe: stream::transport::Probe) {
+    #[cfg(target_os = "none")]
+    use arch_x86::virtio::{Bus, ProbeError};
+    use stream::transport::Probe;
+    let kind = stream::wire::transport_kind().name();
+    match probe {
+        Probe::NotAsked => kprintln!("perch: stream: {kind} (transport=uart)"),
+        #[cfg(not(target_os = "none"))]
+        Probe::Unavailable => kprintln!("perch: stream: {kind} (no virtio driver in this build)"),
+        #[cfg(target_os = "none")]
+        Probe::Found(Bus::Pci { device, function }) => {
+            kprintln!("perch: stream: {kind} at PCI 00:{device:02x}.{function}")
+        }
+        #[cfg(target_os = "none")]
+        Probe::Found(Bus::Mmio(pa)) => kprintln!("perch: stream: {kind} at {pa:#x}"),
+        #[cfg(target_os = "none")]
+        Probe::Failed(ProbeError::NotFound) => {
+            kprintln!("perch: stream: {kind} (no virtio console device)")
+        }
+        #[cfg(target_os = "none")]
+        Probe::Failed(ProbeError::Pci(_)) => kprintln!(
+            "perch: stream: {kind} (the virtio console's PCI BARs are unassigned or above 4 GiB)"
+        ),
+        #[cfg(target_os = "none")]
+        Probe::Failed(ProbeError::Setup(_, e)) => {
+            kprintln!("perch: stream: {kind} (virtio console set-up failed: {e})")
+        }
+    }
+}
+
 /// Provokes a fault in the runtime itself (`crash=`), to exercise crash reporting.
 #[inline(never)]
 pub fn provoke_crash(kind: cmdline::CrashKind) {
@@ -279,6 +330,10 @@ pub fn exit(code: ExitCode) -> ! {
     } else {
         pmu::stop_hw();
         pmu::report_end();
+        // Nothing the stream holds is lost to the exit.
+        if stream::wire::started() {
+            stream::wire::flush();
+        }
     }
     // SAFETY: port 0xf4 is QEMU's isa-debug-exit or unused on hardware.
     unsafe { arch_x86::exit::exit(code) }

@@ -48,6 +48,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bytering;
 pub mod capture;
 pub mod drain;
 pub mod event;

@@ -170,6 +170,19 @@ fn bytes_per_sample(stderr: &str) -> Option<f64> {
     head.rsplit(' ').next()?.parse().ok()
 }
 
+/// Bytes a second a 115200-baud serial line carries (10 bits a byte).
+const LINE_115200: f64 = 11_520.0;
+
+/// The achieved share of the requested NMI clock rate, in percent, from
+/// the end-of-run line "NMI clock: N ticks in T s: X Hz achieved of Y Hz
+/// requested (P%)".
+fn clock_share(stderr: &str) -> Option<f64> {
+    let line = stderr.lines().find(|l| l.contains("perch: NMI clock:"))?;
+    let achieved = number_after(line, "s: ")?;
+    let requested = number_after(line, "achieved of ")?;
+    (requested > 0.0).then(|| 100.0 * achieved / requested)
+}
+
 fn lost(stderr: &str) -> Option<u64> {
     number_after(stderr, "target counters: taken")?;
     let line = stderr
@@ -287,24 +300,33 @@ pub fn bench() -> Result<i32> {
         rows.push((format!("wire bytes per sample: {label}"), bytes));
     }
 
-    for (realtime, rates, what) in [
+    for (realtime, transport, rates, what) in [
         (
             false,
+            "uart",
             &[1_000u64, 4_000, 10_000, 20_000, 50_000, 100_000, 200_000][..],
-            "under icount (UART bytes cost one instruction each)",
+            "under icount over the 16550 (UART bytes cost one instruction each)",
         ),
         (
             true,
-            &[250u64, 500, 1_000, 2_000, 4_000][..],
-            "in real time (UART socket at host speed)",
+            "uart",
+            &[1_000u64, 2_000, 4_000, 8_000, 10_000, 16_000, 32_000][..],
+            "in real time over the 16550 (one host write per byte)",
+        ),
+        (
+            true,
+            "virtio",
+            &[1_000u64, 2_000, 4_000, 8_000, 10_000, 16_000, 32_000][..],
+            "in real time over the virtio console (one host write per page)",
         ),
     ] {
         let mut best = None;
         for &freq in rates {
-            let out = dir.join(format!("rate-{freq}-{realtime}.data"));
+            let out = dir.join(format!("rate-{freq}-{realtime}-{transport}.data"));
             // Throttling off: the row measures the ring and the line, not
-            // the max_rate limit (100,000/s by default).
-            let args = append_args(freq, 500, "max_rate=0");
+            // the max_rate limit (100,000/s by default) or the CPU budget.
+            let mut args = append_args(freq, 500, "max_rate=0 cpu_pct=0");
+            args.extend(["--transport".into(), transport.into()]);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let (ok, err) = record_with(&perch, &elf, &manifest, realtime, &args, &out)?;
             match (ok, lost(&err)) {
@@ -315,11 +337,48 @@ pub fn bench() -> Result<i32> {
         let tried: Vec<String> = rates.iter().map(u64::to_string).collect();
         rows.push((
             format!(
-                "highest NMI rate with no loss (max_rate=0), {what}; Hz tried: {}",
+                "highest NMI rate with no loss (max_rate=0 cpu_pct=0), {what}; Hz tried: {}",
                 tried.join(" ")
             ),
             best.map_or("none".into(), |f| f.to_string()),
         ));
+    }
+
+    // The NMI clock in real time: ticks over the run's seconds against the
+    // request, per source (the end-of-run "NMI clock:" line).
+    for clock in ["pit", "hpet"] {
+        let mut cells = Vec::new();
+        for freq in [1_000u64, 4_000, 10_000, 16_000, 32_000] {
+            let out = dir.join(format!("clock-{clock}-{freq}.data"));
+            let args = append_args(freq, 1000, &format!("clock={clock} max_rate=0 cpu_pct=0"));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (ok, err) = record_with(&perch, &elf, &manifest, true, &args, &out)?;
+            let achieved = ok.then(|| clock_share(&err)).flatten();
+            cells.push(format!(
+                "{}k: {}",
+                freq / 1000,
+                achieved.map_or("?".into(), |p| format!("{p:.1}%"))
+            ));
+        }
+        rows.push((
+            format!("NMI clock in real time over virtio, achieved / requested rate, clock={clock}"),
+            cells.join(", "),
+        ));
+    }
+
+    // What a bare-metal 115200-baud line (11,520 B/s) carries.
+    for (key, value) in rows.clone() {
+        let Some(label) = key.strip_prefix("wire bytes per sample: ") else {
+            continue;
+        };
+        if let Ok(b) = value.parse::<f64>() {
+            rows.push((
+                format!(
+                    "samples/s a 115200-baud line sustains (11,520 B/s / bytes per sample): {label}"
+                ),
+                format!("{:.0}", LINE_115200 / b),
+            ));
+        }
     }
 
     let capture = dir.join("synth-1M.capture");
@@ -436,6 +495,15 @@ mod tests {
             t.cpu
         );
         assert!(timed(&mut Command::new("false")).is_err());
+    }
+
+    #[test]
+    fn the_clock_share_comes_from_the_end_of_run_line() {
+        let line = "target: INFO perch: NMI clock: 4116 ticks in 1.003 s: 4099.723 Hz \
+                    achieved of 10026.771 Hz requested (40.8%)";
+        let p = clock_share(line).unwrap();
+        assert!((p - 40.888).abs() < 0.01, "{p}");
+        assert_eq!(clock_share("no such line"), None);
     }
 
     #[test]

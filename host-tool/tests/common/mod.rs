@@ -65,6 +65,7 @@ pub fn hello(image: &Image) -> Hello {
         }],
         boot: 0,
         repeat: 0,
+        transport: "16550 UART".into(),
     }
 }
 

@@ -503,6 +503,7 @@ pub fn run_all(mut stop: impl FnMut() -> bool) {
 
 /// Halts until the next interrupt (the tick), then returns with interrupts off.
 fn idle() {
+    crate::stream::wire::pump();
     // SAFETY: `sti; hlt` enables interrupts only for the halt: the tick (or
     // an NMI) ends it, and the trap handler acknowledges the tick from
     // kernel mode without switching anything. `cli` follows at once.

@@ -59,6 +59,12 @@ pub fn drain_up_to(max_steps: usize) -> usize {
         ring_lost: &EVENT_RING_LOST,
     };
     for _ in 0..max_steps {
+        // A full flight-recorder buffer leaves the samples in the ring
+        // (whose overflow is counted) rather than dropping encoded frames.
+        if !wire::room_for_batch(DRAIN_BATCH) {
+            wire::pump();
+            break;
+        }
         let step = wire::with_encoder(|enc, buf, write| {
             drain_step(
                 &RING,

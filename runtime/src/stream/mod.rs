@@ -2,6 +2,7 @@
 //! (Hello, Task, the drained samples, End).
 
 pub mod drain;
+pub mod transport;
 pub mod wire;
 
 use crate::sample::clock;
@@ -140,6 +141,7 @@ pub fn send_hello(cmdline: &str, source: Source) {
     };
     let mut h = Hello::new(cpu_id(), caps);
     h.tsc_hz = clock::tsc_hz();
+    h.transport = wire::transport_kind();
     let id = build_id();
     let _ = h
         .build_id
@@ -192,6 +194,19 @@ pub fn finish() -> End {
     profile::stop();
     // Sampling is off, so the ring only empties: this ends.
     while crate::stream::drain::drain_up_to(usize::MAX) > 0 {}
+    // Sampling is off but a full flight-recorder buffer may have left
+    // records in the ring: wait for room until it is empty.
+    while !crate::sample::profile::RING.is_empty() {
+        wire::flush();
+        crate::stream::drain::drain_up_to(usize::MAX);
+    }
+    if let Some((cap, _, high)) = wire::buffer_stats() {
+        crate::kprintln!(
+            "perch: flight recorder: {} MiB buffer, at most {} KiB of frames waited in it",
+            cap >> 20,
+            high >> 10
+        );
+    }
     let end = crate::stream::drain::end_counters();
     let end = End {
         time: clock::now_ns(),
@@ -200,5 +215,23 @@ pub fn finish() -> End {
         ..end
     };
     wire::send(&Record::End(end.clone()));
+    // Whatever still waits in the buffer or the device leaves before the
+    // machine exits.
+    wire::flush();
     end
+}
+
+/// Takes `mib` MiB of free memory for the flight recorder's buffer
+/// (`buffer=MiB`); the size taken, or `None` when no free range is that
+/// large.
+pub fn setup_buffer(mib: u32) -> Option<usize> {
+    let bytes = u64::from(mib) << 20;
+    let pa = crate::mm::frames::take_contiguous(bytes)?;
+    let va = arch_x86::paging::phys_to_virt(pa) as *mut u8;
+    // SAFETY: the frames were just taken from the allocator for good, so
+    // nothing else uses them, and the direct map covers every frame the
+    // allocator hands out.
+    let mem = unsafe { core::slice::from_raw_parts_mut(va, bytes as usize) };
+    wire::set_buffer(mem);
+    Some(bytes as usize)
 }

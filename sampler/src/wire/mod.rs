@@ -181,6 +181,31 @@ pub struct Hello {
     /// lost the start to noise, decodes from the next repetition. A Hello of
     /// the same `boot` with a non-zero `repeat` is never a restart.
     pub repeat: u32,
+    /// The device the stream leaves the target through.
+    pub transport: TransportKind,
+}
+
+/// The device carrying the stream (Hello's `transport`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TransportKind {
+    /// A 16550 UART (COM1): bare metal, `--serial`, `--transport uart`.
+    #[default]
+    Uart16550,
+    /// A virtio console on PCI (QEMU's `virtio-serial-pci`).
+    VirtioPci,
+    /// A virtio console on virtio-mmio (QEMU's `microvm`).
+    VirtioMmio,
+}
+
+impl TransportKind {
+    /// A short name for summaries.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Uart16550 => "16550 UART",
+            TransportKind::VirtioPci => "virtio console (PCI)",
+            TransportKind::VirtioMmio => "virtio console (MMIO)",
+        }
+    }
 }
 
 impl Hello {
@@ -199,6 +224,7 @@ impl Hello {
             events: heapless::Vec::new(),
             boot: 0,
             repeat: 0,
+            transport: TransportKind::Uart16550,
         }
     }
 
