@@ -152,8 +152,11 @@ pub struct Top {
     rows: HashMap<RowKey, Counts>,
     samples: u64,
     period: u64,
-    /// The event of the first sample source, from the Hello.
+    /// The event shown: the Hello's first (perf top's default), with
+    /// the others' names after it ("cycles:u (of cycles:u, instructions:u)").
     event: Option<String>,
+    /// The id of the event shown; samples of the others are not counted.
+    shown: Option<u32>,
     /// Things the user should know (an unreadable program file, another
     /// build of it).
     notes: Vec<String>,
@@ -220,10 +223,20 @@ impl Top {
     pub fn item(&mut self, item: &Item<'_>) {
         match item {
             Item::Hello(h) if self.event.is_none() => {
-                self.event = h.events.first().map(|e| e.perf_name(h.source));
+                let names: Vec<String> = h.events.iter().map(|e| e.perf_name(h.source)).collect();
+                self.event = names.first().map(|first| {
+                    if names.len() > 1 {
+                        format!("{first} (samples of the first of {})", names.join(", "))
+                    } else {
+                        first.clone()
+                    }
+                });
+                self.shown = h.events.first().map(|e| e.id);
             }
             Item::Task(t) => self.task(t),
-            Item::Sample(s) => self.sample(s.pid, s.tid, s.ip, !s.user, s.period),
+            Item::Sample(s) if self.shows(s.event) => {
+                self.sample(s.pid, s.tid, s.ip, !s.user, s.period)
+            }
             _ => {}
         }
     }
@@ -231,6 +244,9 @@ impl Top {
     /// Takes a sample in the decoder's parts.
     #[inline]
     pub fn sample_parts(&mut self, s: &SampleParts<'_>) {
+        if !self.shows(s.event()) {
+            return;
+        }
         self.sample(
             s.pid(),
             s.tid(),
@@ -238,6 +254,13 @@ impl Top {
             s.cpumode() == CpuMode::Kernel,
             s.period(),
         );
+    }
+
+    /// Whether samples of event `id` are counted: those of the event
+    /// shown, or all before a Hello named one.
+    #[inline]
+    fn shows(&self, id: u32) -> bool {
+        self.shown.is_none_or(|shown| shown == id)
     }
 
     fn task(&mut self, t: &TaskInfo) {

@@ -2,7 +2,7 @@
 //! table and the view's refresh and keys.
 
 use super::*;
-use crate::model::{EventInfo, EventKind, EventSource, Hello, ProgramInfo};
+use crate::model::{EventInfo, EventKind, EventSource, Hello, ProgramInfo, SampleView};
 
 fn fixture_image() -> Image {
     Image::open(Path::new(concat!(
@@ -482,4 +482,38 @@ fn the_plain_view_prints_its_first_table_after_the_first_interval() {
     assert!(w.tick_at(t0 + Duration::from_secs(1), &stats).is_continue());
     let out = String::from_utf8(w.into_display().into_inner()).unwrap();
     assert_eq!(out.matches("perch top: ").count(), 1, "{out}");
+}
+
+#[test]
+fn with_several_events_the_first_is_shown_and_named_with_the_others() {
+    let img = fixture_image();
+    let mut t = Top::new(Some(&img), BTreeMap::new());
+    let mut h = Hello::for_test(EventSource::Pmu, EventInfo::for_test(EventKind::Hardware));
+    let mut instructions = EventInfo::for_test(EventKind::Hardware);
+    (instructions.id, instructions.config) = (1, 1);
+    h.events.push(instructions);
+    t.item(&Item::Hello(h));
+    t.item(&Item::Task(task(1, "app", None)));
+    let at = |name, event| SampleView {
+        event,
+        pid: 1,
+        tid: 1,
+        ip: sym(&img, name),
+        user: true,
+        period: 1,
+        ..SampleView::default()
+    };
+    for _ in 0..3 {
+        t.item(&Item::Sample(at("hot_alpha", 0)));
+    }
+    for _ in 0..5 {
+        t.item(&Item::Sample(at("hot_beta", 1)));
+    }
+    assert_eq!(t.samples(), 3, "only the first event's samples count");
+    assert_eq!(
+        t.event(),
+        Some("cycles (samples of the first of cycles, instructions)")
+    );
+    let rows = t.rows(&Filter::default());
+    assert_eq!(rows.len(), 1, "{rows:?}");
 }
