@@ -312,6 +312,16 @@ pub fn record_demo(args: &[&str]) -> Recording {
     record(&all)
 }
 
+/// Runs `perch record --icount OPTS -- hotspots 300` (the glibc test
+/// program of [`programs`]) without checking its exit status.
+pub fn record_hotspots(opts: &[&str]) -> Recording {
+    let exe = programs::c_program("hotspots", programs::CBuild::Glibc);
+    let exe = exe.to_str().expect("a UTF-8 path").to_owned();
+    let mut all = opts.to_vec();
+    all.extend_from_slice(&["--", &exe, "300"]);
+    record(&all)
+}
+
 /// Runs perf on the recording (with the runtime as vmlinux); it must succeed
 /// and print nothing on stderr but lines containing one of `allowed`.
 pub fn run_perf(rec: &Recording, args: &[&str], allowed: &[&str]) -> String {
@@ -345,6 +355,11 @@ pub fn qemu_present() -> bool {
         "SKIPPED: qemu-system-x86_64 is not installed (apt-get install --no-install-recommends qemu-system-x86)"
     );
     false
+}
+
+/// Whether QEMU and perf are both installed; says which is missing.
+pub fn qemu_and_perf_present() -> bool {
+    qemu_present() && perf_present()
 }
 
 /// Whether perf is installed; says so when it is not (the test then skips).

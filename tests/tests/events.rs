@@ -13,7 +13,9 @@
 #![forbid(unsafe_code)]
 
 use e2e_tests::programs::{CBuild, c_program};
-use e2e_tests::{Recording, perch_bin, perf_present, qemu_present, record, run_perf, runtime_elf};
+use e2e_tests::{
+    Recording, perch_bin, qemu_and_perf_present, record, record_hotspots, run_perf, runtime_elf,
+};
 use linux_perf_data::linux_perf_event_reader::{
     AttrFlags, EventRecord, HardwareEventId, IpSkidConstraint, PerfEventAttr, PerfEventType,
     SampleFormat, SamplingPolicy,
@@ -22,21 +24,9 @@ use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 
-fn tools_present() -> bool {
-    if !(qemu_present() && perf_present()) {
-        eprintln!("skipped: QEMU or perf is missing");
-        return false;
-    }
-    true
-}
-
 /// `perch record --icount OPTS -- hotspots 300`, which must succeed.
 fn rec(opts: &[&str]) -> Recording {
-    let exe = c_program("hotspots", CBuild::Glibc);
-    let exe = exe.to_str().expect("a UTF-8 path").to_owned();
-    let mut all = opts.to_vec();
-    all.extend_from_slice(&["--", &exe, "300"]);
-    let r = record(&all);
+    let r = record_hotspots(opts);
     assert_eq!(
         r.status,
         Some(0),
@@ -154,7 +144,7 @@ fn counts_add_up(rec: &Recording, per_attr: &BTreeMap<usize, u64>) {
 
 #[test]
 fn sim_cycles_and_instructions_user_give_two_attrs_and_samples_of_both() {
-    if !tools_present() {
+    if !qemu_and_perf_present() {
         return;
     }
     let r = rec(&["--pmu", "sim", "-e", "cycles:u,instructions:u"]);
@@ -239,7 +229,7 @@ fn sim_cycles_and_instructions_user_give_two_attrs_and_samples_of_both() {
 
 #[test]
 fn sim_precise_mem_loads_beside_cycles_each_with_its_own_attr() {
-    if !tools_present() {
+    if !qemu_and_perf_present() {
         return;
     }
     let r = rec(&["--pmu", "sim", "-e", "mem-loads:pp,cycles", "-q"]);
@@ -329,7 +319,7 @@ fn a_set_the_simulated_counters_cannot_hold_is_refused_before_boot() {
 
 #[test]
 fn several_events_auto_cannot_sample_are_refused_at_the_hello() {
-    if !tools_present() {
+    if !qemu_and_perf_present() {
         return;
     }
     // Under icount (TCG) the appliance has no PMU: perch refuses the set
@@ -351,7 +341,7 @@ fn several_events_auto_cannot_sample_are_refused_at_the_hello() {
 
 #[test]
 fn ring_losses_are_counted_against_their_own_event() {
-    if !tools_present() {
+    if !qemu_and_perf_present() {
         return;
     }
     // A ring of one slot: of the two samples of a PMI where both counters
@@ -376,7 +366,7 @@ fn ring_losses_are_counted_against_their_own_event() {
 
 #[test]
 fn an_event_term_gives_that_event_its_own_period() {
-    if !tools_present() {
+    if !qemu_and_perf_present() {
         return;
     }
     // cycles every 4000 (two ticks), instructions every 1000 (a tick).

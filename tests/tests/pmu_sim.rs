@@ -9,7 +9,7 @@
 //! The tests skip, saying why, only when QEMU or perf is missing.
 #![forbid(unsafe_code)]
 
-use e2e_tests::{Recording, perf_present, qemu_present, record_demo, run_perf};
+use e2e_tests::{Recording, qemu_and_perf_present, record_demo, run_perf};
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -23,15 +23,12 @@ const HOT: [&str; 3] = [
     "demo_update_stats",
 ];
 
-fn tools_present() -> bool {
-    qemu_present() && perf_present()
-}
-
 /// The demo recorded once with `pmu=sim`: one second of virtual time at 4 kHz.
 fn sim_run() -> Option<&'static Recording> {
     static REC: OnceLock<Option<Recording>> = OnceLock::new();
     REC.get_or_init(|| {
-        tools_present().then(|| record_demo(&["--freq", "4000", "--duration", "1", "--pmu", "sim"]))
+        qemu_and_perf_present()
+            .then(|| record_demo(&["--freq", "4000", "--duration", "1", "--pmu", "sim"]))
     })
     .as_ref()
     .inspect(|r| assert_eq!(r.status, Some(0), "perch record failed:\n{}", r.stderr))
@@ -242,7 +239,7 @@ fn the_file_says_the_pmu_is_simulated() {
 /// registers and branch stacks.
 #[test]
 fn pebs_yields_samples_on_skylake_ice_lake_and_sapphire_rapids() {
-    if !tools_present() {
+    if !qemu_and_perf_present() {
         return;
     }
     for (model, format) in [("skl", 3), ("icl", 4), ("spr", 5)] {

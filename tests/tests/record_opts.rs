@@ -16,7 +16,9 @@
 #![forbid(unsafe_code)]
 
 use e2e_tests::programs::{CBuild, c_program};
-use e2e_tests::{Recording, perch_bin, perf_present, qemu_present, record, run_perf, runtime_elf};
+use e2e_tests::{
+    Recording, perch_bin, qemu_and_perf_present, record_hotspots, run_perf, runtime_elf,
+};
 use linux_perf_data::linux_perf_event_reader::{
     CpuMode, EventRecord, IpSkidConstraint, PerfEventAttr, PerfEventType, SampleFormat,
     SamplingPolicy, SoftwareCounterType,
@@ -24,17 +26,9 @@ use linux_perf_data::linux_perf_event_reader::{
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use std::process::{Command, Stdio};
 
-fn tools_present() -> bool {
-    if !(qemu_present() && perf_present()) {
-        eprintln!("skipped: QEMU or perf is missing");
-        return false;
-    }
-    true
-}
-
 /// `perch record --icount OPTS -- hotspots 300`, which must succeed.
 fn rec(opts: &[&str]) -> Recording {
-    let r = rec_status(opts);
+    let r = record_hotspots(opts);
     assert_eq!(
         r.status,
         Some(0),
@@ -42,15 +36,6 @@ fn rec(opts: &[&str]) -> Recording {
         r.stderr
     );
     r
-}
-
-/// [`rec`] without the check of the exit status.
-fn rec_status(opts: &[&str]) -> Recording {
-    let exe = c_program("hotspots", CBuild::Glibc);
-    let exe = exe.to_str().expect("a UTF-8 path").to_owned();
-    let mut all = opts.to_vec();
-    all.extend_from_slice(&["--", &exe, "300"]);
-    record(&all)
 }
 
 /// One sample's registers (perf index, value) and call chain length.
@@ -117,7 +102,7 @@ fn branch_entries(rec: &Recording) -> Vec<usize> {
 
 #[test]
 fn sim_branch_filter_registers_and_call_graph_reach_the_attr_and_the_samples() {
-    if !tools_present() {
+    if !qemu_and_perf_present() {
         return;
     }
     let r = rec(&[
@@ -207,7 +192,7 @@ fn sim_branch_filter_registers_and_call_graph_reach_the_attr_and_the_samples() {
 
 #[test]
 fn sim_branch_any_records_branches_with_perchs_default_sample_set() {
-    if !tools_present() {
+    if !qemu_and_perf_present() {
         return;
     }
     let r = rec(&["--pmu", "sim", "-b"]);
@@ -232,7 +217,7 @@ fn sim_branch_any_records_branches_with_perchs_default_sample_set() {
 
 #[test]
 fn sim_count_samples_every_nth_load() {
-    if !tools_present() {
+    if !qemu_and_perf_present() {
         return;
     }
     // The clock ticks the simulator; -F and -c exclude each other.
@@ -262,7 +247,7 @@ fn sim_count_samples_every_nth_load() {
 
 #[test]
 fn nmi_clock_count_and_user_regs_without_call_graph() {
-    if !tools_present() {
+    if !qemu_and_perf_present() {
         return;
     }
     let r = rec(&["-e", "cpu-clock", "-c", "250000", "--user-regs=ip,sp"]);
@@ -344,7 +329,7 @@ fn nmi_clock_count_and_user_regs_without_call_graph() {
 
 #[test]
 fn frequency_sets_the_clock_and_the_attr() {
-    if !tools_present() {
+    if !qemu_and_perf_present() {
         return;
     }
     let r = rec(&["--pmu", "off", "-F", "2000", "-q"]);
@@ -366,11 +351,11 @@ fn frequency_sets_the_clock_and_the_attr() {
 
 #[test]
 fn an_event_auto_cannot_sample_is_refused_at_the_hello() {
-    if !tools_present() {
+    if !qemu_and_perf_present() {
         return;
     }
     // Under icount (TCG) the appliance has no PMU.
-    let r = rec_status(&["-e", "instructions"]);
+    let r = record_hotspots(&["-e", "instructions"]);
     assert_eq!(r.status, Some(2), "{}", r.stderr);
     assert!(
         r.stderr.contains(
@@ -459,7 +444,7 @@ fn on_terminal(opts: &[&str]) -> Option<String> {
 
 #[test]
 fn on_a_terminal_a_live_progress_line_and_none_with_q() {
-    if !tools_present() {
+    if !qemu_and_perf_present() {
         return;
     }
     let Some(text) = on_terminal(&["--pmu", "off"]) else {

@@ -195,24 +195,13 @@ pub fn flush() {
 /// the callers' own frames, overflows it.
 #[inline(never)]
 pub fn send(record: &Record) {
-    critical_section::with(|cs| {
-        let mut s = STREAM.borrow_ref_mut(cs);
-        let Stream {
-            encoder,
-            buf,
-            transport,
-            ring,
-        } = &mut *s;
-        let encoder = encoder.get_or_insert_with(|| Encoder::new(EncoderConfig::default()));
-        match encoder.encode(record, buf) {
-            Ok(n) => {
-                if emit(ring, transport, &buf[..n]).is_err() {
-                    WRITE_FAILURES.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Err(_) => {
-                ENCODE_FAILURES.fetch_add(1, Ordering::Relaxed);
-            }
+    with_encoder(|encoder, buf, write| match encoder.encode(record, buf) {
+        // A failed write is counted by `write`.
+        Ok(n) => {
+            let _ = write(&buf[..n]);
+        }
+        Err(_) => {
+            ENCODE_FAILURES.fetch_add(1, Ordering::Relaxed);
         }
     });
 }

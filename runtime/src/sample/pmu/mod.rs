@@ -264,6 +264,21 @@ impl core::fmt::Display for EventsNote<'_> {
     }
 }
 
+/// The simulated PMU's capabilities, for the boot log: `v5, 8 GP + 4
+/// fixed counters, PEBS format ..., LBR format ... x 32`.
+struct SimCapsNote<'a>(&'a HwSetup);
+
+impl core::fmt::Display for SimCapsNote<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let c = &self.0.caps;
+        write!(
+            f,
+            "v{}, {} GP + {} fixed counters, PEBS format {:?}, LBR format {:?} x {}",
+            c.version, c.gp_counters, c.fixed_counters, c.pebs_format, c.lbr_format, c.lbr_depth
+        )
+    }
+}
+
 /// `event=`'s list, comma-separated.
 struct ListNote<'a>(&'a [Event]);
 
@@ -290,23 +305,13 @@ pub fn report_boot(b: &Boot, events: &EventList) {
     };
     match b {
         Boot::Sim(Ok(s)) if s.n > 0 => crate::kprintln!(
-            "perch: pmu=sim: SIMULATED PMU (v{}, {} GP + {} fixed counters, PEBS format {:?}, LBR format {:?} x {}); events {}, driven by the NMI clock",
-            s.caps.version,
-            s.caps.gp_counters,
-            s.caps.fixed_counters,
-            s.caps.pebs_format,
-            s.caps.lbr_format,
-            s.caps.lbr_depth,
+            "perch: pmu=sim: SIMULATED PMU ({}); events {}, driven by the NMI clock",
+            SimCapsNote(s),
             EventsNote(s)
         ),
         Boot::Sim(Ok(s)) => crate::kprintln!(
-            "perch: pmu=sim: SIMULATED PMU (v{}, {} GP + {} fixed counters, PEBS format {:?}, LBR format {:?} x {}); precise mem-loads period {}, driven by the NMI clock",
-            s.caps.version,
-            s.caps.gp_counters,
-            s.caps.fixed_counters,
-            s.caps.pebs_format,
-            s.caps.lbr_format,
-            s.caps.lbr_depth,
+            "perch: pmu=sim: SIMULATED PMU ({}); precise mem-loads period {}, driven by the NMI clock",
+            SimCapsNote(s),
             sim_period()
         ),
         Boot::Sim(Err(e)) => crate::kprintln!(
