@@ -4,15 +4,51 @@
 //! [`print`] (via `kprintln!`). The sink depends on the console mode: in text
 //! mode the text goes to the UART as is; in wire mode (`console=wire`) the
 //! record stream owns COM1 and text is gathered into lines, each sent as a
-//! text Log record by [`crate::stream::wire`].
+//! text Log record through the [`WireLog`] the stream registers (the
+//! console sits below every other layer and imports none of them).
 //!
 //! defmt frames take the same route: text mode drops and counts them, wire
 //! mode carries each as a defmt Log record. Nothing here may be called from
 //! NMI context.
 
 use arch_x86::uart::{COM1, Uart16550};
+use core::cell::Cell;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use sampler::wire::{Log, LogLevel, MAX_LOG, Record};
+use critical_section::Mutex;
+use sampler::wire::{Log, LogLevel, MAX_LOG};
+
+/// The record stream as the console sees it: registered by the stream when
+/// it starts ([`set_wire`]).
+pub trait WireLog: Sync {
+    /// True when the stream left COM1 for another device (COM1 then only
+    /// carries the last words of a crash, as text).
+    fn off_com1(&self) -> bool;
+    /// Sends one Log record.
+    fn send(&self, log: Log);
+}
+
+static WIRE: Mutex<Cell<Option<&'static dyn WireLog>>> = Mutex::new(Cell::new(None));
+
+/// Registers the started stream: wire-mode text and defmt frames go to it.
+pub fn set_wire(w: &'static dyn WireLog) {
+    critical_section::with(|cs| WIRE.borrow(cs).set(Some(w)));
+}
+
+/// The started stream, if any.
+fn wire() -> Option<&'static dyn WireLog> {
+    critical_section::with(|cs| WIRE.borrow(cs).get())
+}
+
+/// Sends `log` on the stream; counts it as dropped text when the stream has
+/// not started.
+fn send_log(log: Log, bytes: usize) {
+    match wire() {
+        Some(w) => w.send(log),
+        None => {
+            DROPPED_TEXT_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+        }
+    }
+}
 
 /// Where console output goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,11 +127,7 @@ fn flush_line(line: &mut heapless::Vec<u8, MAX_LOG>) {
     } else {
         LogLevel::Info
     };
-    crate::stream::wire::send(&Record::Log(Log::text(
-        crate::sample::clock::now_ns(),
-        level,
-        text,
-    )));
+    send_log(Log::text(crate::time::now_ns(), level, text), line.len());
     line.clear();
 }
 
@@ -116,21 +148,21 @@ pub fn print(args: core::fmt::Arguments<'_>) {
 /// Writes straight to the UART, bypassing the sink: only for the last words
 /// of a crash, when nothing else can be trusted.
 pub fn emergency_print(args: core::fmt::Arguments<'_>) {
-    if sink() == Sink::Wire && crate::stream::wire::started() {
+    if let (Sink::Wire, Some(w)) = (sink(), wire()) {
         // Keep the stream parseable: the words go out as one Log record.
         let mut text: heapless::String<MAX_LOG> = heapless::String::new();
         let _ = core::fmt::Write::write_fmt(&mut text, args);
         // On virtio, COM1 gets the words too, as text: a crash of the
         // virtio path itself still reaches the host (`perch record` shows
         // COM1's text when a run fails).
-        if crate::stream::wire::off_com1() {
+        if w.off_com1() {
             let _ = core::fmt::Write::write_str(&mut uart(), &text);
         }
-        crate::stream::wire::send(&Record::Log(Log::text(
-            crate::sample::clock::now_ns(),
+        w.send(Log::text(
+            crate::time::now_ns(),
             LogLevel::Error,
             text.trim(),
-        )));
+        ));
         return;
     }
     let mut u = uart();
@@ -208,9 +240,10 @@ unsafe impl defmt::Logger for DefmtLogger {
         if sink() == Sink::Wire && !DEFMT_FRAME_CUT.swap(false, Ordering::Relaxed) {
             critical_section::with(|cs| {
                 let mut frame = DEFMT_FRAME.borrow_ref_mut(cs);
-                let log = Log::defmt(crate::sample::clock::now_ns(), LogLevel::Info, &frame);
+                let log = Log::defmt(crate::time::now_ns(), LogLevel::Info, &frame);
+                let n = frame.len();
                 frame.clear();
-                crate::stream::wire::send(&Record::Log(log));
+                send_log(log, n);
             });
         } else {
             critical_section::with(|cs| DEFMT_FRAME.borrow_ref_mut(cs).clear());

@@ -12,11 +12,22 @@
 //! restore to the `iretq` (`perch_exit_window_start..perch_exit_window_end`).
 //! The NMI handler checks the interrupted RIP against them.
 //!
-//! Every return through the exit stub first calls
-//! `sample::profile::on_return` with the frame it is about to restore
-//! (samples of `uregs=return` take their user registers from it), and
-//! the dispatcher tells the sampler when an entry from ring 3 has saved its
-//! frame.
+//! # The upcalls
+//!
+//! This is the bottom of the runtime: the stubs call up into the layers
+//! above through one named interface, three symbols that the top of the
+//! runtime defines (`main.rs` checks each against its type here), and no
+//! Rust import of a higher layer:
+//!
+//! | symbol | type | called |
+//! | --- | --- | --- |
+//! | `perch_upcall_trap` | [`TrapUpcall`] | every IDT vector but the NMI, and SYSCALL, once the frame is saved; returns [`RESUME`] or [`LEAVE`] |
+//! | `perch_upcall_return` | [`ReturnUpcall`] | before every return to the frame it is about to restore (samples of `uregs=return` take their user registers from it) |
+//! | `perch_upcall_nmi` | [`NmiUpcall`] | for every NMI, with its frame |
+//!
+//! A symbol rather than a pointer read at run time: the NMI path pays no
+//! load and no indirect call for the seam (the three functions are
+//! `#[inline(always)]`, so each symbol's body is the function itself).
 
 use arch_x86::frame::TrapFrame;
 use arch_x86::gdt;
@@ -28,6 +39,43 @@ pub static CURRENT_KSTACK_TOP: AtomicU64 = AtomicU64::new(0);
 static KERNEL_RESUME_RSP: AtomicU64 = AtomicU64::new(0);
 /// The user RSP at SYSCALL, held for the two instructions before it is pushed.
 static SYSCALL_SCRATCH_RSP: AtomicU64 = AtomicU64::new(0);
+
+/// Returned by the trap upcall: resume the interrupted context.
+pub const RESUME: u64 = 0;
+/// Returned by the trap upcall: leave to the scheduler.
+pub const LEAVE: u64 = 1;
+
+/// `perch_upcall_trap`: the Rust side of every entry but the NMI.
+pub type TrapUpcall = extern "C" fn(&mut TrapFrame) -> u64;
+/// `perch_upcall_return`: sees each frame just before it is restored.
+pub type ReturnUpcall = extern "C" fn(&TrapFrame);
+/// `perch_upcall_nmi`: the NMI handler.
+pub type NmiUpcall = extern "C" fn(&mut TrapFrame);
+
+/// Defines the three upcall symbols of the entry stubs from three
+/// functions of the expected types. Used once, at the top of the runtime.
+#[macro_export]
+macro_rules! entry_upcalls {
+    (trap: $trap:path, on_return: $ret:path, nmi: $nmi:path $(,)?) => {
+        // Each symbol is a function of the upcall's type that calls (with
+        // the callee inlined, so it costs nothing) the named function.
+        #[unsafe(no_mangle)]
+        extern "C" fn perch_upcall_trap(frame: &mut arch_x86::frame::TrapFrame) -> u64 {
+            const F: $crate::entry::TrapUpcall = $trap;
+            F(frame)
+        }
+        #[unsafe(no_mangle)]
+        extern "C" fn perch_upcall_return(frame: &arch_x86::frame::TrapFrame) {
+            const F: $crate::entry::ReturnUpcall = $ret;
+            F(frame)
+        }
+        #[unsafe(no_mangle)]
+        extern "C" fn perch_upcall_nmi(frame: &mut arch_x86::frame::TrapFrame) {
+            const F: $crate::entry::NmiUpcall = $nmi;
+            F(frame)
+        }
+    };
+}
 
 /// Size of one IDT stub; stub `v` is at `perch_isr_table + v * ISR_STUB_SIZE`.
 pub const ISR_STUB_SIZE: u64 = 16;
@@ -88,13 +136,13 @@ perch_trap_common:
 perch_entry_window_end:
     cld
     mov rdi, rsp
-    call {dispatch}
+    call perch_upcall_trap
     test rax, rax
     jnz perch_leave_to_scheduler
 
 perch_return:
     mov rdi, rsp
-    call {on_return}
+    call perch_upcall_return
 
     .global perch_exit_window_start
 perch_exit_window_start:
@@ -163,7 +211,7 @@ perch_nmi_entry:
     push r15
     cld
     mov rdi, rsp
-    call {nmi}
+    call perch_upcall_nmi
     pop r15
     pop r14
     pop r13
@@ -185,9 +233,6 @@ perch_nmi_entry:
     scratch = sym SYSCALL_SCRATCH_RSP,
     kstack = sym CURRENT_KSTACK_TOP,
     resume = sym KERNEL_RESUME_RSP,
-    dispatch = sym crate::abi::trap_dispatch,
-    on_return = sym crate::sample::profile::on_return,
-    nmi = sym crate::sample::nmi::nmi_dispatch,
     udata = const gdt::USER_DATA as u64,
     ucode64 = const gdt::USER_CODE64 as u64,
     syscall_vec = const arch_x86::frame::SYSCALL_VECTOR,

@@ -7,30 +7,52 @@
 
 extern crate alloc;
 
-mod abi;
+// The layers, bottom to top (runtime/README.md draws them): no module
+// imports one from a layer above its own, and the entry stubs reach the
+// top through the upcalls below.
+// 1. base services
 mod boot;
 mod console;
+mod symbols;
+mod time;
+// 2. the CPU: entry stubs, descriptor tables, segments, FPU state
 mod cpu;
 mod entry;
+// 3. memory and the boot archive
 mod fs;
 mod mm;
+// 4. processes and the scheduler
 mod proc;
+// 5. the system-call ABIs
+mod abi;
+// 6. sampling
 mod sample;
-mod selftest;
+// 7. the profile stream
 mod stream;
-mod symbols;
+// 8. where the layers meet
+mod appliance;
+mod dispatch;
+mod selftest;
 
 use arch_x86::exit::ExitCode;
 use kcore::cmdline::{self, ConsoleMode};
 use sample::{clock, pmu, profile};
 
+entry_upcalls! {
+    trap: dispatch::trap,
+    on_return: sample::profile::on_return,
+    nmi: sample::nmi::nmi_dispatch,
+}
+
 critical_section::set_impl!(arch_x86::single_core_cs::SingleCoreCriticalSection);
 
 /// Called by the boot code in 64-bit mode on the boot stack.
+#[unsafe(no_mangle)]
 pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     console::init();
+    symbols::register(runtime_symbols);
     let boot = boot::read_boot_info(magic, info);
-    let tsc_hz = clock::calibrate_tsc();
+    let tsc_hz = crate::time::calibrate_tsc();
     // One parse; its issues are reported once the console carries what
     // `console=` says.
     let mut issues: heapless::Vec<cmdline::Issue<'_>, 16> = heapless::Vec::new();
@@ -149,7 +171,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             boot::CMDLINE_MAX
         );
     }
-    clock::init_realtime();
+    crate::time::init_realtime();
     let timer = proc::tick::calibrate(tsc_hz);
     if timer == 0 {
         kprintln!("perch: local APIC timer does not run: no preemption");
@@ -238,7 +260,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     if cfg.selftest {
         selftest::run(&cfg, boot.modules().first().copied(), boot.protocol.name())
     } else if let Some(archive) = boot.modules().first() {
-        proc::appliance::run(&cfg, archive)
+        appliance::run(&cfg, archive)
     } else {
         kprintln!(
             "perch: nothing to run: no boot archive (give one as the PVH module, \
@@ -277,6 +299,34 @@ fn report_transport(probe: stream::transport::Probe) {
         Probe::Failed(ProbeError::Setup(_, e)) => {
             kprintln!("perch: stream: {kind} (virtio console set-up failed: {e})")
         }
+    }
+}
+
+/// The runtime's named entry points, for reports ([`symbols::Nearest`]).
+fn runtime_symbols(add: &mut dyn FnMut(u64, &'static str)) {
+    let table = [
+        (provoke_crash as *const () as u64, "provoke_crash"),
+        (perch_kmain as *const () as u64, "perch_kmain"),
+        (perch_upcall_trap as *const () as u64, "perch_upcall_trap"),
+        (
+            dispatch::runtime_exception as *const () as u64,
+            "runtime_exception",
+        ),
+        (perch_upcall_nmi as *const () as u64, "perch_upcall_nmi"),
+        (abi::perch::handle as *const () as u64, "syscall::handle"),
+        (abi::perch::sys_spin as *const () as u64, "sys_spin"),
+        (proc::run_once as *const () as u64, "task::run_once"),
+        (entry::syscall_entry(), "perch_syscall_entry"),
+        (entry::nmi_entry(), "perch_nmi_entry"),
+        (entry::isr_stub(0), "perch_isr_table"),
+        (entry::exit_window().0, "perch_exit_window_start"),
+        (entry::exit_window().1, "perch_leave_to_scheduler"),
+        (selftest::run as *const () as u64, "selftest::run"),
+        (mm::layout().user_text.0, "appliance .user.text"),
+        (mm::layout().text.0, ".text"),
+    ];
+    for (addr, name) in table.into_iter().chain(selftest::programs::symbols()) {
+        add(addr, name);
     }
 }
 

@@ -126,7 +126,7 @@ fn perfparser_reads_the_demo_without_errors() {
     let bad = complaints(&stderr);
     assert!(bad.is_empty(), "hotspot-perfparser complained: {bad:#?}");
     assert!(
-        contains(&out, "perch_runtime::sample::clock::random_bytes"),
+        contains(&out, "perch_runtime::time::random_bytes"),
         "the parser's output does not name the runtime's random_bytes"
     );
 }

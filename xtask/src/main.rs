@@ -8,6 +8,8 @@ mod fuzz;
 mod hwcheck;
 mod image;
 mod kernel;
+#[cfg(test)]
+mod layers;
 mod profile;
 mod qemu;
 mod test;

@@ -138,10 +138,9 @@ perch_start64_high:
     lea rsp, [rip + perch_boot_stack_top]
     mov edi, ebp
     xor ebp, ebp
-    call {kmain}
+    call perch_kmain
     ud2
     "#,
-    kmain = sym crate::perch_kmain,
     kvma = const arch_x86::paging::KERNEL_VMA,
     direct = const arch_x86::paging::DIRECT_MAP,
 );

@@ -8,8 +8,6 @@
 //! not preemptible: it runs with interrupts off, and the tick only lands in
 //! ring 3 or in the idle `hlt`.
 
-pub mod appliance;
-pub mod linux;
 pub mod tick;
 
 use crate::entry;
@@ -19,6 +17,7 @@ use arch_x86::gdt;
 use core::cell::{Cell, RefCell, UnsafeCell};
 use core::sync::atomic::{AtomicU8, Ordering};
 use critical_section::Mutex;
+use sampler::walk::WalkRange;
 
 /// Most tasks at once.
 pub const MAX_TASKS: usize = 20;
@@ -29,6 +28,19 @@ pub const NO_TASK: u8 = 0xff;
 
 /// The task whose frame is at the top of [`entry::CURRENT_KSTACK_TOP`], or [`NO_TASK`].
 pub static CURRENT_TASK: AtomicU8 = AtomicU8::new(NO_TASK);
+
+/// Where the NMI's frame-pointer walk may read the running process's
+/// stack, 64-bit and compat. Set while no process is current, so no NMI
+/// walks with a half-updated range.
+pub static USER_WALK: WalkRange = WalkRange::new();
+/// The compat (4-byte word) twin of [`USER_WALK`].
+pub static COMPAT_WALK: WalkRange = WalkRange::new();
+
+/// Sets the walk ranges to `stack`, whose pages must all be present.
+pub fn set_walk(stack: (u64, u64)) {
+    USER_WALK.set(8, stack);
+    COMPAT_WALK.set(4, stack);
+}
 
 /// Which user ABI a task runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -387,10 +399,10 @@ pub fn run_once(id: u8) -> Option<Outcome> {
         i.space.activate();
         crate::cpu::load_user_segments(&i.segs);
         i.fpu.restore();
-        match &i.linux {
-            Some(p) => crate::sample::profile::set_user_walk((i.stack_low, p.layout.stack_top)),
-            None => crate::sample::profile::set_builtin_walk(),
-        }
+        set_walk(match &i.linux {
+            Some(p) => (i.stack_low, p.layout.stack_top),
+            None => crate::mm::layout().user_data,
+        });
     });
     CURRENT_TASK.store(id, Ordering::Relaxed);
     // SAFETY: the frame at the top of this task's kernel stack was written by
@@ -415,24 +427,6 @@ pub fn run_once(id: u8) -> Option<Outcome> {
         Some(Outcome::Signal(sig)) => t.state = TaskState::Signaled(sig),
         None => {}
     });
-    let ended = outcome
-        .is_some_and(|o| matches!(o, Outcome::Exit(_) | Outcome::Fault(_) | Outcome::Signal(_)));
-    if task.linux {
-        if ended {
-            linux::flush(id);
-            if let Some(t) = get(id) {
-                linux::report_end(id, task.spec.name, &t.state);
-            }
-            // Its memory goes back at once: the frames it owned and its
-            // system-call state (files stay, they belong to the run).
-            with_inner(id, |i| {
-                i.space.clear_user();
-                i.linux = None;
-            });
-        }
-    } else if let Some(Outcome::Fault(f)) = outcome {
-        report_fault(task.spec.name, &f);
-    }
     outcome
 }
 
@@ -474,14 +468,27 @@ fn wake_sleepers(now: u64) -> Option<u64> {
     next
 }
 
+/// What the caller of [`run_all`] decides: when to stop, what to do while
+/// nothing is ready, and what a process that ended leaves behind (the
+/// layers above know its personality).
+pub trait Driver {
+    /// True to end the run now (asked before each slice).
+    fn stop(&mut self) -> bool;
+    /// Called before the CPU halts for want of a ready process.
+    fn idle(&mut self);
+    /// Called once when process `id` has ended with `outcome`; `task` is
+    /// its bookkeeping from before the slice that ended it.
+    fn ended(&mut self, id: u8, task: &Task, outcome: Outcome);
+}
+
 /// Runs every ready process round-robin, preempting each after its slice,
-/// until none is ready or sleeping, or `stop` says so. With only sleepers
-/// left the CPU idles in `hlt` (the tick wakes it).
-pub fn run_all(mut stop: impl FnMut() -> bool) {
+/// until none is ready or sleeping, or the driver stops it. With only
+/// sleepers left the CPU idles in `hlt` (the tick wakes it).
+pub fn run_all(driver: &mut impl Driver) {
     let ticking = tick::start();
     let mut next = 0usize;
     loop {
-        if stop() {
+        if driver.stop() {
             break;
         }
         let sleeper = wake_sleepers(arch_x86::cpu::rdtsc());
@@ -491,10 +498,19 @@ pub fn run_all(mut stop: impl FnMut() -> bool) {
         match ready {
             Some(i) => {
                 tick::new_slice();
-                run_once(i as u8);
+                let task = get(i as u8);
+                let outcome = run_once(i as u8);
+                if let (Some(task), Some(o)) = (task, outcome)
+                    && matches!(o, Outcome::Exit(_) | Outcome::Fault(_) | Outcome::Signal(_))
+                {
+                    driver.ended(i as u8, &task, o);
+                }
                 next = i + 1;
             }
-            None if sleeper.is_some() && ticking => idle(),
+            None if sleeper.is_some() && ticking => {
+                driver.idle();
+                idle();
+            }
             None => break,
         }
     }
@@ -503,7 +519,6 @@ pub fn run_all(mut stop: impl FnMut() -> bool) {
 
 /// Halts until the next interrupt (the tick), then returns with interrupts off.
 fn idle() {
-    crate::stream::wire::pump();
     // SAFETY: `sti; hlt` enables interrupts only for the halt: the tick (or
     // an NMI) ends it, and the trap handler acknowledges the tick from
     // kernel mode without switching anything. `cli` follows at once.

@@ -146,6 +146,7 @@ pub fn set_observer(slot: usize, f: Observer) {
 /// Called by the NMI entry stub. The sampling path reads the frames in
 /// place; a copied capture is built for the observers, if any, after the
 /// sample is queued.
+#[inline(always)]
 pub extern "C" fn nmi_dispatch(frame: &mut TrapFrame) {
     let entry_tsc = rdtsc();
     NMI_COUNT.fetch_add(1, Ordering::Relaxed);

@@ -10,7 +10,6 @@
 //! (`cpu-clock`), where every NMI is one overflow; the hardware PMU, whose
 //! PMIs are the NMIs; or the simulated PMU driven by the NMI clock.
 
-use crate::sample::clock;
 use crate::sample::nmi::NmiContext;
 use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
@@ -104,7 +103,7 @@ fn clock_period(now: u64) -> u64 {
 #[inline(always)]
 fn drop_clock_time(x: &Extra<'_>, tsc: u64) {
     if x.period == 0 {
-        let _ = clock_period(clock::tsc_to_ns(tsc));
+        let _ = clock_period(crate::time::tsc_to_ns(tsc));
     }
 }
 
@@ -557,7 +556,7 @@ pub fn configure_throttle(max_rate: u32, cpu_pct: u32) {
     // see `ThrottleCell`.
     unsafe { *THROTTLE.0.get() = (Throttle::new(cfg), EventThrottle::new()) };
     MAX_RATE_CONFIGURED.store(max_rate, Ordering::Relaxed);
-    let tick = (clock::tsc_hz() / TICK_HZ).max(1);
+    let tick = (crate::time::tsc_hz() / TICK_HZ).max(1);
     TICK_TSC.store(tick, Ordering::Relaxed);
     NEXT_TICK_TSC.store(0, Ordering::Relaxed);
 }
@@ -614,27 +613,13 @@ pub fn set_ring_slots(n: u32) -> Result<usize, sampler::ring::CapacityError> {
 pub fn start() {
     let l = crate::mm::layout();
     RUNTIME_WALK.set(8, l.data);
-    USER_WALK.set(8, l.user_data);
-    COMPAT_WALK.set(4, l.user_data);
+    crate::proc::set_walk(l.user_data);
     let now = crate::sample::nmi::rdtsc();
-    LAST_TICK_NS.store(clock::tsc_to_ns(now), Ordering::Relaxed);
+    LAST_TICK_NS.store(crate::time::tsc_to_ns(now), Ordering::Relaxed);
     STARTED_TSC.store(now, Ordering::Relaxed);
     STOPPED_TSC.store(0, Ordering::Relaxed);
     OVERFLOWS_AT_START.store(clock_overflows(), Ordering::Relaxed);
     ROUTE.fetch_and(!NOT_SAMPLING, Ordering::Release);
-}
-
-/// Sets where the frame-pointer walk may read the running process's stack
-/// (`stack`, whose pages must all be present). Called while no process is
-/// current, so no NMI walks with a half-updated range.
-pub fn set_user_walk(stack: (u64, u64)) {
-    USER_WALK.set(8, stack);
-    COMPAT_WALK.set(4, stack);
-}
-
-/// The built-in programs' walk range (their data in the image).
-pub fn set_builtin_walk() {
-    set_user_walk(crate::mm::layout().user_data);
 }
 
 /// Stops sampling (NMIs still arrive but take no samples). Samples still
@@ -701,8 +686,6 @@ fn compat(cs: u64, bit: u32) -> u32 {
 }
 
 static RUNTIME_WALK: WalkRange = WalkRange::new();
-static USER_WALK: WalkRange = WalkRange::new();
-static COMPAT_WALK: WalkRange = WalkRange::new();
 
 /// The frame-pointer walk of [`sampler::walk`] with the reads done as
 /// volatile loads of `W`-byte words through the current address space.
@@ -770,9 +753,15 @@ fn callchain(r: &mut RawSample, ctx: &NmiContext<'_>) {
             #[inline(always)]
             || {
                 if compat(u.cs, 1) != 0 {
-                    walk::<4>(chain, n, u.rbp & 0xffff_ffff, &COMPAT_WALK, MAX_USER_FRAMES)
+                    walk::<4>(
+                        chain,
+                        n,
+                        u.rbp & 0xffff_ffff,
+                        &crate::proc::COMPAT_WALK,
+                        MAX_USER_FRAMES,
+                    )
                 } else {
-                    walk::<8>(chain, n, u.rbp, &USER_WALK, MAX_USER_FRAMES)
+                    walk::<8>(chain, n, u.rbp, &crate::proc::USER_WALK, MAX_USER_FRAMES)
                 }
             },
         );
@@ -808,7 +797,7 @@ pub fn on_overflow(frame: &TrapFrame, entry_tsc: u64) {
     let cost = crate::sample::nmi::rdtsc().wrapping_sub(entry_tsc);
     NMI_COST_TSC.fetch_add(cost, Ordering::Relaxed);
     NMI_COST_COUNT.fetch_add(1, Ordering::Relaxed);
-    throttle().0.sample_took(clock::tsc_to_ns(cost));
+    throttle().0.sample_took(crate::time::tsc_to_ns(cost));
 }
 
 /// NMI context, out of line: an NMI the PMU may have raised, or a clock
@@ -911,7 +900,7 @@ fn new_tick(tsc: u64) {
 /// sample, so it must not count as a lost one).
 #[inline(never)]
 fn push_transition(on: bool, tsc: u64) {
-    let time = clock::tsc_to_ns(tsc);
+    let time = crate::time::tsc_to_ns(tsc);
     for event in 0..hw_events().len().max(1) as u32 {
         if RING.len() >= RING.capacity() {
             THROTTLE_RECORDS_DROPPED.fetch_add(1, Ordering::Relaxed);
@@ -1009,7 +998,7 @@ fn fill_sample(
 ) {
     let f = ctx.interrupted;
     let kernel = ctx.mode == Mode::Kernel;
-    let now = clock::tsc_to_ns(entry_tsc);
+    let now = crate::time::tsc_to_ns(entry_tsc);
     r.time = now;
     r.ip = match x.precise_ip {
         Some(ip) => ip,
@@ -1073,6 +1062,7 @@ pub fn set_user_regs_at_return(on: bool) {
 /// other tasks ABI_NONE, and NMIs stop parking until the next entry
 /// ([`on_entry_from_user`]). Called by the exit stub for every return,
 /// with interrupts off; one load when `uregs=return` is off.
+#[inline(always)]
 pub extern "C" fn on_return(frame: &TrapFrame) {
     if !AT_RETURN.load(Ordering::Relaxed) || frame.mode() == Mode::Kernel {
         return;
@@ -1122,7 +1112,7 @@ pub fn clock_rate() -> Option<ClockRate> {
         STARTED_TSC.load(Ordering::Relaxed),
         STOPPED_TSC.load(Ordering::Relaxed),
     );
-    let elapsed_ns = clock::tsc_to_ns(t1.checked_sub(t0).filter(|&d| d > 0 && t0 > 0)?);
+    let elapsed_ns = crate::time::tsc_to_ns(t1.checked_sub(t0).filter(|&d| d > 0 && t0 > 0)?);
     let ticks = clock_overflows() - OVERFLOWS_AT_START.load(Ordering::Relaxed);
     let period = PERIOD_NS.load(Ordering::Relaxed).max(1);
     let requested_mhz = 1_000_000_000_000 / period;

@@ -22,7 +22,7 @@ pub(super) fn record_until_exit(
     mode: Mode,
 ) -> Result<(u8, heapless::Vec<nmi::NmiCapture, { recorder::SLOTS }>), Why> {
     recorder::start(mode, WANT_CAPTURES, SPIN_BUDGET);
-    task::run_all(|| false);
+    crate::dispatch::run_until(|| false);
     let (n, overflow) = recorder::stop();
     let t = task::get(id).map(|t| t.state);
     ensure!(t == Some(TaskState::Exited(0)), "{name}: state {t:?}");

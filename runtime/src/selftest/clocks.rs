@@ -37,7 +37,7 @@ pub(super) fn nmi_clock_throttle(cfg: &Config) -> TestResult {
     profile::start();
     // 20 ms: about 20 ticks.
     let t0 = cpu::rdtsc();
-    let budget = crate::sample::clock::tsc_hz() / 50;
+    let budget = crate::time::tsc_hz() / 50;
     while cpu::rdtsc() - t0 < budget {
         cpu::halt();
     }
@@ -97,7 +97,7 @@ pub(super) fn nmi_clock_throttle(cfg: &Config) -> TestResult {
     );
     // At most two samples per tick (the allowed one and the one that
     // throttles), so at least half the NMIs beyond that were suppressed.
-    let ticks = budget / (crate::sample::clock::tsc_hz() / 1000).max(1) + 2;
+    let ticks = budget / (crate::time::tsc_hz() / 1000).max(1) + 2;
     ensure!(
         samples <= 2 * ticks,
         "{samples} samples in about {ticks} ticks at max_rate=1000"

@@ -73,7 +73,7 @@ pub(super) fn start_loaded(
     let elf: &'static [u8] =
         alloc::boxed::Box::leak(tiny_elf(compat, prog.code, counter).into_boxed_slice());
     let spec = kcore::manifest::ProcessSpec::new(name, "/selftest");
-    match task::linux::start(&spec, elf) {
+    match crate::abi::linux::start(&spec, elf) {
         Ok(s) => Ok(s.id),
         Err(e) => fail!("loader refused {name}: {e}"),
     }
@@ -98,7 +98,7 @@ pub(super) fn run_loaded_recorded(
 pub(super) fn loaded_address_spaces() -> TestResult {
     let a = start_loaded("space_a", false, user::loaded_space64(), 7)?;
     let b = start_loaded("space_b", false, user::loaded_space64(), 9)?;
-    task::run_all(|| false);
+    crate::dispatch::run_until(|| false);
     let (sa, sb) = (task::get(a).map(|t| t.state), task::get(b).map(|t| t.state));
     ensure!(
         sa == Some(TaskState::Exited(7)) && sb == Some(TaskState::Exited(9)),
@@ -267,7 +267,7 @@ pub(super) fn loaded_return_to_user_regs() -> TestResult {
     let started = start_loaded("ld_ret64", false, user::loaded_sys64(), 20_000);
     if started.is_ok() {
         profile::start();
-        task::run_all(|| false);
+        crate::dispatch::run_until(|| false);
         profile::stop();
     }
     profile::set_user_regs_at_return(false);

@@ -115,7 +115,7 @@ pub fn run(cfg: &Config, archive: Option<arch_x86::bootinfo::Module>, protocol: 
     r.check("nmi_in_compat_exact_regs", exact_regs_compat);
     r.check("nmi_in_syscall_user_frame", spin_in_syscall64);
     r.check("nmi_in_int80_user_frame", spin_in_int80);
-    task::linux::set_system(kcore::sys::System::new(kcore::sys::Vfs::new()));
+    crate::abi::linux::set_system(kcore::sys::System::new(kcore::sys::Vfs::new()));
     r.check("loaded_address_spaces", loaded_address_spaces);
     r.check("loaded_nmi_in_user64_exact_regs", loaded_exact_regs64);
     r.check("loaded_nmi_in_compat_exact_regs", loaded_exact_regs32);

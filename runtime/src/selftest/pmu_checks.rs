@@ -228,7 +228,7 @@ pub(super) fn pmu_hardware() -> TestResult {
     }
     // Cycles for 20 ms of TSC time: about 20 PMIs at a period of a
     // millisecond of TSC ticks when the core runs near the TSC rate.
-    let tsc_hz = crate::sample::clock::tsc_hz();
+    let tsc_hz = crate::time::tsc_hz();
     if tsc_hz > 0 {
         let spin = || {
             let t0 = cpu::rdtsc();

@@ -182,7 +182,7 @@ pub fn on_capture(cap: &NmiCapture) {
         && (cap.mode.is_user()
             || (cap.task.is_some()
                 && (crate::abi::perch::IN_SPIN.load(Ordering::Relaxed)
-                    || crate::proc::linux::IN_CALL.load(Ordering::Relaxed))));
+                    || crate::abi::linux::IN_CALL.load(Ordering::Relaxed))));
     if !wanted {
         return;
     }

@@ -16,7 +16,7 @@ pub(super) fn run_to_end(s: TaskSpec) -> Result<task::Task, Why> {
         Ok(id) => id,
         Err(e) => fail!("spawn {}: {e:?}", s.name),
     };
-    task::run_all(|| false);
+    crate::dispatch::run_until(|| false);
     match task::get(id) {
         Some(t) => Ok(t),
         None => fail!("task {} vanished", s.name),
@@ -48,7 +48,7 @@ pub(super) fn preemption() -> TestResult {
     let t0 = task::tick::ticks();
     // Ten slices of each spinner.
     let want = 20 * slice;
-    task::run_all(|| task::tick::ticks() - t0 >= want);
+    crate::dispatch::run_until(|| task::tick::ticks() - t0 >= want);
     let ticks = task::tick::ticks() - t0;
     let (a, b, h) = match (task::get(ids[0]), task::get(ids[1]), task::get(ids[2])) {
         (Some(a), Some(b), Some(h)) => (a, b, h),

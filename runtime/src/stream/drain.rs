@@ -3,7 +3,6 @@
 //! account for every overflow: `taken = delivered + lost` once the ring is
 //! empty.
 
-use crate::sample::clock;
 use crate::sample::profile::{
     DRAIN_BATCH, EVENT_RING_LOST, EVENT_THROTTLED_PENDING, PEBS_LOST_TOTAL, RING, RING_SLOTS,
     THROTTLE_RECORDS, THROTTLED_PENDING, THROTTLED_TOTAL, events, throttle,
@@ -29,7 +28,7 @@ pub fn drain_up_to(max_steps: usize) -> usize {
     if pebs_lost > 0 {
         PEBS_LOST_TOTAL.fetch_add(pebs_lost, Ordering::Relaxed);
         wire::send(&Record::Lost(Lost {
-            time: clock::now_ns(),
+            time: crate::time::now_ns(),
             cpu: 0,
             event: crate::sample::pmu::pebs_event(),
             count: pebs_lost,
@@ -44,7 +43,7 @@ pub fn drain_up_to(max_steps: usize) -> usize {
         let throttled = counter.swap(0, Ordering::Relaxed);
         if throttled > 0 {
             wire::send(&Record::Lost(Lost {
-                time: clock::now_ns(),
+                time: crate::time::now_ns(),
                 cpu: 0,
                 event: event as u32,
                 count: throttled,
@@ -70,7 +69,7 @@ pub fn drain_up_to(max_steps: usize) -> usize {
                 &RING,
                 ev,
                 0,
-                clock::now_ns(),
+                crate::time::now_ns(),
                 enc,
                 buf,
                 DRAIN_BATCH,

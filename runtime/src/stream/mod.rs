@@ -5,7 +5,6 @@ pub mod drain;
 pub mod transport;
 pub mod wire;
 
-use crate::sample::clock;
 use crate::sample::profile::{self, Source};
 use core::cell::RefCell;
 use critical_section::Mutex;
@@ -51,7 +50,7 @@ fn announce_task(t: Task) {
 /// sends Hello again (same boot, the next repeat number) and every task's
 /// Task record, unchanged.
 pub fn repeat_if_due() {
-    let now = clock::now_ns();
+    let now = crate::time::now_ns();
     let hello = critical_section::with(|cs| {
         let mut a = ANNOUNCED.borrow_ref_mut(cs);
         if now < a.next_ns {
@@ -140,7 +139,7 @@ pub fn send_hello(cmdline: &str, source: Source) {
         Source::Simulated(c) | Source::Pmu(c) => c,
     };
     let mut h = Hello::new(cpu_id(), caps);
-    h.tsc_hz = clock::tsc_hz();
+    h.tsc_hz = crate::time::tsc_hz();
     h.transport = wire::transport_kind();
     let id = build_id();
     let _ = h
@@ -155,13 +154,13 @@ pub fn send_hello(cmdline: &str, source: Source) {
         let _ = h.events.push(e);
     }
     let mut boot = [0u8; 8];
-    clock::random_bytes(&mut boot);
+    crate::time::random_bytes(&mut boot);
     h.boot = u64::from_le_bytes(boot) | 1;
     wire::send(&Record::Hello(h.clone()));
     critical_section::with(|cs| {
         let mut a = ANNOUNCED.borrow_ref_mut(cs);
         a.hello = Some(h);
-        a.next_ns = clock::now_ns() + REPEAT_NS;
+        a.next_ns = crate::time::now_ns() + REPEAT_NS;
     });
 }
 
@@ -169,7 +168,7 @@ pub fn send_hello(cmdline: &str, source: Source) {
 /// archive path, build-id and loaded segments).
 pub fn send_program_task(id: u8, name: &str, compat: bool, program: Program) {
     let mut t = Task {
-        time: clock::now_ns(),
+        time: crate::time::now_ns(),
         pid: u32::from(id) + 1,
         tid: u32::from(id) + 1,
         name: heapless::String::new(),
@@ -209,9 +208,9 @@ pub fn finish() -> End {
     }
     let end = crate::stream::drain::end_counters();
     let end = End {
-        time: clock::now_ns(),
+        time: crate::time::now_ns(),
         frames: wire::frames(),
-        unknown_syscalls: crate::proc::linux::unknown_for_end(),
+        unknown_syscalls: crate::abi::linux::unknown_for_end(),
         ..end
     };
     wire::send(&Record::End(end.clone()));

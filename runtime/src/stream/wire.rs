@@ -89,6 +89,20 @@ pub fn start() {
         }
     });
     STARTED.store(true, Ordering::Release);
+    crate::console::set_wire(&ConsoleLog);
+}
+
+/// The console's way onto the stream.
+struct ConsoleLog;
+
+impl crate::console::WireLog for ConsoleLog {
+    fn off_com1(&self) -> bool {
+        off_com1()
+    }
+
+    fn send(&self, log: sampler::wire::Log) {
+        send(&Record::Log(log));
+    }
 }
 
 /// Whether [`start`] ran.

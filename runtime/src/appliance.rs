@@ -3,9 +3,9 @@
 //! schedule them until all have ended or `duration=` elapses, and report
 //! how each ended and which system calls were unknown.
 
-use super::linux;
-use super::{MAX_TASKS, TaskState};
+use crate::abi::linux;
 use crate::kprintln;
+use crate::proc::{self as task, MAX_TASKS, TaskState};
 use arch_x86::bootinfo::Module;
 use arch_x86::exit::ExitCode;
 use kcore::archive::Archive;
@@ -63,7 +63,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
         match linux::start(spec, entry.data()) {
             Ok(s) => {
                 started += 1;
-                let t = super::get(s.id).map(|t| t.spec);
+                let t = task::get(s.id).map(|t| t.spec);
                 let abi = t.map_or("?", |t| t.abi.name());
                 kprintln!(
                     "perch: started {} (pid {}): {} ({abi}), entry {:#x}",
@@ -76,7 +76,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
                     crate::stream::send_program_task(
                         s.id,
                         t.map_or("?", |t| t.name),
-                        t.is_some_and(|t| t.abi == super::Abi::Compat32),
+                        t.is_some_and(|t| t.abi == task::Abi::Compat32),
                         s.program,
                     );
                 }
@@ -84,7 +84,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
             Err(e) => kprintln!("perch: {}: cannot start {}: {e}", spec.name, spec.exe),
         }
     }
-    let tsc_hz = crate::sample::clock::tsc_hz();
+    let tsc_hz = crate::time::tsc_hz();
     let budget = cfg
         .duration_ms
         .map(|ms| (u128::from(ms) * u128::from(tsc_hz) / 1000) as u64);
@@ -94,7 +94,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
     }
     let mut timed_out = false;
     if started > 0 {
-        super::run_all(|| {
+        crate::dispatch::run_until(|| {
             if wire {
                 crate::stream::drain::drain();
             }
@@ -108,7 +108,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
     let mut running = 0;
     let mut blocked = 0;
     for id in 0..MAX_TASKS as u8 {
-        if let Some(t) = super::get(id) {
+        if let Some(t) = task::get(id) {
             if !t.linux || t.state.ended() {
                 continue;
             }

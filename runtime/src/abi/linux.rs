@@ -4,10 +4,10 @@
 //! system-call and page-fault entry points, and starting a program from the
 //! boot archive (ELF plan, memory areas, initial stack, first frame).
 
-use super::{Inner, Outcome, TaskSpec, TaskState};
-use crate::abi::{LEAVE, RESUME};
+use crate::entry::{LEAVE, RESUME};
 use crate::mm::space::AddressSpace;
 use crate::mm::user::{self, Access, Pager};
+use crate::proc::{self as task, Inner, Outcome, TaskSpec, TaskState};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use arch_x86::frame::TrapFrame;
@@ -187,15 +187,15 @@ impl Machine for RtMachine<'_> {
     }
 
     fn monotonic_ns(&mut self) -> u64 {
-        crate::sample::clock::now_ns()
+        crate::time::now_ns()
     }
 
     fn realtime_ns(&mut self) -> u64 {
-        crate::sample::clock::realtime_ns()
+        crate::time::realtime_ns()
     }
 
     fn random_bytes(&mut self, buf: &mut [u8]) {
-        crate::sample::clock::random_bytes(buf);
+        crate::time::random_bytes(buf);
     }
 
     fn set_fs_base(&mut self, base: u64) {
@@ -232,16 +232,16 @@ pub static IN_CALL: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicB
 
 /// Handles a system call of a loaded program (its personality is `Some`).
 /// Returns the entry stub's RESUME or LEAVE.
-pub fn syscall(frame: &mut TrapFrame, id: u8, abi: super::Abi) -> u64 {
+pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
     let (sys_abi, nr, args) = match abi {
-        super::Abi::X64 => (
+        task::Abi::X64 => (
             sys::Abi::X86_64,
             frame.rax,
             [
                 frame.rdi, frame.rsi, frame.rdx, frame.r10, frame.r8, frame.r9,
             ],
         ),
-        super::Abi::Compat32 => (
+        task::Abi::Compat32 => (
             sys::Abi::I386,
             frame.rax,
             [
@@ -263,42 +263,40 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: super::Abi) -> u64 {
     match action {
         Action::Return(v) => {
             frame.rax = match abi {
-                super::Abi::X64 => v,
-                super::Abi::Compat32 => v & 0xffff_ffff,
+                task::Abi::X64 => v,
+                task::Abi::Compat32 => v & 0xffff_ffff,
             };
             RESUME
         }
         Action::Exit(status) => {
-            super::set_outcome(Outcome::Exit(i64::from(status)));
+            task::set_outcome(Outcome::Exit(i64::from(status)));
             LEAVE
         }
         Action::Kill { signal, reason } => {
             set_kill_reason(id, reason);
-            super::set_outcome(Outcome::Signal(signal));
+            task::set_outcome(Outcome::Signal(signal));
             LEAVE
         }
         Action::Yield => {
             frame.rax = 0;
-            super::set_outcome(Outcome::Yield);
+            task::set_outcome(Outcome::Yield);
             LEAVE
         }
         Action::Sleep { until_ns, then } => {
             frame.rax = then;
-            super::set_outcome(Outcome::Sleep(crate::sample::clock::ns_to_tsc_deadline(
-                until_ns,
-            )));
+            task::set_outcome(Outcome::Sleep(crate::time::ns_to_tsc_deadline(until_ns)));
             LEAVE
         }
         Action::Block => {
-            super::set_outcome(Outcome::Block);
+            task::set_outcome(Outcome::Block);
             LEAVE
         }
     }
 }
 
 /// Why each process was killed by a signal it sent itself.
-static KILL_REASONS: Mutex<RefCell<[&'static str; super::MAX_TASKS]>> =
-    Mutex::new(RefCell::new([""; super::MAX_TASKS]));
+static KILL_REASONS: Mutex<RefCell<[&'static str; task::MAX_TASKS]>> =
+    Mutex::new(RefCell::new([""; task::MAX_TASKS]));
 
 fn set_kill_reason(id: u8, reason: &'static str) {
     critical_section::with(|cs| {
@@ -343,7 +341,7 @@ pub fn page_fault(id: u8, addr: u64, error_code: u64) -> PageFault {
         Access::Read
     };
     let page = addr & !(PAGE - 1);
-    super::with_inner(id, |inner| {
+    task::with_inner(id, |inner| {
         let Inner {
             space,
             linux,
@@ -381,7 +379,7 @@ pub fn page_fault(id: u8, addr: u64, error_code: u64) -> PageFault {
 /// scheduler next).
 pub fn kill_out_of_memory(id: u8) {
     set_kill_reason(id, "out of memory (no free frame for a page it touched)");
-    super::set_outcome(Outcome::Signal(9));
+    task::set_outcome(Outcome::Signal(9));
 }
 
 /// The signal a hardware fault delivers, as Linux maps the vectors.
@@ -429,6 +427,21 @@ pub fn report_end(id: u8, name: &str, state: &TaskState) {
     }
 }
 
+/// What a loaded program leaves when it ends: its last partial output
+/// line, the `perch: NAME (pid P) ...` line, and its memory and
+/// system-call state, given back at once (files stay: they belong to the
+/// run).
+pub fn ended(id: u8, name: &str) {
+    flush(id);
+    if let Some(t) = task::get(id) {
+        report_end(id, name, &t.state);
+    }
+    task::with_inner(id, |i| {
+        i.space.clear_user();
+        i.linux = None;
+    });
+}
+
 /// Flushes a process's pending partial output lines (at a fault or when
 /// the run ends).
 pub fn flush(id: u8) {
@@ -441,8 +454,8 @@ fn with_machine<R>(
     id: u8,
     f: impl FnOnce(&mut RtMachine<'_>, &mut sys::Process) -> R,
 ) -> Option<R> {
-    let name = super::get(id).map_or("?", |t| t.spec.name);
-    super::with_inner(id, |inner| {
+    let name = task::get(id).map_or("?", |t| t.spec.name);
+    task::with_inner(id, |inner| {
         let Inner {
             space,
             segs,
@@ -533,7 +546,7 @@ pub fn start(
         kcore::elf::Class::Elf64 => sys::Abi::X86_64,
         kcore::elf::Class::Elf32 => sys::Abi::I386,
     };
-    let slot = super::free_slot().ok_or(StartError::NoSlot)?;
+    let slot = task::free_slot().ok_or(StartError::NoSlot)?;
     let pid = slot as u32 + 1;
     let mut proc = with_system(|s| {
         sys::Process::new(
@@ -604,7 +617,7 @@ pub fn start(
     proc.set_brk_start(plan.brk_start);
     let mut space = AddressSpace::new().ok_or(StartError::NoMemory)?;
     let mut random = [0u8; 16];
-    crate::sample::clock::random_bytes(&mut random);
+    crate::time::random_bytes(&mut random);
     let hwcap = crate::cpu::hwcap();
     let execfn = spec.exe.as_bytes();
     let argv: Vec<Vec<u8>> = if spec.argv.is_empty() {
@@ -633,8 +646,8 @@ pub fn start(
     let task_spec = TaskSpec {
         name,
         abi: match abi {
-            sys::Abi::X86_64 => super::Abi::X64,
-            sys::Abi::I386 => super::Abi::Compat32,
+            sys::Abi::X86_64 => task::Abi::X64,
+            sys::Abi::I386 => task::Abi::Compat32,
         },
         entry: plan.entry,
         gprs: [0; 15],
@@ -647,6 +660,6 @@ pub fn start(
         stack_low,
     });
     let sp = image.sp;
-    let id = super::install(task_spec, inner, |_| sp).map_err(|_| StartError::NoSlot)?;
+    let id = task::install(task_spec, inner, |_| sp).map_err(|_| StartError::NoSlot)?;
     Ok(Started { id, program })
 }

@@ -1,0 +1,104 @@
+//! The top of the runtime's core, where the layers meet: the Rust side of
+//! every entry but the NMI (the entry stubs' trap upcall: the scheduler
+//! tick, system calls, ring-3 faults, runtime exceptions) and the driver
+//! that runs the scheduler for the appliance and the self-test.
+
+use crate::abi;
+use crate::entry::{LEAVE, RESUME};
+use crate::proc::{self as task, Abi, Outcome, Task, tick};
+use arch_x86::frame::{INT80_VECTOR, SYSCALL_VECTOR, TrapFrame, exception_name};
+
+/// Called by the entry stubs with the saved frame.
+#[inline(always)]
+pub extern "C" fn trap(frame: &mut TrapFrame) -> u64 {
+    crate::cpu::clear_ac();
+    let user = frame.mode().is_user();
+    if user {
+        crate::sample::profile::on_entry_from_user();
+    }
+    match frame.vector {
+        tick::TIMER_VECTOR => {
+            // The flight recorder's line keeps moving while tasks run.
+            crate::stream::wire::pump();
+            if tick::on_tick(user) && task::current().is_some() {
+                task::set_outcome(Outcome::Preempted);
+                LEAVE
+            } else {
+                RESUME
+            }
+        }
+        tick::SPURIOUS_VECTOR => RESUME,
+        SYSCALL_VECTOR if user => abi::syscall(frame, Abi::X64),
+        INT80_VECTOR if user => abi::syscall(frame, Abi::Compat32),
+        14 if user && abi::current_is_linux() => {
+            let id = task::current().unwrap_or(task::NO_TASK);
+            match abi::linux::page_fault(id, arch_x86::cpu::cr2(), frame.error_code) {
+                abi::linux::PageFault::Resolved => RESUME,
+                abi::linux::PageFault::OutOfMemory => {
+                    abi::linux::kill_out_of_memory(id);
+                    LEAVE
+                }
+                abi::linux::PageFault::Segv => abi::user_fault(frame),
+            }
+        }
+        _ if user && task::current().is_some() => abi::user_fault(frame),
+        _ => runtime_exception(frame),
+    }
+}
+
+/// Reports an exception taken in the runtime itself and exits with the crash code.
+pub fn runtime_exception(frame: &TrapFrame) -> ! {
+    use crate::console::emergency_print as p;
+    p(format_args!(
+        "\nRUNTIME EXCEPTION: {} (vector {}) error={:#x}\n  rip={:#018x} <{}>\n  cs={:#x} rflags={:#x} rsp={:#018x} ss={:#x} cr2={:#018x}\n",
+        exception_name(frame.vector),
+        frame.vector,
+        frame.error_code,
+        frame.rip,
+        crate::symbols::Nearest(frame.rip),
+        frame.cs,
+        frame.rflags,
+        frame.rsp,
+        frame.ss,
+        arch_x86::cpu::cr2(),
+    ));
+    for (i, (name, v)) in arch_x86::frame::GPR_NAMES
+        .iter()
+        .zip(frame.gprs())
+        .enumerate()
+    {
+        p(format_args!(
+            "  {name:>3}={v:#018x}{}",
+            if i % 4 == 3 { "\n" } else { "" }
+        ));
+    }
+    p(format_args!("\n"));
+    crate::exit(arch_x86::exit::ExitCode::Crash)
+}
+
+/// The scheduler's driver: `stop` ends the run; while nothing is ready the
+/// stream's line keeps moving; an ended process leaves its report.
+struct Driver<F>(F);
+
+impl<F: FnMut() -> bool> task::Driver for Driver<F> {
+    fn stop(&mut self) -> bool {
+        (self.0)()
+    }
+
+    fn idle(&mut self) {
+        crate::stream::wire::pump();
+    }
+
+    fn ended(&mut self, id: u8, task: &Task, outcome: Outcome) {
+        if task.linux {
+            abi::linux::ended(id, task.spec.name);
+        } else if let Outcome::Fault(f) = outcome {
+            task::report_fault(task.spec.name, &f);
+        }
+    }
+}
+
+/// Runs every process until none can run or `stop` says so.
+pub fn run_until(stop: impl FnMut() -> bool) {
+    task::run_all(&mut Driver(stop));
+}
