@@ -55,6 +55,7 @@
 pub mod errno;
 pub mod fd;
 pub mod fs;
+pub mod futex;
 pub mod machine;
 pub mod process;
 pub mod table;

@@ -294,34 +294,14 @@ pub(crate) fn futex<M: Machine>(
         }
         FUTEX_WAKE_OP => {
             // Apply the operation to *uaddr2; nobody waits on either word.
-            let enc = a[5] as u32;
             let uaddr2 = a[4];
             if !uaddr2.is_multiple_of(4) {
                 return Err(Errno::EINVAL);
             }
-            let opn = (enc >> 28) & 7;
-            let shift = enc & (8 << 28) != 0;
-            let cmp = (enc >> 24) & 15;
-            let mut oparg = (enc >> 12) & 0xfff;
-            if shift {
-                if oparg > 31 {
-                    return Err(Errno::EINVAL);
-                }
-                oparg = 1 << oparg;
-            }
+            let op = super::super::futex::WakeOp::decode(a[5] as u32)?;
             let old = read_word(c, uaddr2)?;
-            let new = match opn {
-                0 => oparg,
-                1 => old.wrapping_add(oparg),
-                2 => old | oparg,
-                3 => old & !oparg,
-                4 => old ^ oparg,
-                _ => return Err(Errno::ENOSYS),
-            };
-            if cmp > 5 {
-                return Err(Errno::ENOSYS);
-            }
-            c.write(uaddr2, &new.to_le_bytes())?;
+            c.write(uaddr2, &op.apply(old).to_le_bytes())?;
+            op.compare(old)?;
             Ok(Action::Return(0))
         }
         _ => Err(Errno::ENOSYS),
