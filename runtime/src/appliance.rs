@@ -51,6 +51,8 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
     );
     let wire = crate::console::sink() == crate::console::Sink::Wire;
     let mut started = 0usize;
+    // Each process's program, for the Task records of its threads.
+    let mut programs: alloc::vec::Vec<(u8, sampler::wire::Program)> = alloc::vec::Vec::new();
     for spec in &manifest.processes {
         let Some(entry) = archive.get(spec.exe.as_bytes()) else {
             kprintln!(
@@ -72,14 +74,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
                     spec.exe,
                     t.map_or(0, |t| t.entry)
                 );
-                if wire {
-                    crate::stream::send_program_task(
-                        s.id,
-                        t.map_or("?", |t| t.name),
-                        t.is_some_and(|t| t.abi == task::Abi::Compat32),
-                        s.program,
-                    );
-                }
+                programs.push((s.id, s.program));
             }
             Err(e) => kprintln!("perch: {}: cannot start {}: {e}", spec.name, spec.exe),
         }
@@ -93,9 +88,15 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
         crate::sample::profile::start();
     }
     let mut timed_out = false;
+    if wire {
+        announce_new_tasks(&programs);
+    }
     if started > 0 {
         crate::dispatch::run_until(|| {
             if wire {
+                // A thread made in the last slice is named before its
+                // first samples.
+                announce_new_tasks(&programs);
                 crate::stream::drain::drain();
             }
             let over = budget.is_some_and(|b| arch_x86::cpu::rdtsc().wrapping_sub(t0) >= b);
@@ -162,4 +163,21 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
         }
     }
     crate::exit(ExitCode::Pass)
+}
+
+/// Sends a Task record for every thread the stream has not been told of:
+/// its pid and tid, its name and its process's program.
+fn announce_new_tasks(programs: &[(u8, sampler::wire::Program)]) {
+    task::take_unannounced(|id, t| {
+        let Some((_, program)) = programs.iter().find(|(p, _)| *p == t.proc) else {
+            return;
+        };
+        crate::stream::send_program_task(
+            t.pid(),
+            u32::from(id) + 1,
+            t.spec.name,
+            t.spec.abi == task::Abi::Compat32,
+            program.clone(),
+        );
+    });
 }

@@ -89,6 +89,10 @@ impl<F: FnMut() -> bool> task::Driver for Driver<F> {
         crate::stream::wire::pump();
     }
 
+    fn timed_out(&mut self, id: u8) {
+        abi::linux::timed_out(id);
+    }
+
     fn ended(&mut self, id: u8, task: &Task, outcome: Outcome) {
         if task.linux {
             abi::linux::ended(id, task.spec.name);

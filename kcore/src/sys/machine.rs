@@ -103,6 +103,11 @@ pub trait Machine {
     /// on every switch to the process.
     fn set_fs_base(&mut self, base: u64);
 
+    /// Ends the futex wait of thread `tid` (of any process): it runs again
+    /// with 0 in `rax`. Called for each thread a futex wake takes from
+    /// the [`FutexTable`](super::futex::FutexTable).
+    fn wake_thread(&mut self, tid: u32);
+
     /// Installs the current process's i386 TLS GDT slots
     /// (`set_thread_area`); the runtime also installs
     /// [`Process::tls`](super::Process::tls) on every switch.

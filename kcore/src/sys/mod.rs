@@ -75,7 +75,7 @@ use core::fmt::Write as _;
 pub use errno::{Errno, SysResult};
 pub use fs::Vfs;
 pub use machine::{LineEnd, Machine, Stream, TlsEntry};
-pub use process::Process;
+pub use process::{Process, Thread};
 pub use table::Sys;
 pub use vma::{Area, AreaKind, AreaSet, Backing, FileData, Layout, Prot};
 
@@ -130,13 +130,24 @@ pub enum Action {
         /// The value for `rax` when it is reached.
         then: u64,
     },
-    /// Block the process for good: a futex wait without timeout on a
-    /// value that matched (in a single-threaded process nobody can wake
-    /// it), or poll/ppoll with nothing to wait for and no timeout. The
-    /// process stays blocked until the run ends (`duration=`); the runtime
-    /// may report it as blocked forever.
+    /// Block the thread: a futex wait without timeout on a value that
+    /// matched (another thread's wake, through [`Machine::wake_thread`],
+    /// ends it with 0 in `rax`), or poll/ppoll with nothing to wait for and
+    /// no timeout. A thread nobody wakes stays blocked until the run ends
+    /// (`duration=`); the runtime may report it as blocked forever.
     Block,
+    /// `clone` of a thread, with its arguments checked: the runtime makes
+    /// the thread (a task slot and its tid), builds its state with
+    /// [`new_thread`], and returns the tid to the caller, or `-EAGAIN`
+    /// when it has no room.
+    Clone(CloneArgs),
+    /// `exit` of one thread of several: the thread ends (its
+    /// `clear_child_tid` was cleared and woken, its robust futexes
+    /// released), the process goes on.
+    ExitThread(u8),
 }
+
+pub use calls::task::{CloneArgs, new_thread, release_robust_list};
 
 /// Signal names for reports: `SIGABRT` for 6, `SIG34` style past 31.
 pub fn signal_name(sig: u8) -> &'static str {
@@ -292,6 +303,8 @@ pub struct System {
     pub fs: Vfs,
     /// Unimplemented calls seen so far.
     pub unknown: UnknownCalls,
+    /// The threads waiting on futexes, of every process.
+    pub futex: futex::FutexTable,
     /// Memory the runtime manages for programs, in bytes (sysinfo's
     /// `totalram`); the runtime sets it from the memory map.
     pub ram_bytes: u64,
@@ -306,6 +319,7 @@ impl System {
         System {
             fs,
             unknown: UnknownCalls::new(),
+            futex: futex::FutexTable::new(),
             ram_bytes: 1 << 30,
             free_ram_bytes: 1 << 29,
         }
@@ -319,6 +333,7 @@ pub fn syscall<M: Machine>(
     m: &mut M,
     sys: &mut System,
     p: &mut Process,
+    t: &mut Thread,
     abi: Abi,
     nr: u64,
     args: [u64; 6],
@@ -334,7 +349,10 @@ pub fn syscall<M: Machine>(
     let mut ctx = calls::Ctx {
         m,
         fs: &mut sys.fs,
+        futex: &mut sys.futex,
+        unknown: &mut sys.unknown,
         p,
+        t,
         abi,
         ram: (sys.ram_bytes, sys.free_ram_bytes),
     };

@@ -81,17 +81,58 @@ pub struct AltStack {
     pub size: u64,
 }
 
-/// The recorded signal state.
+/// The recorded signal state the threads of a process share.
 #[derive(Debug, Clone)]
 pub struct Signals {
     /// Actions of signals 1..=64 (index = signal - 1).
     pub actions: [SigAction; NSIG],
-    /// The blocked mask (bit n-1 = signal n).
-    pub mask: u64,
     /// Signals sent to itself while blocked (bit n-1 = signal n).
     pub pending: u64,
-    /// The alternate stack.
+}
+
+/// One thread as the personality sees it: what Linux keeps per task
+/// rather than per thread group. The threads of a process share its
+/// [`Process`]; each has its own `Thread`.
+#[derive(Debug, Clone)]
+pub struct Thread {
+    /// Thread id (the process id for its first thread).
+    pub tid: u32,
+    /// `set_tid_address`'s pointer (`clear_child_tid`): cleared and woken
+    /// (a futex wake of one) when the thread exits.
+    pub clear_child_tid: u64,
+    /// `set_robust_list`'s head and length.
+    pub robust_list: (u64, u64),
+    /// The FS base (64-bit TLS pointer). The runtime loads it on each
+    /// switch to the thread.
+    pub fs_base: u64,
+    /// The i386 TLS GDT slots (`set_thread_area`), installed by the
+    /// runtime on each switch. Slot `i` is GDT entry
+    /// [`TLS_ENTRY_MIN`] + `i`.
+    pub tls: [Option<TlsEntry>; 3],
+    /// The blocked signals (bit n-1 = signal n).
+    pub sigmask: u64,
+    /// The alternate signal stack.
     pub altstack: AltStack,
+}
+
+impl Thread {
+    /// A process's first thread, or a new thread before `clone` gives it
+    /// its parent's state: no TLS, no signals blocked, no alternate stack.
+    pub fn new(tid: u32) -> Thread {
+        Thread {
+            tid,
+            clear_child_tid: 0,
+            robust_list: (0, 0),
+            fs_base: 0,
+            tls: [None; 3],
+            sigmask: 0,
+            altstack: AltStack {
+                sp: 0,
+                flags: 2,
+                size: 0,
+            },
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -130,17 +171,9 @@ pub struct Process {
     pub brk: u64,
     /// Recorded signal state.
     pub signals: Signals,
-    /// `set_tid_address`'s pointer (`clear_child_tid`).
-    pub clear_child_tid: u64,
-    /// `set_robust_list`'s head and length.
-    pub robust_list: (u64, u64),
-    /// The FS base (64-bit TLS pointer). The runtime loads it on each
-    /// switch to the process.
-    pub fs_base: u64,
-    /// The i386 TLS GDT slots (`set_thread_area`), installed by the
-    /// runtime on each switch. Slot `i` is GDT entry
-    /// [`TLS_ENTRY_MIN`] + `i`.
-    pub tls: [Option<TlsEntry>; 3],
+    /// Live threads (1 at start): `clone` counts one more, the `exit` of
+    /// one thread of several one less.
+    pub threads: u32,
     /// Resource limits.
     pub rlimits: [Rlimit; rlimit::NLIMITS],
     /// CPU time the process has used, in ns: the runtime's scheduler
@@ -236,18 +269,9 @@ impl Process {
             brk: 0,
             signals: Signals {
                 actions: [SigAction::default(); NSIG],
-                mask: 0,
                 pending: 0,
-                altstack: AltStack {
-                    sp: 0,
-                    flags: 2,
-                    size: 0,
-                },
             },
-            clear_child_tid: 0,
-            robust_list: (0, 0),
-            fs_base: 0,
-            tls: [None; 3],
+            threads: 1,
             rlimits,
             cpu_time_ns: 0,
             start_ns: 0,

@@ -31,6 +31,7 @@ pub enum Sys {
     Dup2,
     Dup3,
     Exit,
+    Clone,
     ExitGroup,
     Faccessat,
     Faccessat2,
@@ -188,6 +189,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (33, Sys::Dup2),               // dup2
     (35, Sys::Nanosleep),          // nanosleep
     (39, Sys::Getpid),             // getpid
+    (56, Sys::Clone),              // clone
     (60, Sys::Exit),               // exit
     (62, Sys::Kill),               // kill
     (63, Sys::Uname),              // uname
@@ -330,6 +332,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (116, Sys::Sysinfo),           // sysinfo
     (118, Sys::Fsync),             // fsync
     (119, Sys::RtSigreturn),       // sigreturn
+    (120, Sys::Clone),             // clone
     (122, Sys::Uname),             // uname
     (125, Sys::Mprotect),          // mprotect
     (132, Sys::Getpgid),           // getpgid

@@ -7,7 +7,7 @@
 use crate::entry::{LEAVE, RESUME};
 use crate::mm::space::AddressSpace;
 use crate::mm::user::{self, Access, Pager};
-use crate::proc::{self as task, Inner, Outcome, TaskSpec, TaskState};
+use crate::proc::{self as task, Outcome, TaskSpec, TaskState};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use arch_x86::frame::TrapFrame;
@@ -70,7 +70,7 @@ fn page_flags(prot: Prot) -> u64 {
 pub struct AreaPager<'a> {
     /// The process's areas.
     pub areas: &'a AreaSet,
-    /// The process's lowest present stack page (see [`Inner::stack_low`]):
+    /// The process's lowest present stack page (see [`task::Process::stack_low`]):
     /// a stack page below it is brought in with every page up to it.
     pub stack_low: &'a mut u64,
 }
@@ -198,31 +198,42 @@ impl Machine for RtMachine<'_> {
         crate::time::random_bytes(buf);
     }
 
+    fn wake_thread(&mut self, tid: u32) {
+        if let Some(id) = tid.checked_sub(1).and_then(|i| u8::try_from(i).ok()) {
+            task::wake(id, 0);
+        }
+    }
+
     fn set_fs_base(&mut self, base: u64) {
         self.segs.fs_base = base;
         crate::cpu::load_user_segments(self.segs);
     }
 
     fn set_tls(&mut self, tls: &[Option<TlsEntry>; 3]) {
-        for (d, t) in self.segs.tls.iter_mut().zip(tls) {
-            *d = t.map_or(0, |t| {
-                arch_x86::gdt::UserSegment {
-                    base: t.base,
-                    limit: t.limit,
-                    seg_32bit: t.seg_32bit,
-                    contents: t.contents,
-                    read_exec_only: t.read_exec_only,
-                    limit_in_pages: t.limit_in_pages,
-                    seg_not_present: t.seg_not_present,
-                    useable: t.useable,
-                }
-                .descriptor()
-            });
-        }
+        self.segs.tls = tls_descriptors(tls);
         for (i, &d) in self.segs.tls.iter().enumerate() {
             crate::cpu::set_tls_slot(i, d);
         }
     }
+}
+
+/// The GDT descriptors of a thread's TLS slots (0 for an empty one).
+fn tls_descriptors(tls: &[Option<TlsEntry>; 3]) -> [u64; 3] {
+    tls.map(|t| {
+        t.map_or(0, |t| {
+            arch_x86::gdt::UserSegment {
+                base: t.base,
+                limit: t.limit,
+                seg_32bit: t.seg_32bit,
+                contents: t.contents,
+                read_exec_only: t.read_exec_only,
+                limit_in_pages: t.limit_in_pages,
+                seg_not_present: t.seg_not_present,
+                useable: t.useable,
+            }
+            .descriptor()
+        })
+    })
 }
 
 /// Set while a loaded program's system call runs in the personality: an
@@ -249,9 +260,9 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
             ],
         ),
     };
-    let action = with_machine(id, |m, p| {
+    let action = with_machine(id, |m, p, t| {
         IN_CALL.store(true, core::sync::atomic::Ordering::Relaxed);
-        let a = with_system(|s| sys::syscall(m, s, p, sys_abi, nr, args))
+        let a = with_system(|s| sys::syscall(m, s, p, t, sys_abi, nr, args))
             .unwrap_or(Action::Return(Errno::ENOSYS.to_return()));
         IN_CALL.store(false, core::sync::atomic::Ordering::Relaxed);
         if matches!(a, Action::Exit(_) | Action::Kill { .. }) {
@@ -260,13 +271,27 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
         a
     })
     .unwrap_or(Action::Return(Errno::ENOSYS.to_return()));
+    // Pages of the stack may have gone (munmap, madvise, brk).
+    task::republish_window(id);
+    let ret = |frame: &mut TrapFrame, v: u64| {
+        frame.rax = match abi {
+            task::Abi::X64 => v,
+            task::Abi::Compat32 => v & 0xffff_ffff,
+        };
+        RESUME
+    };
     match action {
-        Action::Return(v) => {
-            frame.rax = match abi {
-                task::Abi::X64 => v,
-                task::Abi::Compat32 => v & 0xffff_ffff,
+        Action::Return(v) => ret(frame, v),
+        Action::Clone(args) => {
+            let v = match clone_thread(id, frame, &args) {
+                Ok(tid) => u64::from(tid),
+                Err(e) => e.to_return(),
             };
-            RESUME
+            ret(frame, v)
+        }
+        Action::ExitThread(status) => {
+            task::set_outcome(Outcome::ThreadExit(i64::from(status)));
+            LEAVE
         }
         Action::Exit(status) => {
             task::set_outcome(Outcome::Exit(i64::from(status)));
@@ -299,18 +324,24 @@ static KILL_REASONS: Mutex<RefCell<[&'static str; task::MAX_TASKS]>> =
     Mutex::new(RefCell::new([""; task::MAX_TASKS]));
 
 fn set_kill_reason(id: u8, reason: &'static str) {
+    let Some(proc) = task::get(id).map(|t| t.proc) else {
+        return;
+    };
     critical_section::with(|cs| {
-        if let Some(r) = KILL_REASONS.borrow_ref_mut(cs).get_mut(id as usize) {
+        if let Some(r) = KILL_REASONS.borrow_ref_mut(cs).get_mut(proc as usize) {
             *r = reason;
         }
     });
 }
 
 fn kill_reason(id: u8) -> &'static str {
+    let Some(proc) = task::get(id).map(|t| t.proc) else {
+        return "";
+    };
     critical_section::with(|cs| {
         KILL_REASONS
             .borrow_ref(cs)
-            .get(id as usize)
+            .get(proc as usize)
             .copied()
             .unwrap_or("")
     })
@@ -341,13 +372,12 @@ pub fn page_fault(id: u8, addr: u64, error_code: u64) -> PageFault {
         Access::Read
     };
     let page = addr & !(PAGE - 1);
-    task::with_inner(id, |inner| {
-        let Inner {
+    let fault = task::with_thread(id, |_, proc| {
+        let task::Process {
             space,
             linux,
             stack_low,
-            ..
-        } = inner;
+        } = proc;
         let Some(p) = linux.as_deref() else {
             return PageFault::Segv;
         };
@@ -372,7 +402,11 @@ pub fn page_fault(id: u8, addr: u64, error_code: u64) -> PageFault {
             PageFault::OutOfMemory
         }
     })
-    .unwrap_or(PageFault::Segv)
+    .unwrap_or(PageFault::Segv);
+    if fault == PageFault::Resolved {
+        task::grow_window(id, page);
+    }
+    fault
 }
 
 /// Ends process `id` for want of memory (the trap handler leaves to the
@@ -395,7 +429,7 @@ pub fn fault_signal(vector: u64) -> u8 {
 
 /// The `perch: NAME (pid P) ...` line for a process that ended.
 pub fn report_end(id: u8, name: &str, state: &TaskState) {
-    let pid = u32::from(id) + 1;
+    let pid = task::get(id).map_or(u32::from(id) + 1, |t| t.pid());
     match *state {
         TaskState::Exited(code) => {
             crate::kprintln!("perch: {name} (pid {pid}) exited with status {code}")
@@ -433,37 +467,92 @@ pub fn report_end(id: u8, name: &str, state: &TaskState) {
 /// run).
 pub fn ended(id: u8, name: &str) {
     flush(id);
-    if let Some(t) = task::get(id) {
-        report_end(id, name, &t.state);
-    }
-    task::with_inner(id, |i| {
-        i.space.clear_user();
-        i.linux = None;
+    let Some(t) = task::get(id) else {
+        return;
+    };
+    report_end(id, name, &t.state);
+    // None of its threads waits any more.
+    with_system(|s| {
+        for tid in task::threads_of(t.proc) {
+            s.futex.cancel(u32::from(tid) + 1);
+        }
     });
+    task::with_thread(id, |_, p| {
+        p.space.clear_user();
+        p.linux = None;
+    });
+}
+
+/// A sleeping thread's deadline passed: a futex wait it was in ends (its
+/// system call returns the `-ETIMEDOUT` set when it began to wait).
+pub fn timed_out(id: u8) {
+    with_system(|s| s.futex.cancel(u32::from(id) + 1));
+}
+
+/// Makes the thread `clone` asked for: a task slot (its number + 1 is the
+/// tid), the Linux thread state ([`sys::new_thread`]: TLS, tid words),
+/// the parent's segments and FPU registers as they are now, and a copy of
+/// the parent's user frame returning 0 on the new stack. Nothing is made
+/// when any step fails; the error is the parent's `clone` result.
+fn clone_thread(id: u8, frame: &TrapFrame, args: &sys::CloneArgs) -> Result<u32, Errno> {
+    let slot = task::free_slot().ok_or(Errno::EAGAIN)? as u8;
+    let tid = u32::from(slot) + 1;
+    let linux =
+        with_machine(id, |m, p, t| sys::new_thread(m, p, t, args, tid)).ok_or(Errno::ESRCH)??;
+    let (fs, gs) = crate::cpu::saved_selectors();
+    let segs = crate::cpu::UserSegments {
+        fs,
+        gs,
+        tls: tls_descriptors(&linux.tls),
+        fs_base: linux.fs_base,
+    };
+    let mut fpu = Box::new(crate::cpu::FpuState::initial());
+    fpu.save();
+    let mut child = *frame;
+    child.rax = 0;
+    if args.stack != 0 {
+        child.rsp = args.stack;
+    }
+    let thread = Box::new(task::Thread {
+        segs,
+        fpu,
+        linux: Some(Box::new(linux)),
+        stack_top: Some((child.rsp + PAGE - 1) & !(PAGE - 1)),
+        stack_low: 0,
+    });
+    if task::install_thread(id, slot, thread, &child).is_err() {
+        // Undo the count `new_thread` made; the tid words it wrote name a
+        // thread that never ran, as after Linux's failed clone.
+        with_machine(id, |_, p, _| p.threads -= 1);
+        return Err(Errno::EAGAIN);
+    }
+    Ok(tid)
 }
 
 /// Flushes a process's pending partial output lines (at a fault or when
 /// the run ends).
 pub fn flush(id: u8) {
-    with_machine(id, |m, p| p.flush_output(m));
+    with_machine(id, |m, p, _| p.flush_output(m));
 }
 
 /// Runs `f` with the [`Machine`] of loaded program `id` and its Linux
 /// state (`None` for a built-in program or a free slot).
 fn with_machine<R>(
     id: u8,
-    f: impl FnOnce(&mut RtMachine<'_>, &mut sys::Process) -> R,
+    f: impl FnOnce(&mut RtMachine<'_>, &mut sys::Process, &mut sys::Thread) -> R,
 ) -> Option<R> {
     let name = task::get(id).map_or("?", |t| t.spec.name);
-    task::with_inner(id, |inner| {
-        let Inner {
+    task::with_thread(id, |thread, proc| {
+        let task::Thread {
+            segs, linux: lt, ..
+        } = thread;
+        let task::Process {
             space,
-            segs,
             linux,
             stack_low,
-            ..
-        } = inner;
+        } = proc;
         let p = linux.as_deref_mut()?;
+        let t = lt.as_deref_mut()?;
         let stack_top = p.layout.stack_top;
         let mut m = RtMachine {
             space,
@@ -472,7 +561,7 @@ fn with_machine<R>(
             stack_top,
             name,
         };
-        Some(f(&mut m, p))
+        Some(f(&mut m, p, t))
     })
     .flatten()
 }
@@ -652,14 +741,13 @@ pub fn start(
         entry: plan.entry,
         gprs: [0; 15],
     };
-    let inner = Box::new(Inner {
+    let process = Box::new(task::Process {
         space,
-        segs: crate::cpu::UserSegments::default(),
         linux: Some(Box::new(proc)),
-        fpu: Box::new(crate::cpu::FpuState::initial()),
         stack_low,
     });
+    let thread = task::Thread::first(Some(Box::new(sys::Thread::new(pid))));
     let sp = image.sp;
-    let id = task::install(task_spec, inner, |_| sp).map_err(|_| StartError::NoSlot)?;
+    let id = task::install(task_spec, process, thread, |_| sp).map_err(|_| StartError::NoSlot)?;
     Ok(Started { id, program })
 }

@@ -1,9 +1,13 @@
-//! Processes: their table, address spaces, kernel stacks, saved user
-//! frames, and the preemptive round-robin scheduler that runs them.
+//! Threads and processes: the task table (one task per thread), what each
+//! thread owns ([`Thread`]: segments, FPU state, its stack window) and what
+//! the threads of a process share ([`Process`]: the address space and the
+//! Linux personality), kernel stacks, saved user frames, and the
+//! preemptive round-robin scheduler that runs them.
 //!
-//! A process runs until it enters the runtime with a request that leaves to
-//! the scheduler (yield, exit, sleep), faults, or uses up its time slice
-//! (the [`tick`]). Its saved user frame sits at the top of its kernel
+//! A thread runs until it enters the runtime with a request that leaves to
+//! the scheduler (yield, exit, sleep, a futex wait), faults, or uses up its
+//! time slice (the [`tick`]). A blocked or sleeping thread becomes ready
+//! again through [`wake`] (a futex wake) or when its deadline passes. Its saved user frame sits at the top of its kernel
 //! stack, written by the entry stubs on every entry. The runtime itself is
 //! not preemptible: it runs with interrupts off, and the tick only lands in
 //! ring 3 or in the idle `hlt`.
@@ -12,15 +16,17 @@ pub mod tick;
 
 use crate::entry;
 use crate::mm::space::AddressSpace;
+use alloc::boxed::Box;
 use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
+use arch_x86::paging::{PAGE, PRESENT};
 use core::cell::{Cell, RefCell, UnsafeCell};
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use critical_section::Mutex;
 use sampler::walk::WalkRange;
 
-/// Most tasks at once.
-pub const MAX_TASKS: usize = 20;
+/// Most tasks (threads of every process) in one run.
+pub const MAX_TASKS: usize = 64;
 const KSTACK_SIZE: usize = 32 * 1024;
 const USTACK_SIZE: usize = 16 * 1024;
 /// Value of [`CURRENT_TASK`] when no task is current.
@@ -28,6 +34,13 @@ pub const NO_TASK: u8 = 0xff;
 
 /// The task whose frame is at the top of [`entry::CURRENT_KSTACK_TOP`], or [`NO_TASK`].
 pub static CURRENT_TASK: AtomicU8 = AtomicU8::new(NO_TASK);
+/// The process id of the current task (0 when none): what its samples say
+/// as their pid (the tid is the task number + 1).
+pub static CURRENT_PID: AtomicU32 = AtomicU32::new(0);
+
+/// How far below a thread's stack top the window scan looks for present
+/// pages (see [`Thread::stack_top`]).
+const WINDOW_SCAN_PAGES: u64 = 64;
 
 /// Where the NMI's frame-pointer walk may read the running process's
 /// stack, 64-bit and compat. Set while no process is current, so no NMI
@@ -81,13 +94,13 @@ pub struct Fault {
 pub enum TaskState {
     /// Can run.
     Ready,
-    /// Ended with `exit(code)`.
+    /// Ended with `exit(code)` (this thread), or its process ended so.
     Exited(i64),
     /// Ended by a fault.
     Faulted(Fault),
     /// Waiting until the TSC reaches the value.
     Sleeping(u64),
-    /// Waiting for an event that cannot come (a single-threaded futex wait).
+    /// Waiting without a deadline (a futex wait) until [`wake`].
     Blocked,
     /// Ended by a signal it sent itself (abort, kill), with its number.
     Signaled(u8),
@@ -108,15 +121,17 @@ impl TaskState {
 pub enum Outcome {
     /// `yield`.
     Yield,
-    /// `exit(code)`.
+    /// `exit_group(code)`, or `exit` of the last thread: the process ends.
     Exit(i64),
+    /// `exit(code)` of one thread of several: the others go on.
+    ThreadExit(i64),
     /// An exception in ring 3.
     Fault(Fault),
     /// The time slice ran out.
     Preempted,
     /// Sleeps until the TSC reaches the value.
     Sleep(u64),
-    /// Waits for an event that cannot come.
+    /// Waits without a deadline until [`wake`].
     Block,
     /// Ends by a signal it sent itself.
     Signal(u8),
@@ -151,29 +166,72 @@ pub struct Task {
     /// A loaded Linux program (its ends are reported as signals and exit
     /// statuses), not a built-in one.
     pub linux: bool,
+    /// The process it is a thread of: the task number of its first
+    /// thread (the pid is that + 1).
+    pub proc: u8,
+    /// Whether the stream was told of it (see [`take_unannounced`]).
+    pub announced: bool,
+}
+
+impl Task {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        u32::from(self.proc) + 1
+    }
 }
 
 static TASKS: Mutex<RefCell<[Option<Task>; MAX_TASKS]>> =
     Mutex::new(RefCell::new([None; MAX_TASKS]));
-/// What a process owns beside its bookkeeping: its address space, its
-/// segment state and, for a loaded program, its Linux personality.
-pub struct Inner {
-    /// The process's page tables.
-    pub space: AddressSpace,
-    /// FS/GS selectors, TLS slots and FS base, switched with the process.
+
+/// What one thread owns beside its bookkeeping and kernel stack.
+pub struct Thread {
+    /// FS/GS selectors, TLS slots and FS base, switched with the thread.
     pub segs: crate::cpu::UserSegments,
-    /// The Linux system-call state of a loaded program (`None` for the
-    /// runtime's built-in programs, which use its own small ABI).
-    pub linux: Option<alloc::boxed::Box<kcore::sys::Process>>,
     /// Its x87/SSE registers while it does not run.
-    pub fpu: alloc::boxed::Box<crate::cpu::FpuState>,
-    /// The lowest present page of the stack area: every page from here to
-    /// the stack top is present, so the NMI's frame-pointer walk may read
-    /// them without faulting (the stack top when none is).
+    pub fpu: Box<crate::cpu::FpuState>,
+    /// The Linux state of a loaded program's thread (`None` for the
+    /// runtime's built-in programs).
+    pub linux: Option<Box<kcore::sys::Thread>>,
+    /// For a thread other than its process's first: the top of the stack
+    /// `clone` gave it. Its NMI walk window runs from there down over the
+    /// pages present when it is switched in ([`WINDOW_SCAN_PAGES`] at
+    /// most); the first thread's window is the process's main stack.
+    pub stack_top: Option<u64>,
+    /// The low end of that window (as scanned).
     pub stack_low: u64,
 }
 
-static INNER: Mutex<RefCell<[Option<alloc::boxed::Box<Inner>>; MAX_TASKS]>> =
+impl Thread {
+    /// A first thread: initial segments and FPU state.
+    pub fn first(linux: Option<Box<kcore::sys::Thread>>) -> Box<Thread> {
+        Box::new(Thread {
+            segs: crate::cpu::UserSegments::default(),
+            fpu: Box::new(crate::cpu::FpuState::initial()),
+            linux,
+            stack_top: None,
+            stack_low: 0,
+        })
+    }
+}
+
+/// What the threads of a process share: its address space and, for a
+/// loaded program, its Linux personality.
+pub struct Process {
+    /// The process's page tables.
+    pub space: AddressSpace,
+    /// The Linux system-call state of a loaded program (`None` for the
+    /// runtime's built-in programs, which use its own small ABI).
+    pub linux: Option<Box<kcore::sys::Process>>,
+    /// The lowest present page of the main stack area: every page from
+    /// here to the stack top is present, so the NMI's frame-pointer walk
+    /// may read them without faulting (the stack top when none is).
+    pub stack_low: u64,
+}
+
+static THREADS: Mutex<RefCell<[Option<Box<Thread>>; MAX_TASKS]>> =
+    Mutex::new(RefCell::new([const { None }; MAX_TASKS]));
+/// Indexed by [`Task::proc`].
+static PROCS: Mutex<RefCell<[Option<Box<Process>>; MAX_TASKS]>> =
     Mutex::new(RefCell::new([const { None }; MAX_TASKS]));
 static OUTCOME: Mutex<Cell<Option<Outcome>>> = Mutex::new(Cell::new(None));
 
@@ -250,19 +308,53 @@ pub fn is_builtin_range(addr: u64, len: u64) -> bool {
 
 /// Runs `f` on task `id`'s address space.
 pub fn with_space<R>(id: u8, f: impl FnOnce(&mut AddressSpace) -> R) -> Option<R> {
-    with_inner(id, |i| f(&mut i.space))
+    with_thread(id, |_, p| f(&mut p.space))
 }
 
-/// Runs `f` on what task `id` owns. `f` must not call back into this module's
-/// table functions for the same table (`with_inner`, `spawn`, `clear`).
-pub fn with_inner<R>(id: u8, f: impl FnOnce(&mut Inner) -> R) -> Option<R> {
+/// Runs `f` on what thread `id` owns and what its process shares. `f` must
+/// not call back into this module's table functions (`with_thread`,
+/// `install`, `clear`).
+pub fn with_thread<R>(id: u8, f: impl FnOnce(&mut Thread, &mut Process) -> R) -> Option<R> {
+    let proc = get(id)?.proc;
     critical_section::with(|cs| {
-        INNER
-            .borrow_ref_mut(cs)
-            .get_mut(id as usize)
-            .and_then(Option::as_mut)
-            .map(|b| f(b))
+        let mut threads = THREADS.borrow_ref_mut(cs);
+        let mut procs = PROCS.borrow_ref_mut(cs);
+        let t = threads.get_mut(id as usize)?.as_mut()?;
+        let p = procs.get_mut(proc as usize)?.as_mut()?;
+        Some(f(t, p))
     })
+}
+
+/// The tasks (threads) of process `proc`, in task order.
+pub fn threads_of(proc: u8) -> heapless::Vec<u8, MAX_TASKS> {
+    critical_section::with(|cs| {
+        TASKS
+            .borrow_ref(cs)
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.is_some_and(|t| t.proc == proc))
+            .map(|(i, _)| i as u8)
+            .collect()
+    })
+}
+
+/// Calls `f` for each task the stream has not been told of yet, and marks
+/// it told.
+pub fn take_unannounced(mut f: impl FnMut(u8, &Task)) {
+    for id in 0..MAX_TASKS as u8 {
+        let t = critical_section::with(|cs| {
+            let mut tasks = TASKS.borrow_ref_mut(cs);
+            let t = tasks[id as usize].as_mut()?;
+            if t.announced {
+                return None;
+            }
+            t.announced = true;
+            Some(*t)
+        });
+        if let Some(t) = t {
+            f(id, &t);
+        }
+    }
 }
 
 /// Starts a task; returns its id.
@@ -271,14 +363,12 @@ pub fn spawn(spec: TaskSpec) -> Result<u8, SpawnError> {
         return Err(SpawnError::EntryNotUserCode);
     }
     let space = builtin_space().ok_or(SpawnError::NoMemory)?;
-    let inner = alloc::boxed::Box::new(Inner {
+    let proc = Box::new(Process {
         space,
-        segs: crate::cpu::UserSegments::default(),
         linux: None,
-        fpu: alloc::boxed::Box::new(crate::cpu::FpuState::initial()),
         stack_low: 0,
     });
-    install(spec, inner, ustack_top_for)
+    install(spec, proc, Thread::first(None), ustack_top_for)
 }
 
 fn ustack_top_for(slot: usize) -> u64 {
@@ -290,52 +380,60 @@ pub fn free_slot() -> Option<usize> {
     critical_section::with(|cs| TASKS.borrow_ref(cs).iter().position(Option::is_none))
 }
 
-/// Puts a new process in a free slot: its bookkeeping, what it owns, and
-/// its initial user frame (`rsp` from `stack(slot)`).
+/// The first frame of a task: `spec`'s registers, entry and ABI, on
+/// stack `rsp`, interrupts on (the scheduler's tick preempts ring 3).
+fn first_frame(spec: &TaskSpec, rsp: u64) -> TrapFrame {
+    let g = spec.gprs;
+    TrapFrame {
+        rax: g[0],
+        rbx: g[1],
+        rcx: g[2],
+        rdx: g[3],
+        rsi: g[4],
+        rdi: g[5],
+        rbp: g[6],
+        r8: g[7],
+        r9: g[8],
+        r10: g[9],
+        r11: g[10],
+        r12: g[11],
+        r13: g[12],
+        r14: g[13],
+        r15: g[14],
+        vector: 0,
+        error_code: 0,
+        rip: spec.entry,
+        cs: u64::from(match spec.abi {
+            Abi::X64 => gdt::USER_CODE64,
+            Abi::Compat32 => gdt::USER_CODE32,
+        }),
+        rflags: 0x202,
+        rsp,
+        ss: u64::from(gdt::USER_DATA),
+    }
+}
+
+/// Puts a new process in a free slot: its bookkeeping, what it and its
+/// first thread own, and the thread's initial user frame (`rsp` from
+/// `stack(slot)`).
 pub fn install(
     spec: TaskSpec,
-    inner: alloc::boxed::Box<Inner>,
+    proc: Box<Process>,
+    thread: Box<Thread>,
     stack: impl FnOnce(usize) -> u64,
 ) -> Result<u8, SpawnError> {
-    let linux = inner.linux.is_some();
+    let linux = proc.linux.is_some();
     critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
         let slot = tasks
             .iter()
             .position(Option::is_none)
             .ok_or(SpawnError::NoFreeSlot)?;
-        let g = spec.gprs;
-        let frame = TrapFrame {
-            rax: g[0],
-            rbx: g[1],
-            rcx: g[2],
-            rdx: g[3],
-            rsi: g[4],
-            rdi: g[5],
-            rbp: g[6],
-            r8: g[7],
-            r9: g[8],
-            r10: g[9],
-            r11: g[10],
-            r12: g[11],
-            r13: g[12],
-            r14: g[13],
-            r15: g[14],
-            vector: 0,
-            error_code: 0,
-            rip: spec.entry,
-            cs: u64::from(match spec.abi {
-                Abi::X64 => gdt::USER_CODE64,
-                Abi::Compat32 => gdt::USER_CODE32,
-            }),
-            // IF set: the scheduler's tick preempts ring 3.
-            rflags: 0x202,
-            rsp: stack(slot),
-            ss: u64::from(gdt::USER_DATA),
-        };
+        let frame = first_frame(&spec, stack(slot));
         // SAFETY: the slot is free, so no task runs on this kernel stack.
         unsafe { frame_ptr(slot).write(frame) };
-        INNER.borrow_ref_mut(cs)[slot] = Some(inner);
+        THREADS.borrow_ref_mut(cs)[slot] = Some(thread);
+        PROCS.borrow_ref_mut(cs)[slot] = Some(proc);
         tasks[slot] = Some(Task {
             spec,
             state: TaskState::Ready,
@@ -343,8 +441,94 @@ pub fn install(
             bytes_written: 0,
             preemptions: 0,
             linux,
+            proc: slot as u8,
+            announced: false,
         });
         Ok(slot as u8)
+    })
+}
+
+/// Puts a new thread of task `parent`'s process in free slot `slot` (the
+/// caller chose it with [`free_slot`] and gave its tid away already):
+/// `thread` is what it owns, `frame` its first user frame.
+pub fn install_thread(
+    parent: u8,
+    slot: u8,
+    thread: Box<Thread>,
+    frame: &TrapFrame,
+) -> Result<(), SpawnError> {
+    let parent = get(parent).ok_or(SpawnError::NoFreeSlot)?;
+    critical_section::with(|cs| {
+        let mut tasks = TASKS.borrow_ref_mut(cs);
+        let Some(entry @ None) = tasks.get_mut(slot as usize) else {
+            return Err(SpawnError::NoFreeSlot);
+        };
+        // SAFETY: the slot is free, so no task runs on this kernel stack.
+        unsafe { frame_ptr(slot as usize).write(*frame) };
+        THREADS.borrow_ref_mut(cs)[slot as usize] = Some(thread);
+        *entry = Some(Task {
+            spec: parent.spec,
+            state: TaskState::Ready,
+            yields: 0,
+            bytes_written: 0,
+            preemptions: 0,
+            linux: parent.linux,
+            proc: parent.proc,
+            announced: false,
+        });
+        Ok(())
+    })
+}
+
+/// Makes thread `id` ready again if it waits (blocked, or sleeping to a
+/// deadline), with `rax` as its system call's result. Returns whether it
+/// waited.
+pub fn wake(id: u8, rax: u64) -> bool {
+    critical_section::with(|cs| {
+        let mut tasks = TASKS.borrow_ref_mut(cs);
+        let Some(Some(t)) = tasks.get_mut(id as usize) else {
+            return false;
+        };
+        if !matches!(t.state, TaskState::Blocked | TaskState::Sleeping(_)) {
+            return false;
+        }
+        t.state = TaskState::Ready;
+        // SAFETY: the thread waits, so it does not run: the frame at the
+        // top of its kernel stack is its saved user frame, and nothing
+        // else refers to it now.
+        unsafe { (*frame_ptr(id as usize)).rax = rax };
+        true
+    })
+}
+
+/// Ends every other thread of `id`'s process with `state` (a fatal
+/// signal, a fault or `exit_group` ends the whole thread group).
+fn end_siblings(id: u8, state: TaskState) {
+    let Some(task) = get(id) else {
+        return;
+    };
+    critical_section::with(|cs| {
+        for (i, t) in TASKS.borrow_ref_mut(cs).iter_mut().enumerate() {
+            if let Some(t) = t
+                && i != id as usize
+                && t.proc == task.proc
+                && !t.state.ended()
+            {
+                t.state = state;
+            }
+        }
+    });
+}
+
+/// True when every thread of process `proc` has ended.
+fn all_ended(proc: u8) -> bool {
+    critical_section::with(|cs| {
+        TASKS
+            .borrow_ref(cs)
+            .iter()
+            .flatten()
+            .filter(|t| t.proc == proc)
+            .all(|t| t.state.ended())
     })
 }
 
@@ -367,7 +551,8 @@ pub fn clear() {
     crate::mm::activate_kernel();
     critical_section::with(|cs| {
         *TASKS.borrow_ref_mut(cs) = [None; MAX_TASKS];
-        *INNER.borrow_ref_mut(cs) = [const { None }; MAX_TASKS];
+        *THREADS.borrow_ref_mut(cs) = [const { None }; MAX_TASKS];
+        *PROCS.borrow_ref_mut(cs) = [const { None }; MAX_TASKS];
     });
 }
 
@@ -395,31 +580,30 @@ pub fn run_once(id: u8) -> Option<Outcome> {
     critical_section::with(|cs| OUTCOME.borrow(cs).set(None));
     entry::CURRENT_KSTACK_TOP.store(top, Ordering::Relaxed);
     crate::cpu::set_rsp0(top);
-    with_inner(id, |i| {
-        i.space.activate();
-        crate::cpu::load_user_segments(&i.segs);
-        i.fpu.restore();
-        set_walk(match &i.linux {
-            Some(p) => (i.stack_low, p.layout.stack_top),
-            None => crate::mm::layout().user_data,
-        });
+    with_thread(id, |t, p| {
+        p.space.activate();
+        crate::cpu::load_user_segments(&t.segs);
+        t.fpu.restore();
+        set_walk(walk_window(t, p));
     });
+    CURRENT_PID.store(task.pid(), Ordering::Relaxed);
     CURRENT_TASK.store(id, Ordering::Relaxed);
     // SAFETY: the frame at the top of this task's kernel stack was written by
-    // `spawn` or by the entry stubs when the task last entered the runtime;
+    // `install` or by the entry stubs when the task last entered the runtime;
     // CURRENT_KSTACK_TOP and rsp0 point at the end of that frame.
     unsafe { entry::enter_user(frame_ptr(slot)) };
     CURRENT_TASK.store(NO_TASK, Ordering::Relaxed);
+    CURRENT_PID.store(0, Ordering::Relaxed);
     let (fs, gs) = crate::cpu::saved_selectors();
-    with_inner(id, |i| {
-        i.segs.fs = fs;
-        i.segs.gs = gs;
-        i.fpu.save();
+    with_thread(id, |t, _| {
+        t.segs.fs = fs;
+        t.segs.gs = gs;
+        t.fpu.save();
     });
     let outcome = critical_section::with(|cs| OUTCOME.borrow(cs).take());
     update(id, |t| match outcome {
         Some(Outcome::Yield) => t.yields += 1,
-        Some(Outcome::Exit(code)) => t.state = TaskState::Exited(code),
+        Some(Outcome::Exit(code) | Outcome::ThreadExit(code)) => t.state = TaskState::Exited(code),
         Some(Outcome::Fault(f)) => t.state = TaskState::Faulted(f),
         Some(Outcome::Sleep(until)) => t.state = TaskState::Sleeping(until),
         Some(Outcome::Preempted) => t.preemptions += 1,
@@ -427,7 +611,64 @@ pub fn run_once(id: u8) -> Option<Outcome> {
         Some(Outcome::Signal(sig)) => t.state = TaskState::Signaled(sig),
         None => {}
     });
+    match outcome {
+        // The thread group ends with it.
+        Some(Outcome::Exit(code)) => end_siblings(id, TaskState::Exited(code)),
+        Some(Outcome::Fault(f)) => end_siblings(id, TaskState::Faulted(f)),
+        Some(Outcome::Signal(sig)) => end_siblings(id, TaskState::Signaled(sig)),
+        _ => {}
+    }
     outcome
+}
+
+/// The range the NMI's frame-pointer walk may read while thread `t` of
+/// `p` runs: the main stack's present pages for a first thread, the
+/// present pages below the stack top `clone` gave another (scanned now,
+/// and grown by [`grow_window`] as it faults pages in), the image's data
+/// for a built-in program.
+fn walk_window(t: &mut Thread, p: &Process) -> (u64, u64) {
+    match (&p.linux, t.stack_top) {
+        (Some(_), Some(top)) => {
+            let mut low = top;
+            let floor = top.saturating_sub(WINDOW_SCAN_PAGES * PAGE);
+            while low > floor && p.space.entry(low - PAGE) & PRESENT != 0 {
+                low -= PAGE;
+            }
+            t.stack_low = low;
+            (low, top)
+        }
+        (Some(l), None) => (p.stack_low, l.layout.stack_top),
+        (None, _) => crate::mm::layout().user_data,
+    }
+}
+
+/// After thread `id` (the current one) brought in `page`: a page just
+/// below its stack window joins it, and the walk sees it at once.
+pub fn grow_window(id: u8, page: u64) {
+    let window = with_thread(id, |t, _| {
+        let top = t.stack_top?;
+        (page + PAGE == t.stack_low && page >= top.saturating_sub(WINDOW_SCAN_PAGES * PAGE)).then(
+            || {
+                t.stack_low = page;
+                (page, top)
+            },
+        )
+    })
+    .flatten();
+    if let Some(w) = window {
+        // Growing down keeps every intermediate range inside the new one.
+        set_walk(w);
+    }
+}
+
+/// Publishes thread `id`'s walk window again after a system call that may
+/// have dropped pages of it (its process's `munmap`, `madvise`, `brk`),
+/// shrinking the walk's range first so no NMI sees a mix of the two.
+pub fn republish_window(id: u8) {
+    if let Some(w) = with_thread(id, |t, p| walk_window(t, p)) {
+        set_walk((0, 0));
+        set_walk(w);
+    }
 }
 
 /// Prints why a task was ended.
@@ -452,19 +693,27 @@ pub fn report_fault(name: &str, f: &Fault) {
 
 /// Wakes sleepers whose time has come; returns the earliest remaining
 /// wake-up time, if any process still sleeps.
-fn wake_sleepers(now: u64) -> Option<u64> {
+fn wake_sleepers(now: u64, mut timed_out: impl FnMut(u8)) -> Option<u64> {
     let mut next: Option<u64> = None;
-    critical_section::with(|cs| {
-        for t in TASKS.borrow_ref_mut(cs).iter_mut().flatten() {
-            if let TaskState::Sleeping(until) = t.state {
-                if now >= until {
-                    t.state = TaskState::Ready;
-                } else {
-                    next = Some(next.map_or(until, |n: u64| n.min(until)));
-                }
+    for id in 0..MAX_TASKS as u8 {
+        let due = critical_section::with(|cs| {
+            let mut tasks = TASKS.borrow_ref_mut(cs);
+            let t = tasks[id as usize].as_mut()?;
+            let TaskState::Sleeping(until) = t.state else {
+                return None;
+            };
+            if now >= until {
+                t.state = TaskState::Ready;
+                Some(())
+            } else {
+                next = Some(next.map_or(until, |n: u64| n.min(until)));
+                None
             }
+        });
+        if due.is_some() {
+            timed_out(id);
         }
-    });
+    }
     next
 }
 
@@ -476,9 +725,13 @@ pub trait Driver {
     fn stop(&mut self) -> bool;
     /// Called before the CPU halts for want of a ready process.
     fn idle(&mut self);
-    /// Called once when process `id` has ended with `outcome`; `task` is
-    /// its bookkeeping from before the slice that ended it.
+    /// Called once when the process of thread `id` has ended, because of
+    /// that thread's `outcome`; `task` is the thread's bookkeeping from
+    /// before the slice that ended it.
     fn ended(&mut self, id: u8, task: &Task, outcome: Outcome);
+    /// Called when the deadline of sleeping thread `id` passed (a futex
+    /// wait that timed out stops waiting).
+    fn timed_out(&mut self, id: u8);
 }
 
 /// Runs every ready process round-robin, preempting each after its slice,
@@ -491,7 +744,7 @@ pub fn run_all(driver: &mut impl Driver) {
         if driver.stop() {
             break;
         }
-        let sleeper = wake_sleepers(arch_x86::cpu::rdtsc());
+        let sleeper = wake_sleepers(arch_x86::cpu::rdtsc(), |id| driver.timed_out(id));
         let ready = (0..MAX_TASKS)
             .map(|i| (next + i) % MAX_TASKS)
             .find(|&i| get(i as u8).is_some_and(|t| t.state == TaskState::Ready));
@@ -501,7 +754,14 @@ pub fn run_all(driver: &mut impl Driver) {
                 let task = get(i as u8);
                 let outcome = run_once(i as u8);
                 if let (Some(task), Some(o)) = (task, outcome)
-                    && matches!(o, Outcome::Exit(_) | Outcome::Fault(_) | Outcome::Signal(_))
+                    && matches!(
+                        o,
+                        Outcome::Exit(_)
+                            | Outcome::Fault(_)
+                            | Outcome::Signal(_)
+                            | Outcome::ThreadExit(_)
+                    )
+                    && all_ended(task.proc)
                 {
                     driver.ended(i as u8, &task, o);
                 }

@@ -164,13 +164,13 @@ pub fn send_hello(cmdline: &str, source: Source) {
     });
 }
 
-/// Sends the Task record of loaded process `id` running `program` (its
-/// archive path, build-id and loaded segments).
-pub fn send_program_task(id: u8, name: &str, compat: bool, program: Program) {
+/// Sends the Task record of thread `tid` of loaded process `pid` running
+/// `program` (its archive path, build-id and loaded segments).
+pub fn send_program_task(pid: u32, tid: u32, name: &str, compat: bool, program: Program) {
     let mut t = Task {
         time: crate::time::now_ns(),
-        pid: u32::from(id) + 1,
-        tid: u32::from(id) + 1,
+        pid,
+        tid,
         name: heapless::String::new(),
         abi: if compat {
             sampler::regs::Abi::Bits32

@@ -537,7 +537,7 @@ pub(crate) fn pipe_wait<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, writing: bool) 
     if writing {
         if p.readers == 0 {
             let sigpipe = c.p.signals.actions[12];
-            let blocked = c.p.signals.mask & (1 << 12) != 0;
+            let blocked = c.t.sigmask & (1 << 12) != 0;
             if sigpipe.handler == 0 && !blocked {
                 return Some(Action::Kill {
                     signal: 13,

@@ -7,15 +7,16 @@
 
 mod file;
 mod mem;
-mod task;
+pub(crate) mod task;
 mod time;
 
 use alloc::vec::Vec;
 
 use super::errno::{Errno, SysResult};
 use super::fs::{PATH_MAX, Vfs};
+use super::futex::FutexTable;
 use super::machine::{self, Machine};
-use super::process::Process;
+use super::process::{Process, Thread};
 use super::table::Sys;
 use super::{Abi, Action};
 
@@ -23,7 +24,13 @@ use super::{Abi, Action};
 pub(crate) struct Ctx<'a, M: Machine> {
     pub m: &'a mut M,
     pub fs: &'a mut Vfs,
+    /// Every thread waiting on a futex.
+    pub futex: &'a mut FutexTable,
+    /// The run's unimplemented calls (and unsupported forms of known ones).
+    pub unknown: &'a mut super::UnknownCalls,
     pub p: &'a mut Process,
+    /// The calling thread.
+    pub t: &'a mut Thread,
     pub abi: Abi,
     /// (total, free) RAM for sysinfo.
     pub ram: (u64, u64),
@@ -476,8 +483,22 @@ pub(crate) fn dispatch<M: Machine>(
         Msync => ret(mem::msync(c, a[0], a[1], a[2])),
 
         // Process identity, limits, TLS.
-        Exit | ExitGroup => Ok(Action::Exit(a[0] as u8)),
-        Getpid | Gettid | Getpgrp => ret(Ok(c.p.pid.into())),
+        Exit => task::exit_thread(c, a[0] as u8),
+        ExitGroup => Ok(Action::Exit(a[0] as u8)),
+        Clone => task::clone(
+            c,
+            nr,
+            task::CloneArgs {
+                flags: a[0],
+                stack: a[1],
+                parent_tid: a[2],
+                // i386 passes `tls` before `child_tid`.
+                child_tid: if wide { a[3] } else { a[4] },
+                tls: if wide { a[4] } else { a[3] },
+            },
+        ),
+        Getpid | Getpgrp => ret(Ok(c.p.pid.into())),
+        Gettid => ret(Ok(c.t.tid.into())),
         Getppid => ret(Ok(c.p.ppid.into())),
         Getpgid | Getsid => ret(task::self_pid(c, a[0]).map(u64::from)),
         Setpgid => ret(task::self_pid(c, a[0])
@@ -504,14 +525,14 @@ pub(crate) fn dispatch<M: Machine>(
         SetThreadArea => ret(task::set_thread_area(c, a[0])),
         GetThreadArea => ret(task::get_thread_area(c, a[0])),
         SetTidAddress => {
-            c.p.clear_child_tid = a[0];
-            ret(Ok(c.p.pid.into()))
+            c.t.clear_child_tid = a[0];
+            ret(Ok(c.t.tid.into()))
         }
         SetRobustList => {
             if a[1] != if wide { 24 } else { 12 } {
                 return Err(Errno::EINVAL);
             }
-            c.p.robust_list = (a[0], a[1]);
+            c.t.robust_list = (a[0], a[1]);
             ret(Ok(0))
         }
         GetRobustList => ret(task::get_robust_list(c, a[0], a[1], a[2])),

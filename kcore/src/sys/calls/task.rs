@@ -68,12 +68,12 @@ pub(crate) fn arch_prctl<M: Machine>(c: &mut Ctx<'_, M>, code: u32, addr: u64) -
             if addr >= c.p.layout.user_top {
                 return Err(Errno::EPERM);
             }
-            c.p.fs_base = addr;
+            c.t.fs_base = addr;
             c.m.set_fs_base(addr);
             Ok(0)
         }
         ARCH_GET_FS => {
-            let v = c.p.fs_base;
+            let v = c.t.fs_base;
             c.write(addr, &v.to_le_bytes())?;
             Ok(0)
         }
@@ -116,26 +116,10 @@ fn encode_desc(entry_number: u32, e: Option<TlsEntry>) -> UserDesc {
     }
 }
 
-/// `set_thread_area(u_info)`: fills one of the three TLS GDT slots
-/// (entry_number -1 picks a free one and writes its number back).
-pub(crate) fn set_thread_area<M: Machine>(c: &mut Ctx<'_, M>, uinfo: u64) -> SysResult {
-    let d = UserDesc::from_bytes(&c.read_array(uinfo)?);
-    let slot = if d.entry_number == u32::MAX {
-        let free =
-            c.p.tls
-                .iter()
-                .position(Option::is_none)
-                .ok_or(Errno::ESRCH)?;
-        c.write(uinfo, &(TLS_ENTRY_MIN + free as u32).to_le_bytes())?;
-        free
-    } else {
-        let n = d.entry_number.wrapping_sub(TLS_ENTRY_MIN);
-        if n >= 3 {
-            return Err(Errno::EINVAL);
-        }
-        n as usize
-    };
-    let e = decode_desc(&d);
+/// A `user_desc` as a TLS slot's content: `None` for Linux's empty and
+/// zero descriptors, `EINVAL` for what `tls_desc_okay` refuses.
+fn checked_tls(d: &UserDesc) -> Result<Option<TlsEntry>, Errno> {
+    let e = decode_desc(d);
     // Linux's LDT_empty, and LDT_zero (every field 0).
     let empty = e.base == 0
         && e.limit == 0
@@ -152,9 +136,30 @@ pub(crate) fn set_thread_area<M: Machine>(c: &mut Ctx<'_, M>, uinfo: u64) -> Sys
     if !empty && !zero && (!e.seg_32bit || e.contents > 1 || e.seg_not_present) {
         return Err(Errno::EINVAL);
     }
-    let empty = empty || zero;
-    c.p.tls[slot] = if empty { None } else { Some(e) };
-    let tls = c.p.tls;
+    Ok(if empty || zero { None } else { Some(e) })
+}
+
+/// `set_thread_area(u_info)`: fills one of the three TLS GDT slots
+/// (entry_number -1 picks a free one and writes its number back).
+pub(crate) fn set_thread_area<M: Machine>(c: &mut Ctx<'_, M>, uinfo: u64) -> SysResult {
+    let d = UserDesc::from_bytes(&c.read_array(uinfo)?);
+    let slot = if d.entry_number == u32::MAX {
+        let free =
+            c.t.tls
+                .iter()
+                .position(Option::is_none)
+                .ok_or(Errno::ESRCH)?;
+        c.write(uinfo, &(TLS_ENTRY_MIN + free as u32).to_le_bytes())?;
+        free
+    } else {
+        let n = d.entry_number.wrapping_sub(TLS_ENTRY_MIN);
+        if n >= 3 {
+            return Err(Errno::EINVAL);
+        }
+        n as usize
+    };
+    c.t.tls[slot] = checked_tls(&d)?;
+    let tls = c.t.tls;
     c.m.set_tls(&tls);
     Ok(0)
 }
@@ -166,7 +171,7 @@ pub(crate) fn get_thread_area<M: Machine>(c: &mut Ctx<'_, M>, uinfo: u64) -> Sys
     if slot >= 3 {
         return Err(Errno::EINVAL);
     }
-    let d = encode_desc(n, c.p.tls[slot as usize]);
+    let d = encode_desc(n, c.t.tls[slot as usize]);
     c.write(uinfo, &d.to_bytes())?;
     Ok(0)
 }
@@ -179,7 +184,7 @@ pub(crate) fn get_robust_list<M: Machine>(
     len: u64,
 ) -> SysResult {
     self_pid(c, pid)?;
-    let (h, l) = c.p.robust_list;
+    let (h, l) = c.t.robust_list;
     c.write_word(head, h)?;
     c.write_word(len, l)?;
     Ok(0)
@@ -530,7 +535,7 @@ pub(crate) fn rt_sigprocmask<M: Machine>(
     } else {
         None
     };
-    let old = c.p.signals.mask;
+    let old = c.t.sigmask;
     if oset != 0 {
         c.write(oset, &old.to_le_bytes())?;
     }
@@ -540,7 +545,7 @@ pub(crate) fn rt_sigprocmask<M: Machine>(
             1 => old & !s,
             _ => s,
         };
-        c.p.signals.mask = m & !((1 << (SIGKILL - 1)) | (1 << (SIGSTOP - 1)));
+        c.t.sigmask = m & !((1 << (SIGKILL - 1)) | (1 << (SIGSTOP - 1)));
     }
     Ok(act_on_pending(c).unwrap_or(Action::Return(0)))
 }
@@ -572,7 +577,7 @@ fn disposition<M: Machine>(c: &Ctx<'_, M>, sig: u8) -> Option<Action> {
 /// Acts on the lowest pending unblocked signal, if any.
 fn act_on_pending<M: Machine>(c: &mut Ctx<'_, M>) -> Option<Action> {
     loop {
-        let ready = c.p.signals.pending & !c.p.signals.mask;
+        let ready = c.p.signals.pending & !c.t.sigmask;
         if ready == 0 {
             return None;
         }
@@ -654,7 +659,7 @@ pub(crate) fn sigaltstack<M: Machine>(c: &mut Ctx<'_, M>, ss: u64, old: u64) -> 
     } else {
         None
     };
-    let o = c.p.signals.altstack;
+    let o = c.t.altstack;
     if old != 0 {
         if c.wide() {
             let s = Stack64 {
@@ -674,7 +679,7 @@ pub(crate) fn sigaltstack<M: Machine>(c: &mut Ctx<'_, M>, ss: u64, old: u64) -> 
         }
     }
     if let Some(n) = new {
-        c.p.signals.altstack = if n.flags & SS_DISABLE != 0 {
+        c.t.altstack = if n.flags & SS_DISABLE != 0 {
             super::super::process::AltStack {
                 sp: 0,
                 flags: SS_DISABLE,
@@ -685,4 +690,263 @@ pub(crate) fn sigaltstack<M: Machine>(c: &mut Ctx<'_, M>, ss: u64, old: u64) -> 
         };
     }
     Ok(0)
+}
+
+/// `clone` flags (linux/sched.h).
+pub mod clone_flags {
+    /// The exit signal of a child process.
+    pub const CSIGNAL: u64 = 0xff;
+    /// Share the address space.
+    pub const VM: u64 = 0x100;
+    /// Share the working directory and umask.
+    pub const FS: u64 = 0x200;
+    /// Share the descriptor table.
+    pub const FILES: u64 = 0x400;
+    /// Share the signal handlers.
+    pub const SIGHAND: u64 = 0x800;
+    /// A thread of the same thread group.
+    pub const THREAD: u64 = 0x10000;
+    /// Share System V semaphore undo lists.
+    pub const SYSVSEM: u64 = 0x40000;
+    /// Set the child's TLS from the `tls` argument.
+    pub const SETTLS: u64 = 0x80000;
+    /// Write the child's tid at `parent_tid`.
+    pub const PARENT_SETTID: u64 = 0x100000;
+    /// Clear and wake `child_tid` when the child exits.
+    pub const CHILD_CLEARTID: u64 = 0x200000;
+    /// Ignored since Linux 2.6.
+    pub const DETACHED: u64 = 0x400000;
+    /// Write the child's tid at `child_tid` in the child's memory.
+    pub const CHILD_SETTID: u64 = 0x1000000;
+    /// What every thread library passes for a thread.
+    pub const THREAD_SET: u64 = VM | FS | FILES | SIGHAND | THREAD;
+    /// What may come with [`THREAD_SET`].
+    pub const THREAD_EXTRAS: u64 =
+        SYSVSEM | SETTLS | PARENT_SETTID | CHILD_CLEARTID | DETACHED | CHILD_SETTID | CSIGNAL;
+}
+
+/// The most threads one process may have at once; one more `clone` is
+/// `EAGAIN` (as Linux's RLIMIT_NPROC would say).
+pub const MAX_THREADS: u32 = 64;
+
+/// A checked `clone` of a thread, for the runtime to carry out
+/// ([`Action::Clone`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CloneArgs {
+    /// The flags (a superset of [`clone_flags::THREAD_SET`]).
+    pub flags: u64,
+    /// The child's stack pointer (0: the parent's).
+    pub stack: u64,
+    /// Where `CLONE_PARENT_SETTID` writes the tid.
+    pub parent_tid: u64,
+    /// Where `CLONE_CHILD_SETTID` writes and `CLONE_CHILD_CLEARTID` clears.
+    pub child_tid: u64,
+    /// `CLONE_SETTLS`'s argument: the FS base (x86-64) or a `user_desc`
+    /// pointer (i386).
+    pub tls: u64,
+}
+
+/// `clone(flags, stack, parent_tid, child_tid, tls)` (x86-64 order; the
+/// caller passes i386's `tls, child_tid` swapped back). Threads only: a
+/// copy of the process (no `CLONE_VM`, or `CLONE_VM` without
+/// `CLONE_THREAD`, as `fork`, `vfork` and `posix_spawn` ask) is `ENOSYS`,
+/// and a thread with flags beyond what thread libraries pass is
+/// `EINVAL`; both are named in the run's unknown-call summary.
+pub(crate) fn clone<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    nr: u64,
+    args: CloneArgs,
+) -> Result<Action, Errno> {
+    use clone_flags as f;
+    let flags = args.flags;
+    // Linux's own consistency rules come first.
+    if flags & f::THREAD != 0 && flags & f::SIGHAND == 0
+        || flags & f::SIGHAND != 0 && flags & f::VM == 0
+    {
+        return Err(Errno::EINVAL);
+    }
+    if flags & f::THREAD == 0 {
+        c.unknown.record(c.abi, nr);
+        return Err(Errno::ENOSYS);
+    }
+    if flags & f::THREAD_SET != f::THREAD_SET || flags & !(f::THREAD_SET | f::THREAD_EXTRAS) != 0 {
+        c.unknown.record(c.abi, nr);
+        return Err(Errno::EINVAL);
+    }
+    if c.p.threads >= MAX_THREADS {
+        return Err(Errno::EAGAIN);
+    }
+    if args.stack >= c.p.layout.user_top {
+        return Err(Errno::EINVAL);
+    }
+    Ok(Action::Clone(args))
+}
+
+/// Makes the new thread `tid` of process `p` that `parent` asked for
+/// with `args`: its TLS (`CLONE_SETTLS`), its blocked signals (the
+/// parent's), its `clear_child_tid`, and the tids written for
+/// `CLONE_PARENT_SETTID` and `CLONE_CHILD_SETTID`. On an error (a bad TLS
+/// descriptor or tid pointer) no thread is made and the caller's `clone`
+/// returns it. Counts the thread in [`Process::threads`].
+pub fn new_thread<M: Machine>(
+    m: &mut M,
+    p: &mut super::super::Process,
+    parent: &super::super::Thread,
+    args: &CloneArgs,
+    tid: u32,
+) -> Result<super::super::Thread, Errno> {
+    use clone_flags as f;
+    let mut t = super::super::Thread::new(tid);
+    t.sigmask = parent.sigmask;
+    t.fs_base = parent.fs_base;
+    t.tls = parent.tls;
+    if args.flags & f::SETTLS != 0 {
+        match p.abi {
+            Abi::X86_64 => {
+                if args.tls >= p.layout.user_top {
+                    return Err(Errno::EPERM);
+                }
+                t.fs_base = args.tls;
+            }
+            Abi::I386 => {
+                let d = UserDesc::from_bytes(&super::super::machine::read_array(
+                    m, &p.areas, args.tls,
+                )?);
+                let n = d.entry_number.wrapping_sub(TLS_ENTRY_MIN);
+                if n >= 3 {
+                    return Err(Errno::EINVAL);
+                }
+                t.tls[n as usize] = checked_tls(&d)?;
+            }
+        }
+    }
+    if args.flags & f::CHILD_CLEARTID != 0 {
+        t.clear_child_tid = args.child_tid;
+    }
+    for (flag, addr) in [
+        (f::PARENT_SETTID, args.parent_tid),
+        (f::CHILD_SETTID, args.child_tid),
+    ] {
+        if args.flags & flag != 0 {
+            m.write_user(&p.areas, addr, &tid.to_le_bytes())?;
+        }
+    }
+    p.threads += 1;
+    Ok(t)
+}
+
+/// Linux's `ROBUST_LIST_LIMIT`: the most entries a thread's exit walks.
+const ROBUST_LIST_LIMIT: usize = 2048;
+/// The owner-died bit of a robust futex word.
+const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
+/// The waiters bit of a robust futex word.
+const FUTEX_WAITERS: u32 = 0x8000_0000;
+/// The tid bits of a robust futex word.
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+
+/// At a thread's exit, as Linux's `exit_robust_list`: every robust futex
+/// the thread `t` still holds (its word's tid bits are `t.tid`) gets the
+/// owner-died bit and loses the tid, and one waiter is woken. The list is
+/// user memory: a bad pointer or a loop ends the walk (at most
+/// [`ROBUST_LIST_LIMIT`] entries), never the runtime.
+pub fn release_robust_list<M: Machine>(
+    m: &mut M,
+    p: &super::super::Process,
+    futexes: &mut super::super::futex::FutexTable,
+    t: &super::super::Thread,
+) {
+    let (head, len) = t.robust_list;
+    let wide = p.abi == Abi::X86_64;
+    let word = if wide { 8 } else { 4 };
+    if head == 0 || len != 3 * word {
+        return;
+    }
+    let read_ptr = |m: &mut M, addr: u64| -> Option<u64> {
+        let mut b = [0u8; 8];
+        m.read_user(&p.areas, addr, &mut b[..word as usize]).ok()?;
+        Some(if wide {
+            u64::from_le_bytes(b)
+        } else {
+            u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        })
+    };
+    // struct robust_list_head { list.next, futex_offset, list_op_pending }
+    let Some(first) = read_ptr(m, head) else {
+        return;
+    };
+    let Some(offset) = read_ptr(m, head + word) else {
+        return;
+    };
+    let offset = if wide {
+        offset as i64
+    } else {
+        i64::from(offset as u32 as i32)
+    };
+    let pending = read_ptr(m, head + 2 * word).unwrap_or(0);
+    let mut entry = first;
+    let mut release = |m: &mut M, entry: u64| {
+        let addr = entry.wrapping_add_signed(offset);
+        if !addr.is_multiple_of(4) || addr >= p.layout.user_top {
+            return;
+        }
+        let Ok(v) = super::super::machine::read_u32(m, &p.areas, addr) else {
+            return;
+        };
+        if v & FUTEX_TID_MASK != t.tid {
+            return;
+        }
+        let new = (v & FUTEX_WAITERS) | FUTEX_OWNER_DIED;
+        if m.write_user(&p.areas, addr, &new.to_le_bytes()).is_err() {
+            return;
+        }
+        if v & FUTEX_WAITERS != 0 {
+            let key = super::super::futex::FutexKey::Private { space: p.pid, addr };
+            let _ = futexes.wake(key, 1, super::super::futex::BITSET_MATCH_ANY, |tid| {
+                m.wake_thread(tid)
+            });
+        }
+    };
+    for _ in 0..ROBUST_LIST_LIMIT {
+        // The list is circular through the head; pending is handled last.
+        if entry == head || entry == 0 {
+            break;
+        }
+        if entry != pending {
+            release(m, entry);
+        }
+        match read_ptr(m, entry) {
+            Some(next) => entry = next,
+            None => break,
+        }
+    }
+    if pending != 0 {
+        release(m, pending);
+    }
+}
+
+/// `exit(status)` of the calling thread: with other threads alive only
+/// this one ends: its robust futexes are released and its
+/// `clear_child_tid` word is cleared and woken (how `pthread_join` learns
+/// of the exit); the last thread's exit ends the process.
+pub(crate) fn exit_thread<M: Machine>(c: &mut Ctx<'_, M>, status: u8) -> Result<Action, Errno> {
+    if c.p.threads <= 1 {
+        return Ok(Action::Exit(status));
+    }
+    release_robust_list(c.m, c.p, c.futex, c.t);
+    let ctid = c.t.clear_child_tid;
+    if ctid != 0 && ctid.is_multiple_of(4) && c.write(ctid, &0u32.to_le_bytes()).is_ok() {
+        let key = super::super::futex::FutexKey::Private {
+            space: c.p.pid,
+            addr: ctid,
+        };
+        let m = &mut *c.m;
+        let _ = c
+            .futex
+            .wake(key, 1, super::super::futex::BITSET_MATCH_ANY, |tid| {
+                m.wake_thread(tid)
+            });
+    }
+    c.futex.cancel(c.t.tid);
+    c.p.threads -= 1;
+    Ok(Action::ExitThread(status))
 }

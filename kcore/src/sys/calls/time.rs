@@ -224,12 +224,16 @@ pub(crate) fn getrandom<M: Machine>(
     Ok(done)
 }
 
-/// `futex(uaddr, op, val, timeout, uaddr2, val3)`.
+/// `futex(uaddr, op, val, timeout, uaddr2, val3)`: waits and wakes over
+/// the run's [`FutexTable`](super::super::futex::FutexTable), keyed by
+/// process and address (the appliance's processes share no memory, so a
+/// shared futex is one process's word too).
 pub(crate) fn futex<M: Machine>(
     c: &mut Ctx<'_, M>,
     a: [u64; 6],
     wide: bool,
 ) -> Result<Action, Errno> {
+    use super::super::futex::{BITSET_MATCH_ANY, FutexKey, WakeOp};
     const FUTEX_WAIT: u32 = 0;
     const FUTEX_WAKE: u32 = 1;
     const FUTEX_REQUEUE: u32 = 3;
@@ -247,11 +251,24 @@ pub(crate) fn futex<M: Machine>(
     if !uaddr.is_multiple_of(4) {
         return Err(Errno::EINVAL);
     }
+    let key = |addr: u64| FutexKey::Private {
+        space: c.p.pid,
+        addr,
+    };
+    let key1 = key(uaddr);
+    let key2 = key(a[4]);
+    // The count arguments are C ints.
+    let nr = |v: u64| v as u32 as i32;
     let read_word =
         |c: &mut Ctx<'_, M>, addr: u64| super::super::machine::read_u32(c.m, &c.p.areas, addr);
     match cmd {
         FUTEX_WAIT | FUTEX_WAIT_BITSET => {
-            if cmd == FUTEX_WAIT_BITSET && a[5] as u32 == 0 {
+            let bitset = if cmd == FUTEX_WAIT {
+                BITSET_MATCH_ANY
+            } else {
+                a[5] as u32
+            };
+            if bitset == 0 {
                 return Err(Errno::EINVAL);
             }
             let deadline = if a[3] != 0 {
@@ -271,6 +288,7 @@ pub(crate) fn futex<M: Machine>(
             if read_word(c, uaddr)? != val {
                 return Err(Errno::EAGAIN);
             }
+            c.futex.wait(key1, bitset, c.t.tid)?;
             Ok(match deadline {
                 Some(until_ns) => Action::Sleep {
                     until_ns,
@@ -280,29 +298,43 @@ pub(crate) fn futex<M: Machine>(
             })
         }
         FUTEX_WAKE | FUTEX_WAKE_BITSET => {
-            if cmd == FUTEX_WAKE_BITSET && a[5] as u32 == 0 {
+            let bitset = if cmd == FUTEX_WAKE {
+                BITSET_MATCH_ANY
+            } else {
+                a[5] as u32
+            };
+            let m = &mut *c.m;
+            let n = c.futex.wake(key1, nr(a[2]), bitset, |t| m.wake_thread(t))?;
+            Ok(Action::Return(n.into()))
+        }
+        FUTEX_REQUEUE | FUTEX_CMP_REQUEUE => {
+            if !a[4].is_multiple_of(4) {
                 return Err(Errno::EINVAL);
             }
-            Ok(Action::Return(0))
-        }
-        FUTEX_REQUEUE => Ok(Action::Return(0)),
-        FUTEX_CMP_REQUEUE => {
-            if read_word(c, uaddr)? != a[5] as u32 {
+            if cmd == FUTEX_CMP_REQUEUE && read_word(c, uaddr)? != a[5] as u32 {
                 return Err(Errno::EAGAIN);
             }
-            Ok(Action::Return(0))
+            let m = &mut *c.m;
+            // `timeout` carries the requeue count.
+            let n = c
+                .futex
+                .requeue(key1, key2, nr(a[2]), nr(a[3]), |t| m.wake_thread(t))?;
+            Ok(Action::Return(n.into()))
         }
         FUTEX_WAKE_OP => {
-            // Apply the operation to *uaddr2; nobody waits on either word.
             let uaddr2 = a[4];
             if !uaddr2.is_multiple_of(4) {
                 return Err(Errno::EINVAL);
             }
-            let op = super::super::futex::WakeOp::decode(a[5] as u32)?;
+            let op = WakeOp::decode(a[5] as u32)?;
             let old = read_word(c, uaddr2)?;
             c.write(uaddr2, &op.apply(old).to_le_bytes())?;
-            op.compare(old)?;
-            Ok(Action::Return(0))
+            let held = op.compare(old)?;
+            let m = &mut *c.m;
+            let n = c
+                .futex
+                .wake_op(key1, nr(a[2]), key2, nr(a[3]), held, |t| m.wake_thread(t));
+            Ok(Action::Return(n.into()))
         }
         _ => Err(Errno::ENOSYS),
     }

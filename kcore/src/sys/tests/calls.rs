@@ -480,15 +480,18 @@ fn signals_to_itself() {
         2u32.to_le_bytes(),
         "the old one was disabled"
     );
-    assert_eq!(e.p.signals.altstack.size, 8192);
+    assert_eq!(e.t.altstack.size, 8192);
 }
 
 #[test]
-fn futex_single_threaded_semantics() {
+fn futex_wait_checks_the_word_and_blocks() {
     for mut e in both() {
         e.poke(SCRATCH, &5u32.to_le_bytes());
         assert_eq!(e.err("futex", &[SCRATCH, 128, 4, 0, 0, 0]), Errno::EAGAIN);
         assert_eq!(e.call("futex", &[SCRATCH, 128, 5, 0, 0, 0]), Action::Block);
+        // A wake (here by the same thread id, as a test can) takes it.
+        assert_eq!(e.ret("futex", &[SCRATCH, 129, 1, 0, 0, 0]), 1);
+        assert_eq!(e.m.woken, [7]);
         assert_eq!(e.ret("futex", &[SCRATCH, 129, 1, 0, 0, 0]), 0);
         assert_eq!(
             e.err("futex", &[SCRATCH + 1, 128, 5, 0, 0, 0]),

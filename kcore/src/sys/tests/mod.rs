@@ -7,13 +7,14 @@ mod calls;
 mod efault;
 mod fuzz;
 mod startup;
+mod threads;
 
 use std::collections::BTreeMap;
 use std::vec::Vec;
 
 use super::machine::{LineEnd, Machine, Stream, TlsEntry};
 use super::vma::{Area, AreaKind, AreaSet, Backing, FileData, PAGE_SIZE, Prot};
-use super::{Abi, Action, Errno, Process, System, Vfs, syscall, table};
+use super::{Abi, Action, Errno, Process, System, Thread, Vfs, syscall, table};
 
 /// The fake hardware: a page-granular user memory, a console log, clocks
 /// that advance on every read, a xorshift random source.
@@ -31,6 +32,8 @@ pub(crate) struct Fake {
     /// When non-zero, the most pages the fake brings in; past it an
     /// access is `EFAULT`, as when the runtime cannot bring a page in.
     pub page_budget: usize,
+    /// Threads whose futex wait a wake ended, in order.
+    pub woken: Vec<u32>,
 }
 
 impl Fake {
@@ -144,6 +147,10 @@ impl Machine for Fake {
     fn set_tls(&mut self, tls: &[Option<TlsEntry>; 3]) {
         self.tls = Some(*tls);
     }
+
+    fn wake_thread(&mut self, tid: u32) {
+        self.woken.push(tid);
+    }
 }
 
 /// The program image the test process has: an RX text page from the
@@ -177,6 +184,7 @@ pub(crate) struct Env {
     pub m: Fake,
     pub sys: System,
     pub p: Process,
+    pub t: Thread,
     pub abi: Abi,
 }
 
@@ -244,6 +252,7 @@ impl Env {
             },
             sys,
             p,
+            t: Thread::new(7),
             abi,
         }
     }
@@ -257,7 +266,15 @@ impl Env {
     pub fn call_nr(&mut self, n: u64, args: &[u64]) -> Action {
         let mut a = [0u64; 6];
         a[..args.len()].copy_from_slice(args);
-        syscall(&mut self.m, &mut self.sys, &mut self.p, self.abi, n, a)
+        syscall(
+            &mut self.m,
+            &mut self.sys,
+            &mut self.p,
+            &mut self.t,
+            self.abi,
+            n,
+            a,
+        )
     }
 
     /// Runs a call that must return; the value as a signed number (i386

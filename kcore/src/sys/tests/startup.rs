@@ -10,7 +10,7 @@ fn musl_x86_64_start_up_and_hello() {
     // __init_tp: arch_prctl(ARCH_SET_FS, tp), set_tid_address.
     assert_eq!(e.ret("arch_prctl", &[0x1002, SCRATCH + 0x800]), 0);
     assert_eq!(e.m.fs_base, SCRATCH + 0x800);
-    assert_eq!(e.p.fs_base, SCRATCH + 0x800);
+    assert_eq!(e.t.fs_base, SCRATCH + 0x800);
     assert_eq!(e.ret("arch_prctl", &[0x1003, SCRATCH]), 0);
     assert_eq!(e.u64_at(SCRATCH), SCRATCH + 0x800);
     assert_eq!(e.ret("set_tid_address", &[SCRATCH + 0x900]), 7);
@@ -115,7 +115,7 @@ fn musl_i386_start_up() {
     let tls = e.m.tls.expect("TLS installed")[0].expect("slot 12 used");
     assert_eq!(tls.base, 0x1000_0800);
     assert!(tls.seg_32bit && tls.limit_in_pages && tls.useable);
-    assert_eq!(e.p.tls[0], Some(tls));
+    assert_eq!(e.t.tls[0], Some(tls));
     // get_thread_area reads it back.
     e.poke(SCRATCH + 0x40, &12u32.to_le_bytes());
     assert_eq!(e.ret("get_thread_area", &[SCRATCH + 0x40]), 0);
@@ -334,7 +334,7 @@ fn rust_std_start_up_on_musl_both_abis() {
         e.poke(SCRATCH + 0x300, &ss);
         assert_eq!(e.ret("sigaltstack", &[0, SCRATCH + 0x400]), 0);
         assert_eq!(e.ret("sigaltstack", &[SCRATCH + 0x300, 0]), 0);
-        assert_eq!(e.p.signals.altstack.sp, alt + 4096);
+        assert_eq!(e.t.altstack.sp, alt + 4096);
         // available_parallelism, HashMap keys, Instant::now.
         assert!(e.ret("sched_getaffinity", &[0, 128, SCRATCH + 0x500]) > 0);
         assert_eq!(e.ret("getrandom", &[SCRATCH + 0x600, 16, 4]), 16);
