@@ -86,6 +86,14 @@ impl TrapFrame {
             self.r10, self.r11, self.r12, self.r13, self.r14, self.r15,
         ]
     }
+
+    /// Sets the 15 GPRs other than `rsp` from [`TrapFrame::gprs`] order.
+    pub fn set_gprs(&mut self, g: &[u64; 15]) {
+        [
+            self.rax, self.rbx, self.rcx, self.rdx, self.rsi, self.rdi, self.rbp, self.r8, self.r9,
+            self.r10, self.r11, self.r12, self.r13, self.r14, self.r15,
+        ] = *g;
+    }
 }
 
 /// Names of the registers returned by [`TrapFrame::gprs`], for reports.
@@ -195,5 +203,14 @@ mod tests {
         assert_eq!(g[6], 7);
         assert_eq!(g[14], 15);
         assert_eq!(GPR_NAMES[11], "r12");
+    }
+
+    #[test]
+    fn set_gprs_is_the_inverse_of_gprs() {
+        let g: [u64; 15] = core::array::from_fn(|i| 100 + i as u64);
+        let mut f = TrapFrame::default();
+        f.set_gprs(&g);
+        assert_eq!(f.gprs(), g);
+        assert_eq!((f.rax, f.rbp, f.r8, f.r15), (100, 106, 107, 114));
     }
 }

@@ -16,7 +16,7 @@ pub extern "C" fn trap(frame: &mut TrapFrame) -> u64 {
     if user {
         crate::sample::profile::on_entry_from_user();
     }
-    match frame.vector {
+    let r = match frame.vector {
         tick::TIMER_VECTOR => {
             // The flight recorder's line keeps moving while tasks run.
             crate::stream::wire::pump();
@@ -28,21 +28,41 @@ pub extern "C" fn trap(frame: &mut TrapFrame) -> u64 {
             }
         }
         tick::SPURIOUS_VECTOR => RESUME,
-        SYSCALL_VECTOR if user => abi::syscall(frame, Abi::X64),
-        INT80_VECTOR if user => abi::syscall(frame, Abi::Compat32),
+        // System calls deliver signals on their own way out.
+        SYSCALL_VECTOR if user => return abi::syscall(frame, Abi::X64),
+        INT80_VECTOR if user => return abi::syscall(frame, Abi::Compat32),
         14 if user && abi::current_is_linux() => {
             let id = task::current().unwrap_or(task::NO_TASK);
-            match abi::linux::page_fault(id, arch_x86::cpu::cr2(), frame.error_code) {
+            let cr2 = arch_x86::cpu::cr2();
+            match abi::linux::page_fault(id, cr2, frame.error_code) {
                 abi::linux::PageFault::Resolved => RESUME,
                 abi::linux::PageFault::OutOfMemory => {
                     abi::linux::kill_out_of_memory(id);
                     LEAVE
                 }
-                abi::linux::PageFault::Segv => abi::user_fault(frame),
+                abi::linux::PageFault::Segv => {
+                    let mapped = frame.error_code & 1 != 0;
+                    abi::linux::fault_to_handler(id, frame, cr2, mapped)
+                        .unwrap_or_else(|| abi::user_fault(frame))
+                }
             }
+        }
+        _ if user && abi::current_is_linux() => {
+            let id = task::current().unwrap_or(task::NO_TASK);
+            let cr2 = arch_x86::cpu::cr2();
+            abi::linux::fault_to_handler(id, frame, cr2, true)
+                .unwrap_or_else(|| abi::user_fault(frame))
         }
         _ if user && task::current().is_some() => abi::user_fault(frame),
         _ => runtime_exception(frame),
+    };
+    // Signals other threads sent while this one ran are taken on its way
+    // back to user mode.
+    match task::current() {
+        Some(id) if r == RESUME && user && abi::linux::signals_posted(id) => {
+            abi::linux::signals_on_return(id, frame)
+        }
+        _ => r,
     }
 }
 

@@ -108,6 +108,13 @@ pub trait Machine {
     /// the [`FutexTable`](super::futex::FutexTable).
     fn wake_thread(&mut self, tid: u32);
 
+    /// Makes signal `sig` pending for thread `tid` of the current process
+    /// (`tgkill`; 0 only checks that the thread lives): `ESRCH` when no
+    /// such thread runs. A thread that waits (a futex, a sleep) and does
+    /// not block `sig` stops waiting with `-EINTR`; the result says
+    /// whether it did, so that its futex wait can be cancelled.
+    fn signal_thread(&mut self, tid: u32, sig: u8) -> Result<bool, super::errno::Errno>;
+
     /// Installs the current process's i386 TLS GDT slots
     /// (`set_thread_area`); the runtime also installs
     /// [`Process::tls`](super::Process::tls) on every switch.

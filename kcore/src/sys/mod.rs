@@ -58,6 +58,7 @@ pub mod fs;
 pub mod futex;
 pub mod machine;
 pub mod process;
+pub mod signal;
 pub mod table;
 pub mod uapi;
 pub mod vma;
@@ -141,6 +142,10 @@ pub enum Action {
     /// [`new_thread`], and returns the tid to the caller, or `-EAGAIN`
     /// when it has no room.
     Clone(CloneArgs),
+    /// `rt_sigreturn` of a 64-bit process: the runtime restores the
+    /// thread's registers from its signal frame with
+    /// [`signal::sigreturn`].
+    SigReturn,
     /// `exit` of one thread of several: the thread ends (its
     /// `clear_child_tid` was cleared and woken, its robust futexes
     /// released), the process goes on.

@@ -86,7 +86,8 @@ pub struct AltStack {
 pub struct Signals {
     /// Actions of signals 1..=64 (index = signal - 1).
     pub actions: [SigAction; NSIG],
-    /// Signals sent to itself while blocked (bit n-1 = signal n).
+    /// Signals sent to the process (`kill`) that no thread took yet (bit
+    /// n-1 = signal n); a thread's own are in [`Thread::pending`].
     pub pending: u64,
 }
 
@@ -111,6 +112,8 @@ pub struct Thread {
     pub tls: [Option<TlsEntry>; 3],
     /// The blocked signals (bit n-1 = signal n).
     pub sigmask: u64,
+    /// Signals sent to this thread that it has not taken yet.
+    pub pending: u64,
     /// The alternate signal stack.
     pub altstack: AltStack,
 }
@@ -126,6 +129,7 @@ impl Thread {
             fs_base: 0,
             tls: [None; 3],
             sigmask: 0,
+            pending: 0,
             altstack: AltStack {
                 sp: 0,
                 flags: 2,

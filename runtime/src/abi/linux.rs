@@ -14,6 +14,7 @@ use arch_x86::frame::TrapFrame;
 use arch_x86::paging::{PAGE, PRESENT, phys_to_virt, user_leaf_flags};
 use core::cell::RefCell;
 use critical_section::Mutex;
+use kcore::sys::signal::{self, Delivery, UserRegs};
 use kcore::sys::{
     self, Action, Area, AreaKind, AreaSet, Backing, Errno, FileData, LineEnd, Machine, Prot,
     Stream, System, TlsEntry,
@@ -135,6 +136,8 @@ fn print_line(name: &str, stream: Stream, line: &[u8], end: LineEnd) {
 
 /// The runtime side of one process's system calls.
 pub struct RtMachine<'a> {
+    /// The calling thread's process.
+    proc: u8,
     space: &'a mut AddressSpace,
     segs: &'a mut crate::cpu::UserSegments,
     stack_low: &'a mut u64,
@@ -204,6 +207,25 @@ impl Machine for RtMachine<'_> {
         }
     }
 
+    fn signal_thread(&mut self, tid: u32, sig: u8) -> Result<bool, Errno> {
+        let id = tid
+            .checked_sub(1)
+            .and_then(|i| u8::try_from(i).ok())
+            .ok_or(Errno::ESRCH)?;
+        match task::get(id) {
+            Some(t) if t.linux && t.proc == self.proc && !t.state.ended() => {}
+            _ => return Err(Errno::ESRCH),
+        }
+        if sig == 0 || u32::from(sig) > 64 {
+            return Ok(false);
+        }
+        Ok(task::post_signal(
+            id,
+            1 << (sig - 1),
+            Errno::EINTR.to_return(),
+        ))
+    }
+
     fn set_fs_base(&mut self, base: u64) {
         self.segs.fs_base = base;
         crate::cpu::load_user_segments(self.segs);
@@ -262,9 +284,17 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
     };
     let action = with_machine(id, |m, p, t| {
         IN_CALL.store(true, core::sync::atomic::Ordering::Relaxed);
-        let a = with_system(|s| sys::syscall(m, s, p, t, sys_abi, nr, args))
+        let mut a = with_system(|s| sys::syscall(m, s, p, t, sys_abi, nr, args))
             .unwrap_or(Action::Return(Errno::ENOSYS.to_return()));
         IN_CALL.store(false, core::sync::atomic::Ordering::Relaxed);
+        t.pending |= task::take_posted(id);
+        task::set_blocked(id, t.sigmask);
+        // A thread with a signal to take does not start to wait: the call
+        // is interrupted, and the handler runs on the way out.
+        if matches!(a, Action::Block | Action::Sleep { .. }) && signal::deliverable(p, t) != 0 {
+            with_system(|s| s.futex.cancel(t.tid));
+            a = Action::Return(Errno::EINTR.to_return());
+        }
         if matches!(a, Action::Exit(_) | Action::Kill { .. }) {
             p.flush_output(m);
         }
@@ -278,10 +308,11 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
             task::Abi::X64 => v,
             task::Abi::Compat32 => v & 0xffff_ffff,
         };
-        RESUME
+        signals_on_return(id, frame)
     };
     match action {
         Action::Return(v) => ret(frame, v),
+        Action::SigReturn => sigreturn(id, frame),
         Action::Clone(args) => {
             let v = match clone_thread(id, frame, &args) {
                 Ok(tid) => u64::from(tid),
@@ -317,6 +348,121 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
             LEAVE
         }
     }
+}
+
+/// The user registers of `frame` and the CPU's x87/SSE state (live: the
+/// thread is in a system call or an interrupt of its own).
+fn regs_of(frame: &TrapFrame) -> UserRegs {
+    let mut fpu = crate::cpu::FpuState::initial();
+    fpu.save();
+    UserRegs {
+        gprs: frame.gprs(),
+        rip: frame.rip,
+        rsp: frame.rsp,
+        rflags: frame.rflags,
+        fpu: fpu.0,
+    }
+}
+
+/// Puts `r` back into `frame` and the CPU (the selectors stay: they are
+/// the runtime's user ones).
+fn put_regs(frame: &mut TrapFrame, r: &UserRegs) {
+    frame.set_gprs(&r.gprs);
+    frame.rip = r.rip;
+    frame.rsp = r.rsp;
+    frame.rflags = r.rflags | 0x202;
+    crate::cpu::FpuState(r.fpu).restore();
+}
+
+/// On a thread's way back to user mode (`frame` about to be restored,
+/// its FPU state live): runs the handler of the next signal it can take,
+/// or ends the process when that signal's action says so. Returns the
+/// entry stub's RESUME or LEAVE.
+pub fn signals_on_return(id: u8, frame: &mut TrapFrame) -> u64 {
+    let d = with_machine(id, |m, p, t| {
+        t.pending |= task::take_posted(id);
+        let d = if signal::deliverable(p, t) == 0 {
+            Delivery::Nothing
+        } else {
+            let mut regs = regs_of(frame);
+            let d = signal::deliver(m, p, t, &mut regs);
+            if let Delivery::Handler(_) = d {
+                put_regs(frame, &regs);
+            }
+            d
+        };
+        task::set_blocked(id, t.sigmask);
+        d
+    });
+    match d {
+        Some(Delivery::Kill { signal, reason }) => {
+            set_kill_reason(id, reason);
+            task::set_outcome(Outcome::Signal(signal));
+            LEAVE
+        }
+        _ => RESUME,
+    }
+}
+
+/// Whether signals were posted to thread `id` (a cheap test for the
+/// returns from interrupts).
+pub fn signals_posted(id: u8) -> bool {
+    task::has_posted(id)
+}
+
+/// `rt_sigreturn`: the registers, FPU state, mask and alternate stack of
+/// the handler's frame, or the end of the process for a frame it forged.
+fn sigreturn(id: u8, frame: &mut TrapFrame) -> u64 {
+    let r = with_machine(id, |m, p, t| {
+        let mut regs = regs_of(frame);
+        let r = signal::sigreturn(m, p, t, &mut regs);
+        if r.is_ok() {
+            put_regs(frame, &regs);
+        }
+        r
+    });
+    match r {
+        Some(Ok(())) => signals_on_return(id, frame),
+        Some(Err(reason)) => {
+            set_kill_reason(id, reason);
+            task::set_outcome(Outcome::Signal(11));
+            LEAVE
+        }
+        None => RESUME,
+    }
+}
+
+/// A ring-3 exception of a loaded program: its signal's handler runs when
+/// one is installed and the signal is not blocked (RESUME); otherwise the
+/// caller ends the process as before (`None`).
+pub fn fault_to_handler(id: u8, frame: &mut TrapFrame, cr2: u64, mapped: bool) -> Option<u64> {
+    let sig = fault_signal(frame.vector);
+    // si_code: SEGV_MAPERR/ACCERR for page faults, SI_KERNEL for #GP,
+    // FPE_INTDIV, ILL_ILLOPN, BUS_ADRALN, TRAP_BRKPT.
+    let (code, addr) = match frame.vector {
+        14 => (if mapped { 2 } else { 1 }, cr2),
+        10..=13 => (0x80, 0),
+        0 => (1, frame.rip),
+        6 => (2, frame.rip),
+        _ => (1, frame.rip),
+    };
+    let fault = signal::FaultInfo {
+        code,
+        addr,
+        trapno: frame.vector,
+        err: frame.error_code,
+        cr2,
+    };
+    let d = with_machine(id, |m, p, t| {
+        let mut regs = regs_of(frame);
+        let d = signal::deliver_fault(m, p, t, &mut regs, sig, fault);
+        if let Delivery::Handler(_) = d {
+            put_regs(frame, &regs);
+        }
+        task::set_blocked(id, t.sigmask);
+        d
+    })?;
+    matches!(d, Delivery::Handler(_)).then_some(RESUME)
 }
 
 /// Why each process was killed by a signal it sent itself.
@@ -541,7 +687,7 @@ fn with_machine<R>(
     id: u8,
     f: impl FnOnce(&mut RtMachine<'_>, &mut sys::Process, &mut sys::Thread) -> R,
 ) -> Option<R> {
-    let name = task::get(id).map_or("?", |t| t.spec.name);
+    let (name, pidx) = task::get(id).map_or(("?", 0), |t| (t.spec.name, t.proc));
     task::with_thread(id, |thread, proc| {
         let task::Thread {
             segs, linux: lt, ..
@@ -555,6 +701,7 @@ fn with_machine<R>(
         let t = lt.as_deref_mut()?;
         let stack_top = p.layout.stack_top;
         let mut m = RtMachine {
+            proc: pidx,
             space,
             segs,
             stack_low,

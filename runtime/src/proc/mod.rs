@@ -21,7 +21,7 @@ use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
 use arch_x86::paging::{PAGE, PRESENT};
 use core::cell::{Cell, RefCell, UnsafeCell};
-use core::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use critical_section::Mutex;
 use sampler::walk::WalkRange;
 
@@ -37,6 +37,45 @@ pub static CURRENT_TASK: AtomicU8 = AtomicU8::new(NO_TASK);
 /// The process id of the current task (0 when none): what its samples say
 /// as their pid (the tid is the task number + 1).
 pub static CURRENT_PID: AtomicU32 = AtomicU32::new(0);
+
+/// Signals other threads sent to each task (bit n-1 = signal n), not yet
+/// moved into its Linux thread state: a thread's state is borrowed while
+/// its own system call runs, so a sender posts here.
+static POSTED: [AtomicU64; MAX_TASKS] = [const { AtomicU64::new(0) }; MAX_TASKS];
+/// Each task's blocked signals as of its last system call or delivery
+/// (for senders, which cannot borrow its state).
+static BLOCKED: [AtomicU64; MAX_TASKS] = [const { AtomicU64::new(0) }; MAX_TASKS];
+
+/// Posts signal bit `bits` to task `id`; returns whether it waited and
+/// the signal is not blocked (it is then woken with `rax`, an `-EINTR`).
+pub fn post_signal(id: u8, bits: u64, rax: u64) -> bool {
+    let Some(slot) = POSTED.get(id as usize) else {
+        return false;
+    };
+    slot.fetch_or(bits, Ordering::Relaxed);
+    bits & !BLOCKED[id as usize].load(Ordering::Relaxed) != 0 && wake(id, rax)
+}
+
+/// Takes the signals posted to task `id`.
+pub fn take_posted(id: u8) -> u64 {
+    POSTED
+        .get(id as usize)
+        .map_or(0, |p| p.swap(0, Ordering::Relaxed))
+}
+
+/// True when signals were posted to task `id` and not taken yet.
+pub fn has_posted(id: u8) -> bool {
+    POSTED
+        .get(id as usize)
+        .is_some_and(|p| p.load(Ordering::Relaxed) != 0)
+}
+
+/// Notes task `id`'s blocked signals for senders.
+pub fn set_blocked(id: u8, mask: u64) {
+    if let Some(b) = BLOCKED.get(id as usize) {
+        b.store(mask, Ordering::Relaxed);
+    }
+}
 
 /// How far below a thread's stack top the window scan looks for present
 /// pages (see [`Thread::stack_top`]).
@@ -551,6 +590,10 @@ pub fn clear() {
     crate::mm::activate_kernel();
     critical_section::with(|cs| {
         *TASKS.borrow_ref_mut(cs) = [None; MAX_TASKS];
+        for (p, b) in POSTED.iter().zip(&BLOCKED) {
+            p.store(0, Ordering::Relaxed);
+            b.store(0, Ordering::Relaxed);
+        }
         *THREADS.borrow_ref_mut(cs) = [const { None }; MAX_TASKS];
         *PROCS.borrow_ref_mut(cs) = [const { None }; MAX_TASKS];
     });

@@ -567,10 +567,14 @@ pub(crate) fn dispatch<M: Machine>(
         Sigaltstack => ret(task::sigaltstack(c, a[0], a[1])),
         Kill => task::kill(c, int_arg(a[0]), a[1]),
         Tgkill => task::tgkill(c, int_arg(a[0]), int_arg(a[1]), a[2]),
-        Tkill => task::tgkill(c, c.p.pid as i32, int_arg(a[0]), a[1]),
+        Tkill => {
+            let pid = c.p.pid as i32;
+            task::tgkill(c, pid, int_arg(a[0]), a[1])
+        }
+        RtSigreturn if wide => Ok(Action::SigReturn),
         RtSigreturn => Ok(Action::Kill {
             signal: 11,
-            reason: "sigreturn without a signal frame (signal delivery is not supported)",
+            reason: "sigreturn of a 32-bit process (signal delivery is 64-bit only)",
         }),
 
         // Time and scheduling.

@@ -1,12 +1,10 @@
-//! Process handlers: identity, uname, limits, TLS (arch_prctl,
-//! set_thread_area), prctl, resource usage, and the recorded signal state
-//! (rt_sigaction, rt_sigprocmask, sigaltstack, kill to itself).
+//! Process and thread handlers: identity, uname, limits, TLS (arch_prctl,
+//! set_thread_area), prctl, resource usage, threads (clone, exit), and the
+//! signal state (rt_sigaction, rt_sigprocmask, sigaltstack, kill, tgkill).
 //!
-//! Signals are never delivered. A signal a process sends itself is
-//! pending while blocked; when it is (or becomes) unblocked, a signal
-//! whose default action terminates ends the process ([`Action::Kill`]),
-//! an ignored one is dropped, and one with a handler ends the process
-//! too, with a reason saying that delivery is not supported.
+//! A signal sent to the process (`kill`) or to one of its threads
+//! (`tgkill`) becomes pending there; the runtime delivers it on the
+//! thread's way back to user mode ([`crate::sys::signal::deliver`]).
 
 use super::super::errno::{Errno, SysResult};
 use super::super::machine::{Machine, TlsEntry};
@@ -547,58 +545,18 @@ pub(crate) fn rt_sigprocmask<M: Machine>(
         };
         c.t.sigmask = m & !((1 << (SIGKILL - 1)) | (1 << (SIGSTOP - 1)));
     }
-    Ok(act_on_pending(c).unwrap_or(Action::Return(0)))
+    Ok(Action::Return(0))
 }
 
-/// What an unblocked signal does to a process that cannot run handlers.
-fn disposition<M: Machine>(c: &Ctx<'_, M>, sig: u8) -> Option<Action> {
-    let a = c.p.signals.actions[sig as usize - 1];
-    // Default action ignore: SIGCHLD, SIGCONT, SIGURG, SIGWINCH; stop
-    // signals: nothing to stop for (treated as ignored).
-    let default_ignored = matches!(sig, 17 | 18 | 23 | 28 | 19 | 20 | 21 | 22);
-    match a.handler {
-        1 => None,
-        0 if default_ignored => None,
-        0 => Some(Action::Kill {
-            signal: sig,
-            reason: if sig == 6 {
-                "aborted (SIGABRT sent to itself)"
-            } else {
-                "signal sent to itself"
-            },
-        }),
-        _ => Some(Action::Kill {
-            signal: sig,
-            reason: "signal sent to itself has a handler, and signal delivery is not supported",
-        }),
-    }
-}
-
-/// Acts on the lowest pending unblocked signal, if any.
-fn act_on_pending<M: Machine>(c: &mut Ctx<'_, M>) -> Option<Action> {
-    loop {
-        let ready = c.p.signals.pending & !c.t.sigmask;
-        if ready == 0 {
-            return None;
-        }
-        let bit = ready.trailing_zeros();
-        c.p.signals.pending &= !(1 << bit);
-        if let Some(a) = disposition(c, bit as u8 + 1) {
-            return Some(a);
-        }
-    }
-}
-
-/// Sends `sig` to the caller itself.
+/// Sends `sig` to the calling thread itself (0 sends nothing).
 fn raise_self<M: Machine>(c: &mut Ctx<'_, M>, sig: u64) -> Result<Action, Errno> {
     if sig > NSIG as u64 {
         return Err(Errno::EINVAL);
     }
-    if sig == 0 {
-        return Ok(Action::Return(0));
+    if sig != 0 {
+        c.t.pending |= 1 << (sig - 1);
     }
-    c.p.signals.pending |= 1 << (sig - 1);
-    Ok(act_on_pending(c).unwrap_or(Action::Return(0)))
+    Ok(Action::Return(0))
 }
 
 /// `kill(pid, sig)`: only the caller itself (its pid, its process group
@@ -613,7 +571,11 @@ pub(crate) fn kill<M: Machine>(c: &mut Ctx<'_, M>, pid: i32, sig: u64) -> Result
         return Ok(Action::Return(0));
     }
     if pid == me || pid == 0 || pid == -me {
-        raise_self(c, sig & 0xffff_ffff)
+        let sig = sig & 0xffff_ffff;
+        if sig != 0 {
+            c.p.signals.pending |= 1 << (sig - 1);
+        }
+        Ok(Action::Return(0))
     } else {
         Err(Errno::ESRCH)
     }
@@ -629,11 +591,17 @@ pub(crate) fn tgkill<M: Machine>(
     if tgid <= 0 || tid <= 0 || sig & 0xffff_ffff > NSIG as u64 {
         return Err(Errno::EINVAL);
     }
-    let me = c.p.pid as i32;
-    if tgid != me || tid != me {
+    if tgid != c.p.pid as i32 {
         return Err(Errno::ESRCH);
     }
-    raise_self(c, sig & 0xffff_ffff)
+    let sig = sig & 0xffff_ffff;
+    if tid as u32 == c.t.tid {
+        return raise_self(c, sig);
+    }
+    if c.m.signal_thread(tid as u32, sig as u8)? {
+        c.futex.cancel(tid as u32);
+    }
+    Ok(Action::Return(0))
 }
 
 /// `sigaltstack(ss, old_ss)` in the caller's layout.

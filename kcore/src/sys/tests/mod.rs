@@ -6,6 +6,7 @@
 mod calls;
 mod efault;
 mod fuzz;
+mod signals;
 mod startup;
 mod threads;
 
@@ -34,6 +35,10 @@ pub(crate) struct Fake {
     pub page_budget: usize,
     /// Threads whose futex wait a wake ended, in order.
     pub woken: Vec<u32>,
+    /// Other live threads of the process (for `tgkill`).
+    pub threads: Vec<u32>,
+    /// Signals sent to other threads, in order.
+    pub signalled: Vec<(u32, u8)>,
 }
 
 impl Fake {
@@ -150,6 +155,16 @@ impl Machine for Fake {
 
     fn wake_thread(&mut self, tid: u32) {
         self.woken.push(tid);
+    }
+
+    fn signal_thread(&mut self, tid: u32, sig: u8) -> Result<bool, Errno> {
+        if !self.threads.contains(&tid) {
+            return Err(Errno::ESRCH);
+        }
+        if sig != 0 {
+            self.signalled.push((tid, sig));
+        }
+        Ok(false)
     }
 }
 
@@ -297,6 +312,28 @@ impl Env {
             "{name}{args:x?}: expected an error, got {v}"
         );
         errno_of(-v)
+    }
+
+    /// The user registers of a thread stopped in the middle of the
+    /// program text, on the scratch stack.
+    pub fn regs(&self) -> super::signal::UserRegs {
+        let mut gprs = [0u64; 15];
+        for (i, g) in gprs.iter_mut().enumerate() {
+            *g = 0x1000 + i as u64;
+        }
+        super::signal::UserRegs {
+            gprs,
+            rip: TEXT + 0x10,
+            rsp: SCRATCH + 0x8000,
+            rflags: 0x246,
+            fpu: super::signal::initial_fpu(),
+        }
+    }
+
+    /// Delivers what the thread can take now, with [`Env::regs`].
+    pub fn deliver(&mut self) -> super::signal::Delivery {
+        let mut r = self.regs();
+        super::signal::deliver(&mut self.m, &mut self.p, &mut self.t, &mut r)
     }
 
     pub fn poke(&mut self, addr: u64, bytes: &[u8]) {
