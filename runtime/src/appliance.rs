@@ -173,9 +173,10 @@ fn announce_new_tasks(programs: &[(u8, sampler::wire::Program)]) {
             return;
         };
         crate::stream::send_program_task(
+            t.since_ns,
             t.pid(),
             u32::from(id) + 1,
-            t.spec.name,
+            t.name(),
             t.spec.abi == task::Abi::Compat32,
             program.clone(),
         );

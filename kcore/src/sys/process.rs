@@ -114,6 +114,11 @@ pub struct Thread {
     pub sigmask: u64,
     /// Signals sent to this thread that it has not taken yet.
     pub pending: u64,
+    /// The thread's name (`prctl(PR_SET_NAME)`; 1..=15 bytes, NUL-padded).
+    pub comm: [u8; 16],
+    /// Set when `comm` changed; the runtime clears it once it told the
+    /// profile.
+    pub renamed: bool,
     /// The alternate signal stack.
     pub altstack: AltStack,
 }
@@ -130,6 +135,8 @@ impl Thread {
             tls: [None; 3],
             sigmask: 0,
             pending: 0,
+            comm: [0; 16],
+            renamed: false,
             altstack: AltStack {
                 sp: 0,
                 flags: 2,

@@ -282,6 +282,7 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
             ],
         ),
     };
+    let mut renamed = None;
     let action = with_machine(id, |m, p, t| {
         IN_CALL.store(true, core::sync::atomic::Ordering::Relaxed);
         let mut a = with_system(|s| sys::syscall(m, s, p, t, sys_abi, nr, args))
@@ -289,6 +290,10 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
         IN_CALL.store(false, core::sync::atomic::Ordering::Relaxed);
         t.pending |= task::take_posted(id);
         task::set_blocked(id, t.sigmask);
+        if t.renamed {
+            t.renamed = false;
+            renamed = Some(t.comm);
+        }
         // A thread with a signal to take does not start to wait: the call
         // is interrupted, and the handler runs on the way out.
         if matches!(a, Action::Block | Action::Sleep { .. }) && signal::deliverable(p, t) != 0 {
@@ -303,6 +308,9 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
     .unwrap_or(Action::Return(Errno::ENOSYS.to_return()));
     // Pages of the stack may have gone (munmap, madvise, brk).
     task::republish_window(id);
+    if let Some(comm) = renamed {
+        task::rename(id, comm);
+    }
     let ret = |frame: &mut TrapFrame, v: u64| {
         frame.rax = match abi {
             task::Abi::X64 => v,
@@ -888,12 +896,15 @@ pub fn start(
         entry: plan.entry,
         gprs: [0; 15],
     };
+    let comm = proc.comm;
     let process = Box::new(task::Process {
         space,
         linux: Some(Box::new(proc)),
         stack_low,
     });
-    let thread = task::Thread::first(Some(Box::new(sys::Thread::new(pid))));
+    let mut first = sys::Thread::new(pid);
+    first.comm = comm;
+    let thread = task::Thread::first(Some(Box::new(first)));
     let sp = image.sp;
     let id = task::install(task_spec, process, thread, |_| sp).map_err(|_| StartError::NoSlot)?;
     Ok(Started { id, program })

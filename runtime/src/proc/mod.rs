@@ -210,9 +210,24 @@ pub struct Task {
     pub proc: u8,
     /// Whether the stream was told of it (see [`take_unannounced`]).
     pub announced: bool,
+    /// The thread's own name when it set one (NUL-padded; empty: the
+    /// program's name).
+    pub comm: [u8; 16],
+    /// When it started or last took a name (ns): the time of its Task
+    /// record, so the profile names its samples from then on.
+    pub since_ns: u64,
 }
 
 impl Task {
+    /// The thread's name: the one it set, else its program's.
+    pub fn name(&self) -> &str {
+        let n = self.comm.iter().position(|&b| b == 0).unwrap_or(16);
+        match core::str::from_utf8(&self.comm[..n]) {
+            Ok(s) if n > 0 => s,
+            _ => self.spec.name,
+        }
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         u32::from(self.proc) + 1
@@ -482,6 +497,8 @@ pub fn install(
             linux,
             proc: slot as u8,
             announced: false,
+            comm: [0; 16],
+            since_ns: crate::time::now_ns(),
         });
         Ok(slot as u8)
     })
@@ -514,9 +531,20 @@ pub fn install_thread(
             linux: parent.linux,
             proc: parent.proc,
             announced: false,
+            comm: parent.comm,
+            since_ns: crate::time::now_ns(),
         });
         Ok(())
     })
+}
+
+/// Thread `id` set its name: the stream is told again.
+pub fn rename(id: u8, comm: [u8; 16]) {
+    update(id, |t| {
+        t.comm = comm;
+        t.announced = false;
+        t.since_ns = crate::time::now_ns();
+    });
 }
 
 /// Makes thread `id` ready again if it waits (blocked, or sleeping to a

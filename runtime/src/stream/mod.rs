@@ -165,10 +165,18 @@ pub fn send_hello(cmdline: &str, source: Source) {
 }
 
 /// Sends the Task record of thread `tid` of loaded process `pid` running
-/// `program` (its archive path, build-id and loaded segments).
-pub fn send_program_task(pid: u32, tid: u32, name: &str, compat: bool, program: Program) {
+/// `program` (its archive path, build-id and loaded segments), named
+/// `name` since `time`.
+pub fn send_program_task(
+    time: u64,
+    pid: u32,
+    tid: u32,
+    name: &str,
+    compat: bool,
+    program: Program,
+) {
     let mut t = Task {
-        time: crate::time::now_ns(),
+        time,
         pid,
         tid,
         name: heapless::String::new(),

@@ -370,11 +370,16 @@ pub(crate) fn prctl<M: Machine>(c: &mut Ctx<'_, M>, option: i32, arg2: u64) -> S
                 }
                 *b = one[0];
             }
-            c.p.comm = name;
+            // A thread's own name; the first thread's is the process's too.
+            c.t.comm = name;
+            c.t.renamed = true;
+            if c.t.tid == c.p.pid {
+                c.p.comm = name;
+            }
             Ok(0)
         }
         PR_GET_NAME => {
-            let name = c.p.comm;
+            let name = c.t.comm;
             c.write(arg2, &name)?;
             Ok(0)
         }
@@ -765,6 +770,7 @@ pub fn new_thread<M: Machine>(
 ) -> Result<super::super::Thread, Errno> {
     use clone_flags as f;
     let mut t = super::super::Thread::new(tid);
+    t.comm = parent.comm;
     t.sigmask = parent.sigmask;
     t.fs_base = parent.fs_base;
     t.tls = parent.tls;

@@ -273,3 +273,27 @@ fn futex_wakes_go_to_the_oldest_matching_waiters_across_threads() {
         assert!(e.sys.futex.is_empty());
     }
 }
+
+#[test]
+fn a_thread_names_itself_and_only_the_first_names_the_process() {
+    let mut e = Env::new(Abi::X86_64);
+    let name = e.cstr(SCRATCH, "worker-1");
+    e.t = Thread::new(8);
+    assert_eq!(e.ret("prctl", &[15, name]), 0);
+    assert_eq!(&e.t.comm[..9], b"worker-1\0");
+    assert!(e.t.renamed);
+    assert_eq!(e.p.comm(), b"prog", "the process keeps its name");
+    assert_eq!(e.ret("prctl", &[16, SCRATCH + 0x100]), 0);
+    assert_eq!(e.peek(SCRATCH + 0x100, 9), b"worker-1\0");
+    // A new thread starts with its creator's name.
+    let args = CloneArgs {
+        flags: PTHREAD,
+        stack: SCRATCH + 0x4000,
+        parent_tid: SCRATCH + 0x200,
+        child_tid: SCRATCH + 0x208,
+        tls: 0,
+    };
+    let t = new_thread(&mut e.m, &mut e.p, &e.t, &args, 9).unwrap();
+    assert_eq!(t.comm, e.t.comm);
+    assert!(!t.renamed);
+}
