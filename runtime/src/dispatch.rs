@@ -20,6 +20,7 @@ pub extern "C" fn trap(frame: &mut TrapFrame) -> u64 {
         tick::TIMER_VECTOR => {
             // The flight recorder's line keeps moving while tasks run.
             crate::stream::wire::pump();
+            abi::linux::fire_timers(crate::time::now_ns());
             if tick::on_tick(user) && task::current().is_some() {
                 task::set_outcome(Outcome::Preempted);
                 LEAVE
@@ -111,6 +112,14 @@ impl<F: FnMut() -> bool> task::Driver for Driver<F> {
 
     fn timed_out(&mut self, id: u8) {
         abi::linux::timed_out(id);
+    }
+
+    fn before_run(&mut self, id: u8) -> Option<Outcome> {
+        abi::linux::signals_before_run(id)
+    }
+
+    fn timers_armed(&mut self) -> bool {
+        abi::linux::timers_armed()
     }
 
     fn ended(&mut self, id: u8, task: &Task, outcome: Outcome) {

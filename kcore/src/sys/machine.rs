@@ -108,6 +108,12 @@ pub trait Machine {
     /// the [`FutexTable`](super::futex::FutexTable).
     fn wake_thread(&mut self, tid: u32);
 
+    /// The process's ITIMER_REAL as (ns left, interval ns), 0 ns left when
+    /// disarmed; with `Some((value, interval))` it is set anew first
+    /// (value 0 disarms). When it runs out the runtime sends the process
+    /// SIGALRM and re-arms it with the interval.
+    fn itimer_real(&mut self, set: Option<(u64, u64)>) -> (u64, u64);
+
     /// Makes signal `sig` pending for thread `tid` of the current process
     /// (`tgkill`; 0 only checks that the thread lives): `ESRCH` when no
     /// such thread runs. A thread that waits (a futex, a sleep) and does

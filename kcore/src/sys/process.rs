@@ -114,6 +114,9 @@ pub struct Thread {
     pub sigmask: u64,
     /// Signals sent to this thread that it has not taken yet.
     pub pending: u64,
+    /// The mask `rt_sigsuspend` replaced, which the next handler's frame
+    /// saves (and its `rt_sigreturn` restores).
+    pub saved_sigmask: Option<u64>,
     /// The thread's name (`prctl(PR_SET_NAME)`; 1..=15 bytes, NUL-padded).
     pub comm: [u8; 16],
     /// Set when `comm` changed; the runtime clears it once it told the
@@ -135,6 +138,7 @@ impl Thread {
             tls: [None; 3],
             sigmask: 0,
             pending: 0,
+            saved_sigmask: None,
             comm: [0; 16],
             renamed: false,
             altstack: AltStack {

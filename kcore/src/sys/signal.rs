@@ -158,6 +158,10 @@ pub fn deliver<M: Machine>(
     loop {
         let ready = deliverable(p, t);
         if ready == 0 {
+            // An rt_sigsuspend that no handler ended gets its mask back.
+            if let Some(m) = t.saved_sigmask.take() {
+                t.sigmask = m;
+            }
             return Delivery::Nothing;
         }
         let sig = ready.trailing_zeros() as u8 + 1;
@@ -239,7 +243,9 @@ fn take<M: Machine>(
             reason: "a handler without SA_RESTORER (no way back from it)",
         };
     }
-    let Some(frame) = build_frame(m, p, t, regs, sig, &action, info) else {
+    // After rt_sigsuspend, the frame keeps the mask from before it.
+    let old_mask = t.saved_sigmask.take().unwrap_or(t.sigmask);
+    let Some(frame) = build_frame(m, p, t, regs, sig, &action, info, old_mask) else {
         return Delivery::Kill {
             signal: 11,
             reason: "no room for a signal frame on its stack",
@@ -255,7 +261,7 @@ fn take<M: Machine>(
     regs.rip = action.handler;
     regs.rflags &= !HANDLER_CLEARS;
     regs.fpu = initial_fpu();
-    t.sigmask |= action.mask;
+    t.sigmask = old_mask | action.mask;
     if action.flags & sa::NODEFER == 0 {
         t.sigmask |= bit(sig);
     }
@@ -284,6 +290,7 @@ fn build_frame<M: Machine>(
     sig: u8,
     action: &super::process::SigAction,
     info: Info,
+    old_mask: u64,
 ) -> Option<u64> {
     let alt = t.altstack;
     let on_alt = sas_flags(&alt, regs.rsp);
@@ -322,7 +329,7 @@ fn build_frame<M: Machine>(
     mc[18] = 0x33 | (0x2b << 48);
     mc[19] = err;
     mc[20] = trapno;
-    mc[21] = t.sigmask;
+    mc[21] = old_mask;
     mc[22] = cr2;
     mc[23] = fpstate;
     let mut uc = [0u8; UCONTEXT_SIZE as usize];
@@ -335,7 +342,7 @@ fn build_frame<M: Machine>(
         uc[o..o + 8].copy_from_slice(&w.to_le_bytes());
     }
     let o = (MCONTEXT_OFFSET + SIGCONTEXT_SIZE) as usize;
-    uc[o..o + 8].copy_from_slice(&t.sigmask.to_le_bytes());
+    uc[o..o + 8].copy_from_slice(&old_mask.to_le_bytes());
     let mut si = [0u8; SIGINFO_SIZE as usize];
     si[0..4].copy_from_slice(&i32::from(sig).to_le_bytes());
     match info {

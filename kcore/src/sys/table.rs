@@ -32,6 +32,11 @@ pub enum Sys {
     Dup3,
     Exit,
     Clone,
+    Alarm,
+    Setitimer,
+    Getitimer,
+    Pause,
+    RtSigsuspend,
     ExitGroup,
     Faccessat,
     Faccessat2,
@@ -187,7 +192,11 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (28, Sys::Madvise),            // madvise
     (32, Sys::Dup),                // dup
     (33, Sys::Dup2),               // dup2
+    (34, Sys::Pause),              // pause
     (35, Sys::Nanosleep),          // nanosleep
+    (36, Sys::Getitimer),          // getitimer
+    (37, Sys::Alarm),              // alarm
+    (38, Sys::Setitimer),          // setitimer
     (39, Sys::Getpid),             // getpid
     (56, Sys::Clone),              // clone
     (60, Sys::Exit),               // exit
@@ -230,6 +239,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (120, Sys::Getresid),          // getresgid
     (121, Sys::Getpgid),           // getpgid
     (124, Sys::Getsid),            // getsid
+    (130, Sys::RtSigsuspend),      // rt_sigsuspend
     (131, Sys::Sigaltstack),       // sigaltstack
     (140, Sys::Getpriority),       // getpriority
     (143, Sys::SchedGetparam),     // sched_getparam
@@ -293,6 +303,8 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (19, Sys::Lseek),              // lseek
     (20, Sys::Getpid),             // getpid
     (24, Sys::Getid),              // getuid
+    (27, Sys::Alarm),              // alarm
+    (29, Sys::Pause),              // pause
     (33, Sys::Access),             // access
     (37, Sys::Kill),               // kill
     (38, Sys::Rename),             // rename
@@ -326,6 +338,8 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (94, Sys::Fchmod),             // fchmod
     (95, Sys::Fchown16),           // fchown
     (96, Sys::Getpriority),        // getpriority
+    (104, Sys::Setitimer),         // setitimer
+    (105, Sys::Getitimer),         // getitimer
     (106, Sys::Stat32),            // stat
     (107, Sys::Lstat32),           // lstat
     (108, Sys::Fstat32),           // fstat
@@ -356,6 +370,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (173, Sys::RtSigreturn),       // rt_sigreturn
     (174, Sys::RtSigaction),       // rt_sigaction
     (175, Sys::RtSigprocmask),     // rt_sigprocmask
+    (179, Sys::RtSigsuspend),      // rt_sigsuspend
     (180, Sys::Pread64),           // pread64
     (181, Sys::Pwrite64),          // pwrite64
     (182, Sys::Chown16),           // chown

@@ -13,6 +13,7 @@ use alloc::vec::Vec;
 use arch_x86::frame::TrapFrame;
 use arch_x86::paging::{PAGE, PRESENT, phys_to_virt, user_leaf_flags};
 use core::cell::RefCell;
+use core::sync::atomic::{AtomicU64, Ordering};
 use critical_section::Mutex;
 use kcore::sys::signal::{self, Delivery, UserRegs};
 use kcore::sys::{
@@ -205,6 +206,31 @@ impl Machine for RtMachine<'_> {
         if let Some(id) = tid.checked_sub(1).and_then(|i| u8::try_from(i).ok()) {
             task::wake(id, 0);
         }
+    }
+
+    fn itimer_real(&mut self, set: Option<(u64, u64)>) -> (u64, u64) {
+        let i = self.proc as usize;
+        let now = crate::time::now_ns();
+        let at = ALARM_AT[i].load(Ordering::Relaxed);
+        let old = (
+            if at == 0 {
+                0
+            } else {
+                at.saturating_sub(now).max(1)
+            },
+            ALARM_EVERY[i].load(Ordering::Relaxed),
+        );
+        if let Some((value, interval)) = set {
+            let at = if value == 0 {
+                0
+            } else {
+                now.saturating_add(value)
+            };
+            ALARM_AT[i].store(at, Ordering::Relaxed);
+            ALARM_EVERY[i].store(if at == 0 { 0 } else { interval }, Ordering::Relaxed);
+            recompute_next_alarm();
+        }
+        old
     }
 
     fn signal_thread(&mut self, tid: u32, sig: u8) -> Result<bool, Errno> {
@@ -410,6 +436,107 @@ pub fn signals_on_return(id: u8, frame: &mut TrapFrame) -> u64 {
         }
         _ => RESUME,
     }
+}
+
+/// Before the scheduler resumes thread `id` (its registers in its saved
+/// frame and FPU state): runs the handler of a signal it can take now, so
+/// a signal that interrupted its wait is handled before the wait returns.
+/// Returns the outcome that ends it instead, if the signal's action says so.
+pub fn signals_before_run(id: u8) -> Option<Outcome> {
+    let d = with_machine_fpu(id, |m, p, t, fpu| {
+        t.pending |= task::take_posted(id);
+        if signal::deliverable(p, t) == 0 {
+            return Delivery::Nothing;
+        }
+        task::with_saved_frame(id, |frame| {
+            let mut regs = UserRegs {
+                gprs: frame.gprs(),
+                rip: frame.rip,
+                rsp: frame.rsp,
+                rflags: frame.rflags,
+                fpu: fpu.0,
+            };
+            let d = signal::deliver(m, p, t, &mut regs);
+            if let Delivery::Handler(_) = d {
+                frame.set_gprs(&regs.gprs);
+                frame.rip = regs.rip;
+                frame.rsp = regs.rsp;
+                frame.rflags = regs.rflags | 0x202;
+                fpu.0 = regs.fpu;
+            }
+            task::set_blocked(id, t.sigmask);
+            d
+        })
+        .unwrap_or(Delivery::Nothing)
+    })?;
+    match d {
+        Delivery::Kill { signal, reason } => {
+            set_kill_reason(id, reason);
+            Some(Outcome::Signal(signal))
+        }
+        _ => None,
+    }
+}
+
+/// Each process's ITIMER_REAL: the monotonic ns it runs out at (0:
+/// disarmed) and its interval, indexed by process.
+static ALARM_AT: [AtomicU64; task::MAX_TASKS] = [const { AtomicU64::new(0) }; task::MAX_TASKS];
+static ALARM_EVERY: [AtomicU64; task::MAX_TASKS] = [const { AtomicU64::new(0) }; task::MAX_TASKS];
+/// The earliest armed ALARM_AT (u64::MAX: none), for the tick's test.
+static NEXT_ALARM: AtomicU64 = AtomicU64::new(u64::MAX);
+
+fn recompute_next_alarm() {
+    let next = ALARM_AT
+        .iter()
+        .map(|a| a.load(Ordering::Relaxed))
+        .filter(|&a| a != 0)
+        .min()
+        .unwrap_or(u64::MAX);
+    NEXT_ALARM.store(next, Ordering::Relaxed);
+}
+
+/// From the scheduler tick: sends SIGALRM to each process whose
+/// ITIMER_REAL ran out (to a thread that does not block it, if any) and
+/// re-arms it with its interval.
+pub fn fire_timers(now_ns: u64) {
+    if now_ns < NEXT_ALARM.load(Ordering::Relaxed) {
+        return;
+    }
+    const SIGALRM: u64 = 1 << 13;
+    for (proc, at) in ALARM_AT.iter().enumerate() {
+        let due = at.load(Ordering::Relaxed);
+        if due == 0 || now_ns < due {
+            continue;
+        }
+        let every = ALARM_EVERY[proc].load(Ordering::Relaxed);
+        at.store(
+            if every == 0 {
+                0
+            } else {
+                // Ticks the run missed are not sent in a burst.
+                due + every * ((now_ns - due) / every + 1)
+            },
+            Ordering::Relaxed,
+        );
+        let live: heapless::Vec<u8, { task::MAX_TASKS }> = task::threads_of(proc as u8)
+            .into_iter()
+            .filter(|&t| task::get(t).is_some_and(|t| !t.state.ended()))
+            .collect();
+        let target = live
+            .iter()
+            .copied()
+            .find(|&t| !task::blocks(t, SIGALRM))
+            .or_else(|| live.first().copied());
+        if let Some(t) = target {
+            task::post_signal(t, SIGALRM, Errno::EINTR.to_return());
+        }
+    }
+    recompute_next_alarm();
+}
+
+/// True while some process has an armed interval timer.
+pub fn timers_armed() -> bool {
+    NEXT_ALARM.load(Ordering::Relaxed) != u64::MAX
 }
 
 /// Whether signals were posted to thread `id` (a cheap test for the
@@ -624,6 +751,9 @@ pub fn ended(id: u8, name: &str) {
     let Some(t) = task::get(id) else {
         return;
     };
+    // Its timer stops with it.
+    ALARM_AT[t.proc as usize].store(0, Ordering::Relaxed);
+    recompute_next_alarm();
     report_end(id, name, &t.state);
     // None of its threads waits any more.
     with_system(|s| {
@@ -695,10 +825,26 @@ fn with_machine<R>(
     id: u8,
     f: impl FnOnce(&mut RtMachine<'_>, &mut sys::Process, &mut sys::Thread) -> R,
 ) -> Option<R> {
+    with_machine_fpu(id, |m, p, t, _| f(m, p, t))
+}
+
+/// [`with_machine`], with the thread's saved FPU state too.
+fn with_machine_fpu<R>(
+    id: u8,
+    f: impl FnOnce(
+        &mut RtMachine<'_>,
+        &mut sys::Process,
+        &mut sys::Thread,
+        &mut crate::cpu::FpuState,
+    ) -> R,
+) -> Option<R> {
     let (name, pidx) = task::get(id).map_or(("?", 0), |t| (t.spec.name, t.proc));
     task::with_thread(id, |thread, proc| {
         let task::Thread {
-            segs, linux: lt, ..
+            segs,
+            linux: lt,
+            fpu,
+            ..
         } = thread;
         let task::Process {
             space,
@@ -716,7 +862,7 @@ fn with_machine<R>(
             stack_top,
             name,
         };
-        Some(f(&mut m, p, t))
+        Some(f(&mut m, p, t, fpu))
     })
     .flatten()
 }

@@ -70,6 +70,13 @@ pub fn has_posted(id: u8) -> bool {
         .is_some_and(|p| p.load(Ordering::Relaxed) != 0)
 }
 
+/// Whether task `id` blocked signal bits `bits` as of its last system call.
+pub fn blocks(id: u8, bits: u64) -> bool {
+    BLOCKED
+        .get(id as usize)
+        .is_some_and(|b| b.load(Ordering::Relaxed) & bits == bits)
+}
+
 /// Notes task `id`'s blocked signals for senders.
 pub fn set_blocked(id: u8, mask: u64) {
     if let Some(b) = BLOCKED.get(id as usize) {
@@ -672,6 +679,13 @@ pub fn run_once(id: u8) -> Option<Outcome> {
         t.fpu.save();
     });
     let outcome = critical_section::with(|cs| OUTCOME.borrow(cs).take());
+    apply(id, outcome);
+    outcome
+}
+
+/// Records what `outcome` does to thread `id` and, for an end of its
+/// process, to its other threads.
+fn apply(id: u8, outcome: Option<Outcome>) {
     update(id, |t| match outcome {
         Some(Outcome::Yield) => t.yields += 1,
         Some(Outcome::Exit(code) | Outcome::ThreadExit(code)) => t.state = TaskState::Exited(code),
@@ -689,7 +703,20 @@ pub fn run_once(id: u8) -> Option<Outcome> {
         Some(Outcome::Signal(sig)) => end_siblings(id, TaskState::Signaled(sig)),
         _ => {}
     }
-    outcome
+}
+
+/// Runs `f` on the saved user frame of thread `id`, which does not run
+/// (it is ready, blocked or sleeping).
+pub fn with_saved_frame<R>(id: u8, f: impl FnOnce(&mut TrapFrame) -> R) -> Option<R> {
+    let t = get(id)?;
+    if t.state.ended() || current() == Some(id) {
+        return None;
+    }
+    // SAFETY: the thread exists and is not the one running (the runtime is
+    // not preemptible and runs one thread at a time), so the frame at the
+    // top of its kernel stack is its saved user frame and nothing else
+    // refers to it while `f` runs.
+    Some(f(unsafe { &mut *frame_ptr(id as usize) }))
 }
 
 /// The range the NMI's frame-pointer walk may read while thread `t` of
@@ -803,6 +830,12 @@ pub trait Driver {
     /// Called when the deadline of sleeping thread `id` passed (a futex
     /// wait that timed out stops waiting).
     fn timed_out(&mut self, id: u8);
+    /// Called before ready thread `id` runs (a signal that came while it
+    /// did not run is taken now); an outcome ends it instead.
+    fn before_run(&mut self, id: u8) -> Option<Outcome>;
+    /// True while something the runtime keeps (an interval timer) will
+    /// make a waiting thread ready: the run then idles rather than ends.
+    fn timers_armed(&mut self) -> bool;
 }
 
 /// Runs every ready process round-robin, preempting each after its slice,
@@ -823,7 +856,13 @@ pub fn run_all(driver: &mut impl Driver) {
             Some(i) => {
                 tick::new_slice();
                 let task = get(i as u8);
-                let outcome = run_once(i as u8);
+                let outcome = match driver.before_run(i as u8) {
+                    Some(o) => {
+                        apply(i as u8, Some(o));
+                        Some(o)
+                    }
+                    None => run_once(i as u8),
+                };
                 if let (Some(task), Some(o)) = (task, outcome)
                     && matches!(
                         o,
@@ -838,7 +877,7 @@ pub fn run_all(driver: &mut impl Driver) {
                 }
                 next = i + 1;
             }
-            None if sleeper.is_some() && ticking => {
+            None if (sleeper.is_some() || driver.timers_armed()) && ticking => {
                 driver.idle();
                 idle();
             }

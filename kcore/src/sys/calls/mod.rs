@@ -582,6 +582,12 @@ pub(crate) fn dispatch<M: Machine>(
         SchedGetaffinity => ret(time::sched_getaffinity(c, a[0], a[1], a[2])),
         SchedSetaffinity => ret(time::sched_setaffinity(c, a[0], a[1], a[2])),
         Nanosleep => time::nanosleep(c, a[0], wide),
+        Setitimer => ret(time::setitimer(c, int_arg(a[0]), a[1], a[2])),
+        Getitimer => ret(time::getitimer(c, int_arg(a[0]), a[1])),
+        Alarm => ret(time::alarm(c, a[0] as u32)),
+        // Until a signal: the runtime ends the wait with EINTR.
+        Pause => Ok(Action::Block),
+        RtSigsuspend => task::rt_sigsuspend(c, a[0], a[1]),
         ClockNanosleep => time::clock_nanosleep(c, int_arg(a[0]), a[1] as u32, a[2], wide),
         ClockNanosleep64 => time::clock_nanosleep(c, int_arg(a[0]), a[1] as u32, a[2], true),
         ClockGettime => ret(time::clock_gettime(c, int_arg(a[0]), a[1], wide)),

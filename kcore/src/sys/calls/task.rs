@@ -553,6 +553,23 @@ pub(crate) fn rt_sigprocmask<M: Machine>(
     Ok(Action::Return(0))
 }
 
+/// `rt_sigsuspend(mask, sigsetsize)`: waits with `mask` blocked until a
+/// signal comes; the handler's frame keeps the mask from before, which
+/// `rt_sigreturn` puts back. Always ends with `EINTR`.
+pub(crate) fn rt_sigsuspend<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    mask: u64,
+    setsize: u64,
+) -> Result<Action, Errno> {
+    if setsize != 8 {
+        return Err(Errno::EINVAL);
+    }
+    let m = u64::from_le_bytes(c.read_array(mask)?);
+    c.t.saved_sigmask = Some(c.t.sigmask);
+    c.t.sigmask = m & !((1 << (SIGKILL - 1)) | (1 << (SIGSTOP - 1)));
+    Ok(Action::Block)
+}
+
 /// Sends `sig` to the calling thread itself (0 sends nothing).
 fn raise_self<M: Machine>(c: &mut Ctx<'_, M>, sig: u64) -> Result<Action, Errno> {
     if sig > NSIG as u64 {

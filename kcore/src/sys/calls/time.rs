@@ -376,3 +376,99 @@ pub(crate) fn sched_setaffinity<M: Machine>(
     }
     Ok(0)
 }
+
+/// Reads a `struct timeval` in the caller's layout as ns (`EINVAL` for a
+/// negative value or microseconds past a second).
+fn read_timeval<M: Machine>(c: &mut Ctx<'_, M>, addr: u64) -> Result<u64, Errno> {
+    let (s, us) = if c.wide() {
+        let v = Timeval64::from_bytes(&c.read_array(addr)?);
+        (v.tv_sec, v.tv_usec)
+    } else {
+        let v = Timeval32::from_bytes(&c.read_array(addr)?);
+        (i64::from(v.tv_sec), i64::from(v.tv_usec))
+    };
+    if s < 0 || !(0..1_000_000).contains(&us) {
+        return Err(Errno::EINVAL);
+    }
+    Ok((s as u64)
+        .saturating_mul(NS)
+        .saturating_add(us as u64 * 1000))
+}
+
+/// Writes ns as a `struct timeval` in the caller's layout (microseconds
+/// rounded up, so an armed timer never reads as disarmed).
+fn write_timeval<M: Machine>(c: &mut Ctx<'_, M>, addr: u64, ns: u64) -> Result<(), Errno> {
+    let us = ns.div_ceil(1000);
+    let (s, us) = ((us / 1_000_000) as i64, (us % 1_000_000) as i64);
+    if c.wide() {
+        c.write(
+            addr,
+            &Timeval64 {
+                tv_sec: s,
+                tv_usec: us,
+            }
+            .to_bytes(),
+        )
+    } else {
+        let v = Timeval32 {
+            tv_sec: s as i32,
+            tv_usec: us as i32,
+        };
+        c.write(addr, &v.to_bytes())
+    }
+}
+
+/// `ITIMER_REAL`, the only interval timer the runtime keeps (it sends
+/// SIGALRM); ITIMER_VIRTUAL and ITIMER_PROF are `EINVAL`.
+const ITIMER_REAL: i32 = 0;
+
+/// `setitimer(which, new, old)`: `struct itimerval` is the interval, then
+/// the value.
+pub(crate) fn setitimer<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    which: i32,
+    new: u64,
+    old: u64,
+) -> SysResult {
+    if which != ITIMER_REAL {
+        return Err(Errno::EINVAL);
+    }
+    let half = if c.wide() { 16 } else { 8 };
+    let set = if new != 0 {
+        let interval = read_timeval(c, new)?;
+        let value = read_timeval(c, new + half)?;
+        Some((value, interval))
+    } else {
+        None
+    };
+    let (left, interval) = c.m.itimer_real(set);
+    if old != 0 {
+        write_timeval(c, old, interval)?;
+        write_timeval(c, old + half, left)?;
+    }
+    Ok(0)
+}
+
+/// `getitimer(which, cur)`.
+pub(crate) fn getitimer<M: Machine>(c: &mut Ctx<'_, M>, which: i32, cur: u64) -> SysResult {
+    if which != ITIMER_REAL {
+        return Err(Errno::EINVAL);
+    }
+    let half = if c.wide() { 16 } else { 8 };
+    let (left, interval) = c.m.itimer_real(None);
+    write_timeval(c, cur, interval)?;
+    write_timeval(c, cur + half, left)?;
+    Ok(0)
+}
+
+/// `alarm(seconds)`: ITIMER_REAL once, after `seconds` (0 disarms);
+/// returns the seconds that were left, rounded as Linux rounds them.
+pub(crate) fn alarm<M: Machine>(c: &mut Ctx<'_, M>, seconds: u32) -> SysResult {
+    let (left, _) = c.m.itimer_real(Some((u64::from(seconds) * NS, 0)));
+    let (s, rest) = (left / NS, left % NS);
+    Ok(if rest >= NS / 2 || (s == 0 && rest > 0) {
+        s + 1
+    } else {
+        s
+    })
+}

@@ -39,6 +39,8 @@ pub(crate) struct Fake {
     pub threads: Vec<u32>,
     /// Signals sent to other threads, in order.
     pub signalled: Vec<(u32, u8)>,
+    /// ITIMER_REAL as (left, interval) ns.
+    pub itimer: (u64, u64),
 }
 
 impl Fake {
@@ -155,6 +157,14 @@ impl Machine for Fake {
 
     fn wake_thread(&mut self, tid: u32) {
         self.woken.push(tid);
+    }
+
+    fn itimer_real(&mut self, set: Option<(u64, u64)>) -> (u64, u64) {
+        let old = self.itimer;
+        if let Some(new) = set {
+            self.itimer = new;
+        }
+        old
     }
 
     fn signal_thread(&mut self, tid: u32, sig: u8) -> Result<bool, Errno> {

@@ -239,3 +239,65 @@ fn tgkill_reaches_other_threads_of_the_process_only() {
     );
     assert_eq!(e.t.pending, 0);
 }
+
+#[test]
+fn setitimer_getitimer_and_alarm_go_through_the_runtimes_timer() {
+    for mut e in both_abis() {
+        let wide = e.abi == Abi::X86_64;
+        // interval 0.25 s, value 1.5 s.
+        let tv = |s: i64, us: i64| -> Vec<u8> {
+            if wide {
+                [s.to_le_bytes(), us.to_le_bytes()].concat()
+            } else {
+                [(s as i32).to_le_bytes(), (us as i32).to_le_bytes()].concat()
+            }
+        };
+        let itv = [tv(0, 250_000), tv(1, 500_000)].concat();
+        e.poke(SCRATCH, &itv);
+        assert_eq!(e.ret("setitimer", &[0, SCRATCH, 0]), 0);
+        assert_eq!(e.m.itimer, (1_500_000_000, 250_000_000));
+        assert_eq!(e.ret("getitimer", &[0, SCRATCH + 0x100]), 0);
+        assert_eq!(e.peek(SCRATCH + 0x100, itv.len()), itv);
+        // alarm(3) replaces it and says what was left, rounded: 1.5 s -> 2.
+        assert_eq!(e.ret("alarm", &[3]), 2);
+        assert_eq!(e.m.itimer, (3_000_000_000, 0));
+        assert_eq!(e.ret("alarm", &[0]), 3);
+        // Only ITIMER_REAL; microseconds past a second are EINVAL.
+        assert_eq!(e.err("setitimer", &[1, SCRATCH, 0]), Errno::EINVAL);
+        e.poke(SCRATCH, &[tv(0, 1_000_000), tv(0, 0)].concat());
+        assert_eq!(e.err("setitimer", &[0, SCRATCH, 0]), Errno::EINVAL);
+        assert_eq!(e.err("setitimer", &[0, BAD, 0]), Errno::EFAULT);
+    }
+}
+
+fn both_abis() -> [Env; 2] {
+    [Env::new(Abi::X86_64), Env::new(Abi::I386)]
+}
+
+#[test]
+fn sigsuspend_waits_with_its_mask_and_the_handler_frame_keeps_the_old_one() {
+    let mut e = Env::new(Abi::X86_64);
+    install(&mut e, SIGUSR1, sa::SIGINFO | sa::RESTORER, 0);
+    e.t.sigmask = 1 << (SIGUSR1 - 1);
+    e.poke(SCRATCH, &0u64.to_le_bytes());
+    assert_eq!(e.call("rt_sigsuspend", &[SCRATCH, 8]), Action::Block);
+    assert_eq!(e.t.sigmask, 0, "waits with the given mask");
+    e.t.pending = 1 << (SIGUSR1 - 1);
+    let mut r = e.regs();
+    assert_eq!(deliver(&mut e, &mut r), Delivery::Handler(10));
+    let mc = r.rsp + 8 + 40;
+    assert_eq!(
+        e.u64_at(mc + 21 * 8),
+        1 << 9,
+        "the frame keeps the mask from before"
+    );
+    r.rsp += 8;
+    signal::sigreturn(&mut e.m, &mut e.p, &mut e.t, &mut r).unwrap();
+    assert_eq!(e.t.sigmask, 1 << 9);
+    // A suspend that only an ignored signal ended gets its mask back.
+    assert_eq!(e.call("rt_sigsuspend", &[SCRATCH, 8]), Action::Block);
+    e.t.pending = 1 << 22;
+    assert_eq!(deliver(&mut e, &mut r), Delivery::Nothing);
+    assert_eq!(e.t.sigmask, 1 << 9);
+    assert_eq!(e.call("pause", &[]), Action::Block);
+}
