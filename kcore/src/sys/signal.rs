@@ -245,7 +245,13 @@ fn take<M: Machine>(
     }
     // After rt_sigsuspend, the frame keeps the mask from before it.
     let old_mask = t.saved_sigmask.take().unwrap_or(t.sigmask);
-    let Some(frame) = build_frame(m, p, t, regs, sig, &action, info, old_mask) else {
+    let what = Taking {
+        sig,
+        action,
+        info,
+        old_mask,
+    };
+    let Some(frame) = build_frame(m, p, t, regs, &what) else {
         return Delivery::Kill {
             signal: 11,
             reason: "no room for a signal frame on its stack",
@@ -280,6 +286,15 @@ pub fn initial_fpu() -> [u8; 512] {
     f
 }
 
+/// The signal a frame is built for.
+struct Taking {
+    sig: u8,
+    action: super::process::SigAction,
+    info: Info,
+    /// The mask the frame saves (and `rt_sigreturn` restores).
+    old_mask: u64,
+}
+
 /// Writes the `rt_sigframe`; returns its address, or `None` when the
 /// stack cannot hold it.
 fn build_frame<M: Machine>(
@@ -287,11 +302,14 @@ fn build_frame<M: Machine>(
     p: &Process,
     t: &mut Thread,
     regs: &UserRegs,
-    sig: u8,
-    action: &super::process::SigAction,
-    info: Info,
-    old_mask: u64,
+    what: &Taking,
 ) -> Option<u64> {
+    let Taking {
+        sig,
+        ref action,
+        info,
+        old_mask,
+    } = *what;
     let alt = t.altstack;
     let on_alt = sas_flags(&alt, regs.rsp);
     // The red zone below the interrupted stack pointer stays untouched.
