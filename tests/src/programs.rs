@@ -9,7 +9,7 @@
 //! with the same argv and environment), and boots them all with [`run_appliance`], which
 //! returns the parsed [`Console`].
 
-use crate::{Boot, Cpu, boot_archive, boot_archive_on, workspace_root};
+use crate::{Boot, Cpu, STATUS_PASS, boot_archive, boot_archive_on, workspace_root};
 use host_tool::archive::Appliance;
 pub use host_tool::archive::ProcessSpec;
 use std::collections::{BTreeMap, HashMap};
@@ -282,6 +282,51 @@ pub fn c_program_with(name: &str, build: CBuild, flags: &[&str], tag: &str) -> P
         String::from_utf8_lossy(&out.stderr)
     );
     built.insert(key, exe.clone());
+    exe
+}
+
+/// Builds the Go program in `tests/programs/go/NAME` (its own module) once per test
+/// binary, as `CGO_ENABLED=0 go build` makes it (static), into `target/programs/go`,
+/// and returns the executable. Go's build cache goes under the target directory too, so a
+/// test needs no writable home.
+pub fn go_program(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let mut built = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = built.get(name) {
+        return p.clone();
+    }
+    let source = workspace_root().join("tests/programs/go").join(name);
+    let dir = target_dir().join("programs/go");
+    std::fs::create_dir_all(&dir).expect("creating target/programs/go");
+    let exe = dir.join(name);
+    let out = Command::new("go")
+        .args(["build", "-trimpath", "-o"])
+        .arg(&exe)
+        .arg(".")
+        .current_dir(&source)
+        .env("CGO_ENABLED", "0")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOCACHE", dir.join("cache"))
+        .env("GOPATH", dir.join("gopath"))
+        .stdin(Stdio::null())
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "go not found: install it with `apt-get install -y --no-install-recommends golang-go`"
+        ),
+        Err(e) => panic!("running go: {e}"),
+    };
+    assert!(
+        out.status.success(),
+        "go build failed for {}:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    built.insert(name.to_string(), exe.clone());
     exe
 }
 
@@ -693,6 +738,55 @@ impl Program {
             &data_files(),
             Duration::from_secs(60),
         )
+    }
+}
+
+/// Boots `app` and checks that each of `programs` printed exactly what it prints
+/// natively, on stdout and stderr, and ended the same way; the run must end normally.
+pub fn assert_same_as_native(
+    app: &Appliance,
+    cmdline: &str,
+    timeout: Duration,
+    programs: &[Program],
+) {
+    let run = run_appliance(app, cmdline, timeout);
+    let t = run.transcript();
+    assert_eq!(
+        run.boot.status,
+        Some(STATUS_PASS),
+        "QEMU did not report a normal end (timed out: {}):\n{t}",
+        run.boot.timed_out
+    );
+    assert_eq!(
+        run.console.run_end,
+        Some(RunEnd::AllExited),
+        "the run did not end with every process exited:\n{t}"
+    );
+    assert!(
+        run.console.unknown.is_some(),
+        "no unknown-system-call summary:\n{t}"
+    );
+    for p in programs {
+        let native = p.native();
+        let guest = run.console.process(&p.spec.name);
+        assert_eq!(
+            guest.out(),
+            native.out(),
+            "{}: stdout differs from the native run:\n{t}",
+            p.spec.name
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&guest.stderr),
+            String::from_utf8_lossy(&native.stderr),
+            "{}: stderr differs from the native run:\n{t}",
+            p.spec.name
+        );
+        assert_eq!(
+            guest.end.as_ref().map(End::without_reason),
+            native.end,
+            "{}: ends differently from the native run:\n{t}",
+            p.spec.name
+        );
     }
 }
 

@@ -5,8 +5,8 @@
 #![forbid(unsafe_code)]
 
 use e2e_tests::programs::{
-    CBuild, End, Program, RunEnd, RustTarget, appliance, c_program, c_program_with, run_appliance,
-    run_archive, rust_appcheck,
+    self, CBuild, End, Program, RunEnd, RustTarget, appliance, c_program, c_program_with,
+    run_appliance, run_archive, rust_appcheck,
 };
 use e2e_tests::{STATUS_CRASH, STATUS_FAIL, STATUS_PASS, qemu_present};
 use std::process::Command;
@@ -29,45 +29,7 @@ const APPCHECK_ENV: &[&str] = &["PERCH_GREETING=hello from the manifest", "HOME=
 /// Boots `programs` and checks each one printed exactly what it prints natively, on
 /// stdout and stderr, and ended the same way; the run must end normally.
 fn assert_same_as_native(programs: &[Program]) {
-    let run = run_appliance(&appliance(programs), CMDLINE, TIMEOUT);
-    let t = run.transcript();
-    assert_eq!(
-        run.boot.status,
-        Some(STATUS_PASS),
-        "QEMU did not report a normal end (timed out: {}):\n{t}",
-        run.boot.timed_out
-    );
-    assert_eq!(
-        run.console.run_end,
-        Some(RunEnd::AllExited),
-        "the run did not end with every process exited:\n{t}"
-    );
-    assert!(
-        run.console.unknown.is_some(),
-        "no unknown-system-call summary:\n{t}"
-    );
-    for p in programs {
-        let native = p.native();
-        let guest = run.console.process(&p.spec.name);
-        assert_eq!(
-            guest.out(),
-            native.out(),
-            "{}: stdout differs from the native run:\n{t}",
-            p.spec.name
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&guest.stderr),
-            String::from_utf8_lossy(&native.stderr),
-            "{}: stderr differs from the native run:\n{t}",
-            p.spec.name
-        );
-        assert_eq!(
-            guest.end.as_ref().map(End::without_reason),
-            native.end,
-            "{}: ends differently from the native run:\n{t}",
-            p.spec.name
-        );
-    }
+    programs::assert_same_as_native(&appliance(programs), CMDLINE, TIMEOUT, programs);
 }
 
 fn appcheck(exe: &std::path::Path, name: &str) -> Program {

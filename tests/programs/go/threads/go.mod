@@ -1,0 +1,3 @@
+module perch.test/threads
+
+go 1.19
