@@ -45,6 +45,11 @@ impl WalkRange {
 
     /// Frames of `w`-byte words (8, or 4 for compat code) in `stack`
     /// (`[start, end)`).
+    ///
+    /// Safe against an NMI on the same CPU at any point: the range is
+    /// emptied first, then moved, then sized, so a walk that interrupts
+    /// the update sees the old range, an empty one, or the new one, never
+    /// the new start with the old length.
     pub fn set(&self, w: u64, stack: (u64, u64)) {
         let lo = stack.0;
         let count = stack
@@ -52,8 +57,9 @@ impl WalkRange {
             .checked_sub(lo)
             .and_then(|len| len.checked_sub(2 * w))
             .map_or(0, |room| room + 1);
-        self.lo.store(lo, Ordering::Relaxed);
-        self.count.store(count, Ordering::Relaxed);
+        self.count.store(0, Ordering::Relaxed);
+        self.lo.store(lo, Ordering::Release);
+        self.count.store(count, Ordering::Release);
     }
 }
 

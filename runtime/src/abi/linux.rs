@@ -177,6 +177,10 @@ impl Machine for RtMachine<'_> {
 
     fn discard_pages(&mut self, start: u64, end: u64) {
         self.stack_changed(start, end);
+        // The pages may be in a stack the NMI walks: until the call
+        // returns (and the thread's window is published anew) it walks
+        // none.
+        task::set_walk((0, 0));
         self.space.unmap_range(start, end);
     }
 

@@ -754,17 +754,15 @@ pub fn grow_window(id: u8, page: u64) {
     })
     .flatten();
     if let Some(w) = window {
-        // Growing down keeps every intermediate range inside the new one.
         set_walk(w);
     }
 }
 
 /// Publishes thread `id`'s walk window again after a system call that may
-/// have dropped pages of it (its process's `munmap`, `madvise`, `brk`),
-/// shrinking the walk's range first so no NMI sees a mix of the two.
+/// have dropped pages of it (its process's `munmap`, `madvise`, `brk`);
+/// [`WalkRange::set`] never shows an NMI a mix of the two ranges.
 pub fn republish_window(id: u8) {
     if let Some(w) = with_thread(id, |t, p| walk_window(t, p)) {
-        set_walk((0, 0));
         set_walk(w);
     }
 }
