@@ -2,8 +2,8 @@
 //! virtual time) the NMI clock fires at 1 MHz, an NMI every 1,000 instructions
 //! (the HPET's timer 0: the PIT stops at 596 kHz), for more than 10 s of virtual
 //! time while an appliance of programs (`tests/programs/c/storm.c`, 64-bit and
-//! i386) make system calls, switch, take demand faults, compute, exit and get
-//! killed. The runtime must not crash; every program prints exactly what it prints
+//! i386) make system calls, switch, take demand faults, compute, exit, get
+//! killed, and run four threads that hand a token round through futexes. The runtime must not crash; every program prints exactly what it prints
 //! natively; End's counts add up exactly (taken = delivered + lost) and perf.data
 //! holds every delivered sample and, in LOST_SAMPLES records, every lost one.
 //! Throttling (`max_rate=`, perf's default 100,000/s) suppresses most overflows at
@@ -40,6 +40,8 @@ fn an_nmi_every_thousand_instructions_for_ten_virtual_seconds() {
         storm(g, "exit-late", &["exit", "220000", "0"]),
         storm(g, "die-early", &["die", "10000"]),
         storm(g, "die-late", &["die", "180000"]),
+        storm(g, "threads", &["threads", "5000"]),
+        storm(CBuild::Glibc32, "threads32", &["threads", "5000"]),
     ];
     let natives: Vec<_> = programs.iter().map(Program::native).collect();
     for (p, n) in programs.iter().zip(&natives) {

@@ -34,9 +34,19 @@ pub const NO_TASK: u8 = 0xff;
 
 /// The task whose frame is at the top of [`entry::CURRENT_KSTACK_TOP`], or [`NO_TASK`].
 pub static CURRENT_TASK: AtomicU8 = AtomicU8::new(NO_TASK);
-/// The process id of the current task (0 when none): what its samples say
-/// as their pid (the tid is the task number + 1).
-pub static CURRENT_PID: AtomicU32 = AtomicU32::new(0);
+/// The process id of each thread, by tid (the task number + 1; tid 0, no
+/// task, has pid 0): what a sample says as its pid. A function of the tid
+/// the NMI already has, so no update of "the current pid" can ever be
+/// seen half done.
+pub static PID_OF_TID: [AtomicU32; 256] = [const { AtomicU32::new(0) }; 256];
+
+/// Notes that task `slot` is a thread of the process whose first thread
+/// is task `proc`.
+fn set_pid(slot: usize, proc: u8) {
+    if let Some(p) = PID_OF_TID.get(slot + 1) {
+        p.store(u32::from(proc) + 1, Ordering::Relaxed);
+    }
+}
 
 /// Signals other threads sent to each task (bit n-1 = signal n), not yet
 /// moved into its Linux thread state: a thread's state is borrowed while
@@ -495,6 +505,7 @@ pub fn install(
         unsafe { frame_ptr(slot).write(frame) };
         THREADS.borrow_ref_mut(cs)[slot] = Some(thread);
         PROCS.borrow_ref_mut(cs)[slot] = Some(proc);
+        set_pid(slot, slot as u8);
         tasks[slot] = Some(Task {
             spec,
             state: TaskState::Ready,
@@ -529,6 +540,7 @@ pub fn install_thread(
         // SAFETY: the slot is free, so no task runs on this kernel stack.
         unsafe { frame_ptr(slot as usize).write(*frame) };
         THREADS.borrow_ref_mut(cs)[slot as usize] = Some(thread);
+        set_pid(slot as usize, parent.proc);
         *entry = Some(Task {
             spec: parent.spec,
             state: TaskState::Ready,
@@ -629,6 +641,9 @@ pub fn clear() {
             p.store(0, Ordering::Relaxed);
             b.store(0, Ordering::Relaxed);
         }
+        for p in &PID_OF_TID {
+            p.store(0, Ordering::Relaxed);
+        }
         *THREADS.borrow_ref_mut(cs) = [const { None }; MAX_TASKS];
         *PROCS.borrow_ref_mut(cs) = [const { None }; MAX_TASKS];
     });
@@ -664,14 +679,12 @@ pub fn run_once(id: u8) -> Option<Outcome> {
         t.fpu.restore();
         set_walk(walk_window(t, p));
     });
-    CURRENT_PID.store(task.pid(), Ordering::Relaxed);
     CURRENT_TASK.store(id, Ordering::Relaxed);
     // SAFETY: the frame at the top of this task's kernel stack was written by
     // `install` or by the entry stubs when the task last entered the runtime;
     // CURRENT_KSTACK_TOP and rsp0 point at the end of that frame.
     unsafe { entry::enter_user(frame_ptr(slot)) };
     CURRENT_TASK.store(NO_TASK, Ordering::Relaxed);
-    CURRENT_PID.store(0, Ordering::Relaxed);
     let (fs, gs) = crate::cpu::saved_selectors();
     with_thread(id, |t, _| {
         t.segs.fs = fs;

@@ -1011,7 +1011,7 @@ fn fill_sample(
     } else {
         x.period
     };
-    r.pid = crate::proc::CURRENT_PID.load(Ordering::Relaxed);
+    r.pid = crate::proc::PID_OF_TID[(ctx.tid & 0xff) as usize].load(Ordering::Relaxed);
     r.tid = ctx.tid;
     r.cpu = 0;
     let mut flags = 0;

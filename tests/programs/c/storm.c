@@ -10,12 +10,17 @@
  *   storm compute ROUNDS  arithmetic only (preempted by the timer)
  *   storm die ROUNDS      compute, then write to address 0: killed by SIGSEGV
  *   storm exit ROUNDS S   compute, then exit with status S
+ *   storm threads ROUNDS  four threads: each computes, then hands a token
+ *                         round the ring of threads through a mutex and a
+ *                         condition variable (futex waits and wakes), and
+ *                         faults in a page of its own; joined at the end
  *
  * Every mode prints a line every ROUNDS/4 rounds and a last line with a
  * checksum of what it did, the same on Linux and under the runtime (no
  * pids, times or addresses). Built with `gcc -static`.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,10 +53,42 @@ static void progress(const char *mode, long i, long rounds, uint64_t h)
 		       (unsigned long long)h);
 }
 
+#define THREADS 4
+static pthread_mutex_t ring_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ring_turn = PTHREAD_COND_INITIALIZER;
+static int turn;
+static long ring_rounds;
+static uint64_t ring_sums[THREADS];
+
+/* One thread of `storm threads`: its own checksum, passed on in turn. */
+static void *ring_thread(void *arg)
+{
+	int me = (int)(intptr_t)arg;
+	uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)me;
+	for (long i = 0; i < ring_rounds; i++) {
+		h = compute(h, i);
+		volatile unsigned char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+						 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p != MAP_FAILED) {
+			p[0] = (unsigned char)i;
+			h = (h ^ p[0]) * 0x100000001b3ull;
+			munmap((void *)p, 4096);
+		}
+		pthread_mutex_lock(&ring_lock);
+		while (turn != me)
+			pthread_cond_wait(&ring_turn, &ring_lock);
+		turn = (turn + 1) % THREADS;
+		pthread_cond_broadcast(&ring_turn);
+		pthread_mutex_unlock(&ring_lock);
+	}
+	ring_sums[me] = h;
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: storm sys|fault|compute|die|exit ROUNDS [STATUS]\n");
+		fprintf(stderr, "usage: storm sys|fault|compute|die|exit|threads ROUNDS [STATUS]\n");
 		return 2;
 	}
 	/* Line-buffered: what a killed process printed is out before it dies. */
@@ -111,6 +148,20 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(mode, "exit"))
 			return argc > 3 ? atoi(argv[3]) : 0;
+	} else if (!strcmp(mode, "threads")) {
+		pthread_t t[THREADS];
+		ring_rounds = rounds;
+		for (int k = 0; k < THREADS; k++)
+			if (pthread_create(&t[k], NULL, ring_thread, (void *)(intptr_t)k)) {
+				printf("storm threads: pthread_create failed\n");
+				return 1;
+			}
+		for (int k = 0; k < THREADS; k++) {
+			pthread_join(t[k], NULL);
+			h = fnv(h, (const unsigned char *)&ring_sums[k], sizeof ring_sums[k]);
+			printf("storm threads: thread %d checksum %016llx\n", k,
+			       (unsigned long long)ring_sums[k]);
+		}
 	} else {
 		fprintf(stderr, "storm: unknown mode %s\n", mode);
 		return 2;
