@@ -32,6 +32,7 @@ pub enum Sys {
     Dup3,
     Exit,
     Clone,
+    Clone3,
     Alarm,
     Setitimer,
     Getitimer,
@@ -285,6 +286,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (324, Sys::Membarrier),        // membarrier
     (332, Sys::Statx),             // statx
     (334, Sys::Rseq),              // rseq
+    (435, Sys::Clone3),            // clone3
     (439, Sys::Faccessat2),        // faccessat2
 ];
 
@@ -442,6 +444,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (413, Sys::Pselect6Time64),    // pselect6_time64
     (414, Sys::Ppoll64),           // ppoll_time64
     (422, Sys::Futex64),           // futex_time64
+    (435, Sys::Clone3),            // clone3
     (439, Sys::Faccessat2),        // faccessat2
 ];
 

@@ -485,6 +485,7 @@ pub(crate) fn dispatch<M: Machine>(
         // Process identity, limits, TLS.
         Exit => task::exit_thread(c, a[0] as u8),
         ExitGroup => Ok(Action::Exit(a[0] as u8)),
+        Clone3 => task::clone3(c, nr, a[0], a[1]),
         Clone => task::clone(
             c,
             nr,

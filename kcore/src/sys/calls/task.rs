@@ -772,6 +772,57 @@ pub(crate) fn clone<M: Machine>(
     Ok(Action::Clone(args))
 }
 
+/// `clone3(args, size)`: the same threads as [`clone`], from a `struct
+/// clone_args` (its stack is the lowest address and a size). A size below
+/// the first version (64 bytes) or past a page is `EINVAL`, non-zero bytes
+/// past what Linux knows are `E2BIG`; `set_tid` and `cgroup` are `EINVAL`
+/// (they need privileges or cgroups the appliance has not).
+pub(crate) fn clone3<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    nr: u64,
+    args: u64,
+    size: u64,
+) -> Result<Action, Errno> {
+    const VER0: u64 = 64;
+    const KNOWN: usize = 88;
+    if !(VER0..=4096).contains(&size) {
+        return Err(Errno::EINVAL);
+    }
+    let mut raw = [0u8; 4096];
+    let raw = &mut raw[..size as usize];
+    c.read(args, raw)?;
+    if raw.len() > KNOWN && raw[KNOWN..].iter().any(|&b| b != 0) {
+        return Err(Errno::E2BIG);
+    }
+    let word = |i: usize| {
+        raw.get(i * 8..i * 8 + 8)
+            .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    };
+    // flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size,
+    // tls, set_tid, set_tid_size, cgroup.
+    let (flags, exit_signal, stack, stack_size) = (word(0), word(4), word(5), word(6));
+    if exit_signal & !clone_flags::CSIGNAL != 0
+        || flags & clone_flags::CSIGNAL != 0
+        || (stack == 0) != (stack_size == 0)
+        || word(8) != 0
+        || word(9) != 0
+        || word(10) != 0
+    {
+        return Err(Errno::EINVAL);
+    }
+    clone(
+        c,
+        nr,
+        CloneArgs {
+            flags: flags | exit_signal,
+            stack: stack.checked_add(stack_size).ok_or(Errno::EINVAL)?,
+            parent_tid: word(3),
+            child_tid: word(2),
+            tls: word(7),
+        },
+    )
+}
+
 /// Makes the new thread `tid` of process `p` that `parent` asked for
 /// with `args`: its TLS (`CLONE_SETTLS`), its blocked signals (the
 /// parent's), its `clear_child_tid`, and the tids written for

@@ -297,3 +297,56 @@ fn a_thread_names_itself_and_only_the_first_names_the_process() {
     assert_eq!(t.comm, e.t.comm);
     assert!(!t.renamed);
 }
+
+#[test]
+fn clone3_is_clone_with_its_arguments_in_a_struct() {
+    for mut e in both() {
+        // flags, pidfd, child_tid, parent_tid, exit_signal, stack,
+        // stack_size, tls, set_tid, set_tid_size, cgroup.
+        let words: [u64; 11] = [
+            PTHREAD,
+            0,
+            SCRATCH + 8,
+            SCRATCH,
+            0,
+            SCRATCH + 0x1000,
+            0x3000,
+            0x7000_0000,
+            0,
+            0,
+            0,
+        ];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        e.poke(SCRATCH + 0x100, &bytes);
+        match e.call("clone3", &[SCRATCH + 0x100, 88]) {
+            Action::Clone(a) => assert_eq!(
+                a,
+                CloneArgs {
+                    flags: PTHREAD,
+                    stack: SCRATCH + 0x4000,
+                    parent_tid: SCRATCH,
+                    child_tid: SCRATCH + 8,
+                    tls: 0x7000_0000,
+                }
+            ),
+            a => panic!("{a:?}"),
+        }
+        // The first version (64 bytes) is enough; less is EINVAL.
+        assert!(matches!(
+            e.call("clone3", &[SCRATCH + 0x100, 64]),
+            Action::Clone(_)
+        ));
+        assert_eq!(e.err("clone3", &[SCRATCH + 0x100, 63]), Errno::EINVAL);
+        // Unknown non-zero bytes past the known struct: E2BIG.
+        e.poke(SCRATCH + 0x100 + 88, &[1]);
+        assert_eq!(e.err("clone3", &[SCRATCH + 0x100, 96]), Errno::E2BIG);
+        // set_tid needs privileges: EINVAL; a stack without a size too.
+        e.poke(SCRATCH + 0x100 + 8 * 8, &1u64.to_le_bytes());
+        assert_eq!(e.err("clone3", &[SCRATCH + 0x100, 88]), Errno::EINVAL);
+        e.poke(SCRATCH + 0x100 + 8 * 8, &0u64.to_le_bytes());
+        e.poke(SCRATCH + 0x100 + 6 * 8, &0u64.to_le_bytes());
+        assert_eq!(e.err("clone3", &[SCRATCH + 0x100, 88]), Errno::EINVAL);
+        assert_eq!(e.err("clone3", &[BAD, 88]), Errno::EFAULT);
+        assert!(e.sys.unknown.list().is_empty());
+    }
+}
