@@ -1195,6 +1195,15 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
             ("--image", a.image.as_deref()),
         ],
     )?;
+    // clap's `requires` does not hold --baud to --serial once --serial's
+    // own conflicts are in play: checked here, so it is never ignored.
+    if a.baud.is_some() && a.serial.is_none() {
+        return Err(HostError::Usage(
+            "--baud sets the rate of the --serial line: without --serial DEVICE there is no \
+             line to set (QEMU's stream has no baud; --line-baud paces it like one)"
+                .into(),
+        ));
+    }
     let boots = a.input.is_none() && a.serial.is_none();
     // The options first, then the programs: a combination the target
     // cannot do, or a bad program, is an error before anything boots.

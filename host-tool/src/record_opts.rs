@@ -164,8 +164,8 @@ pub struct RecordArgs {
     /// boot do not apply: the board runs its own command line).
     #[arg(long, conflicts_with = "input", conflicts_with_all = BOOT_ONLY)]
     pub serial: Option<String>,
-    /// Baud rate of --serial (default 115200; an option without a default
-    /// value, so that clap refuses it without `--serial`).
+    /// Baud rate of --serial (default 115200); refused without --serial
+    /// (a QEMU run has no line to set: --line-baud paces it like one).
     #[arg(long, requires = "serial", conflicts_with = "input")]
     pub baud: Option<u32>,
     /// Read a saved capture instead of starting QEMU (the options of a boot
