@@ -948,10 +948,9 @@ fn run<'w>(
     };
     match &image_path {
         _ if !formats.perf_data => {}
-        Some(p) if cached => say!(
-            "perch: open it with: perf report -i {}   (or perf script -i {})",
-            output.display(),
-            output.display()
+        Some(_) if cached => say!(
+            "perch: {}",
+            host_tool::buildid_cache::open_hint(output, None)
         ),
         Some(p) => {
             if !image_has_id {
@@ -961,10 +960,8 @@ fn run<'w>(
                 );
             }
             say!(
-                "perch: open it with: perf report -i {} --vmlinux={} --demangle-kernel   (or perf script ... --vmlinux={} --demangle-kernel)",
-                output.display(),
-                p.display(),
-                p.display()
+                "perch: {}",
+                host_tool::buildid_cache::open_hint(output, Some(p))
             )
         }
         None => say!("perch: no --image given: perf cannot symbolise this file"),
