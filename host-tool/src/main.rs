@@ -35,7 +35,12 @@ const EXIT_CODES: &str = "Exit codes: 0 ok (also when stopped by Ctrl-C, or by q
 (garbage, wrong protocol version, no Hello, no samples to draw), 4 bad or mismatched image, 5 QEMU or perf missing, \
 6 the appliance failed or crashed, 7 the stream stopped before its End record or at a restart (output written), \
 8 a program, data file or appliance manifest is unusable (nothing booted), \
-9 a program was killed by a signal (output written).";
+9 a program was killed by a signal (output written). \
+As `perf record -- PROGRAM` exits with its workload's status (perf 6.1: `perf record -- false` exits 1), \
+`perch record -- PROGRAM` whose run completed exits with the program's own exit status when that is not 0 \
+(output written; it may coincide with one of perch's codes, whose message then says what went wrong); \
+a program killed by a signal gives 9 where perf dies by the same signal; \
+with --appliance the programs' exit statuses do not change perch's.";
 
 #[derive(Parser)]
 #[command(name = "perch", version, about = "Profile a Perch appliance into perf.data", after_help = EXIT_CODES)]
@@ -636,6 +641,9 @@ struct RunPrograms {
     expect: Expect,
     /// `-q`: no progress, no runtime log lines, no summary.
     quiet: bool,
+    /// The run is one program given after `--` (the workload, as in
+    /// `perf record -- PROGRAM`): perch exits with its exit status.
+    workload: bool,
 }
 
 impl RunPrograms {
@@ -973,6 +981,15 @@ fn run<'w>(
     if crashed && matches!(stop, Stop::End | Stop::Eof) && summary.end.is_some() {
         return Ok(exit::PROGRAM_CRASHED);
     }
+    // As `perf record -- PROGRAM` does: a completed run exits with the
+    // workload's exit status (the low 8 bits, as the shell sees it).
+    if programs.workload
+        && matches!(stop, Stop::End | Stop::Eof)
+        && summary.end.is_some()
+        && let Some(status) = programs.log.as_ref().and_then(workload_status)
+    {
+        return Ok(status);
+    }
     Ok(match stop {
         Stop::End => exit::OK,
         Stop::Restart => {
@@ -1128,6 +1145,18 @@ fn report_ends(log: &ProcessLog, quiet: bool) -> bool {
     log.crashed().next().is_some()
 }
 
+/// The exit status of the workload (the first process, pid 1) when it
+/// exited with a non-zero one.
+fn workload_status(log: &ProcessLog) -> Option<i32> {
+    log.ends
+        .iter()
+        .find(|e| e.pid == 1)
+        .and_then(|e| match e.ending {
+            Ending::Exited(s) if s & 0xff != 0 => Some((s & 0xff) as i32),
+            _ => None,
+        })
+}
+
 /// Checks that `perf` can be run, to open what perch wrote.
 fn check_perf() -> Result<(), HostError> {
     let missing = |reason: String| HostError::MissingTool {
@@ -1216,6 +1245,7 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
     };
     let programs = || RunPrograms {
         quiet: a.quiet,
+        workload: a.appliance.is_none() && !a.command.is_empty(),
         ..RunPrograms::of(spec.as_ref())
     };
     if let Some(s) = &spec

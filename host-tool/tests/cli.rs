@@ -845,3 +845,106 @@ fn convert_to_pprof_and_a_flamegraph_of_the_perf_data_agree_with_the_capture() {
     assert_eq!(a, fold(&cap, "b.folded"));
     assert!(a.contains("hot_alpha"), "{a}");
 }
+
+/// A capture of a run of one program, `prog`, that ends with `end` (the
+/// runtime's console line for it, as `perch: prog (pid 1) exited with
+/// status 3`).
+fn workload_capture(dir: &Path, end: &str) -> String {
+    let mut h = wire::Hello::new(
+        CpuId {
+            vendor: CpuVendor::Intel,
+            family: 6,
+            model: 85,
+            stepping: 4,
+        },
+        PmuCaps::cpu_clock(),
+    );
+    let _ = h.events.push(EventConfig::cpu_clock(0, 1000));
+    let records = [
+        Record::Hello(h),
+        Record::Log(wire::Log::text(5, wire::LogLevel::Info, end)),
+        Record::End(wire::End::default()),
+    ];
+    let mut enc: Encoder = Encoder::new(Default::default());
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; wire::MAX_FRAME];
+    for r in &records {
+        let n = enc.encode(r, &mut buf).unwrap();
+        bytes.extend_from_slice(&buf[..n]);
+    }
+    let cap = dir.join("workload.bin");
+    std::fs::write(&cap, bytes).unwrap();
+    cap.to_str().unwrap().to_owned()
+}
+
+/// `perch record -- PROGRAM` exits as `perf record -- PROGRAM` does: with
+/// the program's own exit status, once the run is complete; 9 for a
+/// program killed by a signal.
+#[test]
+fn record_exits_with_the_workloads_status() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipping: python3 is needed for the stand-in QEMU");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The program is checked before boot: a static ELF named `prog`.
+    let prog = dir.path().join("prog");
+    std::fs::write(&prog, tiny_static_elf()).unwrap();
+    for (end, code) in [
+        ("perch: prog (pid 1) exited with status 0", 0),
+        ("perch: prog (pid 1) exited with status 1", 1),
+        ("perch: prog (pid 1) exited with status 3", 3),
+        // The low 8 bits, as a shell sees them.
+        ("perch: prog (pid 1) exited with status 256", 0),
+        ("perch: prog (pid 1) exited with status 300", 44),
+        ("perch: prog (pid 1) killed by SIGSEGV: page fault", 9),
+    ] {
+        let cap = workload_capture(dir.path(), end);
+        let out = dir.path().join("perf.data");
+        let _ = std::fs::remove_file(&out);
+        let o = Command::new(env!("CARGO_BIN_EXE_perch"))
+            .args(["record", "--image"])
+            .arg(fixture("appliance.elf"))
+            .arg("--qemu")
+            .arg(fixture("fake-qemu.py"))
+            .arg("--no-buildid-cache")
+            .arg("-o")
+            .arg(&out)
+            .arg("--")
+            .arg(&prog)
+            .env("PERCH_FAKE_ARGS", dir.path().join("qemu-args.txt"))
+            .env("PERCH_FAKE_CAPTURE", &cap)
+            .env("PERCH_FAKE_STATUS", "33")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{end}: {stderr}");
+        assert!(out.exists(), "{end}: perf.data is written: {stderr}");
+    }
+    // With --appliance the programs' statuses do not change perch's.
+    let manifest = dir.path().join("app.toml");
+    std::fs::write(
+        &manifest,
+        format!("[[process]]\nprogram = \"{}\"\n", prog.display()),
+    )
+    .unwrap();
+    let cap = workload_capture(dir.path(), "perch: prog (pid 1) exited with status 3");
+    let o = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(["record", "--image"])
+        .arg(fixture("appliance.elf"))
+        .arg("--qemu")
+        .arg(fixture("fake-qemu.py"))
+        .arg("--no-buildid-cache")
+        .arg("-o")
+        .arg(dir.path().join("app.data"))
+        .arg("--appliance")
+        .arg(&manifest)
+        .env("PERCH_FAKE_ARGS", dir.path().join("qemu-args.txt"))
+        .env("PERCH_FAKE_CAPTURE", &cap)
+        .env("PERCH_FAKE_STATUS", "33")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("exited with status 3"), "{stderr}");
+}
