@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use host_tool::convert::{ConvertOptions, Converter, hex};
 use host_tool::error::{HostError, exit};
 use host_tool::flamegraph::Folder;
@@ -26,13 +26,14 @@ use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
 use host_tool::record_opts::{
     BootLine, DEFAULT_BAUD, Expect, MAX_FREQ_HZ, MIN_FREQ_HZ, RecordArgs, push_boot_args, seconds,
 };
+use host_tool::runtime::{Located, Origin};
 use host_tool::synth::{SynthConfig, write_capture};
 use host_tool::top::{Plain, Watch, WatchOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sampler::wire::SampleParts;
 
 const EXIT_CODES: &str = "Exit codes: 0 ok (also when stopped by Ctrl-C, or by q in perch top), 1 I/O failure, 2 usage, 3 not a usable Perch stream \
-(garbage, wrong protocol version, no Hello, no samples to draw), 4 bad or mismatched image, 5 QEMU or perf missing, \
+(garbage, wrong protocol version, no Hello, no samples to draw), 4 no runtime image found, or a bad or mismatched one, 5 QEMU or perf missing, \
 6 the appliance failed or crashed, 7 the stream stopped before its End record or at a restart (output written), \
 8 a program, data file or appliance manifest is unusable (nothing booted), \
 9 a program was killed by a signal (output written). \
@@ -178,9 +179,10 @@ struct TopArgs {
 
 #[derive(clap::Args)]
 struct ImageArgs {
-    /// The runtime ELF.
+    /// The runtime ELF (default: $PERCH_IMAGE, else the runtime shipped
+    /// with perch).
     #[arg(long)]
-    image: PathBuf,
+    image: Option<PathBuf>,
     /// An appliance manifest (TOML, docs/programs.md).
     #[arg(long, value_name = "FILE.toml", conflicts_with = "command")]
     appliance: Option<PathBuf>,
@@ -205,8 +207,42 @@ struct ImageArgs {
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
+/// `perch --version`: the version and the runtime shipped with this perch
+/// (its path and build-id), or where perch looked for it.
+fn version_text() -> String {
+    let v = env!("CARGO_PKG_VERSION");
+    match host_tool::runtime::shipped() {
+        Some(p) => format!(
+            "{v}\nruntime: {} (build-id {})",
+            p.display(),
+            host_tool::runtime::build_id_hex(&p)
+                .as_deref()
+                .unwrap_or("none")
+        ),
+        None => format!(
+            "{v}\nruntime: none shipped with this perch ({}; `{}` installs it)",
+            host_tool::runtime::candidates()
+                .iter()
+                .map(|c| c.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            host_tool::runtime::INSTALL_COMMAND
+        ),
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let mut command = Cli::command();
+    if std::env::args_os()
+        .skip(1)
+        .any(|a| a == "--version" || a == "-V")
+    {
+        command = command.version(&*Box::leak(version_text().into_boxed_str()));
+    }
+    let parsed = command
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -281,6 +317,24 @@ fn open_image(path: Option<&Path>) -> Result<(Option<Image>, Option<Vec<u8>>), H
     let abs = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
     let image = Image::parse(&bytes, abs)?;
     Ok((Some(image), Some(bytes)))
+}
+
+/// The runtime to boot (see `host_tool::runtime`), with a warning when
+/// the one given is not the runtime shipped with perch.
+fn locate_runtime(flag: Option<&Path>) -> Result<Located, HostError> {
+    let located = host_tool::runtime::locate(flag).map_err(HostError::NoImage)?;
+    if located.origin != Origin::Shipped
+        && let Some(shipped) = host_tool::runtime::shipped()
+        && let Some(w) = host_tool::runtime::stale_warning(
+            &located,
+            host_tool::runtime::build_id_hex(&located.path).as_deref(),
+            &shipped,
+            host_tool::runtime::build_id_hex(&shipped).as_deref(),
+        )
+    {
+        eprintln!("perch: warning: {w}");
+    }
+    Ok(located)
 }
 
 /// The error for an image that would not open, against the capture it was
@@ -1253,10 +1307,21 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
     {
         s.validate()?;
     }
-    let (image, elf) = open_image(a.image.as_deref()).map_err(|e| match &a.input {
-        Some(input) => image_error_for(e, input),
-        None => e,
-    })?;
+    // A boot finds the runtime by itself (--image, $PERCH_IMAGE, the one
+    // shipped with perch); a capture or a serial line uses --image only.
+    let located = if boots {
+        Some(locate_runtime(a.image.as_deref())?)
+    } else {
+        a.image.as_ref().map(|p| Located {
+            path: p.clone(),
+            origin: Origin::Flag,
+        })
+    };
+    let (image, elf) =
+        open_image(located.as_ref().map(|l| l.path.as_path())).map_err(|e| match &a.input {
+            Some(input) => image_error_for(e, input),
+            None => e,
+        })?;
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed));
     let deadline = match a.timeout {
         Some(t) => Some(Instant::now() + seconds("--timeout", t)?),
@@ -1303,10 +1368,8 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
             watch,
         );
     }
-    let Some(img) = a.image.as_ref() else {
-        return Err(HostError::Usage(
-            "perch record needs --image ELF to boot (or --input FILE / --serial DEVICE)".into(),
-        ));
+    let Some(img) = located.as_ref().map(|l| &l.path) else {
+        unreachable!("a boot has its runtime")
     };
     let Some(BootLine {
         append,
@@ -1450,11 +1513,13 @@ fn image(a: &ImageArgs) -> Result<i32, HostError> {
     if let Some(s) = &spec {
         s.validate()?;
     }
-    open_image(Some(&a.image))?;
+    let located = locate_runtime(a.image.as_deref())?;
+    let img = &located.path;
+    open_image(Some(img))?;
     let mut cmdline = format!("console=wire freq={}", a.freq);
     push_boot_args(&mut cmdline, &a.boot_arg)?;
     let (_dir, archive) = pack_archive(spec.as_ref(), "perch-image-")?;
-    host_tool::iso::build_iso(&a.image, &cmdline, archive.as_deref(), &a.output)?;
+    host_tool::iso::build_iso(img, &cmdline, archive.as_deref(), &a.output)?;
     eprintln!(
         "perch: wrote {} (runtime command line \"{cmdline}\"{})",
         a.output.display(),
@@ -1466,7 +1531,7 @@ fn image(a: &ImageArgs) -> Result<i32, HostError> {
     if let Some(m) = &a.appliance {
         eprintln!(
             "perch: record it with: perch record --serial DEVICE --image {} --appliance {}",
-            a.image.display(),
+            img.display(),
             m.display()
         );
     }

@@ -42,7 +42,11 @@ pub enum Transport {
 /// such as `perch top`).
 #[derive(clap::Args, Clone, Debug)]
 pub struct RecordArgs {
-    /// The appliance image (runtime ELF) to boot and symbolise with.
+    /// The appliance image (runtime ELF) to boot and symbolise with. A
+    /// boot without it uses $PERCH_IMAGE, else the runtime shipped with
+    /// perch (`perch-runtime` beside the perch binary, or the build tree's
+    /// target/x86_64-unknown-none/release/perch-runtime); a warning names
+    /// an image that is not the shipped one.
     #[arg(long)]
     pub image: Option<PathBuf>,
     /// An appliance manifest (TOML, docs/programs.md): the programs to run,
