@@ -123,9 +123,77 @@ pub fn add(
     })
 }
 
+/// Whether the cache at `dir` holds the runtime image with `build_id` as
+/// the kernel (`.build-id/<xx>/<rest>/kallsyms`), so that a plain
+/// `perf report` names its frames.
+pub fn holds_kernel(dir: &Path, build_id: &[u8]) -> bool {
+    if build_id.is_empty() {
+        return false;
+    }
+    let id = hex(build_id);
+    let (head, rest) = id.split_at(2);
+    dir.join(".build-id")
+        .join(head)
+        .join(rest)
+        .join("kallsyms")
+        .is_file()
+}
+
+/// How to open `output` with perf: plain `perf report` when the runtime is
+/// in the build-id cache (`vmlinux` is `None`), else with
+/// `--vmlinux=IMAGE --demangle-kernel`. perch and `cargo xtask run` both
+/// end with this line.
+pub fn open_hint(output: &Path, vmlinux: Option<&Path>) -> String {
+    let o = output.display();
+    match vmlinux {
+        None => format!("open it with: perf report -i {o}   (or perf script -i {o})"),
+        Some(v) => {
+            let v = v.display();
+            format!(
+                "open it with: perf report -i {o} --vmlinux={v} --demangle-kernel   \
+                 (or perf script -i {o} --vmlinux={v} --demangle-kernel)"
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_open_hint_needs_vmlinux_only_for_a_runtime_not_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let file = dir.path().join("runtime");
+        std::fs::write(&file, b"elf").unwrap();
+        let id = [0x12, 0x34, 0x56];
+        assert!(!holds_kernel(&cache, &id));
+        // A program (not the kernel) does not make the runtime findable.
+        add(&cache, &file, b"elf", &id, false).unwrap();
+        assert!(!holds_kernel(&cache, &id));
+        let cache = dir.path().join("cache2");
+        add(&cache, &file, b"elf", &id, true).unwrap();
+        assert!(holds_kernel(&cache, &id));
+        assert!(!holds_kernel(&cache, &[0x12, 0x34, 0x57]));
+        assert!(!holds_kernel(&cache, &[]));
+        let out = Path::new("out/perf.data");
+        assert_eq!(
+            open_hint(out, None),
+            "open it with: perf report -i out/perf.data   (or perf script -i out/perf.data)"
+        );
+        let h = open_hint(out, Some(Path::new("rt.elf")));
+        assert!(
+            h.starts_with(
+                "open it with: perf report -i out/perf.data --vmlinux=rt.elf --demangle-kernel"
+            ),
+            "{h}"
+        );
+        assert!(
+            h.contains("perf script -i out/perf.data --vmlinux=rt.elf --demangle-kernel"),
+            "{h}"
+        );
+    }
 
     #[test]
     fn entries_and_links_follow_perfs_layout_and_are_never_replaced() {

@@ -46,6 +46,10 @@ pub enum HostError {
     /// The image.
     #[error(transparent)]
     Image(#[from] ImageError),
+    /// No runtime image to boot: not given, not in `$PERCH_IMAGE`, not
+    /// shipped with perch (the message names every place looked).
+    #[error("{0}")]
+    NoImage(String),
     /// Conversion.
     #[error(transparent)]
     Convert(#[from] ConvertError),
@@ -111,7 +115,7 @@ impl HostError {
             HostError::Io { .. } | HostError::Serial { .. } | HostError::Flamegraph(_) => {
                 exit::FAILURE
             }
-            HostError::Image(_) => exit::BAD_IMAGE,
+            HostError::Image(_) | HostError::NoImage(_) => exit::BAD_IMAGE,
             HostError::Convert(ConvertError::WrongImage { .. }) => exit::BAD_IMAGE,
             HostError::Convert(ConvertError::Write(_)) => exit::FAILURE,
             HostError::Convert(_)

@@ -21,6 +21,7 @@ pub mod pprof;
 pub mod procs;
 pub mod qemu;
 pub mod record_opts;
+pub mod runtime;
 pub mod symbolize;
 pub mod symtab;
 pub mod synth;

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use host_tool::convert::{ConvertOptions, Converter, hex};
 use host_tool::error::{HostError, exit};
 use host_tool::flamegraph::Folder;
@@ -26,16 +26,22 @@ use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
 use host_tool::record_opts::{
     BootLine, DEFAULT_BAUD, Expect, MAX_FREQ_HZ, MIN_FREQ_HZ, RecordArgs, push_boot_args, seconds,
 };
+use host_tool::runtime::{Located, Origin};
 use host_tool::synth::{SynthConfig, write_capture};
 use host_tool::top::{Plain, Watch, WatchOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sampler::wire::SampleParts;
 
 const EXIT_CODES: &str = "Exit codes: 0 ok (also when stopped by Ctrl-C, or by q in perch top), 1 I/O failure, 2 usage, 3 not a usable Perch stream \
-(garbage, wrong protocol version, no Hello, no samples to draw), 4 bad or mismatched image, 5 QEMU or perf missing, \
+(garbage, wrong protocol version, no Hello, no samples to draw), 4 no runtime image found, or a bad or mismatched one, 5 QEMU or perf missing, \
 6 the appliance failed or crashed, 7 the stream stopped before its End record or at a restart (output written), \
 8 a program, data file or appliance manifest is unusable (nothing booted), \
-9 a program was killed by a signal (output written).";
+9 a program was killed by a signal (output written). \
+As `perf record -- PROGRAM` exits with its workload's status (perf 6.1: `perf record -- false` exits 1), \
+`perch record -- PROGRAM` whose run completed exits with the program's own exit status when that is not 0 \
+(output written; it may coincide with one of perch's codes, whose message then says what went wrong); \
+a program killed by a signal gives 9 where perf dies by the same signal; \
+with --appliance the programs' exit statuses do not change perch's.";
 
 #[derive(Parser)]
 #[command(name = "perch", version, about = "Profile a Perch appliance into perf.data", after_help = EXIT_CODES)]
@@ -173,9 +179,10 @@ struct TopArgs {
 
 #[derive(clap::Args)]
 struct ImageArgs {
-    /// The runtime ELF.
+    /// The runtime ELF (default: $PERCH_IMAGE, else the runtime shipped
+    /// with perch).
     #[arg(long)]
-    image: PathBuf,
+    image: Option<PathBuf>,
     /// An appliance manifest (TOML, docs/programs.md).
     #[arg(long, value_name = "FILE.toml", conflicts_with = "command")]
     appliance: Option<PathBuf>,
@@ -200,8 +207,42 @@ struct ImageArgs {
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
+/// `perch --version`: the version and the runtime shipped with this perch
+/// (its path and build-id), or where perch looked for it.
+fn version_text() -> String {
+    let v = env!("CARGO_PKG_VERSION");
+    match host_tool::runtime::shipped() {
+        Some(p) => format!(
+            "{v}\nruntime: {} (build-id {})",
+            p.display(),
+            host_tool::runtime::build_id_hex(&p)
+                .as_deref()
+                .unwrap_or("none")
+        ),
+        None => format!(
+            "{v}\nruntime: none shipped with this perch ({}; `{}` installs it)",
+            host_tool::runtime::candidates()
+                .iter()
+                .map(|c| c.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            host_tool::runtime::INSTALL_COMMAND
+        ),
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let mut command = Cli::command();
+    if std::env::args_os()
+        .skip(1)
+        .any(|a| a == "--version" || a == "-V")
+    {
+        command = command.version(&*Box::leak(version_text().into_boxed_str()));
+    }
+    let parsed = command
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -276,6 +317,24 @@ fn open_image(path: Option<&Path>) -> Result<(Option<Image>, Option<Vec<u8>>), H
     let abs = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
     let image = Image::parse(&bytes, abs)?;
     Ok((Some(image), Some(bytes)))
+}
+
+/// The runtime to boot (see `host_tool::runtime`), with a warning when
+/// the one given is not the runtime shipped with perch.
+fn locate_runtime(flag: Option<&Path>) -> Result<Located, HostError> {
+    let located = host_tool::runtime::locate(flag).map_err(HostError::NoImage)?;
+    if located.origin != Origin::Shipped
+        && let Some(shipped) = host_tool::runtime::shipped()
+        && let Some(w) = host_tool::runtime::stale_warning(
+            &located,
+            host_tool::runtime::build_id_hex(&located.path).as_deref(),
+            &shipped,
+            host_tool::runtime::build_id_hex(&shipped).as_deref(),
+        )
+    {
+        eprintln!("perch: warning: {w}");
+    }
+    Ok(located)
 }
 
 /// The error for an image that would not open, against the capture it was
@@ -636,6 +695,9 @@ struct RunPrograms {
     expect: Expect,
     /// `-q`: no progress, no runtime log lines, no summary.
     quiet: bool,
+    /// The run is one program given after `--` (the workload, as in
+    /// `perf record -- PROGRAM`): perch exits with its exit status.
+    workload: bool,
 }
 
 impl RunPrograms {
@@ -948,10 +1010,9 @@ fn run<'w>(
     };
     match &image_path {
         _ if !formats.perf_data => {}
-        Some(p) if cached => say!(
-            "perch: open it with: perf report -i {}   (or perf script -i {})",
-            output.display(),
-            output.display()
+        Some(_) if cached => say!(
+            "perch: {}",
+            host_tool::buildid_cache::open_hint(output, None)
         ),
         Some(p) => {
             if !image_has_id {
@@ -961,10 +1022,8 @@ fn run<'w>(
                 );
             }
             say!(
-                "perch: open it with: perf report -i {} --vmlinux={} --demangle-kernel   (or perf script ... --vmlinux={} --demangle-kernel)",
-                output.display(),
-                p.display(),
-                p.display()
+                "perch: {}",
+                host_tool::buildid_cache::open_hint(output, Some(p))
             )
         }
         None => say!("perch: no --image given: perf cannot symbolise this file"),
@@ -975,6 +1034,15 @@ fn run<'w>(
     };
     if crashed && matches!(stop, Stop::End | Stop::Eof) && summary.end.is_some() {
         return Ok(exit::PROGRAM_CRASHED);
+    }
+    // As `perf record -- PROGRAM` does: a completed run exits with the
+    // workload's exit status (the low 8 bits, as the shell sees it).
+    if programs.workload
+        && matches!(stop, Stop::End | Stop::Eof)
+        && summary.end.is_some()
+        && let Some(status) = programs.log.as_ref().and_then(workload_status)
+    {
+        return Ok(status);
     }
     Ok(match stop {
         Stop::End => exit::OK,
@@ -1131,6 +1199,18 @@ fn report_ends(log: &ProcessLog, quiet: bool) -> bool {
     log.crashed().next().is_some()
 }
 
+/// The exit status of the workload (the first process, pid 1) when it
+/// exited with a non-zero one.
+fn workload_status(log: &ProcessLog) -> Option<i32> {
+    log.ends
+        .iter()
+        .find(|e| e.pid == 1)
+        .and_then(|e| match e.ending {
+            Ending::Exited(s) if s & 0xff != 0 => Some((s & 0xff) as i32),
+            _ => None,
+        })
+}
+
 /// Checks that `perf` can be run, to open what perch wrote.
 fn check_perf() -> Result<(), HostError> {
     let missing = |reason: String| HostError::MissingTool {
@@ -1195,6 +1275,15 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
             ("--image", a.image.as_deref()),
         ],
     )?;
+    // clap's `requires` does not hold --baud to --serial once --serial's
+    // own conflicts are in play: checked here, so it is never ignored.
+    if a.baud.is_some() && a.serial.is_none() {
+        return Err(HostError::Usage(
+            "--baud sets the rate of the --serial line: without --serial DEVICE there is no \
+             line to set (QEMU's stream has no baud; --line-baud paces it like one)"
+                .into(),
+        ));
+    }
     let boots = a.input.is_none() && a.serial.is_none();
     // The options first, then the programs: a combination the target
     // cannot do, or a bad program, is an error before anything boots.
@@ -1210,6 +1299,7 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
     };
     let programs = || RunPrograms {
         quiet: a.quiet,
+        workload: a.appliance.is_none() && !a.command.is_empty(),
         ..RunPrograms::of(spec.as_ref())
     };
     if let Some(s) = &spec
@@ -1217,10 +1307,21 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
     {
         s.validate()?;
     }
-    let (image, elf) = open_image(a.image.as_deref()).map_err(|e| match &a.input {
-        Some(input) => image_error_for(e, input),
-        None => e,
-    })?;
+    // A boot finds the runtime by itself (--image, $PERCH_IMAGE, the one
+    // shipped with perch); a capture or a serial line uses --image only.
+    let located = if boots {
+        Some(locate_runtime(a.image.as_deref())?)
+    } else {
+        a.image.as_ref().map(|p| Located {
+            path: p.clone(),
+            origin: Origin::Flag,
+        })
+    };
+    let (image, elf) =
+        open_image(located.as_ref().map(|l| l.path.as_path())).map_err(|e| match &a.input {
+            Some(input) => image_error_for(e, input),
+            None => e,
+        })?;
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::Relaxed));
     let deadline = match a.timeout {
         Some(t) => Some(Instant::now() + seconds("--timeout", t)?),
@@ -1267,10 +1368,8 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
             watch,
         );
     }
-    let Some(img) = a.image.as_ref() else {
-        return Err(HostError::Usage(
-            "perch record needs --image ELF to boot (or --input FILE / --serial DEVICE)".into(),
-        ));
+    let Some(img) = located.as_ref().map(|l| &l.path) else {
+        unreachable!("a boot has its runtime")
     };
     let Some(BootLine {
         append,
@@ -1414,11 +1513,13 @@ fn image(a: &ImageArgs) -> Result<i32, HostError> {
     if let Some(s) = &spec {
         s.validate()?;
     }
-    open_image(Some(&a.image))?;
+    let located = locate_runtime(a.image.as_deref())?;
+    let img = &located.path;
+    open_image(Some(img))?;
     let mut cmdline = format!("console=wire freq={}", a.freq);
     push_boot_args(&mut cmdline, &a.boot_arg)?;
     let (_dir, archive) = pack_archive(spec.as_ref(), "perch-image-")?;
-    host_tool::iso::build_iso(&a.image, &cmdline, archive.as_deref(), &a.output)?;
+    host_tool::iso::build_iso(img, &cmdline, archive.as_deref(), &a.output)?;
     eprintln!(
         "perch: wrote {} (runtime command line \"{cmdline}\"{})",
         a.output.display(),
@@ -1430,7 +1531,7 @@ fn image(a: &ImageArgs) -> Result<i32, HostError> {
     if let Some(m) = &a.appliance {
         eprintln!(
             "perch: record it with: perch record --serial DEVICE --image {} --appliance {}",
-            a.image.display(),
+            img.display(),
             m.display()
         );
     }

@@ -143,12 +143,43 @@ pub fn check_qemu(qemu: &Path) -> Result<(), HostError> {
                 err => format!(" ({err})"),
             }
         ))),
-        Err(e) => Err(HostError::MissingTool {
-            tool: qemu.display().to_string(),
-            reason: e.to_string(),
-            install: "apt-get install qemu-system-x86".into(),
+        Err(e) => Err(match unusable(qemu, &e) {
+            Some(what) => HostError::BadTool(format!(
+                "--qemu {}: {what}, so it cannot be run as QEMU; pass the \
+                 qemu-system-x86_64 binary with --qemu (apt-get install qemu-system-x86)",
+                qemu.display()
+            )),
+            None => HostError::MissingTool {
+                tool: qemu.display().to_string(),
+                reason: e.to_string(),
+                install: "apt-get install qemu-system-x86".into(),
+            },
         }),
     }
+}
+
+/// What `path` is when it exists but could not be started (`err`): a
+/// directory, a file without execute permission, or one the kernel does
+/// not run. `None` when it is simply not there.
+fn unusable(path: &Path, err: &std::io::Error) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    // A bare name is looked up in PATH, not here.
+    if err.kind() == std::io::ErrorKind::NotFound || path.components().count() < 2 {
+        return None;
+    }
+    let meta = std::fs::metadata(path).ok()?;
+    Some(if meta.is_dir() {
+        "is a directory, not a program".into()
+    } else if !meta.is_file() {
+        "is not a regular file".into()
+    } else if meta.permissions().mode() & 0o111 == 0 {
+        format!(
+            "is a file without execute permission (mode {:o})",
+            meta.permissions().mode() & 0o7777
+        )
+    } else {
+        format!("is a file the system cannot run ({err})")
+    })
 }
 
 impl Qemu {

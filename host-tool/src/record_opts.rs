@@ -42,7 +42,11 @@ pub enum Transport {
 /// such as `perch top`).
 #[derive(clap::Args, Clone, Debug)]
 pub struct RecordArgs {
-    /// The appliance image (runtime ELF) to boot and symbolise with.
+    /// The appliance image (runtime ELF) to boot and symbolise with. A
+    /// boot without it uses $PERCH_IMAGE, else the runtime shipped with
+    /// perch (`perch-runtime` beside the perch binary, or the build tree's
+    /// target/x86_64-unknown-none/release/perch-runtime); a warning names
+    /// an image that is not the shipped one.
     #[arg(long)]
     pub image: Option<PathBuf>,
     /// An appliance manifest (TOML, docs/programs.md): the programs to run,
@@ -164,8 +168,8 @@ pub struct RecordArgs {
     /// boot do not apply: the board runs its own command line).
     #[arg(long, conflicts_with = "input", conflicts_with_all = BOOT_ONLY)]
     pub serial: Option<String>,
-    /// Baud rate of --serial (default 115200; an option without a default
-    /// value, so that clap refuses it without `--serial`).
+    /// Baud rate of --serial (default 115200); refused without --serial
+    /// (a QEMU run has no line to set: --line-baud paces it like one).
     #[arg(long, requires = "serial", conflicts_with = "input")]
     pub baud: Option<u32>,
     /// Read a saved capture instead of starting QEMU (the options of a boot

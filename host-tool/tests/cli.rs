@@ -361,9 +361,17 @@ fn usage_errors_exit_2() {
         assert_eq!(r.code, 2, "{flag} {v}: {}", r.stderr);
         assert!(r.stderr.contains(flag), "{}", r.stderr);
     }
-    let r = perch(&["record"]);
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("--image"), "{}", r.stderr);
+    // A perch with no runtime shipped beside it and none given: exit 4,
+    // naming --image among the places it looked.
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(lone_perch(dir.path()))
+        .arg("record")
+        .env_remove("PERCH_IMAGE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("--image (not given)"), "{stderr}");
 }
 
 #[test]
@@ -844,4 +852,237 @@ fn convert_to_pprof_and_a_flamegraph_of_the_perf_data_agree_with_the_capture() {
     let a = fold(s(&data), "a.folded");
     assert_eq!(a, fold(&cap, "b.folded"));
     assert!(a.contains("hot_alpha"), "{a}");
+}
+
+/// A capture of a run of one program, `prog`, that ends with `end` (the
+/// runtime's console line for it, as `perch: prog (pid 1) exited with
+/// status 3`).
+fn workload_capture(dir: &Path, end: &str) -> String {
+    let mut h = wire::Hello::new(
+        CpuId {
+            vendor: CpuVendor::Intel,
+            family: 6,
+            model: 85,
+            stepping: 4,
+        },
+        PmuCaps::cpu_clock(),
+    );
+    let _ = h.events.push(EventConfig::cpu_clock(0, 1000));
+    let records = [
+        Record::Hello(h),
+        Record::Log(wire::Log::text(5, wire::LogLevel::Info, end)),
+        Record::End(wire::End::default()),
+    ];
+    let mut enc: Encoder = Encoder::new(Default::default());
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; wire::MAX_FRAME];
+    for r in &records {
+        let n = enc.encode(r, &mut buf).unwrap();
+        bytes.extend_from_slice(&buf[..n]);
+    }
+    let cap = dir.join("workload.bin");
+    std::fs::write(&cap, bytes).unwrap();
+    cap.to_str().unwrap().to_owned()
+}
+
+/// `perch record -- PROGRAM` exits as `perf record -- PROGRAM` does: with
+/// the program's own exit status, once the run is complete; 9 for a
+/// program killed by a signal.
+#[test]
+fn record_exits_with_the_workloads_status() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipping: python3 is needed for the stand-in QEMU");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The program is checked before boot: a static ELF named `prog`.
+    let prog = dir.path().join("prog");
+    std::fs::write(&prog, tiny_static_elf()).unwrap();
+    for (end, code) in [
+        ("perch: prog (pid 1) exited with status 0", 0),
+        ("perch: prog (pid 1) exited with status 1", 1),
+        ("perch: prog (pid 1) exited with status 3", 3),
+        // The low 8 bits, as a shell sees them.
+        ("perch: prog (pid 1) exited with status 256", 0),
+        ("perch: prog (pid 1) exited with status 300", 44),
+        ("perch: prog (pid 1) killed by SIGSEGV: page fault", 9),
+    ] {
+        let cap = workload_capture(dir.path(), end);
+        let out = dir.path().join("perf.data");
+        let _ = std::fs::remove_file(&out);
+        let o = Command::new(env!("CARGO_BIN_EXE_perch"))
+            .args(["record", "--image"])
+            .arg(fixture("appliance.elf"))
+            .arg("--qemu")
+            .arg(fixture("fake-qemu.py"))
+            .arg("--no-buildid-cache")
+            .arg("-o")
+            .arg(&out)
+            .arg("--")
+            .arg(&prog)
+            .env("PERCH_FAKE_ARGS", dir.path().join("qemu-args.txt"))
+            .env("PERCH_FAKE_CAPTURE", &cap)
+            .env("PERCH_FAKE_STATUS", "33")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{end}: {stderr}");
+        assert!(out.exists(), "{end}: perf.data is written: {stderr}");
+    }
+    // With --appliance the programs' statuses do not change perch's.
+    let manifest = dir.path().join("app.toml");
+    std::fs::write(
+        &manifest,
+        format!("[[process]]\nprogram = \"{}\"\n", prog.display()),
+    )
+    .unwrap();
+    let cap = workload_capture(dir.path(), "perch: prog (pid 1) exited with status 3");
+    let o = Command::new(env!("CARGO_BIN_EXE_perch"))
+        .args(["record", "--image"])
+        .arg(fixture("appliance.elf"))
+        .arg("--qemu")
+        .arg(fixture("fake-qemu.py"))
+        .arg("--no-buildid-cache")
+        .arg("-o")
+        .arg(dir.path().join("app.data"))
+        .arg("--appliance")
+        .arg(&manifest)
+        .env("PERCH_FAKE_ARGS", dir.path().join("qemu-args.txt"))
+        .env("PERCH_FAKE_CAPTURE", &cap)
+        .env("PERCH_FAKE_STATUS", "33")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("exited with status 3"), "{stderr}");
+}
+
+/// perch copied to `dir/bin`, away from any build tree: the runtime shipped
+/// with it is `dir/bin/perch-runtime` only.
+fn lone_perch(dir: &Path) -> std::path::PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let perch = bin.join("perch");
+    std::fs::copy(env!("CARGO_BIN_EXE_perch"), &perch).unwrap();
+    perch
+}
+
+/// `perch record -- PROG` with the perch at `perch` against the stand-in
+/// QEMU, `env` set and $PERCH_IMAGE unset unless given there; returns the
+/// run and the QEMU arguments.
+fn record_without_image(
+    perch: &Path,
+    dir: &Path,
+    extra: &[&str],
+    env: &[(&str, &Path)],
+) -> (Run, String) {
+    let prog = dir.join("prog");
+    std::fs::write(&prog, tiny_static_elf()).unwrap();
+    let cap = workload_capture(dir, "perch: prog (pid 1) exited with status 0");
+    let args_file = dir.join("qemu-args.txt");
+    let _ = std::fs::remove_file(&args_file);
+    let mut cmd = Command::new(perch);
+    cmd.arg("record")
+        .args(extra)
+        .arg("--qemu")
+        .arg(fixture("fake-qemu.py"))
+        .arg("--no-buildid-cache")
+        .arg("-o")
+        .arg(dir.join("perf.data"))
+        .arg("--")
+        .arg(&prog)
+        .current_dir(dir)
+        .env_remove("PERCH_IMAGE")
+        .env("PERCH_FAKE_ARGS", &args_file)
+        .env("PERCH_FAKE_CAPTURE", &cap)
+        .env("PERCH_FAKE_STATUS", "33");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().unwrap();
+    let r = Run {
+        code: o.status.code().unwrap_or(-1),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+    };
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    (r, std::fs::read_to_string(&args_file).unwrap_or_default())
+}
+
+/// The `-kernel` argument perch gave QEMU.
+fn kernel_arg(args: &str) -> &str {
+    let a: Vec<&str> = args.lines().collect();
+    a[a.iter().position(|x| *x == "-kernel").expect("-kernel") + 1]
+}
+
+/// With no --image, perch boots $PERCH_IMAGE, else the runtime beside its
+/// binary; with none of them it names every place it looked and the
+/// command that installs the runtime; an image that is not the shipped one
+/// gets a warning and is booted all the same; `perch --version` names the
+/// shipped runtime's build-id.
+#[test]
+fn record_finds_the_runtime_shipped_beside_it() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipping: python3 is needed for the stand-in QEMU");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let perch = lone_perch(dir.path());
+    let shipped = dir.path().join("bin/perch-runtime");
+    // Nothing anywhere.
+    let (r, _) = record_without_image(&perch, dir.path(), &[], &[]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    for needle in [
+        "no runtime image",
+        "--image (not given)",
+        "$PERCH_IMAGE (not set)",
+        shipped.to_str().unwrap(),
+        "cargo xtask install",
+    ] {
+        assert!(r.stderr.contains(needle), "{needle}: {}", r.stderr);
+    }
+    let v = Command::new(&perch).arg("--version").output().unwrap();
+    let v = String::from_utf8_lossy(&v.stdout);
+    assert!(v.contains("runtime: none shipped"), "{v}");
+    // The shipped runtime, found by itself.
+    std::fs::copy(fixture("appliance.elf"), &shipped).unwrap();
+    let (r, args) = record_without_image(&perch, dir.path(), &[], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(kernel_arg(&args), shipped.to_str().unwrap());
+    assert!(!r.stderr.contains("runtime shipped"), "{}", r.stderr);
+    let v = Command::new(&perch).arg("--version").output().unwrap();
+    let v = String::from_utf8_lossy(&v.stdout);
+    assert!(
+        v.contains("build-id 215f51a8d97d269dc806ef7d75f988044378127c"),
+        "{v}"
+    );
+    // $PERCH_IMAGE before it, --image before both; another build is
+    // named as such and booted all the same.
+    let other = fixture("other.elf");
+    let (r, args) = record_without_image(&perch, dir.path(), &[], &[("PERCH_IMAGE", &other)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(kernel_arg(&args), other.to_str().unwrap());
+    assert!(
+        r.stderr.contains(&format!(
+            "warning: PERCH_IMAGE={} has build-id a4bb215b7913eafe110da13318b57e5ad9d315c3, \
+             not that of the runtime shipped with this perch",
+            other.display()
+        )),
+        "{}",
+        r.stderr
+    );
+    let flag = fixture("appliance.elf");
+    let (r, args) = record_without_image(
+        &perch,
+        dir.path(),
+        &["--image", flag.to_str().unwrap()],
+        &[("PERCH_IMAGE", &other)],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(kernel_arg(&args), flag.to_str().unwrap());
+    assert!(
+        !r.stderr.contains("runtime shipped"),
+        "same build-id: {}",
+        r.stderr
+    );
 }

@@ -670,6 +670,79 @@ fn image_and_qemu_messages_name_the_real_problem() {
     assert_eq!(r.code, 5, "{}", r.stderr);
     assert!(!r.stderr.contains("not found"), "{}", r.stderr);
     assert!(r.stderr.contains("not a working QEMU"), "{}", r.stderr);
+    // A directory, and a file without execute permission: said as such,
+    // not as "not found (Permission denied)".
+    let plain = dir.path().join("plain-file");
+    std::fs::write(&plain, "not a program\n").unwrap();
+    for (qemu, what) in [
+        (dir.path(), "is a directory"),
+        (plain.as_path(), "without execute permission (mode 644)"),
+    ] {
+        let r = perch(&[
+            "record",
+            "--image",
+            s(&fixture("appliance.elf")),
+            "--qemu",
+            s(qemu),
+            "-o",
+            s(&out),
+        ]);
+        assert_eq!(r.code, 5, "{qemu:?}: {}", r.stderr);
+        assert!(r.stderr.contains(what), "{qemu:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains(&format!("--qemu {}", s(qemu))),
+            "{qemu:?}: {}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("not found"), "{qemu:?}: {}", r.stderr);
+        assert!(!r.stderr.contains("denied"), "{qemu:?}: {}", r.stderr);
+    }
+    assert!(!out.exists(), "nothing was recorded");
+}
+
+/// `--baud` sets a serial line's rate: with a QEMU boot it is refused
+/// (exit 2, before QEMU starts), as `perch record --help` says.
+#[test]
+fn baud_without_serial_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("perf.data");
+    let img = fixture("appliance.elf");
+    for extra in [&[][..], &["--", "prog"]] {
+        let mut args = vec![
+            "record",
+            "--image",
+            s(&img),
+            "--qemu",
+            "/nonexistent/qemu",
+            "--baud",
+            "9600",
+            "-o",
+            s(&out),
+        ];
+        args.extend_from_slice(extra);
+        let r = perch(&args);
+        assert_eq!(r.code, 2, "{extra:?}: {}", r.stderr);
+        assert!(r.stderr.contains("--baud"), "{extra:?}: {}", r.stderr);
+        assert!(r.stderr.contains("--serial"), "{extra:?}: {}", r.stderr);
+        assert!(
+            !r.stderr.contains("/nonexistent"),
+            "{extra:?}: {}",
+            r.stderr
+        );
+    }
+    // perch top takes the same options.
+    let r = perch(&[
+        "top",
+        "--stdio",
+        "--image",
+        s(&fixture("appliance.elf")),
+        "--qemu",
+        "/nonexistent/qemu",
+        "--baud",
+        "9600",
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("--baud"), "{}", r.stderr);
 }
 
 // ---- defect 5 (host part): a damaged Task record ----

@@ -153,7 +153,13 @@ fn profile_one(what: &str, program: &Path) {
         &["--file", &file, "--", &prog, "data", "data/big.bin"],
     );
     let err = &rec.stderr;
-    assert_eq!(rec.code, Some(0), "{what}: perch record failed:\n{err}");
+    // appcheck exits with status 3 when all its checks pass, and perch,
+    // as `perf record -- PROGRAM` does, exits with the program's status.
+    assert_eq!(
+        rec.code,
+        Some(3),
+        "{what}: perch record's exit code:\n{err}"
+    );
     // The program's own output, untagged (one program), on the host's
     // stdout and stderr.
     assert!(
@@ -582,4 +588,97 @@ fn an_iso_of_a_manifest_boots_and_converts_with_the_programs_symbols() {
         "{user:?}"
     );
     assert!(user.iter().any(|s| s.sym == "check_file"), "{user:?}");
+}
+
+/// As a new user after `cargo xtask install`: from another directory, with
+/// a fresh HOME and neither --image nor $PERCH_IMAGE, `perch record --
+/// ./prog` on a static C program boots the runtime shipped with perch
+/// (here the build tree's, beside target/debug), writes perf.data, and a
+/// plain `perf report` names the program's functions. A stale --image is
+/// named in a warning.
+#[test]
+fn record_with_no_image_from_another_directory() {
+    if !qemu_present() || !perf_present() {
+        return;
+    }
+    let shipped = runtime_elf();
+    let exe = c_program("hotspots", CBuild::Glibc);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).expect("creating HOME");
+    std::fs::copy(&exe, dir.path().join("prog")).expect("copying the program");
+    let o = Command::new(perch_bin())
+        .args([
+            "record",
+            "--icount",
+            "--timeout",
+            "240",
+            "--",
+            "./prog",
+            "300",
+        ])
+        .current_dir(dir.path())
+        .env("HOME", &home)
+        .env_remove("PERF_BUILDID_DIR")
+        .env_remove("PERCH_IMAGE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running perch record");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "perch record failed:\n{err}");
+    assert!(dir.path().join("perf.data").is_file(), "{err}");
+    assert!(
+        err.contains("open it with: perf report -i perf.data "),
+        "{err}"
+    );
+    assert!(!err.contains("runtime shipped"), "{err}");
+    let report = Command::new("perf")
+        .args(["report", "--stdio"])
+        .current_dir(dir.path())
+        .env("HOME", &home)
+        .env("PAGER", "cat")
+        .env_remove("PERF_BUILDID_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running perf report");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert_eq!(report.status.code(), Some(0), "{text}");
+    for f in ["crc_bytes", "sieve", "matmul"] {
+        assert!(text.contains(f), "perf report does not name {f}:\n{text}");
+    }
+    // perch --version names the runtime it boots.
+    let v = Command::new(perch_bin())
+        .arg("--version")
+        .output()
+        .expect("perch --version");
+    let v = String::from_utf8_lossy(&v.stdout);
+    let id: String = kcore_build_id(&std::fs::read(&shipped).expect("reading the runtime"))
+        .expect("the runtime has a build-id")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(v.contains(&format!("(build-id {id})")), "{v}");
+    // Another runtime build given with --image is named as such (and
+    // booted: the QEMU here is missing, so the run stops right there).
+    let stale = workspace_fixture("host-tool/tests/fixtures/other.elf");
+    let o = Command::new(perch_bin())
+        .args(["record", "--qemu", "/nonexistent/qemu", "--image"])
+        .arg(&stale)
+        .args(["--", "./prog", "1"])
+        .current_dir(dir.path())
+        .env("HOME", &home)
+        .output()
+        .expect("running perch record");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("not that of the runtime shipped with this perch")
+            && err.contains(&format!("build-id {id}")),
+        "{err}"
+    );
+    assert_eq!(o.status.code(), Some(5), "{err}");
+}
+
+/// A file of the workspace.
+fn workspace_fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
 }

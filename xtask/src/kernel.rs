@@ -3,7 +3,7 @@
 
 use crate::project_root;
 use anyhow::{Context, Result, bail};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The cargo target directory in use.
@@ -63,6 +63,69 @@ pub fn demo_manifest() -> Result<PathBuf> {
 }
 
 /// Builds the host tool `perch` (optimised) and returns its path.
+/// The root `cargo install` installs into: `root`, else
+/// `$CARGO_INSTALL_ROOT`, else `$CARGO_HOME`, else `~/.cargo`.
+fn install_root(root: Option<&Path>) -> Result<PathBuf> {
+    if let Some(r) = root {
+        return Ok(r.to_owned());
+    }
+    for var in ["CARGO_INSTALL_ROOT", "CARGO_HOME"] {
+        if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            return Ok(PathBuf::from(v));
+        }
+    }
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(h) => Ok(PathBuf::from(h).join(".cargo")),
+        None => bail!("neither CARGO_INSTALL_ROOT, CARGO_HOME nor HOME is set: pass --root"),
+    }
+}
+
+/// `cargo xtask install`: builds the runtime, installs perch with `cargo
+/// install --path host-tool` (reusing the workspace's target directory),
+/// and puts the runtime beside it as `perch-runtime`, where perch looks
+/// for the runtime shipped with it.
+pub fn install(root: Option<&Path>) -> Result<()> {
+    let elf = build()?;
+    let root = install_root(root)?;
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(project_root())
+        .args(["install", "--locked", "--force", "--path", "host-tool"])
+        .arg("--root")
+        .arg(&root)
+        .arg("--target-dir")
+        .arg(target_dir())
+        .status()
+        .context("running cargo install for perch")?;
+    if !status.success() {
+        bail!("installing perch failed ({status})");
+    }
+    let bin = root.join("bin");
+    let dest = bin.join(host_tool::runtime::INSTALLED_NAME);
+    // Through a temporary file and a rename: a perch running meanwhile
+    // never sees half a runtime.
+    let tmp = bin.join(format!(".{}.tmp", host_tool::runtime::INSTALLED_NAME));
+    std::fs::copy(&elf, &tmp)
+        .and_then(|_| std::fs::rename(&tmp, &dest))
+        .with_context(|| format!("installing the runtime as {}", dest.display()))?;
+    println!(
+        "xtask: installed {} and its runtime {} (build-id {})",
+        bin.join("perch").display(),
+        dest.display(),
+        host_tool::runtime::build_id_hex(&dest)
+            .as_deref()
+            .unwrap_or("none")
+    );
+    let on_path =
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d == bin));
+    if !on_path {
+        println!(
+            "xtask: {} is not on PATH: add it to run perch by name",
+            bin.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn build_perch() -> Result<PathBuf> {
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(project_root())

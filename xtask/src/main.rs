@@ -31,6 +31,10 @@ struct Cli {
 enum Command {
     /// Build the runtime ELF and print its path.
     Build,
+    /// Install `perch` with its runtime: `cargo install --path host-tool`,
+    /// then the runtime as `perch-runtime` beside the installed binary,
+    /// where perch finds it with no --image.
+    Install(InstallArgs),
     /// Record a profile of the demo appliance in QEMU with `perch` and show
     /// the top of `perf report`.
     Run(RunArgs),
@@ -50,6 +54,15 @@ enum Command {
     /// Run the PMU self-test under KVM `-cpu host` when a virtual PMU exists;
     /// otherwise say why not and how to boot the ISO on bare metal (exit 0).
     Hwcheck,
+}
+
+#[derive(clap::Args)]
+struct InstallArgs {
+    /// The installation root (cargo install's `--root`: perch goes to
+    /// ROOT/bin; default: $CARGO_INSTALL_ROOT, else $CARGO_HOME, else
+    /// ~/.cargo).
+    #[arg(long, value_name = "ROOT")]
+    root: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -161,6 +174,7 @@ fn main() {
             println!("{}", elf.display());
             0
         }),
+        Command::Install(a) => kernel::install(a.root.as_deref()).map(|()| 0),
         Command::Run(a) if !a.text => profile::run(&profile::RunOptions {
             duration_ms: a.duration,
             freq: a.freq,

@@ -33,6 +33,19 @@ fn perf_found() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// perch's own line on how to open `output`: plain `perf report` when
+/// perch put the runtime `elf` in perf's build-id cache, else with
+/// `--vmlinux`.
+fn open_hint(output: &Path, elf: &Path) -> String {
+    use host_tool::buildid_cache::{cache_dir, holds_kernel, open_hint};
+    let cached = std::fs::read(elf)
+        .ok()
+        .and_then(|b| kcore::elf::build_id(&b).map(<[u8]>::to_vec))
+        .zip(cache_dir())
+        .is_some_and(|(id, dir)| holds_kernel(&dir, &id));
+    open_hint(output, (!cached).then_some(elf))
+}
+
 /// Records the demo with `perch record` and prints the top of the profile.
 pub fn run(o: &RunOptions) -> Result<i32> {
     tools::require_tool(&tools::QEMU)?;
@@ -96,11 +109,7 @@ pub fn run(o: &RunOptions) -> Result<i32> {
             println!("{line}");
         }
         eprint!("{}", String::from_utf8_lossy(&out.stderr));
-        println!(
-            "\nxtask: open it with: perf report -i {} --vmlinux={} --demangle-kernel",
-            o.output.display(),
-            elf.display()
-        );
+        println!("\nxtask: {}", open_hint(&o.output, &elf));
     } else {
         println!(
             "\nxtask: perf is not installed (apt-get install --no-install-recommends linux-perf); perch's own summary instead:"
