@@ -7,7 +7,8 @@
 //! `count` for a PMU event (`cycles/count`). Each location carries its
 //! function, file, line and inlined frames ([`crate::symbolize`]); each
 //! mapping the file's path and build-id (the runtime image, each program's
-//! host file); each sample the labels `comm`, `pid` and `cpu`.
+//! host file); each sample the labels `comm`, `pid`, `tid` and `cpu`
+//! (threads of one process stay apart).
 
 pub mod proto;
 
@@ -67,7 +68,7 @@ pub struct PprofBuilder {
     /// (mapping id or 0, address, leaf) to location id.
     location_ids: HashMap<(u64, u64, bool), u64>,
     /// (location ids leaf first, comm string, pid, cpu) to values.
-    samples: HashMap<(Vec<u64>, i64, u32, u32), Vec<i64>>,
+    samples: HashMap<(Vec<u64>, i64, u32, u32, u32), Vec<i64>>,
     raw: Vec<ChainFrame>,
     first_time: Option<u64>,
     last_time: u64,
@@ -171,7 +172,7 @@ impl PprofBuilder {
         let n = self.events.len();
         let values = self
             .samples
-            .entry((locs, comm, pid, cpu))
+            .entry((locs, comm, pid, tid, cpu))
             .or_insert_with(|| vec![0; 1 + n]);
         values[0] += 1;
         values[1 + ev] = values[1 + ev].saturating_add(i64::try_from(period).unwrap_or(i64::MAX));
@@ -321,21 +322,35 @@ impl PprofBuilder {
         comments.push(self.string(&c));
         // String labels, which every consumer takes as series labels (pprof
         // drops a numeric label of value 0, so pid 0 and CPU 0 would vanish).
-        let keys = (self.string("comm"), self.string("pid"), self.string("cpu"));
+        let keys = (
+            self.string("comm"),
+            self.string("pid"),
+            self.string("tid"),
+            self.string("cpu"),
+        );
         // Stable output: samples in the order of their stacks and labels.
         let samples: BTreeMap<_, _> = std::mem::take(&mut self.samples).into_iter().collect();
         let mut sample = Vec::with_capacity(samples.len());
-        for ((locs, comm, pid, cpu), value) in samples {
+        for ((locs, comm, pid, tid, cpu), value) in samples {
             let label = |key, str| proto::Label {
                 key,
                 str,
                 ..Default::default()
             };
-            let (pid, cpu) = (self.string(&pid.to_string()), self.string(&cpu.to_string()));
+            let (pid, tid, cpu) = (
+                self.string(&pid.to_string()),
+                self.string(&tid.to_string()),
+                self.string(&cpu.to_string()),
+            );
             sample.push(proto::Sample {
                 location_id: locs,
                 value,
-                label: vec![label(keys.0, comm), label(keys.1, pid), label(keys.2, cpu)],
+                label: vec![
+                    label(keys.0, comm),
+                    label(keys.1, pid),
+                    label(keys.2, tid),
+                    label(keys.3, cpu),
+                ],
             });
         }
         let summary = PprofSummary {
@@ -493,7 +508,58 @@ mod tests {
             .iter()
             .map(|l| (s(&p, l.key), s(&p, l.str)))
             .collect();
-        assert_eq!(labels, [("comm", "tid-2"), ("pid", "2"), ("cpu", "1")]);
+        assert_eq!(
+            labels,
+            [("comm", "tid-2"), ("pid", "2"), ("tid", "2"), ("cpu", "1")]
+        );
+    }
+
+    #[test]
+    fn threads_of_one_process_stay_apart_with_their_names() {
+        let mut b = PprofBuilder::new(&ConvertOptions::default(), 25);
+        b.push(&Item::Hello(hello(EventKind::CpuClock)));
+        b.push(&Item::Task(task(1, "app")));
+        b.push(&Item::Task(TaskInfo {
+            tid: 2,
+            ..task(1, "worker-0")
+        }));
+        let chain = [context::USER, 0x30, 0x40];
+        let smp = SampleView {
+            pid: 1,
+            tid: 1,
+            ip: 0x30,
+            user: true,
+            period: 1,
+            time: 10,
+            callchain: &chain,
+            ..Default::default()
+        };
+        b.push(&Item::Sample(smp));
+        b.push(&Item::Sample(SampleView { tid: 2, ..smp }));
+        let (p, _) = b.finish().expect("a profile");
+        let mut labels: Vec<Vec<(&str, &str)>> = p
+            .sample
+            .iter()
+            .map(|x| {
+                x.label
+                    .iter()
+                    .map(|l| (s(&p, l.key), s(&p, l.str)))
+                    .collect()
+            })
+            .collect();
+        labels.sort();
+        assert_eq!(
+            labels,
+            [
+                [("comm", "app"), ("pid", "1"), ("tid", "1"), ("cpu", "0")],
+                [
+                    ("comm", "worker-0"),
+                    ("pid", "1"),
+                    ("tid", "2"),
+                    ("cpu", "0")
+                ],
+            ]
+        );
     }
 
     #[test]
