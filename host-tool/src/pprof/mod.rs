@@ -49,6 +49,10 @@ pub enum PprofError {
     Io(#[from] std::io::Error),
 }
 
+/// What keeps pprof samples apart: the stack's location ids, then the
+/// `comm` label's string index, pid, tid and CPU.
+type SampleKey = (Vec<u64>, i64, u32, u32, u32);
+
 /// Builds a pprof profile from stream items.
 pub struct PprofBuilder {
     options: ConvertOptions,
@@ -68,7 +72,7 @@ pub struct PprofBuilder {
     /// (mapping id or 0, address, leaf) to location id.
     location_ids: HashMap<(u64, u64, bool), u64>,
     /// (location ids leaf first, comm string, pid, cpu) to values.
-    samples: HashMap<(Vec<u64>, i64, u32, u32, u32), Vec<i64>>,
+    samples: HashMap<SampleKey, Vec<i64>>,
     raw: Vec<ChainFrame>,
     first_time: Option<u64>,
     last_time: u64,
