@@ -843,8 +843,9 @@ fn adaptive_pebs_group_combinations() {
             assert_eq!(r.ip, step(i).ip);
             assert_eq!(r.tsc, Some(2 * (i + 1)));
             // mem-loads sits on PMC1 (not PMC0 on this model, which has the
-            // auxiliary event), precise instructions on fixed counter 0.
-            assert_eq!(r.applicable, if mem { 1 << 1 } else { 1 << 32 });
+            // auxiliary event), and so do precise instructions (Linux's 0xc0
+            // constraint: neither PMC0 nor fixed counter 0 below :ppp).
+            assert_eq!(r.applicable, 1 << 1);
             let regs = r.regs.unwrap();
             assert_eq!(
                 (regs.get(Reg::Ax), regs.get(Reg::Cx), regs.get(Reg::Bx)),
@@ -1765,7 +1766,10 @@ fn hybrid_parts_use_the_row_of_the_boot_cpus_core_type() {
 
 #[test]
 fn adaptive_pebs_on_fixed_counters() {
-    let mut rig = Rig::new(SimCpu::sapphire_rapids());
+    // Ice Lake: adaptive PEBS with no constraint on instructions.
+    let mut rig = Rig::new(SimCpu::from_row(
+        arch_x86::pmu::models::intel_row(0x7E).unwrap(),
+    ));
     let opts = IntelOptions {
         large_pebs: true,
         ..Default::default()
@@ -1796,7 +1800,7 @@ fn adaptive_pebs_on_fixed_counters() {
     let ins: Vec<u64> = got
         .iter()
         .filter(|(e, _)| *e == 0)
-        .map(|(_, b)| pebs::decode(b, &decode_cfg(5, MemKind::None, true)).unwrap())
+        .map(|(_, b)| pebs::decode(b, &decode_cfg(4, MemKind::None, true)).unwrap())
         .map(|r| {
             assert_eq!(r.applicable, 1 << 32);
             r.ip
@@ -2756,4 +2760,36 @@ fn amd_counters_overflowing_at_once_are_each_found_by_their_sign() {
         assert_eq!(pmis_with, want, "PerfMonV2 {v2}");
         assert_eq!(rig.sim.stats.pmis_masked, 0);
     }
+}
+
+#[test]
+fn golden_cove_precise_instructions_never_on_pmc0() {
+    // Linux: INTEL_FLAGS_EVENT_CONSTRAINT(0xc0, 0xfe) in
+    // intel_spr_pebs_event_constraints, used by Sapphire Rapids and the
+    // Alder Lake / Raptor Lake P-cores. With instructions on fixed counter
+    // 0, the precise one must skip PMC0.
+    use arch_x86::pmu::models;
+    for model in [0x8F, 0x97] {
+        let row = models::intel_row(model).unwrap();
+        assert_eq!(row.pebs_counters(0x00C0), 0xFE, "{}", row.name);
+        assert_eq!(row.pebs_counters(0x01C0), 0xFE, "{}", row.name);
+    }
+    let mut rig = Rig::new(SimCpu::sapphire_rapids());
+    let mut d = rig
+        .intel(
+            &[
+                ev(EventKind::Instructions, 10),
+                precise(EventKind::Instructions, 10),
+            ],
+            IntelOptions::default(),
+        )
+        .unwrap();
+    assert!(
+        matches!(d.counter_of(1), Some(Counter::Gp(n)) if n != 0),
+        "{:?}",
+        d.counter_of(1)
+    );
+    rig.run_intel(&mut d, (0..100).map(step));
+    assert_eq!(rig.total.pebs_records, 10);
+    assert_eq!(rig.sim.stats.pebs_no_assist, 0);
 }

@@ -288,7 +288,7 @@ impl IntelPmu {
             let mut counter = None;
             // PEBS baseline (adaptive PEBS) can also sample fixed counters.
             if let Some(f) = e.fixed
-                && (!pebs || baseline)
+                && (!pebs || (baseline && row.pebs_on_fixed(e.evtsel, ev.event.precise)))
                 && self.info.fixed_mask & (1 << f) != 0
                 && fixed_used & (1 << f) == 0
             {

@@ -77,6 +77,42 @@ pub struct PebsConstraint {
     pub event: u16,
     /// Allowed general-purpose counters (bit n = PMCn).
     pub gp_mask: u32,
+    /// When set, the constraint holds for every umask of the event codes
+    /// from `event`'s code (bits 7:0) through this code, as Linux's
+    /// INTEL_FLAGS_EVENT_CONSTRAINT and its _RANGE form match; when unset,
+    /// only the exact event and umask.
+    pub codes_to: Option<u8>,
+}
+
+impl PebsConstraint {
+    /// A constraint on one event and umask.
+    pub const fn exact(event: u16, gp_mask: u32) -> Self {
+        Self {
+            event,
+            gp_mask,
+            codes_to: None,
+        }
+    }
+
+    /// A constraint on every umask of the event codes `first..=last`.
+    pub const fn codes(first: u8, last: u8, gp_mask: u32) -> Self {
+        Self {
+            event: first as u16,
+            gp_mask,
+            codes_to: Some(last),
+        }
+    }
+
+    /// Whether the constraint holds for the select bits `evtsel`.
+    pub fn matches(&self, evtsel: u64) -> bool {
+        match self.codes_to {
+            None => (evtsel & 0xFFFF) as u16 == self.event,
+            Some(last) => {
+                let code = (evtsel & 0xFF) as u8;
+                code >= self.event as u8 && code <= last
+            }
+        }
+    }
 }
 
 /// The model-specific LBR stack of a model.
@@ -263,10 +299,7 @@ const NEHALEM: IntelModel = IntelModel {
     pebs_baseline: false,
     pebs_quirks: PebsQuirks::NONE,
     pebs_gp_mask: 0xF,
-    pebs_constraints: &[PebsConstraint {
-        event: 0x100B,
-        gp_mask: 0xF,
-    }],
+    pebs_constraints: &[PebsConstraint::exact(0x100B, 0xF)],
     ld_lat_event: Some(0x100B),
     mem_loads_aux: false,
     data_source: DataSource::Nhm,
@@ -293,10 +326,7 @@ const SKYLAKE: IntelModel = IntelModel {
     pebs_baseline: false,
     pebs_quirks: PebsQuirks::NONE,
     pebs_gp_mask: 0xF,
-    pebs_constraints: &[PebsConstraint {
-        event: 0x01C0,
-        gp_mask: 0x2,
-    }],
+    pebs_constraints: &[PebsConstraint::exact(0x01C0, 0x2)],
     ld_lat_event: Some(0x01CD),
     mem_loads_aux: false,
     data_source: DataSource::Skl { pmem: false },
@@ -334,7 +364,7 @@ const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
     name: "Sapphire Rapids / Emerald Rapids",
     models: &[0x8F, 0xCF],
     core_type: None,
-    source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (load latency 0x1cd not on PMC0), PMU_FL_MEM_LOADS_AUX (0x8203), spr_limit_period (:ppp at least 128), late_ack; data source: intel_pmu_pebs_data_source_skl(true) (pmem)",
+    source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (instructions 0xc0 and load latency 0x1cd not on PMC0), PMU_FL_MEM_LOADS_AUX (0x8203), spr_limit_period (:ppp at least 128), late_ack; data source: intel_pmu_pebs_data_source_skl(true) (pmem)",
     version: 5,
     gp: 8,
     fixed: 4,
@@ -342,10 +372,10 @@ const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
     pebs_baseline: true,
     pebs_quirks: PebsQuirks::NONE,
     pebs_gp_mask: ALL_GP,
-    pebs_constraints: &[PebsConstraint {
-        event: 0x01CD,
-        gp_mask: 0xFE,
-    }],
+    pebs_constraints: &[
+        PebsConstraint::codes(0xC0, 0xC0, 0xFE),
+        PebsConstraint::exact(0x01CD, 0xFE),
+    ],
     ld_lat_event: Some(0x01CD),
     mem_loads_aux: true,
     data_source: DataSource::Skl { pmem: true },
@@ -551,10 +581,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_baseline: false,
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
-        pebs_constraints: &[PebsConstraint {
-            event: 0x01CD,
-            gp_mask: 0x8,
-        }],
+        pebs_constraints: &[PebsConstraint::exact(0x01CD, 0x8)],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
         data_source: DataSource::Snb,
@@ -577,14 +604,8 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
         pebs_constraints: &[
-            PebsConstraint {
-                event: 0x01CD,
-                gp_mask: 0x8,
-            },
-            PebsConstraint {
-                event: 0x01C0,
-                gp_mask: 0x2,
-            },
+            PebsConstraint::exact(0x01CD, 0x8),
+            PebsConstraint::exact(0x01C0, 0x2),
         ],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
@@ -607,10 +628,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_baseline: false,
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
-        pebs_constraints: &[PebsConstraint {
-            event: 0x01C0,
-            gp_mask: 0x2,
-        }],
+        pebs_constraints: &[PebsConstraint::exact(0x01C0, 0x2)],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
         data_source: DataSource::Snb,
@@ -632,10 +650,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_baseline: false,
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
-        pebs_constraints: &[PebsConstraint {
-            event: 0x01C0,
-            gp_mask: 0x2,
-        }],
+        pebs_constraints: &[PebsConstraint::exact(0x01C0, 0x2)],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
         data_source: DataSource::Snb,
@@ -688,10 +703,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_baseline: true,
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: ALL_GP,
-        pebs_constraints: &[PebsConstraint {
-            event: 0x05D0,
-            gp_mask: 0x3,
-        }],
+        pebs_constraints: &[PebsConstraint::exact(0x05D0, 0x3)],
         ld_lat_event: Some(0x05D0),
         mem_loads_aux: false,
         data_source: DataSource::Grt,
@@ -790,14 +802,24 @@ impl IntelModel {
     /// General-purpose counters that can take PEBS for the event whose
     /// select bits are `evtsel`.
     pub fn pebs_counters(&self, evtsel: u64) -> u32 {
-        let ev = (evtsel & 0xFFFF) as u16;
         let mut m = self.pebs_gp_mask;
         for c in self.pebs_constraints {
-            if c.event == ev {
+            if c.matches(evtsel) {
                 m &= c.gp_mask;
             }
         }
         m
+    }
+
+    /// Whether the event with select bits `evtsel` may take PEBS on its
+    /// fixed counter (with adaptive PEBS) at precision `precise`: not when a
+    /// PEBS constraint of the model holds for it, since Linux's constraints
+    /// name general-purpose counters only (0xc0 on Golden Cove is 0xfe:
+    /// neither PMC0 nor fixed 0). As in Linux (icl_get_event_constraints),
+    /// instructions at :ppp keep fixed counter 0.
+    pub fn pebs_on_fixed(&self, evtsel: u64, precise: u8) -> bool {
+        (precise >= 3 && evtsel & 0xFFFF == 0x00C0)
+            || !self.pebs_constraints.iter().any(|c| c.matches(evtsel))
     }
 
     /// The smallest period the model takes for the event with select bits
@@ -1061,11 +1083,18 @@ impl core::fmt::Display for IntelModel {
             self.mem_loads_aux
         )?;
         for c in self.pebs_constraints {
-            writeln!(
-                f,
-                "  PEBS constraint: event {:#06x} on {:#x}",
-                c.event, c.gp_mask
-            )?;
+            match c.codes_to {
+                None => writeln!(
+                    f,
+                    "  PEBS constraint: event {:#06x} on {:#x}",
+                    c.event, c.gp_mask
+                )?,
+                Some(last) => writeln!(
+                    f,
+                    "  PEBS constraint: event codes {:#04x}-{:#04x} (any umask) on {:#x}",
+                    c.event, last, c.gp_mask
+                )?,
+            }
         }
         writeln!(
             f,
