@@ -2793,3 +2793,29 @@ fn golden_cove_precise_instructions_never_on_pmc0() {
     assert_eq!(rig.total.pebs_records, 10);
     assert_eq!(rig.sim.stats.pebs_no_assist, 0);
 }
+
+#[test]
+fn ice_lake_and_golden_cove_memory_events_pebs_on_pmc0_to_3() {
+    // Linux: INTEL_FLAGS_EVENT_CONSTRAINT(0xd0, 0xf) and the 0xd1-0xd4
+    // range on 0xf in intel_icl_pebs_event_constraints and
+    // intel_spr_pebs_event_constraints.
+    use arch_x86::pmu::models;
+    for model in [0x7E, 0x6A, 0x8F, 0x97] {
+        let row = models::intel_row(model).unwrap();
+        for sel in [0x82D0, 0x81D0, 0x01D1, 0x04D4] {
+            assert_eq!(row.pebs_counters(sel), 0xF, "{} {sel:#x}", row.name);
+        }
+        assert_eq!(row.pebs_counters(0x00C4), 0xFF, "{}", row.name);
+    }
+    // Four precise branches first: mem-stores:p must still get PMC0-3.
+    let icl = SimCpu::from_row(models::intel_row(0x7E).unwrap());
+    let mut rig = Rig::new(icl);
+    let mut events = vec![precise(EventKind::Branches, 10); 4];
+    events.push(precise(EventKind::MemStores, 10));
+    let d = rig.intel(&events, IntelOptions::default()).unwrap();
+    assert!(
+        matches!(d.counter_of(4), Some(Counter::Gp(n)) if n < 4),
+        "{:?}",
+        d.counter_of(4)
+    );
+}
