@@ -7,7 +7,7 @@ use arch_x86::pmu::amd::AmdPmu;
 use arch_x86::pmu::ds::{DsArea, DsMemory};
 use arch_x86::pmu::events::{self, Event, EventKind};
 use arch_x86::pmu::intel::{IntelOptions, IntelPmu};
-use arch_x86::pmu::lbr::{LbrConfig, LbrRawFormat, filter};
+use arch_x86::pmu::lbr::{LbrConfig, LbrDriver, LbrRawFormat, filter};
 use arch_x86::pmu::models;
 use arch_x86::pmu::selftest::{self, Reason, Verdict};
 use arch_x86::pmu::sim::{BranchKind, SimBranch, SimCpu, SimLbr, SimMem, SimPmu, SimRegs, SimStep};
@@ -2818,4 +2818,31 @@ fn ice_lake_and_golden_cove_memory_events_pebs_on_pmc0_to_3() {
         "{:?}",
         d.counter_of(4)
     );
+}
+
+#[test]
+fn amd_lbr_call_stack_is_refused() {
+    // LbrExtV2 has no call-stack mode (Linux's amd_pmu_lbr_setup_filter
+    // refuses PERF_SAMPLE_BRANCH_CALL_STACK): refused, as on Intel before
+    // Haswell, instead of being masked off with the freeze dropped.
+    let mut rig = Rig::new(SimCpu::zen4());
+    let info = rig.info();
+    let mut d = AmdPmu::new(&info).unwrap();
+    let cs = LbrConfig {
+        call_stack: true,
+        ..LbrConfig::default()
+    };
+    assert_eq!(
+        d.configure(&mut rig.sim, &[ev(EventKind::Instructions, 40)], Some(cs))
+            .err(),
+        Some(PmuError::LbrUnavailable)
+    );
+    assert!(!LbrDriver::new(info.lbr).unwrap().supports_call_stack());
+    // Without call stack it is accepted, frozen on a PMI.
+    d.configure(
+        &mut rig.sim,
+        &[ev(EventKind::Instructions, 40)],
+        Some(LbrConfig::default()),
+    )
+    .unwrap();
 }
