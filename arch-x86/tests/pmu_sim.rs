@@ -2846,3 +2846,34 @@ fn amd_lbr_call_stack_is_refused() {
     )
     .unwrap();
 }
+
+#[test]
+fn amd_perfmon_v2_without_perfctrextcore_uses_the_legacy_layout() {
+    // Linux (amd_core_pmu_init) keys the extended layout on PerfCtrExtCore
+    // alone and sets up PerfMonV2 only when it is present. A hypervisor
+    // reporting v2 without ExtCore gets the four K7 counters, no global
+    // registers and no LbrExtV2.
+    let mut rig = Rig::new(SimCpu::Amd {
+        family: 0x19,
+        ext: false,
+        v2: true,
+        lbr_depth: 16,
+    });
+    let info = rig.info();
+    assert!(!info.amd_ext);
+    assert!(!info.amd_v2, "PerfMonV2 without PerfCtrExtCore");
+    assert_eq!(info.gp_counters, 4);
+    assert_eq!(info.lbr, LbrKind::None);
+    let mut d = AmdPmu::new(&info).unwrap();
+    assert_eq!(d.msrs(3), (0xC001_0003, 0xC001_0007));
+    let evs: Vec<EventConfig> = (1..=4)
+        .map(|p| ev(EventKind::Instructions, 10 * p))
+        .collect();
+    d.configure(&mut rig.sim, &evs, None).unwrap();
+    d.start(&mut rig.sim);
+    rig.run_amd(&mut d, (0..400).map(step));
+    for (k, p) in (1..=4).enumerate() {
+        assert_eq!(rig.count(k), 400 / (10 * p as usize), "counter {k}");
+    }
+    assert_eq!(rig.sim.stats.bad_msr_writes, 0);
+}
