@@ -2877,3 +2877,38 @@ fn amd_perfmon_v2_without_perfctrextcore_uses_the_legacy_layout() {
     }
     assert_eq!(rig.sim.stats.bad_msr_writes, 0);
 }
+
+#[test]
+fn goldmont_plus_pebs_on_any_general_purpose_counter() {
+    // Linux: intel_glp_pebs_event_constraints is INTEL_ALL_EVENT_CONSTRAINT(0, 0xf);
+    // Goldmont keeps PMC0 only (intel_glm_pebs_event_constraints).
+    let glp = SimCpu::from_row(models::intel_row(0x7A).unwrap());
+    let mut rig = Rig::new(glp);
+    let mut d = rig
+        .intel(
+            &[
+                precise(EventKind::Instructions, 10),
+                precise(EventKind::Branches, 7),
+            ],
+            IntelOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(d.counter_of(1), Some(Counter::Gp(1)));
+    rig.run_intel(&mut d, (0..100).map(step));
+    // Branches overflow 14 times (one step shared with instructions).
+    assert!(rig.count(1) >= 13, "{}", rig.count(1));
+    assert_eq!(rig.sim.stats.pebs_no_assist, 0);
+    let glm = SimCpu::from_row(models::intel_row(0x5C).unwrap());
+    let mut rig = Rig::new(glm);
+    assert_eq!(
+        rig.intel(
+            &[
+                precise(EventKind::Instructions, 10),
+                precise(EventKind::Branches, 10)
+            ],
+            IntelOptions::default()
+        )
+        .err(),
+        Some(PmuError::NoCounter { event: 1 })
+    );
+}
