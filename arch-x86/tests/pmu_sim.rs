@@ -2912,3 +2912,24 @@ fn goldmont_plus_pebs_on_any_general_purpose_counter() {
         Some(PmuError::NoCounter { event: 1 })
     );
 }
+
+#[test]
+fn broadwell_prec_dist_periods_are_multiples_of_64() {
+    // Linux bdw_limit_period: INST_RETIRED.PREC_DIST at least 128 and
+    // rounded down to a multiple of 64. The cycles:pp alias is that event.
+    let mut rig = Rig::new(SimCpu::from_row(models::intel_row(0x3D).unwrap()));
+    let mut d = rig
+        .intel(&[precise(EventKind::Cycles, 200)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(&mut d, (0..960).map(step));
+    assert_eq!(rig.sim.stats.short_periods, 0);
+    assert_eq!(rig.seen[0].period, 192);
+    assert_eq!(rig.total.pebs_records, 1920 / 192);
+    // Other events keep their period.
+    let mut rig = Rig::new(SimCpu::from_row(models::intel_row(0x3D).unwrap()));
+    let mut d = rig
+        .intel(&[ev(EventKind::Branches, 200)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(&mut d, (0..400).map(step));
+    assert_eq!(rig.seen[0].period, 200);
+}

@@ -243,6 +243,10 @@ pub struct MinPeriod {
     pub ppp_only: bool,
     /// The smallest period.
     pub min: u64,
+    /// Periods are rounded down to a multiple of this power of two (1: no
+    /// rounding; 64 for Broadwell's INST_RETIRED.PREC_DIST, as Linux's
+    /// bdw_limit_period).
+    pub align: u64,
 }
 
 /// PEBS errata.
@@ -311,6 +315,7 @@ const NEHALEM: IntelModel = IntelModel {
         event: None,
         ppp_only: false,
         min: 32,
+        align: 1,
     }],
 };
 
@@ -388,6 +393,7 @@ const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
         event: None,
         ppp_only: true,
         min: 128,
+        align: 1,
     }],
 };
 
@@ -665,7 +671,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         name: "Broadwell",
         models: &[0x3D, 0x47, 0x4F, 0x56],
         core_type: None,
-        source: "SDM vol. 3 \"Broadwell\" (as Haswell); Linux intel_bdw_pebs_event_constraints, intel_pebs_aliases_ivb, bdw_limit_period (INST_RETIRED.ALL at least 128), late_ack",
+        source: "SDM vol. 3 \"Broadwell\" (as Haswell); Linux intel_bdw_pebs_event_constraints, intel_pebs_aliases_ivb, bdw_limit_period (INST_RETIRED.ALL at least 128, a multiple of 64), late_ack",
         version: 3,
         gp: 4,
         fixed: 3,
@@ -685,6 +691,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
             event: Some(0x01C0),
             ppp_only: false,
             min: 128,
+            align: 64,
         }],
     },
     SKYLAKE,
@@ -738,6 +745,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
             event: None,
             ppp_only: true,
             min: 128,
+            align: 1,
         }],
     },
 ];
@@ -848,13 +856,24 @@ impl IntelModel {
     /// The smallest period the model takes for the event with select bits
     /// `evtsel` at precision `precise` (1 when unrestricted).
     pub fn min_period(&self, evtsel: u64, precise: u8) -> u64 {
+        self.period_limits(evtsel, precise).0
+    }
+
+    /// The smallest period and the power of two periods are rounded down
+    /// to, for the event with select bits `evtsel` at precision `precise`.
+    pub fn period_limits(&self, evtsel: u64, precise: u8) -> (u64, u64) {
         let ev = (evtsel & 0xFFFF) as u16;
-        self.min_periods
+        let applies =
+            |m: &&MinPeriod| m.event.is_none_or(|e| e == ev) && (!m.ppp_only || precise >= 3);
+        let align = self
+            .min_periods
             .iter()
-            .filter(|m| m.event.is_none_or(|e| e == ev) && (!m.ppp_only || precise >= 3))
-            .map(|m| m.min)
+            .filter(applies)
+            .map(|m| m.align)
             .max()
-            .unwrap_or(1)
+            .unwrap_or(1);
+        let min = self.min_periods.iter().filter(applies).map(|m| m.min).max();
+        (min.unwrap_or(1), align)
     }
 
     /// The LBR of `model` at `stepping` does not work (see
