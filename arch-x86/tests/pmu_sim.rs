@@ -2933,3 +2933,21 @@ fn broadwell_prec_dist_periods_are_multiples_of_64() {
     rig.run_intel(&mut d, (0..400).map(step));
     assert_eq!(rig.seen[0].period, 200);
 }
+
+#[test]
+fn ref_cycles_only_on_fixed_counter_2() {
+    // Linux: ref-cycles has no general-purpose encoding to fall back on.
+    let mut rig = Rig::new(SimCpu::skylake());
+    let d = rig
+        .intel(&[ev(EventKind::RefCycles, 10)], IntelOptions::default())
+        .unwrap();
+    assert_eq!(d.counter_of(0), Some(Counter::Fixed(2)));
+    assert_eq!(
+        rig.intel(
+            &[ev(EventKind::RefCycles, 10), ev(EventKind::RefCycles, 20)],
+            IntelOptions::default()
+        )
+        .err(),
+        Some(PmuError::NoCounter { event: 1 })
+    );
+}
