@@ -421,9 +421,14 @@ fn detect_amd(cpuid: &impl Cpuid, info: &mut PmuInfo) {
     if max_ext >= 0x8000_0001 {
         info.amd_ext = cpuid.cpuid(0x8000_0001, 0).ecx & (1 << 23) != 0;
     }
+    let mut advertised_v2 = false;
     if max_ext >= 0x8000_0022 {
         let l = cpuid.cpuid(0x8000_0022, 0);
-        if l.eax & 1 != 0 {
+        advertised_v2 = l.eax & 1 != 0;
+        // Linux (amd_core_pmu_init) sets PerfMonV2 up only with
+        // PerfCtrExtCore: its global registers and counter count belong
+        // to the extended layout.
+        if advertised_v2 && info.amd_ext {
             info.amd_v2 = true;
             info.gp_counters = bits(l.ebx, 0, 3) as u8;
         }
@@ -440,7 +445,7 @@ fn detect_amd(cpuid: &impl Cpuid, info: &mut PmuInfo) {
         }
     }
     let legacy_bare_metal = !hypervisor && (6..0x15).contains(&info.family);
-    if !(info.amd_ext || info.amd_v2 || legacy_bare_metal) {
+    if !(info.amd_ext || advertised_v2 || legacy_bare_metal) {
         info.lbr = LbrKind::None;
         return;
     }

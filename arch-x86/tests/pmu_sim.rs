@@ -7,7 +7,7 @@ use arch_x86::pmu::amd::AmdPmu;
 use arch_x86::pmu::ds::{DsArea, DsMemory};
 use arch_x86::pmu::events::{self, Event, EventKind};
 use arch_x86::pmu::intel::{IntelOptions, IntelPmu};
-use arch_x86::pmu::lbr::{LbrConfig, LbrRawFormat, filter};
+use arch_x86::pmu::lbr::{LbrConfig, LbrDriver, LbrRawFormat, filter};
 use arch_x86::pmu::models;
 use arch_x86::pmu::selftest::{self, Reason, Verdict};
 use arch_x86::pmu::sim::{BranchKind, SimBranch, SimCpu, SimLbr, SimMem, SimPmu, SimRegs, SimStep};
@@ -843,8 +843,9 @@ fn adaptive_pebs_group_combinations() {
             assert_eq!(r.ip, step(i).ip);
             assert_eq!(r.tsc, Some(2 * (i + 1)));
             // mem-loads sits on PMC1 (not PMC0 on this model, which has the
-            // auxiliary event), precise instructions on fixed counter 0.
-            assert_eq!(r.applicable, if mem { 1 << 1 } else { 1 << 32 });
+            // auxiliary event), and so do precise instructions (Linux's 0xc0
+            // constraint: neither PMC0 nor fixed counter 0 below :ppp).
+            assert_eq!(r.applicable, 1 << 1);
             let regs = r.regs.unwrap();
             assert_eq!(
                 (regs.get(Reg::Ax), regs.get(Reg::Cx), regs.get(Reg::Bx)),
@@ -1765,7 +1766,10 @@ fn hybrid_parts_use_the_row_of_the_boot_cpus_core_type() {
 
 #[test]
 fn adaptive_pebs_on_fixed_counters() {
-    let mut rig = Rig::new(SimCpu::sapphire_rapids());
+    // Ice Lake: adaptive PEBS with no constraint on instructions.
+    let mut rig = Rig::new(SimCpu::from_row(
+        arch_x86::pmu::models::intel_row(0x7E).unwrap(),
+    ));
     let opts = IntelOptions {
         large_pebs: true,
         ..Default::default()
@@ -1796,7 +1800,7 @@ fn adaptive_pebs_on_fixed_counters() {
     let ins: Vec<u64> = got
         .iter()
         .filter(|(e, _)| *e == 0)
-        .map(|(_, b)| pebs::decode(b, &decode_cfg(5, MemKind::None, true)).unwrap())
+        .map(|(_, b)| pebs::decode(b, &decode_cfg(4, MemKind::None, true)).unwrap())
         .map(|r| {
             assert_eq!(r.applicable, 1 << 32);
             r.ip
@@ -2756,4 +2760,194 @@ fn amd_counters_overflowing_at_once_are_each_found_by_their_sign() {
         assert_eq!(pmis_with, want, "PerfMonV2 {v2}");
         assert_eq!(rig.sim.stats.pmis_masked, 0);
     }
+}
+
+#[test]
+fn golden_cove_precise_instructions_never_on_pmc0() {
+    // Linux: INTEL_FLAGS_EVENT_CONSTRAINT(0xc0, 0xfe) in
+    // intel_spr_pebs_event_constraints, used by Sapphire Rapids and the
+    // Alder Lake / Raptor Lake P-cores. With instructions on fixed counter
+    // 0, the precise one must skip PMC0.
+    use arch_x86::pmu::models;
+    for model in [0x8F, 0x97] {
+        let row = models::intel_row(model).unwrap();
+        assert_eq!(row.pebs_counters(0x00C0), 0xFE, "{}", row.name);
+        assert_eq!(row.pebs_counters(0x01C0), 0xFE, "{}", row.name);
+    }
+    let mut rig = Rig::new(SimCpu::sapphire_rapids());
+    let mut d = rig
+        .intel(
+            &[
+                ev(EventKind::Instructions, 10),
+                precise(EventKind::Instructions, 10),
+            ],
+            IntelOptions::default(),
+        )
+        .unwrap();
+    assert!(
+        matches!(d.counter_of(1), Some(Counter::Gp(n)) if n != 0),
+        "{:?}",
+        d.counter_of(1)
+    );
+    rig.run_intel(&mut d, (0..100).map(step));
+    assert_eq!(rig.total.pebs_records, 10);
+    assert_eq!(rig.sim.stats.pebs_no_assist, 0);
+}
+
+#[test]
+fn ice_lake_and_golden_cove_memory_events_pebs_on_pmc0_to_3() {
+    // Linux: INTEL_FLAGS_EVENT_CONSTRAINT(0xd0, 0xf) and the 0xd1-0xd4
+    // range on 0xf in intel_icl_pebs_event_constraints and
+    // intel_spr_pebs_event_constraints.
+    use arch_x86::pmu::models;
+    for model in [0x7E, 0x6A, 0x8F, 0x97] {
+        let row = models::intel_row(model).unwrap();
+        for sel in [0x82D0, 0x81D0, 0x01D1, 0x04D4] {
+            assert_eq!(row.pebs_counters(sel), 0xF, "{} {sel:#x}", row.name);
+        }
+        assert_eq!(row.pebs_counters(0x00C4), 0xFF, "{}", row.name);
+    }
+    // Four precise branches first: mem-stores:p must still get PMC0-3.
+    let icl = SimCpu::from_row(models::intel_row(0x7E).unwrap());
+    let mut rig = Rig::new(icl);
+    let mut events = vec![precise(EventKind::Branches, 10); 4];
+    events.push(precise(EventKind::MemStores, 10));
+    let d = rig.intel(&events, IntelOptions::default()).unwrap();
+    assert!(
+        matches!(d.counter_of(4), Some(Counter::Gp(n)) if n < 4),
+        "{:?}",
+        d.counter_of(4)
+    );
+}
+
+#[test]
+fn amd_lbr_call_stack_is_refused() {
+    // LbrExtV2 has no call-stack mode (Linux's amd_pmu_lbr_setup_filter
+    // refuses PERF_SAMPLE_BRANCH_CALL_STACK): refused, as on Intel before
+    // Haswell, instead of being masked off with the freeze dropped.
+    let mut rig = Rig::new(SimCpu::zen4());
+    let info = rig.info();
+    let mut d = AmdPmu::new(&info).unwrap();
+    let cs = LbrConfig {
+        call_stack: true,
+        ..LbrConfig::default()
+    };
+    assert_eq!(
+        d.configure(&mut rig.sim, &[ev(EventKind::Instructions, 40)], Some(cs))
+            .err(),
+        Some(PmuError::LbrUnavailable)
+    );
+    assert!(!LbrDriver::new(info.lbr).unwrap().supports_call_stack());
+    // Without call stack it is accepted, frozen on a PMI.
+    d.configure(
+        &mut rig.sim,
+        &[ev(EventKind::Instructions, 40)],
+        Some(LbrConfig::default()),
+    )
+    .unwrap();
+}
+
+#[test]
+fn amd_perfmon_v2_without_perfctrextcore_uses_the_legacy_layout() {
+    // Linux (amd_core_pmu_init) keys the extended layout on PerfCtrExtCore
+    // alone and sets up PerfMonV2 only when it is present. A hypervisor
+    // reporting v2 without ExtCore gets the four K7 counters, no global
+    // registers and no LbrExtV2.
+    let mut rig = Rig::new(SimCpu::Amd {
+        family: 0x19,
+        ext: false,
+        v2: true,
+        lbr_depth: 16,
+    });
+    let info = rig.info();
+    assert!(!info.amd_ext);
+    assert!(!info.amd_v2, "PerfMonV2 without PerfCtrExtCore");
+    assert_eq!(info.gp_counters, 4);
+    assert_eq!(info.lbr, LbrKind::None);
+    let mut d = AmdPmu::new(&info).unwrap();
+    assert_eq!(d.msrs(3), (0xC001_0003, 0xC001_0007));
+    let evs: Vec<EventConfig> = (1..=4)
+        .map(|p| ev(EventKind::Instructions, 10 * p))
+        .collect();
+    d.configure(&mut rig.sim, &evs, None).unwrap();
+    d.start(&mut rig.sim);
+    rig.run_amd(&mut d, (0..400).map(step));
+    for (k, p) in (1..=4).enumerate() {
+        assert_eq!(rig.count(k), 400 / (10 * p as usize), "counter {k}");
+    }
+    assert_eq!(rig.sim.stats.bad_msr_writes, 0);
+}
+
+#[test]
+fn goldmont_plus_pebs_on_any_general_purpose_counter() {
+    // Linux: intel_glp_pebs_event_constraints is INTEL_ALL_EVENT_CONSTRAINT(0, 0xf);
+    // Goldmont keeps PMC0 only (intel_glm_pebs_event_constraints).
+    let glp = SimCpu::from_row(models::intel_row(0x7A).unwrap());
+    let mut rig = Rig::new(glp);
+    let mut d = rig
+        .intel(
+            &[
+                precise(EventKind::Instructions, 10),
+                precise(EventKind::Branches, 7),
+            ],
+            IntelOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(d.counter_of(1), Some(Counter::Gp(1)));
+    rig.run_intel(&mut d, (0..100).map(step));
+    // Branches overflow 14 times (one step shared with instructions).
+    assert!(rig.count(1) >= 13, "{}", rig.count(1));
+    assert_eq!(rig.sim.stats.pebs_no_assist, 0);
+    let glm = SimCpu::from_row(models::intel_row(0x5C).unwrap());
+    let mut rig = Rig::new(glm);
+    assert_eq!(
+        rig.intel(
+            &[
+                precise(EventKind::Instructions, 10),
+                precise(EventKind::Branches, 10)
+            ],
+            IntelOptions::default()
+        )
+        .err(),
+        Some(PmuError::NoCounter { event: 1 })
+    );
+}
+
+#[test]
+fn broadwell_prec_dist_periods_are_multiples_of_64() {
+    // Linux bdw_limit_period: INST_RETIRED.PREC_DIST at least 128 and
+    // rounded down to a multiple of 64. The cycles:pp alias is that event.
+    let mut rig = Rig::new(SimCpu::from_row(models::intel_row(0x3D).unwrap()));
+    let mut d = rig
+        .intel(&[precise(EventKind::Cycles, 200)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(&mut d, (0..960).map(step));
+    assert_eq!(rig.sim.stats.short_periods, 0);
+    assert_eq!(rig.seen[0].period, 192);
+    assert_eq!(rig.total.pebs_records, 1920 / 192);
+    // Other events keep their period.
+    let mut rig = Rig::new(SimCpu::from_row(models::intel_row(0x3D).unwrap()));
+    let mut d = rig
+        .intel(&[ev(EventKind::Branches, 200)], IntelOptions::default())
+        .unwrap();
+    rig.run_intel(&mut d, (0..400).map(step));
+    assert_eq!(rig.seen[0].period, 200);
+}
+
+#[test]
+fn ref_cycles_only_on_fixed_counter_2() {
+    // Linux: ref-cycles has no general-purpose encoding to fall back on.
+    let mut rig = Rig::new(SimCpu::skylake());
+    let d = rig
+        .intel(&[ev(EventKind::RefCycles, 10)], IntelOptions::default())
+        .unwrap();
+    assert_eq!(d.counter_of(0), Some(Counter::Fixed(2)));
+    assert_eq!(
+        rig.intel(
+            &[ev(EventKind::RefCycles, 10), ev(EventKind::RefCycles, 20)],
+            IntelOptions::default()
+        )
+        .err(),
+        Some(PmuError::NoCounter { event: 1 })
+    );
 }

@@ -181,6 +181,9 @@ impl AmdPmu {
         self.lbr_on = false;
         if let Some(cfg) = lbr {
             let l = self.lbr.as_mut().ok_or(PmuError::LbrUnavailable)?;
+            if cfg.call_stack && !l.supports_call_stack() {
+                return Err(PmuError::LbrUnavailable);
+            }
             l.enable(hw, cfg, true);
             self.lbr_on = true;
         }

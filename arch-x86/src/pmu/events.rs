@@ -311,7 +311,12 @@ pub fn encode(kind: EventKind, vendor: Vendor) -> Option<Encoding> {
         Vendor::Intel | Vendor::Other => Some(match kind {
             EventKind::Instructions => fixed(0x00C0, 0),
             EventKind::Cycles => fixed(0x003C, 1),
-            EventKind::RefCycles => fixed(0x013C, 2),
+            // Linux schedules ref-cycles only on fixed counter 2 (its
+            // pseudo-encoding 0x0300), never on a general-purpose counter.
+            EventKind::RefCycles => Encoding {
+                gp_mask: 0,
+                ..fixed(0x013C, 2)
+            },
             EventKind::Branches => gp(0x00C4),
             EventKind::BranchMisses => gp(0x00C5),
             EventKind::CacheReferences => gp(0x4F2E),

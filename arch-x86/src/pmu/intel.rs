@@ -76,6 +76,8 @@ struct Slot {
     last_tsc: u64,
     /// Smallest period the model takes for this event.
     min_period: u64,
+    /// Periods are rounded down to a multiple of this power of two.
+    period_align: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -288,7 +290,7 @@ impl IntelPmu {
             let mut counter = None;
             // PEBS baseline (adaptive PEBS) can also sample fixed counters.
             if let Some(f) = e.fixed
-                && (!pebs || baseline)
+                && (!pebs || (baseline && row.pebs_on_fixed(e.evtsel, ev.event.precise)))
                 && self.info.fixed_mask & (1 << f) != 0
                 && fixed_used & (1 << f) == 0
             {
@@ -307,12 +309,13 @@ impl IntelPmu {
             let counter = counter.ok_or(PmuError::NoCounter { event: i })?;
             // Shorter periods than the model takes are raised to its
             // minimum (Linux *_limit_period).
-            let min_period = self.row.min_period(e.evtsel, ev.event.precise);
+            let (min_period, period_align) = self.row.period_limits(e.evtsel, ev.event.precise);
             let period = match ev.mode {
                 SampleMode::Period(p) => p,
                 SampleMode::Frequency { .. } => FREQ_START_PERIOD,
             }
-            .max(min_period);
+            .max(min_period)
+                & !(period_align - 1);
             if period > self.max_period(counter) {
                 return Err(PmuError::BadPeriod { event: i });
             }
@@ -343,6 +346,7 @@ impl IntelPmu {
                 pebs,
                 last_tsc: 0,
                 min_period,
+                period_align,
             });
         }
         // The auxiliary event the load-latency event needs on some models
@@ -776,7 +780,8 @@ impl IntelPmu {
                         tsc_hz,
                         max,
                     )
-                    .max(s.min_period);
+                    .max(s.min_period)
+                        & !(s.period_align - 1);
                 }
                 s.last_tsc = tsc;
                 self.slots[i] = Some(s);

@@ -152,7 +152,9 @@ impl LbrDriver {
         Some(LbrDriver {
             kind,
             select: true,
-            call_stack: true,
+            // AMD's LbrExtV2 has no call-stack mode; legacy and
+            // architectural LBRs learn theirs in `for_model`.
+            call_stack: !matches!(kind, LbrKind::AmdV2 { .. }),
             cfg: LbrConfig::default(),
             freeze: false,
             buf: [RawBranch::default(); MAX_LBR],

@@ -77,6 +77,42 @@ pub struct PebsConstraint {
     pub event: u16,
     /// Allowed general-purpose counters (bit n = PMCn).
     pub gp_mask: u32,
+    /// When set, the constraint holds for every umask of the event codes
+    /// from `event`'s code (bits 7:0) through this code, as Linux's
+    /// INTEL_FLAGS_EVENT_CONSTRAINT and its _RANGE form match; when unset,
+    /// only the exact event and umask.
+    pub codes_to: Option<u8>,
+}
+
+impl PebsConstraint {
+    /// A constraint on one event and umask.
+    pub const fn exact(event: u16, gp_mask: u32) -> Self {
+        Self {
+            event,
+            gp_mask,
+            codes_to: None,
+        }
+    }
+
+    /// A constraint on every umask of the event codes `first..=last`.
+    pub const fn codes(first: u8, last: u8, gp_mask: u32) -> Self {
+        Self {
+            event: first as u16,
+            gp_mask,
+            codes_to: Some(last),
+        }
+    }
+
+    /// Whether the constraint holds for the select bits `evtsel`.
+    pub fn matches(&self, evtsel: u64) -> bool {
+        match self.codes_to {
+            None => (evtsel & 0xFFFF) as u16 == self.event,
+            Some(last) => {
+                let code = (evtsel & 0xFF) as u8;
+                code >= self.event as u8 && code <= last
+            }
+        }
+    }
 }
 
 /// The model-specific LBR stack of a model.
@@ -207,6 +243,10 @@ pub struct MinPeriod {
     pub ppp_only: bool,
     /// The smallest period.
     pub min: u64,
+    /// Periods are rounded down to a multiple of this power of two (1: no
+    /// rounding; 64 for Broadwell's INST_RETIRED.PREC_DIST, as Linux's
+    /// bdw_limit_period).
+    pub align: u64,
 }
 
 /// PEBS errata.
@@ -263,10 +303,7 @@ const NEHALEM: IntelModel = IntelModel {
     pebs_baseline: false,
     pebs_quirks: PebsQuirks::NONE,
     pebs_gp_mask: 0xF,
-    pebs_constraints: &[PebsConstraint {
-        event: 0x100B,
-        gp_mask: 0xF,
-    }],
+    pebs_constraints: &[PebsConstraint::exact(0x100B, 0xF)],
     ld_lat_event: Some(0x100B),
     mem_loads_aux: false,
     data_source: DataSource::Nhm,
@@ -278,6 +315,7 @@ const NEHALEM: IntelModel = IntelModel {
         event: None,
         ppp_only: false,
         min: 32,
+        align: 1,
     }],
 };
 
@@ -293,10 +331,7 @@ const SKYLAKE: IntelModel = IntelModel {
     pebs_baseline: false,
     pebs_quirks: PebsQuirks::NONE,
     pebs_gp_mask: 0xF,
-    pebs_constraints: &[PebsConstraint {
-        event: 0x01C0,
-        gp_mask: 0x2,
-    }],
+    pebs_constraints: &[PebsConstraint::exact(0x01C0, 0x2)],
     ld_lat_event: Some(0x01CD),
     mem_loads_aux: false,
     data_source: DataSource::Skl { pmem: false },
@@ -311,7 +346,7 @@ const ICE_LAKE: IntelModel = IntelModel {
     name: "Ice Lake / Tiger Lake / Rocket Lake (client)",
     models: &[0x7D, 0x7E, 0x8C, 0x8D, 0xA7],
     core_type: None,
-    source: "SDM vol. 3 \"Ice Lake\" adaptive PEBS format 4 with baseline (PEBS on all events and fixed counters, EVTSEL[34] / FIXED_CTR_CTRL[32+4n] adaptive bits), legacy LBR 32 with LBR_INFO; Linux intel_icl_pebs_event_constraints, intel_pmu_lbr_init_skl, late_ack; data source: intel_pmu_pebs_data_source_skl(false)",
+    source: "SDM vol. 3 \"Ice Lake\" adaptive PEBS format 4 with baseline (PEBS on all events and fixed counters, EVTSEL[34] / FIXED_CTR_CTRL[32+4n] adaptive bits), legacy LBR 32 with LBR_INFO; Linux intel_icl_pebs_event_constraints (memory events 0xd0-0xd4 on PMC0-3), intel_pmu_lbr_init_skl, late_ack; data source: intel_pmu_pebs_data_source_skl(false)",
     version: 5,
     gp: 8,
     fixed: 4,
@@ -319,7 +354,7 @@ const ICE_LAKE: IntelModel = IntelModel {
     pebs_baseline: true,
     pebs_quirks: PebsQuirks::NONE,
     pebs_gp_mask: ALL_GP,
-    pebs_constraints: &[],
+    pebs_constraints: &[PebsConstraint::codes(0xD0, 0xD4, 0xF)],
     ld_lat_event: Some(0x01CD),
     mem_loads_aux: false,
     data_source: DataSource::Skl { pmem: false },
@@ -334,7 +369,7 @@ const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
     name: "Sapphire Rapids / Emerald Rapids",
     models: &[0x8F, 0xCF],
     core_type: None,
-    source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (load latency 0x1cd not on PMC0), PMU_FL_MEM_LOADS_AUX (0x8203), spr_limit_period (:ppp at least 128), late_ack; data source: intel_pmu_pebs_data_source_skl(true) (pmem)",
+    source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (instructions 0xc0 and load latency 0x1cd not on PMC0, memory events 0xd0-0xd4 on PMC0-3), PMU_FL_MEM_LOADS_AUX (0x8203), spr_limit_period (:ppp at least 128), late_ack; data source: intel_pmu_pebs_data_source_skl(true) (pmem)",
     version: 5,
     gp: 8,
     fixed: 4,
@@ -342,10 +377,11 @@ const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
     pebs_baseline: true,
     pebs_quirks: PebsQuirks::NONE,
     pebs_gp_mask: ALL_GP,
-    pebs_constraints: &[PebsConstraint {
-        event: 0x01CD,
-        gp_mask: 0xFE,
-    }],
+    pebs_constraints: &[
+        PebsConstraint::codes(0xC0, 0xC0, 0xFE),
+        PebsConstraint::exact(0x01CD, 0xFE),
+        PebsConstraint::codes(0xD0, 0xD4, 0xF),
+    ],
     ld_lat_event: Some(0x01CD),
     mem_loads_aux: true,
     data_source: DataSource::Skl { pmem: true },
@@ -357,6 +393,7 @@ const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
         event: None,
         ppp_only: true,
         min: 128,
+        align: 1,
     }],
 };
 
@@ -487,8 +524,8 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         min_periods: &[],
     },
     IntelModel {
-        name: "Goldmont / Goldmont Plus",
-        models: &[0x5C, 0x5F, 0x7A],
+        name: "Goldmont",
+        models: &[0x5C, 0x5F],
         core_type: None,
         source: "SDM vol. 3 \"Goldmont\" PEBS (PMC0), LBR 32 entries with cycle counts in TO; Linux intel_glm_pebs_event_constraints, intel_pmu_lbr_init_skl",
         version: 4,
@@ -498,6 +535,28 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_baseline: false,
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0x1,
+        pebs_constraints: &[],
+        ld_lat_event: None,
+        mem_loads_aux: false,
+        data_source: DataSource::Snb,
+        cycles_alias: CyclesAlias::None,
+        lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
+        lbr_min_stepping: &[],
+        ack: PmiAck::Early,
+        min_periods: &[],
+    },
+    IntelModel {
+        name: "Goldmont Plus",
+        models: &[0x7A],
+        core_type: None,
+        source: "SDM vol. 3 \"Goldmont Plus\" LBR 32 entries with cycle counts in TO; Linux intel_glp_pebs_event_constraints (PEBS on every general-purpose counter), intel_pmu_lbr_init_skl",
+        version: 4,
+        gp: 4,
+        fixed: 3,
+        pebs_format: Some(3),
+        pebs_baseline: false,
+        pebs_quirks: PebsQuirks::NONE,
+        pebs_gp_mask: 0xF,
         pebs_constraints: &[],
         ld_lat_event: None,
         mem_loads_aux: false,
@@ -551,10 +610,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_baseline: false,
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
-        pebs_constraints: &[PebsConstraint {
-            event: 0x01CD,
-            gp_mask: 0x8,
-        }],
+        pebs_constraints: &[PebsConstraint::exact(0x01CD, 0x8)],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
         data_source: DataSource::Snb,
@@ -577,14 +633,8 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
         pebs_constraints: &[
-            PebsConstraint {
-                event: 0x01CD,
-                gp_mask: 0x8,
-            },
-            PebsConstraint {
-                event: 0x01C0,
-                gp_mask: 0x2,
-            },
+            PebsConstraint::exact(0x01CD, 0x8),
+            PebsConstraint::exact(0x01C0, 0x2),
         ],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
@@ -607,10 +657,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_baseline: false,
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
-        pebs_constraints: &[PebsConstraint {
-            event: 0x01C0,
-            gp_mask: 0x2,
-        }],
+        pebs_constraints: &[PebsConstraint::exact(0x01C0, 0x2)],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
         data_source: DataSource::Snb,
@@ -624,7 +671,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         name: "Broadwell",
         models: &[0x3D, 0x47, 0x4F, 0x56],
         core_type: None,
-        source: "SDM vol. 3 \"Broadwell\" (as Haswell); Linux intel_bdw_pebs_event_constraints, intel_pebs_aliases_ivb, bdw_limit_period (INST_RETIRED.ALL at least 128), late_ack",
+        source: "SDM vol. 3 \"Broadwell\" (as Haswell); Linux intel_bdw_pebs_event_constraints, intel_pebs_aliases_ivb, bdw_limit_period (INST_RETIRED.ALL at least 128, a multiple of 64), late_ack",
         version: 3,
         gp: 4,
         fixed: 3,
@@ -632,10 +679,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_baseline: false,
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
-        pebs_constraints: &[PebsConstraint {
-            event: 0x01C0,
-            gp_mask: 0x2,
-        }],
+        pebs_constraints: &[PebsConstraint::exact(0x01C0, 0x2)],
         ld_lat_event: Some(0x01CD),
         mem_loads_aux: false,
         data_source: DataSource::Snb,
@@ -647,6 +691,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
             event: Some(0x01C0),
             ppp_only: false,
             min: 128,
+            align: 64,
         }],
     },
     SKYLAKE,
@@ -688,10 +733,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_baseline: true,
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: ALL_GP,
-        pebs_constraints: &[PebsConstraint {
-            event: 0x05D0,
-            gp_mask: 0x3,
-        }],
+        pebs_constraints: &[PebsConstraint::exact(0x05D0, 0x3)],
         ld_lat_event: Some(0x05D0),
         mem_loads_aux: false,
         data_source: DataSource::Grt,
@@ -703,6 +745,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
             event: None,
             ppp_only: true,
             min: 128,
+            align: 1,
         }],
     },
 ];
@@ -790,26 +833,47 @@ impl IntelModel {
     /// General-purpose counters that can take PEBS for the event whose
     /// select bits are `evtsel`.
     pub fn pebs_counters(&self, evtsel: u64) -> u32 {
-        let ev = (evtsel & 0xFFFF) as u16;
         let mut m = self.pebs_gp_mask;
         for c in self.pebs_constraints {
-            if c.event == ev {
+            if c.matches(evtsel) {
                 m &= c.gp_mask;
             }
         }
         m
     }
 
+    /// Whether the event with select bits `evtsel` may take PEBS on its
+    /// fixed counter (with adaptive PEBS) at precision `precise`: not when a
+    /// PEBS constraint of the model holds for it, since Linux's constraints
+    /// name general-purpose counters only (0xc0 on Golden Cove is 0xfe:
+    /// neither PMC0 nor fixed 0). As in Linux (icl_get_event_constraints),
+    /// instructions at :ppp keep fixed counter 0.
+    pub fn pebs_on_fixed(&self, evtsel: u64, precise: u8) -> bool {
+        (precise >= 3 && evtsel & 0xFFFF == 0x00C0)
+            || !self.pebs_constraints.iter().any(|c| c.matches(evtsel))
+    }
+
     /// The smallest period the model takes for the event with select bits
     /// `evtsel` at precision `precise` (1 when unrestricted).
     pub fn min_period(&self, evtsel: u64, precise: u8) -> u64 {
+        self.period_limits(evtsel, precise).0
+    }
+
+    /// The smallest period and the power of two periods are rounded down
+    /// to, for the event with select bits `evtsel` at precision `precise`.
+    pub fn period_limits(&self, evtsel: u64, precise: u8) -> (u64, u64) {
         let ev = (evtsel & 0xFFFF) as u16;
-        self.min_periods
+        let applies =
+            |m: &&MinPeriod| m.event.is_none_or(|e| e == ev) && (!m.ppp_only || precise >= 3);
+        let align = self
+            .min_periods
             .iter()
-            .filter(|m| m.event.is_none_or(|e| e == ev) && (!m.ppp_only || precise >= 3))
-            .map(|m| m.min)
+            .filter(applies)
+            .map(|m| m.align)
             .max()
-            .unwrap_or(1)
+            .unwrap_or(1);
+        let min = self.min_periods.iter().filter(applies).map(|m| m.min).max();
+        (min.unwrap_or(1), align)
     }
 
     /// The LBR of `model` at `stepping` does not work (see
@@ -1061,11 +1125,18 @@ impl core::fmt::Display for IntelModel {
             self.mem_loads_aux
         )?;
         for c in self.pebs_constraints {
-            writeln!(
-                f,
-                "  PEBS constraint: event {:#06x} on {:#x}",
-                c.event, c.gp_mask
-            )?;
+            match c.codes_to {
+                None => writeln!(
+                    f,
+                    "  PEBS constraint: event {:#06x} on {:#x}",
+                    c.event, c.gp_mask
+                )?,
+                Some(last) => writeln!(
+                    f,
+                    "  PEBS constraint: event codes {:#04x}-{:#04x} (any umask) on {:#x}",
+                    c.event, last, c.gp_mask
+                )?,
+            }
         }
         writeln!(
             f,

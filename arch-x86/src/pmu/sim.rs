@@ -593,8 +593,10 @@ impl SimPmu {
     fn n_gp(&self) -> usize {
         match self.cpu {
             SimCpu::Intel { gp, .. } => usize::from(gp),
-            SimCpu::Amd { ext, v2, .. } => {
-                if ext || v2 {
+            // The extended counters exist only with PerfCtrExtCore (a
+            // hypervisor may report PerfMonV2 without it).
+            SimCpu::Amd { ext, .. } => {
+                if ext {
                     6
                 } else {
                     4
@@ -676,7 +678,7 @@ impl SimPmu {
         };
         let global_ok = match self.cpu {
             SimCpu::Intel { version, .. } => version < 2 || self.global_ctrl & (1 << i) != 0,
-            SimCpu::Amd { v2, .. } => !v2 || self.global_ctrl & (1 << i) != 0,
+            SimCpu::Amd { v2, ext, .. } => !(v2 && ext) || self.global_ctrl & (1 << i) != 0,
             SimCpu::NoPmu => false,
         };
         mode_ok && global_ok && !self.frozen()
@@ -842,7 +844,11 @@ impl SimPmu {
     fn counter_overflow(&mut self, bit: u64, interrupt: bool, pmi: &mut bool) {
         match self.cpu {
             SimCpu::Intel { version, .. } if version >= 2 => self.global_status |= bit,
-            SimCpu::Amd { v2: true, .. } => self.global_status |= bit,
+            SimCpu::Amd {
+                v2: true,
+                ext: true,
+                ..
+            } => self.global_status |= bit,
             _ => {}
         }
         if interrupt {
@@ -1416,7 +1422,7 @@ impl Msr for SimPmu {
                 {
                     return self.pmc[i];
                 }
-                if ext || v2 {
+                if ext {
                     if let Some(i) = self.gp_slot(a, addr::AMD_F15H_PERF_CTL0, 2) {
                         return self.evtsel[i];
                     }
@@ -1424,7 +1430,7 @@ impl Msr for SimPmu {
                         return self.pmc[i];
                     }
                 }
-                if v2 {
+                if v2 && ext {
                     match a {
                         addr::AMD_PERF_CNTR_GLOBAL_STATUS => return self.global_status,
                         addr::AMD_PERF_CNTR_GLOBAL_CTL => return self.global_ctrl,
@@ -1513,17 +1519,15 @@ impl Msr for SimPmu {
                     .filter(|&i| i < 4)
                 {
                     self.pmc[i] = v & gpw;
-                } else if let (true, Some(i)) =
-                    (ext || v2, self.gp_slot(a, addr::AMD_F15H_PERF_CTL0, 2))
+                } else if let (true, Some(i)) = (ext, self.gp_slot(a, addr::AMD_F15H_PERF_CTL0, 2))
                 {
                     self.evtsel[i] = v;
-                } else if let (true, Some(i)) =
-                    (ext || v2, self.gp_slot(a, addr::AMD_F15H_PERF_CTR0, 2))
+                } else if let (true, Some(i)) = (ext, self.gp_slot(a, addr::AMD_F15H_PERF_CTR0, 2))
                 {
                     self.pmc[i] = v & gpw;
-                } else if v2 && a == addr::AMD_PERF_CNTR_GLOBAL_CTL {
+                } else if v2 && ext && a == addr::AMD_PERF_CNTR_GLOBAL_CTL {
                     self.global_ctrl = v;
-                } else if v2 && a == addr::AMD_PERF_CNTR_GLOBAL_STATUS_CLR {
+                } else if v2 && ext && a == addr::AMD_PERF_CNTR_GLOBAL_STATUS_CLR {
                     self.global_status &= !v;
                 } else if a == addr::IA32_DEBUGCTL {
                     self.debugctl = v;
@@ -1680,7 +1684,7 @@ impl Cpuid for SimPmu {
                         f if f >= 0xF => u32::from(f - 0xF) << 20 | 0xF20,
                         f => u32::from(f) << 8 | 0x20,
                     };
-                    regs(eax, 0, if ext || v2 { 1 << 31 } else { 0 }, 0)
+                    regs(eax, 0, if ext { 1 << 31 } else { 0 }, 0)
                 }
                 0x8000_0000 => regs(0x8000_0022, 0, 0, 0),
                 0x8000_0001 => regs(0, 0, if ext { 1 << 23 } else { 0 }, 0),
