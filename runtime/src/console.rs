@@ -39,13 +39,13 @@ fn wire() -> Option<&'static dyn WireLog> {
     critical_section::with(|cs| WIRE.borrow(cs).get())
 }
 
-/// Sends `log` on the stream; counts it as dropped text when the stream has
-/// not started.
-fn send_log(log: Log, bytes: usize) {
+/// Sends `log` on the stream; adds `n` to `dropped` when the stream has not
+/// started.
+fn send_log(log: Log, dropped: &AtomicU64, n: u64) {
     match wire() {
         Some(w) => w.send(log),
         None => {
-            DROPPED_TEXT_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+            dropped.fetch_add(n, Ordering::Relaxed);
         }
     }
 }
@@ -127,7 +127,11 @@ fn flush_line(line: &mut heapless::Vec<u8, MAX_LOG>) {
     } else {
         LogLevel::Info
     };
-    send_log(Log::text(crate::time::now_ns(), level, text), line.len());
+    send_log(
+        Log::text(crate::time::now_ns(), level, text),
+        &DROPPED_TEXT_BYTES,
+        line.len() as u64,
+    );
     line.clear();
 }
 
@@ -241,9 +245,8 @@ unsafe impl defmt::Logger for DefmtLogger {
             critical_section::with(|cs| {
                 let mut frame = DEFMT_FRAME.borrow_ref_mut(cs);
                 let log = Log::defmt(crate::time::now_ns(), LogLevel::Info, &frame);
-                let n = frame.len();
                 frame.clear();
-                send_log(log, n);
+                send_log(log, &DROPPED_DEFMT_FRAMES, 1);
             });
         } else {
             critical_section::with(|cs| DEFMT_FRAME.borrow_ref_mut(cs).clear());

@@ -741,15 +741,16 @@ impl Program {
     }
 }
 
-/// Boots `app` and checks that each of `programs` printed exactly what it prints
-/// natively, on stdout and stderr, and ended the same way; the run must end normally.
+/// Boots `programs` and checks that each printed exactly what it prints natively, on
+/// stdout and stderr, and ended the same way; the run must end normally, and none of
+/// the system calls named in `must_know` may be among the run's unknown ones.
 pub fn assert_same_as_native(
-    app: &Appliance,
+    programs: &[Program],
     cmdline: &str,
     timeout: Duration,
-    programs: &[Program],
+    must_know: &[&str],
 ) {
-    let run = run_appliance(app, cmdline, timeout);
+    let run = run_appliance(&appliance(programs), cmdline, timeout);
     let t = run.transcript();
     assert_eq!(
         run.boot.status,
@@ -762,9 +763,19 @@ pub fn assert_same_as_native(
         Some(RunEnd::AllExited),
         "the run did not end with every process exited:\n{t}"
     );
+    let unknown = run
+        .console
+        .unknown
+        .as_ref()
+        .unwrap_or_else(|| panic!("no unknown-system-call summary:\n{t}"));
+    let missing: Vec<String> = unknown
+        .iter()
+        .filter(|u| must_know.contains(&u.name.as_str()))
+        .map(|u| format!("{} {} ({}) x{}", u.abi, u.nr, u.name, u.count))
+        .collect();
     assert!(
-        run.console.unknown.is_some(),
-        "no unknown-system-call summary:\n{t}"
+        missing.is_empty(),
+        "the runtime does not know these calls: {missing:?}\n{t}"
     );
     for p in programs {
         let native = p.native();

@@ -6,9 +6,7 @@
 //! by thread.
 #![forbid(unsafe_code)]
 
-use e2e_tests::programs::{
-    CBuild, Program, appliance, assert_same_as_native, c_program_with, go_program,
-};
+use e2e_tests::programs::{CBuild, Program, assert_same_as_native, c_program_with, go_program};
 use e2e_tests::{qemu_and_perf_present, qemu_present, record, run_perf};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -50,7 +48,7 @@ fn signal_handlers_run_as_natively_with_glibc_and_musl() {
     if !qemu_present() {
         return;
     }
-    assert_same_as_native(&appliance(&programs), CMDLINE, TIMEOUT, &programs);
+    assert_same_as_native(&programs, CMDLINE, TIMEOUT, &[]);
 }
 
 fn go_threads() -> Program {
@@ -64,7 +62,7 @@ fn a_go_program_runs_its_goroutines_on_four_threads_as_natively() {
     if !qemu_present() {
         return;
     }
-    assert_same_as_native(&appliance(&[go_threads()]), CMDLINE, TIMEOUT, &[p]);
+    assert_same_as_native(&[p], CMDLINE, TIMEOUT, &[]);
 }
 
 #[test]

@@ -7,10 +7,9 @@
 #![forbid(unsafe_code)]
 
 use e2e_tests::programs::{
-    CBuild, End, Program, RunEnd, RustTarget, appliance, c_program_with, run_appliance,
-    rust_program,
+    CBuild, End, Program, RustTarget, assert_same_as_native, c_program_with, rust_program,
 };
-use e2e_tests::{STATUS_PASS, qemu_present, record};
+use e2e_tests::{qemu_present, record};
 use linux_perf_data::linux_perf_event_reader::EventRecord;
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use std::collections::{BTreeMap, BTreeSet};
@@ -81,67 +80,14 @@ fn assert_native_threads_work(p: &Program) {
     );
 }
 
-/// Boots `p` alone and checks it printed exactly what it prints natively, on stdout and
-/// stderr, and ended the same way; the run must end normally, and the runtime must
-/// have known every thread-related system call the program made.
-fn assert_same_as_native(p: &Program) {
-    let run = run_appliance(&appliance(std::slice::from_ref(p)), CMDLINE, TIMEOUT);
-    let t = run.transcript();
-    assert_eq!(
-        run.boot.status,
-        Some(STATUS_PASS),
-        "QEMU did not report a normal end (timed out: {}):\n{t}",
-        run.boot.timed_out
-    );
-    assert_eq!(
-        run.console.run_end,
-        Some(RunEnd::AllExited),
-        "the run did not end with every process exited:\n{t}"
-    );
-    let unknown = run
-        .console
-        .unknown
-        .as_ref()
-        .unwrap_or_else(|| panic!("no unknown-system-call summary:\n{t}"));
-    let missing: Vec<String> = unknown
-        .iter()
-        .filter(|u| THREAD_CALLS.contains(&u.name.as_str()))
-        .map(|u| format!("{} {} ({}) x{}", u.abi, u.nr, u.name, u.count))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "{}: the runtime does not know these thread calls: {missing:?}\n{t}",
-        p.spec.name
-    );
-    let native = p.native();
-    let guest = run.console.process(&p.spec.name);
-    assert_eq!(
-        guest.out(),
-        native.out(),
-        "{}: stdout differs from the native run:\n{t}",
-        p.spec.name
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&guest.stderr),
-        String::from_utf8_lossy(&native.stderr),
-        "{}: stderr differs from the native run:\n{t}",
-        p.spec.name
-    );
-    assert_eq!(
-        guest.end.as_ref().map(End::without_reason),
-        native.end,
-        "{}: ends differently from the native run:\n{t}",
-        p.spec.name
-    );
-}
-
 fn check(exe: PathBuf, name: &str) {
     let p = Program::new(&exe, name, ARGS, &[]);
     assert_native_threads_work(&p);
     if !qemu_present() {
         return;
     }
-    assert_same_as_native(&p);
+    // The runtime must know every thread-related call the program made.
+    assert_same_as_native(std::slice::from_ref(&p), CMDLINE, TIMEOUT, THREAD_CALLS);
 }
 
 #[test]

@@ -35,6 +35,16 @@ pub enum FutexKey {
     },
 }
 
+impl FutexKey {
+    /// The key of the word at `addr` of process `pid`. The appliance's
+    /// processes share no memory (no `fork`, no shared mappings between
+    /// processes), so every futex, `FUTEX_PRIVATE_FLAG` or not, is its
+    /// process's word.
+    pub fn of(pid: u32, addr: u64) -> FutexKey {
+        FutexKey::Private { space: pid, addr }
+    }
+}
+
 /// One waiting thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Waiter {

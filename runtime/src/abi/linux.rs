@@ -177,10 +177,7 @@ impl Machine for RtMachine<'_> {
 
     fn discard_pages(&mut self, start: u64, end: u64) {
         self.stack_changed(start, end);
-        // The pages may be in a stack the NMI walks: until the call
-        // returns (and the thread's window is published anew) it walks
-        // none.
-        task::set_walk((0, 0));
+        task::hide_window();
         self.space.unmap_range(start, end);
     }
 
@@ -336,7 +333,7 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
         a
     })
     .unwrap_or(Action::Return(Errno::ENOSYS.to_return()));
-    // Pages of the stack may have gone (munmap, madvise, brk).
+    // Pages of a stack may have gone (munmap, madvise, brk).
     task::republish_window(id);
     if let Some(comm) = renamed {
         task::rename(id, comm);

@@ -21,7 +21,7 @@ use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
 use arch_x86::paging::{PAGE, PRESENT};
 use core::cell::{Cell, RefCell, UnsafeCell};
-use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use critical_section::Mutex;
 use sampler::walk::WalkRange;
 
@@ -412,19 +412,20 @@ pub fn threads_of(proc: u8) -> heapless::Vec<u8, MAX_TASKS> {
 /// Calls `f` for each task the stream has not been told of yet, and marks
 /// it told.
 pub fn take_unannounced(mut f: impl FnMut(u8, &Task)) {
-    for id in 0..MAX_TASKS as u8 {
-        let t = critical_section::with(|cs| {
-            let mut tasks = TASKS.borrow_ref_mut(cs);
-            let t = tasks[id as usize].as_mut()?;
-            if t.announced {
-                return None;
-            }
-            t.announced = true;
-            Some(*t)
-        });
-        if let Some(t) = t {
-            f(id, &t);
-        }
+    let new: heapless::Vec<(u8, Task), MAX_TASKS> = critical_section::with(|cs| {
+        let mut tasks = TASKS.borrow_ref_mut(cs);
+        tasks
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(id, t)| {
+                let t = t.as_mut().filter(|t| !t.announced)?;
+                t.announced = true;
+                Some((id as u8, *t))
+            })
+            .collect()
+    });
+    for (id, t) in &new {
+        f(*id, t);
     }
 }
 
@@ -771,10 +772,24 @@ pub fn grow_window(id: u8, page: u64) {
     }
 }
 
-/// Publishes thread `id`'s walk window again after a system call that may
-/// have dropped pages of it (its process's `munmap`, `madvise`, `brk`);
-/// [`WalkRange::set`] never shows an NMI a mix of the two ranges.
+/// Set while the walk was hidden by [`hide_window`].
+static WINDOW_HIDDEN: AtomicBool = AtomicBool::new(false);
+
+/// Before the current thread's system call drops pages (`munmap`,
+/// `madvise`, a `brk` that shrinks), which may lie in a stack the NMI walks:
+/// the walk reads no user stack until [`republish_window`].
+pub fn hide_window() {
+    set_walk((0, 0));
+    WINDOW_HIDDEN.store(true, Ordering::Relaxed);
+}
+
+/// After a system call of thread `id`: if it hid the walk, its window is
+/// scanned and published again ([`WalkRange::set`] never shows an NMI a
+/// mix of two ranges).
 pub fn republish_window(id: u8) {
+    if !WINDOW_HIDDEN.swap(false, Ordering::Relaxed) {
+        return;
+    }
     if let Some(w) = with_thread(id, |t, p| walk_window(t, p)) {
         set_walk(w);
     }
@@ -804,24 +819,26 @@ pub fn report_fault(name: &str, f: &Fault) {
 /// wake-up time, if any process still sleeps.
 fn wake_sleepers(now: u64, mut timed_out: impl FnMut(u8)) -> Option<u64> {
     let mut next: Option<u64> = None;
-    for id in 0..MAX_TASKS as u8 {
-        let due = critical_section::with(|cs| {
-            let mut tasks = TASKS.borrow_ref_mut(cs);
-            let t = tasks[id as usize].as_mut()?;
+    let due: heapless::Vec<u8, MAX_TASKS> = critical_section::with(|cs| {
+        let mut tasks = TASKS.borrow_ref_mut(cs);
+        let mut due = heapless::Vec::new();
+        for (id, t) in tasks.iter_mut().enumerate() {
+            let Some(t) = t else { continue };
             let TaskState::Sleeping(until) = t.state else {
-                return None;
+                continue;
             };
             if now >= until {
                 t.state = TaskState::Ready;
-                Some(())
+                // Cannot fail: one entry per task.
+                let _ = due.push(id as u8);
             } else {
                 next = Some(next.map_or(until, |n: u64| n.min(until)));
-                None
             }
-        });
-        if due.is_some() {
-            timed_out(id);
         }
+        due
+    });
+    for id in due {
+        timed_out(id);
     }
     next
 }

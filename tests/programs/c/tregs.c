@@ -35,9 +35,15 @@
 		"movabs r14, 0x" p "e" p "e" p "e" p "e" p "e" p "e" p "e" p "e\n" \
 		"movabs r15, 0x" p "f" p "f" p "f" p "f" p "f" p "f" p "f" p "f\n" \
 		"mov ecx, 50000\n"                                            \
-		".globl " #name "_spin\n" #name "_spin:\n"                    \
+		".size " #name ", . - " #name "\n"                            \
+		".globl " #name "_spin\n"                                     \
+		".type " #name "_spin, @function\n" #name "_spin:\n"          \
 		"dec rcx\n"                                                   \
 		"jnz " #name "_spin\n"                                        \
+		".size " #name "_spin, . - " #name "_spin\n"                  \
+		/* The yield clobbers RAX, RCX and R11: its own symbol. */    \
+		".globl " #name "_yield\n"                                    \
+		".type " #name "_yield, @function\n" #name "_yield:\n"        \
 		"mov eax, 24\n"                                               \
 		"syscall\n"                                                   \
 		"dec qword ptr [rsp]\n"                                       \
@@ -45,7 +51,7 @@
 		"add rsp, 8\n"                                                \
 		"pop r15\npop r14\npop r13\npop r12\npop rbp\npop rbx\n"      \
 		"ret\n"                                                       \
-		".size " #name ", . - " #name "\n"                            \
+		".size " #name "_yield, . - " #name "_yield\n"                \
 		".att_syntax prefix\n")
 
 SPINNER(tregs_a, "a");

@@ -942,7 +942,7 @@ pub fn release_robust_list<M: Machine>(
             return;
         }
         if v & FUTEX_WAITERS != 0 {
-            let key = super::super::futex::FutexKey::Private { space: p.pid, addr };
+            let key = super::super::futex::FutexKey::of(p.pid, addr);
             let _ = futexes.wake(key, 1, super::super::futex::BITSET_MATCH_ANY, |tid| {
                 m.wake_thread(tid)
             });
@@ -977,10 +977,7 @@ pub(crate) fn exit_thread<M: Machine>(c: &mut Ctx<'_, M>, status: u8) -> Result<
     release_robust_list(c.m, c.p, c.futex, c.t);
     let ctid = c.t.clear_child_tid;
     if ctid != 0 && ctid.is_multiple_of(4) && c.write(ctid, &0u32.to_le_bytes()).is_ok() {
-        let key = super::super::futex::FutexKey::Private {
-            space: c.p.pid,
-            addr: ctid,
-        };
+        let key = super::super::futex::FutexKey::of(c.p.pid, ctid);
         let m = &mut *c.m;
         let _ = c
             .futex

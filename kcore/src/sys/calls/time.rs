@@ -226,8 +226,7 @@ pub(crate) fn getrandom<M: Machine>(
 
 /// `futex(uaddr, op, val, timeout, uaddr2, val3)`: waits and wakes over
 /// the run's [`FutexTable`](super::super::futex::FutexTable), keyed by
-/// process and address (the appliance's processes share no memory, so a
-/// shared futex is one process's word too).
+/// [`FutexKey::of`].
 pub(crate) fn futex<M: Machine>(
     c: &mut Ctx<'_, M>,
     a: [u64; 6],
@@ -251,12 +250,8 @@ pub(crate) fn futex<M: Machine>(
     if !uaddr.is_multiple_of(4) {
         return Err(Errno::EINVAL);
     }
-    let key = |addr: u64| FutexKey::Private {
-        space: c.p.pid,
-        addr,
-    };
-    let key1 = key(uaddr);
-    let key2 = key(a[4]);
+    let key1 = FutexKey::of(c.p.pid, uaddr);
+    let key2 = FutexKey::of(c.p.pid, a[4]);
     // The count arguments are C ints.
     let nr = |v: u64| v as u32 as i32;
     let read_word =
