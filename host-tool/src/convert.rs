@@ -142,6 +142,8 @@ pub struct Converter<W: OwnedWrite> {
     announced: std::collections::BTreeMap<(u32, u32), TaskInfo>,
     /// Of those, the ones named by a fallback.
     fallback: std::collections::BTreeSet<(u32, u32)>,
+    /// Tasks whose EXIT is written.
+    exited: std::collections::BTreeSet<(u32, u32)>,
     /// The task of the previous sample, and whether it is a fallback one
     /// (most samples follow one of the same task: no lookup).
     last_task: Option<((u32, u32), bool)>,
@@ -180,6 +182,7 @@ impl<W: OwnedWrite> Converter<W> {
             summary: ConvertSummary::default(),
             tasks: Default::default(),
             announced: Default::default(),
+            exited: Default::default(),
             fallback: Default::default(),
             last_task: None,
             programs: ProgramFiles::default(),
@@ -297,6 +300,11 @@ impl<W: OwnedWrite> Converter<W> {
             } => {
                 let attr = self.event_ids.iter().position(|e| e == event).unwrap_or(0);
                 w.throttle(attr, *on, *time, *cpu)?;
+            }
+            Item::TaskExit { pid, tid, time } => {
+                if self.exited.insert((*pid, *tid)) {
+                    w.exit(*pid, *tid, *time)?;
+                }
             }
             Item::End(e) => self.end = Some(e.clone()),
             Item::Hello(_) | Item::Log(_) | Item::Defmt(_) => {}

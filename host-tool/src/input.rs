@@ -517,6 +517,8 @@ pub struct StreamStats {
     pub unthrottled: u64,
     /// Log records.
     pub logs: u64,
+    /// Task ends.
+    pub task_exits: u64,
     /// End counters.
     pub end: Option<EndCounters>,
     /// The decoder's counters (bad frames, skipped bytes).
@@ -577,6 +579,7 @@ impl StreamStats {
             Item::Throttle { on: true, .. } => self.throttled += 1,
             Item::Throttle { on: false, .. } => self.unthrottled += 1,
             Item::Log(_) | Item::Defmt(_) => self.logs += 1,
+            Item::TaskExit { .. } => self.task_exits += 1,
             Item::End(e) => self.end = Some(e.clone()),
         }
     }

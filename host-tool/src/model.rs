@@ -285,6 +285,15 @@ pub enum Item<'a> {
     Hello(Hello),
     /// A task appeared.
     Task(TaskInfo),
+    /// A task ended.
+    TaskExit {
+        /// Process id.
+        pid: u32,
+        /// Task (thread) id.
+        tid: u32,
+        /// When (ns).
+        time: u64,
+    },
     /// A sample.
     Sample(SampleView<'a>),
     /// Samples dropped on the target.

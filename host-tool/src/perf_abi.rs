@@ -116,6 +116,8 @@ pub mod record {
     pub const LOST: u32 = 2;
     /// `PERF_RECORD_COMM`: pid, tid, comm.
     pub const COMM: u32 = 3;
+    /// `PERF_RECORD_EXIT`: pid, ppid, tid, ptid, time.
+    pub const EXIT: u32 = 4;
     /// `PERF_RECORD_THROTTLE`: time, id, stream_id.
     pub const THROTTLE: u32 = 5;
     /// `PERF_RECORD_UNTHROTTLE`: time, id, stream_id.

@@ -594,6 +594,22 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         self.end(start, time)
     }
 
+    /// PERF_RECORD_EXIT: the task ended at `time`. Its parent (`ppid`,
+    /// `ptid`) is the process's parent, as Linux fills them for every
+    /// thread of a group: the runtime, pid 0, which started it.
+    pub fn exit(&mut self, pid: u32, tid: u32, time: u64) -> Result<(), WriteError> {
+        let mut buf = self.take_batch();
+        let start = Self::begin(&mut buf, record::EXIT, 0);
+        buf.extend_from_slice(&pid.to_le_bytes());
+        buf.extend_from_slice(&0u32.to_le_bytes());
+        buf.extend_from_slice(&tid.to_le_bytes());
+        buf.extend_from_slice(&0u32.to_le_bytes());
+        buf.extend_from_slice(&time.to_le_bytes());
+        Self::push_sample_id(&mut buf, &self.attrs[0], pid, tid, time, 0);
+        self.batch = buf;
+        self.end(start, time)
+    }
+
     /// PERF_RECORD_MMAP. Kernel maps use `pid = u32::MAX` (-1), `tid = 0`
     /// and `misc::KERNEL`; user maps `misc::USER` and the task's ids.
     #[allow(clippy::too_many_arguments)]

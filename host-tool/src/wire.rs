@@ -125,6 +125,11 @@ impl Adapter {
         match rec {
             Record::Hello(h) => f(&Item::Hello(hello(h))),
             Record::Task(t) => f(&Item::Task(task(t))),
+            Record::TaskExit(e) => f(&Item::TaskExit {
+                pid: e.pid,
+                tid: e.tid,
+                time: e.time,
+            }),
             Record::Sample(s) => {
                 self.branches.clear();
                 let mut hw_idx = 0;

@@ -94,6 +94,7 @@ fn every_field_reads_back() {
     let mut mmaps = Vec::new();
     let mut samples = Vec::new();
     let mut lost = Vec::new();
+    let mut exits = Vec::new();
     let mut lost_samples = 0;
     while let Some(rec) = record_iter.next_record(&mut perf_file).unwrap() {
         match rec {
@@ -140,6 +141,9 @@ fn every_field_reads_back() {
                         ));
                     }
                     EventRecord::Lost(l) => lost.push((l.id, l.count)),
+                    EventRecord::Exit(e) => {
+                        exits.push((e.pid, e.ppid, e.tid, e.ptid, e.timestamp, samples.len()))
+                    }
                     other => panic!("unexpected record {other:?}"),
                 }
             }
@@ -185,6 +189,16 @@ fn every_field_reads_back() {
     assert_eq!(mmaps.len(), 5);
     assert_eq!(lost, [(1, 3)]);
     assert_eq!(lost_samples, 1);
+    // One EXIT a task (the repeated end is not written again), after all
+    // the samples, its parent the runtime.
+    let last = want_samples.last().unwrap().2;
+    assert_eq!(
+        exits,
+        [
+            (2, 0, 2, 0, last + 1_000_000, want_samples.len()),
+            (1, 0, 1, 0, last + 2_000_000, want_samples.len())
+        ]
+    );
     assert_eq!(samples.len(), want_samples.len());
     for (got, want) in samples.iter().zip(&want_samples) {
         assert_eq!(got.0, want.0, "ip");

@@ -98,6 +98,8 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
                 // first samples.
                 announce_new_tasks(&programs);
                 crate::stream::drain::drain();
+                // After the drain: a thread's end follows its samples.
+                announce_ended_tasks();
             }
             let over = budget.is_some_and(|b| arch_x86::cpu::rdtsc().wrapping_sub(t0) >= b);
             timed_out |= over;
@@ -105,6 +107,10 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
         });
     }
     crate::sample::profile::stop();
+    if wire {
+        crate::stream::drain::drain();
+        announce_ended_tasks();
+    }
     crate::sample::profile::report_end_of_run();
     let mut running = 0;
     let mut blocked = 0;
@@ -163,6 +169,14 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
         }
     }
     crate::exit(ExitCode::Pass)
+}
+
+/// Sends a TaskExit record for every thread that ended since the last
+/// call (the stream knows it: its Task record went first).
+fn announce_ended_tasks() {
+    task::take_unannounced_ends(|id, t| {
+        crate::stream::send_task_exit(crate::time::now_ns(), t.pid(), u32::from(id) + 1);
+    });
 }
 
 /// Sends a Task record for every thread the stream has not been told of:

@@ -145,11 +145,14 @@ fn the_five_builds_compute_the_same_checksums_natively() {
 }
 
 /// What a perf.data file says about threads: the COMM records as (pid, tid, name) in
-/// file order, and the samples per (pid, tid).
+/// file order, the samples per (pid, tid) with the time and file position of the
+/// last, and the EXIT records as (pid, tid, time, file position).
 #[derive(Debug, Default)]
 struct ThreadRecords {
     comms: Vec<(i32, i32, String)>,
     samples: BTreeMap<(i32, i32), u64>,
+    last_sample: BTreeMap<(i32, i32), (u64, usize)>,
+    exits: Vec<(i32, i32, u64, usize)>,
 }
 
 fn thread_records(data: &std::path::Path) -> ThreadRecords {
@@ -159,17 +162,21 @@ fn thread_records(data: &std::path::Path) -> ThreadRecords {
         mut record_iter,
     } = PerfFileReader::parse_file(reader).expect("linux-perf-data parses the file");
     let mut t = ThreadRecords::default();
+    let mut at = 0;
     while let Some(r) = record_iter.next_record(&mut perf_file).expect("a record") {
+        at += 1;
         let PerfFileRecord::EventRecord { record, .. } = r else {
             continue;
         };
         match record.parse() {
             Ok(EventRecord::Sample(s)) => {
-                let (Some(pid), Some(tid)) = (s.pid, s.tid) else {
-                    panic!("a sample without PID/TID: {s:?}");
+                let (Some(pid), Some(tid), Some(time)) = (s.pid, s.tid, s.timestamp) else {
+                    panic!("a sample without PID/TID/TIME: {s:?}");
                 };
                 *t.samples.entry((pid, tid)).or_default() += 1;
+                t.last_sample.insert((pid, tid), (time, at));
             }
+            Ok(EventRecord::Exit(e)) => t.exits.push((e.pid, e.tid, e.timestamp, at)),
             Ok(EventRecord::Comm(c)) => t.comms.push((
                 c.pid,
                 c.tid,
@@ -269,6 +276,22 @@ fn a_recording_gives_each_named_worker_thread_its_tid_comm_and_share() {
         "samples under pid {pid} carry only tids {sampled:?}; samples: {:?}",
         t.samples
     );
+    // Every thread of the process ends once, after its last sample.
+    let mut ended: Vec<(i32, i32)> = t.exits.iter().map(|e| (e.0, e.1)).collect();
+    ended.sort();
+    let mut want_ended: Vec<(i32, i32)> = named.values().copied().collect();
+    want_ended.push((pid, pid));
+    want_ended.sort();
+    assert_eq!(ended, want_ended, "an EXIT per thread; {:?}", t.exits);
+    for &(p, tid, time, at) in &t.exits {
+        if let Some(&(last, last_at)) = t.last_sample.get(&(p, tid)) {
+            assert!(
+                time >= last && at > last_at,
+                "thread {tid}'s EXIT (time {time}, record {at}) before its last sample (time {last}, record {last_at})"
+            );
+        }
+    }
+
     let per_worker: Vec<(String, u64)> = named
         .iter()
         .map(|(name, key)| (name.clone(), t.samples.get(key).copied().unwrap_or(0)))

@@ -14,7 +14,7 @@ use sampler::sample::{
 use sampler::wire::{
     CpuId, CpuVendor, DELIMITER, Encoder, EncoderConfig, End, Hello, Log, LogLevel, Lost,
     LostReason, MAX_BUILD_ID, MAX_EVENTS, MAX_FRAME, MAX_PROGRAM_SEGMENTS, MAX_TASK_RANGES,
-    MAX_UNKNOWN_SYSCALLS, Program, Record, Segment, SelfTest, Task, TextRange, ThrottleEvent,
+    MAX_UNKNOWN_SYSCALLS, Program, Record, Segment, SelfTest, Task, TaskExit, TextRange, ThrottleEvent,
     UnknownSyscall,
 };
 
@@ -248,7 +248,7 @@ fn throttle(u: &mut Unstructured<'_>) -> Result<ThrottleEvent> {
 
 /// Any record but a sample and a Hello.
 pub fn other_record(u: &mut Unstructured<'_>) -> Result<Record> {
-    Ok(match u.int_in_range(0..=6)? {
+    Ok(match u.int_in_range(0..=7)? {
         0 => Record::Lost(Lost {
             time: u.arbitrary()?,
             cpu: u.arbitrary()?,
@@ -303,6 +303,11 @@ pub fn other_record(u: &mut Unstructured<'_>) -> Result<Record> {
             measured: u.arbitrary()?,
             expected: u.arbitrary()?,
             detail: string(u)?,
+        }),
+        6 => Record::TaskExit(TaskExit {
+            time: u.arbitrary()?,
+            pid: u.arbitrary()?,
+            tid: u.int_in_range(0..=TIDS - 1)?,
         }),
         _ => Record::End(End {
             time: u.arbitrary()?,

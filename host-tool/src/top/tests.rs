@@ -122,6 +122,47 @@ fn shares_weigh_the_period_and_zero_forgets_the_counts_not_the_tasks() {
 }
 
 #[test]
+fn the_named_threads_of_one_process_have_rows_of_their_own() {
+    let img = fixture_image();
+    let mut t = Top::new(Some(&img), BTreeMap::new());
+    t.item(&Item::Task(task(1, "app", None)));
+    // Two threads of process 1: one keeps the program's name, the other
+    // names itself after it ran a little under it.
+    t.item(&Item::Task(TaskInfo {
+        tid: 2,
+        ..task(1, "app", None)
+    }));
+    t.sample(1, 2, sym(&img, "hot_beta"), false, 1);
+    t.item(&Item::Task(TaskInfo {
+        tid: 2,
+        time: 10,
+        ..task(1, "worker-0", None)
+    }));
+    for _ in 0..3 {
+        t.sample(1, 2, sym(&img, "hot_alpha"), false, 1);
+    }
+    for _ in 0..2 {
+        t.sample(1, 1, sym(&img, "hot_alpha"), false, 1);
+    }
+    t.item(&Item::TaskExit {
+        pid: 1,
+        tid: 2,
+        time: 20,
+    });
+    assert_eq!(
+        table(&t.rows(&Filter::All)),
+        [
+            row("worker-0", "appliance.elf", false, "hot_alpha", 3),
+            row("app", "appliance.elf", false, "hot_alpha", 2),
+            row("app", "appliance.elf", false, "hot_beta", 1),
+        ]
+    );
+    let (commands, _) = t.commands();
+    let names: Vec<&str> = commands.iter().map(|c| c.command.as_str()).collect();
+    assert_eq!(names, ["app", "worker-0"]);
+}
+
+#[test]
 fn unknown_tasks_and_no_image_give_fallback_names_and_addresses() {
     let mut t = Top::new(None, BTreeMap::new());
     t.sample(7, 8, 0x40_1000, false, 1);

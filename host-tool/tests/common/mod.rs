@@ -218,6 +218,15 @@ pub fn demo_items(image: &Image, d: Demo, mut f: impl FnMut(&Item<'_>)) {
             }
         }
     }
+    // Each task ends after its samples; the target may repeat an end.
+    for pid in [2, 1, 1] {
+        time += 1_000_000;
+        f(&Item::TaskExit {
+            pid,
+            tid: pid,
+            time,
+        });
+    }
     f(&Item::End(EndCounters {
         taken: n + d.lost,
         delivered: n,

@@ -227,6 +227,8 @@ pub struct Task {
     pub proc: u8,
     /// Whether the stream was told of it (see [`take_unannounced`]).
     pub announced: bool,
+    /// Whether the stream was told of its end (see [`take_unannounced_ends`]).
+    pub end_announced: bool,
     /// The thread's own name when it set one (NUL-padded; empty: the
     /// program's name).
     pub comm: [u8; 16],
@@ -429,6 +431,28 @@ pub fn take_unannounced(mut f: impl FnMut(u8, &Task)) {
     }
 }
 
+/// Calls `f` for each task that ended since the stream was told of it,
+/// and marks its end told.
+pub fn take_unannounced_ends(mut f: impl FnMut(u8, &Task)) {
+    let ended: heapless::Vec<(u8, Task), MAX_TASKS> = critical_section::with(|cs| {
+        let mut tasks = TASKS.borrow_ref_mut(cs);
+        tasks
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(id, t)| {
+                let t = t
+                    .as_mut()
+                    .filter(|t| t.announced && !t.end_announced && t.state.ended())?;
+                t.end_announced = true;
+                Some((id as u8, *t))
+            })
+            .collect()
+    });
+    for (id, t) in &ended {
+        f(*id, t);
+    }
+}
+
 /// Starts a task; returns its id.
 pub fn spawn(spec: TaskSpec) -> Result<u8, SpawnError> {
     if !is_builtin_range(spec.entry, 1) {
@@ -516,6 +540,7 @@ pub fn install(
             linux,
             proc: slot as u8,
             announced: false,
+            end_announced: false,
             comm: [0; 16],
             since_ns: crate::time::now_ns(),
         });
@@ -551,6 +576,7 @@ pub fn install_thread(
             linux: parent.linux,
             proc: parent.proc,
             announced: false,
+            end_announced: false,
             comm: parent.comm,
             since_ns: crate::time::now_ns(),
         });

@@ -9,7 +9,7 @@ use crate::sample::profile::{self, Source};
 use core::cell::RefCell;
 use critical_section::Mutex;
 use sampler::event::PmuCaps;
-use sampler::wire::{CpuId, CpuVendor, End, Hello, Program, Record, Task};
+use sampler::wire::{CpuId, CpuVendor, End, Hello, Program, Record, Task, TaskExit};
 
 /// Hello and the Task records are sent again this often (TSC time), so a
 /// host that joins late, or lost the start to noise, decodes the stream
@@ -42,6 +42,18 @@ fn announce_task(t: Task) {
         } else {
             // A table full of tasks keeps the first ones repeated.
             let _ = a.tasks.push(t);
+        }
+    });
+}
+
+/// Sends the TaskExit record of task `tid` of process `pid`, and stops
+/// repeating its Task record.
+pub fn send_task_exit(time: u64, pid: u32, tid: u32) {
+    wire::send(&Record::TaskExit(TaskExit { time, pid, tid }));
+    critical_section::with(|cs| {
+        let mut a = ANNOUNCED.borrow_ref_mut(cs);
+        if let Some(i) = a.tasks.iter().position(|t| t.tid == tid) {
+            a.tasks.swap_remove(i);
         }
     });
 }

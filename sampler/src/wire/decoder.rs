@@ -605,6 +605,7 @@ impl Records {
             WireRecord::Log(l) => Record::Log(l),
             WireRecord::SelfTest(t) => Record::SelfTest(t),
             WireRecord::End(e) => Record::End(e),
+            WireRecord::TaskExit(e) => Record::TaskExit(e),
         };
         self.stats.frames_ok += 1;
         sink(Ok(Lent::Record(&self.record)));

@@ -160,6 +160,7 @@ impl<const N: usize> Encoder<N> {
             Record::Log(l) => write_frame(&WireRecordRef::Log(l), 0, out)?,
             Record::SelfTest(t) => write_frame(&WireRecordRef::SelfTest(t), 0, out)?,
             Record::End(e) => write_frame(&WireRecordRef::End(e), 0, out)?,
+            Record::TaskExit(e) => write_frame(&WireRecordRef::TaskExit(e), 0, out)?,
         };
         self.frames += 1;
         Ok(n)

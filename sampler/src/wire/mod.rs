@@ -96,10 +96,10 @@ pub const MAGIC: [u8; 4] = *b"PRCH";
 /// check from CRC-32/ISO-HDLC to CRC-32C; version 3 made a delta sample's
 /// chain the cumulative chain of its task's run since the keyframe instead
 /// of the previous frame's plain CRC (see the module docs); version 4 added
-/// the program of a loaded process to its Task record ([`Task::program`]).
-/// A Hello of another version is recognised and refused with the version
-/// error.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// the program of a loaded process to its Task record ([`Task::program`]);
+/// version 5 added [`Record::TaskExit`]. A Hello of another version is
+/// recognised and refused with the version error.
+pub const PROTOCOL_VERSION: u16 = 5;
 /// The frame delimiter. A writer should send one before its first frame
 /// (and after any reset of the line) so that noise on the line before it is
 /// not glued to that frame.
@@ -352,6 +352,18 @@ pub struct Task {
     pub program: Option<Program>,
 }
 
+/// A task (thread) ended (EXIT on the host). Sent after every sample the
+/// task took, so its time is later than theirs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskExit {
+    /// When the runtime saw it end (ns).
+    pub time: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Task (thread) id.
+    pub tid: u32,
+}
+
 /// Log severity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LogLevel {
@@ -495,6 +507,8 @@ pub enum Record {
     SelfTest(SelfTest),
     /// Final counters.
     End(End),
+    /// A task ended.
+    TaskExit(TaskExit),
 }
 
 /// The on-wire form of a record (the sample replaced by its compact form).
@@ -510,6 +524,7 @@ enum WireRecordRef<'a> {
     Log(&'a Log),
     SelfTest(&'a SelfTest),
     End(&'a End),
+    TaskExit(&'a TaskExit),
 }
 
 /// The decoded on-wire form of a record; must mirror [`WireRecordRef`].
@@ -528,6 +543,7 @@ enum WireRecord {
     Log(Log),
     SelfTest(SelfTest),
     End(End),
+    TaskExit(TaskExit),
 }
 
 /// The postcard variant index of [`Record::Sample`].

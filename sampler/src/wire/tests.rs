@@ -153,6 +153,11 @@ fn other_records_round_trip() {
             cpu: 0,
             event: 1,
         }),
+        Record::TaskExit(TaskExit {
+            time: 6,
+            pid: 2,
+            tid: 3,
+        }),
         Record::SelfTest(SelfTest {
             name: heapless::String::try_from("counters-advance").unwrap(),
             passed: false,
@@ -1036,7 +1041,7 @@ fn a_version_1_stream_gets_the_version_error() {
         found: 1,
         expected: PROTOCOL_VERSION,
     })];
-    assert_eq!(PROTOCOL_VERSION, 4);
+    assert_eq!(PROTOCOL_VERSION, 5);
     #[cfg(feature = "std")]
     let paths = [Path::Rebuilt, Path::Parts, Path::Batches];
     #[cfg(not(feature = "std"))]
