@@ -51,6 +51,39 @@ fn signal_handlers_run_as_natively_with_glibc_and_musl() {
     assert_same_as_native(&programs, CMDLINE, TIMEOUT, &[]);
 }
 
+/// The restart checks of `restart.c`, as Linux answers them.
+const RESTART_LINES: [&str; 6] = [
+    "futex (SA_RESTART): woken, handler ran 1 time(s)",
+    "futex: EINTR, handler ran 1 time(s)",
+    "timed futex (SA_RESTART): EINTR, handler ran 1 time(s)",
+    "nanosleep (SA_RESTART): EINTR, handler ran 1 time(s)",
+    "pause (SA_RESTART): EINTR, handler ran 1 time(s)",
+    "restart done",
+];
+
+#[test]
+fn a_wait_a_handler_interrupts_is_restarted_or_eintr_as_natively() {
+    let programs: Vec<Program> = [
+        (CBuild::Glibc, "restart-glibc"),
+        (CBuild::Musl, "restart-musl"),
+    ]
+    .into_iter()
+    .map(|(build, name)| {
+        let exe = c_program_with("restart", build, &["-pthread"], "");
+        Program::new(&exe, name, &[], &[])
+    })
+    .collect();
+    for p in &programs {
+        let out = p.native().out();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines, RESTART_LINES, "native run of {}", p.spec.name);
+    }
+    if !qemu_present() {
+        return;
+    }
+    assert_same_as_native(&programs, CMDLINE, TIMEOUT, &["futex"]);
+}
+
 fn go_threads() -> Program {
     Program::new(&go_program("threads"), "gothreads", &[], &[])
 }

@@ -58,6 +58,7 @@ pub mod fs;
 pub mod futex;
 pub mod machine;
 pub mod process;
+pub mod restart;
 pub mod signal;
 pub mod table;
 pub mod uapi;
@@ -361,8 +362,16 @@ pub fn syscall<M: Machine>(
         abi,
         ram: (sys.ram_bytes, sys.free_ram_bytes),
     };
-    match calls::dispatch(&mut ctx, call, nr, args) {
+    let action = match calls::dispatch(&mut ctx, call, nr, args) {
         Ok(a) => a,
         Err(e) => Action::Return(e.to_return()),
-    }
+    };
+    t.interrupted = match action {
+        Action::Block | Action::Sleep { .. } => Some(restart::Interrupted {
+            nr,
+            restart: restart::kind(call, &args),
+        }),
+        _ => None,
+    };
+    action
 }

@@ -124,6 +124,9 @@ pub struct Thread {
     pub renamed: bool,
     /// The alternate signal stack.
     pub altstack: AltStack,
+    /// The call it waits in (or waited in, until it is back in user
+    /// mode), for the restart rules of [`super::restart`].
+    pub interrupted: Option<super::restart::Interrupted>,
 }
 
 impl Thread {
@@ -146,6 +149,7 @@ impl Thread {
                 flags: 2,
                 size: 0,
             },
+            interrupted: None,
         }
     }
 }

@@ -171,6 +171,11 @@ pub fn deliver<M: Machine>(
             p.signals.pending &= !bit(sig);
         }
         let info = Info::Sent { pid: p.pid };
+        let action = p.signals.actions[sig as usize - 1];
+        if action.handler > 1 {
+            // A call it waited in ends before the frame saves its registers.
+            super::restart::finish(t, p.abi, regs, Some(action.flags));
+        }
         match take(m, p, t, regs, sig, info) {
             Delivery::Nothing => continue,
             d => return d,

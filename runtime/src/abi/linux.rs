@@ -15,6 +15,7 @@ use arch_x86::paging::{PAGE, PRESENT, phys_to_virt, user_leaf_flags};
 use core::cell::RefCell;
 use core::sync::atomic::{AtomicU64, Ordering};
 use critical_section::Mutex;
+use kcore::sys::restart as signal_restart;
 use kcore::sys::signal::{self, Delivery, UserRegs};
 use kcore::sys::{
     self, Action, Area, AreaKind, AreaSet, Backing, Errno, FileData, LineEnd, Machine, Prot,
@@ -426,6 +427,12 @@ pub fn signals_on_return(id: u8, frame: &mut TrapFrame) -> u64 {
             }
             d
         };
+        if t.interrupted.is_some() {
+            // A call no handler ran for: restarted or EINTR by its kind.
+            let mut regs = regs_of(frame);
+            signal_restart::finish(t, p.abi, &mut regs, None);
+            put_regs(frame, &regs);
+        }
         task::set_blocked(id, t.sigmask);
         d
     });
@@ -446,7 +453,8 @@ pub fn signals_on_return(id: u8, frame: &mut TrapFrame) -> u64 {
 pub fn signals_before_run(id: u8) -> Option<Outcome> {
     let d = with_machine_fpu(id, |m, p, t, fpu| {
         t.pending |= task::take_posted(id);
-        if signal::deliverable(p, t) == 0 {
+        let ready = signal::deliverable(p, t) != 0;
+        if !ready && t.interrupted.is_none() {
             return Delivery::Nothing;
         }
         task::with_saved_frame(id, |frame| {
@@ -457,8 +465,15 @@ pub fn signals_before_run(id: u8) -> Option<Outcome> {
                 rflags: frame.rflags,
                 fpu: fpu.0,
             };
-            let d = signal::deliver(m, p, t, &mut regs);
-            if let Delivery::Handler(_) = d {
+            let d = if ready {
+                signal::deliver(m, p, t, &mut regs)
+            } else {
+                Delivery::Nothing
+            };
+            // The wait it leaves ends (a handler, if one runs, has seen to it).
+            let waited = t.interrupted.is_some();
+            signal_restart::finish(t, p.abi, &mut regs, None);
+            if matches!(d, Delivery::Handler(_)) || waited {
                 frame.set_gprs(&regs.gprs);
                 frame.rip = regs.rip;
                 frame.rsp = regs.rsp;

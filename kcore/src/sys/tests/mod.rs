@@ -6,6 +6,7 @@
 mod calls;
 mod efault;
 mod fuzz;
+mod restart;
 mod signals;
 mod startup;
 mod threads;

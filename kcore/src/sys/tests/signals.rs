@@ -5,13 +5,13 @@ use super::*;
 use crate::sys::signal::{self, Delivery, FaultInfo, UserRegs, sa};
 use crate::sys::uapi::Sigaction64;
 
-const HANDLER: u64 = TEXT + 0x100;
+pub(super) const HANDLER: u64 = TEXT + 0x100;
 const RESTORER: u64 = TEXT + 0x200;
 const SIGUSR1: u64 = 10;
 const SIGUSR2: u64 = 12;
 const SIGSEGV: u8 = 11;
 
-fn install(e: &mut Env, sig: u64, flags: u64, mask: u64) {
+pub(super) fn install(e: &mut Env, sig: u64, flags: u64, mask: u64) {
     let act = Sigaction64 {
         sa_handler: HANDLER,
         sa_flags: flags,
