@@ -51,18 +51,21 @@ fn signal_handlers_run_as_natively_with_glibc_and_musl() {
     assert_same_as_native(&programs, CMDLINE, TIMEOUT, &[]);
 }
 
-/// The restart checks of `restart.c`, as Linux answers them.
-const RESTART_LINES: [&str; 6] = [
+/// The restart and sigtimedwait checks of `restart.c`, as Linux answers them.
+const RESTART_LINES: [&str; 9] = [
     "futex (SA_RESTART): woken, handler ran 1 time(s)",
     "futex: EINTR, handler ran 1 time(s)",
     "timed futex (SA_RESTART): EINTR, handler ran 1 time(s)",
     "nanosleep (SA_RESTART): EINTR, handler ran 1 time(s)",
     "pause (SA_RESTART): EINTR, handler ran 1 time(s)",
+    "sigtimedwait, pending: 12, si_signo 12, si_code sent, si_pid ours",
+    "sigtimedwait, sent by a thread: 12, si_signo 12",
+    "sigtimedwait, nothing sent: -1, EAGAIN",
     "restart done",
 ];
 
 #[test]
-fn a_wait_a_handler_interrupts_is_restarted_or_eintr_as_natively() {
+fn interrupted_waits_and_sigtimedwait_end_as_natively() {
     let programs: Vec<Program> = [
         (CBuild::Glibc, "restart-glibc"),
         (CBuild::Musl, "restart-musl"),
@@ -81,7 +84,7 @@ fn a_wait_a_handler_interrupts_is_restarted_or_eintr_as_natively() {
     if !qemu_present() {
         return;
     }
-    assert_same_as_native(&programs, CMDLINE, TIMEOUT, &["futex"]);
+    assert_same_as_native(&programs, CMDLINE, TIMEOUT, &["futex", "rt_sigtimedwait"]);
 }
 
 fn go_threads() -> Program {

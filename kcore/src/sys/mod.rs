@@ -60,6 +60,7 @@ pub mod machine;
 pub mod process;
 pub mod restart;
 pub mod signal;
+pub mod sigwait;
 pub mod table;
 pub mod uapi;
 pub mod vma;

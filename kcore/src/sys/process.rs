@@ -127,6 +127,8 @@ pub struct Thread {
     /// The call it waits in (or waited in, until it is back in user
     /// mode), for the restart rules of [`super::restart`].
     pub interrupted: Option<super::restart::Interrupted>,
+    /// The `rt_sigtimedwait` it waits in.
+    pub sigwait: Option<super::sigwait::SigWait>,
 }
 
 impl Thread {
@@ -150,6 +152,7 @@ impl Thread {
                 size: 0,
             },
             interrupted: None,
+            sigwait: None,
         }
     }
 }

@@ -43,7 +43,7 @@ pub(crate) fn kind(call: Sys, args: &[u64; 6]) -> Restart {
         Read | Readv | Write | Writev | Pread64 | Pwrite64 | Preadv | Pwritev => {
             Restart::UnlessHandlerSaysNo
         }
-        Futex if matches!(args[1] & FUTEX_CMD, FUTEX_WAIT | FUTEX_WAIT_BITSET) => {
+        Futex | Futex64 if matches!(args[1] & FUTEX_CMD, FUTEX_WAIT | FUTEX_WAIT_BITSET) => {
             if args[3] == 0 {
                 Restart::UnlessHandlerSaysNo
             } else {

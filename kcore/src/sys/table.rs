@@ -38,6 +38,8 @@ pub enum Sys {
     Getitimer,
     Pause,
     RtSigsuspend,
+    RtSigtimedwait,
+    RtSigtimedwait64,
     ExitGroup,
     Faccessat,
     Faccessat2,
@@ -240,6 +242,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (120, Sys::Getresid),          // getresgid
     (121, Sys::Getpgid),           // getpgid
     (124, Sys::Getsid),            // getsid
+    (128, Sys::RtSigtimedwait),    // rt_sigtimedwait
     (130, Sys::RtSigsuspend),      // rt_sigsuspend
     (131, Sys::Sigaltstack),       // sigaltstack
     (140, Sys::Getpriority),       // getpriority
@@ -372,6 +375,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (173, Sys::RtSigreturn),       // rt_sigreturn
     (174, Sys::RtSigaction),       // rt_sigaction
     (175, Sys::RtSigprocmask),     // rt_sigprocmask
+    (177, Sys::RtSigtimedwait),    // rt_sigtimedwait
     (179, Sys::RtSigsuspend),      // rt_sigsuspend
     (180, Sys::Pread64),           // pread64
     (181, Sys::Pwrite64),          // pwrite64
@@ -443,6 +447,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (412, Sys::Utimensat64),       // utimensat_time64
     (413, Sys::Pselect6Time64),    // pselect6_time64
     (414, Sys::Ppoll64),           // ppoll_time64
+    (421, Sys::RtSigtimedwait64),  // rt_sigtimedwait_time64
     (422, Sys::Futex64),           // futex_time64
     (435, Sys::Clone3),            // clone3
     (439, Sys::Faccessat2),        // faccessat2

@@ -17,6 +17,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use critical_section::Mutex;
 use kcore::sys::restart as signal_restart;
 use kcore::sys::signal::{self, Delivery, UserRegs};
+use kcore::sys::sigwait;
 use kcore::sys::{
     self, Action, Area, AreaKind, AreaSet, Backing, Errno, FileData, LineEnd, Machine, Prot,
     Stream, System, TlsEntry,
@@ -417,6 +418,12 @@ fn put_regs(frame: &mut TrapFrame, r: &UserRegs) {
 pub fn signals_on_return(id: u8, frame: &mut TrapFrame) -> u64 {
     let d = with_machine(id, |m, p, t| {
         t.pending |= task::take_posted(id);
+        if t.sigwait.is_some() {
+            // An rt_sigtimedwait that a signal kept from waiting.
+            let mut regs = regs_of(frame);
+            sigwait::finish(m, p, t, &mut regs);
+            frame.rax = regs.gprs[0];
+        }
         let d = if signal::deliverable(p, t) == 0 {
             Delivery::Nothing
         } else {
@@ -453,8 +460,7 @@ pub fn signals_on_return(id: u8, frame: &mut TrapFrame) -> u64 {
 pub fn signals_before_run(id: u8) -> Option<Outcome> {
     let d = with_machine_fpu(id, |m, p, t, fpu| {
         t.pending |= task::take_posted(id);
-        let ready = signal::deliverable(p, t) != 0;
-        if !ready && t.interrupted.is_none() {
+        if signal::deliverable(p, t) == 0 && t.interrupted.is_none() && t.sigwait.is_none() {
             return Delivery::Nothing;
         }
         task::with_saved_frame(id, |frame| {
@@ -465,7 +471,9 @@ pub fn signals_before_run(id: u8) -> Option<Outcome> {
                 rflags: frame.rflags,
                 fpu: fpu.0,
             };
-            let d = if ready {
+            // An rt_sigtimedwait takes its signal before any handler runs.
+            sigwait::finish(m, p, t, &mut regs);
+            let d = if signal::deliverable(p, t) != 0 {
                 signal::deliver(m, p, t, &mut regs)
             } else {
                 Delivery::Nothing

@@ -7,6 +7,9 @@
  *  - the same wait without SA_RESTART fails with EINTR;
  *  - a futex wait with a timeout, nanosleep and pause fail with EINTR even
  *    under SA_RESTART.
+ * Then sigtimedwait: a blocked SIGUSR2 that is already pending is taken at
+ * once, one another thread sends is taken when it comes (with its
+ * siginfo), and a wait with nothing sent times out with EAGAIN.
  * One line per check, the same on every run.
  */
 #define _GNU_SOURCE
@@ -92,6 +95,38 @@ static void check(const char *what, int flags) {
            flags & SA_RESTART ? " (SA_RESTART)" : "", outcome(r, err), (int)handled);
 }
 
+/* Sends SIGUSR2 to the main thread after 30 ms. */
+static void *sender(void *arg) {
+    (void)arg;
+    sleep_ms(30);
+    pthread_kill(main_thread, SIGUSR2);
+    return 0;
+}
+
+static void sigwait_checks(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &set, 0);
+    siginfo_t info;
+    struct timespec ts = {5, 0};
+    raise(SIGUSR2);
+    int r = sigtimedwait(&set, &info, &ts);
+    printf("sigtimedwait, pending: %d, si_signo %d, si_code %s, si_pid %s\n", r, info.si_signo,
+           /* glibc reports the tgkill's SI_TKILL as SI_USER */
+           info.si_code == SI_TKILL || info.si_code == SI_USER ? "sent" : "other",
+           info.si_pid == getpid() ? "ours" : "other");
+    pthread_t t;
+    pthread_create(&t, 0, sender, 0);
+    memset(&info, 0, sizeof info);
+    r = sigtimedwait(&set, &info, &ts);
+    pthread_join(t, 0);
+    printf("sigtimedwait, sent by a thread: %d, si_signo %d\n", r, info.si_signo);
+    struct timespec short_ts = {0, 20000000};
+    r = sigtimedwait(&set, &info, &short_ts);
+    printf("sigtimedwait, nothing sent: %d, %s\n", r, r < 0 && errno == EAGAIN ? "EAGAIN" : "?");
+}
+
 int main(void) {
     main_thread = pthread_self();
     check("futex", SA_RESTART);
@@ -99,6 +134,7 @@ int main(void) {
     check("timed futex", SA_RESTART);
     check("nanosleep", SA_RESTART);
     check("pause", SA_RESTART);
+    sigwait_checks();
     puts("restart done");
     return 0;
 }

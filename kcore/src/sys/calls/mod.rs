@@ -8,7 +8,7 @@
 mod file;
 mod mem;
 pub(crate) mod task;
-mod time;
+pub(crate) mod time;
 
 use alloc::vec::Vec;
 
@@ -589,6 +589,8 @@ pub(crate) fn dispatch<M: Machine>(
         // Until a signal: the runtime ends the wait with EINTR.
         Pause => Ok(Action::Block),
         RtSigsuspend => task::rt_sigsuspend(c, a[0], a[1]),
+        RtSigtimedwait => task::rt_sigtimedwait(c, a, wide),
+        RtSigtimedwait64 => task::rt_sigtimedwait(c, a, true),
         ClockNanosleep => time::clock_nanosleep(c, int_arg(a[0]), a[1] as u32, a[2], wide),
         ClockNanosleep64 => time::clock_nanosleep(c, int_arg(a[0]), a[1] as u32, a[2], true),
         ClockGettime => ret(time::clock_gettime(c, int_arg(a[0]), a[1], wide)),

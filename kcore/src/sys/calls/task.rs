@@ -570,6 +570,53 @@ pub(crate) fn rt_sigsuspend<M: Machine>(
     Ok(Action::Block)
 }
 
+/// `rt_sigtimedwait(set, info, timeout, sigsetsize)` (and `_time64`, whose
+/// timespec is 64-bit in both ABIs): takes the lowest signal of `set` that
+/// is pending (the thread's own first, then the process's), fills `info`
+/// and returns its number. With none pending it waits, with `set`
+/// unblocked so that a signal of it wakes the thread, until one comes
+/// ([`super::super::sigwait::finish`] takes it then), another signal's
+/// handler interrupts it (`EINTR`) or `timeout` passes (`EAGAIN`).
+pub(crate) fn rt_sigtimedwait<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    a: [u64; 6],
+    wide_timespec: bool,
+) -> Result<Action, Errno> {
+    use super::super::sigwait::{self, SigWait};
+    let (set, info, timeout, setsize) = (a[0], a[1], a[2], a[3]);
+    if setsize != 8 {
+        return Err(Errno::EINVAL);
+    }
+    let set =
+        u64::from_le_bytes(c.read_array(set)?) & !((1 << (SIGKILL - 1)) | (1 << (SIGSTOP - 1)));
+    let deadline = if timeout == 0 {
+        None
+    } else {
+        let d = super::time::read_duration(c, timeout, wide_timespec)?;
+        Some(c.m.monotonic_ns().saturating_add(d))
+    };
+    if let Some(sig) = sigwait::take(c.p, c.t, set) {
+        sigwait::write_info(c.m, c.p, c.abi, info, sig)?;
+        return Ok(Action::Return(u64::from(sig)));
+    }
+    if deadline.is_some_and(|d| d <= c.m.monotonic_ns()) {
+        return Err(Errno::EAGAIN);
+    }
+    c.t.sigwait = Some(SigWait {
+        set,
+        info,
+        mask: c.t.sigmask,
+    });
+    c.t.sigmask &= !set;
+    Ok(match deadline {
+        None => Action::Block,
+        Some(until_ns) => Action::Sleep {
+            until_ns,
+            then: Errno::EAGAIN.to_return(),
+        },
+    })
+}
+
 /// Sends `sig` to the calling thread itself (0 sends nothing).
 fn raise_self<M: Machine>(c: &mut Ctx<'_, M>, sig: u64) -> Result<Action, Errno> {
     if sig > NSIG as u64 {

@@ -8,6 +8,7 @@ mod efault;
 mod fuzz;
 mod restart;
 mod signals;
+mod sigwait;
 mod startup;
 mod threads;
 
