@@ -172,11 +172,24 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
 }
 
 /// Sends a TaskExit record for every thread that ended since the last
-/// call (the stream knows it: its Task record went first).
+/// call (the stream knows it: its Task record went first), and lets its
+/// samples parked for `uregs=return` go.
 fn announce_ended_tasks() {
+    let mut ended: heapless::Vec<(u32, u32), { task::MAX_TASKS }> = heapless::Vec::new();
     task::take_unannounced_ends(|id, t| {
-        crate::stream::send_task_exit(crate::time::now_ns(), t.pid(), u32::from(id) + 1);
+        let tid = u32::from(id) + 1;
+        crate::sample::profile::release_parked(tid);
+        // Cannot fail: one entry a task.
+        let _ = ended.push((t.pid(), tid));
     });
+    if ended.is_empty() {
+        return;
+    }
+    // Its released samples go before its end.
+    crate::stream::drain::drain();
+    for (pid, tid) in ended {
+        crate::stream::send_task_exit(crate::time::now_ns(), pid, tid);
+    }
 }
 
 /// Sends a Task record for every thread the stream has not been told of:

@@ -71,7 +71,7 @@
 //! assert_eq!((regs.abi, regs.get(Reg::Ax), regs.get(Reg::Ip)), (Abi::Bits64, Some(7), Some(0x40_1234)));
 //! ```
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::drain::NmiRecord;
 use crate::event::{EventConfig, UserRegsMode, sample_type as st};
@@ -892,7 +892,11 @@ impl<'a> CallchainWriter<'a> {
 /// every parked sample is delivered or counted as lost by the ring.
 #[derive(Debug)]
 pub struct DeferredUserRegs<const P: usize> {
-    pending: Ring<NmiRecord, P>,
+    /// Two stores: NMIs park into the active one; [`complete`](Self::complete)
+    /// moves what it keeps into the other (always empty between calls) and
+    /// makes that one active.
+    stores: [Ring<NmiRecord, P>; 2],
+    active: AtomicUsize,
     exit_window: AtomicBool,
 }
 
@@ -906,9 +910,14 @@ impl<const P: usize> DeferredUserRegs<P> {
     /// An empty store.
     pub const fn new() -> Self {
         DeferredUserRegs {
-            pending: Ring::new_filled(),
+            stores: [Ring::new_filled(), Ring::new_filled()],
+            active: AtomicUsize::new(0),
             exit_window: AtomicBool::new(false),
         }
+    }
+
+    fn parked(&self) -> &Ring<NmiRecord, P> {
+        &self.stores[self.active.load(Ordering::Acquire) & 1]
     }
 
     /// NMI path: parks the sample `fill` writes (header words, runtime
@@ -923,11 +932,12 @@ impl<const P: usize> DeferredUserRegs<P> {
         if self.exit_window.load(Ordering::Acquire) {
             return false;
         }
-        if self.pending.push_with(|rec| fill(rec.sample_mut())) {
+        let store = self.parked();
+        if store.push_with(|rec| fill(rec.sample_mut())) {
             return true;
         }
         // Full: the caller queues the sample itself, so nothing is lost here.
-        let _ = self.pending.take_lost();
+        let _ = store.take_lost();
         false
     }
 
@@ -948,21 +958,21 @@ impl<const P: usize> DeferredUserRegs<P> {
 
     /// Samples parked now.
     pub fn len(&self) -> usize {
-        self.pending.len()
+        self.parked().len()
     }
 
     /// True when nothing is parked.
     pub fn is_empty(&self) -> bool {
-        self.pending.is_empty()
+        self.parked().is_empty()
     }
 
     /// Return path, step 2: task `tid` returns to user mode with `frame`
     /// (complete: it is what the `iretq` restores; `compat` when it is
     /// 32-bit code). Every parked sample of `tid` gets that frame as its
-    /// user registers ([`raw_flags::RETURN_USER`]); a parked sample of
-    /// another task (which blocked or exited without returning) gets
-    /// ABI_NONE. Each goes to `ring`, which counts it as lost when full.
-    /// Returns how many samples left the store.
+    /// user registers ([`raw_flags::RETURN_USER`]) and goes to `ring`,
+    /// which counts it as lost when full. The samples of other tasks (a
+    /// thread that blocked in a system call) stay parked for their own
+    /// return. Returns how many samples left the store.
     pub fn complete<const R: usize>(
         &self,
         tid: u32,
@@ -970,36 +980,73 @@ impl<const P: usize> DeferredUserRegs<P> {
         compat: bool,
         ring: &Ring<NmiRecord, R>,
     ) -> usize {
-        let mut n = 0;
-        while self
-            .pending
-            .pop_with(|parked| {
-                ring.push_with(|slot| {
-                    slot.clone_from(parked);
-                    let r = slot.sample_mut();
-                    r.flags &=
-                        !(raw_flags::SAVED_USER | raw_flags::RETURN_USER | raw_flags::USER_COMPAT);
-                    if r.tid == tid {
-                        r.user = *frame;
-                        r.flags |= raw_flags::RETURN_USER;
-                        if compat {
-                            r.flags |= raw_flags::USER_COMPAT;
-                        }
-                    }
-                });
-            })
-            .is_some()
-        {
-            n += 1;
-        }
-        n
+        self.sort(ring, |t| {
+            if t == tid {
+                Some(Some((frame, compat)))
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Task `tid` will never return to user mode (it ended): its parked
+    /// samples go to `ring` with ABI_NONE user registers. Called inside
+    /// the exit window (NMIs do not park meanwhile). Returns how many.
+    pub fn release<const R: usize>(&self, tid: u32, ring: &Ring<NmiRecord, R>) -> usize {
+        self.sort(ring, |t| if t == tid { Some(None) } else { None })
     }
 
     /// No task will return to user mode (the run ends): moves every parked
     /// sample to `ring` with ABI_NONE user registers. Returns how many.
     pub fn abandon<const R: usize>(&self, ring: &Ring<NmiRecord, R>) -> usize {
-        // No tid is 0 in a sample the runtime parks (tids start at 1).
-        self.complete(0, &RawFrame::ZERO, false, ring)
+        self.sort(ring, |_| Some(None))
+    }
+
+    /// Moves every parked sample for which `verdict(tid)` says
+    /// `Some(regs)` to `ring` (with `regs` as its user registers, or
+    /// ABI_NONE), and keeps the others parked, in order, in the other
+    /// store, which becomes the active one. Only outside NMI parking (the
+    /// exit window, or the end of the run).
+    fn sort<'f, const R: usize>(
+        &self,
+        ring: &Ring<NmiRecord, R>,
+        verdict: impl Fn(u32) -> Option<Option<(&'f RawFrame, bool)>>,
+    ) -> usize {
+        let from = self.active.load(Ordering::Acquire) & 1;
+        let (src, keep) = (&self.stores[from], &self.stores[from ^ 1]);
+        let mut n = 0;
+        let mut kept = false;
+        while src
+            .pop_with(|parked| match verdict(parked.sample_mut().tid) {
+                Some(regs) => {
+                    n += 1;
+                    ring.push_with(|slot| {
+                        slot.clone_from(parked);
+                        let r = slot.sample_mut();
+                        r.flags &= !(raw_flags::SAVED_USER
+                            | raw_flags::RETURN_USER
+                            | raw_flags::USER_COMPAT);
+                        if let Some((frame, compat)) = regs {
+                            r.user = *frame;
+                            r.flags |= raw_flags::RETURN_USER;
+                            if compat {
+                                r.flags |= raw_flags::USER_COMPAT;
+                            }
+                        }
+                    });
+                }
+                None => {
+                    kept = true;
+                    // Cannot fail: `keep` is empty and as large as `src`.
+                    let _ = keep.push_with(|slot| slot.clone_from(parked));
+                }
+            })
+            .is_some()
+        {}
+        if kept {
+            self.active.store(from ^ 1, Ordering::Release);
+        }
+        n
     }
 }
 

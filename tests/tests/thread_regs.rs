@@ -81,3 +81,121 @@ fn each_threads_samples_hold_its_own_registers_and_tid() {
     }
     assert_ne!(tids[&'a'], tids[&'b'], "the threads have their own tids");
 }
+
+/// Where each thread's `tregs_X_yield` lies in the program.
+fn yield_ranges(exe: &std::path::Path) -> BTreeMap<char, std::ops::Range<u64>> {
+    use object::{Object, ObjectSymbol};
+    let data = std::fs::read(exe).expect("read tregs");
+    let file = object::File::parse(&*data).expect("tregs parses");
+    let mut out = BTreeMap::new();
+    for s in file.symbols() {
+        let thread = match s.name() {
+            Ok("tregs_a_yield") => 'a',
+            Ok("tregs_b_yield") => 'b',
+            _ => continue,
+        };
+        out.insert(thread, s.address()..s.address() + s.size());
+    }
+    assert_eq!(out.len(), 2, "both yields in tregs: {out:?}");
+    out
+}
+
+/// `uregs=return` per thread: a sample taken in the runtime while a thread
+/// is in its `sched_yield` gets the registers of that thread's own return
+/// from it (its patterns, RAX the result 0, RCX the return address), even
+/// though the yield runs the other thread first and that one returns to
+/// user mode before it. Never the other thread's registers, and (but for
+/// the odd sample in an exit window or at a thread's start) never
+/// ABI_NONE.
+#[test]
+fn uregs_return_gives_each_threads_runtime_samples_its_own_return() {
+    if !qemu_and_perf_present() {
+        return;
+    }
+    let exe = c_program_with("tregs", CBuild::Glibc, &["-pthread"], "");
+    let yields = yield_ranges(&exe);
+    let rec = record(&[
+        "--freq",
+        "20000",
+        "--boot-arg",
+        "uregs=return",
+        "--",
+        exe.to_str().expect("a UTF-8 path"),
+        "yield",
+    ]);
+    assert_eq!(rec.status, Some(0), "perch record failed:\n{}", rec.stderr);
+    assert!(rec.stdout.contains("tregs done"), "{}", rec.stdout);
+    let script = run_perf(&rec, &["script", "-G", "-F", "tid,ip,sym,uregs"], &[]);
+    // Runtime samples (user registers in the uregs): (tid, registers).
+    let mut runtime: Vec<(u32, BTreeMap<&str, u64>, &str)> = Vec::new();
+    let mut abi_none: BTreeMap<u32, usize> = BTreeMap::new();
+    for line in script.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let Some(tid) = f.first().and_then(|t| t.parse::<u32>().ok()) else {
+            continue;
+        };
+        if f.iter().any(|w| w.starts_with("tregs_")) {
+            continue; // a user-mode sample: its registers are the interrupt frame
+        }
+        if !f.iter().any(|w| w.starts_with("IP:")) {
+            // ABI_NONE: perf prints no user registers.
+            *abi_none.entry(tid).or_default() += 1;
+            continue;
+        }
+        let regs: BTreeMap<&str, u64> = f
+            .iter()
+            .filter_map(|w| w.split_once(':'))
+            .filter_map(|(r, v)| {
+                Some((r, u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()?))
+            })
+            .collect();
+        runtime.push((tid, regs, line));
+    }
+    // A thread's runtime samples return into its own yield, so its tid is
+    // the one whose samples return there.
+    let mut tid_of: BTreeMap<u32, char> = BTreeMap::new();
+    let mut exact = 0;
+    for (tid, regs, line) in &runtime {
+        let ip = regs.get("IP").copied().unwrap_or(0);
+        let Some((&thread, _)) = yields.iter().find(|(_, r)| r.contains(&ip)) else {
+            continue; // a call of the thread's start or end, not its yield
+        };
+        let old = tid_of.insert(*tid, thread);
+        assert!(
+            old.is_none() || old == Some(thread),
+            "tid {tid} returns into both yields: {line}"
+        );
+        let mut matched = 0;
+        for (reg, value) in regs {
+            if let Some(want) = pattern(thread, reg)
+                && *reg != "AX"
+                && *reg != "R11"
+            {
+                assert_eq!(*value, want, "thread {thread}: {reg} in {line}");
+                matched += 1;
+            }
+        }
+        assert_eq!(matched, 12, "every pattern register in {line}");
+        assert_eq!(regs.get("AX"), Some(&0), "sched_yield's result in {line}");
+        assert_eq!(
+            regs.get("CX"),
+            regs.get("IP"),
+            "RCX is the return address: {line}"
+        );
+        exact += 1;
+    }
+    assert_eq!(tid_of.len(), 2, "a tid per thread: {tid_of:?}");
+    let none: usize = tid_of
+        .keys()
+        .map(|t| abi_none.get(t).copied().unwrap_or(0))
+        .sum();
+    eprintln!("{exact} runtime samples with their thread's return registers, {none} ABI_NONE");
+    assert!(
+        exact >= 100,
+        "too few runtime samples with their thread's return registers: {exact} ({none} ABI_NONE)"
+    );
+    assert!(
+        none * 4 <= exact,
+        "{none} runtime samples of the spinners said ABI_NONE against {exact} with registers"
+    );
+}

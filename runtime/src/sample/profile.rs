@@ -1078,6 +1078,19 @@ pub extern "C" fn on_return(frame: &TrapFrame) {
     PARKED.complete(tid, &user, compat, &RING);
 }
 
+/// Thread `tid` ended and will never return to user mode: its samples
+/// parked for `uregs=return` go to the ring with ABI_NONE user registers,
+/// and stop taking room from the other threads'. From the scheduler loop.
+pub fn release_parked(tid: u32) {
+    if !AT_RETURN.load(Ordering::Relaxed) {
+        return;
+    }
+    // Not in a return path: NMIs may park again once it is done.
+    PARKED.enter_exit_window();
+    PARKED.release(tid, &RING);
+    PARKED.leave_exit_window();
+}
+
 /// The entry path, once the user frame is saved: NMIs may park again.
 #[inline]
 pub fn on_entry_from_user() {

@@ -376,16 +376,50 @@ fn return_to_user_mode_completes_parked_samples() {
     let out = pop_samples(&ring, &e);
     assert_regs_from(out[0].regs_user.as_ref().unwrap(), &ret32, Abi::Bits32);
 
-    // Another task's return never lends its registers: task 1 blocked,
-    // task 3 returns, task 1's sample says ABI_NONE.
+    // Another task's return never lends its registers: thread 1 blocked
+    // in its system call while thread 3 ran and returned; thread 1's
+    // samples wait for its own return, in order, with what was parked
+    // after the switch.
+    let mut k1 = kernel_record(1, &k);
+    let mut k3 = kernel_record(3, &k);
+    assert!(store.park_with(&mut k1));
+    assert!(store.park_with(&mut k3));
+    store.enter_exit_window();
+    assert_eq!(
+        store.complete(3, &RawFrame::from_regfile(&ret32.regs), true, &ring),
+        1
+    );
+    store.leave_exit_window();
+    assert_eq!(store.len(), 1, "thread 1's sample is still parked");
+    let out = pop_samples(&ring, &e);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].tid, 3);
+    assert!(store.park_with(&mut k1), "room again after the switch");
+    store.enter_exit_window();
+    assert_eq!(
+        store.complete(1, &RawFrame::from_regfile(&ret.regs), false, &ring),
+        2
+    );
+    store.leave_exit_window();
+    let out = pop_samples(&ring, &e);
+    assert_eq!(out.len(), 2);
+    for s in &out {
+        assert_eq!(s.tid, 1);
+        assert_regs_from(s.regs_user.as_ref().unwrap(), &ret, Abi::Bits64);
+    }
+
+    // A thread that ended never returns: its samples go without registers,
+    // the others stay.
+    assert!(store.park_with(&mut kernel_record(5, &k)));
     assert!(store.park_with(&mut kernel_record(1, &k)));
-    store.complete(3, &RawFrame::from_regfile(&ret.regs), false, &ring);
+    store.enter_exit_window();
+    assert_eq!(store.release(5, &ring), 1);
+    store.leave_exit_window();
     let out = pop_samples(&ring, &e);
     let u = out[0].regs_user.as_ref().unwrap();
-    assert_eq!((u.abi, u.values.len()), (Abi::None, 0));
+    assert_eq!((out[0].tid, u.abi, u.values.len()), (5, Abi::None, 0));
 
     // At the end of the run parked samples go to the ring without registers.
-    assert!(store.park_with(&mut kernel_record(1, &k)));
     assert_eq!(store.abandon(&ring), 1);
     let out = pop_samples(&ring, &e);
     assert_eq!(out[0].regs_user.as_ref().unwrap().abi, Abi::None);

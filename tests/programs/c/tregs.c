@@ -6,10 +6,17 @@
  * 0xa2a2.. in RBX and so on up to 0xaeae.. in R15 (RCX skipped, RSP not
  * counted); thread B holds 0xb1b1.. to 0xbebe... Each spins 200 rounds
  * of 50,000 iterations, yielding between rounds (the yield's SYSCALL
- * clobbers R11 and RCX; the next round loads them again).
+ * clobbers R11 and RCX; the next round loads them again). With the
+ * argument `yield` each does 20,000 rounds of one iteration: it mostly
+ * yields, so most samples land in the runtime, inside a thread's yield.
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
+
+/* Rounds per thread, and spin iterations per round. */
+long tregs_rounds = 200;
+long tregs_spins = 50000;
 
 #define SPINNER(name, p)                                                      \
 	__asm__(".intel_syntax noprefix\n"                                        \
@@ -18,7 +25,7 @@
 		".globl " #name "\n"                                          \
 		".type " #name ", @function\n" #name ":\n"                     \
 		"push rbx\npush rbp\npush r12\npush r13\npush r14\npush r15\n" \
-		"push 200\n"                                                  \
+		"push qword ptr [rip + tregs_rounds]\n"                       \
 		"1:\n"                                                        \
 		"movabs rax, 0x" p "1" p "1" p "1" p "1" p "1" p "1" p "1" p "1\n" \
 		"movabs rbx, 0x" p "2" p "2" p "2" p "2" p "2" p "2" p "2" p "2\n" \
@@ -34,7 +41,7 @@
 		"movabs r13, 0x" p "d" p "d" p "d" p "d" p "d" p "d" p "d" p "d\n" \
 		"movabs r14, 0x" p "e" p "e" p "e" p "e" p "e" p "e" p "e" p "e\n" \
 		"movabs r15, 0x" p "f" p "f" p "f" p "f" p "f" p "f" p "f" p "f\n" \
-		"mov ecx, 50000\n"                                            \
+		"mov rcx, qword ptr [rip + tregs_spins]\n"                    \
 		".size " #name ", . - " #name "\n"                            \
 		".globl " #name "_spin\n"                                     \
 		".type " #name "_spin, @function\n" #name "_spin:\n"          \
@@ -66,9 +73,13 @@ static void *run(void *spin)
 	return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	pthread_t a, b;
+	if (argc > 1 && strcmp(argv[1], "yield") == 0) {
+		tregs_rounds = 20000;
+		tregs_spins = 1;
+	}
 	pthread_create(&a, 0, run, (void *)tregs_a);
 	pthread_create(&b, 0, run, (void *)tregs_b);
 	pthread_join(a, 0);
