@@ -1,7 +1,8 @@
 //! Signals and Go under the runtime: a C program whose handlers run as on
 //! Linux (SIGALRM from setitimer, a SIGSEGV handler that siglongjmps out,
 //! tgkill to another thread, a handler on a sigaltstack, sigsuspend),
-//! built with glibc and musl; and a Go program, whose runtime starts OS
+//! built with glibc and musl, and with glibc for i386 (its handlers get
+//! Linux's ia32 frames); and a Go program, whose runtime starts OS
 //! threads and preempts goroutines with signals, run and profiled thread
 //! by thread.
 #![forbid(unsafe_code)]
@@ -37,10 +38,11 @@ fn assert_native_signals_work(p: &Program) {
 }
 
 #[test]
-fn signal_handlers_run_as_natively_with_glibc_and_musl() {
+fn signal_handlers_run_as_natively_with_glibc_musl_and_i386_glibc() {
     let programs = [
         signals(CBuild::Glibc, "signals-glibc"),
         signals(CBuild::Musl, "signals-musl"),
+        signals(CBuild::Glibc32, "signals-glibc32"),
     ];
     for p in &programs {
         assert_native_signals_work(p);
