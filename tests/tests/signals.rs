@@ -1,6 +1,7 @@
 //! Signals and Go under the runtime: a C program whose handlers run as on
 //! Linux (SIGALRM from setitimer, a SIGSEGV handler that siglongjmps out,
-//! tgkill to another thread, a handler on a sigaltstack, sigsuspend),
+//! tgkill to another thread, a handler on a sigaltstack, sigsuspend, a
+//! SA_SIGINFO handler that returns),
 //! built with glibc and musl, and with glibc for i386 (its handlers get
 //! Linux's ia32 frames); and a Go program, whose runtime starts OS
 //! threads and preempts goroutines with signals, run and profiled thread
@@ -31,6 +32,8 @@ fn assert_native_signals_work(p: &Program) {
         "SIGUSR1 on the sigaltstack: yes",
         "SIGUSR2 while blocked: 0",
         "SIGUSR2 after sigsuspend: 1",
+        "SA_SIGINFO handler returned: info right, saved mask right, stack aligned",
+        "mask after it: SIGUSR2 blocked, SIGWINCH unblocked",
         "signals done",
     ] {
         assert!(out.contains(line), "native run lacks {line:?}:\n{out}");
