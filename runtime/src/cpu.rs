@@ -249,9 +249,11 @@ pub fn set_tls_slot(i: usize, descriptor: u64) {
     }
 }
 
-/// True when `sel` may be loaded into FS or GS for ring 3 without faulting:
-/// the null selector, the user data selector, or a TLS slot whose
-/// descriptor is present.
+/// True when `sel` may be loaded into DS, ES, FS or GS for ring 3 without
+/// faulting: the null selector, the user data selector, or a TLS slot whose
+/// descriptor is a present data segment or readable code segment (an
+/// execute-only code segment, which `set_thread_area` may install, would
+/// fault the load in ring 0).
 fn loadable(sel: u16, tls: &[u64; gdt::TLS_SLOTS]) -> bool {
     if sel & !3 == 0 {
         return true;
@@ -259,7 +261,14 @@ fn loadable(sel: u16, tls: &[u64; gdt::TLS_SLOTS]) -> bool {
     if sel == gdt::USER_DATA {
         return true;
     }
-    (0..gdt::TLS_SLOTS).any(|i| sel == gdt::tls_selector(i) && tls[i] & (1 << 47) != 0)
+    (0..gdt::TLS_SLOTS).any(|i| {
+        let d = tls[i];
+        let present = d & (1 << 47) != 0;
+        let segment = d & (1 << 44) != 0;
+        let code = d & (1 << 43) != 0;
+        let readable = d & (1 << 41) != 0;
+        sel == gdt::tls_selector(i) && present && segment && (!code || readable)
+    })
 }
 
 /// True when `sel`, a ring-3 SS the CPU accepted when it was loaded, may be
