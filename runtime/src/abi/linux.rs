@@ -404,9 +404,12 @@ fn regs_of(frame: &TrapFrame) -> UserRegs {
 
 /// The selectors of a thread whose user frame is `frame` and whose FS and
 /// GS are `fs` and `gs` (DS and ES are live: the runtime never switches
-/// them).
+/// them; the kernel data selector the boot left there reads as null, what
+/// the first return to ring 3 made of it).
 fn selectors(frame: &TrapFrame, fs: u16, gs: u16) -> signal::Selectors {
+    let user = |s: u16| if s & 3 == 3 { s } else { 0 };
     let (ds, es) = crate::cpu::data_selectors();
+    let (ds, es) = (user(ds), user(es));
     signal::Selectors {
         cs: frame.cs as u16,
         ss: frame.ss as u16,
@@ -437,15 +440,14 @@ fn put_selectors(
     segs: &mut crate::cpu::UserSegments,
     seg: &signal::Selectors,
 ) {
-    if frame.cs as u16 != arch_x86::gdt::USER_CODE32 {
+    // An ia32 frame's entry or sigreturn leaves the user 32-bit code
+    // selector (whatever mode the thread was in); kcore checked SS: the
+    // user data selector or a TLS slot (which `syscall` checks again).
+    if seg.cs != arch_x86::gdt::USER_CODE32 || seg.ss & 3 != 3 {
         return;
     }
-    // kcore checked both: the user 32-bit code selector, and the user
-    // data selector or a TLS slot (which `syscall` checks again).
-    if seg.cs == arch_x86::gdt::USER_CODE32 && seg.ss & 3 == 3 {
-        frame.cs = u64::from(seg.cs);
-        frame.ss = u64::from(seg.ss);
-    }
+    frame.cs = u64::from(seg.cs);
+    frame.ss = u64::from(seg.ss);
     crate::cpu::reload_user_selectors([seg.ds, seg.es, seg.fs, seg.gs], &segs.tls);
     (segs.fs, segs.gs) = crate::cpu::saved_selectors();
 }
