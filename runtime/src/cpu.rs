@@ -197,6 +197,46 @@ pub fn saved_selectors() -> (u16, u16) {
     (fs, gs)
 }
 
+/// Reads the DS and ES selectors the running process left loaded (the
+/// runtime never loads them after boot, so they are the process's).
+pub fn data_selectors() -> (u16, u16) {
+    let (ds, es): (u16, u16);
+    // SAFETY: reading segment registers has no side effects.
+    unsafe {
+        core::arch::asm!("mov {0:x}, ds", "mov {1:x}, es", out(reg) ds, out(reg) es,
+            options(nomem, nostack, preserves_flags))
+    };
+    (ds, es)
+}
+
+/// Loads the process's DS, ES, FS and GS (in that order) where they differ
+/// from what is loaded, as Linux's ia32 sigreturn reloads them: a selector
+/// that names no usable descriptor (see [`loadable`]) becomes the null
+/// one, as Linux's fixup of a faulting segment load makes it. Only for
+/// compat processes: an FS load resets the FS base.
+pub fn reload_user_selectors(sel: [u16; 4], tls: &[u64; gdt::TLS_SLOTS]) {
+    let [ds, es, fs, gs] = sel.map(|s| if loadable(s, tls) { s } else { 0 });
+    let (cur_ds, cur_es) = data_selectors();
+    let (cur_fs, cur_gs) = saved_selectors();
+    // SAFETY: every selector is null or names a present ring-3 data
+    // descriptor (checked above), so the loads cannot fault; the runtime
+    // itself never uses DS, ES, FS or GS in 64-bit mode.
+    unsafe {
+        if ds != cur_ds {
+            core::arch::asm!("mov ds, {0:x}", in(reg) ds, options(nomem, nostack, preserves_flags));
+        }
+        if es != cur_es {
+            core::arch::asm!("mov es, {0:x}", in(reg) es, options(nomem, nostack, preserves_flags));
+        }
+        if fs != cur_fs {
+            core::arch::asm!("mov fs, {0:x}", in(reg) fs, options(nomem, nostack, preserves_flags));
+        }
+        if gs != cur_gs {
+            core::arch::asm!("mov gs, {0:x}", in(reg) gs, options(nomem, nostack, preserves_flags));
+        }
+    }
+}
+
 /// Writes TLS slot `i`'s descriptor.
 pub fn set_tls_slot(i: usize, descriptor: u64) {
     if i < gdt::TLS_SLOTS {
@@ -209,9 +249,11 @@ pub fn set_tls_slot(i: usize, descriptor: u64) {
     }
 }
 
-/// True when `sel` may be loaded into FS or GS for ring 3 without faulting:
-/// the null selector, the user data selector, or a TLS slot whose
-/// descriptor is present.
+/// True when `sel` may be loaded into DS, ES, FS or GS for ring 3 without
+/// faulting: the null selector, the user data selector, or a TLS slot whose
+/// descriptor is a present data segment or readable code segment (an
+/// execute-only code segment, which `set_thread_area` may install, would
+/// fault the load in ring 0).
 fn loadable(sel: u16, tls: &[u64; gdt::TLS_SLOTS]) -> bool {
     if sel & !3 == 0 {
         return true;
@@ -219,7 +261,14 @@ fn loadable(sel: u16, tls: &[u64; gdt::TLS_SLOTS]) -> bool {
     if sel == gdt::USER_DATA {
         return true;
     }
-    (0..gdt::TLS_SLOTS).any(|i| sel == gdt::tls_selector(i) && tls[i] & (1 << 47) != 0)
+    (0..gdt::TLS_SLOTS).any(|i| {
+        let d = tls[i];
+        let present = d & (1 << 47) != 0;
+        let segment = d & (1 << 44) != 0;
+        let code = d & (1 << 43) != 0;
+        let readable = d & (1 << 41) != 0;
+        sel == gdt::tls_selector(i) && present && segment && (!code || readable)
+    })
 }
 
 /// True when `sel`, a ring-3 SS the CPU accepted when it was loaded, may be

@@ -345,13 +345,16 @@ fn data_and_exhaustion() -> Vec<Attack> {
 
 /// i386 TLS segments (set_thread_area) loaded into SS or FS, then made not
 /// present (refused: EINVAL, as Linux) or deleted while loaded (the return to
-/// user mode or the next FS reload meets a null descriptor).
+/// user mode or the next FS reload meets a null descriptor); and a deleted
+/// one named as GS by the sigcontext a handler returns (rt_sigreturn loads
+/// null, as Linux).
 fn tls_segments() -> Vec<Attack> {
     vec![
         attack(A32, "tls-ss", None, Want::Exit0),
         attack(A32, "tls-fs", None, Want::Exit0),
         attack(A32, "tls-ss-clear", None, Want::GeneralProtection),
         attack(A32, "tls-fs-clear", None, Want::Exit0),
+        attack(A32, "gs-empty-tls", None, Want::Exit0),
     ]
 }
 

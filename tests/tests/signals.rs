@@ -1,7 +1,9 @@
 //! Signals and Go under the runtime: a C program whose handlers run as on
 //! Linux (SIGALRM from setitimer, a SIGSEGV handler that siglongjmps out,
-//! tgkill to another thread, a handler on a sigaltstack, sigsuspend),
-//! built with glibc and musl; and a Go program, whose runtime starts OS
+//! tgkill to another thread, a handler on a sigaltstack, sigsuspend, a
+//! SA_SIGINFO handler that returns),
+//! built with glibc and musl, and with glibc for i386 (its handlers get
+//! Linux's ia32 frames); and a Go program, whose runtime starts OS
 //! threads and preempts goroutines with signals, run and profiled thread
 //! by thread.
 #![forbid(unsafe_code)]
@@ -30,6 +32,8 @@ fn assert_native_signals_work(p: &Program) {
         "SIGUSR1 on the sigaltstack: yes",
         "SIGUSR2 while blocked: 0",
         "SIGUSR2 after sigsuspend: 1",
+        "SA_SIGINFO handler returned: info right, saved mask right, stack aligned",
+        "mask after it: SIGUSR2 blocked, SIGWINCH unblocked",
         "signals done",
     ] {
         assert!(out.contains(line), "native run lacks {line:?}:\n{out}");
@@ -37,10 +41,11 @@ fn assert_native_signals_work(p: &Program) {
 }
 
 #[test]
-fn signal_handlers_run_as_natively_with_glibc_and_musl() {
+fn signal_handlers_run_as_natively_with_glibc_musl_and_i386_glibc() {
     let programs = [
         signals(CBuild::Glibc, "signals-glibc"),
         signals(CBuild::Musl, "signals-musl"),
+        signals(CBuild::Glibc32, "signals-glibc32"),
     ];
     for p in &programs {
         assert_native_signals_work(p);
@@ -68,6 +73,7 @@ const RESTART_LINES: [&str; 9] = [
 fn interrupted_waits_and_sigtimedwait_end_as_natively() {
     let programs: Vec<Program> = [
         (CBuild::Glibc, "restart-glibc"),
+        (CBuild::Glibc32, "restart-glibc32"),
         (CBuild::Musl, "restart-musl"),
     ]
     .into_iter()

@@ -144,10 +144,12 @@ pub enum Action {
     /// [`new_thread`], and returns the tid to the caller, or `-EAGAIN`
     /// when it has no room.
     Clone(CloneArgs),
-    /// `rt_sigreturn` of a 64-bit process: the runtime restores the
-    /// thread's registers from its signal frame with
-    /// [`signal::sigreturn`].
+    /// `rt_sigreturn`: the runtime restores the thread's registers from
+    /// its signal frame with [`signal::sigreturn`].
     SigReturn,
+    /// The i386 `sigreturn` (119): the runtime restores the thread's
+    /// registers from its `sigframe_ia32` with [`signal::old_sigreturn`].
+    OldSigReturn,
     /// `exit` of one thread of several: the thread ends (its
     /// `clear_child_tid` was cleared and woken, its robust futexes
     /// released), the process goes on.

@@ -56,12 +56,13 @@ pub(crate) fn kind(call: Sys, args: &[u64; 6]) -> Restart {
     }
 }
 
-/// `-EINTR` as the call's ABI returns it in `rax`.
-fn eintr(abi: Abi) -> u64 {
+/// Whether `rax` holds `-EINTR` as the call's ABI reads it (an i386
+/// process sees only `eax`).
+fn is_eintr(abi: Abi, rax: u64) -> bool {
     let v = (-4i64) as u64;
     match abi {
-        Abi::X86_64 => v,
-        Abi::I386 => v & 0xffff_ffff,
+        Abi::X86_64 => rax == v,
+        Abi::I386 => rax & 0xffff_ffff == v & 0xffff_ffff,
     }
 }
 
@@ -75,7 +76,7 @@ pub fn finish(t: &mut Thread, abi: Abi, regs: &mut UserRegs, handler: Option<u64
     let Some(i) = t.interrupted.take() else {
         return;
     };
-    if regs.gprs[0] != eintr(abi) {
+    if !is_eintr(abi, regs.gprs[0]) {
         // The wait ended by itself (woken, timed out).
         return;
     }

@@ -1,8 +1,9 @@
-//! Signal delivery for 64-bit processes: choosing the next signal a
-//! thread takes, its default action, the `rt_sigframe` Linux builds on the
-//! user stack (`arch/x86/kernel/signal_64.c`: the return address, a
-//! `ucontext` with the saved registers, a `siginfo`, and the FXSAVE image),
-//! and `rt_sigreturn`, which restores all of it after checking what a
+//! Signal delivery: choosing the next signal a thread takes, its default
+//! action, the `rt_sigframe` Linux builds on the user stack of a 64-bit
+//! process (`arch/x86/kernel/signal_64.c`: the return address, a
+//! `ucontext` with the saved registers, a `siginfo`, and the FXSAVE image)
+//! or the ia32 frames of an i386 one ([`ia32`]), and `rt_sigreturn` (and
+//! i386 `sigreturn`), which restore all of it after checking what a
 //! hostile program could have forged.
 //!
 //! The runtime hands the thread's user registers over as [`UserRegs`] (at a
@@ -13,6 +14,26 @@
 use super::Abi;
 use super::machine::Machine;
 use super::process::{AltStack, Process, Thread};
+
+mod ia32;
+
+/// The segment selectors of a thread in user mode (i386 frames save and
+/// restore them; 64-bit frames ignore them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Selectors {
+    /// CS.
+    pub cs: u16,
+    /// SS.
+    pub ss: u16,
+    /// DS.
+    pub ds: u16,
+    /// ES.
+    pub es: u16,
+    /// FS.
+    pub fs: u16,
+    /// GS.
+    pub gs: u16,
+}
 
 /// The user registers the runtime saves at an entry, in `TrapFrame` terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +49,8 @@ pub struct UserRegs {
     pub rflags: u64,
     /// The x87/SSE state (FXSAVE image).
     pub fpu: [u8; 512],
+    /// The segment selectors.
+    pub seg: Selectors,
 }
 
 const RAX: usize = 0;
@@ -147,8 +170,8 @@ fn sas_flags(alt: &AltStack, sp: u64) -> u32 {
 /// Takes the next signal thread `t` can take (the lowest deliverable one):
 /// ignored ones are dropped, a default action that ends the process is
 /// returned as [`Delivery::Kill`], and a handler gets its frame built on
-/// the user stack with `regs` set to enter it. 64-bit processes only: an
-/// i386 process with a handler is ended with a reason.
+/// the user stack with `regs` set to enter it (an ia32 frame for an i386
+/// process).
 pub fn deliver<M: Machine>(
     m: &mut M,
     p: &mut Process,
@@ -236,12 +259,6 @@ fn take<M: Machine>(
         }
         _ => {}
     }
-    if p.abi == Abi::I386 {
-        return Delivery::Kill {
-            signal: sig,
-            reason: "a handler of a 32-bit process (signal delivery is 64-bit only)",
-        };
-    }
     if action.flags & sa::RESTORER == 0 {
         return Delivery::Kill {
             signal: sig,
@@ -256,20 +273,27 @@ fn take<M: Machine>(
         info,
         old_mask,
     };
-    let Some(frame) = build_frame(m, p, t, regs, &what) else {
+    let entered = if p.abi == Abi::I386 {
+        ia32::setup_frame(m, p, t, regs, &what)
+    } else {
+        build_frame(m, p, t, regs, &what).map(|frame| {
+            // Enter the handler: (sig, &info, &uc), the restorer as its
+            // return address.
+            regs.gprs[RDI] = u64::from(sig);
+            regs.gprs[RSI] = frame + INFO_OFFSET;
+            regs.gprs[RDX] = frame + UC_OFFSET;
+            regs.gprs[RAX] = 0;
+            regs.rsp = frame;
+            regs.rip = action.handler;
+        })
+    };
+    if entered.is_none() {
         return Delivery::Kill {
             signal: 11,
             reason: "no room for a signal frame on its stack",
         };
-    };
-    // Enter the handler: (sig, &info, &uc), the restorer as its return
-    // address, a fresh FPU state.
-    regs.gprs[RDI] = u64::from(sig);
-    regs.gprs[RSI] = frame + INFO_OFFSET;
-    regs.gprs[RDX] = frame + UC_OFFSET;
-    regs.gprs[RAX] = 0;
-    regs.rsp = frame;
-    regs.rip = action.handler;
+    }
+    // A fresh FPU state for the handler.
     regs.rflags &= !HANDLER_CLEARS;
     regs.fpu = initial_fpu();
     t.sigmask = old_mask | action.mask;
@@ -318,10 +342,7 @@ fn build_frame<M: Machine>(
     let alt = t.altstack;
     let on_alt = sas_flags(&alt, regs.rsp);
     // The red zone below the interrupted stack pointer stays untouched.
-    let mut sp = regs.rsp.checked_sub(128)?;
-    if action.flags & sa::ONSTACK != 0 && on_alt == 0 {
-        sp = alt.sp.checked_add(alt.size)?;
-    }
+    let sp = stack_top(&alt, on_alt, regs.rsp.checked_sub(128)?, action)?;
     let fpstate = sp.checked_sub(FPU_SIZE)? & !63;
     let frame = (fpstate.checked_sub(FRAME_SIZE)? & !15).checked_sub(8)?;
     if frame < super::vma::MMAP_MIN_ADDR {
@@ -386,6 +407,28 @@ fn build_frame<M: Machine>(
         .ok()?;
     m.write_user(&p.areas, frame + UC_OFFSET, &uc).ok()?;
     m.write_user(&p.areas, frame + INFO_OFFSET, &si).ok()?;
+    disarm(t, on_alt, action);
+    Some(frame)
+}
+
+/// Where a frame goes below: `sp`, or the top of the alternate stack for
+/// an SA_ONSTACK handler while the thread is not on it.
+fn stack_top(
+    alt: &AltStack,
+    on_alt: u32,
+    sp: u64,
+    action: &super::process::SigAction,
+) -> Option<u64> {
+    if action.flags & sa::ONSTACK != 0 && on_alt == 0 {
+        alt.sp.checked_add(alt.size)
+    } else {
+        Some(sp)
+    }
+}
+
+/// SS_AUTODISARM: entering the alternate stack disables it.
+fn disarm(t: &mut Thread, on_alt: u32, action: &super::process::SigAction) {
+    let alt = t.altstack;
     if on_alt == 0 && action.flags & sa::ONSTACK != 0 && alt.flags & SS_AUTODISARM != 0 {
         t.altstack = AltStack {
             sp: 0,
@@ -393,15 +436,37 @@ fn build_frame<M: Machine>(
             size: 0,
         };
     }
-    Some(frame)
+}
+
+/// The alternate stack as a frame's `uc_stack` says (Linux's
+/// `restore_altstack`; a bad one is ignored), unless the thread runs on
+/// the current one (`rsp`: where sigreturn resumes it).
+fn restore_altstack(t: &mut Thread, rsp: u64, sp: u64, flags: u32, size: u64) {
+    if sas_flags(&t.altstack, rsp) == SS_ONSTACK {
+        return;
+    }
+    if flags & SS_DISABLE != 0 {
+        t.altstack = AltStack {
+            sp: 0,
+            flags: SS_DISABLE,
+            size: 0,
+        };
+    } else if flags & !(SS_ONSTACK | SS_AUTODISARM) == 0 && size >= 2048 {
+        t.altstack = AltStack {
+            sp,
+            flags: flags & SS_AUTODISARM,
+            size,
+        };
+    }
 }
 
 /// `rt_sigreturn`: restores the registers, FPU state, signal mask and
 /// alternate stack a handler's frame holds (the frame's `pretcode` was
-/// popped, so it starts 8 bytes below `regs.rsp`). A frame that cannot be
-/// read or that would resume the thread outside user space (a
-/// non-canonical or runtime RIP or stack, an FPU state with reserved MXCSR
-/// bits) ends the process with a reason, never the runtime.
+/// popped, so it starts 8 bytes below `regs.rsp`, 4 for an i386 frame). A
+/// frame that cannot be read or that would resume the thread outside user
+/// space (a non-canonical or runtime RIP or stack, an FPU state with
+/// reserved MXCSR bits, an i386 frame's selectors other than the
+/// process's own) ends the process with a reason, never the runtime.
 pub fn sigreturn<M: Machine>(
     m: &mut M,
     p: &mut Process,
@@ -409,7 +474,7 @@ pub fn sigreturn<M: Machine>(
     regs: &mut UserRegs,
 ) -> Result<(), &'static str> {
     if p.abi == Abi::I386 {
-        return Err("sigreturn of a 32-bit process (signal delivery is 64-bit only)");
+        return ia32::sigreturn(m, p, t, regs, true);
     }
     let frame = regs
         .rsp
@@ -462,25 +527,25 @@ pub fn sigreturn<M: Machine>(
     let o = (MCONTEXT_OFFSET + SIGCONTEXT_SIZE) as usize;
     let mask = u64::from_le_bytes(uc[o..o + 8].try_into().unwrap_or([0; 8]));
     t.sigmask = mask & !(bit(SIGKILL) | bit(SIGSTOP));
-    // The alternate stack as the frame says (Linux's restore_altstack;
-    // a bad one is ignored), unless the thread runs on it.
     let sp = u64::from_le_bytes(uc[16..24].try_into().unwrap_or([0; 8]));
     let flags = u32::from_le_bytes(uc[24..28].try_into().unwrap_or([0; 4]));
     let size = u64::from_le_bytes(uc[32..40].try_into().unwrap_or([0; 8]));
-    if sas_flags(&t.altstack, regs.rsp) != SS_ONSTACK {
-        if flags & SS_DISABLE != 0 {
-            t.altstack = AltStack {
-                sp: 0,
-                flags: SS_DISABLE,
-                size: 0,
-            };
-        } else if flags & !(SS_ONSTACK | SS_AUTODISARM) == 0 && size >= 2048 {
-            t.altstack = AltStack {
-                sp,
-                flags: flags & SS_AUTODISARM,
-                size,
-            };
-        }
-    }
+    restore_altstack(t, regs.rsp, sp, flags, size);
     Ok(())
+}
+
+/// The i386 `sigreturn` (119) of a handler installed without SA_SIGINFO:
+/// its `sigframe_ia32` starts 8 bytes below `regs.rsp` (the restorer
+/// popped the return address and the signal number). Checked as
+/// [`sigreturn`] checks a frame; a 64-bit process has no such call.
+pub fn old_sigreturn<M: Machine>(
+    m: &mut M,
+    p: &mut Process,
+    t: &mut Thread,
+    regs: &mut UserRegs,
+) -> Result<(), &'static str> {
+    if p.abi != Abi::I386 {
+        return Err("sigreturn (119) of a 64-bit process");
+    }
+    ia32::sigreturn(m, p, t, regs, false)
 }

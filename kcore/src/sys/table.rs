@@ -145,6 +145,7 @@ pub enum Sys {
     Setpgid,
     Setrlimit,
     Sigaltstack,
+    Sigreturn,
     Stat,
     Stat32,
     Stat64,
@@ -350,7 +351,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (108, Sys::Fstat32),           // fstat
     (116, Sys::Sysinfo),           // sysinfo
     (118, Sys::Fsync),             // fsync
-    (119, Sys::RtSigreturn),       // sigreturn
+    (119, Sys::Sigreturn),         // sigreturn
     (120, Sys::Clone),             // clone
     (122, Sys::Uname),             // uname
     (125, Sys::Mprotect),          // mprotect

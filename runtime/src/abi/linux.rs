@@ -349,7 +349,8 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
     };
     match action {
         Action::Return(v) => ret(frame, v),
-        Action::SigReturn => sigreturn(id, frame),
+        Action::SigReturn => sigreturn(id, frame, true),
+        Action::OldSigReturn => sigreturn(id, frame, false),
         Action::Clone(args) => {
             let v = match clone_thread(id, frame, &args) {
                 Ok(tid) => u64::from(tid),
@@ -392,23 +393,65 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
 fn regs_of(frame: &TrapFrame) -> UserRegs {
     let mut fpu = crate::cpu::FpuState::initial();
     fpu.save();
+    let (fs, gs) = crate::cpu::saved_selectors();
     UserRegs {
         gprs: frame.gprs(),
         rip: frame.rip,
         rsp: frame.rsp,
         rflags: frame.rflags,
         fpu: fpu.0,
+        seg: selectors(frame, fs, gs),
     }
 }
 
-/// Puts `r` back into `frame` and the CPU (the selectors stay: they are
-/// the runtime's user ones).
-fn put_regs(frame: &mut TrapFrame, r: &UserRegs) {
+/// The selectors of a thread whose user frame is `frame` and whose FS and
+/// GS are `fs` and `gs` (DS and ES are live: the runtime never switches
+/// them; the kernel data selector the boot left there reads as null, what
+/// the first return to ring 3 made of it).
+fn selectors(frame: &TrapFrame, fs: u16, gs: u16) -> signal::Selectors {
+    let user = |s: u16| if s & 3 == 3 { s } else { 0 };
+    let (ds, es) = crate::cpu::data_selectors();
+    let (ds, es) = (user(ds), user(es));
+    signal::Selectors {
+        cs: frame.cs as u16,
+        ss: frame.ss as u16,
+        ds,
+        es,
+        fs,
+        gs,
+    }
+}
+
+/// Puts `r` back into `frame` and the CPU. A compat process's selectors
+/// are those kcore left (an ia32 handler's entry or sigreturn: the
+/// process's own user code and stack selectors, data selectors it may
+/// load); a 64-bit process's stay.
+fn put_regs(frame: &mut TrapFrame, segs: &mut crate::cpu::UserSegments, r: &UserRegs) {
     frame.set_gprs(&r.gprs);
     frame.rip = r.rip;
     frame.rsp = r.rsp;
     frame.rflags = r.rflags | 0x202;
+    put_selectors(frame, segs, &r.seg);
     crate::cpu::FpuState(r.fpu).restore();
+}
+
+/// A compat process's selectors from `seg` into `frame` and the CPU
+/// (FS and GS also into `segs`, what the thread switches with).
+fn put_selectors(
+    frame: &mut TrapFrame,
+    segs: &mut crate::cpu::UserSegments,
+    seg: &signal::Selectors,
+) {
+    // An ia32 frame's entry or sigreturn leaves the user 32-bit code
+    // selector (whatever mode the thread was in); kcore checked SS: the
+    // user data selector or a TLS slot (which `syscall` checks again).
+    if seg.cs != arch_x86::gdt::USER_CODE32 || seg.ss & 3 != 3 {
+        return;
+    }
+    frame.cs = u64::from(seg.cs);
+    frame.ss = u64::from(seg.ss);
+    crate::cpu::reload_user_selectors([seg.ds, seg.es, seg.fs, seg.gs], &segs.tls);
+    (segs.fs, segs.gs) = crate::cpu::saved_selectors();
 }
 
 /// On a thread's way back to user mode (`frame` about to be restored,
@@ -430,7 +473,7 @@ pub fn signals_on_return(id: u8, frame: &mut TrapFrame) -> u64 {
             let mut regs = regs_of(frame);
             let d = signal::deliver(m, p, t, &mut regs);
             if let Delivery::Handler(_) = d {
-                put_regs(frame, &regs);
+                put_regs(frame, m.segs, &regs);
             }
             d
         };
@@ -438,7 +481,7 @@ pub fn signals_on_return(id: u8, frame: &mut TrapFrame) -> u64 {
             // A call no handler ran for: restarted or EINTR by its kind.
             let mut regs = regs_of(frame);
             signal_restart::finish(t, p.abi, &mut regs, None);
-            put_regs(frame, &regs);
+            put_regs(frame, m.segs, &regs);
         }
         task::set_blocked(id, t.sigmask);
         d
@@ -464,12 +507,14 @@ pub fn signals_before_run(id: u8) -> Option<Outcome> {
             return Delivery::Nothing;
         }
         task::with_saved_frame(id, |frame| {
+            // Not running: its FS and GS are the saved ones.
             let mut regs = UserRegs {
                 gprs: frame.gprs(),
                 rip: frame.rip,
                 rsp: frame.rsp,
                 rflags: frame.rflags,
                 fpu: fpu.0,
+                seg: selectors(frame, m.segs.fs, m.segs.gs),
             };
             // An rt_sigtimedwait takes its signal before any handler runs.
             sigwait::finish(m, p, t, &mut regs);
@@ -487,6 +532,13 @@ pub fn signals_before_run(id: u8) -> Option<Outcome> {
                 frame.rsp = regs.rsp;
                 frame.rflags = regs.rflags | 0x202;
                 fpu.0 = regs.fpu;
+                // A handler's entry leaves FS and GS as they were (the
+                // thread's saved ones, loaded when it runs): only CS, SS,
+                // DS and ES change.
+                let saved = (m.segs.fs, m.segs.gs);
+                let (fs, gs) = crate::cpu::saved_selectors();
+                put_selectors(frame, m.segs, &signal::Selectors { fs, gs, ..regs.seg });
+                (m.segs.fs, m.segs.gs) = saved;
             }
             task::set_blocked(id, t.sigmask);
             d
@@ -569,14 +621,19 @@ pub fn signals_posted(id: u8) -> bool {
     task::has_posted(id)
 }
 
-/// `rt_sigreturn`: the registers, FPU state, mask and alternate stack of
-/// the handler's frame, or the end of the process for a frame it forged.
-fn sigreturn(id: u8, frame: &mut TrapFrame) -> u64 {
+/// `rt_sigreturn` (or `rt` false: the i386 `sigreturn`): the registers,
+/// FPU state, mask and alternate stack of the handler's frame, or the end
+/// of the process for a frame it forged.
+fn sigreturn(id: u8, frame: &mut TrapFrame, rt: bool) -> u64 {
     let r = with_machine(id, |m, p, t| {
         let mut regs = regs_of(frame);
-        let r = signal::sigreturn(m, p, t, &mut regs);
+        let r = if rt {
+            signal::sigreturn(m, p, t, &mut regs)
+        } else {
+            signal::old_sigreturn(m, p, t, &mut regs)
+        };
         if r.is_ok() {
-            put_regs(frame, &regs);
+            put_regs(frame, m.segs, &regs);
         }
         r
     });
@@ -616,7 +673,7 @@ pub fn fault_to_handler(id: u8, frame: &mut TrapFrame, cr2: u64, mapped: bool) -
         let mut regs = regs_of(frame);
         let d = signal::deliver_fault(m, p, t, &mut regs, sig, fault);
         if let Delivery::Handler(_) = d {
-            put_regs(frame, &regs);
+            put_regs(frame, m.segs, &regs);
         }
         task::set_blocked(id, t.sigmask);
         d

@@ -21,6 +21,10 @@
  * (rt_sigreturn over a frame with a non-canonical RIP and ring-0 CS/SS),
  * ljmp-ring0 (far jump to the kernel code selector), ljmp-tss, ljmp-ldt,
  * mov-ss-null, mov-ss-ring0, mov-ds-ring0.
+ * Segments (i386): tls-ss, tls-fs, tls-ss-clear, tls-fs-clear (below), and
+ * gs-empty-tls: a handler's sigcontext names, as GS, a TLS slot it emptied;
+ * the kernel's reload of GS at rt_sigreturn must not fault in ring 0 (Linux
+ * loads null, and so must the runtime).
  * Execution of data (NX): exec-stack, exec-heap, exec-mprotect (allowed).
  * Exhaustion: fds (open /dev/null until EMFILE, then say how many),
  * recurse (unbounded recursion: a stack overflow).
@@ -29,6 +33,7 @@
  * compat mode: the attacks without a 64-bit meaning are refused there).
  * `-fno-stack-protector`, so the forged frames stay as written.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -38,9 +43,20 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sched.h>
+#include <signal.h>
+#include <ucontext.h>
 #include <unistd.h>
 #if defined(__i386__)
 #include <asm/ldt.h>
+
+static unsigned forged_gs;
+
+static void set_gs(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)si;
+	((ucontext_t *)uc)->uc_mcontext.gregs[REG_GS] = forged_gs;
+}
 #endif
 
 static const char *name;
@@ -173,6 +189,43 @@ int main(int argc, char **argv)
 				 : : "r"(&frame[1]) : "memory", "rax", "rcx", "r11");
 	}
 #else
+	else if (!strcmp(name, "gs-empty-tls")) {
+		struct user_desc d = {0};
+		d.entry_number = (unsigned)-1;
+		d.limit = 0xfffff;
+		d.seg_32bit = 1;
+		d.limit_in_pages = 1;
+		if (syscall(SYS_set_thread_area, &d)) {
+			printf("attack: %s: set_thread_area failed\n", name);
+			return 1;
+		}
+		unsigned n = d.entry_number;
+		memset(&d, 0, sizeof d);
+		d.entry_number = n;
+		d.read_exec_only = 1;
+		d.seg_not_present = 1;
+		if (syscall(SYS_set_thread_area, &d)) {
+			printf("attack: %s: emptying the slot failed\n", name);
+			return 1;
+		}
+		forged_gs = n * 8 + 3;
+		struct sigaction sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_sigaction = set_gs;
+		sa.sa_flags = SA_SIGINFO;
+		sigaction(SIGUSR1, &sa, 0);
+		/* kill(getpid(), SIGUSR1) by hand: glibc's own calls go through
+		 * GS, which reads the forged value until it is put back. */
+		unsigned gs, after;
+		long r;
+		__asm__ volatile("mov %%gs, %0" : "=r"(gs));
+		__asm__ volatile("int $0x80; mov %%gs, %1; mov %2, %%gs"
+				 : "=a"(r), "=&r"(after)
+				 : "r"(gs), "a"(SYS_kill), "b"(getpid()), "c"(SIGUSR1)
+				 : "memory");
+		printf("attack: %s: kill returned %ld, gs after sigreturn 0x%x\n", name, r, after);
+		return 0;
+	}
 	else if (!strncmp(name, "tls-", 4)) {
 		/* tls-ss, tls-fs: load a TLS segment of our own into SS (or FS;
 		 * i386 glibc's TLS is GS), then make that GDT slot not present

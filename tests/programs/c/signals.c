@@ -9,16 +9,21 @@
  *    handler ran;
  *  - a handler on a sigaltstack (SA_ONSTACK), for a signal raised by the
  *    main thread;
- *  - sigsuspend() with SIGUSR2 unblocked only while it waits.
+ *  - sigsuspend() with SIGUSR2 unblocked only while it waits;
+ *  - a SA_SIGINFO handler that returns (through rt_sigreturn) after
+ *    checking its siginfo, the mask its ucontext saved and the alignment
+ *    of its stack.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t alarms, usr1, usr1_on_alt, usr2;
@@ -45,6 +50,22 @@ static void on_usr1(int sig)
 }
 
 static void on_usr2(int sig) { (void)sig; usr2++; }
+
+static volatile int winch_info, winch_mask, winch_aligned;
+
+static void on_winch(int sig, siginfo_t *si, void *ucv)
+{
+	ucontext_t *uc = ucv;
+	/* Placed as if the stack were aligned as the ABI says at entry. */
+	volatile char slot[16] __attribute__((aligned(16)));
+	uintptr_t at = (uintptr_t)slot;
+	/* Hides the address from the compiler, which knows it aligned. */
+	__asm__("" : "+r"(at));
+	slot[0] = 0;
+	winch_info = si->si_signo == sig && si->si_code == SI_TKILL && si->si_pid == getpid();
+	winch_mask = sigismember(&uc->uc_sigmask, SIGUSR2) && !sigismember(&uc->uc_sigmask, SIGWINCH);
+	winch_aligned = at % 16 == 0;
+}
 
 static void *worker(void *arg)
 {
@@ -111,6 +132,20 @@ int main(void)
 	sigemptyset(&wait);
 	sigsuspend(&wait);
 	printf("SIGUSR2 after sigsuspend: %d\n", (int)usr2);
+
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = on_winch;
+	sa.sa_flags = SA_SIGINFO;
+	sigaction(SIGWINCH, &sa, 0);
+	raise(SIGWINCH);
+	printf("SA_SIGINFO handler returned: info %s, saved mask %s, stack %s\n",
+	       winch_info ? "right" : "wrong", winch_mask ? "right" : "wrong",
+	       winch_aligned ? "aligned" : "misaligned");
+	sigset_t now;
+	sigprocmask(SIG_SETMASK, 0, &now);
+	printf("mask after it: SIGUSR2 %s, SIGWINCH %s\n",
+	       sigismember(&now, SIGUSR2) ? "blocked" : "unblocked",
+	       sigismember(&now, SIGWINCH) ? "blocked" : "unblocked");
 	puts("signals done");
 	return 0;
 }

@@ -572,11 +572,8 @@ pub(crate) fn dispatch<M: Machine>(
             let pid = c.p.pid as i32;
             task::tgkill(c, pid, int_arg(a[0]), a[1])
         }
-        RtSigreturn if wide => Ok(Action::SigReturn),
-        RtSigreturn => Ok(Action::Kill {
-            signal: 11,
-            reason: "sigreturn of a 32-bit process (signal delivery is 64-bit only)",
-        }),
+        RtSigreturn => Ok(Action::SigReturn),
+        Sigreturn => Ok(Action::OldSigReturn),
 
         // Time and scheduling.
         SchedYield => Ok(Action::Yield),

@@ -339,6 +339,18 @@ impl Env {
             rsp: SCRATCH + 0x8000,
             rflags: 0x246,
             fpu: super::signal::initial_fpu(),
+            seg: super::signal::Selectors {
+                cs: if self.abi == Abi::I386 {
+                    arch_x86::gdt::USER_CODE32
+                } else {
+                    arch_x86::gdt::USER_CODE64
+                },
+                ss: arch_x86::gdt::USER_DATA,
+                ds: 0,
+                es: 0,
+                fs: 0,
+                gs: 0,
+            },
         }
     }
 

@@ -1,5 +1,6 @@
-//! Signal delivery for 64-bit processes: the frame a handler gets, the
-//! way back through `rt_sigreturn`, the alternate stack, and forged frames.
+//! Signal delivery for 64-bit and i386 processes: the frame a handler
+//! gets, the way back through `rt_sigreturn` (and i386 `sigreturn`), the
+//! alternate stack, and forged frames.
 
 use super::*;
 use crate::sys::signal::{self, Delivery, FaultInfo, UserRegs, sa};
@@ -300,4 +301,412 @@ fn sigsuspend_waits_with_its_mask_and_the_handler_frame_keeps_the_old_one() {
     assert_eq!(deliver(&mut e, &mut r), Delivery::Nothing);
     assert_eq!(e.t.sigmask, 1 << 9);
     assert_eq!(e.call("pause", &[]), Action::Block);
+}
+
+// i386 processes: Linux's ia32 frames (`sigframe_ia32`, `rt_sigframe_ia32`,
+// `struct sigcontext_32`, `struct _fpstate_32`), byte offsets as in
+// arch/x86/include/asm/sigframe.h and uapi/asm/sigcontext.h.
+
+mod ia32 {
+    use super::*;
+    use crate::sys::uapi::{Sigaction32, Stack32};
+    use arch_x86::gdt;
+
+    /// `struct sigcontext_32` word offsets.
+    const GS: u64 = 0;
+    const FS: u64 = 4;
+    const ES: u64 = 8;
+    const DS: u64 = 12;
+    const EDI: u64 = 16;
+    const ESI: u64 = 20;
+    const EBP: u64 = 24;
+    const ESP: u64 = 28;
+    const EBX: u64 = 32;
+    const EDX: u64 = 36;
+    const ECX: u64 = 40;
+    const EAX: u64 = 44;
+    const TRAPNO: u64 = 48;
+    const ERR: u64 = 52;
+    const EIP: u64 = 56;
+    const CS: u64 = 60;
+    const EFLAGS: u64 = 64;
+    const ESP_AT_SIGNAL: u64 = 68;
+    const SS: u64 = 72;
+    const FPSTATE: u64 = 76;
+    const OLDMASK: u64 = 80;
+    const CR2: u64 = 84;
+    /// rt_sigframe_ia32: info at 16, uc at 144 (sigcontext at uc + 20,
+    /// uc_sigmask at uc + 108), retcode at 260.
+    const RT_INFO: u64 = 16;
+    const RT_UC: u64 = 144;
+    const RT_SC: u64 = RT_UC + 20;
+    /// sigframe_ia32: sigcontext at 8, extramask at 720, retcode at 724.
+    const OLD_SC: u64 = 8;
+
+    fn install32(e: &mut Env, sig: u64, flags: u32, mask: u64) {
+        let act = Sigaction32 {
+            sa_handler: HANDLER as u32,
+            sa_flags: flags,
+            sa_restorer: RESTORER as u32,
+            sa_mask: mask,
+        };
+        e.poke(SCRATCH + 0xf00, &act.to_bytes());
+        assert_eq!(e.ret("rt_sigaction", &[sig, SCRATCH + 0xf00, 0, 8]), 0);
+    }
+
+    /// Registers as an i386 thread has them: 32-bit values, glibc's TLS in
+    /// GS, the user data selector in DS and ES, an x87 register in use.
+    fn regs32(e: &Env) -> UserRegs {
+        let mut r = e.regs();
+        for (i, g) in r.gprs.iter_mut().enumerate().take(7) {
+            *g = 0x1111_0000 + i as u64;
+        }
+        r.rsp = SCRATCH + 0x8000 - 4;
+        r.rflags = 0x246;
+        r.seg.gs = gdt::tls_selector(0);
+        r.seg.fs = 3;
+        r.seg.ds = gdt::USER_DATA;
+        r.seg.es = gdt::USER_DATA;
+        // st0 = 1.0 in physical register 7 (TOP = 7), MXCSR with FTZ set.
+        r.fpu[2..4].copy_from_slice(&(7u16 << 11).to_le_bytes());
+        r.fpu[4] = 0x80;
+        r.fpu[32 + 7] = 0x80;
+        r.fpu[32 + 8..32 + 10].copy_from_slice(&0x3fffu16.to_le_bytes());
+        r.fpu[24..28].copy_from_slice(&0x9f80u32.to_le_bytes());
+        r.fpu[160] = 0xab; // an XMM0 byte
+        r
+    }
+
+    fn sigreturn32(e: &mut Env, r: &mut UserRegs) -> Result<(), &'static str> {
+        signal::sigreturn(&mut e.m, &mut e.p, &mut e.t, r)
+    }
+
+    fn old_sigreturn32(e: &mut Env, r: &mut UserRegs) -> Result<(), &'static str> {
+        signal::old_sigreturn(&mut e.m, &mut e.p, &mut e.t, r)
+    }
+
+    /// The `_fpstate_32` at `fp` as Linux writes it from `before`'s FXSAVE
+    /// image: the FNSAVE header converted from it, then the image.
+    fn check_fpstate(e: &mut Env, fp: u64, before: &UserRegs) {
+        assert_eq!((fp + 112) % 64, 0, "the FXSAVE part is 64-byte aligned");
+        assert_eq!(u32_at(e, fp), 0xffff_037f, "cwd");
+        assert_eq!(u32_at(e, fp + 4), 0xffff_3800, "swd");
+        // Physical register 7 holds a normal number (tag 0), the rest are
+        // empty (tag 3).
+        assert_eq!(u32_at(e, fp + 8), 0xffff_3fff, "twd");
+        assert_eq!(u32_at(e, fp + 16), u32::from(gdt::USER_CODE32), "fcs");
+        assert_eq!(
+            u32_at(e, fp + 24),
+            0xffff_0000 | u32::from(gdt::USER_DATA),
+            "fos"
+        );
+        // _st[0] (10 bytes at 28) is st0 = 1.0.
+        assert_eq!(e.peek(fp + 28, 10), before.fpu[32..42]);
+        assert_eq!(e.peek(fp + 108, 2), [0x00, 0x38], "status = swd");
+        assert_eq!(e.peek(fp + 110, 2), [0, 0], "magic: FXSR present");
+        assert_eq!(e.peek(fp + 112, 464), before.fpu[..464], "the FXSAVE image");
+    }
+
+    #[test]
+    fn an_rt_handler_gets_rt_sigframe_ia32_and_rt_sigreturn_restores_everything() {
+        let mut e = Env::new(Abi::I386);
+        let flags = (sa::SIGINFO | sa::RESTORER) as u32;
+        install32(&mut e, SIGUSR1, flags, 1 << (SIGUSR2 - 1));
+        e.t.sigmask = (1 << 2) | (1 << 40);
+        assert_eq!(e.ret("tgkill", &[7, 7, SIGUSR1]), 0);
+        let before = regs32(&e);
+        let mut r = before.clone();
+        assert_eq!(deliver(&mut e, &mut r), Delivery::Handler(10));
+        let frame = r.rsp;
+        // Entry as Linux's ia32_setup_rt_frame: ((esp + 4) & 15) == 0,
+        // eax = signal, edx = &info, ecx = &uc, the user selectors.
+        assert_eq!((frame + 4) % 16, 0);
+        assert!(frame + 268 <= before.rsp);
+        assert_eq!(r.rip, HANDLER);
+        assert_eq!(r.gprs[0], 10, "eax = signal");
+        assert_eq!(r.gprs[3], frame + RT_INFO, "edx = &info");
+        assert_eq!(r.gprs[2], frame + RT_UC, "ecx = &uc");
+        assert_eq!(r.seg.cs, gdt::USER_CODE32);
+        assert_eq!(
+            [r.seg.ss, r.seg.ds, r.seg.es],
+            [gdt::USER_DATA; 3],
+            "ss, ds, es"
+        );
+        assert_eq!(r.seg.gs, before.seg.gs, "gs stays (the thread's TLS)");
+        assert_eq!(r.rflags & 0x400, 0, "DF clear");
+        // pretcode, sig, pinfo, puc.
+        assert_eq!(u32_at(&mut e, frame), RESTORER as u32);
+        assert_eq!(u32_at(&mut e, frame + 4), 10);
+        assert_eq!(u64::from(u32_at(&mut e, frame + 8)), frame + RT_INFO);
+        assert_eq!(u64::from(u32_at(&mut e, frame + 12)), frame + RT_UC);
+        // Compat siginfo: signo, errno, code SI_TKILL, si_pid at 12.
+        let info = frame + RT_INFO;
+        assert_eq!(u32_at(&mut e, info), 10);
+        assert_eq!(u32_at(&mut e, info + 4), 0);
+        assert_eq!(u32_at(&mut e, info + 8) as i32, -6);
+        assert_eq!(u32_at(&mut e, info + 12), 7);
+        // ucontext_ia32: uc_flags 0 (no XSAVE state), uc_link, uc_stack
+        // (ss_sp, ss_flags SS_DISABLE, ss_size).
+        let uc = frame + RT_UC;
+        assert_eq!(u32_at(&mut e, uc), 0);
+        assert_eq!(u32_at(&mut e, uc + 4), 0);
+        assert_eq!(u32_at(&mut e, uc + 12), 2);
+        // The sigcontext, word by word.
+        let sc = frame + RT_SC;
+        let g = &before.gprs;
+        for (off, want) in [
+            (GS, u32::from(gdt::tls_selector(0))),
+            (FS, 3),
+            (ES, u32::from(gdt::USER_DATA)),
+            (DS, u32::from(gdt::USER_DATA)),
+            (EDI, g[5] as u32),
+            (ESI, g[4] as u32),
+            (EBP, g[6] as u32),
+            (ESP, before.rsp as u32),
+            (EBX, g[1] as u32),
+            (EDX, g[3] as u32),
+            (ECX, g[2] as u32),
+            (EAX, g[0] as u32),
+            (TRAPNO, 0),
+            (ERR, 0),
+            (EIP, before.rip as u32),
+            (CS, u32::from(gdt::USER_CODE32)),
+            (EFLAGS, 0x246),
+            (ESP_AT_SIGNAL, before.rsp as u32),
+            (SS, u32::from(gdt::USER_DATA)),
+            (OLDMASK, 1 << 2),
+            (CR2, 0),
+        ] {
+            assert_eq!(u32_at(&mut e, sc + off), want, "sigcontext + {off}");
+        }
+        assert_eq!(e.u64_at(uc + 108), (1 << 2) | (1 << 40), "uc_sigmask");
+        // movl $173, %eax; int $0x80.
+        assert_eq!(e.peek(frame + 260, 8), [0xb8, 173, 0, 0, 0, 0xcd, 0x80, 0]);
+        let fp = u64::from(u32_at(&mut e, sc + FPSTATE));
+        assert!(
+            (frame + 268..frame + 268 + 16).contains(&fp),
+            "the FPU state right above the frame"
+        );
+        check_fpstate(&mut e, fp, &before);
+        assert_eq!(e.t.sigmask, (1 << 2) | (1 << 40) | (1 << 9) | (1 << 11));
+        assert_eq!(r.fpu, signal::initial_fpu());
+        // The handler clobbers the i386 registers; its restorer pops the
+        // return address and calls rt_sigreturn.
+        for g in &mut r.gprs[..7] {
+            *g = 0xdead;
+        }
+        r.rsp = frame + 4;
+        assert_eq!(e.call("rt_sigreturn", &[]), Action::SigReturn);
+        sigreturn32(&mut e, &mut r).unwrap();
+        assert_eq!(r, before);
+        assert_eq!(e.t.sigmask, (1 << 2) | (1 << 40));
+        assert_eq!(deliver(&mut e, &mut r), Delivery::Nothing);
+    }
+
+    #[test]
+    fn a_plain_handler_gets_sigframe_ia32_and_sigreturn_restores_the_split_mask() {
+        let mut e = Env::new(Abi::I386);
+        install32(&mut e, SIGUSR1, sa::RESTORER as u32, 0);
+        e.t.sigmask = (1 << 3) | (1 << 35);
+        e.t.pending = 1 << (SIGUSR1 - 1);
+        let before = regs32(&e);
+        let mut r = before.clone();
+        assert_eq!(deliver(&mut e, &mut r), Delivery::Handler(10));
+        let frame = r.rsp;
+        assert_eq!((frame + 4) % 16, 0);
+        assert_eq!(r.gprs[0], 10, "eax = signal");
+        assert_eq!((r.gprs[3], r.gprs[2]), (0, 0), "edx, ecx = 0");
+        assert_eq!(u32_at(&mut e, frame), RESTORER as u32);
+        assert_eq!(u32_at(&mut e, frame + 4), 10, "sig");
+        let sc = frame + OLD_SC;
+        assert_eq!(u32_at(&mut e, sc + EIP), before.rip as u32);
+        assert_eq!(u32_at(&mut e, sc + EAX), before.gprs[0] as u32);
+        assert_eq!(u32_at(&mut e, sc + CS), u32::from(gdt::USER_CODE32));
+        assert_eq!(u32_at(&mut e, sc + OLDMASK), 1 << 3, "the mask's low word");
+        assert_eq!(
+            u32_at(&mut e, frame + 720),
+            1 << 3,
+            "extramask: its high word"
+        );
+        // popl %eax; movl $119, %eax; int $0x80.
+        assert_eq!(
+            e.peek(frame + 724, 8),
+            [0x58, 0xb8, 119, 0, 0, 0, 0xcd, 0x80]
+        );
+        let fp = u64::from(u32_at(&mut e, sc + FPSTATE));
+        assert!((frame + 732..frame + 732 + 16).contains(&fp));
+        check_fpstate(&mut e, fp, &before);
+        // The restorer pops the return address and the signal number.
+        for g in &mut r.gprs[..7] {
+            *g = 0xdead;
+        }
+        r.rsp = frame + 8;
+        assert_eq!(e.call("sigreturn", &[]), Action::OldSigReturn);
+        old_sigreturn32(&mut e, &mut r).unwrap();
+        assert_eq!(r, before);
+        assert_eq!(e.t.sigmask, (1 << 3) | (1 << 35));
+    }
+
+    #[test]
+    fn sigreturn_folds_the_fnsave_header_into_the_fpu_state() {
+        let mut e = Env::new(Abi::I386);
+        install32(&mut e, SIGUSR1, (sa::SIGINFO | sa::RESTORER) as u32, 0);
+        e.t.pending = 1 << (SIGUSR1 - 1);
+        let before = regs32(&e);
+        let mut r = before.clone();
+        assert_eq!(deliver(&mut e, &mut r), Delivery::Handler(10));
+        let fp = u64::from(u32_at(&mut e, r.rsp + RT_SC + FPSTATE));
+        // The handler changes the control word and empties every register
+        // in the legacy part: the legacy part wins, as on Linux.
+        e.poke(fp, &0xffff_027fu32.to_le_bytes());
+        e.poke(fp + 8, &0xffff_ffffu32.to_le_bytes());
+        r.rsp += 4;
+        sigreturn32(&mut e, &mut r).unwrap();
+        assert_eq!(r.fpu[0..2], [0x7f, 0x02]);
+        assert_eq!(r.fpu[4], 0, "abridged tag: all empty");
+        assert_eq!(r.fpu[24..28], before.fpu[24..28], "MXCSR from the image");
+        assert_eq!(r.fpu[160], 0xab);
+    }
+
+    #[test]
+    fn the_alternate_stack_nodefer_and_resethand() {
+        let mut e = Env::new(Abi::I386);
+        let alt = SCRATCH + 0x2000;
+        let ss = Stack32 {
+            ss_sp: alt as u32,
+            ss_flags: 0,
+            ss_size: 0x4000,
+        };
+        e.poke(SCRATCH, &ss.to_bytes());
+        assert_eq!(e.ret("sigaltstack", &[SCRATCH, 0]), 0);
+        let flags = sa::SIGINFO | sa::RESTORER | sa::ONSTACK | sa::NODEFER | sa::RESETHAND;
+        install32(&mut e, SIGUSR1, flags as u32, 0);
+        e.t.pending = 1 << (SIGUSR1 - 1);
+        let mut r = regs32(&e);
+        assert_eq!(deliver(&mut e, &mut r), Delivery::Handler(10));
+        assert!((alt..alt + 0x4000).contains(&r.rsp));
+        assert_eq!((r.rsp + 4) % 16, 0);
+        assert_eq!(e.t.sigmask, 0, "SA_NODEFER");
+        assert_eq!(e.p.signals.actions[9].handler, 0, "SA_RESETHAND");
+        let uc = r.rsp + RT_UC;
+        assert_eq!(u64::from(u32_at(&mut e, uc + 8)), alt, "uc_stack.ss_sp");
+        assert_eq!(u32_at(&mut e, uc + 12), 0, "not on it when the signal came");
+        assert_eq!(u32_at(&mut e, uc + 16), 0x4000);
+        // A nested one lands below, and its uc_stack says SS_ONSTACK.
+        let first = r.rsp;
+        install32(&mut e, SIGUSR1, flags as u32, 0);
+        e.t.pending = 1 << (SIGUSR1 - 1);
+        assert_eq!(deliver(&mut e, &mut r), Delivery::Handler(10));
+        assert!(r.rsp < first && r.rsp >= alt);
+        assert_eq!(u32_at(&mut e, r.rsp + RT_UC + 12), 1);
+        // rt_sigreturn back to the first handler keeps the stack.
+        r.rsp += 4;
+        sigreturn32(&mut e, &mut r).unwrap();
+        assert_eq!(e.t.altstack.sp, alt);
+        assert_eq!(e.t.altstack.size, 0x4000);
+    }
+
+    #[test]
+    fn a_fault_gives_trapno_err_cr2_and_si_addr() {
+        let mut e = Env::new(Abi::I386);
+        install32(&mut e, 11, (sa::SIGINFO | sa::RESTORER) as u32, 0);
+        let fault = FaultInfo {
+            code: 1,
+            addr: 0x10,
+            trapno: 14,
+            err: 6,
+            cr2: 0x10,
+        };
+        let mut r = regs32(&e);
+        let d = signal::deliver_fault(&mut e.m, &mut e.p, &mut e.t, &mut r, SIGSEGV, fault);
+        assert_eq!(d, Delivery::Handler(11));
+        let info = r.rsp + RT_INFO;
+        assert_eq!(u32_at(&mut e, info + 8), 1, "SEGV_MAPERR");
+        assert_eq!(u32_at(&mut e, info + 12), 0x10, "si_addr");
+        let sc = r.rsp + RT_SC;
+        assert_eq!(u32_at(&mut e, sc + TRAPNO), 14);
+        assert_eq!(u32_at(&mut e, sc + ERR), 6);
+        assert_eq!(u32_at(&mut e, sc + CR2), 0x10);
+        let d = signal::deliver_fault(&mut e.m, &mut e.p, &mut e.t, &mut r, SIGSEGV, fault);
+        assert!(matches!(d, Delivery::Kill { signal: 11, .. }), "blocked");
+    }
+
+    #[test]
+    fn no_restorer_or_no_room_ends_the_process() {
+        let mut e = Env::new(Abi::I386);
+        install32(&mut e, SIGUSR1, sa::SIGINFO as u32, 0);
+        e.t.pending = 1 << (SIGUSR1 - 1);
+        let mut r = regs32(&e);
+        assert!(matches!(
+            deliver(&mut e, &mut r),
+            Delivery::Kill { signal: 10, reason } if reason.contains("SA_RESTORER")
+        ));
+        install32(&mut e, SIGUSR1, sa::RESTORER as u32, 0);
+        e.t.pending = 1 << (SIGUSR1 - 1);
+        r.rsp = 0x2000;
+        assert!(matches!(
+            deliver(&mut e, &mut r),
+            Delivery::Kill { signal: 11, .. }
+        ));
+    }
+
+    #[test]
+    fn forged_frames_end_the_process_with_a_reason() {
+        let top = 0xffff_e000u32;
+        for (rt, off, value, what) in [
+            (true, EIP, top, "outside user space"),
+            (false, EIP, 0xffff_f000, "outside user space"),
+            (true, ESP, 0xffff_fff0, "stack outside user space"),
+            (true, CS, u32::from(gdt::KERNEL_CODE), "selector"),
+            (false, CS, u32::from(gdt::USER_CODE64), "selector"),
+            (true, SS, u32::from(gdt::KERNEL_DATA), "selector"),
+            (true, SS, 0, "selector"),
+            (false, DS, u32::from(gdt::KERNEL_DATA), "selector"),
+            (true, ES, u32::from(gdt::TSS), "selector"),
+            (true, FS, u32::from(gdt::USER_CODE32), "selector"),
+            (true, GS, 0x7b, "selector"),
+        ] {
+            let mut e = Env::new(Abi::I386);
+            let flags = if rt { sa::SIGINFO } else { 0 } | sa::RESTORER;
+            install32(&mut e, SIGUSR1, flags as u32, 0);
+            e.t.pending = 1 << (SIGUSR1 - 1);
+            let mut r = regs32(&e);
+            assert_eq!(deliver(&mut e, &mut r), Delivery::Handler(10));
+            let sc = r.rsp + if rt { RT_SC } else { OLD_SC };
+            e.poke(sc + off, &value.to_le_bytes());
+            r.rsp += if rt { 4 } else { 8 };
+            let before = (r.clone(), e.t.sigmask);
+            let err = if rt {
+                sigreturn32(&mut e, &mut r)
+            } else {
+                old_sigreturn32(&mut e, &mut r)
+            }
+            .unwrap_err();
+            assert!(err.contains(what), "sigcontext + {off}: {err}");
+            assert_eq!((r, e.t.sigmask), before, "nothing restored");
+        }
+        // Reserved MXCSR bits in the FXSAVE part.
+        let mut e = Env::new(Abi::I386);
+        install32(&mut e, SIGUSR1, sa::RESTORER as u32, 0);
+        e.t.pending = 1 << (SIGUSR1 - 1);
+        let mut r = regs32(&e);
+        assert_eq!(deliver(&mut e, &mut r), Delivery::Handler(10));
+        let fp = u64::from(u32_at(&mut e, r.rsp + OLD_SC + FPSTATE));
+        e.poke(fp + 112 + 24, &0x0001_1f80u32.to_le_bytes());
+        r.rsp += 8;
+        let err = old_sigreturn32(&mut e, &mut r).unwrap_err();
+        assert!(err.contains("FPU"), "{err}");
+        // No frame at all; and no 119 for a 64-bit process.
+        let mut r = regs32(&e);
+        r.rsp = BAD;
+        assert!(sigreturn32(&mut e, &mut r).is_err());
+        assert!(old_sigreturn32(&mut e, &mut r).is_err());
+        let mut e = Env::new(Abi::X86_64);
+        let mut r = e.regs();
+        assert!(
+            old_sigreturn32(&mut e, &mut r)
+                .unwrap_err()
+                .contains("64-bit")
+        );
+    }
 }
