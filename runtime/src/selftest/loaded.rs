@@ -144,6 +144,69 @@ pub(super) fn loaded_exact_regs64() -> TestResult {
     Ok(())
 }
 
+/// Register exactness per thread: the two threads of `ld_threads64` spin
+/// with different patterns in every GPR, and every NMI that lands in a
+/// thread's spin loop shows that thread's own registers and its own task,
+/// never the other's.
+pub(super) fn loaded_thread_regs64() -> TestResult {
+    let (prog, child) = user::loaded_threads64();
+    let (id, caps) = run_loaded_recorded("ld_threads64", false, prog, 10_000_000, Mode::User64)?;
+    let first = user::LOADED_CODE + prog.marks.0..user::LOADED_CODE + prog.marks.1;
+    let second = user::LOADED_CODE + child.0..user::LOADED_CODE + child.1;
+    let want_first: [(usize, u64); 15] = core::array::from_fn(|i| (i, pattern64(i)));
+    let want_second: [(usize, u64); 15] = core::array::from_fn(|i| (i, user::second_pattern64(i)));
+    let (mut in_first, mut in_second) = (0, 0);
+    let mut second_task = None;
+    for c in &caps {
+        let r = &c.interrupted;
+        if first.contains(&r.rip) {
+            ensure!(
+                c.task == Some(id),
+                "first thread's loop under task {:?}",
+                c.task
+            );
+            compare("first thread", r, &want_first, u64::MAX)?;
+            ensure!(
+                r.rsp == user::PATTERN_RSP64,
+                "first thread's rsp {:#x}",
+                r.rsp
+            );
+            in_first += 1;
+        } else if second.contains(&r.rip) {
+            ensure!(
+                c.task.is_some() && c.task != Some(id),
+                "second thread's loop under task {:?} (the first is {id})",
+                c.task
+            );
+            ensure!(
+                second_task.is_none() || second_task == c.task,
+                "second thread's loop under tasks {second_task:?} and {:?}",
+                c.task
+            );
+            second_task = c.task;
+            compare("second thread", r, &want_second, u64::MAX)?;
+            ensure!(
+                r.rsp == !user::PATTERN_RSP64,
+                "second thread's rsp {:#x}",
+                r.rsp
+            );
+            in_second += 1;
+        } else {
+            continue;
+        }
+        ensure!(
+            c.user_regs == *r,
+            "user_regs differ from the interrupted frame"
+        );
+    }
+    ensure!(
+        in_first > 0 && in_second > 0,
+        "NMIs in the spin loops: {in_first} of the first thread, {in_second} of the second ({} captures)",
+        caps.len()
+    );
+    Ok(())
+}
+
 pub(super) fn loaded_exact_regs32() -> TestResult {
     let prog = user::loaded_regs32();
     let (id, caps) = run_loaded_recorded("ld_regs32", true, prog, 20_000_000, Mode::UserCompat)?;

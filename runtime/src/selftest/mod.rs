@@ -118,6 +118,7 @@ pub fn run(cfg: &Config, archive: Option<arch_x86::bootinfo::Module>, protocol: 
     crate::abi::linux::set_system(kcore::sys::System::new(kcore::sys::Vfs::new()));
     r.check("loaded_address_spaces", loaded_address_spaces);
     r.check("loaded_nmi_in_user64_exact_regs", loaded_exact_regs64);
+    r.check("loaded_threads_exact_regs_per_thread", loaded_thread_regs64);
     r.check("loaded_nmi_in_compat_exact_regs", loaded_exact_regs32);
     r.check("loaded_nmi_in_syscall_user_frame", loaded_syscall_frame64);
     r.check("loaded_nmi_in_int80_user_frame", loaded_int80_frame32);

@@ -12,6 +12,12 @@ pub const fn pattern64(i: usize) -> u64 {
         | ((i as u64 + 1) * 0x0101_0101_0101) & 0xffff_ffff_ffff
 }
 
+/// The pattern the second thread of the two-thread program loads into GPR
+/// `i`: the complement of [`pattern64`].
+pub const fn second_pattern64(i: usize) -> u64 {
+    !pattern64(i)
+}
+
 /// The 32-bit pattern a compat task loads into GPR `i` (only 0..=6 exist there).
 pub const fn pattern32(i: usize) -> u64 {
     0xc300_0000 | ((i as u64 + 1) * 0x0001_0101)
@@ -372,6 +378,83 @@ perch_ld_sys64_ret:
     .global perch_ld_sys64_end
 perch_ld_sys64_end:
 
+    .global perch_ld_threads64
+perch_ld_threads64:
+    mov rax, qword ptr [{data}]
+    mov qword ptr [{data} + 8], rax
+    mov eax, 56
+    mov edi, 0x50f00
+    mov esi, {tstack}
+    xor edx, edx
+    xor r10d, r10d
+    xor r8d, r8d
+    syscall
+    test rax, rax
+    jz perch_ld_threads64_child
+    js perch_ld_threads64_fail
+    movabs rax, {p0}
+    movabs rbx, {p1}
+    movabs rcx, {p2}
+    movabs rdx, {p3}
+    movabs rsi, {p4}
+    movabs rdi, {p5}
+    movabs rbp, {p6}
+    movabs r8, {p7}
+    movabs r9, {p8}
+    movabs r10, {p9}
+    movabs r11, {p10}
+    movabs r12, {p11}
+    movabs r13, {p12}
+    movabs r14, {p13}
+    movabs r15, {p14}
+    movabs rsp, {prsp}
+    .global perch_ld_threads64_loop
+perch_ld_threads64_loop:
+    dec qword ptr [{data}]
+    jnz perch_ld_threads64_loop
+    .global perch_ld_threads64_loop_end
+perch_ld_threads64_loop_end:
+    cmp qword ptr [{data} + 8], 0
+    jne perch_ld_threads64_loop_end
+    mov eax, 231
+    xor edi, edi
+    syscall
+    ud2
+perch_ld_threads64_fail:
+    mov eax, 231
+    mov edi, 1
+    syscall
+    ud2
+perch_ld_threads64_child:
+    movabs rax, {c0}
+    movabs rbx, {c1}
+    movabs rcx, {c2}
+    movabs rdx, {c3}
+    movabs rsi, {c4}
+    movabs rdi, {c5}
+    movabs rbp, {c6}
+    movabs r8, {c7}
+    movabs r9, {c8}
+    movabs r10, {c9}
+    movabs r11, {c10}
+    movabs r12, {c11}
+    movabs r13, {c12}
+    movabs r14, {c13}
+    movabs r15, {c14}
+    movabs rsp, {crsp}
+    .global perch_ld_threads64_child_loop
+perch_ld_threads64_child_loop:
+    dec qword ptr [{data} + 8]
+    jnz perch_ld_threads64_child_loop
+    .global perch_ld_threads64_child_loop_end
+perch_ld_threads64_child_loop_end:
+    mov eax, 60
+    xor edi, edi
+    syscall
+    ud2
+    .global perch_ld_threads64_end
+perch_ld_threads64_end:
+
     .global perch_ld_space64
 perch_ld_space64:
     mov rax, qword ptr [{data}]
@@ -464,6 +547,23 @@ perch_ld_sys32_end:
     p13 = const pattern64(13),
     p14 = const pattern64(14),
     prsp = const PATTERN_RSP64,
+    tstack = const LOADED_DATA + 0x3000,
+    c0 = const second_pattern64(0),
+    c1 = const second_pattern64(1),
+    c2 = const second_pattern64(2),
+    c3 = const second_pattern64(3),
+    c4 = const second_pattern64(4),
+    c5 = const second_pattern64(5),
+    c6 = const second_pattern64(6),
+    c7 = const second_pattern64(7),
+    c8 = const second_pattern64(8),
+    c9 = const second_pattern64(9),
+    c10 = const second_pattern64(10),
+    c11 = const second_pattern64(11),
+    c12 = const second_pattern64(12),
+    c13 = const second_pattern64(13),
+    c14 = const second_pattern64(14),
+    crsp = const !PATTERN_RSP64,
     q0 = const pattern32(0),
     q1 = const pattern32(1),
     q2 = const pattern32(2),
@@ -482,6 +582,12 @@ unsafe extern "C" {
     static perch_ld_sys64: u8;
     static perch_ld_sys64_ret: u8;
     static perch_ld_sys64_end: u8;
+    static perch_ld_threads64: u8;
+    static perch_ld_threads64_loop: u8;
+    static perch_ld_threads64_loop_end: u8;
+    static perch_ld_threads64_child_loop: u8;
+    static perch_ld_threads64_child_loop_end: u8;
+    static perch_ld_threads64_end: u8;
     static perch_ld_space64: u8;
     static perch_ld_space64_end: u8;
     static perch_ld_regs32: u8;
@@ -532,6 +638,30 @@ pub fn loaded_sys64() -> LoadedCode {
         crate::abs_addr!(perch_ld_sys64_end),
         (r, r),
     )
+}
+
+/// The 64-bit program of two threads: the first `clone`s the second
+/// (Go's flags: CLONE_VM, FS, FILES, SIGHAND, SYSVSEM and THREAD), then
+/// each spins with its own register patterns ([`pattern64`] and
+/// [`second_pattern64`]) until its counter (the data page's first word,
+/// copied to the second for the other thread) runs out; the first waits
+/// for the second, then `exit_group(0)`. Marks: the first thread's spin
+/// loop; the second's is returned beside.
+pub fn loaded_threads64() -> (LoadedCode, (u64, u64)) {
+    let s = crate::abs_addr!(perch_ld_threads64);
+    let code = loaded(
+        s,
+        crate::abs_addr!(perch_ld_threads64_end),
+        (
+            crate::abs_addr!(perch_ld_threads64_loop),
+            crate::abs_addr!(perch_ld_threads64_loop_end),
+        ),
+    );
+    let child = (
+        crate::abs_addr!(perch_ld_threads64_child_loop) - s,
+        crate::abs_addr!(perch_ld_threads64_child_loop_end) - s,
+    );
+    (code, child)
 }
 
 /// The 64-bit program that keeps its data-page value across yields and
