@@ -2056,6 +2056,56 @@ fn cycles_precise_before_ice_lake_uses_a_pebs_capable_alias() {
     assert_eq!(rig.total.pebs_records, 20);
 }
 
+#[test]
+fn atom_cycles_precise_as_linux_samples_it() {
+    // Silvermont: the Core 2 alias (INST_RETIRED.ANY_P, inv, cmask=16), on
+    // PMC0 as intel_slm_pebs_event_constraints allows.
+    let mut rig = Rig::new(SimCpu::from_row(models::intel_row(0x37).unwrap()));
+    let mut d = rig
+        .intel(&[precise(EventKind::Cycles, 100)], IntelOptions::default())
+        .expect("Silvermont samples cycles:p");
+    assert_eq!(d.counter_of(0), Some(Counter::Gp(0)));
+    let sel = rig.sim.read(addr::IA32_PERFEVTSEL0);
+    assert_eq!(
+        sel & 0xFFFF_0000_FFFF & !(0xFF << 16),
+        0xC0,
+        "Silvermont: {sel:#x}"
+    );
+    assert_eq!(sel >> 23 & 1, 1, "inv");
+    assert_eq!(sel >> 24 & 0xFF, 16, "cmask");
+    rig.run_intel(&mut d, (0..1000).map(step));
+    assert_eq!(rig.total.pebs_records, 20, "Silvermont: 2,000 cycles");
+    assert_eq!(rig.sim.stats.pebs_no_assist, 0);
+    // Goldmont (PMC0), Goldmont Plus and Tremont (any GP counter): 0x3C
+    // itself, whose overflows make PEBS records there.
+    for (model, any_gp) in [(0x5C, false), (0x7A, true), (0x86, true)] {
+        let cpu = || SimCpu::from_row(models::intel_row(model).unwrap());
+        let mut rig = Rig::new(cpu());
+        let mut d = rig
+            .intel(&[precise(EventKind::Cycles, 100)], IntelOptions::default())
+            .unwrap_or_else(|e| panic!("model {model:#x} refuses cycles:p: {e:?}"));
+        let Some(Counter::Gp(n)) = d.counter_of(0) else {
+            panic!("model {model:#x}: cycles:p not on a GP counter")
+        };
+        let sel = rig.sim.read(addr::IA32_PERFEVTSEL0 + u32::from(n));
+        assert_eq!(sel & 0xFFFF, 0x3C, "model {model:#x}");
+        rig.run_intel(&mut d, (0..1000).map(step));
+        assert_eq!(rig.total.pebs_records, 20, "model {model:#x}");
+        assert_eq!(rig.sim.stats.pebs_no_assist, 0, "model {model:#x}");
+        // Beside precise instructions: both fit only where PEBS is not
+        // limited to PMC0.
+        let mut rig = Rig::new(cpu());
+        let both = rig.intel(
+            &[
+                precise(EventKind::Instructions, 1000),
+                precise(EventKind::Cycles, 100),
+            ],
+            IntelOptions::default(),
+        );
+        assert_eq!(both.is_ok(), any_gp, "model {model:#x}: {:?}", both.err());
+    }
+}
+
 fn sandy_bridge() -> SimCpu {
     SimCpu::Intel {
         model: 0x2A,

@@ -37,6 +37,11 @@ pub enum CyclesAlias {
     /// As [`CyclesAlias::Snb`] below `:ppp`, PREC_DIST at `:ppp` (Skylake;
     /// `intel_pebs_aliases_skl`).
     Skl,
+    /// No alias needed: 0x3C itself takes PEBS on the model's PEBS counters
+    /// (Goldmont, Goldmont Plus and Tremont, where Linux sets
+    /// `pebs_aliases` to NULL and allows every event in
+    /// `intel_glm_pebs_event_constraints` / `intel_glp_...`).
+    Direct,
 }
 
 impl CyclesAlias {
@@ -48,6 +53,7 @@ impl CyclesAlias {
         let prec_dist = 0x01C0 | INV_CMASK16;
         match self {
             CyclesAlias::None => None,
+            CyclesAlias::Direct => Some(0x003C),
             CyclesAlias::Core2 => Some(0x00C0 | INV_CMASK16),
             CyclesAlias::Snb => Some(uops_retired_all),
             CyclesAlias::Ivb => Some(prec_dist),
@@ -475,7 +481,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         name: "Silvermont / Airmont",
         models: &[0x37, 0x4A, 0x4C, 0x4D, 0x5A, 0x5D],
         core_type: None,
-        source: "SDM vol. 3 \"Silvermont\" PEBS on PMC0 only, LBR 8 entries at 0x40/0x60 with LBR_SELECT; Linux intel_slm_pebs_event_constraints, intel_pmu_lbr_init_slm",
+        source: "SDM vol. 3 \"Silvermont\" PEBS on PMC0 only, LBR 8 entries at 0x40/0x60 with LBR_SELECT; Linux intel_slm_pebs_event_constraints (cycles:p through the Core 2 alias 0x108000c0 on PMC0), intel_pmu_lbr_init_slm",
         version: 3,
         gp: 2,
         fixed: 3,
@@ -487,7 +493,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         ld_lat_event: None,
         mem_loads_aux: false,
         data_source: DataSource::Snb,
-        cycles_alias: CyclesAlias::None,
+        cycles_alias: CyclesAlias::Core2,
         lbr: legacy(3, 8, CORE_FROM, CORE_TO, true, false),
         lbr_min_stepping: &[],
         ack: PmiAck::Early,
@@ -539,7 +545,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         ld_lat_event: None,
         mem_loads_aux: false,
         data_source: DataSource::Snb,
-        cycles_alias: CyclesAlias::None,
+        cycles_alias: CyclesAlias::Direct,
         lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
         lbr_min_stepping: &[],
         ack: PmiAck::Early,
@@ -561,7 +567,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         ld_lat_event: None,
         mem_loads_aux: false,
         data_source: DataSource::Snb,
-        cycles_alias: CyclesAlias::None,
+        cycles_alias: CyclesAlias::Direct,
         lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
         lbr_min_stepping: &[],
         ack: PmiAck::Early,
@@ -583,7 +589,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         ld_lat_event: None,
         mem_loads_aux: false,
         data_source: DataSource::Snb,
-        cycles_alias: CyclesAlias::None,
+        cycles_alias: CyclesAlias::Direct,
         lbr: legacy(6, 32, NHM_FROM, NHM_TO, true, true),
         lbr_min_stepping: &[],
         ack: PmiAck::Early,

@@ -18,7 +18,8 @@
 //!
 //! Per model (from the row of [`crate::pmu::models`] for the simulated
 //! model number): PEBS assists only for events and counters the model
-//! allows (0x3C never before PEBS baseline; the load-latency event only on
+//! allows (0x3C never before PEBS baseline but on the Atoms from Goldmont
+//! on; the load-latency event only on
 //! its counters and, where the model needs it, while `mem-loads-aux`
 //! counts), otherwise the PEBS-enabled counter just overflows
 //! ([`SimStats::pebs_no_assist`]); adaptive records carry the
@@ -37,7 +38,7 @@ use crate::cpuid::{CpuIdResult, Cpuid, regs};
 use crate::msr::{Msr, addr, debugctl};
 use crate::pmu::Lvt;
 use crate::pmu::ds::{DsArea, DsMemory};
-use crate::pmu::models::{self, CoreType, IntelModel, ModelLbr, PmiAck};
+use crate::pmu::models::{self, CoreType, CyclesAlias, IntelModel, ModelLbr, PmiAck};
 
 /// LBR model of a simulated Intel CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -545,7 +546,7 @@ impl SimPmu {
         if row.pebs_counters(sel) & (1 << i) == 0 {
             return false;
         }
-        if !self.pebs_baseline() && sel & 0xFF == 0x3C {
+        if !self.pebs_baseline() && sel & 0xFF == 0x3C && row.cycles_alias != CyclesAlias::Direct {
             return false;
         }
         if row.mem_loads_aux && row.ld_lat_event == Some(sel as u16) {
