@@ -607,6 +607,27 @@ fn end_siblings(id: u8, state: TaskState) {
     });
 }
 
+/// Frees the slot of thread `id`, which ended by itself (`exit`) while
+/// other threads of its process go on, so that a later thread can have it:
+/// a program that makes and joins threads one after another must never run
+/// out of slots. A process's first thread keeps its slot (the process is
+/// indexed by it) until the process ends.
+fn release_thread_slot(id: u8) {
+    critical_section::with(|cs| {
+        let mut tasks = TASKS.borrow_ref_mut(cs);
+        let Some(entry) = tasks.get_mut(id as usize) else {
+            return;
+        };
+        if !entry.is_some_and(|t| t.proc != id && t.state.ended()) {
+            return;
+        }
+        *entry = None;
+        THREADS.borrow_ref_mut(cs)[id as usize] = None;
+        POSTED[id as usize].store(0, Ordering::Relaxed);
+        BLOCKED[id as usize].store(0, Ordering::Relaxed);
+    });
+}
+
 /// True when every thread of process `proc` has ended.
 fn all_ended(proc: u8) -> bool {
     critical_section::with(|cs| {
@@ -899,9 +920,12 @@ pub fn run_all(driver: &mut impl Driver) {
                             | Outcome::Signal(_)
                             | Outcome::ThreadExit(_)
                     )
-                    && all_ended(task.proc)
                 {
-                    driver.ended(i as u8, &task, o);
+                    if all_ended(task.proc) {
+                        driver.ended(i as u8, &task, o);
+                    } else if let Outcome::ThreadExit(_) = o {
+                        release_thread_slot(i as u8);
+                    }
                 }
                 next = i + 1;
             }
