@@ -888,7 +888,8 @@ const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
 
 /// At a thread's exit, as Linux's `exit_robust_list`: every robust futex
 /// the thread `t` still holds (its word's tid bits are `t.tid`) gets the
-/// owner-died bit and loses the tid, and one waiter is woken. The list is
+/// owner-died bit and loses the tid, and one waiter is woken (none for a
+/// PI futex, which the list marks in bit 0 of its pointer). The list is
 /// user memory: a bad pointer or a loop ends the walk (at most
 /// [`ROBUST_LIST_LIMIT`] entries), never the runtime.
 pub fn release_robust_list<M: Machine>(
@@ -924,9 +925,12 @@ pub fn release_robust_list<M: Machine>(
     } else {
         i64::from(offset as u32 as i32)
     };
+    // Bit 0 of a list pointer marks a PI futex (Linux's
+    // fetch_robust_entry): the entry is the pointer without it.
     let pending = read_ptr(m, head + 2 * word).unwrap_or(0);
-    let mut entry = first;
-    let mut release = |m: &mut M, entry: u64| {
+    let (pending, pending_pi) = (pending & !1, pending & 1 != 0);
+    let mut entry = first & !1;
+    let mut release = |m: &mut M, entry: u64, pi: bool| {
         let addr = entry.wrapping_add_signed(offset);
         if !addr.is_multiple_of(4) || addr >= p.layout.user_top {
             return;
@@ -941,28 +945,31 @@ pub fn release_robust_list<M: Machine>(
         if m.write_user(&p.areas, addr, &new.to_le_bytes()).is_err() {
             return;
         }
-        if v & FUTEX_WAITERS != 0 {
+        // A PI futex's waiters are not futex waiters (and the runtime
+        // has no PI waits: FUTEX_LOCK_PI is ENOSYS).
+        if v & FUTEX_WAITERS != 0 && !pi {
             let key = super::super::futex::FutexKey::of(p.pid, addr);
             let _ = futexes.wake(key, 1, super::super::futex::BITSET_MATCH_ANY, |tid| {
                 m.wake_thread(tid)
             });
         }
     };
+    let mut pi = first & 1 != 0;
     for _ in 0..ROBUST_LIST_LIMIT {
         // The list is circular through the head; pending is handled last.
         if entry == head || entry == 0 {
             break;
         }
         if entry != pending {
-            release(m, entry);
+            release(m, entry, pi);
         }
         match read_ptr(m, entry) {
-            Some(next) => entry = next,
+            Some(next) => (entry, pi) = (next & !1, next & 1 != 0),
             None => break,
         }
     }
     if pending != 0 {
-        release(m, pending);
+        release(m, pending, pending_pi);
     }
 }
 
