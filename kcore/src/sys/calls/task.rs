@@ -889,7 +889,9 @@ const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
 /// At a thread's exit, as Linux's `exit_robust_list`: every robust futex
 /// the thread `t` still holds (its word's tid bits are `t.tid`) gets the
 /// owner-died bit and loses the tid, and one waiter is woken (none for a
-/// PI futex, which the list marks in bit 0 of its pointer). The list is
+/// PI futex, which the list marks in bit 0 of its pointer); a pending
+/// entry whose word is already 0 (the thread died between unlocking and
+/// waking) gets its waiter woken. The list is
 /// user memory: a bad pointer or a loop ends the walk (at most
 /// [`ROBUST_LIST_LIMIT`] entries), never the runtime.
 pub fn release_robust_list<M: Machine>(
@@ -930,7 +932,7 @@ pub fn release_robust_list<M: Machine>(
     let pending = read_ptr(m, head + 2 * word).unwrap_or(0);
     let (pending, pending_pi) = (pending & !1, pending & 1 != 0);
     let mut entry = first & !1;
-    let mut release = |m: &mut M, entry: u64, pi: bool| {
+    let mut release = |m: &mut M, entry: u64, pi: bool, pending_op: bool| {
         let addr = entry.wrapping_add_signed(offset);
         if !addr.is_multiple_of(4) || addr >= p.layout.user_top {
             return;
@@ -938,6 +940,15 @@ pub fn release_robust_list<M: Machine>(
         let Ok(v) = super::super::machine::read_u32(m, &p.areas, addr) else {
             return;
         };
+        // The thread died between unlocking (the word is 0) and waking a
+        // waiter: the wake is made for it (Linux's HANDLE_DEATH_PENDING).
+        if pending_op && !pi && v == 0 {
+            let key = super::super::futex::FutexKey::of(p.pid, addr);
+            let _ = futexes.wake(key, 1, super::super::futex::BITSET_MATCH_ANY, |tid| {
+                m.wake_thread(tid)
+            });
+            return;
+        }
         if v & FUTEX_TID_MASK != t.tid {
             return;
         }
@@ -961,7 +972,7 @@ pub fn release_robust_list<M: Machine>(
             break;
         }
         if entry != pending {
-            release(m, entry, pi);
+            release(m, entry, pi, false);
         }
         match read_ptr(m, entry) {
             Some(next) => (entry, pi) = (next & !1, next & 1 != 0),
@@ -969,7 +980,7 @@ pub fn release_robust_list<M: Machine>(
         }
     }
     if pending != 0 {
-        release(m, pending, pending_pi);
+        release(m, pending, pending_pi, true);
     }
 }
 
