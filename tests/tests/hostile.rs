@@ -48,7 +48,8 @@ fn threads_that_exit_under_waiters_and_signals_to_dead_threads_end_as_on_linux()
             assert_eq!(native.end, Some(End::Exited(0)), "{act} natively");
             if act == "dead" {
                 let out = native.out();
-                assert_eq!(out.matches(": ESRCH").count(), 5, "{out}");
+                assert_eq!(out.matches(": ESRCH").count(), 6, "{out}");
+                assert_eq!(out.matches(": EINVAL").count(), 1, "{out}");
                 assert_eq!(out.matches(": 0\n").count(), 2, "{out}");
             }
             programs.push(p);

@@ -8,8 +8,9 @@
  *                       and makes one more thread (the count went down),
  *                       then 2N more one at a time (each joined).
  *   hostile dead        signals to a thread that has exited and been
- *                       joined (tgkill, tkill, signal 0 too): ESRCH; to a
- *                       living one: 0.
+ *                       joined (tgkill, tkill, signal 0 too, an invalid
+ *                       one too): ESRCH; to a living one: 0 (an invalid
+ *                       signal: EINVAL).
  *   hostile cleartid    three threads wait on the tid word of a fourth
  *                       (set_tid_address) with FUTEX_WAIT and no timeout;
  *                       the fourth exits, the kernel clears and wakes the
@@ -171,6 +172,10 @@ static int dead(void)
 	printf("dead: tkill(dead tid, SIGUSR1): %s\n", result(r));
 	r = syscall(SYS_tkill, tid_of_dead, 0);
 	printf("dead: tkill(dead tid, 0): %s\n", result(r));
+	r = syscall(SYS_tgkill, pid, tid_of_dead, 1000);
+	printf("dead: tgkill(pid, dead tid, 1000): %s\n", result(r));
+	r = syscall(SYS_tgkill, pid, tid_of_live, 1000);
+	printf("dead: tgkill(pid, live tid, 1000): %s\n", result(r));
 	r = syscall(SYS_tgkill, pid, tid_of_live, 0);
 	printf("dead: tgkill(pid, live tid, 0): %s\n", result(r));
 	r = syscall(SYS_tgkill, pid, tid_of_live, SIGUSR1);

@@ -583,9 +583,14 @@ fn raise_self<M: Machine>(c: &mut Ctx<'_, M>, sig: u64) -> Result<Action, Errno>
 
 /// `kill(pid, sig)`: only the caller itself (its pid, its process group
 /// 0 or -pid) is visible; -1 (everyone but the caller) reaches nobody;
-/// other pids are `ESRCH`.
+/// other pids are `ESRCH`, whatever the signal (Linux looks the target up
+/// before it checks the signal).
 pub(crate) fn kill<M: Machine>(c: &mut Ctx<'_, M>, pid: i32, sig: u64) -> Result<Action, Errno> {
     let me = c.p.pid as i32;
+    let visible = pid == me || pid == 0 || pid == -me || pid == -1;
+    if !visible {
+        return Err(Errno::ESRCH);
+    }
     if sig & 0xffff_ffff > NSIG as u64 {
         return Err(Errno::EINVAL);
     }
@@ -604,13 +609,16 @@ pub(crate) fn kill<M: Machine>(c: &mut Ctx<'_, M>, pid: i32, sig: u64) -> Result
 }
 
 /// `tgkill(tgid, tid, sig)` (and `tkill(tid, sig)` as `tgkill(pid, tid, sig)`).
+/// As Linux, a thread that does not exist (one that has ended) is `ESRCH`
+/// before the signal is checked: only a live target makes a bad signal
+/// `EINVAL`.
 pub(crate) fn tgkill<M: Machine>(
     c: &mut Ctx<'_, M>,
     tgid: i32,
     tid: i32,
     sig: u64,
 ) -> Result<Action, Errno> {
-    if tgid <= 0 || tid <= 0 || sig & 0xffff_ffff > NSIG as u64 {
+    if tgid <= 0 || tid <= 0 {
         return Err(Errno::EINVAL);
     }
     if tgid != c.p.pid as i32 {
@@ -619,6 +627,11 @@ pub(crate) fn tgkill<M: Machine>(
     let sig = sig & 0xffff_ffff;
     if tid as u32 == c.t.tid {
         return raise_self(c, sig);
+    }
+    // A probe (signal 0) says whether the thread lives.
+    c.m.signal_thread(tid as u32, 0)?;
+    if sig > NSIG as u64 {
+        return Err(Errno::EINVAL);
     }
     if c.m.signal_thread(tid as u32, sig as u8)? {
         c.futex.cancel(tid as u32);

@@ -253,6 +253,15 @@ fn tgkill_reaches_other_threads_of_the_process_only() {
     assert_eq!(e.ret("tgkill", &[7, 8, 0]), 0, "a probe sends nothing");
     assert_eq!(e.m.signalled.len(), 1);
     assert_eq!(e.err("tgkill", &[7, 9, SIGUSR1]), Errno::ESRCH);
+    // A thread that is not there is ESRCH whatever the signal, as Linux;
+    // a bad signal to one that is, or to the caller, is EINVAL.
+    assert_eq!(e.err("tgkill", &[7, 9, 1000]), Errno::ESRCH);
+    assert_eq!(e.err("tkill", &[9, 65]), Errno::ESRCH);
+    assert_eq!(e.err("tgkill", &[7, 8, 65]), Errno::EINVAL);
+    assert_eq!(e.err("tgkill", &[7, 7, 65]), Errno::EINVAL);
+    assert_eq!(e.err("kill", &[99, 1000]), Errno::ESRCH);
+    assert_eq!(e.err("kill", &[7, 1000]), Errno::EINVAL);
+    assert_eq!(e.m.signalled.len(), 1);
     assert_eq!(
         e.err("tgkill", &[8, 8, SIGUSR1]),
         Errno::ESRCH,
