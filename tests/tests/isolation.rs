@@ -318,7 +318,9 @@ fn transfers() -> Vec<Attack> {
 }
 
 /// rt_sigreturn over frames that are good but for one thing (x86-64), and
-/// the good frame itself, which must resume where it says.
+/// the good frame itself, which must resume where it says; signals whose
+/// handler or restorer is outside user space, or whose alternate stack is
+/// not mapped.
 fn forged_frames() -> Vec<Attack> {
     vec![
         attack(A64, "sigret-ok", None, Want::Exit0),
@@ -336,6 +338,15 @@ fn forged_frames() -> Vec<Attack> {
             None,
             Want::Reason("reserved MXCSR bits"),
         ),
+        attack(A64, "handler-noncan", None, Want::GeneralProtection),
+        attack(
+            A64,
+            "handler-rt",
+            None,
+            Want::PageFault("executing", Some(0xffff_ffff_8010_0000)),
+        ),
+        attack(A64, "restorer-noncan", None, Want::GeneralProtection),
+        attack(A64, "altstack-wild", None, Want::Reason("signal frame")),
     ]
 }
 
@@ -407,7 +418,7 @@ fn non_canonical_targets_forged_frames_and_bad_selectors_end_only_the_offender()
 
 /// The checks are the runtime's own (no CPU feature is involved): one CPU.
 #[test]
-fn forged_sigreturn_frames_end_only_the_offender_naming_what_was_wrong() {
+fn forged_sigreturn_frames_and_wild_handlers_end_only_the_offender_naming_what_was_wrong() {
     run_attacks(Cpu::Max, &forged_frames());
 }
 

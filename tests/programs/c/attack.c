@@ -22,6 +22,9 @@
  * sigret-rip-rt, sigret-cs, sigret-ss, sigret-mxcsr (x86-64: a good frame
  * but for a RIP in the runtime's text, ring-0 CS, ring-0 SS, reserved MXCSR
  * bits), sigret-ok (the good frame: it resumes where it says),
+ * handler-noncan, handler-rt, restorer-noncan (x86-64: a signal whose
+ * handler or restorer is outside user space), altstack-wild (x86-64: a
+ * handler on an alternate stack that is not mapped),
  * ljmp-ring0 (far jump to the kernel code selector), ljmp-tss, ljmp-ldt,
  * mov-ss-null, mov-ss-ring0, mov-ds-ring0.
  * Execution of data (NX): exec-stack, exec-heap, exec-mprotect (allowed).
@@ -79,6 +82,12 @@ static void __attribute__((noreturn, used)) resumed(void)
 	}
 	not_stopped();
 	_exit(1);
+}
+
+/* A signal handler that returns (to whatever restorer it was given). */
+static void __attribute__((used)) on_signal(int sig)
+{
+	(void)sig;
 }
 
 static void far_jump(uint16_t selector)
@@ -224,6 +233,42 @@ int main(int argc, char **argv)
 		memcpy(fpu + 28, &(uint32_t){0xffff}, 4); /* MXCSR_MASK */
 		__asm__ volatile("mov %0, %%rsp; mov $15, %%eax; syscall"
 				 : : "r"(&frame[1]) : "memory", "rax", "rcx", "r11");
+	}
+	else if (!strncmp(name, "handler-", 8) || !strncmp(name, "restorer-", 9) ||
+		 !strcmp(name, "altstack-wild")) {
+		/* A SIGUSR1 action with a handler (or restorer) outside user
+		 * space, or a good one on an alternate stack that is not
+		 * mapped; then the signal. */
+		struct {
+			uint64_t handler, flags, restorer, mask;
+		} act = {(uint64_t)(uintptr_t)on_signal, 0x04000000 /* SA_RESTORER */,
+			 (uint64_t)(uintptr_t)on_signal, 0};
+		if (!strcmp(name, "handler-noncan"))
+			act.handler = 0x0000800000000000ull;
+		else if (!strcmp(name, "handler-rt"))
+			act.handler = 0xffffffff80100000ull;
+		else if (!strcmp(name, "restorer-noncan"))
+			act.restorer = 0x0000800000000000ull;
+		else if (!strcmp(name, "altstack-wild")) {
+			struct {
+				uint64_t sp;
+				int flags;
+				uint64_t size;
+			} ss = {0xdead0000ull, 0, 65536};
+			if (syscall(SYS_sigaltstack, &ss, NULL)) {
+				printf("attack: %s: sigaltstack failed\n", name);
+				return 1;
+			}
+			act.flags |= 0x08000000; /* SA_ONSTACK */
+		} else {
+			printf("attack: %s: no such attack on this ABI\n", name);
+			return 2;
+		}
+		if (syscall(SYS_rt_sigaction, 10, &act, NULL, 8)) {
+			printf("attack: %s: rt_sigaction failed\n", name);
+			return 1;
+		}
+		syscall(SYS_tgkill, getpid(), syscall(SYS_gettid), 10);
 	}
 #else
 	else if (!strncmp(name, "tls-", 4)) {
