@@ -7,7 +7,8 @@
 //! built as a static musl x86_64 program and as a static i386 one, the
 //! shares of callgrind's top five functions must agree within 2 percentage
 //! points. So must those of `tests/programs/c/workers.c` (four pthreads,
-//! each with its own hot function and amount of work): callgrind sums a
+//! each with its own hot function and amount of work; musl x86_64 and
+//! glibc i386): callgrind sums a
 //! function's self cost over the threads it runs one at a time, perch's
 //! shares cover the samples of all the process's threads. The same
 //! comparison against a native `perf record -e cpu-clock` is printed, not
@@ -356,4 +357,10 @@ fn shares_agree_with_callgrind_i386() {
 #[test]
 fn shares_of_a_multi_threaded_program_agree_with_callgrind() {
     agreement("workers", WORKERS_ROUNDS, CBuild::Musl, "workers64");
+}
+
+/// The same four threads as an i386 glibc program (compat mode).
+#[test]
+fn shares_of_a_multi_threaded_i386_program_agree_with_callgrind() {
+    agreement("workers", WORKERS_ROUNDS, CBuild::Glibc32, "workers32");
 }
