@@ -6,9 +6,14 @@
 //! `tests/programs/c/hotspots.c` (six hot functions of different weights),
 //! built as a static musl x86_64 program and as a static i386 one, the
 //! shares of callgrind's top five functions must agree within 2 percentage
-//! points. The same comparison against a native `perf record -e cpu-clock`
-//! is printed, not asserted (a native sampler on a shared host has skid and
-//! noise that icount does not).
+//! points. So must those of `tests/programs/c/workers.c` (four pthreads,
+//! each with its own hot function and amount of work; musl x86_64 and
+//! glibc i386): callgrind sums a
+//! function's self cost over the threads it runs one at a time, perch's
+//! shares cover the samples of all the process's threads. The same
+//! comparison against a native `perf record -e cpu-clock` is printed, not
+//! asserted (a native sampler on a shared host has skid and noise that
+//! icount does not).
 //!
 //! The tests skip, saying why, only when QEMU or valgrind is missing.
 #![forbid(unsafe_code)]
@@ -23,7 +28,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// Rounds of `hotspots`: about 550 million instructions, 0.55 s of guest time.
-const ROUNDS: &str = "4000";
+const HOTSPOTS_ROUNDS: &str = "4000";
+
+/// Rounds of `workers` (the first worker's; the others do 3/4, 1/2 and 1/4
+/// of them): about 530 million instructions over four threads.
+const WORKERS_ROUNDS: &str = "16000";
 
 /// NMI clock rate: one sample every 50 000 instructions, about 11 000 samples.
 const FREQ: &str = "20000";
@@ -88,8 +97,10 @@ fn parse_callgrind(text: &str) -> BTreeMap<String, u64> {
     counts
 }
 
-/// Runs `exe ROUNDS` under callgrind; `None` (after saying why) without valgrind.
-fn callgrind_shares(exe: &Path, expect_line: &str) -> Option<Shares> {
+/// Runs `exe rounds` under callgrind (which runs threads one at a time and
+/// sums a function's self cost over all of them); `None` (after saying why)
+/// without valgrind.
+fn callgrind_shares(exe: &Path, rounds: &str, expect_line: &str) -> Option<Shares> {
     if !have_tool("valgrind") {
         eprintln!(
             "SKIPPED: valgrind is not installed (apt-get install --no-install-recommends valgrind)"
@@ -103,7 +114,7 @@ fn callgrind_shares(exe: &Path, expect_line: &str) -> Option<Shares> {
         .arg(format!("--callgrind-out-file={}", out_file.display()))
         .args(["--compress-strings=no", "--compress-pos=no"])
         .arg(exe)
-        .arg(ROUNDS)
+        .arg(rounds)
         .stdin(Stdio::null())
         .output()
         .expect("running valgrind");
@@ -149,9 +160,10 @@ fn symbolize(funcs: &[(u64, u64, String)], ip: u64) -> String {
     }
 }
 
-/// Records `exe ROUNDS` alone (pid 1) with `perch record --icount -- exe ROUNDS`
-/// and returns the shares of its user samples by symbol, and the sample count.
-fn perch_shares(exe: &Path, expect_line: &str) -> (Shares, u64) {
+/// Records `exe rounds` alone (pid 1) with `perch record --icount -- exe rounds`
+/// and returns the shares of its user samples (of all its threads) by
+/// symbol, and the sample count.
+fn perch_shares(exe: &Path, rounds: &str, expect_line: &str) -> (Shares, u64) {
     let exe_arg = exe.to_str().expect("a UTF-8 program path");
     let rec = record(&[
         "--freq",
@@ -162,7 +174,7 @@ fn perch_shares(exe: &Path, expect_line: &str) -> (Shares, u64) {
         "60",
         "--",
         exe_arg,
-        ROUNDS,
+        rounds,
     ]);
     let err = &rec.stderr;
     assert_eq!(rec.status, Some(0), "perch record failed:\n{err}");
@@ -200,9 +212,9 @@ fn perch_shares(exe: &Path, expect_line: &str) -> (Shares, u64) {
     (percentages(counts), n)
 }
 
-/// Runs `exe ROUNDS` under a native `perf record -e cpu-clock` and returns the
+/// Runs `exe rounds` under a native `perf record -e cpu-clock` and returns the
 /// shares of its user samples by symbol; `None` when perf cannot record here.
-fn native_perf_shares(exe: &Path) -> Option<Shares> {
+fn native_perf_shares(exe: &Path, rounds: &str) -> Option<Shares> {
     if !have_tool("perf") {
         return None;
     }
@@ -213,7 +225,7 @@ fn native_perf_shares(exe: &Path) -> Option<Shares> {
         .arg(&data)
         .arg("--")
         .arg(exe)
-        .arg(ROUNDS)
+        .arg(rounds)
         .stdin(Stdio::null())
         .output()
         .ok()?;
@@ -259,23 +271,29 @@ fn native_perf_shares(exe: &Path) -> Option<Shares> {
     (!counts.is_empty()).then(|| percentages(counts))
 }
 
-fn agreement(build: CBuild, name: &str) {
+/// Compares the shares of `program rounds` (built as `build`) under perch
+/// and callgrind; `name` names the build in messages.
+fn agreement(program: &str, rounds: &str, build: CBuild, name: &str) {
     if !qemu_present() {
         return;
     }
-    let exe = c_program("hotspots", build);
-    // The checksum line, from a native run (the same bytes everywhere).
+    let exe = c_program(program, build);
+    // The last line, from a native run (the same bytes everywhere).
     let native = Command::new(&exe)
-        .arg(ROUNDS)
+        .arg(rounds)
         .output()
-        .expect("running hotspots natively");
+        .expect("running the program natively");
     assert!(native.status.success());
-    let line = String::from_utf8_lossy(&native.stdout).trim().to_string();
-    assert!(line.starts_with("hotspots: 4000 rounds"), "{line}");
-    let Some(reference) = callgrind_shares(&exe, &line) else {
+    let stdout = String::from_utf8_lossy(&native.stdout);
+    let line = stdout.lines().last().unwrap_or_default().to_string();
+    assert!(
+        line.starts_with(&format!("{program}: {rounds} rounds")),
+        "{line}"
+    );
+    let Some(reference) = callgrind_shares(&exe, rounds, &line) else {
         return;
     };
-    let (measured, samples) = perch_shares(&exe, &line);
+    let (measured, samples) = perch_shares(&exe, rounds, &line);
     assert!(
         samples > 5000,
         "only {samples} user samples of {name}: {measured:?}"
@@ -283,7 +301,7 @@ fn agreement(build: CBuild, name: &str) {
     let mut top: Vec<(&String, &f64)> = reference.iter().collect();
     top.sort_by(|a, b| b.1.total_cmp(a.1));
     top.truncate(5);
-    let native = native_perf_shares(&exe);
+    let native = native_perf_shares(&exe, rounds);
     eprintln!("{name}: {samples} user samples under perch record --icount");
     eprintln!(
         "{:<12} {:>10} {:>10} {:>8} {:>12}",
@@ -326,10 +344,23 @@ fn callgrind_parser_takes_self_cost_and_skips_inclusive_call_costs() {
 
 #[test]
 fn shares_agree_with_callgrind_x86_64_musl() {
-    agreement(CBuild::Musl, "hotspots64");
+    agreement("hotspots", HOTSPOTS_ROUNDS, CBuild::Musl, "hotspots64");
 }
 
 #[test]
 fn shares_agree_with_callgrind_i386() {
-    agreement(CBuild::Glibc32, "hotspots32");
+    agreement("hotspots", HOTSPOTS_ROUNDS, CBuild::Glibc32, "hotspots32");
+}
+
+/// Four threads with different work in different functions: the shares over
+/// all the process's threads agree with callgrind's sums over its threads.
+#[test]
+fn shares_of_a_multi_threaded_program_agree_with_callgrind() {
+    agreement("workers", WORKERS_ROUNDS, CBuild::Musl, "workers64");
+}
+
+/// The same four threads as an i386 glibc program (compat mode).
+#[test]
+fn shares_of_a_multi_threaded_i386_program_agree_with_callgrind() {
+    agreement("workers", WORKERS_ROUNDS, CBuild::Glibc32, "workers32");
 }

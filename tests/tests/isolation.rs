@@ -317,6 +317,39 @@ fn transfers() -> Vec<Attack> {
     ]
 }
 
+/// rt_sigreturn over frames that are good but for one thing (x86-64), and
+/// the good frame itself, which must resume where it says; signals whose
+/// handler or restorer is outside user space, or whose alternate stack is
+/// not mapped.
+fn forged_frames() -> Vec<Attack> {
+    vec![
+        attack(A64, "sigret-ok", None, Want::Exit0),
+        attack(
+            A64,
+            "sigret-rip-rt",
+            None,
+            Want::Reason("outside user space"),
+        ),
+        attack(A64, "sigret-cs", None, Want::Reason("code segment")),
+        attack(A64, "sigret-ss", None, Want::Reason("stack segment")),
+        attack(
+            A64,
+            "sigret-mxcsr",
+            None,
+            Want::Reason("reserved MXCSR bits"),
+        ),
+        attack(A64, "handler-noncan", None, Want::GeneralProtection),
+        attack(
+            A64,
+            "handler-rt",
+            None,
+            Want::PageFault("executing", Some(0xffff_ffff_8010_0000)),
+        ),
+        attack(A64, "restorer-noncan", None, Want::GeneralProtection),
+        attack(A64, "altstack-wild", None, Want::Reason("signal frame")),
+    ]
+}
+
 fn data_and_exhaustion() -> Vec<Attack> {
     let exec = Want::PageFault("executing", None);
     vec![
@@ -384,6 +417,12 @@ fn non_canonical_targets_forged_frames_and_bad_selectors_end_only_the_offender()
     let a = transfers();
     run_attacks(Cpu::Max, &a);
     run_attacks(Cpu::Qemu64, &a);
+}
+
+/// The checks are the runtime's own (no CPU feature is involved): one CPU.
+#[test]
+fn forged_sigreturn_frames_and_wild_handlers_end_only_the_offender_naming_what_was_wrong() {
+    run_attacks(Cpu::Max, &forged_frames());
 }
 
 #[test]

@@ -119,6 +119,11 @@ const SS_AUTODISARM: u32 = 1 << 31;
 const SI_TKILL: i32 = -6;
 /// The `uc_flags` Linux sets: UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS.
 const UC_FLAGS: u64 = 0x6;
+/// `UC_STRICT_RESTORE_SS`: `rt_sigreturn` takes the frame's ss as it is.
+const UC_STRICT_RESTORE_SS: u64 = 0x4;
+/// Linux's `__USER_CS` and `__USER_DS`, the selectors a frame shows.
+const USER_CS: u64 = 0x33;
+const USER_DS: u64 = 0x2b;
 /// RFLAGS bits a signal frame may change (Linux's FIX_EFLAGS).
 const FIX_EFLAGS: u64 =
     0x1 | 0x4 | 0x10 | 0x40 | 0x80 | 0x100 | 0x400 | 0x800 | 0x4000 | 0x1_0000 | 0x4_0000;
@@ -370,7 +375,7 @@ fn build_frame<M: Machine>(
     mc[17] = regs.rflags;
     // cs (0x33, Linux's __USER_CS), gs 0, fs 0, ss (0x2b, __USER_DS): what
     // a program reads there is Linux's, whatever selectors the runtime uses.
-    mc[18] = 0x33 | (0x2b << 48);
+    mc[18] = USER_CS | (USER_DS << 48);
     mc[19] = err;
     mc[20] = trapno;
     mc[21] = old_mask;
@@ -464,9 +469,10 @@ fn restore_altstack(t: &mut Thread, rsp: u64, sp: u64, flags: u32, size: u64) {
 /// alternate stack a handler's frame holds (the frame's `pretcode` was
 /// popped, so it starts 8 bytes below `regs.rsp`, 4 for an i386 frame). A
 /// frame that cannot be read or that would resume the thread outside user
-/// space (a non-canonical or runtime RIP or stack, an FPU state with
-/// reserved MXCSR bits, an i386 frame's selectors other than the
-/// process's own) ends the process with a reason, never the runtime.
+/// space (a non-canonical or runtime RIP or stack, a code or stack segment
+/// selector other than Linux's user ones, an FPU state with reserved MXCSR
+/// bits, an i386 frame's selectors other than the process's own) ends the
+/// process with a reason, never the runtime.
 pub fn sigreturn<M: Machine>(
     m: &mut M,
     p: &mut Process,
@@ -495,6 +501,19 @@ pub fn sigreturn<M: Machine>(
     }
     if rsp >= top {
         return Err("sigreturn to a stack outside user space (a forged frame)");
+    }
+    // cs, gs, fs, ss: Linux ORs RPL 3 into cs and ss and lets IRET take
+    // them, which faults on anything but its 64-bit user code segment (a
+    // 32-bit one would switch to compat mode, which a 64-bit process here
+    // cannot) and, under UC_STRICT_RESTORE_SS, on anything but its user
+    // data segment (without it a bad ss is replaced by that one).
+    let selectors = word(18);
+    if (selectors & 0xffff) | 3 != USER_CS {
+        return Err("sigreturn with a bad code segment selector (a forged frame)");
+    }
+    let uc_flags = u64::from_le_bytes(uc[0..8].try_into().unwrap_or([0; 8]));
+    if uc_flags & UC_STRICT_RESTORE_SS != 0 && (selectors >> 48) | 3 != USER_DS {
+        return Err("sigreturn with a bad stack segment selector (a forged frame)");
     }
     let fpstate = word(23);
     let fpu = if fpstate == 0 {

@@ -432,7 +432,8 @@ pub fn take_unannounced(mut f: impl FnMut(u8, &Task)) {
 }
 
 /// Calls `f` for each task that ended since the stream was told of it,
-/// and marks its end told.
+/// and marks its end told; then frees the slots of those that were
+/// threads (see [`release_thread_slot`]).
 pub fn take_unannounced_ends(mut f: impl FnMut(u8, &Task)) {
     let ended: heapless::Vec<(u8, Task), MAX_TASKS> = critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
@@ -450,6 +451,7 @@ pub fn take_unannounced_ends(mut f: impl FnMut(u8, &Task)) {
     });
     for (id, t) in &ended {
         f(*id, t);
+        release_thread_slot(*id);
     }
 }
 
@@ -630,6 +632,31 @@ fn end_siblings(id: u8, state: TaskState) {
                 t.state = state;
             }
         }
+    });
+}
+
+/// Frees the slot of thread `id`, which ended, so that a later thread can
+/// have it: a program that makes and joins threads one after another must
+/// never run out of slots. A process's first thread keeps its slot (the
+/// process is indexed by it) until the run ends, and a thread the stream
+/// was told of keeps it until the stream is told of its end too (see
+/// [`take_unannounced_ends`]), so that its tid ends before a new thread
+/// takes it.
+fn release_thread_slot(id: u8) {
+    critical_section::with(|cs| {
+        let mut tasks = TASKS.borrow_ref_mut(cs);
+        let Some(entry) = tasks.get_mut(id as usize) else {
+            return;
+        };
+        if !entry
+            .is_some_and(|t| t.proc != id && t.state.ended() && (!t.announced || t.end_announced))
+        {
+            return;
+        }
+        *entry = None;
+        THREADS.borrow_ref_mut(cs)[id as usize] = None;
+        POSTED[id as usize].store(0, Ordering::Relaxed);
+        BLOCKED[id as usize].store(0, Ordering::Relaxed);
     });
 }
 
@@ -925,9 +952,12 @@ pub fn run_all(driver: &mut impl Driver) {
                             | Outcome::Signal(_)
                             | Outcome::ThreadExit(_)
                     )
-                    && all_ended(task.proc)
                 {
-                    driver.ended(i as u8, &task, o);
+                    if all_ended(task.proc) {
+                        driver.ended(i as u8, &task, o);
+                    } else if let Outcome::ThreadExit(_) = o {
+                        release_thread_slot(i as u8);
+                    }
                 }
                 next = i + 1;
             }

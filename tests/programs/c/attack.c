@@ -19,6 +19,12 @@
  * map, each through its upper-half and its direct-map address).
  * Control transfers: ret-noncanonical, jmp-noncanonical, sigreturn-forged
  * (rt_sigreturn over a frame with a non-canonical RIP and ring-0 CS/SS),
+ * sigret-rip-rt, sigret-cs, sigret-ss, sigret-mxcsr (x86-64: a good frame
+ * but for a RIP in the runtime's text, ring-0 CS, ring-0 SS, reserved MXCSR
+ * bits), sigret-ok (the good frame: it resumes where it says),
+ * handler-noncan, handler-rt, restorer-noncan (x86-64: a signal whose
+ * handler or restorer is outside user space), altstack-wild (x86-64: a
+ * handler on an alternate stack that is not mapped),
  * ljmp-ring0 (far jump to the kernel code selector), ljmp-tss, ljmp-ldt,
  * mov-ss-null, mov-ss-ring0, mov-ds-ring0.
  * Segments (i386): tls-ss, tls-fs, tls-ss-clear, tls-fs-clear (below), and
@@ -81,6 +87,24 @@ struct __attribute__((packed)) farptr {
 #endif
 	uint16_t selector;
 };
+
+/* Where a forged rt_sigreturn frame resumes (x86-64): only the good one
+ * may get here. */
+static void __attribute__((noreturn, used)) resumed(void)
+{
+	if (!strcmp(name, "sigret-ok")) {
+		printf("attack: %s: resumed\n", name);
+		_exit(0);
+	}
+	not_stopped();
+	_exit(1);
+}
+
+/* A signal handler that returns (to whatever restorer it was given). */
+static void __attribute__((used)) on_signal(int sig)
+{
+	(void)sig;
+}
 
 static void far_jump(uint16_t selector)
 {
@@ -187,6 +211,80 @@ int main(int argc, char **argv)
 		frame[5 + 18] = 0x0000000000000008ull; /* cs/gs/fs/ss: ring-0 code */
 		__asm__ volatile("mov %0, %%rsp; mov $15, %%eax; syscall"
 				 : : "r"(&frame[1]) : "memory", "rax", "rcx", "r11");
+	}
+	else if (!strncmp(name, "sigret-", 7)) {
+		/* A frame as a handler would return with, good but for one
+		 * thing: sigret-rip-rt resumes at the runtime's text,
+		 * sigret-cs with ring-0 code, sigret-ss with a ring-0 stack
+		 * segment (under UC_STRICT_RESTORE_SS), sigret-mxcsr with
+		 * reserved MXCSR bits in the FPU state; sigret-ok is the good
+		 * frame, which resumes in `resumed`. */
+		static uint64_t frame[64];
+		static uint64_t stack[512] __attribute__((aligned(16)));
+		static uint8_t fpu[512] __attribute__((aligned(64)));
+		uint64_t *mc = &frame[6]; /* pretcode, uc_flags, uc_link, stack_t */
+		uint32_t mxcsr = 0x1f80;
+		uint16_t fcw = 0x37f;
+		frame[1] = 6;             /* UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS */
+		frame[4] = 2;             /* uc_stack.ss_flags: SS_DISABLE */
+		mc[15] = (uint64_t)(uintptr_t)&stack[501]; /* as after a call */
+		mc[16] = (uint64_t)(uintptr_t)resumed;
+		mc[17] = 0x202;
+		mc[18] = 0x33 | (0x2bull << 48);
+		mc[23] = (uint64_t)(uintptr_t)fpu;
+		if (!strcmp(name, "sigret-rip-rt"))
+			mc[16] = 0xffffffff80100000ull;
+		else if (!strcmp(name, "sigret-cs"))
+			mc[18] = 0x08 | (0x2bull << 48);
+		else if (!strcmp(name, "sigret-ss"))
+			mc[18] = 0x33 | (0x10ull << 48);
+		else if (!strcmp(name, "sigret-mxcsr"))
+			mxcsr = 0xffff1f80u;
+		else if (strcmp(name, "sigret-ok")) {
+			printf("attack: %s: no such attack on this ABI\n", name);
+			return 2;
+		}
+		memcpy(fpu, &fcw, sizeof fcw);
+		memcpy(fpu + 24, &mxcsr, sizeof mxcsr);
+		memcpy(fpu + 28, &(uint32_t){0xffff}, 4); /* MXCSR_MASK */
+		__asm__ volatile("mov %0, %%rsp; mov $15, %%eax; syscall"
+				 : : "r"(&frame[1]) : "memory", "rax", "rcx", "r11");
+	}
+	else if (!strncmp(name, "handler-", 8) || !strncmp(name, "restorer-", 9) ||
+		 !strcmp(name, "altstack-wild")) {
+		/* A SIGUSR1 action with a handler (or restorer) outside user
+		 * space, or a good one on an alternate stack that is not
+		 * mapped; then the signal. */
+		struct {
+			uint64_t handler, flags, restorer, mask;
+		} act = {(uint64_t)(uintptr_t)on_signal, 0x04000000 /* SA_RESTORER */,
+			 (uint64_t)(uintptr_t)on_signal, 0};
+		if (!strcmp(name, "handler-noncan"))
+			act.handler = 0x0000800000000000ull;
+		else if (!strcmp(name, "handler-rt"))
+			act.handler = 0xffffffff80100000ull;
+		else if (!strcmp(name, "restorer-noncan"))
+			act.restorer = 0x0000800000000000ull;
+		else if (!strcmp(name, "altstack-wild")) {
+			struct {
+				uint64_t sp;
+				int flags;
+				uint64_t size;
+			} ss = {0xdead0000ull, 0, 65536};
+			if (syscall(SYS_sigaltstack, &ss, NULL)) {
+				printf("attack: %s: sigaltstack failed\n", name);
+				return 1;
+			}
+			act.flags |= 0x08000000; /* SA_ONSTACK */
+		} else {
+			printf("attack: %s: no such attack on this ABI\n", name);
+			return 2;
+		}
+		if (syscall(SYS_rt_sigaction, 10, &act, NULL, 8)) {
+			printf("attack: %s: rt_sigaction failed\n", name);
+			return 1;
+		}
+		syscall(SYS_tgkill, getpid(), syscall(SYS_gettid), 10);
 	}
 #else
 	else if (!strcmp(name, "gs-empty-tls")) {

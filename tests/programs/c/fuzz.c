@@ -1,7 +1,7 @@
 /*
  * fuzz: a system-call fuzzer for the Perch runtime, one source for both ABIs.
  *
- *   fuzz CALLS [SEED]
+ *   fuzz CALLS [SEED [forge]]
  *
  * Built as x86-64 (`gcc -static`: raw `syscall`) and as i386 (`gcc -m32
  * -static`: raw `int 0x80`). A seeded xorshift picks a system-call number
@@ -10,13 +10,20 @@
  * half at 0xffffffff80100000, non-canonical, unmapped, a guard page), huge
  * lengths, and valid pointers into a scratch buffer (random bytes, a few
  * path strings). It makes CALLS calls and prints only what is the same on
- * every kernel: the number of calls made, then "fuzz done".
+ * every kernel: the number of calls made, then "fuzz done". With `forge`
+ * it then calls rt_sigreturn over a forged frame (x86-64: good but for one
+ * thing, by SEED modulo 6: a non-canonical RIP, a RIP in the runtime's half,
+ * a bad code or stack segment selector, reserved MXCSR bits, an unreadable
+ * FPU state), which must end it.
  *
  * The runtime must survive every call. So that the *fuzzer* survives too
- * and never blocks, a short deny-list (see deny_reason) skips the calls that
- * end or replace the process, signal anything, block or sleep on a caller's
- * timeout, make blocking descriptors (pipes, sockets, eventfds), or reach
- * other processes or the network; and a few calls are steered:
+ * and never blocks, a short deny-list (see build_table) skips the calls that
+ * end or replace the process, block or sleep on a caller's timeout, make
+ * blocking descriptors (pipes, sockets, eventfds), or reach other processes
+ * or the network; and a few calls are steered:
+ *   - clone, clone3, futex, kill, tkill, tgkill and rt_sigaction as said
+ *     above spawn(): threads that exit at once (over corrupt robust lists),
+ *     futex waits that end at once, only signals that are ignored;
  *   - munmap/mprotect/madvise/mremap/mlock/munlock/msync/mseal act only on a
  *     sacrificial "victim" mapping (the fuzzer never touches it);
  *   - mmap never gets MAP_FIXED (it would replace the fuzzer's own pages),
@@ -229,7 +236,10 @@ static word syscall_number(void)
 	return (word)odd[next() % (sizeof odd / sizeof odd[0])];
 }
 
-enum action { ALLOW = 0, DENY, MEMORY, MMAP, MREMAP, BRK, FD_TARGET0, FD_TARGET1, FCNTL, POLL, PRLIMIT };
+enum action {
+	ALLOW = 0, DENY, MEMORY, MMAP, MREMAP, BRK, FD_TARGET0, FD_TARGET1, FCNTL, POLL, PRLIMIT,
+	CLONE, CLONE3, FUTEX, KILL, TKILL, TGKILL, SIGACTION, SIGNAL,
+};
 static unsigned char table[NR_SPAN];
 
 static void mark(long nr, enum action a)
@@ -245,11 +255,8 @@ static void build_table(void)
 #define D(name) mark(SYS_##name, DENY)
 	/* end or replace the process, or signal anything */
 	D(exit); D(exit_group); D(execve); D(execveat);
-	D(fork); D(vfork); D(clone); D(kill); D(tkill); D(tgkill);
+	D(fork); D(vfork);
 	D(rt_sigqueueinfo); D(rt_tgsigqueueinfo); D(rt_sigreturn);
-#ifdef SYS_clone3
-	D(clone3);
-#endif
 #ifdef SYS_pidfd_send_signal
 	D(pidfd_send_signal);
 #endif
@@ -264,7 +271,7 @@ static void build_table(void)
 #endif
 	/* block or sleep for as long as an argument says */
 	D(pause); D(nanosleep); D(clock_nanosleep); D(pselect6); D(ppoll);
-	D(rt_sigsuspend); D(rt_sigtimedwait); D(futex); D(epoll_wait); D(epoll_pwait);
+	D(rt_sigsuspend); D(rt_sigtimedwait); D(epoll_wait); D(epoll_pwait);
 	D(io_getevents); D(msgrcv); D(mq_timedreceive); D(mq_timedsend);
 	D(wait4); D(waitid); D(sync); D(syncfs); D(flock);
 #ifdef SYS_select
@@ -302,7 +309,7 @@ static void build_table(void)
 #endif
 #ifdef SYS_clock_nanosleep_time64
 	D(clock_nanosleep_time64); D(pselect6_time64); D(ppoll_time64);
-	D(rt_sigtimedwait_time64); D(futex_time64); D(semtimedop_time64);
+	D(rt_sigtimedwait_time64); D(semtimedop_time64);
 	D(mq_timedreceive_time64); D(mq_timedsend_time64); D(io_pgetevents_time64);
 #endif
 	/* descriptors whose reads block, and the network */
@@ -361,6 +368,304 @@ static void build_table(void)
 #endif
 	mark(SYS_poll, POLL);
 	mark(SYS_prlimit64, PRLIMIT);
+	mark(SYS_clone, CLONE);
+#ifdef SYS_clone3
+	mark(SYS_clone3, CLONE3);
+#endif
+	mark(SYS_futex, FUTEX);
+#ifdef SYS_futex_time64
+	mark(SYS_futex_time64, FUTEX);
+#endif
+	mark(SYS_kill, KILL);
+	mark(SYS_tkill, TKILL);
+	mark(SYS_tgkill, TGKILL);
+	mark(SYS_rt_sigaction, SIGACTION);
+#ifdef SYS_sigaction
+	mark(SYS_sigaction, SIGACTION);
+#endif
+#ifdef SYS_signal
+	mark(SYS_signal, SIGNAL);
+#endif
+}
+
+/* ---- threads, futexes and signals ----
+ *
+ * clone and clone3 get flags that are mostly a thread's (with every extra
+ * Linux allows, and sometimes a bad combination or random bits) and random
+ * stacks, TLS and tid pointers; the child never touches memory: it sets a
+ * robust list (often a corrupt one: cycles, wild pointers, wild offsets)
+ * and exits at once, so the runtime walks that list. Without CLONE_THREAD
+ * the exit signal is SIGCHLD or none. Futex waits always get a zero
+ * timeout (relative or absolute: they end at once) or an unreadable one.
+ * kill, tkill and tgkill send only signals whose action is to be ignored
+ * (SIGCHLD, SIGCONT, SIGURG, SIGWINCH), probes (0) and invalid numbers, to
+ * random pids and tids, the fuzzer's own, and threads it made (alive or
+ * gone); rt_sigaction (and i386 sigaction, signal) never installs a
+ * handler, only SIG_DFL or SIG_IGN. */
+#define CLONE_VM 0x100
+#define CLONE_FS 0x200
+#define CLONE_FILES 0x400
+#define CLONE_SIGHAND 0x800
+#define CLONE_PIDFD 0x1000
+#define CLONE_VFORK 0x4000
+#define CLONE_PARENT 0x8000
+#define CLONE_THREAD 0x10000
+#define CLONE_SYSVSEM 0x40000
+#define CLONE_SETTLS 0x80000
+#define CLONE_PARENT_SETTID 0x100000
+#define CLONE_CHILD_CLEARTID 0x200000
+#define CLONE_DETACHED 0x400000
+#define CLONE_CHILD_SETTID 0x1000000
+#define THREAD_SET (CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD)
+#define SIGCHLD 17
+#define FUTEX_CMD_MASK (~(word)(128 | 256)) /* FUTEX_PRIVATE_FLAG, FUTEX_CLOCK_REALTIME */
+
+static const uint64_t zero_timespec[2]; /* read-only: a wait ends at once */
+static long self_pid, self_tid;
+static word children[8]; /* tids clone returned, alive or gone */
+static unsigned nchildren, nextchild;
+
+static int in_scratch(word p, size_t n)
+{
+	uintptr_t s = (uintptr_t)scratch;
+	return p >= s && p - s <= SCRATCH_BYTES - n;
+}
+
+static uint64_t clone_flags64(void)
+{
+	static const uint64_t extras[] = {
+		CLONE_SYSVSEM, CLONE_SETTLS, CLONE_PARENT_SETTID, CLONE_CHILD_CLEARTID,
+		CLONE_DETACHED, CLONE_CHILD_SETTID, CLONE_VFORK, CLONE_PIDFD, CLONE_PARENT,
+	};
+	uint64_t f;
+	switch (next() % 8) {
+	case 0: /* random bits */
+		f = next();
+		break;
+	case 1: /* a thread without CLONE_SIGHAND, or CLONE_SIGHAND without CLONE_VM */
+		f = next() % 2 ? THREAD_SET & ~(uint64_t)CLONE_SIGHAND
+			       : CLONE_SIGHAND | CLONE_FS | CLONE_FILES;
+		break;
+	case 2: /* a copy of the process sharing its memory, or not */
+		f = next() % 2 ? CLONE_VM : 0;
+		break;
+	default: /* a thread, with some of what may come with one */
+		f = THREAD_SET;
+		for (int i = (int)(next() % 5); i > 0; i--)
+			f |= extras[next() % (sizeof extras / sizeof extras[0])];
+		break;
+	}
+	if (!(f & CLONE_THREAD))
+		f = (f & ~(uint64_t)0xff) | (next() % 2 ? SIGCHLD : 0);
+	return f;
+}
+
+static word clone_flags(void)
+{
+	return (word)clone_flags64();
+}
+
+/* A struct clone_args (88 bytes) at an aligned place near the end of the
+ * scratch buffer, or `bad` as it is (a bad pointer, half the time). */
+static word clone3_args(word bad)
+{
+	if (next() % 4 == 0)
+		return bad;
+	uint64_t *c = (uint64_t *)(uintptr_t)(scratch + SCRATCH_BYTES - 256);
+	uint64_t f = clone_flags64();
+	c[0] = f & ~(uint64_t)0xff;               /* flags */
+	c[1] = (uint64_t)arg();                    /* pidfd */
+	c[2] = (uint64_t)arg();                    /* child_tid */
+	c[3] = (uint64_t)arg();                    /* parent_tid */
+	c[4] = next() % 8 ? (f & 0xff) : next();   /* exit_signal */
+	c[5] = (uint64_t)arg();                    /* stack */
+	c[6] = next() % 2 ? 0 : (uint64_t)arg();   /* stack_size */
+	c[7] = (uint64_t)arg();                    /* tls */
+	c[8] = next() % 8 ? 0 : (uint64_t)arg();   /* set_tid */
+	c[9] = next() % 8 ? 0 : next() % 40;       /* set_tid_size */
+	c[10] = next() % 8 ? 0 : next() % 8;       /* cgroup */
+	c[11] = next() % 8 ? 0 : next();           /* past what Linux knows */
+	return (word)(uintptr_t)c;
+}
+
+static word clone3_size(void)
+{
+	static const word sizes[] = {64, 80, 88, 96, 0, 8, 4096, 4097};
+	return sizes[next() % (sizeof sizes / sizeof sizes[0])];
+}
+
+/* A pointer no kernel can read through (or NULL): a random one might
+ * reach the fuzzer's own memory and the top of its stack is mapped. */
+static word unreadable_pointer(void)
+{
+	static const uint64_t bad[] = {
+		0, 8, 0xfff,
+#if defined(__x86_64__)
+		0xffffffff80100000ull, 0xffff800000000000ull, 0x0000800000000000ull,
+		0x8000000000000000ull,
+#else
+		0xfffff000u,
+#endif
+	};
+	unsigned k = (unsigned)(next() % (sizeof bad / sizeof bad[0] + 1));
+	if (k == sizeof bad / sizeof bad[0])
+		return (word)(uintptr_t)(scratch - PAGE + (next() % PAGE)); /* guard */
+	return (word)bad[k];
+}
+
+static void steer_futex(word *a)
+{
+	switch (next() % 4) {
+	case 0:
+		break; /* a random op */
+	case 1:
+		a[1] = (word)(next() % 16) | (word)(next() % 4) * 128;
+		break;
+	default: /* a futex word in the scratch buffer, aligned */
+		a[1] = (word)(next() % 16) | (word)(next() % 4) * 128;
+		a[0] = (word)(uintptr_t)(scratch + (next() % (SCRATCH_BYTES / 4 - 64)) * 4);
+		if (next() % 2)
+			a[2] = *(uint32_t *)(uintptr_t)a[0]; /* the value there: a wait would wait */
+		break;
+	}
+	switch ((uint32_t)a[1] & (uint32_t)FUTEX_CMD_MASK) { /* the kernel takes an int */
+	case 0: case 6: case 9: case 11: case 13: /* WAIT, LOCK_PI, WAIT_BITSET, WAIT_REQUEUE_PI, LOCK_PI2 */
+		a[3] = next() % 8 ? (word)(uintptr_t)zero_timespec : unreadable_pointer();
+		if (a[3] == 0) /* no timeout: a wait for ever */
+			a[3] = (word)(uintptr_t)zero_timespec;
+		break;
+	}
+	if (next() % 2)
+		a[4] = (word)(uintptr_t)(scratch + (next() % (SCRATCH_BYTES / 4 - 64)) * 4);
+}
+
+static word pid_arg(void)
+{
+	switch (next() % 4) {
+	case 0: return (word)self_pid;
+	case 1: return 0;
+	default: return arg();
+	}
+}
+
+static word tid_arg(void)
+{
+	switch (next() % 4) {
+	case 0: return (word)self_tid;
+	case 1: return nchildren ? children[next() % nchildren] : (word)self_tid;
+	default: return arg();
+	}
+}
+
+static word harmless_signal(void)
+{
+	static const word sigs[] = {
+		0, 0, SIGCHLD, 18 /* SIGCONT */, 23 /* SIGURG */, 28 /* SIGWINCH */,
+		65, 1000, (word)-1, (word)0x80000011u, (word)0x7fffffff,
+	};
+	return sigs[next() % (sizeof sigs / sizeof sigs[0])];
+}
+
+/* Robust lists for the children: struct robust_list_head is {next,
+ * futex_offset, list_op_pending}; entries are {next, pad, futex word}. */
+static word robust[4][4];
+static word robust_head[3];
+
+static word robust_list(void)
+{
+	word *h = robust_head;
+	word off = 2 * sizeof(word);
+	for (int i = 0; i < 4; i++) {
+		robust[i][0] = (word)(uintptr_t)robust[(i + 1) % 4];
+		robust[i][2] = (word)(next() % 2 ? next() : 0);
+	}
+	h[0] = (word)(uintptr_t)robust[0];
+	h[1] = off;
+	h[2] = 0;
+	switch (next() % 8) {
+	case 0: /* a cycle that never comes back to the head */
+		break;
+	case 1: /* an entry that is its own successor */
+		robust[1][0] = (word)(uintptr_t)robust[1];
+		break;
+	case 2: /* a wild pointer in the chain */
+		robust[2][0] = bad_pointer();
+		break;
+	case 3: /* a wild futex offset */
+		h[1] = (word)next();
+		break;
+	case 4: /* a pending entry, wild or in the cycle, PI or not */
+		h[2] = next() % 2 ? bad_pointer() : (word)(uintptr_t)robust[3] | (word)(next() % 2);
+		break;
+	case 5: /* a random list in the scratch buffer */
+		return (word)(uintptr_t)(scratch + (next() % (SCRATCH_BYTES / 8 - 8)) * 8);
+	case 6: /* the head itself unreadable */
+		return bad_pointer();
+	default: /* a proper list: back to the head after two entries */
+		robust[1][0] = (word)(uintptr_t)h;
+		break;
+	}
+	return (word)(uintptr_t)h;
+}
+
+/* clone or clone3: the child sets robust list `head` and exits at once,
+ * touching no memory (its stack and TLS are whatever the call gave it). */
+static long spawn(word nr, const word *a, word head)
+{
+#if defined(__x86_64__)
+	register word r10 __asm__("r10") = a[3];
+	register word r8 __asm__("r8") = a[4];
+	register word r9 __asm__("r9") = a[5];
+	register word r12 __asm__("r12") = head;
+	long ret;
+	__asm__ volatile("syscall\n\t"
+			 "test %%rax, %%rax\n\t"
+			 "jnz 1f\n\t"
+			 "mov %%r12, %%rdi\n\t"
+			 "mov $24, %%esi\n\t"
+			 "mov %[srl], %%eax\n\t"
+			 "syscall\n\t"
+			 "mov %[exit], %%eax\n\t"
+			 "xor %%edi, %%edi\n\t"
+			 "syscall\n\t"
+			 "ud2\n"
+			 "1:"
+			 : "=a"(ret)
+			 : "a"(nr), "D"(a[0]), "S"(a[1]), "d"(a[2]), "r"(r10), "r"(r8), "r"(r9),
+			   "r"(r12), [srl] "i"(SYS_set_robust_list), [exit] "i"(SYS_exit)
+			 : "rcx", "r11", "memory");
+	return ret;
+#else
+	word args[7] = {a[0], a[1], a[2], a[3], a[4], a[5], head};
+	word *p = args;
+	long ret;
+	__asm__ volatile("push %%ebp\n\t"
+			 "push %%ebx\n\t"
+			 "mov 24(%%esi), %%ebp\n\t"
+			 "mov 0(%%esi), %%ebx\n\t"
+			 "mov 4(%%esi), %%ecx\n\t"
+			 "mov 8(%%esi), %%edx\n\t"
+			 "mov 16(%%esi), %%edi\n\t"
+			 "mov 12(%%esi), %%esi\n\t"
+			 "int $0x80\n\t"
+			 "test %%eax, %%eax\n\t"
+			 "jnz 1f\n\t"
+			 "mov %%ebp, %%ebx\n\t"
+			 "mov $12, %%ecx\n\t"
+			 "mov %[srl], %%eax\n\t"
+			 "int $0x80\n\t"
+			 "mov %[exit], %%eax\n\t"
+			 "xor %%ebx, %%ebx\n\t"
+			 "int $0x80\n\t"
+			 "ud2\n"
+			 "1:\n\t"
+			 "pop %%ebx\n\t"
+			 "pop %%ebp"
+			 : "=a"(ret), "+S"(p)
+			 : "a"(nr), "m"(args), [srl] "i"(SYS_set_robust_list), [exit] "i"(SYS_exit)
+			 : "ecx", "edx", "edi", "memory");
+	return ret;
+#endif
 }
 
 static int protected_fd(word fd)
@@ -415,6 +720,43 @@ static int steer(word nr, word *a)
 	case PRLIMIT:
 		a[2] = 0;
 		return 1;
+	case CLONE:
+		a[0] = clone_flags();
+		return 1;
+	case CLONE3:
+		a[0] = clone3_args(a[1]);
+		a[1] = clone3_size();
+		return 1;
+	case FUTEX:
+		steer_futex(a);
+		return 1;
+	case KILL:
+		a[0] = pid_arg();
+		a[1] = harmless_signal();
+		return 1;
+	case TKILL:
+		a[0] = tid_arg();
+		a[1] = harmless_signal();
+		return 1;
+	case TGKILL:
+		a[0] = pid_arg();
+		a[1] = tid_arg();
+		a[2] = harmless_signal();
+		return 1;
+	case SIGACTION:
+		/* A new action the kernel can read gets SIG_DFL or SIG_IGN:
+		 * a handler at a random address would end the fuzzer at the
+		 * first signal it sends itself. */
+		if (in_scratch(a[1], sizeof(word))) {
+			word h = (word)(next() % 2);
+			__builtin_memcpy((void *)(uintptr_t)a[1], &h, sizeof h);
+		} else {
+			a[1] = unreadable_pointer();
+		}
+		return 1;
+	case SIGNAL:
+		a[1] = (word)(next() % 2); /* i386 signal(): SIG_DFL or SIG_IGN */
+		return 1;
 	}
 	return 0;
 }
@@ -446,6 +788,40 @@ static unsigned char *map(size_t bytes, int prot)
 	return (p < 0 && p > -4096) ? NULL : (unsigned char *)(uintptr_t)p;
 }
 
+/* rt_sigreturn over a forged frame (see the top); never returns. */
+static void forge(uint64_t seed)
+{
+	word *frame = (word *)(uintptr_t)(scratch + SCRATCH_BYTES / 2);
+#if defined(__x86_64__)
+	/* pretcode, uc_flags, uc_link, uc_stack (3 words), sigcontext */
+	uint64_t *mc = &frame[6];
+	uint64_t *fpu = (uint64_t *)(uintptr_t)(scratch + SCRATCH_BYTES / 4);
+	frame[1] = 6;      /* UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS */
+	frame[4] = 2;      /* SS_DISABLE */
+	mc[15] = (uint64_t)(uintptr_t)(scratch + SCRATCH_BYTES / 8);
+	mc[16] = (uint64_t)(uintptr_t)finish;
+	mc[18] = 0x33 | (0x2bull << 48);
+	mc[23] = 0;
+	fpu[3] = 0x1f80;   /* MXCSR */
+	switch (seed % 6) {
+	case 0: mc[16] = next() | (1ull << 63); break;
+	case 1: mc[16] = 0xffffffff80100000ull + (next() % 0x100000); break;
+	case 2: mc[18] = (mc[18] & ~0xffffull) | ((next() % 0x10000) & ~0x30ull); break;
+	case 3: mc[18] = (mc[18] & 0xffff) | ((next() % 0x10000) & ~0x28ull) << 48; break;
+	case 4: mc[23] = (uint64_t)(uintptr_t)fpu; fpu[3] = 0x1f80 | (1ull << (16 + next() % 16)); break;
+	default: mc[23] = (uint64_t)unreadable_pointer() | 8; break;
+	}
+	__asm__ volatile("mov %0, %%rsp; mov $15, %%eax; syscall"
+			 : : "r"(&frame[1]) : "memory", "rax", "rcx", "r11");
+#else
+	(void)seed;
+	__asm__ volatile("mov %0, %%esp; mov $173, %%eax; int $0x80"
+			 : : "r"(&frame[1]) : "memory", "eax");
+#endif
+	put(console, "fuzz: the forged frame was taken\n");
+	finish(1);
+}
+
 int main(int argc, char **argv, char **envp)
 {
 	if (argc < 2) {
@@ -461,6 +837,7 @@ int main(int argc, char **argv, char **envp)
 	rng = argc > 2 ? parse_u64(argv[2]) : 1;
 	if (rng == 0)
 		rng = 1;
+	uint64_t seed = rng;
 	char num[24];
 	put(1, "fuzz: " ABI_NAME ", ");
 	put(1, utoa(num + sizeof num, calls));
@@ -484,6 +861,8 @@ int main(int argc, char **argv, char **envp)
 			scratch[i * PATH_SLOT + j] = (unsigned char)paths[i][j];
 	}
 	initial_brk = (word)SYS0(SYS_brk);
+	self_pid = SYS0(SYS_getpid);
+	self_tid = SYS0(SYS_gettid);
 	build_table();
 
 	/* Keep the console as `console`; fds 0-2 become /dev/null. */
@@ -509,7 +888,17 @@ int main(int argc, char **argv, char **envp)
 			a[i] = arg();
 		if (!steer(nr, a))
 			continue;
-		long ret = raw(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+		long ret;
+		if (nr < NR_SPAN && (table[nr] == CLONE || table[nr] == CLONE3)) {
+			ret = spawn(nr, a, robust_list());
+			if (ret > 0) {
+				children[nextchild++ % 8] = (word)ret;
+				if (nchildren < 8)
+					nchildren++;
+			}
+		} else {
+			ret = raw(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+		}
 		made++;
 		/* Give back what mmap made, so that memory stays bounded over
 		 * a million calls (the unmap is not counted). */
@@ -519,5 +908,7 @@ int main(int argc, char **argv, char **envp)
 	put(console, "fuzz: ");
 	put(console, utoa(num + sizeof num, made));
 	put(console, " calls made\nfuzz done\n");
+	if (argc > 3 && argv[3][0] == 'f')
+		forge(seed);
 	finish(0);
 }

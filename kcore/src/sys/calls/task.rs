@@ -630,9 +630,14 @@ fn raise_self<M: Machine>(c: &mut Ctx<'_, M>, sig: u64) -> Result<Action, Errno>
 
 /// `kill(pid, sig)`: only the caller itself (its pid, its process group
 /// 0 or -pid) is visible; -1 (everyone but the caller) reaches nobody;
-/// other pids are `ESRCH`.
+/// other pids are `ESRCH`, whatever the signal (Linux looks the target up
+/// before it checks the signal).
 pub(crate) fn kill<M: Machine>(c: &mut Ctx<'_, M>, pid: i32, sig: u64) -> Result<Action, Errno> {
     let me = c.p.pid as i32;
+    let visible = pid == me || pid == 0 || pid == -me || pid == -1;
+    if !visible {
+        return Err(Errno::ESRCH);
+    }
     if sig & 0xffff_ffff > NSIG as u64 {
         return Err(Errno::EINVAL);
     }
@@ -651,13 +656,16 @@ pub(crate) fn kill<M: Machine>(c: &mut Ctx<'_, M>, pid: i32, sig: u64) -> Result
 }
 
 /// `tgkill(tgid, tid, sig)` (and `tkill(tid, sig)` as `tgkill(pid, tid, sig)`).
+/// As Linux, a thread that does not exist (one that has ended) is `ESRCH`
+/// before the signal is checked: only a live target makes a bad signal
+/// `EINVAL`.
 pub(crate) fn tgkill<M: Machine>(
     c: &mut Ctx<'_, M>,
     tgid: i32,
     tid: i32,
     sig: u64,
 ) -> Result<Action, Errno> {
-    if tgid <= 0 || tid <= 0 || sig & 0xffff_ffff > NSIG as u64 {
+    if tgid <= 0 || tid <= 0 {
         return Err(Errno::EINVAL);
     }
     if tgid != c.p.pid as i32 {
@@ -666,6 +674,11 @@ pub(crate) fn tgkill<M: Machine>(
     let sig = sig & 0xffff_ffff;
     if tid as u32 == c.t.tid {
         return raise_self(c, sig);
+    }
+    // A probe (signal 0) says whether the thread lives.
+    c.m.signal_thread(tid as u32, 0)?;
+    if sig > NSIG as u64 {
+        return Err(Errno::EINVAL);
     }
     if c.m.signal_thread(tid as u32, sig as u8)? {
         c.futex.cancel(tid as u32);
@@ -935,7 +948,10 @@ const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
 
 /// At a thread's exit, as Linux's `exit_robust_list`: every robust futex
 /// the thread `t` still holds (its word's tid bits are `t.tid`) gets the
-/// owner-died bit and loses the tid, and one waiter is woken. The list is
+/// owner-died bit and loses the tid, and one waiter is woken (none for a
+/// PI futex, which the list marks in bit 0 of its pointer); a pending
+/// entry whose word is already 0 (the thread died between unlocking and
+/// waking) gets its waiter woken. The list is
 /// user memory: a bad pointer or a loop ends the walk (at most
 /// [`ROBUST_LIST_LIMIT`] entries), never the runtime.
 pub fn release_robust_list<M: Machine>(
@@ -971,9 +987,12 @@ pub fn release_robust_list<M: Machine>(
     } else {
         i64::from(offset as u32 as i32)
     };
+    // Bit 0 of a list pointer marks a PI futex (Linux's
+    // fetch_robust_entry): the entry is the pointer without it.
     let pending = read_ptr(m, head + 2 * word).unwrap_or(0);
-    let mut entry = first;
-    let mut release = |m: &mut M, entry: u64| {
+    let (pending, pending_pi) = (pending & !1, pending & 1 != 0);
+    let mut entry = first & !1;
+    let mut release = |m: &mut M, entry: u64, pi: bool, pending_op: bool| {
         let addr = entry.wrapping_add_signed(offset);
         if !addr.is_multiple_of(4) || addr >= p.layout.user_top {
             return;
@@ -981,6 +1000,15 @@ pub fn release_robust_list<M: Machine>(
         let Ok(v) = super::super::machine::read_u32(m, &p.areas, addr) else {
             return;
         };
+        // The thread died between unlocking (the word is 0) and waking a
+        // waiter: the wake is made for it (Linux's HANDLE_DEATH_PENDING).
+        if pending_op && !pi && v == 0 {
+            let key = super::super::futex::FutexKey::of(p.pid, addr);
+            let _ = futexes.wake(key, 1, super::super::futex::BITSET_MATCH_ANY, |tid| {
+                m.wake_thread(tid)
+            });
+            return;
+        }
         if v & FUTEX_TID_MASK != t.tid {
             return;
         }
@@ -988,28 +1016,31 @@ pub fn release_robust_list<M: Machine>(
         if m.write_user(&p.areas, addr, &new.to_le_bytes()).is_err() {
             return;
         }
-        if v & FUTEX_WAITERS != 0 {
+        // A PI futex's waiters are not futex waiters (and the runtime
+        // has no PI waits: FUTEX_LOCK_PI is ENOSYS).
+        if v & FUTEX_WAITERS != 0 && !pi {
             let key = super::super::futex::FutexKey::of(p.pid, addr);
             let _ = futexes.wake(key, 1, super::super::futex::BITSET_MATCH_ANY, |tid| {
                 m.wake_thread(tid)
             });
         }
     };
+    let mut pi = first & 1 != 0;
     for _ in 0..ROBUST_LIST_LIMIT {
         // The list is circular through the head; pending is handled last.
         if entry == head || entry == 0 {
             break;
         }
         if entry != pending {
-            release(m, entry);
+            release(m, entry, pi, false);
         }
         match read_ptr(m, entry) {
-            Some(next) => entry = next,
+            Some(next) => (entry, pi) = (next & !1, next & 1 != 0),
             None => break,
         }
     }
     if pending != 0 {
-        release(m, pending);
+        release(m, pending, pending_pi, true);
     }
 }
 

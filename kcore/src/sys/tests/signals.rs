@@ -195,7 +195,15 @@ fn forged_sigreturn_frames_end_the_process_with_a_reason() {
     for (word, value, what) in [
         (16, 0xffff_8000_0000_1000u64, "outside user space"),
         (16, 0x8000_0000_0000_0000, "outside user space"),
+        (16, 0xffff_ffff_8010_0000, "outside user space"),
         (15, 0xffff_ffff_8000_0000, "stack outside user space"),
+        // cs/gs/fs/ss: ring-0 code, a 32-bit user code segment, the user
+        // data segment as code, a null or ring-0 stack segment.
+        (18, 0x002b_0000_0000_0008, "code segment"),
+        (18, 0x002b_0000_0000_0023, "code segment"),
+        (18, 0x002b_0000_0000_002b, "code segment"),
+        (18, 0x0000_0000_0000_0033, "stack segment"),
+        (18, 0x0010_0000_0000_0033, "stack segment"),
     ] {
         let mut e = Env::new(Abi::X86_64);
         install(&mut e, SIGUSR1, sa::SIGINFO | sa::RESTORER, 0);
@@ -206,6 +214,19 @@ fn forged_sigreturn_frames_end_the_process_with_a_reason() {
         r.rsp += 8;
         let err = signal::sigreturn(&mut e.m, &mut e.p, &mut e.t, &mut r).unwrap_err();
         assert!(err.contains(what), "{err}");
+    }
+    // RPL 0 in the frame's selectors is Linux's user ones with RPL 3; a bad
+    // ss without UC_STRICT_RESTORE_SS is replaced, as Linux's force_valid_ss.
+    for (flags, selectors) in [(6u64, 0x0028_0000_0000_0030u64), (2, 0x0010_0000_0000_0033)] {
+        let mut e = Env::new(Abi::X86_64);
+        install(&mut e, SIGUSR1, sa::SIGINFO | sa::RESTORER, 0);
+        e.t.pending = 1 << (SIGUSR1 - 1);
+        let mut r = e.regs();
+        assert_eq!(deliver(&mut e, &mut r), Delivery::Handler(10));
+        e.poke(r.rsp + 8, &flags.to_le_bytes());
+        e.poke(r.rsp + 8 + 40 + 18 * 8, &selectors.to_le_bytes());
+        r.rsp += 8;
+        signal::sigreturn(&mut e.m, &mut e.p, &mut e.t, &mut r).unwrap();
     }
     // Reserved MXCSR bits in the saved FPU state.
     let mut e = Env::new(Abi::X86_64);
@@ -233,6 +254,15 @@ fn tgkill_reaches_other_threads_of_the_process_only() {
     assert_eq!(e.ret("tgkill", &[7, 8, 0]), 0, "a probe sends nothing");
     assert_eq!(e.m.signalled.len(), 1);
     assert_eq!(e.err("tgkill", &[7, 9, SIGUSR1]), Errno::ESRCH);
+    // A thread that is not there is ESRCH whatever the signal, as Linux;
+    // a bad signal to one that is, or to the caller, is EINVAL.
+    assert_eq!(e.err("tgkill", &[7, 9, 1000]), Errno::ESRCH);
+    assert_eq!(e.err("tkill", &[9, 65]), Errno::ESRCH);
+    assert_eq!(e.err("tgkill", &[7, 8, 65]), Errno::EINVAL);
+    assert_eq!(e.err("tgkill", &[7, 7, 65]), Errno::EINVAL);
+    assert_eq!(e.err("kill", &[99, 1000]), Errno::ESRCH);
+    assert_eq!(e.err("kill", &[7, 1000]), Errno::EINVAL);
+    assert_eq!(e.m.signalled.len(), 1);
     assert_eq!(
         e.err("tgkill", &[8, 8, SIGUSR1]),
         Errno::ESRCH,

@@ -216,6 +216,57 @@ fn a_dying_thread_releases_its_robust_futexes() {
     assert_eq!(e.m.woken, [7]);
 }
 
+/// glibc links a PI mutex into the list with bit 0 of the pointer set:
+/// the walk goes on through it to the next entry, and both are released.
+#[test]
+fn a_pi_entry_marked_in_bit_0_is_released_and_the_walk_goes_on() {
+    let mut e = Env::new(Abi::X86_64);
+    e.p.threads = 2;
+    let head = SCRATCH;
+    let pi = SCRATCH + 0x40;
+    let plain = SCRATCH + 0x80;
+    e.poke(head, &(pi | 1).to_le_bytes());
+    e.poke(head + 8, &8u64.to_le_bytes());
+    e.poke(head + 16, &0u64.to_le_bytes());
+    e.poke(pi, &plain.to_le_bytes());
+    e.poke(plain, &head.to_le_bytes());
+    e.poke(pi + 8, &42u32.to_le_bytes());
+    e.poke(plain + 8, &42u32.to_le_bytes());
+    let mut worker = Thread::new(42);
+    worker.robust_list = (head, 24);
+    e.t = worker;
+    assert_eq!(e.call("exit", &[0]), Action::ExitThread(0));
+    for (what, entry) in [("PI", pi), ("plain", plain)] {
+        let word = u32::from_le_bytes(e.peek(entry + 8, 4).try_into().unwrap());
+        assert_eq!(word, 0x4000_0000, "{what} entry: owner died");
+    }
+}
+
+/// A thread that dies between storing 0 to a robust mutex it unlocks (the
+/// entry still pending) and waking its waiter: the waiter is woken for it.
+#[test]
+fn a_death_after_the_unlock_store_wakes_the_pending_futexs_waiter() {
+    let mut e = Env::new(Abi::X86_64);
+    e.p.threads = 2;
+    let head = SCRATCH;
+    let entry = SCRATCH + 0x40;
+    e.poke(head, &head.to_le_bytes());
+    e.poke(head + 8, &8u64.to_le_bytes());
+    e.poke(head + 16, &entry.to_le_bytes());
+    e.poke(entry + 8, &0x8000_0000u32.to_le_bytes());
+    assert_eq!(
+        e.call("futex", &[entry + 8, 128, 0x8000_0000, 0, 0, 0]),
+        Action::Block
+    );
+    e.poke(entry + 8, &0u32.to_le_bytes());
+    let mut worker = Thread::new(42);
+    worker.robust_list = (head, 24);
+    e.t = worker;
+    assert_eq!(e.call("exit", &[0]), Action::ExitThread(0));
+    assert_eq!(e.m.woken, [7]);
+    assert_eq!(e.peek(entry + 8, 4), [0; 4], "the word stays 0");
+}
+
 #[test]
 fn a_looping_robust_list_ends_the_walk() {
     let mut e = Env::new(Abi::X86_64);

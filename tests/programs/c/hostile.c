@@ -1,0 +1,367 @@
+/*
+ * hostile: threads, futexes and signals used the way a careless or hostile
+ * program uses them, for tests/tests/hostile.rs. One act per process:
+ *
+ *   hostile limit N     threads that wait on a futex gate, made until
+ *                       pthread_create fails or N exist; prints how many
+ *                       and the error, then opens the gate, joins them all
+ *                       and makes one more thread (the count went down),
+ *                       then 2N more one at a time (each joined).
+ *   hostile dead        signals to a thread that has exited and been
+ *                       joined (tgkill, tkill, signal 0 too, an invalid
+ *                       one too): ESRCH; to a living one: 0 (an invalid
+ *                       signal: EINVAL).
+ *   hostile cleartid    three threads wait on the tid word of a fourth
+ *                       (set_tid_address) with FUTEX_WAIT and no timeout;
+ *                       the fourth exits, the kernel clears and wakes the
+ *                       word, and each woken waiter wakes the rest.
+ *   hostile robust      a thread locks a robust mutex and exits holding
+ *                       it while three others wait for it: one gets
+ *                       EOWNERDEAD, makes it consistent, and all lock it.
+ *   hostile main-exits  the main thread exits (pthread_exit) while a
+ *                       thread waits on a futex; another wakes it later,
+ *                       and the last thread to end ends the process, 0.
+ *   hostile abandon     three threads wait on futexes no one will wake;
+ *                       the main thread returns from main (exit_group).
+ *
+ * Every line is deterministic (no tids, times or addresses), and the same
+ * natively and under the runtime, but for `limit`, whose count is the
+ * kernel's limit (64 threads a process under the runtime).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static long futex(volatile int *word, int op, int val)
+{
+	return syscall(SYS_futex, word, op, val, NULL, NULL, 0);
+}
+
+static const char *errname(int e)
+{
+	switch (e) {
+	case 0: return "0";
+	case EAGAIN: return "EAGAIN";
+	case ENOMEM: return "ENOMEM";
+	case ESRCH: return "ESRCH";
+	case EINVAL: return "EINVAL";
+	case EPERM: return "EPERM";
+	default: return strerror(e);
+	}
+}
+
+/* A raw system call's result: "0" or the errno's name. */
+static const char *result(long r)
+{
+	return r == 0 ? "0" : errname(errno);
+}
+
+static void pause_ms(int ms)
+{
+	struct timespec ts = {0, ms * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+/* ---- limit ---- */
+
+static volatile int gate;
+
+static void *wait_at_gate(void *arg)
+{
+	(void)arg;
+	while (!gate)
+		futex(&gate, FUTEX_WAIT_PRIVATE, 0);
+	return NULL;
+}
+
+static int limit(int n)
+{
+	pthread_t *t = calloc((size_t)n, sizeof *t);
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 64 * 1024);
+	int made = 0, err = 0;
+	while (made < n && (err = pthread_create(&t[made], &attr, wait_at_gate, NULL)) == 0)
+		made++;
+	if (err)
+		printf("limit: %d threads, then %s\n", made, errname(err));
+	else
+		printf("limit: %d threads\n", made);
+	gate = 1;
+	futex(&gate, FUTEX_WAKE_PRIVATE, 1 << 30);
+	for (int i = 0; i < made; i++)
+		if (pthread_join(t[i], NULL)) {
+			printf("limit: join %d failed\n", i);
+			return 1;
+		}
+	printf("limit: all joined\n");
+	pthread_t one;
+	err = pthread_create(&one, &attr, wait_at_gate, NULL);
+	printf("limit: one more thread: %s\n", errname(err));
+	if (!err)
+		pthread_join(one, NULL);
+	/* Threads that come and go never run out. */
+	int again = 0;
+	for (int i = 0; i < 2 * n; i++) {
+		if (pthread_create(&one, &attr, wait_at_gate, NULL))
+			break;
+		pthread_join(one, NULL);
+		again++;
+	}
+	printf("limit: %d more, one at a time\n", again);
+	return 0;
+}
+
+/* ---- dead ---- */
+
+static volatile int tid_of_dead, tid_of_live, live_ready, live_release;
+
+static void *note_tid_and_end(void *arg)
+{
+	(void)arg;
+	tid_of_dead = gettid();
+	return NULL;
+}
+
+static void *live(void *arg)
+{
+	(void)arg;
+	tid_of_live = gettid();
+	live_ready = 1;
+	futex(&live_ready, FUTEX_WAKE_PRIVATE, 1);
+	while (!live_release)
+		futex(&live_release, FUTEX_WAIT_PRIVATE, 0);
+	return NULL;
+}
+
+/* tgkill(pid, tid, 0) once the thread is gone: a join returns when its
+ * tid word is cleared, and the thread may take a moment more to be gone
+ * (on Linux too). */
+static long gone(pid_t pid, int tid)
+{
+	long r = 0;
+	for (int i = 0; i < 1000 && (r = syscall(SYS_tgkill, pid, tid, 0)) == 0; i++)
+		sched_yield();
+	return r;
+}
+
+static int dead(void)
+{
+	pthread_t l, d;
+	signal(SIGUSR1, SIG_IGN);
+	pthread_create(&l, NULL, live, NULL);
+	while (!live_ready)
+		futex(&live_ready, FUTEX_WAIT_PRIVATE, 0);
+	pthread_create(&d, NULL, note_tid_and_end, NULL);
+	pthread_join(d, NULL);
+	pid_t pid = getpid();
+	long r = gone(pid, tid_of_dead);
+	printf("dead: tgkill(pid, dead tid, 0): %s\n", result(r));
+	r = syscall(SYS_tgkill, pid, tid_of_dead, SIGUSR1);
+	printf("dead: tgkill(pid, dead tid, SIGUSR1): %s\n", result(r));
+	r = syscall(SYS_tkill, tid_of_dead, SIGUSR1);
+	printf("dead: tkill(dead tid, SIGUSR1): %s\n", result(r));
+	r = syscall(SYS_tkill, tid_of_dead, 0);
+	printf("dead: tkill(dead tid, 0): %s\n", result(r));
+	r = syscall(SYS_tgkill, pid, tid_of_dead, 1000);
+	printf("dead: tgkill(pid, dead tid, 1000): %s\n", result(r));
+	r = syscall(SYS_tgkill, pid, tid_of_live, 1000);
+	printf("dead: tgkill(pid, live tid, 1000): %s\n", result(r));
+	r = syscall(SYS_tgkill, pid, tid_of_live, 0);
+	printf("dead: tgkill(pid, live tid, 0): %s\n", result(r));
+	r = syscall(SYS_tgkill, pid, tid_of_live, SIGUSR1);
+	printf("dead: tgkill(pid, live tid, SIGUSR1 ignored): %s\n", result(r));
+	live_release = 1;
+	futex(&live_release, FUTEX_WAKE_PRIVATE, 1);
+	pthread_join(l, NULL);
+	gone(pid, tid_of_live);
+	r = syscall(SYS_tgkill, pid, tid_of_live, SIGUSR1);
+	printf("dead: tgkill(pid, joined tid, SIGUSR1): %s\n", result(r));
+	return 0;
+}
+
+/* ---- cleartid ---- */
+
+#define WAITERS 3
+
+static volatile int cleared_word, waiting;
+
+static void *exit_with_cleartid(void *arg)
+{
+	(void)arg;
+	/* The kernel clears and wakes this word when the thread ends (the
+	 * thread is detached: its own tid word is no longer glibc's). */
+	cleared_word = (int)syscall(SYS_set_tid_address, &cleared_word);
+	while (__atomic_load_n(&waiting, __ATOMIC_SEQ_CST) < WAITERS)
+		sched_yield();
+	pause_ms(20); /* let the last waiter reach FUTEX_WAIT */
+	syscall(SYS_exit, 0);
+	return NULL;
+}
+
+static void *wait_on_cleartid(void *arg)
+{
+	(void)arg;
+	int v;
+	__atomic_add_fetch(&waiting, 1, __ATOMIC_SEQ_CST);
+	while ((v = cleared_word) != 0)
+		futex(&cleared_word, FUTEX_WAIT, v);
+	/* The kernel woke one waiter: wake the rest. */
+	futex(&cleared_word, FUTEX_WAKE, 1 << 30);
+	return NULL;
+}
+
+static int cleartid(void)
+{
+	pthread_t t[WAITERS], x;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	cleared_word = -1;
+	pthread_create(&x, &attr, exit_with_cleartid, NULL);
+	for (int i = 0; i < WAITERS; i++)
+		pthread_create(&t[i], NULL, wait_on_cleartid, NULL);
+	for (int i = 0; i < WAITERS; i++)
+		pthread_join(t[i], NULL);
+	printf("cleartid: %d waiters woke, word %d\n", WAITERS, cleared_word);
+	return 0;
+}
+
+/* ---- robust ---- */
+
+static pthread_mutex_t robust_lock;
+static volatile int holding;
+static int owner_dead, locked;
+
+static void *hold_and_die(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&robust_lock);
+	holding = 1;
+	while (__atomic_load_n(&waiting, __ATOMIC_SEQ_CST) < WAITERS)
+		sched_yield();
+	pause_ms(20); /* let the waiters reach FUTEX_WAIT */
+	return NULL; /* still holding it */
+}
+
+static void *take_robust(void *arg)
+{
+	(void)arg;
+	__atomic_add_fetch(&waiting, 1, __ATOMIC_SEQ_CST);
+	int e = pthread_mutex_lock(&robust_lock);
+	if (e == EOWNERDEAD) {
+		owner_dead++;
+		pthread_mutex_consistent(&robust_lock);
+	} else if (e) {
+		printf("robust: lock: %s\n", errname(e));
+		return NULL;
+	}
+	locked++;
+	pthread_mutex_unlock(&robust_lock);
+	return NULL;
+}
+
+static int robust(void)
+{
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(&robust_lock, &a);
+	pthread_t h, t[WAITERS];
+	pthread_create(&h, NULL, hold_and_die, NULL);
+	while (!holding)
+		sched_yield();
+	for (int i = 0; i < WAITERS; i++)
+		pthread_create(&t[i], NULL, take_robust, NULL);
+	pthread_join(h, NULL);
+	for (int i = 0; i < WAITERS; i++)
+		pthread_join(t[i], NULL);
+	printf("robust: EOWNERDEAD %d time(s), locked %d times\n", owner_dead, locked);
+	return 0;
+}
+
+/* ---- main-exits ---- */
+
+static volatile int late_word;
+
+static void *wait_late(void *arg)
+{
+	(void)arg;
+	while (!late_word)
+		futex(&late_word, FUTEX_WAIT_PRIVATE, 0);
+	printf("main-exits: the waiter woke after the main thread ended\n");
+	return NULL;
+}
+
+static void *wake_late(void *arg)
+{
+	(void)arg;
+	pause_ms(50);
+	late_word = 1;
+	futex(&late_word, FUTEX_WAKE_PRIVATE, 1);
+	return NULL;
+}
+
+static int main_exits(void)
+{
+	pthread_t a, b;
+	pthread_create(&a, NULL, wait_late, NULL);
+	pthread_create(&b, NULL, wake_late, NULL);
+	printf("main-exits: the main thread ends\n");
+	fflush(stdout);
+	pthread_exit(NULL);
+}
+
+/* ---- abandon ---- */
+
+static volatile int never[WAITERS];
+
+static void *wait_forever(void *arg)
+{
+	volatile int *w = arg;
+	__atomic_add_fetch(&waiting, 1, __ATOMIC_SEQ_CST);
+	for (;;)
+		futex(w, FUTEX_WAIT_PRIVATE, 0);
+	return NULL;
+}
+
+static int abandon(void)
+{
+	pthread_t t[WAITERS];
+	for (int i = 0; i < WAITERS; i++)
+		pthread_create(&t[i], NULL, wait_forever, (void *)&never[i]);
+	while (__atomic_load_n(&waiting, __ATOMIC_SEQ_CST) < WAITERS)
+		sched_yield();
+	pause_ms(20);
+	printf("abandon: leaving %d waiters\n", WAITERS);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	const char *what = argc > 1 ? argv[1] : "";
+	if (!strcmp(what, "limit"))
+		return limit(argc > 2 ? atoi(argv[2]) : 100);
+	if (!strcmp(what, "dead"))
+		return dead();
+	if (!strcmp(what, "cleartid"))
+		return cleartid();
+	if (!strcmp(what, "robust"))
+		return robust();
+	if (!strcmp(what, "main-exits"))
+		return main_exits();
+	if (!strcmp(what, "abandon"))
+		return abandon();
+	fprintf(stderr, "usage: hostile limit N|dead|cleartid|robust|main-exits|abandon\n");
+	return 2;
+}

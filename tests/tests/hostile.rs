@@ -1,0 +1,94 @@
+//! Threads, futexes and signals used carelessly or with hostile intent
+//! (`tests/programs/c/hostile.c`, built with glibc for x86-64 and i386): a
+//! program that makes threads without end gets `EAGAIN` at the runtime's
+//! per-process limit and can go on; signals to threads that have exited are
+//! `ESRCH`; threads that exit while others wait on a futex (their tid word,
+//! a robust mutex they hold, futexes no one will wake, the main thread's
+//! own exit) never hang the run. Forged `rt_sigreturn` frames are in
+//! `isolation.rs`, random arguments to all of these calls in the fuzzer
+//! (`programs.rs`).
+#![forbid(unsafe_code)]
+
+use e2e_tests::programs::{
+    CBuild, End, Program, RunEnd, appliance, assert_same_as_native, c_program_with, run_appliance,
+};
+use e2e_tests::{STATUS_PASS, qemu_present};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const CMDLINE: &str = "duration=60000";
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The system calls these programs make that the runtime must know.
+const CALLS: &[&str] = &[
+    "clone",
+    "clone3",
+    "futex",
+    "set_robust_list",
+    "set_tid_address",
+    "tgkill",
+    "tkill",
+    "gettid",
+];
+
+fn hostile(build: CBuild) -> PathBuf {
+    c_program_with("hostile", build, &["-pthread"], "")
+}
+
+/// The acts whose output is the same natively and under the runtime, for
+/// both ABIs in one run.
+#[test]
+fn threads_that_exit_under_waiters_and_signals_to_dead_threads_end_as_on_linux() {
+    let mut programs = Vec::new();
+    for (build, abi) in [(CBuild::Glibc, "64"), (CBuild::Glibc32, "32")] {
+        let exe = hostile(build);
+        for act in ["dead", "cleartid", "robust", "main-exits", "abandon"] {
+            let p = Program::new(&exe, &format!("{act}{abi}"), &[act], &[]);
+            let native = p.native();
+            assert_eq!(native.end, Some(End::Exited(0)), "{act} natively");
+            if act == "dead" {
+                let out = native.out();
+                assert_eq!(out.matches(": ESRCH").count(), 6, "{out}");
+                assert_eq!(out.matches(": EINVAL").count(), 1, "{out}");
+                assert_eq!(out.matches(": 0\n").count(), 2, "{out}");
+            }
+            programs.push(p);
+        }
+    }
+    if !qemu_present() {
+        return;
+    }
+    assert_same_as_native(&programs, CMDLINE, TIMEOUT, CALLS);
+}
+
+/// Alone in a run (the runtime's task table holds 64 threads in all), a
+/// process makes 63 threads besides its main one, then gets `EAGAIN`; once
+/// they are joined it can make another, and threads made and joined one at
+/// a time (many more than the limit) never run out.
+#[test]
+fn endless_threads_get_eagain_at_the_per_process_limit() {
+    for (build, name) in [(CBuild::Glibc, "limit64"), (CBuild::Glibc32, "limit32")] {
+        let p = Program::new(&hostile(build), name, &["limit", "100"], &[]);
+        let native = p.native();
+        assert_eq!(
+            native.out(),
+            "limit: 100 threads\nlimit: all joined\nlimit: one more thread: 0\n\
+             limit: 200 more, one at a time\n"
+        );
+        if !qemu_present() {
+            continue;
+        }
+        let run = run_appliance(&appliance(std::slice::from_ref(&p)), CMDLINE, TIMEOUT);
+        let t = run.transcript();
+        assert_eq!(run.boot.status, Some(STATUS_PASS), "{t}");
+        assert_eq!(run.console.run_end, Some(RunEnd::AllExited), "{t}");
+        let g = run.console.process(name);
+        assert_eq!(
+            g.out(),
+            "limit: 63 threads, then EAGAIN\nlimit: all joined\nlimit: one more thread: 0\n\
+             limit: 200 more, one at a time\n",
+            "{t}"
+        );
+        assert_eq!(g.end, Some(End::Exited(0)), "{t}");
+    }
+}
