@@ -2871,6 +2871,69 @@ fn ice_lake_and_golden_cove_memory_events_pebs_on_pmc0_to_3() {
 }
 
 #[test]
+fn mem_stores_is_each_models_own_precise_store_event() {
+    // Linux: mem_st_snb (event=0xcd,umask=0x2) on Sandy Bridge and Ivy
+    // Bridge, with INTEL_PST_CONSTRAINT(0x02cd, 0x8); mem_st_hsw
+    // (0x82d0) from Haswell on; no mem-stores on Nehalem, Westmere, Core 2
+    // and the Atoms before Gracemont.
+    let stores = |i: u64| {
+        let mut s = step(i);
+        if let Some(m) = s.mem.as_mut() {
+            m.store = true;
+            m.dse = 0x1; // an L1 hit
+        }
+        s
+    };
+    for (model, sel, counter) in [(0x2A, 0x02CD, 3), (0x3A, 0x02CD, 3), (0x3C, 0x82D0, 0)] {
+        let row = models::intel_row(model).unwrap();
+        let mut rig = Rig::new(SimCpu::from_row(row));
+        let info = rig.info();
+        let mut d = rig
+            .intel(
+                &[precise(EventKind::MemStores, 10)],
+                IntelOptions::default(),
+            )
+            .unwrap_or_else(|e| panic!("{}: {e:?}", row.name));
+        let Some(Counter::Gp(n)) = d.counter_of(0) else {
+            panic!("{}: mem-stores not on a GP counter", row.name)
+        };
+        if sel == 0x02CD {
+            assert_eq!(n, counter, "{}: PMC3 only", row.name);
+        }
+        let got = rig.sim.read(addr::IA32_PERFEVTSEL0 + u32::from(n)) & 0xFFFF;
+        assert_eq!(got, sel, "{}", row.name);
+        rig.run_intel(&mut d, (0..100).map(stores));
+        assert_eq!(rig.total.pebs_records, 10, "{}", row.name);
+        let cfg = DecodeConfig {
+            format: PebsFormat::from_number(info.pebs_format.unwrap()).unwrap(),
+            mem: MemKind::Store,
+            split_latency: false,
+            data_source: info.pebs_data_source(),
+            pebs_trap: info.pebs_trap(),
+        };
+        for s in &rig.seen {
+            let r = pebs::decode(s.pebs.as_ref().unwrap(), &cfg).unwrap();
+            let m = r.mem.expect("a store record has memory fields");
+            assert_eq!(m.data_src & 0x1F, 0x04, "{}: PERF_MEM_OP_STORE", row.name);
+        }
+    }
+    for model in [0x1E, 0x2C, 0x17, 0x37, 0x5C, 0x86] {
+        let row = models::intel_row(model).unwrap();
+        let mut rig = Rig::new(SimCpu::from_row(row));
+        assert_eq!(
+            rig.intel(
+                &[precise(EventKind::MemStores, 10)],
+                IntelOptions::default()
+            )
+            .err(),
+            Some(PmuError::EventUnavailable { event: 0 }),
+            "{}",
+            row.name
+        );
+    }
+}
+
+#[test]
 fn amd_lbr_call_stack_is_refused() {
     // LbrExtV2 has no call-stack mode (Linux's amd_pmu_lbr_setup_filter
     // refuses PERF_SAMPLE_BRANCH_CALL_STACK): refused, as on Intel before

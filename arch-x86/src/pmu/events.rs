@@ -327,7 +327,8 @@ pub fn encode(kind: EventKind, vendor: Vendor) -> Option<Encoding> {
                 needs_pebs: true,
                 ..gp(0x01CD)
             },
-            // MEM_INST_RETIRED.ALL_STORES (Skylake and later).
+            // MEM_INST_RETIRED.ALL_STORES (Haswell and later); the driver
+            // puts the model's own precise-store event in (`st_event`).
             EventKind::MemStores => Encoding {
                 mem: MemEvent::Store,
                 needs_pebs: true,

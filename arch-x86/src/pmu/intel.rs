@@ -229,6 +229,15 @@ impl IntelPmu {
                     needs_aux = Some(i);
                 }
             }
+            if e.mem == MemEvent::Store {
+                // The precise-store event is per model too (Linux's
+                // mem_st_snb / mem_st_hsw); some models have none.
+                let st = self
+                    .row
+                    .st_event
+                    .ok_or(PmuError::EventUnavailable { event: i })?;
+                e.evtsel = u64::from(st);
+            }
             let pebs = ev.event.precise > 0 || e.needs_pebs;
             if pebs {
                 match self.info.pebs_format {

@@ -766,6 +766,8 @@ impl SimPmu {
                     u64::from(load.is_some_and(|m| u64::from(m.latency) >= self.ld_lat.max(3)))
                 }
                 (0xD0, 0x82) => store,
+                // Sandy Bridge / Ivy Bridge MEM_TRANS_RETIRED.PRECISE_STORE.
+                (0xCD, 0x02) if self.row().st_event == Some(0x02CD) => store,
                 _ => 0,
             },
         }
