@@ -165,6 +165,10 @@ fn symbolize(funcs: &[(u64, u64, String)], ip: u64) -> String {
 /// symbol, and the sample count.
 fn perch_shares(exe: &Path, rounds: &str, expect_line: &str) -> (Shares, u64) {
     let exe_arg = exe.to_str().expect("a UTF-8 program path");
+    // A flight-recorder buffer: frames wait in the guest's RAM when the
+    // host is slow to read them, so the drain never stalls and no sample
+    // is lost (lost samples fall on whichever thread runs next, and would
+    // skew the shares with the host's load).
     let rec = record(&[
         "--freq",
         FREQ,
@@ -172,12 +176,18 @@ fn perch_shares(exe: &Path, rounds: &str, expect_line: &str) -> (Shares, u64) {
         "0",
         "--duration",
         "60",
+        "--buffer",
+        "16",
         "--",
         exe_arg,
         rounds,
     ]);
     let err = &rec.stderr;
     assert_eq!(rec.status, Some(0), "perch record failed:\n{err}");
+    assert!(
+        err.contains(" 0 lost (0 on the target, 0 on the wire)"),
+        "samples were lost, which skews the shares:\n{err}"
+    );
     assert!(
         rec.stdout.lines().any(|l| l == expect_line),
         "{exe_arg} did not finish its rounds:\n{}\n{err}",
