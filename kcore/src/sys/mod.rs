@@ -15,7 +15,9 @@
 //! - [`machine`]: the narrow hardware trait and the checked user-copy
 //!   helpers.
 //! - [`vma`]: memory areas and the address-space layout.
-//! - [`fs`]: the run's file system; [`fd`]: descriptor tables.
+//! - [`fs`]: the run's file system; [`fd`]: descriptor tables;
+//!   [`event`]: eventfd, epoll and every file's readiness; [`wait`]:
+//!   threads waiting on files.
 //! - [`process`]: per-process state.
 //! - [`uapi`]: Linux's structures in each ABI's layout.
 //! - `calls`: the handlers.
@@ -53,6 +55,7 @@
 //! ...) returns `ENOSYS` and is counted by name in [`UnknownCalls`].
 
 pub mod errno;
+pub mod event;
 pub mod fd;
 pub mod fs;
 pub mod futex;
@@ -62,6 +65,7 @@ pub mod signal;
 pub mod table;
 pub mod uapi;
 pub mod vma;
+pub mod wait;
 
 mod calls;
 mod names;
@@ -150,6 +154,14 @@ pub enum Action {
     /// `clear_child_tid` was cleared and woken, its robust futexes
     /// released), the process goes on.
     ExitThread(u8),
+    /// Wait for a file to become ready (see [`wait`]): block until
+    /// [`Machine::wake_thread`] or, with a deadline, until the monotonic
+    /// clock reaches it; then call [`resume`] before the thread runs,
+    /// which makes the call again and says what to do.
+    Wait {
+        /// Monotonic deadline in ns, if any.
+        until_ns: Option<u64>,
+    },
 }
 
 pub use calls::task::{CloneArgs, new_thread, release_robust_list};
@@ -310,6 +322,8 @@ pub struct System {
     pub unknown: UnknownCalls,
     /// The threads waiting on futexes, of every process.
     pub futex: futex::FutexTable,
+    /// The threads waiting on files, of every process.
+    pub waits: wait::WaitList,
     /// Memory the runtime manages for programs, in bytes (sysinfo's
     /// `totalram`); the runtime sets it from the memory map.
     pub ram_bytes: u64,
@@ -325,6 +339,7 @@ impl System {
             fs,
             unknown: UnknownCalls::new(),
             futex: futex::FutexTable::new(),
+            waits: wait::WaitList::new(),
             ram_bytes: 1 << 30,
             free_ram_bytes: 1 << 29,
         }
@@ -343,6 +358,40 @@ pub fn syscall<M: Machine>(
     nr: u64,
     args: [u64; 6],
 ) -> Action {
+    run(m, sys, p, t, abi, nr, args, None)
+}
+
+/// Before thread `t`, woken from an [`Action::Wait`] (or past its
+/// deadline), runs again: makes the call it waits in again, with the
+/// deadline it first had. `None` when it waits for no file.
+pub fn resume<M: Machine>(
+    m: &mut M,
+    sys: &mut System,
+    p: &mut Process,
+    t: &mut Thread,
+) -> Option<Action> {
+    let w = t.wait.take()?;
+    sys.waits.remove(t.tid);
+    Some(run(m, sys, p, t, w.abi, w.nr, w.args, Some(w.until_ns)))
+}
+
+/// Thread `t` stops waiting for a file (a signal interrupts it, or it ends).
+pub fn cancel_wait(sys: &mut System, t: &mut Thread) {
+    t.wait = None;
+    sys.waits.remove(t.tid);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run<M: Machine>(
+    m: &mut M,
+    sys: &mut System,
+    p: &mut Process,
+    t: &mut Thread,
+    abi: Abi,
+    nr: u64,
+    args: [u64; 6],
+    resumed: Option<Option<u64>>,
+) -> Action {
     let (nr, args) = match abi {
         Abi::X86_64 => (nr, args),
         Abi::I386 => (nr & 0xffff_ffff, args.map(|a| a & 0xffff_ffff)),
@@ -355,14 +404,28 @@ pub fn syscall<M: Machine>(
         m,
         fs: &mut sys.fs,
         futex: &mut sys.futex,
+        waits: &mut sys.waits,
         unknown: &mut sys.unknown,
         p,
         t,
         abi,
         ram: (sys.ram_bytes, sys.free_ram_bytes),
+        resumed,
     };
-    match calls::dispatch(&mut ctx, call, nr, args) {
+    let a = match calls::dispatch(&mut ctx, call, nr, args) {
         Ok(a) => a,
         Err(e) => Action::Return(e.to_return()),
+    };
+    if let Action::Wait { until_ns } = a {
+        if !sys.waits.add(p.pid, t.tid) {
+            return Action::Return(Errno::ENOMEM.to_return());
+        }
+        t.wait = Some(wait::FileWait {
+            abi,
+            nr,
+            args,
+            until_ns,
+        });
     }
+    a
 }

@@ -124,6 +124,9 @@ pub struct Thread {
     pub renamed: bool,
     /// The alternate signal stack.
     pub altstack: AltStack,
+    /// The call it waits in for a file to become ready (see
+    /// [`wait`](super::wait)).
+    pub wait: Option<super::wait::FileWait>,
 }
 
 impl Thread {
@@ -146,6 +149,7 @@ impl Thread {
                 flags: 2,
                 size: 0,
             },
+            wait: None,
         }
     }
 }
