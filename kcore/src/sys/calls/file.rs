@@ -34,6 +34,8 @@ const AT_NO_AUTOMOUNT: u32 = 0x800;
 /// `AT_STATX_SYNC_TYPE` bits (ignored).
 const AT_STATX_SYNC_TYPE: u32 = 0x6000;
 
+/// Linux's `PIPE_BUF`: pipe writes up to this size are atomic.
+const PIPE_BUF: u64 = 4096;
 /// Linux's `MAX_RW_COUNT`: the most one read or write transfers.
 const MAX_RW_COUNT: u64 = 0x7fff_f000;
 /// Linux's `UIO_MAXIOV`.
@@ -505,7 +507,7 @@ fn pipe_write<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> 
         return Err(Errno::EPIPE);
     }
     let room = PIPE_CAPACITY - p.buf.len();
-    if room == 0 && len > 0 {
+    if room == 0 || len <= PIPE_BUF && (room as u64) < len {
         return Err(Errno::EAGAIN);
     }
     let len = len.min(room as u64);
@@ -545,6 +547,7 @@ pub(crate) fn io_wait<M: Machine>(
     fd: u64,
     writing: bool,
     buf: Option<u64>,
+    len: u64,
 ) -> Option<Action> {
     const WAIT: Action = Action::Wait { until_ns: None };
     let f = c.p.fds.get(fd).ok()?;
@@ -583,7 +586,9 @@ pub(crate) fn io_wait<M: Machine>(
             }
             return None;
         }
-        (p.buf.len() == PIPE_CAPACITY && !nonblock).then_some(WAIT)
+        // Up to PIPE_BUF bytes go in at once or not at all.
+        let room = PIPE_CAPACITY - p.buf.len();
+        (!nonblock && (room == 0 || len <= PIPE_BUF && room < len as usize)).then_some(WAIT)
     } else {
         (p.buf.is_empty() && p.writers > 0 && !nonblock).then_some(WAIT)
     }

@@ -166,6 +166,7 @@ pub(crate) fn dispatch<M: Machine>(
                     fd_arg(a[0]),
                     matches!(call, Write | Writev),
                     (call == Write).then_some(a[1]),
+                    if call == Write { a[2] } else { u64::MAX },
                 ) =>
         {
             Ok(wait)

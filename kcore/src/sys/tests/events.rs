@@ -403,3 +403,36 @@ fn a_wait_on_files_ends_when_another_thread_makes_one_ready() {
         assert!(e.sys.waits.is_empty() && e.t.wait.is_none());
     }
 }
+
+#[test]
+fn pipe_writes_up_to_pipe_buf_go_in_whole_or_wait() {
+    for mut e in both() {
+        let (r, w) = pipe(&mut e, O_NONBLOCK);
+        let mut total = 0;
+        while total < 65536 - 10 {
+            total += e.ret(
+                "write",
+                &[w, SCRATCH, (65536 - 10 - total).min(0x8000) as u64],
+            );
+        }
+        // 100 bytes do not fit in 10: EAGAIN, not a short write.
+        assert_eq!(e.err("write", &[w, SCRATCH, 100]), Errno::EAGAIN);
+        // More than PIPE_BUF may go in part.
+        assert_eq!(e.ret("write", &[w, SCRATCH, 8192]), 10);
+        assert_eq!(e.ret("read", &[r, SCRATCH, 50]), 50);
+        // Blocking: 100 bytes wait for room, then go in whole.
+        assert_eq!(e.ret("fcntl", &[w, 4, 0]), 0);
+        assert_eq!(e.ret("read", &[r, SCRATCH, 0]), 0);
+        assert_eq!(
+            e.call("write", &[w, SCRATCH, 100]),
+            Action::Wait { until_ns: None }
+        );
+        let main = e.t.clone();
+        let waiter = core::mem::replace(&mut e.t, Thread::new(9));
+        assert_eq!(e.ret("read", &[r, SCRATCH + 0x1000, 100]), 100);
+        assert_eq!(e.m.woken, [7]);
+        e.t = waiter;
+        assert_eq!(e.resume(), Some(Action::Return(100)));
+        let _ = main;
+    }
+}
