@@ -1093,7 +1093,14 @@ pub(crate) fn dup3<M: Machine>(
         return if legacy { Ok(new) } else { Err(Errno::EINVAL) };
     }
     let limit = c.p.rlimits[super::super::process::rlimit::NOFILE].cur;
-    c.p.fds.dup_to(old, new, flags != 0, limit)
+    let replaced = c.p.fds.get(new).ok().and_then(|f| Obj::of(f.target));
+    let fd = c.p.fds.dup_to(old, new, flags != 0, limit)?;
+    // The end of a pipe `new` was may have been its last: the other end
+    // sees it.
+    if let Some(obj @ Obj::Pipe(_)) = replaced {
+        c.changed(obj, 0);
+    }
+    Ok(fd)
 }
 
 /// `ioctl(fd, request, arg)`: no descriptor is a terminal.
