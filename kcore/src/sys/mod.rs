@@ -416,6 +416,22 @@ fn run<M: Machine>(
         Ok(a) => a,
         Err(e) => Action::Return(e.to_return()),
     };
+    // A wait with its own signal mask that returned, but not because of
+    // a signal, gets the thread's mask back (a handler's frame keeps it
+    // otherwise).
+    if matches!(
+        call,
+        Sys::Ppoll
+            | Sys::Ppoll64
+            | Sys::Pselect6
+            | Sys::Pselect6Time64
+            | Sys::EpollPwait
+            | Sys::EpollPwait2
+    ) && matches!(a, Action::Return(v) if v != Errno::EINTR.to_return())
+        && let Some(m) = t.saved_sigmask.take()
+    {
+        t.sigmask = m;
+    }
     if let Action::Wait { until_ns } = a {
         if !sys.waits.add(p.pid, t.tid) {
             return Action::Return(Errno::ENOMEM.to_return());

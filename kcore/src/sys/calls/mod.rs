@@ -91,6 +91,21 @@ impl<M: Machine> Ctx<'_, M> {
         self.waits.wake(self.m, self.p.pid);
     }
 
+    /// The signal mask at `addr` that `ppoll`, `pselect6` and
+    /// `epoll_pwait` wait with: it replaces the thread's until the call
+    /// returns (then the old one is back) or a
+    /// signal's handler runs (whose frame keeps the old one). A call made
+    /// again after a wait has it already.
+    pub fn wait_mask(&mut self, addr: u64) -> Result<(), Errno> {
+        let m = u64::from_le_bytes(self.read_array(addr)?);
+        if self.resumed.is_none() {
+            self.t.saved_sigmask = Some(self.t.sigmask);
+            // SIGKILL and SIGSTOP cannot be blocked.
+            self.t.sigmask = m & !((1 << 8) | (1 << 18));
+        }
+        Ok(())
+    }
+
     /// Nothing is ready: return 0 when the timeout (`None`: none) ran
     /// out, or wait. A call made again after a wait keeps its first
     /// deadline.
@@ -291,7 +306,7 @@ pub(crate) fn dispatch<M: Machine>(
                 if a[4] != 8 {
                     return Err(Errno::EINVAL);
                 }
-                c.read_array::<8>(a[3])?;
+                c.wait_mask(a[3])?;
             }
             file::poll(c, a[0], a[1], timeout)
         }
@@ -352,7 +367,7 @@ pub(crate) fn dispatch<M: Machine>(
                     if len != 8 {
                         return Err(Errno::EINVAL);
                     }
-                    c.read_array::<8>(p)?;
+                    c.wait_mask(p)?;
                 }
             }
             file::select(c, int_arg(a[0]), [a[1], a[2], a[3]], timeout)
@@ -388,7 +403,7 @@ pub(crate) fn dispatch<M: Machine>(
                 if a[5] != 8 {
                     return Err(Errno::EINVAL);
                 }
-                c.read_array::<8>(a[4])?;
+                c.wait_mask(a[4])?;
             }
             event::epoll_wait(c, fd_arg(a[0]), a[1], int_arg(a[2]), timeout)
         }

@@ -438,3 +438,42 @@ fn pipe_writes_up_to_pipe_buf_go_in_whole_or_wait() {
         let _ = main;
     }
 }
+
+#[test]
+fn ppoll_and_epoll_pwait_wait_with_their_own_signal_mask() {
+    for mut e in both() {
+        let (r, w) = pipe(&mut e, 0);
+        let ep = e.ret("epoll_create1", &[0]) as u64;
+        assert_eq!(ctl(&mut e, ep, ADD, r, EPOLLIN, 1), 0);
+        e.t.sigmask = 0b1;
+        // SIGUSR1 (bit 9) blocked during the wait; SIGKILL cannot be.
+        e.poke(SCRATCH + 0x500, &((1u64 << 9) | (1 << 8)).to_le_bytes());
+        let pfd = [r as i32, 0x1].map(i32::to_le_bytes).concat();
+        e.poke(SCRATCH + 0x400, &pfd);
+        let ppoll = if e.abi == Abi::X86_64 {
+            "ppoll"
+        } else {
+            "ppoll_time64"
+        };
+        assert_eq!(
+            e.call(ppoll, &[SCRATCH + 0x400, 1, 0, SCRATCH + 0x500, 8]),
+            Action::Wait { until_ns: None }
+        );
+        assert_eq!(e.t.sigmask, 1 << 9);
+        assert_eq!(e.t.saved_sigmask, Some(0b1));
+        // Made again (woken early), it keeps the mask it waits with.
+        assert_eq!(e.resume(), Some(Action::Wait { until_ns: None }));
+        assert_eq!(e.t.saved_sigmask, Some(0b1));
+        let waiter = core::mem::replace(&mut e.t, Thread::new(9));
+        assert_eq!(e.ret("write", &[w, SCRATCH, 1]), 1);
+        e.t = waiter;
+        assert_eq!(e.resume(), Some(Action::Return(1)));
+        assert_eq!((e.t.sigmask, e.t.saved_sigmask), (0b1, None), "back");
+        // A wait that returns at once gives the mask back at once.
+        assert_eq!(
+            e.ret("epoll_pwait", &[ep, OUT, 4, 0, SCRATCH + 0x500, 8]),
+            1
+        );
+        assert_eq!((e.t.sigmask, e.t.saved_sigmask), (0b1, None));
+    }
+}
