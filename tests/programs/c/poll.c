@@ -1,7 +1,9 @@
 /* Waits on files that another thread ends: epoll_wait over a pipe and an
  * eventfd, poll, select, a plain read of a pipe and of an eventfd, a write
  * to a full pipe and a read that a close ends; edge- against
- * level-triggered epoll; timeouts. The main thread tells a worker which
+ * level-triggered epoll; timeouts; and (64-bit) a SIGALRM that ends an
+ * epoll_wait with EINTR, and one that a ppoll's own mask holds off until
+ * it returns. The main thread tells a worker which
  * step it is at (an EFD_SEMAPHORE eventfd the worker blocks on); the worker
  * naps 30 ms, so the main thread is waiting by then, and makes the step's
  * file ready. Every line is deterministic. */
@@ -10,12 +12,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/select.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -155,11 +159,46 @@ static void timeouts(void) {
     close(p[1]);
 }
 
+#ifdef __x86_64__
+static volatile sig_atomic_t alarms;
+
+static void on_alarm(int sig) {
+    (void)sig;
+    alarms++;
+}
+
+static void interrupted(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm; /* no SA_RESTART */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+    int ep = epoll_create1(0);
+    struct epoll_event ev;
+    struct itimerval it = {{0, 0}, {0, 20000}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    int r = epoll_wait(ep, &ev, 1, -1);
+    printf("epoll_wait and SIGALRM: %d (%s), handler ran %d\n", r,
+           r < 0 ? strerror(errno) : "no error", (int)alarms);
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGALRM);
+    setitimer(ITIMER_REAL, &it, NULL);
+    struct timespec ts = {0, 60000000};
+    r = ppoll(NULL, 0, &ts, &block);
+    printf("ppoll with SIGALRM blocked: %d, then the handler ran: %d\n", r, (int)alarms);
+    close(ep);
+}
+#endif
+
 int main(void) {
     char buf[64];
     struct epoll_event ev[8];
     uint64_t v;
     setvbuf(stdout, NULL, _IOLBF, 0);
+#ifdef __x86_64__
+    interrupted();
+#endif
     triggering();
     timeouts();
     if (pipe(data))
