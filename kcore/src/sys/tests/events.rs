@@ -477,3 +477,45 @@ fn ppoll_and_epoll_pwait_wait_with_their_own_signal_mask() {
         assert_eq!((e.t.sigmask, e.t.saved_sigmask), (0b1, None));
     }
 }
+
+#[test]
+fn epoll_pwait2_takes_a_64_bit_timespec_in_both_abis() {
+    for mut e in both() {
+        let ep = e.ret("epoll_create1", &[0]) as u64;
+        let efd = e.ret("eventfd2", &[0, 0]) as u64;
+        assert_eq!(ctl(&mut e, ep, ADD, efd, EPOLLIN, 4), 0);
+        // { tv_sec: 0, tv_nsec: 30 ms } as a __kernel_timespec.
+        e.poke(
+            SCRATCH,
+            &[0i64.to_le_bytes(), 30_000_000i64.to_le_bytes()].concat(),
+        );
+        let start = e.m.mono;
+        let Action::Wait {
+            until_ns: Some(until),
+        } = e.call("epoll_pwait2", &[ep, OUT, 2, SCRATCH, 0, 0])
+        else {
+            panic!("epoll_pwait2 should wait")
+        };
+        assert!(until > start + 30_000_000 && until < start + 31_000_000);
+        e.m.mono = until + 1;
+        assert_eq!(e.resume(), Some(Action::Return(0)));
+        // A zero timespec polls; NULL waits for ever.
+        e.poke(SCRATCH, &[0u8; 16]);
+        assert_eq!(e.ret("epoll_pwait2", &[ep, OUT, 2, SCRATCH, 0, 0]), 0);
+        assert_eq!(
+            e.call("epoll_pwait2", &[ep, OUT, 2, 0, 0, 0]),
+            Action::Wait { until_ns: None }
+        );
+        e.poke(
+            SCRATCH,
+            &[0i64.to_le_bytes(), 1_000_000_000i64.to_le_bytes()].concat(),
+        );
+        assert_eq!(
+            e.err("epoll_pwait2", &[ep, OUT, 2, SCRATCH, 0, 0]),
+            Errno::EINVAL
+        );
+        assert_eq!(write_u64(&mut e, efd, 1), 8);
+        assert_eq!(e.resume(), Some(Action::Return(1)));
+        assert_eq!(e.peek(OUT + 4, 8), 4u64.to_le_bytes());
+    }
+}
