@@ -419,6 +419,8 @@ pub fn resume_wait(id: u8) -> Option<Outcome> {
             return Some((Action::Return(Errno::EINTR.to_return()), wide));
         }
         let a = with_system(|s| sys::resume(m, s, p, t)).flatten()?;
+        // A wait with its own mask that returned has the old one back.
+        task::set_blocked(id, t.sigmask);
         if matches!(a, Action::Exit(_) | Action::Kill { .. }) {
             p.flush_output(m);
         }
