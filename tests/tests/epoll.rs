@@ -2,8 +2,9 @@
 //! `tests/programs/c/poll.c` (epoll over a pipe and an eventfd, `poll`,
 //! `select`, plain reads of a pipe and an eventfd, a write to a full pipe,
 //! a read a close ends, edge- against level-triggered epoll, timeouts,
-//! and for 64-bit a SIGALRM that interrupts an `epoll_wait` and one that
-//! `ppoll`'s mask holds off),
+//! and for 64-bit a SIGALRM that interrupts an `epoll_wait`, one that
+//! `ppoll`'s mask holds off, and an SA_RESTART one after which a pipe
+//! read goes on),
 //! built with glibc 64- and 32-bit and musl, and `tests/programs/go/timers`
 //! (Go's netpoller: `time.Sleep`, `time.After` in a `select`, an `os.Pipe`
 //! read across goroutines) print exactly what they print natively and end
@@ -43,6 +44,7 @@ fn threads_wake_each_other_through_pipes_eventfds_poll_select_and_epoll() {
     let signal_lines = [
         "epoll_wait and SIGALRM: -1 (Interrupted system call), handler ran 1",
         "ppoll with SIGALRM blocked: 0, then the handler ran: 2",
+        "read under an SA_RESTART handler: 1 r",
     ];
     for p in &programs {
         let out = p.native().out();

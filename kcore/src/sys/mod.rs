@@ -381,6 +381,21 @@ pub fn cancel_wait(sys: &mut System, t: &mut Thread) {
     sys.waits.remove(t.tid);
 }
 
+/// A signal interrupts thread `t`'s wait for a file: the call says
+/// `EINTR`, unless it was a read or write (of a pipe or an eventfd) and
+/// the handler that runs has `SA_RESTART` ([`Thread::restart`]).
+pub fn interrupt_wait(sys: &mut System, t: &mut Thread) {
+    if let Some(w) = t.wait.take()
+        && matches!(
+            table::lookup(w.abi, w.nr),
+            Some(Sys::Read | Sys::Readv | Sys::Write | Sys::Writev)
+        )
+    {
+        t.restart = Some(w.nr);
+    }
+    sys.waits.remove(t.tid);
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run<M: Machine>(
     m: &mut M,
@@ -396,6 +411,7 @@ fn run<M: Machine>(
         Abi::X86_64 => (nr, args),
         Abi::I386 => (nr & 0xffff_ffff, args.map(|a| a & 0xffff_ffff)),
     };
+    t.restart = None;
     let Some(call) = table::lookup(abi, nr) else {
         sys.unknown.record(abi, nr);
         return Action::Return(Errno::ENOSYS.to_return());

@@ -127,6 +127,10 @@ pub struct Thread {
     /// The call it waits in for a file to become ready (see
     /// [`wait`](super::wait)).
     pub wait: Option<super::wait::FileWait>,
+    /// The number of the read or write of a pipe or eventfd that a signal
+    /// interrupted: a handler with `SA_RESTART` makes it again when it
+    /// returns (as Linux's `-ERESTARTSYS`).
+    pub restart: Option<u64>,
 }
 
 impl Thread {
@@ -150,6 +154,7 @@ impl Thread {
                 size: 0,
             },
             wait: None,
+            restart: None,
         }
     }
 }

@@ -162,6 +162,7 @@ pub fn deliver<M: Machine>(
             if let Some(m) = t.saved_sigmask.take() {
                 t.sigmask = m;
             }
+            t.restart = None;
             return Delivery::Nothing;
         }
         let sig = ready.trailing_zeros() as u8 + 1;
@@ -242,6 +243,14 @@ fn take<M: Machine>(
             signal: sig,
             reason: "a handler without SA_RESTORER (no way back from it)",
         };
+    }
+    // An interrupted read or write is made again after an SA_RESTART
+    // handler: the frame returns to its SYSCALL (2 bytes) with its number.
+    if let Some(nr) = t.restart.take()
+        && action.flags & sa::RESTART != 0
+    {
+        regs.rip = regs.rip.wrapping_sub(2);
+        regs.gprs[RAX] = nr;
     }
     // After rt_sigsuspend, the frame keeps the mask from before it.
     let old_mask = t.saved_sigmask.take().unwrap_or(t.sigmask);

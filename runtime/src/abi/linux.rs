@@ -330,7 +330,7 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
         {
             with_system(|s| {
                 s.futex.cancel(t.tid);
-                sys::cancel_wait(s, t);
+                sys::interrupt_wait(s, t);
             });
             a = Action::Return(Errno::EINTR.to_return());
         }
@@ -415,7 +415,7 @@ pub fn resume_wait(id: u8) -> Option<Outcome> {
         t.pending |= task::take_posted(id);
         let wide = p.abi == sys::Abi::X86_64;
         if signal::deliverable(p, t) != 0 {
-            with_system(|s| sys::cancel_wait(s, t));
+            with_system(|s| sys::interrupt_wait(s, t));
             return Some((Action::Return(Errno::EINTR.to_return()), wide));
         }
         let a = with_system(|s| sys::resume(m, s, p, t)).flatten()?;

@@ -2,8 +2,8 @@
  * eventfd, poll, select, a plain read of a pipe and of an eventfd, a write
  * to a full pipe and a read that a close ends; edge- against
  * level-triggered epoll; timeouts; and (64-bit) a SIGALRM that ends an
- * epoll_wait with EINTR, and one that a ppoll's own mask holds off until
- * it returns. The main thread tells a worker which
+ * epoll_wait with EINTR, one that a ppoll's own mask holds off until it
+ * returns, and an SA_RESTART one after which a pipe read goes on. The main thread tells a worker which
  * step it is at (an EFD_SEMAPHORE eventfd the worker blocks on); the worker
  * naps 30 ms, so the main thread is waiting by then, and makes the step's
  * file ready. Every line is deterministic. */
@@ -167,6 +167,14 @@ static void on_alarm(int sig) {
     alarms++;
 }
 
+static int restart_pipe[2];
+
+static void on_alarm_write(int sig) {
+    (void)sig;
+    if (write(restart_pipe[1], "r", 1) != 1)
+        alarms = -100;
+}
+
 static void interrupted(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -188,6 +196,20 @@ static void interrupted(void) {
     r = ppoll(NULL, 0, &ts, &block);
     printf("ppoll with SIGALRM blocked: %d, then the handler ran: %d\n", r, (int)alarms);
     close(ep);
+
+    /* An SA_RESTART handler: the read it interrupted is made again, and
+     * gets what the handler wrote. */
+    if (pipe(restart_pipe))
+        perror("pipe");
+    sa.sa_handler = on_alarm_write;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, NULL);
+    setitimer(ITIMER_REAL, &it, NULL);
+    char c = 0;
+    ssize_t n = read(restart_pipe[0], &c, 1);
+    printf("read under an SA_RESTART handler: %ld %c\n", (long)n, n == 1 ? c : '-');
+    close(restart_pipe[0]);
+    close(restart_pipe[1]);
 }
 #endif
 
