@@ -22,9 +22,10 @@
 //! - [`uapi`]: Linux's structures in each ABI's layout.
 //! - `calls`: the handlers.
 //!
-//! Single-threaded semantics throughout: a process is one thread (no
-//! `clone`, `fork`, `execve`), signals are recorded but never delivered (a
-//! fatal one sent to itself ends it), futexes have no other waiter.
+//! A process has threads (`clone`, no `fork` or `execve`): they share its
+//! memory, files and signal actions. A thread waits on a futex
+//! ([`futex`]) or on files ([`wait`]), and another thread's wake or write
+//! ends the wait; signals are delivered to 64-bit handlers ([`signal`]).
 //!
 //! # What the runtime does
 //! 1. Once: `System::new(Vfs::from_archive(entries)?)`, with the archive's
@@ -50,8 +51,8 @@
 //! # Implemented, and what is not
 //! Every number in [`table`]'s `X86_64_TABLE`/`I386_TABLE` has a handler;
 //! `rseq` and `membarrier` return `ENOSYS` on purpose (libc copes) and
-//! are not counted as unknown; everything else (sockets, `clone`,
-//! `fork`, `execve`, `wait4`, epoll, timers, xattrs, SysV IPC,
+//! are not counted as unknown; everything else (sockets, `fork`,
+//! `execve`, `wait4`, timerfd, signalfd, xattrs, SysV IPC,
 //! ...) returns `ENOSYS` and is counted by name in [`UnknownCalls`].
 
 pub mod errno;
@@ -137,9 +138,9 @@ pub enum Action {
     },
     /// Block the thread: a futex wait without timeout on a value that
     /// matched (another thread's wake, through [`Machine::wake_thread`],
-    /// ends it with 0 in `rax`), or poll/ppoll with nothing to wait for and
-    /// no timeout. A thread nobody wakes stays blocked until the run ends
-    /// (`duration=`); the runtime may report it as blocked forever.
+    /// ends it with 0 in `rax`), `pause` or `rt_sigsuspend`. A thread
+    /// nobody wakes stays blocked until the run ends (`duration=`); the
+    /// runtime may report it as blocked forever.
     Block,
     /// `clone` of a thread, with its arguments checked: the runtime makes
     /// the thread (a task slot and its tid), builds its state with

@@ -457,7 +457,7 @@ fn write_from_user<M: Machine>(
 
 /// Reads from pipe `id`: what is buffered, up to `len`; 0 when empty and
 /// no writer is left; `EAGAIN` when empty (the caller has turned the
-/// blocking case into [`Action::Block`] already, see [`pipe_wait`]).
+/// blocking case into [`Action::Wait`] already, see [`io_wait`]).
 fn pipe_read<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> SysResult {
     c.access_ok(buf, len)?;
     let p = c.p.fds.pipe_ref(id).ok_or(Errno::EBADF)?;
