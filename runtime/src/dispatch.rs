@@ -115,7 +115,7 @@ impl<F: FnMut() -> bool> task::Driver for Driver<F> {
     }
 
     fn before_run(&mut self, id: u8) -> Option<Outcome> {
-        abi::linux::signals_before_run(id)
+        abi::linux::resume_wait(id).or_else(|| abi::linux::signals_before_run(id))
     }
 
     fn timers_armed(&mut self) -> bool {

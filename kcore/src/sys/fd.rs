@@ -9,6 +9,7 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use super::errno::Errno;
+use super::event::{Epoll, EventFd, Obj, poll};
 use super::fs::NodeId;
 use super::machine::Stream;
 
@@ -67,6 +68,10 @@ pub enum Target {
         /// Whether this is the write end.
         write: bool,
     },
+    /// An eventfd counter of this table ([`FdTable::eventfd_mut`]).
+    EventFd(usize),
+    /// An epoll instance of this table ([`FdTable::epoll_mut`]).
+    Epoll(usize),
 }
 
 /// How many bytes a pipe holds (Linux's default pipe size).
@@ -122,6 +127,23 @@ pub struct FdTable {
     fds: Vec<Option<Slot>>,
     descs: Vec<Option<(OpenFile, usize)>>,
     pipes: Vec<Option<Pipe>>,
+    pub(super) eventfds: Vec<Option<EventFd>>,
+    pub(super) epolls: Vec<Option<Epoll>>,
+}
+
+/// Puts `v` in the first free slot of `v`'s table (growing it by one when
+/// full); its index.
+pub(super) fn put_in<T>(table: &mut Vec<Option<T>>, v: T) -> Result<usize, Errno> {
+    let i = match table.iter().position(Option::is_none) {
+        Some(i) => i,
+        None => {
+            table.try_reserve(1).map_err(|_| Errno::ENOMEM)?;
+            table.push(None);
+            table.len() - 1
+        }
+    };
+    table[i] = Some(v);
+    Ok(i)
 }
 
 impl FdTable {
@@ -131,6 +153,8 @@ impl FdTable {
             fds: Vec::with_capacity(8),
             descs: Vec::with_capacity(8),
             pipes: Vec::new(),
+            eventfds: Vec::new(),
+            epolls: Vec::new(),
         };
         for (target, flags) in [
             (Target::Stdin, oflag::O_RDONLY),
@@ -234,6 +258,31 @@ impl FdTable {
         Ok(fd as u64)
     }
 
+    /// Opens a description of a new object (an eventfd, an epoll) that
+    /// `make` puts in this table, on the lowest free descriptor; the
+    /// object goes again when no descriptor can be had.
+    pub fn open_object(
+        &mut self,
+        make: impl FnOnce(&mut FdTable) -> Result<Target, Errno>,
+        flags: u32,
+        cloexec: bool,
+        limit: u64,
+    ) -> Result<u64, Errno> {
+        self.lowest_free(0, limit)?;
+        let target = make(self)?;
+        let file = OpenFile {
+            target,
+            offset: 0,
+            flags,
+        };
+        self.open(file, cloexec, limit)
+            .inspect_err(|_| match target {
+                Target::EventFd(id) => self.eventfds[id] = None,
+                Target::Epoll(id) => self.epolls[id] = None,
+                _ => {}
+            })
+    }
+
     /// `dup`/`F_DUPFD`: a new descriptor `>= min` for `fd`'s description.
     pub fn dup_min(&mut self, fd: u64, min: u64, cloexec: bool, limit: u64) -> Result<u64, Errno> {
         let s = self.slot(fd)?;
@@ -288,31 +337,89 @@ impl FdTable {
     }
 
     /// Closes `fd`; the description goes when its last descriptor does.
-    pub fn close(&mut self, fd: u64) -> Result<(), Errno> {
+    /// Returns what the description referred to when it went (so the
+    /// caller can tell those waiting on the other end of a pipe).
+    pub fn close(&mut self, fd: u64) -> Result<Option<Target>, Errno> {
         let s = self.slot(fd)?;
         self.fds[fd as usize] = None;
+        let mut gone = None;
         if let Some((f, n)) = &mut self.descs[s.desc] {
             *n -= 1;
             if *n == 0 {
-                if let Target::Pipe { id, write } = f.target
-                    && let Some(Some(p)) = self.pipes.get_mut(id)
-                {
-                    if write {
-                        p.writers -= 1;
-                    } else {
-                        p.readers -= 1;
+                gone = Some(f.target);
+                match f.target {
+                    Target::Pipe { id, write } => {
+                        if let Some(Some(p)) = self.pipes.get_mut(id) {
+                            if write {
+                                p.writers -= 1;
+                            } else {
+                                p.readers -= 1;
+                            }
+                            if p.readers == 0 && p.writers == 0 {
+                                self.pipes[id] = None;
+                            }
+                        }
                     }
-                    if p.readers == 0 && p.writers == 0 {
-                        self.pipes[id] = None;
-                    }
+                    Target::EventFd(id) => self.eventfds[id] = None,
+                    Target::Epoll(id) => self.epolls[id] = None,
+                    _ => {}
                 }
                 self.descs[s.desc] = None;
+                // Its last reference went: no epoll watches it any more.
+                for ep in self.epolls.iter_mut().flatten() {
+                    ep.forget(s.desc);
+                }
             }
         }
         while self.fds.last().is_some_and(Option::is_none) {
             self.fds.pop();
         }
-        Ok(())
+        Ok(gone)
+    }
+
+    /// The index of the description behind `fd` (`EBADF` if not open).
+    pub fn desc_of(&self, fd: u64) -> Result<usize, Errno> {
+        Ok(self.slot(fd)?.desc)
+    }
+
+    /// The description with index `d`, if open.
+    pub fn desc(&self, d: usize) -> Option<&OpenFile> {
+        self.descs.get(d).and_then(Option::as_ref).map(|d| &d.0)
+    }
+
+    /// The eventfd `id` (from a [`Target::EventFd`] of this table).
+    pub fn eventfd_mut(&mut self, id: usize) -> Option<&mut EventFd> {
+        self.eventfds.get_mut(id).and_then(Option::as_mut)
+    }
+
+    /// The epoll instance `id` (from a [`Target::Epoll`] of this table).
+    pub fn epoll_mut(&mut self, id: usize) -> Option<&mut Epoll> {
+        self.epolls.get_mut(id).and_then(Option::as_mut)
+    }
+
+    /// The epoll instance `id`.
+    pub fn epoll_ref(&self, id: usize) -> Option<&Epoll> {
+        self.epolls.get(id).and_then(Option::as_ref)
+    }
+
+    /// The eventfd `id`.
+    pub fn eventfd_ref(&self, id: usize) -> Option<&EventFd> {
+        self.eventfds.get(id).and_then(Option::as_ref)
+    }
+
+    /// The readiness of description `f` as Linux's `poll` file operation
+    /// answers it (`EPOLLIN`, `EPOLLOUT`, `EPOLLHUP`, ... bits): the one
+    /// place every kind of file says what it is ready for, for `poll`,
+    /// `select` and epoll alike.
+    pub fn poll_mask(&self, f: &OpenFile) -> u32 {
+        poll::mask(self, f, 0)
+    }
+
+    /// Something happened to `obj` that may make it ready for `key`
+    /// (`EPOLL*` bits; 0 for anything): the epoll entries watching it
+    /// join their instance's ready list, as Linux's wake-up callback does.
+    pub fn event(&mut self, obj: Obj, key: u32) {
+        poll::event(self, obj, key, 0);
     }
 
     /// Makes a pipe and two descriptors for it, the read end first (as

@@ -15,14 +15,17 @@
 //! - [`machine`]: the narrow hardware trait and the checked user-copy
 //!   helpers.
 //! - [`vma`]: memory areas and the address-space layout.
-//! - [`fs`]: the run's file system; [`fd`]: descriptor tables.
+//! - [`fs`]: the run's file system; [`fd`]: descriptor tables;
+//!   [`event`]: eventfd, epoll and every file's readiness; [`wait`]:
+//!   threads waiting on files.
 //! - [`process`]: per-process state.
 //! - [`uapi`]: Linux's structures in each ABI's layout.
 //! - `calls`: the handlers.
 //!
-//! Single-threaded semantics throughout: a process is one thread (no
-//! `clone`, `fork`, `execve`), signals are recorded but never delivered (a
-//! fatal one sent to itself ends it), futexes have no other waiter.
+//! A process has threads (`clone`, no `fork` or `execve`): they share its
+//! memory, files and signal actions. A thread waits on a futex
+//! ([`futex`]) or on files ([`wait`]), and another thread's wake or write
+//! ends the wait; signals are delivered to 64-bit handlers ([`signal`]).
 //!
 //! # What the runtime does
 //! 1. Once: `System::new(Vfs::from_archive(entries)?)`, with the archive's
@@ -48,11 +51,12 @@
 //! # Implemented, and what is not
 //! Every number in [`table`]'s `X86_64_TABLE`/`I386_TABLE` has a handler;
 //! `rseq` and `membarrier` return `ENOSYS` on purpose (libc copes) and
-//! are not counted as unknown; everything else (sockets, `clone`,
-//! `fork`, `execve`, `wait4`, epoll, timers, xattrs, SysV IPC,
+//! are not counted as unknown; everything else (sockets, `fork`,
+//! `execve`, `wait4`, timerfd, signalfd, xattrs, SysV IPC,
 //! ...) returns `ENOSYS` and is counted by name in [`UnknownCalls`].
 
 pub mod errno;
+pub mod event;
 pub mod fd;
 pub mod fs;
 pub mod futex;
@@ -64,6 +68,7 @@ pub mod sigwait;
 pub mod table;
 pub mod uapi;
 pub mod vma;
+pub mod wait;
 
 mod calls;
 mod names;
@@ -135,9 +140,9 @@ pub enum Action {
     },
     /// Block the thread: a futex wait without timeout on a value that
     /// matched (another thread's wake, through [`Machine::wake_thread`],
-    /// ends it with 0 in `rax`), or poll/ppoll with nothing to wait for and
-    /// no timeout. A thread nobody wakes stays blocked until the run ends
-    /// (`duration=`); the runtime may report it as blocked forever.
+    /// ends it with 0 in `rax`), `pause` or `rt_sigsuspend`. A thread
+    /// nobody wakes stays blocked until the run ends (`duration=`); the
+    /// runtime may report it as blocked forever.
     Block,
     /// `clone` of a thread, with its arguments checked: the runtime makes
     /// the thread (a task slot and its tid), builds its state with
@@ -154,6 +159,14 @@ pub enum Action {
     /// `clear_child_tid` was cleared and woken, its robust futexes
     /// released), the process goes on.
     ExitThread(u8),
+    /// Wait for a file to become ready (see [`wait`]): block until
+    /// [`Machine::wake_thread`] or, with a deadline, until the monotonic
+    /// clock reaches it; then call [`resume`] before the thread runs,
+    /// which makes the call again and says what to do.
+    Wait {
+        /// Monotonic deadline in ns, if any.
+        until_ns: Option<u64>,
+    },
 }
 
 pub use calls::task::{CloneArgs, new_thread, release_robust_list};
@@ -314,6 +327,8 @@ pub struct System {
     pub unknown: UnknownCalls,
     /// The threads waiting on futexes, of every process.
     pub futex: futex::FutexTable,
+    /// The threads waiting on files, of every process.
+    pub waits: wait::WaitList,
     /// Memory the runtime manages for programs, in bytes (sysinfo's
     /// `totalram`); the runtime sets it from the memory map.
     pub ram_bytes: u64,
@@ -329,6 +344,7 @@ impl System {
             fs,
             unknown: UnknownCalls::new(),
             futex: futex::FutexTable::new(),
+            waits: wait::WaitList::new(),
             ram_bytes: 1 << 30,
             free_ram_bytes: 1 << 29,
         }
@@ -347,6 +363,57 @@ pub fn syscall<M: Machine>(
     nr: u64,
     args: [u64; 6],
 ) -> Action {
+    run(m, sys, p, t, abi, nr, args, None)
+}
+
+/// Before thread `t`, woken from an [`Action::Wait`] (or past its
+/// deadline), runs again: makes the call it waits in again, with the
+/// deadline it first had. `None` when it waits for no file.
+pub fn resume<M: Machine>(
+    m: &mut M,
+    sys: &mut System,
+    p: &mut Process,
+    t: &mut Thread,
+) -> Option<Action> {
+    let w = t.wait.take()?;
+    sys.waits.remove(t.tid);
+    Some(run(m, sys, p, t, w.abi, w.nr, w.args, Some(w.until_ns)))
+}
+
+/// Thread `t` stops waiting for a file (a signal interrupts it, or it ends).
+pub fn cancel_wait(sys: &mut System, t: &mut Thread) {
+    t.wait = None;
+    sys.waits.remove(t.tid);
+}
+
+/// A signal interrupts thread `t`'s wait for a file: the call says
+/// `EINTR`, and on the way back to user mode [`restart::finish`] ends it
+/// by its kind (a read or write of a pipe or an eventfd is made again
+/// after a handler with `SA_RESTART`; `poll` and `select` only when no
+/// handler runs; `epoll_wait` never).
+pub fn interrupt_wait(sys: &mut System, t: &mut Thread) {
+    if let Some(w) = t.wait.take()
+        && let Some(call) = table::lookup(w.abi, w.nr)
+    {
+        t.interrupted = Some(restart::Interrupted {
+            nr: w.nr,
+            restart: restart::kind(call, &w.args),
+        });
+    }
+    sys.waits.remove(t.tid);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run<M: Machine>(
+    m: &mut M,
+    sys: &mut System,
+    p: &mut Process,
+    t: &mut Thread,
+    abi: Abi,
+    nr: u64,
+    args: [u64; 6],
+    resumed: Option<Option<u64>>,
+) -> Action {
     let (nr, args) = match abi {
         Abi::X86_64 => (nr, args),
         Abi::I386 => (nr & 0xffff_ffff, args.map(|a| a & 0xffff_ffff)),
@@ -359,22 +426,54 @@ pub fn syscall<M: Machine>(
         m,
         fs: &mut sys.fs,
         futex: &mut sys.futex,
+        waits: &mut sys.waits,
         unknown: &mut sys.unknown,
         p,
         t,
         abi,
         ram: (sys.ram_bytes, sys.free_ram_bytes),
+        resumed,
     };
-    let action = match calls::dispatch(&mut ctx, call, nr, args) {
+    let a = match calls::dispatch(&mut ctx, call, nr, args) {
         Ok(a) => a,
         Err(e) => Action::Return(e.to_return()),
     };
-    t.interrupted = match action {
+    // A wait with its own signal mask that returned, but not because of
+    // a signal, gets the thread's mask back (a handler's frame keeps it
+    // otherwise).
+    if matches!(
+        call,
+        Sys::Ppoll
+            | Sys::Ppoll64
+            | Sys::Pselect6
+            | Sys::Pselect6Time64
+            | Sys::EpollPwait
+            | Sys::EpollPwait2
+    ) && matches!(a, Action::Return(v) if v != Errno::EINTR.to_return())
+        && let Some(m) = t.saved_sigmask.take()
+    {
+        t.sigmask = m;
+    }
+    // A call that waits is ended by a signal as its kind says
+    // ([`restart`]); a file wait is made again when woken, and
+    // [`interrupt_wait`] says what a signal makes of it.
+    t.interrupted = match a {
         Action::Block | Action::Sleep { .. } => Some(restart::Interrupted {
             nr,
             restart: restart::kind(call, &args),
         }),
         _ => None,
     };
-    action
+    if let Action::Wait { until_ns } = a {
+        if !sys.waits.add(p.pid, t.tid) {
+            return Action::Return(Errno::ENOMEM.to_return());
+        }
+        t.wait = Some(wait::FileWait {
+            abi,
+            nr,
+            args,
+            until_ns,
+        });
+    }
+    a
 }

@@ -129,6 +129,9 @@ pub struct Thread {
     pub interrupted: Option<super::restart::Interrupted>,
     /// The `rt_sigtimedwait` it waits in.
     pub sigwait: Option<super::sigwait::SigWait>,
+    /// The call it waits in for a file to become ready (see
+    /// [`wait`](super::wait)).
+    pub wait: Option<super::wait::FileWait>,
 }
 
 impl Thread {
@@ -153,6 +156,7 @@ impl Thread {
             },
             interrupted: None,
             sigwait: None,
+            wait: None,
         }
     }
 }

@@ -30,6 +30,14 @@ pub enum Sys {
     Dup,
     Dup2,
     Dup3,
+    EpollCreate,
+    EpollCreate1,
+    EpollCtl,
+    EpollPwait,
+    EpollPwait2,
+    EpollWait,
+    Eventfd,
+    Eventfd2,
     Exit,
     Clone,
     Clone3,
@@ -258,12 +266,15 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (202, Sys::Futex),             // futex
     (203, Sys::SchedSetaffinity),  // sched_setaffinity
     (204, Sys::SchedGetaffinity),  // sched_getaffinity
+    (213, Sys::EpollCreate),       // epoll_create
     (217, Sys::Getdents64),        // getdents64
     (218, Sys::SetTidAddress),     // set_tid_address
     (228, Sys::ClockGettime),      // clock_gettime
     (229, Sys::ClockGetres),       // clock_getres
     (230, Sys::ClockNanosleep),    // clock_nanosleep
     (231, Sys::ExitGroup),         // exit_group
+    (232, Sys::EpollWait),         // epoll_wait
+    (233, Sys::EpollCtl),          // epoll_ctl
     (234, Sys::Tgkill),            // tgkill
     (257, Sys::Openat),            // openat
     (258, Sys::Mkdirat),           // mkdirat
@@ -279,6 +290,10 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (273, Sys::SetRobustList),     // set_robust_list
     (274, Sys::GetRobustList),     // get_robust_list
     (280, Sys::Utimensat),         // utimensat
+    (281, Sys::EpollPwait),        // epoll_pwait
+    (284, Sys::Eventfd),           // eventfd
+    (290, Sys::Eventfd2),          // eventfd2
+    (291, Sys::EpollCreate1),      // epoll_create1
     (292, Sys::Dup3),              // dup3
     (293, Sys::Pipe2),             // pipe2
     (295, Sys::Preadv),            // preadv
@@ -292,6 +307,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (334, Sys::Rseq),              // rseq
     (435, Sys::Clone3),            // clone3
     (439, Sys::Faccessat2),        // faccessat2
+    (441, Sys::EpollPwait2),       // epoll_pwait2
 ];
 
 pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
@@ -411,6 +427,9 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (243, Sys::SetThreadArea),     // set_thread_area
     (244, Sys::GetThreadArea),     // get_thread_area
     (252, Sys::ExitGroup),         // exit_group
+    (254, Sys::EpollCreate),       // epoll_create
+    (255, Sys::EpollCtl),          // epoll_ctl
+    (256, Sys::EpollWait),         // epoll_wait
     (258, Sys::SetTidAddress),     // set_tid_address
     (265, Sys::ClockGettime),      // clock_gettime
     (266, Sys::ClockGetres),       // clock_getres
@@ -430,7 +449,11 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (311, Sys::SetRobustList),     // set_robust_list
     (312, Sys::GetRobustList),     // get_robust_list
     (318, Sys::Getcpu),            // getcpu
+    (319, Sys::EpollPwait),        // epoll_pwait
     (320, Sys::Utimensat),         // utimensat
+    (323, Sys::Eventfd),           // eventfd
+    (328, Sys::Eventfd2),          // eventfd2
+    (329, Sys::EpollCreate1),      // epoll_create1
     (330, Sys::Dup3),              // dup3
     (331, Sys::Pipe2),             // pipe2
     (333, Sys::Preadv),            // preadv
@@ -452,6 +475,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (422, Sys::Futex64),           // futex_time64
     (435, Sys::Clone3),            // clone3
     (439, Sys::Faccessat2),        // faccessat2
+    (441, Sys::EpollPwait2),       // epoll_pwait2
 ];
 
 const fn build<const N: usize>(table: &[(u16, Sys)]) -> [Option<Sys>; N] {

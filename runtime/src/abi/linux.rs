@@ -325,8 +325,15 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
         }
         // A thread with a signal to take does not start to wait: the call
         // is interrupted, and the handler runs on the way out.
-        if matches!(a, Action::Block | Action::Sleep { .. }) && signal::deliverable(p, t) != 0 {
-            with_system(|s| s.futex.cancel(t.tid));
+        if matches!(
+            a,
+            Action::Block | Action::Sleep { .. } | Action::Wait { .. }
+        ) && signal::deliverable(p, t) != 0
+        {
+            with_system(|s| {
+                s.futex.cancel(t.tid);
+                sys::interrupt_wait(s, t);
+            });
             a = Action::Return(Errno::EINTR.to_return());
         }
         if matches!(a, Action::Exit(_) | Action::Kill { .. }) {
@@ -385,6 +392,59 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
             task::set_outcome(Outcome::Block);
             LEAVE
         }
+        Action::Wait { until_ns } => {
+            task::set_outcome(wait_outcome(until_ns));
+            LEAVE
+        }
+    }
+}
+
+/// How a thread waits for a file: until woken, or until a deadline too.
+fn wait_outcome(until_ns: Option<u64>) -> Outcome {
+    match until_ns {
+        Some(ns) => Outcome::Sleep(crate::time::ns_to_tsc_deadline(ns)),
+        None => Outcome::Block,
+    }
+}
+
+/// Before thread `id` runs again: when it waits for a file (it was woken,
+/// or its deadline passed), its call is made again ([`sys::resume`]) and
+/// either returns (the value goes to its saved `rax`) or waits once more
+/// (the outcome). A signal it can take ends the wait with `EINTR`; the
+/// handler then runs from [`signals_before_run`].
+pub fn resume_wait(id: u8) -> Option<Outcome> {
+    let (action, wide) = with_machine(id, |m, p, t| {
+        t.wait?;
+        t.pending |= task::take_posted(id);
+        let wide = p.abi == sys::Abi::X86_64;
+        if signal::deliverable(p, t) != 0 {
+            with_system(|s| sys::interrupt_wait(s, t));
+            return Some((Action::Return(Errno::EINTR.to_return()), wide));
+        }
+        let a = with_system(|s| sys::resume(m, s, p, t)).flatten()?;
+        // A wait with its own mask that returned has the old one back.
+        task::set_blocked(id, t.sigmask);
+        if matches!(a, Action::Exit(_) | Action::Kill { .. }) {
+            p.flush_output(m);
+        }
+        Some((a, wide))
+    })
+    .flatten()?;
+    match action {
+        Action::Return(v) => {
+            task::with_saved_frame(id, |f| {
+                f.rax = if wide { v } else { v & 0xffff_ffff };
+            });
+            None
+        }
+        Action::Wait { until_ns } => Some(wait_outcome(until_ns)),
+        Action::Kill { signal, reason } => {
+            set_kill_reason(id, reason);
+            Some(Outcome::Signal(signal))
+        }
+        Action::Exit(status) => Some(Outcome::Exit(i64::from(status))),
+        // The calls that wait on files answer nothing else.
+        _ => None,
     }
 }
 
@@ -840,6 +900,7 @@ pub fn ended(id: u8, name: &str) {
     with_system(|s| {
         for tid in task::threads_of(t.proc) {
             s.futex.cancel(u32::from(tid) + 1);
+            s.waits.remove(u32::from(tid) + 1);
         }
     });
     task::with_thread(id, |_, p| {

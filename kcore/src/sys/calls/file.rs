@@ -10,6 +10,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::super::errno::{Errno, SysResult};
+use super::super::event::{Obj, bits};
 use super::super::fd::{OpenFile, PIPE_CAPACITY, Target, oflag};
 use super::super::fs::{Content, Device, NodeId, ROOT, mode};
 use super::super::machine::{CHUNK, Machine};
@@ -33,6 +34,8 @@ const AT_NO_AUTOMOUNT: u32 = 0x800;
 /// `AT_STATX_SYNC_TYPE` bits (ignored).
 const AT_STATX_SYNC_TYPE: u32 = 0x6000;
 
+/// Linux's `PIPE_BUF`: pipe writes up to this size are atomic.
+const PIPE_BUF: u64 = 4096;
 /// Linux's `MAX_RW_COUNT`: the most one read or write transfers.
 const MAX_RW_COUNT: u64 = 0x7fff_f000;
 /// Linux's `UIO_MAXIOV`.
@@ -116,6 +119,16 @@ fn target_info(fs: &super::super::fs::Vfs, p: &Process, t: Target) -> StatInfo {
             nlink: 1,
             rdev: 0,
             size: p.fds.pipe_ref(id).map_or(0, |p| p.buf.len() as u64),
+            mtime_ns: 0,
+        },
+        // Linux's anonymous inode: no file type, 0600.
+        Target::EventFd(_) | Target::Epoll(_) => StatInfo {
+            dev: 0x0e,
+            ino: 1,
+            mode: 0o600,
+            nlink: 1,
+            rdev: 0,
+            size: 0,
             mtime_ns: 0,
         },
     }
@@ -325,9 +338,13 @@ pub(crate) fn openat<M: Machine>(
     )
 }
 
-/// `close(fd)`.
+/// `close(fd)`: the other end of a pipe whose end went sees it.
 pub(crate) fn close<M: Machine>(c: &mut Ctx<'_, M>, fd: u64) -> SysResult {
-    c.p.fds.close(fd)?;
+    if let Some(t) = c.p.fds.close(fd)?
+        && let Some(obj @ Obj::Pipe(_)) = Obj::of(t)
+    {
+        c.changed(obj, 0);
+    }
     Ok(0)
 }
 
@@ -354,6 +371,8 @@ fn read_into_user<M: Machine>(
         Target::Console(_) => return Err(Errno::EBADF),
         Target::Pipe { id, write: false } => return pipe_read(c, id, buf, len),
         Target::Pipe { write: true, .. } => return Err(Errno::EBADF),
+        Target::EventFd(id) => return super::event::eventfd_read(c, id, buf, len),
+        Target::Epoll(_) => return Err(Errno::EINVAL),
         Target::Node(id) => id,
     };
     if c.fs.node(id).is_dir() {
@@ -396,6 +415,11 @@ fn write_from_user<M: Machine>(
 ) -> SysResult {
     c.access_ok(buf, len)?;
     let len = len.min(MAX_RW_COUNT);
+    match target {
+        Target::EventFd(id) => return super::event::eventfd_write(c, id, buf, len),
+        Target::Epoll(_) => return Err(Errno::EINVAL),
+        _ => {}
+    }
     if let Target::Pipe { id, write } = target {
         return if write {
             pipe_write(c, id, buf, len)
@@ -412,6 +436,7 @@ fn write_from_user<M: Machine>(
         }
         match target {
             Target::Stdin | Target::Pipe { .. } => return Err(Errno::EBADF),
+            Target::EventFd(_) | Target::Epoll(_) => return Err(Errno::EINVAL),
             Target::Console(s) => c.p.output(c.m, s, &chunk[..want]),
             Target::Node(id) => {
                 let now = c.m.realtime_ns();
@@ -432,7 +457,7 @@ fn write_from_user<M: Machine>(
 
 /// Reads from pipe `id`: what is buffered, up to `len`; 0 when empty and
 /// no writer is left; `EAGAIN` when empty (the caller has turned the
-/// blocking case into [`Action::Block`] already, see [`pipe_wait`]).
+/// blocking case into [`Action::Wait`] already, see [`io_wait`]).
 fn pipe_read<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> SysResult {
     c.access_ok(buf, len)?;
     let p = c.p.fds.pipe_ref(id).ok_or(Errno::EBADF)?;
@@ -465,6 +490,9 @@ fn pipe_read<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> S
         }
         done += n as u64;
     }
+    if done > 0 {
+        c.changed(Obj::Pipe(id), bits::EPOLLOUT | bits::EPOLLWRNORM);
+    }
     Ok(done)
 }
 
@@ -479,7 +507,7 @@ fn pipe_write<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> 
         return Err(Errno::EPIPE);
     }
     let room = PIPE_CAPACITY - p.buf.len();
-    if room == 0 && len > 0 {
+    if room == 0 || len <= PIPE_BUF && (room as u64) < len {
         return Err(Errno::EAGAIN);
     }
     let len = len.min(room as u64);
@@ -501,38 +529,50 @@ fn pipe_write<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> 
         p.buf.extend(&chunk[..n]);
         done += n as u64;
     }
+    if done > 0 {
+        c.changed(Obj::Pipe(id), bits::EPOLLIN | bits::EPOLLRDNORM);
+    }
     Ok(done)
 }
 
-/// Whether descriptor `fd` is ready for reading and for writing (poll,
-/// select): files and devices always; a pipe's read end when it has bytes
-/// or no writer, its write end when it has room or no reader.
-fn readiness<M: Machine>(c: &Ctx<'_, M>, f: &OpenFile) -> (bool, bool) {
-    match f.target {
-        Target::Pipe { id, write } => match c.p.fds.pipe_ref(id) {
-            Some(p) if write => (false, p.readers == 0 || p.buf.len() < PIPE_CAPACITY),
-            Some(p) => (!p.buf.is_empty() || p.writers == 0, false),
-            None => (false, false),
-        },
-        _ => (f.readable(), f.writable()),
-    }
-}
-
-/// Before a read or write of `fd`: what a pipe makes of it in a process
-/// with a single thread. Reading an empty pipe that still has a writer, or
-/// writing a full one that still has a reader, waits for ever
-/// ([`Action::Block`], unless `O_NONBLOCK`: then the call says `EAGAIN`);
+/// Before a read or write of `fd`: whether it must wait. Reading an
+/// empty pipe that still has a writer, or an eventfd at 0, writing a full
+/// pipe that still has a reader, or an eventfd the value would take past
+/// its maximum, waits until another thread changes that
+/// ([`Action::Wait`]; with `O_NONBLOCK` the call says `EAGAIN` instead);
 /// writing a pipe without a reader raises SIGPIPE, which ends the process
 /// unless it is ignored or blocked (then the call says `EPIPE`).
-pub(crate) fn pipe_wait<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, writing: bool) -> Option<Action> {
+pub(crate) fn io_wait<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    fd: u64,
+    writing: bool,
+    buf: Option<u64>,
+    len: u64,
+) -> Option<Action> {
+    const WAIT: Action = Action::Wait { until_ns: None };
     let f = c.p.fds.get(fd).ok()?;
-    let Target::Pipe { id, write } = f.target else {
+    let nonblock = f.flags & oflag::O_NONBLOCK != 0;
+    if writing && !f.writable() || !writing && !f.readable() {
         return None;
+    }
+    let (id, write) = match f.target {
+        Target::Pipe { id, write } => (id, write),
+        Target::EventFd(id) => {
+            let count = c.p.fds.eventfd_ref(id)?.count;
+            if nonblock {
+                return None;
+            }
+            if !writing {
+                return (count == 0).then_some(WAIT);
+            }
+            let v = u64::from_le_bytes(c.read_array(buf?).ok()?);
+            return (v != u64::MAX && u64::MAX - count <= v).then_some(WAIT);
+        }
+        _ => return None,
     };
     if write != writing {
         return None;
     }
-    let nonblock = f.flags & oflag::O_NONBLOCK != 0;
     let p = c.p.fds.pipe_ref(id)?;
     if writing {
         if p.readers == 0 {
@@ -546,9 +586,11 @@ pub(crate) fn pipe_wait<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, writing: bool) 
             }
             return None;
         }
-        (p.buf.len() == PIPE_CAPACITY && !nonblock).then_some(Action::Block)
+        // Up to PIPE_BUF bytes go in at once or not at all.
+        let room = PIPE_CAPACITY - p.buf.len();
+        (!nonblock && (room == 0 || len <= PIPE_BUF && room < len as usize)).then_some(WAIT)
     } else {
-        (p.buf.is_empty() && p.writers > 0 && !nonblock).then_some(Action::Block)
+        (p.buf.is_empty() && p.writers > 0 && !nonblock).then_some(WAIT)
     }
 }
 
@@ -1051,7 +1093,14 @@ pub(crate) fn dup3<M: Machine>(
         return if legacy { Ok(new) } else { Err(Errno::EINVAL) };
     }
     let limit = c.p.rlimits[super::super::process::rlimit::NOFILE].cur;
-    c.p.fds.dup_to(old, new, flags != 0, limit)
+    let replaced = c.p.fds.get(new).ok().and_then(|f| Obj::of(f.target));
+    let fd = c.p.fds.dup_to(old, new, flags != 0, limit)?;
+    // The end of a pipe `new` was may have been its last: the other end
+    // sees it.
+    if let Some(obj @ Obj::Pipe(_)) = replaced {
+        c.changed(obj, 0);
+    }
+    Ok(fd)
 }
 
 /// `ioctl(fd, request, arg)`: no descriptor is a terminal.
@@ -1077,62 +1126,53 @@ pub(crate) fn ioctl<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, req: u32, arg: u64)
     }
 }
 
-/// `poll`/`ppoll`: every descriptor is ready at once for what it can do.
-/// With nothing ready: sleep for the timeout, or block for good without
-/// one.
+/// `poll`/`ppoll`: each descriptor's readiness ([`FdTable::poll_mask`],
+/// `POLLERR` and `POLLHUP` always); with nothing ready, wait for a change
+/// or the timeout (`None`: none).
+///
+/// [`FdTable::poll_mask`]: super::super::fd::FdTable::poll_mask
 pub(crate) fn poll<M: Machine>(
     c: &mut Ctx<'_, M>,
     fds: u64,
     nfds: u64,
     timeout_ns: Option<u64>,
 ) -> Result<Action, Errno> {
-    const POLLIN: i16 = 0x1;
-    const POLLOUT: i16 = 0x4;
-    const POLLNVAL: i16 = 0x20;
-    const POLLRDNORM: i16 = 0x40;
-    const POLLWRNORM: i16 = 0x100;
     let limit = c.p.rlimits[super::super::process::rlimit::NOFILE].cur;
     if nfds > limit {
         return Err(Errno::EINVAL);
     }
     let mut ready = 0u64;
+    let mut pending: Vec<(u64, Pollfd)> = Vec::new();
     for i in 0..nfds {
         let at = fds + i * 8;
         let mut pfd = Pollfd::from_bytes(&c.read_array(at)?);
         pfd.revents = 0;
         if pfd.fd >= 0 {
             match c.p.fds.get(pfd.fd as u64) {
-                Err(_) => pfd.revents = POLLNVAL,
+                Err(_) => pfd.revents = bits::POLLNVAL as i16,
                 Ok(f) => {
-                    let (r, w) = readiness(c, f);
-                    if r {
-                        pfd.revents |= pfd.events & (POLLIN | POLLRDNORM);
-                    }
-                    if w {
-                        pfd.revents |= pfd.events & (POLLOUT | POLLWRNORM);
-                    }
+                    let want = u32::from(pfd.events as u16) | bits::EPOLLERR | bits::EPOLLHUP;
+                    pfd.revents = (c.p.fds.poll_mask(f) & want) as u16 as i16;
                 }
             }
         }
         if pfd.revents != 0 {
             ready += 1;
         }
-        c.write(at, &pfd.to_bytes())?;
+        pending.try_reserve(1).map_err(|_| Errno::ENOMEM)?;
+        pending.push((at, pfd));
     }
-    if ready > 0 {
-        return Ok(Action::Return(ready));
-    }
-    match timeout_ns {
-        Some(0) => Ok(Action::Return(0)),
-        Some(ns) => {
-            let now = c.m.monotonic_ns();
-            Ok(Action::Sleep {
-                until_ns: now.saturating_add(ns),
-                then: 0,
-            })
+    let action = if ready > 0 {
+        Action::Return(ready)
+    } else {
+        c.wait_or_time_out(timeout_ns)
+    };
+    if let Action::Return(_) = action {
+        for (at, pfd) in pending {
+            c.write(at, &pfd.to_bytes())?;
         }
-        None => Ok(Action::Block),
     }
+    Ok(action)
 }
 
 /// `access`, `faccessat`, `faccessat2`.
@@ -1430,16 +1470,21 @@ pub(crate) enum MapSource {
 }
 
 /// `select`/`pselect6` over the descriptor sets at `sets` (read, write,
-/// except; each may be NULL): every open descriptor is ready at once for
-/// what it was opened for, none has an exceptional condition. `EBADF`
-/// for a descriptor in a set that is not open. With nothing ready: sleep
-/// for the timeout (`None`: block for good).
+/// except; each may be NULL), from each descriptor's readiness as Linux
+/// maps it (`POLLIN_SET`, `POLLOUT_SET`, `POLLEX_SET`). `EBADF` for a
+/// descriptor in a set that is not open. With nothing ready: wait for a
+/// change or the timeout (`None`: none); the sets are written back only
+/// when the call returns.
 pub(crate) fn select<M: Machine>(
     c: &mut Ctx<'_, M>,
     nfds: i32,
     sets: [u64; 3],
     timeout_ns: Option<u64>,
 ) -> Result<Action, Errno> {
+    use bits::*;
+    const IN_SET: u32 = EPOLLRDNORM | EPOLLRDBAND | EPOLLIN | EPOLLHUP | EPOLLERR;
+    const OUT_SET: u32 = EPOLLWRBAND | EPOLLWRNORM | EPOLLOUT | EPOLLERR;
+    const EX_SET: u32 = EPOLLPRI;
     if nfds < 0 {
         return Err(Errno::EINVAL);
     }
@@ -1459,10 +1504,10 @@ pub(crate) fn select<M: Machine>(
             continue;
         }
         let f = c.p.fds.get(fd as u64)?;
-        let (r, w) = readiness(c, f);
-        for (i, ok) in [r, w, false].into_iter().enumerate() {
+        let mask = c.p.fds.poll_mask(f);
+        for (i, set) in [IN_SET, OUT_SET, EX_SET].into_iter().enumerate() {
             if bits[i][byte] & bit != 0 {
-                if ok {
+                if mask & set != 0 {
                     ready += 1;
                 } else {
                     bits[i][byte] &= !bit;
@@ -1470,25 +1515,19 @@ pub(crate) fn select<M: Machine>(
             }
         }
     }
-    for (set, b) in sets.iter().zip(bits.iter()) {
-        if *set != 0 {
-            c.write(*set, &b[..bytes])?;
+    let action = if ready > 0 {
+        Action::Return(ready)
+    } else {
+        c.wait_or_time_out(timeout_ns)
+    };
+    if let Action::Return(_) = action {
+        for (set, b) in sets.iter().zip(bits.iter()) {
+            if *set != 0 {
+                c.write(*set, &b[..bytes])?;
+            }
         }
     }
-    if ready > 0 {
-        return Ok(Action::Return(ready));
-    }
-    match timeout_ns {
-        Some(0) => Ok(Action::Return(0)),
-        Some(ns) => {
-            let now = c.m.monotonic_ns();
-            Ok(Action::Sleep {
-                until_ns: now.saturating_add(ns),
-                then: 0,
-            })
-        }
-        None => Ok(Action::Block),
-    }
+    Ok(action)
 }
 
 /// `utimensat(dirfd, path, times, flags)` (path NULL: the descriptor

@@ -5,6 +5,7 @@
 //! friends), `task` (identity, limits, TLS, signals), `time` (clocks,
 //! sleeping, futex, randomness, scheduling).
 
+mod event;
 mod file;
 mod mem;
 pub(crate) mod task;
@@ -34,6 +35,11 @@ pub(crate) struct Ctx<'a, M: Machine> {
     pub abi: Abi,
     /// (total, free) RAM for sysinfo.
     pub ram: (u64, u64),
+    /// The threads waiting on files.
+    pub waits: &'a mut super::wait::WaitList,
+    /// When the call is made again after a wait ([`super::resume`]): the
+    /// deadline it first computed.
+    pub resumed: Option<Option<u64>>,
 }
 
 impl<M: Machine> Ctx<'_, M> {
@@ -74,6 +80,46 @@ impl<M: Machine> Ctx<'_, M> {
     /// The wall clock, for file times.
     pub fn now(&mut self) -> u64 {
         self.m.realtime_ns()
+    }
+
+    /// Something happened to `obj` that may make it ready for `key`
+    /// (`EPOLL*` bits, 0 for anything): its epoll entries join their
+    /// ready lists and every thread of the process waiting on a file
+    /// looks again.
+    pub fn changed(&mut self, obj: super::event::Obj, key: u32) {
+        self.p.fds.event(obj, key);
+        self.waits.wake(self.m, self.p.pid);
+    }
+
+    /// The signal mask at `addr` that `ppoll`, `pselect6` and
+    /// `epoll_pwait` wait with: it replaces the thread's until the call
+    /// returns (then the old one is back) or a
+    /// signal's handler runs (whose frame keeps the old one). A call made
+    /// again after a wait has it already.
+    pub fn wait_mask(&mut self, addr: u64) -> Result<(), Errno> {
+        let m = u64::from_le_bytes(self.read_array(addr)?);
+        if self.resumed.is_none() {
+            self.t.saved_sigmask = Some(self.t.sigmask);
+            // SIGKILL and SIGSTOP cannot be blocked.
+            self.t.sigmask = m & !((1 << 8) | (1 << 18));
+        }
+        Ok(())
+    }
+
+    /// Nothing is ready: return 0 when the timeout (`None`: none) ran
+    /// out, or wait. A call made again after a wait keeps its first
+    /// deadline.
+    pub fn wait_or_time_out(&mut self, timeout_ns: Option<u64>) -> Action {
+        let now = self.m.monotonic_ns();
+        let until = match self.resumed {
+            Some(u) => u,
+            None if timeout_ns == Some(0) => return Action::Return(0),
+            None => timeout_ns.map(|ns| now.saturating_add(ns)),
+        };
+        match until {
+            Some(u) if now >= u => Action::Return(0),
+            _ => Action::Wait { until_ns: until },
+        }
     }
 
     /// `EFAULT` unless `[addr, addr + len)` lies inside the caller's user
@@ -126,11 +172,17 @@ pub(crate) fn dispatch<M: Machine>(
     let abi = c.abi;
     use Sys::*;
     match call {
-        // Descriptors and I/O. A pipe may make a non-empty transfer wait.
+        // Descriptors and I/O. A pipe or an eventfd may make a non-empty
+        // transfer wait.
         Read | Readv | Write | Writev
             if a[2] != 0
-                && let Some(wait) =
-                    file::pipe_wait(c, fd_arg(a[0]), matches!(call, Write | Writev)) =>
+                && let Some(wait) = file::io_wait(
+                    c,
+                    fd_arg(a[0]),
+                    matches!(call, Write | Writev),
+                    (call == Write).then_some(a[1]),
+                    if call == Write { a[2] } else { u64::MAX },
+                ) =>
         {
             Ok(wait)
         }
@@ -254,7 +306,7 @@ pub(crate) fn dispatch<M: Machine>(
                 if a[4] != 8 {
                     return Err(Errno::EINVAL);
                 }
-                c.read_array::<8>(a[3])?;
+                c.wait_mask(a[3])?;
             }
             file::poll(c, a[0], a[1], timeout)
         }
@@ -289,7 +341,7 @@ pub(crate) fn dispatch<M: Machine>(
                 )
             };
             let action = file::select(c, int_arg(a[0]), [a[1], a[2], a[3]], timeout)?;
-            if a[4] != 0 && !matches!(action, Action::Return(n) if n > 0) {
+            if a[4] != 0 && action == Action::Return(0) {
                 // The time left, which is none when the timeout runs out.
                 let zero = [0u8; 16];
                 c.write(a[4], &zero[..if wide { 16 } else { 8 }])?;
@@ -315,10 +367,45 @@ pub(crate) fn dispatch<M: Machine>(
                     if len != 8 {
                         return Err(Errno::EINVAL);
                     }
-                    c.read_array::<8>(p)?;
+                    c.wait_mask(p)?;
                 }
             }
             file::select(c, int_arg(a[0]), [a[1], a[2], a[3]], timeout)
+        }
+        Eventfd => ret(event::eventfd2(c, a[0] as u32, 0)),
+        Eventfd2 => ret(event::eventfd2(c, a[0] as u32, a[1] as u32)),
+        EpollCreate => {
+            if int_arg(a[0]) <= 0 {
+                return Err(Errno::EINVAL);
+            }
+            ret(event::epoll_create1(c, 0))
+        }
+        EpollCreate1 => ret(event::epoll_create1(c, a[0] as u32)),
+        EpollCtl => ret(event::epoll_ctl(
+            c,
+            fd_arg(a[0]),
+            a[1] as u32,
+            fd_arg(a[2]),
+            a[3],
+        )),
+        EpollWait | EpollPwait | EpollPwait2 => {
+            let timeout = if call == EpollPwait2 {
+                if a[3] == 0 {
+                    None
+                } else {
+                    Some(time::read_duration(c, a[3], true)?)
+                }
+            } else {
+                let t = int_arg(a[3]);
+                (t >= 0).then(|| t as u64 * 1_000_000)
+            };
+            if call != EpollWait && a[4] != 0 {
+                if a[5] != 8 {
+                    return Err(Errno::EINVAL);
+                }
+                c.wait_mask(a[4])?;
+            }
+            event::epoll_wait(c, fd_arg(a[0]), a[1], int_arg(a[2]), timeout)
         }
         Access => ret(file::faccessat(c, file::AT_FDCWD, a[0], a[1] as u32, 0)),
         Faccessat => ret(file::faccessat(c, int_arg(a[0]), a[1], a[2] as u32, 0)),

@@ -722,16 +722,27 @@ fn select_and_pselect6() {
         } else {
             [1i32.to_le_bytes(), 0i32.to_le_bytes()].concat()
         };
-        // select(0, NULL, NULL, NULL, &{1 s}) sleeps, and leaves no time.
+        // select(0, NULL, NULL, NULL, &{1 s}) waits; made again past its
+        // deadline it returns 0 and leaves no time.
         e.poke(SCRATCH, &tv);
         let select = if wide { "select" } else { "_newselect" };
+        let start = e.m.mono;
         match e.call(select, &[0, 0, 0, 0, SCRATCH]) {
-            Action::Sleep { until_ns, then: 0 } => {
-                assert!((1_000_000_000..1_001_000_000).contains(&until_ns))
+            Action::Wait {
+                until_ns: Some(until_ns),
+            } => {
+                assert!((start + 1_000_000_000..start + 1_001_000_000).contains(&until_ns))
             }
             a => panic!("{a:?}"),
         }
+        assert_eq!(e.peek(SCRATCH, tv.len()), tv, "untouched while waiting");
+        // Woken early, it waits again for the same deadline.
+        let until = e.t.wait.unwrap().until_ns;
+        assert_eq!(e.resume(), Some(Action::Wait { until_ns: until }));
+        e.m.mono += 1_000_000_000;
+        assert_eq!(e.resume(), Some(Action::Return(0)));
         assert_eq!(e.peek(SCRATCH, tv.len()), vec![0; tv.len()]);
+        assert!(e.t.wait.is_none() && e.sys.waits.is_empty());
         // fd 1 is writable, not readable; fd 9 is not open.
         e.poke(SCRATCH + 0x10, &[0b10, 0, 0, 0, 0, 0, 0, 0]);
         e.poke(SCRATCH + 0x20, &[0b10, 0, 0, 0, 0, 0, 0, 0]);
@@ -792,8 +803,11 @@ fn pipes_within_one_process() {
         assert_eq!(e.ret("pipe", &[SCRATCH]), 0);
         let (r, w) = (e.u32_at(SCRATCH) as u64, e.u32_at(SCRATCH + 4) as u64);
         assert_eq!((r, w), (3, 4));
-        // Reading the empty pipe while a writer is open waits for ever.
-        assert_eq!(e.call("read", &[r, SCRATCH + 0x100, 10]), Action::Block);
+        // Reading the empty pipe while a writer is open waits.
+        assert_eq!(
+            e.call("read", &[r, SCRATCH + 0x100, 10]),
+            Action::Wait { until_ns: None }
+        );
         assert_eq!(
             e.ret("read", &[r, SCRATCH + 0x100, 0]),
             0,
@@ -819,7 +833,10 @@ fn pipes_within_one_process() {
         let w2 = e.ret("dup", &[w]) as u64;
         assert_eq!(e.ret("close", &[w]), 0);
         assert_eq!(e.ret("read", &[r, SCRATCH + 0x200, 100]), 9);
-        assert_eq!(e.call("read", &[r, SCRATCH + 0x200, 100]), Action::Block);
+        assert_eq!(
+            e.call("read", &[r, SCRATCH + 0x200, 100]),
+            Action::Wait { until_ns: None }
+        );
         assert_eq!(e.ret("close", &[w2]), 0);
         assert_eq!(
             e.ret("read", &[r, SCRATCH + 0x200, 100]),

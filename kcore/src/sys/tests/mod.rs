@@ -5,6 +5,7 @@
 
 mod calls;
 mod efault;
+mod events;
 mod fuzz;
 mod restart;
 mod signals;
@@ -302,6 +303,12 @@ impl Env {
             n,
             a,
         )
+    }
+
+    /// Makes the call the thread waits in again, as the runtime does
+    /// before a woken thread runs.
+    pub fn resume(&mut self) -> Option<Action> {
+        super::resume(&mut self.m, &mut self.sys, &mut self.p, &mut self.t)
     }
 
     /// Runs a call that must return; the value as a signed number (i386

@@ -333,6 +333,53 @@ fn sigsuspend_waits_with_its_mask_and_the_handler_frame_keeps_the_old_one() {
     assert_eq!(e.call("pause", &[]), Action::Block);
 }
 
+#[test]
+fn an_sa_restart_handler_makes_an_interrupted_pipe_read_again_and_poll_says_eintr() {
+    for (flags, restarts) in [(sa::RESTORER | sa::RESTART, true), (sa::RESTORER, false)] {
+        let mut e = Env::new(Abi::X86_64);
+        install(&mut e, SIGUSR1, flags, 0);
+        assert_eq!(e.ret("pipe", &[SCRATCH]), 0);
+        let r = e.u32_at(SCRATCH) as u64;
+        assert_eq!(
+            e.call("read", &[r, SCRATCH + 0x100, 10]),
+            Action::Wait { until_ns: None }
+        );
+        // The runtime interrupts the wait: -EINTR in rax, then delivery.
+        crate::sys::interrupt_wait(&mut e.sys, &mut e.t);
+        assert!(e.sys.waits.is_empty() && e.t.wait.is_none());
+        e.t.pending |= 1 << (SIGUSR1 - 1);
+        let mut before = e.regs();
+        before.gprs[0] = Errno::EINTR.to_return();
+        let mut r2 = before.clone();
+        assert_eq!(deliver(&mut e, &mut r2), Delivery::Handler(10));
+        r2.rsp += 8;
+        signal::sigreturn(&mut e.m, &mut e.p, &mut e.t, &mut r2).unwrap();
+        if restarts {
+            assert_eq!(r2.rip, before.rip - 2, "back at the SYSCALL");
+            assert_eq!(r2.gprs[0], nr(Abi::X86_64, "read"), "with its number");
+        } else {
+            assert_eq!(r2, before, "EINTR");
+        }
+        // poll is never made again.
+        e.poke(
+            SCRATCH + 0x200,
+            &[r as i32, 1].map(i32::to_le_bytes).concat(),
+        );
+        assert_eq!(
+            e.call("poll", &[SCRATCH + 0x200, 1, -1i64 as u64]),
+            Action::Wait { until_ns: None }
+        );
+        crate::sys::interrupt_wait(&mut e.sys, &mut e.t);
+        e.t.pending |= 1 << (SIGUSR1 - 1);
+        let mut r3 = before.clone();
+        assert_eq!(deliver(&mut e, &mut r3), Delivery::Handler(10));
+        r3.rsp += 8;
+        signal::sigreturn(&mut e.m, &mut e.p, &mut e.t, &mut r3).unwrap();
+        assert_eq!(r3, before);
+        assert_eq!(e.t.interrupted, None);
+    }
+}
+
 // i386 processes: Linux's ia32 frames (`sigframe_ia32`, `rt_sigframe_ia32`,
 // `struct sigcontext_32`, `struct _fpstate_32`), byte offsets as in
 // arch/x86/include/asm/sigframe.h and uapi/asm/sigcontext.h.

@@ -1,0 +1,3 @@
+module perch.test/timers
+
+go 1.19
