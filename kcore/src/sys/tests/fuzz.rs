@@ -31,9 +31,13 @@ fn number() -> impl Strategy<Value = u64> {
     prop_oneof![8 => 0u64..470, 1 => any::<u64>(), 1 => 0u64..0x1_0000_0000]
 }
 
-/// Checks one result and the process's invariants.
-fn check(e: &Env, a: &Action) {
-    if let Action::Return(v) = a {
+/// Checks the result of call `nr` and the process's invariants. `alarm`
+/// answers a count of seconds, which an i386 process may see in the
+/// errno range (Linux returns the same): not an error.
+fn check(e: &Env, nr: u64, a: &Action) {
+    if let Action::Return(v) = a
+        && table::lookup(e.abi, nr) != Some(table::Sys::Alarm)
+    {
         let v = match e.abi {
             Abi::X86_64 => *v as i64,
             Abi::I386 => *v as u32 as i32 as i64,
@@ -85,7 +89,7 @@ proptest! {
         let mut e = prepare(abi);
         for (nr, args) in calls {
             let a = e.call_nr(nr, &args);
-            check(&e, &a);
+            check(&e, nr, &a);
         }
         e.p.flush_output(&mut e.m);
     }
@@ -137,11 +141,30 @@ fn a_hundred_thousand_random_calls_per_abi() {
                 };
             }
             let a = e.call_nr(nr, &args);
-            check(&e, &a);
+            check(&e, nr, &a);
             if i % 10_000 == 0 {
                 // Start again now and then, so state does not only pile up.
                 e = prepare(abi);
             }
         }
     }
+}
+
+/// `alarm(0xffffff9c)` then `alarm(0)` on i386 answers 0xffffff9c seconds,
+/// which reads as -100 (a random seed of the property above found it):
+/// the check takes it as seconds, as Linux returns them.
+#[test]
+fn an_i386_alarm_count_in_the_errno_range_is_not_an_error() {
+    let mut e = prepare(Abi::I386);
+    let alarm = (0..470)
+        .find(|&n| table::lookup(Abi::I386, n) == Some(table::Sys::Alarm))
+        .expect("i386 has alarm");
+    let a = e.call_nr(alarm, &[0xffff_ff9c]);
+    check(&e, alarm, &a);
+    let a = e.call_nr(alarm, &[0]);
+    assert!(
+        matches!(a, Action::Return(v) if v as u32 >= 0xffff_ff9b),
+        "{a:?}"
+    );
+    check(&e, alarm, &a);
 }
