@@ -18,14 +18,18 @@
 //! - [`fs`]: the run's file system; [`fd`]: descriptor tables;
 //!   [`event`]: eventfd, epoll and every file's readiness; [`wait`]:
 //!   threads waiting on files.
-//! - [`process`]: per-process state.
+//! - [`process`]: per-process and per-thread state.
+//! - [`signal`]: delivery and `rt_sigreturn` in both ABIs' frames;
+//!   [`restart`]: what a wait a signal interrupted returns (Linux's
+//!   `-ERESTART*` rules); [`sigwait`]: `rt_sigtimedwait`.
 //! - [`uapi`]: Linux's structures in each ABI's layout.
 //! - `calls`: the handlers.
 //!
 //! A process has threads (`clone`, no `fork` or `execve`): they share its
 //! memory, files and signal actions. A thread waits on a futex
 //! ([`futex`]) or on files ([`wait`]), and another thread's wake or write
-//! ends the wait; signals are delivered to 64-bit handlers ([`signal`]).
+//! ends the wait; signals are delivered to handlers of both ABIs
+//! ([`signal`]).
 //!
 //! # What the runtime does
 //! 1. Once: `System::new(Vfs::from_archive(entries)?)`, with the archive's
