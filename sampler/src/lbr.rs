@@ -102,14 +102,20 @@ pub fn decode(format: LbrFormat, raw: &RawBranch) -> Option<BranchEntry> {
                         e.abort = raw.info >> 61 & 1 != 0;
                     }
                     e.cycles = raw.info as u16;
-                    e.from = sign_extend(raw.from, 48);
-                    e.to = sign_extend(raw.to, 48);
+                    // The flags are in MSR_LBR_INFO_x: FROM and TO hold the
+                    // whole linear address, taken as it is (Linux's
+                    // lbr_has_info), whatever the CPU's address width.
+                    e.from = raw.from;
+                    e.to = raw.to;
                 }
                 legacy::FMT_TIME => {
+                    // FROM[63] MISPRED above a 63-bit address; TO[63:48]
+                    // the cycle count above a 48-bit one (Linux's
+                    // lbr_from_flags and lbr_to_cycles).
                     e.mispred = raw.from >> 63 != 0;
                     e.predicted = !e.mispred;
                     e.cycles = (raw.to >> 48) as u16;
-                    e.from = sign_extend(raw.from, 48);
+                    e.from = sign_extend(raw.from, 63);
                     e.to = sign_extend(raw.to, 48);
                 }
                 _ => return None,
@@ -294,6 +300,41 @@ mod tests {
         };
         let e = decode(LbrFormat::Legacy(legacy::FMT_TIME), &raw).unwrap();
         assert_eq!((e.to, e.flags.cycles), (0x2000, 500));
+    }
+
+    #[test]
+    fn info_and_time_formats_keep_addresses_beyond_48_bits_as_linux() {
+        // A 57-bit (LA57) user address and a kernel address: formats 5 and
+        // 7 take FROM and TO as they are; format 6 sign-extends FROM from
+        // bit 62 (below its MISPRED bit) and TO from bit 47.
+        let la57 = 0x00ff_8000_0000_1000u64;
+        let kernel = 0xff7f_ffff_8010_0000u64;
+        for fmt in [legacy::FMT_INFO, legacy::FMT_INFO2] {
+            let raw = RawBranch {
+                from: la57,
+                to: kernel,
+                info: 0,
+            };
+            let e = decode(LbrFormat::Legacy(fmt), &raw).unwrap();
+            assert_eq!((e.from, e.to), (la57, kernel), "format {fmt}");
+        }
+        let raw = RawBranch {
+            from: (1 << 63) | la57,
+            to: (7u64 << 48) | 0x7fff_f000_2000,
+            info: 0,
+        };
+        let e = decode(LbrFormat::Legacy(legacy::FMT_TIME), &raw).unwrap();
+        assert!(e.flags.mispred);
+        assert_eq!(e.from, la57);
+        assert_eq!((e.to, e.flags.cycles), (0x7fff_f000_2000, 7));
+        let raw = RawBranch {
+            from: 0x7fff_ffff_8010_0000,
+            to: 0xffff_8000_0000_0000,
+            info: 0,
+        };
+        let e = decode(LbrFormat::Legacy(legacy::FMT_TIME), &raw).unwrap();
+        assert_eq!(e.from, 0xffff_ffff_8010_0000, "bit 62 extends into 63");
+        assert!(!e.flags.mispred);
     }
 
     #[test]
