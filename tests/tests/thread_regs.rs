@@ -119,6 +119,10 @@ fn uregs_return_gives_each_threads_runtime_samples_its_own_return() {
         "20000",
         "--boot-arg",
         "uregs=return",
+        // Frames wait in the guest's RAM when the host is slow to read
+        // them: no sample is lost to a stalled drain.
+        "--buffer",
+        "16",
         "--",
         exe.to_str().expect("a UTF-8 path"),
         "yield",
