@@ -144,6 +144,12 @@ pub struct Converter<W: OwnedWrite> {
     fallback: std::collections::BTreeSet<(u32, u32)>,
     /// Tasks whose EXIT is written.
     exited: std::collections::BTreeSet<(u32, u32)>,
+    /// Each task's count per event (the periods of its samples), written
+    /// as PERF_RECORD_READ at its end; the index of a task's counts by
+    /// (pid, tid), and the last task counted.
+    counts: Vec<((u32, u32), Vec<u64>)>,
+    count_index: std::collections::HashMap<(u32, u32), usize>,
+    last_count: usize,
     /// The task of the previous sample, and whether it is a fallback one
     /// (most samples follow one of the same task: no lookup).
     last_task: Option<((u32, u32), bool)>,
@@ -183,6 +189,9 @@ impl<W: OwnedWrite> Converter<W> {
             tasks: Default::default(),
             announced: Default::default(),
             exited: Default::default(),
+            counts: Vec::new(),
+            count_index: Default::default(),
+            last_count: 0,
             fallback: Default::default(),
             last_task: None,
             programs: ProgramFiles::default(),
@@ -194,6 +203,43 @@ impl<W: OwnedWrite> Converter<W> {
     /// COMM (`tid-N`) and MMAPs of the image's task text, so its samples
     /// still resolve; such samples are counted.
     #[inline]
+    /// Adds `period` to task (`pid`, `tid`)'s count of event `attr`.
+    fn count(&mut self, pid: u32, tid: u32, attr: usize, period: u64) {
+        let key = (pid, tid);
+        let i = match self.counts.get(self.last_count) {
+            Some((k, _)) if *k == key => self.last_count,
+            _ => {
+                let n = self.counts.len();
+                let i = *self.count_index.entry(key).or_insert(n);
+                if i == n {
+                    self.counts.push((key, vec![0; self.event_ids.len()]));
+                }
+                self.last_count = i;
+                i
+            }
+        };
+        if let Some(c) = self.counts[i].1.get_mut(attr) {
+            *c = c.saturating_add(period.max(1));
+        }
+    }
+
+    /// The PERF_RECORD_READs of task `key`'s counts, at `time`.
+    fn write_counts(
+        w: &mut PerfDataWriter<W>,
+        counts: &[((u32, u32), Vec<u64>)],
+        index: &std::collections::HashMap<(u32, u32), usize>,
+        key: (u32, u32),
+        time: u64,
+    ) -> Result<(), ConvertError> {
+        let Some(&i) = index.get(&key) else {
+            return Ok(());
+        };
+        for (attr, &value) in counts[i].1.iter().enumerate() {
+            w.read(attr, key.0, key.1, value, time)?;
+        }
+        Ok(())
+    }
+
     fn note_task(&mut self, pid: u32, tid: u32) -> Result<(), ConvertError> {
         let fallback = match self.last_task {
             Some((t, f)) if t == (pid, tid) => f,
@@ -280,6 +326,7 @@ impl<W: OwnedWrite> Converter<W> {
                 };
                 self.last_time = self.last_time.max(s.time);
                 Self::on_sample(w, &mut self.chain, attr, s)?;
+                self.count(s.pid, s.tid, attr, s.period);
             }
             Item::Lost {
                 event,
@@ -303,6 +350,7 @@ impl<W: OwnedWrite> Converter<W> {
             }
             Item::TaskExit { pid, tid, time } => {
                 if self.exited.insert((*pid, *tid)) {
+                    Self::write_counts(w, &self.counts, &self.count_index, (*pid, *tid), *time)?;
                     w.exit(*pid, *tid, *time)?;
                 }
             }
@@ -391,6 +439,7 @@ impl<W: OwnedWrite> Converter<W> {
             regs_intr: ir,
         };
         w.sample_deltas(&rec, lead, base, deltas)?;
+        self.count(s.pid(), s.tid(), attr, s.period());
         Ok(())
     }
 
@@ -664,6 +713,19 @@ impl<W: OwnedWrite> Converter<W> {
                 "{} samples named an event the Hello did not declare and were dropped",
                 summary.unknown_event_samples
             ));
+        }
+        // Tasks that did not end before the stream did: their counts as of
+        // the last sample.
+        for (key, _) in &self.counts {
+            if !self.exited.contains(key) {
+                Self::write_counts(
+                    &mut w,
+                    &self.counts,
+                    &self.count_index,
+                    *key,
+                    self.last_time,
+                )?;
+            }
         }
         match self.end {
             Some(ref end) => {

@@ -118,6 +118,8 @@ pub mod record {
     pub const COMM: u32 = 3;
     /// `PERF_RECORD_EXIT`: pid, ppid, tid, ptid, time.
     pub const EXIT: u32 = 4;
+    /// `PERF_RECORD_READ`: pid, tid, the counter's value (read_format 0).
+    pub const READ: u32 = 8;
     /// `PERF_RECORD_THROTTLE`: time, id, stream_id.
     pub const THROTTLE: u32 = 5;
     /// `PERF_RECORD_UNTHROTTLE`: time, id, stream_id.

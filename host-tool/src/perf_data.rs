@@ -610,6 +610,27 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         self.end(start, time)
     }
 
+    /// PERF_RECORD_READ of event `attr` for task (`pid`, `tid`): its count
+    /// over the task's life (the periods of its samples), as perf writes
+    /// at a thread's exit with `inherit_stat`; `perf report -T` lists them.
+    pub fn read(
+        &mut self,
+        attr: usize,
+        pid: u32,
+        tid: u32,
+        value: u64,
+        time: u64,
+    ) -> Result<(), WriteError> {
+        let mut buf = self.take_batch();
+        let start = Self::begin(&mut buf, record::READ, 0);
+        buf.extend_from_slice(&pid.to_le_bytes());
+        buf.extend_from_slice(&tid.to_le_bytes());
+        buf.extend_from_slice(&value.to_le_bytes());
+        Self::push_sample_id(&mut buf, &self.attrs[attr], pid, tid, time, 0);
+        self.batch = buf;
+        self.end(start, time)
+    }
+
     /// PERF_RECORD_MMAP. Kernel maps use `pid = u32::MAX` (-1), `tid = 0`
     /// and `misc::KERNEL`; user maps `misc::USER` and the task's ids.
     #[allow(clippy::too_many_arguments)]

@@ -95,6 +95,7 @@ fn every_field_reads_back() {
     let mut samples = Vec::new();
     let mut lost = Vec::new();
     let mut exits = Vec::new();
+    let mut reads = Vec::new();
     let mut lost_samples = 0;
     while let Some(rec) = record_iter.next_record(&mut perf_file).unwrap() {
         match rec {
@@ -102,6 +103,14 @@ fn every_field_reads_back() {
                 assert_eq!(attr_index, 0);
                 if record.record_type.0 == 13 {
                     lost_samples += 1;
+                    continue;
+                }
+                if record.record_type.0 == 8 {
+                    // PERF_RECORD_READ: pid, tid, value (read_format 0).
+                    let d = record.data.as_slice();
+                    let u32_at = |o: usize| u32::from_le_bytes(d[o..o + 4].try_into().unwrap());
+                    let value = u64::from_le_bytes(d[8..16].try_into().unwrap());
+                    reads.push((u32_at(0), u32_at(4), value, exits.len()));
                     continue;
                 }
                 match record.parse().unwrap() {
@@ -189,6 +198,20 @@ fn every_field_reads_back() {
     assert_eq!(mmaps.len(), 5);
     assert_eq!(lost, [(1, 3)]);
     assert_eq!(lost_samples, 1);
+    // Each task's count (the periods of its samples) just before its EXIT,
+    // for `perf report -T`.
+    assert_eq!(
+        reads,
+        [
+            (2, 2, d.compat * 1_000_000, 0),
+            (
+                1,
+                1,
+                (d.alpha + d.beta + d.gamma + d.syscall) * 1_000_000,
+                1
+            )
+        ]
+    );
     // One EXIT a task (the repeated end is not written again), after all
     // the samples, its parent the runtime.
     let last = want_samples.last().unwrap().2;

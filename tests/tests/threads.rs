@@ -153,6 +153,8 @@ struct ThreadRecords {
     samples: BTreeMap<(i32, i32), u64>,
     last_sample: BTreeMap<(i32, i32), (u64, usize)>,
     exits: Vec<(i32, i32, u64, usize)>,
+    /// PERF_RECORD_READ counts (what `perf report -T` lists) by (pid, tid).
+    counts: BTreeMap<(i32, i32), u64>,
 }
 
 fn thread_records(data: &std::path::Path) -> ThreadRecords {
@@ -168,6 +170,13 @@ fn thread_records(data: &std::path::Path) -> ThreadRecords {
         let PerfFileRecord::EventRecord { record, .. } = r else {
             continue;
         };
+        if record.record_type.0 == 8 {
+            let d = record.data.as_slice();
+            let i32_at = |o: usize| i32::from_le_bytes(d[o..o + 4].try_into().expect("4 bytes"));
+            let value = u64::from_le_bytes(d[8..16].try_into().expect("8 bytes"));
+            t.counts.insert((i32_at(0), i32_at(4)), value);
+            continue;
+        }
         match record.parse() {
             Ok(EventRecord::Sample(s)) => {
                 let (Some(pid), Some(tid), Some(time)) = (s.pid, s.tid, s.timestamp) else {
@@ -290,6 +299,15 @@ fn a_recording_gives_each_named_worker_thread_its_tid_comm_and_share() {
                 "thread {tid}'s EXIT (time {time}, record {at}) before its last sample (time {last}, record {last_at})"
             );
         }
+    }
+
+    // Every sampled thread's count (`perf report -T`) is positive.
+    for key in t.samples.keys() {
+        assert!(
+            t.counts.get(key).is_some_and(|&c| c > 0),
+            "no count for {key:?}: {:?}",
+            t.counts
+        );
     }
 
     let per_worker: Vec<(String, u64)> = named
