@@ -2902,6 +2902,13 @@ fn mem_stores_is_each_models_own_precise_store_event() {
         }
         let got = rig.sim.read(addr::IA32_PERFEVTSEL0 + u32::from(n)) & 0xFFFF;
         assert_eq!(got, sel, "{}", row.name);
+        // PS_ENABLE (IA32_PEBS_ENABLE[63]) for Sandy Bridge's precise store.
+        assert_eq!(
+            rig.sim.read(addr::IA32_PEBS_ENABLE) >> 63,
+            u64::from(sel == 0x02CD),
+            "{}",
+            row.name
+        );
         rig.run_intel(&mut d, (0..100).map(stores));
         assert_eq!(rig.total.pebs_records, 10, "{}", row.name);
         let cfg = DecodeConfig {
@@ -2929,6 +2936,34 @@ fn mem_stores_is_each_models_own_precise_store_event() {
             Some(PmuError::EventUnavailable { event: 0 }),
             "{}",
             row.name
+        );
+    }
+}
+
+#[test]
+fn the_load_latency_enable_bit_follows_the_perfmon_version_as_linux() {
+    // Linux's intel_pmu_pebs_enable sets LL_EN_PMCn below perfmon version 5,
+    // whatever the PEBS format: a version 4 CPU with format 4 needs it (the
+    // simulator then writes no record without it), a version 5 one with
+    // format 3 must not get it.
+    for (version, format, ll_en) in [(4, 4, true), (5, 3, false), (4, 3, true)] {
+        let mut rig = Rig::new(intel(version, Some(format), SimLbr::None));
+        let mut d = rig
+            .intel(&[precise(EventKind::MemLoads, 10)], IntelOptions::default())
+            .unwrap();
+        let Some(Counter::Gp(n)) = d.counter_of(0) else {
+            panic!("mem-loads not on a GP counter")
+        };
+        assert_eq!(
+            rig.sim.read(addr::IA32_PEBS_ENABLE) >> (32 + n) & 1 == 1,
+            ll_en,
+            "v{version} format {format}"
+        );
+        rig.run_intel(&mut d, (0..100).map(step));
+        assert_eq!(rig.total.pebs_records, 10, "v{version} format {format}");
+        assert_eq!(
+            rig.sim.stats.pebs_no_assist, 0,
+            "v{version} format {format}"
         );
     }
 }

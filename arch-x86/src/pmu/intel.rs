@@ -438,9 +438,17 @@ impl IntelPmu {
             let Counter::Gp(n) = s.counter else { continue };
             if e.mem == MemEvent::Load {
                 ld_lat = true;
-                if format < 4 {
-                    self.pebs_enable |= 1 << (32 + u32::from(n)); // LL_EN_PMCn
+                // LL_EN_PMCn, below perfmon version 5 (Linux's
+                // intel_pmu_pebs_enable keys it on the version).
+                if self.info.version < 5 {
+                    self.pebs_enable |= 1 << (32 + u32::from(n));
                 }
+            } else if e.mem == MemEvent::Store
+                && self.row.st_event == Some(models::PRECISE_STORE_EVENT)
+            {
+                // PS_ENABLE: Sandy Bridge's precise-store facility
+                // (Linux's PERF_X86_EVENT_PEBS_ST).
+                self.pebs_enable |= 1 << 63;
             }
             if e.mem != MemEvent::None {
                 data_cfg |= DATA_CFG_MEMINFO;

@@ -303,6 +303,11 @@ const fn legacy(format: u8, depth: u8, from: u32, to: u32, select: bool, cs: boo
 
 const ALL_GP: u32 = 0xFF;
 
+/// MEM_TRANS_RETIRED.PRECISE_STORE, Sandy Bridge's and Ivy Bridge's
+/// `mem-stores`: it takes PEBS only with IA32_PEBS_ENABLE\[63\]
+/// (PS_ENABLE) set.
+pub const PRECISE_STORE_EVENT: u16 = 0x02CD;
+
 const NEHALEM: IntelModel = IntelModel {
     name: "Nehalem",
     models: &[0x1A, 0x1E, 0x1F, 0x2E],
@@ -636,10 +641,10 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_gp_mask: 0xF,
         pebs_constraints: &[
             PebsConstraint::exact(0x01CD, 0x8),
-            PebsConstraint::exact(0x02CD, 0x8),
+            PebsConstraint::exact(PRECISE_STORE_EVENT, 0x8),
         ],
         ld_lat_event: Some(0x01CD),
-        st_event: Some(0x02CD),
+        st_event: Some(PRECISE_STORE_EVENT),
         mem_loads_aux: false,
         data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Snb,
@@ -662,11 +667,11 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_gp_mask: 0xF,
         pebs_constraints: &[
             PebsConstraint::exact(0x01CD, 0x8),
-            PebsConstraint::exact(0x02CD, 0x8),
+            PebsConstraint::exact(PRECISE_STORE_EVENT, 0x8),
             PebsConstraint::exact(0x01C0, 0x2),
         ],
         ld_lat_event: Some(0x01CD),
-        st_event: Some(0x02CD),
+        st_event: Some(PRECISE_STORE_EVENT),
         mem_loads_aux: false,
         data_source: DataSource::Snb,
         cycles_alias: CyclesAlias::Ivb,

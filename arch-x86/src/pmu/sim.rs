@@ -549,6 +549,20 @@ impl SimPmu {
         if !self.pebs_baseline() && sel & 0xFF == 0x3C && row.cycles_alias != CyclesAlias::Direct {
             return false;
         }
+        // Load latency below perfmon version 5 needs its LL_EN_PMCn bit,
+        // a precise store its PS_ENABLE bit (SDM "PEBS Enable").
+        if row.ld_lat_event == Some(sel as u16)
+            && self.version() < 5
+            && self.pebs_enable & (1 << (32 + i)) == 0
+        {
+            return false;
+        }
+        if row.st_event == Some(models::PRECISE_STORE_EVENT)
+            && sel & 0xFFFF == u64::from(models::PRECISE_STORE_EVENT)
+            && self.pebs_enable & (1 << 63) == 0
+        {
+            return false;
+        }
         if row.mem_loads_aux && row.ld_lat_event == Some(sel as u16) {
             return (0..self.n_gp()).any(|k| {
                 self.evtsel[k] & 0xFFFF == u64::from(models::MEM_LOADS_AUX_EVENT)
