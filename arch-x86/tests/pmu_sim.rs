@@ -2969,6 +2969,65 @@ fn the_load_latency_enable_bit_follows_the_perfmon_version_as_linux() {
 }
 
 #[test]
+fn nehalem_g_and_cannon_lake_are_architectural_only_as_in_linux() {
+    // intel_pmu_init has no case for 0x1F (NEHALEM_G) nor 0x66
+    // (CANNONLAKE_L): generic architectural perfmon, no PEBS constraints
+    // (so no precise events) and no LBR, whatever the CPU reports.
+    for model in [0x1F, 0x66] {
+        assert!(models::intel_row(model).is_none(), "{model:#x}");
+        let cpu = SimCpu::Intel {
+            model,
+            stepping: 1,
+            hybrid: None,
+            version: 4,
+            gp: 4,
+            fixed: 3,
+            gp_width: 48,
+            fixed_width: 48,
+            pebs_format: Some(3),
+            pebs_baseline: false,
+            pebs_trap: true,
+            full_width: true,
+            split_latency: false,
+            lbr: SimLbr::Legacy {
+                format: 5,
+                depth: 32,
+                from: 0x680,
+                to: 0x6C0,
+            },
+        };
+        let mut rig = Rig::new(cpu);
+        assert_eq!(
+            rig.info().row().name,
+            models::UNKNOWN_MODEL.name,
+            "{model:#x}"
+        );
+        assert!(
+            rig.intel(&[precise(EventKind::Cycles, 100)], IntelOptions::default())
+                .is_err(),
+            "{model:#x}: precise cycles"
+        );
+        assert_eq!(
+            rig.intel(
+                &[ev(EventKind::Instructions, 100)],
+                IntelOptions {
+                    lbr: Some(LbrConfig::default()),
+                    ..IntelOptions::default()
+                }
+            )
+            .err(),
+            Some(PmuError::LbrUnavailable),
+            "{model:#x}: LBR"
+        );
+        let mut d = rig
+            .intel(&[ev(EventKind::Instructions, 100)], IntelOptions::default())
+            .unwrap();
+        rig.run_intel(&mut d, (0..1000).map(step));
+        assert_eq!(rig.count(0), 10, "{model:#x}: counting works");
+    }
+}
+
+#[test]
 fn amd_lbr_call_stack_is_refused() {
     // LbrExtV2 has no call-stack mode (Linux's amd_pmu_lbr_setup_filter
     // refuses PERF_SAMPLE_BRANCH_CALL_STACK): refused, as on Intel before

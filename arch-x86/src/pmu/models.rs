@@ -310,7 +310,10 @@ pub const PRECISE_STORE_EVENT: u16 = 0x02CD;
 
 const NEHALEM: IntelModel = IntelModel {
     name: "Nehalem",
-    models: &[0x1A, 0x1E, 0x1F, 0x2E],
+    // Linux's Nehalem case: NEHALEM (0x1E), NEHALEM_EP (0x1A) and
+    // NEHALEM_EX (0x2E); NEHALEM_G (0x1F) is not among them and takes the
+    // architectural default there, as here.
+    models: &[0x1A, 0x1E, 0x2E],
     core_type: None,
     source: "SDM vol. 3 \"Nehalem\" load latency MEM_INST_RETIRED.LATENCY_ABOVE_THRESHOLD (0x100B) with MSR_PEBS_LD_LAT_THRESHOLD, LBR 16 at 0x680/0x6C0; Linux intel_nehalem_pebs_event_constraints, intel_nehalem_extra_regs, intel_pebs_aliases_core2; data source: intel_pmu_pebs_data_source_nhm and pebs_no_tlb",
     version: 3,
@@ -339,7 +342,10 @@ const NEHALEM: IntelModel = IntelModel {
 
 const SKYLAKE: IntelModel = IntelModel {
     name: "Skylake / Kaby Lake / Coffee Lake / Comet Lake (client)",
-    models: &[0x4E, 0x5E, 0x8E, 0x9E, 0xA5, 0xA6, 0x66],
+    // Linux's Skylake case: SKYLAKE(_L), KABYLAKE(_L), COMETLAKE(_L);
+    // Cannon Lake (0x66) is not among them and takes the architectural
+    // default there, as here.
+    models: &[0x4E, 0x5E, 0x8E, 0x9E, 0xA5, 0xA6],
     core_type: None,
     source: "SDM vol. 3 \"Skylake\" (PEBS format 3, LBR 32 with MSR_LBR_INFO); Linux intel_skl_pebs_event_constraints, intel_pebs_aliases_skl, intel_pmu_lbr_init_skl, late_ack; data source: intel_pmu_pebs_data_source_skl(false)",
     version: 4,
