@@ -3028,6 +3028,45 @@ fn nehalem_g_and_cannon_lake_are_architectural_only_as_in_linux() {
 }
 
 #[test]
+fn nehalem_and_westmere_counters_are_reset_when_events_are_added() {
+    // Errata AAK100, AAP53, BD53: Linux's intel_pmu_nhm_enable_all runs the
+    // magic events on PMC0-3 before enabling; the events and periods are
+    // then the configured ones, and sampling is exact.
+    for model in [0x1A, 0x1E, 0x2E, 0x25, 0x2C, 0x2F] {
+        let row = models::intel_row(model).unwrap();
+        let mut rig = Rig::new(SimCpu::from_row(row));
+        let mut d = rig
+            .intel(
+                &[
+                    ev(EventKind::Instructions, 100),
+                    ev(EventKind::Branches, 50),
+                ],
+                IntelOptions::default(),
+            )
+            .unwrap();
+        assert_eq!(rig.sim.stats.nhm_resets, 1, "{}", row.name);
+        let Some(Counter::Gp(n)) = d.counter_of(1) else {
+            panic!("{}: branches not on a GP counter", row.name)
+        };
+        assert_eq!(
+            rig.sim.read(addr::IA32_PERFEVTSEL0 + u32::from(n)) & 0xFFFF,
+            0x00C4,
+            "{}: its own event back",
+            row.name
+        );
+        rig.run_intel(&mut d, (0..1000).map(step));
+        assert_eq!((rig.count(0), rig.count(1)), (10, 20), "{}", row.name);
+    }
+    // Not on the models after them.
+    for model in [0x2A, 0x3C, 0x4E] {
+        let mut rig = Rig::new(SimCpu::from_row(models::intel_row(model).unwrap()));
+        rig.intel(&[ev(EventKind::Branches, 50)], IntelOptions::default())
+            .unwrap();
+        assert_eq!(rig.sim.stats.nhm_resets, 0, "{model:#x}");
+    }
+}
+
+#[test]
 fn amd_lbr_call_stack_is_refused() {
     // LbrExtV2 has no call-stack mode (Linux's amd_pmu_lbr_setup_filter
     // refuses PERF_SAMPLE_BRANCH_CALL_STACK): refused, as on Intel before

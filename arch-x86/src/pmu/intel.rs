@@ -589,10 +589,44 @@ impl IntelPmu {
 
     /// Start counting.
     pub fn start(&mut self, hw: &mut impl PmuHw) {
+        if self.row.reset_on_enable && self.info.version >= 2 {
+            self.nhm_reset(hw);
+        }
         if self.pebs.is_some() {
             hw.write(addr::IA32_PEBS_ENABLE, self.pebs_enable);
         }
         self.enable_all(hw);
+    }
+
+    /// Nehalem's and Westmere's counter reset when events are added
+    /// (errata AAK100, AAP53, BD53), as Linux's `intel_pmu_nhm_workaround`:
+    /// the magic events on PMC0-3 from zero, enabled and disabled at once;
+    /// then each counter gets its own event and period back (or is
+    /// cleared). Counting is off (GLOBAL_CTRL 0) when it is called.
+    fn nhm_reset(&mut self, hw: &mut impl PmuHw) {
+        for (i, &magic) in models::NHM_MAGIC_EVENTS.iter().enumerate() {
+            hw.write(addr::IA32_PERFEVTSEL0 + i as u32, magic);
+            hw.write(addr::IA32_PMC0 + i as u32, 0);
+        }
+        hw.write(addr::IA32_PERF_GLOBAL_CTRL, 0xF);
+        hw.write(addr::IA32_PERF_GLOBAL_CTRL, 0);
+        for i in 0..models::NHM_MAGIC_EVENTS.len() as u8 {
+            let mine = self.slots[..self.n]
+                .iter()
+                .flatten()
+                .find(|s| s.counter == Counter::Gp(i))
+                .copied();
+            match mine {
+                Some(s) => {
+                    hw.write(addr::IA32_PERFEVTSEL0 + u32::from(i), s.evtsel);
+                    self.write_period(hw, s.counter, s.period);
+                }
+                None => {
+                    hw.write(addr::IA32_PERFEVTSEL0 + u32::from(i), 0);
+                    hw.write(addr::IA32_PMC0 + u32::from(i), 0);
+                }
+            }
+        }
     }
 
     fn enable_all(&mut self, hw: &mut impl PmuHw) {

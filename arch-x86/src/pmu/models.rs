@@ -243,6 +243,10 @@ pub struct IntelModel {
     pub ack: PmiAck,
     /// Smallest periods the model takes (Linux `*_limit_period`).
     pub min_periods: &'static [MinPeriod],
+    /// Errata AAK100, AAP53 and BD53 (Nehalem, Westmere): the counters
+    /// must be reset with [`NHM_MAGIC_EVENTS`] when events are added
+    /// (Linux's `intel_pmu_nhm_enable_all`).
+    pub reset_on_enable: bool,
 }
 
 /// A lower bound on the sampling period: shorter periods are unsafe on the
@@ -303,6 +307,11 @@ const fn legacy(format: u8, depth: u8, from: u32, to: u32, select: bool, cs: boo
 
 const ALL_GP: u32 = 0xFF;
 
+/// The three non-counting events (and the third again) that reset the
+/// counters of Nehalem and Westmere when events are added (errata AAK100,
+/// AAP53, BD53; Linux's `intel_pmu_nhm_workaround`).
+pub const NHM_MAGIC_EVENTS: [u64; 4] = [0x4300B5, 0x4300D2, 0x4300B1, 0x4300B1];
+
 /// MEM_TRANS_RETIRED.PRECISE_STORE, Sandy Bridge's and Ivy Bridge's
 /// `mem-stores`: it takes PEBS only with IA32_PEBS_ENABLE\[63\]
 /// (PS_ENABLE) set.
@@ -338,6 +347,7 @@ const NEHALEM: IntelModel = IntelModel {
         min: 32,
         align: 1,
     }],
+    reset_on_enable: true,
 };
 
 const SKYLAKE: IntelModel = IntelModel {
@@ -365,6 +375,7 @@ const SKYLAKE: IntelModel = IntelModel {
     lbr_min_stepping: &[],
     ack: PmiAck::Late,
     min_periods: &[],
+    reset_on_enable: false,
 };
 
 const ICE_LAKE: IntelModel = IntelModel {
@@ -389,6 +400,7 @@ const ICE_LAKE: IntelModel = IntelModel {
     lbr_min_stepping: &[],
     ack: PmiAck::Late,
     min_periods: &[],
+    reset_on_enable: false,
 };
 
 const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
@@ -422,6 +434,7 @@ const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
         min: 128,
         align: 1,
     }],
+    reset_on_enable: false,
 };
 
 /// The table. A model appears in one row only.
@@ -451,6 +464,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
+        reset_on_enable: false,
     },
     IntelModel {
         name: "Core 2 (Merom-L, Penryn, Dunnington)",
@@ -477,6 +491,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
+        reset_on_enable: false,
     },
     IntelModel {
         name: "Atom Bonnell / Saltwell",
@@ -500,6 +515,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         lbr_min_stepping: &[(0x1C, 10)],
         ack: PmiAck::Early,
         min_periods: &[],
+        reset_on_enable: false,
     },
     IntelModel {
         name: "Silvermont / Airmont",
@@ -523,6 +539,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
+        reset_on_enable: false,
     },
     IntelModel {
         name: "Knights Landing / Knights Mill",
@@ -554,6 +571,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
+        reset_on_enable: false,
     },
     IntelModel {
         name: "Goldmont",
@@ -577,6 +595,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
+        reset_on_enable: false,
     },
     IntelModel {
         name: "Goldmont Plus",
@@ -600,6 +619,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
+        reset_on_enable: false,
     },
     IntelModel {
         name: "Tremont",
@@ -623,6 +643,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
+        reset_on_enable: false,
     },
     NEHALEM,
     IntelModel {
@@ -658,6 +679,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
+        reset_on_enable: false,
     },
     IntelModel {
         name: "Ivy Bridge",
@@ -685,6 +707,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         lbr_min_stepping: &[],
         ack: PmiAck::Early,
         min_periods: &[],
+        reset_on_enable: false,
     },
     IntelModel {
         name: "Haswell",
@@ -708,6 +731,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         lbr_min_stepping: &[],
         ack: PmiAck::Late,
         min_periods: &[],
+        reset_on_enable: false,
     },
     IntelModel {
         name: "Broadwell",
@@ -736,6 +760,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
             min: 128,
             align: 64,
         }],
+        reset_on_enable: false,
     },
     SKYLAKE,
     IntelModel {
@@ -791,6 +816,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
             min: 128,
             align: 1,
         }],
+        reset_on_enable: false,
     },
 ];
 
@@ -850,6 +876,7 @@ pub const UNKNOWN_MODEL: IntelModel = IntelModel {
     lbr_min_stepping: &[],
     ack: PmiAck::Late,
     min_periods: &[],
+    reset_on_enable: false,
 };
 
 /// The row for a CPU: its table row for Intel family 6, else

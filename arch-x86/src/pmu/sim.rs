@@ -346,6 +346,10 @@ pub struct SimStats {
     /// Overflows of PEBS-enabled counters that wrote no record because
     /// the event or counter cannot take PEBS on this model (no assist).
     pub pebs_no_assist: u64,
+    /// Counter resets of errata AAK100/AAP53/BD53 seen: the magic events
+    /// on PMC0-3 enabled together through GLOBAL_CTRL (Nehalem and
+    /// Westmere rows only).
+    pub nhm_resets: u64,
     /// LVT entries unmasked during a PMI before the counters were
     /// re-enabled, on a model that needs the late ack (spurious PMIs on
     /// real parts).
@@ -1592,6 +1596,12 @@ impl Msr for SimPmu {
                         self.fixed_ctrl = v;
                     }
                 } else if v2 && a == addr::IA32_PERF_GLOBAL_CTRL {
+                    if self.row().reset_on_enable
+                        && v & 0xF == 0xF
+                        && self.evtsel[..4] == models::NHM_MAGIC_EVENTS
+                    {
+                        self.stats.nhm_resets += 1;
+                    }
                     self.check_periods(v);
                     self.global_ctrl = v;
                     if v != 0 {
