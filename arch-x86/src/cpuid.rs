@@ -238,7 +238,7 @@ impl PmuInfo {
         }
         Some(match self.vendor {
             Vendor::Intel => {
-                "no PMU: CPUID leaf 0xA reports no architectural perfmon (emulator or hypervisor without a virtual PMU)"
+                "no PMU: CPUID leaf 0xA reports no usable architectural perfmon (none, or an event vector shorter than the seven architectural events: an emulator or hypervisor without a full virtual PMU)"
             }
             Vendor::Amd => "no PMU: AMD CPU without performance counters in CPUID",
             Vendor::Other => "no PMU: unknown CPU vendor, CPUID advertises no counters",
@@ -306,9 +306,16 @@ pub fn detect(cpuid: &impl Cpuid, msr: &mut impl Msr) -> PmuInfo {
             if info.version == 0 {
                 return info;
             }
+            let ebx_len = bits(a.eax, 24, 31);
+            // Linux's intel_pmu_init refuses a leaf whose event vector is
+            // shorter than the seven architectural events
+            // (ARCH_PERFMON_EVENTS_COUNT): no PMU.
+            if ebx_len < 7 {
+                info.version = 0;
+                return info;
+            }
             info.gp_counters = bits(a.eax, 8, 15) as u8;
             info.gp_width = bits(a.eax, 16, 23) as u8;
-            let ebx_len = bits(a.eax, 24, 31);
             info.events_unavailable = a.ebx
                 & if ebx_len >= 32 {
                     u32::MAX
@@ -316,7 +323,14 @@ pub fn detect(cpuid: &impl Cpuid, msr: &mut impl Msr) -> PmuInfo {
                     (1u32 << ebx_len) - 1
                 };
             if info.version >= 2 {
-                let nfixed = bits(a.edx, 0, 4);
+                let mut nfixed = bits(a.edx, 0, 4);
+                // Linux's quirk: perfmon v2 to v4 may not report the fixed
+                // counters; on bare metal (CPUID.1:ECX[31] clear) at least
+                // three are assumed.
+                let hypervisor = cpuid.cpuid(1, 0).ecx & (1 << 31) != 0;
+                if info.version < 5 && !hypervisor {
+                    nfixed = nfixed.max(3);
+                }
                 info.fixed_width = bits(a.edx, 5, 12) as u8;
                 // v5: ECX is a bitmap of supported fixed counters; a counter is
                 // usable if its ECX bit is set or its index is below EDX[4:0].
@@ -508,6 +522,31 @@ mod tests {
         assert!(!info.has_pmu());
         assert!(info.missing_reason().unwrap().contains("leaf 0xA"));
         assert_eq!(info.perf_capabilities, 0);
+    }
+
+    #[test]
+    fn leaf_0xa_sanity_checks_as_linux() {
+        // An event vector shorter than the seven architectural events: no
+        // PMU (Linux's intel_pmu_init returns -ENODEV).
+        let short = [
+            (0, 0, INTEL),
+            (0xA, 0, regs(0x0630_0402, 0, 0, 3 | 48 << 5)),
+        ];
+        let info = detect(&CpuidTable { rows: &short }, &mut NoMsr);
+        assert!(!info.has_pmu());
+        assert!(info.missing_reason().unwrap().contains("seven"));
+        // v2 that reports no fixed counters: three on bare metal, none
+        // under a hypervisor (CPUID.1:ECX[31]).
+        for (ecx1, want) in [(0, 0b111), (1 << 31, 0)] {
+            let rows = [
+                (0, 0, INTEL),
+                (1, 0, regs(0x0001_06A5, 0, ecx1, 0)),
+                (0xA, 0, regs(0x0730_0402, 0, 0, 0)),
+            ];
+            let info = detect(&CpuidTable { rows: &rows }, &mut NoMsr);
+            assert!(info.has_pmu());
+            assert_eq!(info.fixed_mask, want, "CPUID.1:ECX {ecx1:#x}");
+        }
     }
 
     #[test]
