@@ -2884,7 +2884,14 @@ fn mem_stores_is_each_models_own_precise_store_event() {
         }
         s
     };
-    for (model, sel, counter) in [(0x2A, 0x02CD, 3), (0x3A, 0x02CD, 3), (0x3C, 0x82D0, 0)] {
+    // Golden Cove's mem_st_spr is the store-latency event 0x02CD, on PMC0
+    // only (INTEL_PSD_CONSTRAINT(0x2cd, 0x1)), without PS_ENABLE.
+    for (model, sel, counter) in [
+        (0x2A, 0x02CD, 3),
+        (0x3A, 0x02CD, 3),
+        (0x3C, 0x82D0, 0),
+        (0x8F, 0x02CD, 0),
+    ] {
         let row = models::intel_row(model).unwrap();
         let mut rig = Rig::new(SimCpu::from_row(row));
         let info = rig.info();
@@ -2898,23 +2905,24 @@ fn mem_stores_is_each_models_own_precise_store_event() {
             panic!("{}: mem-stores not on a GP counter", row.name)
         };
         if sel == 0x02CD {
-            assert_eq!(n, counter, "{}: PMC3 only", row.name);
+            assert_eq!(n, counter, "{}: its one counter", row.name);
         }
         let got = rig.sim.read(addr::IA32_PERFEVTSEL0 + u32::from(n)) & 0xFFFF;
         assert_eq!(got, sel, "{}", row.name);
         // PS_ENABLE (IA32_PEBS_ENABLE[63]) for Sandy Bridge's precise store.
         assert_eq!(
             rig.sim.read(addr::IA32_PEBS_ENABLE) >> 63,
-            u64::from(sel == 0x02CD),
+            u64::from(row.store_kind() == MemKind::Store),
             "{}",
             row.name
         );
         rig.run_intel(&mut d, (0..100).map(stores));
         assert_eq!(rig.total.pebs_records, 10, "{}", row.name);
+        let format = info.pebs_format.unwrap();
         let cfg = DecodeConfig {
-            format: PebsFormat::from_number(info.pebs_format.unwrap()).unwrap(),
-            mem: MemKind::Store,
-            split_latency: false,
+            format: PebsFormat::from_number(format).unwrap(),
+            mem: row.store_kind(),
+            split_latency: format >= 5,
             data_source: info.pebs_data_source(),
             pebs_trap: info.pebs_trap(),
         };
@@ -2923,6 +2931,20 @@ fn mem_stores_is_each_models_own_precise_store_event() {
             let m = r.mem.expect("a store record has memory fields");
             assert_eq!(m.data_src & 0x1F, 0x04, "{}: PERF_MEM_OP_STORE", row.name);
         }
+    }
+    // Their records read as Linux reads them: precise_store_data,
+    // precise_datala_hsw, store_latency_data.
+    for (model, kind) in [
+        (0x2A, MemKind::Store),
+        (0x3E, MemKind::Store),
+        (0x3C, MemKind::StoreDatala),
+        (0x4E, MemKind::StoreDatala),
+        (0x7E, MemKind::StoreDatala),
+        (0x8F, MemKind::StoreLatency),
+        (0x97, MemKind::StoreLatency),
+    ] {
+        let row = models::intel_row(model).unwrap();
+        assert_eq!(row.store_kind(), kind, "{}", row.name);
     }
     for model in [0x1E, 0x2C, 0x17, 0x37, 0x5C, 0x86] {
         let row = models::intel_row(model).unwrap();

@@ -42,7 +42,13 @@ fuzz_target!(|input: Input| {
     };
     let cfg = DecodeConfig {
         format,
-        mem: [MemKind::None, MemKind::Load, MemKind::Store][usize::from(input.mem % 3)],
+        mem: [
+            MemKind::None,
+            MemKind::Load,
+            MemKind::Store,
+            MemKind::StoreDatala,
+            MemKind::StoreLatency,
+        ][usize::from(input.mem % 5)],
         split_latency: input.split_latency,
         data_source: [
             DataSource::Snb,

@@ -252,8 +252,17 @@ pub enum MemKind {
     None,
     /// Load (load-latency or data-LA load event).
     Load,
-    /// Store (precise store or data-LA store event).
+    /// Sandy Bridge's and Ivy Bridge's precise store (0x02CD with
+    /// PS_ENABLE; Linux's `precise_store_data`): L1 hit or miss, STLB
+    /// miss, lock.
     Store,
+    /// A data-linear-address store event from Haswell to Ice Lake (0x82D0;
+    /// Linux's `precise_datala_hsw`): L1 hit or miss, the rest not
+    /// available.
+    StoreDatala,
+    /// Golden Cove's store latency (0x02CD; Linux's
+    /// `store_latency_data`): the load data-source table, as a store.
+    StoreLatency,
 }
 
 /// Decoder settings, fixed when PEBS is set up.
@@ -557,6 +566,10 @@ pub mod mem {
     pub const LVLNUM_NA: u64 = 0x0F;
     /// mem_remote shift.
     pub const REMOTE_SHIFT: u32 = 37;
+    /// mem_blk shift.
+    pub const BLK_SHIFT: u32 = 40;
+    /// Block not available.
+    pub const BLK_NA: u64 = 0x01;
     /// mem_snoopx shift.
     pub const SNOOPX_SHIFT: u32 = 38;
     /// Forwarded from another core's cache.
@@ -605,16 +618,35 @@ pub fn data_src(table: DataSource, kind: MemKind, dse: u64) -> u64 {
         DataSource::Grt => (dse & (1 << 5) != 0, dse & (1 << 4) != 0),
         _ => (dse & (1 << 4) != 0, dse & (1 << 5) != 0),
     };
+    // Stores tell only an L1 hit (bit 0) or miss.
+    let l1 = if dse & 1 != 0 {
+        LVL_L1 | LVL_HIT
+    } else {
+        LVL_L1 | LVL_MISS
+    };
+    let lock = if locked { LOCK_LOCKED << LOCK_SHIFT } else { 0 };
     let base = match kind {
         MemKind::None => return 0,
         MemKind::Store => {
-            // Stores report only L1 hit (bit 0) or miss.
-            let lvl = if dse & 1 != 0 {
-                LVL_L1 | LVL_HIT
-            } else {
-                LVL_L1 | LVL_MISS
-            };
-            OP_STORE << OP_SHIFT | lvl << LVL_SHIFT | SNOOP_NA << SNOOP_SHIFT
+            // An STLB miss, or a hit in the second-level TLB.
+            let tlb = TLB_L2 | if stlb_miss { TLB_MISS } else { TLB_HIT };
+            return OP_STORE << OP_SHIFT
+                | l1 << LVL_SHIFT
+                | SNOOP_NA << SNOOP_SHIFT
+                | tlb << TLB_SHIFT
+                | lock;
+        }
+        MemKind::StoreDatala => {
+            return OP_STORE << OP_SHIFT
+                | l1 << LVL_SHIFT
+                | SNOOP_NA << SNOOP_SHIFT
+                | LOCK_NA << LOCK_SHIFT
+                | TLB_NA << TLB_SHIFT
+                | LVLNUM_NA << LVLNUM_SHIFT;
+        }
+        MemKind::StoreLatency => {
+            let src = load_source(table, (dse & 0xF) as u8);
+            (src & !(0x1F << OP_SHIFT)) | OP_STORE << OP_SHIFT | BLK_NA << BLK_SHIFT
         }
         MemKind::Load => load_source(table, (dse & 0xF) as u8),
     };
@@ -623,14 +655,13 @@ pub fn data_src(table: DataSource, kind: MemKind, dse: u64) -> u64 {
     }
     // An STLB miss missed both levels; otherwise the access hit in the
     // L1 or L2 TLB, which the encoding does not tell apart (Linux reports
-    // HIT | L1 | L2).
+    // HIT | L1 | L2). The lock field is set only for a locked access.
     let tlb = if stlb_miss {
         TLB_L2 | TLB_MISS
     } else {
         TLB_HIT | TLB_L1 | TLB_L2
     };
-    let lock = if locked { LOCK_LOCKED } else { LOCK_NA };
-    base | lock << LOCK_SHIFT | tlb << TLB_SHIFT
+    base | lock | tlb << TLB_SHIFT
 }
 
 /// One load entry of a data-source table: op, mem_lvl, mem_lvl_num,
@@ -1107,7 +1138,49 @@ mod tests {
         assert_eq!((locked >> TLB_SHIFT) & 0x7F, TLB_HIT | TLB_L1 | TLB_L2);
         let stlb = ld(grt, 0x1 | 1 << 5);
         assert_eq!((stlb >> TLB_SHIFT) & 0x7F, TLB_MISS | TLB_L2);
-        assert_eq!((stlb >> LOCK_SHIFT) & 0x3, LOCK_NA);
+        // An unlocked access sets no lock bits (Linux's pebs_set_tlb_lock).
+        assert_eq!((stlb >> LOCK_SHIFT) & 0x3, 0);
+    }
+
+    #[test]
+    fn the_three_store_decodings_are_linuxs() {
+        use mem::*;
+        let f = |v: u64, shift: u32, mask: u64| (v >> shift) & mask;
+        // Sandy Bridge precise store (precise_store_data): an L1 miss with
+        // an STLB miss, locked; then an L1 hit in the second-level TLB.
+        let st = data_src(DataSource::Snb, MemKind::Store, 1 << 4 | 1 << 5);
+        assert_eq!(f(st, OP_SHIFT, 0x1F), OP_STORE);
+        assert_eq!(f(st, LVL_SHIFT, 0x3FFF), LVL_L1 | LVL_MISS);
+        assert_eq!(f(st, SNOOP_SHIFT, 0x1F), SNOOP_NA);
+        assert_eq!(f(st, TLB_SHIFT, 0x7F), TLB_L2 | TLB_MISS);
+        assert_eq!(f(st, LOCK_SHIFT, 0x3), LOCK_LOCKED);
+        let st = data_src(DataSource::Snb, MemKind::Store, 1);
+        assert_eq!(f(st, LVL_SHIFT, 0x3FFF), LVL_L1 | LVL_HIT);
+        assert_eq!(f(st, TLB_SHIFT, 0x7F), TLB_L2 | TLB_HIT);
+        assert_eq!(f(st, LOCK_SHIFT, 0x3), 0);
+        // Haswell to Ice Lake (precise_datala_hsw): the L1 only, every
+        // other field not available, whatever the other bits say.
+        let dl = data_src(
+            DataSource::Skl { pmem: false },
+            MemKind::StoreDatala,
+            1 | 1 << 4,
+        );
+        assert_eq!(f(dl, OP_SHIFT, 0x1F), OP_STORE);
+        assert_eq!(f(dl, LVL_SHIFT, 0x3FFF), LVL_L1 | LVL_HIT);
+        assert_eq!(f(dl, SNOOP_SHIFT, 0x1F), SNOOP_NA);
+        assert_eq!(f(dl, TLB_SHIFT, 0x7F), TLB_NA);
+        assert_eq!(f(dl, LOCK_SHIFT, 0x3), LOCK_NA);
+        assert_eq!(f(dl, LVLNUM_SHIFT, 0xF), LVLNUM_NA);
+        // Golden Cove store latency (store_latency_data): the load table's
+        // level as a store, TLB and lock as for loads, block not available.
+        let skl = DataSource::Skl { pmem: true };
+        let sl = data_src(skl, MemKind::StoreLatency, 0x3 | 1 << 4);
+        let ld = data_src(skl, MemKind::Load, 0x3 | 1 << 4);
+        assert_eq!(f(sl, OP_SHIFT, 0x1F), OP_STORE);
+        assert_eq!(f(sl, LVL_SHIFT, 0x3FFF), f(ld, LVL_SHIFT, 0x3FFF));
+        assert_eq!(f(sl, LVLNUM_SHIFT, 0xF), f(ld, LVLNUM_SHIFT, 0xF));
+        assert_eq!(f(sl, TLB_SHIFT, 0x7F), TLB_L2 | TLB_MISS);
+        assert_eq!(f(sl, BLK_SHIFT, 0x7), BLK_NA);
     }
 
     // Code at 0x1000: mov eax,1 (5 bytes); add rax,rbx (3); nop (1); ret (1).

@@ -444,7 +444,7 @@ impl IntelPmu {
                     self.pebs_enable |= 1 << (32 + u32::from(n));
                 }
             } else if e.mem == MemEvent::Store
-                && self.row.st_event == Some(models::PRECISE_STORE_EVENT)
+                && self.row.store_kind() == sampler::pebs::MemKind::Store
             {
                 // PS_ENABLE: Sandy Bridge's precise-store facility
                 // (Linux's PERF_X86_EVENT_PEBS_ST).

@@ -407,7 +407,7 @@ const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
     name: "Sapphire Rapids / Emerald Rapids",
     models: &[0x8F, 0xCF],
     core_type: None,
-    source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (instructions 0xc0 and load latency 0x1cd not on PMC0, memory events 0xd0-0xd4 on PMC0-3), PMU_FL_MEM_LOADS_AUX (0x8203), spr_limit_period (:ppp at least 128), late_ack; data source: intel_pmu_pebs_data_source_skl(true) (pmem)",
+    source: "SDM vol. 3 \"Golden Cove\" adaptive PEBS format 5, architectural LBR; Linux intel_spr_pebs_event_constraints (instructions 0xc0 and load latency 0x1cd not on PMC0, store latency 0x2cd (mem_st_spr) on PMC0 only, memory events 0xd0-0xd4 on PMC0-3), PMU_FL_MEM_LOADS_AUX (0x8203), spr_limit_period (:ppp at least 128), late_ack; data source: intel_pmu_pebs_data_source_skl(true) (pmem)",
     version: 5,
     gp: 8,
     fixed: 4,
@@ -418,10 +418,11 @@ const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
     pebs_constraints: &[
         PebsConstraint::codes(0xC0, 0xC0, 0xFE),
         PebsConstraint::exact(0x01CD, 0xFE),
+        PebsConstraint::exact(PRECISE_STORE_EVENT, 0x1),
         PebsConstraint::codes(0xD0, 0xD4, 0xF),
     ],
     ld_lat_event: Some(0x01CD),
-    st_event: Some(0x82D0),
+    st_event: Some(PRECISE_STORE_EVENT),
     mem_loads_aux: true,
     data_source: DataSource::Skl { pmem: true },
     cycles_alias: CyclesAlias::None,
@@ -902,6 +903,21 @@ pub fn row_for_core(
 }
 
 impl IntelModel {
+    /// How the model's `mem-stores` records read
+    /// ([`sampler::pebs::MemKind`]): Sandy Bridge's precise store, the
+    /// data-linear-address store of Haswell to Ice Lake, or Golden Cove's
+    /// store latency (its 0x02CD with adaptive PEBS).
+    pub fn store_kind(&self) -> sampler::pebs::MemKind {
+        use sampler::pebs::MemKind;
+        match self.st_event {
+            Some(PRECISE_STORE_EVENT) if self.pebs_format.is_some_and(|f| f >= 4) => {
+                MemKind::StoreLatency
+            }
+            Some(PRECISE_STORE_EVENT) => MemKind::Store,
+            _ => MemKind::StoreDatala,
+        }
+    }
+
     /// General-purpose counters that can take PEBS for the event whose
     /// select bits are `evtsel`.
     pub fn pebs_counters(&self, evtsel: u64) -> u32 {

@@ -561,7 +561,7 @@ impl SimPmu {
         {
             return false;
         }
-        if row.st_event == Some(models::PRECISE_STORE_EVENT)
+        if row.store_kind() == sampler::pebs::MemKind::Store
             && sel & 0xFFFF == u64::from(models::PRECISE_STORE_EVENT)
             && self.pebs_enable & (1 << 63) == 0
         {
@@ -784,8 +784,9 @@ impl SimPmu {
                     u64::from(load.is_some_and(|m| u64::from(m.latency) >= self.ld_lat.max(3)))
                 }
                 (0xD0, 0x82) => store,
-                // Sandy Bridge / Ivy Bridge MEM_TRANS_RETIRED.PRECISE_STORE.
-                (0xCD, 0x02) if self.row().st_event == Some(0x02CD) => store,
+                // MEM_TRANS_RETIRED.PRECISE_STORE (Sandy Bridge, Ivy Bridge)
+                // and the store-latency event of Golden Cove.
+                (0xCD, 0x02) if self.row().st_event == Some(models::PRECISE_STORE_EVENT) => store,
                 _ => 0,
             },
         }

@@ -181,24 +181,26 @@ pub(super) const NO_CONFIG: EventConfig = EventConfig {
     mode: SampleMode::Period(1),
 };
 
-/// The PEBS records' memory kind of `ev` on `vendor`.
-pub(super) fn mem_kind(ev: &Event, vendor: Vendor) -> MemKind {
-    match events::encode(ev.kind, vendor).map(|e| e.mem) {
+/// The PEBS records' memory kind of `ev` on the CPU of `info` (a store
+/// event's records read as its model's: `IntelModel::store_kind`).
+pub(super) fn mem_kind(ev: &Event, info: &PmuInfo) -> MemKind {
+    match events::encode(ev.kind, info.vendor).map(|e| e.mem) {
         Some(MemEvent::Load) => MemKind::Load,
-        Some(MemEvent::Store) => MemKind::Store,
+        Some(MemEvent::Store) => info.row().store_kind(),
         _ => MemKind::None,
     }
 }
 
-/// perf's descriptions of `cfgs` on `vendor` (see [`HwSetup::perf`]): PEBS
-/// where [`uses_pebs`], branch stacks of the classes in `branches` with
-/// `lbr`.
+/// perf's descriptions of `cfgs` on the CPU of `info` (see
+/// [`HwSetup::perf`]): PEBS where [`uses_pebs`], branch stacks of the
+/// classes in `branches` with `lbr`.
 pub(super) fn describe(
     cfgs: &[EventConfig],
-    vendor: Vendor,
+    info: &PmuInfo,
     lbr: bool,
     branches: u64,
 ) -> [PmuEvent; MAX_EVENTS] {
+    let vendor = info.vendor;
     let mut perf = [NO_PMU_EVENT; MAX_EVENTS];
     for (p, c) in perf.iter_mut().zip(cfgs) {
         let pebs = uses_pebs(&c.event, vendor);
@@ -207,7 +209,7 @@ pub(super) fn describe(
             c.mode,
             vendor,
             pebs,
-            mem_kind(&c.event, vendor),
+            mem_kind(&c.event, info),
             lbr,
         );
         if lbr {
@@ -260,7 +262,7 @@ pub fn setup_hw(info: &PmuInfo, cfgs: &[EventConfig], branches: u64) -> Result<H
     }
     r.map_err(HwError::Pmu)?;
     // PEBS records decode as the first precise event's.
-    let mem_kind = pebs_index.map_or(MemKind::None, |i| mem_kind(&cfgs[i].event, info.vendor));
+    let mem_kind = pebs_index.map_or(MemKind::None, |i| mem_kind(&cfgs[i].event, info));
     let dec = Decoding {
         pebs: match (pebs, info.pebs_format) {
             (true, Some(f)) => Some(DecodeConfig {
@@ -282,7 +284,7 @@ pub fn setup_hw(info: &PmuInfo, cfgs: &[EventConfig], branches: u64) -> Result<H
     } else {
         EventSource::IntelPmu
     };
-    let perf = describe(cfgs, info.vendor, lbr, branches);
+    let perf = describe(cfgs, info, lbr, branches);
     let mut configs = [NO_CONFIG; MAX_EVENTS];
     configs[..cfgs.len()].copy_from_slice(cfgs);
     set_pebs_event(pebs_index.unwrap_or(0));

@@ -134,9 +134,7 @@ pub fn build_sim_events(
     let mem_kind = events
         .iter()
         .find(|c| uses_pebs(&c.event, info.vendor))
-        .map_or(MemKind::Load, |c| {
-            super::hw::mem_kind(&c.event, info.vendor)
-        });
+        .map_or(MemKind::Load, |c| super::hw::mem_kind(&c.event, &info));
     let format =
         arch_x86::pmu::perf::pebs_format(info.pebs_format.ok_or(PmuError::PebsUnavailable)?);
     let lbr =
@@ -202,7 +200,7 @@ pub fn setup_sim(
     } else {
         build_sim_events(cpu, &cfgs[..n], branches, &mut mem)?
     };
-    let mut perf = super::hw::describe(&cfgs[..n], info.vendor, true, branches);
+    let mut perf = super::hw::describe(&cfgs[..n], &info, true, branches);
     for (p, c) in perf.iter_mut().zip(&cfgs[..n]) {
         // The load-latency event the driver programs.
         if c.event.kind == EventKind::MemLoads {
