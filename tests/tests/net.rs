@@ -208,3 +208,38 @@ fn a_static_address_is_in_force() {
         "no echo came back:\n{log}"
     );
 }
+
+#[test]
+fn net_on_microvm_finds_the_virtio_mmio_card() {
+    if !qemu_present() {
+        return;
+    }
+    // microvm has no PCI: the stream goes to COM1, the card sits in the
+    // virtio-mmio window.
+    let (code, out, log) = record_netwait(
+        &[
+            "--net",
+            "--transport",
+            "uart",
+            "--qemu-arg",
+            "-machine",
+            "--qemu-arg",
+            "microvm,pit=on,pic=on,rtc=on",
+        ],
+        2000,
+    );
+    assert_ran(code, &out, &log);
+    let lines = net_lines(&log);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("virtio-net at 0xfeb0") && l.contains("MAC 52:54:00:")),
+        "no virtio-mmio card in the log:\n{log}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("perch: net: 10.0.2.15/24 via 10.0.2.2 (DHCP)")),
+        "no DHCP lease in the log:\n{log}"
+    );
+}
