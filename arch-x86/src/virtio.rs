@@ -12,6 +12,9 @@
 //!
 //! The [`Hal`] (DMA pages, address translation) is the caller's: the
 //! runtime's frame allocator and direct map.
+//!
+//! [`find_pci`] and [`find_mmio`] find a device of any type the same way;
+//! the network card (`virtio_net`) uses them too.
 
 use core::ptr::NonNull;
 use virtio_drivers::Hal;
@@ -91,9 +94,9 @@ impl ConfigurationAccess for PortCam {
 /// `q35`; `microvm` has no PCI).
 ///
 /// # Safety
-/// As [`PortCam::new`]'s obligations.
+/// 1. As [`PortCam::new`]'s obligations.
 pub unsafe fn pci_present() -> bool {
-    // SAFETY: the caller's obligations are `new`'s.
+    // SAFETY: obligation 1 is `new`'s.
     let cam = unsafe { PortCam::new() };
     let id = cam.read_word(
         DeviceFunction {
@@ -120,12 +123,12 @@ pub enum Bus {
     Mmio(u64),
 }
 
-/// Why no console could be driven.
+/// Why no device (a console, a network card) could be driven.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeError {
     /// No virtio device of the kind looked for answered.
     NotFound,
-    /// A console was found but could not be set up (its BARs, its queue,
+    /// A device was found but could not be set up (its BARs, its queues,
     /// DMA memory).
     Setup(Bus, virtio_drivers::Error),
     /// The PCI transport refused the device (BARs not assigned or above
