@@ -21,3 +21,5 @@ pub mod single_core_cs;
 pub mod uart;
 #[cfg(target_os = "none")]
 pub mod virtio;
+#[cfg(target_os = "none")]
+pub mod virtio_net;

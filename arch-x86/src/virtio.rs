@@ -12,14 +12,18 @@
 //!
 //! The [`Hal`] (DMA pages, address translation) is the caller's: the
 //! runtime's frame allocator and direct map.
+//!
+//! [`find_pci`] and [`find_mmio`] find a device of any type the same way;
+//! the network card (`virtio_net`) uses them too.
 
 use core::ptr::NonNull;
 use virtio_drivers::Hal;
 use virtio_drivers::queue::VirtQueue;
+pub use virtio_drivers::transport::DeviceType;
 use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
 use virtio_drivers::transport::pci::bus::{Command, ConfigurationAccess, DeviceFunction, PciRoot};
 use virtio_drivers::transport::pci::{PciTransport, virtio_device_type};
-use virtio_drivers::transport::{DeviceType, SomeTransport, Transport};
+use virtio_drivers::transport::{SomeTransport, Transport};
 use virtio_drivers::{BufferDirection, PAGE_SIZE};
 
 /// Transmit buffers in flight at most (one page each).
@@ -86,7 +90,26 @@ impl ConfigurationAccess for PortCam {
     }
 }
 
-/// Where a console was found.
+/// Whether anything answers at PCI 00:00.0 (the host bridge of `pc` and
+/// `q35`; `microvm` has no PCI).
+///
+/// # Safety
+/// 1. As [`PortCam::new`]'s obligations.
+pub unsafe fn pci_present() -> bool {
+    // SAFETY: obligation 1 is `new`'s.
+    let cam = unsafe { PortCam::new() };
+    let id = cam.read_word(
+        DeviceFunction {
+            bus: 0,
+            device: 0,
+            function: 0,
+        },
+        0,
+    );
+    id != 0xffff_ffff && id != 0
+}
+
+/// Where a device was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bus {
     /// On PCI bus 0 at this device and function.
@@ -100,12 +123,12 @@ pub enum Bus {
     Mmio(u64),
 }
 
-/// Why no console could be driven.
+/// Why no device (a console, a network card) could be driven.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeError {
-    /// No virtio console device answered.
+    /// No virtio device of the kind looked for answered.
     NotFound,
-    /// A console was found but could not be set up (its BARs, its queue,
+    /// A device was found but could not be set up (its BARs, its queues,
     /// DMA memory).
     Setup(Bus, virtio_drivers::Error),
     /// The PCI transport refused the device (BARs not assigned or above
@@ -121,11 +144,29 @@ pub enum ProbeError {
 ///    uncached in `mmio_phys_to_virt`, and its DMA pages stay owned by the
 ///    device for as long as the returned console lives.
 pub unsafe fn probe_pci<H: Hal>() -> Result<(VirtioConsole<H>, Bus), ProbeError> {
+    // SAFETY: the caller's obligations 1 and 2 are `find_pci`'s.
+    let (transport, bus) = unsafe { find_pci::<H>(DeviceType::Console) }?;
+    VirtioConsole::new(transport)
+        .map(|c| (c, bus))
+        .map_err(|e| ProbeError::Setup(bus, e))
+}
+
+/// The transport of the first virtio device of type `ty` on PCI bus 0,
+/// with memory decoding and bus mastering on.
+///
+/// # Safety
+/// 1. As [`PortCam::new`]'s obligations.
+/// 2. `H` maps any memory BAR below 4 GiB (the virtio capabilities' MMIO)
+///    uncached in `mmio_phys_to_virt`, valid for as long as the transport
+///    lives.
+pub unsafe fn find_pci<H: Hal>(
+    ty: DeviceType,
+) -> Result<(SomeTransport<'static>, Bus), ProbeError> {
     // SAFETY: obligation 1.
     let mut root = PciRoot::new(unsafe { PortCam::new() });
     let found = root
         .enumerate_bus(0)
-        .find(|(_, info)| virtio_device_type(info) == Some(DeviceType::Console));
+        .find(|(_, info)| virtio_device_type(info) == Some(ty));
     let Some((df, _)) = found else {
         return Err(ProbeError::NotFound);
     };
@@ -146,9 +187,7 @@ pub unsafe fn probe_pci<H: Hal>() -> Result<(VirtioConsole<H>, Bus), ProbeError>
         return Err(ProbeError::Pci(bus));
     }
     let transport = PciTransport::new::<H, _>(&mut root, df).map_err(|_| ProbeError::Pci(bus))?;
-    VirtioConsole::new(transport.into())
-        .map(|c| (c, bus))
-        .map_err(|e| ProbeError::Setup(bus, e))
+    Ok((transport.into(), bus))
 }
 
 /// QEMU `microvm`'s virtio-mmio window: this many 512-byte transports
@@ -168,6 +207,24 @@ const MMIO_SIZE: usize = 0x200;
 pub unsafe fn probe_mmio<H: Hal>(
     map: impl Fn(u64) -> *mut u8,
 ) -> Result<(VirtioConsole<H>, Bus), ProbeError> {
+    // SAFETY: obligation 1 is `find_mmio`'s.
+    let (t, bus) = unsafe { find_mmio(DeviceType::Console, map) }?;
+    VirtioConsole::new(t)
+        .map(|c| (c, bus))
+        .map_err(|e| ProbeError::Setup(bus, e))
+}
+
+/// The transport of the first virtio device of type `ty` in `microvm`'s
+/// virtio-mmio window.
+///
+/// # Safety
+/// 1. The machine is QEMU `microvm` (or the window at [`MMIO_WINDOW`]
+///    holds virtio-mmio transports or nothing), and `map` turns a physical
+///    address there into an uncached mapping of it valid for good.
+pub unsafe fn find_mmio(
+    ty: DeviceType,
+    map: impl Fn(u64) -> *mut u8,
+) -> Result<(SomeTransport<'static>, Bus), ProbeError> {
     for i in 0..MMIO_SLOTS {
         let pa = MMIO_WINDOW + i * MMIO_SIZE as u64;
         let Some(header) = NonNull::new(map(pa).cast::<VirtIOHeader>()) else {
@@ -179,13 +236,10 @@ pub unsafe fn probe_mmio<H: Hal>(
         let Ok(t) = (unsafe { MmioTransport::new(header, MMIO_SIZE) }) else {
             continue;
         };
-        if t.device_type() != DeviceType::Console {
+        if t.device_type() != ty {
             continue;
         }
-        let bus = Bus::Mmio(pa);
-        return VirtioConsole::new(t.into())
-            .map(|c| (c, bus))
-            .map_err(|e| ProbeError::Setup(bus, e));
+        return Ok((t.into(), Bus::Mmio(pa)));
     }
     Err(ProbeError::NotFound)
 }

@@ -1292,6 +1292,7 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
     } else {
         None
     };
+    let network = if boots { a.network()? } else { None };
     let spec = match (&a.appliance, a.command.is_empty()) {
         (Some(m), _) => Some(AppSpec::from_manifest(m)?),
         (None, false) => Some(AppSpec::from_command_line(&a.command, &a.file)?),
@@ -1395,6 +1396,7 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
         extra: a.qemu_arg.clone(),
         transport: a.transport,
         line_baud: a.line_baud,
+        net: network,
     };
     let limit = a.timeout.or(duration.map(|d| d + 60.0));
     let within = match limit {
@@ -1404,6 +1406,21 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
     };
     let deadline = limit.map(|_| Instant::now() + within);
     let (mut qemu, stream) = Qemu::spawn(&cfg, within)?;
+    if let Some(net) = cfg.net.as_ref().filter(|_| !a.quiet) {
+        let to = net
+            .guest
+            .map(|[a, b, c, d]| format!("{a}.{b}.{c}.{d}"))
+            .unwrap_or_else(|| "the appliance".into());
+        eprintln!("perch: net: QEMU user networking on a virtio-net card (10.0.2.0/24)");
+        for f in &net.forwards {
+            eprintln!(
+                "perch: net: {} 127.0.0.1:{} forwards to {to} port {}",
+                f.proto.name(),
+                f.host,
+                f.guest
+            );
+        }
+    }
     let code = run(
         Source::Live(stream),
         image,

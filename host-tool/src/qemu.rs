@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::HostError;
+use crate::record_opts::Network;
 pub use crate::record_opts::Transport;
 
 /// isa-debug-exit status for a normal end of run.
@@ -50,7 +51,13 @@ pub struct QemuConfig {
     /// baud (10 bits a byte) through a FIFO shrunk to one page, so the
     /// guest's device backs up as it would on that line.
     pub line_baud: Option<u32>,
+    /// `--net`: QEMU's user networking on a virtio-net card (never the
+    /// stream's device).
+    pub net: Option<Network>,
 }
+
+/// The `-netdev` id of `--net`'s user network.
+const NET_ID: &str = "perch-net";
 
 impl QemuConfig {
     /// The full argument list, with the wire chardev at `socket` (and,
@@ -107,6 +114,19 @@ impl QemuConfig {
         if let Some(i) = &self.initrd {
             a.push("-initrd".into());
             a.push(i.display().to_string());
+        }
+        if let Some(net) = &self.net {
+            a.push("-netdev".into());
+            a.push(net.netdev(NET_ID));
+            // `microvm` (through --qemu-arg) has virtio-mmio, not PCI.
+            let microvm = self.extra.iter().any(|e| e.contains("microvm"));
+            let card = if microvm {
+                "virtio-net-device"
+            } else {
+                "virtio-net-pci"
+            };
+            a.push("-device".into());
+            a.push(format!("{card},netdev={NET_ID}"));
         }
         if self.icount {
             a.push("-icount".into());
@@ -352,5 +372,56 @@ pub fn describe_exit(status: Option<ExitStatus>) -> Result<&'static str, String>
         Some(c) => Err(format!("QEMU exited with unexpected status {c}")),
         None if status.is_some() => Err("QEMU was killed by a signal".into()),
         None => Ok("QEMU stopped by perch"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record_opts::{Forward, Proto};
+
+    fn config(net: Option<Network>, extra: &[&str]) -> QemuConfig {
+        QemuConfig {
+            qemu: "qemu-system-x86_64".into(),
+            image: "rt".into(),
+            append: String::new(),
+            icount: false,
+            initrd: None,
+            memory: "128M".into(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            transport: Transport::Virtio,
+            line_baud: None,
+            net,
+        }
+    }
+
+    #[test]
+    fn net_adds_a_user_network_on_a_virtio_net_card() {
+        let args = |c: &QemuConfig| c.args(Path::new("s"), Path::new("c")).join(" ");
+        let plain = args(&config(None, &[]));
+        assert!(!plain.contains("netdev"), "{plain}");
+        let net = Network {
+            forwards: vec![Forward {
+                proto: Proto::Tcp,
+                host: 8080,
+                guest: 80,
+            }],
+            guest: None,
+        };
+        let pc = args(&config(Some(net.clone()), &[]));
+        assert!(
+            pc.contains(
+                "-netdev user,id=perch-net,hostfwd=tcp:127.0.0.1:8080-:80 \
+                 -device virtio-net-pci,netdev=perch-net"
+            ),
+            "{pc}"
+        );
+        // The stream keeps its own device.
+        assert!(pc.contains("virtconsole,chardev=wire"), "{pc}");
+        let micro = args(&config(Some(net), &["-machine", "microvm"]));
+        assert!(
+            micro.contains("-device virtio-net-device,netdev=perch-net"),
+            "{micro}"
+        );
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use arch_x86::pmu::events::{self, Event, EventKind as PmuEventKind, EventSampling};
 use clap::ValueEnum;
+use kcore::cmdline::{NetConfig, NetMode};
 use sampler::event::sample_type as st;
 use sampler::regs::{ALL_REGS, GPR_MASK, SEGMENT_MASK};
 
@@ -191,6 +192,17 @@ pub struct RecordArgs {
     /// The default (kept for old command lines).
     #[arg(long, hide = true, conflicts_with = "no_buildid_cache")]
     pub buildid_cache: bool,
+    /// Give the appliance a network: QEMU's user networking (NAT to the
+    /// host's, no root needed) on a virtio-net card. The runtime takes
+    /// 10.0.2.15/24 from QEMU's DHCP server (gateway 10.0.2.2, DNS
+    /// 10.0.2.3) unless `--boot-arg net=ADDR/PREFIX,gw=GW` sets one, and
+    /// answers ARP and ping; programs have no sockets yet.
+    #[arg(long)]
+    pub net: bool,
+    /// With --net: forward the host's 127.0.0.1:HOSTPORT to the
+    /// appliance's GUESTPORT (repeatable; tcp: or udp:).
+    #[arg(long, value_name = "tcp|udp:HOSTPORT:GUESTPORT", requires = "net")]
+    pub forward: Vec<String>,
     /// An extra QEMU argument, after perch's own (repeatable:
     /// `--qemu-arg -smp --qemu-arg 2`).
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
@@ -207,8 +219,10 @@ pub struct RecordArgs {
 }
 
 /// `perch record` options that only apply when perch boots the appliance.
-pub const BOOT_ONLY: [&str; 21] = [
+pub const BOOT_ONLY: [&str; 23] = [
     "freq",
+    "net",
+    "forward",
     "icount",
     "pmu",
     "sim_cpu",
@@ -255,6 +269,152 @@ pub fn push_boot_args(line: &mut String, args: &[String]) -> Result<(), HostErro
         line.push_str(b);
     }
     Ok(())
+}
+
+/// The protocol of a `--forward`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+impl Proto {
+    /// QEMU's name (`hostfwd=tcp:...`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        }
+    }
+}
+
+/// One `--forward PROTO:HOSTPORT:GUESTPORT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Forward {
+    /// TCP or UDP.
+    pub proto: Proto,
+    /// The port on the host's 127.0.0.1.
+    pub host: u16,
+    /// The appliance's port.
+    pub guest: u16,
+}
+
+impl Forward {
+    /// Parses `tcp:HOSTPORT:GUESTPORT` or `udp:HOSTPORT:GUESTPORT`.
+    pub fn parse(v: &str) -> Result<Forward, HostError> {
+        let usage = |why: &str| {
+            HostError::Usage(format!(
+                "--forward {v:?}: {why} (expected tcp:HOSTPORT:GUESTPORT or udp:HOSTPORT:GUESTPORT, \
+                 ports 1 to 65535)"
+            ))
+        };
+        let mut parts = v.split(':');
+        let proto = match parts.next() {
+            Some("tcp") => Proto::Tcp,
+            Some("udp") => Proto::Udp,
+            _ => return Err(usage("the protocol must be tcp or udp")),
+        };
+        let (Some(host), Some(guest), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(usage("two ports are needed"));
+        };
+        let port = |p: &str, which: &str| match p.parse::<u16>() {
+            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+            _ => Err(usage(&format!("bad {which} port {p:?}"))),
+        };
+        Ok(Forward {
+            proto,
+            host: port(host, "host")?,
+            guest: port(guest, "guest")?,
+        })
+    }
+}
+
+/// What `--net` asks of QEMU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Network {
+    /// The host forwards, each host port once per protocol.
+    pub forwards: Vec<Forward>,
+    /// The appliance's address when `--boot-arg net=ADDR/...` sets one
+    /// (forwards go there); `None`: the address QEMU's DHCP hands out.
+    pub guest: Option<[u8; 4]>,
+}
+
+impl Network {
+    /// QEMU's `-netdev` value: user networking with the forwards.
+    pub fn netdev(&self, id: &str) -> String {
+        let mut s = format!("user,id={id}");
+        let guest = self
+            .guest
+            .map(|[a, b, c, d]| format!("{a}.{b}.{c}.{d}"))
+            .unwrap_or_default();
+        for f in &self.forwards {
+            s.push_str(&format!(
+                ",hostfwd={}:127.0.0.1:{}-{guest}:{}",
+                f.proto.name(),
+                f.host,
+                f.guest
+            ));
+        }
+        s
+    }
+}
+
+impl RecordArgs {
+    /// `--net` and its `--forward`s, checked: a bad forward, a host port
+    /// forwarded twice, or a `net=` boot argument the runtime would refuse
+    /// (or `net=off`) is a usage error. `None` without `--net`.
+    pub fn network(&self) -> Result<Option<Network>, HostError> {
+        if !self.net {
+            if !self.forward.is_empty() {
+                return Err(HostError::Usage(
+                    "--forward needs --net (there is no network to forward to)".into(),
+                ));
+            }
+            return Ok(None);
+        }
+        let mut forwards: Vec<Forward> = Vec::new();
+        for v in &self.forward {
+            let f = Forward::parse(v)?;
+            if forwards
+                .iter()
+                .any(|o| o.proto == f.proto && o.host == f.host)
+            {
+                return Err(HostError::Usage(format!(
+                    "--forward {v:?}: {} host port {} is forwarded twice",
+                    f.proto.name(),
+                    f.host
+                )));
+            }
+            forwards.push(f);
+        }
+        let mut guest = None;
+        for b in &self.boot_arg {
+            let Some(v) = b.strip_prefix("net=") else {
+                continue;
+            };
+            match NetConfig::parse(v) {
+                Ok(NetConfig {
+                    mode: NetMode::Static { addr, .. },
+                    ..
+                }) => guest = Some(addr),
+                Ok(NetConfig {
+                    mode: NetMode::Off, ..
+                }) => {
+                    return Err(HostError::Usage(
+                        "--net with --boot-arg net=off: the runtime would not use the network"
+                            .into(),
+                    ));
+                }
+                Ok(_) => guest = None,
+                Err(e) => {
+                    return Err(HostError::Usage(format!("--boot-arg {b:?}: {e}")));
+                }
+            }
+        }
+        Ok(Some(Network { forwards, guest }))
+    }
 }
 
 /// What perch passes to a runtime it boots.
@@ -932,6 +1092,114 @@ mod tests {
         let mut argv = vec!["perch"];
         argv.extend_from_slice(line);
         Cli::try_parse_from(argv).expect("arguments parse").record
+    }
+
+    fn usage(r: Result<Option<Network>, HostError>) -> String {
+        match r {
+            Err(HostError::Usage(m)) => m,
+            other => panic!("expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn net_and_forwards() {
+        assert_eq!(args(&["--", "p"]).network().unwrap(), None);
+        let n = args(&["--net", "--", "p"]).network().unwrap().unwrap();
+        assert_eq!(n.forwards, []);
+        assert_eq!(n.netdev("n0"), "user,id=n0");
+        let n = args(&[
+            "--net",
+            "--forward",
+            "tcp:8080:80",
+            "--forward",
+            "udp:5353:53",
+            "--",
+            "p",
+        ])
+        .network()
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            n.forwards,
+            [
+                Forward {
+                    proto: Proto::Tcp,
+                    host: 8080,
+                    guest: 80
+                },
+                Forward {
+                    proto: Proto::Udp,
+                    host: 5353,
+                    guest: 53
+                }
+            ]
+        );
+        assert_eq!(
+            n.netdev("n0"),
+            "user,id=n0,hostfwd=tcp:127.0.0.1:8080-:80,hostfwd=udp:127.0.0.1:5353-:53"
+        );
+        // A static address gets the forwards.
+        let n = args(&[
+            "--net",
+            "--forward",
+            "udp:7007:7",
+            "--boot-arg",
+            "net=10.0.2.20/24,gw=10.0.2.2,echo",
+            "--",
+            "p",
+        ])
+        .network()
+        .unwrap()
+        .unwrap();
+        assert_eq!(n.guest, Some([10, 0, 2, 20]));
+        assert_eq!(
+            n.netdev("n0"),
+            "user,id=n0,hostfwd=udp:127.0.0.1:7007-10.0.2.20:7"
+        );
+        // The same host port for TCP and UDP is two forwards.
+        assert!(
+            args(&["--net", "--forward", "tcp:80:80", "--forward", "udp:80:80"])
+                .network()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn bad_net_options_are_usage_errors() {
+        for (fwd, why) in [
+            ("tcp", "two ports are needed"),
+            ("tcp:8080", "two ports are needed"),
+            ("tcp:1:2:3", "two ports are needed"),
+            ("sctp:1:2", "the protocol must be tcp or udp"),
+            (":1:2", "the protocol must be tcp or udp"),
+            ("tcp:0:80", "bad host port \"0\""),
+            ("tcp:65536:80", "bad host port \"65536\""),
+            ("tcp:+80:80", "bad host port \"+80\""),
+            ("udp:80:", "bad guest port \"\""),
+            ("udp:80:x", "bad guest port \"x\""),
+        ] {
+            let m = usage(args(&["--net", "--forward", fwd]).network());
+            assert!(m.contains(why), "{fwd}: {m}");
+            assert!(m.contains("tcp:HOSTPORT:GUESTPORT"), "{fwd}: {m}");
+        }
+        let m = usage(
+            args(&[
+                "--net",
+                "--forward",
+                "tcp:8080:80",
+                "--forward",
+                "tcp:8080:81",
+            ])
+            .network(),
+        );
+        assert!(m.contains("tcp host port 8080 is forwarded twice"), "{m}");
+        let m = usage(args(&["--net", "--boot-arg", "net=10.0.2.20"]).network());
+        assert!(m.contains("needs a prefix length"), "{m}");
+        let m = usage(args(&["--net", "--boot-arg", "net=off"]).network());
+        assert!(m.contains("net=off"), "{m}");
+        // clap: --forward without --net, and --net with a capture.
+        assert!(Cli::try_parse_from(["perch", "--forward", "tcp:1:2"]).is_err());
+        assert!(Cli::try_parse_from(["perch", "--net", "--input", "c.bin"]).is_err());
     }
 
     #[test]

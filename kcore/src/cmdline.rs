@@ -193,6 +193,165 @@ pub enum TransportChoice {
     Virtio,
 }
 
+/// How the network interface gets its address (`net=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NetMode {
+    /// From a DHCP server (QEMU's user network has one).
+    #[default]
+    Dhcp,
+    /// This address and prefix, with a default route through `gateway`
+    /// when one is given.
+    Static {
+        /// The interface's IPv4 address.
+        addr: [u8; 4],
+        /// The network prefix length, 1 to 32.
+        prefix: u8,
+        /// The default gateway.
+        gateway: Option<[u8; 4]>,
+    },
+    /// No network even when a virtio-net device is present.
+    Off,
+}
+
+/// The network's configuration (`net=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetConfig {
+    /// Where the address comes from.
+    pub mode: NetMode,
+    /// `echo`: answer UDP datagrams on port 7 with the same bytes.
+    pub echo: bool,
+}
+
+/// Why a `net=` value was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NetError {
+    /// Nothing after `net=`.
+    Empty,
+    /// The first item is neither `dhcp`, `off` nor `ADDR/PREFIX`.
+    BadMode,
+    /// An address that is not four decimal octets.
+    BadAddress,
+    /// `ADDR` without `/PREFIX`.
+    NoPrefix,
+    /// A prefix that is not 1 to 32.
+    BadPrefix,
+    /// An item after the first that is neither `gw=ADDR` nor `echo`.
+    UnknownItem,
+    /// `gw=` with `dhcp` or `off` (the server gives the gateway).
+    GatewayWithoutAddress,
+    /// `gw=` given twice.
+    TwoGateways,
+    /// A gateway outside the address's network.
+    GatewayOffNetwork,
+    /// `echo` with `off`.
+    EchoWithoutNetwork,
+}
+
+impl core::fmt::Display for NetError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            NetError::Empty => "empty",
+            NetError::BadMode => "the first item must be dhcp, off or ADDR/PREFIX",
+            NetError::BadAddress => "an address must be four decimal octets (10.0.2.15)",
+            NetError::NoPrefix => "the address needs a prefix length (10.0.2.15/24)",
+            NetError::BadPrefix => "the prefix length must be 1 to 32",
+            NetError::UnknownItem => "items after the first are gw=ADDR and echo",
+            NetError::GatewayWithoutAddress => "gw= goes with a static address, not dhcp or off",
+            NetError::TwoGateways => "gw= given twice",
+            NetError::GatewayOffNetwork => "the gateway is outside the address's network",
+            NetError::EchoWithoutNetwork => "echo needs a network (not off)",
+        })
+    }
+}
+
+/// Parses four decimal octets.
+pub fn parse_ipv4(s: &str) -> Option<[u8; 4]> {
+    let mut out = [0u8; 4];
+    let mut parts = s.split('.');
+    for o in &mut out {
+        let p = parts.next()?;
+        // No signs, no empty octets, no leading zeros that read as octal
+        // elsewhere.
+        if p.is_empty() || p.len() > 3 || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        if p.len() > 1 && p.starts_with('0') {
+            return None;
+        }
+        *o = p.parse().ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+impl NetConfig {
+    /// Parses a `net=` value: `dhcp`, `off` or `ADDR/PREFIX`, then
+    /// `gw=ADDR` (with a static address) and `echo`, comma-separated.
+    pub fn parse(v: &str) -> Result<NetConfig, NetError> {
+        if v.is_empty() {
+            return Err(NetError::Empty);
+        }
+        let mut items = v.split(',');
+        let first = items.next().unwrap_or("");
+        let mut mode = match first {
+            "dhcp" => NetMode::Dhcp,
+            "off" => NetMode::Off,
+            _ => {
+                let Some((a, p)) = first.split_once('/') else {
+                    return Err(if parse_ipv4(first).is_some() {
+                        NetError::NoPrefix
+                    } else if first.contains('.') {
+                        NetError::BadAddress
+                    } else {
+                        NetError::BadMode
+                    });
+                };
+                let addr = parse_ipv4(a).ok_or(NetError::BadAddress)?;
+                let prefix = match p.parse::<u8>() {
+                    Ok(n) if (1..=32).contains(&n) && !p.starts_with('+') => n,
+                    _ => return Err(NetError::BadPrefix),
+                };
+                NetMode::Static {
+                    addr,
+                    prefix,
+                    gateway: None,
+                }
+            }
+        };
+        let mut echo = false;
+        for item in items {
+            if item == "echo" {
+                echo = true;
+                continue;
+            }
+            let Some(gw) = item.strip_prefix("gw=") else {
+                return Err(NetError::UnknownItem);
+            };
+            let gw = parse_ipv4(gw).ok_or(NetError::BadAddress)?;
+            match &mut mode {
+                NetMode::Static {
+                    addr,
+                    prefix,
+                    gateway,
+                } => {
+                    if gateway.is_some() {
+                        return Err(NetError::TwoGateways);
+                    }
+                    let mask = u32::MAX << (32 - u32::from(*prefix));
+                    if u32::from_be_bytes(*addr) & mask != u32::from_be_bytes(gw) & mask {
+                        return Err(NetError::GatewayOffNetwork);
+                    }
+                    *gateway = Some(gw);
+                }
+                _ => return Err(NetError::GatewayWithoutAddress),
+            }
+        }
+        if echo && mode == NetMode::Off {
+            return Err(NetError::EchoWithoutNetwork);
+        }
+        Ok(NetConfig { mode, echo })
+    }
+}
+
 /// Largest flight-recorder buffer (`buffer=MiB`).
 pub const MAX_BUFFER_MIB: u32 = 4096;
 
@@ -257,6 +416,9 @@ pub struct Config {
     /// the transport (the flight recorder); `None` or 0: frames are written
     /// straight to the transport.
     pub buffer_mib: Option<u32>,
+    /// `net=dhcp|off|ADDR/PREFIX[,gw=GW][,echo]`: how a virtio-net
+    /// device, when one is present, gets its address.
+    pub net: NetConfig,
 }
 
 impl Default for Config {
@@ -284,6 +446,10 @@ impl Default for Config {
             clock: ClockSource::Auto,
             transport: TransportChoice::Auto,
             buffer_mib: None,
+            net: NetConfig {
+                mode: NetMode::Dhcp,
+                echo: false,
+            },
         }
     }
 }
@@ -353,6 +519,13 @@ pub enum Issue<'a> {
         /// Why it was refused.
         error: EventError,
     },
+    /// A `net=` value that does not parse; the network keeps DHCP.
+    BadNet {
+        /// The rejected value.
+        value: &'a str,
+        /// Why it was refused.
+        error: NetError,
+    },
 }
 
 impl core::fmt::Display for Issue<'_> {
@@ -370,6 +543,10 @@ impl core::fmt::Display for Issue<'_> {
             Issue::BadEvent { value, error } => write!(
                 f,
                 "bad value `{value}` for `event` ignored: {error}; the PMU samples cycles"
+            ),
+            Issue::BadNet { value, error } => write!(
+                f,
+                "bad value `{value}` for `net` ignored: {error}; the network uses DHCP"
             ),
         }
     }
@@ -504,6 +681,16 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                     bad("an event name, e.g. cycles, instructions:u, r01c2 or mem-loads:pp");
                 }
             },
+            "net" => match NetConfig::parse(value.unwrap_or("")) {
+                Ok(n) => cfg.net = n,
+                Err(error) => {
+                    cfg.net = NetConfig::default();
+                    on_issue(Issue::BadNet {
+                        value: value.unwrap_or(""),
+                        error,
+                    })
+                }
+            },
             _ => on_issue(Issue::UnknownKey(key)),
         }
     }
@@ -513,6 +700,79 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn net_values() {
+        assert_eq!(parse_all("").0.net, NetConfig::default());
+        assert_eq!(NetConfig::default().mode, NetMode::Dhcp);
+        assert_eq!(parse_all("net=off").0.net.mode, NetMode::Off);
+        let (cfg, issues) = parse_all("net=dhcp,echo");
+        assert!(issues.is_empty(), "{issues:?}");
+        assert_eq!(
+            cfg.net,
+            NetConfig {
+                mode: NetMode::Dhcp,
+                echo: true
+            }
+        );
+        let (cfg, issues) = parse_all("net=10.0.2.20/24,gw=10.0.2.2");
+        assert!(issues.is_empty(), "{issues:?}");
+        assert_eq!(
+            cfg.net.mode,
+            NetMode::Static {
+                addr: [10, 0, 2, 20],
+                prefix: 24,
+                gateway: Some([10, 0, 2, 2])
+            }
+        );
+        assert!(!cfg.net.echo);
+        assert_eq!(
+            NetConfig::parse("192.168.7.1/32,echo").map(|n| n.mode),
+            Ok(NetMode::Static {
+                addr: [192, 168, 7, 1],
+                prefix: 32,
+                gateway: None
+            })
+        );
+        for (v, e) in [
+            ("", NetError::Empty),
+            ("static", NetError::BadMode),
+            ("10.0.2.20", NetError::NoPrefix),
+            ("10.0.2/24", NetError::BadAddress),
+            ("10.0.2.256/24", NetError::BadAddress),
+            ("10.0.2.-1/24", NetError::BadAddress),
+            ("10.0.2.010/24", NetError::BadAddress),
+            ("10.0.2.1.5/24", NetError::BadAddress),
+            ("10.0.2.20/0", NetError::BadPrefix),
+            ("10.0.2.20/33", NetError::BadPrefix),
+            ("10.0.2.20/+8", NetError::BadPrefix),
+            ("10.0.2.20/", NetError::BadPrefix),
+            ("10.0.2.20/24,gw=10.0.3.2", NetError::GatewayOffNetwork),
+            ("10.0.2.20/24,gw=10.0.2", NetError::BadAddress),
+            (
+                "10.0.2.20/24,gw=10.0.2.2,gw=10.0.2.3",
+                NetError::TwoGateways,
+            ),
+            ("10.0.2.20/24,mtu=1500", NetError::UnknownItem),
+            ("10.0.2.20/24,", NetError::UnknownItem),
+            ("dhcp,gw=10.0.2.2", NetError::GatewayWithoutAddress),
+            ("off,echo", NetError::EchoWithoutNetwork),
+        ] {
+            assert_eq!(NetConfig::parse(v), Err(e), "net={v}");
+        }
+        // A bad value is reported with its reason and leaves DHCP.
+        let (cfg, issues) = parse_all("net=off net=10.0.2.20/40");
+        assert_eq!(cfg.net, NetConfig::default());
+        assert_eq!(
+            issues,
+            [
+                "bad value `10.0.2.20/40` for `net` ignored: the prefix length must be 1 to 32; the network uses DHCP"
+            ]
+        );
+        let (_, issues) = parse_all("net");
+        assert_eq!(issues.len(), 1);
+        assert!(issues[0].contains("for `net` ignored: empty"), "{issues:?}");
+    }
 
     fn parse_all(line: &str) -> (Config, Vec<String>) {
         let mut issues = Vec::new();

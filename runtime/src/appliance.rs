@@ -148,6 +148,16 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
             unknown.as_str()
         }
     );
+    #[cfg(target_os = "none")]
+    if let Some(n) = crate::net::stats() {
+        kprintln!(
+            "perch: net: {} frames in, {} out, {} not sent (queue full), {} errors",
+            n.rx_frames,
+            n.tx_frames,
+            n.tx_full,
+            n.errors
+        );
+    }
     let (text_dropped, defmt_dropped) = crate::console::dropped();
     // The text console carries no defmt frames: those count only on the wire.
     if text_dropped > 0 || (wire && defmt_dropped > 0) {

@@ -98,16 +98,20 @@ pub fn runtime_exception(frame: &TrapFrame) -> ! {
 }
 
 /// The scheduler's driver: `stop` ends the run; while nothing is ready the
-/// stream's line keeps moving; an ended process leaves its report.
+/// stream's line keeps moving; the network is polled between slices and
+/// while idle; an ended process leaves its report.
 struct Driver<F>(F);
 
 impl<F: FnMut() -> bool> task::Driver for Driver<F> {
     fn stop(&mut self) -> bool {
+        // Between slices: frames that came in while a thread ran.
+        crate::net::poll();
         (self.0)()
     }
 
     fn idle(&mut self) {
         crate::stream::wire::pump();
+        crate::net::poll();
     }
 
     fn timed_out(&mut self, id: u8) {

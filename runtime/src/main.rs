@@ -18,9 +18,10 @@ mod time;
 // 2. the CPU: entry stubs, descriptor tables, segments, FPU state
 mod cpu;
 mod entry;
-// 3. memory and the boot archive
+// 3. memory, the boot archive and the network
 mod fs;
 mod mm;
+mod net;
 // 4. processes and the scheduler
 mod proc;
 // 5. the system-call ABIs
@@ -254,6 +255,8 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             kprintln!("perch: nmi clock not started: {clock_hz} Hz needs the HPET: {e:?}")
         }
     }
+    // A virtio-net card, when the machine has one (`perch record --net`).
+    net::init(cfg.net);
     if let Some(kind) = cfg.crash {
         provoke_crash(kind);
     }

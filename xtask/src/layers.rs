@@ -11,7 +11,7 @@ use std::path::Path;
 pub const LAYERS: &[(&str, &[&str])] = &[
     ("base services", &["boot", "console", "symbols", "time"]),
     ("cpu", &["entry", "cpu"]),
-    ("memory", &["mm", "fs"]),
+    ("memory", &["mm", "fs", "net"]),
     ("processes", &["proc"]),
     ("system calls", &["abi"]),
     ("sampling", &["sample"]),

@@ -2,6 +2,8 @@
 //! runtime image in the upper 2 GiB, a direct map of physical memory), the
 //! heap, per-process address spaces and checked access to user memory.
 
+#[cfg(target_os = "none")]
+pub mod dma;
 pub mod frames;
 pub mod heap;
 pub mod space;

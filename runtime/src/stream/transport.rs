@@ -4,7 +4,7 @@
 //! non-blocking [`Transport::try_write`] for the flight recorder's pump and
 //! the blocking `embedded_io::Write` for direct writes.
 //!
-//! The virtio driver's memory comes from here ([`FrameHal`]): DMA pages
+//! The virtio driver's memory is `mm::dma`'s [`FrameHal`]: DMA pages
 //! from the frame allocator, addresses through the direct map.
 
 //!
@@ -21,71 +21,8 @@ pub use virtio_side::*;
 
 #[cfg(target_os = "none")]
 mod virtio_side {
-    use crate::mm::frames;
-    use arch_x86::paging::{DIRECT_MAP, KERNEL_VMA, PAGE, phys_to_virt};
+    pub use crate::mm::dma::FrameHal;
     pub use arch_x86::virtio::{Bus, ProbeError, VirtioConsole};
-    use core::ptr::NonNull;
-    use virtio_drivers::{BufferDirection, Hal, PhysAddr};
-
-    /// The virtio driver's memory: frames from the allocator (contiguous runs
-    /// for multi-page requests, kept for good), reached through the direct map.
-    pub struct FrameHal;
-
-    /// Physical address of a runtime address: the image (linked at
-    /// `KERNEL_VMA` over its physical load address) or the direct map.
-    fn virt_to_phys(va: u64) -> u64 {
-        if va >= KERNEL_VMA {
-            va - KERNEL_VMA
-        } else {
-            va - DIRECT_MAP
-        }
-    }
-
-    // SAFETY: `dma_alloc` returns zeroed, page-aligned, physically contiguous
-    // frames that nothing else owns (the allocator handed them out) and their
-    // direct-map address; `mmio_phys_to_virt` maps below 4 GiB, where the
-    // direct map is uncached in the device window (the only callers are the
-    // probes, which check that BARs lie there); `share` translates addresses
-    // of the image or the direct map, both physically contiguous, and the
-    // runtime runs with DMA coherent (no bounce buffers needed).
-    unsafe impl Hal for FrameHal {
-        fn dma_alloc(pages: usize, _direction: BufferDirection) -> (PhysAddr, NonNull<u8>) {
-            let bytes = pages as u64 * PAGE;
-            let pa = if pages == 1 {
-                frames::alloc()
-            } else {
-                frames::take_contiguous(bytes)
-            };
-            match pa {
-                Some(pa) => {
-                    let va = phys_to_virt(pa) as *mut u8;
-                    // SAFETY: the frames were just handed out to this caller and
-                    // the direct map covers them.
-                    unsafe { core::ptr::write_bytes(va, 0, bytes as usize) };
-                    (pa, NonNull::new(va).unwrap_or(NonNull::dangling()))
-                }
-                None => (0, NonNull::dangling()),
-            }
-        }
-
-        unsafe fn dma_dealloc(paddr: PhysAddr, _vaddr: NonNull<u8>, pages: usize) -> i32 {
-            // Multi-page runs came from `take_contiguous` and stay taken.
-            if pages == 1 {
-                frames::free(paddr);
-            }
-            0
-        }
-
-        unsafe fn mmio_phys_to_virt(paddr: PhysAddr, _size: usize) -> NonNull<u8> {
-            NonNull::new(phys_to_virt(paddr) as *mut u8).unwrap_or(NonNull::dangling())
-        }
-
-        unsafe fn share(buffer: NonNull<[u8]>, _direction: BufferDirection) -> PhysAddr {
-            virt_to_phys(buffer.as_ptr().cast::<u8>() as u64)
-        }
-
-        unsafe fn unshare(_paddr: PhysAddr, _buffer: NonNull<[u8]>, _direction: BufferDirection) {}
-    }
 }
 
 /// The stream's device.
@@ -190,22 +127,10 @@ pub enum Probe {
 }
 
 #[cfg(target_os = "none")]
-/// Whether anything answers at PCI 00:00.0 (the host bridge of `pc` and
-/// `q35`; `microvm` has no PCI).
 fn pci_present() -> bool {
-    use virtio_drivers::transport::pci::bus::{ConfigurationAccess, DeviceFunction};
-    // SAFETY: the runtime runs at CPL 0 on a PC; only this module uses the
-    // configuration ports, at boot.
-    let cam = unsafe { arch_x86::virtio::PortCam::new() };
-    let id = cam.read_word(
-        DeviceFunction {
-            bus: 0,
-            device: 0,
-            function: 0,
-        },
-        0,
-    );
-    id != 0xffff_ffff && id != 0
+    // SAFETY: the runtime runs at CPL 0 on a PC; only the boot's probes
+    // use the configuration ports, one after another.
+    unsafe { arch_x86::virtio::pci_present() }
 }
 
 /// Looks for a virtio console as `choice` says; `Some` transport when one
