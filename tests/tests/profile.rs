@@ -451,7 +451,18 @@ fn throttled_overflows_are_counted_exactly() {
     // 20 NMIs per 1 ms tick, 4 allowed (max_rate=4000): each tick's fifth
     // NMI samples and throttles, the rest of the tick is suppressed, and
     // the next tick unthrottles.
-    let rec = record_demo(&["--freq", "20000", "--max-rate", "4000", "--duration", "0.2"]);
+    // A flight-recorder buffer: a drain that waited on a slow host would
+    // run past the 0.2 s and take more ticks.
+    let rec = record_demo(&[
+        "--freq",
+        "20000",
+        "--max-rate",
+        "4000",
+        "--duration",
+        "0.2",
+        "--buffer",
+        "16",
+    ]);
     assert_eq!(rec.status, Some(0), "{}", rec.stderr);
     assert!(
         rec.stderr
@@ -520,6 +531,8 @@ fn throttling_stops_and_restarts_the_simulated_pmu() {
         "4000",
         "--duration",
         "0.2",
+        "--buffer",
+        "16",
     ]);
     assert_eq!(rec.status, Some(0), "{}", rec.stderr);
     let end = e2e_tests::stat_numbers(&rec.capture, "end: taken ");
