@@ -67,6 +67,7 @@ fuzz_target!(|line: Line| {
             Issue::UnknownKey(k) => k,
             Issue::BadValue { key, .. } => key,
             Issue::BadEvent { value, .. } => value,
+            Issue::BadNet { value, .. } => value,
         };
         assert!(line.contains(text), "issue {i} names text of the line");
         let _ = i.to_string();
