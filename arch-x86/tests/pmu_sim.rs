@@ -2997,27 +2997,9 @@ fn nehalem_g_and_cannon_lake_are_architectural_only_as_in_linux() {
     // (so no precise events) and no LBR, whatever the CPU reports.
     for model in [0x1F, 0x66] {
         assert!(models::intel_row(model).is_none(), "{model:#x}");
-        let cpu = SimCpu::Intel {
-            model,
-            stepping: 1,
-            hybrid: None,
-            version: 4,
-            gp: 4,
-            fixed: 3,
-            gp_width: 48,
-            fixed_width: 48,
-            pebs_format: Some(3),
-            pebs_baseline: false,
-            pebs_trap: true,
-            full_width: true,
-            split_latency: false,
-            lbr: SimLbr::Legacy {
-                format: 5,
-                depth: 32,
-                from: 0x680,
-                to: 0x6C0,
-            },
-        };
+        // A Skylake-like PMU (PEBS format 3, LBR format 5) under the
+        // unlisted model number.
+        let cpu = SimCpu::skylake().with_model(model);
         let mut rig = Rig::new(cpu);
         assert_eq!(
             rig.info().row().name,

@@ -100,13 +100,23 @@ fn yield_ranges(exe: &std::path::Path) -> BTreeMap<char, std::ops::Range<u64>> {
     out
 }
 
+/// The runtime's entry and exit path, where a sample says ABI_NONE by
+/// design (`perch_upcall_*` as perf names them, without their hash).
+const ENTRY_EXIT_PATH: [&str; 6] = [
+    "perch_trap_common",
+    "perch_syscall_entry",
+    "perch_entry_window_end",
+    "perch_exit_window_start",
+    "perch_upcall_trap",
+    "perch_upcall_return",
+];
+
 /// `uregs=return` per thread: a sample taken in the runtime while a thread
 /// is in its `sched_yield` gets the registers of that thread's own return
 /// from it (its patterns, RAX the result 0, RCX the return address), even
 /// though the yield runs the other thread first and that one returns to
-/// user mode before it. Never the other thread's registers, and (but for
-/// the odd sample in an exit window or at a thread's start) never
-/// ABI_NONE.
+/// user mode before it. Never the other thread's registers, and never
+/// ABI_NONE outside the runtime's entry and exit windows.
 #[test]
 fn uregs_return_gives_each_threads_runtime_samples_its_own_return() {
     if !qemu_and_perf_present() {
@@ -142,8 +152,17 @@ fn uregs_return_gives_each_threads_runtime_samples_its_own_return() {
             continue; // a user-mode sample: its registers are the interrupt frame
         }
         if !f.iter().any(|w| w.starts_with("IP:")) {
-            // ABI_NONE: perf prints no user registers.
-            *abi_none.entry(tid).or_default() += 1;
+            // ABI_NONE: perf prints no user registers. By design inside the
+            // entry and exit windows (the stubs, and the upcalls before the
+            // user frame is saved or once the return has begun); how many
+            // land there depends on how the clock's phase falls on the
+            // yield loop, so only the others count.
+            let in_window = f
+                .get(2)
+                .is_some_and(|sym| ENTRY_EXIT_PATH.iter().any(|w| sym.starts_with(w)));
+            if !in_window {
+                *abi_none.entry(tid).or_default() += 1;
+            }
             continue;
         }
         let regs: BTreeMap<&str, u64> = f
@@ -193,7 +212,9 @@ fn uregs_return_gives_each_threads_runtime_samples_its_own_return() {
         .keys()
         .map(|t| abi_none.get(t).copied().unwrap_or(0))
         .sum();
-    eprintln!("{exact} runtime samples with their thread's return registers, {none} ABI_NONE");
+    eprintln!(
+        "{exact} runtime samples with their thread's return registers, {none} ABI_NONE outside the entry and exit windows"
+    );
     assert!(
         exact >= 100,
         "too few runtime samples with their thread's return registers: {exact} ({none} ABI_NONE)"

@@ -7,7 +7,7 @@
 
 use super::Abi;
 use super::process::Thread;
-use super::signal::{UserRegs, sa};
+use super::signal::sa;
 use super::table::Sys;
 
 /// How an interrupted call ends.
@@ -66,17 +66,17 @@ fn is_eintr(abi: Abi, rax: u64) -> bool {
     }
 }
 
-/// On the way back to user mode of thread `t` (its registers in `regs`):
-/// ends the call it waited in, if a signal interrupted it. `handler` is
-/// the `sa_flags` of the handler about to run, `None` when none runs.
-/// A restarted call's instruction (`syscall` or `int 0x80`, both two
-/// bytes) runs again with its number in `rax` and its arguments still in
-/// their registers.
-pub fn finish(t: &mut Thread, abi: Abi, regs: &mut UserRegs, handler: Option<u64>) {
+/// On the way back to user mode of thread `t` (its `rax` and `rip` about
+/// to be restored): ends the call it waited in, if a signal interrupted
+/// it. `handler` is the `sa_flags` of the handler about to run, `None`
+/// when none runs. A restarted call's instruction (`syscall` or
+/// `int 0x80`, both two bytes) runs again with its number in `rax` and
+/// its arguments still in their registers.
+pub fn finish(t: &mut Thread, abi: Abi, rax: &mut u64, rip: &mut u64, handler: Option<u64>) {
     let Some(i) = t.interrupted.take() else {
         return;
     };
-    if !is_eintr(abi, regs.gprs[0]) {
+    if !is_eintr(abi, *rax) {
         // The wait ended by itself (woken, timed out).
         return;
     }
@@ -87,7 +87,7 @@ pub fn finish(t: &mut Thread, abi: Abi, regs: &mut UserRegs, handler: Option<u64
         (Restart::UnlessHandlerSaysNo, Some(flags)) => flags & sa::RESTART != 0,
     };
     if again {
-        regs.gprs[0] = i.nr;
-        regs.rip = regs.rip.wrapping_sub(2);
+        *rax = i.nr;
+        *rip = rip.wrapping_sub(2);
     }
 }

@@ -202,7 +202,13 @@ pub fn deliver<M: Machine>(
         let action = p.signals.actions[sig as usize - 1];
         if action.handler > 1 {
             // A call it waited in ends before the frame saves its registers.
-            super::restart::finish(t, p.abi, regs, Some(action.flags));
+            super::restart::finish(
+                t,
+                p.abi,
+                &mut regs.gprs[RAX],
+                &mut regs.rip,
+                Some(action.flags),
+            );
         }
         match take(m, p, t, regs, sig, info) {
             Delivery::Nothing => continue,
@@ -233,10 +239,36 @@ pub fn deliver_fault<M: Machine>(
     take(m, p, t, regs, sig, Info::Fault(fault))
 }
 
+/// Why a signal came: sent by a process (`pid`), or raised by a fault.
 #[derive(Clone, Copy)]
-enum Info {
+pub(crate) enum Info {
     Sent { pid: u32 },
     Fault(FaultInfo),
+}
+
+/// The `siginfo` of signal `sig` in `abi`'s layout: signo, errno and code,
+/// then the union (the sender's pid, or the fault's address) at 16 in the
+/// 64-bit layout and at 12 in the i386 one.
+pub(crate) fn siginfo(abi: Abi, sig: u8, info: Info) -> [u8; SIGINFO_SIZE as usize] {
+    let mut si = [0u8; SIGINFO_SIZE as usize];
+    si[0..4].copy_from_slice(&i32::from(sig).to_le_bytes());
+    let (code, value) = match info {
+        Info::Sent { pid } => (SI_TKILL, u64::from(pid)),
+        Info::Fault(f) => (f.code, f.addr),
+    };
+    si[8..12].copy_from_slice(&code.to_le_bytes());
+    match abi {
+        Abi::X86_64 => {
+            let n = if matches!(info, Info::Sent { .. }) {
+                4
+            } else {
+                8
+            };
+            si[16..16 + n].copy_from_slice(&value.to_le_bytes()[..n]);
+        }
+        Abi::I386 => si[12..16].copy_from_slice(&(value as u32).to_le_bytes()),
+    }
+    si
 }
 
 fn take<M: Machine>(
@@ -392,18 +424,7 @@ fn build_frame<M: Machine>(
     }
     let o = (MCONTEXT_OFFSET + SIGCONTEXT_SIZE) as usize;
     uc[o..o + 8].copy_from_slice(&old_mask.to_le_bytes());
-    let mut si = [0u8; SIGINFO_SIZE as usize];
-    si[0..4].copy_from_slice(&i32::from(sig).to_le_bytes());
-    match info {
-        Info::Sent { pid } => {
-            si[8..12].copy_from_slice(&SI_TKILL.to_le_bytes());
-            si[16..20].copy_from_slice(&pid.to_le_bytes());
-        }
-        Info::Fault(f) => {
-            si[8..12].copy_from_slice(&f.code.to_le_bytes());
-            si[16..24].copy_from_slice(&f.addr.to_le_bytes());
-        }
-    }
+    let si = siginfo(Abi::X86_64, sig, info);
     let mut fpu = regs.fpu;
     // No XSAVE magic in the software-reserved bytes: a plain FXSAVE image.
     fpu[464..].fill(0);

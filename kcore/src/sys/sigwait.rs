@@ -8,7 +8,7 @@ use super::Abi;
 use super::errno::Errno;
 use super::machine::Machine;
 use super::process::{Process, Thread};
-use super::signal::UserRegs;
+use super::signal;
 
 /// An `rt_sigtimedwait` that waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,10 +20,6 @@ pub struct SigWait {
     /// The thread's signal mask before the wait.
     pub mask: u64,
 }
-
-/// `si_code` of a signal sent by `tgkill`/`kill` (SI_TKILL, as the
-/// delivered frames say).
-const SI_TKILL: i32 = -6;
 
 /// Takes the lowest pending signal of `set`: the thread's own first, then
 /// the process's (as Linux's `dequeue_signal`).
@@ -40,8 +36,7 @@ pub fn take(p: &mut Process, t: &mut Thread, set: u64) -> Option<u8> {
 }
 
 /// Writes the `siginfo` of `sig` at `addr` (nothing when it is 0), in the
-/// ABI's layout: 128 bytes, signo, errno and code, then the sender's pid
-/// and uid (at 16 in the 64-bit layout, 12 in the i386 one).
+/// ABI's layout, as a delivered signal's frame holds it.
 pub fn write_info<M: Machine>(
     m: &mut M,
     p: &Process,
@@ -52,30 +47,23 @@ pub fn write_info<M: Machine>(
     if addr == 0 {
         return Ok(());
     }
-    let mut info = [0u8; 128];
-    info[0..4].copy_from_slice(&i32::from(sig).to_le_bytes());
-    info[8..12].copy_from_slice(&SI_TKILL.to_le_bytes());
-    let pid_at = match abi {
-        Abi::X86_64 => 16,
-        Abi::I386 => 12,
-    };
-    info[pid_at..pid_at + 4].copy_from_slice(&p.pid.to_le_bytes());
+    let info = signal::siginfo(abi, sig, signal::Info::Sent { pid: p.pid });
     m.write_user(&p.areas, addr, &info)
 }
 
-/// On thread `t`'s way back to user mode (its registers in `regs`, its
-/// pending signals up to date), before any signal is delivered: ends the
-/// `rt_sigtimedwait` it waited in. The mask comes back; a signal of the
-/// set that came is taken (`rax` = its number, its `siginfo` written);
-/// otherwise `rax` keeps what ended the wait (`EINTR` for another
-/// signal, `EAGAIN` for the timeout).
-pub fn finish<M: Machine>(m: &mut M, p: &mut Process, t: &mut Thread, regs: &mut UserRegs) {
+/// On thread `t`'s way back to user mode (its `rax` about to be
+/// restored, its pending signals up to date), before any signal is
+/// delivered: ends the `rt_sigtimedwait` it waited in. The mask comes
+/// back; a signal of the set that came is taken (`rax` = its number, its
+/// `siginfo` written); otherwise `rax` keeps what ended the wait (`EINTR`
+/// for another signal, `EAGAIN` for the timeout).
+pub fn finish<M: Machine>(m: &mut M, p: &mut Process, t: &mut Thread, rax: &mut u64) {
     let Some(w) = t.sigwait.take() else {
         return;
     };
     t.sigmask = w.mask;
     if let Some(sig) = take(p, t, w.set) {
-        regs.gprs[0] = match write_info(m, p, p.abi, w.info, sig) {
+        *rax = match write_info(m, p, p.abi, w.info, sig) {
             Ok(()) => u64::from(sig),
             Err(e) => e.to_return(),
         };

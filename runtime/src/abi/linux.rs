@@ -523,9 +523,7 @@ pub fn signals_on_return(id: u8, frame: &mut TrapFrame) -> u64 {
         t.pending |= task::take_posted(id);
         if t.sigwait.is_some() {
             // An rt_sigtimedwait that a signal kept from waiting.
-            let mut regs = regs_of(frame);
-            sigwait::finish(m, p, t, &mut regs);
-            frame.rax = regs.gprs[0];
+            sigwait::finish(m, p, t, &mut frame.rax);
         }
         let d = if signal::deliverable(p, t) == 0 {
             Delivery::Nothing
@@ -539,9 +537,7 @@ pub fn signals_on_return(id: u8, frame: &mut TrapFrame) -> u64 {
         };
         if t.interrupted.is_some() {
             // A call no handler ran for: restarted or EINTR by its kind.
-            let mut regs = regs_of(frame);
-            signal_restart::finish(t, p.abi, &mut regs, None);
-            put_regs(frame, m.segs, &regs);
+            signal_restart::finish(t, p.abi, &mut frame.rax, &mut frame.rip, None);
         }
         task::set_blocked(id, t.sigmask);
         d
@@ -577,7 +573,7 @@ pub fn signals_before_run(id: u8) -> Option<Outcome> {
                 seg: selectors(frame, m.segs.fs, m.segs.gs),
             };
             // An rt_sigtimedwait takes its signal before any handler runs.
-            sigwait::finish(m, p, t, &mut regs);
+            sigwait::finish(m, p, t, &mut regs.gprs[0]);
             let d = if signal::deliverable(p, t) != 0 {
                 signal::deliver(m, p, t, &mut regs)
             } else {
@@ -585,7 +581,7 @@ pub fn signals_before_run(id: u8) -> Option<Outcome> {
             };
             // The wait it leaves ends (a handler, if one runs, has seen to it).
             let waited = t.interrupted.is_some();
-            signal_restart::finish(t, p.abi, &mut regs, None);
+            signal_restart::finish(t, p.abi, &mut regs.gprs[0], &mut regs.rip, None);
             if matches!(d, Delivery::Handler(_)) || waited {
                 frame.set_gprs(&regs.gprs);
                 frame.rip = regs.rip;

@@ -1085,10 +1085,14 @@ pub fn release_parked(tid: u32) {
     if !AT_RETURN.load(Ordering::Relaxed) {
         return;
     }
-    // Not in a return path: NMIs may park again once it is done.
+    // NMIs do not park while the store is sorted; the window is then left
+    // as it was.
+    let was_closed = PARKED.in_exit_window();
     PARKED.enter_exit_window();
     PARKED.release(tid, &RING);
-    PARKED.leave_exit_window();
+    if !was_closed {
+        PARKED.leave_exit_window();
+    }
 }
 
 /// The entry path, once the user frame is saved: NMIs may park again.

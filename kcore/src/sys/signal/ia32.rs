@@ -9,8 +9,8 @@
 
 use super::{
     FIX_EFLAGS, FPU_SIZE, Info, MXCSR_RESERVED, Machine, Process, RAX, RBP, RBX, RCX, RDI, RDX,
-    RSI, SI_TKILL, SIGINFO_SIZE, SIGKILL, SIGSTOP, Taking, Thread, UserRegs, bit, disarm,
-    initial_fpu, restore_altstack, sa, sas_flags, stack_top,
+    RSI, SIGINFO_SIZE, SIGKILL, SIGSTOP, Taking, Thread, UserRegs, bit, disarm, initial_fpu,
+    restore_altstack, sa, sas_flags, siginfo, stack_top,
 };
 use arch_x86::gdt;
 
@@ -155,19 +155,11 @@ pub(super) fn setup_frame<M: Machine>(
         put32(&mut f, 4, u32::from(sig));
         put32(&mut f, 8, (frame as u32).wrapping_add(RT_INFO as u32));
         put32(&mut f, 12, (frame as u32).wrapping_add(RT_UC as u32));
-        // Compat siginfo: signo, errno, code, then the union at 12.
-        let si = RT_INFO;
-        put32(&mut f, si, u32::from(sig));
-        match info {
-            Info::Sent { pid } => {
-                put32(&mut f, si + 8, SI_TKILL as u32);
-                put32(&mut f, si + 12, pid);
-            }
-            Info::Fault(fault) => {
-                put32(&mut f, si + 8, fault.code as u32);
-                put32(&mut f, si + 12, fault.addr as u32);
-            }
-        }
+        f[RT_INFO..RT_INFO + SIGINFO_SIZE as usize].copy_from_slice(&siginfo(
+            crate::sys::Abi::I386,
+            sig,
+            info,
+        ));
         // uc_flags 0 (no XSAVE state), uc_link 0, uc_stack, mcontext, sigmask.
         let uc = RT_UC;
         put32(&mut f, uc + 8, alt.sp as u32);

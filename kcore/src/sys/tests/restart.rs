@@ -71,11 +71,17 @@ fn with_no_handler_to_run_an_interrupted_wait_restarts_unless_it_is_timed() {
     assert_eq!(e.call("pause", &[]), Action::Block);
     let mut r = woken(&e);
     let at = r.rip;
-    restart::finish(&mut e.t, Abi::X86_64, &mut r, None);
+    restart::finish(&mut e.t, Abi::X86_64, &mut r.gprs[0], &mut r.rip, None);
     assert_eq!((r.gprs[0], r.rip), (34, at - 2), "pause again");
     // Only once: the next return to user mode leaves rax alone.
     let mut again = woken(&e);
-    restart::finish(&mut e.t, Abi::X86_64, &mut again, None);
+    restart::finish(
+        &mut e.t,
+        Abi::X86_64,
+        &mut again.gprs[0],
+        &mut again.rip,
+        None,
+    );
     assert_eq!((again.gprs[0], again.rip), (EINTR, at));
 }
 
@@ -87,7 +93,13 @@ fn a_wait_that_ended_by_itself_is_left_as_it_ended() {
     let mut r = e.regs();
     r.gprs[0] = 0; // woken by FUTEX_WAKE
     let want = r.clone();
-    restart::finish(&mut e.t, Abi::X86_64, &mut r, Some(sa::RESTART));
+    restart::finish(
+        &mut e.t,
+        Abi::X86_64,
+        &mut r.gprs[0],
+        &mut r.rip,
+        Some(sa::RESTART),
+    );
     assert_eq!(r, want);
     assert_eq!(e.t.interrupted, None);
     // A call that did not wait leaves nothing to restart.
@@ -108,7 +120,13 @@ fn an_i386_call_restarts_with_its_own_number_through_int_0x80() {
         let mut r = e.regs();
         r.gprs[0] = rax;
         let at = r.rip;
-        restart::finish(&mut e.t, Abi::I386, &mut r, Some(sa::RESTART));
+        restart::finish(
+            &mut e.t,
+            Abi::I386,
+            &mut r.gprs[0],
+            &mut r.rip,
+            Some(sa::RESTART),
+        );
         assert_eq!((r.gprs[0], r.rip), (240, at - 2));
     }
 }

@@ -78,7 +78,7 @@ fn a_waiting_thread_has_the_set_unblocked_and_takes_the_signal_when_woken() {
     // SIGUSR1 came; the runtime woke the thread with -EINTR.
     e.t.pending = bit(SIGUSR1);
     let mut r = woken(&e, Errno::EINTR.to_return());
-    sigwait::finish(&mut e.m, &mut e.p, &mut e.t, &mut r);
+    sigwait::finish(&mut e.m, &mut e.p, &mut e.t, &mut r.gprs[0]);
     assert_eq!(r.gprs[0], 10);
     assert_eq!(e.t.pending, 0);
     assert_eq!(i32_at(&mut e, INFO), 10);
@@ -96,14 +96,14 @@ fn the_timeout_gives_eagain_and_another_signal_eintr() {
     };
     assert_eq!(then, Errno::EAGAIN.to_return());
     let mut r = woken(&e, then);
-    sigwait::finish(&mut e.m, &mut e.p, &mut e.t, &mut r);
+    sigwait::finish(&mut e.m, &mut e.p, &mut e.t, &mut r.gprs[0]);
     assert_eq!(r.gprs[0], Errno::EAGAIN.to_return());
     assert_eq!(e.t.sigmask, bit(SIGUSR1) | bit(SIGUSR2));
     // Woken by a signal outside the set: EINTR stays, its handler runs next.
     assert_eq!(e.call("rt_sigtimedwait", &[SET, INFO, 0, 8]), Action::Block);
     e.t.pending = bit(3);
     let mut r = woken(&e, Errno::EINTR.to_return());
-    sigwait::finish(&mut e.m, &mut e.p, &mut e.t, &mut r);
+    sigwait::finish(&mut e.m, &mut e.p, &mut e.t, &mut r.gprs[0]);
     assert_eq!(r.gprs[0], Errno::EINTR.to_return());
     assert_eq!(e.t.pending, bit(3));
 }
