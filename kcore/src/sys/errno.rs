@@ -67,6 +67,8 @@ pub enum Errno {
     /// Broken pipe.
     EPIPE = 32,
     /// Numerical result out of range.
+    /// Numerical argument out of domain.
+    EDOM = 33,
     ERANGE = 34,
     /// File name too long.
     ENAMETOOLONG = 36,
@@ -78,10 +80,46 @@ pub enum Errno {
     ELOOP = 40,
     /// Value too large for defined data type.
     EOVERFLOW = 75,
+    /// Socket operation on non-socket.
+    ENOTSOCK = 88,
+    /// Destination address required.
+    EDESTADDRREQ = 89,
+    /// Message too long.
+    EMSGSIZE = 90,
+    /// Protocol wrong type for socket.
+    EPROTOTYPE = 91,
+    /// Protocol not available.
+    ENOPROTOOPT = 92,
+    /// Protocol not supported.
+    EPROTONOSUPPORT = 93,
+    /// Socket type not supported.
+    ESOCKTNOSUPPORT = 94,
     /// Operation not supported.
     EOPNOTSUPP = 95,
+    /// Address family not supported by protocol.
+    EAFNOSUPPORT = 97,
+    /// Address already in use.
+    EADDRINUSE = 98,
+    /// Cannot assign requested address.
+    EADDRNOTAVAIL = 99,
+    /// Network is unreachable.
+    ENETUNREACH = 101,
+    /// Software caused connection abort.
+    ECONNABORTED = 103,
+    /// Connection reset by peer.
+    ECONNRESET = 104,
+    /// Transport endpoint is already connected.
+    EISCONN = 106,
+    /// Transport endpoint is not connected.
+    ENOTCONN = 107,
     /// Connection timed out (futex waits that time out).
     ETIMEDOUT = 110,
+    /// Connection refused.
+    ECONNREFUSED = 111,
+    /// Operation already in progress.
+    EALREADY = 114,
+    /// Operation now in progress.
+    EINPROGRESS = 115,
 }
 
 impl Errno {

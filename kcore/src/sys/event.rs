@@ -58,6 +58,8 @@ pub enum Obj {
     EventFd(usize),
     /// An epoll instance (its ready list gained an entry).
     Epoll(usize),
+    /// A socket of the run.
+    Socket(usize),
 }
 
 impl Obj {
@@ -68,6 +70,7 @@ impl Obj {
             Target::Pipe { id, .. } => Some(Obj::Pipe(id)),
             Target::EventFd(id) => Some(Obj::EventFd(id)),
             Target::Epoll(id) => Some(Obj::Epoll(id)),
+            Target::Socket(id) => Some(Obj::Socket(id)),
             _ => None,
         }
     }
@@ -218,13 +221,15 @@ impl Epoll {
 /// Readiness and events.
 pub mod poll {
     use super::super::fd::{FdTable, OpenFile, PIPE_CAPACITY, Target};
+    use super::super::net::Net;
     use super::*;
 
     /// What description `f` of table `t` is ready for (`EPOLL*` bits), as
     /// each kind of file's `poll` answers it on Linux. `depth` counts
     /// nested epolls.
-    pub fn mask(t: &FdTable, f: &OpenFile, depth: u32) -> u32 {
+    pub fn mask(t: &FdTable, net: &mut Net, f: &OpenFile, depth: u32) -> u32 {
         match f.target {
+            Target::Socket(id) => net.mask(id),
             // Always at end of file.
             Target::Stdin => EPOLLIN | EPOLLRDNORM,
             Target::Console(_) => EPOLLOUT | EPOLLWRNORM,
@@ -277,7 +282,7 @@ pub mod poll {
                 let ready = ep.entries.iter().any(|e| {
                     e.ready.is_some()
                         && t.desc(e.desc)
-                            .is_some_and(|d| mask(t, d, depth + 1) & e.events != 0)
+                            .is_some_and(|d| mask(t, net, d, depth + 1) & e.events != 0)
                 });
                 if ready { EPOLLIN | EPOLLRDNORM } else { 0 }
             }
@@ -332,7 +337,7 @@ pub mod poll {
     /// `ep_send_events`: an entry no longer ready leaves the list, a
     /// reported one-shot is disabled, a reported level-triggered entry
     /// goes back to the end of the list, an edge-triggered one leaves it.
-    pub fn collect(t: &mut FdTable, id: usize, max: usize) -> Vec<(u32, u64)> {
+    pub fn collect(t: &mut FdTable, net: &mut Net, id: usize, max: usize) -> Vec<(u32, u64)> {
         let Some(ep) = t.epoll_ref(id) else {
             return Vec::new();
         };
@@ -342,7 +347,7 @@ pub mod poll {
             .enumerate()
             .filter_map(|(i, e)| {
                 let seq = e.ready?;
-                let m = t.desc(e.desc).map_or(0, |d| mask(t, d, 1));
+                let m = t.desc(e.desc).map_or(0, |d| mask(t, net, d, 1));
                 Some((seq, i, m & e.events))
             })
             .collect();

@@ -12,6 +12,7 @@ use super::errno::Errno;
 use super::event::{Epoll, EventFd, Obj, poll};
 use super::fs::NodeId;
 use super::machine::Stream;
+use super::net::Net;
 
 /// The default (and hard) `RLIMIT_NOFILE`.
 pub const NOFILE_LIMIT: u64 = 1024;
@@ -72,6 +73,8 @@ pub enum Target {
     EventFd(usize),
     /// An epoll instance of this table ([`FdTable::epoll_mut`]).
     Epoll(usize),
+    /// A socket of the run ([`Net`](super::net::Net)).
+    Socket(usize),
 }
 
 /// How many bytes a pipe holds (Linux's default pipe size).
@@ -129,6 +132,9 @@ pub struct FdTable {
     pipes: Vec<Option<Pipe>>,
     pub(super) eventfds: Vec<Option<EventFd>>,
     pub(super) epolls: Vec<Option<Epoll>>,
+    /// Sockets whose last description went, for the caller to close in
+    /// the run's [`Net`](super::net::Net) ([`FdTable::take_closed_sockets`]).
+    closed_sockets: Vec<usize>,
 }
 
 /// Puts `v` in the first free slot of `v`'s table (growing it by one when
@@ -155,6 +161,7 @@ impl FdTable {
             pipes: Vec::new(),
             eventfds: Vec::new(),
             epolls: Vec::new(),
+            closed_sockets: Vec::new(),
         };
         for (target, flags) in [
             (Target::Stdin, oflag::O_RDONLY),
@@ -362,6 +369,14 @@ impl FdTable {
                     }
                     Target::EventFd(id) => self.eventfds[id] = None,
                     Target::Epoll(id) => self.epolls[id] = None,
+                    Target::Socket(id) => {
+                        // Room was made when the socket's descriptor was
+                        // (`open` reserves it); should that fail, the
+                        // socket goes with its process.
+                        if self.closed_sockets.try_reserve(1).is_ok() {
+                            self.closed_sockets.push(id);
+                        }
+                    }
                     _ => {}
                 }
                 self.descs[s.desc] = None;
@@ -410,9 +425,23 @@ impl FdTable {
     /// The readiness of description `f` as Linux's `poll` file operation
     /// answers it (`EPOLLIN`, `EPOLLOUT`, `EPOLLHUP`, ... bits): the one
     /// place every kind of file says what it is ready for, for `poll`,
-    /// `select` and epoll alike.
-    pub fn poll_mask(&self, f: &OpenFile) -> u32 {
-        poll::mask(self, f, 0)
+    /// `select` and epoll alike (a socket asks the run's `net`).
+    pub fn poll_mask(&self, net: &mut Net, f: &OpenFile) -> u32 {
+        poll::mask(self, net, f, 0)
+    }
+
+    /// The sockets whose last description went since the last call: the
+    /// caller closes them in the run's [`Net`].
+    pub fn take_closed_sockets(&mut self) -> Vec<usize> {
+        core::mem::take(&mut self.closed_sockets)
+    }
+
+    /// Every socket this table refers to.
+    pub fn sockets(&self) -> impl Iterator<Item = usize> + '_ {
+        self.descs.iter().flatten().filter_map(|(f, _)| match f.target {
+            Target::Socket(id) => Some(id),
+            _ => None,
+        })
     }
 
     /// Something happened to `obj` that may make it ready for `key`

@@ -65,6 +65,7 @@ pub mod fd;
 pub mod fs;
 pub mod futex;
 pub mod machine;
+pub mod net;
 pub mod process;
 pub mod restart;
 pub mod signal;
@@ -333,6 +334,8 @@ pub struct System {
     pub futex: futex::FutexTable,
     /// The threads waiting on files, of every process.
     pub waits: wait::WaitList,
+    /// The sockets of every process, and the interfaces they use.
+    pub net: net::Net,
     /// Memory the runtime manages for programs, in bytes (sysinfo's
     /// `totalram`); the runtime sets it from the memory map.
     pub ram_bytes: u64,
@@ -349,6 +352,7 @@ impl System {
             unknown: UnknownCalls::new(),
             futex: futex::FutexTable::new(),
             waits: wait::WaitList::new(),
+            net: net::Net::new(0),
             ram_bytes: 1 << 30,
             free_ram_bytes: 1 << 29,
         }
@@ -382,6 +386,28 @@ pub fn resume<M: Machine>(
     let w = t.wait.take()?;
     sys.waits.remove(t.tid);
     Some(run(m, sys, p, t, w.abi, w.nr, w.args, Some(w.until_ns)))
+}
+
+/// After [`net::Net::poll`]: the sockets that changed run the epoll
+/// callbacks of their owner's table (`fds_of(pid)`), and every thread of
+/// that process waiting on a file looks again (`wake`).
+pub fn net_changed(
+    sys: &mut System,
+    changes: &[net::Change],
+    mut fds_of: impl FnMut(u32, &mut dyn FnMut(&mut fd::FdTable)),
+    mut wake: impl FnMut(u32),
+) {
+    for c in changes {
+        fds_of(c.pid, &mut |t| t.event(event::Obj::Socket(c.id), c.key));
+    }
+    for c in changes {
+        sys.waits.wake_with(c.pid, &mut wake);
+    }
+}
+
+/// Process `pid` ended: its sockets close.
+pub fn process_ended(sys: &mut System, pid: u32) {
+    sys.net.close_all_of(pid);
 }
 
 /// Thread `t` stops waiting for a file (a signal interrupts it, or it ends).
@@ -431,6 +457,7 @@ fn run<M: Machine>(
         fs: &mut sys.fs,
         futex: &mut sys.futex,
         waits: &mut sys.waits,
+        net: &mut sys.net,
         unknown: &mut sys.unknown,
         p,
         t,
@@ -442,6 +469,10 @@ fn run<M: Machine>(
         Ok(a) => a,
         Err(e) => Action::Return(e.to_return()),
     };
+    // Sockets whose last descriptor went (close, dup2 over one, ...).
+    for id in p.fds.take_closed_sockets() {
+        sys.net.close(id);
+    }
     // A wait with its own signal mask that returned, but not because of
     // a signal, gets the thread's mask back (a handler's frame keeps it
     // otherwise).

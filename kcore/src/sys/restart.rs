@@ -40,9 +40,9 @@ pub(crate) fn kind(call: Sys, args: &[u64; 6]) -> Restart {
     const FUTEX_CMD: u64 = 0x7f;
     use Sys::*;
     match call {
-        Read | Readv | Write | Writev | Pread64 | Pwrite64 | Preadv | Pwritev => {
-            Restart::UnlessHandlerSaysNo
-        }
+        Read | Readv | Write | Writev | Pread64 | Pwrite64 | Preadv | Pwritev | Accept
+        | Accept4 | Connect | Sendto | Recvfrom | Sendmsg | Recvmsg | Sendmmsg | Recvmmsg
+        | Socketcall => Restart::UnlessHandlerSaysNo,
         Futex | Futex64 if matches!(args[1] & FUTEX_CMD, FUTEX_WAIT | FUTEX_WAIT_BITSET) => {
             if args[3] == 0 {
                 Restart::UnlessHandlerSaysNo

@@ -14,6 +14,25 @@ use super::names::{I386_NAMES, X86_64_NAMES};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[allow(missing_docs)] // Each variant is the Linux call of the same name.
 pub enum Sys {
+    Socket,
+    Socketpair,
+    Bind,
+    Connect,
+    Listen,
+    Accept,
+    Accept4,
+    Getsockname,
+    Getpeername,
+    Sendto,
+    Recvfrom,
+    Sendmsg,
+    Recvmsg,
+    Sendmmsg,
+    Recvmmsg,
+    Shutdown,
+    Setsockopt,
+    Getsockopt,
+    Socketcall,
     Access,
     ArchPrctl,
     Brk,
@@ -174,6 +193,24 @@ pub enum Sys {
 }
 
 pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
+    (41, Sys::Socket),             // socket
+    (42, Sys::Connect),            // connect
+    (43, Sys::Accept),             // accept
+    (44, Sys::Sendto),             // sendto
+    (45, Sys::Recvfrom),           // recvfrom
+    (46, Sys::Sendmsg),            // sendmsg
+    (47, Sys::Recvmsg),            // recvmsg
+    (48, Sys::Shutdown),           // shutdown
+    (49, Sys::Bind),               // bind
+    (50, Sys::Listen),             // listen
+    (51, Sys::Getsockname),        // getsockname
+    (52, Sys::Getpeername),        // getpeername
+    (53, Sys::Socketpair),         // socketpair
+    (54, Sys::Setsockopt),         // setsockopt
+    (55, Sys::Getsockopt),         // getsockopt
+    (288, Sys::Accept4),           // accept4
+    (299, Sys::Recvmmsg),          // recvmmsg
+    (307, Sys::Sendmmsg),          // sendmmsg
     (0, Sys::Read),                // read
     (1, Sys::Write),               // write
     (2, Sys::Open),                // open
@@ -311,6 +348,25 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
 ];
 
 pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
+    (102, Sys::Socketcall),        // socketcall
+    (337, Sys::Recvmmsg),          // recvmmsg
+    (345, Sys::Sendmmsg),          // sendmmsg
+    (359, Sys::Socket),            // socket
+    (360, Sys::Socketpair),        // socketpair
+    (361, Sys::Bind),              // bind
+    (362, Sys::Connect),           // connect
+    (363, Sys::Listen),            // listen
+    (364, Sys::Accept4),           // accept4
+    (365, Sys::Getsockopt),        // getsockopt
+    (366, Sys::Setsockopt),        // setsockopt
+    (367, Sys::Getsockname),       // getsockname
+    (368, Sys::Getpeername),       // getpeername
+    (369, Sys::Sendto),            // sendto
+    (370, Sys::Sendmsg),           // sendmsg
+    (371, Sys::Recvfrom),          // recvfrom
+    (372, Sys::Recvmsg),           // recvmsg
+    (373, Sys::Shutdown),          // shutdown
+    (417, Sys::Recvmmsg),          // recvmmsg_time64
     (1, Sys::Exit),                // exit
     (3, Sys::Read),                // read
     (4, Sys::Write),               // write
@@ -565,7 +621,10 @@ mod tests {
             assert_eq!(name(abi, nr), Some(n));
         }
         assert_eq!(name(X86_64, 41), Some("socket"));
-        assert_eq!(lookup(X86_64, 41), None);
+        assert_eq!(lookup(X86_64, 41), Some(Sys::Socket));
+        assert_eq!(lookup(I386, 102), Some(Sys::Socketcall));
+        assert_eq!(name(X86_64, 57), Some("fork"));
+        assert_eq!(lookup(X86_64, 57), None);
         assert_eq!(name(X86_64, 400), Some(""));
         assert_eq!(name(X86_64, 467), Some("uretprobe"));
         assert_eq!(name(X86_64, 468), None);

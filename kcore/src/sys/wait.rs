@@ -75,6 +75,21 @@ impl WaitList {
         n
     }
 
+    /// Wakes every waiter of process `pid` through `wake(tid)`; how many.
+    pub fn wake_with(&mut self, pid: u32, wake: &mut impl FnMut(u32)) -> usize {
+        let mut n = 0;
+        self.waiters.retain(|&(p, tid)| {
+            if p == pid {
+                wake(tid);
+                n += 1;
+                false
+            } else {
+                true
+            }
+        });
+        n
+    }
+
     /// Whether thread `tid` waits.
     pub fn contains(&self, tid: u32) -> bool {
         self.waiters.iter().any(|w| w.1 == tid)

@@ -170,7 +170,7 @@ pub(crate) fn epoll_ctl<M: Machine>(
     {
         return Err(Errno::ELOOP);
     }
-    let ready_now = c.p.fds.poll_mask(&target);
+    let ready_now = c.p.fds.poll_mask(c.net, &target);
     let ep = c.p.fds.epoll_mut(id).ok_or(Errno::EBADF)?;
     match op {
         EPOLL_CTL_ADD => ep.add(fd, desc, events, data, ready_now)?,
@@ -200,7 +200,7 @@ pub(crate) fn epoll_wait<M: Machine>(
     }
     c.access_ok(events, max as u64 * EVENT_SIZE)?;
     let id = epoll_of(c, epfd)?;
-    let got = poll::collect(&mut c.p.fds, id, max as usize);
+    let got = poll::collect(&mut c.p.fds, c.net, id, max as usize);
     if got.is_empty() {
         return Ok(c.wait_or_time_out(timeout_ns));
     }

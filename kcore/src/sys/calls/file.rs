@@ -121,6 +121,16 @@ fn target_info(fs: &super::super::fs::Vfs, p: &Process, t: Target) -> StatInfo {
             size: p.fds.pipe_ref(id).map_or(0, |p| p.buf.len() as u64),
             mtime_ns: 0,
         },
+        // sockfs: a socket, 0777.
+        Target::Socket(id) => StatInfo {
+            dev: 0x08,
+            ino: 0x2_0000 + id as u64,
+            mode: 0o140777,
+            nlink: 1,
+            rdev: 0,
+            size: 0,
+            mtime_ns: 0,
+        },
         // Linux's anonymous inode: no file type, 0600.
         Target::EventFd(_) | Target::Epoll(_) => StatInfo {
             dev: 0x0e,
@@ -373,6 +383,8 @@ fn read_into_user<M: Machine>(
         Target::Pipe { write: true, .. } => return Err(Errno::EBADF),
         Target::EventFd(id) => return super::event::eventfd_read(c, id, buf, len),
         Target::Epoll(_) => return Err(Errno::EINVAL),
+        // Reads of a socket go through `net::rw`; an offset one is ESPIPE.
+        Target::Socket(_) => return Err(Errno::ESPIPE),
         Target::Node(id) => id,
     };
     if c.fs.node(id).is_dir() {
@@ -418,6 +430,7 @@ fn write_from_user<M: Machine>(
     match target {
         Target::EventFd(id) => return super::event::eventfd_write(c, id, buf, len),
         Target::Epoll(_) => return Err(Errno::EINVAL),
+        Target::Socket(_) => return Err(Errno::ESPIPE),
         _ => {}
     }
     if let Target::Pipe { id, write } = target {
@@ -436,7 +449,9 @@ fn write_from_user<M: Machine>(
         }
         match target {
             Target::Stdin | Target::Pipe { .. } => return Err(Errno::EBADF),
-            Target::EventFd(_) | Target::Epoll(_) => return Err(Errno::EINVAL),
+            Target::EventFd(_) | Target::Epoll(_) | Target::Socket(_) => {
+                return Err(Errno::EINVAL);
+            }
             Target::Console(s) => c.p.output(c.m, s, &chunk[..want]),
             Target::Node(id) => {
                 let now = c.m.realtime_ns();
@@ -1121,6 +1136,12 @@ pub(crate) fn ioctl<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, req: u32, arg: u64)
             }
             Ok(0)
         }
+        // FIONREAD (SIOCINQ) of a socket: the bytes to read.
+        0x541b if let Ok(Target::Socket(id)) = c.p.fds.get(fd).map(|f| f.target) => {
+            let n = c.net.readable_bytes(id)?;
+            c.write(arg, &(n.min(i32::MAX as usize) as u32).to_le_bytes())?;
+            Ok(0)
+        }
         // TCGETS, TIOCGWINSZ and everything else: not a terminal.
         _ => Err(Errno::ENOTTY),
     }
@@ -1152,7 +1173,7 @@ pub(crate) fn poll<M: Machine>(
                 Err(_) => pfd.revents = bits::POLLNVAL as i16,
                 Ok(f) => {
                     let want = u32::from(pfd.events as u16) | bits::EPOLLERR | bits::EPOLLHUP;
-                    pfd.revents = (c.p.fds.poll_mask(f) & want) as u16 as i16;
+                    pfd.revents = (c.p.fds.poll_mask(c.net, f) & want) as u16 as i16;
                 }
             }
         }
@@ -1504,7 +1525,7 @@ pub(crate) fn select<M: Machine>(
             continue;
         }
         let f = c.p.fds.get(fd as u64)?;
-        let mask = c.p.fds.poll_mask(f);
+        let mask = c.p.fds.poll_mask(c.net, f);
         for (i, set) in [IN_SET, OUT_SET, EX_SET].into_iter().enumerate() {
             if bits[i][byte] & bit != 0 {
                 if mask & set != 0 {

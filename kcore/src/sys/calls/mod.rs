@@ -8,6 +8,7 @@
 mod event;
 mod file;
 mod mem;
+mod net;
 pub(crate) mod task;
 pub(crate) mod time;
 
@@ -37,6 +38,8 @@ pub(crate) struct Ctx<'a, M: Machine> {
     pub ram: (u64, u64),
     /// The threads waiting on files.
     pub waits: &'a mut super::wait::WaitList,
+    /// The run's sockets.
+    pub net: &'a mut super::net::Net,
     /// When the call is made again after a wait ([`super::resume`]): the
     /// deadline it first computed.
     pub resumed: Option<Option<u64>>,
@@ -172,6 +175,27 @@ pub(crate) fn dispatch<M: Machine>(
     let abi = c.abi;
     use Sys::*;
     match call {
+        // Sockets: a read or write of one is a receive or send.
+        Read | Readv | Write | Writev if net::is_socket(c, fd_arg(a[0])) => net::rw(c, call, a),
+        Socket => ret(net::socket(c, a[0], a[1], a[2])),
+        Socketpair => ret(net::socketpair(c, a[0])),
+        Bind => ret(net::bind(c, a[0], a[1], a[2])),
+        Listen => ret(net::listen(c, a[0], a[1])),
+        Accept => net::accept4(c, a[0], a[1], a[2], 0),
+        Accept4 => net::accept4(c, a[0], a[1], a[2], a[3]),
+        Connect => net::connect(c, a[0], a[1], a[2]),
+        Getsockname => ret(net::sockname(c, a[0], a[1], a[2], false)),
+        Getpeername => ret(net::sockname(c, a[0], a[1], a[2], true)),
+        Shutdown => ret(net::shutdown(c, a[0], a[1])),
+        Sendto => net::sendto(c, a),
+        Recvfrom => net::recvfrom(c, a),
+        Sendmsg => net::sendmsg(c, a[0], a[1], a[2]),
+        Recvmsg => net::recvmsg(c, a[0], a[1], a[2]),
+        Sendmmsg => net::mmsg(c, a[0], a[1], a[2], a[3], true),
+        Recvmmsg => net::mmsg(c, a[0], a[1], a[2], a[3], false),
+        Setsockopt => ret(net::setsockopt(c, a)),
+        Getsockopt => ret(net::getsockopt(c, a)),
+        Socketcall => net::socketcall(c, a[0], a[1]),
         // Descriptors and I/O. A pipe or an eventfd may make a non-empty
         // transfer wait.
         Read | Readv | Write | Writev

@@ -10,6 +10,7 @@ mod fuzz;
 mod restart;
 mod signals;
 mod sigwait;
+mod sockets;
 mod startup;
 mod threads;
 
@@ -451,6 +452,25 @@ pub(crate) fn errno_of(n: i64) -> Errno {
         EOVERFLOW,
         EOPNOTSUPP,
         ETIMEDOUT,
+        EDOM,
+        ENOTSOCK,
+        EDESTADDRREQ,
+        EMSGSIZE,
+        EPROTOTYPE,
+        ENOPROTOOPT,
+        EPROTONOSUPPORT,
+        ESOCKTNOSUPPORT,
+        EAFNOSUPPORT,
+        EADDRINUSE,
+        EADDRNOTAVAIL,
+        ENETUNREACH,
+        ECONNABORTED,
+        ECONNRESET,
+        EISCONN,
+        ENOTCONN,
+        ECONNREFUSED,
+        EALREADY,
+        EINPROGRESS,
     ] {
         if e.number() as i64 == n {
             return e;
