@@ -43,6 +43,8 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
     let (frames, used) = crate::mm::frames::stats();
     system.ram_bytes = frames * arch_x86::paging::PAGE;
     system.free_ram_bytes = frames.saturating_sub(used) * arch_x86::paging::PAGE;
+    system.net = kcore::sys::net::Net::new(arch_x86::cpu::rdtsc());
+    crate::net::attach(&mut system);
     linux::set_system(system);
     kprintln!(
         "perch: boot archive: {} entries, {} process(es) in the manifest",

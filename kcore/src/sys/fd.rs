@@ -369,13 +369,10 @@ impl FdTable {
                     }
                     Target::EventFd(id) => self.eventfds[id] = None,
                     Target::Epoll(id) => self.epolls[id] = None,
-                    Target::Socket(id) => {
-                        // Room was made when the socket's descriptor was
-                        // (`open` reserves it); should that fail, the
-                        // socket goes with its process.
-                        if self.closed_sockets.try_reserve(1).is_ok() {
-                            self.closed_sockets.push(id);
-                        }
+                    // Should there be no room, the socket goes with its
+                    // process.
+                    Target::Socket(id) if self.closed_sockets.try_reserve(1).is_ok() => {
+                        self.closed_sockets.push(id);
                     }
                     _ => {}
                 }
@@ -438,10 +435,13 @@ impl FdTable {
 
     /// Every socket this table refers to.
     pub fn sockets(&self) -> impl Iterator<Item = usize> + '_ {
-        self.descs.iter().flatten().filter_map(|(f, _)| match f.target {
-            Target::Socket(id) => Some(id),
-            _ => None,
-        })
+        self.descs
+            .iter()
+            .flatten()
+            .filter_map(|(f, _)| match f.target {
+                Target::Socket(id) => Some(id),
+                _ => None,
+            })
     }
 
     /// Something happened to `obj` that may make it ready for `key`

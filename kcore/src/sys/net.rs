@@ -43,7 +43,9 @@ use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{Device, Loopback, Medium};
 use smoltcp::socket::{tcp, udp};
 use smoltcp::time::{Duration, Instant};
-use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address};
+use smoltcp::wire::{
+    HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint, Ipv4Address,
+};
 
 use super::errno::Errno;
 use super::event::bits::*;
@@ -99,7 +101,11 @@ pub struct Addr {
 
 impl Addr {
     fn side(&self) -> Side {
-        if self.ip[0] == 127 { Side::Lo } else { Side::Ext }
+        if self.ip[0] == 127 {
+            Side::Lo
+        } else {
+            Side::Ext
+        }
     }
 
     fn any(&self) -> bool {
@@ -350,6 +356,13 @@ pub mod msg {
     pub const CMSG_CLOEXEC: u32 = 0x4000_0000;
 }
 
+/// Fills a slice with bytes `off..` of what a send sends (the caller's
+/// memory).
+pub type Fill<'a> = dyn FnMut(usize, &mut [u8]) -> Result<(), Errno> + 'a;
+
+/// Takes bytes `off..` of what a receive found (into the caller's memory).
+pub type Sink<'a> = dyn FnMut(usize, &[u8]) -> Result<(), Errno> + 'a;
+
 /// The run's sockets and interfaces.
 pub struct Net {
     lo: Stack,
@@ -485,7 +498,10 @@ impl Net {
 
     /// Socket `id`'s options, to change (then [`Net::options_changed`]).
     pub fn sock_mut_opts(&mut self, id: usize) -> Option<&mut Opts> {
-        self.socks.get_mut(id).and_then(Option::as_mut).map(|s| &mut s.opts)
+        self.socks
+            .get_mut(id)
+            .and_then(Option::as_mut)
+            .map(|s| &mut s.opts)
     }
 
     /// `socket(AF_INET, ty, 0)` for process `owner`: its index.
@@ -978,9 +994,14 @@ impl Net {
 
     fn ext_ip(&self) -> Option<[u8; 4]> {
         self.ext.as_ref().and_then(|s| {
-            s.iface.ip_addrs().iter().find_map(|c| match c.address() {
-                IpAddress::Ipv4(a) => Some(a.octets()),
-            })
+            s.iface
+                .ip_addrs()
+                .iter()
+                .map(|c| {
+                    let IpAddress::Ipv4(a) = c.address();
+                    a.octets()
+                })
+                .next()
         })
     }
 
@@ -1128,7 +1149,7 @@ impl Net {
         id: usize,
         len: usize,
         to: Option<Addr>,
-        fill: &mut dyn FnMut(usize, &mut [u8]) -> Result<(), Errno>,
+        fill: &mut Fill<'_>,
     ) -> Result<usize, Errno> {
         self.track(id);
         let s = self.sock_mut(id)?;
@@ -1214,22 +1235,23 @@ impl Net {
                 };
                 let Some(h) = h else {
                     // Bound to an address of the other side: unreachable.
-                    return Err(if self.ext.is_none() || local.side() != side && !local.any() {
-                        Errno::ENETUNREACH
-                    } else {
-                        Errno::EINVAL
-                    });
+                    return Err(
+                        if self.ext.is_none() || local.side() != side && !local.any() {
+                            Errno::ENETUNREACH
+                        } else {
+                            Errno::EINVAL
+                        },
+                    );
                 };
                 let mut data = Vec::new();
                 data.try_reserve_exact(len).map_err(|_| Errno::ENOMEM)?;
                 data.resize(len, 0);
                 fill(0, &mut data)?;
                 let sock = self.udp(side, h).ok_or(Errno::ENETUNREACH)?;
-                sock.send_slice(&data, to.endpoint())
-                    .map_err(|e| match e {
-                        udp::SendError::BufferFull => Errno::EAGAIN,
-                        udp::SendError::Unaddressable => Errno::ENETUNREACH,
-                    })?;
+                sock.send_slice(&data, to.endpoint()).map_err(|e| match e {
+                    udp::SendError::BufferFull => Errno::EAGAIN,
+                    udp::SendError::Unaddressable => Errno::ENETUNREACH,
+                })?;
                 self.dirty = true;
                 Ok(len)
             }
@@ -1244,7 +1266,7 @@ impl Net {
         id: usize,
         len: usize,
         peek: bool,
-        sink: &mut dyn FnMut(usize, &[u8]) -> Result<(), Errno>,
+        sink: &mut Sink<'_>,
     ) -> Result<Received, Errno> {
         self.track(id);
         let s = self.sock_mut(id)?;
@@ -1534,7 +1556,10 @@ impl Net {
         // The peer's FIN came: reads end once the data before it is read.
         if matches!(
             state,
-            tcp::State::CloseWait | tcp::State::LastAck | tcp::State::Closing | tcp::State::TimeWait
+            tcp::State::CloseWait
+                | tcp::State::LastAck
+                | tcp::State::Closing
+                | tcp::State::TimeWait
         ) {
             s.rd_shut = true;
         }
@@ -1564,9 +1589,10 @@ impl Net {
                 continue;
             }
             if let Some(Some(Sock {
-                proto: Proto::Tcp(Tcp::Listening {
-                    listeners, queue, ..
-                }),
+                proto:
+                    Proto::Tcp(Tcp::Listening {
+                        listeners, queue, ..
+                    }),
                 ..
             })) = self.socks.get_mut(id)
             {
@@ -1643,7 +1669,9 @@ impl Net {
 
     /// (bytes to read, bytes not yet sent) of socket `id`.
     fn queues(&mut self, id: usize) -> (usize, usize) {
-        let Some(s) = self.sock(id) else { return (0, 0) };
+        let Some(s) = self.sock(id) else {
+            return (0, 0);
+        };
         match s.proto.clone() {
             Proto::Tcp(Tcp::Conn { side, h, .. }) => self
                 .tcp(side, h)
@@ -1670,10 +1698,7 @@ impl Net {
     pub fn poll_at(&mut self, now_ns: u64) -> Option<u64> {
         let now = Instant::from_micros((now_ns / 1000) as i64);
         let lo = self.lo.iface.poll_at(now, &self.lo.set);
-        let ext = self
-            .ext
-            .as_mut()
-            .and_then(|s| s.iface.poll_at(now, &s.set));
+        let ext = self.ext.as_mut().and_then(|s| s.iface.poll_at(now, &s.set));
         let at = match (lo, ext) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1681,13 +1706,11 @@ impl Net {
         Some(at.total_micros().max(0) as u64 * 1000)
     }
 
-    /// Whether something outside the run's threads may make a socket ready
-    /// (a card with sockets open, or timers pending): a run whose threads
-    /// all wait then idles rather than ends.
+    /// Whether something outside the run's threads may make an open
+    /// socket ready (a card, or the stack's timers: a retransmission): a
+    /// run whose threads all wait then idles rather than ends.
     pub fn may_wake(&mut self, now_ns: u64) -> bool {
-        (self.ext.is_some() && self.open_count() > 0)
-            || !self.zombies.is_empty()
-            || self.poll_at(now_ns).is_some()
+        self.open_count() > 0 && (self.ext.is_some() || self.poll_at(now_ns).is_some())
     }
 }
 

@@ -342,6 +342,7 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
         a
     })
     .unwrap_or(Action::Return(Errno::ENOSYS.to_return()));
+    poll_net_if_dirty();
     // Pages of a stack may have gone (munmap, madvise, brk).
     task::republish_window(id);
     if let Some(comm) = renamed {
@@ -393,10 +394,24 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
             LEAVE
         }
         Action::Wait { until_ns } => {
-            task::set_outcome(wait_outcome(until_ns));
+            // The packets the call itself sent may have made its socket
+            // ready already (a loopback connect): then it runs again at
+            // once and makes the call again, rather than wait for a wake
+            // that came.
+            if still_waits(id) {
+                task::set_outcome(wait_outcome(until_ns));
+            } else {
+                task::set_outcome(Outcome::Yield);
+            }
             LEAVE
         }
     }
+}
+
+/// Whether thread `id` is still listed as waiting on a file (a wake takes
+/// it off the list).
+fn still_waits(id: u8) -> bool {
+    with_system(|s| s.waits.contains(u32::from(id) + 1)).unwrap_or(true)
 }
 
 /// How a thread waits for a file: until woken, or until a deadline too.
@@ -413,6 +428,17 @@ fn wait_outcome(until_ns: Option<u64>) -> Outcome {
 /// (the outcome). A signal it can take ends the wait with `EINTR`; the
 /// handler then runs from [`signals_before_run`].
 pub fn resume_wait(id: u8) -> Option<Outcome> {
+    // A call woken by its own packets (see `syscall`) is made again.
+    for _ in 0..8 {
+        match resume_once(id) {
+            Some(Outcome::Block | Outcome::Sleep(_)) if !still_waits(id) => continue,
+            o => return o,
+        }
+    }
+    resume_once(id)
+}
+
+fn resume_once(id: u8) -> Option<Outcome> {
     let (action, wide) = with_machine(id, |m, p, t| {
         t.wait?;
         t.pending |= task::take_posted(id);
@@ -430,6 +456,7 @@ pub fn resume_wait(id: u8) -> Option<Outcome> {
         Some((a, wide))
     })
     .flatten()?;
+    poll_net_if_dirty();
     match action {
         Action::Return(v) => {
             task::with_saved_frame(id, |f| {
@@ -669,6 +696,47 @@ pub fn fire_timers(now_ns: u64) {
 /// True while some process has an armed interval timer.
 pub fn timers_armed() -> bool {
     NEXT_ALARM.load(Ordering::Relaxed) != u64::MAX
+        || with_system(|s| s.net.may_wake(crate::time::now_ns())).unwrap_or(false)
+}
+
+/// The sockets of `changes` changed (packets moved): their owners' epolls
+/// hear of it and the threads of those processes waiting on files look
+/// again.
+pub fn net_changed(changes: &[sys::net::Change]) {
+    if changes.is_empty() {
+        return;
+    }
+    with_system(|s| {
+        sys::net_changed(
+            s,
+            changes,
+            |pid, f| {
+                let Some(id) = (0..task::MAX_TASKS as u8)
+                    .find(|&i| task::get(i).is_some_and(|t| t.linux && t.pid() == pid))
+                else {
+                    return;
+                };
+                task::with_thread(id, |_, proc| {
+                    if let Some(p) = proc.linux.as_deref_mut() {
+                        f(&mut p.fds);
+                    }
+                });
+            },
+            |tid| {
+                if let Some(id) = tid.checked_sub(1).and_then(|i| u8::try_from(i).ok()) {
+                    task::wake(id, 0);
+                }
+            },
+        );
+    });
+}
+
+/// A call queued data or changed a connection: move the packets now, so
+/// the answer does not wait for the next slice.
+fn poll_net_if_dirty() {
+    if with_system(|s| s.net.dirty).unwrap_or(false) {
+        crate::net::poll();
+    }
 }
 
 /// Whether signals were posted to thread `id` (a cheap test for the
@@ -892,13 +960,15 @@ pub fn ended(id: u8, name: &str) {
     ALARM_AT[t.proc as usize].store(0, Ordering::Relaxed);
     recompute_next_alarm();
     report_end(id, name, &t.state);
-    // None of its threads waits any more.
+    // None of its threads waits any more; its sockets close.
     with_system(|s| {
         for tid in task::threads_of(t.proc) {
             s.futex.cancel(u32::from(tid) + 1);
             s.waits.remove(u32::from(tid) + 1);
         }
+        sys::process_ended(s, t.pid());
     });
+    poll_net_if_dirty();
     task::with_thread(id, |_, p| {
         p.space.clear_user();
         p.linux = None;

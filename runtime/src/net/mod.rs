@@ -7,11 +7,12 @@
 //! driver calls [`poll`] while it idles and between slices, which moves
 //! frames and runs smoltcp's timers (DHCP renewal, ARP, TCP).
 //!
-//! For the socket system calls, [`with_stack`] lends the interface and its
-//! socket set (smoltcp sockets are added there and polled with the rest),
-//! [`poll_at`] says when the stack next needs a poll (a sleeping scheduler
-//! should wake by then), and [`address`] gives the interface's address.
-//! The network never shares a device with the profile stream.
+//! The sockets of the system calls are `kcore::sys::net`'s: [`attach`]
+//! gives them the card's interface when the run starts, and [`poll`]
+//! moves their packets (on the card and on the loopback, which exists
+//! without a card too) and tells the processes whose sockets changed. A
+//! call that queued data polls at once, so an answer does not wait for the
+//! next slice. The network never shares a device with the profile stream.
 
 #[cfg(target_os = "none")]
 mod stack;
@@ -28,6 +29,9 @@ mod host {
 
     /// Nothing to poll.
     pub fn poll() {}
+
+    /// No card to hand over.
+    pub fn attach(_sys: &mut kcore::sys::System) {}
 }
 #[cfg(not(target_os = "none"))]
 pub use host::*;

@@ -84,11 +84,12 @@ impl phy::Device for Card {
     }
 }
 
-/// The network, once a card is up.
+/// The card and the runtime's own use of it. The interface and its
+/// socket set go to the run's sockets ([`attach`]) once there is a run;
+/// until then they wait here.
 struct Net {
     card: Card,
-    iface: Interface,
-    sockets: SocketSet<'static>,
+    pending: Option<(Interface, SocketSet<'static>)>,
     dhcp: Option<SocketHandle>,
     echo: Option<SocketHandle>,
     /// The address in force and its gateway.
@@ -190,14 +191,25 @@ pub fn init(cfg: NetConfig) {
     critical_section::with(|cs| {
         *NET.borrow_ref_mut(cs) = Some(Net {
             card,
-            iface,
-            sockets,
+            pending: Some((iface, sockets)),
             dhcp,
             echo,
             addr,
         });
     });
-    poll();
+}
+
+/// Hands the card's interface to the run's sockets (`sys.net`), when
+/// there is a card.
+pub fn attach(sys: &mut kcore::sys::System) {
+    let taken = critical_section::with(|cs| {
+        NET.borrow_ref_mut(cs)
+            .as_mut()
+            .and_then(|n| n.pending.take())
+    });
+    if let Some((iface, sockets)) = taken {
+        sys.net.attach(iface, sockets);
+    }
 }
 
 /// A MAC address as Linux prints it (52:54:00:12:34:56).
@@ -233,24 +245,34 @@ fn set_address(iface: &mut Interface, cidr: Ipv4Cidr, gw: Option<Ipv4Address>) {
     }
 }
 
-/// Moves frames and runs the stack's timers; answers DHCP's news and the
-/// echo service. Cheap when nothing arrived; does nothing without a card.
+/// Moves frames on the card and the loopback and runs the stack's
+/// timers; answers DHCP's news and the echo service; then tells the
+/// processes whose sockets changed. Cheap when nothing happened.
 pub fn poll() {
-    critical_section::with(|cs| {
+    let now = crate::time::now_ns();
+    let changes = critical_section::with(|cs| {
         let mut net = NET.borrow_ref_mut(cs);
-        let Some(net) = net.as_mut() else {
-            return;
-        };
-        net.poll();
+        crate::abi::linux::with_system(|s| match net.as_mut() {
+            Some(n) => {
+                let c = s.net.poll(now, Some(&mut n.card));
+                if let Some((iface, sockets)) = s.net.ext_mut() {
+                    n.service(iface, sockets);
+                }
+                c
+            }
+            None => s.net.poll(now, None::<&mut Card>),
+        })
     });
+    if let Some(changes) = changes {
+        crate::abi::linux::net_changed(&changes);
+    }
 }
 
 impl Net {
-    fn poll(&mut self) {
-        let t = now();
-        self.iface.poll(t, &mut self.card, &mut self.sockets);
+    /// DHCP's news and the echo service.
+    fn service(&mut self, iface: &mut Interface, sockets: &mut SocketSet<'static>) {
         if let Some(h) = self.dhcp {
-            let event = self.sockets.get_mut::<dhcpv4::Socket>(h).poll();
+            let event = sockets.get_mut::<dhcpv4::Socket>(h).poll();
             match event {
                 Some(dhcpv4::Event::Configured(c)) => {
                     let (cidr, gw) = (c.address, c.router);
@@ -261,65 +283,43 @@ impl Net {
                         (Some(gw), None) => kprintln!("perch: net: {cidr} via {gw} (DHCP)"),
                         (None, _) => kprintln!("perch: net: {cidr} (DHCP, no gateway)"),
                     }
-                    set_address(&mut self.iface, cidr, gw);
+                    set_address(iface, cidr, gw);
                     self.addr = Some((cidr, gw));
                 }
                 Some(dhcpv4::Event::Deconfigured) => {
                     if self.addr.is_some() {
                         kprintln!("perch: net: DHCP lease lost");
                     }
-                    self.iface.update_ip_addrs(|a| a.clear());
-                    self.iface.routes_mut().remove_default_ipv4_route();
+                    iface.update_ip_addrs(|a| a.clear());
+                    iface.routes_mut().remove_default_ipv4_route();
                     self.addr = None;
                 }
                 None => {}
             }
         }
         if let Some(h) = self.echo {
-            let s = self.sockets.get_mut::<udp::Socket>(h);
+            let s = sockets.get_mut::<udp::Socket>(h);
             let mut buf = [0u8; MAX_FRAME];
+            let mut sent = false;
             while s.can_send() {
                 let Ok((n, meta)) = s.recv_slice(&mut buf) else {
                     break;
                 };
                 // A full transmit buffer drops the echo, as UDP may.
-                let _ = s.send_slice(&buf[..n], meta);
+                sent |= s.send_slice(&buf[..n], meta).is_ok();
             }
-            // The replies leave now, not at the next poll.
-            self.iface.poll(t, &mut self.card, &mut self.sockets);
+            if sent {
+                // The replies leave now, not at the next poll.
+                iface.poll(now(), &mut self.card, sockets);
+            }
         }
     }
 }
 
 /// The interface's address and default gateway, once it has one.
-#[allow(dead_code, reason = "for the socket system calls")]
+#[allow(dead_code, reason = "for reports")]
 pub fn address() -> Option<(Ipv4Cidr, Option<Ipv4Address>)> {
     critical_section::with(|cs| NET.borrow_ref(cs).as_ref().and_then(|n| n.addr))
-}
-
-/// When the stack next needs [`poll`] (in `time::now_ns` nanoseconds):
-/// now when frames wait, else its earliest timer; `None` without a card
-/// or with nothing pending.
-#[allow(dead_code, reason = "for the socket system calls")]
-pub fn poll_at() -> Option<u64> {
-    critical_section::with(|cs| {
-        let mut net = NET.borrow_ref_mut(cs);
-        let net = net.as_mut()?;
-        let at = net.iface.poll_at(now(), &net.sockets)?;
-        Some(at.total_micros().max(0) as u64 * 1000)
-    })
-}
-
-/// Lends the interface and its socket set (for the socket system calls:
-/// add a smoltcp socket there, use it, [`poll`] to move its data); `None`
-/// without a card.
-#[allow(dead_code, reason = "for the socket system calls")]
-pub fn with_stack<R>(f: impl FnOnce(&mut Interface, &mut SocketSet<'static>) -> R) -> Option<R> {
-    critical_section::with(|cs| {
-        let mut net = NET.borrow_ref_mut(cs);
-        let net = net.as_mut()?;
-        Some(f(&mut net.iface, &mut net.sockets))
-    })
 }
 
 /// The card's counters, for reports.

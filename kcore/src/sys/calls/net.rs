@@ -12,13 +12,13 @@
 
 use alloc::vec::Vec;
 
+use super::super::Action;
 use super::super::errno::{Errno, SysResult};
 use super::super::fd::{OpenFile, Target, oflag};
 use super::super::machine::Machine;
 use super::super::net::{AF_INET, Addr, Opts, SOCK_DGRAM, SOCK_STREAM, msg};
 use super::super::table::Sys;
 use super::super::uapi::{Iovec32, Iovec64};
-use super::super::Action;
 use super::{Ctx, fd_arg, int_arg};
 
 const SOCK_NONBLOCK: u32 = oflag::O_NONBLOCK;
@@ -91,7 +91,11 @@ fn write_addr<M: Machine>(c: &mut Ctx<'_, M>, addr: u64, len: u64, a: Addr) -> R
 /// A call that found nothing to do yet: for a blocking socket, wait for
 /// a change of it (or until `timeo_ns` runs out, when not 0: then
 /// `EAGAIN`); a non-blocking one says `EAGAIN`.
-fn blocking<M: Machine>(c: &mut Ctx<'_, M>, nonblock: bool, timeo_ns: u64) -> Result<Action, Errno> {
+fn blocking<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    nonblock: bool,
+    timeo_ns: u64,
+) -> Result<Action, Errno> {
     if nonblock {
         return Err(Errno::EAGAIN);
     }
@@ -114,7 +118,12 @@ fn pipe_signal<M: Machine>(c: &mut Ctx<'_, M>, r: &Result<usize, Errno>, flags: 
 }
 
 /// `socket(domain, type, protocol)`.
-pub(crate) fn socket<M: Machine>(c: &mut Ctx<'_, M>, domain: u64, ty: u64, proto: u64) -> SysResult {
+pub(crate) fn socket<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    domain: u64,
+    ty: u64,
+    proto: u64,
+) -> SysResult {
     let (domain, ty, proto) = (domain as u32, ty as u32, proto as u32);
     let flags = ty & !0xf;
     let kind = ty & 0xf;
@@ -409,9 +418,8 @@ fn recv_iov<M: Machine>(
         && c.net.mask(id) & super::super::event::bits::EPOLLRDHUP == 0
     {
         let timeo = c.net.sock(id).map_or(0, |s| s.opts.rcvtimeo_ns);
-        match blocking(c, false, timeo) {
-            Ok(a) => return Ok(Err(a)),
-            Err(_) => {}
+        if let Ok(a) = blocking(c, false, timeo) {
+            return Ok(Err(a));
         }
     }
     let net = &mut *c.net;
@@ -483,7 +491,11 @@ pub(crate) fn recvfrom<M: Machine>(c: &mut Ctx<'_, M>, a: [u64; 6]) -> Result<Ac
     {
         write_addr(c, a[4], a[5], from)?;
     }
-    let n = if flags & msg::TRUNC != 0 { r.len } else { r.copied };
+    let n = if flags & msg::TRUNC != 0 {
+        r.len
+    } else {
+        r.copied
+    };
     Ok(Action::Return(n as u64))
 }
 
@@ -516,7 +528,11 @@ impl MsgHdr {
             })
         } else {
             let b: [u8; 28] = c.read_array(at)?;
-            let d = |i: usize| u64::from(u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or_default()));
+            let d = |i: usize| {
+                u64::from(u32::from_le_bytes(
+                    b[i..i + 4].try_into().unwrap_or_default(),
+                ))
+            };
             Ok(MsgHdr {
                 name: d(0),
                 namelen: d(4),
@@ -535,7 +551,12 @@ impl MsgHdr {
 }
 
 /// `sendmsg(fd, msg, flags)`.
-pub(crate) fn sendmsg<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, at: u64, flags: u64) -> Result<Action, Errno> {
+pub(crate) fn sendmsg<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    fd: u64,
+    at: u64,
+    flags: u64,
+) -> Result<Action, Errno> {
     sock_of(c, fd)?;
     let h = MsgHdr::read(c, at)?;
     let iov = iovecs(c, h.iov, h.iovlen)?;
@@ -552,7 +573,12 @@ pub(crate) fn sendmsg<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, at: u64, flags: u
 }
 
 /// `recvmsg(fd, msg, flags)`.
-pub(crate) fn recvmsg<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, at: u64, flags: u64) -> Result<Action, Errno> {
+pub(crate) fn recvmsg<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    fd: u64,
+    at: u64,
+    flags: u64,
+) -> Result<Action, Errno> {
     sock_of(c, fd)?;
     let wide = c.wide();
     let h = MsgHdr::read(c, at)?;
@@ -587,7 +613,11 @@ pub(crate) fn recvmsg<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, at: u64, flags: u
     }
     let out_flags = if r.len > r.copied { msg::TRUNC } else { 0 };
     c.write(at + flags_at, &out_flags.to_le_bytes())?;
-    let n = if flags & msg::TRUNC != 0 { r.len } else { r.copied };
+    let n = if flags & msg::TRUNC != 0 {
+        r.len
+    } else {
+        r.copied
+    };
     Ok(Action::Return(n as u64))
 }
 
@@ -608,7 +638,11 @@ pub(crate) fn mmsg<M: Machine>(
     let mut done = 0u64;
     for i in 0..n {
         let m = at + i * stride;
-        let f = if i == 0 { flags } else { flags | u64::from(msg::DONTWAIT) };
+        let f = if i == 0 {
+            flags
+        } else {
+            flags | u64::from(msg::DONTWAIT)
+        };
         let r = if send {
             sendmsg(c, fd, m, f)
         } else {
@@ -666,7 +700,9 @@ pub(crate) fn setsockopt<M: Machine>(c: &mut Ctx<'_, M>, a: [u64; 6]) -> SysResu
         if s < 0 {
             return Ok(0);
         }
-        Ok((s as u64).saturating_mul(1_000_000_000).saturating_add(us as u64 * 1000))
+        Ok((s as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(us as u64 * 1000))
     };
     let stream = c.net.sock_type(id) == SOCK_STREAM;
     let mut o = c.net.sock(id).map(|s| s.opts).ok_or(Errno::EBADF)?;
@@ -735,9 +771,9 @@ pub(crate) fn setsockopt<M: Machine>(c: &mut Ctx<'_, M>, a: [u64; 6]) -> SysResu
             o.maxseg = v as u32;
         }
         (6, 3) => o.cork = int(c)? != 0,
-        (6, 4 | 5 | 6) => {
+        (6, 4..=6) => {
             let v = int(c)?;
-            if v < 1 || v > 32767 {
+            if !(1..=32767).contains(&v) {
                 return Err(Errno::EINVAL);
             }
             match name {
@@ -831,10 +867,14 @@ pub(crate) fn getsockopt<M: Machine>(c: &mut Ctx<'_, M>, a: [u64; 6]) -> SysResu
         (1, 39) => i32::from(AF_INET).to_le_bytes().into(),
         (1, 1 | 5 | 12 | 29) => 0i32.to_le_bytes().into(),
         (0, 1) => i32::from(o.tos).to_le_bytes().into(),
-        (0, 2) => (if o.ttl == 0 { 64 } else { i32::from(o.ttl) }).to_le_bytes().into(),
+        (0, 2) => (if o.ttl == 0 { 64 } else { i32::from(o.ttl) })
+            .to_le_bytes()
+            .into(),
         (6, _) if !stream => return Err(Errno::EOPNOTSUPP),
         (6, 1) => (o.nodelay as i32).to_le_bytes().into(),
-        (6, 2) => (if o.maxseg == 0 { 536 } else { o.maxseg as i32 }).to_le_bytes().into(),
+        (6, 2) => (if o.maxseg == 0 { 536 } else { o.maxseg as i32 })
+            .to_le_bytes()
+            .into(),
         (6, 3) => (o.cork as i32).to_le_bytes().into(),
         (6, 4) => (o.keepidle as i32).to_le_bytes().into(),
         (6, 5) => (o.keepintvl as i32).to_le_bytes().into(),
@@ -865,7 +905,13 @@ pub(crate) fn rw<M: Machine>(c: &mut Ctx<'_, M>, call: Sys, a: [u64; 6]) -> Resu
             c.access_ok(a[1], len)?;
             alloc::vec![(a[1], len)]
         }
-        _ => iovecs(c, a[1], a[2]).map_err(|e| if e == Errno::EMSGSIZE { Errno::EINVAL } else { e })?,
+        _ => iovecs(c, a[1], a[2]).map_err(|e| {
+            if e == Errno::EMSGSIZE {
+                Errno::EINVAL
+            } else {
+                e
+            }
+        })?,
     };
     if matches!(call, Sys::Read | Sys::Readv) {
         match recv_iov(c, fd, &iov, 0)? {
@@ -878,18 +924,29 @@ pub(crate) fn rw<M: Machine>(c: &mut Ctx<'_, M>, call: Sys, a: [u64; 6]) -> Resu
 }
 
 /// The number of arguments of each `socketcall` sub-call (1..=20).
-const SOCKETCALL_ARGS: [u8; 21] = [0, 3, 3, 3, 2, 3, 3, 3, 4, 4, 4, 6, 6, 2, 5, 5, 3, 3, 4, 5, 4];
+const SOCKETCALL_ARGS: [u8; 21] = [
+    0, 3, 3, 3, 2, 3, 3, 3, 4, 4, 4, 6, 6, 2, 5, 5, 3, 3, 4, 5, 4,
+];
 
 /// i386 `socketcall(call, args)`: the sub-call's arguments are 32-bit
 /// words at `args`.
-pub(crate) fn socketcall<M: Machine>(c: &mut Ctx<'_, M>, call: u64, args: u64) -> Result<Action, Errno> {
+pub(crate) fn socketcall<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    call: u64,
+    args: u64,
+) -> Result<Action, Errno> {
     let call = call as u32;
-    let n = *SOCKETCALL_ARGS.get(call as usize).filter(|&&n| n > 0).ok_or(Errno::EINVAL)? as usize;
+    let n = *SOCKETCALL_ARGS
+        .get(call as usize)
+        .filter(|&&n| n > 0)
+        .ok_or(Errno::EINVAL)? as usize;
     let mut a = [0u64; 6];
     let mut b = [0u8; 24];
     c.read(args, &mut b[..n * 4])?;
     for (i, w) in a.iter_mut().enumerate().take(n) {
-        *w = u64::from(u32::from_le_bytes(b[i * 4..i * 4 + 4].try_into().unwrap_or_default()));
+        *w = u64::from(u32::from_le_bytes(
+            b[i * 4..i * 4 + 4].try_into().unwrap_or_default(),
+        ));
     }
     let r = |v: SysResult| v.map(Action::Return);
     match call {

@@ -184,10 +184,7 @@ fn a_blocking_accept_and_recv_wait_until_the_peer_acts() {
     sockaddr(&mut e, ADDR, [127, 0, 0, 1], 5002);
     assert_eq!(e.ret("bind", &[l, ADDR, 16]), 0);
     assert_eq!(e.ret("listen", &[l, 1]), 0);
-    assert!(matches!(
-        e.call("accept", &[l, 0, 0]),
-        Action::Wait { .. }
-    ));
+    assert!(matches!(e.call("accept", &[l, 0, 0]), Action::Wait { .. }));
     e.sys.waits.remove(e.t.tid);
     e.t.wait = None;
     let c = tcp(&mut e, NONBLOCK);
@@ -223,12 +220,20 @@ fn binding_follows_linux_rules() {
         let a = tcp(&mut e, 0);
         sockaddr(&mut e, ADDR, [127, 0, 0, 1], 5003);
         assert_eq!(e.ret("bind", &[a, ADDR, 16]), 0);
-        assert_eq!(e.err("bind", &[a, ADDR, 16]), Errno::EINVAL, "bound already");
+        assert_eq!(
+            e.err("bind", &[a, ADDR, 16]),
+            Errno::EINVAL,
+            "bound already"
+        );
         assert_eq!(e.ret("listen", &[a, 4]), 0);
         let b = tcp(&mut e, 0);
         assert_eq!(e.err("bind", &[b, ADDR, 16]), Errno::EADDRINUSE);
         sockaddr(&mut e, ADDR, [0, 0, 0, 0], 5003);
-        assert_eq!(e.err("bind", &[b, ADDR, 16]), Errno::EADDRINUSE, "ANY overlaps");
+        assert_eq!(
+            e.err("bind", &[b, ADDR, 16]),
+            Errno::EADDRINUSE,
+            "ANY overlaps"
+        );
         // SO_REUSEADDR does not share a port with a listener.
         e.poke(BUF, &1u32.to_le_bytes());
         assert_eq!(e.ret("setsockopt", &[b, 1, 2, BUF, 4]), 0);
@@ -256,7 +261,10 @@ fn bad_calls_get_linux_errors() {
         assert_eq!(e.err("socket", &[1, STREAM, 0]), Errno::EAFNOSUPPORT);
         assert_eq!(e.err("socket", &[AF_INET, 3, 0]), Errno::ESOCKTNOSUPPORT);
         assert_eq!(e.err("socket", &[AF_INET, 12, 0]), Errno::EINVAL);
-        assert_eq!(e.err("socket", &[AF_INET, STREAM, 17]), Errno::EPROTONOSUPPORT);
+        assert_eq!(
+            e.err("socket", &[AF_INET, STREAM, 17]),
+            Errno::EPROTONOSUPPORT
+        );
         assert_eq!(e.err("listen", &[1, 1]), Errno::ENOTSOCK);
         assert_eq!(e.err("listen", &[99, 1]), Errno::EBADF);
         let s = tcp(&mut e, NONBLOCK);
@@ -266,7 +274,10 @@ fn bad_calls_get_linux_errors() {
         e.poke(LEN, &16u32.to_le_bytes());
         assert_eq!(e.err("getpeername", &[s, ADDR, LEN]), Errno::ENOTCONN);
         e.poke(BUF, &1u32.to_le_bytes());
-        assert_eq!(e.err("setsockopt", &[s, 1, 999, BUF, 4]), Errno::ENOPROTOOPT);
+        assert_eq!(
+            e.err("setsockopt", &[s, 1, 999, BUF, 4]),
+            Errno::ENOPROTOOPT
+        );
         assert_eq!(e.err("setsockopt", &[s, 1, 2, BUF, 2]), Errno::EINVAL);
         assert_eq!(e.err("setsockopt", &[s, 1, 2, 0x10, 4]), Errno::EFAULT);
         let u = e.ret("socket", &[AF_INET, DGRAM, 0]) as u64;
@@ -323,12 +334,9 @@ fn epoll_reports_socket_readiness_level_and_edge_triggered() {
         let (l, c, a) = pair(&mut e, 5005);
         let ep = e.ret("epoll_create1", &[0]) as u64;
         let add = |e: &mut Env, fd: u64, ev: u32, data: u64| {
+            // Packed in both ABIs: 12 bytes.
             let mut b = ev.to_le_bytes().to_vec();
-            if e.abi == Abi::X86_64 {
-                b.extend_from_slice(&data.to_le_bytes());
-            } else {
-                b.extend_from_slice(&data.to_le_bytes());
-            }
+            b.extend_from_slice(&data.to_le_bytes());
             e.poke(EV, &b);
             assert_eq!(e.ret("epoll_ctl", &[ep, 1, fd, EV]), 0);
         };
