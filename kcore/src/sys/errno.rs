@@ -80,6 +80,8 @@ pub enum Errno {
     ELOOP = 40,
     /// Value too large for defined data type.
     EOVERFLOW = 75,
+    /// No buffer space available.
+    ENOBUFS = 105,
     /// Socket operation on non-socket.
     ENOTSOCK = 88,
     /// Destination address required.

@@ -36,7 +36,6 @@
 //! every arrival).
 
 use alloc::collections::VecDeque;
-use alloc::vec;
 use alloc::vec::Vec;
 
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
@@ -69,10 +68,10 @@ const BUF_MAX: u32 = 212992;
 const RCVBUF_MIN: u32 = 2304;
 const SNDBUF_MIN: u32 = 4608;
 
-/// The bytes smoltcp buffers for a TCP connection, each way, unless
-/// `SO_RCVBUF`/`SO_SNDBUF` say otherwise (then half the doubled value,
-/// at least 4 KiB).
-const TCP_BUFFER: usize = 65536;
+/// The bytes smoltcp buffers for a TCP connection, each way (its window),
+/// unless `SO_RCVBUF`/`SO_SNDBUF` say otherwise (then half the doubled
+/// value, 4 KiB to 128 KiB).
+const TCP_BUFFER: usize = 32768;
 /// A UDP socket's buffers: datagrams and bytes.
 const UDP_PACKETS: usize = 64;
 const UDP_BYTES: usize = 65536;
@@ -392,21 +391,30 @@ impl Default for Net {
     }
 }
 
-fn tcp_sock(rx: usize, tx: usize) -> tcp::Socket<'static> {
-    tcp::Socket::new(
-        tcp::SocketBuffer::new(vec![0u8; rx]),
-        tcp::SocketBuffer::new(vec![0u8; tx]),
-    )
+/// `n` zero bytes, or `ENOBUFS` when the heap has no room (a run out of
+/// memory refuses the socket, it does not end).
+fn zeroed<T: Clone>(n: usize, v: T) -> Result<Vec<T>, Errno> {
+    let mut b = Vec::new();
+    b.try_reserve_exact(n).map_err(|_| Errno::ENOBUFS)?;
+    b.resize(n, v);
+    Ok(b)
 }
 
-fn udp_sock() -> udp::Socket<'static> {
-    let buf = || {
-        udp::PacketBuffer::new(
-            vec![udp::PacketMetadata::EMPTY; UDP_PACKETS],
-            vec![0u8; UDP_BYTES],
-        )
+fn tcp_sock(rx: usize, tx: usize) -> Result<tcp::Socket<'static>, Errno> {
+    Ok(tcp::Socket::new(
+        tcp::SocketBuffer::new(zeroed(rx, 0u8)?),
+        tcp::SocketBuffer::new(zeroed(tx, 0u8)?),
+    ))
+}
+
+fn udp_sock() -> Result<udp::Socket<'static>, Errno> {
+    let buf = || -> Result<udp::PacketBuffer<'static>, Errno> {
+        Ok(udp::PacketBuffer::new(
+            zeroed(UDP_PACKETS, udp::PacketMetadata::EMPTY)?,
+            zeroed(UDP_BYTES, 0u8)?,
+        ))
     };
-    udp::Socket::new(buf(), buf())
+    Ok(udp::Socket::new(buf()?, buf()?))
 }
 
 /// Whether smoltcp socket `t` is done with: `CLOSED`, with no RST of an
@@ -654,7 +662,7 @@ impl Net {
         let mut made = Udp::default();
         for &side in sides {
             let Some(st) = self.stack(side) else { continue };
-            let mut s = udp_sock();
+            let mut s = udp_sock()?;
             s.bind(a.listen()).map_err(|_| Errno::EINVAL)?;
             let h = st.set.add(s);
             match side {
@@ -745,7 +753,11 @@ impl Net {
         let mut made = Vec::new();
         for side in add {
             let Some(st) = self.stack(side) else { continue };
-            let mut t = tcp_sock(opts.rx_bytes(), opts.tx_bytes());
+            // Out of memory: fewer listeners wait (the next refill tries
+            // again).
+            let Ok(mut t) = tcp_sock(opts.rx_bytes(), opts.tx_bytes()) else {
+                break;
+            };
             apply_opts(&mut t, &opts);
             if t.listen(a.listen()).is_err() {
                 continue;
@@ -859,7 +871,7 @@ impl Net {
         }
         let local = self.autobind(id)?;
         let opts = self.sock(id).map(|s| s.opts).unwrap_or_default();
-        let mut t = tcp_sock(opts.rx_bytes(), opts.tx_bytes());
+        let mut t = tcp_sock(opts.rx_bytes(), opts.tx_bytes())?;
         apply_opts(&mut t, &opts);
         let Some(st) = self.stack(side) else {
             return Err(Errno::ENETUNREACH);
@@ -1603,12 +1615,16 @@ impl Net {
         }
     }
 
-    /// Frees zombies that reached `CLOSED`.
+    /// Frees zombies that reached `CLOSED`, or `TIME-WAIT`: both ends
+    /// have closed, and what Linux keeps of such a connection is a few
+    /// bytes, not its buffers (a late duplicate segment then meets a
+    /// reset rather than silence).
     fn reap(&mut self) {
         let zs = core::mem::take(&mut self.zombies);
         for (side, h) in zs {
             let Some(st) = self.stack(side) else { continue };
-            if gone(st.set.get_mut::<tcp::Socket>(h)) {
+            let t = st.set.get_mut::<tcp::Socket>(h);
+            if gone(t) || t.state() == tcp::State::TimeWait {
                 st.set.remove(h);
             } else {
                 self.zombies.push((side, h));

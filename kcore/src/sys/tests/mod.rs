@@ -471,6 +471,7 @@ pub(crate) fn errno_of(n: i64) -> Errno {
         ECONNREFUSED,
         EALREADY,
         EINPROGRESS,
+        ENOBUFS,
     ] {
         if e.number() as i64 == n {
             return e;
