@@ -168,3 +168,134 @@ fn an_i386_alarm_count_in_the_errno_range_is_not_an_error() {
     );
     check(&e, alarm, &a);
 }
+
+/// Random socket calls on real sockets (a listener, a connected pair, UDP
+/// sockets, sockaddrs of the loopback in scratch memory) with bad
+/// descriptors, pointers and huge lengths, packets moved between calls:
+/// nothing panics, every error is a Linux errno, and what a run keeps
+/// stays bounded.
+#[test]
+fn random_socket_calls_on_live_sockets() {
+    use crate::sys::table::Sys;
+    for abi in [Abi::X86_64, Abi::I386] {
+        let mut e = prepare(abi);
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let socket_calls: Vec<u64> = (0..470)
+            .filter(|&n| {
+                matches!(
+                    table::lookup(abi, n),
+                    Some(
+                        Sys::Socket
+                            | Sys::Bind
+                            | Sys::Connect
+                            | Sys::Listen
+                            | Sys::Accept
+                            | Sys::Accept4
+                            | Sys::Getsockname
+                            | Sys::Getpeername
+                            | Sys::Sendto
+                            | Sys::Recvfrom
+                            | Sys::Sendmsg
+                            | Sys::Recvmsg
+                            | Sys::Sendmmsg
+                            | Sys::Recvmmsg
+                            | Sys::Shutdown
+                            | Sys::Setsockopt
+                            | Sys::Getsockopt
+                            | Sys::Socketcall
+                            | Sys::Read
+                            | Sys::Write
+                            | Sys::Readv
+                            | Sys::Writev
+                            | Sys::Close
+                            | Sys::Poll
+                            | Sys::EpollCtl
+                            | Sys::EpollCreate1
+                            | Sys::Fcntl
+                            | Sys::Ioctl
+                            | Sys::Dup
+                    )
+                )
+            })
+            .collect();
+        // sockaddr_in 127.0.0.1:7000 and 127.0.0.1:7001 in scratch.
+        let sa = |port: u16| {
+            let mut b = [0u8; 16];
+            b[..2].copy_from_slice(&2u16.to_le_bytes());
+            b[2..4].copy_from_slice(&port.to_be_bytes());
+            b[4..8].copy_from_slice(&[127, 0, 0, 1]);
+            b
+        };
+        for round in 0..200u32 {
+            if round % 20 == 0 {
+                e = prepare(abi);
+                e.poke(SCRATCH + 0x100, &sa(7000));
+                e.poke(SCRATCH + 0x110, &sa(7001));
+                e.poke(SCRATCH + 0x120, &16u32.to_le_bytes());
+                // fd 5: a listener, 6 and 7 a pair, 8 UDP bound to 7001.
+                let l = e.ret("socket", &[2, 1 | 0o4000, 0]) as u64;
+                e.ret("bind", &[l, SCRATCH + 0x100, 16]);
+                e.ret("listen", &[l, 4]);
+                let c = e.ret("socket", &[2, 1 | 0o4000, 0]) as u64;
+                e.ret("connect", &[c, SCRATCH + 0x100, 16]);
+                pump_net(&mut e);
+                e.ret("accept4", &[l, 0, 0, 0o4000]);
+                let u = e.ret("socket", &[2, 2 | 0o4000, 0]) as u64;
+                e.ret("bind", &[u, SCRATCH + 0x110, 16]);
+            }
+            for _ in 0..50 {
+                let nr = socket_calls[(next() % socket_calls.len() as u64) as usize];
+                let mut args = [0u64; 6];
+                for a in &mut args {
+                    let r = next();
+                    *a = match r % 8 {
+                        0 => 3 + (r >> 8) % 8,
+                        1 => SCRATCH + 0x100 + ((r >> 8) % 2) * 0x10,
+                        2 => SCRATCH + (r >> 8) % SCRATCH_LEN,
+                        3 => [16, 0, 1, 4, 8, 0x7fff_ffff, u64::MAX][(r >> 8) as usize % 7],
+                        4 => [BAD, RO, TEXT, 0xffff_8000_0000_0000][(r >> 8) as usize % 4],
+                        5 => (r >> 8) % 64,
+                        6 => 0o4000 | 0x40,
+                        _ => r,
+                    };
+                }
+                let a = e.call_nr(nr, &args);
+                check(&e, nr, &a);
+                // A call that would wait is let go, as a signal would.
+                if e.t.wait.is_some() {
+                    crate::sys::cancel_wait(&mut e.sys, &mut e.t);
+                }
+                if next() % 4 == 0 {
+                    pump_net(&mut e);
+                }
+            }
+            assert!(e.sys.net.open_count() <= crate::sys::net::MAX_SOCKETS);
+        }
+        crate::sys::process_ended(&mut e.sys, e.p.pid);
+        pump_net(&mut e);
+        assert_eq!(e.sys.net.open_count(), 0);
+    }
+}
+
+/// Moves packets as the runtime does between calls.
+fn pump_net(e: &mut Env) {
+    let now = e.m.monotonic_ns();
+    let changes = e.sys.net.poll(now, None::<&mut smoltcp::phy::Loopback>);
+    let (sys, p) = (&mut e.sys, &mut e.p);
+    crate::sys::net_changed(
+        sys,
+        &changes,
+        |pid, f| {
+            if pid == p.pid {
+                f(&mut p.fds)
+            }
+        },
+        |_| {},
+    );
+}
