@@ -17,7 +17,9 @@
 //! - [`vma`]: memory areas and the address-space layout.
 //! - [`fs`]: the run's file system; [`fd`]: descriptor tables;
 //!   [`event`]: eventfd, epoll and every file's readiness; [`wait`]:
-//!   threads waiting on files.
+//!   threads waiting on files; [`net`]: TCP and UDP sockets over smoltcp
+//!   (the runtime moves their packets with [`net::Net::poll`] and passes
+//!   what changed to [`net_changed`]).
 //! - [`process`]: per-process and per-thread state.
 //! - [`signal`]: delivery and `rt_sigreturn` in both ABIs' frames;
 //!   [`restart`]: what a wait a signal interrupted returns (Linux's
@@ -55,8 +57,8 @@
 //! # Implemented, and what is not
 //! Every number in [`table`]'s `X86_64_TABLE`/`I386_TABLE` has a handler;
 //! `rseq` and `membarrier` return `ENOSYS` on purpose (libc copes) and
-//! are not counted as unknown; everything else (sockets, `fork`,
-//! `execve`, `wait4`, timerfd, signalfd, xattrs, SysV IPC,
+//! are not counted as unknown; everything else (`fork`, `execve`,
+//! `wait4`, `AF_UNIX` sockets, timerfd, signalfd, xattrs, SysV IPC,
 //! ...) returns `ENOSYS` and is counted by name in [`UnknownCalls`].
 
 pub mod errno;
