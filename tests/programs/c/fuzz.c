@@ -19,8 +19,13 @@
  * The runtime must survive every call. So that the *fuzzer* survives too
  * and never blocks, a short deny-list (see build_table) skips the calls that
  * end or replace the process, block or sleep on a caller's timeout, make
- * blocking descriptors (pipes, sockets, eventfds), or reach other processes
- * or the network; and a few calls are steered:
+ * blocking descriptors (pipes, eventfds), or reach other processes; and a
+ * few calls are steered:
+ *   - sockets are IPv4 and always non-blocking (socket and accept4 get
+ *     SOCK_NONBLOCK, F_SETFL keeps O_NONBLOCK, FIONBIO and accept are
+ *     denied), and only under the runtime (PERCH_FUZZ_GUEST=1): on a host
+ *     they would reach the network; a sockaddr_in of 127.0.0.1:7000 lies in
+ *     the scratch buffer for address arguments to hit;
  *   - clone, clone3, futex, kill, tkill, tgkill and rt_sigaction as said
  *     above spawn(): threads that exit at once (over corrupt robust lists),
  *     futex waits that end at once, only signals that are ignored;
@@ -238,9 +243,11 @@ static word syscall_number(void)
 
 enum action {
 	ALLOW = 0, DENY, MEMORY, MMAP, MREMAP, BRK, FD_TARGET0, FD_TARGET1, FCNTL, POLL, PRLIMIT,
-	CLONE, CLONE3, FUTEX, KILL, TKILL, TGKILL, SIGACTION, SIGNAL,
+	CLONE, CLONE3, FUTEX, KILL, TKILL, TGKILL, SIGACTION, SIGNAL, SOCKET, ACCEPT4, IOCTL,
 };
 static unsigned char table[NR_SPAN];
+/* Whether the environment says the calls reach only the runtime. */
+static int in_guest;
 
 static void mark(long nr, enum action a)
 {
@@ -312,8 +319,8 @@ static void build_table(void)
 	D(rt_sigtimedwait_time64); D(semtimedop_time64);
 	D(mq_timedreceive_time64); D(mq_timedsend_time64); D(io_pgetevents_time64);
 #endif
-	/* descriptors whose reads block, and the network */
-	D(pipe); D(pipe2); D(socket); D(socketpair); D(eventfd); D(eventfd2);
+	/* descriptors whose reads block (sockets are steered: below) */
+	D(pipe); D(pipe2); D(socketpair); D(eventfd); D(eventfd2);
 	D(signalfd); D(signalfd4); D(timerfd_create); D(inotify_init); D(inotify_init1);
 	D(userfaultfd); D(perf_event_open); D(fanotify_init);
 #ifdef SYS_socketcall
@@ -368,6 +375,14 @@ static void build_table(void)
 #endif
 	mark(SYS_poll, POLL);
 	mark(SYS_prlimit64, PRLIMIT);
+	/* sockets: IPv4, always non-blocking, so no read or accept waits; a
+	 * plain accept would make a blocking one */
+	mark(SYS_socket, in_guest ? SOCKET : DENY);
+	mark(SYS_accept4, ACCEPT4);
+#ifdef SYS_accept
+	mark(SYS_accept, DENY);
+#endif
+	mark(SYS_ioctl, IOCTL);
 	mark(SYS_clone, CLONE);
 #ifdef SYS_clone3
 	mark(SYS_clone3, CLONE3);
@@ -713,7 +728,19 @@ static int steer(word nr, word *a)
 	case FD_TARGET1:
 		return !protected_fd(a[1]);
 	case FCNTL:
+		/* F_SETFL keeps O_NONBLOCK on: a socket stays non-blocking */
+		if (a[1] == 4)
+			a[2] |= 04000;
 		return a[1] != F_SETLKW && a[1] != F_OFD_SETLKW && a[1] != F_SETLKW64;
+	case SOCKET:
+		a[0] = 2; /* AF_INET */
+		a[1] = (a[1] & 0xf) | 04000 | (a[1] & 02000000);
+		return 1;
+	case ACCEPT4:
+		a[3] |= 04000;
+		return 1;
+	case IOCTL:
+		return a[1] != 0x5421; /* FIONBIO could make a socket blocking */
 	case POLL:
 		a[2] = 0;
 		return 1;
@@ -748,32 +775,37 @@ static int steer(word nr, word *a)
 		 * a handler at a random address would end the fuzzer at the
 		 * first signal it sends itself. */
 		if (in_scratch(a[1], sizeof(word))) {
-			word h = (word)(next() % 2);
+			/* SIGPIPE stays ignored: a send on a socket raises it */
+			word h = (word)(a[0] == 13 ? 1 : next() % 2);
 			__builtin_memcpy((void *)(uintptr_t)a[1], &h, sizeof h);
 		} else {
 			a[1] = unreadable_pointer();
 		}
 		return 1;
 	case SIGNAL:
-		a[1] = (word)(next() % 2); /* i386 signal(): SIG_DFL or SIG_IGN */
+		/* i386 signal(): SIG_DFL or SIG_IGN (SIGPIPE: ignored) */
+		a[1] = (word)(a[0] == 13 ? 1 : next() % 2);
 		return 1;
 	}
 	return 0;
 }
 
-static int is_root_without_consent(char **envp)
+static int guest_consent(char **envp)
 {
-	if (SYS0(SYS_getuid) != 0)
-		return 0;
 	static const char want[] = "PERCH_FUZZ_GUEST=1";
 	for (char **e = envp; *e; e++) {
 		size_t i = 0;
 		while (want[i] && (*e)[i] == want[i])
 			i++;
 		if (!want[i] && !(*e)[i])
-			return 0;
+			return 1;
 	}
-	return 1;
+	return 0;
+}
+
+static int is_root_without_consent(char **envp)
+{
+	return SYS0(SYS_getuid) == 0 && !guest_consent(envp);
 }
 
 static unsigned char *map(size_t bytes, int prot)
@@ -833,6 +865,7 @@ int main(int argc, char **argv, char **envp)
 		       "(set PERCH_FUZZ_GUEST=1 where the calls reach only the runtime)\n");
 		return 2;
 	}
+	in_guest = guest_consent(envp);
 	uint64_t calls = parse_u64(argv[1]);
 	rng = argc > 2 ? parse_u64(argv[2]) : 1;
 	if (rng == 0)
@@ -860,10 +893,20 @@ int main(int argc, char **argv, char **envp)
 		for (size_t j = 0; j <= n; j++)
 			scratch[i * PATH_SLOT + j] = (unsigned char)paths[i][j];
 	}
+	/* A sockaddr_in of 127.0.0.1:7000 after the paths, for the socket
+	 * calls' address pointers to hit now and then. */
+	static const unsigned char loopback[16] = {2, 0, 0x1b, 0x58, 127, 0, 0, 1};
+	for (size_t j = 0; j < sizeof loopback; j++)
+		scratch[NPATHS * PATH_SLOT + j] = loopback[j];
 	initial_brk = (word)SYS0(SYS_brk);
 	self_pid = SYS0(SYS_getpid);
 	self_tid = SYS0(SYS_gettid);
 	build_table();
+	/* SIGPIPE ignored: a send on a shut socket says EPIPE, not death */
+	{
+		word act[6] = {1, 0, 0, 0, 0, 0};
+		raw(SYS_rt_sigaction, 13, (word)(uintptr_t)act, 0, 8, 0, 0);
+	}
 
 	/* Keep the console as `console`; fds 0-2 become /dev/null. */
 	static const int console_fds[] = {100, 64, 32, 20};
