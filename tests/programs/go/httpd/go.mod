@@ -1,0 +1,3 @@
+module perch.test/httpd
+
+go 1.19
