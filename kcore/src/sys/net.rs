@@ -320,6 +320,29 @@ pub struct Change {
 struct Stack {
     iface: Interface,
     set: SocketSet<'static>,
+    /// smoltcp sockets in `set`: at most [`SET_CAPACITY`], so that the
+    /// set, made with room for them, never grows (a full heap would end
+    /// the runtime there).
+    live: usize,
+}
+
+/// How many smoltcp sockets each interface's set holds at most (its
+/// storage is reserved up front: [`Net::new`], and the runtime's set).
+pub const SET_CAPACITY: usize = 2048;
+
+impl Stack {
+    fn add<T: smoltcp::socket::AnySocket<'static>>(&mut self, s: T) -> Result<SocketHandle, Errno> {
+        if self.live >= SET_CAPACITY {
+            return Err(Errno::ENOBUFS);
+        }
+        self.live += 1;
+        Ok(self.set.add(s))
+    }
+
+    fn remove(&mut self, h: SocketHandle) {
+        self.set.remove(h);
+        self.live = self.live.saturating_sub(1);
+    }
 }
 
 /// What a receive found.
@@ -444,7 +467,8 @@ impl Net {
         Net {
             lo: Stack {
                 iface,
-                set: SocketSet::new(Vec::new()),
+                set: SocketSet::new(Vec::with_capacity(SET_CAPACITY)),
+                live: 0,
             },
             lo_dev,
             ext: None,
@@ -458,8 +482,10 @@ impl Net {
 
     /// Gives the card's interface and socket set (which may hold the
     /// runtime's own sockets, DHCP's) to the sockets of the run.
+    /// Its set should have room for [`SET_CAPACITY`] sockets.
     pub fn attach(&mut self, iface: Interface, set: SocketSet<'static>) {
-        self.ext = Some(Stack { iface, set });
+        let live = set.iter().count();
+        self.ext = Some(Stack { iface, set, live });
     }
 
     /// The card's interface and socket set, once attached.
@@ -664,7 +690,7 @@ impl Net {
             let Some(st) = self.stack(side) else { continue };
             let mut s = udp_sock()?;
             s.bind(a.listen()).map_err(|_| Errno::EINVAL)?;
-            let h = st.set.add(s);
+            let h = st.add(s)?;
             match side {
                 Side::Lo => made.lo = Some(h),
                 Side::Ext => made.ext = Some(h),
@@ -762,7 +788,10 @@ impl Net {
             if t.listen(a.listen()).is_err() {
                 continue;
             }
-            made.push((side, st.set.add(t)));
+            match st.add(t) {
+                Ok(h) => made.push((side, h)),
+                Err(_) => break,
+            }
         }
         if let Some(Some(Sock {
             proto: Proto::Tcp(Tcp::Listening { listeners, .. }),
@@ -889,7 +918,7 @@ impl Net {
                 tcp::ConnectError::InvalidState => Errno::EISCONN,
                 tcp::ConnectError::Unaddressable => Errno::ENETUNREACH,
             })?;
-        let h = st.set.add(t);
+        let h = st.add(t)?;
         let s = self.sock_mut(id)?;
         s.proto = Proto::Tcp(Tcp::Conn {
             side,
@@ -1087,7 +1116,7 @@ impl Net {
                 let t = st.set.get_mut::<tcp::Socket>(h);
                 t.abort();
                 if gone(t) {
-                    st.set.remove(h);
+                    st.remove(h);
                 } else {
                     self.zombies.push((side, h));
                 }
@@ -1118,7 +1147,7 @@ impl Net {
                         t.close();
                     }
                     if gone(t) {
-                        st.set.remove(h);
+                        st.remove(h);
                     } else {
                         self.zombies.push((side, h));
                     }
@@ -1127,7 +1156,7 @@ impl Net {
             Proto::Udp(u) => {
                 for (side, h) in [(Side::Lo, u.lo), (Side::Ext, u.ext)] {
                     if let (Some(h), Some(st)) = (h, self.stack(side)) {
-                        st.set.remove(h);
+                        st.remove(h);
                     }
                 }
             }
@@ -1555,7 +1584,7 @@ impl Net {
                 s.wr_shut = true;
                 s.proto = Proto::Tcp(Tcp::Done);
                 if let Some(st) = self.stack(side) {
-                    st.set.remove(h);
+                    st.remove(h);
                 }
                 return;
             }
@@ -1625,7 +1654,7 @@ impl Net {
             let Some(st) = self.stack(side) else { continue };
             let t = st.set.get_mut::<tcp::Socket>(h);
             if gone(t) || t.state() == tcp::State::TimeWait {
-                st.set.remove(h);
+                st.remove(h);
             } else {
                 self.zombies.push((side, h));
             }

@@ -155,7 +155,7 @@ pub fn init(cfg: NetConfig) {
     let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(mac)));
     config.random_seed = arch_x86::cpu::rdtsc();
     let mut iface = Interface::new(config, &mut card, now());
-    let mut sockets = SocketSet::new(Vec::new());
+    let mut sockets = SocketSet::new(Vec::with_capacity(kcore::sys::net::SET_CAPACITY));
     let mut addr = None;
     let dhcp = match cfg.mode {
         NetMode::Static {
