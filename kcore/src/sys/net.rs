@@ -77,6 +77,10 @@ const UDP_PACKETS: usize = 64;
 const UDP_BYTES: usize = 65536;
 /// The most smoltcp listeners one side of a listening socket keeps.
 const MAX_LISTENERS: usize = 16;
+/// How long Linux keeps a connection in `TIME-WAIT` (`TCP_TIMEWAIT_LEN`).
+const TIME_WAIT_US: i64 = 60_000_000;
+/// How many `TIME-WAIT` addresses are remembered.
+const TIME_WAIT_MAX: usize = 4096;
 /// How many sockets a run may have open.
 pub const MAX_SOCKETS: usize = 1024;
 
@@ -302,6 +306,10 @@ pub struct Sock {
     wr_shut: bool,
     /// The connection was made and then ended (writes say `EPIPE`).
     was_connected: bool,
+    /// A non-blocking connect is under way and no call has said yet that
+    /// it is done (the next `connect` then says 0, as Linux, and
+    /// `EISCONN` after that).
+    connect_pending: bool,
     /// What [`Net::poll`] saw last: readiness, bytes queued each way.
     seen: (u32, usize, usize),
 }
@@ -393,6 +401,11 @@ pub struct Net {
     socks: Vec<Option<Sock>>,
     /// Closed TCP connections still saying goodbye, freed at `CLOSED`.
     zombies: Vec<(Side, SocketHandle)>,
+    /// Local addresses of connections that went through `TIME-WAIT`, and
+    /// until when (µs) Linux would keep them: a bind there without
+    /// SO_REUSEADDR is `EADDRINUSE` (at most [`TIME_WAIT_MAX`], oldest
+    /// forgotten first).
+    time_wait: VecDeque<(Addr, i64)>,
     next_port: u16,
     /// A call queued data or changed a connection: poll soon.
     pub dirty: bool,
@@ -474,6 +487,7 @@ impl Net {
             ext: None,
             socks: Vec::new(),
             zombies: Vec::new(),
+            time_wait: VecDeque::new(),
             next_port: EPHEMERAL.0 + (seed % u64::from(EPHEMERAL.1 - EPHEMERAL.0)) as u16,
             dirty: false,
             now_us: 0,
@@ -559,6 +573,7 @@ impl Net {
                 rd_shut: false,
                 wr_shut: false,
                 was_connected: false,
+                connect_pending: false,
                 seen: (0, 0, 0),
             },
         )
@@ -597,6 +612,14 @@ impl Net {
     /// unless one listens.
     fn port_taken(&self, me: usize, ty: u32, ip: [u8; 4], port: u16) -> bool {
         let mine = self.sock(me).map(|s| s.opts).unwrap_or_default();
+        if ty == SOCK_STREAM
+            && !mine.reuseaddr
+            && self.time_wait.iter().any(|&(a, until)| {
+                a.port == port && until > self.now_us && (a.any() || ip == [0; 4] || a.ip == ip)
+            })
+        {
+            return true;
+        }
         let listening_me = self.listening(me);
         self.socks.iter().enumerate().any(|(i, s)| {
             let Some(s) = s else { return false };
@@ -701,6 +724,16 @@ impl Net {
             u.ext = made.ext;
         }
         Ok(())
+    }
+
+    /// Whether a UDP socket of the run is bound where `to` points (on the
+    /// loopback).
+    fn udp_port_bound(&self, to: Addr) -> bool {
+        self.socks.iter().flatten().any(|s| {
+            matches!(s.proto, Proto::Udp(_))
+                && s.local
+                    .is_some_and(|l| l.port == to.port && (l.any() || l.ip == to.ip))
+        })
     }
 
     /// `listen(backlog)`.
@@ -844,6 +877,7 @@ impl Net {
                 rd_shut: false,
                 wr_shut: false,
                 was_connected: true,
+                connect_pending: false,
                 seen: (0, 0, 0),
             },
         )?;
@@ -927,6 +961,7 @@ impl Net {
         });
         s.rd_shut = false;
         s.wr_shut = false;
+        s.connect_pending = true;
         self.dirty = true;
         Err(Errno::EINPROGRESS)
     }
@@ -943,6 +978,10 @@ impl Net {
                 seen: tcp::State::SynSent | tcp::State::SynReceived,
                 ..
             }) => Err(Errno::EALREADY),
+            _ if s.was_connected && s.connect_pending => {
+                s.connect_pending = false;
+                Ok(())
+            }
             _ if s.was_connected => Err(Errno::EISCONN),
             _ => Err(Errno::ECONNREFUSED),
         }
@@ -972,7 +1011,10 @@ impl Net {
                 seen: tcp::State::SynSent | tcp::State::SynReceived,
                 ..
             }) => Err(Errno::EALREADY),
-            Proto::Tcp(Tcp::Conn { .. }) => Ok(()),
+            Proto::Tcp(Tcp::Conn { .. }) => {
+                s.connect_pending = false;
+                Ok(())
+            }
             _ if s.was_connected => Ok(()),
             _ => Err(Errno::ECONNREFUSED),
         }
@@ -1082,6 +1124,9 @@ impl Net {
                     if let Some(t) = self.tcp(side, h) {
                         t.close();
                     }
+                    // The state close() moved to (LAST-ACK, FIN-WAIT-1) is
+                    // the one a later CLOSED is judged from.
+                    self.track(id);
                     self.dirty = true;
                 }
                 Ok(())
@@ -1099,7 +1144,13 @@ impl Net {
                 s.wr_shut |= wr;
                 Ok(())
             }
-            _ => Err(Errno::ENOTCONN),
+            // Linux's inet_shutdown marks an unconnected socket shut all
+            // the same (its poll then says so), and answers ENOTCONN.
+            _ => {
+                s.rd_shut |= rd;
+                s.wr_shut |= wr;
+                Err(Errno::ENOTCONN)
+            }
         }
     }
 
@@ -1284,6 +1335,14 @@ impl Net {
                         },
                     );
                 };
+                // Nobody on the loopback has that port: Linux's ICMP port
+                // unreachable comes back, and a connected socket hears it.
+                if side == Side::Lo && u.peer.is_some() && !self.udp_port_bound(to) {
+                    if let Ok(s) = self.sock_mut(id) {
+                        s.error = Some(Errno::ECONNREFUSED);
+                    }
+                    return Ok(len);
+                }
                 let mut data = Vec::new();
                 data.try_reserve_exact(len).map_err(|_| Errno::ENOMEM)?;
                 data.resize(len, 0);
@@ -1334,7 +1393,9 @@ impl Net {
                 };
                 let sock = self.tcp(side, h).ok_or(Errno::ENOTCONN)?;
                 let peer = sock.remote_endpoint().map(Addr::of);
-                if len == 0 {
+                // A receive of 0 bytes says 0 when there is data (or the
+                // end), and waits like any other when there is none.
+                if len == 0 && sock.can_recv() {
                     return Ok(Received {
                         copied: 0,
                         len: 0,
@@ -1575,8 +1636,12 @@ impl Net {
                 s.was_connected = true;
             }
             if state == tcp::State::Closed {
+                s.connect_pending = false;
                 if seen == tcp::State::SynSent {
                     s.error = Some(Errno::ECONNREFUSED);
+                } else if seen == tcp::State::CloseWait {
+                    // Linux's tcp_reset: the peer had closed already.
+                    s.error = Some(Errno::EPIPE);
                 } else if !orderly_end(seen) || !s.wr_shut {
                     s.error = Some(Errno::ECONNRESET);
                 }
@@ -1648,9 +1713,37 @@ impl Net {
     /// have closed, and what Linux keeps of such a connection is a few
     /// bytes, not its buffers (a late duplicate segment then meets a
     /// reset rather than silence).
-    fn reap(&mut self) {
+    fn reap(&mut self) -> bool {
+        let mut aborted = false;
         let zs = core::mem::take(&mut self.zombies);
+        let now = self.now_us;
+        while self
+            .time_wait
+            .front()
+            .is_some_and(|&(_, until)| until <= now)
+        {
+            self.time_wait.pop_front();
+        }
         for (side, h) in zs {
+            let Some(st) = self.stack(side) else { continue };
+            let t = st.set.get_mut::<tcp::Socket>(h);
+            // Data for a socket nobody holds any more: Linux answers
+            // with a reset.
+            if t.recv_queue() > 0 {
+                t.abort();
+                aborted = true;
+            }
+            if t.state() == tcp::State::TimeWait
+                && let Some(local) = t.local_endpoint()
+            {
+                if self.time_wait.len() >= TIME_WAIT_MAX {
+                    self.time_wait.pop_front();
+                }
+                if self.time_wait.try_reserve(1).is_ok() {
+                    self.time_wait
+                        .push_back((Addr::of(local), now + TIME_WAIT_US));
+                }
+            }
             let Some(st) = self.stack(side) else { continue };
             let t = st.set.get_mut::<tcp::Socket>(h);
             if gone(t) || t.state() == tcp::State::TimeWait {
@@ -1659,6 +1752,7 @@ impl Net {
                 self.zombies.push((side, h));
             }
         }
+        aborted
     }
 
     /// Moves packets on both interfaces (`card` is the runtime's device,
@@ -1668,19 +1762,26 @@ impl Net {
         let now = Instant::from_micros((now_ns / 1000) as i64);
         self.now_us = now.total_micros();
         self.dirty = false;
-        // Loopback: what one poll sends, the next receives; a handful
-        // of rounds settles a handshake or an exchange.
-        for _ in 0..8 {
-            let r = self.lo.iface.poll(now, &mut self.lo_dev, &mut self.lo.set);
-            if r == smoltcp::iface::PollResult::None {
+        let mut card = card;
+        // A reset for data that reached a closed socket goes out in the
+        // same poll, as Linux answers it at once.
+        for _ in 0..4 {
+            // Loopback: what one poll sends, the next receives; a handful
+            // of rounds settles a handshake or an exchange.
+            for _ in 0..8 {
+                let r = self.lo.iface.poll(now, &mut self.lo_dev, &mut self.lo.set);
+                if r == smoltcp::iface::PollResult::None {
+                    break;
+                }
+            }
+            if let (Some(st), Some(card)) = (self.ext.as_mut(), card.as_deref_mut()) {
+                st.iface.poll(now, card, &mut st.set);
+            }
+            self.accept_ready();
+            if !self.reap() {
                 break;
             }
         }
-        if let (Some(st), Some(card)) = (self.ext.as_mut(), card) {
-            st.iface.poll(now, card, &mut st.set);
-        }
-        self.accept_ready();
-        self.reap();
         let mut out = Vec::new();
         for id in 0..self.socks.len() {
             if self.sock(id).is_none() {

@@ -485,11 +485,14 @@ pub(crate) fn recvfrom<M: Machine>(c: &mut Ctx<'_, M>, a: [u64; 6]) -> Result<Ac
         Ok(r) => r,
         Err(wait) => return Ok(wait),
     };
-    if a[4] != 0
-        && let Some(from) = r.from
-        && c.net.sock_type(sock_of(c, fd)?.0) == SOCK_DGRAM
-    {
-        write_addr(c, a[4], a[5], from)?;
+    if a[4] != 0 {
+        match r.from {
+            Some(from) if c.net.sock_type(sock_of(c, fd)?.0) == SOCK_DGRAM => {
+                write_addr(c, a[4], a[5], from)?;
+            }
+            // A stream has no sender's address: the length says 0.
+            _ => c.write(a[5], &0u32.to_le_bytes())?,
+        }
     }
     let n = if flags & msg::TRUNC != 0 {
         r.len
@@ -882,7 +885,11 @@ pub(crate) fn getsockopt<M: Machine>(c: &mut Ctx<'_, M>, a: [u64; 6]) -> SysResu
         (6, 9) => (o.defer_accept as i32).to_le_bytes().into(),
         (6, 12) => (o.quickack as i32).to_le_bytes().into(),
         (6, 18) => (o.user_timeout as i32).to_le_bytes().into(),
-        _ => return Err(Errno::ENOPROTOOPT),
+        // A level the socket has, an option it does not: ENOPROTOOPT; a
+        // level it does not have reaches ip_getsockopt: EOPNOTSUPP.
+        (1 | 0 | 6, _) => return Err(Errno::ENOPROTOOPT),
+        (17, _) if !stream => return Err(Errno::ENOPROTOOPT),
+        _ => return Err(Errno::EOPNOTSUPP),
     };
     // Linux copies at most the caller's length (an int option of a
     // shorter buffer is EINVAL for most; take the common rule).

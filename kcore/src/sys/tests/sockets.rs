@@ -415,3 +415,22 @@ fn a_reset_reads_as_econnreset_and_the_process_end_closes_its_sockets() {
     crate::sys::process_ended(&mut e.sys, e.p.pid);
     assert_eq!(e.sys.net.open_count(), 0);
 }
+
+#[test]
+fn data_for_a_closed_socket_resets_its_peer() {
+    for mut e in both() {
+        let (_l, c, a) = pair(&mut e, 5008);
+        assert_eq!(e.ret("close", &[a]), 0);
+        pump(&mut e);
+        // The peer's FIN came: end of file, and sending still works.
+        assert_eq!(recv(&mut e, c, 16, 0).unwrap(), b"");
+        assert_eq!(send(&mut e, c, b"x"), 1);
+        pump(&mut e);
+        pump(&mut e);
+        let r = poll_one(&mut e, c, 0x2005);
+        assert_eq!(r, 0x201d, "IN|OUT|ERR|HUP|RDHUP: {r:#x}");
+        // The peer had closed: Linux's reset in CLOSE-WAIT says EPIPE.
+        assert_eq!(send(&mut e, c, b"x"), -(Errno::EPIPE as i64));
+        assert_eq!(recv(&mut e, c, 16, 0).unwrap(), b"");
+    }
+}
