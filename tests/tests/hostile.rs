@@ -4,7 +4,10 @@
 //! per-process limit and can go on; signals to threads that have exited are
 //! `ESRCH`; threads that exit while others wait on a futex (their tid word,
 //! a robust mutex they hold, futexes no one will wake, the main thread's
-//! own exit) never hang the run. Forged `rt_sigreturn` frames are in
+//! own exit) never hang the run; a program that opens sockets until one is
+//! refused (the runtime's heap runs out before its descriptors), leaves
+//! connections half-open and resets one mid-request gets its errors and
+//! can go on. Forged `rt_sigreturn` frames are in
 //! `isolation.rs`, random arguments to all of these calls in the fuzzer
 //! (`programs.rs`).
 #![forbid(unsafe_code)]
@@ -42,7 +45,14 @@ fn threads_that_exit_under_waiters_and_signals_to_dead_threads_end_as_on_linux()
     let mut programs = Vec::new();
     for (build, abi) in [(CBuild::Glibc, "64"), (CBuild::Glibc32, "32")] {
         let exe = hostile(build);
-        for act in ["dead", "cleartid", "robust", "main-exits", "abandon"] {
+        for act in [
+            "dead",
+            "cleartid",
+            "robust",
+            "main-exits",
+            "abandon",
+            "sockets",
+        ] {
             let p = Program::new(&exe, &format!("{act}{abi}"), &[act], &[]);
             let native = p.native();
             assert_eq!(native.end, Some(End::Exited(0)), "{act} natively");

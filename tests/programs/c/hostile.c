@@ -23,6 +23,12 @@
  *                       and the last thread to end ends the process, 0.
  *   hostile abandon     three threads wait on futexes no one will wake;
  *                       the main thread returns from main (exit_group).
+ *   hostile sockets     sockets until the kernel refuses one (EMFILE
+ *                       natively; ENOBUFS or EMFILE under the runtime,
+ *                       whose heap runs out first), connections left
+ *                       half-open, a client that vanishes mid-request
+ *                       with a reset; then all of them closed, and a new
+ *                       connection still carries data.
  *
  * Every line is deterministic (no tids, times or addresses), and the same
  * natively and under the runtime, but for `limit`, whose count is the
@@ -40,6 +46,11 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 
 static long futex(volatile int *word, int op, int val)
 {
@@ -346,6 +357,116 @@ static int abandon(void)
 	return 0;
 }
 
+static struct sockaddr_in loopback(int fd)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof a;
+	getsockname(fd, (struct sockaddr *)&a, &len);
+	return a;
+}
+
+static int tcp_listener(void)
+{
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 16))
+		return -1;
+	return l;
+}
+
+static int wait_fd(int fd, short ev)
+{
+	struct pollfd p = {fd, ev, 0};
+	return poll(&p, 1, 2000) == 1 ? p.revents : 0;
+}
+
+#define MAX_SOCKS 4096
+
+static int socks(void)
+{
+	static int fds[MAX_SOCKS];
+	int n = 0, err = 0;
+	/* Linux's default limit, whatever the shell's. */
+	struct rlimit lim = {1024, 1024};
+	setrlimit(RLIMIT_NOFILE, &lim);
+	/* Listeners and bound UDP sockets until one is refused. */
+	while (n < MAX_SOCKS) {
+		int fd;
+		if (n % 2) {
+			fd = socket(AF_INET, SOCK_DGRAM, 0);
+			struct sockaddr_in a = {.sin_family = AF_INET};
+			if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a)) {
+				err = errno;
+				close(fd);
+				break;
+			}
+		} else {
+			fd = tcp_listener();
+		}
+		if (fd < 0) {
+			err = errno;
+			break;
+		}
+		fds[n++] = fd;
+	}
+	printf("sockets: ran out: %s\n",
+	       err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM ? "yes" : errname(err));
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+
+	/* A server, clients left half-open (connected, a partial request,
+	 * never more), and one that vanishes mid-request with a reset. */
+	int l = tcp_listener();
+	struct sockaddr_in la = loopback(l);
+	int half[8];
+	for (int i = 0; i < 8; i++) {
+		half[i] = socket(AF_INET, SOCK_STREAM, 0);
+		connect(half[i], (struct sockaddr *)&la, sizeof la);
+		write(half[i], "GET / HT", 8);
+	}
+	int gone = socket(AF_INET, SOCK_STREAM, 0);
+	connect(gone, (struct sockaddr *)&la, sizeof la);
+	write(gone, "GET /", 5);
+	struct linger lin = {1, 0};
+	setsockopt(gone, SOL_SOCKET, SO_LINGER, &lin, sizeof lin);
+	close(gone);
+	int accepted = 0, answered = 0;
+	for (;;) {
+		if (!(wait_fd(l, POLLIN) & POLLIN))
+			break;
+		int a = accept4(l, NULL, NULL, SOCK_NONBLOCK);
+		if (a < 0)
+			break;
+		accepted++;
+		char buf[64];
+		wait_fd(a, POLLIN);
+		ssize_t r = read(a, buf, sizeof buf);
+		if (r > 0)
+			answered++;
+		close(a);
+	}
+	printf("sockets: accepted the half-open and the vanished: %s\n", accepted == 9 ? "yes" : "no");
+	(void)answered;
+	for (int i = 0; i < 8; i++)
+		close(half[i]);
+
+	/* Everything closed: a new connection still carries data. */
+	int c = socket(AF_INET, SOCK_STREAM, 0);
+	connect(c, (struct sockaddr *)&la, sizeof la);
+	write(c, "ping", 4);
+	wait_fd(l, POLLIN);
+	int a = accept(l, NULL, NULL);
+	char buf[8] = {0};
+	wait_fd(a, POLLIN);
+	ssize_t r = read(a, buf, sizeof buf);
+	printf("sockets: a new connection carries data: %s\n",
+	       r == 4 && !memcmp(buf, "ping", 4) ? "yes" : "no");
+	close(a);
+	close(c);
+	close(l);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -362,6 +483,8 @@ int main(int argc, char **argv)
 		return main_exits();
 	if (!strcmp(what, "abandon"))
 		return abandon();
-	fprintf(stderr, "usage: hostile limit N|dead|cleartid|robust|main-exits|abandon\n");
+	if (!strcmp(what, "sockets"))
+		return socks();
+	fprintf(stderr, "usage: hostile limit N|dead|cleartid|robust|main-exits|abandon|sockets\n");
 	return 2;
 }
