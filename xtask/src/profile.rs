@@ -375,6 +375,9 @@ pub fn bench() -> Result<i32> {
         ));
     }
 
+    // A server profiled under load from the host.
+    rows.extend(http_rows(&perch, &elf, &dir)?);
+
     // What a bare-metal 115200-baud line (11,520 B/s) carries.
     for (key, value) in rows.clone() {
         let Some(label) = key.strip_prefix("wire bytes per sample: ") else {
@@ -521,4 +524,130 @@ mod tests {
         let m = medians(&[t(3.0, 0.1), t(1.0, 0.3), t(2.0, 0.2)]);
         assert_eq!((m.wall, m.cpu), (2.0, 0.2));
     }
+}
+
+/// The host port the HTTP bench forwards to the appliance's port 80.
+const HTTP_BENCH_PORT: u16 = 18931;
+/// How long wrk drives the server, in seconds.
+const HTTP_BENCH_SECONDS: u32 = 5;
+
+/// `tests/programs/c/httpd.c` in the appliance under `perch record --net`,
+/// driven from the host by wrk (2 threads, 8 keep-alive connections, for
+/// [`HTTP_BENCH_SECONDS`]): requests per second, and the profile's sample
+/// rate over the run. Measurements, not thresholds; a row says why when a
+/// tool is missing.
+fn http_rows(perch: &Path, elf: &Path, dir: &Path) -> Result<Vec<(String, String)>> {
+    let label = format!(
+        "HTTP server (tests/programs/c/httpd.c, one thread, epoll) under wrk -t2 -c8 -d{HTTP_BENCH_SECONDS}s, keep-alive, perch record --net"
+    );
+    if !found("wrk") {
+        return Ok(vec![(
+            format!("{label}: requests/s"),
+            "wrk not installed (apt-get install wrk)".into(),
+        )]);
+    }
+    let exe = dir.join("httpd");
+    let src = project_root().join("tests/programs/c/httpd.c");
+    let s = Command::new("gcc")
+        .args(["-static", "-O2", "-fno-omit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .context("running gcc")?;
+    if !s.success() {
+        bail!("building {} failed ({s})", src.display());
+    }
+    let out = dir.join("http.data");
+    let child = Command::new(perch)
+        .arg("record")
+        .arg("--image")
+        .arg(elf)
+        .args(["--no-buildid-cache", "--net", "--forward"])
+        .arg(format!("tcp:{HTTP_BENCH_PORT}:80"))
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(&exe)
+        .arg("80")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running perch record")?;
+    let ready = wait_for_http(HTTP_BENCH_PORT, std::time::Duration::from_secs(60));
+    let wrk = ready.then(|| {
+        Command::new("wrk")
+            .args(["-t2", "-c8"])
+            .arg(format!("-d{HTTP_BENCH_SECONDS}s"))
+            .arg(format!("http://127.0.0.1:{HTTP_BENCH_PORT}/work?n=64"))
+            .stdin(Stdio::null())
+            .output()
+    });
+    // Ends the server (and so the recording) whatever happened.
+    let _ = http_get(HTTP_BENCH_PORT, "/quit");
+    let o = child
+        .wait_with_output()
+        .context("waiting for perch record")?;
+    let err = String::from_utf8_lossy(&o.stderr);
+    if !ready {
+        let _ = std::fs::remove_file(&out);
+        bail!("the HTTP bench server never answered:\n{err}");
+    }
+    let text = match wrk {
+        Some(Ok(w)) => String::from_utf8_lossy(&w.stdout).into_owned(),
+        _ => String::new(),
+    };
+    let rps = number_after(&text, "Requests/sec:").map_or("?".into(), |r| format!("{r:.0}"));
+    let errors = if text.contains("Socket errors") || text.contains("Non-2xx") {
+        " (with errors: see wrk's output)"
+    } else {
+        ""
+    };
+    let rate = number_after(&err, "samples (").map_or("?".into(), |r| format!("{r:.0}"));
+    Ok(vec![
+        (format!("{label}: requests/s"), format!("{rps}{errors}")),
+        (format!("{label}: samples/s over the recording"), rate),
+    ])
+}
+
+/// Whether `program` is on the PATH.
+fn found(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// One `GET path` on 127.0.0.1:`port`: the response's head and body, if
+/// one came (QEMU's forward accepts a connection before the appliance
+/// listens, so only an answer says the server is there).
+fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s =
+        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: perch\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    (!text.is_empty()).then_some(text)
+}
+
+/// Waits until the server on `port` answers `GET /` with 200.
+fn wait_for_http(port: u16, limit: std::time::Duration) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if http_get(port, "/").is_some_and(|t| t.starts_with("HTTP/1.1 200")) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    false
 }
