@@ -386,9 +386,11 @@ fn record_netpeer(args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
-/// The socket calls a `perch record` log names among the unknown ones.
+/// The socket calls a `perch record` log names among the unknown ones
+/// (the runtime's summary and perch's own line name them alike).
 fn unknown_socket_calls(log: &str) -> Vec<String> {
-    log.lines()
+    let mut calls: Vec<String> = log
+        .lines()
         .filter_map(|l| l.split_once("unknown system calls").map(|(_, r)| r))
         .filter_map(|r| r.split_once(": ").map(|(_, list)| list))
         .flat_map(|list| list.split(", "))
@@ -398,7 +400,10 @@ fn unknown_socket_calls(log: &str) -> Vec<String> {
                 .is_some_and(|(name, _)| SOCKET_CALLS.contains(&name))
         })
         .map(str::to_string)
-        .collect()
+        .collect();
+    calls.sort();
+    calls.dedup();
+    calls
 }
 
 /// A TCP line echo on the host's 127.0.0.1 (QEMU's 10.0.2.2 for the
