@@ -132,7 +132,13 @@ const SOCKETS_LINES: &[&str] = &[
 fn assert_native_sockets_work(p: &Program) -> String {
     let native = p.native();
     let out = native.out();
-    assert_eq!(native, p.native(), "two native runs differ");
+    let again = p.native();
+    assert_eq!(
+        native,
+        again,
+        "two native runs differ; the first differing lines:\n{}",
+        first_difference(&out, &again.out())
+    );
     for line in SOCKETS_LINES {
         assert!(
             out.lines().any(|l| l == *line),
@@ -146,6 +152,18 @@ fn assert_native_sockets_work(p: &Program) -> String {
         native.stderr
     );
     out
+}
+
+/// The first line where `a` and `b` differ, both ways, for messages.
+fn first_difference(a: &str, b: &str) -> String {
+    let (mut la, mut lb) = (a.lines(), b.lines());
+    loop {
+        match (la.next(), lb.next()) {
+            (None, None) => return "(the same lines)".into(),
+            (x, y) if x != y => return format!("{x:?}\n{y:?}"),
+            _ => {}
+        }
+    }
 }
 
 fn check_sockets(build: CBuild, name: &str) {
@@ -184,8 +202,18 @@ fn the_three_sockets_builds_print_the_same_natively() {
                 .out()
         })
         .collect();
-    assert_eq!(outs[0], outs[1], "glibc and glibc -m32 differ");
-    assert_eq!(outs[0], outs[2], "glibc and musl differ");
+    assert_eq!(
+        outs[0],
+        outs[1],
+        "glibc and glibc -m32 differ:\n{}",
+        first_difference(&outs[0], &outs[1])
+    );
+    assert_eq!(
+        outs[0],
+        outs[2],
+        "glibc and musl differ:\n{}",
+        first_difference(&outs[0], &outs[2])
+    );
 }
 
 // ---- netpeer: processes of one appliance, and peers on the host ----
@@ -358,6 +386,26 @@ fn record_netpeer(args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
+/// The socket calls a `perch record` log names among the unknown ones
+/// (the runtime's summary and perch's own line name them alike).
+fn unknown_socket_calls(log: &str) -> Vec<String> {
+    let mut calls: Vec<String> = log
+        .lines()
+        .filter_map(|l| l.split_once("unknown system calls").map(|(_, r)| r))
+        .filter_map(|r| r.split_once(": ").map(|(_, list)| list))
+        .flat_map(|list| list.split(", "))
+        .filter(|item| {
+            item.split_once(" (")
+                .and_then(|(_, r)| r.split_once(')'))
+                .is_some_and(|(name, _)| SOCKET_CALLS.contains(&name))
+        })
+        .map(str::to_string)
+        .collect();
+    calls.sort();
+    calls.dedup();
+    calls
+}
+
 /// A TCP line echo on the host's 127.0.0.1 (QEMU's 10.0.2.2 for the
 /// guest), for one connection: each line answered with `echo: LINE`. Its
 /// port, a flag that ends the wait for a connection, and the thread, which
@@ -448,6 +496,11 @@ fn a_client_in_the_appliance_reaches_a_tcp_server_on_the_host() {
     let (code, out, log) = record_netpeer(&["client", "10.0.2.2", &port.to_string()]);
     done.store(true, Ordering::Relaxed);
     let got = server.join().expect("the host server");
+    let unknown = unknown_socket_calls(&log);
+    assert!(
+        unknown.is_empty(),
+        "the runtime does not know these calls: {unknown:?}\n{log}"
+    );
     assert_eq!(out, CLIENT_OUT, "under the runtime:\n{log}");
     assert_eq!(
         got,
@@ -474,6 +527,11 @@ fn a_udp_round_trip_from_the_appliance_to_an_echo_server_on_the_host() {
     let (code, out, log) = record_netpeer(&["udp-echo", "10.0.2.2", &port.to_string()]);
     done.store(true, Ordering::Relaxed);
     let echoed = server.join().expect("the host server");
+    let unknown = unknown_socket_calls(&log);
+    assert!(
+        unknown.is_empty(),
+        "the runtime does not know these calls: {unknown:?}\n{log}"
+    );
     assert_eq!(out, UDP_ECHO_OUT, "under the runtime:\n{log}");
     assert!(
         echoed >= 3,

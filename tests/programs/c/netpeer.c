@@ -153,6 +153,9 @@ static int client(const char *host, const char *port) {
         err = errno;
         close(c);
         c = -1;
+        if (err == ENOSYS || err == EBADF || err == ENOTSOCK || err == EINVAL || err == EFAULT ||
+            err == EAFNOSUPPORT)
+            break;
         nap(100);
     }
     if (c < 0) {
@@ -225,6 +228,10 @@ static int udp_serve(const char *port, int count) {
 static int udp_echo(const char *host, const char *port) {
     struct sockaddr_in a = addr(host, port);
     int s = socket(AF_INET, SOCK_DGRAM, 0);
+    if (s < 0) {
+        printf("udp: socket: %s\n", strerror(errno));
+        return 1;
+    }
     long start = now_ms();
     for (int i = 1; i <= LINES; i++) {
         char msg[32], buf[2048];
@@ -232,7 +239,12 @@ static int udp_echo(const char *host, const char *port) {
         int done = 0;
         while (!done && now_ms() - start < GIVE_UP_MS) {
             if (sendto(s, msg, (size_t)n, 0, (struct sockaddr *)&a, sizeof a) < 0) {
-                /* The network may not be up yet, or the peer not bound. */
+                if (errno == ENOSYS || errno == EBADF || errno == ENOTSOCK || errno == EINVAL ||
+                    errno == EFAULT) {
+                    printf("udp: sendto: %s\n", strerror(errno));
+                    return 1;
+                }
+                /* The network may not be up yet. */
                 nap(100);
                 continue;
             }

@@ -247,15 +247,19 @@ static void show_recv(const char *what, int fd, size_t n, int flags) {
         printf("%s: %zd \"%.*s\"\n", what, r, (int)r, buf);
 }
 
-static uint32_t port_closed(void) {
-    /* A port that was bound a moment ago and is closed now (nothing listens). */
-    int s = socket(AF_INET, SOCK_STREAM, 0);
+/* A TCP (or UDP) port that was bound a moment ago and is closed now:
+ * nothing listens there (nothing is bound there), unless another process
+ * took it in between. */
+static uint16_t port_closed_of(int type) {
+    int s = socket(AF_INET, type, 0);
     struct sockaddr_in a = sin_of(LOOP, 0);
     bind(s, (struct sockaddr *)&a, sizeof a);
     uint16_t p = local_port(s);
     close(s);
     return p;
 }
+
+static uint16_t port_closed(void) { return port_closed_of(SOCK_STREAM); }
 
 /* ---------------------------------------------------------------- */
 
@@ -1059,7 +1063,7 @@ static void udp(void) {
     close(s);
 
     /* A connected UDP socket hears of a closed port (ICMP port unreachable). */
-    struct sockaddr_in dead = sin_of(LOOP, port_closed());
+    struct sockaddr_in dead = sin_of(LOOP, port_closed_of(SOCK_DGRAM));
     int d = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
     ok("udp connect to a closed port", connect(d, (struct sockaddr *)&dead, sizeof dead));
     rc("udp send there", send(d, "anyone", 6, 0));
