@@ -10,7 +10,8 @@
 //! file or a reset is "not yet", a connection that stays open (or data) is
 //! a listener. Before the appliance has its address nobody answers QEMU at
 //! all and the host side stays open too: probing starts only once the
-//! runtime has said its address.
+//! runtime has said its address, and a listener counts once two probes in
+//! a row find it (see [`confirmed`]).
 
 use crate::error::HostError;
 use crate::record_opts::{Forward, Network, Proto};
@@ -93,6 +94,15 @@ pub fn probe(addr: SocketAddr, hold: Duration) -> bool {
     }
 }
 
+/// Two [`probe`]s in a row that find a listener. The first connection
+/// after the appliance has its address can stay open with nothing
+/// listening: the appliance's network stack drops its reset while it asks
+/// for the gateway's hardware address (ARP), and QEMU sends its SYN again
+/// only seconds later. The second probe finds the address known.
+fn confirmed(addr: SocketAddr) -> bool {
+    probe(addr, HOLD) && probe(addr, HOLD)
+}
+
 /// What a run does with the appliance's network: the `perch: serving:`
 /// lines when its address is known, and the `--wait-for` probes.
 #[derive(Debug)]
@@ -149,7 +159,7 @@ impl NetWatch {
                 let mut ready = Vec::new();
                 for f in &wait {
                     let addr = SocketAddr::from(([127, 0, 0, 1], f.host));
-                    while !probe(addr, HOLD) {
+                    while !confirmed(addr) {
                         std::thread::sleep(RETRY);
                     }
                     ready.push(format!(
