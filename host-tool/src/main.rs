@@ -22,8 +22,8 @@ use host_tool::model::Item;
 use host_tool::output::{Discard, OwnedWrite, Pending, PerfOut};
 use host_tool::pprof::PprofBuilder;
 use host_tool::procs::{Ending, ProcessLog, Routed};
-use host_tool::ready::{NetWatch, waited_forwards};
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
+use host_tool::ready::{NetWatch, waited_forwards};
 use host_tool::record_opts::{
     BootLine, DEFAULT_BAUD, Expect, MAX_FREQ_HZ, MIN_FREQ_HZ, RecordArgs, push_boot_args, seconds,
 };
@@ -1935,7 +1935,10 @@ mod tests {
         assert_eq!(a.forward, ["tcp:8080:80"]);
         let n = a.network().unwrap().unwrap();
         assert_eq!(n.guest, Some([10, 0, 2, 20]));
-        assert!(n.netdev("n").contains("hostfwd=tcp:127.0.0.1:8080-10.0.2.20:80"));
+        assert!(
+            n.netdev("n")
+                .contains("hostfwd=tcp:127.0.0.1:8080-10.0.2.20:80")
+        );
         // The command line's net= and forwards come first; one forward
         // given twice is taken once.
         let mut a = record_args(&[

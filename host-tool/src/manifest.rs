@@ -168,9 +168,10 @@ impl NetSpec {
         let mut seen = Vec::new();
         for f in &n.forward {
             let p = crate::record_opts::Forward::parse(f).map_err(|e| format!("[net] {e}"))?;
-            if seen.iter().any(|o: &crate::record_opts::Forward| {
-                o.proto == p.proto && o.host == p.host
-            }) {
+            if seen
+                .iter()
+                .any(|o: &crate::record_opts::Forward| o.proto == p.proto && o.host == p.host)
+            {
                 return Err(format!(
                     "[net] forward {f:?}: {} host port {} is forwarded twice",
                     p.proto.name(),
@@ -584,9 +585,12 @@ guest = "data/input.txt"
             AppSpec::net_of_manifest(&d.join("net.toml")),
             Some(n.clone())
         );
-        let n = net_of(d, "[net]\naddress = \"dhcp\"\nforward = [\"tcp:8080:80\"]\n")
-            .unwrap()
-            .unwrap();
+        let n = net_of(
+            d,
+            "[net]\naddress = \"dhcp\"\nforward = [\"tcp:8080:80\"]\n",
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(n.boot_arg(), "net=dhcp");
         let n = net_of(d, "[net]\nenabled = false\n").unwrap().unwrap();
         assert_eq!((n.enabled, n.boot_arg().as_str()), (false, "net=off"));
@@ -594,9 +598,18 @@ guest = "data/input.txt"
             ("address = \"10.0.2.20\"", "ADDR/PREFIX"),
             ("address = \"10.0.2.20/33\"", "net=10.0.2.20/33"),
             ("gateway = \"10.0.2.2\"", "gateway needs a static address"),
-            ("address = \"10.0.2.20/24\"\ngateway = \"10.0.2\"", "gw=10.0.2"),
-            ("enabled = false\naddress = \"10.0.2.20/24\"", "takes no address"),
-            ("enabled = false\nforward = [\"tcp:1:2\"]", "takes no forward"),
+            (
+                "address = \"10.0.2.20/24\"\ngateway = \"10.0.2\"",
+                "gw=10.0.2",
+            ),
+            (
+                "enabled = false\naddress = \"10.0.2.20/24\"",
+                "takes no address",
+            ),
+            (
+                "enabled = false\nforward = [\"tcp:1:2\"]",
+                "takes no forward",
+            ),
             ("forward = [\"tcp:1\"]", "two ports are needed"),
             ("forward = [\"tcp:1:2\", \"tcp:1:3\"]", "forwarded twice"),
             ("dns = \"1.1.1.1\"", "unknown field"),

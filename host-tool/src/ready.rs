@@ -218,7 +218,15 @@ mod tests {
     #[test]
     fn wait_for_names_a_tcp_forward() {
         assert_eq!(parse_wait_for("tcp:8080").unwrap(), 8080);
-        for bad in ["8080", "udp:53", "tcp:", "tcp:0", "tcp:+80", "tcp:70000", "tcp:1:2"] {
+        for bad in [
+            "8080",
+            "udp:53",
+            "tcp:",
+            "tcp:0",
+            "tcp:+80",
+            "tcp:70000",
+            "tcp:1:2",
+        ] {
             assert!(
                 matches!(parse_wait_for(bad), Err(HostError::Usage(_))),
                 "{bad}"
@@ -281,7 +289,10 @@ mod tests {
                 .is_empty()
         );
         let mut q = NetWatch::new(net, Vec::new(), None, true);
-        assert!(q.log("perch: net: 10.0.2.15/24 via 10.0.2.2 (DHCP)").is_empty());
+        assert!(
+            q.log("perch: net: 10.0.2.15/24 via 10.0.2.2 (DHCP)")
+                .is_empty()
+        );
     }
 
     #[test]

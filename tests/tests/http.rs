@@ -223,8 +223,7 @@ fn a_server_profiled_under_load() {
     let log = read(&log_path);
     assert_eq!(status.code(), Some(0), "perch record failed:\n{out}\n{log}");
     assert_eq!(
-        out,
-        "httpd: listening on port 80\nhttpd: quit\n",
+        out, "httpd: listening on port 80\nhttpd: quit\n",
         "log:\n{log}"
     );
     let served = numbers_after(&log, "httpd: served");

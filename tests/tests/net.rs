@@ -243,3 +243,41 @@ fn net_on_microvm_finds_the_virtio_mmio_card() {
         "no DHCP lease in the log:\n{log}"
     );
 }
+
+#[test]
+fn forwards_are_named_and_a_refused_port_is_not_ready() {
+    if !qemu_present() {
+        return;
+    }
+    // Nothing listens on port 80: QEMU accepts each probe's connection on
+    // the host and closes it when the appliance refuses it, which
+    // `--wait-for` must not take for a listener.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free TCP port")
+        .port();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let ready = dir.path().join("ready");
+    let ready_arg = ready.to_str().expect("a UTF-8 path").to_owned();
+    let (code, out, log) = record_netwait(
+        &[
+            "--net",
+            "--forward",
+            &format!("tcp:{port}:80"),
+            "--wait-for",
+            &format!("tcp:{port}"),
+            "--ready-file",
+            &ready_arg,
+        ],
+        6000,
+    );
+    assert_ran(code, &out, &log);
+    assert!(
+        log.contains(&format!(
+            "perch: serving: tcp 127.0.0.1:{port} -> 10.0.2.15:80"
+        )),
+        "perch did not name the forward:\n{log}"
+    );
+    assert!(!log.contains("perch: ready:"), "{log}");
+    assert!(!ready.exists(), "a ready file without a listener:\n{log}");
+}
