@@ -198,6 +198,7 @@ pub struct RecordArgs {
     /// 10.0.2.3) unless `--boot-arg net=ADDR/PREFIX,gw=GW` sets one, and
     /// answers ARP and ping. Once it has its address perch prints each
     /// forward (`perch: serving: tcp 127.0.0.1:8080 -> 10.0.2.15:80`).
+    /// An appliance manifest's [net] table gives the same settings.
     #[arg(long)]
     pub net: bool,
     /// With --net: forward the host's 127.0.0.1:HOSTPORT to the
@@ -208,9 +209,10 @@ pub struct RecordArgs {
     /// has its address, probe the forward of this host port until the
     /// program in the appliance accepts connections on it, then print `perch: ready: tcp 127.0.0.1:HOSTPORT
     /// ...` (and write --ready-file). Repeatable: ready once all accept.
-    /// A probe connects and must stay connected for half a second: QEMU
-    /// accepts on the host port even when nothing listens in the appliance,
-    /// and closes the connection when the appliance refuses it.
+    /// A probe connects and must stay connected for half a second, twice
+    /// in a row: QEMU accepts on the host port even when nothing listens
+    /// in the appliance, and closes the connection when the appliance
+    /// refuses it.
     #[arg(long, value_name = "tcp:HOSTPORT")]
     pub wait_for: Vec<String>,
     /// With --wait-for: create this file (holding the ready lines) once
