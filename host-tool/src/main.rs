@@ -1474,20 +1474,11 @@ fn record(mut a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32
         None => None,
     };
     let (mut qemu, stream) = Qemu::spawn(&cfg, within)?;
-    if let Some(net) = cfg.net.as_ref().filter(|_| !a.quiet) {
-        let to = net
-            .guest
-            .map(|[a, b, c, d]| format!("{a}.{b}.{c}.{d}"))
-            .unwrap_or_else(|| "the appliance".into());
+    if cfg.net.is_some() && !a.quiet {
+        // The forwards are named (`perch: serving: ...`) once the
+        // appliance says its address: QEMU forwards to the one its DHCP
+        // hands out, or to a static one.
         eprintln!("perch: net: QEMU user networking on a virtio-net card (10.0.2.0/24)");
-        for f in &net.forwards {
-            eprintln!(
-                "perch: net: {} 127.0.0.1:{} forwards to {to} port {}",
-                f.proto.name(),
-                f.host,
-                f.guest
-            );
-        }
     }
     let code = run(
         Source::Live(stream),

@@ -177,7 +177,7 @@ fn udp_echo_answers_through_a_host_forward() {
     let (log, port, echoed) = echo_through_forward("net=dhcp,echo");
     assert!(
         log.contains(&format!(
-            "perch: net: udp 127.0.0.1:{port} forwards to the appliance port 7"
+            "perch: serving: udp 127.0.0.1:{port} -> 10.0.2.15:7"
         )),
         "perch did not name the forward:\n{log}"
     );
@@ -198,7 +198,7 @@ fn a_static_address_is_in_force() {
     let (log, port, echoed) = echo_through_forward("net=10.0.2.20/24,gw=10.0.2.2,echo");
     assert!(
         log.contains(&format!(
-            "perch: net: udp 127.0.0.1:{port} forwards to 10.0.2.20 port 7"
+            "perch: serving: udp 127.0.0.1:{port} -> 10.0.2.20:7"
         )),
         "perch did not name the forward:\n{log}"
     );
