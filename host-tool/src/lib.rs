@@ -20,6 +20,7 @@ pub mod perf_data;
 pub mod pprof;
 pub mod procs;
 pub mod qemu;
+pub mod ready;
 pub mod record_opts;
 pub mod runtime;
 pub mod symbolize;

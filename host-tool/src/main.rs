@@ -23,6 +23,7 @@ use host_tool::output::{Discard, OwnedWrite, Pending, PerfOut};
 use host_tool::pprof::PprofBuilder;
 use host_tool::procs::{Ending, ProcessLog, Routed};
 use host_tool::qemu::{Qemu, QemuConfig, describe_exit};
+use host_tool::ready::{NetWatch, waited_forwards};
 use host_tool::record_opts::{
     BootLine, DEFAULT_BAUD, Expect, MAX_FREQ_HZ, MIN_FREQ_HZ, RecordArgs, push_boot_args, seconds,
 };
@@ -560,6 +561,8 @@ struct ConvertSink<'a, 'w, W: OwnedWrite> {
     /// Sees every item after the converter, and takes the log lines it
     /// wants (while it owns the terminal).
     watch: Option<&'a mut (dyn Observer + 'w)>,
+    /// Sees the runtime's log lines for the one saying the network is up.
+    net: Option<&'a mut NetWatch>,
 }
 
 impl<W: OwnedWrite> PartsSink for ConvertSink<'_, '_, W> {
@@ -588,6 +591,12 @@ impl<W: OwnedWrite> PartsSink for ConvertSink<'_, '_, W> {
                 if let Some(line) = self.logs.render(item) {
                     self.progress.println(&line);
                 }
+            }
+        }
+        if let (Some(net), Routed::Log, Item::Log(text)) = (self.net.as_deref_mut(), &routed, item)
+        {
+            for line in net.log(text) {
+                self.progress.println(&line);
             }
         }
         if let Some(p) = self.pprof.as_mut() {
@@ -698,6 +707,9 @@ struct RunPrograms {
     /// The run is one program given after `--` (the workload, as in
     /// `perf record -- PROGRAM`): perch exits with its exit status.
     workload: bool,
+    /// `--net`: the forwards to name once the appliance has its address,
+    /// and the `--wait-for` probes.
+    net: Option<NetWatch>,
 }
 
 impl RunPrograms {
@@ -827,6 +839,7 @@ fn run<'w>(
                 quiet,
                 watch: watch.as_deref_mut(),
                 pprof: pprof.as_mut(),
+                net: programs.net.as_mut(),
             };
             let mut user = false;
             let flow = pump.read_all_framed(file, &mut sink, |pump, sink| {
@@ -885,6 +898,7 @@ fn run<'w>(
                     quiet,
                     watch: watch.as_deref_mut(),
                     pprof: pprof.as_mut(),
+                    net: programs.net.as_mut(),
                 };
                 let flow = pump.feed_parts(&chunk, &mut sink)?;
                 progress.update(&pump, false);
@@ -1262,8 +1276,28 @@ fn view_error(e: Option<HostError>) {
     }
 }
 
+/// The `[net]` of an appliance manifest under `perch record`: a network
+/// (as `--net`) with its `net=` key, unless the command line gives one,
+/// and its forwards beside those of `--forward` (one the command line
+/// gives too is taken once). `enabled = false` leaves the command line's
+/// choice alone.
+fn apply_manifest_net(a: &mut RecordArgs, net: Option<host_tool::manifest::NetSpec>) {
+    let Some(net) = net.filter(|n| n.enabled) else {
+        return;
+    };
+    a.net = true;
+    if !a.boot_arg.iter().any(|b| b.starts_with("net=")) {
+        a.boot_arg.insert(0, net.boot_arg());
+    }
+    for f in net.forwards {
+        if !a.forward.contains(&f) {
+            a.forward.push(f);
+        }
+    }
+}
+
 /// `perch record`; `watch` (perch top) sees the run as it goes.
-fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, HostError> {
+fn record(mut a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, HostError> {
     refuse_same_files(
         &[
             ("-o", Some(&a.output)),
@@ -1285,6 +1319,10 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
         ));
     }
     let boots = a.input.is_none() && a.serial.is_none();
+    if boots {
+        let net = a.appliance.as_deref().and_then(AppSpec::net_of_manifest);
+        apply_manifest_net(&mut a, net);
+    }
     // The options first, then the programs: a combination the target
     // cannot do, or a bad program, is an error before anything boots.
     let boot_line = if boots {
@@ -1293,6 +1331,17 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
         None
     };
     let network = if boots { a.network()? } else { None };
+    let wait = match &network {
+        Some(net) => waited_forwards(&a.wait_for, &net.forwards)?,
+        None if !a.wait_for.is_empty() => {
+            return Err(HostError::Usage(
+                "--wait-for needs a network (--net, or [net] in the appliance manifest) and a \
+                 --forward to wait on"
+                    .into(),
+            ));
+        }
+        None => Vec::new(),
+    };
     let spec = match (&a.appliance, a.command.is_empty()) {
         (Some(m), _) => Some(AppSpec::from_manifest(m)?),
         (None, false) => Some(AppSpec::from_command_line(&a.command, &a.file)?),
@@ -1405,21 +1454,31 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
         None => Duration::from_secs(365 * 24 * 3600 - 1),
     };
     let deadline = limit.map(|_| Instant::now() + within);
-    let (mut qemu, stream) = Qemu::spawn(&cfg, within)?;
-    if let Some(net) = cfg.net.as_ref().filter(|_| !a.quiet) {
-        let to = net
-            .guest
-            .map(|[a, b, c, d]| format!("{a}.{b}.{c}.{d}"))
-            .unwrap_or_else(|| "the appliance".into());
-        eprintln!("perch: net: QEMU user networking on a virtio-net card (10.0.2.0/24)");
-        for f in &net.forwards {
-            eprintln!(
-                "perch: net: {} 127.0.0.1:{} forwards to {to} port {}",
-                f.proto.name(),
-                f.host,
-                f.guest
-            );
+    let net_watch = match &cfg.net {
+        Some(net) => {
+            if let Some(f) = &a.ready_file {
+                match std::fs::remove_file(f) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(HostError::io("removing the old --ready-file", e));
+                    }
+                    _ => {}
+                }
+            }
+            Some(NetWatch::new(
+                net.clone(),
+                wait,
+                a.ready_file.clone(),
+                a.quiet,
+            ))
         }
+        None => None,
+    };
+    let (mut qemu, stream) = Qemu::spawn(&cfg, within)?;
+    if cfg.net.is_some() && !a.quiet {
+        // The forwards are named (`perch: serving: ...`) once the
+        // appliance says its address: QEMU forwards to the one its DHCP
+        // hands out, or to a static one.
+        eprintln!("perch: net: QEMU user networking on a virtio-net card (10.0.2.0/24)");
     }
     let code = run(
         Source::Live(stream),
@@ -1431,6 +1490,7 @@ fn record(a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32, Ho
         cache,
         RunPrograms {
             expect,
+            net: net_watch,
             ..programs()
         },
         &formats,
@@ -1521,6 +1581,18 @@ fn convert(
     )
 }
 
+/// The runtime command line of `perch image` before its `--boot-arg`s:
+/// the manifest's `net=` key when it has a `[net]` (its forwards are
+/// QEMU's: a board has none).
+fn image_cmdline(freq: u32, net: Option<&host_tool::manifest::NetSpec>) -> String {
+    let mut line = format!("console=wire freq={freq}");
+    if let Some(n) = net {
+        line.push(' ');
+        line.push_str(&n.boot_arg());
+    }
+    line
+}
+
 fn image(a: &ImageArgs) -> Result<i32, HostError> {
     let spec = match (&a.appliance, a.command.is_empty()) {
         (Some(m), _) => Some(AppSpec::from_manifest(m)?),
@@ -1533,7 +1605,7 @@ fn image(a: &ImageArgs) -> Result<i32, HostError> {
     let located = locate_runtime(a.image.as_deref())?;
     let img = &located.path;
     open_image(Some(img))?;
-    let mut cmdline = format!("console=wire freq={}", a.freq);
+    let mut cmdline = image_cmdline(a.freq, spec.as_ref().and_then(|s| s.net.as_ref()));
     push_boot_args(&mut cmdline, &a.boot_arg)?;
     let (_dir, archive) = pack_archive(spec.as_ref(), "perch-image-")?;
     host_tool::iso::build_iso(img, &cmdline, archive.as_deref(), &a.output)?;
@@ -1800,7 +1872,85 @@ fn pack_archive(
 
 #[cfg(test)]
 mod tests {
-    use super::progress_line;
+    use super::{Cli, Cmd, apply_manifest_net, image_cmdline, progress_line};
+    use clap::Parser;
+    use host_tool::manifest::NetSpec;
+    use host_tool::record_opts::RecordArgs;
+
+    fn record_args(args: &[&str]) -> RecordArgs {
+        let mut all = vec!["perch", "record"];
+        all.extend_from_slice(args);
+        match Cli::try_parse_from(all).unwrap().cmd {
+            Cmd::Record(a) => *a,
+            _ => unreachable!(),
+        }
+    }
+
+    fn spec(enabled: bool, runtime: &str, forwards: &[&str]) -> NetSpec {
+        NetSpec {
+            enabled,
+            runtime: runtime.into(),
+            forwards: forwards.iter().map(|f| f.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn an_image_puts_the_manifest_network_on_the_command_line() {
+        assert_eq!(image_cmdline(1000, None), "console=wire freq=1000");
+        assert_eq!(
+            image_cmdline(
+                997,
+                Some(&spec(true, "10.0.2.20/24,gw=10.0.2.2", &["tcp:8080:80"]))
+            ),
+            "console=wire freq=997 net=10.0.2.20/24,gw=10.0.2.2"
+        );
+        assert_eq!(
+            image_cmdline(1000, Some(&spec(false, "off", &[]))),
+            "console=wire freq=1000 net=off"
+        );
+    }
+
+    #[test]
+    fn a_recording_takes_the_manifest_network() {
+        let mut a = record_args(&["--appliance", "a.toml"]);
+        apply_manifest_net(&mut a, None);
+        assert!(!a.net && a.forward.is_empty() && a.boot_arg.is_empty());
+        apply_manifest_net(&mut a, Some(spec(false, "off", &[])));
+        assert!(!a.net && a.boot_arg.is_empty());
+        apply_manifest_net(
+            &mut a,
+            Some(spec(true, "10.0.2.20/24,gw=10.0.2.2", &["tcp:8080:80"])),
+        );
+        assert!(a.net);
+        assert_eq!(a.boot_arg, ["net=10.0.2.20/24,gw=10.0.2.2"]);
+        assert_eq!(a.forward, ["tcp:8080:80"]);
+        let n = a.network().unwrap().unwrap();
+        assert_eq!(n.guest, Some([10, 0, 2, 20]));
+        assert!(
+            n.netdev("n")
+                .contains("hostfwd=tcp:127.0.0.1:8080-10.0.2.20:80")
+        );
+        // The command line's net= and forwards come first; one forward
+        // given twice is taken once.
+        let mut a = record_args(&[
+            "--appliance",
+            "a.toml",
+            "--net",
+            "--forward",
+            "tcp:8080:80",
+            "--forward",
+            "udp:7:7",
+            "--boot-arg",
+            "net=dhcp,echo",
+        ]);
+        apply_manifest_net(
+            &mut a,
+            Some(spec(true, "10.0.2.20/24", &["tcp:8080:80", "tcp:9090:90"])),
+        );
+        assert_eq!(a.boot_arg, ["net=dhcp,echo"]);
+        assert_eq!(a.forward, ["tcp:8080:80", "udp:7:7", "tcp:9090:90"]);
+        assert_eq!(a.network().unwrap().unwrap().guest, None);
+    }
 
     #[test]
     fn progress_line_gives_rates_per_second() {

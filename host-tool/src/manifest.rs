@@ -88,6 +88,8 @@ pub struct AppSpec {
     pub processes: Vec<ProcessPlan>,
     /// Data files: (host path, archive path).
     pub files: Vec<(PathBuf, String)>,
+    /// The manifest's `[net]`, if it has one.
+    pub net: Option<NetSpec>,
 }
 
 #[derive(Deserialize)]
@@ -97,6 +99,93 @@ struct TomlManifest {
     process: Vec<TomlProcess>,
     #[serde(default)]
     file: Vec<TomlFile>,
+    net: Option<TomlNet>,
+}
+
+/// `[net]`: the appliance's network.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlNet {
+    /// `false`: no network (`net=off`); default `true`.
+    enabled: Option<bool>,
+    /// `dhcp` (the default) or `ADDR/PREFIX`.
+    address: Option<String>,
+    /// The default gateway of a static address.
+    gateway: Option<String>,
+    /// Host forwards, `tcp|udp:HOSTPORT:GUESTPORT` (QEMU only).
+    #[serde(default)]
+    forward: Vec<String>,
+}
+
+/// An appliance's network settings (`[net]` in its manifest).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetSpec {
+    /// Whether the appliance has a network.
+    pub enabled: bool,
+    /// The runtime's `net=` value (`dhcp`, `off`, `ADDR/PREFIX[,gw=GW]`),
+    /// checked as the runtime parses it.
+    pub runtime: String,
+    /// The host forwards of `perch record` (`tcp:8080:80`), checked.
+    pub forwards: Vec<String>,
+}
+
+impl NetSpec {
+    /// The runtime command-line key: `net=...`.
+    pub fn boot_arg(&self) -> String {
+        format!("net={}", self.runtime)
+    }
+
+    fn from_toml(n: TomlNet) -> Result<NetSpec, String> {
+        let enabled = n.enabled.unwrap_or(true);
+        let runtime = match (enabled, n.address.as_deref(), n.gateway.as_deref()) {
+            (false, None, None) => "off".to_string(),
+            (false, _, _) => {
+                return Err("[net] enabled = false takes no address or gateway".into());
+            }
+            (true, None | Some("dhcp"), None) => "dhcp".to_string(),
+            (true, None | Some("dhcp"), Some(_)) => {
+                return Err(
+                    "[net] gateway needs a static address (DHCP hands out the gateway)".into(),
+                );
+            }
+            (true, Some(a), gw) => {
+                if !a.contains('/') {
+                    return Err(format!(
+                        "[net] address {a:?}: dhcp or ADDR/PREFIX (e.g. 10.0.2.20/24)"
+                    ));
+                }
+                match gw {
+                    Some(g) => format!("{a},gw={g}"),
+                    None => a.to_string(),
+                }
+            }
+        };
+        kcore::cmdline::NetConfig::parse(&runtime)
+            .map_err(|e| format!("[net] net={runtime}: {e}"))?;
+        if !enabled && !n.forward.is_empty() {
+            return Err("[net] enabled = false takes no forward".into());
+        }
+        let mut seen = Vec::new();
+        for f in &n.forward {
+            let p = crate::record_opts::Forward::parse(f).map_err(|e| format!("[net] {e}"))?;
+            if seen
+                .iter()
+                .any(|o: &crate::record_opts::Forward| o.proto == p.proto && o.host == p.host)
+            {
+                return Err(format!(
+                    "[net] forward {f:?}: {} host port {} is forwarded twice",
+                    p.proto.name(),
+                    p.host
+                ));
+            }
+            seen.push(p);
+        }
+        Ok(NetSpec {
+            enabled,
+            runtime,
+            forwards: n.forward,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -178,6 +267,7 @@ impl AppSpec {
                 cwd: None,
             }],
             files: Vec::new(),
+            net: None,
         };
         for f in files {
             let (host, guest) = match f.split_once(':') {
@@ -222,7 +312,17 @@ impl AppSpec {
                 message: "no [[process]]: nothing to run".into(),
             });
         }
-        let mut spec = AppSpec::default();
+        let mut spec = AppSpec {
+            net: m
+                .net
+                .map(NetSpec::from_toml)
+                .transpose()
+                .map_err(|message| SpecError::Manifest {
+                    path: path.to_owned(),
+                    message,
+                })?,
+            ..AppSpec::default()
+        };
         for p in m.process {
             let host = resolve(&p.program);
             let guest = p
@@ -257,6 +357,14 @@ impl AppSpec {
         }
         spec.check()?;
         Ok(spec)
+    }
+
+    /// The `[net]` of the manifest at `path`, or `None` when it has none
+    /// or cannot be read (reading it as an [`AppSpec`] then says why).
+    pub fn net_of_manifest(path: &Path) -> Option<NetSpec> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let m: TomlManifest = toml::from_str(&text).ok()?;
+        NetSpec::from_toml(m.net?).ok()
     }
 
     /// Names, counts and archive paths (programs are checked by
@@ -444,6 +552,72 @@ guest = "data/input.txt"
         );
         let files = s.program_files();
         assert_eq!(files.get("opt/app2"), Some(&PathBuf::from("/abs/app2")));
+    }
+
+    fn net_of(dir: &Path, net: &str) -> Result<Option<NetSpec>, String> {
+        let m = write(
+            dir,
+            "net.toml",
+            &format!("[[process]]\nprogram = \"app\"\n{net}"),
+        );
+        AppSpec::from_manifest(&m)
+            .map(|s| s.net)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_manifest_has_the_network_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert_eq!(net_of(d, "").unwrap(), None);
+        let n = net_of(d, "[net]\n").unwrap().unwrap();
+        assert_eq!((n.enabled, n.boot_arg().as_str()), (true, "net=dhcp"));
+        assert!(n.forwards.is_empty());
+        let n = net_of(
+            d,
+            "[net]\naddress = \"10.0.2.20/24\"\ngateway = \"10.0.2.2\"\nforward = [\"tcp:8080:80\", \"udp:5353:53\"]\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(n.boot_arg(), "net=10.0.2.20/24,gw=10.0.2.2");
+        assert_eq!(n.forwards, ["tcp:8080:80", "udp:5353:53"]);
+        assert_eq!(
+            AppSpec::net_of_manifest(&d.join("net.toml")),
+            Some(n.clone())
+        );
+        let n = net_of(
+            d,
+            "[net]\naddress = \"dhcp\"\nforward = [\"tcp:8080:80\"]\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(n.boot_arg(), "net=dhcp");
+        let n = net_of(d, "[net]\nenabled = false\n").unwrap().unwrap();
+        assert_eq!((n.enabled, n.boot_arg().as_str()), (false, "net=off"));
+        for (bad, why) in [
+            ("address = \"10.0.2.20\"", "ADDR/PREFIX"),
+            ("address = \"10.0.2.20/33\"", "net=10.0.2.20/33"),
+            ("gateway = \"10.0.2.2\"", "gateway needs a static address"),
+            (
+                "address = \"10.0.2.20/24\"\ngateway = \"10.0.2\"",
+                "gw=10.0.2",
+            ),
+            (
+                "enabled = false\naddress = \"10.0.2.20/24\"",
+                "takes no address",
+            ),
+            (
+                "enabled = false\nforward = [\"tcp:1:2\"]",
+                "takes no forward",
+            ),
+            ("forward = [\"tcp:1\"]", "two ports are needed"),
+            ("forward = [\"tcp:1:2\", \"tcp:1:3\"]", "forwarded twice"),
+            ("dns = \"1.1.1.1\"", "unknown field"),
+        ] {
+            let e = net_of(d, &format!("[net]\n{bad}\n")).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+            assert_eq!(AppSpec::net_of_manifest(&d.join("net.toml")), None);
+        }
     }
 
     #[test]

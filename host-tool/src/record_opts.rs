@@ -196,13 +196,31 @@ pub struct RecordArgs {
     /// host's, no root needed) on a virtio-net card. The runtime takes
     /// 10.0.2.15/24 from QEMU's DHCP server (gateway 10.0.2.2, DNS
     /// 10.0.2.3) unless `--boot-arg net=ADDR/PREFIX,gw=GW` sets one, and
-    /// answers ARP and ping; programs have no sockets yet.
+    /// answers ARP and ping. Once it has its address perch prints each
+    /// forward (`perch: serving: tcp 127.0.0.1:8080 -> 10.0.2.15:80`).
+    /// An appliance manifest's [net] table gives the same settings.
     #[arg(long)]
     pub net: bool,
     /// With --net: forward the host's 127.0.0.1:HOSTPORT to the
     /// appliance's GUESTPORT (repeatable; tcp: or udp:).
     #[arg(long, value_name = "tcp|udp:HOSTPORT:GUESTPORT", requires = "net")]
     pub forward: Vec<String>,
+    /// With --net (or an appliance manifest's [net]): once the appliance
+    /// has its address, probe the forward of this host port until the
+    /// program in the appliance accepts connections on it, then print `perch: ready: tcp 127.0.0.1:HOSTPORT
+    /// ...` (and write --ready-file). Repeatable: ready once all accept.
+    /// A probe connects and must stay connected for half a second, twice
+    /// in a row: QEMU accepts on the host port even when nothing listens
+    /// in the appliance, and closes the connection when the appliance
+    /// refuses it.
+    #[arg(long, value_name = "tcp:HOSTPORT")]
+    pub wait_for: Vec<String>,
+    /// With --wait-for: create this file (holding the ready lines) once
+    /// every --wait-for port accepts, so that a script running `perch
+    /// record ... &` starts its load then (`until [ -e FILE ]; do sleep
+    /// 0.1; done`). An old file of that name is removed first.
+    #[arg(long, value_name = "FILE", requires = "wait_for")]
+    pub ready_file: Option<PathBuf>,
     /// An extra QEMU argument, after perch's own (repeatable:
     /// `--qemu-arg -smp --qemu-arg 2`).
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
@@ -219,10 +237,12 @@ pub struct RecordArgs {
 }
 
 /// `perch record` options that only apply when perch boots the appliance.
-pub const BOOT_ONLY: [&str; 23] = [
+pub const BOOT_ONLY: [&str; 25] = [
     "freq",
     "net",
     "forward",
+    "wait_for",
+    "ready_file",
     "icount",
     "pmu",
     "sim_cpu",

@@ -177,7 +177,7 @@ fn udp_echo_answers_through_a_host_forward() {
     let (log, port, echoed) = echo_through_forward("net=dhcp,echo");
     assert!(
         log.contains(&format!(
-            "perch: net: udp 127.0.0.1:{port} forwards to the appliance port 7"
+            "perch: serving: udp 127.0.0.1:{port} -> 10.0.2.15:7"
         )),
         "perch did not name the forward:\n{log}"
     );
@@ -198,7 +198,7 @@ fn a_static_address_is_in_force() {
     let (log, port, echoed) = echo_through_forward("net=10.0.2.20/24,gw=10.0.2.2,echo");
     assert!(
         log.contains(&format!(
-            "perch: net: udp 127.0.0.1:{port} forwards to 10.0.2.20 port 7"
+            "perch: serving: udp 127.0.0.1:{port} -> 10.0.2.20:7"
         )),
         "perch did not name the forward:\n{log}"
     );
@@ -242,4 +242,42 @@ fn net_on_microvm_finds_the_virtio_mmio_card() {
             .any(|l| l.contains("perch: net: 10.0.2.15/24 via 10.0.2.2 (DHCP)")),
         "no DHCP lease in the log:\n{log}"
     );
+}
+
+#[test]
+fn forwards_are_named_and_a_refused_port_is_not_ready() {
+    if !qemu_present() {
+        return;
+    }
+    // Nothing listens on port 80: QEMU accepts each probe's connection on
+    // the host and closes it when the appliance refuses it, which
+    // `--wait-for` must not take for a listener.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free TCP port")
+        .port();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let ready = dir.path().join("ready");
+    let ready_arg = ready.to_str().expect("a UTF-8 path").to_owned();
+    let (code, out, log) = record_netwait(
+        &[
+            "--net",
+            "--forward",
+            &format!("tcp:{port}:80"),
+            "--wait-for",
+            &format!("tcp:{port}"),
+            "--ready-file",
+            &ready_arg,
+        ],
+        6000,
+    );
+    assert_ran(code, &out, &log);
+    assert!(
+        log.contains(&format!(
+            "perch: serving: tcp 127.0.0.1:{port} -> 10.0.2.15:80"
+        )),
+        "perch did not name the forward:\n{log}"
+    );
+    assert!(!log.contains("perch: ready:"), "{log}");
+    assert!(!ready.exists(), "a ready file without a listener:\n{log}");
 }

@@ -27,11 +27,13 @@
  * `httpd: quit`; how many requests were served depends on the load, so that
  * count goes to stderr.
  *
- * System calls (x86-64, glibc or musl): socket(AF_INET, SOCK_STREAM |
- * SOCK_NONBLOCK), setsockopt(SOL_SOCKET, SO_REUSEADDR), bind, listen,
- * epoll_create1(0), epoll_ctl (ADD, MOD, DEL), epoll_wait (glibc: epoll_pwait),
- * accept4(SOCK_NONBLOCK), read, write, shutdown(SHUT_WR), close;
- * rt_sigaction (SIGPIPE ignored).
+ * System calls (x86-64): socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK),
+ * setsockopt(SOL_SOCKET, SO_REUSEADDR), bind(0.0.0.0:PORT), listen(128),
+ * epoll_create1(0), epoll_ctl (ADD, MOD, DEL), epoll_wait (musl:
+ * epoll_pwait with no mask), accept4(NULL, NULL, SOCK_NONBLOCK), read and
+ * write on the sockets (EAGAIN when they would block), shutdown(SHUT_WR),
+ * close; besides, rt_sigaction (SIGPIPE ignored), stdio's write (musl:
+ * writev) and ioctl on stdout, and malloc's brk and mmap.
  */
 #define _GNU_SOURCE
 #include <errno.h>
