@@ -196,7 +196,8 @@ pub struct RecordArgs {
     /// host's, no root needed) on a virtio-net card. The runtime takes
     /// 10.0.2.15/24 from QEMU's DHCP server (gateway 10.0.2.2, DNS
     /// 10.0.2.3) unless `--boot-arg net=ADDR/PREFIX,gw=GW` sets one, and
-    /// answers ARP and ping. Once it has its address perch prints each
+    /// programs reach it through their TCP and UDP sockets (the loopback
+    /// works without --net). Once it has its address perch prints each
     /// forward (`perch: serving: tcp 127.0.0.1:8080 -> 10.0.2.15:80`).
     /// An appliance manifest's [net] table gives the same settings.
     #[arg(long)]
