@@ -1,9 +1,11 @@
-//! A server profiled under load: `perch record --net --forward
-//! tcp:PORT:80 --wait-for tcp:PORT -- httpd 80` (tests/programs/c/httpd.c,
-//! one thread, non-blocking sockets and epoll), `wrk` sends it at least
-//! 10,000 requests for `/work?n=64` through QEMU's forward and checks every
-//! answer, `GET /quit` ends it, and perf report names the server's request
-//! handling (`page_crc32`, `render_page`) among its hottest symbols.
+//! Servers profiled under load: `perch record --net --forward tcp:PORT:80
+//! --wait-for tcp:PORT -- httpd 80`, `wrk` sends at least 10,000 requests
+//! through QEMU's forward and checks every answer, `GET /quit` ends the
+//! server, and perf report names its request handling among its hottest
+//! symbols. Two servers: tests/programs/c/httpd.c (one thread,
+//! non-blocking sockets and epoll; `page_crc32`, `render_page`) and
+//! tests/programs/go/httpd (Go's net/http, a goroutine per connection on
+//! the threads of Go's scheduler; `main.renderPage`).
 //!
 //! Not under icount: with `-icount sleep=off` the guest's clock leaps over
 //! its waits, faster than QEMU's network answers. Needs `wrk` (Debian's
@@ -11,7 +13,7 @@
 //! `cargo test -p e2e-tests --test http`.
 #![forbid(unsafe_code)]
 
-use e2e_tests::programs::{CBuild, c_program};
+use e2e_tests::programs::{CBuild, c_program, go_program};
 use e2e_tests::{perch_bin, qemu_and_perf_present, runtime_elf};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -27,12 +29,29 @@ const CONNECTIONS: u64 = 8;
 /// The length of one wrk run, and the most runs.
 const RUN_SECONDS: u64 = 5;
 const MAX_RUNS: u32 = 10;
-/// What httpd answers to `/work?n=64` (the same natively).
+/// What the C httpd answers to `/work?n=64` (the same natively).
 const WORK_BODY: &str = "rows 64 bytes 4577 crc32 5d1f4b4b\n";
+/// What the Go httpd answers to `/` (the same natively).
+const GO_BODY: &str = "hello from go httpd\nrows 2000 checksum e039cad5\n";
+
+/// A server under test.
+struct Server<'a> {
+    exe: &'a Path,
+    /// What wrk asks for, and the body every answer must have.
+    path: &'a str,
+    body: &'a str,
+    /// The server's own stdout lines (those starting with `httpd:`).
+    says: &'a [&'a str],
+    /// Functions of the request handling that must be among the hottest
+    /// symbols.
+    hot: &'a [&'a str],
+    /// How many symbols count as the hottest.
+    top: usize,
+}
 
 /// A wrk script that checks each answer's status and body and prints the
 /// totals.
-fn wrk_script() -> String {
+fn wrk_script(body: &str) -> String {
     format!(
         r#"local threads = {{}}
 function setup(thread) table.insert(threads, thread) end
@@ -46,7 +65,7 @@ function done(summary, latency, requests)
   io.write(string.format("checked: %d ok, %d bad\n", o, b))
 end
 "#,
-        body = WORK_BODY.replace('\n', "\\n"),
+        body = body.replace('\n', "\\n"),
     )
 }
 
@@ -85,6 +104,38 @@ fn a_server_profiled_under_load() {
         return;
     }
     let exe = c_program("httpd", CBuild::Glibc);
+    profile_under_load(&Server {
+        exe: &exe,
+        path: "/work?n=64",
+        body: WORK_BODY,
+        says: &["httpd: listening on port 80", "httpd: quit"],
+        hot: &["page_crc32", "render_page"],
+        top: 12,
+    });
+}
+
+#[test]
+fn a_go_net_http_server_profiled_under_load() {
+    if !qemu_and_perf_present() {
+        return;
+    }
+    if !wrk_runs() {
+        eprintln!("SKIPPED: wrk is not installed (apt-get install --no-install-recommends wrk)");
+        return;
+    }
+    let exe = go_program("httpd");
+    profile_under_load(&Server {
+        exe: &exe,
+        path: "/",
+        body: GO_BODY,
+        says: &["httpd: listening", "httpd: done"],
+        hot: &["main.renderPage"],
+        top: 12,
+    });
+}
+
+fn profile_under_load(server: &Server<'_>) {
+    let exe = server.exe;
     let runtime = runtime_elf();
     let dir = tempfile::tempdir().expect("temporary directory");
     let data = dir.path().join("perf.data");
@@ -108,7 +159,7 @@ fn a_server_profiled_under_load() {
         .args(["--wait-for", &wait_for, "--ready-file"])
         .arg(&ready)
         .arg("--")
-        .arg(&exe)
+        .arg(exe)
         .arg("80")
         .env("PERF_BUILDID_DIR", dir.path().join("buildid"))
         .stdin(Stdio::null())
@@ -152,7 +203,7 @@ fn a_server_profiled_under_load() {
     // The load: wrk runs of a few seconds each (wrk runs for its whole
     // duration) until REQUESTS answers have come, every one of them right.
     let script = dir.path().join("check.lua");
-    std::fs::write(&script, wrk_script()).expect("writing the wrk script");
+    std::fs::write(&script, wrk_script(server.body)).expect("writing the wrk script");
     let (mut good, mut runs) = (0u64, 0);
     while good < REQUESTS {
         assert!(
@@ -167,7 +218,7 @@ fn a_server_profiled_under_load() {
             .arg(format!("-d{RUN_SECONDS}s"))
             .args(["--timeout", "10s", "-s"])
             .arg(&script)
-            .arg(format!("http://127.0.0.1:{port}/work?n=64"))
+            .arg(format!("http://127.0.0.1:{port}{}", server.path))
             .stdin(Stdio::null())
             .output()
             .expect("running wrk");
@@ -223,11 +274,7 @@ fn a_server_profiled_under_load() {
     let log = read(&log_path);
     assert_eq!(status.code(), Some(0), "perch record failed:\n{out}\n{log}");
     let said: Vec<&str> = out.lines().filter(|l| l.starts_with("httpd:")).collect();
-    assert_eq!(
-        said,
-        ["httpd: listening on port 80", "httpd: quit"],
-        "stdout:\n{out}\nlog:\n{log}"
-    );
+    assert_eq!(said, server.says, "stdout:\n{out}\nlog:\n{log}");
     let served = numbers_after(&log, "httpd: served");
     assert!(
         served.first().is_some_and(|&n| n > REQUESTS),
@@ -253,9 +300,9 @@ fn a_server_profiled_under_load() {
     let top: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("[.]") || l.contains("[k]"))
-        .take(12)
+        .take(server.top)
         .collect();
-    for name in ["page_crc32", "render_page"] {
+    for &name in server.hot {
         assert!(
             top.iter().any(|l| l.contains(&format!("] {name}"))),
             "{name} is not among the hottest symbols:\n{}\n\nthe whole report:\n{text}",
