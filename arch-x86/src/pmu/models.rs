@@ -1,5 +1,10 @@
-//! Per-model facts of Intel family-6 PMUs, in one table: which counters PEBS
-//! may use for which events, the load-latency event and whether its extra
+//! Per-model facts of Intel family-6 PMUs, in one table: which
+//! general-purpose counters each event may count on at all (Linux's
+//! `intel_*_event_constraints`: on Core 2 some events only on PMC0 or only
+//! on PMC1, on Nehalem the L1D events on PMC0-1, from Sandy Bridge to
+//! Broadwell L1D_PEND_MISS on PMC2, from Ice Lake many codes on PMC0-3 of
+//! the eight), which counters PEBS may use for which events, the
+//! load-latency event and whether its extra
 //! register exists, the `cycles:p` alias, the LBR stack (depth, MSRs,
 //! LBR_SELECT, call-stack mode, format quirks) and how the PMI handler
 //! acknowledges. Each row names its sources: the Intel SDM vol. 3 chapters

@@ -17,7 +17,10 @@
 //! so `pmu=sim` runs it on the target too.
 //!
 //! Per model (from the row of [`crate::pmu::models`] for the simulated
-//! model number): PEBS assists only for events and counters the model
+//! model number): a general-purpose event counts only on the counters its
+//! counter constraint allows (on another it counts nothing; PEBS events
+//! follow the PEBS constraints instead); PEBS assists only for events and
+//! counters the model
 //! allows (0x3C never before PEBS baseline but on the Atoms from Goldmont
 //! on; the load-latency event only on
 //! its counters and, where the model needs it, while `mem-loads-aux`
