@@ -525,6 +525,140 @@ fn intel_counter_constraints() {
     );
 }
 
+/// The GP counter of event `i`, which must be on one.
+fn gp_of(d: &IntelPmu, i: usize) -> u8 {
+    match d.counter_of(i) {
+        Some(Counter::Gp(n)) => n,
+        other => panic!("event {i} on {other:?}"),
+    }
+}
+
+#[test]
+fn core2_pmc0_only_event_lands_on_pmc0_and_counts() {
+    // MEM_LOAD_RETIRED (0xcb) counts on PMC0 only (Linux
+    // intel_core2_event_constraints), MUL (0x12) on PMC1 only. Listed after
+    // an unconstrained event, 0xcb must still get PMC0.
+    let row = models::intel_row(0x17).unwrap();
+    let mut rig = Rig::new(SimCpu::from_row(row));
+    let evs = [ev(EventKind::Branches, 10), ev(EventKind::Raw(0x01CB), 10)];
+    let mut d = rig.intel(&evs, IntelOptions::default()).unwrap();
+    assert_eq!(gp_of(&d, 1), 0, "MEM_LOAD_RETIRED.L1D_MISS on PMC0");
+    assert_eq!(gp_of(&d, 0), 1);
+    // Every load of the workload misses L1.
+    rig.run_intel(&mut d, (0..100).map(step));
+    assert_eq!((rig.count(0), rig.count(1)), (10, 10));
+    // A PMC1-only event beside it fits; a second PMC0-only one does not.
+    let fits = [
+        ev(EventKind::Raw(0x0012), 10),
+        ev(EventKind::Raw(0x01CB), 10),
+    ];
+    let d = rig.intel(&fits, IntelOptions::default()).unwrap();
+    assert_eq!((gp_of(&d, 0), gp_of(&d, 1)), (1, 0));
+    let clash = [
+        ev(EventKind::Raw(0x01CB), 10),
+        ev(EventKind::Raw(0x0010), 10),
+    ];
+    let err = rig.intel(&clash, IntelOptions::default()).unwrap_err();
+    assert_eq!(err, PmuError::NoCounter { event: 1 });
+    assert_eq!(err.to_string(), "event 1: no free counter can count it");
+}
+
+#[test]
+fn nehalem_l1d_events_only_on_pmc0_and_pmc1() {
+    // L1D_CACHE_LD (0x40) .. L1D_ALL_REF (0x43) count on PMC0-1 only
+    // (Linux intel_nehalem_event_constraints).
+    let row = models::intel_row(0x1E).unwrap();
+    let mut rig = Rig::new(SimCpu::from_row(row));
+    let evs = [
+        ev(EventKind::Branches, 10),
+        ev(EventKind::BranchMisses, 10),
+        ev(EventKind::CacheReferences, 10),
+        ev(EventKind::Raw(0x0F40), 40),
+    ];
+    let mut d = rig.intel(&evs, IntelOptions::default()).unwrap();
+    assert!(gp_of(&d, 3) < 2, "L1D_CACHE_LD on PMC{}", gp_of(&d, 3));
+    // (Nehalem's shortest period is 32.)
+    rig.run_intel(&mut d, (0..200).map(step));
+    assert_eq!(rig.count(3), 5, "every load counted");
+    // Three of them for the two counters: refused.
+    let three = [
+        ev(EventKind::Raw(0x0F40), 10),
+        ev(EventKind::Raw(0x0F41), 10),
+        ev(EventKind::Raw(0x0143), 10),
+    ];
+    assert_eq!(
+        rig.intel(&three, IntelOptions::default()).unwrap_err(),
+        PmuError::NoCounter { event: 2 }
+    );
+    // Westmere has no such constraint on 0x40 (its own table).
+    let wsm = models::intel_row(0x2C).unwrap();
+    assert_eq!(wsm.gp_counters(0x0F40), u32::MAX);
+    assert_eq!(wsm.gp_counters(0x0160), 0x1);
+}
+
+#[test]
+fn sandy_bridge_l1d_pend_miss_on_pmc2_beside_other_events() {
+    // L1D_PEND_MISS.PENDING (0x0148) counts on PMC2 only on Sandy Bridge
+    // to Broadwell (Linux intel_snb/ivb/hsw/bdw_event_constraints).
+    for model in [0x2A, 0x3A, 0x3C, 0x3D] {
+        let row = models::intel_row(model).unwrap();
+        let mut rig = Rig::new(SimCpu::from_row(row));
+        let evs = [
+            ev(EventKind::Branches, 10),
+            ev(EventKind::BranchMisses, 10),
+            ev(EventKind::CacheMisses, 10),
+            ev(EventKind::Raw(0x0148), 1000),
+        ];
+        let mut d = rig.intel(&evs, IntelOptions::default()).unwrap();
+        assert_eq!(gp_of(&d, 3), 2, "{}", row.name);
+        let others: Vec<u8> = (0..3).map(|i| gp_of(&d, i)).collect();
+        assert!(!others.contains(&2), "{}: {others:?}", row.name);
+        // Latencies 20..=69, twice: 4450 pending cycles.
+        rig.run_intel(&mut d, (0..100).map(step));
+        assert_eq!(rig.count(3), 4, "{}", row.name);
+        assert_eq!(rig.count(0), 10, "{}", row.name);
+    }
+}
+
+#[test]
+fn haswell_impossible_pmc2_set_is_refused() {
+    // L1D_PEND_MISS.PENDING and CYCLE_ACTIVITY.CYCLES_L1D_PENDING (0x08a3)
+    // both need PMC2 on Haswell: no assignment, whatever the order.
+    let row = models::intel_row(0x3C).unwrap();
+    let mut rig = Rig::new(SimCpu::from_row(row));
+    let set = [
+        ev(EventKind::Raw(0x0148), 10),
+        ev(EventKind::Branches, 10),
+        ev(EventKind::Raw(0x0108_08A3), 10),
+    ];
+    assert_eq!(
+        rig.intel(&set, IntelOptions::default()).unwrap_err(),
+        PmuError::NoCounter { event: 2 }
+    );
+    // On Skylake neither is constrained: the same set fits.
+    let mut rig = Rig::new(SimCpu::skylake());
+    assert!(rig.intel(&set, IntelOptions::default()).is_ok());
+    // Sandy Bridge: INST_RETIRED.PREC_DIST on PMC1, L1D_PEND_MISS on PMC2,
+    // MEM_TRANS_RETIRED on PMC3 and a free event fill all four.
+    let snb = models::intel_row(0x2A).unwrap();
+    let mut rig = Rig::new(SimCpu::from_row(snb));
+    let four = [
+        ev(EventKind::Branches, 10),
+        ev(EventKind::Raw(0x02CD), 10),
+        ev(EventKind::Raw(0x0148), 10),
+        ev(EventKind::Raw(0x01C0), 10),
+    ];
+    let d = rig.intel(&four, IntelOptions::default()).unwrap();
+    let got: Vec<u8> = (0..4).map(|i| gp_of(&d, i)).collect();
+    assert_eq!(got, [0, 3, 2, 1]);
+    let mut five = four.to_vec();
+    five[0] = ev(EventKind::Raw(0x0248), 10);
+    assert_eq!(
+        rig.intel(&five, IntelOptions::default()).unwrap_err(),
+        PmuError::NoCounter { event: 2 }
+    );
+}
+
 #[test]
 fn frequency_mode_converges_on_the_target_rate() {
     let mut rig = Rig::new(SimCpu::skylake());

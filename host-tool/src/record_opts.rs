@@ -684,8 +684,9 @@ fn sim_fits(cpu: &str, events: &[(&String, &Event)], count: Option<u64>) -> Resu
             &all,
             &format!(
                 "The simulated {cpu} PMU ({} GP + {} fixed counters) cannot count these events at \
-                 once: no free counter can count {} (counter constraints: PEBS events need a \
-                 PEBS-capable counter, fixed-counter events share theirs); sample fewer events per run.",
+                 once: no free counter can count {} (counter constraints: some events count only on \
+                 some counters of the model, PEBS events need a PEBS-capable counter, \
+                 fixed-counter events share theirs); sample fewer events per run.",
                 info.gp_counters,
                 info.fixed_counters(),
                 spec(event)

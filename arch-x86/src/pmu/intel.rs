@@ -284,6 +284,11 @@ impl IntelPmu {
         let gp_mask_of = |i: usize| -> u32 {
             let Some((e, pebs)) = enc[i] else { return 0 };
             let mut m = e.gp_mask & gp_all;
+            // The model's counter constraints (Linux
+            // intel_*_event_constraints), which PEBS constraints replace.
+            if row.counter_constraint_applies(e.evtsel, pebs, baseline) {
+                m &= row.gp_counters(e.evtsel);
+            }
             if pebs {
                 m &= row.pebs_counters(e.evtsel);
                 if format0 {
@@ -293,10 +298,19 @@ impl IntelPmu {
             m
         };
         order[..events_in.len()].sort_unstable_by_key(|&i| (gp_mask_of(i).count_ones(), i));
+        // Fixed counters first; the rest go on GP counters as a matching of
+        // events to their allowed counters: each event takes its lowest
+        // free allowed counter, or, when none is free, moves events already
+        // placed to other counters they may use (an augmenting path), so a
+        // set is refused only when no assignment exists at all.
+        let mut counters = [None; MAX_EVENTS];
+        // Owner of each GP counter: an event, or MAX_EVENTS for the
+        // auxiliary event.
+        let mut owner = [None; 32];
+        let mut masks = [0u32; MAX_EVENTS + 1];
         for &i in &order[..events_in.len()] {
             let (e, pebs) = enc[i].ok_or(PmuError::EventUnavailable { event: i })?;
             let ev = &events_in[i];
-            let mut counter = None;
             // PEBS baseline (adaptive PEBS) can also sample fixed counters.
             if let Some(f) = e.fixed
                 && (!pebs || (baseline && row.pebs_on_fixed(e.evtsel, ev.event.precise)))
@@ -304,18 +318,33 @@ impl IntelPmu {
                 && fixed_used & (1 << f) == 0
             {
                 fixed_used |= 1 << f;
-                counter = Some(Counter::Fixed(f));
+                counters[i] = Some(Counter::Fixed(f));
+                continue;
             }
-            if counter.is_none() {
-                let free = gp_mask_of(i) & !gp_used;
-                if free == 0 {
-                    return Err(PmuError::NoCounter { event: i });
-                }
-                let n = free.trailing_zeros() as u8;
-                gp_used |= 1 << n;
-                counter = Some(Counter::Gp(n));
+            masks[i] = gp_mask_of(i);
+            if !place_gp(i, &masks, &mut owner, &mut gp_used) {
+                return Err(PmuError::NoCounter { event: i });
             }
-            let counter = counter.ok_or(PmuError::NoCounter { event: i })?;
+        }
+        // The auxiliary event the load-latency event needs on some models
+        // (Linux PMU_FL_MEM_LOADS_AUX): counted, never sampled.
+        if let Some(i) = needs_aux {
+            masks[MAX_EVENTS] = gp_all & row.gp_counters(u64::from(models::MEM_LOADS_AUX_EVENT));
+            if !place_gp(MAX_EVENTS, &masks, &mut owner, &mut gp_used) {
+                return Err(PmuError::NoCounter { event: i });
+            }
+        }
+        for (n, o) in owner.iter().enumerate() {
+            match *o {
+                Some(i) if i < MAX_EVENTS => counters[i] = Some(Counter::Gp(n as u8)),
+                Some(_) => self.aux = Some(n as u8),
+                None => {}
+            }
+        }
+        for i in 0..events_in.len() {
+            let (e, pebs) = enc[i].ok_or(PmuError::EventUnavailable { event: i })?;
+            let ev = &events_in[i];
+            let counter = counters[i].ok_or(PmuError::NoCounter { event: i })?;
             // Shorter periods than the model takes are raised to its
             // minimum (Linux *_limit_period).
             let (min_period, period_align) = self.row.period_limits(e.evtsel, ev.event.precise);
@@ -357,15 +386,6 @@ impl IntelPmu {
                 min_period,
                 period_align,
             });
-        }
-        // The auxiliary event the load-latency event needs on some models
-        // (Linux PMU_FL_MEM_LOADS_AUX): counted, never sampled.
-        if let Some(i) = needs_aux {
-            let free = gp_all & !gp_used;
-            if free == 0 {
-                return Err(PmuError::NoCounter { event: i });
-            }
-            self.aux = Some(free.trailing_zeros() as u8);
         }
         self.n = events_in.len();
         // PEBS setup.
@@ -1104,4 +1124,95 @@ pub fn adaptive_size(cfg: u64) -> usize {
 /// Formats the record decoder knows (0-3 fixed, 4-6 adaptive).
 fn sampler_known_format(f: u8) -> Option<u8> {
     (f <= 6).then_some(f)
+}
+
+/// Put the event `i` (an index into `masks`, its allowed GP counters) on a
+/// GP counter: its lowest free allowed counter, else one freed by moving
+/// placed events to other counters they allow (`owner`: the event on each
+/// counter; `used`: the counters taken). False when no assignment of the
+/// placed events and `i` exists.
+fn place_gp(
+    i: usize,
+    masks: &[u32; MAX_EVENTS + 1],
+    owner: &mut [Option<usize>; 32],
+    used: &mut u32,
+) -> bool {
+    let free = masks[i] & !*used;
+    let n = if free != 0 {
+        free.trailing_zeros() as usize
+    } else {
+        let mut seen = 0u32;
+        match augment(i, masks, owner, &mut seen) {
+            Some(n) => n,
+            None => return false,
+        }
+    };
+    owner[n] = Some(i);
+    // The path may end on a counter that was free.
+    *used = owner
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.is_some())
+        .fold(0, |u, (k, _)| u | 1 << k);
+    true
+}
+
+/// An augmenting path for event `i` through the counters not in `seen`:
+/// moves the events along it and returns the counter left for `i`.
+fn augment(
+    i: usize,
+    masks: &[u32; MAX_EVENTS + 1],
+    owner: &mut [Option<usize>; 32],
+    seen: &mut u32,
+) -> Option<usize> {
+    let mut m = masks[i] & !*seen;
+    while m != 0 {
+        let n = m.trailing_zeros() as usize;
+        m &= m - 1;
+        *seen |= 1 << n;
+        match owner[n] {
+            None => return Some(n),
+            Some(j) => {
+                if let Some(k) = augment(j, masks, owner, seen) {
+                    owner[k] = Some(j);
+                    return Some(n);
+                }
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assign(masks: &[u32]) -> Option<[Option<usize>; 32]> {
+        let mut m = [0u32; MAX_EVENTS + 1];
+        m[..masks.len()].copy_from_slice(masks);
+        let mut owner = [None; 32];
+        let mut used = 0;
+        for i in 0..masks.len() {
+            if !place_gp(i, &m, &mut owner, &mut used) {
+                return None;
+            }
+        }
+        Some(owner)
+    }
+
+    #[test]
+    fn gp_assignment_moves_placed_events_when_needed() {
+        // `o[n]`: the event on PMCn. Lowest free counter first.
+        let o = assign(&[0xF, 0x4, 0xF]).unwrap();
+        assert_eq!(o[..4], [Some(0), Some(2), Some(1), None]);
+        // PMC0-1, PMC1-2, PMC0-1: the first two move up for the third.
+        let o = assign(&[0x3, 0x6, 0x3]).unwrap();
+        assert_eq!(o[..3], [Some(2), Some(0), Some(1)]);
+        // A chain of two moves.
+        let o = assign(&[0x1 | 0x2, 0x2 | 0x4, 0x4 | 0x8, 0x1]).unwrap();
+        assert_eq!(o[..4], [Some(3), Some(0), Some(1), Some(2)]);
+        // Three events for two counters.
+        assert!(assign(&[0x3, 0x3, 0x3]).is_none());
+        assert!(assign(&[0x4, 0x4]).is_none());
+    }
 }

@@ -1,5 +1,10 @@
-//! Per-model facts of Intel family-6 PMUs, in one table: which counters PEBS
-//! may use for which events, the load-latency event and whether its extra
+//! Per-model facts of Intel family-6 PMUs, in one table: which
+//! general-purpose counters each event may count on at all (Linux's
+//! `intel_*_event_constraints`: on Core 2 some events only on PMC0 or only
+//! on PMC1, on Nehalem the L1D events on PMC0-1, from Sandy Bridge to
+//! Broadwell L1D_PEND_MISS on PMC2, from Ice Lake many codes on PMC0-3 of
+//! the eight), which counters PEBS may use for which events, the
+//! load-latency event and whether its extra
 //! register exists, the `cycles:p` alias, the LBR stack (depth, MSRs,
 //! LBR_SELECT, call-stack mode, format quirks) and how the PMI handler
 //! acknowledges. Each row names its sources: the Intel SDM vol. 3 chapters
@@ -121,6 +126,80 @@ impl PebsConstraint {
     }
 }
 
+/// A counter constraint of a general-purpose event, as a row of Linux's
+/// `intel_*_event_constraints`: the events it matches may only count on the
+/// counters in `gp_mask`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterConstraint {
+    /// The matching value of EVTSEL\[15:0\] (event and umask), or with
+    /// [`CounterConstraint::codes_to`] the first event code.
+    pub event: u16,
+    /// The EVTSEL\[15:0\] bits compared with `event`: 0x00FF for every umask
+    /// of the code (INTEL_EVENT_CONSTRAINT), 0xFFFF for one event and umask
+    /// (INTEL_UEVENT_CONSTRAINT), the code's bits and the umask bits of
+    /// `event` for "this umask bit set" (INTEL_UBIT_EVENT_CONSTRAINT).
+    pub cmask: u16,
+    /// When set, every umask of the codes from `event`'s code through this
+    /// one (INTEL_EVENT_CONSTRAINT_RANGE); `cmask` is then unused.
+    pub codes_to: Option<u8>,
+    /// Allowed general-purpose counters (bit n = PMCn).
+    pub gp_mask: u32,
+}
+
+impl CounterConstraint {
+    /// Every umask of event code `code`.
+    pub const fn code(code: u8, gp_mask: u32) -> Self {
+        Self {
+            event: code as u16,
+            cmask: 0x00FF,
+            codes_to: None,
+            gp_mask,
+        }
+    }
+
+    /// Every umask of the event codes `first..=last`.
+    pub const fn codes(first: u8, last: u8, gp_mask: u32) -> Self {
+        Self {
+            event: first as u16,
+            cmask: 0x00FF,
+            codes_to: Some(last),
+            gp_mask,
+        }
+    }
+
+    /// One event and umask.
+    pub const fn exact(event: u16, gp_mask: u32) -> Self {
+        Self {
+            event,
+            cmask: 0xFFFF,
+            codes_to: None,
+            gp_mask,
+        }
+    }
+
+    /// The event code of `event` with at least the umask bits of `event`
+    /// set.
+    pub const fn umask_bits(event: u16, gp_mask: u32) -> Self {
+        Self {
+            event,
+            cmask: 0x00FF | event,
+            codes_to: None,
+            gp_mask,
+        }
+    }
+
+    /// Whether the constraint holds for the select bits `evtsel`.
+    pub fn matches(&self, evtsel: u64) -> bool {
+        match self.codes_to {
+            None => (evtsel & 0xFFFF) as u16 & self.cmask == self.event,
+            Some(last) => {
+                let code = (evtsel & 0xFF) as u8;
+                code >= self.event as u8 && code <= last
+            }
+        }
+    }
+}
+
 /// The model-specific LBR stack of a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LegacyLbr {
@@ -214,6 +293,11 @@ pub struct IntelModel {
     pub pebs_gp_mask: u32,
     /// Further per-event PEBS constraints.
     pub pebs_constraints: &'static [PebsConstraint],
+    /// The general-purpose counters each event may use at all, precise or
+    /// not (Linux `intel_*_event_constraints`, first matching row wins);
+    /// an event no row matches may use every counter. On another counter
+    /// the event counts nothing useful.
+    pub counter_constraints: &'static [CounterConstraint],
     /// Event and umask of the load-latency event (`mem-loads`), which uses
     /// the extra register MSR_PEBS_LD_LAT_THRESHOLD; `None`: the model has
     /// no load-latency facility and no such MSR.
@@ -317,6 +401,155 @@ pub const NHM_MAGIC_EVENTS: [u64; 4] = [0x4300B5, 0x4300D2, 0x4300B1, 0x4300B1];
 /// (PS_ENABLE) set.
 pub const PRECISE_STORE_EVENT: u16 = 0x02CD;
 
+/// Core 2 (Linux `intel_core2_event_constraints`): FP_COMP_OPS_EXE (0x10),
+/// CYCLES_DIV_BUSY (0x14), IDLE_DURING_DIV (0x18),
+/// RS_UOPS_DISPATCH_CYCLES (0xa1), ITLB_MISS_RETIRED (0xc9) and
+/// MEM_LOAD_RETIRED (0xcb) on PMC0; FP_ASSIST (0x11), MUL (0x12), DIV
+/// (0x13) and DELAYED_BYPASS (0x19) on PMC1.
+const CORE2_CONSTRAINTS: &[CounterConstraint] = &[
+    CounterConstraint::code(0x10, 0x1),
+    CounterConstraint::code(0x11, 0x2),
+    CounterConstraint::code(0x12, 0x2),
+    CounterConstraint::code(0x13, 0x2),
+    CounterConstraint::code(0x14, 0x1),
+    CounterConstraint::code(0x18, 0x1),
+    CounterConstraint::code(0x19, 0x2),
+    CounterConstraint::code(0xA1, 0x1),
+    CounterConstraint::code(0xC9, 0x1),
+    CounterConstraint::code(0xCB, 0x1),
+];
+
+/// Nehalem (Linux `intel_nehalem_event_constraints`): the L1D events
+/// L1D_CACHE_LD/ST/LOCK, L1D_ALL_REF (0x40-0x43), L1D_PEND_MISS (0x48),
+/// L1D_PREFETCH (0x4e), L1D (0x51) and CACHE_LOCK_CYCLES (0x63) on PMC0-1.
+const NHM_CONSTRAINTS: &[CounterConstraint] = &[
+    CounterConstraint::codes(0x40, 0x43, 0x3),
+    CounterConstraint::code(0x48, 0x3),
+    CounterConstraint::code(0x4E, 0x3),
+    CounterConstraint::code(0x51, 0x3),
+    CounterConstraint::code(0x63, 0x3),
+];
+
+/// Westmere (Linux `intel_westmere_event_constraints`): L1D (0x51) and
+/// CACHE_LOCK_CYCLES (0x63) on PMC0-1, OFFCORE_REQUESTS_OUTSTANDING (0x60)
+/// and SNOOPQ_REQUEST_OUTSTANDING (0xb3) on PMC0.
+const WSM_CONSTRAINTS: &[CounterConstraint] = &[
+    CounterConstraint::code(0x51, 0x3),
+    CounterConstraint::code(0x60, 0x1),
+    CounterConstraint::code(0x63, 0x3),
+    CounterConstraint::code(0xB3, 0x1),
+];
+
+/// Sandy Bridge (Linux `intel_snb_event_constraints`, first match wins):
+/// CYCLE_ACTIVITY.CYCLES_NO_DISPATCH (0x04a3) and .STALLS_L2_PENDING
+/// (0x05a3) on PMC0-3, .CYCLES_L1D_PENDING (0x02a3), .STALLS_L1D_PENDING
+/// (0x06a3) and L1D_PEND_MISS (0x48) on PMC2, INST_RETIRED.PREC_DIST
+/// (0x01c0) on PMC1, MEM_TRANS_RETIRED (0xcd) on PMC3, the memory events
+/// 0xd0-0xd3 on PMC0-3.
+const SNB_CONSTRAINTS: &[CounterConstraint] = &[
+    CounterConstraint::exact(0x04A3, 0xF),
+    CounterConstraint::exact(0x05A3, 0xF),
+    CounterConstraint::exact(0x02A3, 0x4),
+    CounterConstraint::exact(0x06A3, 0x4),
+    CounterConstraint::code(0x48, 0x4),
+    CounterConstraint::exact(0x01C0, 0x2),
+    CounterConstraint::code(0xCD, 0x8),
+    CounterConstraint::codes(0xD0, 0xD3, 0xF),
+];
+
+/// Ivy Bridge (Linux `intel_ivb_event_constraints`): L1D_PEND_MISS.PENDING
+/// (0x0148) and CYCLE_ACTIVITY.CYCLES/STALLS_L1D_PENDING (0x08a3, 0x0ca3)
+/// on PMC2, IDQ.EMPTY (0x0279), IDQ_UOPS_NOT_DELIVERED.CORE (0x019c) and
+/// the other CYCLE_ACTIVITY umasks 0x02, 0x04-0x06 on PMC0-3,
+/// INST_RETIRED.PREC_DIST (0x01c0) on PMC1, 0xd0-0xd3 on PMC0-3.
+const IVB_CONSTRAINTS: &[CounterConstraint] = &[
+    CounterConstraint::exact(0x0148, 0x4),
+    CounterConstraint::exact(0x0279, 0xF),
+    CounterConstraint::exact(0x019C, 0xF),
+    CounterConstraint::exact(0x02A3, 0xF),
+    CounterConstraint::exact(0x04A3, 0xF),
+    CounterConstraint::exact(0x05A3, 0xF),
+    CounterConstraint::exact(0x06A3, 0xF),
+    CounterConstraint::exact(0x08A3, 0x4),
+    CounterConstraint::exact(0x0CA3, 0x4),
+    CounterConstraint::exact(0x01C0, 0x2),
+    CounterConstraint::codes(0xD0, 0xD3, 0xF),
+];
+
+/// Haswell (Linux `intel_hsw_event_constraints`): L1D_PEND_MISS.PENDING
+/// (0x0148) on PMC2, INST_RETIRED.PREC_DIST (0x01c0) on PMC1,
+/// MEM_TRANS_RETIRED (0xcd) on PMC3, CYCLE_ACTIVITY.CYCLES/STALLS_L1D_PENDING
+/// (0x08a3, 0x0ca3) on PMC2, .CYCLES_NO_EXECUTE (0x04a3) and 0xd0-0xd3 on
+/// PMC0-3.
+const HSW_CONSTRAINTS: &[CounterConstraint] = &[
+    CounterConstraint::exact(0x0148, 0x4),
+    CounterConstraint::exact(0x01C0, 0x2),
+    CounterConstraint::code(0xCD, 0x8),
+    CounterConstraint::exact(0x08A3, 0x4),
+    CounterConstraint::exact(0x0CA3, 0x4),
+    CounterConstraint::exact(0x04A3, 0xF),
+    CounterConstraint::codes(0xD0, 0xD3, 0xF),
+];
+
+/// Broadwell (Linux `intel_bdw_event_constraints`): L1D_PEND_MISS.PENDING
+/// (0x0148) and CYCLE_ACTIVITY with umask bit 3 (0x08a3, CYCLES_L1D_MISS)
+/// on PMC2; 0xd0-0xd2 and 0xcd on PMC0-3.
+const BDW_CONSTRAINTS: &[CounterConstraint] = &[
+    CounterConstraint::exact(0x0148, 0x4),
+    CounterConstraint::umask_bits(0x08A3, 0x4),
+    CounterConstraint::codes(0xD0, 0xD2, 0xF),
+    CounterConstraint::code(0xCD, 0xF),
+];
+
+/// Skylake (Linux `intel_skl_event_constraints`): INST_RETIRED.PREC_DIST
+/// (0x01c0) on PMC1; 0xd0-0xd2, 0xcd and FRONTEND_RETIRED (0xc6) on PMC0-3.
+const SKL_CONSTRAINTS: &[CounterConstraint] = &[
+    CounterConstraint::exact(0x01C0, 0x2),
+    CounterConstraint::codes(0xD0, 0xD2, 0xF),
+    CounterConstraint::code(0xCD, 0xF),
+    CounterConstraint::code(0xC6, 0xF),
+];
+
+/// Ice Lake (Linux `intel_icl_event_constraints`): of the eight counters,
+/// event codes 0x03-0x0a, 0x1f-0x28, 0x32, 0x48-0x54, 0x60-0x8b, 0xa3
+/// (except CYCLE_ACTIVITY.STALLS_TOTAL 0x04a3, .CYCLES_MEM_ANY 0x10a3 and
+/// .STALLS_MEM_ANY 0x14a3, on all), 0xa8-0xb0, 0xb7-0xbd, 0xd0-0xe6, 0xef
+/// and 0xf0-0xf4 only on PMC0-3.
+const ICL_CONSTRAINTS: &[CounterConstraint] = &[
+    CounterConstraint::codes(0x03, 0x0A, 0xF),
+    CounterConstraint::codes(0x1F, 0x28, 0xF),
+    CounterConstraint::code(0x32, 0xF),
+    CounterConstraint::codes(0x48, 0x54, 0xF),
+    CounterConstraint::codes(0x60, 0x8B, 0xF),
+    CounterConstraint::exact(0x04A3, 0xFF),
+    CounterConstraint::exact(0x10A3, 0xFF),
+    CounterConstraint::exact(0x14A3, 0xFF),
+    CounterConstraint::code(0xA3, 0xF),
+    CounterConstraint::codes(0xA8, 0xB0, 0xF),
+    CounterConstraint::codes(0xB7, 0xBD, 0xF),
+    CounterConstraint::codes(0xD0, 0xE6, 0xF),
+    CounterConstraint::code(0xEF, 0xF),
+    CounterConstraint::codes(0xF0, 0xF4, 0xF),
+];
+
+/// Sapphire Rapids and the Golden Cove P-cores (Linux
+/// `intel_spr_event_constraints`): event codes below 0x90 on PMC0-3 except
+/// 0x2e and 0x3c (all eight); CYCLE_ACTIVITY 0x01a3, 0x02a3, 0x08a3 and
+/// 0xd0-0xdf on PMC0-3; 0x04a4, 0x08a4 (TOPDOWN), 0x02cd and 0xce on PMC0.
+const SPR_CONSTRAINTS: &[CounterConstraint] = &[
+    CounterConstraint::code(0x2E, 0xFF),
+    CounterConstraint::code(0x3C, 0xFF),
+    CounterConstraint::codes(0x01, 0x8F, 0xF),
+    CounterConstraint::exact(0x01A3, 0xF),
+    CounterConstraint::exact(0x02A3, 0xF),
+    CounterConstraint::exact(0x08A3, 0xF),
+    CounterConstraint::exact(0x04A4, 0x1),
+    CounterConstraint::exact(0x08A4, 0x1),
+    CounterConstraint::exact(0x02CD, 0x1),
+    CounterConstraint::code(0xCE, 0x1),
+    CounterConstraint::codes(0xD0, 0xDF, 0xF),
+];
+
 const NEHALEM: IntelModel = IntelModel {
     name: "Nehalem",
     // Linux's Nehalem case: NEHALEM (0x1E), NEHALEM_EP (0x1A) and
@@ -333,6 +566,7 @@ const NEHALEM: IntelModel = IntelModel {
     pebs_quirks: PebsQuirks::NONE,
     pebs_gp_mask: 0xF,
     pebs_constraints: &[PebsConstraint::exact(0x100B, 0xF)],
+    counter_constraints: NHM_CONSTRAINTS,
     ld_lat_event: Some(0x100B),
     st_event: None,
     mem_loads_aux: false,
@@ -366,6 +600,7 @@ const SKYLAKE: IntelModel = IntelModel {
     pebs_quirks: PebsQuirks::NONE,
     pebs_gp_mask: 0xF,
     pebs_constraints: &[PebsConstraint::exact(0x01C0, 0x2)],
+    counter_constraints: SKL_CONSTRAINTS,
     ld_lat_event: Some(0x01CD),
     st_event: Some(0x82D0),
     mem_loads_aux: false,
@@ -391,6 +626,7 @@ const ICE_LAKE: IntelModel = IntelModel {
     pebs_quirks: PebsQuirks::NONE,
     pebs_gp_mask: ALL_GP,
     pebs_constraints: &[PebsConstraint::codes(0xD0, 0xD4, 0xF)],
+    counter_constraints: ICL_CONSTRAINTS,
     ld_lat_event: Some(0x01CD),
     st_event: Some(0x82D0),
     mem_loads_aux: false,
@@ -421,6 +657,7 @@ const SAPPHIRE_RAPIDS: IntelModel = IntelModel {
         PebsConstraint::exact(PRECISE_STORE_EVENT, 0x1),
         PebsConstraint::codes(0xD0, 0xD4, 0xF),
     ],
+    counter_constraints: SPR_CONSTRAINTS,
     ld_lat_event: Some(0x01CD),
     st_event: Some(PRECISE_STORE_EVENT),
     mem_loads_aux: true,
@@ -456,6 +693,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         },
         pebs_gp_mask: 0x1,
         pebs_constraints: &[],
+        counter_constraints: CORE2_CONSTRAINTS,
         ld_lat_event: None,
         st_event: None,
         mem_loads_aux: false,
@@ -483,6 +721,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         },
         pebs_gp_mask: 0x1,
         pebs_constraints: &[],
+        counter_constraints: CORE2_CONSTRAINTS,
         ld_lat_event: None,
         st_event: None,
         mem_loads_aux: false,
@@ -507,6 +746,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0x1,
         pebs_constraints: &[],
+        counter_constraints: &[],
         ld_lat_event: None,
         st_event: None,
         mem_loads_aux: false,
@@ -531,6 +771,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0x1,
         pebs_constraints: &[],
+        counter_constraints: &[],
         ld_lat_event: None,
         st_event: None,
         mem_loads_aux: false,
@@ -555,6 +796,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0x1,
         pebs_constraints: &[],
+        counter_constraints: &[],
         ld_lat_event: None,
         st_event: None,
         mem_loads_aux: false,
@@ -587,6 +829,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0x1,
         pebs_constraints: &[],
+        counter_constraints: &[],
         ld_lat_event: None,
         st_event: None,
         mem_loads_aux: false,
@@ -611,6 +854,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
         pebs_constraints: &[],
+        counter_constraints: &[],
         ld_lat_event: None,
         st_event: None,
         mem_loads_aux: false,
@@ -635,6 +879,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
         pebs_constraints: &[],
+        counter_constraints: &[],
         ld_lat_event: None,
         st_event: None,
         mem_loads_aux: false,
@@ -653,6 +898,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         core_type: None,
         source: "SDM vol. 3 \"Westmere\" (as Nehalem, load latency 0x100B with MSR_PEBS_LD_LAT_THRESHOLD, LBR 16 at 0x680/0x6C0); Linux intel_westmere_pebs_event_constraints, intel_westmere_extra_regs; data source: intel_pmu_pebs_data_source_nhm with TLB and lock bits (no pebs_no_tlb)",
         data_source: DataSource::Wsm,
+        counter_constraints: WSM_CONSTRAINTS,
         ..NEHALEM
     },
     IntelModel {
@@ -671,6 +917,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
             PebsConstraint::exact(0x01CD, 0x8),
             PebsConstraint::exact(PRECISE_STORE_EVENT, 0x8),
         ],
+        counter_constraints: SNB_CONSTRAINTS,
         ld_lat_event: Some(0x01CD),
         st_event: Some(PRECISE_STORE_EVENT),
         mem_loads_aux: false,
@@ -699,6 +946,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
             PebsConstraint::exact(PRECISE_STORE_EVENT, 0x8),
             PebsConstraint::exact(0x01C0, 0x2),
         ],
+        counter_constraints: IVB_CONSTRAINTS,
         ld_lat_event: Some(0x01CD),
         st_event: Some(PRECISE_STORE_EVENT),
         mem_loads_aux: false,
@@ -723,6 +971,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
         pebs_constraints: &[PebsConstraint::exact(0x01C0, 0x2)],
+        counter_constraints: HSW_CONSTRAINTS,
         ld_lat_event: Some(0x01CD),
         st_event: Some(0x82D0),
         mem_loads_aux: false,
@@ -747,6 +996,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: 0xF,
         pebs_constraints: &[PebsConstraint::exact(0x01C0, 0x2)],
+        counter_constraints: BDW_CONSTRAINTS,
         ld_lat_event: Some(0x01CD),
         st_event: Some(0x82D0),
         mem_loads_aux: false,
@@ -803,6 +1053,7 @@ pub static INTEL_MODELS: &[IntelModel] = &[
         pebs_quirks: PebsQuirks::NONE,
         pebs_gp_mask: ALL_GP,
         pebs_constraints: &[PebsConstraint::exact(0x05D0, 0x3)],
+        counter_constraints: &[],
         ld_lat_event: Some(0x05D0),
         st_event: Some(0x82D0),
         mem_loads_aux: false,
@@ -868,6 +1119,7 @@ pub const UNKNOWN_MODEL: IntelModel = IntelModel {
     pebs_quirks: PebsQuirks::NONE,
     pebs_gp_mask: ALL_GP,
     pebs_constraints: &[],
+    counter_constraints: &[],
     ld_lat_event: None,
     st_event: None,
     mem_loads_aux: false,
@@ -916,6 +1168,26 @@ impl IntelModel {
             Some(PRECISE_STORE_EVENT) => MemKind::Store,
             _ => MemKind::StoreDatala,
         }
+    }
+
+    /// General-purpose counters the event whose select bits are `evtsel`
+    /// may count on at all (the first matching row of
+    /// [`IntelModel::counter_constraints`]; every counter without one).
+    pub fn gp_counters(&self, evtsel: u64) -> u32 {
+        self.counter_constraints
+            .iter()
+            .find(|c| c.matches(evtsel))
+            .map_or(u32::MAX, |c| c.gp_mask)
+    }
+
+    /// Whether [`IntelModel::counter_constraints`] govern the event with
+    /// select bits `evtsel`: always when it is counted without PEBS; with
+    /// PEBS the PEBS constraints take their place, as in Linux
+    /// (`intel_pebs_constraints` before `x86_get_event_constraints`), except
+    /// for an event no PEBS constraint names under PEBS baseline
+    /// (`PMU_FL_PEBS_ALL`), which keeps its counter constraint.
+    pub fn counter_constraint_applies(&self, evtsel: u64, pebs: bool, baseline: bool) -> bool {
+        !pebs || (baseline && !self.pebs_constraints.iter().any(|c| c.matches(evtsel)))
     }
 
     /// General-purpose counters that can take PEBS for the event whose
@@ -1226,6 +1498,20 @@ impl core::fmt::Display for IntelModel {
                 )?,
             }
         }
+        for c in self.counter_constraints {
+            match c.codes_to {
+                None => writeln!(
+                    f,
+                    "  counter constraint: select {:#06x} (compared bits {:#06x}) on {:#x}",
+                    c.event, c.cmask, c.gp_mask
+                )?,
+                Some(last) => writeln!(
+                    f,
+                    "  counter constraint: event codes {:#04x}-{:#04x} (any umask) on {:#x}",
+                    c.event, last, c.gp_mask
+                )?,
+            }
+        }
         writeln!(
             f,
             "  PEBS errata: {:?}; cycles:p alias {:?}, PMI ack {:?}",
@@ -1300,6 +1586,67 @@ mod tests {
         assert_eq!(amd_counters(0x15, sel(0x0A0, 0)), 0);
         assert_eq!(amd_counters(0x17, sel(0x076, 0)), 0x3F);
         assert_eq!(amd_counters(0x10, sel(0x0E0, 0)), 0x3F);
+    }
+
+    #[test]
+    fn counter_constraints_by_model() {
+        let row = |m| intel_row(m).unwrap();
+        // Core 2: any umask of the code.
+        assert_eq!(row(0x17).gp_counters(0x01CB), 0x1);
+        assert_eq!(row(0x17).gp_counters(0x8112), 0x2);
+        assert_eq!(row(0x0F).gp_counters(0x0010), 0x1);
+        assert_eq!(row(0x17).gp_counters(0x00C4), u32::MAX);
+        // Nehalem and Westmere have tables of their own.
+        assert_eq!(row(0x1E).gp_counters(0x0142), 0x3);
+        assert_eq!(row(0x1E).gp_counters(0x0160), u32::MAX);
+        assert_eq!(row(0x25).gp_counters(0x0142), u32::MAX);
+        assert_eq!(row(0x25).gp_counters(0x01B3), 0x1);
+        // Sandy Bridge: the first matching row wins.
+        let snb = row(0x2A);
+        assert_eq!(snb.gp_counters(0x0548), 0x4);
+        assert_eq!(snb.gp_counters(0x02A3), 0x4);
+        assert_eq!(snb.gp_counters(0x05A3), 0xF);
+        assert_eq!(snb.gp_counters(0x01A3), u32::MAX);
+        assert_eq!(snb.gp_counters(0x02CD), 0x8);
+        // Ivy Bridge and Haswell: only umask 1 of 0x48.
+        assert_eq!(row(0x3A).gp_counters(0x0248), u32::MAX);
+        assert_eq!(row(0x3C).gp_counters(0x0148), 0x4);
+        assert_eq!(row(0x3C).gp_counters(0x0CA3), 0x4);
+        // Broadwell: CYCLE_ACTIVITY with umask bit 3 set.
+        let bdw = row(0x3D);
+        assert_eq!(bdw.gp_counters(0x0CA3), 0x4);
+        assert_eq!(bdw.gp_counters(0x08A3), 0x4);
+        assert_eq!(bdw.gp_counters(0x04A3), u32::MAX);
+        // Skylake, server Skylake.
+        assert_eq!(row(0x5E).gp_counters(0x01C6), 0xF);
+        assert_eq!(row(0x55).gp_counters(0x81D0), 0xF);
+        assert_eq!(row(0x5E).gp_counters(0x0148), u32::MAX);
+        // Ice Lake: 0xa3 on PMC0-3 except three umasks.
+        let icl = row(0x7E);
+        assert_eq!(icl.gp_counters(0x0148), 0xF);
+        assert_eq!(icl.gp_counters(0x08A3), 0xF);
+        assert_eq!(icl.gp_counters(0x14A3), 0xFF);
+        assert_eq!(icl.gp_counters(0x00C4), u32::MAX);
+        // Golden Cove: below 0x90 on PMC0-3 but 0x2e and 0x3c.
+        let spr = row(0x8F);
+        assert_eq!(spr.gp_counters(0x4F2E), 0xFF);
+        assert_eq!(spr.gp_counters(0x003C), 0xFF);
+        assert_eq!(spr.gp_counters(u64::from(MEM_LOADS_AUX_EVENT)), 0xF);
+        assert_eq!(spr.gp_counters(0x02CD), 0x1);
+        assert_eq!(spr.gp_counters(0x01CD), u32::MAX);
+        assert_eq!(spr.gp_counters(0x08A4), 0x1);
+        let adl_core = intel_row_for_core(0x97, true, Some(CoreType::Core)).unwrap();
+        assert_eq!(adl_core.gp_counters(0x0148), 0xF);
+        // The Atoms: fixed-counter constraints only.
+        for m in [0x1C, 0x37, 0x57, 0x5C, 0x7A, 0x86] {
+            assert!(row(m).counter_constraints.is_empty(), "model {m:#x}");
+        }
+        // PEBS constraints take the place of counter constraints, except
+        // for events none names under PEBS baseline.
+        assert!(snb.counter_constraint_applies(0x01CD, false, false));
+        assert!(!snb.counter_constraint_applies(0x01CD, true, false));
+        assert!(spr.counter_constraint_applies(0x0148, true, true));
+        assert!(!spr.counter_constraint_applies(0x02CD, true, true));
     }
 
     #[test]

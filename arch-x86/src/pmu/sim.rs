@@ -17,7 +17,10 @@
 //! so `pmu=sim` runs it on the target too.
 //!
 //! Per model (from the row of [`crate::pmu::models`] for the simulated
-//! model number): PEBS assists only for events and counters the model
+//! model number): a general-purpose event counts only on the counters its
+//! counter constraint allows (on another it counts nothing; PEBS events
+//! follow the PEBS constraints instead); PEBS assists only for events and
+//! counters the model
 //! allows (0x3C never before PEBS baseline but on the Atoms from Goldmont
 //! on; the load-latency event only on
 //! its counters and, where the model needs it, while `mem-loads-aux`
@@ -748,14 +751,25 @@ impl SimPmu {
         mode_ok && self.global_ctrl & (1 << (32 + i)) != 0 && !self.frozen()
     }
 
-    /// Whether counter `i` can count its event: on AMD family 15h only the
-    /// counters of the event's constraint do (model table); elsewhere any.
+    /// Whether counter `i` can count its event: only the counters of the
+    /// event's constraint in the model table do (AMD family 15h, the Intel
+    /// rows' `counter_constraints` where they apply); on any other the
+    /// event counts nothing.
     fn counts_on(&self, i: usize) -> bool {
         match self.cpu {
             SimCpu::Amd { family, .. } => {
                 models::amd_counters(family, self.evtsel[i]) & (1 << i) != 0
             }
-            _ => true,
+            SimCpu::Intel { .. } => {
+                // PEBS events follow the PEBS constraints (gp_assists).
+                let sel = self.evtsel[i];
+                let pebs = self.pebs_enable & (1 << i) != 0 && self.pebs_format().is_some();
+                !self
+                    .row()
+                    .counter_constraint_applies(sel, pebs, self.pebs_baseline())
+                    || self.row().gp_counters(sel) & (1 << i) != 0
+            }
+            SimCpu::NoPmu => true,
         }
     }
 
@@ -776,6 +790,7 @@ impl SimPmu {
         let mispred = u64::from(s.branch.is_some_and(|b| b.mispred));
         let load = s.mem.filter(|m| !m.store);
         let store = u64::from(s.mem.is_some_and(|m| m.store));
+        let l1_miss = load.is_some_and(|m| m.dse & 0xF != 1);
         match self.cpu {
             SimCpu::Amd { family, .. } => {
                 let zen = family >= 0x17;
@@ -808,6 +823,23 @@ impl SimPmu {
                 }
                 (0xC4, 0x00) => branch,
                 (0xC5, 0x00) => mispred,
+                // Core 2 MEM_LOAD_RETIRED.L1D_MISS (PMC0 only).
+                (0xCB, 0x01)
+                    if matches!(self.row().cycles_alias, CyclesAlias::Core2)
+                        && self.row().ld_lat_event.is_none() =>
+                {
+                    u64::from(l1_miss)
+                }
+                // Nehalem / Westmere L1D_CACHE_LD.MESI: every load (PMC0-1).
+                (0x40, 0x0F) if self.row().ld_lat_event == Some(0x100B) => {
+                    u64::from(load.is_some())
+                }
+                // L1D_PEND_MISS.PENDING from Sandy Bridge on: the cycles L1D
+                // misses are outstanding, each load's latency (PMC2 only
+                // before Ice Lake).
+                (0x48, 0x01) if self.row().ld_lat_event == Some(0x01CD) => {
+                    load.filter(|_| l1_miss).map_or(0, |m| u64::from(m.latency))
+                }
                 // LLC reference: a load not served by L1, LFB or L2.
                 (0x2E, 0x4F) => {
                     u64::from(load.is_some_and(|m| (m.dse & 0xF) >= 4 || m.dse & 0xF == 0))
