@@ -105,13 +105,13 @@ struct Driver<F>(F);
 impl<F: FnMut() -> bool> task::Driver for Driver<F> {
     fn stop(&mut self) -> bool {
         // Between slices: frames that came in while a thread ran.
-        crate::net::poll();
+        abi::linux::poll_net();
         (self.0)()
     }
 
     fn idle(&mut self) {
         crate::stream::wire::pump();
-        crate::net::poll();
+        abi::linux::poll_net();
     }
 
     fn timed_out(&mut self, id: u8) {

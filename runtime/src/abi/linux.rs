@@ -735,7 +735,25 @@ pub fn net_changed(changes: &[sys::net::Change]) {
 /// the answer does not wait for the next slice.
 fn poll_net_if_dirty() {
     if with_system(|s| s.net.dirty).unwrap_or(false) {
-        crate::net::poll();
+        poll_net();
+    }
+}
+
+/// Moves the packets of the run's sockets (the loopback, and the card
+/// when there is one), answers DHCP and the echo service, and tells the
+/// processes whose sockets changed. Cheap when nothing happened; never in
+/// NMI context.
+pub fn poll_net() {
+    let now = crate::time::now_ns();
+    let changes = with_system(|s| {
+        let changes = crate::net::with_card(|card| s.net.poll(now, card));
+        if let Some((iface, sockets)) = s.net.ext_mut() {
+            crate::net::service(iface, sockets);
+        }
+        changes
+    });
+    if let Some(changes) = changes {
+        net_changed(&changes);
     }
 }
 

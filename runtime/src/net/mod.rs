@@ -8,11 +8,11 @@
 //! frames and runs smoltcp's timers (DHCP renewal, ARP, TCP).
 //!
 //! The sockets of the system calls are `kcore::sys::net`'s: [`attach`]
-//! gives them the card's interface when the run starts, and [`poll`]
-//! moves their packets (on the card and on the loopback, which exists
-//! without a card too) and tells the processes whose sockets changed. A
-//! call that queued data polls at once, so an answer does not wait for the
-//! next slice. The network never shares a device with the profile stream.
+//! gives them the card's interface when the run starts; the personality
+//! (`abi::linux::poll_net`) moves their packets on the loopback and on the
+//! card [`with_card`] lends, lets [`service`] answer DHCP and the echo, and
+//! tells the processes whose sockets changed. A call that queued data
+//! polls at once, so an answer does not wait for the next slice. The network never shares a device with the profile stream.
 
 #[cfg(target_os = "none")]
 mod stack;
@@ -27,8 +27,17 @@ mod host {
     /// Nothing to probe.
     pub fn init(_cfg: NetConfig) {}
 
-    /// Nothing to poll.
-    pub fn poll() {}
+    /// No card to lend.
+    pub fn with_card<R>(f: impl FnOnce(Option<&mut smoltcp::phy::Loopback>) -> R) -> R {
+        f(None)
+    }
+
+    /// No runtime services.
+    pub fn service(
+        _iface: &mut smoltcp::iface::Interface,
+        _sockets: &mut smoltcp::iface::SocketSet<'static>,
+    ) {
+    }
 
     /// No card to hand over.
     pub fn attach(_sys: &mut kcore::sys::System) {}

@@ -23,16 +23,16 @@ pub const ECHO_PORT: u16 = 7;
 /// The card as smoltcp's `phy::Device`: a received frame is copied out of
 /// its DMA buffer (which goes straight back to the device), so a reply can
 /// be sent while the frame is processed.
-struct Card {
+pub struct Card {
     nic: VirtioNet<FrameHal>,
     rx: [u8; MAX_FRAME],
 }
 
 /// One received frame.
-struct RxToken<'a>(&'a [u8]);
+pub struct RxToken<'a>(&'a [u8]);
 
 /// Room for one frame to send.
-struct TxToken<'a>(&'a mut VirtioNet<FrameHal>);
+pub struct TxToken<'a>(&'a mut VirtioNet<FrameHal>);
 
 impl phy::RxToken for RxToken<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
@@ -245,27 +245,23 @@ fn set_address(iface: &mut Interface, cidr: Ipv4Cidr, gw: Option<Ipv4Address>) {
     }
 }
 
-/// Moves frames on the card and the loopback and runs the stack's
-/// timers; answers DHCP's news and the echo service; then tells the
-/// processes whose sockets changed. Cheap when nothing happened.
-pub fn poll() {
-    let now = crate::time::now_ns();
-    let changes = critical_section::with(|cs| {
+/// Lends the card (`None` without one) to `f`, which moves its frames
+/// (the run's sockets poll it with the loopback: `abi::linux::poll_net`).
+pub fn with_card<R>(f: impl FnOnce(Option<&mut Card>) -> R) -> R {
+    critical_section::with(|cs| {
         let mut net = NET.borrow_ref_mut(cs);
-        crate::abi::linux::with_system(|s| match net.as_mut() {
-            Some(n) => {
-                let c = s.net.poll(now, Some(&mut n.card));
-                if let Some((iface, sockets)) = s.net.ext_mut() {
-                    n.service(iface, sockets);
-                }
-                c
-            }
-            None => s.net.poll(now, None::<&mut Card>),
-        })
+        f(net.as_mut().map(|n| &mut n.card))
+    })
+}
+
+/// After a poll of the card's interface: DHCP's news and the echo
+/// service, on the interface and socket set the run's sockets hold.
+pub fn service(iface: &mut Interface, sockets: &mut SocketSet<'static>) {
+    critical_section::with(|cs| {
+        if let Some(n) = NET.borrow_ref_mut(cs).as_mut() {
+            n.service(iface, sockets);
+        }
     });
-    if let Some(changes) = changes {
-        crate::abi::linux::net_changed(&changes);
-    }
 }
 
 impl Net {
