@@ -603,7 +603,13 @@ fn http_rows(perch: &Path, elf: &Path, dir: &Path) -> Result<Vec<(String, String
     } else {
         ""
     };
-    let rate = number_after(&err, "samples (").map_or("?".into(), |r| format!("{r:.0}"));
+    // perch's summary: `perch: N samples (R/s), ...`.
+    let rate = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("perch: "))
+        .find(|l| l.contains(" samples (") && l.contains("/s)"))
+        .and_then(|l| number_after(l, "samples ("))
+        .map_or("?".into(), |r| format!("{r:.0}"));
     Ok(vec![
         (format!("{label}: requests/s"), format!("{rps}{errors}")),
         (format!("{label}: samples/s over the recording"), rate),
