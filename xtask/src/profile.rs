@@ -486,46 +486,6 @@ pub fn bench() -> Result<i32> {
     Ok(0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timing_counts_the_childs_cpu_time() {
-        // A child that spins for about 0.3 s of CPU time (and sleeps 0.2 s,
-        // which counts as wall time only).
-        let t = timed(Command::new("sh").args([
-            "-c",
-            "sleep 0.2; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done",
-        ]))
-        .unwrap();
-        assert!(t.cpu >= 0.05, "CPU time {} s", t.cpu);
-        assert!(
-            t.wall >= 0.2 + t.cpu * 0.5,
-            "wall {} s, CPU {} s",
-            t.wall,
-            t.cpu
-        );
-        assert!(timed(&mut Command::new("false")).is_err());
-    }
-
-    #[test]
-    fn the_clock_share_comes_from_the_end_of_run_line() {
-        let line = "target: INFO perch: NMI clock: 4116 ticks in 1.003 s: 4099.723 Hz \
-                    achieved of 10026.771 Hz requested (40.8%)";
-        let p = clock_share(line).unwrap();
-        assert!((p - 40.888).abs() < 0.01, "{p}");
-        assert_eq!(clock_share("no such line"), None);
-    }
-
-    #[test]
-    fn medians_take_the_middle_value_of_each() {
-        let t = |wall, cpu| Timing { wall, cpu };
-        let m = medians(&[t(3.0, 0.1), t(1.0, 0.3), t(2.0, 0.2)]);
-        assert_eq!((m.wall, m.cpu), (2.0, 0.2));
-    }
-}
-
 /// The host port the HTTP bench forwards to the appliance's port 80.
 const HTTP_BENCH_PORT: u16 = 18931;
 /// How long wrk drives the server, in seconds.
@@ -656,4 +616,44 @@ fn wait_for_http(port: u16, limit: std::time::Duration) -> bool {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timing_counts_the_childs_cpu_time() {
+        // A child that spins for about 0.3 s of CPU time (and sleeps 0.2 s,
+        // which counts as wall time only).
+        let t = timed(Command::new("sh").args([
+            "-c",
+            "sleep 0.2; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done",
+        ]))
+        .unwrap();
+        assert!(t.cpu >= 0.05, "CPU time {} s", t.cpu);
+        assert!(
+            t.wall >= 0.2 + t.cpu * 0.5,
+            "wall {} s, CPU {} s",
+            t.wall,
+            t.cpu
+        );
+        assert!(timed(&mut Command::new("false")).is_err());
+    }
+
+    #[test]
+    fn the_clock_share_comes_from_the_end_of_run_line() {
+        let line = "target: INFO perch: NMI clock: 4116 ticks in 1.003 s: 4099.723 Hz \
+                    achieved of 10026.771 Hz requested (40.8%)";
+        let p = clock_share(line).unwrap();
+        assert!((p - 40.888).abs() < 0.01, "{p}");
+        assert_eq!(clock_share("no such line"), None);
+    }
+
+    #[test]
+    fn medians_take_the_middle_value_of_each() {
+        let t = |wall, cpu| Timing { wall, cpu };
+        let m = medians(&[t(3.0, 0.1), t(1.0, 0.3), t(2.0, 0.2)]);
+        assert_eq!((m.wall, m.cpu), (2.0, 0.2));
+    }
 }
