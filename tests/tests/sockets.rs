@@ -122,6 +122,7 @@ const SOCKETS_LINES: &[&str] = &[
     "blocking accept woken by a connect: ok",
     "recv MSG_WAITALL of 4 over two sends: 4 \"abcd\"",
     "blocking send into full buffers once the peer reads: 1000",
+    "blocking send of 1 MiB: 1048576",
     "raw socket calls: ok",
     "socketcall: ok",
     "sockets done",

@@ -415,6 +415,7 @@ pub fn process_ended(sys: &mut System, pid: u32) {
 /// Thread `t` stops waiting for a file (a signal interrupts it, or it ends).
 pub fn cancel_wait(sys: &mut System, t: &mut Thread) {
     t.wait = None;
+    t.sent = 0;
     sys.waits.remove(t.tid);
 }
 
@@ -423,7 +424,17 @@ pub fn cancel_wait(sys: &mut System, t: &mut Thread) {
 /// by its kind (a read or write of a pipe or an eventfd is made again
 /// after a handler with `SA_RESTART`; `poll` and `select` only when no
 /// handler runs; `epoll_wait` never).
-pub fn interrupt_wait(sys: &mut System, t: &mut Thread) {
+///
+/// A blocking send that queued part of its data ends with that count
+/// instead, as Linux's does (returned here; the call is not restarted).
+pub fn interrupt_wait(sys: &mut System, t: &mut Thread) -> Option<u64> {
+    if t.sent > 0 {
+        let sent = core::mem::take(&mut t.sent);
+        t.wait = None;
+        t.interrupted = None;
+        sys.waits.remove(t.tid);
+        return Some(sent);
+    }
     if let Some(w) = t.wait.take()
         && let Some(call) = table::lookup(w.abi, w.nr)
     {
@@ -433,6 +444,7 @@ pub fn interrupt_wait(sys: &mut System, t: &mut Thread) {
         });
     }
     sys.waits.remove(t.tid);
+    None
 }
 
 #[allow(clippy::too_many_arguments)]

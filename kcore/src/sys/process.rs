@@ -132,6 +132,10 @@ pub struct Thread {
     /// The call it waits in for a file to become ready (see
     /// [`wait`](super::wait)).
     pub wait: Option<super::wait::FileWait>,
+    /// The bytes a blocking send on a stream socket has queued so far
+    /// while it waits for room for the rest (0 otherwise): the call made
+    /// again goes on from there, and a signal ends it with this count.
+    pub sent: u64,
 }
 
 impl Thread {
@@ -157,6 +161,7 @@ impl Thread {
             interrupted: None,
             sigwait: None,
             wait: None,
+            sent: 0,
         }
     }
 }

@@ -330,11 +330,13 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
             Action::Block | Action::Sleep { .. } | Action::Wait { .. }
         ) && signal::deliverable(p, t) != 0
         {
-            with_system(|s| {
+            // A blocking send that queued part of its data says how much.
+            let sent = with_system(|s| {
                 s.futex.cancel(t.tid);
-                sys::interrupt_wait(s, t);
-            });
-            a = Action::Return(Errno::EINTR.to_return());
+                sys::interrupt_wait(s, t)
+            })
+            .flatten();
+            a = Action::Return(sent.unwrap_or(Errno::EINTR.to_return()));
         }
         if matches!(a, Action::Exit(_) | Action::Kill { .. }) {
             p.flush_output(m);
@@ -444,8 +446,9 @@ fn resume_once(id: u8) -> Option<Outcome> {
         t.pending |= task::take_posted(id);
         let wide = p.abi == sys::Abi::X86_64;
         if signal::deliverable(p, t) != 0 {
-            with_system(|s| sys::interrupt_wait(s, t));
-            return Some((Action::Return(Errno::EINTR.to_return()), wide));
+            let sent = with_system(|s| sys::interrupt_wait(s, t)).flatten();
+            let v = sent.unwrap_or(Errno::EINTR.to_return());
+            return Some((Action::Return(v), wide));
         }
         let a = with_system(|s| sys::resume(m, s, p, t)).flatten()?;
         // A wait with its own mask that returned has the old one back.

@@ -1202,6 +1202,19 @@ static void blocking(void) {
     close(a);
     close(c);
 
+    /* A blocking send of more than the buffers hold queues all of it. */
+    tcp_pair(&c, &a);
+    t = start_helper(3, a);
+    static char mib[1 << 20];
+    for (size_t i = 0; i < sizeof mib; i++)
+        mib[i] = (char)(i * 7);
+    r = send(c, mib, sizeof mib, 0);
+    printf("blocking send of 1 MiB: %zd\n", r);
+    shutdown(c, SHUT_WR);
+    pthread_join(t, NULL);
+    close(a);
+    close(c);
+
     tcp_pair(&c, &a);
     int ep = epoll_create1(0);
     struct epoll_event e = {.events = EPOLLIN, .data.u64 = 9}, got[2];

@@ -351,7 +351,11 @@ fn iovecs<M: Machine>(c: &mut Ctx<'_, M>, iov: u64, cnt: u64) -> Result<Vec<(u64
 }
 
 /// A send of the iovecs `iov` on socket `fd` (to `to`, if given) with
-/// `MSG_*` `flags`: the count, or a wait.
+/// `MSG_*` `flags`: the count, or a wait. A blocking send on a stream
+/// waits until all of it is queued, as Linux's: the count so far waits in
+/// [`Thread::sent`](super::super::Thread::sent), and the call made again
+/// goes on from there; a timeout, an error or a signal after some of it
+/// ends the call with that count.
 fn send_iov<M: Machine>(
     c: &mut Ctx<'_, M>,
     fd: u64,
@@ -362,34 +366,57 @@ fn send_iov<M: Machine>(
     let (id, nonblock) = sock_of(c, fd)?;
     let total: u64 = iov.iter().map(|v| v.1).sum();
     let total = total.min(0x7fff_f000) as usize;
+    let dontwait = nonblock || flags & msg::DONTWAIT != 0;
+    let whole = !dontwait && c.net.sock_type(id) == SOCK_STREAM;
+    let skip = match c.resumed {
+        Some(_) if whole => (c.t.sent as usize).min(total),
+        _ => 0,
+    };
+    c.t.sent = 0;
+    let timeo = c.net.sock(id).map_or(0, |s| s.opts.sndtimeo_ns);
     let net = &mut *c.net;
     let (m, areas) = (&mut *c.m, &c.p.areas);
     let mut fill = |off: usize, out: &mut [u8]| -> Result<(), Errno> {
-        let mut skip = off as u64;
+        let mut at_byte = (skip + off) as u64;
         let mut at = 0usize;
         for &(base, len) in iov {
             if at == out.len() {
                 break;
             }
-            if skip >= len {
-                skip -= len;
+            if at_byte >= len {
+                at_byte -= len;
                 continue;
             }
-            let n = ((len - skip) as usize).min(out.len() - at);
-            m.read_user(areas, base + skip, &mut out[at..at + n])?;
+            let n = ((len - at_byte) as usize).min(out.len() - at);
+            m.read_user(areas, base + at_byte, &mut out[at..at + n])?;
             at += n;
-            skip = 0;
+            at_byte = 0;
         }
         Ok(())
     };
-    let r = net.send(id, total, to, &mut fill);
-    pipe_signal(c, &r, flags);
-    match r {
-        Ok(n) => Ok(Action::Return(n as u64)),
-        Err(Errno::EAGAIN) => {
-            let timeo = c.net.sock(id).map_or(0, |s| s.opts.sndtimeo_ns);
-            blocking(c, nonblock || flags & msg::DONTWAIT != 0, timeo)
+    let r = net.send(id, total - skip, to, &mut fill);
+    let sent = match r {
+        Ok(n) => skip + n,
+        Err(Errno::EAGAIN) => skip,
+        // An error after some of it was queued: the count.
+        Err(_) if skip > 0 => return Ok(Action::Return(skip as u64)),
+        Err(e) => {
+            pipe_signal(c, &Err(e), flags);
+            return Err(e);
         }
+    };
+    if sent == total && (total > 0 || r.is_ok()) {
+        return Ok(Action::Return(sent as u64));
+    }
+    if sent > 0 && !whole {
+        return Ok(Action::Return(sent as u64));
+    }
+    match blocking(c, dontwait, timeo) {
+        Ok(wait) => {
+            c.t.sent = sent as u64;
+            Ok(wait)
+        }
+        Err(_) if sent > 0 => Ok(Action::Return(sent as u64)),
         Err(e) => Err(e),
     }
 }

@@ -345,7 +345,7 @@ fn an_sa_restart_handler_makes_an_interrupted_pipe_read_again_and_poll_says_eint
             Action::Wait { until_ns: None }
         );
         // The runtime interrupts the wait: -EINTR in rax, then delivery.
-        crate::sys::interrupt_wait(&mut e.sys, &mut e.t);
+        assert_eq!(crate::sys::interrupt_wait(&mut e.sys, &mut e.t), None);
         assert!(e.sys.waits.is_empty() && e.t.wait.is_none());
         e.t.pending |= 1 << (SIGUSR1 - 1);
         let mut before = e.regs();
@@ -369,7 +369,7 @@ fn an_sa_restart_handler_makes_an_interrupted_pipe_read_again_and_poll_says_eint
             e.call("poll", &[SCRATCH + 0x200, 1, -1i64 as u64]),
             Action::Wait { until_ns: None }
         );
-        crate::sys::interrupt_wait(&mut e.sys, &mut e.t);
+        assert_eq!(crate::sys::interrupt_wait(&mut e.sys, &mut e.t), None);
         e.t.pending |= 1 << (SIGUSR1 - 1);
         let mut r3 = before.clone();
         assert_eq!(deliver(&mut e, &mut r3), Delivery::Handler(10));

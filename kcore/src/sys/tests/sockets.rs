@@ -436,3 +436,52 @@ fn data_for_a_closed_socket_resets_its_peer() {
         assert_eq!(recv(&mut e, c, 16, 0).unwrap(), b"");
     }
 }
+
+#[test]
+fn a_blocking_send_queues_all_of_its_data_or_says_how_much_a_signal_left() {
+    for mut e in both() {
+        let (_l, c, a) = pair(&mut e, 5009);
+        // c blocking; 48 KiB is more than its 32 KiB of buffer.
+        let fl = e.ret("fcntl", &[c, 3, 0]) as u64;
+        assert_eq!(e.ret("fcntl", &[c, 4, fl & !NONBLOCK]), 0);
+        let big: Vec<u8> = (0..48 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
+        e.poke(SCRATCH + 0x4000, &big);
+        let send = e.call("write", &[c, SCRATCH + 0x4000, big.len() as u64]);
+        assert!(matches!(send, Action::Wait { .. }), "{send:?}");
+        assert!(e.t.sent > 0 && (e.t.sent as usize) < big.len());
+        // The peer reads; the writer goes on from where it was until all
+        // of it is queued.
+        let mut got = Vec::new();
+        let mut done = None;
+        for _ in 0..64 {
+            pump(&mut e);
+            while let Ok(d) = recv(&mut e, a, 8192, 0) {
+                if d.is_empty() {
+                    break;
+                }
+                got.extend_from_slice(&d);
+            }
+            pump(&mut e);
+            if done.is_none() {
+                match e.resume() {
+                    Some(Action::Return(n)) => done = Some(n),
+                    Some(Action::Wait { .. }) => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+            if got.len() == big.len() {
+                break;
+            }
+        }
+        assert_eq!(done, Some(big.len() as u64));
+        assert!(got == big, "the bytes arrive whole and in order");
+        assert_eq!(e.t.sent, 0);
+        // A signal while part of it waits: the call says how much went.
+        let send = e.call("write", &[c, SCRATCH + 0x4000, big.len() as u64]);
+        assert!(matches!(send, Action::Wait { .. }));
+        let part = e.t.sent;
+        assert!(part > 0);
+        assert_eq!(crate::sys::interrupt_wait(&mut e.sys, &mut e.t), Some(part));
+        assert_eq!((e.t.sent, e.t.wait, e.t.interrupted), (0, None, None));
+    }
+}
