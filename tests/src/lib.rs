@@ -272,6 +272,16 @@ pub fn record(args: &[&str]) -> Recording {
 
 /// [`record`] with perch's `--timeout` at `timeout_s` seconds.
 pub fn record_for(timeout_s: u64, args: &[&str]) -> Recording {
+    record_clocked(true, timeout_s, args)
+}
+
+/// [`record_for`] in real time (no `--icount`): what a run on QEMU's
+/// network needs, whose host side keeps the host's time.
+pub fn record_realtime(timeout_s: u64, args: &[&str]) -> Recording {
+    record_clocked(false, timeout_s, args)
+}
+
+fn record_clocked(icount: bool, timeout_s: u64, args: &[&str]) -> Recording {
     let dir = tempfile::tempdir().expect("temporary directory");
     let data = dir.path().join("perf.data");
     let capture = dir.path().join("capture.bin");
@@ -279,7 +289,7 @@ pub fn record_for(timeout_s: u64, args: &[&str]) -> Recording {
         .arg("record")
         .arg("--image")
         .arg(runtime_elf())
-        .arg("--icount")
+        .args(icount.then_some("--icount"))
         .arg("-o")
         .arg(&data)
         .arg("--save-capture")

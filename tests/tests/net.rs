@@ -10,9 +10,8 @@
 #![forbid(unsafe_code)]
 
 use e2e_tests::programs::{CBuild, c_program};
-use e2e_tests::{perch_bin, qemu_present, runtime_elf};
+use e2e_tests::{qemu_present, record_realtime};
 use std::net::UdpSocket;
-use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -21,30 +20,12 @@ use std::time::{Duration, Instant};
 /// exit code, stdout and stderr (the runtime's log).
 fn record_netwait(args: &[&str], ms: u32) -> (Option<i32>, String, String) {
     let exe = c_program("netwait", CBuild::Glibc);
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = Command::new(perch_bin())
-        .arg("record")
-        .arg("--image")
-        .arg(runtime_elf())
-        .arg("-o")
-        .arg(dir.path().join("perf.data"))
-        .args(["--no-buildid-cache", "--timeout", "120"])
-        .args(args)
-        .arg("--")
-        .arg(&exe)
-        .arg(ms.to_string())
-        .stdin(Stdio::null())
-        .output()
-        .expect("running perch record");
-    (
-        status.code(),
-        String::from_utf8_lossy(&stdout).into_owned(),
-        String::from_utf8_lossy(&stderr).into_owned(),
-    )
+    let exe = exe.to_str().expect("a UTF-8 path");
+    let ms = ms.to_string();
+    let mut all = args.to_vec();
+    all.extend(["--", exe, &ms]);
+    let r = record_realtime(120, &all);
+    (r.status, r.stdout, r.stderr)
 }
 
 /// The runtime's `perch: net:` lines.

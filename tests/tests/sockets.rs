@@ -22,11 +22,10 @@ use e2e_tests::programs::{
     CBuild, End, Program, RunEnd, appliance, assert_same_as_native, c_program, c_program_with,
     run_appliance, run_native,
 };
-use e2e_tests::{STATUS_PASS, perch_bin, qemu_present, runtime_elf};
+use e2e_tests::{STATUS_PASS, qemu_present, record_realtime};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, UdpSocket};
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -363,28 +362,11 @@ fn two_processes_of_one_appliance_talk_over_loopback() {
 /// program's lines) and stderr (the runtime's log).
 fn record_netpeer(args: &[&str]) -> (Option<i32>, String, String) {
     let exe = netpeer(CBuild::Glibc);
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = Command::new(perch_bin())
-        .arg("record")
-        .arg("--image")
-        .arg(runtime_elf())
-        .arg("-o")
-        .arg(dir.path().join("perf.data"))
-        .args(["--no-buildid-cache", "--timeout", "180", "--net", "--"])
-        .arg(&exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("running perch record");
-    (
-        status.code(),
-        String::from_utf8_lossy(&stdout).into_owned(),
-        String::from_utf8_lossy(&stderr).into_owned(),
-    )
+    let exe = exe.to_str().expect("a UTF-8 path");
+    let mut all = vec!["--net", "--", exe];
+    all.extend(args);
+    let r = record_realtime(180, &all);
+    (r.status, r.stdout, r.stderr)
 }
 
 /// The socket calls a `perch record` log names among the unknown ones

@@ -226,41 +226,11 @@ impl SimCpu {
 
     /// The same CPU reporting display model `model` (Intel; any other
     /// CPU is returned as it is).
-    pub const fn with_model(self, model: u8) -> Self {
-        match self {
-            SimCpu::Intel {
-                stepping,
-                hybrid,
-                version,
-                gp,
-                fixed,
-                gp_width,
-                fixed_width,
-                pebs_format,
-                pebs_baseline,
-                pebs_trap,
-                full_width,
-                split_latency,
-                lbr,
-                ..
-            } => SimCpu::Intel {
-                model,
-                stepping,
-                hybrid,
-                version,
-                gp,
-                fixed,
-                gp_width,
-                fixed_width,
-                pebs_format,
-                pebs_baseline,
-                pebs_trap,
-                full_width,
-                split_latency,
-                lbr,
-            },
-            other => other,
+    pub const fn with_model(mut self, model: u8) -> Self {
+        if let SimCpu::Intel { model: m, .. } = &mut self {
+            *m = model;
         }
+        self
     }
 
     /// A Zen 4-like AMD CPU: 6 counters, PerfMonV2, LbrExtV2 x 16.

@@ -433,17 +433,6 @@ impl FdTable {
         core::mem::take(&mut self.closed_sockets)
     }
 
-    /// Every socket this table refers to.
-    pub fn sockets(&self) -> impl Iterator<Item = usize> + '_ {
-        self.descs
-            .iter()
-            .flatten()
-            .filter_map(|(f, _)| match f.target {
-                Target::Socket(id) => Some(id),
-                _ => None,
-            })
-    }
-
     /// Something happened to `obj` that may make it ready for `key`
     /// (`EPOLL*` bits; 0 for anything): the epoll entries watching it
     /// join their instance's ready list, as Linux's wake-up callback does.

@@ -115,6 +115,18 @@ impl Addr {
         self.ip == [0; 4]
     }
 
+    /// The interfaces a socket bound here takes part in: both for
+    /// `0.0.0.0`.
+    fn sides(&self) -> &'static [Side] {
+        if self.any() {
+            &[Side::Lo, Side::Ext]
+        } else if self.side() == Side::Lo {
+            &[Side::Lo]
+        } else {
+            &[Side::Ext]
+        }
+    }
+
     fn endpoint(&self) -> IpEndpoint {
         IpEndpoint::new(IpAddress::Ipv4(Ipv4Address::from(self.ip)), self.port)
     }
@@ -507,11 +519,6 @@ impl Net {
         self.ext.as_mut().map(|s| (&mut s.iface, &mut s.set))
     }
 
-    /// Whether a card is attached.
-    pub fn has_card(&self) -> bool {
-        self.ext.is_some()
-    }
-
     /// How many sockets are open.
     pub fn open_count(&self) -> usize {
         self.socks.iter().flatten().count()
@@ -701,13 +708,7 @@ impl Net {
     /// The smoltcp UDP sockets of a bound UDP socket, per side its
     /// address covers.
     fn udp_open(&mut self, id: usize, a: Addr) -> Result<(), Errno> {
-        let sides: &[Side] = if a.any() {
-            &[Side::Lo, Side::Ext]
-        } else if a.side() == Side::Lo {
-            &[Side::Lo]
-        } else {
-            &[Side::Ext]
-        };
+        let sides = a.sides();
         let mut made = Udp::default();
         for &side in sides {
             let Some(st) = self.stack(side) else { continue };
@@ -790,13 +791,7 @@ impl Net {
         else {
             return;
         };
-        let sides: &[Side] = if a.any() {
-            &[Side::Lo, Side::Ext]
-        } else if a.side() == Side::Lo {
-            &[Side::Lo]
-        } else {
-            &[Side::Ext]
-        };
+        let sides = a.sides();
         let per_side = (*backlog).min(MAX_LISTENERS);
         let mut add = Vec::new();
         for &side in sides {
@@ -897,10 +892,7 @@ impl Net {
             None => return Err(Errno::EBADF),
             Some(Proto::Udp(_)) => return self.udp_connect(id, Some(to)),
             Some(Proto::Tcp(Tcp::Listening { .. })) => return Err(Errno::EINVAL),
-            Some(Proto::Tcp(Tcp::Conn { .. })) => {
-                self.track(id);
-                return self.connect_progress(id);
-            }
+            Some(Proto::Tcp(Tcp::Conn { .. })) => return self.connect_outcome(id, false),
             Some(Proto::Tcp(Tcp::Done)) => {
                 let s = self.sock_mut(id)?;
                 if let Some(e) = s.error.take() {
@@ -966,27 +958,6 @@ impl Net {
         Err(Errno::EINPROGRESS)
     }
 
-    /// A connect already under way: `Ok` once open, its error once it
-    /// failed, `EALREADY` while the handshake runs.
-    fn connect_progress(&mut self, id: usize) -> Result<(), Errno> {
-        let s = self.sock_mut(id)?;
-        if let Some(e) = s.error.take() {
-            return Err(e);
-        }
-        match s.proto {
-            Proto::Tcp(Tcp::Conn {
-                seen: tcp::State::SynSent | tcp::State::SynReceived,
-                ..
-            }) => Err(Errno::EALREADY),
-            _ if s.was_connected && s.connect_pending => {
-                s.connect_pending = false;
-                Ok(())
-            }
-            _ if s.was_connected => Err(Errno::EISCONN),
-            _ => Err(Errno::ECONNREFUSED),
-        }
-    }
-
     /// Whether a blocking `connect` is still under way.
     pub fn connecting(&self, id: usize) -> bool {
         matches!(
@@ -998,9 +969,12 @@ impl Net {
         )
     }
 
-    /// For a blocking `connect` made again after its wait: 0 once open,
-    /// the error once it failed.
-    pub fn connect_result(&mut self, id: usize) -> Result<(), Errno> {
+    /// Where a connect started before stands: `EALREADY` while the
+    /// handshake runs, its error once it failed, 0 once open. Linux says
+    /// 0 to the first call after a non-blocking connect finished and
+    /// `EISCONN` to later ones; a blocking connect made again after its
+    /// wait (`resumed`) says 0.
+    pub fn connect_outcome(&mut self, id: usize, resumed: bool) -> Result<(), Errno> {
         self.track(id);
         let s = self.sock_mut(id)?;
         if let Some(e) = s.error.take() {
@@ -1011,12 +985,12 @@ impl Net {
                 seen: tcp::State::SynSent | tcp::State::SynReceived,
                 ..
             }) => Err(Errno::EALREADY),
-            Proto::Tcp(Tcp::Conn { .. }) => {
+            _ if !s.was_connected => Err(Errno::ECONNREFUSED),
+            _ if resumed || s.connect_pending => {
                 s.connect_pending = false;
                 Ok(())
             }
-            _ if s.was_connected => Ok(()),
-            _ => Err(Errno::ECONNREFUSED),
+            _ => Err(Errno::EISCONN),
         }
     }
 

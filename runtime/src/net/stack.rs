@@ -312,12 +312,6 @@ impl Net {
     }
 }
 
-/// The interface's address and default gateway, once it has one.
-#[allow(dead_code, reason = "for reports")]
-pub fn address() -> Option<(Ipv4Cidr, Option<Ipv4Address>)> {
-    critical_section::with(|cs| NET.borrow_ref(cs).as_ref().and_then(|n| n.addr))
-}
-
 /// The card's counters, for reports.
 pub fn stats() -> Option<NetStats> {
     critical_section::with(|cs| NET.borrow_ref(cs).as_ref().map(|n| n.card.nic.stats))

@@ -705,7 +705,7 @@ pub(crate) fn pwrite<M: Machine>(
 }
 
 /// Reads the `i`th iovec of the caller's ABI.
-fn iovec<M: Machine>(c: &mut Ctx<'_, M>, iov: u64, i: u64) -> Result<(u64, u64), Errno> {
+pub(crate) fn iovec<M: Machine>(c: &mut Ctx<'_, M>, iov: u64, i: u64) -> Result<(u64, u64), Errno> {
     if c.wide() {
         let v = Iovec64::from_bytes(&c.read_array(iov + i * 16)?);
         Ok((v.iov_base, v.iov_len))
@@ -717,7 +717,7 @@ fn iovec<M: Machine>(c: &mut Ctx<'_, M>, iov: u64, i: u64) -> Result<(u64, u64),
 
 /// Checks an iovec array: count, readability, and the total length
 /// (`EINVAL` when it overflows `ssize_t`).
-fn check_iov<M: Machine>(c: &mut Ctx<'_, M>, iov: u64, cnt: u64) -> Result<(), Errno> {
+pub(crate) fn check_iov<M: Machine>(c: &mut Ctx<'_, M>, iov: u64, cnt: u64) -> Result<(), Errno> {
     if cnt > IOV_MAX {
         return Err(Errno::EINVAL);
     }

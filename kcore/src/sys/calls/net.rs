@@ -18,7 +18,6 @@ use super::super::fd::{OpenFile, Target, oflag};
 use super::super::machine::Machine;
 use super::super::net::{AF_INET, Addr, Opts, SOCK_DGRAM, SOCK_STREAM, msg};
 use super::super::table::Sys;
-use super::super::uapi::{Iovec32, Iovec64};
 use super::{Ctx, fd_arg, int_arg};
 
 const SOCK_NONBLOCK: u32 = oflag::O_NONBLOCK;
@@ -274,7 +273,7 @@ pub(crate) fn connect<M: Machine>(
                 r => r,
             };
         }
-        return c.net.connect_result(id).map(|()| Action::Return(0));
+        return c.net.connect_outcome(id, true).map(|()| Action::Return(0));
     }
     let to = read_addr(c, addr, len)?;
     if c.net.sock_type(id) == SOCK_DGRAM {
@@ -324,30 +323,42 @@ fn iovecs<M: Machine>(c: &mut Ctx<'_, M>, iov: u64, cnt: u64) -> Result<Vec<(u64
     if cnt > 1024 {
         return Err(Errno::EMSGSIZE);
     }
+    super::file::check_iov(c, iov, cnt)?;
     let mut v = Vec::new();
     v.try_reserve(cnt as usize).map_err(|_| Errno::ENOMEM)?;
-    let max: u64 = if c.wide() {
-        i64::MAX as u64
-    } else {
-        i32::MAX as u64
-    };
-    let mut total = 0u64;
     for i in 0..cnt {
-        let (base, len) = if c.wide() {
-            let v = Iovec64::from_bytes(&c.read_array(iov + i * 16)?);
-            (v.iov_base, v.iov_len)
-        } else {
-            let v = Iovec32::from_bytes(&c.read_array(iov + i * 8)?);
-            (u64::from(v.iov_base), u64::from(v.iov_len))
-        };
-        total = total
-            .checked_add(len)
-            .filter(|&t| t <= max)
-            .ok_or(Errno::EINVAL)?;
+        let (base, len) = super::file::iovec(c, iov, i)?;
         c.access_ok(base, len)?;
         v.push((base, len));
     }
     Ok(v)
+}
+
+/// Walks bytes `off..off + len` of the transfer the iovecs `iov`
+/// describe: `f(address, offset in the chunk, count)` for each piece, in
+/// order.
+fn each_piece(
+    iov: &[(u64, u64)],
+    off: usize,
+    len: usize,
+    mut f: impl FnMut(u64, usize, usize) -> Result<(), Errno>,
+) -> Result<(), Errno> {
+    let mut skip = off as u64;
+    let mut at = 0usize;
+    for &(base, l) in iov {
+        if at == len {
+            break;
+        }
+        if skip >= l {
+            skip -= l;
+            continue;
+        }
+        let n = ((l - skip) as usize).min(len - at);
+        f(base + skip, at, n)?;
+        at += n;
+        skip = 0;
+    }
+    Ok(())
 }
 
 /// A send of the iovecs `iov` on socket `fd` (to `to`, if given) with
@@ -377,22 +388,9 @@ fn send_iov<M: Machine>(
     let net = &mut *c.net;
     let (m, areas) = (&mut *c.m, &c.p.areas);
     let mut fill = |off: usize, out: &mut [u8]| -> Result<(), Errno> {
-        let mut at_byte = (skip + off) as u64;
-        let mut at = 0usize;
-        for &(base, len) in iov {
-            if at == out.len() {
-                break;
-            }
-            if at_byte >= len {
-                at_byte -= len;
-                continue;
-            }
-            let n = ((len - at_byte) as usize).min(out.len() - at);
-            m.read_user(areas, base + at_byte, &mut out[at..at + n])?;
-            at += n;
-            at_byte = 0;
-        }
-        Ok(())
+        each_piece(iov, skip + off, out.len(), |addr, at, n| {
+            m.read_user(areas, addr, &mut out[at..at + n])
+        })
     };
     let r = net.send(id, total - skip, to, &mut fill);
     let sent = match r {
@@ -452,22 +450,9 @@ fn recv_iov<M: Machine>(
     let net = &mut *c.net;
     let (m, areas) = (&mut *c.m, &c.p.areas);
     let mut sink = |off: usize, data: &[u8]| -> Result<(), Errno> {
-        let mut skip = off as u64;
-        let mut rest = data;
-        for &(base, len) in iov {
-            if rest.is_empty() {
-                break;
-            }
-            if skip >= len {
-                skip -= len;
-                continue;
-            }
-            let n = ((len - skip) as usize).min(rest.len());
-            m.write_user(areas, base + skip, &rest[..n])?;
-            rest = &rest[n..];
-            skip = 0;
-        }
-        Ok(())
+        each_piece(iov, off, data.len(), |addr, at, n| {
+            m.write_user(areas, addr, &data[at..at + n])
+        })
     };
     match net.recv(id, total, flags & msg::PEEK != 0, &mut sink) {
         Ok(r) => Ok(Ok(r)),
@@ -535,8 +520,6 @@ struct MsgHdr {
     namelen: u64,
     iov: u64,
     iovlen: u64,
-    control: u64,
-    controllen: u64,
 }
 
 impl MsgHdr {
@@ -553,8 +536,6 @@ impl MsgHdr {
                 namelen: u64::from(u32::from_le_bytes(b[8..12].try_into().unwrap_or_default())),
                 iov: q(16),
                 iovlen: q(24),
-                control: q(32),
-                controllen: q(40),
             })
         } else {
             let b: [u8; 28] = c.read_array(at)?;
@@ -568,8 +549,6 @@ impl MsgHdr {
                 namelen: d(4),
                 iov: d(8),
                 iovlen: d(12),
-                control: d(16),
-                controllen: d(20),
             })
         }
     }
@@ -590,7 +569,6 @@ pub(crate) fn sendmsg<M: Machine>(
     sock_of(c, fd)?;
     let h = MsgHdr::read(c, at)?;
     let iov = iovecs(c, h.iov, h.iovlen)?;
-    let _ = h.control;
     let to = if h.name != 0 && h.namelen != 0 && c.net.sock_type(sock_of(c, fd)?.0) == SOCK_DGRAM {
         match read_addr(c, h.name, h.namelen)? {
             Some(t) => Some(t),
@@ -634,8 +612,7 @@ pub(crate) fn recvmsg<M: Machine>(
             _ => c.write(at + namelen_at, &0u32.to_le_bytes())?,
         }
     }
-    let _ = h.controllen;
-    // No control messages.
+    // No control messages (those of sendmsg are ignored too).
     if wide {
         c.write(at + controllen_at, &0u64.to_le_bytes())?;
     } else {

@@ -244,7 +244,7 @@ fn random_socket_calls_on_live_sockets() {
                 e.ret("listen", &[l, 4]);
                 let c = e.ret("socket", &[2, 1 | 0o4000, 0]) as u64;
                 e.ret("connect", &[c, SCRATCH + 0x100, 16]);
-                pump_net(&mut e);
+                e.pump_net();
                 e.ret("accept4", &[l, 0, 0, 0o4000]);
                 let u = e.ret("socket", &[2, 2 | 0o4000, 0]) as u64;
                 e.ret("bind", &[u, SCRATCH + 0x110, 16]);
@@ -272,30 +272,13 @@ fn random_socket_calls_on_live_sockets() {
                     crate::sys::cancel_wait(&mut e.sys, &mut e.t);
                 }
                 if next() % 4 == 0 {
-                    pump_net(&mut e);
+                    e.pump_net();
                 }
             }
             assert!(e.sys.net.open_count() <= crate::sys::net::MAX_SOCKETS);
         }
         crate::sys::process_ended(&mut e.sys, e.p.pid);
-        pump_net(&mut e);
+        e.pump_net();
         assert_eq!(e.sys.net.open_count(), 0);
     }
-}
-
-/// Moves packets as the runtime does between calls.
-fn pump_net(e: &mut Env) {
-    let now = e.m.monotonic_ns();
-    let changes = e.sys.net.poll(now, None::<&mut smoltcp::phy::Loopback>);
-    let (sys, p) = (&mut e.sys, &mut e.p);
-    crate::sys::net_changed(
-        sys,
-        &changes,
-        |pid, f| {
-            if pid == p.pid {
-                f(&mut p.fds)
-            }
-        },
-        |_| {},
-    );
 }

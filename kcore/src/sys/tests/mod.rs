@@ -306,6 +306,27 @@ impl Env {
         )
     }
 
+    /// Moves the sockets' packets as the runtime does between calls
+    /// (a few polls, so a loopback exchange settles), and tells the
+    /// process what changed (its woken waiters go to `m.woken`).
+    pub fn pump_net(&mut self) {
+        for _ in 0..4 {
+            let now = self.m.monotonic_ns();
+            let changes = self.sys.net.poll(now, None::<&mut smoltcp::phy::Loopback>);
+            let (sys, p, m) = (&mut self.sys, &mut self.p, &mut self.m);
+            crate::sys::net_changed(
+                sys,
+                &changes,
+                |pid, f| {
+                    if pid == p.pid {
+                        f(&mut p.fds)
+                    }
+                },
+                |tid| m.woken.push(tid),
+            );
+        }
+    }
+
     /// Makes the call the thread waits in again, as the runtime does
     /// before a woken thread runs.
     pub fn resume(&mut self) -> Option<Action> {

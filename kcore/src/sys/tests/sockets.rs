@@ -8,7 +8,6 @@
 
 use super::*;
 use crate::sys::event::bits::*;
-use smoltcp::phy::Loopback;
 
 const AF_INET: u64 = 2;
 const STREAM: u64 = 1;
@@ -34,25 +33,6 @@ fn sockaddr(e: &mut Env, at: u64, ip: [u8; 4], port: u16) {
     e.poke(at, &b);
 }
 
-/// Moves packets and tells the process what changed.
-fn pump(e: &mut Env) {
-    for _ in 0..4 {
-        let now = e.m.monotonic_ns();
-        let changes = e.sys.net.poll(now, None::<&mut Loopback>);
-        let (sys, p, m) = (&mut e.sys, &mut e.p, &mut e.m);
-        crate::sys::net_changed(
-            sys,
-            &changes,
-            |pid, f| {
-                if pid == p.pid {
-                    f(&mut p.fds)
-                }
-            },
-            |tid| m.woken.push(tid),
-        );
-    }
-}
-
 fn tcp(e: &mut Env, flags: u64) -> u64 {
     let fd = e.ret("socket", &[AF_INET, STREAM | flags, 0]);
     assert!(fd >= 3, "socket: {fd}");
@@ -74,7 +54,7 @@ fn pair(e: &mut Env, port: u16) -> (u64, u64, u64) {
     let c = tcp(e, NONBLOCK);
     sockaddr(e, ADDR, [127, 0, 0, 1], port);
     assert_eq!(e.err("connect", &[c, ADDR, 16]), Errno::EINPROGRESS);
-    pump(e);
+    e.pump_net();
     let a = e.ret("accept4", &[l, 0, 0, NONBLOCK]);
     assert!(a >= 3, "accept4: {a}");
     (l, c, a as u64)
@@ -111,14 +91,14 @@ fn a_tcp_connection_carries_data_both_ways_and_ends_in_order() {
         assert_eq!(e.ret("connect", &[c, ADDR, 16]), 0);
         assert_eq!(e.err("connect", &[c, ADDR, 16]), Errno::EISCONN);
         assert_eq!(send(&mut e, c, b"hello"), 5);
-        pump(&mut e);
+        e.pump_net();
         assert_eq!(recv(&mut e, a, 2, MSG_PEEK).unwrap(), b"he");
         assert_eq!(recv(&mut e, a, 64, 0).unwrap(), b"hello");
         assert_eq!(recv(&mut e, a, 64, 0), Err(Errno::EAGAIN));
         // read and write are recv and send.
         e.poke(BUF, b"back");
         assert_eq!(e.ret("write", &[a, BUF, 4]), 4);
-        pump(&mut e);
+        e.pump_net();
         assert_eq!(e.ret("read", &[c, BUF + 0x100, 64]), 4);
         assert_eq!(e.peek(BUF + 0x100, 4), b"back");
         // Names: the client's peer is the listener's port, and its own
@@ -134,7 +114,7 @@ fn a_tcp_connection_carries_data_both_ways_and_ends_in_order() {
         assert_eq!(e.peek(ADDR + 2, 2), mine);
         // The client shuts its writing half: the server reads the end.
         assert_eq!(e.ret("shutdown", &[c, 1]), 0);
-        pump(&mut e);
+        e.pump_net();
         assert_eq!(recv(&mut e, a, 64, 0).unwrap(), b"");
         assert_ne!(poll_one(&mut e, a, 0x2001) & 0x2000, 0, "POLLRDHUP");
         // Writing after SHUT_WR: EPIPE, and SIGPIPE unless MSG_NOSIGNAL.
@@ -145,7 +125,7 @@ fn a_tcp_connection_carries_data_both_ways_and_ends_in_order() {
         assert_ne!(e.t.pending & (1 << 12), 0, "SIGPIPE raised");
         assert_eq!(e.ret("close", &[a]), 0);
         assert_eq!(e.ret("close", &[c]), 0);
-        pump(&mut e);
+        e.pump_net();
     }
 }
 
@@ -159,7 +139,7 @@ fn connect_to_a_closed_port_is_refused_blocking_or_not() {
             e.call("connect", &[c, ADDR, 16]),
             Action::Wait { until_ns: None }
         ));
-        pump(&mut e);
+        e.pump_net();
         assert_eq!(
             e.resume(),
             Some(Action::Return(Errno::ECONNREFUSED.to_return()))
@@ -168,7 +148,7 @@ fn connect_to_a_closed_port_is_refused_blocking_or_not() {
         // SO_ERROR says why (once).
         let n = tcp(&mut e, NONBLOCK);
         assert_eq!(e.err("connect", &[n, ADDR, 16]), Errno::EINPROGRESS);
-        pump(&mut e);
+        e.pump_net();
         let r = poll_one(&mut e, n, 0x4);
         assert_eq!(r & 0x1c, 0x1c, "POLLOUT|POLLERR|POLLHUP: {r:#x}");
         e.poke(LEN, &4u32.to_le_bytes());
@@ -191,7 +171,7 @@ fn a_blocking_accept_and_recv_wait_until_the_peer_acts() {
     e.t.wait = None;
     let c = tcp(&mut e, NONBLOCK);
     assert_eq!(e.err("connect", &[c, ADDR, 16]), Errno::EINPROGRESS);
-    pump(&mut e);
+    e.pump_net();
     let a = e.ret("accept4", &[l, 0, 0, 0]) as u64;
     assert!(a > c);
     assert!(matches!(
@@ -200,7 +180,7 @@ fn a_blocking_accept_and_recv_wait_until_the_peer_acts() {
     ));
     let woken = e.m.woken.len();
     send(&mut e, c, b"wake");
-    pump(&mut e);
+    e.pump_net();
     assert!(e.m.woken.len() > woken, "the data wakes the waiter");
     assert_eq!(e.resume(), Some(Action::Return(4)));
     assert_eq!(e.peek(BUF, 4), b"wake");
@@ -309,7 +289,7 @@ fn udp_datagrams_keep_their_bounds_and_senders() {
         e.poke(BUF, b"onetwo!");
         assert_eq!(e.ret("sendto", &[b, BUF, 3, 0, ADDR, 16]), 3);
         assert_eq!(e.ret("sendto", &[b, BUF + 3, 4, 0, ADDR, 16]), 4);
-        pump(&mut e);
+        e.pump_net();
         let from = SCRATCH + 0x200;
         e.poke(LEN, &16u32.to_le_bytes());
         assert_eq!(e.ret("recvfrom", &[a, BUF + 0x100, 64, 0, from, LEN]), 3);
@@ -325,7 +305,7 @@ fn udp_datagrams_keep_their_bounds_and_senders() {
         // Connected: send without an address.
         assert_eq!(e.ret("connect", &[b, ADDR, 16]), 0);
         assert_eq!(send(&mut e, b, b"c"), 1);
-        pump(&mut e);
+        e.pump_net();
         assert_eq!(recv(&mut e, a, 64, 0).unwrap(), b"c");
     }
 }
@@ -347,19 +327,19 @@ fn epoll_reports_socket_readiness_level_and_edge_triggered() {
         let wait = |e: &mut Env| e.ret("epoll_wait", &[ep, EV + 0x100, 8, 0]);
         assert_eq!(wait(&mut e), 0);
         send(&mut e, c, b"abcdef");
-        pump(&mut e);
+        e.pump_net();
         assert_eq!(wait(&mut e), 1, "the arrival");
         assert_eq!(recv(&mut e, a, 2, 0).unwrap(), b"ab");
         assert_eq!(wait(&mut e), 0, "edge-triggered: no new arrival");
         send(&mut e, c, b"g");
-        pump(&mut e);
+        e.pump_net();
         assert_eq!(wait(&mut e), 1, "a new arrival");
         // Level-triggered listener: a pending connection reports until
         // accepted.
         let d = tcp(&mut e, NONBLOCK);
         sockaddr(&mut e, ADDR, [127, 0, 0, 1], 5005);
         assert_eq!(e.err("connect", &[d, ADDR, 16]), Errno::EINPROGRESS);
-        pump(&mut e);
+        e.pump_net();
         assert_eq!(wait(&mut e), 1);
         assert_eq!(wait(&mut e), 1);
         assert!(e.ret("accept4", &[l, 0, 0, 0]) > 0);
@@ -387,14 +367,14 @@ fn i386_socketcall_reaches_the_same_calls() {
     let c = e.ret("socketcall", &[1, args]);
     words(&mut e, &[c as u32, ADDR as u32, 16]);
     assert_eq!(e.err("socketcall", &[3, args]), Errno::EINPROGRESS);
-    pump(&mut e);
+    e.pump_net();
     words(&mut e, &[l as u32, 0, 0]);
     let a = e.ret("socketcall", &[5, args]);
     assert!(a > c);
     e.poke(BUF, b"via socketcall");
     words(&mut e, &[c as u32, BUF as u32, 14, 0]);
     assert_eq!(e.ret("socketcall", &[9, args]), 14);
-    pump(&mut e);
+    e.pump_net();
     words(&mut e, &[a as u32, (BUF + 0x100) as u32, 64, 0]);
     assert_eq!(e.ret("socketcall", &[10, args]), 14);
     assert_eq!(e.peek(BUF + 0x100, 14), b"via socketcall");
@@ -407,10 +387,10 @@ fn a_reset_reads_as_econnreset_and_the_process_end_closes_its_sockets() {
     let mut e = Env::new(Abi::X86_64);
     let (_l, c, a) = pair(&mut e, 5007);
     send(&mut e, c, b"unread");
-    pump(&mut e);
+    e.pump_net();
     // Closing with unread data resets the connection.
     assert_eq!(e.ret("close", &[a]), 0);
-    pump(&mut e);
+    e.pump_net();
     assert_eq!(recv(&mut e, c, 16, 0), Err(Errno::ECONNRESET));
     assert_eq!(recv(&mut e, c, 16, 0).unwrap(), b"");
     assert!(e.sys.net.open_count() >= 2);
@@ -423,12 +403,12 @@ fn data_for_a_closed_socket_resets_its_peer() {
     for mut e in both() {
         let (_l, c, a) = pair(&mut e, 5008);
         assert_eq!(e.ret("close", &[a]), 0);
-        pump(&mut e);
+        e.pump_net();
         // The peer's FIN came: end of file, and sending still works.
         assert_eq!(recv(&mut e, c, 16, 0).unwrap(), b"");
         assert_eq!(send(&mut e, c, b"x"), 1);
-        pump(&mut e);
-        pump(&mut e);
+        e.pump_net();
+        e.pump_net();
         let r = poll_one(&mut e, c, 0x2005);
         assert_eq!(r, 0x201d, "IN|OUT|ERR|HUP|RDHUP: {r:#x}");
         // The peer had closed: Linux's reset in CLOSE-WAIT says EPIPE.
@@ -454,14 +434,14 @@ fn a_blocking_send_queues_all_of_its_data_or_says_how_much_a_signal_left() {
         let mut got = Vec::new();
         let mut done = None;
         for _ in 0..64 {
-            pump(&mut e);
+            e.pump_net();
             while let Ok(d) = recv(&mut e, a, 8192, 0) {
                 if d.is_empty() {
                     break;
                 }
                 got.extend_from_slice(&d);
             }
-            pump(&mut e);
+            e.pump_net();
             if done.is_none() {
                 match e.resume() {
                     Some(Action::Return(n)) => done = Some(n),
