@@ -47,6 +47,40 @@ pub const LVT_LINT1: u64 = 0x360;
 /// xAPIC offset of the LVT error entry.
 pub const LVT_ERROR: u64 = 0x370;
 
+/// xAPIC offset of the interrupt command register's low half (in x2APIC
+/// mode the whole ICR is one 64-bit MSR, 0x830).
+pub const ICR_LOW: u64 = 0x300;
+/// xAPIC offset of the ICR's high half (the destination in bits 31:24).
+pub const ICR_HIGH: u64 = 0x310;
+/// ICR delivery mode NMI.
+pub const ICR_NMI: u32 = 4 << 8;
+/// ICR delivery mode INIT.
+pub const ICR_INIT: u32 = 5 << 8;
+/// ICR delivery mode start-up (SIPI).
+pub const ICR_STARTUP: u32 = 6 << 8;
+/// ICR\[12\]: delivery status, send pending (xAPIC only).
+pub const ICR_PENDING: u32 = 1 << 12;
+/// ICR\[14\]: level assert (INIT and SIPI are sent asserted).
+pub const ICR_ASSERT: u32 = 1 << 14;
+
+/// The ICR's low half for an INIT IPI (SDM vol. 3 "MP Initialization
+/// Example": level-asserted INIT to one processor).
+pub const fn icr_init() -> u32 {
+    ICR_INIT | ICR_ASSERT
+}
+
+/// The ICR's low half for a start-up IPI that starts the target in real
+/// mode at physical `page * 4096` (`page` below 0x100, so the code is in
+/// the first MiB).
+pub const fn icr_startup(page: u8) -> u32 {
+    ICR_STARTUP | ICR_ASSERT | page as u32
+}
+
+/// The ICR's low half for a fixed interrupt on `vector`.
+pub const fn icr_fixed(vector: u8) -> u32 {
+    ICR_ASSERT | vector as u32
+}
+
 /// The x2APIC MSR of the register at xAPIC MMIO offset `off`.
 pub const fn x2apic_msr(off: u64) -> u32 {
     0x800 + (off >> 4) as u32
@@ -165,6 +199,40 @@ impl LocalApic {
         }
     }
 
+    /// The full APIC ID: 32 bits in x2APIC mode, 8 in xAPIC mode (the
+    /// MADT's x2APIC entries give IDs of 255 and above).
+    #[cfg(target_arch = "x86_64")]
+    pub fn id32(&self) -> u32 {
+        let v = self.read(ID);
+        match self.mode {
+            ApicMode::X2Apic => v,
+            ApicMode::XApic { .. } => v >> 24,
+        }
+    }
+
+    /// Sends the inter-processor interrupt `low` (an `icr_*` value) to the
+    /// CPU with APIC ID `dest`, and waits until the APIC has sent it (in
+    /// xAPIC mode the delivery-status bit clears; in x2APIC mode the write
+    /// itself is the send). An xAPIC reaches IDs up to 255 only.
+    #[cfg(target_arch = "x86_64")]
+    pub fn send_ipi(&self, dest: u32, low: u32) {
+        match self.mode {
+            ApicMode::XApic { .. } => {
+                self.write(ICR_HIGH, dest << 24);
+                self.write(ICR_LOW, low);
+                while self.read(ICR_LOW) & ICR_PENDING != 0 {
+                    core::hint::spin_loop();
+                }
+            }
+            // SAFETY: in x2APIC mode the ICR is MSR 0x830, destination in
+            // bits 63:32 (SDM vol. 3 "Interrupt Command Register (ICR)");
+            // ring 0 per the constructor.
+            ApicMode::X2Apic => unsafe {
+                x86::msr::wrmsr(x2apic_msr(ICR_LOW), (u64::from(dest) << 32) | u64::from(low))
+            },
+        }
+    }
+
     /// Software-enables the APIC (SVR bit 8, spurious vector 0xff) when it
     /// is not already: an LVT entry delivers nothing otherwise.
     #[cfg(target_arch = "x86_64")]
@@ -240,6 +308,18 @@ mod tests {
         assert_eq!(x2apic_msr(LVT_PMI), 0x834);
         assert_eq!(x2apic_msr(LVT_PMI), crate::msr::addr::X2APIC_LVT_PMI);
         assert_eq!(x2apic_msr(LVT_LINT1), 0x836);
+    }
+
+    #[test]
+    fn ipi_commands_follow_the_sdm() {
+        // SDM vol. 3 "MP Initialization Example": INIT is 0x000C4500 with
+        // the all-excluding-self shorthand, a SIPI to page 9 0x000C4609;
+        // without the shorthand both keep their low bits.
+        assert_eq!(icr_init(), 0x4500);
+        assert_eq!(icr_startup(0x09), 0x4609);
+        assert_eq!(icr_fixed(0xf0), 0x40f0);
+        assert_eq!(x2apic_msr(ICR_LOW), 0x830);
+        assert_eq!(ICR_NMI | ICR_ASSERT, 0x4400);
     }
 
     #[test]

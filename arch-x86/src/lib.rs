@@ -11,6 +11,7 @@ pub mod hpet;
 pub mod idt;
 pub mod ioapic;
 pub mod lapic;
+pub mod madt;
 pub mod msr;
 pub mod paging;
 pub mod pic;

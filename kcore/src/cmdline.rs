@@ -387,6 +387,9 @@ pub struct Config {
     pub sample: SampleFields,
     /// `slice=MS`: a process's time slice; `None`: the scheduler's default.
     pub slice_ms: Option<u32>,
+    /// `smp=N`: start at most N CPUs (the boot CPU counts); `None`: every
+    /// CPU the ACPI MADT lists, up to [`MAX_CPUS`].
+    pub smp: Option<u32>,
     /// `sim=spr|icl|skl`: the CPU `pmu=sim` simulates.
     pub sim: SimModel,
     /// `uregs=nmi|return`: where user registers of runtime samples come from.
@@ -436,6 +439,7 @@ impl Default for Config {
             cpu_pct: DEFAULT_CPU_PCT,
             sample: SampleFields::Default,
             slice_ms: None,
+            smp: None,
             sim: SimModel::SapphireRapids,
             uregs: UserRegsAt::Nmi,
             period: None,
@@ -484,6 +488,9 @@ pub const REGS_MASK_ALLOWED: u64 = ((1 << 24) - 1) & !(0xf << 12);
 /// the LBR filter has).
 pub const BRANCH_ALLOWED: u64 =
     1 << 0 | 1 << 1 | 1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 10 | 1 << 12 | 1 << 13;
+
+/// The most CPUs the runtime starts (`smp=`).
+pub const MAX_CPUS: u32 = 64;
 
 /// A hexadecimal number, with or without `0x`.
 fn parse_hex(v: &str) -> Option<u64> {
@@ -621,6 +628,10 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
             "slice" => match value.and_then(|v| v.parse::<u32>().ok()) {
                 Some(ms) if (1..=10_000).contains(&ms) => cfg.slice_ms = Some(ms),
                 _ => bad("milliseconds from 1 to 10000"),
+            },
+            "smp" => match value.and_then(|v| v.parse::<u32>().ok()) {
+                Some(n) if (1..=MAX_CPUS).contains(&n) => cfg.smp = Some(n),
+                _ => bad("a number of CPUs from 1 to 64"),
             },
             "sim" => match value {
                 Some("spr") | Some("sapphire-rapids") => cfg.sim = SimModel::SapphireRapids,
@@ -797,6 +808,13 @@ mod tests {
         assert_eq!(cfg.slice_ms, Some(25));
         assert_eq!(cfg.sim, SimModel::IceLake);
         assert_eq!(cfg.uregs, UserRegsAt::Return);
+        assert_eq!(parse_all("smp=4").0.smp, Some(4));
+        assert_eq!(parse_all("smp=64").0.smp, Some(64));
+        for bad in ["smp=0", "smp=65", "smp=x", "smp"] {
+            let (cfg, issues) = parse_all(bad);
+            assert_eq!(cfg.smp, None, "{bad}");
+            assert!(issues[0].contains("number of CPUs from 1 to 64"), "{issues:?}");
+        }
         let (cfg, issues) = parse_all("sample=all slice=0 sim=zen uregs=later");
         assert_eq!(issues.len(), 4, "{issues:?}");
         assert!(issues[3].contains("expected nmi or return"), "{issues:?}");

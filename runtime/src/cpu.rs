@@ -6,9 +6,10 @@ use arch_x86::cpu::{self, Features};
 use arch_x86::gdt::{self, GDT_ENTRIES, TaskStateSegment};
 use arch_x86::idt::{Idt, IdtEntry};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-const IST_STACK_SIZE: usize = 32 * 1024;
+/// Bytes of each IST stack (NMI, double fault, machine check).
+pub const IST_STACK_SIZE: usize = 32 * 1024;
 
 #[repr(C, align(16))]
 struct Stack<const N: usize>(UnsafeCell<[u8; N]>);
@@ -21,32 +22,154 @@ impl<const N: usize> Stack<N> {
     const fn new() -> Self {
         Self(UnsafeCell::new([0; N]))
     }
-    fn top(&self) -> u64 {
-        self.0.get() as u64 + N as u64
+    fn base(&self) -> u64 {
+        self.0.get() as u64
     }
 }
 
-/// A value the CPU reads from memory (GDT, TSS, IDT), written only during setup
-/// and, for the TSS, when switching tasks.
+/// One CPU's descriptor tables: its TSS (kernel stack for entries from
+/// ring 3, IST stacks) and its GDT (which names that TSS, and holds the TLS
+/// slots of the process it runs). The IDT is the same for every CPU.
 #[repr(C, align(16))]
-struct CpuTable<T>(UnsafeCell<T>);
+pub struct CpuTables {
+    tss: UnsafeCell<TaskStateSegment>,
+    gdt: UnsafeCell<[u64; GDT_ENTRIES]>,
+}
 
-// SAFETY: single core; written only with interrupts off and never from NMI context.
-unsafe impl<T> Sync for CpuTable<T> {}
+impl CpuTables {
+    /// Tables whose TSS has these IST stack tops (NMI, double fault,
+    /// machine check); the GDT is built when the CPU loads them.
+    pub const fn new() -> Self {
+        Self {
+            tss: UnsafeCell::new(TaskStateSegment::new()),
+            gdt: UnsafeCell::new([0; GDT_ENTRIES]),
+        }
+    }
+}
+
+impl Default for CpuTables {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What each CPU keeps for itself, reached through its GS base while the
+/// runtime runs (the entry stubs swap GS on every entry from and exit to
+/// ring 3). The entry stubs read and write the first fields by offset
+/// ([`LOCAL_KSTACK_TOP`] and the others); never used from NMI context,
+/// where GS may be the interrupted process's.
+#[repr(C)]
+pub struct CpuLocal {
+    /// This block's own address (`gs:[0]`).
+    this: AtomicU64,
+    /// Top of the running task's kernel stack: the SYSCALL entry's stack.
+    kstack_top: AtomicU64,
+    /// The scheduler's stack pointer while a task runs.
+    resume_rsp: AtomicU64,
+    /// The user RSP at SYSCALL, for the two instructions before it is pushed.
+    scratch_rsp: AtomicU64,
+    /// The CPU's number: 0 for the boot CPU, then in start-up order.
+    pub index: u32,
+    /// The APIC ID the MADT gave for this CPU.
+    pub apic_id: u32,
+    /// Its tables.
+    tables: &'static CpuTables,
+    /// Set by the CPU once it runs on its own tables (for the starter).
+    pub online: AtomicBool,
+    /// The APIC ID the CPU read from its own local APIC once up.
+    pub apic_id_seen: AtomicU32,
+}
+
+/// Offset of [`CpuLocal`]'s kernel-stack top (the entry stubs' `gs:` operand).
+pub const LOCAL_KSTACK_TOP: usize = core::mem::offset_of!(CpuLocal, kstack_top);
+/// Offset of [`CpuLocal`]'s scheduler stack pointer.
+pub const LOCAL_RESUME_RSP: usize = core::mem::offset_of!(CpuLocal, resume_rsp);
+/// Offset of [`CpuLocal`]'s SYSCALL scratch slot.
+pub const LOCAL_SCRATCH_RSP: usize = core::mem::offset_of!(CpuLocal, scratch_rsp);
+
+impl CpuLocal {
+    /// The block of CPU `index` with APIC ID `apic_id`, using `tables`.
+    pub const fn new(index: u32, apic_id: u32, tables: &'static CpuTables) -> Self {
+        Self {
+            this: AtomicU64::new(0),
+            kstack_top: AtomicU64::new(0),
+            resume_rsp: AtomicU64::new(0),
+            scratch_rsp: AtomicU64::new(0),
+            index,
+            apic_id,
+            tables,
+            online: AtomicBool::new(false),
+            apic_id_seen: AtomicU32::new(u32::MAX),
+        }
+    }
+
+    /// The TSS's base (for the self-test).
+    pub fn tss_base(&self) -> u64 {
+        self.tables.tss.get() as u64
+    }
+
+    /// The GDT's base (for the self-test).
+    pub fn gdt_base(&self) -> u64 {
+        self.tables.gdt.get() as u64
+    }
+
+    /// A copy of the TSS's IST stack tops (for the self-test).
+    pub fn ist_tops(&self) -> [u64; 7] {
+        // SAFETY: the IST slots are written before the CPU loads its
+        // tables and never after.
+        unsafe { core::ptr::read_volatile(&raw const (*self.tables.tss.get()).ist) }
+    }
+}
+
+// SAFETY: the plain fields are written before the block is published (to
+// the CPU through GS, to others through the starter); the rest are atomics,
+// and the tables are written only by their own CPU (see `CpuTables`).
+unsafe impl Sync for CpuLocal {}
+// SAFETY: as for `CpuLocal`: each CPU writes only its own tables, with
+// interrupts off, and never from NMI context.
+unsafe impl Sync for CpuTables {}
+
+/// The IDT, shared by every CPU, written only during `init`.
+#[repr(C, align(16))]
+struct SharedIdt(UnsafeCell<Idt>);
+
+// SAFETY: written once in `init`, before any CPU loads it; read-only after.
+unsafe impl Sync for SharedIdt {}
 
 static NMI_STACK: Stack<IST_STACK_SIZE> = Stack::new();
 static DF_STACK: Stack<IST_STACK_SIZE> = Stack::new();
 static MC_STACK: Stack<IST_STACK_SIZE> = Stack::new();
 
-static TSS: CpuTable<TaskStateSegment> = CpuTable(UnsafeCell::new(TaskStateSegment::new()));
-static GDT: CpuTable<[u64; GDT_ENTRIES]> = CpuTable(UnsafeCell::new([0; GDT_ENTRIES]));
-static IDT: CpuTable<Idt> = CpuTable(UnsafeCell::new(Idt::new()));
+static BSP_TABLES: CpuTables = CpuTables::new();
+static BSP_LOCAL: CpuLocal = CpuLocal::new(0, 0, &BSP_TABLES);
+static IDT: SharedIdt = SharedIdt(UnsafeCell::new(Idt::new()));
 
 static SMAP_ON: AtomicBool = AtomicBool::new(false);
 
-/// The GDT as built (for the self-test).
+/// This CPU's block.
+///
+/// Only in the runtime's own context after [`init`] (or [`init_ap`]): not
+/// in NMI context, where GS may still be the interrupted process's.
+#[inline(always)]
+pub fn this() -> &'static CpuLocal {
+    let p: *const CpuLocal;
+    // SAFETY: after `init`/`init_ap` the GS base is this CPU's block
+    // whenever the runtime runs outside the entry windows (the stubs swap
+    // it on every ring change), and `gs:[0]` holds the block's address.
+    unsafe {
+        core::arch::asm!("mov {}, gs:[0]", out(reg) p, options(nostack, readonly, preserves_flags));
+        &*p
+    }
+}
+
+/// The boot CPU's block.
+pub fn boot_cpu() -> &'static CpuLocal {
+    &BSP_LOCAL
+}
+
+/// The GDT this CPU runs on (for the self-test).
 pub fn gdt_base() -> u64 {
-    GDT.0.get() as u64
+    this().gdt_base()
 }
 
 /// The IDT as built (for the self-test).
@@ -60,24 +183,20 @@ pub fn idt_entry(vector: u8) -> IdtEntry {
     unsafe { (*IDT.0.get()).entries[vector as usize] }
 }
 
-/// A copy of the GDT (for the self-test).
+/// A copy of this CPU's GDT (for the self-test).
 pub fn gdt_copy() -> [u64; GDT_ENTRIES] {
-    // SAFETY: read of a table written once in `init` (the CPU may set the TSS busy bit).
-    unsafe { core::ptr::read_volatile(GDT.0.get()) }
+    // SAFETY: read of a table written once in `load_tables` (the CPU may
+    // set the TSS busy bit; `set_tls_slot` writes TLS slots on this CPU
+    // only, never concurrently with this read).
+    unsafe { core::ptr::read_volatile(this().tables.gdt.get()) }
 }
 
-/// Loads the GDT/TSS and IDT and programs SYSCALL. Call once, early.
+/// Builds the IDT, then loads the boot CPU's GDT/TSS and the IDT and
+/// programs SYSCALL. Call once, early, on the boot CPU.
 pub fn init() {
-    // SAFETY: boot code, interrupts off, single core. The tables are statics
-    // that live forever, built completely before they are loaded.
+    // SAFETY: boot code, interrupts off, one CPU running. The IDT is a
+    // static that lives forever, built completely before it is loaded.
     unsafe {
-        let tss = &mut *TSS.0.get();
-        tss.ist[usize::from(gdt::IST_NMI) - 1] = NMI_STACK.top();
-        tss.ist[usize::from(gdt::IST_DOUBLE_FAULT) - 1] = DF_STACK.top();
-        tss.ist[usize::from(gdt::IST_MACHINE_CHECK) - 1] = MC_STACK.top();
-        *GDT.0.get() = gdt::build(TSS.0.get() as u64);
-        gdt::load(GDT.0.get());
-
         let idt = &mut *IDT.0.get();
         for v in 0..=255u8 {
             let (ist, dpl) = match v {
@@ -94,9 +213,54 @@ pub fn init() {
             };
             idt.entries[v as usize] = IdtEntry::interrupt_gate(handler, ist, dpl);
         }
+    }
+    let ist = [NMI_STACK.base(), DF_STACK.base(), MC_STACK.base()];
+    // SAFETY: boot code with interrupts off; the block, its tables and the
+    // IST stacks are statics; nothing loaded them yet.
+    unsafe { load_tables(&BSP_LOCAL, ist.map(|b| b + IST_STACK_SIZE as u64)) };
+}
+
+/// Loads the tables of a CPU other than the boot CPU, its GS base and the
+/// shared IDT, and programs its SYSCALL MSRs. `ist` are the tops of its
+/// NMI, double-fault and machine-check stacks.
+///
+/// # Safety
+/// 1. Runs on the CPU `local` describes, once, in ring 0 with interrupts
+///    off, before it takes any interrupt or NMI.
+/// 2. `local`'s tables are no other CPU's, and the `ist` stacks are this
+///    CPU's alone, each [`IST_STACK_SIZE`] bytes below its top.
+/// 3. [`init`] ran on the boot CPU (the IDT is built).
+pub unsafe fn init_ap(local: &'static CpuLocal, ist: [u64; 3]) {
+    // SAFETY: obligations 1 to 3.
+    unsafe { load_tables(local, ist) };
+}
+
+/// # Safety
+/// As [`init_ap`] (for the boot CPU: from `init`).
+unsafe fn load_tables(local: &'static CpuLocal, ist: [u64; 3]) {
+    // SAFETY: the caller's obligations: this CPU alone uses these tables,
+    // interrupts are off, and the tables live forever.
+    unsafe {
+        local
+            .this
+            .store(local as *const CpuLocal as u64, Ordering::Relaxed);
+        let tss = &mut *local.tables.tss.get();
+        tss.ist[usize::from(gdt::IST_NMI) - 1] = ist[0];
+        tss.ist[usize::from(gdt::IST_DOUBLE_FAULT) - 1] = ist[1];
+        tss.ist[usize::from(gdt::IST_MACHINE_CHECK) - 1] = ist[2];
+        *local.tables.gdt.get() = gdt::build(local.tables.tss.get() as u64);
+        gdt::load(local.tables.gdt.get());
         arch_x86::idt::load(IDT.0.get());
 
-        use x86::msr::{IA32_EFER, IA32_FMASK, IA32_LSTAR, IA32_STAR, rdmsr, wrmsr};
+        use x86::msr::{
+            IA32_EFER, IA32_FMASK, IA32_GS_BASE, IA32_KERNEL_GSBASE, IA32_LSTAR, IA32_STAR,
+            rdmsr, wrmsr,
+        };
+        // After `gdt::load` (its null GS load may clear the base on AMD):
+        // the runtime's GS is this block, the one the first exit to ring
+        // 3 swaps in is empty.
+        wrmsr(IA32_GS_BASE, local as *const CpuLocal as u64);
+        wrmsr(IA32_KERNEL_GSBASE, 0);
         wrmsr(IA32_STAR, gdt::star());
         wrmsr(IA32_LSTAR, entry::syscall_entry());
         // Clear TF, IF, DF, NT and AC on SYSCALL.
@@ -139,11 +303,15 @@ pub fn smap_on() -> bool {
     SMAP_ON.load(Ordering::Relaxed)
 }
 
-/// Sets the stack the CPU loads on entry from ring 3.
-pub fn set_rsp0(top: u64) {
-    // SAFETY: single core; the CPU reads rsp0 only on a privilege change,
-    // which cannot happen while the runtime runs this store.
-    unsafe { core::ptr::write_volatile(&raw mut (*TSS.0.get()).rsp0, top) };
+/// Makes `top` the kernel stack of this CPU's entries from ring 3: the
+/// TSS's rsp0 (interrupts, exceptions) and the SYSCALL entry's stack.
+pub fn set_kernel_stack(top: u64) {
+    let local = this();
+    local.kstack_top.store(top, Ordering::Relaxed);
+    // SAFETY: the TSS is this CPU's; the CPU reads rsp0 only on a
+    // privilege change, which cannot happen while the runtime runs this
+    // store.
+    unsafe { core::ptr::write_volatile(&raw mut (*local.tables.tss.get()).rsp0, top) };
 }
 
 /// Runs `f` with supervisor access to user pages allowed (SMAP `stac`/`clac`).
@@ -220,7 +388,7 @@ pub fn reload_user_selectors(sel: [u16; 4], tls: &[u64; gdt::TLS_SLOTS]) {
     let (cur_fs, cur_gs) = saved_selectors();
     // SAFETY: every selector is null or names a present ring-3 data
     // descriptor (checked above), so the loads cannot fault; the runtime
-    // itself never uses DS, ES, FS or GS in 64-bit mode.
+    // itself never uses DS, ES or FS in 64-bit mode (GS is loaded apart).
     unsafe {
         if ds != cur_ds {
             core::arch::asm!("mov ds, {0:x}", in(reg) ds, options(nomem, nostack, preserves_flags));
@@ -231,8 +399,31 @@ pub fn reload_user_selectors(sel: [u16; 4], tls: &[u64; gdt::TLS_SLOTS]) {
         if fs != cur_fs {
             core::arch::asm!("mov fs, {0:x}", in(reg) fs, options(nomem, nostack, preserves_flags));
         }
-        if gs != cur_gs {
-            core::arch::asm!("mov gs, {0:x}", in(reg) gs, options(nomem, nostack, preserves_flags));
+    }
+    if gs != cur_gs {
+        load_user_gs(gs);
+    }
+}
+
+/// Loads the process's GS selector while the runtime runs on its own GS
+/// base: between two `swapgs`, so the descriptor's base lands where the
+/// process's base waits until the exit to ring 3 swaps it in
+/// (IA32_KERNEL_GSBASE), with interrupts off meanwhile. A null selector
+/// gets a zero base (Intel keeps the old base on a null load, which would
+/// hand one process another's).
+///
+/// `sel` must be null or name a present ring-3 data descriptor of this
+/// CPU's GDT ([`loadable`]).
+fn load_user_gs(sel: u16) {
+    // SAFETY: the selector is loadable (the callers check it with
+    // `loadable`), so the load cannot fault; IF is off between the two
+    // swapgs (NMIs never use GS), and popfq restores it; the MSR exists on
+    // every x86-64 CPU.
+    unsafe {
+        core::arch::asm!("pushfq", "cli", "swapgs", "mov gs, {0:x}", "swapgs", "popfq",
+            in(reg) sel, options(nomem));
+        if sel & !3 == 0 {
+            x86::msr::wrmsr(x86::msr::IA32_KERNEL_GSBASE, 0);
         }
     }
 }
@@ -240,11 +431,14 @@ pub fn reload_user_selectors(sel: [u16; 4], tls: &[u64; gdt::TLS_SLOTS]) {
 /// Writes TLS slot `i`'s descriptor.
 pub fn set_tls_slot(i: usize, descriptor: u64) {
     if i < gdt::TLS_SLOTS {
-        // SAFETY: single core, interrupts off; the slot is a ring-3 data or
-        // code descriptor (or empty) that no selector in use by the runtime
-        // names, and the CPU reads it only when a selector is loaded.
+        // SAFETY: this CPU's GDT, interrupts off; the slot is a ring-3 data
+        // or code descriptor (or empty) that no selector in use by the
+        // runtime names, and the CPU reads it only when a selector is loaded.
         unsafe {
-            core::ptr::write_volatile(&raw mut (*GDT.0.get())[gdt::TLS_FIRST + i], descriptor)
+            core::ptr::write_volatile(
+                &raw mut (*this().tables.gdt.get())[gdt::TLS_FIRST + i],
+                descriptor,
+            )
         };
     }
 }
@@ -279,9 +473,11 @@ pub fn user_ss_loadable(sel: u16) -> bool {
     let Some(i) = (0..gdt::TLS_SLOTS).find(|&i| sel & !3 == gdt::tls_selector(i) & !3) else {
         return true;
     };
-    // SAFETY: single core; the slot is read, not written, and only
-    // `set_tls_slot` writes it, never concurrently with this.
-    let d = unsafe { core::ptr::read_volatile(&raw const (*GDT.0.get())[gdt::TLS_FIRST + i]) };
+    // SAFETY: this CPU's GDT; the slot is read, not written, and only
+    // `set_tls_slot` on this CPU writes it, never concurrently with this.
+    let d = unsafe {
+        core::ptr::read_volatile(&raw const (*this().tables.gdt.get())[gdt::TLS_FIRST + i])
+    };
     let present = d & (1 << 47) != 0;
     let data = d & (1 << 44) != 0 && d & (1 << 43) == 0;
     let writable = d & (1 << 41) != 0;
@@ -302,14 +498,14 @@ pub fn load_user_segments(s: &UserSegments) {
     } else {
         0
     };
-    // SAFETY: both selectors are null or name present ring-3 data
-    // descriptors (checked above), so the loads cannot fault; the runtime
-    // itself never uses FS or GS. The FS base is written after the FS load,
+    load_user_gs(gs);
+    // SAFETY: the selector is null or names a present ring-3 data
+    // descriptor (checked above), so the load cannot fault; the runtime
+    // itself never uses FS. The FS base is written after the FS load,
     // which would reset it; the MSR exists on every x86-64 CPU, and the
     // value is a canonical lower-half address (checked above).
     unsafe {
-        core::arch::asm!("mov fs, {0:x}", "mov gs, {1:x}", in(reg) fs, in(reg) gs,
-            options(nomem, nostack, preserves_flags));
+        core::arch::asm!("mov fs, {0:x}", in(reg) fs, options(nomem, nostack, preserves_flags));
         if fs_base != 0 || fs == 0 {
             x86::msr::wrmsr(x86::msr::IA32_FS_BASE, fs_base);
         }

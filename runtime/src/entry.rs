@@ -12,6 +12,14 @@
 //! restore to the `iretq` (`perch_exit_window_start..perch_exit_window_end`).
 //! The NMI handler checks the interrupted RIP against them.
 //!
+//! # GS
+//! While the runtime runs, GS is the CPU's own block
+//! ([`crate::cpu::CpuLocal`]); while a process runs, it is the process's.
+//! Every entry from ring 3 begins with `swapgs` and every exit to ring 3
+//! ends with one, both inside the windows; an entry from ring 0 finds the
+//! runtime's GS already in place. The NMI stub never swaps and its handler
+//! never uses GS, since an NMI may land between an entry and its `swapgs`.
+//!
 //! # The upcalls
 //!
 //! This is the bottom of the runtime: the stubs call up into the layers
@@ -33,12 +41,10 @@ use arch_x86::frame::TrapFrame;
 use arch_x86::gdt;
 use core::sync::atomic::AtomicU64;
 
-/// Top of the current task's kernel stack; the SYSCALL entry switches to it.
+/// Top of the current task's kernel stack on the boot CPU, the one CPU
+/// that runs tasks; the NMI handler finds the saved user frame below it.
+/// The entry stubs use each CPU's own copy ([`crate::cpu::CpuLocal`]).
 pub static CURRENT_KSTACK_TOP: AtomicU64 = AtomicU64::new(0);
-/// The scheduler's stack pointer while a task runs.
-static KERNEL_RESUME_RSP: AtomicU64 = AtomicU64::new(0);
-/// The user RSP at SYSCALL, held for the two instructions before it is pushed.
-static SYSCALL_SCRATCH_RSP: AtomicU64 = AtomicU64::new(0);
 
 /// Returned by the trap upcall: resume the interrupted context.
 pub const RESUME: u64 = 0;
@@ -106,17 +112,24 @@ perch_isr_table:
     .balign 16
     .global perch_syscall_entry
 perch_syscall_entry:
-    mov [rip + {scratch}], rsp
-    mov rsp, [rip + {kstack}]
+    swapgs
+    mov gs:[{scratch}], rsp
+    mov rsp, gs:[{kstack}]
     push {udata}
-    push qword ptr [rip + {scratch}]
+    push qword ptr gs:[{scratch}]
     push r11
     push {ucode64}
     push rcx
     push 0
     push {syscall_vec}
+    jmp perch_trap_save
 
 perch_trap_common:
+    // The CS the CPU pushed: from ring 3, take the runtime's GS.
+    test byte ptr [rsp + 24], 3
+    jz perch_trap_save
+    swapgs
+perch_trap_save:
     push rax
     push rbx
     push rcx
@@ -162,12 +175,17 @@ perch_exit_window_start:
     pop rbx
     pop rax
     add rsp, 16
+    // Back to ring 3: give the process its GS.
+    test byte ptr [rsp + 8], 3
+    jz 2f
+    swapgs
+2:
     iretq
     .global perch_exit_window_end
 perch_exit_window_end:
 
 perch_leave_to_scheduler:
-    mov rsp, [rip + {resume}]
+    mov rsp, gs:[{resume}]
     pop r15
     pop r14
     pop r13
@@ -184,7 +202,7 @@ perch_enter_user:
     push r13
     push r14
     push r15
-    mov [rip + {resume}], rsp
+    mov gs:[{resume}], rsp
     mov rsp, rdi
     cld
     jmp perch_return
@@ -230,9 +248,9 @@ perch_nmi_entry:
     add rsp, 16
     iretq
     "#,
-    scratch = sym SYSCALL_SCRATCH_RSP,
-    kstack = sym CURRENT_KSTACK_TOP,
-    resume = sym KERNEL_RESUME_RSP,
+    scratch = const crate::cpu::LOCAL_SCRATCH_RSP,
+    kstack = const crate::cpu::LOCAL_KSTACK_TOP,
+    resume = const crate::cpu::LOCAL_RESUME_RSP,
     udata = const gdt::USER_DATA as u64,
     ucode64 = const gdt::USER_CODE64 as u64,
     syscall_vec = const arch_x86::frame::SYSCALL_VECTOR,
@@ -296,7 +314,8 @@ pub fn in_frame_window(rip: u64) -> bool {
 ///
 /// # Safety
 /// `frame` must be the [`TrapFrame`] at the very top of the task's kernel
-/// stack, [`CURRENT_KSTACK_TOP`] and TSS.rsp0 must equal the end of that frame,
+/// stack, this CPU's kernel stack ([`crate::cpu::set_kernel_stack`]) must
+/// end with that frame, the runtime's GS must be loaded,
 /// and the frame must describe valid ring-3 state (user CS/SS, canonical RIP).
 pub unsafe fn enter_user(frame: *mut TrapFrame) {
     // SAFETY: forwarded from the caller; the stub saves and restores every

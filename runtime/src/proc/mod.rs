@@ -726,7 +726,7 @@ pub fn run_once(id: u8) -> Option<Outcome> {
     let top = kstack_top(slot);
     critical_section::with(|cs| OUTCOME.borrow(cs).set(None));
     entry::CURRENT_KSTACK_TOP.store(top, Ordering::Relaxed);
-    crate::cpu::set_rsp0(top);
+    crate::cpu::set_kernel_stack(top);
     with_thread(id, |t, p| {
         p.space.activate();
         crate::cpu::load_user_segments(&t.segs);
@@ -736,7 +736,7 @@ pub fn run_once(id: u8) -> Option<Outcome> {
     CURRENT_TASK.store(id, Ordering::Relaxed);
     // SAFETY: the frame at the top of this task's kernel stack was written by
     // `install` or by the entry stubs when the task last entered the runtime;
-    // CURRENT_KSTACK_TOP and rsp0 point at the end of that frame.
+    // this CPU's kernel stack ends with that frame.
     unsafe { entry::enter_user(frame_ptr(slot)) };
     CURRENT_TASK.store(NO_TASK, Ordering::Relaxed);
     let (fs, gs) = crate::cpu::saved_selectors();
