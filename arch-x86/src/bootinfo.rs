@@ -205,6 +205,12 @@ pub fn multiboot2_tags(info: &[u8]) -> impl Iterator<Item = (u32, &[u8])> + '_ {
 pub const MB2_TAG_MODULE: u32 = 3;
 /// Multiboot2 tag type of the memory map.
 pub const MB2_TAG_MMAP: u32 = 6;
+/// Multiboot2 tag type of a copy of an ACPI 1.0 RSDP.
+pub const MB2_TAG_ACPI_OLD: u32 = 14;
+/// Multiboot2 tag type of a copy of an ACPI 2.0+ RSDP.
+pub const MB2_TAG_ACPI_NEW: u32 = 15;
+/// Bytes of an ACPI 2.0 RSDP (a 1.0 RSDP is the first 20).
+pub const RSDP_LEN: usize = 36;
 
 /// The regions of a multiboot2 memory-map tag body (entry_size, entry_version, entries).
 pub fn multiboot2_mmap(body: &[u8]) -> impl Iterator<Item = MemRegion> + '_ {

@@ -9,6 +9,8 @@ pub const CR4_SMEP: u64 = 1 << 20;
 pub const CR4_SMAP: u64 = 1 << 21;
 /// EFER.SCE.
 pub const EFER_SCE: u64 = 1 << 0;
+/// EFER.LME: long mode enable (active once paging is on).
+pub const EFER_LME: u64 = 1 << 8;
 /// EFER.NXE.
 pub const EFER_NXE: u64 = 1 << 11;
 /// RFLAGS.IF.

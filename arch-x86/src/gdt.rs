@@ -119,6 +119,12 @@ pub const fn tss_descriptor(base: u64, limit: u32) -> [u64; 2] {
     [low, base >> 32]
 }
 
+/// The base of the TSS descriptor in a table [`build`] made (slots 6 and 7).
+pub const fn tss_base(gdt: &[u64; GDT_ENTRIES]) -> u64 {
+    let lo = gdt[6];
+    ((lo >> 16) & 0xff_ffff) | (((lo >> 56) & 0xff) << 24) | (gdt[7] << 32)
+}
+
 /// The full table for a TSS at `tss_base`.
 pub const fn build(tss_base: u64) -> [u64; GDT_ENTRIES] {
     let tss = tss_descriptor(

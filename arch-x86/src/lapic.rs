@@ -228,7 +228,10 @@ impl LocalApic {
             // bits 63:32 (SDM vol. 3 "Interrupt Command Register (ICR)");
             // ring 0 per the constructor.
             ApicMode::X2Apic => unsafe {
-                x86::msr::wrmsr(x2apic_msr(ICR_LOW), (u64::from(dest) << 32) | u64::from(low))
+                x86::msr::wrmsr(
+                    x2apic_msr(ICR_LOW),
+                    (u64::from(dest) << 32) | u64::from(low),
+                )
             },
         }
     }

@@ -121,9 +121,7 @@ pub unsafe fn cpus(rsdp: Option<u64>, to_virt: fn(u64) -> u64) -> Result<Cpus, M
         _ => MadtError::Tables,
     })?;
     // `find_table` checks the table's signature and checksum.
-    let madt = tables
-        .find_table::<Madt>()
-        .map_err(|_| MadtError::NoMadt)?;
+    let madt = tables.find_table::<Madt>().map_err(|_| MadtError::NoMadt)?;
     let mut out = Cpus {
         ids: [0; MAX_CPUS],
         n: 0,

@@ -813,7 +813,10 @@ mod tests {
         for bad in ["smp=0", "smp=65", "smp=x", "smp"] {
             let (cfg, issues) = parse_all(bad);
             assert_eq!(cfg.smp, None, "{bad}");
-            assert!(issues[0].contains("number of CPUs from 1 to 64"), "{issues:?}");
+            assert!(
+                issues[0].contains("number of CPUs from 1 to 64"),
+                "{issues:?}"
+            );
         }
         let (cfg, issues) = parse_all("sample=all slice=0 sim=zen uregs=later");
         assert_eq!(issues.len(), 4, "{issues:?}");

@@ -78,6 +78,8 @@ pub struct CpuLocal {
     pub online: AtomicBool,
     /// The APIC ID the CPU read from its own local APIC once up.
     pub apic_id_seen: AtomicU32,
+    /// What the CPU found of its loaded tables once up ([`loaded_checks`]).
+    pub checks: AtomicU32,
 }
 
 /// Offset of [`CpuLocal`]'s kernel-stack top (the entry stubs' `gs:` operand).
@@ -100,6 +102,7 @@ impl CpuLocal {
             tables,
             online: AtomicBool::new(false),
             apic_id_seen: AtomicU32::new(u32::MAX),
+            checks: AtomicU32::new(0),
         }
     }
 
@@ -191,6 +194,38 @@ pub fn gdt_copy() -> [u64; GDT_ENTRIES] {
     unsafe { core::ptr::read_volatile(this().tables.gdt.get()) }
 }
 
+/// [`loaded_checks`]: GS reaches the CPU's own block.
+pub const CHECK_GS: u32 = 1 << 0;
+/// [`loaded_checks`]: GDTR is the CPU's own GDT.
+pub const CHECK_GDT: u32 = 1 << 1;
+/// [`loaded_checks`]: TR names a TSS descriptor whose base is the CPU's own TSS.
+pub const CHECK_TSS: u32 = 1 << 2;
+/// [`loaded_checks`]: IDTR is the shared IDT.
+pub const CHECK_IDT: u32 = 1 << 3;
+/// Every [`loaded_checks`] bit.
+pub const CHECK_ALL: u32 = CHECK_GS | CHECK_GDT | CHECK_TSS | CHECK_IDT;
+
+/// Which of the `CHECK_*` facts hold on this CPU for `local`, read from
+/// the CPU itself (GS, GDTR, TR, IDTR).
+pub fn loaded_checks(local: &CpuLocal) -> u32 {
+    let mut c = 0;
+    if core::ptr::eq(this(), local) {
+        c |= CHECK_GS;
+    }
+    let g = cpu::sgdt();
+    if { g.base } == local.gdt_base() {
+        c |= CHECK_GDT;
+    }
+    if cpu::str() == gdt::TSS && gdt::tss_base(&gdt_copy()) == local.tss_base() {
+        c |= CHECK_TSS;
+    }
+    let i = cpu::sidt();
+    if { i.base } == idt_base() {
+        c |= CHECK_IDT;
+    }
+    c
+}
+
 /// Builds the IDT, then loads the boot CPU's GDT/TSS and the IDT and
 /// programs SYSCALL. Call once, early, on the boot CPU.
 pub fn init() {
@@ -253,8 +288,8 @@ unsafe fn load_tables(local: &'static CpuLocal, ist: [u64; 3]) {
         arch_x86::idt::load(IDT.0.get());
 
         use x86::msr::{
-            IA32_EFER, IA32_FMASK, IA32_GS_BASE, IA32_KERNEL_GSBASE, IA32_LSTAR, IA32_STAR,
-            rdmsr, wrmsr,
+            IA32_EFER, IA32_FMASK, IA32_GS_BASE, IA32_KERNEL_GSBASE, IA32_LSTAR, IA32_STAR, rdmsr,
+            wrmsr,
         };
         // After `gdt::load` (its null GS load may clear the base on AMD):
         // the runtime's GS is this block, the one the first exit to ring

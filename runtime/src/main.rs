@@ -22,15 +22,17 @@ mod entry;
 mod fs;
 mod mm;
 mod net;
-// 4. processes and the scheduler
+// 4. the other CPUs
+mod smp;
+// 5. processes and the scheduler
 mod proc;
-// 5. the system-call ABIs
+// 6. the system-call ABIs
 mod abi;
-// 6. sampling
+// 7. sampling
 mod sample;
-// 7. the profile stream
+// 8. the profile stream
 mod stream;
-// 8. where the layers meet
+// 9. where the layers meet
 mod appliance;
 mod dispatch;
 mod selftest;
@@ -255,6 +257,12 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             kprintln!("perch: nmi clock not started: {clock_hz} Hz needs the HPET: {e:?}")
         }
     }
+    report_cpus(&smp::start(
+        cfg.smp,
+        boot.rsdp(),
+        boot.regions(),
+        &reserved[..boot.modules().len()],
+    ));
     // A virtio-net card, when the machine has one (`perch record --net`).
     net::init(cfg.net);
     if let Some(kind) = cfg.crash {
@@ -271,6 +279,32 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
              packs one) and no `selftest` on the command line"
         );
         exit(ExitCode::Fail)
+    }
+}
+
+/// Says how many CPUs are up, and why any the MADT lists are not.
+fn report_cpus(r: &smp::Report) {
+    let mode = if r.x2apic { "x2APIC" } else { "xAPIC" };
+    match r.error {
+        Some(e) => kprintln!("perch: cpus: 1 up (the boot CPU): {e}"),
+        None => kprintln!(
+            "perch: cpus: {} of {} up ({mode}); programs run on CPU 0",
+            r.online,
+            r.listed
+        ),
+    }
+    if r.left_out > 0 {
+        kprintln!("perch: cpus: smp= leaves {} out", r.left_out);
+    }
+    if r.over > 0 {
+        kprintln!(
+            "perch: cpus: {} past the {} the runtime keeps are not started",
+            r.over,
+            arch_x86::madt::MAX_CPUS
+        );
+    }
+    for id in &r.failed {
+        kprintln!("perch: cpus: the CPU with APIC ID {id} did not come up");
     }
 }
 

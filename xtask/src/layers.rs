@@ -12,6 +12,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
     ("base services", &["boot", "console", "symbols", "time"]),
     ("cpu", &["entry", "cpu"]),
     ("memory", &["mm", "fs", "net"]),
+    ("cpus", &["smp"]),
     ("processes", &["proc"]),
     ("system calls", &["abi"]),
     ("sampling", &["sample"]),

@@ -121,6 +121,10 @@ pub struct SelftestArgs {
     /// speaker port; it boots only `-kernel`.
     #[arg(long, value_parser = ["pc", "q35", "microvm"], conflicts_with_all = ["iso", "uefi"])]
     pub machine: Option<String>,
+    /// CPUs (`-smp N`): the self-test then checks that every CPU came up
+    /// on its own tables.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub cpus: u32,
     /// Hard timeout in seconds.
     #[arg(long, default_value_t = 180)]
     pub timeout: u64,
@@ -239,6 +243,7 @@ fn run(a: RunArgs) -> Result<i32> {
         icount: a.icount,
         cpu: None,
         machine: None,
+        cpus: 1,
         timeout: std::time::Duration::from_secs(a.timeout),
     };
     let out = qemu::run(&cfg)?;
@@ -272,6 +277,7 @@ pub fn selftest(a: &SelftestArgs) -> Result<bool> {
         icount: a.icount,
         cpu: a.cpu.clone(),
         machine: a.machine.clone(),
+        cpus: a.cpus,
         timeout: std::time::Duration::from_secs(a.timeout),
     };
     let out = qemu::run(&cfg)?;
@@ -293,10 +299,21 @@ pub fn selftest(a: &SelftestArgs) -> Result<bool> {
             .lines
             .iter()
             .any(|l| l.contains("boot_archive: skipped"));
+    // `--cpus N` (without `smp=`): the runtime must have found and started
+    // all N.
+    let cpus_up = a.cpus == 1 || a.append.contains("smp=") || {
+        let want = format!("perch: cpus: {n} of {n} up", n = a.cpus);
+        let seen = out.lines.iter().any(|l| l.contains(&want));
+        if !seen {
+            println!("xtask: --cpus {}: no \"{want}\" line", a.cpus);
+        }
+        seen
+    };
     let pass = out.exit == qemu::Exit::Pass
         && summary.is_some_and(|(_, failed)| failed == 0)
         && archive_seen
-        && protections;
+        && protections
+        && cpus_up;
     if !archive_seen {
         println!("xtask: the self-test did not read the boot archive it was booted with");
     }

@@ -48,6 +48,8 @@ pub struct Config {
     pub cpu: Option<String>,
     /// The `-machine`; `None`: `pc`, or `q35` for the UEFI ISO.
     pub machine: Option<String>,
+    /// CPUs (`-smp N`); 1 gives no `-smp`.
+    pub cpus: u32,
     /// Hard timeout.
     pub timeout: Duration,
 }
@@ -140,6 +142,9 @@ pub fn args(cfg: &Config) -> Vec<String> {
         (None, _) => "pc",
     };
     a.extend(["-machine".into(), machine.into()]);
+    if cfg.cpus > 1 {
+        a.extend(["-smp".into(), cfg.cpus.to_string()]);
+    }
     // `max` exposes SMEP/SMAP and NX under TCG; with icount keep the
     // default model (the runtime adapts to what CPUID reports) unless a
     // model is asked for.
@@ -275,6 +280,27 @@ mod tests {
     }
 
     #[test]
+    fn cpus_give_smp_only_past_one() {
+        let with = |cpus| {
+            args(&Config {
+                boot: Boot::Kernel {
+                    elf: "k".into(),
+                    cmdline: String::new(),
+                    initrd: None,
+                },
+                icount: false,
+                cpu: None,
+                machine: None,
+                cpus,
+                timeout: Duration::from_secs(1),
+            })
+            .join(" ")
+        };
+        assert!(with(4).contains("-machine pc -smp 4 "));
+        assert!(!with(1).contains("-smp"));
+    }
+
+    #[test]
     fn machine_is_chosen_or_follows_the_boot() {
         let kernel = |machine: Option<&str>| {
             args(&Config {
@@ -286,6 +312,7 @@ mod tests {
                 icount: false,
                 cpu: None,
                 machine: machine.map(String::from),
+                cpus: 1,
                 timeout: Duration::from_secs(1),
             })
             .join(" ")
@@ -305,6 +332,7 @@ mod tests {
             icount: true,
             cpu: None,
             machine: None,
+            cpus: 1,
             timeout: Duration::from_secs(1),
         };
         let a = args(&cfg).join(" ");
@@ -328,6 +356,7 @@ mod tests {
                 icount,
                 cpu: cpu.map(String::from),
                 machine: None,
+                cpus: 1,
                 timeout: Duration::from_secs(1),
             })
             .join(" ")

@@ -36,6 +36,7 @@ pub fn run(with_iso: bool) -> Result<i32> {
         append: String::new(),
         cpu: None,
         machine: None,
+        cpus: 1,
         timeout: 240,
     };
     let max_icount = SelftestArgs {
@@ -46,6 +47,9 @@ pub fn run(with_iso: bool) -> Result<i32> {
         machine: Some("microvm".into()),
         ..st(false, false, false)
     };
+    // The plain run and the UEFI ISO on four CPUs, the BIOS ISO on two;
+    // the icount runs and microvm keep one.
+    let cpus = |n, a: SelftestArgs| SelftestArgs { cpus: n, ..a };
     let mut steps: Vec<Step> = vec![
         ("fmt", Box::new(|| cargo(&["fmt", "--all", "--check"]))),
         (
@@ -73,8 +77,8 @@ pub fn run(with_iso: bool) -> Result<i32> {
             Box::new(|| cargo(&["test", "--no-fail-fast"])),
         ),
         (
-            "selftest (QEMU, -kernel)",
-            Box::new(move || selftest(&st(false, false, false))),
+            "selftest (QEMU, -kernel -smp 4)",
+            Box::new(move || selftest(&cpus(4, st(false, false, false)))),
         ),
         (
             "selftest (QEMU, -icount shift=0,sleep=off)",
@@ -91,12 +95,12 @@ pub fn run(with_iso: bool) -> Result<i32> {
     ];
     if with_iso {
         steps.push((
-            "selftest (GRUB ISO, BIOS)",
-            Box::new(move || selftest(&st(false, true, false))),
+            "selftest (GRUB ISO, BIOS, -smp 2)",
+            Box::new(move || selftest(&cpus(2, st(false, true, false)))),
         ));
         steps.push((
-            "selftest (GRUB ISO, UEFI)",
-            Box::new(move || selftest(&st(false, false, true))),
+            "selftest (GRUB ISO, UEFI, -smp 4)",
+            Box::new(move || selftest(&cpus(4, st(false, false, true)))),
         ));
     }
     let mut results = Vec::new();

@@ -164,6 +164,7 @@ pub struct BootInfo {
     region_count: usize,
     modules: [Module; MAX_MODULES],
     module_count: usize,
+    rsdp: Option<u64>,
 }
 
 impl BootInfo {
@@ -175,6 +176,12 @@ impl BootInfo {
     /// The memory map.
     pub fn regions(&self) -> &[MemRegion] {
         &self.regions[..self.region_count]
+    }
+
+    /// The physical address of the ACPI RSDP, when the loader gave one (PVH
+    /// names it; multiboot2 carries a copy, which is kept in the image).
+    pub fn rsdp(&self) -> Option<u64> {
+        self.rsdp
     }
 
     /// The boot modules (the first is the boot archive).
@@ -207,6 +214,25 @@ unsafe fn phys_bytes<'a>(pa: u64, len: usize) -> &'a [u8] {
     unsafe { core::slice::from_raw_parts(phys_to_virt(pa) as *const u8, len) }
 }
 
+/// The multiboot2 loader's copy of the RSDP, kept where the frame
+/// allocator never reaches (the loader's information block is reused).
+struct RsdpCopy(core::cell::UnsafeCell<[u8; bootinfo::RSDP_LEN]>);
+
+// SAFETY: written once by `keep_rsdp` during boot, on one CPU, before any
+// reader exists; read only after.
+unsafe impl Sync for RsdpCopy {}
+
+static RSDP_COPY: RsdpCopy = RsdpCopy(core::cell::UnsafeCell::new([0; bootinfo::RSDP_LEN]));
+
+/// Keeps `rsdp` (a multiboot2 tag's copy, up to 36 bytes) in the image and
+/// returns the copy's physical address.
+fn keep_rsdp(rsdp: &[u8]) -> u64 {
+    let n = rsdp.len().min(bootinfo::RSDP_LEN);
+    // SAFETY: boot code on one CPU, before anything reads the copy.
+    unsafe { (&mut *RSDP_COPY.0.get())[..n].copy_from_slice(&rsdp[..n]) };
+    RSDP_COPY.0.get() as u64 - arch_x86::paging::KERNEL_VMA
+}
+
 /// Reads the protocol, command line, memory map and modules from the entry
 /// registers.
 ///
@@ -227,6 +253,7 @@ pub fn read_boot_info(magic: u32, info: u32) -> BootInfo {
         region_count: 0,
         modules: [Module { base: 0, len: 0 }; MAX_MODULES],
         module_count: 0,
+        rsdp: None,
     };
     if info == 0 {
         return out;
@@ -256,6 +283,9 @@ pub fn read_boot_info(magic: u32, info: u32) -> BootInfo {
                 for r in bootinfo::pvh_memmap(t) {
                     out.push_region(r);
                 }
+            }
+            if si.version >= 1 && si.rsdp_paddr != 0 {
+                out.rsdp = Some(si.rsdp_paddr);
             }
             let m = (si.nr_modules as usize).min(MAX_MODULES);
             if si.modlist_paddr != 0 && si.modlist_paddr < 1 << 32 {
@@ -287,6 +317,12 @@ pub fn read_boot_info(magic: u32, info: u32) -> BootInfo {
                             if let Some(md) = bootinfo::multiboot2_module(body) {
                                 out.push_module(md);
                             }
+                        }
+                        // The 2.0 copy wins over the 1.0 one.
+                        bootinfo::MB2_TAG_ACPI_NEW | bootinfo::MB2_TAG_ACPI_OLD
+                            if ty == bootinfo::MB2_TAG_ACPI_NEW || out.rsdp.is_none() =>
+                        {
+                            out.rsdp = Some(keep_rsdp(body));
                         }
                         _ => {}
                     }

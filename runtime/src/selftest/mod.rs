@@ -92,6 +92,7 @@ pub fn run(cfg: &Config, archive: Option<arch_x86::bootinfo::Module>, protocol: 
     };
     r.check("boot_archive", || boot_archive(archive, protocol));
     r.check("descriptor_tables", descriptor_tables);
+    r.check("other_cpus_on_their_own_tables", other_cpus);
     r.check("frame_windows", frame_windows);
     r.check("paging_rights", paging_rights);
     r.check("syscall_abi_64", syscall_abi_64);

@@ -1,4 +1,6 @@
-//! The CPU's tables as built, the entry windows, and page rights.
+//! The CPUs' tables as built, the entry windows, and page rights.
+
+use core::sync::atomic::Ordering;
 
 use super::*;
 
@@ -14,10 +16,7 @@ pub(super) fn descriptor_tables() -> TestResult {
         "GDTR limit {glimit}"
     );
     let live = crate::cpu::gdt_copy();
-    let tss_base = {
-        let lo = live[6];
-        ((lo >> 16) & 0xff_ffff) | (((lo >> 56) & 0xff) << 24) | (live[7] << 32)
-    };
+    let tss_base = gdt::tss_base(&live);
     let want = gdt::build(tss_base);
     // The TLS slots belong to whichever compat process last ran.
     for (i, (l, w)) in live
@@ -189,6 +188,52 @@ pub(super) fn paging_rights() -> TestResult {
             space.entry(addr) == mm::kernel_entry(addr),
             "{addr:#x} differs between the process's and the kernel's root"
         );
+    }
+    Ok(())
+}
+
+/// Every CPU the MADT lists (within `smp=`) came up on tables of its own:
+/// it read its own APIC ID, found its block through GS, and its GDTR, TR
+/// and IDTR hold what was built for it; no two CPUs share a GDT, TSS or
+/// IST stack.
+pub(super) fn other_cpus() -> TestResult {
+    let n = crate::smp::online();
+    ensure!(
+        n == crate::smp::wanted(),
+        "{n} CPUs up, {} wanted",
+        crate::smp::wanted()
+    );
+    // (what, address): GDTs, TSSs and each IST slot's stack top.
+    let mut seen: heapless::Vec<(usize, u64), 512> = heapless::Vec::new();
+    for i in 0..n {
+        let Some(c) = crate::smp::cpu(i) else {
+            fail!("CPU {i} has no block");
+        };
+        ensure!(c.index == i, "CPU {i}: block of CPU {}", c.index);
+        if i > 0 {
+            let id = c.apic_id_seen.load(Ordering::Relaxed);
+            ensure!(
+                id == c.apic_id,
+                "CPU {i}: APIC ID {id}, the MADT says {}",
+                c.apic_id
+            );
+            let checks = c.checks.load(Ordering::Relaxed);
+            ensure!(
+                checks == crate::cpu::CHECK_ALL,
+                "CPU {i}: loaded-table checks {checks:#06b}, want {:#06b}",
+                crate::cpu::CHECK_ALL
+            );
+        }
+        let ist = c.ist_tops();
+        let mine = [c.gdt_base(), c.tss_base(), ist[0], ist[1], ist[2]];
+        for (what, addr) in mine.into_iter().enumerate() {
+            ensure!(addr != 0, "CPU {i}: a table or IST stack at 0");
+            ensure!(
+                !seen.contains(&(what, addr)),
+                "CPU {i}: {addr:#x} is another CPU's too"
+            );
+            let _ = seen.push((what, addr));
+        }
     }
     Ok(())
 }
