@@ -18,7 +18,6 @@ pub mod pic;
 pub mod pit;
 pub mod pmu;
 pub mod rtc;
-pub mod single_core_cs;
 pub mod uart;
 #[cfg(target_os = "none")]
 pub mod virtio;

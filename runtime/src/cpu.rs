@@ -6,7 +6,7 @@ use arch_x86::cpu::{self, Features};
 use arch_x86::gdt::{self, GDT_ENTRIES, TaskStateSegment};
 use arch_x86::idt::{Idt, IdtEntry};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// Bytes of each IST stack (NMI, double fault, machine check).
 pub const IST_STACK_SIZE: usize = 32 * 1024;
@@ -61,7 +61,7 @@ impl Default for CpuTables {
 #[repr(C)]
 pub struct CpuLocal {
     /// This block's own address (`gs:[0]`).
-    this: AtomicU64,
+    this: AtomicPtr<CpuLocal>,
     /// Top of the running task's kernel stack: the SYSCALL entry's stack.
     kstack_top: AtomicU64,
     /// The scheduler's stack pointer while a task runs.
@@ -93,7 +93,7 @@ impl CpuLocal {
     /// The block of CPU `index` with APIC ID `apic_id`, using `tables`.
     pub const fn new(index: u32, apic_id: u32, tables: &'static CpuTables) -> Self {
         Self {
-            this: AtomicU64::new(0),
+            this: AtomicPtr::new(core::ptr::null_mut()),
             kstack_top: AtomicU64::new(0),
             resume_rsp: AtomicU64::new(0),
             scratch_rsp: AtomicU64::new(0),
@@ -144,7 +144,12 @@ static DF_STACK: Stack<IST_STACK_SIZE> = Stack::new();
 static MC_STACK: Stack<IST_STACK_SIZE> = Stack::new();
 
 static BSP_TABLES: CpuTables = CpuTables::new();
-static BSP_LOCAL: CpuLocal = CpuLocal::new(0, 0, &BSP_TABLES);
+static BSP_LOCAL: CpuLocal = CpuLocal {
+    // The boot CPU's block names itself from the start: `early_gs` points
+    // GS at it before anything else runs.
+    this: AtomicPtr::new((&raw const BSP_LOCAL).cast_mut()),
+    ..CpuLocal::new(0, 0, &BSP_TABLES)
+};
 static IDT: SharedIdt = SharedIdt(UnsafeCell::new(Idt::new()));
 
 static SMAP_ON: AtomicBool = AtomicBool::new(false);
@@ -168,6 +173,63 @@ pub fn this() -> &'static CpuLocal {
 /// The boot CPU's block.
 pub fn boot_cpu() -> &'static CpuLocal {
     &BSP_LOCAL
+}
+
+/// Points the boot CPU's GS at its block: the first thing the runtime
+/// does, so that [`this`] (and the critical sections, which use it) work
+/// from the first line of Rust on.
+pub fn early_gs() {
+    // SAFETY: IA32_GS_BASE exists on every x86-64 CPU; the block is a
+    // static whose first field holds its own address.
+    unsafe { x86::msr::wrmsr(x86::msr::IA32_GS_BASE, &raw const BSP_LOCAL as u64) };
+}
+
+/// The `critical-section` implementation for several CPUs: interrupts
+/// off on this CPU, then one lock shared by all, which a CPU that already
+/// holds it takes again (nested sections) without waiting.
+///
+/// NMI handlers never use a critical section: an NMI on the CPU that holds
+/// the lock would enter it, and one elsewhere would wait in NMI context.
+pub struct SmpCriticalSection;
+
+/// The CPU holding the critical-section lock, as its index + 1; 0: free.
+static CS_OWNER: AtomicU32 = AtomicU32::new(0);
+/// How deep the holder is in nested sections (only the holder writes it).
+static CS_DEPTH: AtomicU32 = AtomicU32::new(0);
+
+// SAFETY: `acquire` returns only once this CPU holds the lock with
+// interrupts off, so no other CPU and no interrupt handler of this CPU is
+// inside a section until `release` gives the lock back (at the outermost
+// level) and restores IF.
+unsafe impl critical_section::Impl for SmpCriticalSection {
+    unsafe fn acquire() -> critical_section::RawRestoreState {
+        let flags: u64;
+        // SAFETY: reading RFLAGS and clearing IF have no memory effects.
+        unsafe { core::arch::asm!("pushfq", "pop {}", "cli", out(reg) flags) };
+        let me = this().index + 1;
+        if CS_OWNER.load(Ordering::Relaxed) == me {
+            CS_DEPTH.fetch_add(1, Ordering::Relaxed);
+        } else {
+            while CS_OWNER
+                .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                core::hint::spin_loop();
+            }
+            CS_DEPTH.store(1, Ordering::Relaxed);
+        }
+        flags & (1 << 9) != 0
+    }
+
+    unsafe fn release(was_enabled: critical_section::RawRestoreState) {
+        if CS_DEPTH.fetch_sub(1, Ordering::Relaxed) == 1 {
+            CS_OWNER.store(0, Ordering::Release);
+        }
+        if was_enabled {
+            // SAFETY: IF was set when the matching `acquire` ran.
+            unsafe { core::arch::asm!("sti", options(nomem, nostack)) };
+        }
+    }
 }
 
 /// The GDT this CPU runs on (for the self-test).
@@ -278,7 +340,7 @@ unsafe fn load_tables(local: &'static CpuLocal, ist: [u64; 3]) {
     unsafe {
         local
             .this
-            .store(local as *const CpuLocal as u64, Ordering::Relaxed);
+            .store((local as *const CpuLocal).cast_mut(), Ordering::Relaxed);
         let tss = &mut *local.tables.tss.get();
         tss.ist[usize::from(gdt::IST_NMI) - 1] = ist[0];
         tss.ist[usize::from(gdt::IST_DOUBLE_FAULT) - 1] = ist[1];

@@ -47,11 +47,12 @@ entry_upcalls! {
     nmi: sample::nmi::nmi_dispatch,
 }
 
-critical_section::set_impl!(arch_x86::single_core_cs::SingleCoreCriticalSection);
+critical_section::set_impl!(cpu::SmpCriticalSection);
 
 /// Called by the boot code in 64-bit mode on the boot stack.
 #[unsafe(no_mangle)]
 pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
+    cpu::early_gs();
     console::init();
     symbols::register(runtime_symbols);
     let boot = boot::read_boot_info(magic, info);
