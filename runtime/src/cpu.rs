@@ -3,10 +3,12 @@
 
 use crate::entry;
 use arch_x86::cpu::{self, Features};
+use arch_x86::frame::TrapFrame;
 use arch_x86::gdt::{self, GDT_ENTRIES, TaskStateSegment};
 use arch_x86::idt::{Idt, IdtEntry};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use sampler::walk::WalkRange;
 
 /// Bytes of each IST stack (NMI, double fault, machine check).
 pub const IST_STACK_SIZE: usize = 32 * 1024;
@@ -80,7 +82,32 @@ pub struct CpuLocal {
     pub apic_id_seen: AtomicU32,
     /// What the CPU found of its loaded tables once up ([`loaded_checks`]).
     pub checks: AtomicU32,
+    /// The task running on this CPU, whose saved user frame ends its
+    /// kernel stack, or [`NO_TASK`].
+    pub current_task: AtomicU8,
+    /// Where the NMI's frame-pointer walk may read the stack of the
+    /// process running here, 64-bit words. Set while no task is current
+    /// here, so no NMI walks with a half-updated range.
+    pub user_walk: WalkRange,
+    /// The compat (4-byte word) twin of `user_walk`.
+    pub compat_walk: WalkRange,
 }
+
+impl core::fmt::Debug for CpuLocal {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CpuLocal")
+            .field("index", &self.index)
+            .field("apic_id", &self.apic_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// [`CpuLocal::current_task`] when no task runs on the CPU.
+pub const NO_TASK: u8 = 0xff;
+
+/// Bytes reserved at the top of each CPU's NMI stack for its block's
+/// address ([`nmi_cpu`]); 16 keeps the stack top 16-byte aligned.
+const NMI_STACK_TAG: u64 = 16;
 
 /// Offset of [`CpuLocal`]'s kernel-stack top (the entry stubs' `gs:` operand).
 pub const LOCAL_KSTACK_TOP: usize = core::mem::offset_of!(CpuLocal, kstack_top);
@@ -103,6 +130,9 @@ impl CpuLocal {
             online: AtomicBool::new(false),
             apic_id_seen: AtomicU32::new(u32::MAX),
             checks: AtomicU32::new(0),
+            current_task: AtomicU8::new(NO_TASK),
+            user_walk: WalkRange::new(),
+            compat_walk: WalkRange::new(),
         }
     }
 
@@ -114,6 +144,13 @@ impl CpuLocal {
     /// The GDT's base (for the self-test).
     pub fn gdt_base(&self) -> u64 {
         self.tables.gdt.get() as u64
+    }
+
+    /// Top of the kernel stack of the task running here (its saved user
+    /// frame ends there).
+    #[inline(always)]
+    pub fn kstack_top(&self) -> u64 {
+        self.kstack_top.load(Ordering::Relaxed)
     }
 
     /// A copy of the TSS's IST stack tops (for the self-test).
@@ -168,6 +205,20 @@ pub fn this() -> &'static CpuLocal {
         core::arch::asm!("mov {}, gs:[0]", out(reg) p, options(nostack, readonly, preserves_flags));
         &*p
     }
+}
+
+/// The block of the CPU that took the NMI whose frame is `frame`: each
+/// CPU's NMI stack ends with its block's address, right above the frame
+/// the CPU and the NMI stub push there (NMIs do not nest). For NMI
+/// context, where GS may be the interrupted process's.
+///
+/// `frame` must be the frame the NMI stub passed to the NMI upcall.
+#[inline(always)]
+pub fn nmi_cpu(frame: &TrapFrame) -> &'static CpuLocal {
+    // SAFETY: the NMI frame lies at the top of this CPU's NMI IST stack,
+    // just below the word `load_tables` wrote with the block's address
+    // (the callers pass the NMI upcall's frame); blocks live forever.
+    unsafe { &**(core::ptr::from_ref(frame).add(1) as *const *const CpuLocal) }
 }
 
 /// The boot CPU's block.
@@ -342,7 +393,10 @@ unsafe fn load_tables(local: &'static CpuLocal, ist: [u64; 3]) {
             .this
             .store((local as *const CpuLocal).cast_mut(), Ordering::Relaxed);
         let tss = &mut *local.tables.tss.get();
-        tss.ist[usize::from(gdt::IST_NMI) - 1] = ist[0];
+        // The NMI stack ends with the block's address (`nmi_cpu`).
+        let nmi_top = ist[0] - NMI_STACK_TAG;
+        (nmi_top as *mut u64).write(local as *const CpuLocal as u64);
+        tss.ist[usize::from(gdt::IST_NMI) - 1] = nmi_top;
         tss.ist[usize::from(gdt::IST_DOUBLE_FAULT) - 1] = ist[1];
         tss.ist[usize::from(gdt::IST_MACHINE_CHECK) - 1] = ist[2];
         *local.tables.gdt.get() = gdt::build(local.tables.tss.get() as u64);

@@ -39,12 +39,6 @@
 
 use arch_x86::frame::TrapFrame;
 use arch_x86::gdt;
-use core::sync::atomic::AtomicU64;
-
-/// Top of the current task's kernel stack on the boot CPU, the one CPU
-/// that runs tasks; the NMI handler finds the saved user frame below it.
-/// The entry stubs use each CPU's own copy ([`crate::cpu::CpuLocal`]).
-pub static CURRENT_KSTACK_TOP: AtomicU64 = AtomicU64::new(0);
 
 /// Returned by the trap upcall: resume the interrupted context.
 pub const RESUME: u64 = 0;

@@ -21,19 +21,16 @@ use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
 use arch_x86::paging::{PAGE, PRESENT};
 use core::cell::{Cell, RefCell, UnsafeCell};
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use critical_section::Mutex;
-use sampler::walk::WalkRange;
 
 /// Most tasks (threads of every process) in one run.
 pub const MAX_TASKS: usize = 64;
 const KSTACK_SIZE: usize = 32 * 1024;
 const USTACK_SIZE: usize = 16 * 1024;
-/// Value of [`CURRENT_TASK`] when no task is current.
-pub const NO_TASK: u8 = 0xff;
-
-/// The task whose frame is at the top of [`entry::CURRENT_KSTACK_TOP`], or [`NO_TASK`].
-pub static CURRENT_TASK: AtomicU8 = AtomicU8::new(NO_TASK);
+/// The task number no task has ([`crate::cpu::CpuLocal::current_task`]
+/// when none runs on a CPU).
+pub const NO_TASK: u8 = crate::cpu::NO_TASK;
 /// The process id of each thread, by tid (the task number + 1; tid 0, no
 /// task, has pid 0): what a sample says as its pid. A function of the tid
 /// the NMI already has, so no update of "the current pid" can ever be
@@ -98,17 +95,12 @@ pub fn set_blocked(id: u8, mask: u64) {
 /// pages (see [`Thread::stack_top`]).
 const WINDOW_SCAN_PAGES: u64 = 64;
 
-/// Where the NMI's frame-pointer walk may read the running process's
-/// stack, 64-bit and compat. Set while no process is current, so no NMI
-/// walks with a half-updated range.
-pub static USER_WALK: WalkRange = WalkRange::new();
-/// The compat (4-byte word) twin of [`USER_WALK`].
-pub static COMPAT_WALK: WalkRange = WalkRange::new();
-
-/// Sets the walk ranges to `stack`, whose pages must all be present.
+/// Sets this CPU's walk ranges ([`crate::cpu::CpuLocal::user_walk`]) to
+/// `stack`, whose pages must all be present.
 pub fn set_walk(stack: (u64, u64)) {
-    USER_WALK.set(8, stack);
-    COMPAT_WALK.set(4, stack);
+    let cpu = crate::cpu::this();
+    cpu.user_walk.set(8, stack);
+    cpu.compat_walk.set(4, stack);
 }
 
 /// Which user ABI a task runs.
@@ -705,7 +697,7 @@ pub fn clear() {
 
 /// The current task, if a task is current.
 pub fn current() -> Option<u8> {
-    match CURRENT_TASK.load(Ordering::Relaxed) {
+    match crate::cpu::this().current_task.load(Ordering::Relaxed) {
         NO_TASK => None,
         id => Some(id),
     }
@@ -725,7 +717,6 @@ pub fn run_once(id: u8) -> Option<Outcome> {
     let slot = id as usize;
     let top = kstack_top(slot);
     critical_section::with(|cs| OUTCOME.borrow(cs).set(None));
-    entry::CURRENT_KSTACK_TOP.store(top, Ordering::Relaxed);
     crate::cpu::set_kernel_stack(top);
     with_thread(id, |t, p| {
         p.space.activate();
@@ -733,12 +724,13 @@ pub fn run_once(id: u8) -> Option<Outcome> {
         t.fpu.restore();
         set_walk(walk_window(t, p));
     });
-    CURRENT_TASK.store(id, Ordering::Relaxed);
+    let cpu = crate::cpu::this();
+    cpu.current_task.store(id, Ordering::Relaxed);
     // SAFETY: the frame at the top of this task's kernel stack was written by
     // `install` or by the entry stubs when the task last entered the runtime;
     // this CPU's kernel stack ends with that frame.
     unsafe { entry::enter_user(frame_ptr(slot)) };
-    CURRENT_TASK.store(NO_TASK, Ordering::Relaxed);
+    cpu.current_task.store(NO_TASK, Ordering::Relaxed);
     let (fs, gs) = crate::cpu::saved_selectors();
     with_thread(id, |t, _| {
         t.segs.fs = fs;

@@ -50,6 +50,8 @@ pub fn nmi_count() -> u64 {
 /// without copying any frame.
 #[derive(Clone, Copy, Debug)]
 pub struct NmiContext<'a> {
+    /// The CPU the NMI arrived on.
+    pub cpu: &'static crate::cpu::CpuLocal,
     /// The interrupted registers.
     pub interrupted: &'a TrapFrame,
     /// The mode the NMI interrupted.
@@ -69,7 +71,8 @@ pub struct NmiContext<'a> {
 #[inline(always)]
 pub fn context(frame: &TrapFrame) -> NmiContext<'_> {
     let mode = frame.mode();
-    let raw = task::CURRENT_TASK.load(Ordering::Relaxed);
+    let cpu = crate::cpu::nmi_cpu(frame);
+    let raw = cpu.current_task.load(Ordering::Relaxed);
     let task = (raw != task::NO_TASK).then_some(raw);
     // NO_TASK is 0xff, so the wrapping add gives 0 without a task.
     const _: () = assert!(task::NO_TASK.wrapping_add(1) == 0);
@@ -81,7 +84,7 @@ pub fn context(frame: &TrapFrame) -> NmiContext<'_> {
     } else if entry::in_frame_window(frame.rip) {
         (None, UserFrameState::InWindow)
     } else {
-        let top = entry::CURRENT_KSTACK_TOP.load(Ordering::Relaxed);
+        let top = cpu.kstack_top();
         // SAFETY: a task is current, so `top` ends its kernel stack and the
         // frame below it was completely written (the RIP is outside both
         // windows). Nothing writes it while the NMI handler runs: the code
@@ -92,6 +95,7 @@ pub fn context(frame: &TrapFrame) -> NmiContext<'_> {
         (Some(saved), UserFrameState::Complete)
     };
     NmiContext {
+        cpu,
         interrupted: frame,
         mode,
         task,

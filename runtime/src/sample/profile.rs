@@ -757,11 +757,11 @@ fn callchain(r: &mut RawSample, ctx: &NmiContext<'_>) {
                         chain,
                         n,
                         u.rbp & 0xffff_ffff,
-                        &crate::proc::COMPAT_WALK,
+                        &ctx.cpu.compat_walk,
                         MAX_USER_FRAMES,
                     )
                 } else {
-                    walk::<8>(chain, n, u.rbp, &crate::proc::USER_WALK, MAX_USER_FRAMES)
+                    walk::<8>(chain, n, u.rbp, &ctx.cpu.user_walk, MAX_USER_FRAMES)
                 }
             },
         );

@@ -225,6 +225,13 @@ pub(super) fn other_cpus() -> TestResult {
             );
         }
         let ist = c.ist_tops();
+        // SAFETY: the NMI IST slot's top is the word `load_tables` wrote
+        // (the block's address), inside the CPU's live NMI stack.
+        let tag = unsafe { (ist[0] as *const u64).read_volatile() };
+        ensure!(
+            tag == c as *const _ as u64,
+            "CPU {i}: its NMI stack names {tag:#x}, not its block"
+        );
         let mine = [c.gdt_base(), c.tss_base(), ist[0], ist[1], ist[2]];
         for (what, addr) in mine.into_iter().enumerate() {
             ensure!(addr != 0, "CPU {i}: a table or IST stack at 0");
