@@ -15,6 +15,10 @@ pub enum Delivery {
     Nmi = 4,
 }
 
+/// The physical destination that reaches every local APIC (xAPIC's
+/// broadcast ID; an x2APIC system takes the 8-bit 0xFF as broadcast too).
+pub const BROADCAST: u8 = 0xff;
+
 /// Bit that masks a redirection entry.
 pub const MASKED: u64 = 1 << 16;
 

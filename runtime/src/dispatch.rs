@@ -29,6 +29,10 @@ pub extern "C" fn trap(frame: &mut TrapFrame) -> u64 {
             }
         }
         tick::SPURIOUS_VECTOR => RESUME,
+        v if v == u64::from(crate::smp::WAKE_VECTOR) => {
+            crate::smp::ack_wake();
+            RESUME
+        }
         // System calls deliver signals on their own way out.
         SYSCALL_VECTOR if user => return abi::syscall(frame, Abi::X64),
         INT80_VECTOR if user => return abi::syscall(frame, Abi::Compat32),
@@ -133,6 +137,11 @@ impl<F: FnMut() -> bool> task::Driver for Driver<F> {
             task::report_fault(task.spec.name, &f);
         }
     }
+}
+
+/// What a CPU other than the boot CPU does once up: the tasks pinned to it.
+pub fn cpu_work() {
+    task::run_pinned(&mut Driver(|| false));
 }
 
 /// Runs every process until none can run or `stop` says so.

@@ -258,6 +258,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             kprintln!("perch: nmi clock not started: {clock_hz} Hz needs the HPET: {e:?}")
         }
     }
+    smp::set_work(dispatch::cpu_work);
     report_cpus(&smp::start(
         cfg.smp,
         boot.rsdp(),

@@ -10,10 +10,12 @@
 //! runs [`ap_main`] on a stack of the CPU's own. Each CPU gets its own
 //! GDT, TSS and IST stacks and its block ([`CpuLocal`]) at its GS base.
 //!
-//! Programs still run and are sampled on the boot CPU only: a started CPU
-//! loads its tables, enables its local APIC with every local interrupt
-//! masked, says it is up, and halts with interrupts off. No interrupt is
-//! routed to it and no NMI source targets it.
+//! A started CPU loads its tables, enables its local APIC with every local
+//! interrupt masked, says it is up, and then does its work ([`set_work`]:
+//! the tasks pinned to it) over and over, halting in between until
+//! [`kick`] or an NMI wakes it. Programs run on the boot CPU unless pinned
+//! elsewhere (the self-test pins its per-CPU tasks); the clock's NMIs reach
+//! the other CPUs only while the self-test asks for it.
 
 use crate::cpu::{self, CpuLocal, CpuTables, IST_STACK_SIZE};
 use alloc::boxed::Box;
@@ -22,7 +24,7 @@ use arch_x86::gdt;
 use arch_x86::lapic::{self, ApicMode, LocalApic};
 use arch_x86::madt::{self, MAX_CPUS, MadtError};
 use arch_x86::paging::{self, phys_to_virt};
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 /// Where the trampoline goes: its code and data page, then the page
 /// tables it runs on (a PML4, a PDPT and a PD). The start-up IPI names the
@@ -143,6 +145,35 @@ static ONLINE: AtomicU32 = AtomicU32::new(1);
 static WANTED: AtomicU32 = AtomicU32::new(1);
 /// Whether the boot CPU's APIC is in x2APIC mode (the started CPUs follow).
 static X2APIC: AtomicBool = AtomicBool::new(false);
+
+/// The vector of the IPI that wakes a CPU waiting for work.
+pub const WAKE_VECTOR: u8 = 0xf0;
+
+/// What a started CPU does once up, as a `fn()` (0: nothing yet).
+static WORK: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets what every started CPU does, over and over, once up: `work` runs
+/// with interrupts off and returns when it has nothing left; the CPU then
+/// halts until [`kick`] (or an NMI) wakes it. Set before [`start`].
+pub fn set_work(work: fn()) {
+    WORK.store(work as usize, Ordering::Release);
+}
+
+/// Wakes CPU `index` (not the boot CPU) if it waits for work.
+pub fn kick(index: u32) {
+    let Some(c) = cpu(index).filter(|_| index != 0) else {
+        return;
+    };
+    // SAFETY: ring 0; the direct map covers the APIC window, uncached.
+    let apic = unsafe { LocalApic::from_msr() };
+    apic.send_ipi(c.apic_id, lapic::icr_fixed(WAKE_VECTOR));
+}
+
+/// Acknowledges the wake IPI on this CPU.
+pub fn ack_wake() {
+    // SAFETY: ring 0; the direct map covers the APIC window, uncached.
+    unsafe { LocalApic::from_msr() }.eoi();
+}
 
 /// How many CPUs are up.
 pub fn online() -> u32 {
@@ -432,8 +463,16 @@ extern "C" fn ap_main(local: &'static CpuLocal) -> ! {
         .store(cpu::loaded_checks(local), Ordering::Relaxed);
     local.online.store(true, Ordering::Release);
     loop {
-        // SAFETY: halting with interrupts off parks the CPU; only an NMI,
-        // SMI or INIT wakes it, and it halts again.
-        unsafe { core::arch::asm!("cli", "hlt", options(nomem, nostack)) };
+        let work = WORK.load(Ordering::Acquire);
+        if work != 0 {
+            // SAFETY: a non-zero WORK holds a `fn()` stored by `set_work`.
+            let work: fn() = unsafe { core::mem::transmute::<usize, fn()>(work) };
+            work();
+        }
+        // SAFETY: `sti; hlt` enables interrupts only for the halt (a kick
+        // that came while `work` ran is pending and ends it at once); the
+        // trap handler acknowledges the wake IPI and returns here; `cli`
+        // follows at once.
+        unsafe { core::arch::asm!("sti", "hlt", "cli", options(nomem, nostack)) };
     }
 }

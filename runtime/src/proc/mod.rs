@@ -23,6 +23,7 @@ use arch_x86::paging::{PAGE, PRESENT};
 use core::cell::{Cell, RefCell, UnsafeCell};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use critical_section::Mutex;
+use arch_x86::madt::MAX_CPUS;
 
 /// Most tasks (threads of every process) in one run.
 pub const MAX_TASKS: usize = 64;
@@ -227,6 +228,9 @@ pub struct Task {
     /// When it started or last took a name (ns): the time of its Task
     /// record, so the profile names its samples from then on.
     pub since_ns: u64,
+    /// The CPU (its index) that runs it: 0, the boot CPU, unless it was
+    /// pinned elsewhere ([`pin`]); a new thread inherits its creator's.
+    pub cpu: u8,
 }
 
 impl Task {
@@ -298,7 +302,19 @@ static THREADS: Mutex<RefCell<[Option<Box<Thread>>; MAX_TASKS]>> =
 /// Indexed by [`Task::proc`].
 static PROCS: Mutex<RefCell<[Option<Box<Process>>; MAX_TASKS]>> =
     Mutex::new(RefCell::new([const { None }; MAX_TASKS]));
-static OUTCOME: Mutex<Cell<Option<Outcome>>> = Mutex::new(Cell::new(None));
+/// Why the task running on each CPU left to its scheduler, by CPU index.
+static OUTCOME: [Mutex<Cell<Option<Outcome>>>; MAX_CPUS] =
+    [const { Mutex::new(Cell::new(None)) }; MAX_CPUS];
+
+/// This CPU's outcome cell.
+fn outcome() -> &'static Mutex<Cell<Option<Outcome>>> {
+    &OUTCOME[crate::cpu::this().index as usize % MAX_CPUS]
+}
+
+/// The CPU this code runs on, as a task's [`Task::cpu`] names it.
+fn this_cpu() -> u8 {
+    crate::cpu::this().index as u8
+}
 
 #[repr(C, align(16))]
 struct Stacks<const N: usize>(UnsafeCell<[[u8; N]; MAX_TASKS]>);
@@ -537,6 +553,7 @@ pub fn install(
             end_announced: false,
             comm: [0; 16],
             since_ns: crate::time::now_ns(),
+            cpu: 0,
         });
         Ok(slot as u8)
     })
@@ -573,9 +590,16 @@ pub fn install_thread(
             end_announced: false,
             comm: parent.comm,
             since_ns: crate::time::now_ns(),
+            cpu: parent.cpu,
         });
         Ok(())
     })
+}
+
+/// Makes CPU `cpu` (an index of a CPU that is up) the one that runs task
+/// `id`, from its next slice on.
+pub fn pin(id: u8, cpu: u8) {
+    update(id, |t| t.cpu = cpu);
 }
 
 /// Thread `id` set its name: the stream is told again.
@@ -705,7 +729,7 @@ pub fn current() -> Option<u8> {
 
 /// Records why the current task leaves; called by the trap handler.
 pub fn set_outcome(o: Outcome) {
-    critical_section::with(|cs| OUTCOME.borrow(cs).set(Some(o)));
+    critical_section::with(|cs| outcome().borrow(cs).set(Some(o)));
 }
 
 /// Runs task `id` until it leaves to the scheduler, and applies the outcome.
@@ -716,7 +740,7 @@ pub fn run_once(id: u8) -> Option<Outcome> {
     }
     let slot = id as usize;
     let top = kstack_top(slot);
-    critical_section::with(|cs| OUTCOME.borrow(cs).set(None));
+    critical_section::with(|cs| outcome().borrow(cs).set(None));
     crate::cpu::set_kernel_stack(top);
     with_thread(id, |t, p| {
         p.space.activate();
@@ -737,7 +761,7 @@ pub fn run_once(id: u8) -> Option<Outcome> {
         t.segs.gs = gs;
         t.fpu.save();
     });
-    let outcome = critical_section::with(|cs| OUTCOME.borrow(cs).take());
+    let outcome = critical_section::with(|cs| outcome().borrow(cs).take());
     apply(id, outcome);
     outcome
 }
@@ -922,35 +946,11 @@ pub fn run_all(driver: &mut impl Driver) {
             break;
         }
         let sleeper = wake_sleepers(arch_x86::cpu::rdtsc(), |id| driver.timed_out(id));
-        let ready = (0..MAX_TASKS)
-            .map(|i| (next + i) % MAX_TASKS)
-            .find(|&i| get(i as u8).is_some_and(|t| t.state == TaskState::Ready));
+        let ready = next_ready(next);
         match ready {
             Some(i) => {
                 tick::new_slice();
-                let task = get(i as u8);
-                let outcome = match driver.before_run(i as u8) {
-                    Some(o) => {
-                        apply(i as u8, Some(o));
-                        Some(o)
-                    }
-                    None => run_once(i as u8),
-                };
-                if let (Some(task), Some(o)) = (task, outcome)
-                    && matches!(
-                        o,
-                        Outcome::Exit(_)
-                            | Outcome::Fault(_)
-                            | Outcome::Signal(_)
-                            | Outcome::ThreadExit(_)
-                    )
-                {
-                    if all_ended(task.proc) {
-                        driver.ended(i as u8, &task, o);
-                    } else if let Outcome::ThreadExit(_) = o {
-                        release_thread_slot(i as u8);
-                    }
-                }
+                run_slice(i, driver);
                 next = i + 1;
             }
             None if (sleeper.is_some() || driver.timers_armed()) && ticking => {
@@ -961,6 +961,54 @@ pub fn run_all(driver: &mut impl Driver) {
         }
     }
     tick::stop();
+}
+
+/// The first ready task of this CPU at or after `from`, round-robin.
+fn next_ready(from: usize) -> Option<usize> {
+    let me = this_cpu();
+    (0..MAX_TASKS)
+        .map(|i| (from + i) % MAX_TASKS)
+        .find(|&i| get(i as u8).is_some_and(|t| t.state == TaskState::Ready && t.cpu == me))
+}
+
+/// Runs ready task `i` for one slice (or applies what `before_run` says
+/// instead), and tells the driver when that ended its process.
+fn run_slice(i: usize, driver: &mut impl Driver) {
+    let task = get(i as u8);
+    let outcome = match driver.before_run(i as u8) {
+        Some(o) => {
+            apply(i as u8, Some(o));
+            Some(o)
+        }
+        None => run_once(i as u8),
+    };
+    if let (Some(task), Some(o)) = (task, outcome)
+        && matches!(
+            o,
+            Outcome::Exit(_) | Outcome::Fault(_) | Outcome::Signal(_) | Outcome::ThreadExit(_)
+        )
+    {
+        if all_ended(task.proc) {
+            driver.ended(i as u8, &task, o);
+        } else if let Outcome::ThreadExit(_) = o {
+            release_thread_slot(i as u8);
+        }
+    }
+}
+
+/// On a CPU other than the boot CPU: runs the tasks pinned to it, one
+/// slice each, round-robin, for as long as one is ready; false when none
+/// was (the caller then waits for work). These CPUs have no tick: a task
+/// runs until it enters the runtime with a request that leaves.
+pub fn run_pinned(driver: &mut impl Driver) -> bool {
+    let mut next = 0;
+    let mut ran = false;
+    while let Some(i) = next_ready(next) {
+        run_slice(i, driver);
+        next = i + 1;
+        ran = true;
+    }
+    ran
 }
 
 /// Halts until the next interrupt (the tick), then returns with interrupts off.

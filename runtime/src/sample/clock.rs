@@ -12,7 +12,8 @@
 
 use arch_x86::paging::phys_to_virt;
 use arch_x86::{hpet, ioapic, lapic, pic, pit};
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use arch_x86::frame::TrapFrame;
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 pub use kcore::cmdline::ClockSource;
 
 /// True while the clock delivers NMIs.
@@ -63,9 +64,10 @@ static HPET_TICKS: AtomicU64 = AtomicU64::new(0);
 /// which is periodic. `HPET_TICKS` is 0 unless the HPET ticks, so one load
 /// decides.
 #[inline]
-pub fn on_nmi() {
+pub fn on_nmi(frame: &TrapFrame) {
     let ticks = HPET_TICKS.load(Ordering::Relaxed);
-    if ticks == 0 {
+    // Only the boot CPU moves the comparator when every CPU takes the NMI.
+    if ticks == 0 || crate::cpu::nmi_cpu(frame).index != 0 {
         return;
     }
     let base = phys_to_virt(hpet::DEFAULT_BASE);
@@ -108,6 +110,7 @@ pub fn start(hz: u32, pmu_armed: bool, source: ClockSource) -> Result<ClockInfo,
         apic.enable_masked(pmu_armed);
         let io = ioapic::IoApic::new(phys_to_virt(ioapic::DEFAULT_BASE));
         io.mask_all();
+        BOOT_APIC_ID.store(apic.id(), Ordering::Relaxed);
         io.set_redirection(
             ioapic::PIT_PIN,
             ioapic::redirection(ioapic::Delivery::Nmi, 2, apic.id(), false),
@@ -153,6 +156,32 @@ pub fn start(hz: u32, pmu_armed: bool, source: ClockSource) -> Result<ClockInfo,
             }
         };
         Ok(info)
+    }
+}
+
+/// The boot CPU's APIC ID, the clock's destination.
+static BOOT_APIC_ID: AtomicU8 = AtomicU8::new(0);
+
+/// Sends the clock's NMIs to every CPU (`true`: the I/O APIC's physical
+/// broadcast) or to the boot CPU alone (`false`, the default). Only the
+/// boot CPU re-arms the HPET ([`on_nmi`]). Nothing changes while the
+/// clock is stopped.
+pub fn deliver_to_every_cpu(every: bool) {
+    if !RUNNING.load(Ordering::Relaxed) {
+        return;
+    }
+    let dest = if every {
+        ioapic::BROADCAST
+    } else {
+        BOOT_APIC_ID.load(Ordering::Relaxed)
+    };
+    // SAFETY: as in `start`: the I/O APIC's window through the direct map;
+    // the entry is rewritten whole, with the same NMI delivery.
+    unsafe {
+        ioapic::IoApic::new(phys_to_virt(ioapic::DEFAULT_BASE)).set_redirection(
+            ioapic::PIT_PIN,
+            ioapic::redirection(ioapic::Delivery::Nmi, 2, dest, false),
+        );
     }
 }
 

@@ -37,6 +37,8 @@ pub struct NmiCapture {
     pub user_state: UserFrameState,
     /// TSC at capture.
     pub tsc: u64,
+    /// The CPU (its index) the NMI arrived on.
+    pub cpu: u32,
 }
 
 static NMI_COUNT: AtomicU64 = AtomicU64::new(0);
@@ -115,6 +117,7 @@ pub fn capture(frame: &TrapFrame) -> NmiCapture {
         user_regs: ctx.user_regs.copied().unwrap_or_default(),
         user_state: ctx.user_state,
         tsc: arch_x86::cpu::rdtsc(),
+        cpu: ctx.cpu.index,
     }
 }
 
@@ -154,7 +157,7 @@ pub fn set_observer(slot: usize, f: Observer) {
 pub extern "C" fn nmi_dispatch(frame: &mut TrapFrame) {
     let entry_tsc = rdtsc();
     NMI_COUNT.fetch_add(1, Ordering::Relaxed);
-    crate::sample::clock::on_nmi();
+    crate::sample::clock::on_nmi(frame);
     crate::sample::profile::on_overflow(frame, entry_tsc);
     if !ANY_OBSERVER.load(Ordering::Acquire) {
         return;

@@ -228,3 +228,80 @@ pub(super) fn spin_in_int80() -> TestResult {
     }
     Ok(())
 }
+
+/// Every CPU runs a spinning task of its own, each with registers of its
+/// own, while the clock's NMIs reach every CPU: each CPU's captures name
+/// its own task and hold exactly that task's registers, and every CPU has
+/// some. With one CPU there is nothing to tell apart.
+pub(super) fn exact_regs_per_cpu() -> TestResult {
+    let max = (recorder::SLOTS as u32 / WANT_CAPTURES).min(8);
+    let cpus = crate::smp::online().min(max);
+    if cpus < 2 {
+        return Ok(());
+    }
+    let tag = |c: u32| 0x0101_0101_0101_0101u64.wrapping_mul(u64::from(c) + 1);
+    let regs = |c: u32| -> [u64; 15] { core::array::from_fn(|i| pattern64(i) ^ tag(c)) };
+    let mut ids: heapless::Vec<u8, 8> = heapless::Vec::new();
+    for c in 0..cpus {
+        let mut s = spec("cpu_spin", Abi::X64, user::perch_st_cpu_spin);
+        s.gprs = regs(c);
+        let id = match task::spawn(s) {
+            Ok(id) => id,
+            Err(e) => fail!("spawn for CPU {c}: {e:?}"),
+        };
+        task::pin(id, c as u8);
+        let _ = ids.push(id);
+    }
+    recorder::start(Mode::User64, WANT_CAPTURES * cpus, SPIN_BUDGET);
+    crate::sample::clock::deliver_to_every_cpu(true);
+    for c in 1..cpus {
+        crate::smp::kick(c);
+    }
+    // CPU 0 runs its own task to its end; the others end theirs too once
+    // the recorder has what it wants (or the budget runs out).
+    crate::dispatch::run_until(|| false);
+    let ended = |id: u8| !matches!(task::get(id).map(|t| t.state), Some(TaskState::Ready));
+    let deadline = cpu::rdtsc() + crate::time::tsc_hz() * 20;
+    while !ids.iter().all(|&id| ended(id)) && cpu::rdtsc() < deadline {
+        core::hint::spin_loop();
+    }
+    crate::sample::clock::deliver_to_every_cpu(false);
+    let (n, _) = recorder::stop();
+    for (c, &id) in ids.iter().enumerate() {
+        let state = task::get(id).map(|t| t.state);
+        ensure!(
+            state == Some(TaskState::Exited(0)),
+            "CPU {c}'s task: state {state:?}"
+        );
+    }
+    let loop_range =
+        user::addr(user::perch_st_cpu_spin_loop)..user::addr(user::perch_st_cpu_spin_loop_end);
+    let mut exact = [0u32; 8];
+    for i in 0..n {
+        let Some(cap) = recorder::get(i) else {
+            continue;
+        };
+        let c = cap.cpu;
+        ensure!(c < cpus, "a capture on CPU {c}, which ran no task");
+        ensure!(
+            cap.task == Some(ids[c as usize]),
+            "CPU {c}: a capture of task {:?}, not its own {}",
+            cap.task,
+            ids[c as usize]
+        );
+        if loop_range.contains(&cap.interrupted.rip) {
+            let want: [(usize, u64); 15] = core::array::from_fn(|i| (i, regs(c)[i]));
+            let mut what: heapless::String<16> = heapless::String::new();
+            let _ = write!(what, "CPU {c}");
+            compare(&what, &cap.interrupted, &want, u64::MAX)?;
+            exact[c as usize] += 1;
+        }
+    }
+    for c in 0..cpus {
+        ensure!(
+            exact[c as usize] > 0,
+            "no NMI landed in CPU {c}'s spin loop ({n} captures)"
+        );
+    }
+    Ok(())
+}

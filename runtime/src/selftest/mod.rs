@@ -114,6 +114,7 @@ pub fn run(cfg: &Config, archive: Option<arch_x86::bootinfo::Module>, protocol: 
     r.check("pmu_hardware", pmu_hardware);
     r.check("nmi_in_user64_exact_regs", exact_regs_user64);
     r.check("nmi_in_compat_exact_regs", exact_regs_compat);
+    r.check("nmi_on_every_cpu_exact_regs", exact_regs_per_cpu);
     r.check("nmi_in_syscall_user_frame", spin_in_syscall64);
     r.check("nmi_in_int80_user_frame", spin_in_int80);
     crate::abi::linux::set_system(kcore::sys::System::new(kcore::sys::Vfs::new()));

@@ -125,6 +125,25 @@ perch_st_fault_ldt:
     mov ds, ax
     ud2
 
+    // Spins with the registers it started with (its spec's), touching
+    // none of them until it exits: one copy a CPU, each with its own.
+    .balign 16
+    .global perch_st_cpu_spin
+perch_st_cpu_spin:
+    .global perch_st_cpu_spin_loop
+perch_st_cpu_spin_loop:
+    cmp dword ptr [rip + perch_user_stop], 0
+    jne 3f
+    dec qword ptr [rip + perch_user_budget]
+    jnz perch_st_cpu_spin_loop
+    .global perch_st_cpu_spin_loop_end
+perch_st_cpu_spin_loop_end:
+3:
+    xor edi, edi
+    mov eax, {exit}
+    syscall
+    ud2
+
     .balign 16
     .global perch_st_regs64
 perch_st_regs64:
@@ -709,6 +728,9 @@ macro_rules! user_symbols {
 
 user_symbols!(
     perch_st_hello64,
+    perch_st_cpu_spin,
+    perch_st_cpu_spin_loop,
+    perch_st_cpu_spin_loop_end,
     perch_st_fault_de,
     perch_st_fault_ud,
     perch_st_fault_bp,

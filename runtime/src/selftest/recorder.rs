@@ -10,7 +10,7 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize
 
 /// Slots in the log.
 pub const SLOTS: usize = 48;
-const WORDS: usize = 2 * 22 + 4;
+const WORDS: usize = 2 * 22 + 5;
 
 static RECORDING: AtomicBool = AtomicBool::new(false);
 static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -167,6 +167,7 @@ pub fn get(i: usize) -> Option<NmiCapture> {
             _ => UserFrameState::NoTask,
         },
         tsc: w[47],
+        cpu: w[48] as u32,
     })
 }
 
@@ -202,6 +203,7 @@ pub fn on_capture(cap: &NmiCapture) {
         );
         slot[46].store(cap.user_state as u64, Ordering::Relaxed);
         slot[47].store(cap.tsc, Ordering::Relaxed);
+        slot[48].store(u64::from(cap.cpu), Ordering::Relaxed);
         PUBLISHED[i].store(true, Ordering::Release);
     } else {
         OVERFLOW.fetch_add(1, Ordering::Relaxed);
