@@ -1441,6 +1441,7 @@ fn record(mut a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32
             "{}M",
             if spec.is_some() { 1024 } else { 128 } + a.buffer.unwrap_or(0)
         ),
+        cpus: a.cpus,
         initrd,
         extra: a.qemu_arg.clone(),
         transport: a.transport,

@@ -43,6 +43,8 @@ pub struct QemuConfig {
     /// Guest RAM (`-m`): 128M without programs, 1G for programs (they use
     /// more than 64 MiB of heap).
     pub memory: String,
+    /// `--cpus`: the machine's CPUs (`-smp`); `None`: QEMU's default (one).
+    pub cpus: Option<u32>,
     /// Extra QEMU arguments (`--qemu-arg`), last.
     pub extra: Vec<String>,
     /// The device the socket is attached to.
@@ -78,6 +80,10 @@ impl QemuConfig {
         .collect();
         a.push("-m".into());
         a.push(self.memory.clone());
+        if let Some(n) = self.cpus {
+            a.push("-smp".into());
+            a.push(n.to_string());
+        }
         a.push("-chardev".into());
         if self.line_baud.is_some() {
             // `socket` names the FIFOs `socket.in` and `socket.out`.
@@ -388,6 +394,7 @@ mod tests {
             icount: false,
             initrd: None,
             memory: "128M".into(),
+            cpus: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             transport: Transport::Virtio,
             line_baud: None,
@@ -423,5 +430,19 @@ mod tests {
             micro.contains("-device virtio-net-device,netdev=perch-net"),
             "{micro}"
         );
+    }
+
+    #[test]
+    fn cpus_gives_the_machine_that_many_cpus_beside_its_memory() {
+        let args = |c: &QemuConfig| c.args(Path::new("s"), Path::new("c"));
+        let plain = args(&config(None, &[]));
+        assert!(!plain.iter().any(|a| a == "-smp"), "{plain:?}");
+        let four = args(&QemuConfig {
+            cpus: Some(4),
+            ..config(None, &[])
+        });
+        let m = four.iter().position(|a| a == "-m").unwrap();
+        assert_eq!(four[m..m + 4], ["-m", "128M", "-smp", "4"], "{four:?}");
+        assert_eq!(four.iter().filter(|a| *a == "-smp").count(), 1, "{four:?}");
     }
 }

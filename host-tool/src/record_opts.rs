@@ -83,6 +83,14 @@ pub struct RecordArgs {
     /// Run QEMU with `-icount shift=0,sleep=off` (instruction-exact, repeatable).
     #[arg(long)]
     pub icount: bool,
+    /// How many CPUs the appliance machine has (QEMU `-smp N`, 1 to 64;
+    /// one without it). The runtime starts every CPU the machine's ACPI
+    /// MADT lists (the runtime command-line key `smp=N` starts at most N);
+    /// programs run and are sampled on the first CPU only, the others are
+    /// started and wait idle.
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CPUS)))]
+    pub cpus: Option<u32>,
     /// Record frame-pointer call chains (perf's `-g`, the same as
     /// `--call-graph fp`).
     #[arg(short = 'g')]
@@ -223,7 +231,7 @@ pub struct RecordArgs {
     #[arg(long, value_name = "FILE", requires = "wait_for")]
     pub ready_file: Option<PathBuf>,
     /// An extra QEMU argument, after perch's own (repeatable:
-    /// `--qemu-arg -smp --qemu-arg 2`).
+    /// `--qemu-arg -cpu --qemu-arg max`).
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
     pub qemu_arg: Vec<String>,
     /// A runtime command-line key, appended to the one perch builds
@@ -238,8 +246,9 @@ pub struct RecordArgs {
 }
 
 /// `perch record` options that only apply when perch boots the appliance.
-pub const BOOT_ONLY: [&str; 25] = [
+pub const BOOT_ONLY: [&str; 26] = [
     "freq",
+    "cpus",
     "net",
     "forward",
     "wait_for",
@@ -265,6 +274,10 @@ pub const BOOT_ONLY: [&str; 25] = [
     "branch_any",
     "branch_filter",
 ];
+
+/// Most `--cpus`: the runtime holds at most 64 CPUs (the runtime's
+/// `smp=` takes 1 to 64).
+pub const MAX_CPUS: u32 = 64;
 
 /// `--baud` when not given.
 pub const DEFAULT_BAUD: u32 = 115_200;
@@ -1611,5 +1624,33 @@ mod tests {
             .boot_line(true)
             .unwrap();
         assert_eq!(b.append, "console=wire freq=1000 pmu=sim ring=64 sim=icl");
+    }
+
+    #[test]
+    fn cpus_is_one_to_64_and_only_for_a_boot() {
+        assert_eq!(args(&["--", "p"]).cpus, None);
+        assert_eq!(args(&["--cpus", "1", "--", "p"]).cpus, Some(1));
+        assert_eq!(args(&["--cpus", "64", "--", "p"]).cpus, Some(64));
+        // The runtime's command line is the same: QEMU's -smp gives the CPUs.
+        assert_eq!(
+            args(&["--cpus", "4"]).boot_line(true).unwrap().append,
+            args(&[]).boot_line(true).unwrap().append
+        );
+        let refused = |line: &[&str]| {
+            let mut argv = vec!["perch"];
+            argv.extend_from_slice(line);
+            match Cli::try_parse_from(argv) {
+                Ok(_) => panic!("{line:?} parsed"),
+                Err(e) => e.to_string(),
+            }
+        };
+        for v in ["0", "65", "x"] {
+            let e = refused(&["--cpus", v]);
+            assert!(e.contains("--cpus"), "{v}: {e}");
+        }
+        for other in [["--input", "c.bin"], ["--serial", "/dev/ttyS0"]] {
+            let e = refused(&["--cpus", "2", other[0], other[1]]);
+            assert!(e.contains("--cpus") && e.contains(other[0]), "{e}");
+        }
     }
 }

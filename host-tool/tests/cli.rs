@@ -375,6 +375,35 @@ fn usage_errors_exit_2() {
 }
 
 #[test]
+fn cpus_out_of_range_or_without_a_boot_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = fixture("appliance.elf");
+    for cmd in ["record", "top"] {
+        for v in ["0", "65", "x", ""] {
+            let r = perch(&[cmd, "--image", s(&img), "--cpus", v, "--", "p"]);
+            assert_eq!(r.code, 2, "{cmd} --cpus {v:?}: {}", r.stderr);
+            assert!(
+                r.stderr.contains("--cpus"),
+                "{cmd} --cpus {v:?}: {}",
+                r.stderr
+            );
+        }
+    }
+    // A capture or a serial line is not a boot: there is no machine to
+    // give CPUs to.
+    let cap = samples_capture(dir.path(), 10);
+    for source in [["--input", cap.as_str()], ["--serial", "/dev/null"]] {
+        let r = perch(&["record", source[0], source[1], "--cpus", "2"]);
+        assert_eq!(r.code, 2, "{source:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("--cpus") && r.stderr.contains(source[0]),
+            "{source:?}: {}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
 fn stat_refuses_perf_data_with_a_pointer() {
     let dir = tempfile::tempdir().unwrap();
     let cap = samples_capture(dir.path(), 10);
@@ -542,6 +571,21 @@ fn record_boots_qemu_with_the_documented_command_line() {
         assert!(args.contains(&flag), "{flag} missing: {args:?}");
     }
     assert_eq!(&args[args.len() - 2..], ["-smp", "1"]);
+}
+
+#[test]
+fn record_gives_qemu_the_cpus_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = samples_capture(dir.path(), 20);
+    for (extra, smp) in [(&["--cpus", "4"][..], Some("4")), (&[][..], None)] {
+        let Some((r, args)) = record_with_fake_qemu(dir.path(), &cap, 33, extra) else {
+            return;
+        };
+        assert_eq!(r.code, 0, "{extra:?}: {}", r.stderr);
+        let args: Vec<&str> = args.lines().collect();
+        let at = args.iter().position(|a| *a == "-smp");
+        assert_eq!(at.map(|i| args[i + 1]), smp, "{extra:?}: {args:?}");
+    }
 }
 
 #[test]
