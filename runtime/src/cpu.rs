@@ -49,6 +49,10 @@ impl CpuTables {
     }
 }
 
+// tests/tests/isolation.rs finds the boot CPU's GDT 104 bytes into its
+// tables, right after the TSS.
+const _: () = assert!(core::mem::offset_of!(CpuTables, gdt) == 104);
+
 impl Default for CpuTables {
     fn default() -> Self {
         Self::new()

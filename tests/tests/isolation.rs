@@ -260,9 +260,10 @@ fn privileged() -> Vec<Attack> {
 }
 
 fn tables() -> Vec<Attack> {
-    let gdt = runtime_symbol("3cpu3GDT");
+    // The boot CPU's tables: its TSS (104 bytes), then its GDT.
+    let tss = runtime_symbol("3cpu10BSP_TABLES");
+    let gdt = tss + 104;
     let idt = runtime_symbol("3cpu3IDT");
-    let tss = runtime_symbol("3cpu3TSS");
     let pml4 = runtime_symbol("2mm6TABLES");
     let boot_pml4 = runtime_symbol("perch_boot_pml4");
     let text = runtime_symbol("perch_kmain");

@@ -273,8 +273,18 @@ fn user_registers_show_the_exact_patterns_and_abis() {
             assert_eq!(s.uregs.get(r), Some(&0), "{r} in {s:?}");
         }
         assert_eq!(s.uregs.get("CS"), Some(&0x1b), "{s:?}");
-        assert_eq!(s.sym(), "perch_demo32_crc_loop", "{s:?}");
     }
+    // demo32 spends its time in its CRC loop; a sample may land in its
+    // start-up (musl's malloc) first, as the clock's phase falls.
+    let in_loop = compat
+        .iter()
+        .filter(|s| s.sym() == "perch_demo32_crc_loop")
+        .count();
+    assert!(
+        in_loop * 10 >= compat.len() * 9,
+        "{in_loop} of {} demo32 samples in perch_demo32_crc_loop",
+        compat.len()
+    );
 }
 
 /// Whether the sample's runtime frames are inside the getrandom handler.

@@ -279,20 +279,28 @@ mod tests {
         assert_eq!(classify(None), Exit::Unknown(None));
     }
 
+    /// A `-kernel` run with everything else at its default.
+    fn kernel_run() -> Config {
+        Config {
+            boot: Boot::Kernel {
+                elf: "k".into(),
+                cmdline: String::new(),
+                initrd: None,
+            },
+            icount: false,
+            cpu: None,
+            machine: None,
+            cpus: 1,
+            timeout: Duration::from_secs(1),
+        }
+    }
+
     #[test]
     fn cpus_give_smp_only_past_one() {
         let with = |cpus| {
             args(&Config {
-                boot: Boot::Kernel {
-                    elf: "k".into(),
-                    cmdline: String::new(),
-                    initrd: None,
-                },
-                icount: false,
-                cpu: None,
-                machine: None,
                 cpus,
-                timeout: Duration::from_secs(1),
+                ..kernel_run()
             })
             .join(" ")
         };
@@ -304,16 +312,8 @@ mod tests {
     fn machine_is_chosen_or_follows_the_boot() {
         let kernel = |machine: Option<&str>| {
             args(&Config {
-                boot: Boot::Kernel {
-                    elf: "k".into(),
-                    cmdline: String::new(),
-                    initrd: None,
-                },
-                icount: false,
-                cpu: None,
                 machine: machine.map(String::from),
-                cpus: 1,
-                timeout: Duration::from_secs(1),
+                ..kernel_run()
             })
             .join(" ")
         };
@@ -348,16 +348,9 @@ mod tests {
     fn cpu_models() {
         let kernel = |icount, cpu: Option<&str>| {
             args(&Config {
-                boot: Boot::Kernel {
-                    elf: "k".into(),
-                    cmdline: String::new(),
-                    initrd: None,
-                },
                 icount,
                 cpu: cpu.map(String::from),
-                machine: None,
-                cpus: 1,
-                timeout: Duration::from_secs(1),
+                ..kernel_run()
             })
             .join(" ")
         };

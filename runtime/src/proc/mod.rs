@@ -19,11 +19,11 @@ use crate::mm::space::AddressSpace;
 use alloc::boxed::Box;
 use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
+use arch_x86::madt::MAX_CPUS;
 use arch_x86::paging::{PAGE, PRESENT};
 use core::cell::{Cell, RefCell, UnsafeCell};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use critical_section::Mutex;
-use arch_x86::madt::MAX_CPUS;
 
 /// Most tasks (threads of every process) in one run.
 pub const MAX_TASKS: usize = 64;

@@ -12,7 +12,6 @@
 
 use arch_x86::paging::phys_to_virt;
 use arch_x86::{hpet, ioapic, lapic, pic, pit};
-use arch_x86::frame::TrapFrame;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 pub use kcore::cmdline::ClockSource;
 
@@ -63,18 +62,26 @@ static HPET_TICKS: AtomicU64 = AtomicU64::new(0);
 /// cpu-clock forwards its timer past overruns. Nothing to do for the PIT,
 /// which is periodic. `HPET_TICKS` is 0 unless the HPET ticks, so one load
 /// decides.
+///
+/// When the clock's NMIs reach every CPU, the first CPU to take a tick
+/// re-arms the comparator; the others find it set for a later tick
+/// already (the counter is still below it) and leave it. So does an NMI
+/// of another source that comes before the tick is due.
 #[inline]
-pub fn on_nmi(frame: &TrapFrame) {
+pub fn on_nmi() {
     let ticks = HPET_TICKS.load(Ordering::Relaxed);
-    // Only the boot CPU moves the comparator when every CPU takes the NMI.
-    if ticks == 0 || crate::cpu::nmi_cpu(frame).index != 0 {
+    if ticks == 0 {
         return;
     }
     let base = phys_to_virt(hpet::DEFAULT_BASE);
-    let mut next = HPET_NEXT.load(Ordering::Relaxed) + ticks;
+    let due = HPET_NEXT.load(Ordering::Relaxed);
     // SAFETY: `start` found the HPET there and started it; only the NMI path
     // moves the comparator while it runs.
     let now = unsafe { hpet::counter(base) };
+    if now < due {
+        return;
+    }
+    let mut next = due + ticks;
     if next <= now {
         next = now + ticks;
     }

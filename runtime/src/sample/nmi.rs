@@ -157,7 +157,7 @@ pub fn set_observer(slot: usize, f: Observer) {
 pub extern "C" fn nmi_dispatch(frame: &mut TrapFrame) {
     let entry_tsc = rdtsc();
     NMI_COUNT.fetch_add(1, Ordering::Relaxed);
-    crate::sample::clock::on_nmi(frame);
+    crate::sample::clock::on_nmi();
     crate::sample::profile::on_overflow(frame, entry_tsc);
     if !ANY_OBSERVER.load(Ordering::Acquire) {
         return;

@@ -1013,7 +1013,7 @@ fn fill_sample(
     };
     r.pid = crate::proc::PID_OF_TID[(ctx.tid & 0xff) as usize].load(Ordering::Relaxed);
     r.tid = ctx.tid;
-    r.cpu = 0;
+    r.cpu = ctx.cpu.index;
     let mut flags = 0;
     if kernel {
         flags = raw_flags::KERNEL;
