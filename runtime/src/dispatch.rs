@@ -18,9 +18,12 @@ pub extern "C" fn trap(frame: &mut TrapFrame) -> u64 {
     }
     let r = match frame.vector {
         tick::TIMER_VECTOR => {
-            // The flight recorder's line keeps moving while tasks run.
-            crate::stream::wire::pump();
-            abi::linux::fire_timers(crate::time::now_ns());
+            // The boot CPU's tick keeps the flight recorder's line moving
+            // while tasks run, and fires the programs' timers.
+            if crate::cpu::this().index == 0 {
+                crate::stream::wire::pump();
+                abi::linux::fire_timers(crate::time::now_ns());
+            }
             if tick::on_tick(user) && task::current().is_some() {
                 task::set_outcome(Outcome::Preempted);
                 LEAVE

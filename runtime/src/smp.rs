@@ -12,8 +12,8 @@
 //!
 //! A started CPU loads its tables, enables its local APIC with every local
 //! interrupt masked, says it is up, and then does its work ([`set_work`]:
-//! the tasks pinned to it) over and over, halting in between until
-//! [`kick`] or an NMI wakes it. Programs run on the boot CPU unless pinned
+//! the tasks pinned to it, under its own tick) over and over, halting in
+//! between until [`kick`] or an NMI wakes it. Programs run on the boot CPU unless pinned
 //! elsewhere (the self-test pins its per-CPU tasks); the clock's NMIs reach
 //! the other CPUs only while the self-test asks for it.
 

@@ -997,16 +997,23 @@ fn run_slice(i: usize, driver: &mut impl Driver) {
 }
 
 /// On a CPU other than the boot CPU: runs the tasks pinned to it, one
-/// slice each, round-robin, for as long as one is ready; false when none
-/// was (the caller then waits for work). These CPUs have no tick: a task
-/// runs until it enters the runtime with a request that leaves.
+/// slice each, round-robin, with this CPU's tick running, for as long as
+/// one is ready; then stops the tick and returns whether any ran (the
+/// caller waits for work: a kick).
 pub fn run_pinned(driver: &mut impl Driver) -> bool {
     let mut next = 0;
     let mut ran = false;
     while let Some(i) = next_ready(next) {
+        if !ran {
+            tick::start();
+        }
+        tick::new_slice();
         run_slice(i, driver);
         next = i + 1;
         ran = true;
+    }
+    if ran {
+        tick::stop();
     }
     ran
 }

@@ -1,8 +1,11 @@
 //! The scheduler's clock: the local APIC timer, periodic at [`TICK_HZ`],
 //! on vector [`TIMER_VECTOR`] (a fixed interrupt, never the sampling NMI).
 //! Each tick that lands in ring 3 charges the running process; once its
-//! slice is used up the trap handler sends it back to the scheduler.
+//! slice is used up the trap handler sends it back to the scheduler. Every
+//! CPU has its own timer and its own slice; the boot CPU's ticks are the
+//! ones [`ticks`] counts.
 
+use arch_x86::madt::MAX_CPUS;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Interrupt vector of the scheduler tick.
@@ -15,10 +18,17 @@ pub const TICK_HZ: u64 = 1000;
 pub const DEFAULT_SLICE_MS: u32 = 10;
 
 static TIMER_COUNT: AtomicU32 = AtomicU32::new(0);
-static RUNNING: AtomicBool = AtomicBool::new(false);
+/// Whether each CPU's timer runs, by CPU index.
+static RUNNING: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 static TICKS: AtomicU64 = AtomicU64::new(0);
 static SLICE_TICKS: AtomicU32 = AtomicU32::new(DEFAULT_SLICE_MS);
-static SLICE_LEFT: AtomicU32 = AtomicU32::new(DEFAULT_SLICE_MS);
+/// Ticks left of the running process's slice, by CPU index.
+static SLICE_LEFT: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(DEFAULT_SLICE_MS) }; MAX_CPUS];
+
+/// This CPU's index, for the per-CPU arrays.
+fn me() -> usize {
+    crate::cpu::this().index as usize % MAX_CPUS
+}
 
 fn apic() -> arch_x86::lapic::LocalApic {
     // SAFETY: ring 0; the APIC window is in the direct map (uncached device
@@ -75,22 +85,22 @@ pub fn start() -> bool {
     if count == 0 {
         return false;
     }
-    if !RUNNING.swap(true, Ordering::Relaxed) {
+    if !RUNNING[me()].swap(true, Ordering::Relaxed) {
         apic().start_timer(TIMER_VECTOR as u8, count, true);
     }
     true
 }
 
-/// Stops the tick.
+/// Stops this CPU's tick.
 pub fn stop() {
-    if RUNNING.swap(false, Ordering::Relaxed) {
+    if RUNNING[me()].swap(false, Ordering::Relaxed) {
         apic().stop_timer();
     }
 }
 
-/// Gives the next process a full slice.
+/// Gives the next process on this CPU a full slice.
 pub fn new_slice() {
-    SLICE_LEFT.store(SLICE_TICKS.load(Ordering::Relaxed), Ordering::Relaxed);
+    SLICE_LEFT[me()].store(SLICE_TICKS.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 /// Ticks since the tick first started.
@@ -102,11 +112,14 @@ pub fn ticks() -> u64 {
 /// interrupted ring 3 and the running process has used up its slice.
 pub fn on_tick(from_user: bool) -> bool {
     apic().eoi();
-    TICKS.fetch_add(1, Ordering::Relaxed);
+    let me = me();
+    if me == 0 {
+        TICKS.fetch_add(1, Ordering::Relaxed);
+    }
     if !from_user {
         return false;
     }
-    let left = SLICE_LEFT.load(Ordering::Relaxed).saturating_sub(1);
-    SLICE_LEFT.store(left, Ordering::Relaxed);
+    let left = SLICE_LEFT[me].load(Ordering::Relaxed).saturating_sub(1);
+    SLICE_LEFT[me].store(left, Ordering::Relaxed);
     left == 0
 }

@@ -105,6 +105,7 @@ pub fn run(cfg: &Config, archive: Option<arch_x86::bootinfo::Module>, protocol: 
         int80_abi_compat()
     });
     r.check("preemption", preemption);
+    r.check("preemption_on_other_cpus", preemption_on_other_cpus);
     r.check("nmi_clock_ticks", nmi_clock_ticks);
     r.check("nmi_clock_throttle", || nmi_clock_throttle(cfg));
     r.check("pmu_detection_and_fallback", pmu_detection_and_fallback);

@@ -1,5 +1,7 @@
 //! Built-in programs: both system-call ABIs, user faults, preemption.
 
+use core::sync::atomic::Ordering;
+
 use super::*;
 
 pub(super) fn spec(name: &'static str, abi: Abi, entry: unsafe extern "C" fn()) -> TaskSpec {
@@ -277,6 +279,62 @@ pub(super) fn user_fault(c: &FaultCase) -> TestResult {
     }
     if let Some(cr2) = c.cr2 {
         ensure!(f.cr2 == cr2(), "cr2 {:#x} (want {:#x})", f.cr2, cr2());
+    }
+    Ok(())
+}
+
+/// Every CPU but the boot CPU preempts with a tick of its own: two
+/// spinners pinned to each of them, which never enter the runtime until
+/// told to stop, both get slices (each is preempted again and again), and
+/// all exit when told. With one CPU there is nothing to check.
+pub(super) fn preemption_on_other_cpus() -> TestResult {
+    let cpus = crate::smp::online().min(4);
+    if cpus < 2 {
+        return Ok(());
+    }
+    crate::cpu::with_user_access(|| {
+        recorder::user_stop().store(0, Ordering::Relaxed);
+        recorder::user_budget().store(SPIN_BUDGET, Ordering::Relaxed);
+    });
+    let mut ids: heapless::Vec<(u8, u32), 8> = heapless::Vec::new();
+    for c in 1..cpus {
+        for _ in 0..2 {
+            let id = match task::spawn(spec("pinned_spin", Abi::X64, user::perch_st_cpu_spin)) {
+                Ok(id) => id,
+                Err(e) => fail!("spawn for CPU {c}: {e:?}"),
+            };
+            task::pin(id, c as u8);
+            let _ = ids.push((id, c));
+        }
+        crate::smp::kick(c);
+    }
+    // Twenty slices of TSC time: ten each, if the tick shares the CPU.
+    let slice_ns = u64::from(task::tick::slice_ticks()) * 1_000_000_000 / task::tick::TICK_HZ;
+    let run_for = crate::time::tsc_hz() / 1_000_000_000 * 20 * slice_ns;
+    let t0 = cpu::rdtsc();
+    while cpu::rdtsc().wrapping_sub(t0) < run_for.max(1) {
+        core::hint::spin_loop();
+    }
+    crate::cpu::with_user_access(|| recorder::user_stop().store(1, Ordering::Relaxed));
+    let deadline = cpu::rdtsc() + crate::time::tsc_hz() * 10;
+    let ended = |id: u8| !matches!(task::get(id).map(|t| t.state), Some(TaskState::Ready));
+    while !ids.iter().all(|&(id, _)| ended(id)) && cpu::rdtsc() < deadline {
+        core::hint::spin_loop();
+    }
+    for &(id, c) in &ids {
+        let Some(t) = task::get(id) else {
+            fail!("CPU {c}'s task {id} vanished");
+        };
+        ensure!(
+            t.state == TaskState::Exited(0),
+            "CPU {c}'s task {id}: {:?}",
+            t.state
+        );
+        ensure!(
+            t.preemptions >= 2,
+            "CPU {c}'s task {id} was preempted {} times",
+            t.preemptions
+        );
     }
     Ok(())
 }
