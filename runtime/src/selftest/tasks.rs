@@ -308,11 +308,11 @@ pub(super) fn preemption_on_other_cpus() -> TestResult {
         }
         crate::smp::kick(c);
     }
-    // Twenty slices of TSC time: ten each, if the tick shares the CPU.
-    let slice_ns = u64::from(task::tick::slice_ticks()) * 1_000_000_000 / task::tick::TICK_HZ;
-    let run_for = crate::time::tsc_hz() / 1_000_000_000 * 20 * slice_ns;
-    let t0 = cpu::rdtsc();
-    while cpu::rdtsc().wrapping_sub(t0) < run_for.max(1) {
+    // Until each has been preempted twice (the other ran between), or 20
+    // s of TSC time: a loaded host may give the CPUs little time.
+    let preempted = |&(id, _): &(u8, u32)| task::get(id).is_some_and(|t| t.preemptions >= 2);
+    let deadline = cpu::rdtsc() + crate::time::tsc_hz() * 20;
+    while !ids.iter().all(preempted) && cpu::rdtsc() < deadline {
         core::hint::spin_loop();
     }
     crate::cpu::with_user_access(|| recorder::user_stop().store(1, Ordering::Relaxed));
