@@ -220,7 +220,7 @@ pub fn this() -> &'static CpuLocal {
 #[inline(always)]
 pub fn nmi_cpu(frame: &TrapFrame) -> &'static CpuLocal {
     // SAFETY: the NMI frame lies at the top of this CPU's NMI IST stack,
-    // just below the word `load_tables` wrote with the block's address
+    // just below the word `init_ap` wrote with the block's address
     // (the callers pass the NMI upcall's frame); blocks live forever.
     unsafe { &**(core::ptr::from_ref(frame).add(1) as *const *const CpuLocal) }
 }
@@ -305,7 +305,7 @@ pub fn idt_entry(vector: u8) -> IdtEntry {
 
 /// A copy of this CPU's GDT (for the self-test).
 pub fn gdt_copy() -> [u64; GDT_ENTRIES] {
-    // SAFETY: read of a table written once in `load_tables` (the CPU may
+    // SAFETY: read of a table written once in `init_ap` (the CPU may
     // set the TSS busy bit; `set_tls_slot` writes TLS slots on this CPU
     // only, never concurrently with this read).
     unsafe { core::ptr::read_volatile(this().tables.gdt.get()) }
@@ -367,31 +367,25 @@ pub fn init() {
         }
     }
     let ist = [NMI_STACK.base(), DF_STACK.base(), MC_STACK.base()];
-    // SAFETY: boot code with interrupts off; the block, its tables and the
-    // IST stacks are statics; nothing loaded them yet.
-    unsafe { load_tables(&BSP_LOCAL, ist.map(|b| b + IST_STACK_SIZE as u64)) };
+    // SAFETY: boot code with interrupts off, on the boot CPU, whose block,
+    // tables and IST stacks are statics nothing loaded yet; the IDT is
+    // built just above.
+    unsafe { init_ap(&BSP_LOCAL, ist.map(|b| b + IST_STACK_SIZE as u64)) };
 }
 
-/// Loads the tables of a CPU other than the boot CPU, its GS base and the
-/// shared IDT, and programs its SYSCALL MSRs. `ist` are the tops of its
-/// NMI, double-fault and machine-check stacks.
+/// Loads a CPU's tables (for the boot CPU, from [`init`]), its GS base and
+/// the shared IDT, and programs its SYSCALL MSRs. `ist` are the tops of
+/// its NMI, double-fault and machine-check stacks.
 ///
 /// # Safety
 /// 1. Runs on the CPU `local` describes, once, in ring 0 with interrupts
 ///    off, before it takes any interrupt or NMI.
 /// 2. `local`'s tables are no other CPU's, and the `ist` stacks are this
 ///    CPU's alone, each [`IST_STACK_SIZE`] bytes below its top.
-/// 3. [`init`] ran on the boot CPU (the IDT is built).
+/// 3. [`init`] built the IDT (on the boot CPU, before this).
 pub unsafe fn init_ap(local: &'static CpuLocal, ist: [u64; 3]) {
-    // SAFETY: obligations 1 to 3.
-    unsafe { load_tables(local, ist) };
-}
-
-/// # Safety
-/// As [`init_ap`] (for the boot CPU: from `init`).
-unsafe fn load_tables(local: &'static CpuLocal, ist: [u64; 3]) {
-    // SAFETY: the caller's obligations: this CPU alone uses these tables,
-    // interrupts are off, and the tables live forever.
+    // SAFETY: obligations 1 to 3: this CPU alone uses these tables,
+    // interrupts are off, the tables live forever and the IDT is built.
     unsafe {
         local
             .this

@@ -13,9 +13,9 @@
 //! A started CPU loads its tables, enables its local APIC with every local
 //! interrupt masked, says it is up, and then does its work ([`set_work`]:
 //! the tasks pinned to it, under its own tick) over and over, halting in
-//! between until [`kick`] or an NMI wakes it. Programs run on the boot CPU unless pinned
-//! elsewhere (the self-test pins its per-CPU tasks); the clock's NMIs reach
-//! the other CPUs only while the self-test asks for it.
+//! between until [`kick`] or an NMI wakes it. Programs run on the boot CPU
+//! unless pinned elsewhere (the self-test pins its per-CPU tasks); the
+//! clock's NMIs reach the other CPUs only while the self-test asks for it.
 
 use crate::cpu::{self, CpuLocal, CpuTables, IST_STACK_SIZE};
 use alloc::boxed::Box;
@@ -365,8 +365,10 @@ fn leak_zeroed(size: usize) -> Option<u64> {
 }
 
 /// Starts the CPU with APIC ID `id` as CPU `index`; its block once it is
-/// up, `None` when it did not come up within a second (or there was no
-/// memory for its stacks).
+/// up, `None` when it did not come up within a second (it is then sent
+/// INIT again, which holds it in wait-for-SIPI, so it never runs on data
+/// the next CPU's start writes over) or there was no memory for its
+/// stacks.
 fn start_one(apic: &LocalApic, id: u32, index: u32) -> Option<&'static CpuLocal> {
     let stack = leak_zeroed(AP_STACK_SIZE)?;
     let ist = leak_zeroed(3 * IST_STACK_SIZE)?;
@@ -383,8 +385,7 @@ fn start_one(apic: &LocalApic, id: u32, index: u32) -> Option<&'static CpuLocal>
     // SAFETY: the data lies in the trampoline's first page (free RAM,
     // `install_trampoline`); no other CPU reads it until the IPIs below,
     // and the previous CPU finished with it (it was up, or timed out and
-    // never will read it: a CPU that misses its start-up IPIs stays in
-    // wait-for-SIPI).
+    // was sent INIT, which stops it before it can read it again).
     unsafe {
         let put = |off: u64, v: u64| data.add((off / 8) as usize).write_volatile(v);
         put(D_EFER, efer);
@@ -413,7 +414,11 @@ fn start_one(apic: &LocalApic, id: u32, index: u32) -> Option<&'static CpuLocal>
             break;
         }
     }
-    wait_us(1_000_000, || local.online.load(Ordering::Acquire)).then_some(local)
+    if wait_us(1_000_000, || local.online.load(Ordering::Acquire)) {
+        return Some(local);
+    }
+    apic.send_ipi(id, lapic::icr_init());
+    None
 }
 
 /// Waits up to `us` microseconds of TSC time for `done`; whether it came.

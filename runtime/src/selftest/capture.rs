@@ -1,5 +1,7 @@
 //! Exact registers and saved user frames captured by NMIs in built-in programs.
 
+use core::sync::atomic::Ordering;
+
 use super::*;
 
 /// Runs `s` while recording NMIs in `mode`; returns the task id and the captures.
@@ -257,9 +259,11 @@ pub(super) fn exact_regs_per_cpu() -> TestResult {
     for c in 1..cpus {
         crate::smp::kick(c);
     }
-    // CPU 0 runs its own task to its end; the others end theirs too once
-    // the recorder has what it wants (or the budget runs out).
+    // CPU 0 runs its own task to its end (the recorder has what it wants,
+    // or the shared budget ran out); then the others are told to end
+    // theirs, as a budget that one CPU took to zero does not end the rest.
     crate::dispatch::run_until(|| false);
+    crate::cpu::with_user_access(|| recorder::user_stop().store(1, Ordering::Relaxed));
     let ended = |id: u8| !matches!(task::get(id).map(|t| t.state), Some(TaskState::Ready));
     let deadline = cpu::rdtsc() + crate::time::tsc_hz() * 20;
     while !ids.iter().all(|&id| ended(id)) && cpu::rdtsc() < deadline {

@@ -225,7 +225,7 @@ pub(super) fn other_cpus() -> TestResult {
             );
         }
         let ist = c.ist_tops();
-        // SAFETY: the NMI IST slot's top is the word `load_tables` wrote
+        // SAFETY: the NMI IST slot's top is the word `init_ap` wrote
         // (the block's address), inside the CPU's live NMI stack.
         let tag = unsafe { (ist[0] as *const u64).read_volatile() };
         ensure!(
