@@ -39,7 +39,15 @@ fn each_threads_samples_hold_its_own_registers_and_tid() {
     let exe = c_program_with("tregs", CBuild::Glibc, &["-pthread"], "");
     // 20 kHz under icount: a sample every 50,000 instructions, some 400
     // per thread.
-    let rec = record(&["--freq", "20000", "--", exe.to_str().expect("a UTF-8 path")]);
+    // Frames wait in the guest's RAM when the host is slow to read them.
+    let rec = record(&[
+        "--freq",
+        "20000",
+        "--buffer",
+        "16",
+        "--",
+        exe.to_str().expect("a UTF-8 path"),
+    ]);
     assert_eq!(rec.status, Some(0), "perch record failed:\n{}", rec.stderr);
     assert!(rec.stdout.contains("tregs done"), "{}", rec.stdout);
     let script = run_perf(&rec, &["script", "-G", "-F", "tid,ip,sym,uregs"], &[]);

@@ -23,7 +23,18 @@ pub(super) fn record_until_exit(
     name: &str,
     mode: Mode,
 ) -> Result<(u8, heapless::Vec<nmi::NmiCapture, { recorder::SLOTS }>), Why> {
-    recorder::start(mode, WANT_CAPTURES, SPIN_BUDGET);
+    record_until_exit_per_task(id, name, mode, 0)
+}
+
+/// As [`record_until_exit`], keeping at most `per_task` captures of any
+/// one task (0: no limit).
+pub(super) fn record_until_exit_per_task(
+    id: u8,
+    name: &str,
+    mode: Mode,
+    per_task: u32,
+) -> Result<(u8, heapless::Vec<nmi::NmiCapture, { recorder::SLOTS }>), Why> {
+    recorder::start_per_task(mode, WANT_CAPTURES, SPIN_BUDGET, per_task);
     crate::dispatch::run_until(|| false);
     let (n, overflow) = recorder::stop();
     let t = task::get(id).map(|t| t.state);

@@ -20,6 +20,10 @@ static LOG: [[AtomicU64; WORDS]; SLOTS] = [const { [const { AtomicU64::new(0) };
 static WANT_MODE: AtomicU8 = AtomicU8::new(0);
 static WANT: AtomicU32 = AtomicU32::new(0);
 static MATCHED: AtomicU32 = AtomicU32::new(0);
+/// Most captures kept of any one task (0: no limit).
+static PER_TASK: AtomicU32 = AtomicU32::new(0);
+/// Captures kept so far, by task ID.
+static KEPT: [AtomicU32; 256] = [const { AtomicU32::new(0) }; 256];
 
 /// The user-visible stop flag the self-test tasks poll.
 #[unsafe(link_section = ".user.data.perch_stop")]
@@ -120,7 +124,18 @@ fn words_frame(w: &[u64]) -> TrapFrame {
 /// (for [`Mode::Kernel`], only captures taken inside the spin system
 /// call with a current task count).
 pub fn start(mode: Mode, want: u32, budget: u64) {
+    start_per_task(mode, want, budget, 0);
+}
+
+/// As [`start`], keeping at most `per_task` captures of any one task
+/// (0: no limit), so that one task that runs a whole time slice first
+/// cannot fill the log before another one runs.
+pub fn start_per_task(mode: Mode, want: u32, budget: u64, per_task: u32) {
     RECORDING.store(false, Ordering::SeqCst);
+    for k in &KEPT {
+        k.store(0, Ordering::Relaxed);
+    }
+    PER_TASK.store(per_task, Ordering::Relaxed);
     for p in &PUBLISHED {
         p.store(false, Ordering::Relaxed);
     }
@@ -187,7 +202,14 @@ pub fn on_capture(cap: &NmiCapture) {
     if !wanted {
         return;
     }
-    let i = NEXT.fetch_add(1, Ordering::Relaxed);
+    let per_task = PER_TASK.load(Ordering::Relaxed);
+    let kept = &KEPT[usize::from(cap.task.unwrap_or(task::NO_TASK))];
+    let over_quota = per_task != 0 && kept.fetch_add(1, Ordering::Relaxed) >= per_task;
+    let i = if over_quota {
+        SLOTS
+    } else {
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    };
     if i < SLOTS {
         let slot = &LOG[i];
         for (k, v) in frame_words(&cap.interrupted).into_iter().enumerate() {
