@@ -7,7 +7,9 @@ use arch_x86::frame::TrapFrame;
 use arch_x86::gdt::{self, GDT_ENTRIES, TaskStateSegment};
 use arch_x86::idt::{Idt, IdtEntry};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 use sampler::walk::WalkRange;
 
 /// Bytes of each IST stack (NMI, double fault, machine check).
@@ -95,6 +97,38 @@ pub struct CpuLocal {
     pub user_walk: WalkRange,
     /// The compat (4-byte word) twin of `user_walk`.
     pub compat_walk: WalkRange,
+    /// The sampling layer's state of this CPU (its ring, its throttle),
+    /// set before the CPU can take an NMI ([`set_prepare`]; the boot
+    /// CPU's when sampling is configured, before the IDT is loaded).
+    pub sampling: SetOnce<()>,
+}
+
+/// A pointer written once, before anything reads it (before the CPU it
+/// belongs to starts or takes an NMI), and read as plain memory after, so
+/// the NMI path may load it as often as it likes.
+pub struct SetOnce<T>(UnsafeCell<*const T>);
+
+impl<T> SetOnce<T> {
+    const fn new() -> Self {
+        Self(UnsafeCell::new(core::ptr::null()))
+    }
+
+    /// The pointer.
+    #[inline(always)]
+    pub fn get(&self) -> *const T {
+        // SAFETY: written only by `set`, before any reader (its contract).
+        unsafe { *self.0.get() }
+    }
+
+    /// Sets the pointer.
+    ///
+    /// # Safety
+    /// 1. Nothing reads it yet: the CPU this block is for has not started
+    ///    and takes no NMI, or (the boot CPU) its IDT is not loaded.
+    pub unsafe fn set(&self, p: *const T) {
+        // SAFETY: obligation 1: no reader overlaps this write.
+        unsafe { *self.0.get() = p };
+    }
 }
 
 impl core::fmt::Debug for CpuLocal {
@@ -137,6 +171,7 @@ impl CpuLocal {
             current_task: AtomicU8::new(NO_TASK),
             user_walk: WalkRange::new(),
             compat_walk: WalkRange::new(),
+            sampling: SetOnce::new(),
         }
     }
 
@@ -223,6 +258,28 @@ pub fn nmi_cpu(frame: &TrapFrame) -> &'static CpuLocal {
     // just below the word `init_ap` wrote with the block's address
     // (the callers pass the NMI upcall's frame); blocks live forever.
     unsafe { &**(core::ptr::from_ref(frame).add(1) as *const *const CpuLocal) }
+}
+
+/// What runs for a CPU's block before the CPU starts, as a
+/// `fn(&'static CpuLocal) -> bool` (0: nothing).
+static PREPARE: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets what runs for each CPU's block before the CPU starts (the sampling
+/// layer gives it its state); false keeps that CPU from starting.
+pub fn set_prepare(f: fn(&'static CpuLocal) -> bool) {
+    PREPARE.store(f as usize, Ordering::Release);
+}
+
+/// Runs the [`set_prepare`] function for `local`; true when there is none.
+pub fn prepare(local: &'static CpuLocal) -> bool {
+    match PREPARE.load(Ordering::Acquire) {
+        0 => true,
+        f => {
+            // SAFETY: a non-zero PREPARE holds the fn pointer `set_prepare` stored.
+            let f: fn(&'static CpuLocal) -> bool = unsafe { core::mem::transmute(f) };
+            f(local)
+        }
+    }
 }
 
 /// The boot CPU's block.

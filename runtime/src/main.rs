@@ -259,6 +259,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         }
     }
     smp::set_work(dispatch::cpu_work);
+    cpu::set_prepare(profile::prepare_cpu);
     report_cpus(&smp::start(
         cfg.smp,
         boot.rsdp(),

@@ -374,6 +374,9 @@ fn start_one(apic: &LocalApic, id: u32, index: u32) -> Option<&'static CpuLocal>
     let ist = leak_zeroed(3 * IST_STACK_SIZE)?;
     let tables: &'static CpuTables = Box::leak(Box::new(CpuTables::new()));
     let local: &'static CpuLocal = Box::leak(Box::new(CpuLocal::new(index, id, tables)));
+    if !cpu::prepare(local) {
+        return None;
+    }
     let ist_tops = [1u64, 2, 3].map(|i| ist + i * IST_STACK_SIZE as u64);
     let efer = arch_x86::cpu::EFER_LME
         | if crate::mm::nx() {

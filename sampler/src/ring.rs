@@ -236,6 +236,22 @@ impl<T, const N: usize> Ring<T, N> {
         }
     }
 
+    /// Makes the zeroed memory at `this` an empty ring with usable capacity
+    /// `N`, so that a ring too large for a stack is built where it lives
+    /// (allocated zeroed, then this). All zeroes is an empty ring but for
+    /// its capacity: every slot free for its first lap (the stamps are
+    /// relative to the index) and holding no value.
+    ///
+    /// # Safety
+    /// 1. `this` is valid for writes of a `Self`, aligned for it, and every
+    ///    byte of it is zero.
+    /// 2. Nothing else reads or writes it until this returns.
+    pub unsafe fn init_zeroed(this: *mut Self) {
+        // SAFETY: obligations 1 and 2; the field is plain memory (a
+        // zero `AtomicUsize`), overwritten whole.
+        unsafe { (&raw mut (*this).cap).write(AtomicUsize::new(N)) };
+    }
+
     /// Limits the usable capacity to `cap`, a power of two in `1..=N`. Only
     /// before the first push: call it at boot (e.g. for `ring=N`).
     pub fn set_capacity(&self, cap: usize) -> Result<(), CapacityError> {
@@ -492,6 +508,42 @@ impl<T, const N: usize> Drop for Ring<T, N> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zeroed_ring_made_in_place_works_like_a_new_one() {
+        type R = Ring<u64, 8>;
+        let layout = std::alloc::Layout::new::<R>();
+        // SAFETY: the layout is not zero-sized.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut R;
+        assert!(!p.is_null());
+        // SAFETY: `p` is zeroed, aligned memory for an `R`, used only here.
+        unsafe { R::init_zeroed(p) };
+        // SAFETY: initialised just above; freed below, after the last use.
+        let r = unsafe { &*p };
+        assert_eq!(r.capacity(), 8);
+        for v in 0..8 {
+            assert!(r.push(v));
+        }
+        assert!(!r.push(8));
+        assert_eq!(
+            (0..8).map(|_| r.pop().unwrap()).collect::<Vec<_>>(),
+            (0..8).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            r.stats(),
+            RingStats {
+                taken: 9,
+                delivered: 8,
+                lost: 1
+            }
+        );
+        // SAFETY: the ring is empty, so dropping it in place frees nothing
+        // it holds; then the memory goes back with its layout.
+        unsafe {
+            core::ptr::drop_in_place(p);
+            std::alloc::dealloc(p as *mut u8, layout);
+        }
+    }
     use proptest::prelude::*;
     use std::collections::VecDeque;
 

@@ -183,14 +183,20 @@ impl Throttle {
         }
     }
 
-    /// NMI path, end of the handler: the handler took `ns`. Lowers the rate
-    /// when the moving average exceeds the budget (perf_sample_event_took).
+    /// NMI path, end of the handler: the handler took `ns()` nanoseconds.
+    /// Lowers the rate when the moving average exceeds the budget
+    /// (perf_sample_event_took). `ns` is called only while a CPU-time
+    /// budget is in force, so without one the caller's conversion of its
+    /// clock to nanoseconds costs nothing.
     #[inline]
-    pub fn sample_took(&self, ns: u64) {
+    pub fn sample_took(&self, ns: impl FnOnce() -> u64) {
+        // A percent of 0 gives 0 allowed ns (`new`), and only a non-zero
+        // average above a non-zero allowance replaces it: one test covers both.
         let allowed = self.allowed_ns.load(Ordering::Relaxed);
-        if allowed == 0 || self.percent == 0 {
+        if allowed == 0 {
             return;
         }
+        let ns = ns();
         let mut running = self.running_len.load(Ordering::Relaxed);
         running -= running / NR_ACCUMULATED_SAMPLES;
         running = running.saturating_add(ns);
@@ -365,13 +371,13 @@ mod tests {
         let t = Throttle::new(ThrottleConfig::default());
         // Cheap handlers: nothing changes.
         for _ in 0..1000 {
-            t.sample_took(1_000);
+            t.sample_took(|| 1_000);
         }
         assert_eq!(t.max_sample_rate(), 100_000);
         assert_eq!(t.average_ns(), 1000, "moving average converged");
         // Expensive handlers (8 us, the "interrupt took too long" reports):
         for _ in 0..2000 {
-            t.sample_took(8_000);
+            t.sample_took(|| 8_000);
         }
         let avg = t.average_ns();
         assert!((7_900..=8_000).contains(&avg), "{avg}");

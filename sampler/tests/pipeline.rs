@@ -122,7 +122,7 @@ fn nmi_to_decoder_accounts_for_every_sample() {
                 queued.push(Record::Throttle(t));
             }
         }
-        throttle.sample_took(1_000);
+        throttle.sample_took(|| 1_000);
         if n % 7 == 0 {
             drain(&ring, &mut enc, &mut wire, time, 1 + rng.below(12) as usize);
         }

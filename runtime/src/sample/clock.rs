@@ -63,10 +63,8 @@ static HPET_TICKS: AtomicU64 = AtomicU64::new(0);
 /// which is periodic. `HPET_TICKS` is 0 unless the HPET ticks, so one load
 /// decides.
 ///
-/// When the clock's NMIs reach every CPU, the first CPU to take a tick
-/// re-arms the comparator; the others find it set for a later tick
-/// already (the counter is still below it) and leave it. So does an NMI
-/// of another source that comes before the tick is due.
+/// Only the boot CPU calls it: when the clock's NMIs reach every CPU, the
+/// others leave the comparator alone.
 #[inline]
 pub fn on_nmi() {
     let ticks = HPET_TICKS.load(Ordering::Relaxed);
@@ -74,14 +72,10 @@ pub fn on_nmi() {
         return;
     }
     let base = phys_to_virt(hpet::DEFAULT_BASE);
-    let due = HPET_NEXT.load(Ordering::Relaxed);
-    // SAFETY: `start` found the HPET there and started it; only the NMI path
-    // moves the comparator while it runs.
+    let mut next = HPET_NEXT.load(Ordering::Relaxed) + ticks;
+    // SAFETY: `start` found the HPET there and started it; only the boot
+    // CPU's NMI path moves the comparator while it runs.
     let now = unsafe { hpet::counter(base) };
-    if now < due {
-        return;
-    }
-    let mut next = due + ticks;
     if next <= now {
         next = now + ticks;
     }

@@ -6,7 +6,7 @@
 use crate::entry;
 use crate::proc as task;
 use arch_x86::frame::{Mode, TrapFrame};
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Whether the captured user registers can be trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,11 +41,10 @@ pub struct NmiCapture {
     pub cpu: u32,
 }
 
-static NMI_COUNT: AtomicU64 = AtomicU64::new(0);
-
-/// NMIs taken since boot.
+/// NMIs taken since boot, on every CPU (the sampling layer counts them:
+/// the common path's clock overflows and every other NMI).
 pub fn nmi_count() -> u64 {
-    NMI_COUNT.load(Ordering::Relaxed)
+    crate::sample::profile::nmis_taken()
 }
 
 /// The interrupted context by reference: what the sampling path reads,
@@ -54,6 +53,8 @@ pub fn nmi_count() -> u64 {
 pub struct NmiContext<'a> {
     /// The CPU the NMI arrived on.
     pub cpu: &'static crate::cpu::CpuLocal,
+    /// That CPU's sampling state (its ring, its throttle).
+    pub sampling: &'static crate::sample::profile::CpuSampling,
     /// The interrupted registers.
     pub interrupted: &'a TrapFrame,
     /// The mode the NMI interrupted.
@@ -72,8 +73,19 @@ pub struct NmiContext<'a> {
 /// Finds the task's user registers for the interrupted `frame`.
 #[inline(always)]
 pub fn context(frame: &TrapFrame) -> NmiContext<'_> {
-    let mode = frame.mode();
     let cpu = crate::cpu::nmi_cpu(frame);
+    context_on(frame, cpu, crate::sample::profile::of(cpu))
+}
+
+/// [`context`] for a caller that found the NMI's CPU and its sampling
+/// state already.
+#[inline(always)]
+pub fn context_on<'a>(
+    frame: &'a TrapFrame,
+    cpu: &'static crate::cpu::CpuLocal,
+    sampling: &'static crate::sample::profile::CpuSampling,
+) -> NmiContext<'a> {
+    let mode = frame.mode();
     let raw = cpu.current_task.load(Ordering::Relaxed);
     let task = (raw != task::NO_TASK).then_some(raw);
     // NO_TASK is 0xff, so the wrapping add gives 0 without a task.
@@ -98,6 +110,7 @@ pub fn context(frame: &TrapFrame) -> NmiContext<'_> {
     };
     NmiContext {
         cpu,
+        sampling,
         interrupted: frame,
         mode,
         task,
@@ -150,15 +163,30 @@ pub fn set_observer(slot: usize, f: Observer) {
     }
 }
 
+/// An NMI on a CPU other than the boot CPU, out of line: the boot CPU's
+/// path, inlined into the upcall, stays as short as a single CPU's.
+#[inline(never)]
+fn on_other_cpu(frame: &TrapFrame, entry_tsc: u64, cpu: &'static crate::cpu::CpuLocal) {
+    let s = crate::sample::profile::of(cpu);
+    crate::sample::profile::on_overflow(frame, entry_tsc, cpu, s);
+}
+
 /// Called by the NMI entry stub. The sampling path reads the frames in
 /// place; a copied capture is built for the observers, if any, after the
 /// sample is queued.
 #[inline(always)]
 pub extern "C" fn nmi_dispatch(frame: &mut TrapFrame) {
     let entry_tsc = rdtsc();
-    NMI_COUNT.fetch_add(1, Ordering::Relaxed);
-    crate::sample::clock::on_nmi();
-    crate::sample::profile::on_overflow(frame, entry_tsc);
+    let cpu = crate::cpu::nmi_cpu(frame);
+    if core::ptr::eq(cpu, crate::cpu::boot_cpu()) {
+        // The boot CPU alone moves the clock on (the other CPUs take its
+        // NMIs only while the self-test asks for every CPU).
+        crate::sample::clock::on_nmi();
+        let s = crate::sample::profile::boot_sampling();
+        crate::sample::profile::on_overflow(frame, entry_tsc, cpu, s);
+    } else {
+        on_other_cpu(frame, entry_tsc, cpu);
+    }
     if !ANY_OBSERVER.load(Ordering::Acquire) {
         return;
     }

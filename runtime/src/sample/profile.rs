@@ -10,11 +10,12 @@
 //! (`cpu-clock`), where every NMI is one overflow; the hardware PMU, whose
 //! PMIs are the NMIs; or the simulated PMU driven by the NMI clock.
 
+use crate::cpu::CpuLocal;
 use crate::sample::nmi::NmiContext;
 use arch_x86::frame::{Mode, TrapFrame};
 use arch_x86::gdt;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use sampler::capture::{DeferredUserRegs, RawFrame, RawSample, raw_flags};
 use sampler::drain::NmiRecord;
 use sampler::event::{EventConfig, PmuCaps, sample_type as st};
@@ -76,13 +77,10 @@ impl Extra<'_> {
     };
 }
 
-/// The time (ns) of the NMI clock's previous tick while sampling (set by
-/// [`start`]).
-static LAST_TICK_NS: AtomicU64 = AtomicU64::new(0);
 /// The TSC when sampling started and stopped, for the achieved rate.
 static STARTED_TSC: AtomicU64 = AtomicU64::new(0);
 static STOPPED_TSC: AtomicU64 = AtomicU64::new(0);
-/// [`CLOCK_OVERFLOWS`] when sampling started.
+/// [`clock_overflows`] when sampling started.
 static OVERFLOWS_AT_START: AtomicU64 = AtomicU64::new(0);
 
 /// NMI context, one tick of the NMI clock: the nanoseconds since
@@ -92,8 +90,8 @@ static OVERFLOWS_AT_START: AtomicU64 = AtomicU64::new(0);
 /// its own time, counted with it).
 /// `now` is the tick's time in ns (the sample's TIME).
 #[inline(always)]
-fn clock_period(now: u64) -> u64 {
-    now.wrapping_sub(LAST_TICK_NS.swap(now, Ordering::Relaxed))
+fn clock_period(s: &CpuSampling, now: u64) -> u64 {
+    now.wrapping_sub(s.last_tick_ns.swap(now, Ordering::Relaxed))
 }
 
 /// NMI context: the sample of the tick at `tsc` is not written (throttled,
@@ -101,9 +99,9 @@ fn clock_period(now: u64) -> u64 {
 /// sample's period starts here; a PMU sample (`x.period` set) has nothing
 /// to account.
 #[inline(always)]
-fn drop_clock_time(x: &Extra<'_>, tsc: u64) {
+fn drop_clock_time(s: &CpuSampling, x: &Extra<'_>, tsc: u64) {
     if x.period == 0 {
-        let _ = clock_period(crate::time::tsc_to_ns(tsc));
+        let _ = clock_period(s, crate::time::tsc_to_ns(tsc));
     }
 }
 
@@ -118,8 +116,162 @@ pub enum SampleSet {
     Minimal,
 }
 
-// Every slot starts as an empty sample, so the NMI path never initialises one.
-pub(crate) static RING: Ring<NmiRecord, RING_SLOTS> = Ring::new_filled();
+/// One CPU's part of sampling: its ring, its throttle, its throttle tick
+/// and its counters. The NMI path touches only its own CPU's ([`of`]).
+pub struct CpuSampling {
+    /// The CPU's index.
+    cpu: u32,
+    /// The records its NMIs queued for the drain.
+    pub(crate) ring: Ring<NmiRecord, RING_SLOTS>,
+    /// Its throttle (limits and CPU-time budget) and the sampled event's
+    /// throttle state.
+    throttle: ThrottleCell,
+    /// TSC value at which its next throttle tick starts.
+    next_tick_tsc: AtomicU64,
+    /// The time (ns) of the NMI clock's previous tick here while sampling.
+    last_tick_ns: AtomicU64,
+    /// Overflows of event 0 suppressed while throttled, not yet sent in a
+    /// Lost record (the others' are in `event_throttled_pending`).
+    pub(crate) throttled_pending: AtomicU64,
+    /// Overflows suppressed while throttled, in all.
+    pub(crate) throttled_total: AtomicU64,
+    /// Throttle and Unthrottle records queued in the ring (they pass
+    /// through the ring's counters but are not samples).
+    pub(crate) throttle_records: AtomicU64,
+    /// Throttle and Unthrottle records dropped because the ring was full.
+    throttle_records_dropped: AtomicU64,
+    /// NMI-clock overflows taken while sampling on the inline path (the
+    /// common one: the clock samples, nothing else routed).
+    fast_overflows: AtomicU64,
+    /// Of those, the ones that took no sample (throttled, or a mode the
+    /// event excludes): the rest are the samples whose cost the path
+    /// measured, so it counts them with no instruction of its own.
+    fast_unsampled: AtomicU64,
+    /// NMIs that took the routed path (every NMI but the inline path's).
+    routed_nmis: AtomicU64,
+    /// NMI-clock overflows taken while sampling on the routed path.
+    routed_overflows: AtomicU64,
+    /// Samples the routed path measured.
+    routed_measured: AtomicU64,
+    /// TSC ticks from NMI entry to the end of the push, over every sample
+    /// measured.
+    nmi_cost_tsc: AtomicU64,
+    /// Ring losses of events 1.. (the NMI side counts them next to the
+    /// ring's own count; the drain splits the ring's losses by them).
+    pub(crate) event_ring_lost: [AtomicU64; MAX_EVENTS],
+    /// Overflows of events 1.. suppressed while throttled, not yet sent in
+    /// a Lost record.
+    pub(crate) event_throttled_pending: [AtomicU64; MAX_EVENTS],
+}
+
+impl core::fmt::Debug for CpuSampling {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CpuSampling")
+            .field("ring", &self.ring)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CpuSampling {
+    /// The boot CPU's, a static: every ring slot starts as an empty sample,
+    /// so the NMI path never initialises one.
+    const fn boot() -> Self {
+        CpuSampling {
+            cpu: 0,
+            ring: Ring::new_filled(),
+            throttle: ThrottleCell(UnsafeCell::new((
+                Throttle::new(ThrottleConfig {
+                    max_sample_rate: u64::MAX,
+                    cpu_time_max_percent: 0,
+                    tick_hz: TICK_HZ,
+                }),
+                EventThrottle::new(),
+            ))),
+            next_tick_tsc: AtomicU64::new(0),
+            last_tick_ns: AtomicU64::new(0),
+            throttled_pending: AtomicU64::new(0),
+            throttled_total: AtomicU64::new(0),
+            throttle_records: AtomicU64::new(0),
+            throttle_records_dropped: AtomicU64::new(0),
+            fast_overflows: AtomicU64::new(0),
+            fast_unsampled: AtomicU64::new(0),
+            routed_nmis: AtomicU64::new(0),
+            routed_overflows: AtomicU64::new(0),
+            routed_measured: AtomicU64::new(0),
+            nmi_cost_tsc: AtomicU64::new(0),
+            event_ring_lost: per_event(),
+            event_throttled_pending: per_event(),
+        }
+    }
+
+    /// The throttle (see `ThrottleCell`).
+    #[inline(always)]
+    pub(crate) fn throttle(&self) -> &(Throttle, EventThrottle) {
+        // SAFETY: see `ThrottleCell`.
+        unsafe { &*self.throttle.0.get() }
+    }
+}
+
+static BOOT_SAMPLING: CpuSampling = CpuSampling::boot();
+
+/// The boot CPU's sampling state.
+#[inline(always)]
+pub fn boot_sampling() -> &'static CpuSampling {
+    &BOOT_SAMPLING
+}
+
+/// The sampling state of the CPU `cpu` describes.
+#[inline(always)]
+pub(crate) fn of(cpu: &CpuLocal) -> &'static CpuSampling {
+    // SAFETY: every CPU's `sampling` points at its `CpuSampling` before it
+    // can take an NMI or run the drain (`configure` for the boot CPU,
+    // before the IDT is loaded; `prepare_cpu` for the others, before they
+    // start), and the state lives for the rest of the run.
+    unsafe { &*(cpu.sampling.get() as *const CpuSampling) }
+}
+
+/// Every CPU's sampling state, the boot CPU's first.
+pub(crate) fn every_cpu() -> impl Iterator<Item = (u32, &'static CpuSampling)> {
+    (0..crate::smp::online()).filter_map(|i| crate::smp::cpu(i).map(|c| (i, of(c))))
+}
+
+/// The usable ring capacity `ring=` set (every CPU's ring gets it).
+static RING_CAP: AtomicUsize = AtomicUsize::new(RING_SLOTS);
+
+/// Gives CPU `local` (not yet started) its sampling state: a ring with the
+/// capacity in force and the throttle as configured. False when the heap
+/// has no room (the CPU is then not started). Registered with
+/// `cpu::set_prepare`.
+pub fn prepare_cpu(local: &'static CpuLocal) -> bool {
+    let layout = core::alloc::Layout::new::<CpuSampling>();
+    // SAFETY: the layout is not zero-sized.
+    let p = unsafe { alloc::alloc::alloc_zeroed(layout) } as *mut CpuSampling;
+    if p.is_null() {
+        return false;
+    }
+    // SAFETY: `p` is zeroed memory for a `CpuSampling`, used by no one
+    // else yet: zero is a valid value of every field but the ring's
+    // capacity (which `init_zeroed` sets) and the throttle (written whole);
+    // the block is never freed.
+    let s = unsafe {
+        Ring::init_zeroed(&raw mut (*p).ring);
+        (&raw mut (*p).cpu).write(local.index);
+        (&raw mut (*p).throttle).write(ThrottleCell(UnsafeCell::new((
+            Throttle::new(throttle_config()),
+            EventThrottle::new(),
+        ))));
+        &*p
+    };
+    if s.ring
+        .set_capacity(RING_CAP.load(Ordering::Relaxed))
+        .is_err()
+    {
+        return false;
+    }
+    // SAFETY: the CPU has not started: nothing reads its block yet.
+    unsafe { local.sampling.set((s as *const CpuSampling).cast()) };
+    true
+}
 /// Samples parked until the next return to user mode (`uregs=return`).
 static PARKED: DeferredUserRegs<PARKED_SLOTS> = DeferredUserRegs::new();
 /// Parked samples at most; more in one stay in the runtime get ABI_NONE.
@@ -137,8 +289,6 @@ static PERIOD_ATTR: AtomicU64 = AtomicU64::new(0);
 /// `branch_sample_type` of the simulated PMU's branch stacks (`branch=`).
 static BRANCHES: AtomicU64 = AtomicU64::new(crate::sample::pmu::DEFAULT_BRANCHES);
 static NOT_SAMPLED: AtomicU64 = AtomicU64::new(0);
-static NMI_COST_TSC: AtomicU64 = AtomicU64::new(0);
-static NMI_COST_COUNT: AtomicU64 = AtomicU64::new(0);
 /// Modes the event excludes ([`EXCLUDE_USER`], [`EXCLUDE_KERNEL`]).
 static EXCLUDE: AtomicU32 = AtomicU32::new(0);
 const EXCLUDE_USER: u32 = 1;
@@ -217,12 +367,6 @@ const fn per_event() -> [AtomicU64; MAX_EVENTS] {
     [const { AtomicU64::new(0) }; MAX_EVENTS]
 }
 
-/// Ring losses of events 1.. (the NMI side counts them next to the ring's
-/// own count; the drain splits the ring's losses by them).
-pub(crate) static EVENT_RING_LOST: [AtomicU64; MAX_EVENTS] = per_event();
-/// Overflows of events 1.. suppressed while throttled, not yet sent in a
-/// Lost record (event 0's are [`THROTTLED_PENDING`]).
-pub(crate) static EVENT_THROTTLED_PENDING: [AtomicU64; MAX_EVENTS] = per_event();
 /// Per event of a set of several: the modes it excludes ([`EXCLUDE_USER`],
 /// [`EXCLUDE_KERNEL`]), checked on the PMU's path ([`pmu_overflow`]); a
 /// single event's are in [`EXCLUDE`], on the common path.
@@ -243,46 +387,23 @@ pub struct PmuEvent {
 /// Timer ticks per second for throttling (perf's `HZ`); the tick is
 /// derived from the TSC in the NMI handler.
 pub const TICK_HZ: u64 = 1000;
-static THROTTLE: ThrottleCell = ThrottleCell(UnsafeCell::new((
-    Throttle::new(ThrottleConfig {
-        max_sample_rate: u64::MAX,
-        cpu_time_max_percent: 0,
-        tick_hz: TICK_HZ,
-    }),
-    EventThrottle::new(),
-)));
 /// TSC ticks per throttle tick (0: throttling not configured yet).
 static TICK_TSC: AtomicU64 = AtomicU64::new(0);
-/// TSC value at which the next tick starts.
-static NEXT_TICK_TSC: AtomicU64 = AtomicU64::new(0);
 /// `max_rate=` as configured (0: no limit).
 static MAX_RATE_CONFIGURED: AtomicU32 = AtomicU32::new(0);
-/// Overflows suppressed while throttled, not yet sent in a Lost record.
-pub(crate) static THROTTLED_PENDING: AtomicU64 = AtomicU64::new(0);
-/// Overflows suppressed while throttled, in all.
-pub(crate) static THROTTLED_TOTAL: AtomicU64 = AtomicU64::new(0);
-/// Throttle and Unthrottle records queued in the ring (they pass through
-/// the ring's counters but are not samples).
-pub(crate) static THROTTLE_RECORDS: AtomicU64 = AtomicU64::new(0);
-/// Throttle and Unthrottle records dropped because the ring was full.
-static THROTTLE_RECORDS_DROPPED: AtomicU64 = AtomicU64::new(0);
+/// `cpu_pct=` as configured.
+static CPU_PCT_CONFIGURED: AtomicU32 = AtomicU32::new(0);
 
-/// The throttle (limits and CPU-time budget) and the sampled event's
+/// A CPU's throttle (limits and CPU-time budget) and its sampled event's
 /// throttle state (one event per CPU), replaced by [`configure_throttle`]
 /// only while sampling is off.
 struct ThrottleCell(UnsafeCell<(Throttle, EventThrottle)>);
-// SAFETY: written only by `configure_throttle`, outside NMI context and
-// while sampling is off; the NMI path reads it only after seeing it on
-// (ROUTE, Acquire),
-// and on this single CPU an NMI runs to completion before the interrupted
-// code resumes, so no reader overlaps a write.
+// SAFETY: written only by `configure_throttle` (and `prepare_cpu`, before
+// its CPU starts), outside NMI context and while sampling is off; the NMI
+// path reads it only after seeing sampling on (ROUTE, Acquire). Each CPU's
+// is used by that CPU's NMIs alone, and an NMI runs to completion before
+// the code it interrupted resumes, so no reader overlaps a write.
 unsafe impl Sync for ThrottleCell {}
-
-#[inline(always)]
-pub(crate) fn throttle() -> &'static (Throttle, EventThrottle) {
-    // SAFETY: see `ThrottleCell`.
-    unsafe { &*THROTTLE.0.get() }
-}
 
 /// The PMU's events, written once by [`configure_hw`] / [`configure_sim`]
 /// before sampling starts and only read afterwards.
@@ -457,6 +578,15 @@ pub fn pmu_overflow(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) -> bool
 /// Configures the event for `freq_hz` (the rate really programmed, in
 /// mHz) and `set`; call before [`start`].
 pub fn configure(freq_hz: u32, actual_mhz: u64, set: SampleSet) {
+    // The boot CPU's sampling state, before its first NMI (the IDT is
+    // loaded after this).
+    // SAFETY: the IDT is loaded after this (`cpu::init`), so no NMI reads
+    // it yet.
+    unsafe {
+        crate::cpu::boot_cpu()
+            .sampling
+            .set((&raw const BOOT_SAMPLING).cast())
+    };
     let base = st::IDENTIFIER | st::IP | st::TID | st::TIME | st::CPU | st::PERIOD;
     let (stype, ru, ri) = match set {
         SampleSet::Minimal => (base, 0, 0),
@@ -539,26 +669,33 @@ pub fn configure_throttle(max_rate: u32, cpu_pct: u32) {
     if sampling() {
         return;
     }
-    let cfg = if max_rate == 0 {
-        ThrottleConfig {
+    MAX_RATE_CONFIGURED.store(max_rate, Ordering::Relaxed);
+    CPU_PCT_CONFIGURED.store(cpu_pct, Ordering::Relaxed);
+    let cfg = throttle_config();
+    for (_, s) in every_cpu() {
+        // SAFETY: sampling is off (checked above) and this is not NMI
+        // context: see `ThrottleCell`.
+        unsafe { *s.throttle.0.get() = (Throttle::new(cfg), EventThrottle::new()) };
+        s.next_tick_tsc.store(0, Ordering::Relaxed);
+    }
+    let tick = (crate::time::tsc_hz() / TICK_HZ).max(1);
+    TICK_TSC.store(tick, Ordering::Relaxed);
+}
+
+/// The throttle's limits as configured.
+fn throttle_config() -> ThrottleConfig {
+    match MAX_RATE_CONFIGURED.load(Ordering::Relaxed) {
+        0 => ThrottleConfig {
             max_sample_rate: u64::MAX,
             cpu_time_max_percent: 0,
             tick_hz: TICK_HZ,
-        }
-    } else {
-        ThrottleConfig {
-            max_sample_rate: u64::from(max_rate),
-            cpu_time_max_percent: u64::from(cpu_pct),
+        },
+        rate => ThrottleConfig {
+            max_sample_rate: u64::from(rate),
+            cpu_time_max_percent: u64::from(CPU_PCT_CONFIGURED.load(Ordering::Relaxed)),
             tick_hz: TICK_HZ,
-        }
-    };
-    // SAFETY: sampling is off (checked above) and this is not NMI context:
-    // see `ThrottleCell`.
-    unsafe { *THROTTLE.0.get() = (Throttle::new(cfg), EventThrottle::new()) };
-    MAX_RATE_CONFIGURED.store(max_rate, Ordering::Relaxed);
-    let tick = (crate::time::tsc_hz() / TICK_HZ).max(1);
-    TICK_TSC.store(tick, Ordering::Relaxed);
-    NEXT_TICK_TSC.store(0, Ordering::Relaxed);
+        },
+    }
 }
 
 /// `max_rate=` as configured (0: no limit).
@@ -567,9 +704,17 @@ pub fn max_rate_configured() -> u32 {
 }
 
 /// Outside NMI context, without the wire (the self-test): takes every
-/// queued record out of the ring, in order, handing each to `f`.
-pub fn take_queued(mut f: impl FnMut(&NmiRecord)) {
-    while RING.pop_with(|r| f(r)).is_some() {}
+/// queued record out of every CPU's ring, each ring's in order, handing
+/// each to `f` with its CPU.
+pub fn take_queued(mut f: impl FnMut(u32, &NmiRecord)) {
+    for (cpu, s) in every_cpu() {
+        while s.ring.pop_with(|r| f(cpu, r)).is_some() {}
+    }
+}
+
+/// Whether every CPU's ring is empty.
+pub fn rings_empty() -> bool {
+    every_cpu().all(|(_, s)| s.ring.is_empty())
 }
 
 /// What the throttle did so far.
@@ -590,23 +735,32 @@ pub struct ThrottleStats {
     pub average_ns: u64,
 }
 
-/// The throttle's counters.
+/// The throttles' counters, summed over the CPUs (the rate limit and the
+/// handler's average time are the boot CPU's).
 pub fn throttle_stats() -> ThrottleStats {
-    let (t, _) = throttle();
-    ThrottleStats {
-        throttles: t.throttle_count(),
-        suppressed: THROTTLED_TOTAL.load(Ordering::Relaxed),
-        records: THROTTLE_RECORDS.load(Ordering::Relaxed),
-        records_dropped: THROTTLE_RECORDS_DROPPED.load(Ordering::Relaxed),
+    let (t, _) = BOOT_SAMPLING.throttle();
+    let mut stats = ThrottleStats {
         max_rate: t.max_sample_rate(),
         average_ns: t.average_ns(),
+        ..ThrottleStats::default()
+    };
+    for (_, s) in every_cpu() {
+        stats.throttles += s.throttle().0.throttle_count();
+        stats.suppressed += s.throttled_total.load(Ordering::Relaxed);
+        stats.records += s.throttle_records.load(Ordering::Relaxed);
+        stats.records_dropped += s.throttle_records_dropped.load(Ordering::Relaxed);
     }
+    stats
 }
 
-/// Caps the usable ring slots (`ring=N`); returns the capacity in force.
+/// Caps the usable ring slots (`ring=N`) of every CPU's ring, and of those
+/// of CPUs started later; returns the capacity in force.
 pub fn set_ring_slots(n: u32) -> Result<usize, sampler::ring::CapacityError> {
-    RING.set_capacity(n as usize)?;
-    Ok(RING.capacity())
+    for (_, s) in every_cpu() {
+        s.ring.set_capacity(n as usize)?;
+    }
+    RING_CAP.store(n as usize, Ordering::Relaxed);
+    Ok(BOOT_SAMPLING.ring.capacity())
 }
 
 /// Starts sampling.
@@ -615,7 +769,10 @@ pub fn start() {
     RUNTIME_WALK.set(8, l.data);
     crate::proc::set_walk(l.user_data);
     let now = crate::sample::nmi::rdtsc();
-    LAST_TICK_NS.store(crate::time::tsc_to_ns(now), Ordering::Relaxed);
+    for (_, s) in every_cpu() {
+        s.last_tick_ns
+            .store(crate::time::tsc_to_ns(now), Ordering::Relaxed);
+    }
     STARTED_TSC.store(now, Ordering::Relaxed);
     STOPPED_TSC.store(0, Ordering::Relaxed);
     OVERFLOWS_AT_START.store(clock_overflows(), Ordering::Relaxed);
@@ -628,9 +785,9 @@ pub fn start() {
 pub fn stop() {
     ROUTE.fetch_or(NOT_SAMPLING, Ordering::SeqCst);
     STOPPED_TSC.store(crate::sample::nmi::rdtsc(), Ordering::Relaxed);
-    // An NMI that saw sampling on runs to completion before this line (one CPU), so
-    // nothing parks after it.
-    PARKED.abandon(&RING);
+    // An NMI that saw sampling on runs to completion before this line (only
+    // the boot CPU's NMIs park), so nothing parks after it.
+    PARKED.abandon(&BOOT_SAMPLING.ring);
 }
 
 /// Copies the trap frame into a ring slot's raw frame: the 22 words as
@@ -777,37 +934,51 @@ fn callchain(r: &mut RawSample, ctx: &NmiContext<'_>) {
 /// bounded copies only. `entry_tsc` is the TSC read first thing in the
 /// handler (for the per-sample cost and the handler time the CPU-time
 /// budget averages).
+///
+/// `cpu` is the CPU that took it and `s` its sampling state: the NMI
+/// dispatch calls this once with the boot CPU's state, a static at an
+/// address known when linking (so that copy reaches its fields as a single
+/// CPU's were, with no register held for them), and once with the others'.
 #[inline(always)]
-pub fn on_overflow(frame: &TrapFrame, entry_tsc: u64) {
+pub fn on_overflow(
+    frame: &TrapFrame,
+    entry_tsc: u64,
+    cpu: &'static CpuLocal,
+    s: &'static CpuSampling,
+) {
     // Acquire: sampling on means its configuration is visible.
     let route = ROUTE.load(Ordering::Acquire);
     if route == CLOCK_SAMPLES {
         // Sampling on, the NMI clock's own sample, built inline.
-        if entry_tsc >= NEXT_TICK_TSC.load(Ordering::Relaxed) {
-            new_tick(entry_tsc);
+        if entry_tsc >= s.next_tick_tsc.load(Ordering::Relaxed) {
+            new_tick(s, s.cpu, entry_tsc);
         }
-        CLOCK_OVERFLOWS.fetch_add(1, Ordering::Relaxed);
-        if !overflow(&crate::sample::nmi::context(frame), entry_tsc, &Extra::NONE) {
+        s.fast_overflows.fetch_add(1, Ordering::Relaxed);
+        let ctx = crate::sample::nmi::context_on(frame, cpu, s);
+        if !overflow(&ctx, entry_tsc, &Extra::NONE) {
             // Suppressed: nothing was sampled.
+            s.fast_unsampled.fetch_add(1, Ordering::Relaxed);
             return;
         }
-    } else if !routed(frame, entry_tsc, route) {
+    } else if routed(frame, s, entry_tsc, route) {
+        s.routed_measured.fetch_add(1, Ordering::Relaxed);
+    } else {
         return;
     }
     let cost = crate::sample::nmi::rdtsc().wrapping_sub(entry_tsc);
-    NMI_COST_TSC.fetch_add(cost, Ordering::Relaxed);
-    NMI_COST_COUNT.fetch_add(1, Ordering::Relaxed);
-    throttle().0.sample_took(crate::time::tsc_to_ns(cost));
+    s.nmi_cost_tsc.fetch_add(cost, Ordering::Relaxed);
+    s.throttle().0.sample_took(|| crate::time::tsc_to_ns(cost));
 }
 
 /// NMI context, out of line: an NMI the PMU may have raised, or a clock
 /// NMI of the simulated or hardware PMU mode. True when a sample was taken
 /// (and its cost is to be accounted).
 #[inline(never)]
-fn routed(frame: &TrapFrame, entry_tsc: u64, route: u8) -> bool {
+fn routed(frame: &TrapFrame, s: &CpuSampling, entry_tsc: u64, route: u8) -> bool {
+    s.routed_nmis.fetch_add(1, Ordering::Relaxed);
     let on = route & NOT_SAMPLING == 0;
-    if on && entry_tsc >= NEXT_TICK_TSC.load(Ordering::Relaxed) {
-        new_tick(entry_tsc);
+    if on && entry_tsc >= s.next_tick_tsc.load(Ordering::Relaxed) {
+        new_tick(s, crate::cpu::nmi_cpu(frame).index, entry_tsc);
     }
     // A PMI of the hardware PMU is serviced (and sampled when on) there.
     let pmi = route & PMU_NMIS != 0 && crate::sample::pmu::on_nmi(frame, entry_tsc, on);
@@ -819,7 +990,7 @@ fn routed(frame: &TrapFrame, entry_tsc: u64, route: u8) -> bool {
     }
     match route & CLOCK_ROLE {
         CLOCK_SAMPLES => {
-            CLOCK_OVERFLOWS.fetch_add(1, Ordering::Relaxed);
+            s.routed_overflows.fetch_add(1, Ordering::Relaxed);
             overflow(&crate::sample::nmi::context(frame), entry_tsc, &Extra::NONE)
         }
         CLOCK_DRIVES_SIM => {
@@ -831,13 +1002,24 @@ fn routed(frame: &TrapFrame, entry_tsc: u64, route: u8) -> bool {
     }
 }
 
-/// NMI-clock overflows taken while sampling (each becomes a sample or a
-/// suppressed, counted overflow).
-static CLOCK_OVERFLOWS: AtomicU64 = AtomicU64::new(0);
+/// NMIs taken since boot on every CPU: each took the inline path (one
+/// clock overflow) or the routed one.
+pub fn nmis_taken() -> u64 {
+    every_cpu()
+        .map(|(_, s)| {
+            s.fast_overflows.load(Ordering::Relaxed) + s.routed_nmis.load(Ordering::Relaxed)
+        })
+        .sum()
+}
 
-/// NMI-clock overflows taken while sampling, since boot.
+/// NMI-clock overflows taken while sampling, since boot, on every CPU
+/// (each becomes a sample or a suppressed, counted overflow).
 pub fn clock_overflows() -> u64 {
-    CLOCK_OVERFLOWS.load(Ordering::Relaxed)
+    every_cpu()
+        .map(|(_, s)| {
+            s.fast_overflows.load(Ordering::Relaxed) + s.routed_overflows.load(Ordering::Relaxed)
+        })
+        .sum()
 }
 
 /// NMI context: one overflow of the sampled event, through the throttle
@@ -848,47 +1030,49 @@ pub fn clock_overflows() -> u64 {
 /// The caller stops a hardware counter when [`throttled`] says so.
 #[inline(always)]
 pub fn overflow(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) -> bool {
-    let (t, e) = throttle();
+    let s = ctx.sampling;
+    let (t, e) = s.throttle();
     let action = t.on_overflow(e);
     if action == OverflowAction::Suppressed {
         // Event 0's pending count is the drain's first; the others' are
         // by event (a constant 0 on the NMI clock's path).
         if x.event == 0 {
-            THROTTLED_PENDING.fetch_add(1, Ordering::Relaxed);
+            s.throttled_pending.fetch_add(1, Ordering::Relaxed);
         } else {
-            EVENT_THROTTLED_PENDING[usize::from(x.event) & (MAX_EVENTS - 1)]
+            s.event_throttled_pending[usize::from(x.event) & (MAX_EVENTS - 1)]
                 .fetch_add(1, Ordering::Relaxed);
         }
-        THROTTLED_TOTAL.fetch_add(1, Ordering::Relaxed);
-        drop_clock_time(x, entry_tsc);
+        s.throttled_total.fetch_add(1, Ordering::Relaxed);
+        drop_clock_time(s, x, entry_tsc);
         return false;
     }
     // One call site, so the sample is built inline.
     push_sample(ctx, entry_tsc, x);
     if action == OverflowAction::SampleThenThrottle {
-        push_transition(true, entry_tsc);
+        push_transition(s, ctx.cpu.index, true, entry_tsc);
     }
     true
 }
 
-/// NMI-safe: whether the sampled event is throttled now (a hardware
-/// counter should be stopped until the next tick).
+/// NMI-safe: whether the sampled event is throttled now on `cpu` (a
+/// hardware counter should be stopped until the next tick).
 #[inline(always)]
-pub fn throttled() -> bool {
-    throttle().1.is_throttled()
+pub fn throttled(cpu: &CpuLocal) -> bool {
+    of(cpu).throttle().1.is_throttled()
 }
 
 /// NMI context: the TSC crossed a tick boundary: advance the tick and, if
 /// the event was throttled, unthrottle it (Unthrottle record, the counter
 /// restarted).
 #[inline(never)]
-fn new_tick(tsc: u64) {
+fn new_tick(s: &CpuSampling, cpu: u32, tsc: u64) {
     let tick = TICK_TSC.load(Ordering::Relaxed).max(1);
-    NEXT_TICK_TSC.store((tsc / tick + 1) * tick, Ordering::Relaxed);
-    let (t, e) = throttle();
+    s.next_tick_tsc
+        .store((tsc / tick + 1) * tick, Ordering::Relaxed);
+    let (t, e) = s.throttle();
     t.tick();
     if t.on_tick(e) {
-        push_transition(false, tsc);
+        push_transition(s, cpu, false, tsc);
         crate::sample::pmu::unthrottle();
     }
 }
@@ -899,19 +1083,15 @@ fn new_tick(tsc: u64) {
 /// record that finds the ring full is dropped and counted (it is not a
 /// sample, so it must not count as a lost one).
 #[inline(never)]
-fn push_transition(on: bool, tsc: u64) {
+fn push_transition(s: &CpuSampling, cpu: u32, on: bool, tsc: u64) {
     let time = crate::time::tsc_to_ns(tsc);
     for event in 0..hw_events().len().max(1) as u32 {
-        if RING.len() >= RING.capacity() {
-            THROTTLE_RECORDS_DROPPED.fetch_add(1, Ordering::Relaxed);
+        if s.ring.len() >= s.ring.capacity() {
+            s.throttle_records_dropped.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        let ev = ThrottleEvent {
-            time,
-            cpu: 0,
-            event,
-        };
-        let pushed = RING.push_with(|rec| {
+        let ev = ThrottleEvent { time, cpu, event };
+        let pushed = s.ring.push_with(|rec| {
             *rec = if on {
                 NmiRecord::Throttle(ev)
             } else {
@@ -919,7 +1099,7 @@ fn push_transition(on: bool, tsc: u64) {
             }
         });
         if pushed {
-            THROTTLE_RECORDS.fetch_add(1, Ordering::Relaxed);
+            s.throttle_records.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -958,16 +1138,17 @@ pub fn push_sample(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) {
         }
     }
     // Drops and counts the sample when the ring is full.
-    let pushed = RING.push_with(
+    let s = ctx.sampling;
+    let pushed = s.ring.push_with(
         #[inline(always)]
         |rec| fill_sample(rec.sample_mut(), ctx, entry_tsc, x, stype, saved_user),
     );
     if !pushed {
         if x.event != 0 {
-            EVENT_RING_LOST[usize::from(x.event) & (MAX_EVENTS - 1)]
+            s.event_ring_lost[usize::from(x.event) & (MAX_EVENTS - 1)]
                 .fetch_add(1, Ordering::Relaxed);
         }
-        drop_clock_time(x, entry_tsc);
+        drop_clock_time(s, x, entry_tsc);
     }
 }
 
@@ -1007,7 +1188,7 @@ fn fill_sample(
     // The NMI clock's period is measured here, where the sample is
     // written, so the value is not held across the ring claim.
     r.period = if x.period == 0 {
-        clock_period(now)
+        clock_period(ctx.sampling, now)
     } else {
         x.period
     };
@@ -1075,7 +1256,7 @@ pub extern "C" fn on_return(frame: &TrapFrame) {
     let mut user = RawFrame::ZERO;
     copy_frame(&mut user, frame);
     let compat = compat(frame.cs, 1) != 0;
-    PARKED.complete(tid, &user, compat, &RING);
+    PARKED.complete(tid, &user, compat, &BOOT_SAMPLING.ring);
 }
 
 /// Thread `tid` ended and will never return to user mode: its samples
@@ -1089,7 +1270,7 @@ pub fn release_parked(tid: u32) {
     // as it was.
     let was_closed = PARKED.in_exit_window();
     PARKED.enter_exit_window();
-    PARKED.release(tid, &RING);
+    PARKED.release(tid, &BOOT_SAMPLING.ring);
     if !was_closed {
         PARKED.leave_exit_window();
     }
@@ -1147,10 +1328,13 @@ pub fn clock_rate() -> Option<ClockRate> {
 /// `(TSC ticks spent from NMI entry to the end of the push, samples measured)`;
 /// under `-icount shift=0` the ticks are instructions.
 pub fn nmi_cost() -> (u64, u64) {
-    (
-        NMI_COST_TSC.load(Ordering::Relaxed),
-        NMI_COST_COUNT.load(Ordering::Relaxed),
-    )
+    every_cpu().fold((0, 0), |(t, n), (_, s)| {
+        (
+            t + s.nmi_cost_tsc.load(Ordering::Relaxed),
+            n + s.fast_overflows.load(Ordering::Relaxed) - s.fast_unsampled.load(Ordering::Relaxed)
+                + s.routed_measured.load(Ordering::Relaxed),
+        )
+    })
 }
 
 /// Outside NMI context, after sampling stopped: the end-of-run report of

@@ -243,9 +243,11 @@ pub(super) fn spin_in_int80() -> TestResult {
 }
 
 /// Every CPU runs a spinning task of its own, each with registers of its
-/// own, while the clock's NMIs reach every CPU: each CPU's captures name
-/// its own task and hold exactly that task's registers, and every CPU has
-/// some. With one CPU there is nothing to tell apart.
+/// own, while the clock's NMIs reach every CPU and sampling is on: each
+/// CPU's captures name its own task and hold exactly that task's
+/// registers, every CPU has some; each CPU's ring holds only samples that
+/// name that CPU and its task, and every ring's counts add up. With one
+/// CPU there is nothing to tell apart.
 pub(super) fn exact_regs_per_cpu() -> TestResult {
     let max = (recorder::SLOTS as u32 / WANT_CAPTURES).min(8);
     let cpus = crate::smp::online().min(max);
@@ -265,7 +267,9 @@ pub(super) fn exact_regs_per_cpu() -> TestResult {
         task::pin(id, c as u8);
         let _ = ids.push(id);
     }
+    profile::take_queued(|_, _| {});
     recorder::start(Mode::User64, WANT_CAPTURES * cpus, SPIN_BUDGET);
+    profile::start();
     crate::sample::clock::deliver_to_every_cpu(true);
     for c in 1..cpus {
         crate::smp::kick(c);
@@ -281,7 +285,41 @@ pub(super) fn exact_regs_per_cpu() -> TestResult {
         core::hint::spin_loop();
     }
     crate::sample::clock::deliver_to_every_cpu(false);
+    profile::stop();
     let (n, _) = recorder::stop();
+    // Each ring: its own CPU's samples only, of that CPU's task while it
+    // ran one (or of no task), and exact counts.
+    let mut samples = [0u32; 8];
+    let mut wrong: Option<(u32, u32, u32)> = None;
+    profile::take_queued(|cpu, r| {
+        if let sampler::drain::NmiRecord::Sample(raw) = r {
+            let own = ids.get(cpu as usize).map(|&id| u32::from(id) + 1);
+            if raw.cpu != cpu || (raw.tid != 0 && Some(raw.tid) != own) {
+                wrong.get_or_insert((cpu, raw.cpu, raw.tid));
+            } else if Some(raw.tid) == own {
+                samples[cpu as usize % 8] += 1;
+            }
+        }
+    });
+    if let Some((ring, cpu, tid)) = wrong {
+        fail!("CPU {ring}'s ring holds a sample of CPU {cpu}, tid {tid}");
+    }
+    for (c, s) in profile::every_cpu() {
+        let st = s.ring.stats();
+        ensure!(
+            st.taken == st.delivered + st.lost,
+            "CPU {c}'s ring: {} taken, {} delivered, {} lost",
+            st.taken,
+            st.delivered,
+            st.lost
+        );
+    }
+    for c in 0..cpus {
+        ensure!(
+            samples[c as usize] > 0,
+            "no sample of CPU {c}'s task in its ring"
+        );
+    }
     for (c, &id) in ids.iter().enumerate() {
         let state = task::get(id).map(|t| t.state);
         ensure!(

@@ -28,7 +28,7 @@ pub(super) fn nmi_clock_throttle(cfg: &Config) -> TestResult {
         return Ok(());
     }
     // Leftovers from earlier tests, if any, are not this test's.
-    profile::take_queued(|_| {});
+    profile::take_queued(|_, _| {});
     profile::configure_throttle(1000, 0);
     let before = profile::throttle_stats();
     let end_before = crate::stream::drain::end_counters();
@@ -47,7 +47,7 @@ pub(super) fn nmi_clock_throttle(cfg: &Config) -> TestResult {
     let mut order_ok = true;
     let mut last_was_sample = false;
     let mut throttled = false;
-    profile::take_queued(|r| match r {
+    profile::take_queued(|_, r| match r {
         NmiRecord::Sample(_) => {
             samples += 1;
             order_ok &= !throttled;

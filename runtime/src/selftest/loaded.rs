@@ -329,7 +329,7 @@ pub(super) fn loaded_return_to_user_regs() -> TestResult {
         );
         return Ok(());
     }
-    profile::take_queued(|_| {});
+    profile::take_queued(|_, _| {});
     profile::set_user_regs_at_return(true);
     let event = profile::event();
     let started = start_loaded("ld_ret64", false, user::loaded_sys64(), 20_000);
@@ -361,7 +361,7 @@ pub(super) fn loaded_return_to_user_regs() -> TestResult {
     let (mut exact, mut none, mut user_mode, mut first) = (0u32, 0u32, 0u32, 0u32);
     let mut bad: Option<(Reg, u64, u64)> = None;
     let mut bad_abi = None;
-    profile::take_queued(|r| {
+    profile::take_queued(|_, r| {
         let NmiRecord::Sample(raw) = r else { return };
         let s = raw.expand(&event);
         if s.pid != u32::from(id) + 1 {

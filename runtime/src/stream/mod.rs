@@ -215,7 +215,7 @@ pub fn finish() -> End {
     while crate::stream::drain::drain_up_to(usize::MAX) > 0 {}
     // Sampling is off but a full flight-recorder buffer may have left
     // records in the ring: wait for room until it is empty.
-    while !crate::sample::profile::RING.is_empty() {
+    while !crate::sample::profile::rings_empty() {
         wire::flush();
         crate::stream::drain::drain_up_to(usize::MAX);
     }

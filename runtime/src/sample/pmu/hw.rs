@@ -401,7 +401,7 @@ pub(super) fn on_pmu_nmi(
             &mut emit,
         )
     };
-    if profile::throttled() {
+    if profile::throttled(cap.cpu) {
         // Throttled: the counter stops until the next tick (the NMI clock).
         st.driver.stop(&mut st.hw);
     }

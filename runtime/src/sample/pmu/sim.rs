@@ -302,7 +302,7 @@ pub fn on_tick(frame: &TrapFrame, entry_tsc: u64) {
             profile::pmu_overflow(cap, entry_tsc, x);
         },
     );
-    if profile::throttled() {
+    if profile::throttled(cap.cpu) {
         // Throttled: the counter stops until the next tick.
         st.driver.stop(&mut st.clock.sim);
     }
