@@ -355,6 +355,17 @@ impl NetConfig {
 /// Largest flight-recorder buffer (`buffer=MiB`).
 pub const MAX_BUFFER_MIB: u32 = 4096;
 
+/// Where threads run (`sched=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Sched {
+    /// Each new thread or process on the CPU with the fewest threads that
+    /// have not ended (the self-test places its tasks itself).
+    #[default]
+    Spread,
+    /// Every thread on the boot CPU.
+    Boot,
+}
+
 /// The parsed kernel command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -390,6 +401,8 @@ pub struct Config {
     /// `smp=N`: start at most N CPUs (the boot CPU counts); `None`: every
     /// CPU the ACPI MADT lists, up to [`MAX_CPUS`].
     pub smp: Option<u32>,
+    /// `sched=spread|boot`: where threads run.
+    pub sched: Sched,
     /// `sim=spr|icl|skl`: the CPU `pmu=sim` simulates.
     pub sim: SimModel,
     /// `uregs=nmi|return`: where user registers of runtime samples come from.
@@ -440,6 +453,7 @@ impl Default for Config {
             sample: SampleFields::Default,
             slice_ms: None,
             smp: None,
+            sched: Sched::Spread,
             sim: SimModel::SapphireRapids,
             uregs: UserRegsAt::Nmi,
             period: None,
@@ -628,6 +642,11 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
             "slice" => match value.and_then(|v| v.parse::<u32>().ok()) {
                 Some(ms) if (1..=10_000).contains(&ms) => cfg.slice_ms = Some(ms),
                 _ => bad("milliseconds from 1 to 10000"),
+            },
+            "sched" => match value {
+                Some("spread") => cfg.sched = Sched::Spread,
+                Some("boot") => cfg.sched = Sched::Boot,
+                _ => bad("spread or boot"),
             },
             "smp" => match value.and_then(|v| v.parse::<u32>().ok()) {
                 Some(n) if (1..=MAX_CPUS).contains(&n) => cfg.smp = Some(n),
@@ -818,6 +837,12 @@ mod tests {
                 "{issues:?}"
             );
         }
+        assert_eq!(parse_all("").0.sched, Sched::Spread);
+        assert_eq!(parse_all("sched=boot").0.sched, Sched::Boot);
+        assert_eq!(parse_all("sched=boot sched=spread").0.sched, Sched::Spread);
+        let (cfg, issues) = parse_all("sched=all");
+        assert_eq!(cfg.sched, Sched::Spread);
+        assert!(issues[0].contains("spread or boot"), "{issues:?}");
         let (cfg, issues) = parse_all("sample=all slice=0 sim=zen uregs=later");
         assert_eq!(issues.len(), 4, "{issues:?}");
         assert!(issues[3].contains("expected nmi or return"), "{issues:?}");

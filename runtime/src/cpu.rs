@@ -101,6 +101,11 @@ pub struct CpuLocal {
     /// set before the CPU can take an NMI ([`set_prepare`]; the boot
     /// CPU's when sampling is configured, before the IDT is loaded).
     pub sampling: SetOnce<()>,
+    /// The page-table root this CPU has in CR3 (0: not yet told).
+    pub active_root: AtomicU64,
+    /// A TLB shootdown asked of this CPU ([`FLUSH_RELOAD`],
+    /// [`FLUSH_LEAVE`]; 0: none), cleared when done.
+    pub flush_req: AtomicU64,
 }
 
 /// A pointer written once, before anything reads it (before the CPU it
@@ -172,6 +177,8 @@ impl CpuLocal {
             user_walk: WalkRange::new(),
             compat_walk: WalkRange::new(),
             sampling: SetOnce::new(),
+            active_root: AtomicU64::new(0),
+            flush_req: AtomicU64::new(0),
         }
     }
 
@@ -326,6 +333,7 @@ unsafe impl critical_section::Impl for SmpCriticalSection {
                 .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
                 .is_err()
             {
+                answer_shootdown();
                 core::hint::spin_loop();
             }
             CS_DEPTH.store(1, Ordering::Relaxed);
@@ -340,6 +348,164 @@ unsafe impl critical_section::Impl for SmpCriticalSection {
         if was_enabled {
             // SAFETY: IF was set when the matching `acquire` ran.
             unsafe { core::arch::asm!("sti", options(nomem, nostack)) };
+        }
+    }
+}
+
+/// The kernel lock, held by a CPU for as long as it runs the runtime's
+/// code on behalf of anything (a trap, the scheduler), so that the runtime
+/// above this layer runs on one CPU at a time while the programs run on
+/// all of them. It is given up to run a program ([`kernel_release`] before
+/// entering ring 3, taken again by the trap that comes back), to halt, and
+/// around work that needs only critical sections (the stream's drain).
+/// NMI handlers never take it. It is not the critical-section lock: a
+/// critical section is short and may be entered without it (never the
+/// other way round: no one waits for the kernel lock inside a section).
+///
+/// The CPU holding it, as its index + 1 (0: free), and how deep.
+static KL_OWNER: AtomicU32 = AtomicU32::new(0);
+static KL_DEPTH: AtomicU32 = AtomicU32::new(0);
+
+/// Takes the kernel lock, with interrupts off (a trap gate clears IF; the
+/// scheduler runs with it clear), or enters it once more when this CPU
+/// holds it. While it waits, it keeps answering TLB shootdowns, which the
+/// holder may be waiting for.
+pub fn kernel_lock() {
+    let me = this().index + 1;
+    if KL_OWNER.load(Ordering::Relaxed) == me {
+        KL_DEPTH.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    while KL_OWNER
+        .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        answer_shootdown();
+        core::hint::spin_loop();
+    }
+    KL_DEPTH.store(1, Ordering::Relaxed);
+}
+
+/// Leaves one level of [`kernel_lock`]; the outermost gives the lock up.
+pub fn kernel_unlock() {
+    let me = this().index + 1;
+    if KL_OWNER.load(Ordering::Relaxed) == me && KL_DEPTH.fetch_sub(1, Ordering::Relaxed) == 1 {
+        KL_OWNER.store(0, Ordering::Release);
+    }
+}
+
+/// Gives the kernel lock up entirely (before this CPU enters ring 3 or
+/// halts); returns how deep it was held (0: not held), for
+/// [`kernel_restore`].
+pub fn kernel_release() -> u32 {
+    let me = this().index + 1;
+    if KL_OWNER.load(Ordering::Relaxed) != me {
+        return 0;
+    }
+    let depth = KL_DEPTH.swap(0, Ordering::Relaxed);
+    KL_OWNER.store(0, Ordering::Release);
+    depth
+}
+
+/// After [`kernel_release`]: holds the lock again `depth` deep (0: not at
+/// all), whether or not a trap on the way back took it meanwhile (the
+/// trap that returns to the scheduler keeps the lock it took).
+pub fn kernel_restore(depth: u32) {
+    let me = this().index + 1;
+    if depth == 0 {
+        if KL_OWNER.load(Ordering::Relaxed) == me {
+            KL_DEPTH.store(0, Ordering::Relaxed);
+            KL_OWNER.store(0, Ordering::Release);
+        }
+        return;
+    }
+    if KL_OWNER.load(Ordering::Relaxed) != me {
+        kernel_lock();
+    }
+    KL_DEPTH.store(depth, Ordering::Relaxed);
+}
+
+/// Every CPU's block once it loaded its tables, by index.
+static BLOCKS: [AtomicPtr<CpuLocal>; arch_x86::madt::MAX_CPUS] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; arch_x86::madt::MAX_CPUS];
+
+/// The IPI vector of a TLB shootdown.
+pub const SHOOTDOWN_VECTOR: u8 = 0xf1;
+/// [`CpuLocal::flush_req`]: reload CR3 (its page tables changed).
+pub const FLUSH_RELOAD: u64 = 1;
+/// [`CpuLocal::flush_req`]: move to the runtime's own root (the one in CR3
+/// is about to be freed).
+pub const FLUSH_LEAVE: u64 = 2;
+
+/// Records that this CPU now has `root` in CR3 (the memory layer calls it
+/// on every switch), so a shootdown for `root` reaches it.
+pub fn set_active_root(root: u64) {
+    this().active_root.store(root, Ordering::Release);
+}
+
+/// The runtime's own page-table root, where [`FLUSH_LEAVE`] moves a CPU.
+static KERNEL_ROOT: AtomicU64 = AtomicU64::new(0);
+
+/// Tells this layer the runtime's own root (for [`FLUSH_LEAVE`]).
+pub fn set_kernel_root(root: u64) {
+    KERNEL_ROOT.store(root, Ordering::Relaxed);
+}
+
+/// On this CPU, outside NMI context with interrupts off: does the TLB
+/// shootdown asked of it, if one is (from the shootdown IPI, and from
+/// every wait for a lock, where the IPI cannot come in).
+pub fn answer_shootdown() {
+    let me = this();
+    let req = me.flush_req.load(Ordering::Acquire);
+    if req == 0 {
+        return;
+    }
+    let root = if req == FLUSH_LEAVE {
+        KERNEL_ROOT.load(Ordering::Relaxed)
+    } else {
+        arch_x86::cpu::cr3()
+    };
+    // SAFETY: the runtime's root maps the kernel half as every process's
+    // does, and reloading the current root changes no mapping, so the
+    // code and data in use stay mapped.
+    unsafe { arch_x86::cpu::write_cr3(root) };
+    me.active_root.store(root, Ordering::Relaxed);
+    me.flush_req.store(0, Ordering::Release);
+}
+
+/// Makes every other CPU that has `root` in CR3 flush its TLB (`req`
+/// [`FLUSH_RELOAD`]) or leave the root for the runtime's own
+/// ([`FLUSH_LEAVE`]), and waits until each has: after a change that
+/// removes or narrows mappings of `root`, before the frames it freed can
+/// be used again. A CPU answers from its shootdown IPI (in ring 3 or
+/// halted) or from its wait for a lock (the caller holds the kernel lock).
+pub fn shootdown(root: u64, req: u64) {
+    let me = this().index;
+    let mut asked = 0u64;
+    // SAFETY: ring 0; the direct map covers the APIC window, uncached.
+    let apic = unsafe { arch_x86::lapic::LocalApic::from_msr() };
+    for (i, b) in BLOCKS.iter().enumerate() {
+        let p = b.load(Ordering::Acquire);
+        if p.is_null() || i as u32 == me {
+            continue;
+        }
+        // SAFETY: blocks are registered once set up and live forever.
+        let c = unsafe { &*p };
+        if c.active_root.load(Ordering::Acquire) != root || !c.online.load(Ordering::Acquire) {
+            continue;
+        }
+        c.flush_req.store(req, Ordering::Release);
+        apic.send_ipi(c.apic_id, arch_x86::lapic::icr_fixed(SHOOTDOWN_VECTOR));
+        asked |= 1 << i;
+    }
+    for (i, b) in BLOCKS.iter().enumerate() {
+        if asked & (1 << i) == 0 {
+            continue;
+        }
+        // SAFETY: as above.
+        let c = unsafe { &*b.load(Ordering::Acquire) };
+        while c.flush_req.load(Ordering::Acquire) != 0 {
+            core::hint::spin_loop();
         }
     }
 }
@@ -447,6 +613,13 @@ pub unsafe fn init_ap(local: &'static CpuLocal, ist: [u64; 3]) {
         local
             .this
             .store((local as *const CpuLocal).cast_mut(), Ordering::Relaxed);
+        local.active_root.store(
+            arch_x86::cpu::cr3() & arch_x86::paging::ADDR_MASK,
+            Ordering::Relaxed,
+        );
+        if let Some(b) = BLOCKS.get(local.index as usize) {
+            b.store((local as *const CpuLocal).cast_mut(), Ordering::Release);
+        }
         let tss = &mut *local.tables.tss.get();
         // The NMI stack ends with the block's address (`nmi_cpu`).
         let nmi_top = ist[0] - NMI_STACK_TAG;

@@ -8,10 +8,79 @@ use crate::entry::{LEAVE, RESUME};
 use crate::proc::{self as task, Abi, Outcome, Task, tick};
 use arch_x86::frame::{INT80_VECTOR, SYSCALL_VECTOR, TrapFrame, exception_name};
 
-/// Called by the entry stubs with the saved frame.
+/// Called by the entry stubs with the saved frame. The runtime's work
+/// runs under the kernel lock (see `cpu::kernel_lock`): taken here, given
+/// up on the way back to ring 3 and kept on the way to the scheduler
+/// (which gives it up when it next runs a program or halts). Without it:
+/// a TLB shootdown; the tick and the wake IPI of a CPU other than the
+/// boot CPU, unless its thread has a signal to take; and the report of
+/// an exception in the runtime itself.
 #[inline(always)]
 pub extern "C" fn trap(frame: &mut TrapFrame) -> u64 {
     crate::cpu::clear_ac();
+    let vector = frame.vector;
+    if vector == u64::from(crate::cpu::SHOOTDOWN_VECTOR) {
+        crate::cpu::answer_shootdown();
+        crate::smp::ack_wake();
+        return RESUME;
+    }
+    if vector < 32 && !frame.mode().is_user() {
+        runtime_exception(frame);
+    }
+    let r = if (vector == tick::TIMER_VECTOR || vector == u64::from(crate::smp::WAKE_VECTOR))
+        && crate::cpu::this().index != 0
+    {
+        match tick_unlocked(frame) {
+            Ok(r) => return r,
+            Err(id) => {
+                crate::cpu::kernel_lock();
+                abi::linux::signals_on_return(id, frame)
+            }
+        }
+    } else {
+        crate::cpu::kernel_lock();
+        trap_locked(frame)
+    };
+    if r != LEAVE {
+        crate::cpu::kernel_unlock();
+    }
+    r
+}
+
+/// The tick or the wake IPI of a CPU other than the boot CPU, without the
+/// kernel lock (it touches this CPU's slice and its thread's flags only):
+/// every CPU's tick and every wake would otherwise take the lock, and the
+/// threads on the other CPUs would wait for each other at every tick.
+/// `Err(id)`: thread `id` has a signal to take on its way back to ring 3,
+/// which needs the lock.
+#[inline(always)]
+fn tick_unlocked(frame: &mut TrapFrame) -> Result<u64, u8> {
+    let user = frame.mode().is_user();
+    if user {
+        crate::sample::profile::on_entry_from_user();
+    }
+    let over = if frame.vector == tick::TIMER_VECTOR {
+        tick::on_tick(user)
+    } else {
+        crate::smp::ack_wake();
+        false
+    };
+    let Some(id) = task::current().filter(|_| user) else {
+        return Ok(RESUME);
+    };
+    if over || task::current_ended() {
+        task::set_outcome(Outcome::Preempted);
+        return Ok(LEAVE);
+    }
+    if abi::linux::signals_posted(id) {
+        return Err(id);
+    }
+    Ok(RESUME)
+}
+
+/// [`trap`] under the kernel lock.
+#[inline(always)]
+fn trap_locked(frame: &mut TrapFrame) -> u64 {
     let user = frame.mode().is_user();
     if user {
         crate::sample::profile::on_entry_from_user();
@@ -64,6 +133,12 @@ pub extern "C" fn trap(frame: &mut TrapFrame) -> u64 {
         _ if user && task::current().is_some() => abi::user_fault(frame),
         _ => runtime_exception(frame),
     };
+    // A thread whose process another CPU's thread ended leaves for the
+    // scheduler instead of going back to user mode.
+    if r == RESUME && user && task::current_ended() {
+        task::set_outcome(Outcome::Preempted);
+        return LEAVE;
+    }
     // Signals other threads sent while this one ran are taken on its way
     // back to user mode.
     match task::current() {
@@ -113,7 +188,13 @@ impl<F: FnMut() -> bool> task::Driver for Driver<F> {
     fn stop(&mut self) -> bool {
         // Between slices: frames that came in while a thread ran.
         abi::linux::poll_net();
-        (self.0)()
+        // The caller's check (the stream's drain, its task records) needs
+        // critical sections only: the other CPUs' threads may enter the
+        // runtime meanwhile.
+        let depth = crate::cpu::kernel_release();
+        let stop = (self.0)();
+        crate::cpu::kernel_restore(depth);
+        stop
     }
 
     fn idle(&mut self) {

@@ -260,12 +260,19 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     }
     smp::set_work(dispatch::cpu_work);
     cpu::set_prepare(profile::prepare_cpu);
-    report_cpus(&smp::start(
+    let cpus = smp::start(
         cfg.smp,
         boot.rsdp(),
         boot.regions(),
         &reserved[..boot.modules().len()],
-    ));
+    );
+    // The self-test places its tasks itself.
+    if cfg.sched == cmdline::Sched::Spread && !cfg.selftest && smp::online() > 1 {
+        // Threads run on every CPU: the clock's NMIs reach them all.
+        proc::set_spread(true);
+        clock::deliver_to_every_cpu(true);
+    }
+    report_cpus(&cpus);
     // A virtio-net card, when the machine has one (`perch record --net`).
     net::init(cfg.net);
     if let Some(kind) = cfg.crash {
@@ -291,9 +298,14 @@ fn report_cpus(r: &smp::Report) {
     match r.error {
         Some(e) => kprintln!("perch: cpus: 1 up (the boot CPU): {e}"),
         None => kprintln!(
-            "perch: cpus: {} of {} up ({mode}); programs run on CPU 0",
+            "perch: cpus: {} of {} up ({mode}); {}",
             r.online,
-            r.listed
+            r.listed,
+            if proc::spread() {
+                "threads are spread over them"
+            } else {
+                "programs run on CPU 0"
+            }
         ),
     }
     if r.left_out > 0 {

@@ -161,13 +161,20 @@ pub fn set_work(work: fn()) {
 
 /// Wakes CPU `index` (not the boot CPU) if it waits for work.
 pub fn kick(index: u32) {
-    let Some(c) = cpu(index).filter(|_| index != 0) else {
+    let Some(c) = cpu(index).filter(|c| !core::ptr::eq(*c, crate::cpu::this())) else {
         return;
     };
+    if let Some(k) = KICKED.get(index as usize) {
+        k.store(true, Ordering::Release);
+    }
     // SAFETY: ring 0; the direct map covers the APIC window, uncached.
     let apic = unsafe { LocalApic::from_msr() };
     apic.send_ipi(c.apic_id, lapic::icr_fixed(WAKE_VECTOR));
 }
+
+/// Set by [`kick`] for the CPU it wakes, cleared by that CPU when it
+/// looks for work.
+static KICKED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 
 /// Acknowledges the wake IPI on this CPU.
 pub fn ack_wake() {
@@ -470,9 +477,12 @@ extern "C" fn ap_main(local: &'static CpuLocal) -> ! {
         .checks
         .store(cpu::loaded_checks(local), Ordering::Relaxed);
     local.online.store(true, Ordering::Release);
+    let kicked = &KICKED[local.index as usize];
     loop {
         let work = WORK.load(Ordering::Acquire);
-        if work != 0 {
+        // Only a kick brings work: the NMIs that end the halt (the clock's
+        // reach every CPU) do not send it looking for any.
+        if work != 0 && kicked.swap(false, Ordering::AcqRel) {
             // SAFETY: a non-zero WORK holds a `fn()` stored by `set_work`.
             let work: fn() = unsafe { core::mem::transmute::<usize, fn()>(work) };
             work();

@@ -121,6 +121,9 @@ pub trait Machine {
     /// whether it did, so that its futex wait can be cancelled.
     fn signal_thread(&mut self, tid: u32, sig: u8) -> Result<bool, super::errno::Errno>;
 
+    /// How many CPUs are up (1 to 64): `sched_getaffinity` reports them.
+    fn online_cpus(&self) -> u32;
+
     /// Installs the current process's i386 TLS GDT slots
     /// (`set_thread_area`); the runtime also installs
     /// [`Process::tls`](super::Process::tls) on every switch.

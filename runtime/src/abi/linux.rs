@@ -11,7 +11,7 @@ use crate::proc::{self as task, Outcome, TaskSpec, TaskState};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use arch_x86::frame::TrapFrame;
-use arch_x86::paging::{PAGE, PRESENT, phys_to_virt, user_leaf_flags};
+use arch_x86::paging::{self as pg, PAGE, PRESENT, phys_to_virt, user_leaf_flags};
 use core::cell::RefCell;
 use core::sync::atomic::{AtomicU64, Ordering};
 use critical_section::Mutex;
@@ -203,6 +203,10 @@ impl Machine for RtMachine<'_> {
 
     fn random_bytes(&mut self, buf: &mut [u8]) {
         crate::time::random_bytes(buf);
+    }
+
+    fn online_cpus(&self) -> u32 {
+        crate::smp::online()
     }
 
     fn wake_thread(&mut self, tid: u32) {
@@ -869,16 +873,24 @@ pub enum PageFault {
 /// A page fault in ring 3 of a loaded program: brings the page in when its
 /// area allows the access.
 pub fn page_fault(id: u8, addr: u64, error_code: u64) -> PageFault {
+    let page = addr & !(PAGE - 1);
+    // Another thread of the process, on another CPU, brought the page in
+    // (or widened its rights) since this fault was raised: the access
+    // goes through when retried.
+    let write = error_code & 2 != 0;
+    let fetch = error_code & 0x10 != 0;
+    let now = task::with_space(id, |s| s.entry(page)).unwrap_or(0);
+    if now & (pg::PRESENT | pg::USER) == pg::PRESENT | pg::USER
+        && (!write || now & pg::WRITABLE != 0)
+        && (!fetch || now & pg::NO_EXECUTE == 0)
+    {
+        return PageFault::Resolved;
+    }
     // Error code: bit 0 present (a rights violation), bit 1 write, bit 4 fetch.
     if error_code & 1 != 0 {
         return PageFault::Segv;
     }
-    let access = if error_code & 2 != 0 {
-        Access::Write
-    } else {
-        Access::Read
-    };
-    let page = addr & !(PAGE - 1);
+    let access = if write { Access::Write } else { Access::Read };
     let fault = task::with_thread(id, |_, proc| {
         let task::Process {
             space,

@@ -124,6 +124,7 @@ pub fn nx() -> bool {
 pub fn activate_kernel() {
     // SAFETY: the kernel root maps all runtime code and data.
     unsafe { arch_x86::cpu::write_cr3(kernel_root()) };
+    crate::cpu::set_active_root(kernel_root());
 }
 
 /// Why memory could not be set up.
@@ -227,6 +228,8 @@ pub fn init(
     // the right rights, the boot stack in it, and the direct map the boot
     // tables also had; execution continues at the same addresses.
     unsafe { arch_x86::cpu::write_cr3(root) };
+    crate::cpu::set_kernel_root(root);
+    crate::cpu::set_active_root(root);
 
     // Frames: RAM the direct map covers, less the image and the boot's ranges.
     let mut usable_regions = [MemRegion {

@@ -109,13 +109,13 @@ impl AddressSpace {
                 f(m, p);
             }
         }
-        flush_all();
+        flush_all(self.root);
     }
 
     /// Unmaps the whole lower half, freeing every frame and table it owns.
     pub fn clear_user(&mut self) {
         self.mapper().free_lower_half(&mut DirectTables, release);
-        flush_all();
+        flush_all(self.root);
     }
 
     /// Applies `f` to the leaf flags of every present page in `[start, end)`.
@@ -132,6 +132,7 @@ impl AddressSpace {
         // SAFETY: the root maps the kernel half exactly as the kernel's root
         // does (copied in `new`), so the code and data in use stay mapped.
         unsafe { arch_x86::cpu::write_cr3(self.root) };
+        crate::cpu::set_active_root(self.root);
     }
 }
 
@@ -142,11 +143,16 @@ fn release(old: u64) {
     }
 }
 
-/// Flushes the TLB (reloads CR3).
-fn flush_all() {
+/// Flushes the TLB entries of the space with root `root`: here (a CR3
+/// reload) when it is this CPU's, and on every other CPU that runs it (its
+/// threads on several CPUs); returns once they all have.
+fn flush_all(root: u64) {
     let cr3 = arch_x86::cpu::cr3();
-    // SAFETY: reloading the current root changes no mapping.
-    unsafe { arch_x86::cpu::write_cr3(cr3) };
+    if cr3 & ADDR_MASK == root {
+        // SAFETY: reloading the current root changes no mapping.
+        unsafe { arch_x86::cpu::write_cr3(cr3) };
+    }
+    crate::cpu::shootdown(root, crate::cpu::FLUSH_RELOAD);
 }
 
 impl Drop for AddressSpace {
@@ -154,6 +160,8 @@ impl Drop for AddressSpace {
         if arch_x86::cpu::cr3() & ADDR_MASK == self.root {
             super::activate_kernel();
         }
+        // A CPU that last ran the space may still have it in CR3.
+        crate::cpu::shootdown(self.root, crate::cpu::FLUSH_LEAVE);
         self.mapper().free_lower_half(&mut DirectTables, release);
         frames::free(self.root);
     }

@@ -316,6 +316,123 @@ fn this_cpu() -> u8 {
     crate::cpu::this().index as u8
 }
 
+/// Whether new threads go to the CPU with the fewest (`sched=spread`).
+static SPREAD: AtomicBool = AtomicBool::new(false);
+
+/// `sched=spread` (true) or `sched=boot`.
+pub fn set_spread(on: bool) {
+    SPREAD.store(on, Ordering::Relaxed);
+}
+
+/// Whether threads are spread over the CPUs.
+pub fn spread() -> bool {
+    SPREAD.load(Ordering::Relaxed)
+}
+
+/// The CPU a new thread goes to: with `sched=spread`, the CPU that is up
+/// with the fewest threads that have not ended (the lowest index among
+/// equals); otherwise `inherited`.
+fn place(tasks: &[Option<Task>; MAX_TASKS], inherited: u8) -> u8 {
+    if !spread() {
+        return inherited;
+    }
+    let cpus = (crate::smp::online() as usize).clamp(1, MAX_CPUS);
+    let mut load = [0u32; MAX_CPUS];
+    for t in tasks.iter().flatten().filter(|t| !t.state.ended()) {
+        if let Some(l) = load.get_mut(usize::from(t.cpu)) {
+            *l += 1;
+        }
+    }
+    (0..cpus).min_by_key(|&c| (load[c], c)).unwrap_or(0) as u8
+}
+
+/// With `sched=spread`, a CPU other than `except` that is idle: up, no
+/// thread on it now and none ready for it; the other CPUs before the boot
+/// CPU (which also drains the stream).
+fn idle_cpu(tasks: &[Option<Task>; MAX_TASKS], except: u8) -> Option<u8> {
+    if !spread() {
+        return None;
+    }
+    let cpus = (crate::smp::online() as usize).clamp(1, MAX_CPUS) as u8;
+    (1..cpus).chain(core::iter::once(0)).find(|&c| {
+        c != except
+            && crate::smp::cpu(u32::from(c))
+                .is_some_and(|b| b.current_task.load(Ordering::Relaxed) == NO_TASK)
+            && !tasks
+                .iter()
+                .flatten()
+                .any(|t| t.cpu == c && t.state == TaskState::Ready)
+    })
+}
+
+/// At the end of a slice on this CPU: each thread that waits here for
+/// the CPU (ready, beyond the one to run next) moves to an idle CPU while
+/// there is one, which is woken for it.
+fn push_waiting() {
+    if !spread() {
+        return;
+    }
+    let me = this_cpu();
+    let moved = critical_section::with(|cs| {
+        let mut tasks = TASKS.borrow_ref_mut(cs);
+        let mut moved = heapless::Vec::<u8, MAX_CPUS>::new();
+        let mut first = true;
+        for i in 0..MAX_TASKS {
+            let waiting = tasks[i].is_some_and(|t| t.cpu == me && t.state == TaskState::Ready)
+                && running_on(i as u8).is_none();
+            if !waiting {
+                continue;
+            }
+            if core::mem::take(&mut first) {
+                continue;
+            }
+            let Some(c) = idle_cpu(&tasks, me) else {
+                break;
+            };
+            if let Some(t) = tasks[i].as_mut() {
+                t.cpu = c;
+            }
+            // Cannot fail: at most one thread per other CPU.
+            let _ = moved.push(c);
+        }
+        moved
+    });
+    for c in moved {
+        nudge(c);
+    }
+}
+
+/// The CPU thread `id` is running on right now, if any.
+fn running_on(id: u8) -> Option<u8> {
+    (0..crate::smp::online()).find_map(|i| {
+        crate::smp::cpu(i)
+            .filter(|c| c.current_task.load(Ordering::Relaxed) == id)
+            .map(|_| i as u8)
+    })
+}
+
+/// Makes CPU `cpu` look at its threads again (it may be halted) when it is
+/// not this one.
+fn nudge(cpu: u8) {
+    if cpu != this_cpu() {
+        crate::smp::kick(u32::from(cpu));
+    }
+}
+
+/// Set for a thread another thread's end of their process ended (its
+/// state says so too; this is the lock-free copy the tick reads).
+static ENDED_BY_SIBLING: [AtomicBool; MAX_TASKS] = [const { AtomicBool::new(false) }; MAX_TASKS];
+
+/// Whether the thread running on this CPU has ended meanwhile (another
+/// CPU's thread ended its process): it is to leave for the scheduler
+/// rather than go back to ring 3. Lock-free.
+pub fn current_ended() -> bool {
+    current().is_some_and(|id| ENDED_BY_SIBLING[usize::from(id)].load(Ordering::Acquire))
+}
+
+/// Set once the end of process `proc` (by slot) was handed to the driver.
+static REAPED: [AtomicBool; MAX_TASKS] = [const { AtomicBool::new(false) }; MAX_TASKS];
+
 #[repr(C, align(16))]
 struct Stacks<const N: usize>(UnsafeCell<[[u8; N]; MAX_TASKS]>);
 
@@ -541,6 +658,9 @@ pub fn install(
         THREADS.borrow_ref_mut(cs)[slot] = Some(thread);
         PROCS.borrow_ref_mut(cs)[slot] = Some(proc);
         set_pid(slot, slot as u8);
+        REAPED[slot].store(false, Ordering::Relaxed);
+        ENDED_BY_SIBLING[slot].store(false, Ordering::Relaxed);
+        let cpu = place(&tasks, 0);
         tasks[slot] = Some(Task {
             spec,
             state: TaskState::Ready,
@@ -553,9 +673,13 @@ pub fn install(
             end_announced: false,
             comm: [0; 16],
             since_ns: crate::time::now_ns(),
-            cpu: 0,
+            cpu,
         });
-        Ok(slot as u8)
+        Ok((slot as u8, cpu))
+    })
+    .map(|(slot, cpu)| {
+        nudge(cpu);
+        slot
     })
 }
 
@@ -571,14 +695,16 @@ pub fn install_thread(
     let parent = get(parent).ok_or(SpawnError::NoFreeSlot)?;
     critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
-        let Some(entry @ None) = tasks.get_mut(slot as usize) else {
+        if !matches!(tasks.get(slot as usize), Some(None)) {
             return Err(SpawnError::NoFreeSlot);
-        };
+        }
         // SAFETY: the slot is free, so no task runs on this kernel stack.
         unsafe { frame_ptr(slot as usize).write(*frame) };
         THREADS.borrow_ref_mut(cs)[slot as usize] = Some(thread);
         set_pid(slot as usize, parent.proc);
-        *entry = Some(Task {
+        ENDED_BY_SIBLING[slot as usize].store(false, Ordering::Relaxed);
+        let cpu = place(&tasks, parent.cpu);
+        tasks[slot as usize] = Some(Task {
             spec: parent.spec,
             state: TaskState::Ready,
             yields: 0,
@@ -590,10 +716,11 @@ pub fn install_thread(
             end_announced: false,
             comm: parent.comm,
             since_ns: crate::time::now_ns(),
-            cpu: parent.cpu,
+            cpu,
         });
-        Ok(())
+        Ok(cpu)
     })
+    .map(nudge)
 }
 
 /// Makes CPU `cpu` (an index of a CPU that is up) the one that runs task
@@ -615,21 +742,30 @@ pub fn rename(id: u8, comm: [u8; 16]) {
 /// deadline), with `rax` as its system call's result. Returns whether it
 /// waited.
 pub fn wake(id: u8, rax: u64) -> bool {
-    critical_section::with(|cs| {
+    let woken = critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
         let Some(Some(t)) = tasks.get_mut(id as usize) else {
-            return false;
+            return None;
         };
         if !matches!(t.state, TaskState::Blocked | TaskState::Sleeping(_)) {
-            return false;
+            return None;
         }
         t.state = TaskState::Ready;
         // SAFETY: the thread waits, so it does not run: the frame at the
         // top of its kernel stack is its saved user frame, and nothing
         // else refers to it now.
         unsafe { (*frame_ptr(id as usize)).rax = rax };
-        true
-    })
+        let cpu = t.cpu;
+        // Its CPU runs another thread: an idle CPU takes it now instead.
+        let busy = crate::smp::cpu(u32::from(cpu))
+            .is_some_and(|b| b.current_task.load(Ordering::Relaxed) != NO_TASK);
+        let to = if busy { idle_cpu(&tasks, cpu) } else { None };
+        if let (Some(c), Some(Some(t))) = (to, tasks.get_mut(id as usize)) {
+            t.cpu = c;
+        }
+        Some(to.unwrap_or(cpu))
+    });
+    woken.map(nudge).is_some()
 }
 
 /// Ends every other thread of `id`'s process with `state` (a fatal
@@ -638,6 +774,7 @@ fn end_siblings(id: u8, state: TaskState) {
     let Some(task) = get(id) else {
         return;
     };
+    let mut ended = heapless::Vec::<u8, MAX_TASKS>::new();
     critical_section::with(|cs| {
         for (i, t) in TASKS.borrow_ref_mut(cs).iter_mut().enumerate() {
             if let Some(t) = t
@@ -646,9 +783,18 @@ fn end_siblings(id: u8, state: TaskState) {
                 && !t.state.ended()
             {
                 t.state = state;
+                ENDED_BY_SIBLING[i].store(true, Ordering::Release);
+                // Cannot fail: one entry per task.
+                let _ = ended.push(i as u8);
             }
         }
     });
+    // One running elsewhere leaves ring 3 at its CPU's next trap: now.
+    for i in ended {
+        if let Some(cpu) = running_on(i) {
+            nudge(cpu);
+        }
+    }
 }
 
 /// Frees the slot of thread `id`, which ended, so that a later thread can
@@ -676,16 +822,23 @@ fn release_thread_slot(id: u8) {
     });
 }
 
-/// True when every thread of process `proc` has ended.
+/// True when every thread of process `proc` has ended and none still
+/// runs on a CPU (one ended by another CPU leaves ring 3 at its next trap).
 fn all_ended(proc: u8) -> bool {
-    critical_section::with(|cs| {
-        TASKS
-            .borrow_ref(cs)
-            .iter()
-            .flatten()
-            .filter(|t| t.proc == proc)
-            .all(|t| t.state.ended())
-    })
+    let threads = critical_section::with(|cs| {
+        let tasks = TASKS.borrow_ref(cs);
+        let mut of = heapless::Vec::<u8, MAX_TASKS>::new();
+        for (i, t) in tasks.iter().enumerate() {
+            match t {
+                Some(t) if t.proc == proc && !t.state.ended() => return None,
+                // Cannot fail: one entry per task.
+                Some(t) if t.proc == proc => drop(of.push(i as u8)),
+                _ => {}
+            }
+        }
+        Some(of)
+    });
+    threads.is_some_and(|of| of.iter().all(|&i| running_on(i).is_none()))
 }
 
 /// A copy of the task in `id`, if any.
@@ -750,10 +903,14 @@ pub fn run_once(id: u8) -> Option<Outcome> {
     });
     let cpu = crate::cpu::this();
     cpu.current_task.store(id, Ordering::Relaxed);
+    // The program runs without the kernel lock; the trap that brings it
+    // back to the scheduler takes it again.
+    let depth = crate::cpu::kernel_release();
     // SAFETY: the frame at the top of this task's kernel stack was written by
     // `install` or by the entry stubs when the task last entered the runtime;
     // this CPU's kernel stack ends with that frame.
     unsafe { entry::enter_user(frame_ptr(slot)) };
+    crate::cpu::kernel_restore(depth);
     cpu.current_task.store(NO_TASK, Ordering::Relaxed);
     let (fs, gs) = crate::cpu::saved_selectors();
     with_thread(id, |t, _| {
@@ -792,7 +949,7 @@ fn apply(id: u8, outcome: Option<Outcome>) {
 /// (it is ready, blocked or sleeping).
 pub fn with_saved_frame<R>(id: u8, f: impl FnOnce(&mut TrapFrame) -> R) -> Option<R> {
     let t = get(id)?;
-    if t.state.ended() || current() == Some(id) {
+    if t.state.ended() || running_on(id).is_some() {
         return None;
     }
     // SAFETY: the thread exists and is not the one running (the runtime is
@@ -908,6 +1065,9 @@ fn wake_sleepers(now: u64, mut timed_out: impl FnMut(u8)) -> Option<u64> {
     });
     for id in due {
         timed_out(id);
+        if let Some(t) = get(id) {
+            nudge(t.cpu);
+        }
     }
     next
 }
@@ -939,6 +1099,7 @@ pub trait Driver {
 /// until none is ready or sleeping, or the driver stops it. With only
 /// sleepers left the CPU idles in `hlt` (the tick wakes it).
 pub fn run_all(driver: &mut impl Driver) {
+    crate::cpu::kernel_lock();
     let ticking = tick::start();
     let mut next = 0usize;
     loop {
@@ -951,9 +1112,14 @@ pub fn run_all(driver: &mut impl Driver) {
             Some(i) => {
                 tick::new_slice();
                 run_slice(i, driver);
+                push_waiting();
                 next = i + 1;
             }
             None if (sleeper.is_some() || driver.timers_armed()) && ticking => {
+                driver.idle();
+                idle();
+            }
+            None if others_busy() && ticking => {
                 driver.idle();
                 idle();
             }
@@ -961,6 +1127,19 @@ pub fn run_all(driver: &mut impl Driver) {
         }
     }
     tick::stop();
+    crate::cpu::kernel_unlock();
+}
+
+/// Whether a thread that has not ended belongs to a CPU other than this one.
+fn others_busy() -> bool {
+    let me = this_cpu();
+    critical_section::with(|cs| {
+        TASKS
+            .borrow_ref(cs)
+            .iter()
+            .flatten()
+            .any(|t| t.cpu != me && !t.state.ended())
+    })
 }
 
 /// The first ready task of this CPU at or after `from`, round-robin.
@@ -968,7 +1147,37 @@ fn next_ready(from: usize) -> Option<usize> {
     let me = this_cpu();
     (0..MAX_TASKS)
         .map(|i| (from + i) % MAX_TASKS)
-        .find(|&i| get(i as u8).is_some_and(|t| t.state == TaskState::Ready && t.cpu == me))
+        .find(|&i| {
+            get(i as u8).is_some_and(|t| t.state == TaskState::Ready && t.cpu == me)
+                // Never one that another CPU still runs.
+                && running_on(i as u8).is_none()
+        })
+        .or_else(steal)
+}
+
+/// With `sched=spread`, on a CPU with nothing to run: takes over a thread
+/// that waits for another CPU, one busy running another thread, so that
+/// no CPU idles while a thread waits for a turn elsewhere.
+fn steal() -> Option<usize> {
+    if !spread() {
+        return None;
+    }
+    let me = this_cpu();
+    critical_section::with(|cs| {
+        let mut tasks = TASKS.borrow_ref_mut(cs);
+        let i = (0..MAX_TASKS).find(|&i| {
+            tasks[i].is_some_and(|t| {
+                t.state == TaskState::Ready
+                    && t.cpu != me
+                    && crate::smp::cpu(u32::from(t.cpu))
+                        .is_some_and(|b| b.current_task.load(Ordering::Relaxed) != NO_TASK)
+            }) && running_on(i as u8).is_none()
+        })?;
+        if let Some(t) = tasks[i].as_mut() {
+            t.cpu = me;
+        }
+        Some(i)
+    })
 }
 
 /// Runs ready task `i` for one slice (or applies what `before_run` says
@@ -982,17 +1191,28 @@ fn run_slice(i: usize, driver: &mut impl Driver) {
         }
         None => run_once(i as u8),
     };
-    if let (Some(task), Some(o)) = (task, outcome)
-        && matches!(
-            o,
-            Outcome::Exit(_) | Outcome::Fault(_) | Outcome::Signal(_) | Outcome::ThreadExit(_)
-        )
-    {
-        if all_ended(task.proc) {
+    let Some(task) = task else {
+        return;
+    };
+    // Ended by its own outcome, or meanwhile by another CPU's thread.
+    let Some(state) = get(i as u8).map(|t| t.state).filter(|s| s.ended()) else {
+        return;
+    };
+    let o = match (outcome, state) {
+        (Some(o @ (Outcome::Exit(_) | Outcome::Fault(_) | Outcome::Signal(_))), _)
+        | (Some(o @ Outcome::ThreadExit(_)), _) => o,
+        (_, TaskState::Faulted(f)) => Outcome::Fault(f),
+        (_, TaskState::Signaled(sig)) => Outcome::Signal(sig),
+        (_, TaskState::Exited(code)) => Outcome::Exit(code),
+        _ => return,
+    };
+    if all_ended(task.proc) {
+        // Once, by whichever CPU stops the process's last running thread.
+        if !REAPED[usize::from(task.proc)].swap(true, Ordering::Relaxed) {
             driver.ended(i as u8, &task, o);
-        } else if let Outcome::ThreadExit(_) = o {
-            release_thread_slot(i as u8);
         }
+    } else if let Outcome::ThreadExit(_) = o {
+        release_thread_slot(i as u8);
     }
 }
 
@@ -1001,6 +1221,7 @@ fn run_slice(i: usize, driver: &mut impl Driver) {
 /// one is ready; then stops the tick and returns whether any ran (the
 /// caller waits for work: a kick).
 pub fn run_pinned(driver: &mut impl Driver) -> bool {
+    crate::cpu::kernel_lock();
     let mut next = 0;
     let mut ran = false;
     while let Some(i) = next_ready(next) {
@@ -1009,19 +1230,23 @@ pub fn run_pinned(driver: &mut impl Driver) -> bool {
         }
         tick::new_slice();
         run_slice(i, driver);
+        push_waiting();
         next = i + 1;
         ran = true;
     }
     if ran {
         tick::stop();
     }
+    crate::cpu::kernel_unlock();
     ran
 }
 
 /// Halts until the next interrupt (the tick), then returns with interrupts off.
 fn idle() {
+    let depth = crate::cpu::kernel_release();
     // SAFETY: `sti; hlt` enables interrupts only for the halt: the tick (or
     // an NMI) ends it, and the trap handler acknowledges the tick from
     // kernel mode without switching anything. `cli` follows at once.
     unsafe { core::arch::asm!("sti", "hlt", "cli", options(nomem, nostack)) };
+    crate::cpu::kernel_restore(depth);
 }

@@ -335,8 +335,20 @@ pub(crate) fn futex<M: Machine>(
     }
 }
 
-/// `sched_getaffinity(pid, len, mask)`: CPU 0 only; returns the mask size
-/// written (one `long`).
+/// The affinity mask's size in bytes as Linux sizes it (whole `long`s
+/// for every CPU up), and `EINVAL` when `len` is not a multiple of a
+/// `long` or too short for the CPUs.
+fn mask_size<M: Machine>(c: &Ctx<'_, M>, len: u64) -> Result<(u64, u32), Errno> {
+    let cpus = c.m.online_cpus().clamp(1, 64);
+    let word: u64 = if c.wide() { 8 } else { 4 };
+    if !len.is_multiple_of(word) || len.saturating_mul(8) < u64::from(cpus) {
+        return Err(Errno::EINVAL);
+    }
+    Ok((u64::from(cpus).div_ceil(word * 8) * word, cpus))
+}
+
+/// `sched_getaffinity(pid, len, mask)`: every CPU that is up (a thread may
+/// run on any of them); returns the mask size written.
 pub(crate) fn sched_getaffinity<M: Machine>(
     c: &mut Ctx<'_, M>,
     pid: u64,
@@ -344,17 +356,15 @@ pub(crate) fn sched_getaffinity<M: Machine>(
     mask: u64,
 ) -> SysResult {
     super::task::self_pid(c, pid)?;
-    let word: u64 = if c.wide() { 8 } else { 4 };
-    if len < word || !len.is_multiple_of(word) {
-        return Err(Errno::EINVAL);
-    }
-    let mut b = [0u8; 8];
-    b[0] = 1;
-    c.write(mask, &b[..word as usize])?;
-    Ok(word)
+    let (size, cpus) = mask_size(c, len)?;
+    let bits = u64::MAX >> (64 - cpus);
+    c.write(mask, &bits.to_le_bytes()[..size as usize])?;
+    Ok(size)
 }
 
-/// `sched_setaffinity(pid, len, mask)`: the mask must contain CPU 0.
+/// `sched_setaffinity(pid, len, mask)`: the mask must name a CPU that is
+/// up (`EINVAL` otherwise). The runtime places threads itself
+/// (`sched=spread`) and keeps no affinity.
 pub(crate) fn sched_setaffinity<M: Machine>(
     c: &mut Ctx<'_, M>,
     pid: u64,
@@ -365,8 +375,11 @@ pub(crate) fn sched_setaffinity<M: Machine>(
     if len == 0 {
         return Err(Errno::EINVAL);
     }
-    let first: [u8; 1] = c.read_array(mask)?;
-    if first[0] & 1 == 0 {
+    let cpus = c.m.online_cpus().clamp(1, 64);
+    let mut b = [0u8; 8];
+    let n = len.min(8) as usize;
+    c.read(mask, &mut b[..n])?;
+    if u64::from_le_bytes(b) & (u64::MAX >> (64 - cpus)) == 0 {
         return Err(Errno::EINVAL);
     }
     Ok(0)

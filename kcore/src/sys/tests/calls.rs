@@ -577,6 +577,36 @@ fn sleeping_and_clocks() {
 }
 
 #[test]
+fn affinity_reports_every_cpu_that_is_up() {
+    let mut e = Env::new(Abi::X86_64);
+    e.m.more_cpus = 3;
+    e.poke(SCRATCH, &[0xaa; 16]);
+    assert_eq!(e.ret("sched_getaffinity", &[0, 128, SCRATCH]), 8);
+    assert_eq!(e.u64_at(SCRATCH), 0xf);
+    assert_eq!(
+        e.u64_at(SCRATCH + 8),
+        0xaaaa_aaaa_aaaa_aaaa,
+        "past the size"
+    );
+    assert_eq!(e.err("sched_getaffinity", &[0, 12, SCRATCH]), Errno::EINVAL);
+    assert_eq!(e.ret("sched_getaffinity", &[0, u64::MAX - 7, SCRATCH]), 8);
+    // Setting: any mask that names a CPU that is up.
+    e.poke(SCRATCH, &8u64.to_le_bytes());
+    assert_eq!(e.ret("sched_setaffinity", &[0, 8, SCRATCH]), 0);
+    e.poke(SCRATCH, &0x10u64.to_le_bytes());
+    assert_eq!(e.err("sched_setaffinity", &[0, 8, SCRATCH]), Errno::EINVAL);
+    // 64 CPUs: every bit; an i386 caller needs two 4-byte words for them.
+    e.m.more_cpus = 63;
+    assert_eq!(e.ret("sched_getaffinity", &[0, 8, SCRATCH]), 8);
+    assert_eq!(e.u64_at(SCRATCH), u64::MAX);
+    let mut e = Env::new(Abi::I386);
+    e.m.more_cpus = 39;
+    assert_eq!(e.err("sched_getaffinity", &[0, 4, SCRATCH]), Errno::EINVAL);
+    assert_eq!(e.ret("sched_getaffinity", &[0, 64, SCRATCH]), 8);
+    assert_eq!(e.u64_at(SCRATCH), (1 << 40) - 1);
+}
+
+#[test]
 fn limits_identity_and_prctl() {
     for mut e in both() {
         for n in ["getpid", "gettid", "getpgrp"] {

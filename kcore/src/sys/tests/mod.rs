@@ -45,6 +45,8 @@ pub(crate) struct Fake {
     pub signalled: Vec<(u32, u8)>,
     /// ITIMER_REAL as (left, interval) ns.
     pub itimer: (u64, u64),
+    /// CPUs up, less one (so that the default is one CPU).
+    pub more_cpus: u32,
 }
 
 impl Fake {
@@ -130,6 +132,10 @@ impl Machine for Fake {
 
     fn console_line(&mut self, stream: Stream, line: &[u8], end: LineEnd) {
         self.console.push((stream, line.to_vec(), end));
+    }
+
+    fn online_cpus(&self) -> u32 {
+        self.more_cpus + 1
     }
 
     fn monotonic_ns(&mut self) -> u64 {

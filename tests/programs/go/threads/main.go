@@ -1,11 +1,14 @@
 // threads: goroutines doing real work on four OS threads (GOMAXPROCS=4),
 // with a channel, a mutex and a WaitGroup; every line it prints is the
-// same on every run.
+// same on every run. `threads [ROUNDS]`: each goroutine's hashing steps
+// (default 30,000,000).
 package main
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
 )
 
@@ -22,6 +25,15 @@ func work(seed uint64, rounds int) uint64 {
 
 func main() {
 	runtime.GOMAXPROCS(4)
+	rounds := 30_000_000
+	if len(os.Args) > 1 {
+		n, err := strconv.Atoi(os.Args[1])
+		if err != nil || n < 1 {
+			fmt.Fprintln(os.Stderr, "usage: threads [ROUNDS]")
+			os.Exit(2)
+		}
+		rounds = n
+	}
 	results := make(chan [2]uint64, 4)
 	var mu sync.Mutex
 	var total uint64
@@ -30,7 +42,7 @@ func main() {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			h := work(uint64(i), 30_000_000)
+			h := work(uint64(i), rounds)
 			mu.Lock()
 			total ^= h
 			mu.Unlock()

@@ -1,0 +1,221 @@
+//! Programs on four CPUs (`perch record --cpus 4`: QEMU `-smp 4` under TCG, the
+//! runtime's default `sched=spread`): a four-thread CPU-bound program (C pthreads with
+//! glibc, 64-bit and i386; Rust `std::thread`, 64-bit and i686; Go with GOMAXPROCS=4)
+//! prints what it prints natively, and its samples spread over the four CPUs and at
+//! least four of its threads, each CPU with at least 15% of them; memory one thread
+//! unmaps or write-protects stops working at once for another thread running on
+//! another CPU (`tests/programs/c/shootdown.c`).
+#![forbid(unsafe_code)]
+
+use e2e_tests::programs::{CBuild, RustTarget, c_program_with, go_program, rust_program};
+use e2e_tests::{Recording, qemu_present, record_realtime};
+use linux_perf_data::linux_perf_event_reader::EventRecord;
+use linux_perf_data::{PerfFileReader, PerfFileRecord};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+
+const CPUS: usize = 4;
+/// Four workers of 1500 rounds each (about 5.7 billion instructions on x86-64).
+const ROUNDS: &[&str] = &["4", "1500"];
+
+/// `tests/programs/c/threads.c` built as `build`, with pthreads and frame pointers.
+fn threads_c(build: CBuild) -> PathBuf {
+    c_program_with(
+        "threads",
+        build,
+        &["-pthread", "-fno-omit-frame-pointer"],
+        "",
+    )
+}
+
+/// What the program prints natively (stdout) and its exit status.
+fn native(exe: &Path, args: &[&str]) -> (String, Option<i32>) {
+    let out = Command::new(exe)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {} natively: {e}", exe.display()));
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.status.code(),
+    )
+}
+
+/// Records `exe args` on four CPUs at 10 kHz in real time (QEMU's multi-threaded TCG
+/// runs the four CPUs at once; under `-icount` it runs them one after another, each for
+/// a long turn, so a CPU's share of the samples would follow QEMU's turns rather than
+/// the program); checks that it printed what it prints natively and that the run ended
+/// with it.
+fn record_on_four(exe: &Path, args: &[&str]) -> Recording {
+    let (want, status) = native(exe, args);
+    assert_eq!(status, Some(0), "the native run failed:\n{want}");
+    let exe_arg = exe.to_str().expect("a UTF-8 program path");
+    let mut a = vec![
+        "--cpus",
+        "4",
+        "--freq",
+        "10000",
+        "--max-rate",
+        "0",
+        "--buffer",
+        "16",
+        "--",
+        exe_arg,
+    ];
+    a.extend_from_slice(args);
+    let rec = record_realtime(240, &a);
+    let err = &rec.stderr;
+    assert_eq!(rec.status, Some(0), "perch record failed:\n{err}");
+    assert!(!err.contains("RUNTIME"), "the runtime crashed:\n{err}");
+    assert!(
+        err.contains("cpus: 4 of 4 up") && err.contains("threads are spread over them"),
+        "not four CPUs with threads spread:\n{err}"
+    );
+    assert!(
+        err.contains("run ended: all processes exited"),
+        "the run did not end with the program:\n{err}"
+    );
+    assert_eq!(
+        rec.stdout, want,
+        "stdout differs from the native run:\n{err}"
+    );
+    rec
+}
+
+/// Holds the host for one test: the four CPUs' threads of QEMU share the host's cores,
+/// and a second machine or a build beside them would leave some CPUs waiting for a host
+/// core while others run, which a CPU's share of the samples shows.
+fn alone() -> MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The program's samples (pid not 0: an idle CPU's samples have none) by CPU and by
+/// tid, each weighted by its period (the time it stands for), as `perf report --sort
+/// cpu` shows them: a CPU that QEMU's host thread left waiting takes the clock's NMIs
+/// late, fewer samples that stand for more time each.
+fn split(data: &Path) -> (BTreeMap<u32, u64>, BTreeMap<i32, u64>) {
+    let reader = std::io::BufReader::new(std::fs::File::open(data).expect("open perf.data"));
+    let PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = PerfFileReader::parse_file(reader).expect("linux-perf-data parses the file");
+    let (mut cpus, mut tids) = (BTreeMap::new(), BTreeMap::new());
+    while let Some(r) = record_iter.next_record(&mut perf_file).expect("a record") {
+        let PerfFileRecord::EventRecord { record, .. } = r else {
+            continue;
+        };
+        if let Ok(EventRecord::Sample(s)) = record.parse() {
+            let (Some(pid), Some(tid), Some(cpu), Some(period)) = (s.pid, s.tid, s.cpu, s.period)
+            else {
+                panic!("a sample without PID/TID/CPU/PERIOD: {s:?}");
+            };
+            if pid == 0 {
+                continue;
+            }
+            *cpus.entry(cpu).or_default() += period;
+            *tids.entry(tid).or_default() += period;
+        }
+    }
+    (cpus, tids)
+}
+
+/// Four CPUs with at least 15% of the program's samples each, and at least four of
+/// its threads with samples.
+fn assert_spread(rec: &Recording) {
+    let (cpus, tids) = split(&rec.data);
+    let total: u64 = cpus.values().sum();
+    // At least 0.2 s of the program's time (ns).
+    assert!(
+        total >= 200_000_000,
+        "only {total} ns of samples of the program: {cpus:?}\n{}",
+        rec.stderr
+    );
+    assert_eq!(
+        cpus.keys().copied().collect::<BTreeSet<u32>>(),
+        (0..CPUS as u32).collect(),
+        "the program's samples by CPU: {cpus:?}"
+    );
+    for (cpu, n) in &cpus {
+        assert!(
+            n * 100 >= total * 15,
+            "CPU {cpu} holds {n} of the program's {total} ns of samples (under 15%): {cpus:?}\n{}",
+            rec.stderr
+        );
+    }
+    let busy = tids.values().filter(|&&n| n * 20 >= total).count();
+    assert!(
+        busy >= CPUS,
+        "fewer than four threads with 5% of the samples or more: {tids:?}"
+    );
+}
+
+#[test]
+fn c_glibc_pthreads_spread_over_four_cpus() {
+    let _alone = alone();
+    if !qemu_present() {
+        return;
+    }
+    assert_spread(&record_on_four(&threads_c(CBuild::Glibc), ROUNDS));
+}
+
+#[test]
+fn c_glibc_i386_pthreads_spread_over_four_cpus() {
+    let _alone = alone();
+    if !qemu_present() {
+        return;
+    }
+    assert_spread(&record_on_four(&threads_c(CBuild::Glibc32), ROUNDS));
+}
+
+#[test]
+fn rust_x86_64_std_threads_spread_over_four_cpus() {
+    let _alone = alone();
+    if !qemu_present() {
+        return;
+    }
+    let exe = rust_program("tests/programs/rust", RustTarget::X86_64Musl, "threads-rs");
+    assert_spread(&record_on_four(&exe, ROUNDS));
+}
+
+#[test]
+fn rust_i686_std_threads_spread_over_four_cpus() {
+    let _alone = alone();
+    if !qemu_present() {
+        return;
+    }
+    let exe = rust_program("tests/programs/rust", RustTarget::I686Musl, "threads-rs");
+    assert_spread(&record_on_four(&exe, ROUNDS));
+}
+
+#[test]
+fn go_goroutines_spread_over_four_cpus() {
+    let _alone = alone();
+    if !qemu_present() {
+        return;
+    }
+    assert_spread(&record_on_four(&go_program("threads"), &["600000000"]));
+}
+
+/// munmap and mprotect by one thread reach another thread of the process running on
+/// another CPU before they return: its next access faults, natively and under the
+/// runtime (whose TLB shootdown makes the other CPU drop the old translation).
+#[test]
+fn memory_taken_from_a_thread_on_another_cpu_faults_at_once() {
+    let _alone = alone();
+    let exe = c_program_with("shootdown", CBuild::Glibc, &["-pthread"], "");
+    let (out, status) = native(&exe, &["20"]);
+    assert_eq!(status, Some(0), "native:\n{out}");
+    assert!(
+        out.contains("unmap: 20 of 20") && out.contains("protect: 20 of 20"),
+        "native:\n{out}"
+    );
+    if !qemu_present() {
+        return;
+    }
+    let rec = record_on_four(&exe, &["20"]);
+    // Both threads ran, on two CPUs.
+    let (cpus, _) = split(&rec.data);
+    assert!(cpus.len() >= 2, "the program ran on one CPU: {cpus:?}");
+}
