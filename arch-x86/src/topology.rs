@@ -196,8 +196,8 @@ fn legacy(cpuid: &impl Cpuid, max_leaf: u32) -> Topology {
             };
             // Threads per core: 8000_001EH, with TopologyExtensions
             // (8000_0001H ECX[22]).
-            let topoext = max_ext >= 0x8000_0001
-                && cpuid.cpuid(0x8000_0001, 0).ecx & (1 << 22) != 0;
+            let topoext =
+                max_ext >= 0x8000_0001 && cpuid.cpuid(0x8000_0001, 0).ecx & (1 << 22) != 0;
             let smt_shift = if topoext && max_ext >= 0x8000_001E {
                 count_order(((cpuid.cpuid(0x8000_001E, 0).ebx >> 8) & 0xFF) + 1)
             } else {
@@ -271,7 +271,11 @@ mod tests {
         // die level. Leaf 0BH says the same.
         let rows = [
             (0, 0, intel(0x20)),
-            (1, 0, regs(0x0009_0672, 0x0080_0800, 0x7FFA_FBFF, 0xBFEB_FBFF)),
+            (
+                1,
+                0,
+                regs(0x0009_0672, 0x0080_0800, 0x7FFA_FBFF, 0xBFEB_FBFF),
+            ),
             (0xB, 0, level(1, 2, 0, 1, 0)),
             (0xB, 1, level(7, 24, 1, 2, 0)),
             (0xB, 2, level(0, 0, 2, 0, 0)),
@@ -305,7 +309,11 @@ mod tests {
         // from 0x80.
         let rows = [
             (0, 0, intel(0x1B)),
-            (1, 0, regs(0x0006_06A6, 0x8140_0800, 0x7FFE_FBFF, 0xBFEB_FBFF)),
+            (
+                1,
+                0,
+                regs(0x0006_06A6, 0x8140_0800, 0x7FFE_FBFF, 0xBFEB_FBFF),
+            ),
             (0xB, 0, level(1, 2, 0, 1, 0x81)),
             (0xB, 1, level(7, 80, 1, 2, 0x81)),
             // Leaf 1FH past the highest leaf would repeat 1BH's answer:
@@ -375,9 +383,17 @@ mod tests {
         // 8000_001EH EBX two threads per core.
         let rows = [
             (0, 0, amd(0xD)),
-            (1, 0, regs(0x0080_0F12, 0x4040_0800, 0x7ED8_320B, 0x178B_FBFF)),
+            (
+                1,
+                0,
+                regs(0x0080_0F12, 0x4040_0800, 0x7ED8_320B, 0x178B_FBFF),
+            ),
             (0x8000_0000, 0, regs(0x8000_001F, 0, 0, 0)),
-            (0x8000_0001, 0, regs(0x0080_0F12, 0, 0x35C2_33FF, 0x2FD3_FBFF)),
+            (
+                0x8000_0001,
+                0,
+                regs(0x0080_0F12, 0, 0x35C2_33FF, 0x2FD3_FBFF),
+            ),
             (0x8000_0008, 0, regs(0x0000_3030, 0, 0x0000_603F, 0)),
             (0x8000_001E, 0, regs(0x40, 0x0000_0100, 0x0000_0300, 0)),
         ];
@@ -403,7 +419,11 @@ mod tests {
         // sockets: 8000_0008H ECX is 0, one logical processor per package.
         let rows = [
             (0, 0, amd(0xD)),
-            (1, 0, regs(0x0006_0FB1, 0x0000_0800, 0x8000_2209, 0x078B_FBFD)),
+            (
+                1,
+                0,
+                regs(0x0006_0FB1, 0x0000_0800, 0x8000_2209, 0x078B_FBFD),
+            ),
             (0x8000_0000, 0, regs(0x8000_000A, 0, 0, 0)),
             (0x8000_0001, 0, regs(0, 0, 0x0000_0021, 0x2191_3800)),
             (0x8000_0008, 0, regs(0x0000_3028, 0, 0, 0)),
