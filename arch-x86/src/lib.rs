@@ -18,6 +18,7 @@ pub mod pic;
 pub mod pit;
 pub mod pmu;
 pub mod rtc;
+pub mod topology;
 pub mod uart;
 #[cfg(target_os = "none")]
 pub mod virtio;

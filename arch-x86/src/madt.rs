@@ -14,6 +14,8 @@ use core::ptr::NonNull;
 /// The most CPUs Perch keeps (the others the MADT lists are counted in
 /// [`Cpus::over`], never started).
 pub const MAX_CPUS: usize = 64;
+// The stream's Hello lists every CPU that is up.
+const _: () = assert!(MAX_CPUS == sampler::wire::MAX_CPUS);
 
 /// MADT processor flags, bit 0: the processor is enabled.
 const ENABLED: u32 = 1 << 0;

@@ -16,8 +16,8 @@ use crate::model::{
 use crate::output::OwnedWrite;
 use crate::perf_abi::{self, context, misc};
 use crate::perf_data::{
-    AttrSpec, BranchEntry, BuildIdEntry, FileMeta, PerfDataWriter, SampleRecord, WriteError,
-    WriteStats,
+    AttrSpec, BranchEntry, BuildIdEntry, CpuTopo, FileMeta, PerfDataWriter, SampleRecord,
+    WriteError, WriteStats,
 };
 
 /// The comm given to pid 0, the runtime itself.
@@ -830,6 +830,20 @@ impl<W: OwnedWrite> Converter<W> {
             });
         }
         build_ids.extend(self.programs.entries.iter().cloned());
+        let online = h.cpus.max(1);
+        // One place per CPU, or no topology (perf reads one per CPU).
+        let cpus = if h.places.len() == online as usize {
+            h.places
+                .iter()
+                .map(|p| CpuTopo {
+                    socket: p.package,
+                    die: p.die,
+                    core: p.core,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut cmdline = self.options.cmdline.clone();
         if !h.cmdline.is_empty() {
             cmdline.push(format!("[appliance: {}]", h.cmdline));
@@ -842,7 +856,10 @@ impl<W: OwnedWrite> Converter<W> {
             osrelease: format!("perch-runtime (wire protocol {})", h.protocol_version),
             version: format!("perch {}", env!("CARGO_PKG_VERSION")),
             arch: "x86_64".into(),
-            nr_cpus: (h.cpus.max(1), h.cpus.max(1)),
+            // The runtime numbers the CPUs it started, and samples name
+            // those numbers: every CPU perf knows of is online.
+            nr_cpus: (online, online),
+            cpus,
             cpudesc: format!("{} [{source}]", h.cpu_desc),
             cmdline,
             build_ids,

@@ -98,6 +98,19 @@ impl EventInfo {
     }
 }
 
+/// Where one CPU of the appliance sits (the wire's `CpuPlace`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuPlace {
+    /// Its (x2)APIC ID.
+    pub apic_id: u32,
+    /// Its package (socket).
+    pub package: u32,
+    /// Its die within the package.
+    pub die: u32,
+    /// Its core within the package.
+    pub core: u32,
+}
+
 /// The stream's opening record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
@@ -105,8 +118,11 @@ pub struct Hello {
     pub protocol_version: u32,
     /// Build-id of the image that produced the stream (empty if unknown).
     pub build_id: Vec<u8>,
-    /// CPUs in the appliance.
+    /// CPUs up in the appliance.
     pub cpus: u32,
+    /// Where each of them sits, by CPU number (empty when the stream did
+    /// not say).
+    pub places: Vec<CpuPlace>,
     /// Trigger source.
     pub source: EventSource,
     /// CPU description (vendor / model string).
@@ -155,6 +171,7 @@ impl Hello {
             protocol_version: 1,
             build_id: vec![],
             cpus: 1,
+            places: vec![],
             source,
             cpu_desc: "test".into(),
             cmdline: String::new(),

@@ -229,6 +229,9 @@ pub mod feature {
     pub const CPUDESC: u32 = 8;
     /// `HEADER_EVENT_DESC`.
     pub const EVENT_DESC: u32 = 12;
+    /// `HEADER_CPU_TOPOLOGY`: the sibling lists of packages and cores,
+    /// each CPU's core and socket, then the dies' lists and each CPU's die.
+    pub const CPU_TOPOLOGY: u32 = 13;
     /// `HEADER_CMDLINE`.
     pub const CMDLINE: u32 = 11;
     /// `HEADER_BRANCH_STACK`: an empty flag.

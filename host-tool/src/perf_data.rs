@@ -328,6 +328,18 @@ pub struct BuildIdEntry {
     pub pid: i32,
 }
 
+/// Where one CPU sits, for the CPU_TOPOLOGY feature (the values of its
+/// sysfs `topology/` files on Linux).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTopo {
+    /// `physical_package_id`.
+    pub socket: u32,
+    /// `die_id`.
+    pub die: u32,
+    /// `core_id` (unique within the package).
+    pub core: u32,
+}
+
 /// Machine description written into the feature sections.
 #[derive(Clone, Debug, Default)]
 pub struct FileMeta {
@@ -341,6 +353,10 @@ pub struct FileMeta {
     pub arch: String,
     /// NRCPUS: (available, online).
     pub nr_cpus: (u32, u32),
+    /// CPU_TOPOLOGY: each CPU's place, by CPU number. Written only when
+    /// it has one entry for each of the `nr_cpus.0` available CPUs, which
+    /// is how many perf reads.
+    pub cpus: Vec<CpuTopo>,
     /// CPUDESC.
     pub cpudesc: String,
     /// CMDLINE arguments.
@@ -1001,6 +1017,9 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
         nr.extend_from_slice(&meta.nr_cpus.1.to_le_bytes());
         feats.push((feature::NRCPUS, nr));
         feats.push((feature::CPUDESC, encode_string(&meta.cpudesc)));
+        if !meta.cpus.is_empty() && meta.cpus.len() == meta.nr_cpus.0 as usize {
+            feats.push((feature::CPU_TOPOLOGY, encode_cpu_topology(&meta.cpus)));
+        }
         let mut cmd = Vec::new();
         cmd.extend_from_slice(&(meta.cmdline.len() as u32).to_le_bytes());
         for c in &meta.cmdline {
@@ -1150,6 +1169,74 @@ fn encode_string(s: &str) -> Vec<u8> {
     v.extend_from_slice(&(len as u32).to_le_bytes());
     v.extend_from_slice(s.as_bytes());
     v.resize(4 + len, 0);
+    v
+}
+
+/// CPU numbers as a cpulist (`0-3,8,10-11`): ascending, runs of two or
+/// more consecutive numbers as a range, as sysfs writes them.
+pub fn cpu_list(cpus: &[u32]) -> String {
+    let mut sorted = cpus.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        let mut end = start;
+        while i + 1 < sorted.len() && sorted[i + 1] == end.wrapping_add(1) {
+            i += 1;
+            end = sorted[i];
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if end == start {
+            out.push_str(&start.to_string());
+        } else {
+            out.push_str(&format!("{start}-{end}"));
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The cpulists of the CPUs that share a key, in the order each key's
+/// first CPU comes.
+fn sibling_lists<K: PartialEq>(cpus: &[CpuTopo], key: impl Fn(&CpuTopo) -> K) -> Vec<String> {
+    let mut groups: Vec<(K, Vec<u32>)> = Vec::new();
+    for (n, c) in cpus.iter().enumerate() {
+        let k = key(c);
+        match groups.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, members)) => members.push(n as u32),
+            None => groups.push((k, vec![n as u32])),
+        }
+    }
+    groups.into_iter().map(|(_, m)| cpu_list(&m)).collect()
+}
+
+/// `HEADER_CPU_TOPOLOGY` as perf's `write_cpu_topology` lays it out (and
+/// `process_cpu_topology` reads it): the packages' sibling lists (u32
+/// count, then strings), the cores' (threads of one core), one
+/// {u32 core_id, u32 socket_id} per CPU, then the dies' sibling lists and
+/// one u32 die_id per CPU.
+fn encode_cpu_topology(cpus: &[CpuTopo]) -> Vec<u8> {
+    fn lists(v: &mut Vec<u8>, lists: Vec<String>) {
+        v.extend_from_slice(&(lists.len() as u32).to_le_bytes());
+        for l in &lists {
+            v.extend_from_slice(&encode_string(l));
+        }
+    }
+    let mut v = Vec::new();
+    lists(&mut v, sibling_lists(cpus, |c| c.socket));
+    lists(&mut v, sibling_lists(cpus, |c| (c.socket, c.die, c.core)));
+    for c in cpus {
+        v.extend_from_slice(&c.core.to_le_bytes());
+        v.extend_from_slice(&c.socket.to_le_bytes());
+    }
+    lists(&mut v, sibling_lists(cpus, |c| (c.socket, c.die)));
+    for c in cpus {
+        v.extend_from_slice(&c.die.to_le_bytes());
+    }
     v
 }
 
@@ -1410,6 +1497,152 @@ mod tests {
             off += size;
         }
         assert_eq!((i, seen_comms), (n, comms));
+    }
+
+    #[test]
+    fn cpu_lists_are_written_as_sysfs_writes_them() {
+        assert_eq!(cpu_list(&[0, 1, 2, 3]), "0-3");
+        assert_eq!(cpu_list(&[2, 0]), "0,2");
+        assert_eq!(cpu_list(&[9, 0, 1, 4, 5, 6]), "0-1,4-6,9");
+        assert_eq!(cpu_list(&[7]), "7");
+        assert_eq!(
+            cpu_list(&[u32::MAX - 1, u32::MAX, 0]),
+            "0,4294967294-4294967295"
+        );
+        assert_eq!(cpu_list(&[]), "");
+    }
+
+    /// HEADER_CPU_TOPOLOGY read back as perf's `process_cpu_topology`
+    /// reads it: (packages' lists, cores' lists, (core, socket) per CPU,
+    /// dies' lists, die per CPU), `nr` CPUs; `None` when it does not end
+    /// exactly where the section does.
+    #[allow(clippy::type_complexity)]
+    fn read_cpu_topology(
+        b: &[u8],
+        nr: usize,
+    ) -> Option<(
+        Vec<String>,
+        Vec<String>,
+        Vec<(u32, u32)>,
+        Vec<String>,
+        Vec<u32>,
+    )> {
+        let mut at = 0;
+        let u32_at = |at: &mut usize| -> Option<u32> {
+            let v = u32::from_le_bytes(b.get(*at..*at + 4)?.try_into().ok()?);
+            *at += 4;
+            Some(v)
+        };
+        let strings = |at: &mut usize| -> Option<Vec<String>> {
+            let n = u32_at(at)?;
+            let mut out = Vec::new();
+            for _ in 0..n {
+                let len = u32_at(at)? as usize;
+                assert_eq!(len % 64, 0, "strings are padded to 64 bytes");
+                let raw = b.get(*at..*at + len)?;
+                *at += len;
+                let end = raw.iter().position(|&c| c == 0)?;
+                out.push(String::from_utf8(raw[..end].to_vec()).ok()?);
+            }
+            Some(out)
+        };
+        let packages = strings(&mut at)?;
+        let cores = strings(&mut at)?;
+        let mut ids = Vec::new();
+        for _ in 0..nr {
+            ids.push((u32_at(&mut at)?, u32_at(&mut at)?));
+        }
+        let dies = strings(&mut at)?;
+        let mut die_ids = Vec::new();
+        for _ in 0..nr {
+            die_ids.push(u32_at(&mut at)?);
+        }
+        (at == b.len()).then_some((packages, cores, ids, dies, die_ids))
+    }
+
+    #[test]
+    fn cpu_topology_reads_back_as_perf_reads_it() {
+        use linux_perf_data::{Feature, PerfFileReader};
+        // Two packages of two cores with two threads each, CPUs numbered
+        // as a runtime starts them (package 1's first, then package 0's).
+        let place = |socket, core| CpuTopo {
+            socket,
+            die: 0,
+            core,
+        };
+        let cpus = vec![
+            place(0, 0),
+            place(0, 0),
+            place(1, 0),
+            place(1, 1),
+            place(0, 1),
+            place(0, 1),
+            place(1, 0),
+            place(1, 1),
+        ];
+        let write = |nr_cpus, cpus: Vec<CpuTopo>| {
+            let attrs = vec![AttrSpec::cpu_clock(1, "cpu-clock", 1000)];
+            let w = PerfDataWriter::new(Cursor::new(Vec::new()), attrs).unwrap();
+            let (out, _) = w
+                .finish(&FileMeta {
+                    arch: "x86_64".into(),
+                    nr_cpus,
+                    cpus,
+                    ..Default::default()
+                })
+                .unwrap();
+            PerfFileReader::parse_file(Cursor::new(out.into_inner()))
+                .unwrap()
+                .perf_file
+        };
+        let file = write((8, 8), cpus.clone());
+        let nr = file.nr_cpus().unwrap().unwrap();
+        assert_eq!((nr.nr_cpus_available, nr.nr_cpus_online), (8, 8));
+        let section = file.feature_section_data(Feature::CPU_TOPOLOGY).unwrap();
+        assert_eq!(section, encode_cpu_topology(&cpus));
+        // The first list: a u32 count, then a 64-byte padded string.
+        assert_eq!(&section[..8], &[2, 0, 0, 0, 64, 0, 0, 0]);
+        assert_eq!(&section[8..16], b"0-1,4-5\0");
+        let (packages, cores, ids, dies, die_ids) = read_cpu_topology(section, 8).unwrap();
+        assert_eq!(packages, ["0-1,4-5", "2-3,6-7"]);
+        assert_eq!(cores, ["0-1", "2,6", "3,7", "4-5"]);
+        assert_eq!(
+            ids,
+            [
+                (0, 0),
+                (0, 0),
+                (0, 1),
+                (1, 1),
+                (1, 0),
+                (1, 0),
+                (0, 1),
+                (1, 1)
+            ]
+        );
+        assert_eq!(dies, ["0-1,4-5", "2-3,6-7"]);
+        assert_eq!(die_ids, [0; 8]);
+
+        // One CPU: one of everything.
+        let file = write((1, 1), vec![CpuTopo::default()]);
+        let section = file.feature_section_data(Feature::CPU_TOPOLOGY).unwrap();
+        let (packages, cores, ids, dies, die_ids) = read_cpu_topology(section, 1).unwrap();
+        assert_eq!(
+            (packages, cores, dies),
+            (
+                vec!["0".to_owned()],
+                vec!["0".to_owned()],
+                vec!["0".to_owned()]
+            )
+        );
+        assert_eq!((ids, die_ids), (vec![(0, 0)], vec![0]));
+
+        // Not one place per available CPU (perf would read past it or
+        // stop short): no topology, the CPU count still written.
+        let file = write((4, 4), cpus[..2].to_vec());
+        assert!(file.feature_section_data(Feature::CPU_TOPOLOGY).is_none());
+        assert_eq!(file.nr_cpus().unwrap().unwrap().nr_cpus_online, 4);
+        let file = write((1, 1), vec![]);
+        assert!(file.feature_section_data(Feature::CPU_TOPOLOGY).is_none());
     }
 
     #[test]

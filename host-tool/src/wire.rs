@@ -6,7 +6,7 @@ use sampler::sample::CpuMode;
 use sampler::wire::{self, CpuVendor, LogPayload, Record};
 
 use crate::model::{
-    EndCounters, EventInfo, EventKind, EventSource, Hello, Item, ProgramInfo, SampleView,
+    CpuPlace, EndCounters, EventInfo, EventKind, EventSource, Hello, Item, ProgramInfo, SampleView,
     SegmentInfo, TaskInfo,
 };
 use crate::perf_data::BranchEntry;
@@ -72,6 +72,16 @@ pub fn hello(h: &wire::Hello) -> Hello {
         protocol_version: u32::from(h.version),
         build_id: h.build_id.to_vec(),
         cpus: h.ncpus,
+        places: h
+            .cpus
+            .iter()
+            .map(|p| CpuPlace {
+                apic_id: p.apic_id,
+                package: p.package,
+                die: p.die,
+                core: p.core,
+            })
+            .collect(),
         source,
         cpu_desc,
         cmdline: h.cmdline.as_str().to_owned(),

@@ -72,6 +72,26 @@ fn every_field_reads_back() {
     );
     let nr = perf_file.nr_cpus().unwrap().unwrap();
     assert_eq!((nr.nr_cpus_available, nr.nr_cpus_online), (1, 1));
+    // The one CPU's place: package "0", core "0", CPU 0 is core 0 of
+    // socket 0, die "0", die 0.
+    let topo = perf_file
+        .feature_section_data(linux_perf_data::Feature::CPU_TOPOLOGY)
+        .expect("a CPU_TOPOLOGY section");
+    let list = |s: &str| {
+        let mut v = 64u32.to_le_bytes().to_vec();
+        v.extend_from_slice(s.as_bytes());
+        v.resize(68, 0);
+        v
+    };
+    let mut want = 1u32.to_le_bytes().to_vec();
+    want.extend(list("0"));
+    want.extend(1u32.to_le_bytes());
+    want.extend(list("0"));
+    want.extend([0u8; 8]);
+    want.extend(1u32.to_le_bytes());
+    want.extend(list("0"));
+    want.extend([0u8; 4]);
+    assert_eq!(topo, want);
     assert_eq!(
         perf_file.cmdline().unwrap().unwrap(),
         ["perch", "test", "[appliance: freq=1000 console=wire]"]

@@ -139,6 +139,18 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         cfg.iregs_mask,
         cfg.branch,
     );
+    // The other CPUs before Hello, which lists every CPU that is up (the
+    // host keeps the first Hello of a boot); what came of it is printed
+    // below with the rest.
+    smp::set_work(dispatch::cpu_work);
+    // Each CPU's sampling state before it starts.
+    cpu::set_prepare(profile::prepare_cpu);
+    let cpus = smp::start(
+        cfg.smp,
+        boot.rsdp(),
+        boot.regions(),
+        &reserved[..boot.modules().len()],
+    );
     if wire_mode {
         stream::send_hello(boot.cmdline(), pmu_boot.source());
     }
@@ -258,14 +270,6 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
             kprintln!("perch: nmi clock not started: {clock_hz} Hz needs the HPET: {e:?}")
         }
     }
-    smp::set_work(dispatch::cpu_work);
-    cpu::set_prepare(profile::prepare_cpu);
-    let cpus = smp::start(
-        cfg.smp,
-        boot.rsdp(),
-        boot.regions(),
-        &reserved[..boot.modules().len()],
-    );
     // The self-test places its tasks itself.
     if cfg.sched == cmdline::Sched::Spread && !cfg.selftest && smp::online() > 1 {
         // Threads run on every CPU: the clock's NMIs reach them all.
@@ -308,6 +312,20 @@ fn report_cpus(r: &smp::Report) {
             }
         ),
     }
+    let t = arch_x86::topology::Topology::detect(&arch_x86::cpuid::CpuCpuid);
+    kprintln!(
+        "perch: cpus: topology from {}: {} APIC ID bits for the thread, {} for the core and die",
+        match t.source {
+            arch_x86::topology::Source::Leaf1F => "CPUID leaf 1FH",
+            arch_x86::topology::Source::Leaf0B => "CPUID leaf 0BH",
+            arch_x86::topology::Source::Leaf4 => "CPUID leaves 1 and 4",
+            arch_x86::topology::Source::Amd => "CPUID leaf 8000_0008H",
+            arch_x86::topology::Source::Leaf1 => "CPUID leaf 1",
+            arch_x86::topology::Source::None => "no CPUID leaf (one package)",
+        },
+        t.smt_shift,
+        t.pkg_shift.saturating_sub(t.smt_shift)
+    );
     if r.left_out > 0 {
         kprintln!("perch: cpus: smp= leaves {} out", r.left_out);
     }

@@ -145,6 +145,9 @@ static ONLINE: AtomicU32 = AtomicU32::new(1);
 static WANTED: AtomicU32 = AtomicU32::new(1);
 /// Whether the boot CPU's APIC is in x2APIC mode (the started CPUs follow).
 static X2APIC: AtomicBool = AtomicBool::new(false);
+/// The boot CPU's APIC ID, as its local APIC gave it to [`start`]
+/// (`u32::MAX`, the broadcast ID, until then).
+static BOOT_APIC_ID: AtomicU32 = AtomicU32::new(u32::MAX);
 
 /// The vector of the IPI that wakes a CPU waiting for work.
 pub const WAKE_VECTOR: u8 = 0xf0;
@@ -190,6 +193,19 @@ pub fn online() -> u32 {
 /// How many CPUs the MADT lists, within `smp=` (1 when it could not be read).
 pub fn wanted() -> u32 {
     WANTED.load(Ordering::Relaxed)
+}
+
+/// The APIC ID of CPU `index`, if it is up: the boot CPU's as its local
+/// APIC gave it (as CPUID gives it when [`start`] found no APIC), the
+/// others' as the MADT listed them.
+pub fn apic_id(index: u32) -> Option<u32> {
+    if index != 0 {
+        return cpu(index).map(|c| c.apic_id);
+    }
+    Some(match BOOT_APIC_ID.load(Ordering::Relaxed) {
+        u32::MAX => arch_x86::topology::apic_id(&arch_x86::cpuid::CpuCpuid),
+        id => id,
+    })
 }
 
 /// The block of CPU `index`, if it is up.
@@ -284,6 +300,7 @@ pub fn start(
         }
     };
     let me = apic.id32();
+    BOOT_APIC_ID.store(me, Ordering::Relaxed);
     report.listed = cpus.apic_ids().len().max(1) as u32;
     report.over = cpus.over;
     let others = cpus.apic_ids().iter().copied().filter(|&id| id != me);

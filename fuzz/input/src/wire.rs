@@ -12,10 +12,10 @@ use sampler::sample::{
     BranchEntry, BranchFlags, BranchStack, CpuMode, MAX_BRANCHES, MAX_CALLCHAIN, MemInfo, Sample,
 };
 use sampler::wire::{
-    CpuId, CpuVendor, DELIMITER, Encoder, EncoderConfig, End, Hello, Log, LogLevel, Lost,
-    LostReason, MAX_BUILD_ID, MAX_EVENTS, MAX_FRAME, MAX_PROGRAM_SEGMENTS, MAX_TASK_RANGES,
-    MAX_UNKNOWN_SYSCALLS, Program, Record, Segment, SelfTest, Task, TaskExit, TextRange, ThrottleEvent,
-    UnknownSyscall,
+    CpuId, CpuPlace, CpuVendor, DELIMITER, Encoder, EncoderConfig, End, Hello, Log, LogLevel, Lost,
+    LostReason, MAX_BUILD_ID, MAX_CPUS, MAX_EVENTS, MAX_FRAME, MAX_PROGRAM_SEGMENTS,
+    MAX_TASK_RANGES, MAX_UNKNOWN_SYSCALLS, Program, Record, Segment, SelfTest, Task, TaskExit,
+    TextRange, ThrottleEvent, UnknownSyscall,
 };
 
 /// Task ids samples are drawn from: few, so that tasks repeat and delta
@@ -213,6 +213,14 @@ pub fn hello(u: &mut Unstructured<'_>) -> Result<Hello> {
     let mut h = Hello::new(cpu, pmu);
     h.simulated = u.arbitrary()?;
     h.ncpus = u.arbitrary()?;
+    h.cpus = vec::<_, MAX_CPUS>(u, |u| {
+        Ok(CpuPlace {
+            apic_id: u.arbitrary()?,
+            package: u.arbitrary()?,
+            die: u.arbitrary()?,
+            core: u.arbitrary()?,
+        })
+    })?;
     h.tsc_hz = u.arbitrary()?;
     h.build_id = vec::<_, MAX_BUILD_ID>(u, |u| u.arbitrary())?;
     h.cmdline = string(u)?;

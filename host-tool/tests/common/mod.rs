@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use host_tool::convert::{ConvertOptions, ConvertSummary, Converter};
 use host_tool::image::Image;
 use host_tool::model::{
-    EndCounters, EventInfo, EventKind, EventSource, Hello, Item, SampleView, TaskInfo,
+    CpuPlace, EndCounters, EventInfo, EventKind, EventSource, Hello, Item, SampleView, TaskInfo,
 };
 use host_tool::perf_abi::{context, reg, sample};
 
@@ -45,6 +45,7 @@ pub fn hello(image: &Image) -> Hello {
         protocol_version: 1,
         build_id: image.build_id.clone().unwrap(),
         cpus: 1,
+        places: vec![CpuPlace::default()],
         source: EventSource::NmiClock,
         cpu_desc: "QEMU TCG x86_64".into(),
         cmdline: "freq=1000 console=wire".into(),

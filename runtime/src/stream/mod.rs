@@ -9,7 +9,7 @@ use crate::sample::profile::{self, Source};
 use core::cell::RefCell;
 use critical_section::Mutex;
 use sampler::event::PmuCaps;
-use sampler::wire::{CpuId, CpuVendor, End, Hello, Program, Record, Task, TaskExit};
+use sampler::wire::{CpuId, CpuPlace, CpuVendor, End, Hello, Program, Record, Task, TaskExit};
 
 /// Hello and the Task records are sent again this often (TSC time), so a
 /// host that joins late, or lost the start to noise, decodes the stream
@@ -144,13 +144,40 @@ pub fn build_id() -> &'static [u8] {
     note.get(16..16 + descsz).unwrap_or(&[])
 }
 
-/// Sends Hello: who we are and what we sample.
+/// The CPUs that are up, by number, and where each sits (its APIC ID
+/// placed by the topology the boot CPU's CPUID describes).
+fn cpu_places() -> heapless::Vec<CpuPlace, { sampler::wire::MAX_CPUS }> {
+    let topology = arch_x86::topology::Topology::detect(&arch_x86::cpuid::CpuCpuid);
+    let mut places = heapless::Vec::new();
+    for index in 0..crate::smp::online() {
+        let Some(apic_id) = crate::smp::apic_id(index) else {
+            break;
+        };
+        let p = topology.place(apic_id);
+        let place = CpuPlace {
+            apic_id,
+            package: p.package,
+            die: p.die,
+            core: p.core,
+        };
+        if places.push(place).is_err() {
+            break;
+        }
+    }
+    places
+}
+
+/// Sends Hello: who we are, on which CPUs, and what we sample. Sent once
+/// the other CPUs are up ([`crate::smp::start`]): the host takes the
+/// first Hello of a boot, and its repetitions carry the same CPUs.
 pub fn send_hello(cmdline: &str, source: Source) {
     let caps = match source {
         Source::NmiClock => PmuCaps::cpu_clock(),
         Source::Simulated(c) | Source::Pmu(c) => c,
     };
     let mut h = Hello::new(cpu_id(), caps);
+    h.cpus = cpu_places();
+    h.ncpus = crate::smp::online();
     h.tsc_hz = crate::time::tsc_hz();
     h.transport = wire::transport_kind();
     let id = build_id();

@@ -97,9 +97,10 @@ pub const MAGIC: [u8; 4] = *b"PRCH";
 /// chain the cumulative chain of its task's run since the keyframe instead
 /// of the previous frame's plain CRC (see the module docs); version 4 added
 /// the program of a loaded process to its Task record ([`Task::program`]);
-/// version 5 added [`Record::TaskExit`]. A Hello of another version is
-/// recognised and refused with the version error.
-pub const PROTOCOL_VERSION: u16 = 5;
+/// version 5 added [`Record::TaskExit`]; version 6 added the CPUs' places
+/// to Hello ([`Hello::cpus`]). A Hello of another version is recognised and
+/// refused with the version error.
+pub const PROTOCOL_VERSION: u16 = 6;
 /// The frame delimiter. A writer should send one before its first frame
 /// (and after any reset of the line) so that noise on the line before it is
 /// not glued to that frame.
@@ -125,6 +126,8 @@ pub const MAX_PROGRAM_SEGMENTS: usize = 8;
 pub const MAX_LOG: usize = 512;
 /// Longest self-test name / detail.
 pub const MAX_SELFTEST_TEXT: usize = 64;
+/// The most CPUs a Hello lists (the most the runtime starts).
+pub const MAX_CPUS: usize = 64;
 
 /// CPU vendor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -150,6 +153,21 @@ pub struct CpuId {
     pub stepping: u8,
 }
 
+/// Where one CPU sits in the machine, from its APIC ID and the topology
+/// CPUID describes (`arch_x86::topology`). Every field is a varint on the
+/// wire: a few bytes per CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuPlace {
+    /// The CPU's (x2)APIC ID.
+    pub apic_id: u32,
+    /// Its package (socket).
+    pub package: u32,
+    /// Its die within the package (0 when the CPU describes no dies).
+    pub die: u32,
+    /// Its core within the package; the CPUs of one core are its threads.
+    pub core: u32,
+}
+
 /// The first record of a stream: who is talking and what it samples.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
@@ -159,8 +177,11 @@ pub struct Hello {
     pub version: u16,
     /// The CPU.
     pub cpu: CpuId,
-    /// Number of CPUs sampling.
+    /// Number of CPUs up (the boot CPU and those the runtime started).
     pub ncpus: u32,
+    /// Where each CPU that is up sits, by CPU number (the `cpu` of samples):
+    /// entry 0 is the boot CPU. Empty when unknown.
+    pub cpus: heapless::Vec<CpuPlace, MAX_CPUS>,
     /// PMU capabilities, including the event source in use.
     pub pmu: PmuCaps,
     /// True when the PMU is the simulated one (`pmu=sim`).
@@ -216,6 +237,7 @@ impl Hello {
             version: PROTOCOL_VERSION,
             cpu,
             ncpus: 1,
+            cpus: heapless::Vec::new(),
             simulated: pmu.source == crate::event::EventSource::Simulated,
             pmu,
             tsc_hz: 0,

@@ -205,6 +205,72 @@ fn other_records_round_trip() {
     assert_eq!(out, expected);
 }
 
+/// Hello's CPU places survive the round trip, the largest Hello (every
+/// list full, every number at its widest) fits a frame, and a Hello
+/// without places still decodes.
+#[test]
+fn hello_cpus_round_trip() {
+    let mut h = clock_hello(CpuVendor::Intel, 6, 0x8F, 8);
+    h.ncpus = 4;
+    for (apic_id, core) in [(0, 0), (1, 0), (2, 1), (0x81, 0)] {
+        h.cpus
+            .push(CpuPlace {
+                apic_id,
+                package: apic_id >> 7,
+                die: 0,
+                core,
+            })
+            .unwrap();
+    }
+    let mut enc: Encoder = Encoder::new(EncoderConfig::default());
+    let mut buf = [0u8; MAX_FRAME];
+    let n = enc.encode(&Record::Hello(h.clone()), &mut buf).unwrap();
+    let (out, stats) = decode_all(&buf[..n]);
+    assert_eq!(out, [Ok(Record::Hello(h.clone()))]);
+    assert_eq!(stats.bad_frames, 0);
+
+    // Varints: four small places cost a handful of bytes each.
+    let mut without = h.clone();
+    without.cpus.clear();
+    let m = enc
+        .encode(&Record::Hello(without.clone()), &mut buf)
+        .unwrap();
+    assert!(n - m <= 4 * 6, "{} bytes for four places", n - m);
+    assert_eq!(decode_all(&buf[..m]).0, [Ok(Record::Hello(without))]);
+
+    let mut big = h;
+    big.ncpus = u32::MAX;
+    big.cpus.clear();
+    while big
+        .cpus
+        .push(CpuPlace {
+            apic_id: u32::MAX,
+            package: u32::MAX,
+            die: u32::MAX,
+            core: u32::MAX,
+        })
+        .is_ok()
+    {}
+    big.build_id.clear();
+    big.build_id
+        .extend_from_slice(&[0xff; MAX_BUILD_ID])
+        .unwrap();
+    big.cmdline.clear();
+    while big.cmdline.push('x').is_ok() {}
+    big.events.clear();
+    while big
+        .events
+        .push(crate::event::EventConfig::cpu_clock(u32::MAX, u64::MAX))
+        .is_ok()
+    {}
+    big.tsc_hz = u64::MAX;
+    big.boot = u64::MAX;
+    big.repeat = u32::MAX;
+    assert_eq!(big.cpus.len(), MAX_CPUS);
+    let n = enc.encode(&Record::Hello(big.clone()), &mut buf).unwrap();
+    assert_eq!(decode_all(&buf[..n]).0, [Ok(Record::Hello(big))]);
+}
+
 #[test]
 fn long_logs_are_cut_and_flagged() {
     let long = "é".repeat(MAX_LOG); // 2 bytes per char
@@ -1041,7 +1107,7 @@ fn a_version_1_stream_gets_the_version_error() {
         found: 1,
         expected: PROTOCOL_VERSION,
     })];
-    assert_eq!(PROTOCOL_VERSION, 5);
+    assert_eq!(PROTOCOL_VERSION, 6);
     #[cfg(feature = "std")]
     let paths = [Path::Rebuilt, Path::Parts, Path::Batches];
     #[cfg(not(feature = "std"))]
