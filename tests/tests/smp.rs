@@ -219,3 +219,99 @@ fn memory_taken_from_a_thread_on_another_cpu_faults_at_once() {
     let (cpus, _) = split(&rec.data);
     assert!(cpus.len() >= 2, "the program ran on one CPU: {cpus:?}");
 }
+
+/// Samples and lost samples in perf.data by CPU: (samples, lost).
+fn per_cpu_counts(data: &Path) -> BTreeMap<u32, (u64, u64)> {
+    let reader = std::io::BufReader::new(std::fs::File::open(data).expect("open perf.data"));
+    let PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = PerfFileReader::parse_file(reader).expect("linux-perf-data parses the file");
+    let mut by_cpu: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    while let Some(r) = record_iter.next_record(&mut perf_file).expect("a record") {
+        let PerfFileRecord::EventRecord { record, .. } = r else {
+            continue;
+        };
+        match record.parse() {
+            Ok(EventRecord::Sample(s)) => {
+                let cpu = s.cpu.expect("a sample's CPU");
+                by_cpu.entry(cpu).or_default().0 += 1;
+            }
+            Ok(EventRecord::Lost(l)) => {
+                let common = record.common_data().expect("a LOST record's sample_id");
+                let cpu = common.cpu.expect("a LOST record's CPU");
+                by_cpu.entry(cpu).or_default().1 += l.count;
+            }
+            _ => {}
+        }
+    }
+    by_cpu
+}
+
+/// With a ring of four samples per CPU, most of four CPUs' samples are lost, and
+/// perf.data accounts for every one, CPU by CPU: each CPU's samples and LOST counts
+/// there are what the target counted for it (`taken = delivered + lost`), and the
+/// totals are the End record's.
+#[test]
+fn every_cpus_losses_reach_perf_data_exactly() {
+    let _alone = alone();
+    if !qemu_present() {
+        return;
+    }
+    let exe = threads_c(CBuild::Glibc);
+    let exe_arg = exe.to_str().expect("a UTF-8 program path");
+    let mut a = vec![
+        "--cpus",
+        "4",
+        "--freq",
+        "10000",
+        "--max-rate",
+        "0",
+        "--ring",
+        "4",
+        "--",
+        exe_arg,
+    ];
+    a.extend_from_slice(ROUNDS);
+    let rec = record_realtime(240, &a);
+    let err = &rec.stderr;
+    assert_eq!(rec.status, Some(0), "perch record failed:\n{err}");
+    // The target's own count, CPU by CPU.
+    let mut target: BTreeMap<u32, (u64, u64, u64)> = BTreeMap::new();
+    for line in err.lines() {
+        let Some(rest) = line.split("perch: CPU ").nth(1) else {
+            continue;
+        };
+        let n: Vec<u64> = rest
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|w| !w.is_empty())
+            .map(|w| w.parse().expect("a number"))
+            .collect();
+        assert_eq!(n.len(), 4, "a CPU counter line: {line}");
+        assert_eq!(n[1], n[2] + n[3], "taken = delivered + lost: {line}");
+        target.insert(n[0] as u32, (n[1], n[2], n[3]));
+    }
+    assert_eq!(
+        target.keys().copied().collect::<Vec<u32>>(),
+        vec![0, 1, 2, 3],
+        "four CPU counter lines:\n{err}"
+    );
+    let file = per_cpu_counts(&rec.data);
+    for (cpu, (taken, delivered, lost)) in &target {
+        assert!(*lost > 0, "CPU {cpu} lost nothing with a ring of 4:\n{err}");
+        assert_eq!(
+            file.get(cpu).copied().unwrap_or_default(),
+            (*delivered, *lost),
+            "CPU {cpu}: perf.data's (samples, lost) against the target's {taken} taken:\n{err}"
+        );
+    }
+    let (taken, delivered, lost) = target
+        .values()
+        .fold((0, 0, 0), |a, t| (a.0 + t.0, a.1 + t.1, a.2 + t.2));
+    assert!(
+        err.contains(&format!(
+            "target counters: taken {taken} = delivered {delivered} + lost {lost}"
+        )),
+        "the End record's totals are the CPUs' sums ({taken} = {delivered} + {lost}):\n{err}"
+    );
+}

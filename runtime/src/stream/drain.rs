@@ -111,14 +111,45 @@ pub fn end_counters() -> End {
         frames: 0,
         unknown_syscalls: heapless::Vec::new(),
     };
-    for (_, s) in profile::every_cpu() {
+    for (_, c) in cpu_counters() {
+        end.taken += c.taken;
+        end.delivered += c.delivered;
+        end.lost += c.lost;
+        end.throttled += c.throttles;
+    }
+    end
+}
+
+/// One CPU's share of the End counters (PEBS losses, which the boot
+/// CPU's PMU has, apart).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuCounters {
+    /// Overflows: ring pushes of samples and overflows suppressed while
+    /// throttled.
+    pub taken: u64,
+    /// Samples the drain took from the CPU's ring.
+    pub delivered: u64,
+    /// Samples lost: a full ring, or suppressed while throttled.
+    pub lost: u64,
+    /// Times the CPU's throttle engaged.
+    pub throttles: u64,
+}
+
+/// Every CPU's counters, by CPU index: `taken = delivered + lost` holds
+/// for each once its ring is drained.
+pub fn cpu_counters() -> impl Iterator<Item = (u32, CpuCounters)> {
+    profile::every_cpu().map(|(cpu, s)| {
         let r = s.ring.stats();
         let records = s.throttle_records.load(Ordering::Relaxed);
         let suppressed = s.throttled_total.load(Ordering::Relaxed);
-        end.taken += r.taken - records + suppressed;
-        end.delivered += r.delivered.saturating_sub(records);
-        end.lost += r.lost + suppressed;
-        end.throttled += s.throttle().0.throttle_count();
-    }
-    end
+        (
+            cpu,
+            CpuCounters {
+                taken: r.taken - records + suppressed,
+                delivered: r.delivered.saturating_sub(records),
+                lost: r.lost + suppressed,
+                throttles: s.throttle().0.throttle_count(),
+            },
+        )
+    })
 }

@@ -253,6 +253,16 @@ pub fn finish() -> End {
             high >> 10
         );
     }
+    if crate::smp::online() > 1 {
+        for (cpu, c) in crate::stream::drain::cpu_counters() {
+            crate::kprintln!(
+                "perch: CPU {cpu}: taken {} = delivered {} + lost {}",
+                c.taken,
+                c.delivered,
+                c.lost
+            );
+        }
+    }
     let end = crate::stream::drain::end_counters();
     let end = End {
         time: crate::time::now_ns(),
