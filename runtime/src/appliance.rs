@@ -17,6 +17,12 @@ use kcore::sys::{System, Vfs};
 /// manifest is unusable or the profile stream broke (a record not sent, or
 /// taken != delivered + lost).
 pub fn run(cfg: &Config, module: &Module) -> ! {
+    // From here on this CPU runs the runtime under the kernel lock, as
+    // every CPU does: the first processes' threads run on the other CPUs
+    // (and enter the runtime there) while this one starts the rest. The
+    // scheduler gives the lock up while a program runs here or the CPU
+    // halts.
+    crate::cpu::kernel_lock();
     let bytes = crate::fs::module_bytes(module);
     let archive = match Archive::parse(bytes) {
         Ok(a) => a,

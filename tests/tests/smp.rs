@@ -220,7 +220,8 @@ fn memory_taken_from_a_thread_on_another_cpu_faults_at_once() {
     assert!(cpus.len() >= 2, "the program ran on one CPU: {cpus:?}");
 }
 
-/// Samples and lost samples in perf.data by CPU: (samples, lost).
+/// Samples and lost samples (LOST_SAMPLES records, as in the storm test) in perf.data
+/// by CPU: (samples, lost).
 fn per_cpu_counts(data: &Path) -> BTreeMap<u32, (u64, u64)> {
     let reader = std::io::BufReader::new(std::fs::File::open(data).expect("open perf.data"));
     let PerfFileReader {
@@ -232,15 +233,21 @@ fn per_cpu_counts(data: &Path) -> BTreeMap<u32, (u64, u64)> {
         let PerfFileRecord::EventRecord { record, .. } = r else {
             continue;
         };
+        // PERF_RECORD_LOST_SAMPLES: u64 lost, then the sample id.
+        if record.record_type.0 == 13 {
+            let body = record.data.as_slice();
+            let lost = u64::from_le_bytes(body[..8].try_into().expect("8 bytes"));
+            let common = record
+                .common_data()
+                .expect("a LOST_SAMPLES record's sample_id");
+            let cpu = common.cpu.expect("a LOST_SAMPLES record's CPU");
+            by_cpu.entry(cpu).or_default().1 += lost;
+            continue;
+        }
         match record.parse() {
             Ok(EventRecord::Sample(s)) => {
                 let cpu = s.cpu.expect("a sample's CPU");
                 by_cpu.entry(cpu).or_default().0 += 1;
-            }
-            Ok(EventRecord::Lost(l)) => {
-                let common = record.common_data().expect("a LOST record's sample_id");
-                let cpu = common.cpu.expect("a LOST record's CPU");
-                by_cpu.entry(cpu).or_default().1 += l.count;
             }
             _ => {}
         }

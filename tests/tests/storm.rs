@@ -30,6 +30,18 @@ fn storm(build: CBuild, name: &str, args: &[&str]) -> Program {
 
 #[test]
 fn an_nmi_every_thousand_instructions_for_ten_virtual_seconds() {
+    storm_on("1");
+}
+
+/// The same storm on four CPUs: the clock's NMIs reach every CPU (the I/O APIC's
+/// broadcast), each CPU samples into its own ring under its own throttle while the
+/// programs' threads run on all four, and the counts add up exactly in all.
+#[test]
+fn the_storm_on_four_cpus() {
+    storm_on("4");
+}
+
+fn storm_on(cpus: &str) {
     let g = CBuild::Glibc;
     let programs = [
         storm(g, "sys", &["sys", "13500"]),
@@ -65,6 +77,8 @@ fn an_nmi_every_thousand_instructions_for_ten_virtual_seconds() {
     let rec = record_for(
         600,
         &[
+            "--cpus",
+            cpus,
             "--freq",
             FREQ,
             "--max-rate",
