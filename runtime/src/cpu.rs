@@ -325,19 +325,7 @@ unsafe impl critical_section::Impl for SmpCriticalSection {
         let flags: u64;
         // SAFETY: reading RFLAGS and clearing IF have no memory effects.
         unsafe { core::arch::asm!("pushfq", "pop {}", "cli", out(reg) flags) };
-        let me = this().index + 1;
-        if CS_OWNER.load(Ordering::Relaxed) == me {
-            CS_DEPTH.fetch_add(1, Ordering::Relaxed);
-        } else {
-            while CS_OWNER
-                .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                answer_shootdown();
-                core::hint::spin_loop();
-            }
-            CS_DEPTH.store(1, Ordering::Relaxed);
-        }
+        enter(&CS_OWNER, &CS_DEPTH);
         flags & (1 << 9) != 0
     }
 
@@ -371,19 +359,26 @@ static KL_DEPTH: AtomicU32 = AtomicU32::new(0);
 /// holds it. While it waits, it keeps answering TLB shootdowns, which the
 /// holder may be waiting for.
 pub fn kernel_lock() {
+    enter(&KL_OWNER, &KL_DEPTH);
+}
+
+/// Takes the lock `owner` (a CPU index + 1, 0: free) one level deeper
+/// (`depth`) when this CPU holds it, else waits for it with interrupts off,
+/// answering TLB shootdowns meanwhile (the holder may be waiting for one).
+fn enter(owner: &AtomicU32, depth: &AtomicU32) {
     let me = this().index + 1;
-    if KL_OWNER.load(Ordering::Relaxed) == me {
-        KL_DEPTH.fetch_add(1, Ordering::Relaxed);
+    if owner.load(Ordering::Relaxed) == me {
+        depth.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    while KL_OWNER
+    while owner
         .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
         answer_shootdown();
         core::hint::spin_loop();
     }
-    KL_DEPTH.store(1, Ordering::Relaxed);
+    depth.store(1, Ordering::Relaxed);
 }
 
 /// Leaves one level of [`kernel_lock`]; the outermost gives the lock up.

@@ -285,6 +285,21 @@ pub fn c_program_with(name: &str, build: CBuild, flags: &[&str], tag: &str) -> P
     exe
 }
 
+/// `tests/programs/c/threads.c` built as `build`, with pthreads and frame pointers.
+pub fn threads_c(build: CBuild) -> PathBuf {
+    c_program_with(
+        "threads",
+        build,
+        &["-pthread", "-fno-omit-frame-pointer"],
+        "",
+    )
+}
+
+/// `threads-rs` of `tests/programs/rust` built for `target`.
+pub fn threads_rs(target: RustTarget) -> PathBuf {
+    rust_program("tests/programs/rust", target, "threads-rs")
+}
+
 /// Builds the Go program in `tests/programs/go/NAME` (its own module) once per test
 /// binary, as `CGO_ENABLED=0 go build` makes it (static), into `target/programs/go`,
 /// and returns the executable. Go's build cache goes under the target directory too, so a

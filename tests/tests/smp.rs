@@ -7,7 +7,7 @@
 //! another CPU (`tests/programs/c/shootdown.c`).
 #![forbid(unsafe_code)]
 
-use e2e_tests::programs::{CBuild, RustTarget, c_program_with, go_program, rust_program};
+use e2e_tests::programs::{CBuild, RustTarget, c_program_with, go_program, threads_c, threads_rs};
 use e2e_tests::{Recording, qemu_present, record_realtime};
 use linux_perf_data::linux_perf_event_reader::EventRecord;
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
@@ -19,16 +19,6 @@ use std::sync::{Mutex, MutexGuard};
 const CPUS: usize = 4;
 /// Four workers of 1500 rounds each (about 5.7 billion instructions on x86-64).
 const ROUNDS: &[&str] = &["4", "1500"];
-
-/// `tests/programs/c/threads.c` built as `build`, with pthreads and frame pointers.
-fn threads_c(build: CBuild) -> PathBuf {
-    c_program_with(
-        "threads",
-        build,
-        &["-pthread", "-fno-omit-frame-pointer"],
-        "",
-    )
-}
 
 /// What the program prints natively (stdout) and its exit status.
 fn native(exe: &Path, args: &[&str]) -> (String, Option<i32>) {
@@ -151,51 +141,39 @@ fn assert_spread(rec: &Recording) {
     );
 }
 
-#[test]
-fn c_glibc_pthreads_spread_over_four_cpus() {
+/// Records `program args` (built by `build` once the host is held) on four CPUs and
+/// checks the spread.
+fn check_spread(build: impl FnOnce() -> PathBuf, args: &[&str]) {
     let _alone = alone();
     if !qemu_present() {
         return;
     }
-    assert_spread(&record_on_four(&threads_c(CBuild::Glibc), ROUNDS));
+    assert_spread(&record_on_four(&build(), args));
+}
+
+#[test]
+fn c_glibc_pthreads_spread_over_four_cpus() {
+    check_spread(|| threads_c(CBuild::Glibc), ROUNDS);
 }
 
 #[test]
 fn c_glibc_i386_pthreads_spread_over_four_cpus() {
-    let _alone = alone();
-    if !qemu_present() {
-        return;
-    }
-    assert_spread(&record_on_four(&threads_c(CBuild::Glibc32), ROUNDS));
+    check_spread(|| threads_c(CBuild::Glibc32), ROUNDS);
 }
 
 #[test]
 fn rust_x86_64_std_threads_spread_over_four_cpus() {
-    let _alone = alone();
-    if !qemu_present() {
-        return;
-    }
-    let exe = rust_program("tests/programs/rust", RustTarget::X86_64Musl, "threads-rs");
-    assert_spread(&record_on_four(&exe, ROUNDS));
+    check_spread(|| threads_rs(RustTarget::X86_64Musl), ROUNDS);
 }
 
 #[test]
 fn rust_i686_std_threads_spread_over_four_cpus() {
-    let _alone = alone();
-    if !qemu_present() {
-        return;
-    }
-    let exe = rust_program("tests/programs/rust", RustTarget::I686Musl, "threads-rs");
-    assert_spread(&record_on_four(&exe, ROUNDS));
+    check_spread(|| threads_rs(RustTarget::I686Musl), ROUNDS);
 }
 
 #[test]
 fn go_goroutines_spread_over_four_cpus() {
-    let _alone = alone();
-    if !qemu_present() {
-        return;
-    }
-    assert_spread(&record_on_four(&go_program("threads"), &["600000000"]));
+    check_spread(|| go_program("threads"), &["600000000"]);
 }
 
 /// munmap and mprotect by one thread reach another thread of the process running on
@@ -244,12 +222,9 @@ fn per_cpu_counts(data: &Path) -> BTreeMap<u32, (u64, u64)> {
             by_cpu.entry(cpu).or_default().1 += lost;
             continue;
         }
-        match record.parse() {
-            Ok(EventRecord::Sample(s)) => {
-                let cpu = s.cpu.expect("a sample's CPU");
-                by_cpu.entry(cpu).or_default().0 += 1;
-            }
-            _ => {}
+        if let Ok(EventRecord::Sample(s)) = record.parse() {
+            let cpu = s.cpu.expect("a sample's CPU");
+            by_cpu.entry(cpu).or_default().0 += 1;
         }
     }
     by_cpu

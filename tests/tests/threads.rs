@@ -7,7 +7,7 @@
 #![forbid(unsafe_code)]
 
 use e2e_tests::programs::{
-    CBuild, End, Program, RustTarget, assert_same_as_native, c_program_with, rust_program,
+    CBuild, End, Program, RustTarget, assert_same_as_native, threads_c, threads_rs,
 };
 use e2e_tests::{qemu_present, record};
 use linux_perf_data::linux_perf_event_reader::EventRecord;
@@ -28,21 +28,6 @@ const ARGS: &[&str] = &["4", "60"];
 
 /// System calls a threaded program needs that a runtime without threads lacks.
 const THREAD_CALLS: &[&str] = &["clone", "clone3", "futex", "set_robust_list", "rseq"];
-
-/// `tests/programs/c/threads.c` built as `build`, with pthreads and frame pointers.
-fn threads_c(build: CBuild) -> PathBuf {
-    c_program_with(
-        "threads",
-        build,
-        &["-pthread", "-fno-omit-frame-pointer"],
-        "",
-    )
-}
-
-/// `threads-rs` of `tests/programs/rust` built for `target`.
-fn threads_rs(target: RustTarget) -> PathBuf {
-    rust_program("tests/programs/rust", target, "threads-rs")
-}
 
 /// The lines both programs print the same way: one checksum per worker, in worker
 /// order, and the total (the same work in C and Rust gives the same numbers).
