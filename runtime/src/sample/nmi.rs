@@ -160,15 +160,16 @@ pub fn set_observer(slot: usize, f: Observer) {
     if let Some(o) = OBSERVER.get(slot) {
         o.store(f as usize, Ordering::Release);
         ANY_OBSERVER.store(true, Ordering::Release);
+        crate::sample::profile::route_nmis_to_observers();
     }
 }
 
 /// An NMI on a CPU other than the boot CPU, out of line: the boot CPU's
 /// path, inlined into the upcall, stays as short as a single CPU's.
 #[inline(never)]
-fn on_other_cpu(frame: &TrapFrame, entry_tsc: u64, cpu: &'static crate::cpu::CpuLocal) {
+fn on_other_cpu(frame: &TrapFrame, entry_tsc: u64, cpu: &'static crate::cpu::CpuLocal) -> bool {
     let s = crate::sample::profile::of(cpu);
-    crate::sample::profile::on_overflow(frame, entry_tsc, cpu, s);
+    crate::sample::profile::on_overflow(frame, entry_tsc, cpu, s)
 }
 
 /// Called by the NMI entry stub. The sampling path reads the frames in
@@ -178,16 +179,17 @@ fn on_other_cpu(frame: &TrapFrame, entry_tsc: u64, cpu: &'static crate::cpu::Cpu
 pub extern "C" fn nmi_dispatch(frame: &mut TrapFrame) {
     let entry_tsc = rdtsc();
     let cpu = crate::cpu::nmi_cpu(frame);
-    if core::ptr::eq(cpu, crate::cpu::boot_cpu()) {
-        // The boot CPU alone moves the clock on (the other CPUs take its
-        // NMIs only while the self-test asks for every CPU).
+    let routed = if core::ptr::eq(cpu, crate::cpu::boot_cpu()) {
+        // The boot CPU alone moves the clock on (the clock's NMIs reach
+        // the others too when threads run on every CPU).
         crate::sample::clock::on_nmi();
         let s = crate::sample::profile::boot_sampling();
-        crate::sample::profile::on_overflow(frame, entry_tsc, cpu, s);
+        crate::sample::profile::on_overflow(frame, entry_tsc, cpu, s)
     } else {
-        on_other_cpu(frame, entry_tsc, cpu);
-    }
-    if !ANY_OBSERVER.load(Ordering::Acquire) {
+        on_other_cpu(frame, entry_tsc, cpu)
+    };
+    // An observer makes every NMI take the routed path.
+    if !routed || !ANY_OBSERVER.load(Ordering::Acquire) {
         return;
     }
     let mut cap = None;

@@ -300,9 +300,10 @@ static SIMULATED: AtomicBool = AtomicBool::new(false);
 /// (`pmu=sim`) or [`CLOCK_TICKS_ONLY`] (the hardware PMU samples; the
 /// clock is the throttle's tick); and [`PMU_NMIS`] once the PMU may raise
 /// PMIs (its start-up check or hardware sampling), so that every NMI asks
-/// the PMU first; and [`NOT_SAMPLING`] while sampling is off (the one
-/// record of it: see [`sampling`]). 0, the NMI clock sampling with no PMU,
-/// is the fast path.
+/// the PMU first; [`NOT_SAMPLING`] while sampling is off (the one
+/// record of it: see [`sampling`]); and [`OBSERVED`] once an NMI observer
+/// is registered (the self-test's), whose calls the fast path leaves out.
+/// 0, the NMI clock sampling with no PMU and no observer, is the fast path.
 static ROUTE: AtomicU8 = AtomicU8::new(CLOCK_SAMPLES | NOT_SAMPLING);
 const CLOCK_SAMPLES: u8 = 0;
 const CLOCK_DRIVES_SIM: u8 = 1;
@@ -310,6 +311,13 @@ const CLOCK_TICKS_ONLY: u8 = 2;
 const CLOCK_ROLE: u8 = 3;
 const PMU_NMIS: u8 = 4;
 const NOT_SAMPLING: u8 = 8;
+const OBSERVED: u8 = 16;
+
+/// An NMI observer is registered: from now on every NMI takes the routed
+/// path, after which the dispatch calls the observers. Never cleared.
+pub(crate) fn route_nmis_to_observers() {
+    ROUTE.fetch_or(OBSERVED, Ordering::SeqCst);
+}
 
 /// Whether sampling is on ([`start`] to [`stop`]); Acquire, so a caller
 /// that sees it on sees the configuration stored before.
@@ -939,13 +947,17 @@ fn callchain(r: &mut RawSample, ctx: &NmiContext<'_>) {
 /// dispatch calls this once with the boot CPU's state, a static at an
 /// address known when linking (so that copy reaches its fields as a single
 /// CPU's were, with no register held for them), and once with the others'.
+///
+/// Returns whether the NMI took the routed path, the only one on which
+/// observers may be registered ([`OBSERVED`]): the fast path returns a
+/// constant false, so the dispatch's look at the observers drops out of it.
 #[inline(always)]
 pub fn on_overflow(
     frame: &TrapFrame,
     entry_tsc: u64,
     cpu: &'static CpuLocal,
     s: &'static CpuSampling,
-) {
+) -> bool {
     // Acquire: sampling on means its configuration is visible.
     let route = ROUTE.load(Ordering::Acquire);
     if route == CLOCK_SAMPLES {
@@ -958,13 +970,23 @@ pub fn on_overflow(
         if !overflow(&ctx, entry_tsc, &Extra::NONE) {
             // Suppressed: nothing was sampled.
             s.fast_unsampled.fetch_add(1, Ordering::Relaxed);
-            return;
+            return false;
         }
-    } else if routed(frame, s, entry_tsc, route) {
-        s.routed_measured.fetch_add(1, Ordering::Relaxed);
+        account_cost(s, entry_tsc);
+        false
     } else {
-        return;
+        if routed(frame, s, entry_tsc, route) {
+            s.routed_measured.fetch_add(1, Ordering::Relaxed);
+            account_cost(s, entry_tsc);
+        }
+        true
     }
+}
+
+/// NMI context: the handler's cost so far, for the per-sample average and
+/// the CPU-time budget.
+#[inline(always)]
+fn account_cost(s: &CpuSampling, entry_tsc: u64) {
     let cost = crate::sample::nmi::rdtsc().wrapping_sub(entry_tsc);
     s.nmi_cost_tsc.fetch_add(cost, Ordering::Relaxed);
     s.throttle().0.sample_took(|| crate::time::tsc_to_ns(cost));
