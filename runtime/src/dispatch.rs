@@ -18,6 +18,11 @@ use arch_x86::frame::{INT80_VECTOR, SYSCALL_VECTOR, TrapFrame, exception_name};
 #[inline(always)]
 pub extern "C" fn trap(frame: &mut TrapFrame) -> u64 {
     crate::cpu::clear_ac();
+    // The user frame is saved: the entry window ends here, before anything
+    // that may wait (the kernel lock).
+    if frame.mode().is_user() {
+        crate::sample::profile::on_entry_from_user();
+    }
     let vector = frame.vector;
     if vector == u64::from(crate::cpu::SHOOTDOWN_VECTOR) {
         crate::cpu::answer_shootdown();
@@ -56,9 +61,6 @@ pub extern "C" fn trap(frame: &mut TrapFrame) -> u64 {
 #[inline(always)]
 fn tick_unlocked(frame: &mut TrapFrame) -> Result<u64, u8> {
     let user = frame.mode().is_user();
-    if user {
-        crate::sample::profile::on_entry_from_user();
-    }
     let over = if frame.vector == tick::TIMER_VECTOR {
         tick::on_tick(user)
     } else {
@@ -82,9 +84,6 @@ fn tick_unlocked(frame: &mut TrapFrame) -> Result<u64, u8> {
 #[inline(always)]
 fn trap_locked(frame: &mut TrapFrame) -> u64 {
     let user = frame.mode().is_user();
-    if user {
-        crate::sample::profile::on_entry_from_user();
-    }
     let r = match frame.vector {
         tick::TIMER_VECTOR => {
             // The boot CPU's tick keeps the flight recorder's line moving
