@@ -297,3 +297,19 @@ fn every_cpus_losses_reach_perf_data_exactly() {
         "the End record's totals are the CPUs' sums ({taken} = {delivered} + {lost}):\n{err}"
     );
 }
+
+/// What a program learns of four CPUs: sched_getaffinity, get_nprocs and sysconf
+/// agree, sched_getcpu answers below the count, and four spinning threads see more
+/// than one CPU through it (as natively on a host of two CPUs or more).
+#[test]
+fn a_program_sees_the_cpus_it_runs_on() {
+    let _alone = alone();
+    let exe = c_program_with("cpus", CBuild::Glibc, &["-pthread"], "");
+    let (out, status) = native(&exe, &[]);
+    assert_eq!(status, Some(0), "native:\n{out}");
+    assert!(!out.contains(": no"), "native:\n{out}");
+    if !qemu_present() {
+        return;
+    }
+    record_on_four(&exe, &[]);
+}

@@ -124,6 +124,10 @@ pub trait Machine {
     /// How many CPUs are up (1 to 64): `sched_getaffinity` reports them.
     fn online_cpus(&self) -> u32;
 
+    /// The CPU the calling thread runs on now (`getcpu`; 0 to
+    /// [`online_cpus`](Machine::online_cpus) - 1).
+    fn current_cpu(&self) -> u32;
+
     /// Installs the current process's i386 TLS GDT slots
     /// (`set_thread_area`); the runtime also installs
     /// [`Process::tls`](super::Process::tls) on every switch.

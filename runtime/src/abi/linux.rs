@@ -209,6 +209,10 @@ impl Machine for RtMachine<'_> {
         crate::smp::online()
     }
 
+    fn current_cpu(&self) -> u32 {
+        crate::cpu::this().index
+    }
+
     fn wake_thread(&mut self, tid: u32) {
         if let Some(id) = tid.checked_sub(1).and_then(|i| u8::try_from(i).ok()) {
             task::wake(id, 0);

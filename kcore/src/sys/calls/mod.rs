@@ -658,9 +658,11 @@ pub(crate) fn dispatch<M: Machine>(
         Getrusage => ret(task::getrusage(c, int_arg(a[0]), a[1])),
         Times => ret(task::times(c, a[0])),
         Getcpu => {
-            for p in [a[0], a[1]] {
+            // The CPU, then the NUMA node (one node).
+            let cpu = c.m.current_cpu();
+            for (p, v) in [(a[0], cpu), (a[1], 0)] {
                 if p != 0 {
-                    c.write(p, &0u32.to_le_bytes())?;
+                    c.write(p, &v.to_le_bytes())?;
                 }
             }
             ret(Ok(0))

@@ -599,6 +599,11 @@ fn affinity_reports_every_cpu_that_is_up() {
     e.m.more_cpus = 63;
     assert_eq!(e.ret("sched_getaffinity", &[0, 8, SCRATCH]), 8);
     assert_eq!(e.u64_at(SCRATCH), u64::MAX);
+    // getcpu: the CPU the caller runs on, node 0.
+    e.m.cpu = 5;
+    e.poke(SCRATCH, &[0xff; 8]);
+    assert_eq!(e.ret("getcpu", &[SCRATCH, SCRATCH + 4, 0]), 0);
+    assert_eq!(e.u64_at(SCRATCH), 5);
     let mut e = Env::new(Abi::I386);
     e.m.more_cpus = 39;
     assert_eq!(e.err("sched_getaffinity", &[0, 4, SCRATCH]), Errno::EINVAL);

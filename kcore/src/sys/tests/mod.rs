@@ -47,6 +47,8 @@ pub(crate) struct Fake {
     pub itimer: (u64, u64),
     /// CPUs up, less one (so that the default is one CPU).
     pub more_cpus: u32,
+    /// The CPU the calling thread runs on.
+    pub cpu: u32,
 }
 
 impl Fake {
@@ -136,6 +138,10 @@ impl Machine for Fake {
 
     fn online_cpus(&self) -> u32 {
         self.more_cpus + 1
+    }
+
+    fn current_cpu(&self) -> u32 {
+        self.cpu
     }
 
     fn monotonic_ns(&mut self) -> u64 {
