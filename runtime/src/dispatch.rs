@@ -26,7 +26,7 @@ pub extern "C" fn trap(frame: &mut TrapFrame) -> u64 {
     let vector = frame.vector;
     if vector == u64::from(crate::cpu::SHOOTDOWN_VECTOR) {
         crate::cpu::answer_shootdown();
-        crate::smp::ack_wake();
+        crate::smp::ack_ipi();
         return RESUME;
     }
     if vector < 32 && !frame.mode().is_user() {
@@ -64,7 +64,7 @@ fn tick_unlocked(frame: &mut TrapFrame) -> Result<u64, u8> {
     let over = if frame.vector == tick::TIMER_VECTOR {
         tick::on_tick(user)
     } else {
-        crate::smp::ack_wake();
+        crate::smp::ack_ipi();
         false
     };
     let Some(id) = task::current().filter(|_| user) else {
@@ -101,7 +101,7 @@ fn trap_locked(frame: &mut TrapFrame) -> u64 {
         }
         tick::SPURIOUS_VECTOR => RESUME,
         v if v == u64::from(crate::smp::WAKE_VECTOR) => {
-            crate::smp::ack_wake();
+            crate::smp::ack_ipi();
             RESUME
         }
         // System calls deliver signals on their own way out.

@@ -13,9 +13,9 @@
 //! A started CPU loads its tables, enables its local APIC with every local
 //! interrupt masked, says it is up, and then does its work ([`set_work`]:
 //! the tasks pinned to it, under its own tick) over and over, halting in
-//! between until [`kick`] or an NMI wakes it. Programs run on the boot CPU
-//! unless pinned elsewhere (the self-test pins its per-CPU tasks); the
-//! clock's NMIs reach the other CPUs only while the self-test asks for it.
+//! between until [`kick`] wakes it (an NMI ends the halt too, but sends it
+//! looking for work only after a kick). Where threads run is `proc`'s
+//! business (`sched=spread`, or the self-test's `proc::pin`).
 
 use crate::cpu::{self, CpuLocal, CpuTables, IST_STACK_SIZE};
 use alloc::boxed::Box;
@@ -162,7 +162,7 @@ pub fn set_work(work: fn()) {
     WORK.store(work as usize, Ordering::Release);
 }
 
-/// Wakes CPU `index` (not the boot CPU) if it waits for work.
+/// Wakes CPU `index` (not this one) to look for work.
 pub fn kick(index: u32) {
     let Some(c) = cpu(index).filter(|c| !core::ptr::eq(*c, crate::cpu::this())) else {
         return;
@@ -179,8 +179,8 @@ pub fn kick(index: u32) {
 /// looks for work.
 static KICKED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 
-/// Acknowledges the wake IPI on this CPU.
-pub fn ack_wake() {
+/// Acknowledges a fixed IPI on this CPU (the wake or the TLB shootdown).
+pub fn ack_ipi() {
     // SAFETY: ring 0; the direct map covers the APIC window, uncached.
     unsafe { LocalApic::from_msr() }.eoi();
 }

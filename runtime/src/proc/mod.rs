@@ -346,6 +346,26 @@ fn place(tasks: &[Option<Task>; MAX_TASKS], inherited: u8) -> u8 {
     (0..cpus).min_by_key(|&c| (load[c], c)).unwrap_or(0) as u8
 }
 
+/// Whether CPU `c` runs a thread right now.
+fn cpu_busy(c: u8) -> bool {
+    crate::smp::cpu(u32::from(c)).is_some_and(|b| b.current_task.load(Ordering::Relaxed) != NO_TASK)
+}
+
+/// Thread `id` just became ready: with `sched=spread`, when its CPU runs
+/// another thread and one is idle, it moves there. The CPU it is now for.
+fn ready_on(tasks: &mut [Option<Task>; MAX_TASKS], id: u8) -> Option<u8> {
+    let cpu = tasks.get(usize::from(id))?.as_ref()?.cpu;
+    let to = if cpu_busy(cpu) {
+        idle_cpu(tasks, cpu)
+    } else {
+        None
+    };
+    if let (Some(c), Some(Some(t))) = (to, tasks.get_mut(usize::from(id))) {
+        t.cpu = c;
+    }
+    Some(to.unwrap_or(cpu))
+}
+
 /// With `sched=spread`, a CPU other than `except` that is idle: up, no
 /// thread on it now and none ready for it; the other CPUs before the boot
 /// CPU (which also drains the stream).
@@ -356,8 +376,7 @@ fn idle_cpu(tasks: &[Option<Task>; MAX_TASKS], except: u8) -> Option<u8> {
     let cpus = (crate::smp::online() as usize).clamp(1, MAX_CPUS) as u8;
     (1..cpus).chain(core::iter::once(0)).find(|&c| {
         c != except
-            && crate::smp::cpu(u32::from(c))
-                .is_some_and(|b| b.current_task.load(Ordering::Relaxed) == NO_TASK)
+            && !cpu_busy(c)
             && !tasks
                 .iter()
                 .flatten()
@@ -755,15 +774,7 @@ pub fn wake(id: u8, rax: u64) -> bool {
         // top of its kernel stack is its saved user frame, and nothing
         // else refers to it now.
         unsafe { (*frame_ptr(id as usize)).rax = rax };
-        let cpu = t.cpu;
-        // Its CPU runs another thread: an idle CPU takes it now instead.
-        let busy = crate::smp::cpu(u32::from(cpu))
-            .is_some_and(|b| b.current_task.load(Ordering::Relaxed) != NO_TASK);
-        let to = if busy { idle_cpu(&tasks, cpu) } else { None };
-        if let (Some(c), Some(Some(t))) = (to, tasks.get_mut(id as usize)) {
-            t.cpu = c;
-        }
-        Some(to.unwrap_or(cpu))
+        ready_on(&mut tasks, id)
     });
     woken.map(nudge).is_some()
 }
@@ -1045,9 +1056,9 @@ pub fn report_fault(name: &str, f: &Fault) {
 /// wake-up time, if any process still sleeps.
 fn wake_sleepers(now: u64, mut timed_out: impl FnMut(u8)) -> Option<u64> {
     let mut next: Option<u64> = None;
-    let due: heapless::Vec<u8, MAX_TASKS> = critical_section::with(|cs| {
+    let due: heapless::Vec<(u8, Option<u8>), MAX_TASKS> = critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
-        let mut due = heapless::Vec::new();
+        let mut due = heapless::Vec::<u8, MAX_TASKS>::new();
         for (id, t) in tasks.iter_mut().enumerate() {
             let Some(t) = t else { continue };
             let TaskState::Sleeping(until) = t.state else {
@@ -1061,12 +1072,15 @@ fn wake_sleepers(now: u64, mut timed_out: impl FnMut(u8)) -> Option<u64> {
                 next = Some(next.map_or(until, |n: u64| n.min(until)));
             }
         }
-        due
+        // Each on its CPU, or an idle one when that one is busy.
+        due.into_iter()
+            .map(|id| (id, ready_on(&mut tasks, id)))
+            .collect()
     });
-    for id in due {
+    for (id, cpu) in due {
         timed_out(id);
-        if let Some(t) = get(id) {
-            nudge(t.cpu);
+        if let Some(cpu) = cpu {
+            nudge(cpu);
         }
     }
     next
@@ -1115,11 +1129,9 @@ pub fn run_all(driver: &mut impl Driver) {
                 push_waiting();
                 next = i + 1;
             }
-            None if (sleeper.is_some() || driver.timers_armed()) && ticking => {
-                driver.idle();
-                idle();
-            }
-            None if others_busy() && ticking => {
+            // Something will make a thread here ready: a deadline, a
+            // timer, or a thread on another CPU.
+            None if (sleeper.is_some() || driver.timers_armed() || others_busy()) && ticking => {
                 driver.idle();
                 idle();
             }
@@ -1166,12 +1178,8 @@ fn steal() -> Option<usize> {
     critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
         let i = (0..MAX_TASKS).find(|&i| {
-            tasks[i].is_some_and(|t| {
-                t.state == TaskState::Ready
-                    && t.cpu != me
-                    && crate::smp::cpu(u32::from(t.cpu))
-                        .is_some_and(|b| b.current_task.load(Ordering::Relaxed) != NO_TASK)
-            }) && running_on(i as u8).is_none()
+            tasks[i].is_some_and(|t| t.state == TaskState::Ready && t.cpu != me && cpu_busy(t.cpu))
+                && running_on(i as u8).is_none()
         })?;
         if let Some(t) = tasks[i].as_mut() {
             t.cpu = me;
