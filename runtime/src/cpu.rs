@@ -101,6 +101,10 @@ pub struct CpuLocal {
     /// set before the CPU can take an NMI ([`set_prepare`]; the boot
     /// CPU's when sampling is configured, before the IDT is loaded).
     pub sampling: SetOnce<()>,
+    /// The PMU layer's state of this CPU (its driver, PEBS buffer and DS
+    /// area), set before the CPU starts when the PMU samples (the boot
+    /// CPU's is a static).
+    pub pmu: SetOnce<()>,
     /// The page-table root this CPU has in CR3 (0: not yet told).
     pub active_root: AtomicU64,
     /// A TLB shootdown asked of this CPU ([`FLUSH_RELOAD`],
@@ -177,6 +181,7 @@ impl CpuLocal {
             user_walk: WalkRange::new(),
             compat_walk: WalkRange::new(),
             sampling: SetOnce::new(),
+            pmu: SetOnce::new(),
             active_root: AtomicU64::new(0),
             flush_req: AtomicU64::new(0),
         }

@@ -143,8 +143,10 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     // host keeps the first Hello of a boot); what came of it is printed
     // below with the rest.
     smp::set_work(dispatch::cpu_work);
-    // Each CPU's sampling state before it starts.
-    cpu::set_prepare(profile::prepare_cpu);
+    // Each CPU's sampling and PMU state before it starts; its own PMU
+    // programmed by itself once up.
+    cpu::set_prepare(|local| profile::prepare_cpu(local) && pmu::prepare_cpu(local));
+    smp::set_on_start(pmu::start_this_cpu);
     let cpus = smp::start(
         cfg.smp,
         boot.rsdp(),
@@ -277,6 +279,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
         clock::deliver_to_every_cpu(true);
     }
     report_cpus(&cpus);
+    pmu::report_cpus();
     // A virtio-net card, when the machine has one (`perch record --net`).
     net::init(cfg.net);
     if let Some(kind) = cfg.crash {

@@ -162,6 +162,18 @@ pub fn set_work(work: fn()) {
     WORK.store(work as usize, Ordering::Release);
 }
 
+/// What a started CPU runs for itself once on its own tables, before it
+/// reports itself up, as a `fn(&'static CpuLocal)` (0: nothing).
+static ON_START: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets what every started CPU runs for itself once, interrupts off, with
+/// its local APIC enabled and its LVT entries masked, before it reports
+/// itself up (the PMU layer programs the CPU's own counters there). Set
+/// before [`start`].
+pub fn set_on_start(f: fn(&'static CpuLocal)) {
+    ON_START.store(f as usize, Ordering::Release);
+}
+
 /// Wakes CPU `index` (not this one) to look for work.
 pub fn kick(index: u32) {
     let Some(c) = cpu(index).filter(|c| !core::ptr::eq(*c, crate::cpu::this())) else {
@@ -493,6 +505,14 @@ extern "C" fn ap_main(local: &'static CpuLocal) -> ! {
     local
         .checks
         .store(cpu::loaded_checks(local), Ordering::Relaxed);
+    match ON_START.load(Ordering::Acquire) {
+        0 => {}
+        f => {
+            // SAFETY: a non-zero ON_START holds the fn pointer `set_on_start` stored.
+            let f: fn(&'static CpuLocal) = unsafe { core::mem::transmute(f) };
+            f(local);
+        }
+    }
     local.online.store(true, Ordering::Release);
     let kicked = &KICKED[local.index as usize];
     loop {

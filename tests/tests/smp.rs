@@ -313,3 +313,90 @@ fn a_program_sees_the_cpus_it_runs_on() {
     }
     record_on_four(&exe, &[]);
 }
+
+/// `pmu=sim` on four CPUs: each CPU programs its own simulated PMU (the real Intel
+/// driver against a simulator of its own, advanced by the clock's NMIs there), so the
+/// program's PEBS samples, each with the data address of its record, come from all
+/// four CPUs, and each CPU's count holds. (With one simulator for every CPU, two CPUs
+/// stepped it at once and the runtime crashed.)
+#[test]
+fn every_cpu_samples_with_its_own_simulated_pmu() {
+    let _alone = alone();
+    if !qemu_present() {
+        return;
+    }
+    let exe = threads_c(CBuild::Glibc);
+    let (want, _) = native(&exe, ROUNDS);
+    let exe_arg = exe.to_str().expect("a UTF-8 program path");
+    let mut a = vec![
+        "--cpus",
+        "4",
+        "--pmu",
+        "sim",
+        "--freq",
+        "4000",
+        "--max-rate",
+        "0",
+        "--buffer",
+        "16",
+        "--",
+        exe_arg,
+    ];
+    a.extend_from_slice(ROUNDS);
+    let rec = record_realtime(240, &a);
+    let err = &rec.stderr;
+    assert_eq!(rec.status, Some(0), "perch record failed:\n{err}");
+    assert!(!err.contains("RUNTIME"), "the runtime crashed:\n{err}");
+    assert!(
+        err.contains("SIMULATED PMU") && !err.contains("PMU not programmed"),
+        "not the simulated PMU on every CPU:\n{err}"
+    );
+    assert_eq!(
+        rec.stdout, want,
+        "stdout differs from the native run:\n{err}"
+    );
+    // The program's samples by CPU: (samples, with a data address).
+    let reader = std::io::BufReader::new(std::fs::File::open(&rec.data).expect("open perf.data"));
+    let PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = PerfFileReader::parse_file(reader).expect("linux-perf-data parses the file");
+    let mut by_cpu: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    while let Some(r) = record_iter.next_record(&mut perf_file).expect("a record") {
+        let PerfFileRecord::EventRecord { record, .. } = r else {
+            continue;
+        };
+        if let Ok(EventRecord::Sample(s)) = record.parse()
+            && s.pid.is_some_and(|p| p != 0)
+        {
+            let e = by_cpu.entry(s.cpu.expect("a sample's CPU")).or_default();
+            e.0 += 1;
+            e.1 += u64::from(s.addr.is_some_and(|a| a != 0));
+        }
+    }
+    let total: u64 = by_cpu.values().map(|v| v.0).sum();
+    assert!(
+        total >= 400,
+        "only {total} samples of the program: {by_cpu:?}"
+    );
+    assert_eq!(
+        by_cpu.keys().copied().collect::<Vec<u32>>(),
+        vec![0, 1, 2, 3],
+        "the program's samples by CPU: {by_cpu:?}\n{err}"
+    );
+    for (cpu, (n, with_addr)) in &by_cpu {
+        assert!(
+            n * 100 >= total * 10,
+            "CPU {cpu} has {n} of {total} samples: {by_cpu:?}"
+        );
+        assert!(
+            *with_addr * 2 >= *n,
+            "CPU {cpu}: {with_addr} of {n} samples with a PEBS data address"
+        );
+    }
+    let counts = err
+        .lines()
+        .filter(|l| l.contains("perch: CPU ") && l.contains("taken"))
+        .count();
+    assert_eq!(counts, 4, "a count line per CPU:\n{err}");
+}

@@ -162,6 +162,8 @@ pub enum PmuError {
     },
     /// The DS area or PEBS buffer is too small or misaligned.
     BadDsMemory,
+    /// The PMU is already programmed for sampling.
+    InUse,
 }
 
 impl core::fmt::Display for PmuError {
@@ -187,6 +189,7 @@ impl core::fmt::Display for PmuError {
                 write!(f, "event {event}: period is zero or wider than the counter")
             }
             PmuError::BadDsMemory => write!(f, "DS area or PEBS buffer too small or misaligned"),
+            PmuError::InUse => write!(f, "the PMU is already programmed for sampling"),
         }
     }
 }

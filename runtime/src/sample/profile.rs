@@ -963,7 +963,7 @@ pub fn on_overflow(
     if route == CLOCK_SAMPLES {
         // Sampling on, the NMI clock's own sample, built inline.
         if entry_tsc >= s.next_tick_tsc.load(Ordering::Relaxed) {
-            new_tick(s, s.cpu, entry_tsc);
+            new_tick(s, cpu, entry_tsc);
         }
         s.fast_overflows.fetch_add(1, Ordering::Relaxed);
         let ctx = crate::sample::nmi::context_on(frame, cpu, s);
@@ -1000,7 +1000,7 @@ fn routed(frame: &TrapFrame, s: &CpuSampling, entry_tsc: u64, route: u8) -> bool
     s.routed_nmis.fetch_add(1, Ordering::Relaxed);
     let on = route & NOT_SAMPLING == 0;
     if on && entry_tsc >= s.next_tick_tsc.load(Ordering::Relaxed) {
-        new_tick(s, crate::cpu::nmi_cpu(frame).index, entry_tsc);
+        new_tick(s, crate::cpu::nmi_cpu(frame), entry_tsc);
     }
     // A PMI of the hardware PMU is serviced (and sampled when on) there.
     let pmi = route & PMU_NMIS != 0 && crate::sample::pmu::on_nmi(frame, entry_tsc, on);
@@ -1087,15 +1087,15 @@ pub fn throttled(cpu: &CpuLocal) -> bool {
 /// the event was throttled, unthrottle it (Unthrottle record, the counter
 /// restarted).
 #[inline(never)]
-fn new_tick(s: &CpuSampling, cpu: u32, tsc: u64) {
+fn new_tick(s: &CpuSampling, cpu: &CpuLocal, tsc: u64) {
     let tick = TICK_TSC.load(Ordering::Relaxed).max(1);
     s.next_tick_tsc
         .store((tsc / tick + 1) * tick, Ordering::Relaxed);
     let (t, e) = s.throttle();
     t.tick();
     if t.on_tick(e) {
-        push_transition(s, cpu, false, tsc);
-        crate::sample::pmu::unthrottle();
+        push_transition(s, cpu.index, false, tsc);
+        crate::sample::pmu::unthrottle(cpu);
     }
 }
 

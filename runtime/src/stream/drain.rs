@@ -22,21 +22,20 @@ pub fn drain() -> usize {
 /// [`drain`]); returns the records written.
 pub fn drain_up_to(max_steps: usize) -> usize {
     let mut written = 0;
-    let pebs_lost = crate::sample::pmu::take_pebs_lost();
-    if pebs_lost > 0 {
-        PEBS_LOST_TOTAL.fetch_add(pebs_lost, Ordering::Relaxed);
-        // The PMU samples on the boot CPU.
-        wire::send(&Record::Lost(Lost {
-            time: crate::time::now_ns(),
-            cpu: 0,
-            event: crate::sample::pmu::pebs_event(),
-            count: pebs_lost,
-            reason: LostReason::Pebs,
-        }));
-        written += 1;
-    }
     let evs = events();
     for (cpu, s) in profile::every_cpu() {
+        let pebs_lost = crate::smp::cpu(cpu).map_or(0, crate::sample::pmu::take_pebs_lost);
+        if pebs_lost > 0 {
+            PEBS_LOST_TOTAL.fetch_add(pebs_lost, Ordering::Relaxed);
+            wire::send(&Record::Lost(Lost {
+                time: crate::time::now_ns(),
+                cpu,
+                event: crate::sample::pmu::pebs_event(),
+                count: pebs_lost,
+                reason: LostReason::Pebs,
+            }));
+            written += 1;
+        }
         // Event 0's, then each other event's (its id is its index).
         let others = s.event_throttled_pending.iter().enumerate().skip(1);
         let pending = core::iter::once((0, &s.throttled_pending)).chain(others);

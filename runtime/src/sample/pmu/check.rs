@@ -112,6 +112,8 @@ pub(super) fn on_check_nmi(tsc: u64, clock_running: bool) -> bool {
     if clock_running {
         return false;
     }
-    UNKNOWN_NMIS.fetch_add(u64::from(!sum.late), Ordering::Relaxed);
+    percpu::boot_slot()
+        .unknown_nmis
+        .fetch_add(u64::from(!sum.late), Ordering::Relaxed);
     true
 }

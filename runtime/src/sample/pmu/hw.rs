@@ -12,8 +12,7 @@ use arch_x86::pmu::events::{self, MemEvent};
 use arch_x86::pmu::hw::CpuPmu;
 use arch_x86::pmu::intel::IntelOptions;
 use arch_x86::pmu::{Event, EventConfig, PmuError, SampleMode};
-use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
 use sampler::event::{self as sev, EventSource, PmuCaps};
 use sampler::pebs::{DecodeConfig, MemKind};
 
@@ -25,15 +24,6 @@ pub(super) struct HwState {
     pub(super) pebs: bool,
 }
 
-pub(super) struct HwCell(pub(super) UnsafeCell<Option<HwState>>);
-
-// SAFETY: see the parent module's docs: filled before HW_STATE publishes it,
-// afterwards used only from (non-nesting, single-CPU) NMI context until
-// `stop_hw` withdraws it.
-unsafe impl Sync for HwCell {}
-
-pub(super) static HW: HwCell = HwCell(UnsafeCell::new(None));
-
 pub(super) const HW_OFF: u8 = 0;
 
 pub(super) const HW_ON: u8 = 1;
@@ -41,18 +31,6 @@ pub(super) const HW_ON: u8 = 1;
 pub(super) const HW_STOPPING: u8 = 2;
 
 pub(super) static HW_STATE: AtomicU8 = AtomicU8::new(HW_OFF);
-
-pub(super) static HW_PMIS: AtomicU64 = AtomicU64::new(0);
-
-pub(super) static HW_SAMPLES: AtomicU64 = AtomicU64::new(0);
-
-pub(super) static HW_BRANCH_SAMPLES: AtomicU64 = AtomicU64::new(0);
-
-pub(super) static HW_PEBS_DECODED: AtomicU64 = AtomicU64::new(0);
-
-pub(super) static HW_PEBS_LOST: AtomicU64 = AtomicU64::new(0);
-
-pub(super) static UNKNOWN_NMIS: AtomicU64 = AtomicU64::new(0);
 
 /// Counters of the hardware path (NMI context counts, anyone reads).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,29 +49,38 @@ pub struct HwStats {
     pub unknown_nmis: u64,
 }
 
-/// The hardware path's counters so far.
+/// The hardware path's counters so far, summed over the CPUs.
 pub fn hw_stats() -> HwStats {
+    let mut sum = [0u64; 6];
+    for (_, slot) in percpu::every_slot() {
+        for (t, c) in sum.iter_mut().zip(slot.counters()) {
+            *t += c.load(Ordering::Relaxed);
+        }
+    }
+    let [
+        pmis,
+        samples,
+        with_branches,
+        pebs_decoded,
+        pebs_lost,
+        unknown_nmis,
+    ] = sum;
     HwStats {
-        pmis: HW_PMIS.load(Ordering::Relaxed),
-        samples: HW_SAMPLES.load(Ordering::Relaxed),
-        with_branches: HW_BRANCH_SAMPLES.load(Ordering::Relaxed),
-        pebs_decoded: HW_PEBS_DECODED.load(Ordering::Relaxed),
-        pebs_lost: HW_PEBS_LOST.load(Ordering::Relaxed),
-        unknown_nmis: UNKNOWN_NMIS.load(Ordering::Relaxed),
+        pmis,
+        samples,
+        with_branches,
+        pebs_decoded,
+        pebs_lost,
+        unknown_nmis,
     }
 }
 
 /// Zeroes the hardware path's counters (self-test, outside NMI context).
 pub fn reset_hw_stats() {
-    for c in [
-        &HW_PMIS,
-        &HW_SAMPLES,
-        &HW_BRANCH_SAMPLES,
-        &HW_PEBS_DECODED,
-        &HW_PEBS_LOST,
-        &UNKNOWN_NMIS,
-    ] {
-        c.store(0, Ordering::Relaxed);
+    for (_, slot) in percpu::every_slot() {
+        for c in slot.counters() {
+            c.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -231,12 +218,56 @@ pub(super) fn describe(
 /// cannot hold is refused (`PmuError::NoCounter` names the event).
 /// Outside NMI context, after the start-up check.
 pub fn setup_hw(info: &PmuInfo, cfgs: &[EventConfig], branches: u64) -> Result<HwSetup, HwError> {
-    if HW_STATE.load(Ordering::Acquire) != HW_OFF || sim_active() {
+    let slot = percpu::boot_slot();
+    if HW_STATE.load(Ordering::Acquire) != HW_OFF || sim_active() || slot.is_live() {
         return Err(HwError::Busy);
     }
     if !info.has_pmu() {
         return Err(HwError::Pmu(PmuError::NoPmu));
     }
+    // SAFETY: on the boot CPU outside NMI context (the set-up's caller),
+    // and its slot is not live (checked above).
+    let mut mem = unsafe { slot.setup_memory() };
+    let st = program_hw(info, cfgs, branches, &mut mem)?;
+    let (pebs, lbr) = (st.pebs, st.dec.lbr.is_some());
+    let source = if info.vendor == Vendor::Amd {
+        EventSource::AmdPmu
+    } else {
+        EventSource::IntelPmu
+    };
+    let perf = describe(cfgs, info, lbr, branches);
+    let mut configs = [NO_CONFIG; MAX_EVENTS];
+    configs[..cfgs.len()].copy_from_slice(cfgs);
+    let pebs_index = cfgs.iter().position(|c| uses_pebs(&c.event, info.vendor));
+    set_pebs_event(pebs_index.unwrap_or(0));
+    profile::route_nmis_to_the_pmu();
+    // SAFETY: as above.
+    unsafe { slot.publish_hw(st) };
+    percpu::set_plan(percpu::Plan {
+        sim: None,
+        configs,
+        n: cfgs.len(),
+        branches,
+    });
+    HW_STATE.store(HW_ON, Ordering::Release);
+    Ok(HwSetup {
+        caps: caps_of(info, source),
+        configs,
+        n: cfgs.len(),
+        pebs,
+        lbr,
+        perf,
+    })
+}
+
+/// Programs this CPU's PMU for `cfgs` as [`setup_hw`] describes, its
+/// PEBS records going to `mem`, without starting it (outside NMI context).
+pub(super) fn program_hw(
+    info: &PmuInfo,
+    cfgs: &[EventConfig],
+    branches: u64,
+    mem: &mut DsMemory<'_>,
+) -> Result<HwState, HwError> {
     let mut hw = cpu_pmu().ok_or(HwError::ApicOff)?;
     hw.software_enable();
     let mut driver = PmuDriver::new(info).map_err(HwError::Pmu)?;
@@ -249,16 +280,10 @@ pub fn setup_hw(info: &PmuInfo, cfgs: &[EventConfig], branches: u64) -> Result<H
         lbr: (info.lbr != LbrKind::None).then(|| lbr_config(branches)),
         ..Default::default()
     };
-    // SAFETY: HW_STATE is off and `pmu=sim` is not set up (checked above),
-    // so neither NMI path refers to the PEBS buffer; this is the only
-    // reference until the state is published.
-    let buf = unsafe { &mut *PEBS_BUF.0.get() };
-    buf.fill(0);
-    let mut mem = DsMemory::new(&AREA, buf);
-    let mut r = driver.configure(&mut hw, pebs.then_some(&mut mem), cfgs, &opts);
+    let mut r = driver.configure(&mut hw, pebs.then_some(&mut *mem), cfgs, &opts);
     if r == Err(PmuError::LbrUnavailable) {
         opts.lbr = None;
-        r = driver.configure(&mut hw, pebs.then_some(&mut mem), cfgs, &opts);
+        r = driver.configure(&mut hw, pebs.then_some(&mut *mem), cfgs, &opts);
     }
     r.map_err(HwError::Pmu)?;
     // PEBS records decode as the first precise event's.
@@ -278,35 +303,11 @@ pub fn setup_hw(info: &PmuInfo, cfgs: &[EventConfig], branches: u64) -> Result<H
         },
         lbr: arch_x86::pmu::perf::lbr_format(driver.lbr_format()),
     };
-    let lbr = dec.lbr.is_some();
-    let source = if info.vendor == Vendor::Amd {
-        EventSource::AmdPmu
-    } else {
-        EventSource::IntelPmu
-    };
-    let perf = describe(cfgs, info, lbr, branches);
-    let mut configs = [NO_CONFIG; MAX_EVENTS];
-    configs[..cfgs.len()].copy_from_slice(cfgs);
-    set_pebs_event(pebs_index.unwrap_or(0));
-    // SAFETY: HW_STATE is off: nothing else refers to the cell.
-    let st = unsafe { &mut *HW.0.get() }.insert(HwState {
+    Ok(HwState {
         driver,
         hw,
         dec,
         pebs,
-    });
-    // Started before it is published: the smallest period is
-    // `MIN_PERIOD` events, far more than the two stores below take.
-    profile::route_nmis_to_the_pmu();
-    st.driver.start(&mut st.hw);
-    HW_STATE.store(HW_ON, Ordering::Release);
-    Ok(HwSetup {
-        caps: caps_of(info, source),
-        configs,
-        n: cfgs.len(),
-        pebs,
-        lbr,
-        perf,
     })
 }
 
@@ -318,9 +319,10 @@ pub fn stop_hw() {
     {
         return;
     }
-    // SAFETY: HW_STATE is STOPPING, so the NMI handler no longer touches
-    // the state (the parent module's docs); this is the only reference.
-    if let Some(mut st) = unsafe { &mut *HW.0.get() }.take() {
+    // SAFETY: on the boot CPU outside NMI context (the caller), and
+    // HW_STATE is STOPPING, so its NMI handler no longer touches the
+    // state. The other CPUs stop theirs at their next PMI.
+    if let Some(mut st) = unsafe { percpu::boot_slot().take_hw() } {
         st.driver.stop(&mut st.hw);
         st.hw.mask_lvt_pmi();
     }
@@ -363,14 +365,29 @@ pub(super) fn on_pmu_nmi(
     if CHECK_PHASE.load(Ordering::Acquire) {
         return on_check_nmi(entry_tsc, clock_running);
     }
+    let Some(slot) = percpu::slot_of(cap.cpu) else {
+        return false;
+    };
     match HW_STATE.load(Ordering::Acquire) {
         HW_ON => {}
+        HW_STOPPING | HW_OFF if slot.is_live() => {
+            // Sampling stopped on the boot CPU: this CPU stops its own
+            // counters at its first NMI after.
+            // SAFETY: this CPU's NMI handler, and its slot is live.
+            if let Some(mut st) = unsafe { slot.take_hw_in_nmi() } {
+                st.driver.stop(&mut st.hw);
+                st.hw.mask_lvt_pmi();
+            }
+            return !clock_running;
+        }
         HW_STOPPING => return !clock_running,
         _ => return false,
     }
-    // SAFETY: HW_ON was seen, so setup finished; NMI context is the only
-    // user until `stop_hw`, and NMIs do not nest (the parent module's docs).
-    let Some(st) = (unsafe { &mut *HW.0.get() }).as_mut() else {
+    if !slot.is_live() {
+        return false;
+    }
+    // SAFETY: this CPU's NMI handler, and its slot is live.
+    let Some((st, mut mem)) = (unsafe { slot.hw_in_nmi() }) else {
         return false;
     };
     let mut emit = |x: &Extra<'_>| {
@@ -378,48 +395,38 @@ pub(super) fn on_pmu_nmi(
             profile::pmu_overflow(cap, entry_tsc, x);
         }
     };
-    let s = if st.pebs {
-        // SAFETY: as above, for the PEBS buffer (only the hardware path
-        // uses it once HW_ON is set).
-        let buf = unsafe { &mut *PEBS_BUF.0.get() };
-        let mut mem = DsMemory::new(&AREA, buf);
-        service_pmi(
-            &mut st.driver,
-            &mut st.hw,
-            Some(&mut mem),
-            entry_tsc,
-            &st.dec,
-            &mut emit,
-        )
-    } else {
-        service_pmi(
-            &mut st.driver,
-            &mut st.hw,
-            None,
-            entry_tsc,
-            &st.dec,
-            &mut emit,
-        )
-    };
+    let s = service_pmi(
+        &mut st.driver,
+        &mut st.hw,
+        st.pebs.then_some(&mut mem),
+        entry_tsc,
+        &st.dec,
+        &mut emit,
+    );
     if profile::throttled(cap.cpu) {
         // Throttled: the counter stops until the next tick (the NMI clock).
         st.driver.stop(&mut st.hw);
     }
-    HW_SAMPLES.fetch_add(u64::from(s.samples), Ordering::Relaxed);
-    HW_BRANCH_SAMPLES.fetch_add(u64::from(s.with_branches), Ordering::Relaxed);
-    HW_PEBS_DECODED.fetch_add(u64::from(s.pebs_decoded), Ordering::Relaxed);
+    slot.samples
+        .fetch_add(u64::from(s.samples), Ordering::Relaxed);
+    slot.with_branches
+        .fetch_add(u64::from(s.with_branches), Ordering::Relaxed);
+    slot.pebs_decoded
+        .fetch_add(u64::from(s.pebs_decoded), Ordering::Relaxed);
     let lost = s.pebs_lost();
     if lost > 0 {
-        HW_PEBS_LOST.fetch_add(u64::from(lost), Ordering::Relaxed);
-        PEBS_LOST.fetch_add(u64::from(lost), Ordering::Relaxed);
+        slot.pebs_lost_total
+            .fetch_add(u64::from(lost), Ordering::Relaxed);
+        slot.pebs_lost.fetch_add(u64::from(lost), Ordering::Relaxed);
     }
     if s.summary.spurious {
         if clock_running {
             return false;
         }
-        UNKNOWN_NMIS.fetch_add(u64::from(!s.summary.late), Ordering::Relaxed);
+        slot.unknown_nmis
+            .fetch_add(u64::from(!s.summary.late), Ordering::Relaxed);
         return true;
     }
-    HW_PMIS.fetch_add(1, Ordering::Relaxed);
+    slot.pmis.fetch_add(1, Ordering::Relaxed);
     true
 }

@@ -18,22 +18,14 @@
 //! and [`service`] (the PMI glue both sources share); this module decides
 //! at boot which one runs and reports it.
 //!
-//! # Why the statics are sound
-//!
-//! [`setup_sim`] and [`setup_hw`] fill [`SIM`] / [`HW`] and the PEBS buffer
-//! outside NMI context, before [`SIM_ON`] / [`HW_STATE`] publish them
-//! (Release). From then on they are touched only by the NMI handler after
-//! seeing the flag (Acquire), until [`stop_hw`] withdraws the flag and takes
-//! them back. The runtime runs on one CPU and NMIs do not nest (the CPU
-//! blocks further NMIs until the handler's IRET), so at most one `&mut` to
-//! them exists at any time. Only one of the two is ever set up, so they
-//! share the PEBS buffer. The start-up check publishes its driver through
-//! [`CHECK_DRIVER`] the same way, for the duration of its workload only.
+//! Every CPU samples with its own PMU state ([`percpu`]): the boot CPU
+//! decides and programs its own, and each CPU started after programs the
+//! same for itself.
 
 use crate::sample::profile::{self};
 use arch_x86::cpuid::{PmuInfo, Vendor};
 use arch_x86::pmu::driver::CheckReport;
-use arch_x86::pmu::ds::DsArea;
+use arch_x86::pmu::ds::{DsArea, DsMemory};
 use arch_x86::pmu::events::EventSampling;
 use arch_x86::pmu::selftest::Verdict;
 use arch_x86::pmu::sim::SimCpu;
@@ -44,6 +36,7 @@ use kcore::cmdline::EventList;
 
 pub mod check;
 pub mod hw;
+pub mod percpu;
 pub mod service;
 pub mod sim;
 
@@ -57,6 +50,7 @@ pub const DEFAULT_BRANCHES: u64 = sampler::event::branch_type::ANY
     | sampler::event::branch_type::KERNEL;
 pub use check::*;
 pub use hw::*;
+pub use percpu::{prepare_cpu, report_cpus, start_this_cpu};
 pub use service::*;
 pub use sim::*;
 
@@ -65,14 +59,8 @@ pub(super) const PEBS_BYTES: usize = 16 * 1024;
 
 pub(super) struct BufCell(pub(super) UnsafeCell<[u8; PEBS_BYTES]>);
 
-// SAFETY: as for `SimCell`.
+// SAFETY: the check's buffer: used only by whoever holds `CHECK_BUSY`.
 unsafe impl Sync for BufCell {}
-
-pub(super) static PEBS_BUF: BufCell = BufCell(UnsafeCell::new([0; PEBS_BYTES]));
-
-pub(super) static AREA: DsArea = DsArea::new();
-
-pub(super) static PEBS_LOST: AtomicU64 = AtomicU64::new(0);
 
 /// The index of the event PEBS losses are counted against: the first
 /// precise event of the set.
@@ -88,24 +76,27 @@ pub fn pebs_event() -> u32 {
     PEBS_EVENT.load(Ordering::Relaxed)
 }
 
-/// PEBS samples lost since the last call (collisions, unusable records).
-pub fn take_pebs_lost() -> u64 {
-    PEBS_LOST.swap(0, Ordering::Relaxed)
+/// PEBS samples lost on `cpu` since the last call (collisions, unusable
+/// records).
+pub fn take_pebs_lost(cpu: &crate::cpu::CpuLocal) -> u64 {
+    percpu::slot_of(cpu).map_or(0, |s| s.pebs_lost.swap(0, Ordering::Relaxed))
 }
 
-/// NMI context, at a tick that unthrottled the event: restart the
-/// counters the throttle stopped (the hardware PMU's or the simulator's).
-pub fn unthrottle() {
+/// NMI context, at a tick on `cpu` that unthrottled the event: restart the
+/// counters the throttle stopped there (the hardware PMU's or the
+/// simulator's).
+pub fn unthrottle(cpu: &crate::cpu::CpuLocal) {
+    let Some(slot) = percpu::slot_of(cpu).filter(|s| s.is_live()) else {
+        return;
+    };
     if HW_STATE.load(Ordering::Acquire) == HW_ON {
-        // SAFETY: HW_ON was seen, so setup finished; NMI context is the
-        // only user until `stop_hw`, and NMIs do not nest (module docs).
-        if let Some(st) = (unsafe { &mut *HW.0.get() }).as_mut() {
+        // SAFETY: this is `cpu`'s NMI handler and the slot is live.
+        if let Some((st, _)) = unsafe { slot.hw_in_nmi() } {
             st.driver.start(&mut st.hw);
         }
     } else if sim_active() {
-        // SAFETY: SIM_ON was seen, so setup finished; NMI context is the
-        // only user, and NMIs do not nest (module docs).
-        if let Some(st) = (unsafe { &mut *SIM.0.get() }).as_mut() {
+        // SAFETY: as above.
+        if let Some((st, _)) = unsafe { slot.sim_in_nmi() } {
             st.driver.start(&mut st.clock.sim);
         }
     }

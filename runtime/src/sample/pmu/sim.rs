@@ -13,7 +13,6 @@ use arch_x86::pmu::ds::DsMemory;
 use arch_x86::pmu::intel::IntelOptions;
 use arch_x86::pmu::sim::{SimClock, SimCpu, SimPmu, SimRegs};
 use arch_x86::pmu::{Event, EventConfig, EventKind, PmuError, SampleMode};
-use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use sampler::event::EventSource;
 use sampler::lbr::LbrFormat;
@@ -58,14 +57,6 @@ pub struct SimState {
     /// How LBR entries are decoded.
     pub lbr: LbrFormat,
 }
-
-pub(super) struct SimCell(pub(super) UnsafeCell<Option<SimState>>);
-
-// SAFETY: see the parent module's docs: written once before SIM_ON is published,
-// afterwards used only from (non-nesting, single-CPU) NMI context.
-unsafe impl Sync for SimCell {}
-
-pub(super) static SIM: SimCell = SimCell(UnsafeCell::new(None));
 
 pub(super) static SIM_ON: AtomicBool = AtomicBool::new(false);
 
@@ -178,10 +169,12 @@ pub fn setup_sim(
     branches: u64,
 ) -> Result<HwSetup, PmuError> {
     let events = list.as_slice();
-    // SAFETY: boot context, SIM_ON is still false and the NMI clock has not
-    // started, so nothing else refers to the buffer or the state.
-    let buf = unsafe { &mut *PEBS_BUF.0.get() };
-    let mut mem = DsMemory::new(&AREA, buf);
+    let slot = percpu::boot_slot();
+    if slot.is_live() {
+        return Err(PmuError::InUse);
+    }
+    // SAFETY: boot context on the boot CPU, whose slot is not live.
+    let mut mem = unsafe { slot.setup_memory() };
     let mut cfgs = [super::hw::NO_CONFIG; crate::sample::profile::MAX_EVENTS];
     let n = events.len().min(cfgs.len());
     for (i, (c, ev)) in cfgs.iter_mut().zip(events).enumerate() {
@@ -195,11 +188,20 @@ pub fn setup_sim(
             mode: SampleMode::Period(own.or(period).unwrap_or_else(|| sim_default_period(ev))),
         };
     }
-    let (mut state, info) = if n == 0 {
-        build_sim(cpu, period.unwrap_or(SIM_PERIOD), branches, &mut mem)?
-    } else {
-        build_sim_events(cpu, &cfgs[..n], branches, &mut mem)?
+    // Without events, the precise mem-loads.
+    let default = [EventConfig {
+        event: SIM_EVENT,
+        mode: SampleMode::Period(period.unwrap_or(SIM_PERIOD)),
+    }];
+    let programmed = if n == 0 { &default[..] } else { &cfgs[..n] };
+    let (state, info) = build_sim_events(cpu, programmed, branches, &mut mem)?;
+    let mut plan = percpu::Plan {
+        sim: Some(cpu),
+        configs: [super::hw::NO_CONFIG; crate::sample::profile::MAX_EVENTS],
+        n: programmed.len(),
+        branches,
     };
+    plan.configs[..programmed.len()].copy_from_slice(programmed);
     let mut perf = super::hw::describe(&cfgs[..n], &info, true, branches);
     for (p, c) in perf.iter_mut().zip(&cfgs[..n]) {
         // The load-latency event the driver programs.
@@ -212,9 +214,9 @@ pub fn setup_sim(
         .position(|c| uses_pebs(&c.event, info.vendor));
     set_pebs_event(pebs_index.unwrap_or(0));
     PERIOD_IN_USE.store(period.unwrap_or(SIM_PERIOD), Ordering::Relaxed);
-    state.driver.start(&mut state.clock.sim);
     // SAFETY: as above.
-    unsafe { *SIM.0.get() = Some(state) };
+    unsafe { slot.publish_sim(state) };
+    percpu::set_plan(plan);
     SIM_ON.store(true, Ordering::Release);
     Ok(HwSetup {
         caps: caps_of(&info, EventSource::Simulated),
@@ -283,14 +285,13 @@ pub fn on_tick(frame: &TrapFrame, entry_tsc: u64) {
         return;
     }
     let cap = &crate::sample::nmi::context(frame);
-    // SAFETY: SIM_ON was seen, so setup finished; we are in NMI context,
-    // the only user from now on, and NMIs do not nest (the parent module's docs).
-    let Some(st) = (unsafe { &mut *SIM.0.get() }).as_mut() else {
+    let Some(slot) = percpu::slot_of(cap.cpu).filter(|s| s.is_live()) else {
         return;
     };
-    // SAFETY: as above, for the PEBS buffer.
-    let buf = unsafe { &mut *PEBS_BUF.0.get() };
-    let mut mem = DsMemory::new(&AREA, buf);
+    // SAFETY: this CPU's NMI handler, and its slot is live.
+    let Some((st, mut mem)) = (unsafe { slot.sim_in_nmi() }) else {
+        return;
+    };
     let user = cap.mode != Mode::Kernel;
     let lost = tick(
         st,
@@ -309,6 +310,6 @@ pub fn on_tick(frame: &TrapFrame, entry_tsc: u64) {
     if let Some(n) = lost
         && n > 0
     {
-        PEBS_LOST.fetch_add(u64::from(n), Ordering::Relaxed);
+        slot.pebs_lost.fetch_add(u64::from(n), Ordering::Relaxed);
     }
 }
