@@ -46,9 +46,9 @@
 //! use sampler::drain::NmiRecord;
 //! use sampler::event::{EventConfig, sample_type};
 //! use sampler::regs::{Abi, GPR_MASK, Reg};
-//! use sampler::ring::Ring;
+//! use sampler::ring::{FilledRing, Ring};
 //!
-//! static RING: Ring<NmiRecord, 8> = Ring::new_filled();
+//! static RING: FilledRing<NmiRecord, 8> = Ring::new_filled();
 //! let mut event = EventConfig::cpu_clock(0, 4000);
 //! event.sample_type |= sample_type::REGS_USER;
 //! event.regs_user = GPR_MASK;
@@ -78,7 +78,7 @@ use crate::event::{EventConfig, UserRegsMode, sample_type as st};
 use crate::regs::{
     CodeMode, NUM_GPR_SLOTS, R8_R15_MASK, Reg, RegFile, RegsSample, VALID_MASK_WITH_XMM,
 };
-use crate::ring::{ConstDefault, Ring};
+use crate::ring::{ConstDefault, FilledRing, Ring};
 use crate::sample::{
     BranchStack, CpuMode, MAX_CALLCHAIN, MemInfo, PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER, Sample,
 };
@@ -895,7 +895,7 @@ pub struct DeferredUserRegs<const P: usize> {
     /// Two stores: NMIs park into the active one; [`complete`](Self::complete)
     /// moves what it keeps into the other (always empty between calls) and
     /// makes that one active.
-    stores: [Ring<NmiRecord, P>; 2],
+    stores: [FilledRing<NmiRecord, P>; 2],
     active: AtomicUsize,
     exit_window: AtomicBool,
 }
@@ -916,7 +916,7 @@ impl<const P: usize> DeferredUserRegs<P> {
         }
     }
 
-    fn parked(&self) -> &Ring<NmiRecord, P> {
+    fn parked(&self) -> &FilledRing<NmiRecord, P> {
         &self.stores[self.active.load(Ordering::Acquire) & 1]
     }
 
@@ -973,12 +973,12 @@ impl<const P: usize> DeferredUserRegs<P> {
     /// which counts it as lost when full. The samples of other tasks (a
     /// thread that blocked in a system call) stay parked for their own
     /// return. Returns how many samples left the store.
-    pub fn complete<const R: usize>(
+    pub fn complete<const R: usize, const F: bool>(
         &self,
         tid: u32,
         frame: &RawFrame,
         compat: bool,
-        ring: &Ring<NmiRecord, R>,
+        ring: &Ring<NmiRecord, R, F>,
     ) -> usize {
         self.sort(ring, |t| {
             if t == tid {
@@ -992,13 +992,17 @@ impl<const P: usize> DeferredUserRegs<P> {
     /// Task `tid` will never return to user mode (it ended): its parked
     /// samples go to `ring` with ABI_NONE user registers. Called inside
     /// the exit window (NMIs do not park meanwhile). Returns how many.
-    pub fn release<const R: usize>(&self, tid: u32, ring: &Ring<NmiRecord, R>) -> usize {
+    pub fn release<const R: usize, const F: bool>(
+        &self,
+        tid: u32,
+        ring: &Ring<NmiRecord, R, F>,
+    ) -> usize {
         self.sort(ring, |t| if t == tid { Some(None) } else { None })
     }
 
     /// No task will return to user mode (the run ends): moves every parked
     /// sample to `ring` with ABI_NONE user registers. Returns how many.
-    pub fn abandon<const R: usize>(&self, ring: &Ring<NmiRecord, R>) -> usize {
+    pub fn abandon<const R: usize, const F: bool>(&self, ring: &Ring<NmiRecord, R, F>) -> usize {
         self.sort(ring, |_| Some(None))
     }
 
@@ -1007,9 +1011,9 @@ impl<const P: usize> DeferredUserRegs<P> {
     /// ABI_NONE), and keeps the others parked, in order, in the other
     /// store, which becomes the active one. Only outside NMI parking (the
     /// exit window, or the end of the run).
-    fn sort<'f, const R: usize>(
+    fn sort<'f, const R: usize, const F: bool>(
         &self,
-        ring: &Ring<NmiRecord, R>,
+        ring: &Ring<NmiRecord, R, F>,
         verdict: impl Fn(u32) -> Option<Option<(&'f RawFrame, bool)>>,
     ) -> usize {
         let from = self.active.load(Ordering::Acquire) & 1;

@@ -166,8 +166,8 @@ pub enum DrainError<E> {
 /// should be reported (it is the caller's link, not the ring, that lost
 /// them).
 #[allow(clippy::too_many_arguments)]
-pub fn drain_step<const R: usize, const T: usize, E>(
-    ring: &Ring<NmiRecord, R>,
+pub fn drain_step<const R: usize, const F: bool, const T: usize, E>(
+    ring: &Ring<NmiRecord, R, F>,
     events: DrainEvents<'_>,
     cpu: u32,
     now: u64,
@@ -339,7 +339,7 @@ mod tests {
         let mut event = EventConfig::cpu_clock(4, 1000);
         event.sample_type |= st::REGS_USER | st::CALLCHAIN;
         event.regs_user = GPR_MASK;
-        let ring: Ring<NmiRecord, 4> = Ring::new_filled();
+        let ring: crate::ring::FilledRing<NmiRecord, 4> = Ring::new_filled();
         let mut raws = std::vec::Vec::new();
         for i in 0..3u64 {
             let mut raw = RawSample {
@@ -416,7 +416,7 @@ mod tests {
             configs: &configs,
             ring_lost: &ring_lost,
         };
-        let ring: Ring<NmiRecord, 4> = Ring::new_filled();
+        let ring: crate::ring::FilledRing<NmiRecord, 4> = Ring::new_filled();
         // Two of event 0, two of event 1, then two of event 1 and one of
         // event 0 that find the ring full.
         for (i, ev) in [0u32, 1, 1, 0].into_iter().enumerate() {

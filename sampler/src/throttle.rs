@@ -77,7 +77,6 @@ pub enum OverflowAction {
 #[derive(Debug, Default)]
 pub struct EventThrottle {
     interrupts: AtomicU64,
-    interrupts_seq: AtomicU64,
     throttled: AtomicBool,
 }
 
@@ -86,7 +85,6 @@ impl EventThrottle {
     pub const fn new() -> Self {
         EventThrottle {
             interrupts: AtomicU64::new(0),
-            interrupts_seq: AtomicU64::new(u64::MAX),
             throttled: AtomicBool::new(false),
         }
     }
@@ -103,7 +101,6 @@ impl EventThrottle {
 pub struct Throttle {
     percent: u64,
     tick_hz: u64,
-    tick_seq: AtomicU64,
     max_sample_rate: AtomicU64,
     max_samples_per_tick: AtomicU64,
     allowed_ns: AtomicU64,
@@ -127,7 +124,6 @@ impl Throttle {
         Throttle {
             percent: config.cpu_time_max_percent,
             tick_hz: hz,
-            tick_seq: AtomicU64::new(0),
             max_sample_rate: AtomicU64::new(rate),
             max_samples_per_tick: AtomicU64::new(rate.div_ceil(hz)),
             allowed_ns: AtomicU64::new(NSEC_PER_SEC / rate * config.cpu_time_max_percent / 100),
@@ -167,12 +163,7 @@ impl Throttle {
         if event.throttled.load(Ordering::Acquire) {
             return OverflowAction::Suppressed;
         }
-        let seq = self.tick_seq.load(Ordering::Acquire);
-        if event.interrupts_seq.load(Ordering::Relaxed) != seq {
-            event.interrupts_seq.store(seq, Ordering::Relaxed);
-            event.interrupts.store(1, Ordering::Relaxed);
-            return OverflowAction::Sample;
-        }
+        // The tick zeroes the count ([`Throttle::on_tick`]).
         let n = event.interrupts.fetch_add(1, Ordering::Relaxed) + 1;
         if n > self.max_samples_per_tick.load(Ordering::Relaxed) {
             event.throttled.store(true, Ordering::Release);
@@ -216,18 +207,16 @@ impl Throttle {
             .store(per_tick * self.tick_hz, Ordering::Relaxed);
     }
 
-    /// Tick path: starts a new tick. Returns true when `event` was throttled
-    /// and is now unthrottled: restart it and emit an Unthrottle record.
-    /// Call [`Throttle::tick`] once per tick first, then this per event.
+    /// Tick path, once per tick for each event: starts the event's count
+    /// for the new tick (perf counts per tick by a sequence number its
+    /// overflow path compares; here every event's tick runs on the CPU
+    /// that counts it, so the tick zeroes the count and the overflow path
+    /// compares nothing). Returns true when `event` was throttled and is
+    /// now unthrottled: restart it and emit an Unthrottle record.
     #[inline]
     pub fn on_tick(&self, event: &EventThrottle) -> bool {
+        event.interrupts.store(0, Ordering::Relaxed);
         event.throttled.swap(false, Ordering::AcqRel)
-    }
-
-    /// Tick path: advances the tick sequence (resets per-tick counts).
-    #[inline]
-    pub fn tick(&self) {
-        self.tick_seq.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -340,7 +329,6 @@ mod tests {
             ..Default::default()
         });
         let e = EventThrottle::new();
-        t.tick();
         let mut actions = std::vec::Vec::new();
         for _ in 0..15 {
             actions.push(t.on_overflow(&e));
@@ -355,14 +343,12 @@ mod tests {
         );
         assert!(e.is_throttled());
         assert_eq!(t.throttle_count(), 1);
-        t.tick();
         assert!(t.on_tick(&e), "unthrottled at the next tick");
         assert!(!t.on_tick(&e), "only once");
         assert_eq!(t.on_overflow(&e), OverflowAction::Sample);
         // A quiet event is never throttled.
         let q = EventThrottle::new();
         for _ in 0..100 {
-            t.tick();
             assert_eq!(t.on_overflow(&q), OverflowAction::Sample);
             assert!(!t.on_tick(&q));
         }

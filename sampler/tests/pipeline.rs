@@ -11,7 +11,7 @@ use sampler::capture::{InterruptFrame, SampleInput, UserFrame, build_sample, cap
 use sampler::drain::{DrainEvents, NmiRecord, drain_step};
 use sampler::event::{EventConfig, sample_type as st};
 use sampler::regs::{CodeMode, GPR_MASK, Reg, RegFile};
-use sampler::ring::Ring;
+use sampler::ring::{FilledRing, Ring};
 use sampler::throttle::{OverflowAction, Throttle, ThrottleConfig};
 use sampler::wire::{Decoder, Encoder, EncoderConfig, End, MAX_FRAME, Record, ThrottleEvent};
 
@@ -21,7 +21,7 @@ fn nmi_to_decoder_accounts_for_every_sample() {
     event.sample_type |= st::REGS_USER | st::REGS_INTR;
     event.regs_user = GPR_MASK;
     event.regs_intr = GPR_MASK;
-    let ring: Ring<NmiRecord, 64> = Ring::new_filled();
+    let ring: FilledRing<NmiRecord, 64> = Ring::new_filled();
     ring.set_capacity(16).unwrap(); // as `ring=16` would
     let throttle = Throttle::new(ThrottleConfig {
         max_sample_rate: 20_000,
@@ -43,7 +43,7 @@ fn nmi_to_decoder_accounts_for_every_sample() {
         f.set(Reg::Cs, if t == 2 { 0x23 } else { 0x2b });
     }
     let mut drain =
-        |ring: &Ring<NmiRecord, 64>, enc: &mut Encoder<16>, wire: &mut Vec<u8>, time, max| {
+        |ring: &FilledRing<NmiRecord, 64>, enc: &mut Encoder<16>, wire: &mut Vec<u8>, time, max| {
             drain_step(
                 ring,
                 DrainEvents::one(&event),
@@ -62,7 +62,6 @@ fn nmi_to_decoder_accounts_for_every_sample() {
     for n in 0..20_000u64 {
         time += 20_000 + rng.below(10_000); // ~35k overflows/s
         if n % 30 == 0 {
-            throttle.tick();
             if throttle.on_tick(&ev_throttle) {
                 let t = ThrottleEvent {
                     time,

@@ -20,7 +20,7 @@ use sampler::capture::{DeferredUserRegs, RawFrame, RawSample, raw_flags};
 use sampler::drain::NmiRecord;
 use sampler::event::{EventConfig, PmuCaps, sample_type as st};
 use sampler::regs::{GPR_MASK, RegFile};
-use sampler::ring::Ring;
+use sampler::ring::{FilledRing, Ring};
 use sampler::sample::MAX_CALLCHAIN;
 use sampler::throttle::{EventThrottle, OverflowAction, Throttle, ThrottleConfig};
 use sampler::walk::WalkRange;
@@ -122,7 +122,7 @@ pub struct CpuSampling {
     /// The CPU's index.
     cpu: u32,
     /// The records its NMIs queued for the drain.
-    pub(crate) ring: Ring<NmiRecord, RING_SLOTS>,
+    pub(crate) ring: FilledRing<NmiRecord, RING_SLOTS>,
     /// Its throttle (limits and CPU-time budget) and the sampled event's
     /// throttle state.
     throttle: ThrottleCell,
@@ -250,11 +250,11 @@ pub fn prepare_cpu(local: &'static CpuLocal) -> bool {
         return false;
     }
     // SAFETY: `p` is zeroed memory for a `CpuSampling`, used by no one
-    // else yet: zero is a valid value of every field but the ring's
-    // capacity (which `init_zeroed` sets) and the throttle (written whole);
-    // the block is never freed.
+    // else yet: zero is a valid value of every field but the ring (which
+    // `init_filled` makes, every slot an empty record, as the boot CPU's)
+    // and the throttle (written whole); the block is never freed.
     let s = unsafe {
-        Ring::init_zeroed(&raw mut (*p).ring);
+        Ring::init_filled(&raw mut (*p).ring);
         (&raw mut (*p).cpu).write(local.index);
         (&raw mut (*p).throttle).write(ThrottleCell(UnsafeCell::new((
             Throttle::new(throttle_config()),
@@ -1046,7 +1046,9 @@ pub fn clock_overflows() -> u64 {
 
 /// NMI context: one overflow of the sampled event, through the throttle
 /// (perf's per-tick interrupt limit). Samples it, and when it exceeds the
-/// tick's limit also queues a Throttle record after the sample; a
+/// tick's limit first queues a Throttle record (as perf logs the throttle
+/// before it outputs the overflow's sample; deciding it first also leaves
+/// nothing of the throttle's to keep across the sample's build); a
 /// throttled event's overflow is counted (a Lost record with reason
 /// Throttled) instead. Returns false when the overflow was suppressed.
 /// The caller stops a hardware counter when [`throttled`] says so.
@@ -1068,11 +1070,11 @@ pub fn overflow(ctx: &NmiContext<'_>, entry_tsc: u64, x: &Extra<'_>) -> bool {
         drop_clock_time(s, x, entry_tsc);
         return false;
     }
-    // One call site, so the sample is built inline.
-    push_sample(ctx, entry_tsc, x);
     if action == OverflowAction::SampleThenThrottle {
         push_transition(s, ctx.cpu.index, true, entry_tsc);
     }
+    // One call site, so the sample is built inline.
+    push_sample(ctx, entry_tsc, x);
     true
 }
 
@@ -1092,7 +1094,6 @@ fn new_tick(s: &CpuSampling, cpu: &CpuLocal, tsc: u64) {
     s.next_tick_tsc
         .store((tsc / tick + 1) * tick, Ordering::Relaxed);
     let (t, e) = s.throttle();
-    t.tick();
     if t.on_tick(e) {
         push_transition(s, cpu.index, false, tsc);
         crate::sample::pmu::unthrottle(cpu);

@@ -305,16 +305,16 @@ fn kernel_record(tid: u32, k: &InterruptFrame) -> impl FnMut(&mut RawSample) + '
     }
 }
 
-fn pop_samples<const N: usize>(
-    ring: &Ring<NmiRecord, N>,
+fn pop_samples<const N: usize, const F: bool>(
+    ring: &Ring<NmiRecord, N, F>,
     e: &EventConfig,
 ) -> std::vec::Vec<Sample> {
     let mut out = std::vec::Vec::new();
-    while let Some(rec) = ring.pop() {
-        match rec {
-            NmiRecord::Sample(raw) => out.push(raw.expand(e)),
-            other => panic!("{other:?}"),
-        }
+    while let Some(s) = ring.pop_with(|rec| match rec {
+        NmiRecord::Sample(raw) => raw.expand(e),
+        other => panic!("{other:?}"),
+    }) {
+        out.push(s);
     }
     out
 }
@@ -593,7 +593,7 @@ mod in_place {
         let mut e = EventConfig::cpu_clock(0, 4000);
         e.sample_type |= st::REGS_USER | st::CALLCHAIN;
         e.regs_user = GPR_MASK;
-        let ring: Ring<NmiRecord, 2> = Ring::new_filled();
+        let ring: FilledRing<NmiRecord, 2> = Ring::new_filled();
         // A slot that last held a throttle record becomes a sample.
         ring.push(NmiRecord::Throttle(ThrottleEvent {
             time: 1,
