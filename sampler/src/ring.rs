@@ -278,7 +278,9 @@ impl<T: ConstDefault, const N: usize> Ring<T, N, true> {
             // flag (plain memory) overwritten.
             unsafe {
                 let slot = (&raw mut (*this).slots).cast::<Slot<T>>().add(i);
-                (*(&raw mut (*slot).value)).get_mut().write(T::EMPTY);
+                UnsafeCell::raw_get(&raw const (*slot).value)
+                    .cast::<T>()
+                    .write(T::EMPTY);
                 (&raw mut (*slot).live).write(UnsafeCell::new(true));
             }
         }

@@ -61,21 +61,30 @@ fn nmi_to_decoder_accounts_for_every_sample() {
         };
     for n in 0..20_000u64 {
         time += 20_000 + rng.below(10_000); // ~35k overflows/s
-        if n % 30 == 0 {
-            if throttle.on_tick(&ev_throttle) {
-                let t = ThrottleEvent {
-                    time,
-                    cpu: 0,
-                    event: 1,
-                };
-                if ring.push(NmiRecord::Unthrottle(t)) {
-                    queued.push(Record::Unthrottle(t));
-                }
+        if n % 30 == 0 && throttle.on_tick(&ev_throttle) {
+            let t = ThrottleEvent {
+                time,
+                cpu: 0,
+                event: 1,
+            };
+            if ring.push(NmiRecord::Unthrottle(t)) {
+                queued.push(Record::Unthrottle(t));
             }
         }
         let action = throttle.on_overflow(&ev_throttle);
         if action == OverflowAction::Suppressed {
             continue;
+        }
+        // The Throttle record first, then the overflow's sample (perf's order).
+        if action == OverflowAction::SampleThenThrottle {
+            let t = ThrottleEvent {
+                time,
+                cpu: 0,
+                event: 1,
+            };
+            if ring.push(NmiRecord::Throttle(t)) {
+                queued.push(Record::Throttle(t));
+            }
         }
         let t = rng.below(3) as usize;
         let in_user = rng.below(4) != 0;
@@ -110,16 +119,6 @@ fn nmi_to_decoder_accounts_for_every_sample() {
         // In place, as the NMI handler does; the drain expands it.
         if ring.push_with(|rec| assert!(capture(&input, rec.sample_mut()))) {
             queued.push(Record::Sample(sample));
-        }
-        if action == OverflowAction::SampleThenThrottle {
-            let t = ThrottleEvent {
-                time,
-                cpu: 0,
-                event: 1,
-            };
-            if ring.push(NmiRecord::Throttle(t)) {
-                queued.push(Record::Throttle(t));
-            }
         }
         throttle.sample_took(|| 1_000);
         if n % 7 == 0 {
