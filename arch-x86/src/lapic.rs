@@ -236,6 +236,31 @@ impl LocalApic {
         }
     }
 
+    /// Sends an NMI IPI to the APIC `dest` from NMI context, where the
+    /// interrupted code may be half-way through [`Self::send_ipi`]: in
+    /// xAPIC mode the ICR's high half (the destination) is read first and
+    /// put back after, so an interrupted sender that wrote its destination
+    /// but not yet its command still sends where it meant to. x2APIC writes
+    /// the ICR in one MSR write, so it has nothing to keep.
+    #[cfg(target_arch = "x86_64")]
+    pub fn send_nmi_keeping_icr(&self, dest: u32) {
+        match self.mode {
+            ApicMode::XApic { .. } => {
+                let high = self.read(ICR_HIGH);
+                while self.read(ICR_LOW) & ICR_PENDING != 0 {
+                    core::hint::spin_loop();
+                }
+                self.write(ICR_HIGH, dest << 24);
+                self.write(ICR_LOW, ICR_NMI | ICR_ASSERT);
+                while self.read(ICR_LOW) & ICR_PENDING != 0 {
+                    core::hint::spin_loop();
+                }
+                self.write(ICR_HIGH, high);
+            }
+            ApicMode::X2Apic => self.send_ipi(dest, ICR_NMI | ICR_ASSERT),
+        }
+    }
+
     /// Software-enables the APIC (SVR bit 8, spurious vector 0xff) when it
     /// is not already: an LVT entry delivers nothing otherwise.
     #[cfg(target_arch = "x86_64")]

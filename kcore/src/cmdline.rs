@@ -179,6 +179,19 @@ pub enum ClockSource {
     Hpet,
 }
 
+/// How the NMI clock's ticks reach the CPUs when threads run on several
+/// (`fanout=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClockFanout {
+    /// The I/O APIC delivers each tick to every CPU at once (its physical
+    /// broadcast).
+    #[default]
+    Ioapic,
+    /// The I/O APIC delivers each tick to the boot CPU, which forwards it
+    /// to every other CPU as an NMI IPI.
+    Ipi,
+}
+
 /// Which device carries the record stream (`transport=`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TransportChoice {
@@ -426,6 +439,8 @@ pub struct Config {
     pub branch: Option<u64>,
     /// `clock=auto|pit|hpet`: what ticks the NMI clock.
     pub clock: ClockSource,
+    /// `fanout=ioapic|ipi`: how its ticks reach every CPU.
+    pub fanout: ClockFanout,
     /// `transport=auto|uart|virtio`: the device the record stream goes to.
     pub transport: TransportChoice,
     /// `buffer=MiB`: a RAM buffer of encoded frames between the drain and
@@ -462,6 +477,7 @@ impl Default for Config {
             iregs_mask: None,
             branch: None,
             clock: ClockSource::Auto,
+            fanout: ClockFanout::Ioapic,
             transport: TransportChoice::Auto,
             buffer_mib: None,
             net: NetConfig {
@@ -669,6 +685,11 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 Some("hpet") => cfg.clock = ClockSource::Hpet,
                 _ => bad("auto, pit or hpet"),
             },
+            "fanout" => match value {
+                Some("ioapic") => cfg.fanout = ClockFanout::Ioapic,
+                Some("ipi") => cfg.fanout = ClockFanout::Ipi,
+                _ => bad("ioapic or ipi"),
+            },
             "transport" => match value {
                 Some("auto") => cfg.transport = TransportChoice::Auto,
                 Some("uart") => cfg.transport = TransportChoice::Uart,
@@ -866,6 +887,11 @@ mod tests {
         assert_eq!(parse_all("clock=pit").0.clock, ClockSource::Pit);
         assert_eq!(parse_all("clock=hpet").0.clock, ClockSource::Hpet);
         assert_eq!(parse_all("").0.clock, ClockSource::Auto);
+        assert_eq!(parse_all("fanout=ipi").0.fanout, ClockFanout::Ipi);
+        assert_eq!(parse_all("").0.fanout, ClockFanout::Ioapic);
+        let (bad, issues) = parse_all("fanout=pit");
+        assert_eq!(bad.fanout, ClockFanout::Ioapic);
+        assert!(issues[0].contains("expected ioapic or ipi"), "{issues:?}");
         let (bad, issues) = parse_all("clock=tsc");
         assert_eq!(bad.clock, ClockSource::Auto);
         assert!(

@@ -274,9 +274,18 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     }
     // The self-test places its tasks itself.
     if cfg.sched == cmdline::Sched::Spread && !cfg.selftest && smp::online() > 1 {
-        // Threads run on every CPU: the clock's NMIs reach them all.
+        // Threads run on every CPU: the clock's NMIs reach them all, by
+        // the I/O APIC's broadcast, or (`fanout=ipi`, when the clock
+        // samples) forwarded by the boot CPU.
         proc::set_spread(true);
-        clock::deliver_to_every_cpu(true);
+        if cfg.fanout == cmdline::ClockFanout::Ipi && !pmu_boot.hardware() {
+            profile::route_clock_through_the_boot_cpu();
+            kprintln!(
+                "perch: nmi clock: the boot CPU forwards each tick to the other CPUs (fanout=ipi)"
+            );
+        } else {
+            clock::deliver_to_every_cpu(true);
+        }
     }
     report_cpus(&cpus);
     pmu::report_cpus();

@@ -38,6 +38,11 @@ fn native(exe: &Path, args: &[&str]) -> (String, Option<i32>) {
 /// the program); checks that it printed what it prints natively and that the run ended
 /// with it.
 fn record_on_four(exe: &Path, args: &[&str]) -> Recording {
+    record_on_four_with(exe, args, &[])
+}
+
+/// [`record_on_four`] with more `perch record` options.
+fn record_on_four_with(exe: &Path, args: &[&str], opts: &[&str]) -> Recording {
     let (want, status) = native(exe, args);
     assert_eq!(status, Some(0), "the native run failed:\n{want}");
     let exe_arg = exe.to_str().expect("a UTF-8 program path");
@@ -50,9 +55,9 @@ fn record_on_four(exe: &Path, args: &[&str]) -> Recording {
         "0",
         "--buffer",
         "16",
-        "--",
-        exe_arg,
     ];
+    a.extend_from_slice(opts);
+    a.extend_from_slice(&["--", exe_arg]);
     a.extend_from_slice(args);
     let rec = record_realtime(240, &a);
     let err = &rec.stderr;
@@ -169,6 +174,24 @@ fn rust_x86_64_std_threads_spread_over_four_cpus() {
 #[test]
 fn rust_i686_std_threads_spread_over_four_cpus() {
     check_spread(|| threads_rs(RustTarget::I686Musl), ROUNDS);
+}
+
+/// `fanout=ipi`: the I/O APIC ticks the boot CPU alone, which forwards every tick to
+/// the other three as an NMI IPI; every CPU still samples its share.
+#[test]
+fn the_clock_forwarded_by_the_boot_cpu_reaches_every_cpu() {
+    let _alone = alone();
+    if !qemu_present() {
+        return;
+    }
+    let exe = threads_c(CBuild::Glibc);
+    let rec = record_on_four_with(&exe, ROUNDS, &["--boot-arg", "fanout=ipi"]);
+    assert!(
+        rec.stderr.contains("forwards each tick to the other CPUs"),
+        "the clock was not forwarded:\n{}",
+        rec.stderr
+    );
+    assert_spread(&rec);
 }
 
 #[test]

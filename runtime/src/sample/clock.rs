@@ -186,6 +186,21 @@ pub fn deliver_to_every_cpu(every: bool) {
     }
 }
 
+/// NMI context, on the boot CPU (`fanout=ipi`): sends this tick on to
+/// every other CPU that is up, an NMI IPI each. Atomics and APIC writes
+/// only; an interrupted IPI sender's ICR is kept
+/// (`LocalApic::send_nmi_keeping_icr`).
+#[inline(never)]
+pub fn forward_tick() {
+    // SAFETY: ring 0; the direct map covers the APIC window, uncached.
+    let apic = unsafe { lapic::LocalApic::from_msr() };
+    for i in 1..crate::smp::online() {
+        if let Some(id) = crate::smp::apic_id(i) {
+            apic.send_nmi_keeping_icr(id);
+        }
+    }
+}
+
 /// Stops NMI delivery from the clock.
 pub fn stop() {
     // SAFETY: as in `start`.

@@ -302,8 +302,9 @@ static SIMULATED: AtomicBool = AtomicBool::new(false);
 /// PMIs (its start-up check or hardware sampling), so that every NMI asks
 /// the PMU first; [`NOT_SAMPLING`] while sampling is off (the one
 /// record of it: see [`sampling`]); and [`OBSERVED`] once an NMI observer
-/// is registered (the self-test's), whose calls the fast path leaves out.
-/// 0, the NMI clock sampling with no PMU and no observer, is the fast path.
+/// is registered (the self-test's), whose calls the fast path leaves out;
+/// [`FORWARD`] when the boot CPU sends each clock tick on to the others
+/// (`fanout=ipi`). 0, the NMI clock sampling with no PMU and no observer, is the fast path.
 static ROUTE: AtomicU8 = AtomicU8::new(CLOCK_SAMPLES | NOT_SAMPLING);
 const CLOCK_SAMPLES: u8 = 0;
 const CLOCK_DRIVES_SIM: u8 = 1;
@@ -312,6 +313,13 @@ const CLOCK_ROLE: u8 = 3;
 const PMU_NMIS: u8 = 4;
 const NOT_SAMPLING: u8 = 8;
 const OBSERVED: u8 = 16;
+const FORWARD: u8 = 32;
+
+/// `fanout=ipi`: the boot CPU sends every clock NMI on to the other CPUs
+/// (`clock::forward_tick`), on the routed path. Never cleared.
+pub(crate) fn route_clock_through_the_boot_cpu() {
+    ROUTE.fetch_or(FORWARD, Ordering::SeqCst);
+}
 
 /// An NMI observer is registered: from now on every NMI takes the routed
 /// path, after which the dispatch calls the observers. Never cleared.
@@ -997,6 +1005,9 @@ fn account_cost(s: &CpuSampling, entry_tsc: u64) {
 /// (and its cost is to be accounted).
 #[inline(never)]
 fn routed(frame: &TrapFrame, s: &CpuSampling, entry_tsc: u64, route: u8) -> bool {
+    if route & FORWARD != 0 && s.cpu == 0 {
+        crate::sample::clock::forward_tick();
+    }
     s.routed_nmis.fetch_add(1, Ordering::Relaxed);
     let on = route & NOT_SAMPLING == 0;
     if on && entry_tsc >= s.next_tick_tsc.load(Ordering::Relaxed) {
