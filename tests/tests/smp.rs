@@ -8,7 +8,7 @@
 #![forbid(unsafe_code)]
 
 use e2e_tests::programs::{CBuild, RustTarget, c_program_with, go_program, threads_c, threads_rs};
-use e2e_tests::{Recording, qemu_present, record_realtime};
+use e2e_tests::{Recording, perf_present, qemu_present, record_realtime, run_perf};
 use linux_perf_data::linux_perf_event_reader::EventRecord;
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use std::collections::{BTreeMap, BTreeSet};
@@ -156,9 +156,53 @@ fn check_spread(build: impl FnOnce() -> PathBuf, args: &[&str]) {
     assert_spread(&record_on_four(&build(), args));
 }
 
+/// perf's own views of the split: `perf report --sort cpu` lists the four CPUs, and
+/// `perf report -T` gives per-thread totals for at least four of the program's
+/// threads.
+fn assert_perf_shows_the_split(rec: &Recording) {
+    let by_cpu = run_perf(rec, &["report", "--stdio", "--sort", "cpu"], &[]);
+    let cpus: BTreeSet<u32> = by_cpu
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains('%'))
+        .filter_map(|l| l.split_whitespace().last()?.parse().ok())
+        .collect();
+    assert_eq!(
+        cpus,
+        (0..CPUS as u32).collect(),
+        "perf report --sort cpu:\n{by_cpu}"
+    );
+    let threads = run_perf(rec, &["report", "--stdio", "-T"], &[]);
+    // The table after "# PID  TID  cpu-clock": pid, tid, the thread's total.
+    let table: Vec<(i64, i64, u64)> = threads
+        .lines()
+        .skip_while(|l| !(l.starts_with('#') && l.contains("PID") && l.contains("TID")))
+        .skip(1)
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                [p, t, n] => Some((p.parse().ok()?, t.parse().ok()?, n.parse().ok()?)),
+                _ => None,
+            }
+        })
+        .collect();
+    let busy = table.iter().filter(|(p, _, n)| *p != 0 && *n > 0).count();
+    assert!(
+        busy >= CPUS,
+        "perf report -T: {busy} of the program's threads with a total:\n{threads}"
+    );
+}
+
 #[test]
 fn c_glibc_pthreads_spread_over_four_cpus() {
-    check_spread(|| threads_c(CBuild::Glibc), ROUNDS);
+    let _alone = alone();
+    if !qemu_present() {
+        return;
+    }
+    let rec = record_on_four(&threads_c(CBuild::Glibc), ROUNDS);
+    assert_spread(&rec);
+    if perf_present() {
+        assert_perf_shows_the_split(&rec);
+    }
 }
 
 #[test]
