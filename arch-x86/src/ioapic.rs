@@ -74,6 +74,16 @@ impl IoApic {
         self.write(reg, entry as u32);
     }
 
+    /// Points the redirection entry of `pin` at the APIC `dest` (an 8-bit
+    /// ID, or 0xff for every CPU), touching nothing else: one write of the
+    /// entry's high half, which holds only the destination, so the entry is
+    /// never masked or half-written. An edge that arrives meanwhile goes to
+    /// the old destination or the new one, never nowhere (a masked entry
+    /// drops a one-shot clock's edge, and the clock with it).
+    pub fn set_destination(&self, pin: u8, dest: u8) {
+        self.write(0x10 + 2 * u32::from(pin) + 1, u32::from(dest) << 24);
+    }
+
     /// Masks every pin.
     pub fn mask_all(&self) {
         for pin in 0..self.pins() {

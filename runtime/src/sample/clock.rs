@@ -176,13 +176,13 @@ pub fn deliver_to_every_cpu(every: bool) {
     } else {
         BOOT_APIC_ID.load(Ordering::Relaxed)
     };
-    // SAFETY: as in `start`: the I/O APIC's window through the direct map;
-    // the entry is rewritten whole, with the same NMI delivery.
+    // SAFETY: as in `start`: the I/O APIC's window through the direct map.
+    // Only the destination changes, and the entry is never masked on the
+    // way: the HPET's one-shot comparator is moved on only by the NMI its
+    // expiry raises, so an edge lost to a masked entry would stop the clock.
     unsafe {
-        ioapic::IoApic::new(phys_to_virt(ioapic::DEFAULT_BASE)).set_redirection(
-            ioapic::PIT_PIN,
-            ioapic::redirection(ioapic::Delivery::Nmi, 2, dest, false),
-        );
+        ioapic::IoApic::new(phys_to_virt(ioapic::DEFAULT_BASE))
+            .set_destination(ioapic::PIT_PIN, dest);
     }
 }
 
