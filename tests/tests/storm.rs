@@ -148,7 +148,8 @@ fn storm_on(cpus: &str, extra: &[&str]) {
         mut record_iter,
     } = linux_perf_data::PerfFileReader::parse_file(reader).expect("perf.data parses");
     let (mut samples, mut lost_records) = (0u64, 0u64);
-    let mut pids = std::collections::BTreeSet::new();
+    // Samples by pid.
+    let mut pids = std::collections::BTreeMap::<i32, u64>::new();
     while let Some(r) = record_iter.next_record(&mut perf_file).expect("a record") {
         let linux_perf_data::PerfFileRecord::EventRecord { record, .. } = r else {
             continue;
@@ -164,7 +165,7 @@ fn storm_on(cpus: &str, extra: &[&str]) {
         {
             samples += 1;
             if let Some(p) = s.pid {
-                pids.insert(p);
+                *pids.entry(p).or_default() += 1;
             }
         }
     }
@@ -176,6 +177,9 @@ fn storm_on(cpus: &str, extra: &[&str]) {
         "perf.data's samples and LOST_SAMPLES add up to End's taken"
     );
     for pid in 1..=programs.len() as i32 {
-        assert!(pids.contains(&pid), "no sample of pid {pid}: {pids:?}");
+        assert!(
+            pids.contains_key(&pid),
+            "no sample of pid {pid} (samples by pid: {pids:?}):\n{err}"
+        );
     }
 }
