@@ -365,13 +365,12 @@ fn every_cpus_losses_reach_perf_data_exactly() {
     );
 }
 
-/// What a program learns of four CPUs: sched_getaffinity, get_nprocs and sysconf
-/// agree, sched_getcpu answers below the count, and four spinning threads see more
-/// than one CPU through it (as natively on a host of two CPUs or more).
-#[test]
-fn a_program_sees_the_cpus_it_runs_on() {
+/// Runs the C program `name` (built with glibc and pthreads), which checks
+/// itself and prints `...: no` for what failed: natively, then on four CPUs,
+/// where it must print the same.
+fn self_checking_on_four(name: &str) {
     let _alone = alone();
-    let exe = c_program_with("cpus", CBuild::Glibc, &["-pthread"], "");
+    let exe = c_program_with(name, CBuild::Glibc, &["-pthread"], "");
     let (out, status) = native(&exe, &[]);
     assert_eq!(status, Some(0), "native:\n{out}");
     assert!(!out.contains(": no"), "native:\n{out}");
@@ -379,6 +378,14 @@ fn a_program_sees_the_cpus_it_runs_on() {
         return;
     }
     record_on_four(&exe, &[]);
+}
+
+/// What a program learns of four CPUs: sched_getaffinity, get_nprocs and sysconf
+/// agree, sched_getcpu answers below the count, and four spinning threads see more
+/// than one CPU through it (as natively on a host of two CPUs or more).
+#[test]
+fn a_program_sees_the_cpus_it_runs_on() {
+    self_checking_on_four("cpus");
 }
 
 /// `pmu=sim` on four CPUs: each CPU programs its own simulated PMU (the real Intel
@@ -466,4 +473,14 @@ fn every_cpu_samples_with_its_own_simulated_pmu() {
         .filter(|l| l.contains("perch: CPU ") && l.contains("taken"))
         .count();
     assert_eq!(counts, 4, "a count line per CPU:\n{err}");
+}
+
+/// CPU affinity: a thread that pins itself (sched_setaffinity) is on its CPU when the
+/// call returns and stays there, threads pinned one to a CPU run only there, a thread
+/// pinned by another (pthread_setaffinity_np, by its tid) moves there and stays, and
+/// the masks read back as set (`tests/programs/c/pin.c`, which prints the same on any
+/// machine of two CPUs or more).
+#[test]
+fn threads_pinned_to_a_cpu_run_only_there() {
+    self_checking_on_four("pin");
 }

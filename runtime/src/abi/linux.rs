@@ -156,6 +156,19 @@ impl RtMachine<'_> {
             *self.stack_low = end.min(self.stack_top).max(*self.stack_low);
         }
     }
+
+    /// The task of thread `tid` of the calling process, while it lives
+    /// (`ESRCH` otherwise).
+    fn thread_of(&self, tid: u32) -> Result<(u8, task::Task), Errno> {
+        let id = tid
+            .checked_sub(1)
+            .and_then(|i| u8::try_from(i).ok())
+            .ok_or(Errno::ESRCH)?;
+        match task::get(id) {
+            Some(t) if t.linux && t.proc == self.proc && !t.state.ended() => Ok((id, t)),
+            _ => Err(Errno::ESRCH),
+        }
+    }
 }
 
 impl Machine for RtMachine<'_> {
@@ -213,6 +226,17 @@ impl Machine for RtMachine<'_> {
         crate::cpu::this().index
     }
 
+    fn affinity(&self, tid: u32) -> Result<u64, Errno> {
+        Ok(self.thread_of(tid)?.1.affinity)
+    }
+
+    fn set_affinity(&mut self, tid: u32, mask: u64) -> Result<bool, Errno> {
+        let (id, _) = self.thread_of(tid)?;
+        let moved = task::set_affinity(id, mask).ok_or(Errno::ESRCH)?;
+        // The caller leaves a CPU it may no longer run on before it returns.
+        Ok(moved && task::current() == Some(id))
+    }
+
     fn wake_thread(&mut self, tid: u32) {
         if let Some(id) = tid.checked_sub(1).and_then(|i| u8::try_from(i).ok()) {
             task::wake(id, 0);
@@ -245,14 +269,7 @@ impl Machine for RtMachine<'_> {
     }
 
     fn signal_thread(&mut self, tid: u32, sig: u8) -> Result<bool, Errno> {
-        let id = tid
-            .checked_sub(1)
-            .and_then(|i| u8::try_from(i).ok())
-            .ok_or(Errno::ESRCH)?;
-        match task::get(id) {
-            Some(t) if t.linux && t.proc == self.proc && !t.state.ended() => {}
-            _ => return Err(Errno::ESRCH),
-        }
+        let (id, _) = self.thread_of(tid)?;
         if sig == 0 || u32::from(sig) > 64 {
             return Ok(false);
         }

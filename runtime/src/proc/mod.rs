@@ -231,6 +231,18 @@ pub struct Task {
     /// The CPU (its index) that runs it: 0, the boot CPU, unless it was
     /// pinned elsewhere ([`pin`]); a new thread inherits its creator's.
     pub cpu: u8,
+    /// The CPUs it may run on (bit n: CPU n; [`EVERY_CPU`] unless
+    /// `sched_setaffinity` narrowed it, [`set_affinity`]); a new thread
+    /// inherits its creator's, as on Linux.
+    pub affinity: u64,
+}
+
+/// The affinity of a thread no one narrowed.
+pub const EVERY_CPU: u64 = u64::MAX;
+
+/// Whether CPU `c` is one of `mask`'s.
+fn allows(mask: u64, c: u8) -> bool {
+    c < 64 && mask & (1 << c) != 0
 }
 
 impl Task {
@@ -329,21 +341,15 @@ pub fn spread() -> bool {
     SPREAD.load(Ordering::Relaxed)
 }
 
-/// The CPU a new thread goes to: with `sched=spread`, the CPU that is up
-/// with the fewest threads that have not ended (the lowest index among
-/// equals); otherwise `inherited`.
-fn place(tasks: &[Option<Task>; MAX_TASKS], inherited: u8) -> u8 {
-    if !spread() {
+/// The CPU a new thread that may run on the CPUs of `allowed` goes to:
+/// with `sched=spread`, the CPU of those that are up with the fewest
+/// threads that have not ended (the lowest index among equals); otherwise
+/// `inherited` when allowed, else the allowed CPU with the fewest.
+fn place(tasks: &[Option<Task>; MAX_TASKS], inherited: u8, allowed: u64) -> u8 {
+    if !spread() && allows(allowed, inherited) {
         return inherited;
     }
-    let cpus = (crate::smp::online() as usize).clamp(1, MAX_CPUS);
-    let mut load = [0u32; MAX_CPUS];
-    for t in tasks.iter().flatten().filter(|t| !t.state.ended()) {
-        if let Some(l) = load.get_mut(usize::from(t.cpu)) {
-            *l += 1;
-        }
-    }
-    (0..cpus).min_by_key(|&c| (load[c], c)).unwrap_or(0) as u8
+    place_among(tasks, allowed)
 }
 
 /// Whether CPU `c` runs a thread right now.
@@ -354,9 +360,10 @@ fn cpu_busy(c: u8) -> bool {
 /// Thread `id` just became ready: with `sched=spread`, when its CPU runs
 /// another thread and one is idle, it moves there. The CPU it is now for.
 fn ready_on(tasks: &mut [Option<Task>; MAX_TASKS], id: u8) -> Option<u8> {
-    let cpu = tasks.get(usize::from(id))?.as_ref()?.cpu;
+    let t = tasks.get(usize::from(id))?.as_ref()?;
+    let (cpu, allowed) = (t.cpu, t.affinity);
     let to = if cpu_busy(cpu) {
-        idle_cpu(tasks, cpu)
+        idle_cpu(tasks, cpu, allowed)
     } else {
         None
     };
@@ -366,16 +373,17 @@ fn ready_on(tasks: &mut [Option<Task>; MAX_TASKS], id: u8) -> Option<u8> {
     Some(to.unwrap_or(cpu))
 }
 
-/// With `sched=spread`, a CPU other than `except` that is idle: up, no
-/// thread on it now and none ready for it; the other CPUs before the boot
-/// CPU (which also drains the stream).
-fn idle_cpu(tasks: &[Option<Task>; MAX_TASKS], except: u8) -> Option<u8> {
+/// With `sched=spread`, a CPU of `allowed` other than `except` that is
+/// idle: up, no thread on it now and none ready for it; the other CPUs
+/// before the boot CPU (which also drains the stream).
+fn idle_cpu(tasks: &[Option<Task>; MAX_TASKS], except: u8, allowed: u64) -> Option<u8> {
     if !spread() {
         return None;
     }
     let cpus = (crate::smp::online() as usize).clamp(1, MAX_CPUS) as u8;
     (1..cpus).chain(core::iter::once(0)).find(|&c| {
         c != except
+            && allows(allowed, c)
             && !cpu_busy(c)
             && !tasks
                 .iter()
@@ -405,8 +413,9 @@ fn push_waiting() {
             if core::mem::take(&mut first) {
                 continue;
             }
-            let Some(c) = idle_cpu(&tasks, me) else {
-                break;
+            let allowed = tasks[i].map_or(EVERY_CPU, |t| t.affinity);
+            let Some(c) = idle_cpu(&tasks, me, allowed) else {
+                continue;
             };
             if let Some(t) = tasks[i].as_mut() {
                 t.cpu = c;
@@ -679,7 +688,7 @@ pub fn install(
         set_pid(slot, slot as u8);
         REAPED[slot].store(false, Ordering::Relaxed);
         ENDED_BY_SIBLING[slot].store(false, Ordering::Relaxed);
-        let cpu = place(&tasks, 0);
+        let cpu = place(&tasks, 0, EVERY_CPU);
         tasks[slot] = Some(Task {
             spec,
             state: TaskState::Ready,
@@ -693,6 +702,7 @@ pub fn install(
             comm: [0; 16],
             since_ns: crate::time::now_ns(),
             cpu,
+            affinity: EVERY_CPU,
         });
         Ok((slot as u8, cpu))
     })
@@ -722,7 +732,7 @@ pub fn install_thread(
         THREADS.borrow_ref_mut(cs)[slot as usize] = Some(thread);
         set_pid(slot as usize, parent.proc);
         ENDED_BY_SIBLING[slot as usize].store(false, Ordering::Relaxed);
-        let cpu = place(&tasks, parent.cpu);
+        let cpu = place(&tasks, parent.cpu, parent.affinity);
         tasks[slot as usize] = Some(Task {
             spec: parent.spec,
             state: TaskState::Ready,
@@ -736,6 +746,7 @@ pub fn install_thread(
             comm: parent.comm,
             since_ns: crate::time::now_ns(),
             cpu,
+            affinity: parent.affinity,
         });
         Ok(cpu)
     })
@@ -746,6 +757,48 @@ pub fn install_thread(
 /// `id`, from its next slice on.
 pub fn pin(id: u8, cpu: u8) {
     update(id, |t| t.cpu = cpu);
+}
+
+/// Lets thread `id` run only on the CPUs of `mask` (`sched_setaffinity`;
+/// the caller checked that it names a CPU that is up). A thread whose CPU
+/// is not one of them moves to the allowed CPU with the fewest threads,
+/// which is kicked; one running now leaves its old CPU at its next return
+/// to the scheduler. Returns whether it moved (`None`: no such thread).
+pub fn set_affinity(id: u8, mask: u64) -> Option<bool> {
+    let moved = critical_section::with(|cs| {
+        let mut tasks = TASKS.borrow_ref_mut(cs);
+        let t = tasks.get(usize::from(id))?.as_ref()?;
+        if allows(mask, t.cpu) {
+            let t = tasks[usize::from(id)].as_mut()?;
+            t.affinity = mask;
+            return Some(None);
+        }
+        let to = place_among(&tasks, mask);
+        let t = tasks[usize::from(id)].as_mut()?;
+        t.affinity = mask;
+        t.cpu = to;
+        Some(Some(to))
+    })?;
+    if let Some(c) = moved {
+        nudge(c);
+    }
+    Some(moved.is_some())
+}
+
+/// Of the CPUs of `mask` that are up, the one with the fewest threads
+/// that have not ended (the lowest index among equals; 0 when none is up).
+fn place_among(tasks: &[Option<Task>; MAX_TASKS], mask: u64) -> u8 {
+    let cpus = (crate::smp::online() as usize).clamp(1, MAX_CPUS);
+    let mut load = [0u32; MAX_CPUS];
+    for t in tasks.iter().flatten().filter(|t| !t.state.ended()) {
+        if let Some(l) = load.get_mut(usize::from(t.cpu)) {
+            *l += 1;
+        }
+    }
+    (0..cpus)
+        .filter(|&c| allows(mask, c as u8))
+        .min_by_key(|&c| (load[c], c))
+        .unwrap_or(0) as u8
 }
 
 /// Thread `id` set its name: the stream is told again.
@@ -1178,8 +1231,12 @@ fn steal() -> Option<usize> {
     critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
         let i = (0..MAX_TASKS).find(|&i| {
-            tasks[i].is_some_and(|t| t.state == TaskState::Ready && t.cpu != me && cpu_busy(t.cpu))
-                && running_on(i as u8).is_none()
+            tasks[i].is_some_and(|t| {
+                t.state == TaskState::Ready
+                    && t.cpu != me
+                    && allows(t.affinity, me)
+                    && cpu_busy(t.cpu)
+            }) && running_on(i as u8).is_none()
         })?;
         if let Some(t) = tasks[i].as_mut() {
             t.cpu = me;

@@ -691,7 +691,7 @@ pub(crate) fn dispatch<M: Machine>(
         // Time and scheduling.
         SchedYield => Ok(Action::Yield),
         SchedGetaffinity => ret(time::sched_getaffinity(c, a[0], a[1], a[2])),
-        SchedSetaffinity => ret(time::sched_setaffinity(c, a[0], a[1], a[2])),
+        SchedSetaffinity => time::sched_setaffinity(c, a[0], a[1], a[2]),
         Nanosleep => time::nanosleep(c, a[0], wide),
         Setitimer => ret(time::setitimer(c, int_arg(a[0]), a[1], a[2])),
         Getitimer => ret(time::getitimer(c, int_arg(a[0]), a[1])),

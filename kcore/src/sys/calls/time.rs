@@ -347,31 +347,44 @@ fn mask_size<M: Machine>(c: &Ctx<'_, M>, len: u64) -> Result<(u64, u32), Errno> 
     Ok((u64::from(cpus).div_ceil(word * 8) * word, cpus))
 }
 
-/// `sched_getaffinity(pid, len, mask)`: every CPU that is up (a thread may
-/// run on any of them); returns the mask size written.
+/// The thread `pid` names for the affinity calls: 0 is the caller, else a
+/// thread id of the caller's process.
+fn affinity_target<M: Machine>(c: &Ctx<'_, M>, pid: u64) -> Result<u32, Errno> {
+    match pid as u32 as i32 {
+        0 => Ok(c.t.tid),
+        p if p < 0 => Err(Errno::EINVAL),
+        p => Ok(p as u32),
+    }
+}
+
+/// `sched_getaffinity(pid, len, mask)`: the CPUs the thread may run on
+/// (every CPU that is up unless `sched_setaffinity` narrowed them);
+/// returns the mask size written.
 pub(crate) fn sched_getaffinity<M: Machine>(
     c: &mut Ctx<'_, M>,
     pid: u64,
     len: u64,
     mask: u64,
 ) -> SysResult {
-    super::task::self_pid(c, pid)?;
+    let tid = affinity_target(c, pid)?;
     let (size, cpus) = mask_size(c, len)?;
-    let bits = u64::MAX >> (64 - cpus);
+    let bits = c.m.affinity(tid)? & (u64::MAX >> (64 - cpus));
     c.write(mask, &bits.to_le_bytes()[..size as usize])?;
     Ok(size)
 }
 
-/// `sched_setaffinity(pid, len, mask)`: the mask must name a CPU that is
-/// up (`EINVAL` otherwise). The runtime places threads itself
-/// (`sched=spread`) and keeps no affinity.
+/// `sched_setaffinity(pid, len, mask)`: the thread runs only on the CPUs
+/// of the mask that are up (`EINVAL` when it names none), and leaves its
+/// CPU at once when that is not one of them: the caller returns on an
+/// allowed CPU (the call yields), another thread moves at the end of its
+/// slice at the latest.
 pub(crate) fn sched_setaffinity<M: Machine>(
     c: &mut Ctx<'_, M>,
     pid: u64,
     len: u64,
     mask: u64,
-) -> SysResult {
-    super::task::self_pid(c, pid)?;
+) -> Result<Action, Errno> {
+    let tid = affinity_target(c, pid)?;
     if len == 0 {
         return Err(Errno::EINVAL);
     }
@@ -379,10 +392,14 @@ pub(crate) fn sched_setaffinity<M: Machine>(
     let mut b = [0u8; 8];
     let n = len.min(8) as usize;
     c.read(mask, &mut b[..n])?;
-    if u64::from_le_bytes(b) & (u64::MAX >> (64 - cpus)) == 0 {
+    let allowed = u64::from_le_bytes(b) & (u64::MAX >> (64 - cpus));
+    if allowed == 0 {
         return Err(Errno::EINVAL);
     }
-    Ok(0)
+    if c.m.set_affinity(tid, allowed)? {
+        return Ok(Action::Yield);
+    }
+    Ok(Action::Return(0))
 }
 
 /// Reads a `struct timeval` in the caller's layout as ns (`EINVAL` for a

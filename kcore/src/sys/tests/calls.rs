@@ -590,11 +590,28 @@ fn affinity_reports_every_cpu_that_is_up() {
     );
     assert_eq!(e.err("sched_getaffinity", &[0, 12, SCRATCH]), Errno::EINVAL);
     assert_eq!(e.ret("sched_getaffinity", &[0, u64::MAX - 7, SCRATCH]), 8);
-    // Setting: any mask that names a CPU that is up.
-    e.poke(SCRATCH, &8u64.to_le_bytes());
-    assert_eq!(e.ret("sched_setaffinity", &[0, 8, SCRATCH]), 0);
+    // Setting: a mask that names a CPU that is up; the CPUs past the last
+    // one up are dropped. The caller, on CPU 0, leaves it (the call yields,
+    // returning 0); get reads the narrowed mask back.
+    e.poke(SCRATCH, &0xf8u64.to_le_bytes());
+    assert_eq!(e.call("sched_setaffinity", &[0, 8, SCRATCH]), Action::Yield);
+    assert_eq!(e.m.affinity.get(&7), Some(&8));
+    assert_eq!(e.ret("sched_getaffinity", &[0, 8, SCRATCH + 16]), 8);
+    assert_eq!(e.u64_at(SCRATCH + 16), 8);
+    // A mask that keeps the caller's CPU returns at once.
+    e.poke(SCRATCH, &1u64.to_le_bytes());
+    assert_eq!(e.ret("sched_setaffinity", &[7, 8, SCRATCH]), 0);
     e.poke(SCRATCH, &0x10u64.to_le_bytes());
     assert_eq!(e.err("sched_setaffinity", &[0, 8, SCRATCH]), Errno::EINVAL);
+    // Another thread of the process, by its tid; a tid that is none: ESRCH.
+    e.m.threads.push(9);
+    e.poke(SCRATCH, &4u64.to_le_bytes());
+    assert_eq!(e.ret("sched_setaffinity", &[9, 8, SCRATCH]), 0);
+    assert_eq!(e.ret("sched_getaffinity", &[9, 8, SCRATCH + 16]), 8);
+    assert_eq!(e.u64_at(SCRATCH + 16), 4);
+    assert_eq!(e.err("sched_setaffinity", &[10, 8, SCRATCH]), Errno::ESRCH);
+    assert_eq!(e.err("sched_getaffinity", &[10, 8, SCRATCH]), Errno::ESRCH);
+    e.m.affinity.clear();
     // 64 CPUs: every bit; an i386 caller needs two 4-byte words for them.
     e.m.more_cpus = 63;
     assert_eq!(e.ret("sched_getaffinity", &[0, 8, SCRATCH]), 8);

@@ -49,7 +49,13 @@ pub(crate) struct Fake {
     pub more_cpus: u32,
     /// The CPU the calling thread runs on.
     pub cpu: u32,
+    /// Threads whose CPUs were narrowed, with their masks (the others may
+    /// run on every CPU).
+    pub affinity: BTreeMap<u32, u64>,
 }
+
+/// The calling thread's id in [`Env`] (its process's pid too).
+pub(crate) const SELF_TID: u32 = 7;
 
 impl Fake {
     fn page<'a>(
@@ -142,6 +148,19 @@ impl Machine for Fake {
 
     fn current_cpu(&self) -> u32 {
         self.cpu
+    }
+
+    fn affinity(&self, tid: u32) -> Result<u64, Errno> {
+        if tid != SELF_TID && !self.threads.contains(&tid) {
+            return Err(Errno::ESRCH);
+        }
+        Ok(self.affinity.get(&tid).copied().unwrap_or(u64::MAX))
+    }
+
+    fn set_affinity(&mut self, tid: u32, mask: u64) -> Result<bool, Errno> {
+        self.affinity(tid)?;
+        self.affinity.insert(tid, mask);
+        Ok(tid == SELF_TID && mask & (1 << self.cpu) == 0)
     }
 
     fn monotonic_ns(&mut self) -> u64 {
@@ -241,7 +260,8 @@ pub(crate) fn archive_fs() -> Vfs {
 impl Env {
     pub fn new(abi: Abi) -> Env {
         let sys = System::new(archive_fs());
-        let mut p = Process::new(&sys.fs, 7, 1, b"prog", b"bin/prog", abi, b"/data").unwrap();
+        let mut p =
+            Process::new(&sys.fs, SELF_TID, 1, b"prog", b"bin/prog", abi, b"/data").unwrap();
         let areas = &mut p.areas;
         areas
             .insert(Area {
