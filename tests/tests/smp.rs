@@ -9,7 +9,7 @@
 
 use e2e_tests::programs::{CBuild, RustTarget, c_program_with, go_program, threads_c, threads_rs};
 use e2e_tests::{Recording, perf_present, qemu_present, record_realtime, run_perf};
-use linux_perf_data::linux_perf_event_reader::EventRecord;
+use linux_perf_data::linux_perf_event_reader::{EventRecord, SampleRecord};
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -91,29 +91,35 @@ fn alone() -> MutexGuard<'static, ()> {
 /// cpu` shows them: a CPU that QEMU's host thread left waiting takes the clock's NMIs
 /// late, fewer samples that stand for more time each.
 fn split(data: &Path) -> (BTreeMap<u32, u64>, BTreeMap<i32, u64>) {
+    let (mut cpus, mut tids) = (BTreeMap::new(), BTreeMap::new());
+    each_sample(data, |s| {
+        let (Some(pid), Some(tid), Some(cpu), Some(period)) = (s.pid, s.tid, s.cpu, s.period)
+        else {
+            panic!("a sample without PID/TID/CPU/PERIOD: {s:?}");
+        };
+        if pid != 0 {
+            *cpus.entry(cpu).or_default() += period;
+            *tids.entry(tid).or_default() += period;
+        }
+    });
+    (cpus, tids)
+}
+
+/// Calls `f` with every sample of the perf.data file `data`.
+fn each_sample(data: &Path, mut f: impl FnMut(&SampleRecord<'_>)) {
     let reader = std::io::BufReader::new(std::fs::File::open(data).expect("open perf.data"));
     let PerfFileReader {
         mut perf_file,
         mut record_iter,
     } = PerfFileReader::parse_file(reader).expect("linux-perf-data parses the file");
-    let (mut cpus, mut tids) = (BTreeMap::new(), BTreeMap::new());
     while let Some(r) = record_iter.next_record(&mut perf_file).expect("a record") {
         let PerfFileRecord::EventRecord { record, .. } = r else {
             continue;
         };
         if let Ok(EventRecord::Sample(s)) = record.parse() {
-            let (Some(pid), Some(tid), Some(cpu), Some(period)) = (s.pid, s.tid, s.cpu, s.period)
-            else {
-                panic!("a sample without PID/TID/CPU/PERIOD: {s:?}");
-            };
-            if pid == 0 {
-                continue;
-            }
-            *cpus.entry(cpu).or_default() += period;
-            *tids.entry(tid).or_default() += period;
+            f(&s);
         }
     }
-    (cpus, tids)
 }
 
 /// Four CPUs with at least 15% of the program's samples each, and at least four of
@@ -399,55 +405,21 @@ fn every_cpu_samples_with_its_own_simulated_pmu() {
     if !qemu_present() {
         return;
     }
-    let exe = threads_c(CBuild::Glibc);
-    let (want, _) = native(&exe, ROUNDS);
-    let exe_arg = exe.to_str().expect("a UTF-8 program path");
-    let mut a = vec![
-        "--cpus",
-        "4",
-        "--pmu",
-        "sim",
-        "--freq",
-        "4000",
-        "--max-rate",
-        "0",
-        "--buffer",
-        "16",
-        "--",
-        exe_arg,
-    ];
-    a.extend_from_slice(ROUNDS);
-    let rec = record_realtime(240, &a);
+    let rec = record_on_four_with(&threads_c(CBuild::Glibc), ROUNDS, &["--pmu", "sim"]);
     let err = &rec.stderr;
-    assert_eq!(rec.status, Some(0), "perch record failed:\n{err}");
-    assert!(!err.contains("RUNTIME"), "the runtime crashed:\n{err}");
     assert!(
         err.contains("SIMULATED PMU") && !err.contains("PMU not programmed"),
         "not the simulated PMU on every CPU:\n{err}"
     );
-    assert_eq!(
-        rec.stdout, want,
-        "stdout differs from the native run:\n{err}"
-    );
     // The program's samples by CPU: (samples, with a data address).
-    let reader = std::io::BufReader::new(std::fs::File::open(&rec.data).expect("open perf.data"));
-    let PerfFileReader {
-        mut perf_file,
-        mut record_iter,
-    } = PerfFileReader::parse_file(reader).expect("linux-perf-data parses the file");
     let mut by_cpu: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-    while let Some(r) = record_iter.next_record(&mut perf_file).expect("a record") {
-        let PerfFileRecord::EventRecord { record, .. } = r else {
-            continue;
-        };
-        if let Ok(EventRecord::Sample(s)) = record.parse()
-            && s.pid.is_some_and(|p| p != 0)
-        {
+    each_sample(&rec.data, |s| {
+        if s.pid.is_some_and(|p| p != 0) {
             let e = by_cpu.entry(s.cpu.expect("a sample's CPU")).or_default();
             e.0 += 1;
             e.1 += u64::from(s.addr.is_some_and(|a| a != 0));
         }
-    }
+    });
     let total: u64 = by_cpu.values().map(|v| v.0).sum();
     assert!(
         total >= 400,

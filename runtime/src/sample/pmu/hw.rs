@@ -374,7 +374,7 @@ pub(super) fn on_pmu_nmi(
             // Sampling stopped on the boot CPU: this CPU stops its own
             // counters at its first NMI after.
             // SAFETY: this CPU's NMI handler, and its slot is live.
-            if let Some(mut st) = unsafe { slot.take_hw_in_nmi() } {
+            if let Some(mut st) = unsafe { slot.take_hw() } {
                 st.driver.stop(&mut st.hw);
                 st.hw.mask_lvt_pmi();
             }

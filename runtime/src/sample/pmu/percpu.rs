@@ -154,21 +154,11 @@ impl CpuPmuSlot {
     /// Withdraws the slot and hands back its hardware state.
     ///
     /// # Safety
-    /// 1. The caller runs on the slot's CPU outside NMI context, and that
-    ///    CPU's NMI handler no longer uses the state (`HW_STATE` is not
-    ///    `HW_ON` for it).
+    /// 1. The caller runs on the slot's CPU, and nothing else uses the
+    ///    state: either outside NMI context once that CPU's NMI handler no
+    ///    longer does (`HW_STATE` is not `HW_ON`), or from that NMI handler
+    ///    itself after seeing [`Self::is_live`].
     pub(super) unsafe fn take_hw(&self) -> Option<HwState> {
-        self.live.store(false, Ordering::Release);
-        // SAFETY: obligation 1.
-        unsafe { &mut *self.hw.get() }.take()
-    }
-
-    /// Withdraws the slot from this CPU's own NMI handler, handing back
-    /// its hardware state.
-    ///
-    /// # Safety
-    /// 1. As for [`Self::hw_in_nmi`].
-    pub(super) unsafe fn take_hw_in_nmi(&self) -> Option<HwState> {
         self.live.store(false, Ordering::Release);
         // SAFETY: obligation 1.
         unsafe { &mut *self.hw.get() }.take()
