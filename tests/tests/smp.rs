@@ -152,6 +152,21 @@ fn assert_spread(rec: &Recording) {
     );
 }
 
+/// The target's loss total from perch's "target counters: taken T = delivered D +
+/// lost L; ..." line (0 when there is none).
+fn target_lost(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| l.split("target counters: ").nth(1))
+        .and_then(|rest| {
+            let n = rest.split("+ lost ").nth(1)?;
+            n[..n.find(|c: char| !c.is_ascii_digit()).unwrap_or(n.len())]
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
 /// Records `program args` (built by `build` once the host is held) on four CPUs and
 /// checks the spread.
 fn check_spread(build: impl FnOnce() -> PathBuf, args: &[&str]) {
@@ -165,8 +180,23 @@ fn check_spread(build: impl FnOnce() -> PathBuf, args: &[&str]) {
 /// perf's own views of the split: `perf report --sort cpu` lists the four CPUs, and
 /// `perf report -T` gives per-thread totals for at least four of the program's
 /// threads.
+///
+/// In real time a vCPU can be kept off the host long enough for its ring to fill.
+/// The target then counts losses, perch writes them as LOST records, and perf warns
+/// about "lost chunks" and the share of samples lost: allowed only when the target
+/// reported losses.
 fn assert_perf_shows_the_split(rec: &Recording) {
-    let by_cpu = run_perf(rec, &["report", "--stdio", "--sort", "cpu"], &[]);
+    let allowed: &[&str] = if target_lost(&rec.stderr) > 0 {
+        &[
+            "Warning:",
+            " chunks!",
+            " samples and lost ",
+            "Check IO/CPU overload!",
+        ]
+    } else {
+        &[]
+    };
+    let by_cpu = run_perf(rec, &["report", "--stdio", "--sort", "cpu"], allowed);
     let cpus: BTreeSet<u32> = by_cpu
         .lines()
         .filter(|l| !l.starts_with('#') && l.contains('%'))
@@ -177,7 +207,7 @@ fn assert_perf_shows_the_split(rec: &Recording) {
         (0..CPUS as u32).collect(),
         "perf report --sort cpu:\n{by_cpu}"
     );
-    let threads = run_perf(rec, &["report", "--stdio", "-T"], &[]);
+    let threads = run_perf(rec, &["report", "--stdio", "-T"], allowed);
     // The table after "# PID  TID  cpu-clock": pid, tid, the thread's total.
     let table: Vec<(i64, i64, u64)> = threads
         .lines()
