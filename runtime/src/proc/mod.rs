@@ -1307,7 +1307,7 @@ pub fn run_pinned(driver: &mut impl Driver) -> bool {
 }
 
 /// Halts until the next interrupt (the tick), then returns with interrupts off.
-fn idle() {
+pub(crate) fn idle() {
     let depth = crate::cpu::kernel_release();
     // SAFETY: `sti; hlt` enables interrupts only for the halt: the tick (or
     // an NMI) ends it, and the trap handler acknowledges the tick from

@@ -91,6 +91,11 @@ pub fn start() -> bool {
     true
 }
 
+/// Whether this CPU's tick runs.
+pub fn running() -> bool {
+    RUNNING[me()].load(Ordering::Relaxed)
+}
+
 /// Stops this CPU's tick.
 pub fn stop() {
     if RUNNING[me()].swap(false, Ordering::Relaxed) {
@@ -115,6 +120,7 @@ pub fn on_tick(from_user: bool) -> bool {
     let me = me();
     if me == 0 {
         TICKS.fetch_add(1, Ordering::Relaxed);
+        crate::sample::clock::watchdog();
     }
     if !from_user {
         return false;

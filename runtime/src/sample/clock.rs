@@ -84,6 +84,90 @@ pub fn on_nmi() {
     unsafe { hpet::set_comparator(base, next) };
 }
 
+/// HPET source: how far (in counter ticks) the counter may run past the
+/// expiry on the schedule before [`watchdog`] takes the clock for stalled.
+static HPET_GRACE: AtomicU64 = AtomicU64::new(0);
+/// How many times [`watchdog`] found the clock stalled and re-armed it.
+static STALLS: AtomicU64 = AtomicU64::new(0);
+
+/// The boot CPU's scheduler tick (interrupt context, 1 kHz): restarts an
+/// HPET clock that stopped. The comparator is one-shot and only the NMI
+/// its expiry raises moves it on, so one expiry that raises no NMI stops
+/// the clock for good: an edge the I/O APIC drops, or, on hardware whose
+/// comparator does not fire once the counter has passed it, a comparator
+/// written a moment too late after a long stall of the handler. When the
+/// counter is past the scheduled expiry by more than two periods and 2 ms
+/// (room for an NMI QEMU raises late), the expiry is taken as lost and the
+/// comparator set a period from now; [`stalls`] counts it, and the next
+/// sample's PERIOD carries the time without ticks, as after any gap.
+///
+/// An NMI that moves the comparator while this runs writes a later expiry
+/// on the same schedule, so the two writes cannot leave the clock stopped
+/// for longer than the next tick.
+pub fn watchdog() {
+    let grace = HPET_GRACE.load(Ordering::Relaxed);
+    let ticks = HPET_TICKS.load(Ordering::Relaxed);
+    if grace == 0 || ticks == 0 {
+        return;
+    }
+    let base = phys_to_virt(hpet::DEFAULT_BASE);
+    // SAFETY: `start` found the HPET there and started it (`ticks` is not 0
+    // until it has); reading the counter has no side effect.
+    let now = unsafe { hpet::counter(base) };
+    if now <= HPET_NEXT.load(Ordering::Relaxed).saturating_add(grace) {
+        return;
+    }
+    STALLS.fetch_add(1, Ordering::Relaxed);
+    let next = now + ticks;
+    HPET_NEXT.store(next, Ordering::Relaxed);
+    // SAFETY: as above; the comparator is the clock's own, and an NMI that
+    // interrupts this leaves a later expiry on the same schedule (see the
+    // function's docs).
+    unsafe { hpet::set_comparator(base, next) };
+}
+
+/// How many times the HPET clock was found stalled and restarted.
+pub fn stalls() -> u64 {
+    STALLS.load(Ordering::Relaxed)
+}
+
+/// For the self-test: stops the HPET clock as an expiry that raises no NMI
+/// would (an edge the I/O APIC drops). The comparator is moved 2^40 ticks
+/// (hours) past the scheduled expiry, and the counter is let pass that
+/// expiry; an NMI meanwhile (one already on its way puts the comparator
+/// back on the schedule) makes it try again. `None` when the HPET does not
+/// tick (the PIT is periodic and has no expiry to lose), `Some(false)` when
+/// no try got through without an NMI.
+pub fn drop_next_expiry() -> Option<bool> {
+    let ticks = HPET_TICKS.load(Ordering::Relaxed);
+    if ticks == 0 {
+        return None;
+    }
+    let base = phys_to_virt(hpet::DEFAULT_BASE);
+    for _ in 0..10 {
+        let nmis = crate::sample::nmi::nmi_count();
+        // SAFETY: `ticks` is not 0, so `start` found and started the HPET;
+        // the comparator is the clock's own.
+        let give_up = unsafe {
+            let now = hpet::counter(base);
+            hpet::set_comparator(base, now + (1 << 40));
+            now + 100 * ticks
+        };
+        loop {
+            // SAFETY: as above.
+            let now = unsafe { hpet::counter(base) };
+            if now > HPET_NEXT.load(Ordering::Relaxed) + ticks || now > give_up {
+                break;
+            }
+            core::hint::spin_loop();
+        }
+        if crate::sample::nmi::nmi_count() == nmis {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
 /// Starts NMIs at about `hz`. `pmu_armed`: the hardware PMU samples
 /// already, so the local APIC keeps its performance-counter LVT entry
 /// armed; every other LVT entry (and otherwise that one too) is masked.
@@ -136,6 +220,9 @@ pub fn start(hz: u32, pmu_armed: bool, source: ClockSource) -> Result<ClockInfo,
                 if let Some(r) = rate {
                     HPET_TICKS.store(r.ticks, Ordering::Relaxed);
                     HPET_NEXT.store(r.ticks, Ordering::Relaxed);
+                    // Two periods and 2 ms of counter ticks.
+                    let per_ms = r.ticks * u64::from(hz) / 1000;
+                    HPET_GRACE.store(2 * r.ticks + 2 * per_ms.max(1), Ordering::Relaxed);
                 }
                 RUNNING.store(true, Ordering::Relaxed);
                 ON_HPET.store(true, Ordering::Relaxed);
@@ -150,6 +237,7 @@ pub fn start(hz: u32, pmu_armed: bool, source: ClockSource) -> Result<ClockInfo,
                         io.set_redirection(ioapic::PIT_PIN, ioapic::MASKED);
                         RUNNING.store(false, Ordering::Relaxed);
                         ON_HPET.store(false, Ordering::Relaxed);
+                        HPET_GRACE.store(0, Ordering::Relaxed);
                         HPET_TICKS.store(0, Ordering::Relaxed);
                         return Err(ClockError::Hpet(e));
                     }
@@ -208,6 +296,7 @@ pub fn stop() {
         ioapic::IoApic::new(phys_to_virt(ioapic::DEFAULT_BASE))
             .set_redirection(ioapic::PIT_PIN, ioapic::MASKED);
         if ON_HPET.swap(false, Ordering::Relaxed) {
+            HPET_GRACE.store(0, Ordering::Relaxed);
             HPET_TICKS.store(0, Ordering::Relaxed);
             hpet::stop(phys_to_virt(hpet::DEFAULT_BASE));
         }

@@ -1398,6 +1398,12 @@ pub fn report_end_of_run() {
             r.permille % 10
         );
     }
+    let stalls = super::clock::stalls();
+    if stalls > 0 {
+        crate::kprintln!(
+            "perch: NMI clock: restarted {stalls} times (no NMI came within 2 ms of an expiry)"
+        );
+    }
     let t = throttle_stats();
     if t.max_rate != u64::MAX && t.max_rate < u64::from(max_rate_configured()) {
         crate::kprintln!(

@@ -108,6 +108,10 @@ pub fn run(cfg: &Config, archive: Option<arch_x86::bootinfo::Module>, protocol: 
     r.check("preemption_on_other_cpus", preemption_on_other_cpus);
     r.check("nmi_clock_ticks", nmi_clock_ticks);
     r.check("nmi_clock_throttle", || nmi_clock_throttle(cfg));
+    r.check(
+        "nmi_clock_survives_a_lost_expiry",
+        nmi_clock_survives_a_lost_expiry,
+    );
     r.check("pmu_detection_and_fallback", pmu_detection_and_fallback);
     r.check("pmu_sim_pmi_round_trip", pmu_sim_pmi_round_trip);
     r.check("pmu_sim_two_counters", pmu_sim_two_counters);
