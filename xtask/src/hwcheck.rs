@@ -1,9 +1,15 @@
-//! `cargo xtask hwcheck`: the prepared real-hardware PMU check. Boots the
-//! runtime's self-test under KVM with `-cpu host` when a KVM with a
-//! virtual PMU is present and summarises its `pmu_hardware` test (the
-//! start-up check: counters advance, overflow NMIs near the programmed
-//! period; sampling; PEBS and LBR records decode when present); otherwise
-//! says why not and how to run the same self-test on bare metal, and exits 0.
+//! `cargo xtask hwcheck`: the prepared real-hardware PMU check. When a KVM
+//! with a virtual PMU is present it runs two checks with `-cpu host`:
+//!
+//! 1. the runtime's self-test, summarising its `pmu_hardware` test (the
+//!    start-up check: counters advance, overflow NMIs near the programmed
+//!    period; sampling; PEBS and LBR records decode when present);
+//! 2. the demo appliance on [`SMP_CPUS`] CPUs with `pmu=auto`, where every
+//!    CPU must program its own PMU and take PMIs: the runtime's per-CPU
+//!    counter lines must show samples taken on each CPU ([`smp_verdict`]).
+//!
+//! Otherwise it says why not and how to run the same self-test on bare
+//! metal, and exits 0.
 
 use anyhow::{Context, Result};
 use std::io::{BufRead, BufReader};
@@ -242,6 +248,95 @@ pub fn verdict(s: &Summary, qemu_status: Option<i32>) -> (i32, String) {
     }
 }
 
+/// CPUs of the appliance run.
+pub const SMP_CPUS: u32 = 4;
+
+/// Reads the appliance run on [`SMP_CPUS`] CPUs out of perch's stderr (the
+/// target's log): the hardware PMU must be the overflow source, no CPU may
+/// report its PMU unprogrammed, and each CPU's counter line
+/// (`perch: CPU N: taken T = delivered D + lost L`) must show samples
+/// taken. `Ok` names each CPU's count; `Err` says what is missing.
+pub fn smp_verdict(lines: &[String]) -> Result<String, String> {
+    let source = lines
+        .iter()
+        .find_map(|l| l.split("perch: overflow source: ").nth(1));
+    match source {
+        Some(s) if s.contains(" PMU (") => {}
+        Some(s) => return Err(format!("the overflow source was not the PMU: {s}")),
+        None => return Err("the runtime named no overflow source".into()),
+    }
+    if let Some(l) = lines.iter().find(|l| l.contains("PMU not programmed")) {
+        return Err(format!("a CPU did not program its PMU: {}", l.trim()));
+    }
+    let mut taken = vec![None; SMP_CPUS as usize];
+    for l in lines {
+        let Some(rest) = l.split("perch: CPU ").nth(1) else {
+            continue;
+        };
+        let Some((cpu, counts)) = rest.split_once(": taken ") else {
+            continue;
+        };
+        let (Ok(cpu), Some(Ok(n))) = (
+            cpu.parse::<usize>(),
+            counts.split_whitespace().next().map(str::parse::<u64>),
+        ) else {
+            continue;
+        };
+        if let Some(t) = taken.get_mut(cpu) {
+            *t = Some(n);
+        }
+    }
+    let mut named = Vec::new();
+    for (cpu, t) in taken.iter().enumerate() {
+        match t {
+            None => return Err(format!("no counter line for CPU {cpu}")),
+            Some(0) => return Err(format!("CPU {cpu} took no PMU samples")),
+            Some(n) => named.push(format!("CPU {cpu} {n}")),
+        }
+    }
+    Ok(format!(
+        "every CPU sampled with its own PMU: {}",
+        named.join(", ")
+    ))
+}
+
+/// The appliance run: `perch record` of the demo appliance under KVM on
+/// [`SMP_CPUS`] CPUs; the exit code and what [`smp_verdict`] said.
+fn run_smp(elf: &Path) -> Result<(i32, String)> {
+    let perch = crate::kernel::build_perch()?;
+    let manifest = crate::kernel::demo_manifest()?;
+    let out = crate::project_root().join("out");
+    std::fs::create_dir_all(&out)?;
+    let data = out.join("hwcheck-smp.data");
+    let mut cmd = Command::new(&perch);
+    cmd.arg("record")
+        .arg("--image")
+        .arg(elf)
+        .args(["--cpus", &SMP_CPUS.to_string(), "--pmu", "auto"])
+        .args(["--duration", "3", "--timeout", "120"])
+        .args(["--qemu-arg", "-enable-kvm", "--qemu-arg", "-cpu"])
+        .args(["--qemu-arg", "host", "-o"])
+        .arg(&data)
+        .arg("--appliance")
+        .arg(&manifest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    println!("hwcheck: {cmd:?}");
+    let o = cmd.output().context("running perch record")?;
+    let err = String::from_utf8_lossy(&o.stderr);
+    for l in err.lines() {
+        println!("  {l}");
+    }
+    if !o.status.success() {
+        return Ok((1, format!("perch record failed ({})", o.status)));
+    }
+    let lines: Vec<String> = err.lines().map(str::to_string).collect();
+    Ok(match smp_verdict(&lines) {
+        Ok(what) => (0, what),
+        Err(why) => (1, why),
+    })
+}
+
 /// Run the check. Always returns exit code 0 unless the KVM run itself fails.
 pub fn run() -> Result<i32> {
     let facts = gather();
@@ -346,6 +441,11 @@ pub fn run() -> Result<i32> {
     println!("hwcheck: QEMU exit status {status:?}");
     let (code, what) = verdict(&summary, status);
     println!("hwcheck: {what}");
+    if code != 0 {
+        return Ok(code);
+    }
+    let (code, what) = run_smp(&elf)?;
+    println!("hwcheck: on {SMP_CPUS} CPUs: {what}");
     Ok(code)
 }
 
@@ -421,6 +521,50 @@ selftest: pmu_hardware ... FAILED (start-up check: PMU overflow NMIs do not arri
         let s = summarize(&lines("perch: runtime booted via pvh"));
         assert_eq!(s.outcome, Outcome::Missing);
         assert_eq!(verdict(&s, None).0, 1);
+    }
+
+    /// The appliance run's lines, as the runtime and perch print them.
+    fn smp_run(taken: [u64; 4]) -> Vec<String> {
+        let mut out = lines(
+            "target: INFO perch: PMU start-up check: 10000003 instructions counted over a workload of 10000000; overflow phase at period 100000: 100 PMIs (expected about 100)
+target: INFO perch: overflow source: Intel PMU (v5, 8 GP x 48 bits + 4 fixed counters); event cycles; PEBS format 5; LBR branch stacks x 32; the NMI clock is not started",
+        );
+        for (cpu, t) in taken.iter().enumerate() {
+            out.push(format!(
+                "target: INFO perch: CPU {cpu}: taken {t} = delivered {t} + lost 0"
+            ));
+        }
+        out.push("perch: target counters: taken 1 = delivered 1 + lost 0; the stream holds 1 samples + 0 lost".into());
+        out
+    }
+
+    #[test]
+    fn every_cpu_must_take_pmu_samples() {
+        let ok = smp_verdict(&smp_run([4000, 3900, 4100, 3990])).expect("a pass");
+        assert!(
+            ok.contains("CPU 0 4000") && ok.contains("CPU 3 3990"),
+            "{ok}"
+        );
+        let e = smp_verdict(&smp_run([4000, 0, 4100, 3990])).unwrap_err();
+        assert!(e.contains("CPU 1 took no PMU samples"), "{e}");
+        let mut three = smp_run([1, 2, 3, 4]);
+        three.retain(|l| !l.contains("perch: CPU 2:"));
+        let e = smp_verdict(&three).unwrap_err();
+        assert!(e.contains("no counter line for CPU 2"), "{e}");
+        let mut refused = smp_run([1, 2, 3, 4]);
+        refused.push(
+            "target: INFO perch: CPU 3: PMU not programmed: the PMU differs; no PMU samples from it"
+                .into(),
+        );
+        let e = smp_verdict(&refused).unwrap_err();
+        assert!(e.contains("CPU 3: PMU not programmed"), "{e}");
+        let mut clock = smp_run([1, 2, 3, 4]);
+        clock[1] = "target: INFO perch: overflow source: NMI clock (cpu-clock)".into();
+        let e = smp_verdict(&clock).unwrap_err();
+        assert!(e.contains("not the PMU"), "{e}");
+        clock.remove(1);
+        let e = smp_verdict(&clock).unwrap_err();
+        assert!(e.contains("no overflow source"), "{e}");
     }
 
     #[test]
