@@ -34,6 +34,7 @@ fn convert_once(capture: &[u8], image: &Image, out: &mut Vec<u8>, path: Path3) -
             image: Some(image.clone()),
             cmdline: vec![],
             programs: Default::default(),
+            kernel_file: None,
         },
     );
     let mut pump = Pump::new();

@@ -18,6 +18,13 @@
 //! under `[kernel.kallsyms]` then resolve with no `--vmlinux` and no
 //! "No kallsyms or vmlinux" warning.
 //!
+//! The runtime's entry also holds its functions as a Breakpad symbol file,
+//! `breakpad.sym` ([`crate::breakpad`]), which perf.data names in a second
+//! kernel build-id entry ([`kernel_symbols_path`]): samply opens the kernel
+//! by the path of its build-id entry (as perf itself writes one for a
+//! kernel it read from a vmlinux file) and finds the runtime's names there,
+//! while perf keeps taking the first kernel entry, `[kernel.kallsyms]`.
+//!
 //! Files are written to a temporary name in the entry's directory and
 //! renamed into place; an entry or link already there is left alone (a
 //! cache is shared with perf and other runs: nothing is ever removed or
@@ -76,6 +83,48 @@ fn put_file(path: &Path, bytes: &[u8], executable: bool) -> std::io::Result<bool
     }
 }
 
+/// The directory [`add`] makes for `file` with `build_id` in the cache at
+/// `dir`: `DIR/<absolute path of file>/<build-id in hex>`.
+fn entry_dir(dir: &Path, file: &Path, build_id: &[u8]) -> std::io::Result<PathBuf> {
+    let abs = std::fs::canonicalize(file)?;
+    let rel = abs.strip_prefix("/").unwrap_or(&abs);
+    Ok(dir.join(rel).join(hex(build_id)))
+}
+
+/// The name of the runtime's Breakpad symbol file in its entry.
+pub const KERNEL_SYMBOLS: &str = "breakpad.sym";
+
+/// Where [`add_kernel_symbols`] puts the Breakpad symbols of the runtime
+/// image `file` with `build_id` in the cache at `dir`
+/// (`.../<build-id>/breakpad.sym`), made absolute; `None` when `file`
+/// cannot be resolved or has no build-id.
+pub fn kernel_symbols_path(dir: &Path, file: &Path, build_id: &[u8]) -> Option<PathBuf> {
+    if build_id.is_empty() {
+        return None;
+    }
+    let dir = std::path::absolute(dir).ok()?;
+    entry_dir(&dir, file, build_id)
+        .ok()
+        .map(|e| e.join(KERNEL_SYMBOLS))
+}
+
+/// Adds `text`, the Breakpad symbols of the runtime image `file` with
+/// `build_id`, to its entry in the cache at `dir`, unless there already.
+/// Returns whether it wrote.
+pub fn add_kernel_symbols(
+    dir: &Path,
+    file: &Path,
+    build_id: &[u8],
+    text: &str,
+) -> std::io::Result<bool> {
+    if build_id.is_empty() {
+        return Err(std::io::Error::other("the file has no build-id"));
+    }
+    let entry = entry_dir(dir, file, build_id)?;
+    std::fs::create_dir_all(&entry)?;
+    put_file(&entry.join(KERNEL_SYMBOLS), text.as_bytes(), false)
+}
+
 /// Adds `file` (whose contents are `bytes` and GNU build-id `build_id`) to
 /// the cache at `dir`; `kernel` also stores it as the kernel's `kallsyms`
 /// (the runtime image).
@@ -92,7 +141,7 @@ pub fn add(
     let abs = std::fs::canonicalize(file)?;
     let id = hex(build_id);
     let rel = abs.strip_prefix("/").unwrap_or(&abs);
-    let entry = dir.join(rel).join(&id);
+    let entry = entry_dir(dir, file, build_id)?;
     std::fs::create_dir_all(&entry)?;
     let mut wrote = put_file(&entry.join("elf"), bytes, true)?;
     if kernel {
@@ -206,6 +255,16 @@ mod tests {
         let abs = std::fs::canonicalize(&file).unwrap();
         let entry = cache.join(abs.strip_prefix("/").unwrap()).join("abcd0102");
         assert_eq!(got, Added::New(entry.clone()));
+        let sym = kernel_symbols_path(&cache, &file, &id).unwrap();
+        assert_eq!(sym, entry.join("breakpad.sym"));
+        assert!(add_kernel_symbols(&cache, &file, &id, "MODULE one").unwrap());
+        assert!(!add_kernel_symbols(&cache, &file, &id, "MODULE two").unwrap());
+        assert_eq!(std::fs::read(&sym).unwrap(), b"MODULE one");
+        assert_eq!(kernel_symbols_path(&cache, &file, &[]), None);
+        assert_eq!(
+            kernel_symbols_path(&cache, &dir.path().join("absent"), &id),
+            None
+        );
         assert_eq!(std::fs::read(entry.join("elf")).unwrap(), b"one");
         assert_eq!(std::fs::read(entry.join("kallsyms")).unwrap(), b"one");
         let link = cache.join(".build-id/ab/cd0102");

@@ -77,6 +77,13 @@ pub struct ConvertOptions {
     /// `--appliance` names. A loaded process's MMAP2s and build-id entry
     /// name this file, so perf reads the program's own symbols from it.
     pub programs: std::collections::BTreeMap<String, std::path::PathBuf>,
+    /// The runtime's Breakpad symbols in perf's build-id cache
+    /// ([`crate::buildid_cache::kernel_symbols_path`]), named by a second
+    /// kernel build-id entry after `[kernel.kallsyms]`: samply opens the
+    /// kernel by the path of its build-id entry and finds the runtime's
+    /// names there with no flags, while perf keeps `[kernel.kallsyms]`,
+    /// the first kernel entry, as the kernel.
+    pub kernel_file: Option<std::path::PathBuf>,
 }
 
 /// The archive path `path` as [`ConvertOptions::programs`] keys it (and as
@@ -824,8 +831,20 @@ impl<W: OwnedWrite> Converter<W> {
         {
             build_ids.push(BuildIdEntry {
                 cpumode: misc::USER,
-                build_id: kernel_id,
+                build_id: kernel_id.clone(),
                 filename: img.path.display().to_string(),
+                pid: -1,
+            });
+        }
+        // After `[kernel.kallsyms]`: perf takes the first kernel entry as
+        // the kernel, samply the last one (by its path).
+        if let Some(file) = &self.options.kernel_file
+            && !kernel_id.is_empty()
+        {
+            build_ids.push(BuildIdEntry {
+                cpumode: misc::KERNEL,
+                build_id: kernel_id,
+                filename: file.display().to_string(),
                 pid: -1,
             });
         }

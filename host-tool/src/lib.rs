@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod archive;
+pub mod breakpad;
 pub mod buildid_cache;
 pub mod convert;
 pub mod error;

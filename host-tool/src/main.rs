@@ -803,10 +803,25 @@ fn run<'w>(
     if let Some(w) = watch.as_deref_mut() {
         w.begin(image.as_ref(), &programs.files);
     }
+    // The runtime's Breakpad symbols (for samply), which `cache_build_ids`
+    // adds to the build-id cache once the stream is converted.
+    let kernel_symbols = image
+        .as_ref()
+        .filter(|_| buildid_cache)
+        .and_then(host_tool::breakpad::symbol_file);
+    let kernel_file = match (&image, &kernel_symbols) {
+        (Some(img), Some(_)) => host_tool::buildid_cache::cache_dir().and_then(|dir| {
+            img.build_id
+                .as_deref()
+                .and_then(|id| host_tool::buildid_cache::kernel_symbols_path(&dir, &img.path, id))
+        }),
+        _ => None,
+    };
     let options = ConvertOptions {
         image,
         cmdline,
         programs: programs.files,
+        kernel_file,
     };
     let mut pprof = pprof_pending
         .as_ref()
@@ -1018,7 +1033,13 @@ fn run<'w>(
         say!("perch: {e}; `perch stat` and `perch flamegraph` work without it");
     }
     let cached = if buildid_cache {
-        cache_build_ids(image_path.as_deref(), elf, &program_files, quiet)
+        cache_build_ids(
+            image_path.as_deref(),
+            elf,
+            kernel_symbols.as_deref(),
+            &program_files,
+            quiet,
+        )
     } else {
         false
     };
@@ -1132,10 +1153,11 @@ fn write_pprof(b: PprofBuilder, p: Pending) -> Result<(), HostError> {
 fn cache_build_ids(
     image: Option<&Path>,
     elf: Option<&[u8]>,
+    kernel_symbols: Option<&str>,
     programs: &std::collections::BTreeMap<String, PathBuf>,
     quiet: bool,
 ) -> bool {
-    use host_tool::buildid_cache::{Added, add, cache_dir};
+    use host_tool::buildid_cache::{Added, add, add_kernel_symbols, cache_dir};
     let Some(dir) = cache_dir() else {
         eprintln!(
             "perch: warning: neither PERF_BUILDID_DIR nor HOME is set: nothing added to perf's build-id cache"
@@ -1171,6 +1193,15 @@ fn cache_build_ids(
         match add(&dir, path, bytes, id, *kernel) {
             Ok(a) => {
                 image_cached |= *kernel;
+                if *kernel
+                    && let Some(text) = kernel_symbols
+                    && let Err(e) = add_kernel_symbols(&dir, path, id, text)
+                {
+                    eprintln!(
+                        "perch: warning: adding the runtime's symbols for samply to the build-id cache {}: {e}",
+                        dir.display()
+                    );
+                }
                 if matches!(a, Added::New(_)) {
                     added.push(path.display().to_string());
                 }

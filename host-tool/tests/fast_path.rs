@@ -66,6 +66,7 @@ fn convert(bytes: &[u8], image: &Image, chunk: usize, path: Path) -> Outcome {
             image: Some(image.clone()),
             cmdline: vec!["perch".into(), "convert".into()],
             programs: Default::default(),
+            kernel_file: None,
         },
     );
     let mut pump = Pump::new();

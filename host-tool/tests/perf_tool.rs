@@ -310,6 +310,7 @@ fn pmu_recording(dir: &std::path::Path, image: &Image) -> String {
             image: Some(image.clone()),
             cmdline: vec!["perch".into()],
             programs: Default::default(),
+            kernel_file: None,
         },
     );
     conv.push(&Item::Hello(h)).unwrap();
@@ -510,6 +511,30 @@ fn buildid_cache_lets_perf_resolve_without_flags() {
         stderr.contains("added") && stderr.contains("build-id cache"),
         "{stderr}"
     );
+    // For samply: the runtime's functions as Breakpad symbols in the cache,
+    // named by the last kernel build-id entry (a reader keeping one entry
+    // per DSO, as samply's linux-perf-data does, keeps that one).
+    let id = img.build_id.clone().unwrap();
+    let sym =
+        host_tool::buildid_cache::kernel_symbols_path(&home.join(".debug"), &image, &id).unwrap();
+    let text = std::fs::read_to_string(&sym).unwrap();
+    assert!(
+        text.starts_with(&format!(
+            "MODULE Linux x86_64 {} appliance.elf\n",
+            host_tool::breakpad::debug_id(&id)
+        )),
+        "{text}"
+    );
+    assert!(text.contains(" runtime_entry\n"), "{text}");
+    let reader = std::io::BufReader::new(std::fs::File::open(&data).unwrap());
+    let ids = linux_perf_data::PerfFileReader::parse_file(reader)
+        .unwrap()
+        .perf_file
+        .build_ids()
+        .unwrap();
+    let kernel = &ids[&linux_perf_data::DsoKey::Kernel];
+    assert_eq!(kernel.path, sym.to_str().unwrap().as_bytes());
+    assert_eq!(kernel.build_id, id);
     let o = std::process::Command::new("perf")
         .args([
             "report",

@@ -70,6 +70,7 @@ fn a_programs_task_becomes_comm_mmap2_and_build_id() {
             image: Some(image.clone()),
             cmdline: vec!["perch".into()],
             programs,
+            kernel_file: None,
         },
     );
     conv.push(&Item::Hello(hello(&image))).unwrap();

@@ -268,6 +268,7 @@ fn wrong_image_for_the_stream_is_refused() {
             image: Some(other),
             cmdline: vec![],
             programs: Default::default(),
+            kernel_file: None,
         },
     );
     let err = conv.push(&Item::Hello(common::hello(&image))).unwrap_err();
@@ -289,6 +290,7 @@ fn unreported_losses_are_written_so_the_file_adds_up() {
             image: Some(image.clone()),
             cmdline: vec![],
             programs: Default::default(),
+            kernel_file: None,
         },
     );
     // Drop every third sample as if its frame was damaged on the wire, and
@@ -346,6 +348,7 @@ fn mutated_streams_never_panic_and_still_add_up() {
                 image: Some(image.clone()),
                 cmdline: vec![],
                 programs: Default::default(),
+                kernel_file: None,
             },
         );
         let mut pump = Pump::new();

@@ -121,6 +121,7 @@ impl Case {
             image,
             cmdline: vec!["perch".into(), "record".into()],
             programs: Default::default(),
+            kernel_file: None,
         };
         let mut conv = Converter::new(Cursor::new(Vec::new()), options);
         let mut adapter = Adapter::new();

@@ -246,6 +246,7 @@ pub fn write_demo(image: &Image, d: Demo, out: &Path) -> ConvertSummary {
             image: Some(image.clone()),
             cmdline: vec!["perch".into(), "test".into()],
             programs: Default::default(),
+            kernel_file: None,
         },
     );
     let mut err = None;
