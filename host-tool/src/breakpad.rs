@@ -5,12 +5,15 @@
 //! the build-id path replaces `[kernel.kallsyms]_text`), at addresses
 //! relative to the start of the kernel MMAP. An ELF there is read relative
 //! to its first PT_LOAD segment (`relative_address_base` of
-//! samply-symbols), which for the runtime is the boot header at 1 MiB, not
-//! the runtime text perf.data maps. A Breakpad file (`MODULE ...`, which
-//! samply-symbols reads wherever it finds one) states its addresses
-//! itself, so the runtime's functions are written at their offsets from
-//! the kernel MMAP's start, under the debug id samply derives from the
-//! build-id.
+//! samply-symbols), which for the runtime is the boot header at 1 MiB,
+//! while samply's profile gives a kernel frame the low 32 bits of its
+//! distance from the kernel MMAP's start (fxprof-processed-profile's
+//! `LibMappings::convert_address`; perf.data maps the runtime from its
+//! `.boot` code at 1 MiB up to the end of its text at -2 GiB, so the
+//! runtime's functions land near 2 GiB). A Breakpad file (`MODULE ...`,
+//! which samply-symbols reads wherever it finds one) states its addresses
+//! itself, so the runtime's functions are written at those offsets, under
+//! the debug id samply derives from the build-id.
 
 use crate::image::Image;
 
@@ -29,9 +32,22 @@ pub fn debug_id(build_id: &[u8]) -> String {
     s
 }
 
+/// `name` without the `::h<16 hex digits>` hash rustc_demangle leaves at
+/// the end of a legacy Rust symbol (perf's `--demangle-kernel` drops it too).
+fn without_hash(name: &str) -> &str {
+    match name.rfind("::h") {
+        Some(i) if name.len() == i + 19 && name[i + 3..].bytes().all(|b| b.is_ascii_hexdigit()) => {
+            &name[..i]
+        }
+        _ => name,
+    }
+}
+
 /// The Breakpad text of `image`'s runtime functions (those inside
-/// `kernel_start..kernel_end`, the kernel MMAP of perf.data) at their
-/// offsets from `kernel_start`; `None` when the image has no build-id.
+/// `kernel_start..kernel_end`, the kernel MMAP of perf.data) at the low
+/// 32 bits of their distance from `kernel_start`, sorted; a function of
+/// unknown size ends at the next one, or 1 MiB on. `None` when the image
+/// has no build-id.
 pub fn symbol_file(image: &Image) -> Option<String> {
     let id = image.build_id.as_deref().filter(|id| !id.is_empty())?;
     let name = image
@@ -49,19 +65,26 @@ pub fn symbol_file(image: &Image) -> Option<String> {
         .filter(|s| s.addr >= image.kernel_start && s.addr < image.kernel_end)
         .filter(|s| !s.name.is_empty())
         .collect();
+    let mut funcs: Vec<(u32, u32, String)> = Vec::with_capacity(syms.len());
     for (i, s) in syms.iter().enumerate() {
         let next = syms
             .get(i + 1)
             .map_or(image.kernel_end, |n| n.addr)
             .max(s.addr);
-        let size = if s.size > 0 { s.size } else { next - s.addr };
+        let size = if s.size > 0 {
+            s.size
+        } else {
+            (next - s.addr).min(1 << 20)
+        };
+        let offset = (s.addr - image.kernel_start) as u32;
+        let size = size.min(u64::from(u32::MAX - offset)) as u32;
         // Breakpad names run to the end of the line.
-        let name = s.name.replace(['\n', '\r'], " ");
-        out.push_str(&format!(
-            "FUNC {:x} {:x} 0 {name}\n",
-            s.addr - image.kernel_start,
-            size
-        ));
+        let name = without_hash(&s.name).replace(['\n', '\r'], " ");
+        funcs.push((offset, size, name));
+    }
+    funcs.sort();
+    for (offset, size, name) in funcs {
+        out.push_str(&format!("FUNC {offset:x} {size:x} 0 {name}\n"));
     }
     Some(out)
 }
@@ -79,11 +102,11 @@ mod tests {
     }
 
     #[test]
-    fn functions_are_written_at_their_offset_from_the_runtime_text() {
+    fn functions_are_written_at_their_offset_from_the_kernel_mmap_in_32_bits() {
         let image = Image {
             path: "/x/perch-runtime".into(),
             build_id: Some(vec![0x11; 20]),
-            kernel_start: 0xffff_ffff_8010_1000,
+            kernel_start: 0x10_0030,
             kernel_end: 0xffff_ffff_8010_2000,
             ref_symbol: ("_text".into(), 0xffff_ffff_8010_1000),
             user_text: Vec::new(),
@@ -94,6 +117,11 @@ mod tests {
                     name: "user_side".into(),
                 },
                 Symbol {
+                    addr: 0x10_0030,
+                    size: 0,
+                    name: "boot".into(),
+                },
+                Symbol {
                     addr: 0xffff_ffff_8010_1000,
                     size: 0x20,
                     name: "memcpy".into(),
@@ -101,7 +129,7 @@ mod tests {
                 Symbol {
                     addr: 0xffff_ffff_8010_1100,
                     size: 0,
-                    name: "kcore::random_bytes<T>".into(),
+                    name: "perch_runtime::time::random_bytes::hbf77ac307520aa6f".into(),
                 },
             ],
             load_base: None,
@@ -111,13 +139,23 @@ mod tests {
             text,
             "MODULE Linux x86_64 111111111111111111111111111111110 perch-runtime\n".to_owned()
                 + "INFO CODE_ID 1111111111111111111111111111111111111111\n"
-                + "FUNC 0 20 0 memcpy\n"
-                + "FUNC 100 f00 0 kcore::random_bytes<T>\n"
+                + "FUNC 0 100000 0 boot\n"
+                // The image's own tasks lie inside the kernel MMAP too, and
+                // samply looks a frame up in the kernel's libraries first.
+                + "FUNC 2fffd0 8 0 user_side\n"
+                + "FUNC 80000fd0 20 0 memcpy\n"
+                + "FUNC 800010d0 f00 0 perch_runtime::time::random_bytes\n"
         );
         let none = Image {
             build_id: None,
             ..image
         };
         assert_eq!(symbol_file(&none), None);
+        assert_eq!(without_hash("a::b::h0123456789abcdef"), "a::b");
+        assert_eq!(without_hash("a::b::h0123"), "a::b::h0123");
+        assert_eq!(
+            without_hash("a::hello_world_1234567"),
+            "a::hello_world_1234567"
+        );
     }
 }
