@@ -32,24 +32,44 @@ pub fn debug_id(build_id: &[u8]) -> String {
     s
 }
 
-/// `name` without the `::h<16 hex digits>` hash rustc_demangle leaves at
-/// the end of a legacy Rust symbol (perf's `--demangle-kernel` drops it too).
-fn without_hash(name: &str) -> &str {
-    match name.rfind("::h") {
-        Some(i) if name.len() == i + 19 && name[i + 3..].bytes().all(|b| b.is_ascii_hexdigit()) => {
-            &name[..i]
-        }
-        _ => name,
-    }
+/// Where samply puts a kernel frame at `addr` when perf.data maps the kernel
+/// from `kernel_start`: the low 32 bits of the distance.
+pub fn offset(addr: u64, kernel_start: u64) -> u32 {
+    addr.wrapping_sub(kernel_start) as u32
 }
 
-/// The Breakpad text of `image`'s runtime functions (those inside
-/// `kernel_start..kernel_end`, the kernel MMAP of perf.data) at the low
-/// 32 bits of their distance from `kernel_start`, sorted; a function of
-/// unknown size ends at the next one, or 1 MiB on. `None` when the image
-/// has no build-id.
-pub fn symbol_file(image: &Image) -> Option<String> {
+/// The Breakpad text of the runtime's code symbols in `elf` (the bytes of
+/// `image`): functions and the labels of assembly code (perf names samples
+/// by both), those inside `kernel_start..kernel_end` (the kernel MMAP of
+/// perf.data), at their [`offset`], sorted, Rust names demangled without
+/// their hash; a symbol of unknown size ends at the next one, or 1 MiB on.
+/// `None` when the image has no build-id or `elf` does not parse.
+pub fn symbol_file(image: &Image, elf: &[u8]) -> Option<String> {
+    use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
     let id = image.build_id.as_deref().filter(|id| !id.is_empty())?;
+    let file = object::File::parse(elf).ok()?;
+    let mut syms: Vec<(u64, u64, String)> = file
+        .symbols()
+        .filter(|s| {
+            matches!(
+                s.kind(),
+                SymbolKind::Text | SymbolKind::Label | SymbolKind::Unknown
+            )
+        })
+        .filter(|s| s.address() >= image.kernel_start && s.address() < image.kernel_end)
+        .filter(|s| {
+            s.section_index()
+                .and_then(|i| file.section_by_index(i).ok())
+                .is_some_and(|sec| sec.kind() == SectionKind::Text)
+        })
+        .filter_map(|s| {
+            let raw = s.name().ok().filter(|n| !n.is_empty())?;
+            Some((s.address(), s.size(), crate::symtab::demangle(raw)))
+        })
+        .collect();
+    // At one address, the symbol with a size first, then by name.
+    syms.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+    syms.dedup_by_key(|s| s.0);
     let name = image
         .path
         .file_name()
@@ -59,28 +79,18 @@ pub fn symbol_file(image: &Image) -> Option<String> {
         "MODULE Linux x86_64 {} {name}\nINFO CODE_ID {hex}\n",
         debug_id(id)
     );
-    let syms: Vec<_> = image
-        .symbols
-        .iter()
-        .filter(|s| s.addr >= image.kernel_start && s.addr < image.kernel_end)
-        .filter(|s| !s.name.is_empty())
-        .collect();
     let mut funcs: Vec<(u32, u32, String)> = Vec::with_capacity(syms.len());
-    for (i, s) in syms.iter().enumerate() {
-        let next = syms
-            .get(i + 1)
-            .map_or(image.kernel_end, |n| n.addr)
-            .max(s.addr);
-        let size = if s.size > 0 {
-            s.size
+    for (i, (addr, size, name)) in syms.iter().enumerate() {
+        let next = syms.get(i + 1).map_or(image.kernel_end, |n| n.0);
+        let size = if *size > 0 {
+            *size
         } else {
-            (next - s.addr).min(1 << 20)
+            (next - addr).min(1 << 20)
         };
-        let offset = (s.addr - image.kernel_start) as u32;
+        let offset = offset(*addr, image.kernel_start);
         let size = size.min(u64::from(u32::MAX - offset)) as u32;
         // Breakpad names run to the end of the line.
-        let name = without_hash(&s.name).replace(['\n', '\r'], " ");
-        funcs.push((offset, size, name));
+        funcs.push((offset, size, name.replace(['\n', '\r'], " ")));
     }
     funcs.sort();
     for (offset, size, name) in funcs {
@@ -92,7 +102,6 @@ pub fn symbol_file(image: &Image) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::Symbol;
 
     #[test]
     fn the_debug_id_is_the_build_id_as_a_little_endian_guid() {
@@ -102,60 +111,74 @@ mod tests {
     }
 
     #[test]
-    fn functions_are_written_at_their_offset_from_the_kernel_mmap_in_32_bits() {
+    fn code_symbols_are_written_at_their_offset_from_the_kernel_mmap() {
+        // A small ELF: a function, an assembly label and a Rust function in
+        // a text section, and a data object, which is left out.
+        use object::write::{Object as W, Symbol, SymbolSection};
+        use object::{
+            Architecture, BinaryFormat, Endianness, SectionKind, SymbolFlags, SymbolKind,
+        };
+        let mut w = W::new(BinaryFormat::Elf, Architecture::X86_64, Endianness::Little);
+        let text = w.add_section(vec![], b".text".to_vec(), SectionKind::Text);
+        w.append_section_data(text, &[0xc3; 0x100], 16);
+        let data = w.add_section(vec![], b".data".to_vec(), SectionKind::Data);
+        w.append_section_data(data, &[0; 16], 16);
+        for (name, value, size, kind, section) in [
+            ("memcpy", 0x10, 0x20, SymbolKind::Text, text),
+            ("perch_isr_table", 0x30, 0, SymbolKind::Label, text),
+            (
+                "_ZN13perch_runtime4time12random_bytes17hbf77ac307520aa6fE",
+                0x80,
+                0x40,
+                SymbolKind::Text,
+                text,
+            ),
+            ("a_table", 0, 8, SymbolKind::Data, data),
+        ] {
+            w.add_symbol(Symbol {
+                name: name.as_bytes().to_vec(),
+                value,
+                size,
+                kind,
+                scope: object::SymbolScope::Linkage,
+                weak: false,
+                section: SymbolSection::Section(section),
+                flags: SymbolFlags::None,
+            });
+        }
+        let elf = w.write().expect("an ELF");
         let image = Image {
             path: "/x/perch-runtime".into(),
             build_id: Some(vec![0x11; 20]),
-            kernel_start: 0x10_0030,
-            kernel_end: 0xffff_ffff_8010_2000,
-            ref_symbol: ("_text".into(), 0xffff_ffff_8010_1000),
+            kernel_start: 0x10,
+            kernel_end: 0x100,
+            ref_symbol: ("memcpy".into(), 0x10),
             user_text: Vec::new(),
-            symbols: vec![
-                Symbol {
-                    addr: 0x40_0000,
-                    size: 8,
-                    name: "user_side".into(),
-                },
-                Symbol {
-                    addr: 0x10_0030,
-                    size: 0,
-                    name: "boot".into(),
-                },
-                Symbol {
-                    addr: 0xffff_ffff_8010_1000,
-                    size: 0x20,
-                    name: "memcpy".into(),
-                },
-                Symbol {
-                    addr: 0xffff_ffff_8010_1100,
-                    size: 0,
-                    name: "perch_runtime::time::random_bytes::hbf77ac307520aa6f".into(),
-                },
-            ],
+            symbols: Vec::new(),
             load_base: None,
         };
-        let text = symbol_file(&image).unwrap();
         assert_eq!(
-            text,
+            symbol_file(&image, &elf).unwrap(),
             "MODULE Linux x86_64 111111111111111111111111111111110 perch-runtime\n".to_owned()
                 + "INFO CODE_ID 1111111111111111111111111111111111111111\n"
-                + "FUNC 0 100000 0 boot\n"
-                // The image's own tasks lie inside the kernel MMAP too, and
-                // samply looks a frame up in the kernel's libraries first.
-                + "FUNC 2fffd0 8 0 user_side\n"
-                + "FUNC 80000fd0 20 0 memcpy\n"
-                + "FUNC 800010d0 f00 0 perch_runtime::time::random_bytes\n"
+                + "FUNC 0 20 0 memcpy\n"
+                // A label reaches to the next symbol.
+                + "FUNC 20 50 0 perch_isr_table\n"
+                + "FUNC 70 40 0 perch_runtime::time::random_bytes\n"
         );
         let none = Image {
             build_id: None,
-            ..image
+            ..image.clone()
         };
-        assert_eq!(symbol_file(&none), None);
-        assert_eq!(without_hash("a::b::h0123456789abcdef"), "a::b");
-        assert_eq!(without_hash("a::b::h0123"), "a::b::h0123");
-        assert_eq!(
-            without_hash("a::hello_world_1234567"),
-            "a::hello_world_1234567"
-        );
+        assert_eq!(symbol_file(&none, &elf), None);
+        assert_eq!(symbol_file(&image, b"not an ELF"), None);
+    }
+
+    #[test]
+    fn offsets_are_the_low_32_bits_of_the_distance_from_the_mmap() {
+        // perch's kernel MMAP starts at the `.boot` code just above 1 MiB
+        // and reaches the runtime text at -2 GiB.
+        assert_eq!(offset(0x10_0030, 0x10_0030), 0);
+        assert_eq!(offset(0xffff_ffff_8012_bdb0, 0x10_0030), 0x8002_bd80);
     }
 }

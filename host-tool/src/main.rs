@@ -805,10 +805,10 @@ fn run<'w>(
     }
     // The runtime's Breakpad symbols (for samply), which `cache_build_ids`
     // adds to the build-id cache once the stream is converted.
-    let kernel_symbols = image
-        .as_ref()
-        .filter(|_| buildid_cache)
-        .and_then(host_tool::breakpad::symbol_file);
+    let kernel_symbols = match (&image, elf) {
+        (Some(img), Some(bytes)) if buildid_cache => host_tool::breakpad::symbol_file(img, bytes),
+        _ => None,
+    };
     let kernel_file = match (&image, &kernel_symbols) {
         (Some(img), Some(_)) => host_tool::buildid_cache::cache_dir().and_then(|dir| {
             img.build_id
