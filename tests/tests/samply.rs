@@ -1,16 +1,17 @@
 //! samply opens what perch writes, with no flags: `samply import` of a
 //! demo capture, then samply's own symbol server (the Mozilla
-//! `symbolicate/v5` API the profiler front end calls) names runtime
-//! functions (the runtime is `[kernel.kallsyms]` to it) and the program's
-//! own functions.
+//! `symbolicate/v5` API the profiler front end calls) names every sampled
+//! address of the runtime (`[kernel.kallsyms]` to samply) and of demo64,
+//! among them the runtime's `random_bytes` and `memcpy` and demo64's hot
+//! functions.
 //!
 //! The test skips, saying why, when QEMU or samply is missing (`.ci/run`
 //! installs samply with `cargo install`).
 #![forbid(unsafe_code)]
 
-use e2e_tests::{Recording, have_tool, programs, qemu_present, record_demo, runtime_elf};
-use host_tool::image::Image;
-use object::{Object, ObjectSegment, ObjectSymbol};
+use e2e_tests::{Recording, have_tool, qemu_present, record_demo};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -21,8 +22,12 @@ use std::time::Duration;
 /// buffer in the runtime).
 const RUNTIME_FUNCTIONS: [&str; 2] = ["random_bytes", "memcpy"];
 
-/// Functions of demo64.
-const PROGRAM_FUNCTIONS: [&str; 2] = ["demo_checksum_blocks", "demo_update_stats"];
+/// demo64's hot functions.
+const PROGRAM_FUNCTIONS: [&str; 3] = [
+    "demo_checksum_blocks",
+    "demo_parse_records",
+    "demo_update_stats",
+];
 
 fn samply_present() -> bool {
     if have_tool("samply") {
@@ -145,31 +150,97 @@ fn post(url: &str, body: &str) -> String {
     body.to_owned()
 }
 
-/// The string value of `"key":"..."` in the first flat object of the
-/// profile that has `"name":"<name>"` and that key (a `libs` entry).
-fn lib_field(profile: &str, name: &str, key: &str) -> Option<String> {
-    let needle = format!("\"name\":\"{name}\"");
-    let k = format!("\"{key}\":\"");
-    profile.match_indices(&needle).find_map(|(at, _)| {
-        let start = profile[..at].rfind('{')?;
-        let end = at + profile[at..].find('}')?;
-        let obj = &profile[start..end];
-        let v = &obj[obj.find(&k)? + k.len()..];
-        Some(v[..v.find('"')?].to_owned())
-    })
+/// The profile's libraries and, per library index, the distinct
+/// lib-relative addresses of the frames samples land in (the leaf of each
+/// sample's stack), over every thread.
+fn sampled_addresses(profile: &Value) -> (Vec<Value>, BTreeMap<usize, BTreeSet<u64>>) {
+    let libs = profile["libs"].as_array().expect("libs").clone();
+    let mut by_lib: BTreeMap<usize, BTreeSet<u64>> = BTreeMap::new();
+    for t in profile["threads"].as_array().expect("threads") {
+        let frames = &t["frameTable"];
+        let stacks = &t["stackTable"];
+        for stack in t["samples"]["stack"].as_array().expect("samples") {
+            let Some(stack) = stack.as_u64() else {
+                continue;
+            };
+            let frame = stacks["frame"][stack as usize].as_u64().expect("frame") as usize;
+            let func = frames["func"][frame].as_u64().expect("func") as usize;
+            let Some(resource) = t["funcTable"]["resource"][func].as_i64() else {
+                continue;
+            };
+            if resource < 0 {
+                continue;
+            }
+            let lib = t["resourceTable"]["lib"][resource as usize].as_u64();
+            let address = frames["address"][frame].as_i64();
+            if let (Some(lib), Some(address)) = (lib, address)
+                && address >= 0
+            {
+                by_lib
+                    .entry(lib as usize)
+                    .or_default()
+                    .insert(address as u64);
+            }
+        }
+    }
+    (libs, by_lib)
 }
 
-/// The function names samply's server gives `offsets` of the library
-/// `name` (as the profile lists it).
-fn symbolicate(server: &Server, profile: &str, name: &str, offsets: &[u64]) -> String {
-    let id = lib_field(profile, name, "breakpadId")
-        .unwrap_or_else(|| panic!("no library {name} in samply's profile"));
-    let frames: Vec<String> = offsets.iter().map(|o| format!("[0,{o}]")).collect();
-    let body = format!(
-        "{{\"memoryMap\":[[\"{name}\",\"{id}\"]],\"stacks\":[[{}]]}}",
-        frames.join(",")
+/// The names samply's server gives `addresses` of the profile's library
+/// `lib` (`None` for an address it names nothing at).
+fn symbolicate(server: &Server, lib: &Value, addresses: &[u64]) -> Vec<Option<String>> {
+    let request = json!({
+        "memoryMap": [[lib["debugName"], lib["breakpadId"]]],
+        "stacks": [addresses.iter().map(|a| json!([0, a])).collect::<Vec<_>>()],
+    });
+    let answer = post(
+        &format!("{}/symbolicate/v5", server.base),
+        &request.to_string(),
     );
-    post(&format!("{}/symbolicate/v5", server.base), &body)
+    let answer: Value = serde_json::from_str(&answer)
+        .unwrap_or_else(|e| panic!("samply's answer is not JSON ({e}): {answer}"));
+    let frames = answer["results"][0]["stacks"][0]
+        .as_array()
+        .unwrap_or_else(|| panic!("no stack in samply's answer: {answer}"));
+    assert_eq!(frames.len(), addresses.len(), "{answer}");
+    frames
+        .iter()
+        .map(|f| f["function"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The names of the sampled addresses of the library `name`, after
+/// checking that samply names every one of them.
+fn names_of(
+    server: &Server,
+    libs: &[Value],
+    by_lib: &BTreeMap<usize, BTreeSet<u64>>,
+    name: &str,
+) -> BTreeSet<String> {
+    let index = libs
+        .iter()
+        .position(|l| l["name"] == name)
+        .unwrap_or_else(|| panic!("no library {name} in samply's profile"));
+    let addresses: Vec<u64> = by_lib
+        .get(&index)
+        .unwrap_or_else(|| panic!("no sample in {name}"))
+        .iter()
+        .copied()
+        .collect();
+    let names = symbolicate(server, &libs[index], &addresses);
+    let unnamed: Vec<String> = addresses
+        .iter()
+        .zip(&names)
+        .filter(|(_, n)| n.is_none())
+        .map(|(a, _)| format!("{a:#x}"))
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "samply names no function at {} of the {} sampled addresses of {name}: {unnamed:?}",
+        unnamed.len(),
+        addresses.len()
+    );
+    names.into_iter().flatten().collect()
 }
 
 #[test]
@@ -182,53 +253,26 @@ fn samply_names_runtime_and_program_frames_with_no_flags() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let profile_path = dir.path().join("profile.json");
     let server = import(&rec, &profile_path);
-    let profile = std::fs::read_to_string(&profile_path).expect("samply's profile.json");
+    let profile: Value =
+        serde_json::from_slice(&std::fs::read(&profile_path).expect("samply's profile.json"))
+            .expect("samply's profile.json is JSON");
+    let (libs, by_lib) = sampled_addresses(&profile);
 
-    // The runtime: samply gives a `[kernel.kallsyms]` frame the low 32 bits
-    // of its distance from the start of the kernel MMAP (the image's
-    // `kernel_start`).
-    let image = Image::open(&runtime_elf()).expect("the runtime image");
-    let mut offsets = Vec::new();
-    for f in RUNTIME_FUNCTIONS {
-        let sym = image
-            .symbols
-            .iter()
-            .filter(|s| s.addr >= image.kernel_start && s.addr < image.kernel_end)
-            .find(|s| s.name == f || s.name.contains(&format!("::{f}::h")))
-            .unwrap_or_else(|| panic!("no runtime function {f}"));
-        offsets.push((sym.addr - image.kernel_start) & 0xffff_ffff);
-    }
-    let answer = symbolicate(&server, &profile, "[kernel.kallsyms]", &offsets);
+    // The runtime is `[kernel.kallsyms]` to samply.
+    let runtime = names_of(&server, &libs, &by_lib, "[kernel.kallsyms]");
     for f in RUNTIME_FUNCTIONS {
         assert!(
-            answer.contains(&format!("{f}\"")),
-            "samply does not name the runtime's {f}: {answer}"
+            runtime
+                .iter()
+                .any(|n| n == f || n.ends_with(&format!("::{f}"))),
+            "samply does not name the runtime's {f} among {runtime:?}"
         );
     }
-
-    // The program: an ELF's addresses are relative to its first segment.
-    let demo64 = programs::demo_programs()
-        .into_iter()
-        .find(|p| p.exe.ends_with("demo64"))
-        .expect("demo64 among the demo programs");
-    let bytes = std::fs::read(&demo64.exe).expect("reading demo64");
-    let elf = object::File::parse(&*bytes).expect("demo64 is an ELF");
-    let base = elf.segments().next().expect("a segment").address();
-    let offsets: Vec<u64> = PROGRAM_FUNCTIONS
-        .iter()
-        .map(|f| {
-            elf.symbols()
-                .find(|s| s.name() == Ok(f))
-                .unwrap_or_else(|| panic!("no {f} in demo64"))
-                .address()
-                - base
-        })
-        .collect();
-    let answer = symbolicate(&server, &profile, "demo64", &offsets);
+    let demo64 = names_of(&server, &libs, &by_lib, "demo64");
     for f in PROGRAM_FUNCTIONS {
         assert!(
-            answer.contains(&format!("\"{f}\"")),
-            "samply does not name demo64's {f}: {answer}"
+            demo64.contains(f),
+            "samply does not name demo64's {f} among {demo64:?}"
         );
     }
 }
