@@ -23,7 +23,8 @@
 //! kernel build-id entry ([`kernel_symbols_path`]): samply opens the kernel
 //! by the path of its build-id entry (as perf itself writes one for a
 //! kernel it read from a vmlinux file) and finds the runtime's names there,
-//! while perf keeps taking the first kernel entry, `[kernel.kallsyms]`.
+//! while perf files that entry under another machine (pid 0) and keeps
+//! `[kernel.kallsyms]` as the host's kernel.
 //!
 //! Files are written to a temporary name in the entry's directory and
 //! renamed into place; an entry or link already there is left alone (a

@@ -81,8 +81,9 @@ pub struct ConvertOptions {
     /// ([`crate::buildid_cache::kernel_symbols_path`]), named by a second
     /// kernel build-id entry after `[kernel.kallsyms]`: samply opens the
     /// kernel by the path of its build-id entry and finds the runtime's
-    /// names there with no flags, while perf keeps `[kernel.kallsyms]`,
-    /// the first kernel entry, as the kernel.
+    /// names there with no flags. The entry belongs to perf's machine 0
+    /// (the default guest), so perf's host kernel stays
+    /// `[kernel.kallsyms]`.
     pub kernel_file: Option<std::path::PathBuf>,
 }
 
@@ -836,8 +837,13 @@ impl<W: OwnedWrite> Converter<W> {
                 pid: -1,
             });
         }
-        // After `[kernel.kallsyms]`: perf takes the first kernel entry as
-        // the kernel, samply the last one (by its path).
+        // For samply, which keys build-id entries by path and mode alone
+        // and keeps the last kernel one: after `[kernel.kallsyms]`, in
+        // machine 0. perf files each entry under the machine its pid names
+        // (-1 the host, 0 the default guest), so this one never becomes the
+        // host's kernel DSO, whatever order a perf version keeps its DSOs in
+        // (6.9 and later sort them by path, and "/..." sorts before
+        // "[kernel.kallsyms]").
         if let Some(file) = &self.options.kernel_file
             && !kernel_id.is_empty()
         {
@@ -845,7 +851,7 @@ impl<W: OwnedWrite> Converter<W> {
                 cpumode: misc::KERNEL,
                 build_id: kernel_id,
                 filename: file.display().to_string(),
-                pid: -1,
+                pid: 0,
             });
         }
         build_ids.extend(self.programs.entries.iter().cloned());

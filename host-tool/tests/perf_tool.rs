@@ -535,6 +535,27 @@ fn buildid_cache_lets_perf_resolve_without_flags() {
     let kernel = &ids[&linux_perf_data::DsoKey::Kernel];
     assert_eq!(kernel.path, sym.to_str().unwrap().as_bytes());
     assert_eq!(kernel.build_id, id);
+    // perf's side: each entry's pid (`struct build_id_event`: header, pid,
+    // 24-byte build-id, path) says its machine: the runtime's
+    // `[kernel.kallsyms]` is the host's (-1), the Breakpad file machine 0's.
+    let reader = std::io::BufReader::new(std::fs::File::open(&data).unwrap());
+    let file = linux_perf_data::PerfFileReader::parse_file(reader)
+        .unwrap()
+        .perf_file;
+    let mut section = file
+        .feature_section_data(linux_perf_data::Feature::BUILD_ID)
+        .unwrap();
+    let mut pids = std::collections::BTreeMap::new();
+    while section.len() >= 36 {
+        let size = u16::from_le_bytes([section[6], section[7]]) as usize;
+        let pid = i32::from_le_bytes(section[8..12].try_into().unwrap());
+        let path = &section[36..size];
+        let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
+        pids.insert(String::from_utf8_lossy(path).into_owned(), pid);
+        section = &section[size..];
+    }
+    assert_eq!(pids.get("[kernel.kallsyms]"), Some(&-1), "{pids:?}");
+    assert_eq!(pids.get(sym.to_str().unwrap()), Some(&0), "{pids:?}");
     let o = std::process::Command::new("perf")
         .args([
             "report",
@@ -555,4 +576,17 @@ fn buildid_cache_lets_perf_resolve_without_flags() {
     assert_eq!(String::from_utf8_lossy(&o.stderr), "");
     assert!(out.contains("[k] runtime_entry"), "{out}");
     assert!(out.contains("[.] hot_alpha"), "{out}");
+    // The Breakpad entry is a DSO of perf's machine 0, not of the host: the
+    // runtime's samples stay under `[kernel.kallsyms]`.
+    let o = std::process::Command::new("perf")
+        .args(["report", "--stdio", "--no-children", "--sort", "dso", "-i"])
+        .arg(&data)
+        .env("HOME", &home)
+        .env("PAGER", "cat")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "");
+    assert!(out.contains("[kernel.kallsyms]"), "{out}");
+    assert!(!out.contains("breakpad"), "{out}");
 }
