@@ -3,7 +3,7 @@
 //! answers what it is ready for (pipe, eventfd, regular file, console,
 //! epoll itself), for `poll`, `select` and epoll alike. A new kind of
 //! file (a socket) answers there and reports its changes through
-//! [`FdTable::event`](super::fd::FdTable::event).
+//! [`Files::event`](super::fd::Files::event).
 
 use alloc::vec::Vec;
 
@@ -220,14 +220,14 @@ impl Epoll {
 
 /// Readiness and events.
 pub mod poll {
-    use super::super::fd::{FdTable, OpenFile, PIPE_CAPACITY, Target};
+    use super::super::fd::{Files, OpenFile, PIPE_CAPACITY, Target};
     use super::super::net::Net;
     use super::*;
 
-    /// What description `f` of table `t` is ready for (`EPOLL*` bits), as
+    /// What description `f` of the run's files `t` is ready for (`EPOLL*` bits), as
     /// each kind of file's `poll` answers it on Linux. `depth` counts
     /// nested epolls.
-    pub fn mask(t: &FdTable, net: &mut Net, f: &OpenFile, depth: u32) -> u32 {
+    pub fn mask(t: &Files, net: &mut Net, f: &OpenFile, depth: u32) -> u32 {
         match f.target {
             Target::Socket(id) => net.mask(id),
             // Always at end of file.
@@ -296,9 +296,9 @@ pub mod poll {
     }
 
     /// Runs the callbacks of the entries watching `obj` (see
-    /// [`FdTable::event`]); an epoll whose ready list grew tells those
+    /// [`Files::event`]); an epoll whose ready list grew tells those
     /// watching it in turn.
-    pub(in super::super) fn event(t: &mut FdTable, obj: Obj, key: u32, depth: u32) {
+    pub(in super::super) fn event(t: &mut Files, obj: Obj, key: u32, depth: u32) {
         if depth > MAX_NESTS {
             return;
         }
@@ -337,7 +337,7 @@ pub mod poll {
     /// `ep_send_events`: an entry no longer ready leaves the list, a
     /// reported one-shot is disabled, a reported level-triggered entry
     /// goes back to the end of the list, an edge-triggered one leaves it.
-    pub fn collect(t: &mut FdTable, net: &mut Net, id: usize, max: usize) -> Vec<(u32, u64)> {
+    pub fn collect(t: &mut Files, net: &mut Net, id: usize, max: usize) -> Vec<(u32, u64)> {
         let Some(ep) = t.epoll_ref(id) else {
             return Vec::new();
         };
@@ -382,7 +382,7 @@ pub mod poll {
     /// Whether epoll `inner` watches epoll `outer`, directly or through
     /// others, or nests deeper than Linux allows (adding `inner` to
     /// `outer` would then be `ELOOP`).
-    pub fn loops(t: &FdTable, inner: usize, outer: usize, depth: u32) -> bool {
+    pub fn loops(t: &Files, inner: usize, outer: usize, depth: u32) -> bool {
         if inner == outer || depth >= MAX_NESTS {
             return true;
         }

@@ -1,9 +1,14 @@
-//! A process's file-descriptor table and its open file descriptions.
+//! Each process's file-descriptor table ([`FdTable`]) and the run's open
+//! file descriptions ([`Files`]).
 //!
 //! A descriptor points at an open file description (what `open` made);
 //! `dup` makes another descriptor for the same description, so the two
 //! share the offset and status flags, as on Linux. The close-on-exec flag
-//! belongs to the descriptor.
+//! belongs to the descriptor. Descriptions, and the pipes, eventfds and
+//! epoll instances they refer to, belong to the run, not to one table:
+//! a table copied for a new process ([`Files::copy_table`]) names the same
+//! descriptions, and a description goes when the last descriptor of any
+//! table that names it closes.
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
@@ -62,16 +67,16 @@ pub enum Target {
     Console(Stream),
     /// A file-system node.
     Node(NodeId),
-    /// One end of a pipe of this table ([`FdTable::pipe_mut`]).
+    /// One end of a pipe of the run ([`Files::pipe_mut`]).
     Pipe {
         /// The pipe.
         id: usize,
         /// Whether this is the write end.
         write: bool,
     },
-    /// An eventfd counter of this table ([`FdTable::eventfd_mut`]).
+    /// An eventfd counter of the run ([`Files::eventfd_mut`]).
     EventFd(usize),
-    /// An epoll instance of this table ([`FdTable::epoll_mut`]).
+    /// An epoll instance of the run ([`Files::epoll_mut`]).
     Epoll(usize),
     /// A socket of the run ([`Net`](super::net::Net)).
     Socket(usize),
@@ -124,16 +129,29 @@ struct Slot {
     cloexec: bool,
 }
 
-/// The descriptor table.
-#[derive(Debug, Clone)]
+/// A process's descriptor table: descriptor numbers, each naming an open
+/// file description of the run's [`Files`] and carrying its own
+/// close-on-exec flag. Every operation that reaches a description goes
+/// through [`Files`], which counts the tables' references to it.
+#[derive(Debug, Default)]
 pub struct FdTable {
     fds: Vec<Option<Slot>>,
+}
+
+/// The run's open file descriptions and the objects they refer to (pipes,
+/// eventfds, epoll instances), shared by every process: a description
+/// lives while any descriptor of any table names it, so descriptors that
+/// two processes hold for one description share its offset and status
+/// flags, and a pipe's ends may be held by different processes, as on
+/// Linux.
+#[derive(Debug, Default)]
+pub struct Files {
     descs: Vec<Option<(OpenFile, usize)>>,
     pipes: Vec<Option<Pipe>>,
     pub(super) eventfds: Vec<Option<EventFd>>,
     pub(super) epolls: Vec<Option<Epoll>>,
     /// Sockets whose last description went, for the caller to close in
-    /// the run's [`Net`](super::net::Net) ([`FdTable::take_closed_sockets`]).
+    /// the run's [`Net`](super::net::Net) ([`Files::take_closed_sockets`]).
     closed_sockets: Vec<usize>,
 }
 
@@ -153,60 +171,10 @@ pub(super) fn put_in<T>(table: &mut Vec<Option<T>>, v: T) -> Result<usize, Errno
 }
 
 impl FdTable {
-    /// A table with fds 0 (stdin, EOF), 1 (stdout) and 2 (stderr).
-    pub fn with_standard_streams() -> FdTable {
-        let mut t = FdTable {
-            fds: Vec::with_capacity(8),
-            descs: Vec::with_capacity(8),
-            pipes: Vec::new(),
-            eventfds: Vec::new(),
-            epolls: Vec::new(),
-            closed_sockets: Vec::new(),
-        };
-        for (target, flags) in [
-            (Target::Stdin, oflag::O_RDONLY),
-            (Target::Console(Stream::Stdout), oflag::O_WRONLY),
-            (Target::Console(Stream::Stderr), oflag::O_WRONLY),
-        ] {
-            let d = t.descs.len();
-            t.descs.push(Some((
-                OpenFile {
-                    target,
-                    offset: 0,
-                    flags,
-                },
-                1,
-            )));
-            t.fds.push(Some(Slot {
-                desc: d,
-                cloexec: false,
-            }));
-        }
-        t
-    }
-
     fn slot(&self, fd: u64) -> Result<Slot, Errno> {
         usize::try_from(fd)
             .ok()
             .and_then(|i| self.fds.get(i).copied().flatten())
-            .ok_or(Errno::EBADF)
-    }
-
-    /// The description behind `fd` (`EBADF` if it is not open).
-    pub fn get(&self, fd: u64) -> Result<&OpenFile, Errno> {
-        let s = self.slot(fd)?;
-        self.descs[s.desc]
-            .as_ref()
-            .map(|d| &d.0)
-            .ok_or(Errno::EBADF)
-    }
-
-    /// The description behind `fd`, mutable (shared with its dups).
-    pub fn get_mut(&mut self, fd: u64) -> Result<&mut OpenFile, Errno> {
-        let s = self.slot(fd)?;
-        self.descs[s.desc]
-            .as_mut()
-            .map(|d| &mut d.0)
             .ok_or(Errno::EBADF)
     }
 
@@ -222,6 +190,20 @@ impl FdTable {
             s.cloexec = on;
         }
         Ok(())
+    }
+
+    /// The index of the description behind `fd` (`EBADF` if not open).
+    pub fn desc_of(&self, fd: u64) -> Result<usize, Errno> {
+        Ok(self.slot(fd)?.desc)
+    }
+
+    /// The open descriptors, in order.
+    pub fn open_fds(&self) -> impl Iterator<Item = u64> + '_ {
+        self.fds
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.is_some())
+            .map(|(i, _)| i as u64)
     }
 
     fn lowest_free(&self, min: usize, limit: u64) -> Result<usize, Errno> {
@@ -244,10 +226,81 @@ impl FdTable {
         self.fds[fd] = Some(slot);
         Ok(())
     }
+}
 
-    /// Opens a new description on the lowest free descriptor below `limit`.
-    pub fn open(&mut self, file: OpenFile, cloexec: bool, limit: u64) -> Result<u64, Errno> {
-        let fd = self.lowest_free(0, limit)?;
+impl Files {
+    /// No descriptions.
+    pub fn new() -> Files {
+        Files::default()
+    }
+
+    /// A new table with fds 0 (stdin, EOF), 1 (stdout) and 2 (stderr), each
+    /// on a description of its own.
+    pub fn standard_streams(&mut self) -> Result<FdTable, Errno> {
+        let mut t = FdTable::default();
+        t.fds.try_reserve(8).map_err(|_| Errno::ENOMEM)?;
+        for (target, flags) in [
+            (Target::Stdin, oflag::O_RDONLY),
+            (Target::Console(Stream::Stdout), oflag::O_WRONLY),
+            (Target::Console(Stream::Stderr), oflag::O_WRONLY),
+        ] {
+            let file = OpenFile {
+                target,
+                offset: 0,
+                flags,
+            };
+            if let Err(e) = self.open(&mut t, file, false, NOFILE_LIMIT) {
+                self.close_all(&mut t);
+                return Err(e);
+            }
+        }
+        Ok(t)
+    }
+
+    /// A copy of table `t` for a new process (`fork`): the same descriptor
+    /// numbers and close-on-exec flags, naming the same descriptions.
+    pub fn copy_table(&mut self, t: &FdTable) -> Result<FdTable, Errno> {
+        let mut fds = Vec::new();
+        fds.try_reserve(t.fds.len()).map_err(|_| Errno::ENOMEM)?;
+        fds.extend_from_slice(&t.fds);
+        for s in fds.iter().flatten() {
+            self.addref(s.desc);
+        }
+        Ok(FdTable { fds })
+    }
+
+    /// The description behind descriptor `fd` of `t` (`EBADF` if it is not
+    /// open).
+    pub fn get(&self, t: &FdTable, fd: u64) -> Result<&OpenFile, Errno> {
+        let s = t.slot(fd)?;
+        self.descs
+            .get(s.desc)
+            .and_then(Option::as_ref)
+            .map(|d| &d.0)
+            .ok_or(Errno::EBADF)
+    }
+
+    /// The description behind descriptor `fd` of `t`, mutable (shared with
+    /// its dups, in this table and in others).
+    pub fn get_mut(&mut self, t: &FdTable, fd: u64) -> Result<&mut OpenFile, Errno> {
+        let s = t.slot(fd)?;
+        self.descs
+            .get_mut(s.desc)
+            .and_then(Option::as_mut)
+            .map(|d| &mut d.0)
+            .ok_or(Errno::EBADF)
+    }
+
+    /// Opens a new description on the lowest free descriptor of `t` below
+    /// `limit`.
+    pub fn open(
+        &mut self,
+        t: &mut FdTable,
+        file: OpenFile,
+        cloexec: bool,
+        limit: u64,
+    ) -> Result<u64, Errno> {
+        let fd = t.lowest_free(0, limit)?;
         let d = match self.descs.iter().position(Option::is_none) {
             Some(d) => d,
             None => {
@@ -257,32 +310,33 @@ impl FdTable {
             }
         };
         // Reserve the fd slot before committing the description.
-        if fd >= self.fds.len() {
-            self.fds.try_reserve(1).map_err(|_| Errno::ENOMEM)?;
+        if fd >= t.fds.len() {
+            t.fds.try_reserve(1).map_err(|_| Errno::ENOMEM)?;
         }
         self.descs[d] = Some((file, 1));
-        self.put(fd, Slot { desc: d, cloexec })?;
+        t.put(fd, Slot { desc: d, cloexec })?;
         Ok(fd as u64)
     }
 
     /// Opens a description of a new object (an eventfd, an epoll) that
-    /// `make` puts in this table, on the lowest free descriptor; the
-    /// object goes again when no descriptor can be had.
+    /// `make` puts in the run's files, on the lowest free descriptor of
+    /// `t`; the object goes again when no descriptor can be had.
     pub fn open_object(
         &mut self,
-        make: impl FnOnce(&mut FdTable) -> Result<Target, Errno>,
+        t: &mut FdTable,
+        make: impl FnOnce(&mut Files) -> Result<Target, Errno>,
         flags: u32,
         cloexec: bool,
         limit: u64,
     ) -> Result<u64, Errno> {
-        self.lowest_free(0, limit)?;
+        t.lowest_free(0, limit)?;
         let target = make(self)?;
         let file = OpenFile {
             target,
             offset: 0,
             flags,
         };
-        self.open(file, cloexec, limit)
+        self.open(t, file, cloexec, limit)
             .inspect_err(|_| match target {
                 Target::EventFd(id) => self.eventfds[id] = None,
                 Target::Epoll(id) => self.epolls[id] = None,
@@ -290,14 +344,22 @@ impl FdTable {
             })
     }
 
-    /// `dup`/`F_DUPFD`: a new descriptor `>= min` for `fd`'s description.
-    pub fn dup_min(&mut self, fd: u64, min: u64, cloexec: bool, limit: u64) -> Result<u64, Errno> {
-        let s = self.slot(fd)?;
+    /// `dup`/`F_DUPFD`: a new descriptor `>= min` of `t` for `fd`'s
+    /// description.
+    pub fn dup_min(
+        &mut self,
+        t: &mut FdTable,
+        fd: u64,
+        min: u64,
+        cloexec: bool,
+        limit: u64,
+    ) -> Result<u64, Errno> {
+        let s = t.slot(fd)?;
         if min >= limit {
             return Err(Errno::EINVAL);
         }
-        let new = self.lowest_free(min as usize, limit)?;
-        self.put(
+        let new = t.lowest_free(min as usize, limit)?;
+        t.put(
             new,
             Slot {
                 desc: s.desc,
@@ -308,11 +370,18 @@ impl FdTable {
         Ok(new as u64)
     }
 
-    /// `dup2`/`dup3`: makes `new` refer to `old`'s description, closing
-    /// what `new` was first. `EBADF` if `old` is not open or `new` is out
-    /// of range.
-    pub fn dup_to(&mut self, old: u64, new: u64, cloexec: bool, limit: u64) -> Result<u64, Errno> {
-        let s = self.slot(old)?;
+    /// `dup2`/`dup3`: makes `new` of `t` refer to `old`'s description,
+    /// closing what `new` was first. `EBADF` if `old` is not open or `new`
+    /// is out of range.
+    pub fn dup_to(
+        &mut self,
+        t: &mut FdTable,
+        old: u64,
+        new: u64,
+        cloexec: bool,
+        limit: u64,
+    ) -> Result<u64, Errno> {
+        let s = t.slot(old)?;
         if new >= limit {
             return Err(Errno::EBADF);
         }
@@ -320,13 +389,13 @@ impl FdTable {
             return Ok(new);
         }
         // Make room first so a failure leaves `new` as it was.
-        if new as usize >= self.fds.len() {
-            self.fds
-                .try_reserve(new as usize + 1 - self.fds.len())
+        if new as usize >= t.fds.len() {
+            t.fds
+                .try_reserve(new as usize + 1 - t.fds.len())
                 .map_err(|_| Errno::ENOMEM)?;
         }
-        let _ = self.close(new);
-        self.put(
+        let _ = self.close(t, new);
+        t.put(
             new as usize,
             Slot {
                 desc: s.desc,
@@ -338,60 +407,81 @@ impl FdTable {
     }
 
     fn addref(&mut self, d: usize) {
-        if let Some((_, n)) = &mut self.descs[d] {
+        if let Some(Some((_, n))) = self.descs.get_mut(d) {
             *n += 1;
         }
     }
 
-    /// Closes `fd`; the description goes when its last descriptor does.
-    /// Returns what the description referred to when it went (so the
-    /// caller can tell those waiting on the other end of a pipe).
-    pub fn close(&mut self, fd: u64) -> Result<Option<Target>, Errno> {
-        let s = self.slot(fd)?;
-        self.fds[fd as usize] = None;
-        let mut gone = None;
-        if let Some((f, n)) = &mut self.descs[s.desc] {
-            *n -= 1;
-            if *n == 0 {
-                gone = Some(f.target);
-                match f.target {
-                    Target::Pipe { id, write } => {
-                        if let Some(Some(p)) = self.pipes.get_mut(id) {
-                            if write {
-                                p.writers -= 1;
-                            } else {
-                                p.readers -= 1;
-                            }
-                            if p.readers == 0 && p.writers == 0 {
-                                self.pipes[id] = None;
-                            }
-                        }
-                    }
-                    Target::EventFd(id) => self.eventfds[id] = None,
-                    Target::Epoll(id) => self.epolls[id] = None,
-                    // Should there be no room, the socket goes with its
-                    // process.
-                    Target::Socket(id) if self.closed_sockets.try_reserve(1).is_ok() => {
-                        self.closed_sockets.push(id);
-                    }
-                    _ => {}
-                }
-                self.descs[s.desc] = None;
-                // Its last reference went: no epoll watches it any more.
-                for ep in self.epolls.iter_mut().flatten() {
-                    ep.forget(s.desc);
-                }
-            }
+    /// Closes descriptor `fd` of `t`; the description goes when the last
+    /// descriptor of every table that names it does. Returns what the
+    /// description referred to when it went (so the caller can tell those
+    /// waiting on the other end of a pipe).
+    pub fn close(&mut self, t: &mut FdTable, fd: u64) -> Result<Option<Target>, Errno> {
+        let s = t.slot(fd)?;
+        t.fds[fd as usize] = None;
+        while t.fds.last().is_some_and(Option::is_none) {
+            t.fds.pop();
         }
-        while self.fds.last().is_some_and(Option::is_none) {
-            self.fds.pop();
-        }
-        Ok(gone)
+        Ok(self.release(s.desc))
     }
 
-    /// The index of the description behind `fd` (`EBADF` if not open).
-    pub fn desc_of(&self, fd: u64) -> Result<usize, Errno> {
-        Ok(self.slot(fd)?.desc)
+    /// Closes every descriptor of `t` (its process ended); the targets of
+    /// the descriptions that went with them.
+    pub fn close_all(&mut self, t: &mut FdTable) -> Vec<Target> {
+        let mut gone = Vec::new();
+        for s in core::mem::take(&mut t.fds).into_iter().flatten() {
+            if let Some(target) = self.release(s.desc)
+                && gone.try_reserve(1).is_ok()
+            {
+                gone.push(target);
+            }
+        }
+        gone
+    }
+
+    /// Drops one reference to description `d`; its target when that was
+    /// the last.
+    fn release(&mut self, d: usize) -> Option<Target> {
+        let Some(Some((f, n))) = self.descs.get_mut(d) else {
+            return None;
+        };
+        *n -= 1;
+        if *n > 0 {
+            return None;
+        }
+        let target = f.target;
+        match target {
+            Target::Pipe { id, write } => {
+                if let Some(Some(p)) = self.pipes.get_mut(id) {
+                    if write {
+                        p.writers -= 1;
+                    } else {
+                        p.readers -= 1;
+                    }
+                    if p.readers == 0 && p.writers == 0 {
+                        self.pipes[id] = None;
+                    }
+                }
+            }
+            Target::EventFd(id) => self.eventfds[id] = None,
+            Target::Epoll(id) => self.epolls[id] = None,
+            // Should there be no room, the socket goes with its process.
+            Target::Socket(id) if self.closed_sockets.try_reserve(1).is_ok() => {
+                self.closed_sockets.push(id);
+            }
+            _ => {}
+        }
+        self.descs[d] = None;
+        // Its last reference went: no epoll watches it any more.
+        for ep in self.epolls.iter_mut().flatten() {
+            ep.forget(d);
+        }
+        Some(target)
+    }
+
+    /// How many descriptions are open.
+    pub fn descriptions(&self) -> usize {
+        self.descs.iter().flatten().count()
     }
 
     /// The description with index `d`, if open.
@@ -399,12 +489,12 @@ impl FdTable {
         self.descs.get(d).and_then(Option::as_ref).map(|d| &d.0)
     }
 
-    /// The eventfd `id` (from a [`Target::EventFd`] of this table).
+    /// The eventfd `id` (from a [`Target::EventFd`]).
     pub fn eventfd_mut(&mut self, id: usize) -> Option<&mut EventFd> {
         self.eventfds.get_mut(id).and_then(Option::as_mut)
     }
 
-    /// The epoll instance `id` (from a [`Target::Epoll`] of this table).
+    /// The epoll instance `id` (from a [`Target::Epoll`]).
     pub fn epoll_mut(&mut self, id: usize) -> Option<&mut Epoll> {
         self.epolls.get_mut(id).and_then(Option::as_mut)
     }
@@ -440,10 +530,11 @@ impl FdTable {
         poll::event(self, obj, key, 0);
     }
 
-    /// Makes a pipe and two descriptors for it, the read end first (as
-    /// `pipe2`): both or neither.
+    /// Makes a pipe and two descriptors of `t` for it, the read end first
+    /// (as `pipe2`): both or neither.
     pub fn pipe(
         &mut self,
+        t: &mut FdTable,
         extra_flags: u32,
         cloexec: bool,
         limit: u64,
@@ -471,28 +562,28 @@ impl FdTable {
                     oflag::O_RDONLY
                 },
         };
-        let r = match self.open(end(false), cloexec, limit) {
+        let r = match self.open(t, end(false), cloexec, limit) {
             Ok(r) => r,
             Err(e) => {
                 self.pipes[id] = None;
                 return Err(e);
             }
         };
-        match self.open(end(true), cloexec, limit) {
+        match self.open(t, end(true), cloexec, limit) {
             Ok(w) => Ok((r, w)),
             Err(e) => {
                 // Closing the read end drops its count; drop the writer's.
                 if let Some(Some(p)) = self.pipes.get_mut(id) {
                     p.writers = 0;
                 }
-                let _ = self.close(r);
+                let _ = self.close(t, r);
                 self.pipes[id] = None;
                 Err(e)
             }
         }
     }
 
-    /// The pipe `id` (from a [`Target::Pipe`] of this table).
+    /// The pipe `id` (from a [`Target::Pipe`]).
     pub fn pipe_ref(&self, id: usize) -> Option<&Pipe> {
         self.pipes.get(id).and_then(Option::as_ref)
     }
@@ -500,15 +591,6 @@ impl FdTable {
     /// The pipe `id`, mutable.
     pub fn pipe_mut(&mut self, id: usize) -> Option<&mut Pipe> {
         self.pipes.get_mut(id).and_then(Option::as_mut)
-    }
-
-    /// The open descriptors, in order.
-    pub fn open_fds(&self) -> impl Iterator<Item = u64> + '_ {
-        self.fds
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.is_some())
-            .map(|(i, _)| i as u64)
     }
 }
 
@@ -526,35 +608,70 @@ mod tests {
 
     #[test]
     fn dup_shares_the_offset_and_close_keeps_the_other() {
-        let mut t = FdTable::with_standard_streams();
-        let fd = t.open(file(7), false, NOFILE_LIMIT).unwrap();
+        let mut f = Files::new();
+        let mut t = f.standard_streams().unwrap();
+        let fd = f.open(&mut t, file(7), false, NOFILE_LIMIT).unwrap();
         assert_eq!(fd, 3);
-        let d = t.dup_min(fd, 0, true, NOFILE_LIMIT).unwrap();
+        let d = f.dup_min(&mut t, fd, 0, true, NOFILE_LIMIT).unwrap();
         assert_eq!(d, 4);
-        t.get_mut(fd).unwrap().offset = 42;
-        assert_eq!(t.get(d).unwrap().offset, 42);
+        f.get_mut(&t, fd).unwrap().offset = 42;
+        assert_eq!(f.get(&t, d).unwrap().offset, 42);
         assert!(t.cloexec(d).unwrap() && !t.cloexec(fd).unwrap());
-        t.close(fd).unwrap();
-        assert_eq!(t.get(fd).err(), Some(Errno::EBADF));
-        assert_eq!(t.get(d).unwrap().offset, 42);
-        assert_eq!(t.dup_to(d, 1, false, NOFILE_LIMIT), Ok(1));
-        assert_eq!(t.get(1).unwrap().target, Target::Node(7));
+        f.close(&mut t, fd).unwrap();
+        assert_eq!(f.get(&t, fd).err(), Some(Errno::EBADF));
+        assert_eq!(f.get(&t, d).unwrap().offset, 42);
+        assert_eq!(f.dup_to(&mut t, d, 1, false, NOFILE_LIMIT), Ok(1));
+        assert_eq!(f.get(&t, 1).unwrap().target, Target::Node(7));
         assert_eq!(
-            t.dup_to(d, NOFILE_LIMIT, false, NOFILE_LIMIT),
+            f.dup_to(&mut t, d, NOFILE_LIMIT, false, NOFILE_LIMIT),
             Err(Errno::EBADF)
         );
-        assert_eq!(t.close(99), Err(Errno::EBADF));
+        assert_eq!(f.close(&mut t, 99), Err(Errno::EBADF));
     }
 
     #[test]
     fn the_limit_gives_emfile() {
-        let mut t = FdTable::with_standard_streams();
+        let mut f = Files::new();
+        let mut t = f.standard_streams().unwrap();
         for i in 3..10 {
-            assert_eq!(t.open(file(1), false, 10), Ok(i));
+            assert_eq!(f.open(&mut t, file(1), false, 10), Ok(i));
         }
-        assert_eq!(t.open(file(1), false, 10), Err(Errno::EMFILE));
-        t.close(5).unwrap();
-        assert_eq!(t.open(file(1), false, 10), Ok(5));
-        assert_eq!(t.dup_min(0, 10, false, 10), Err(Errno::EINVAL));
+        assert_eq!(f.open(&mut t, file(1), false, 10), Err(Errno::EMFILE));
+        f.close(&mut t, 5).unwrap();
+        assert_eq!(f.open(&mut t, file(1), false, 10), Ok(5));
+        assert_eq!(f.dup_min(&mut t, 0, 10, false, 10), Err(Errno::EINVAL));
+    }
+
+    /// A copied table (fork) names the same descriptions: the offset is
+    /// shared, and a pipe's end lives until the last table closes it.
+    #[test]
+    fn a_copied_table_shares_descriptions_until_both_close() {
+        let mut f = Files::new();
+        let mut parent = f.standard_streams().unwrap();
+        let fd = f.open(&mut parent, file(3), false, NOFILE_LIMIT).unwrap();
+        let (r, w) = f.pipe(&mut parent, 0, false, NOFILE_LIMIT).unwrap();
+        let mut child = f.copy_table(&parent).unwrap();
+        f.get_mut(&child, fd).unwrap().offset = 9;
+        assert_eq!(f.get(&parent, fd).unwrap().offset, 9);
+        let Target::Pipe { id, .. } = f.get(&parent, r).unwrap().target else {
+            panic!("not a pipe");
+        };
+        // The child closes its write end: the parent's still writes.
+        assert_eq!(f.close(&mut child, w), Ok(None));
+        assert_eq!(f.pipe_ref(id).unwrap().writers, 1);
+        // The parent's last write end goes: readers see end of file.
+        assert_eq!(
+            f.close(&mut parent, w),
+            Ok(Some(Target::Pipe { id, write: true }))
+        );
+        assert_eq!(f.pipe_ref(id).unwrap().writers, 0);
+        let gone = f.close_all(&mut child);
+        assert!(!gone.contains(&Target::Pipe { id, write: false }));
+        assert_eq!(f.descriptions(), 5);
+        let gone = f.close_all(&mut parent);
+        assert!(gone.contains(&Target::Pipe { id, write: false }));
+        assert!(gone.contains(&Target::Node(3)));
+        assert_eq!(f.descriptions(), 0);
+        assert!(f.pipe_ref(id).is_none());
     }
 }

@@ -15,7 +15,9 @@
 //! - [`machine`]: the narrow hardware trait and the checked user-copy
 //!   helpers.
 //! - [`vma`]: memory areas and the address-space layout.
-//! - [`fs`]: the run's file system; [`fd`]: descriptor tables;
+//! - [`fs`]: the run's file system; [`fd`]: each process's descriptor
+//!   table and the run's open file descriptions ([`fd::Files`]), which
+//!   the tables share;
 //!   [`event`]: eventfd, epoll and every file's readiness; [`wait`]:
 //!   threads waiting on files; [`net`]: TCP and UDP sockets over smoltcp
 //!   (the runtime moves their packets with [`net::Net::poll`] and passes
@@ -36,7 +38,8 @@
 //! # What the runtime does
 //! 1. Once: `System::new(Vfs::from_archive(entries)?)`, with the archive's
 //!    `(path, mode, data)` entries; set `ram_bytes`/`free_ram_bytes`.
-//! 2. Per process: [`Process::new`] (pid, ppid, comm, exe path, ABI, cwd),
+//! 2. Per process: [`Process::new`] (the run, pid, ppid, comm, exe path,
+//!    ABI, cwd),
 //!    then insert the loaded image into `p.areas` ([`Area`] with
 //!    [`Backing::File`] over the ELF's bytes, or [`Backing::Zero`]), the
 //!    stack area (`[layout.stack_bottom(), layout.stack_top)`,
@@ -48,7 +51,9 @@
 //!    [`AreaSet::page_content`] gives its bytes. Anything else ends the
 //!    process with SIGSEGV and a reason.
 //! 4. On a system call: [`syscall`], then act on the [`Action`]. On
-//!    `Exit`/`Kill` call [`Process::flush_output`] before reporting.
+//!    `Exit`/`Kill` call [`Process::flush_output`] before reporting, and
+//!    [`process_ended`] once its last thread is gone (its descriptors
+//!    close: a pipe end another process holds stays open).
 //! 5. On every switch to a process: load `p.fs_base` (64-bit) or install
 //!    `p.tls` into GDT entries 12..=14 (i386).
 //! 6. At the end of the run: `sys.unknown.summary()` after
@@ -338,6 +343,9 @@ pub struct System {
     pub waits: wait::WaitList,
     /// The sockets of every process, and the interfaces they use.
     pub net: net::Net,
+    /// The open file descriptions of every process, and the pipes,
+    /// eventfds and epoll instances they refer to.
+    pub files: fd::Files,
     /// Memory the runtime manages for programs, in bytes (sysinfo's
     /// `totalram`); the runtime sets it from the memory map.
     pub ram_bytes: u64,
@@ -355,6 +363,7 @@ impl System {
             futex: futex::FutexTable::new(),
             waits: wait::WaitList::new(),
             net: net::Net::new(0),
+            files: fd::Files::new(),
             ram_bytes: 1 << 30,
             free_ram_bytes: 1 << 29,
         }
@@ -390,26 +399,25 @@ pub fn resume<M: Machine>(
     Some(run(m, sys, p, t, w.abi, w.nr, w.args, Some(w.until_ns)))
 }
 
-/// After [`net::Net::poll`]: the sockets that changed run the epoll
-/// callbacks of their owner's table (`fds_of(pid)`), and every thread of
-/// that process waiting on a file looks again (`wake`).
-pub fn net_changed(
-    sys: &mut System,
-    changes: &[net::Change],
-    mut fds_of: impl FnMut(u32, &mut dyn FnMut(&mut fd::FdTable)),
-    mut wake: impl FnMut(u32),
-) {
+/// After [`net::Net::poll`]: the sockets that changed run the callbacks of
+/// the epoll entries watching them, and every thread of their owners
+/// waiting on a file looks again (`wake`).
+pub fn net_changed(sys: &mut System, changes: &[net::Change], mut wake: impl FnMut(u32)) {
     for c in changes {
-        fds_of(c.pid, &mut |t| t.event(event::Obj::Socket(c.id), c.key));
+        sys.files.event(event::Obj::Socket(c.id), c.key);
     }
     for c in changes {
         sys.waits.wake_with(c.pid, &mut wake);
     }
 }
 
-/// Process `pid` ended: its sockets close.
-pub fn process_ended(sys: &mut System, pid: u32) {
-    sys.net.close_all_of(pid);
+/// Process `p` ended: its descriptors close (a description another
+/// process still names stays), and its sockets with them.
+pub fn process_ended(sys: &mut System, p: &mut Process) {
+    sys.files.close_all(&mut p.fds);
+    // Its sockets close below, by owner.
+    sys.files.take_closed_sockets();
+    sys.net.close_all_of(p.pid);
 }
 
 /// Thread `t` stops waiting for a file (a signal interrupts it, or it ends).
@@ -472,6 +480,7 @@ fn run<M: Machine>(
         futex: &mut sys.futex,
         waits: &mut sys.waits,
         net: &mut sys.net,
+        files: &mut sys.files,
         unknown: &mut sys.unknown,
         p,
         t,
@@ -484,7 +493,7 @@ fn run<M: Machine>(
         Err(e) => Action::Return(e.to_return()),
     };
     // Sockets whose last descriptor went (close, dup2 over one, ...).
-    for id in p.fds.take_closed_sockets() {
+    for id in sys.files.take_closed_sockets() {
         sys.net.close(id);
     }
     // A wait with its own signal mask that returned, but not because of

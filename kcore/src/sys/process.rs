@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use super::Abi;
 use super::errno::Errno;
 use super::fd::{FdTable, NOFILE_LIMIT};
-use super::fs::{NodeId, Vfs};
+use super::fs::NodeId;
 use super::machine::{LineEnd, Machine, Stream, TlsEntry};
 use super::vma::{AreaSet, Layout, STACK_SIZE, page_round_up};
 
@@ -172,7 +172,7 @@ struct LineBuffer {
 }
 
 /// One process as the personality sees it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Process {
     /// Process id (also its only thread's id).
     pub pid: u32,
@@ -192,7 +192,8 @@ pub struct Process {
     pub cwd: NodeId,
     /// The file-creation mask.
     pub umask: u32,
-    /// Descriptors.
+    /// Descriptors, naming descriptions of the run's
+    /// [`Files`](super::fd::Files) (`System::files`).
     pub fds: FdTable,
     /// Memory areas. The runtime's fault handler and user copies use them.
     pub areas: AreaSet,
@@ -221,12 +222,13 @@ pub struct Process {
 pub const TLS_ENTRY_MIN: u32 = 12;
 
 impl Process {
-    /// A new process with the standard descriptors, default limits and
-    /// an empty address space; `cwd` is resolved in `fs` (it must be a
+    /// A new process of the run `sys` with the standard descriptors (on
+    /// descriptions of its own in `sys.files`), default limits and an
+    /// empty address space; `cwd` is resolved in `sys.fs` (it must be a
     /// directory). The loader then adds the image and stack areas and
     /// calls [`Process::set_brk_start`].
     pub fn new(
-        fs: &Vfs,
+        sys: &mut super::System,
         pid: u32,
         ppid: u32,
         comm: &[u8],
@@ -234,8 +236,8 @@ impl Process {
         abi: Abi,
         cwd: &[u8],
     ) -> Result<Process, Errno> {
-        let cwd = fs.resolve(super::fs::ROOT, cwd)?;
-        if !fs.node(cwd).is_dir() {
+        let cwd = sys.fs.resolve(super::fs::ROOT, cwd)?;
+        if !sys.fs.node(cwd).is_dir() {
             return Err(Errno::ENOTDIR);
         }
         let mut c = [0u8; 16];
@@ -285,6 +287,7 @@ impl Process {
         };
         rlimits[13] = Rlimit { cur: 0, max: 0 };
         rlimits[14] = Rlimit { cur: 0, max: 0 };
+        let fds = sys.files.standard_streams()?;
         Ok(Process {
             pid,
             ppid,
@@ -294,7 +297,7 @@ impl Process {
             layout: Layout::for_abi(abi),
             cwd,
             umask: 0o022,
-            fds: FdTable::with_standard_streams(),
+            fds,
             areas: AreaSet::new(),
             brk_start: 0,
             brk: 0,

@@ -735,27 +735,11 @@ pub fn net_changed(changes: &[sys::net::Change]) {
         return;
     }
     with_system(|s| {
-        sys::net_changed(
-            s,
-            changes,
-            |pid, f| {
-                let Some(id) = (0..task::MAX_TASKS as u8)
-                    .find(|&i| task::get(i).is_some_and(|t| t.linux && t.pid() == pid))
-                else {
-                    return;
-                };
-                task::with_thread(id, |_, proc| {
-                    if let Some(p) = proc.linux.as_deref_mut() {
-                        f(&mut p.fds);
-                    }
-                });
-            },
-            |tid| {
-                if let Some(id) = tid.checked_sub(1).and_then(|i| u8::try_from(i).ok()) {
-                    task::wake(id, 0);
-                }
-            },
-        );
+        sys::net_changed(s, changes, |tid| {
+            if let Some(id) = tid.checked_sub(1).and_then(|i| u8::try_from(i).ok()) {
+                task::wake(id, 0);
+            }
+        });
     });
 }
 
@@ -1014,19 +998,23 @@ pub fn ended(id: u8, name: &str) {
     ALARM_AT[t.proc as usize].store(0, Ordering::Relaxed);
     recompute_next_alarm();
     report_end(id, name, &t.state);
-    // None of its threads waits any more; its sockets close.
+    // None of its threads waits any more; its descriptors close, and its
+    // sockets with them.
+    let mut linux = task::with_thread(id, |_, p| p.linux.take()).flatten();
     with_system(|s| {
         for tid in task::threads_of(t.proc) {
             s.futex.cancel(u32::from(tid) + 1);
             s.waits.remove(u32::from(tid) + 1);
         }
-        sys::process_ended(s, t.pid());
+        if let Some(p) = linux.as_deref_mut() {
+            sys::process_ended(s, p);
+        }
     });
     poll_net_if_dirty();
     task::with_thread(id, |_, p| {
         p.space.clear_user();
-        p.linux = None;
     });
+    drop(linux);
 }
 
 /// A sleeping thread's deadline passed: a futex wait it was in ends (its
@@ -1202,7 +1190,7 @@ pub fn start(
     let pid = slot as u32 + 1;
     let mut proc = with_system(|s| {
         sys::Process::new(
-            &s.fs,
+            s,
             pid,
             0,
             spec.name.as_bytes(),

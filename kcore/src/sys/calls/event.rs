@@ -37,7 +37,8 @@ pub(crate) fn eventfd2<M: Machine>(c: &mut Ctx<'_, M>, initval: u32, flags: u32)
         return Err(Errno::EINVAL);
     }
     let lim = limit(c.p);
-    c.p.fds.open_object(
+    c.files.open_object(
+        &mut c.p.fds,
         |t| {
             super::super::fd::put_in(
                 &mut t.eventfds,
@@ -65,13 +66,13 @@ pub(crate) fn eventfd_read<M: Machine>(
     if len < 8 {
         return Err(Errno::EINVAL);
     }
-    let e = c.p.fds.eventfd_ref(id).ok_or(Errno::EBADF)?;
+    let e = c.files.eventfd_ref(id).ok_or(Errno::EBADF)?;
     if e.count == 0 {
         return Err(Errno::EAGAIN);
     }
     let v = if e.semaphore { 1 } else { e.count };
     c.write(buf, &v.to_le_bytes())?;
-    if let Some(e) = c.p.fds.eventfd_mut(id) {
+    if let Some(e) = c.files.eventfd_mut(id) {
         e.count -= v;
     }
     c.changed(Obj::EventFd(id), EPOLLOUT);
@@ -94,7 +95,7 @@ pub(crate) fn eventfd_write<M: Machine>(
     if v == u64::MAX {
         return Err(Errno::EINVAL);
     }
-    let e = c.p.fds.eventfd_mut(id).ok_or(Errno::EBADF)?;
+    let e = c.files.eventfd_mut(id).ok_or(Errno::EBADF)?;
     if u64::MAX - e.count <= v {
         return Err(Errno::EAGAIN);
     }
@@ -109,7 +110,8 @@ pub(crate) fn epoll_create1<M: Machine>(c: &mut Ctx<'_, M>, flags: u32) -> SysRe
         return Err(Errno::EINVAL);
     }
     let lim = limit(c.p);
-    c.p.fds.open_object(
+    c.files.open_object(
+        &mut c.p.fds,
         |t| super::super::fd::put_in(&mut t.epolls, Default::default()).map(Target::Epoll),
         oflag::O_RDWR,
         flags & oflag::O_CLOEXEC != 0,
@@ -120,7 +122,7 @@ pub(crate) fn epoll_create1<M: Machine>(c: &mut Ctx<'_, M>, flags: u32) -> SysRe
 /// The epoll instance behind `epfd`: `EBADF` if not open, `EINVAL` if not
 /// an epoll.
 fn epoll_of<M: Machine>(c: &Ctx<'_, M>, epfd: u64) -> Result<usize, Errno> {
-    match c.p.fds.get(epfd)?.target {
+    match c.files.get(&c.p.fds, epfd)?.target {
         Target::Epoll(id) => Ok(id),
         _ => Err(Errno::EINVAL),
     }
@@ -146,7 +148,7 @@ pub(crate) fn epoll_ctl<M: Machine>(
     };
     let ep_desc = c.p.fds.desc_of(epfd)?;
     let desc = c.p.fds.desc_of(fd)?;
-    let target: OpenFile = c.p.fds.get(fd)?.clone();
+    let target: OpenFile = c.files.get(&c.p.fds, fd)?.clone();
     if !poll::can_poll(&target) {
         return Err(Errno::EPERM);
     }
@@ -166,12 +168,12 @@ pub(crate) fn epoll_ctl<M: Machine>(
     }
     if op == EPOLL_CTL_ADD
         && let Target::Epoll(inner) = target.target
-        && poll::loops(&c.p.fds, inner, id, 0)
+        && poll::loops(c.files, inner, id, 0)
     {
         return Err(Errno::ELOOP);
     }
-    let ready_now = c.p.fds.poll_mask(c.net, &target);
-    let ep = c.p.fds.epoll_mut(id).ok_or(Errno::EBADF)?;
+    let ready_now = c.files.poll_mask(c.net, &target);
+    let ep = c.files.epoll_mut(id).ok_or(Errno::EBADF)?;
     match op {
         EPOLL_CTL_ADD => ep.add(fd, desc, events, data, ready_now)?,
         EPOLL_CTL_MOD => ep.modify(fd, desc, events, data, ready_now)?,
@@ -200,7 +202,7 @@ pub(crate) fn epoll_wait<M: Machine>(
     }
     c.access_ok(events, max as u64 * EVENT_SIZE)?;
     let id = epoll_of(c, epfd)?;
-    let got = poll::collect(&mut c.p.fds, c.net, id, max as usize);
+    let got = poll::collect(c.files, c.net, id, max as usize);
     if got.is_empty() {
         return Ok(c.wait_or_time_out(timeout_ns));
     }

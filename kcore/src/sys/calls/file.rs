@@ -100,7 +100,12 @@ fn node_info(fs: &super::super::fs::Vfs, p: &Process, id: NodeId) -> StatInfo {
     }
 }
 
-fn target_info(fs: &super::super::fs::Vfs, p: &Process, t: Target) -> StatInfo {
+fn target_info(
+    fs: &super::super::fs::Vfs,
+    files: &super::super::fd::Files,
+    p: &Process,
+    t: Target,
+) -> StatInfo {
     match t {
         Target::Node(id) => node_info(fs, p, id),
         Target::Stdin | Target::Console(_) => StatInfo {
@@ -118,7 +123,7 @@ fn target_info(fs: &super::super::fs::Vfs, p: &Process, t: Target) -> StatInfo {
             mode: 0o010600,
             nlink: 1,
             rdev: 0,
-            size: p.fds.pipe_ref(id).map_or(0, |p| p.buf.len() as u64),
+            size: files.pipe_ref(id).map_or(0, |p| p.buf.len() as u64),
             mtime_ns: 0,
         },
         // sockfs: a socket, 0777.
@@ -239,7 +244,7 @@ fn base_dir<M: Machine>(c: &Ctx<'_, M>, dirfd: i32, path: &[u8]) -> Result<NodeI
     if dirfd < 0 {
         return Err(Errno::EBADF);
     }
-    match c.p.fds.get(dirfd as u64)?.target {
+    match c.files.get(&c.p.fds, dirfd as u64)?.target {
         Target::Node(id) if c.fs.node(id).is_dir() => Ok(id),
         _ => Err(Errno::ENOTDIR),
     }
@@ -337,7 +342,8 @@ pub(crate) fn openat<M: Machine>(
             | oflag::O_PATH
             | oflag::O_LARGEFILE
             | oflag::O_NOFOLLOW);
-    c.p.fds.open(
+    c.files.open(
+        &mut c.p.fds,
         OpenFile {
             target: Target::Node(id),
             offset: 0,
@@ -350,7 +356,7 @@ pub(crate) fn openat<M: Machine>(
 
 /// `close(fd)`: the other end of a pipe whose end went sees it.
 pub(crate) fn close<M: Machine>(c: &mut Ctx<'_, M>, fd: u64) -> SysResult {
-    if let Some(t) = c.p.fds.close(fd)?
+    if let Some(t) = c.files.close(&mut c.p.fds, fd)?
         && let Some(obj @ Obj::Pipe(_)) = Obj::of(t)
     {
         c.changed(obj, 0);
@@ -360,7 +366,7 @@ pub(crate) fn close<M: Machine>(c: &mut Ctx<'_, M>, fd: u64) -> SysResult {
 
 /// One transfer direction's source/sink for a descriptor.
 fn readable_target<M: Machine>(c: &Ctx<'_, M>, fd: u64) -> Result<(Target, u64), Errno> {
-    let f = c.p.fds.get(fd)?;
+    let f = c.files.get(&c.p.fds, fd)?;
     if !f.readable() {
         return Err(Errno::EBADF);
     }
@@ -475,7 +481,7 @@ fn write_from_user<M: Machine>(
 /// blocking case into [`Action::Wait`] already, see [`io_wait`]).
 fn pipe_read<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> SysResult {
     c.access_ok(buf, len)?;
-    let p = c.p.fds.pipe_ref(id).ok_or(Errno::EBADF)?;
+    let p = c.files.pipe_ref(id).ok_or(Errno::EBADF)?;
     if len == 0 {
         return Ok(0);
     }
@@ -489,7 +495,7 @@ fn pipe_read<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> S
     let mut chunk = [0u8; CHUNK];
     let mut done = 0u64;
     while done < len {
-        let p = c.p.fds.pipe_ref(id).ok_or(Errno::EBADF)?;
+        let p = c.files.pipe_ref(id).ok_or(Errno::EBADF)?;
         let n = ((len - done) as usize).min(CHUNK).min(p.buf.len());
         if n == 0 {
             break;
@@ -500,7 +506,7 @@ fn pipe_read<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> S
         if let Err(e) = c.write(buf + done, &chunk[..n]) {
             return if done == 0 { Err(e) } else { Ok(done) };
         }
-        if let Some(p) = c.p.fds.pipe_mut(id) {
+        if let Some(p) = c.files.pipe_mut(id) {
             p.buf.drain(..n);
         }
         done += n as u64;
@@ -514,7 +520,7 @@ fn pipe_read<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> S
 /// Writes to pipe `id` what fits; `EPIPE` without a reader (the caller
 /// has raised SIGPIPE already), `EAGAIN` when full.
 fn pipe_write<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> SysResult {
-    let p = c.p.fds.pipe_ref(id).ok_or(Errno::EBADF)?;
+    let p = c.files.pipe_ref(id).ok_or(Errno::EBADF)?;
     if len == 0 {
         return Ok(0);
     }
@@ -533,7 +539,7 @@ fn pipe_write<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> 
         if let Err(e) = c.read(buf + done, &mut chunk[..n]) {
             return if done == 0 { Err(e) } else { Ok(done) };
         }
-        let p = c.p.fds.pipe_mut(id).ok_or(Errno::EBADF)?;
+        let p = c.files.pipe_mut(id).ok_or(Errno::EBADF)?;
         if p.buf.try_reserve(n).is_err() {
             return if done == 0 {
                 Err(Errno::ENOMEM)
@@ -565,7 +571,7 @@ pub(crate) fn io_wait<M: Machine>(
     len: u64,
 ) -> Option<Action> {
     const WAIT: Action = Action::Wait { until_ns: None };
-    let f = c.p.fds.get(fd).ok()?;
+    let f = c.files.get(&c.p.fds, fd).ok()?;
     let nonblock = f.flags & oflag::O_NONBLOCK != 0;
     if writing && !f.writable() || !writing && !f.readable() {
         return None;
@@ -573,7 +579,7 @@ pub(crate) fn io_wait<M: Machine>(
     let (id, write) = match f.target {
         Target::Pipe { id, write } => (id, write),
         Target::EventFd(id) => {
-            let count = c.p.fds.eventfd_ref(id)?.count;
+            let count = c.files.eventfd_ref(id)?.count;
             if nonblock {
                 return None;
             }
@@ -588,7 +594,7 @@ pub(crate) fn io_wait<M: Machine>(
     if write != writing {
         return None;
     }
-    let p = c.p.fds.pipe_ref(id)?;
+    let p = c.files.pipe_ref(id)?;
     if writing {
         if p.readers == 0 {
             let sigpipe = c.p.signals.actions[12];
@@ -619,7 +625,8 @@ pub(crate) fn pipe2<M: Machine>(c: &mut Ctx<'_, M>, fds: u64, flags: u32) -> Sys
     let probe: [u8; 8] = c.read_array(fds)?;
     c.write(fds, &probe)?;
     let limit = c.p.rlimits[super::super::process::rlimit::NOFILE].cur;
-    let (r, w) = c.p.fds.pipe(
+    let (r, w) = c.files.pipe(
+        &mut c.p.fds,
         flags & oflag::O_NONBLOCK,
         flags & oflag::O_CLOEXEC != 0,
         limit,
@@ -628,8 +635,8 @@ pub(crate) fn pipe2<M: Machine>(c: &mut Ctx<'_, M>, fds: u64, flags: u32) -> Sys
     out[..4].copy_from_slice(&(r as u32).to_le_bytes());
     out[4..].copy_from_slice(&(w as u32).to_le_bytes());
     if let Err(e) = c.write(fds, &out) {
-        let _ = c.p.fds.close(r);
-        let _ = c.p.fds.close(w);
+        let _ = c.files.close(&mut c.p.fds, r);
+        let _ = c.files.close(&mut c.p.fds, w);
         return Err(e);
     }
     Ok(0)
@@ -647,13 +654,13 @@ pub(crate) fn read<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, buf: u64, len: u64) 
     let (t, off) = readable_target(c, fd)?;
     let n = read_into_user(c, t, off, buf, len)?;
     if let Target::Node(_) = t {
-        c.p.fds.get_mut(fd)?.offset = off + n;
+        c.files.get_mut(&c.p.fds, fd)?.offset = off + n;
     }
     Ok(n)
 }
 
 fn writable_target<M: Machine>(c: &Ctx<'_, M>, fd: u64) -> Result<(Target, u64, bool), Errno> {
-    let f = c.p.fds.get(fd)?;
+    let f = c.files.get(&c.p.fds, fd)?;
     if !f.writable() {
         return Err(Errno::EBADF);
     }
@@ -666,7 +673,7 @@ pub(crate) fn write<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, buf: u64, len: u64)
     let off = if append { file_size(c, t) } else { off };
     let n = write_from_user(c, t, off, buf, len)?;
     if let Target::Node(_) = t {
-        c.p.fds.get_mut(fd)?.offset = off + n;
+        c.files.get_mut(&c.p.fds, fd)?.offset = off + n;
     }
     Ok(n)
 }
@@ -766,7 +773,7 @@ pub(crate) fn readv<M: Machine>(
         }
     }
     if at.is_none() && matches!(t, Target::Node(_)) {
-        c.p.fds.get_mut(fd)?.offset = start + done;
+        c.files.get_mut(&c.p.fds, fd)?.offset = start + done;
     }
     Ok(done)
 }
@@ -804,14 +811,14 @@ pub(crate) fn writev<M: Machine>(
         }
     }
     if at.is_none() && matches!(t, Target::Node(_)) {
-        c.p.fds.get_mut(fd)?.offset = start + done;
+        c.files.get_mut(&c.p.fds, fd)?.offset = start + done;
     }
     Ok(done)
 }
 
 /// Computes a new offset for `lseek`.
 fn seek_to<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, off: i64, whence: u32) -> Result<u64, Errno> {
-    let f = c.p.fds.get(fd)?;
+    let f = c.files.get(&c.p.fds, fd)?;
     let id = seekable(f.target)?;
     let size = c.fs.node(id).size() as i64;
     let cur = f.offset as i64;
@@ -829,16 +836,16 @@ fn seek_to<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, off: i64, whence: u32) -> Re
         _ => return Err(Errno::EINVAL),
     };
     let new = new.filter(|&n| n >= 0).ok_or(Errno::EINVAL)?;
-    c.p.fds.get_mut(fd)?.offset = new as u64;
+    c.files.get_mut(&c.p.fds, fd)?.offset = new as u64;
     Ok(new as u64)
 }
 
 /// `lseek(fd, offset, whence)`.
 pub(crate) fn lseek<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, off: i64, whence: u32) -> SysResult {
-    let old = c.p.fds.get(fd)?.offset;
+    let old = c.files.get(&c.p.fds, fd)?.offset;
     let new = seek_to(c, fd, off, whence)?;
     if !c.wide() && new > i32::MAX as u64 {
-        c.p.fds.get_mut(fd)?.offset = old;
+        c.files.get_mut(&c.p.fds, fd)?.offset = old;
         return Err(Errno::EOVERFLOW);
     }
     Ok(new)
@@ -852,10 +859,10 @@ pub(crate) fn llseek<M: Machine>(
     result: u64,
     whence: u32,
 ) -> SysResult {
-    let old = c.p.fds.get(fd)?.offset;
+    let old = c.files.get(&c.p.fds, fd)?.offset;
     let new = seek_to(c, fd, off as i64, whence)?;
     if let Err(e) = c.write(result, &new.to_le_bytes()) {
-        c.p.fds.get_mut(fd)?.offset = old;
+        c.files.get_mut(&c.p.fds, fd)?.offset = old;
         return Err(e);
     }
     Ok(0)
@@ -868,8 +875,8 @@ pub(crate) fn fstat<M: Machine>(
     buf: u64,
     layout: StatLayout,
 ) -> SysResult {
-    let t = c.p.fds.get(fd)?.target;
-    let info = target_info(c.fs, c.p, t);
+    let t = c.files.get(&c.p.fds, fd)?.target;
+    let info = target_info(c.fs, c.files, c.p, t);
     write_stat(c, buf, info, layout)
 }
 
@@ -890,9 +897,11 @@ pub(crate) fn stat_path<M: Machine>(
         let t = if dirfd == AT_FDCWD {
             Target::Node(c.p.cwd)
         } else {
-            c.p.fds.get(super::fd_arg(dirfd as u32 as u64))?.target
+            c.files
+                .get(&c.p.fds, super::fd_arg(dirfd as u32 as u64))?
+                .target
         };
-        target_info(c.fs, c.p, t)
+        target_info(c.fs, c.files, c.p, t)
     } else {
         let id = lookup(c, dirfd, &p, flags & AT_SYMLINK_NOFOLLOW != 0)?;
         node_info(c.fs, c.p, id)
@@ -918,9 +927,9 @@ pub(crate) fn statx<M: Machine>(
         let t = if dirfd == AT_FDCWD {
             Target::Node(c.p.cwd)
         } else {
-            c.p.fds.get(dirfd as u32 as u64)?.target
+            c.files.get(&c.p.fds, dirfd as u32 as u64)?.target
         };
-        target_info(c.fs, c.p, t)
+        target_info(c.fs, c.files, c.p, t)
     } else {
         let id = lookup(c, dirfd, &p, flags & AT_SYMLINK_NOFOLLOW != 0)?;
         node_info(c.fs, c.p, id)
@@ -984,7 +993,7 @@ pub(crate) fn getdents64<M: Machine>(
     buf: u64,
     count: u64,
 ) -> SysResult {
-    let f = c.p.fds.get(fd)?;
+    let f = c.files.get(&c.p.fds, fd)?;
     let Target::Node(dir) = f.target else {
         return Err(Errno::ENOTDIR);
     };
@@ -1025,7 +1034,7 @@ pub(crate) fn getdents64<M: Machine>(
         idx += 1;
     }
     c.write(buf, &out)?;
-    c.p.fds.get_mut(fd)?.offset = idx;
+    c.files.get_mut(&c.p.fds, fd)?.offset = idx;
     Ok(out.len() as u64)
 }
 
@@ -1033,14 +1042,16 @@ pub(crate) fn getdents64<M: Machine>(
 pub(crate) fn fcntl<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, cmd: u32, arg: u64) -> SysResult {
     let limit = c.p.rlimits[super::super::process::rlimit::NOFILE].cur;
     match cmd {
-        0 | 1030 => c.p.fds.dup_min(fd, arg & 0xffff_ffff, cmd == 1030, limit),
+        0 | 1030 => c
+            .files
+            .dup_min(&mut c.p.fds, fd, arg & 0xffff_ffff, cmd == 1030, limit),
         1 => Ok(c.p.fds.cloexec(fd)? as u64),
         2 => {
             c.p.fds.set_cloexec(fd, arg & 1 != 0)?;
             Ok(0)
         }
         3 => {
-            let f = c.p.fds.get(fd)?;
+            let f = c.files.get(&c.p.fds, fd)?;
             // 64-bit files always have O_LARGEFILE (Linux forces it).
             let extra = if c.abi == super::super::Abi::X86_64 {
                 oflag::O_LARGEFILE
@@ -1050,7 +1061,7 @@ pub(crate) fn fcntl<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, cmd: u32, arg: u64)
             Ok((f.flags | extra) as u64)
         }
         4 => {
-            let f = c.p.fds.get_mut(fd)?;
+            let f = c.files.get_mut(&c.p.fds, fd)?;
             f.flags = (f.flags & !oflag::SETFL_MASK) | (arg as u32 & oflag::SETFL_MASK);
             Ok(0)
         }
@@ -1060,7 +1071,7 @@ pub(crate) fn fcntl<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, cmd: u32, arg: u64)
         // setters (6, 7; i386 13, 14; F_OFD_SETLK 37, F_OFD_SETLKW 38)
         // check the type and succeed.
         5 | 6 | 7 | 12 | 13 | 14 | 36 | 37 | 38 => {
-            c.p.fds.get(fd)?;
+            c.files.get(&c.p.fds, fd)?;
             if !c.wide() || !(12..=14).contains(&cmd) {
                 let t = u16::from_le_bytes(c.read_array(arg)?);
                 if t > 2 {
@@ -1075,12 +1086,12 @@ pub(crate) fn fcntl<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, cmd: u32, arg: u64)
         }
         // F_GETOWN, F_SETOWN, F_SETSIG, F_GETSIG.
         8..=11 => {
-            c.p.fds.get(fd)?;
+            c.files.get(&c.p.fds, fd)?;
             Ok(0)
         }
         // F_GETPIPE_SZ and F_SETPIPE_SZ on a non-pipe, others.
         _ => {
-            c.p.fds.get(fd)?;
+            c.files.get(&c.p.fds, fd)?;
             Err(Errno::EINVAL)
         }
     }
@@ -1089,7 +1100,7 @@ pub(crate) fn fcntl<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, cmd: u32, arg: u64)
 /// `dup(fd)`.
 pub(crate) fn dup<M: Machine>(c: &mut Ctx<'_, M>, fd: u64) -> SysResult {
     let limit = c.p.rlimits[super::super::process::rlimit::NOFILE].cur;
-    c.p.fds.dup_min(fd, 0, false, limit)
+    c.files.dup_min(&mut c.p.fds, fd, 0, false, limit)
 }
 
 /// `dup2(old, new)` (`legacy`) and `dup3(old, new, flags)`.
@@ -1104,12 +1115,16 @@ pub(crate) fn dup3<M: Machine>(
         return Err(Errno::EINVAL);
     }
     if old == new {
-        c.p.fds.get(old)?;
+        c.files.get(&c.p.fds, old)?;
         return if legacy { Ok(new) } else { Err(Errno::EINVAL) };
     }
     let limit = c.p.rlimits[super::super::process::rlimit::NOFILE].cur;
-    let replaced = c.p.fds.get(new).ok().and_then(|f| Obj::of(f.target));
-    let fd = c.p.fds.dup_to(old, new, flags != 0, limit)?;
+    let replaced = c
+        .files
+        .get(&c.p.fds, new)
+        .ok()
+        .and_then(|f| Obj::of(f.target));
+    let fd = c.files.dup_to(&mut c.p.fds, old, new, flags != 0, limit)?;
     // The end of a pipe `new` was may have been its last: the other end
     // sees it.
     if let Some(obj @ Obj::Pipe(_)) = replaced {
@@ -1120,7 +1135,7 @@ pub(crate) fn dup3<M: Machine>(
 
 /// `ioctl(fd, request, arg)`: no descriptor is a terminal.
 pub(crate) fn ioctl<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, req: u32, arg: u64) -> SysResult {
-    c.p.fds.get(fd)?;
+    c.files.get(&c.p.fds, fd)?;
     match req {
         // FIONCLEX, FIOCLEX.
         0x5450 => c.p.fds.set_cloexec(fd, false).map(|_| 0),
@@ -1128,7 +1143,7 @@ pub(crate) fn ioctl<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, req: u32, arg: u64)
         // FIONBIO.
         0x5421 => {
             let on = super::super::machine::read_u32(c.m, &c.p.areas, arg)? != 0;
-            let f = c.p.fds.get_mut(fd)?;
+            let f = c.files.get_mut(&c.p.fds, fd)?;
             if on {
                 f.flags |= oflag::O_NONBLOCK;
             } else {
@@ -1137,7 +1152,7 @@ pub(crate) fn ioctl<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, req: u32, arg: u64)
             Ok(0)
         }
         // FIONREAD (SIOCINQ) of a socket: the bytes to read.
-        0x541b if let Ok(Target::Socket(id)) = c.p.fds.get(fd).map(|f| f.target) => {
+        0x541b if let Ok(Target::Socket(id)) = c.files.get(&c.p.fds, fd).map(|f| f.target) => {
             let n = c.net.readable_bytes(id)?;
             c.write(arg, &(n.min(i32::MAX as usize) as u32).to_le_bytes())?;
             Ok(0)
@@ -1169,11 +1184,11 @@ pub(crate) fn poll<M: Machine>(
         let mut pfd = Pollfd::from_bytes(&c.read_array(at)?);
         pfd.revents = 0;
         if pfd.fd >= 0 {
-            match c.p.fds.get(pfd.fd as u64) {
+            match c.files.get(&c.p.fds, pfd.fd as u64) {
                 Err(_) => pfd.revents = bits::POLLNVAL as i16,
                 Ok(f) => {
                     let want = u32::from(pfd.events as u16) | bits::EPOLLERR | bits::EPOLLHUP;
-                    pfd.revents = (c.p.fds.poll_mask(c.net, f) & want) as u16 as i16;
+                    pfd.revents = (c.files.poll_mask(c.net, f) & want) as u16 as i16;
                 }
             }
         }
@@ -1209,7 +1224,7 @@ pub(crate) fn faccessat<M: Machine>(
     }
     let p = c.path(path)?;
     let id = if p.is_empty() && flags & AT_EMPTY_PATH != 0 {
-        match c.p.fds.get(dirfd as u32 as u64)?.target {
+        match c.files.get(&c.p.fds, dirfd as u32 as u64)?.target {
             Target::Node(id) => id,
             _ => return Ok(0),
         }
@@ -1273,7 +1288,7 @@ pub(crate) fn chdir<M: Machine>(c: &mut Ctx<'_, M>, path: u64) -> SysResult {
 
 /// `fchdir(fd)`.
 pub(crate) fn fchdir<M: Machine>(c: &mut Ctx<'_, M>, fd: u64) -> SysResult {
-    match c.p.fds.get(fd)?.target {
+    match c.files.get(&c.p.fds, fd)?.target {
         Target::Node(id) if c.fs.node(id).is_dir() => {
             c.p.cwd = id;
             Ok(0)
@@ -1363,7 +1378,7 @@ pub(crate) fn ftruncate<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, len: i64) -> Sy
     if len < 0 {
         return Err(Errno::EINVAL);
     }
-    let f = c.p.fds.get(fd)?;
+    let f = c.files.get(&c.p.fds, fd)?;
     let Target::Node(id) = f.target else {
         return Err(Errno::EINVAL);
     };
@@ -1395,7 +1410,7 @@ pub(crate) fn truncate<M: Machine>(c: &mut Ctx<'_, M>, path: u64, len: i64) -> S
 
 /// `fsync`, `fdatasync`: everything is in memory already.
 pub(crate) fn fsync<M: Machine>(c: &mut Ctx<'_, M>, fd: u64) -> SysResult {
-    c.p.fds.get(fd)?;
+    c.files.get(&c.p.fds, fd)?;
     Ok(0)
 }
 
@@ -1422,7 +1437,7 @@ pub(crate) fn chmodat<M: Machine>(
 
 /// `fchmod`.
 pub(crate) fn fchmod<M: Machine>(c: &mut Ctx<'_, M>, fd: u64, perm: u32) -> SysResult {
-    match c.p.fds.get(fd)?.target {
+    match c.files.get(&c.p.fds, fd)?.target {
         Target::Node(id) => set_perm(c, id, perm),
         _ => Ok(0),
     }
@@ -1438,7 +1453,7 @@ pub(crate) fn mapping_source<M: Machine>(
     offset: u64,
     len: u64,
 ) -> Result<MapSource, Errno> {
-    let f = c.p.fds.get(fd)?;
+    let f = c.files.get(&c.p.fds, fd)?;
     if f.flags & oflag::O_PATH != 0 {
         return Err(Errno::EBADF);
     }
@@ -1524,8 +1539,8 @@ pub(crate) fn select<M: Machine>(
         if bits.iter().all(|b| b[byte] & bit == 0) {
             continue;
         }
-        let f = c.p.fds.get(fd as u64)?;
-        let mask = c.p.fds.poll_mask(c.net, f);
+        let f = c.files.get(&c.p.fds, fd as u64)?;
+        let mask = c.files.poll_mask(c.net, f);
         for (i, set) in [IN_SET, OUT_SET, EX_SET].into_iter().enumerate() {
             if bits[i][byte] & bit != 0 {
                 if mask & set != 0 {
@@ -1599,14 +1614,14 @@ pub(crate) fn utimensat<M: Machine>(
         }
     };
     let id = if path == 0 {
-        match c.p.fds.get(dirfd as u32 as u64)?.target {
+        match c.files.get(&c.p.fds, dirfd as u32 as u64)?.target {
             Target::Node(id) => id,
             _ => return Ok(0),
         }
     } else {
         let p = c.path(path)?;
         if p.is_empty() && flags & AT_EMPTY_PATH != 0 {
-            match c.p.fds.get(dirfd as u32 as u64)?.target {
+            match c.files.get(&c.p.fds, dirfd as u32 as u64)?.target {
                 Target::Node(id) => id,
                 _ => return Ok(0),
             }
@@ -1642,14 +1657,14 @@ pub(crate) fn chownat<M: Machine>(
         return Err(Errno::EINVAL);
     }
     let id = match path {
-        None => match c.p.fds.get(dirfd as u32 as u64)?.target {
+        None => match c.files.get(&c.p.fds, dirfd as u32 as u64)?.target {
             Target::Node(id) => Some(id),
             _ => None,
         },
         Some(path) => {
             let p = c.path(path)?;
             if p.is_empty() && flags & AT_EMPTY_PATH != 0 {
-                match c.p.fds.get(dirfd as u32 as u64)?.target {
+                match c.files.get(&c.p.fds, dirfd as u32 as u64)?.target {
                     Target::Node(id) => Some(id),
                     _ => None,
                 }

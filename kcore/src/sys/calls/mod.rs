@@ -40,6 +40,8 @@ pub(crate) struct Ctx<'a, M: Machine> {
     pub waits: &'a mut super::wait::WaitList,
     /// The run's sockets.
     pub net: &'a mut super::net::Net,
+    /// The run's open file descriptions (`p.fds` names some of them).
+    pub files: &'a mut super::fd::Files,
     /// When the call is made again after a wait ([`super::resume`]): the
     /// deadline it first computed.
     pub resumed: Option<Option<u64>>,
@@ -90,7 +92,7 @@ impl<M: Machine> Ctx<'_, M> {
     /// ready lists and every thread of the process waiting on a file
     /// looks again.
     pub fn changed(&mut self, obj: super::event::Obj, key: u32) {
-        self.p.fds.event(obj, key);
+        self.files.event(obj, key);
         self.waits.wake(self.m, self.p.pid);
     }
 

@@ -32,7 +32,7 @@ const SIGPIPE_BIT: u64 = 1 << (13 - 1);
 
 /// The socket behind `fd`: `EBADF` if not open, `ENOTSOCK` if not one.
 fn sock_of<M: Machine>(c: &Ctx<'_, M>, fd: u64) -> Result<(usize, bool), Errno> {
-    let f = c.p.fds.get(fd_arg(fd))?;
+    let f = c.files.get(&c.p.fds, fd_arg(fd))?;
     match f.target {
         Target::Socket(id) => Ok((id, f.flags & oflag::O_NONBLOCK != 0)),
         _ => Err(Errno::ENOTSOCK),
@@ -144,7 +144,8 @@ pub(crate) fn socket<M: Machine>(
     let pid = c.p.pid;
     let net = &mut *c.net;
     let mut made = None;
-    let r = c.p.fds.open_object(
+    let r = c.files.open_object(
+        &mut c.p.fds,
         |_| {
             let id = net.open(pid, kind)?;
             made = Some(id);
@@ -241,7 +242,10 @@ pub(crate) fn accept4<M: Machine>(
         offset: 0,
         flags: oflag::O_RDWR | (flags & SOCK_NONBLOCK),
     };
-    let nfd = match c.p.fds.open(file, flags & SOCK_CLOEXEC != 0, limit) {
+    let nfd = match c
+        .files
+        .open(&mut c.p.fds, file, flags & SOCK_CLOEXEC != 0, limit)
+    {
         Ok(fd) => fd,
         Err(e) => {
             c.net.close(new);
@@ -250,7 +254,7 @@ pub(crate) fn accept4<M: Machine>(
     };
     if let Err(e) = write_addr(c, addr, len, peer) {
         // Linux has installed nothing yet when the copy fails.
-        let _ = c.p.fds.close(nfd);
+        let _ = c.files.close(&mut c.p.fds, nfd);
         return Err(e);
     }
     Ok(Action::Return(nfd))

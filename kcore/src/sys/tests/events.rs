@@ -267,7 +267,7 @@ fn closing_the_last_reference_removes_the_watch() {
         );
         assert_eq!(e.ret("close", &[d]), 0);
         assert_eq!(ready(&mut e, ep, 8), []);
-        assert!(e.p.fds.epoll_ref(0).unwrap().is_empty());
+        assert!(e.sys.files.epoll_ref(0).unwrap().is_empty());
         // The number used again is a new file.
         let again = e.ret("eventfd2", &[1, 0]) as u64;
         assert_eq!(again, efd);

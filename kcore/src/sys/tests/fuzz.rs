@@ -277,7 +277,7 @@ fn random_socket_calls_on_live_sockets() {
             }
             assert!(e.sys.net.open_count() <= crate::sys::net::MAX_SOCKETS);
         }
-        crate::sys::process_ended(&mut e.sys, e.p.pid);
+        crate::sys::process_ended(&mut e.sys, &mut e.p);
         e.pump_net();
         assert_eq!(e.sys.net.open_count(), 0);
     }

@@ -259,9 +259,9 @@ pub(crate) fn archive_fs() -> Vfs {
 
 impl Env {
     pub fn new(abi: Abi) -> Env {
-        let sys = System::new(archive_fs());
+        let mut sys = System::new(archive_fs());
         let mut p =
-            Process::new(&sys.fs, SELF_TID, 1, b"prog", b"bin/prog", abi, b"/data").unwrap();
+            Process::new(&mut sys, SELF_TID, 1, b"prog", b"bin/prog", abi, b"/data").unwrap();
         let areas = &mut p.areas;
         areas
             .insert(Area {
@@ -345,17 +345,8 @@ impl Env {
         for _ in 0..4 {
             let now = self.m.monotonic_ns();
             let changes = self.sys.net.poll(now, None::<&mut smoltcp::phy::Loopback>);
-            let (sys, p, m) = (&mut self.sys, &mut self.p, &mut self.m);
-            crate::sys::net_changed(
-                sys,
-                &changes,
-                |pid, f| {
-                    if pid == p.pid {
-                        f(&mut p.fds)
-                    }
-                },
-                |tid| m.woken.push(tid),
-            );
+            let (sys, m) = (&mut self.sys, &mut self.m);
+            crate::sys::net_changed(sys, &changes, |tid| m.woken.push(tid));
         }
     }
 
