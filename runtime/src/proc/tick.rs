@@ -120,7 +120,6 @@ pub fn on_tick(from_user: bool) -> bool {
     let me = me();
     if me == 0 {
         TICKS.fetch_add(1, Ordering::Relaxed);
-        crate::sample::clock::watchdog();
     }
     if !from_user {
         return false;
