@@ -22,7 +22,9 @@
 //!   threads waiting on files; [`net`]: TCP and UDP sockets over smoltcp
 //!   (the runtime moves their packets with [`net::Net::poll`] and passes
 //!   what changed to [`net_changed`]).
-//! - [`process`]: per-process and per-thread state.
+//! - [`process`]: per-process and per-thread state; [`procs`]: the run's
+//!   process table (parents, groups, sessions, zombies) that `wait4`,
+//!   `waitid`, `setpgid` and `setsid` use.
 //! - [`signal`]: delivery and `rt_sigreturn` in both ABIs' frames;
 //!   [`restart`]: what a wait a signal interrupted returns (Linux's
 //!   `-ERESTART*` rules); [`sigwait`]: `rt_sigtimedwait`.
@@ -63,7 +65,7 @@
 //! Every number in [`table`]'s `X86_64_TABLE`/`I386_TABLE` has a handler;
 //! `rseq` and `membarrier` return `ENOSYS` on purpose (libc copes) and
 //! are not counted as unknown; everything else (`fork`, `execve`,
-//! `wait4`, `AF_UNIX` sockets, timerfd, signalfd, xattrs, SysV IPC,
+//! `AF_UNIX` sockets, timerfd, signalfd, xattrs, SysV IPC,
 //! ...) returns `ENOSYS` and is counted by name in [`UnknownCalls`].
 
 pub mod errno;
@@ -74,6 +76,7 @@ pub mod futex;
 pub mod machine;
 pub mod net;
 pub mod process;
+pub mod procs;
 pub mod restart;
 pub mod signal;
 pub mod sigwait;
@@ -346,6 +349,8 @@ pub struct System {
     /// The open file descriptions of every process, and the pipes,
     /// eventfds and epoll instances they refer to.
     pub files: fd::Files,
+    /// Every process's parent, group and session, and the zombies.
+    pub procs: procs::Procs,
     /// Memory the runtime manages for programs, in bytes (sysinfo's
     /// `totalram`); the runtime sets it from the memory map.
     pub ram_bytes: u64,
@@ -364,6 +369,7 @@ impl System {
             waits: wait::WaitList::new(),
             net: net::Net::new(0),
             files: fd::Files::new(),
+            procs: procs::Procs::new(),
             ram_bytes: 1 << 30,
             free_ram_bytes: 1 << 29,
         }
@@ -411,13 +417,40 @@ pub fn net_changed(sys: &mut System, changes: &[net::Change], mut wake: impl FnM
     }
 }
 
-/// Process `p` ended: its descriptors close (a description another
-/// process still names stays), and its sockets with them.
-pub fn process_ended(sys: &mut System, p: &mut Process) {
+/// Process `p`, loaded, is about to run: it gets the standard descriptors
+/// (0 stdin at end of file, 1 and 2 the console) and its place in the
+/// process table, leading a group and a session of its own. `EAGAIN` when
+/// its pid is still a zombie's.
+pub fn process_started(sys: &mut System, p: &mut Process) -> Result<(), Errno> {
+    let fds = sys.files.standard_streams()?;
+    if let Err(e) = sys.procs.add(p.pid, p.ppid, p.pid, p.pid) {
+        let mut fds = fds;
+        sys.files.close_all(&mut fds);
+        return Err(e);
+    }
+    p.fds = fds;
+    Ok(())
+}
+
+/// Process `p` ended with `status`: its descriptors close (a description
+/// another process still names stays), its sockets with them, and it
+/// becomes a zombie for its parent ([`procs::Procs::ended`]). Returns the
+/// parent, whose threads waiting in `wait4` or `waitid` were woken through
+/// `wake` (each waiting tid), and which the runtime sends SIGCHLD.
+pub fn process_ended(
+    sys: &mut System,
+    p: &mut Process,
+    status: procs::Status,
+    wake: impl FnMut(u32),
+) -> Option<u32> {
+    let mut wake = wake;
     sys.files.close_all(&mut p.fds);
     // Its sockets close below, by owner.
     sys.files.take_closed_sockets();
     sys.net.close_all_of(p.pid);
+    let parent = sys.procs.ended(p.pid, status)?;
+    sys.waits.wake_with(parent, &mut wake);
+    Some(parent)
 }
 
 /// Thread `t` stops waiting for a file (a signal interrupts it, or it ends).
@@ -481,6 +514,7 @@ fn run<M: Machine>(
         waits: &mut sys.waits,
         net: &mut sys.net,
         files: &mut sys.files,
+        procs: &mut sys.procs,
         unknown: &mut sys.unknown,
         p,
         t,

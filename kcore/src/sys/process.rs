@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use super::Abi;
 use super::errno::Errno;
 use super::fd::{FdTable, NOFILE_LIMIT};
-use super::fs::NodeId;
+use super::fs::{NodeId, Vfs};
 use super::machine::{LineEnd, Machine, Stream, TlsEntry};
 use super::vma::{AreaSet, Layout, STACK_SIZE, page_round_up};
 
@@ -222,13 +222,13 @@ pub struct Process {
 pub const TLS_ENTRY_MIN: u32 = 12;
 
 impl Process {
-    /// A new process of the run `sys` with the standard descriptors (on
-    /// descriptions of its own in `sys.files`), default limits and an
-    /// empty address space; `cwd` is resolved in `sys.fs` (it must be a
-    /// directory). The loader then adds the image and stack areas and
+    /// A new process with no descriptors yet, default limits and an empty
+    /// address space; `cwd` is resolved in `fs` (it must be a directory).
+    /// [`process_started`](super::process_started) gives it the standard
+    /// descriptors once it is loaded. The loader then adds the image and stack areas and
     /// calls [`Process::set_brk_start`].
     pub fn new(
-        sys: &mut super::System,
+        fs: &Vfs,
         pid: u32,
         ppid: u32,
         comm: &[u8],
@@ -236,8 +236,8 @@ impl Process {
         abi: Abi,
         cwd: &[u8],
     ) -> Result<Process, Errno> {
-        let cwd = sys.fs.resolve(super::fs::ROOT, cwd)?;
-        if !sys.fs.node(cwd).is_dir() {
+        let cwd = fs.resolve(super::fs::ROOT, cwd)?;
+        if !fs.node(cwd).is_dir() {
             return Err(Errno::ENOTDIR);
         }
         let mut c = [0u8; 16];
@@ -287,7 +287,6 @@ impl Process {
         };
         rlimits[13] = Rlimit { cur: 0, max: 0 };
         rlimits[14] = Rlimit { cur: 0, max: 0 };
-        let fds = sys.files.standard_streams()?;
         Ok(Process {
             pid,
             ppid,
@@ -297,7 +296,7 @@ impl Process {
             layout: Layout::for_abi(abi),
             cwd,
             umask: 0o022,
-            fds,
+            fds: FdTable::default(),
             areas: AreaSet::new(),
             brk_start: 0,
             brk: 0,

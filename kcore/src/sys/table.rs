@@ -170,6 +170,10 @@ pub enum Sys {
     SetThreadArea,
     SetTidAddress,
     Setpgid,
+    Setsid,
+    Wait4,
+    Waitpid,
+    Waitid,
     Setrlimit,
     Sigaltstack,
     Sigreturn,
@@ -249,7 +253,10 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (39, Sys::Getpid),             // getpid
     (56, Sys::Clone),              // clone
     (60, Sys::Exit),               // exit
+    (61, Sys::Wait4),              // wait4
     (62, Sys::Kill),               // kill
+    (112, Sys::Setsid),            // setsid
+    (247, Sys::Waitid),            // waitid
     (63, Sys::Uname),              // uname
     (72, Sys::Fcntl),              // fcntl
     (74, Sys::Fsync),              // fsync
@@ -401,6 +408,10 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (60, Sys::Umask),              // umask
     (63, Sys::Dup2),               // dup2
     (64, Sys::Getppid),            // getppid
+    (7, Sys::Waitpid),             // waitpid
+    (114, Sys::Wait4),             // wait4
+    (66, Sys::Setsid),             // setsid
+    (284, Sys::Waitid),            // waitid
     (65, Sys::Getpgrp),            // getpgrp
     (75, Sys::Setrlimit),          // setrlimit
     (76, Sys::OldGetrlimit),       // getrlimit

@@ -1007,7 +1007,23 @@ pub fn ended(id: u8, name: &str) {
             s.waits.remove(u32::from(tid) + 1);
         }
         if let Some(p) = linux.as_deref_mut() {
-            sys::process_ended(s, p);
+            let status = match t.state {
+                TaskState::Signaled(sig) => sys::procs::Status::Killed {
+                    signal: sig,
+                    core: false,
+                },
+                TaskState::Faulted(f) => sys::procs::Status::Killed {
+                    signal: fault_signal(f.vector),
+                    core: false,
+                },
+                TaskState::Exited(code) => sys::procs::Status::Exited(code as u8),
+                _ => sys::procs::Status::Exited(0),
+            };
+            sys::process_ended(s, p, status, |tid| {
+                if let Some(w) = tid.checked_sub(1).and_then(|i| u8::try_from(i).ok()) {
+                    task::wake(w, 0);
+                }
+            });
         }
     });
     poll_net_if_dirty();
@@ -1190,7 +1206,7 @@ pub fn start(
     let pid = slot as u32 + 1;
     let mut proc = with_system(|s| {
         sys::Process::new(
-            s,
+            &s.fs,
             pid,
             0,
             spec.name.as_bytes(),
@@ -1292,6 +1308,11 @@ pub fn start(
         entry: plan.entry,
         gprs: [0; 15],
     };
+    // Its standard descriptors and its place in the process table, last:
+    // nothing fails between here and its install (the slot is free).
+    with_system(|s| sys::process_started(s, &mut proc))
+        .ok_or(StartError::Process(Errno::ENOSYS))?
+        .map_err(StartError::Process)?;
     let comm = proc.comm;
     let process = Box::new(task::Process {
         space,

@@ -42,6 +42,8 @@ pub(crate) struct Ctx<'a, M: Machine> {
     pub net: &'a mut super::net::Net,
     /// The run's open file descriptions (`p.fds` names some of them).
     pub files: &'a mut super::fd::Files,
+    /// The run's processes: parents, groups, sessions, zombies.
+    pub procs: &'a mut super::procs::Procs,
     /// When the call is made again after a wait ([`super::resume`]): the
     /// deadline it first computed.
     pub resumed: Option<Option<u64>>,
@@ -611,13 +613,17 @@ pub(crate) fn dispatch<M: Machine>(
                 tls: if wide { a[4] } else { a[3] },
             },
         ),
-        Getpid | Getpgrp => ret(Ok(c.p.pid.into())),
+        Getpid => ret(Ok(c.p.pid.into())),
+        Getpgrp => ret(task::getpgid(c, 0, false)),
         Gettid => ret(Ok(c.t.tid.into())),
-        Getppid => ret(Ok(c.p.ppid.into())),
-        Getpgid | Getsid => ret(task::self_pid(c, a[0]).map(u64::from)),
-        Setpgid => ret(task::self_pid(c, a[0])
-            .and(task::self_pid(c, a[1]))
-            .map(|_| 0)),
+        Getppid => ret(Ok(c.procs.get(c.p.pid).map_or(c.p.ppid, |e| e.ppid).into())),
+        Getpgid => ret(task::getpgid(c, a[0], false)),
+        Getsid => ret(task::getpgid(c, a[0], true)),
+        Setpgid => ret(task::setpgid(c, a[0], a[1])),
+        Setsid => ret(c.procs.setsid(c.p.pid).map(u64::from)),
+        Wait4 => task::wait4(c, a[0], a[1], a[2], a[3]),
+        Waitpid => task::wait4(c, a[0], a[1], a[2], 0),
+        Waitid => task::waitid(c, a[0], a[1], a[2], a[3], a[4]),
         Getid => ret(Ok(0)),
         Getresid => {
             // The i386 16-bit getresuid/getresgid (165, 171) write

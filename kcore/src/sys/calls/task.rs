@@ -449,6 +449,7 @@ pub(crate) fn times<M: Machine>(c: &mut Ctx<'_, M>, buf: u64) -> SysResult {
 }
 
 const SIGKILL: u64 = 9;
+const SIGCHLD: u64 = 17;
 const SIGSTOP: u64 = 19;
 
 /// `rt_sigaction(sig, act, oact, sigsetsize)` in the caller's layout.
@@ -514,8 +515,183 @@ pub(crate) fn rt_sigaction<M: Machine>(
     if let Some(mut n) = new {
         n.mask &= !((1 << (SIGKILL - 1)) | (1 << (SIGSTOP - 1)));
         c.p.signals.actions[i] = n;
+        if sig == SIGCHLD {
+            // SIG_IGN or SA_NOCLDWAIT: the children leave no zombies.
+            const SA_NOCLDWAIT: u64 = 2;
+            c.procs
+                .set_reaps_children(c.p.pid, n.handler == 1 || n.flags & SA_NOCLDWAIT != 0);
+        }
     }
     Ok(0)
+}
+
+/// `wait4`'s and `waitid`'s option bits.
+mod wopt {
+    pub const WNOHANG: u64 = 1;
+    pub const WSTOPPED: u64 = 2;
+    pub const WEXITED: u64 = 4;
+    pub const WCONTINUED: u64 = 8;
+    pub const WNOWAIT: u64 = 0x0100_0000;
+    pub const WNOTHREAD: u64 = 0x2000_0000;
+    pub const WALL: u64 = 0x4000_0000;
+    pub const WCLONE: u64 = 0x8000_0000;
+}
+
+/// The calling process's group.
+fn own_pgid<M: Machine>(c: &Ctx<'_, M>) -> u32 {
+    c.procs.get(c.p.pid).map_or(c.p.pid, |e| e.pgid)
+}
+
+/// `wait4(pid, wstatus, options, rusage)` (and the i386 `waitpid`, with
+/// no rusage): takes a child that ended, as Linux picks it by `pid` (-1
+/// any child, 0 any in the caller's group, below -1 any in group -pid,
+/// else that child), writes its `wstatus`, reaps it and returns its pid.
+/// Children that live but none ended: 0 with `WNOHANG`, else the thread
+/// waits until one ends. `ECHILD` when no child matches. The rusage
+/// written is all zeros (the runtime does not keep children's usage). No
+/// process here stops or continues, so `WUNTRACED` and `WCONTINUED` never
+/// report anything.
+pub(crate) fn wait4<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    pid: u64,
+    wstatus: u64,
+    options: u64,
+    rusage: u64,
+) -> Result<Action, Errno> {
+    use super::super::procs::Which;
+    use wopt::*;
+    let options = options & 0xffff_ffff;
+    if options & !(WNOHANG | WSTOPPED | WCONTINUED | WNOTHREAD | WALL | WCLONE) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let which = match pid as u32 as i32 {
+        -1 => Which::Any,
+        0 => Which::Group(own_pgid(c)),
+        i32::MIN => return Err(Errno::ESRCH),
+        p if p < 0 => Which::Group(p.unsigned_abs()),
+        p => Which::Pid(p as u32),
+    };
+    match c.procs.waitable(c.p.pid, which)? {
+        Some((child, status)) => {
+            if wstatus != 0 {
+                c.write(wstatus, &status.wstatus().to_le_bytes())?;
+            }
+            if rusage != 0 {
+                // struct rusage: 144 bytes (64-bit), 72 (i386).
+                let len = if c.wide() { 144 } else { 72 };
+                c.write(rusage, &[0u8; 144][..len])?;
+            }
+            c.procs.reap(child);
+            Ok(Action::Return(child.into()))
+        }
+        None if options & WNOHANG != 0 => Ok(Action::Return(0)),
+        None => Ok(Action::Wait { until_ns: None }),
+    }
+}
+
+/// `waitid(idtype, id, infop, options, rusage)`: as [`wait4`], chosen by
+/// `P_ALL`, `P_PID` or `P_PGID` (id 0: the caller's group), reported as
+/// the SIGCHLD `siginfo_t` (`si_code` `CLD_EXITED`, `CLD_KILLED` or
+/// `CLD_DUMPED`, `si_pid`, `si_status`); `WNOWAIT` leaves the child a
+/// zombie. `options` must ask for `WEXITED`, `WSTOPPED` or `WCONTINUED`;
+/// `P_PIDFD` is `EINVAL` (there are no pidfds). With `WNOHANG` and no child
+/// ended, returns 0 with the fields zeroed.
+pub(crate) fn waitid<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    idtype: u64,
+    id: u64,
+    infop: u64,
+    options: u64,
+    rusage: u64,
+) -> Result<Action, Errno> {
+    use super::super::procs::Which;
+    use wopt::*;
+    let options = options & 0xffff_ffff;
+    if options & !(WNOHANG | WSTOPPED | WEXITED | WCONTINUED | WNOWAIT | WNOTHREAD | WALL | WCLONE)
+        != 0
+        || options & (WEXITED | WSTOPPED | WCONTINUED) == 0
+    {
+        return Err(Errno::EINVAL);
+    }
+    let id = id as u32;
+    let which = match idtype & 0xffff_ffff {
+        0 => Which::Any,
+        1 if id as i32 > 0 => Which::Pid(id),
+        2 if id == 0 => Which::Group(own_pgid(c)),
+        2 if id as i32 > 0 => Which::Group(id),
+        _ => return Err(Errno::EINVAL),
+    };
+    // siginfo_t: signo, errno, code, then the union at 16 (64-bit) or 12
+    // (i386): si_pid, si_uid, si_status, si_utime, si_stime.
+    let (union, clock) = if c.wide() { (16, 8) } else { (12, 4) };
+    let mut info = [0u8; 48];
+    let len = union + 12 + 2 * clock;
+    let found = if options & WEXITED != 0 {
+        c.procs.waitable(c.p.pid, which)?
+    } else {
+        // Only stops or continues asked for: none ever comes.
+        c.procs.waitable(c.p.pid, which)?;
+        None
+    };
+    match found {
+        Some((child, status)) => {
+            const SIGCHLD_NR: i32 = 17;
+            info[0..4].copy_from_slice(&SIGCHLD_NR.to_le_bytes());
+            info[8..12].copy_from_slice(&status.si_code().to_le_bytes());
+            info[union..union + 4].copy_from_slice(&child.to_le_bytes());
+            info[union + 8..union + 12].copy_from_slice(&status.si_status().to_le_bytes());
+            if infop != 0 {
+                c.write(infop, &info[..len])?;
+            }
+            if rusage != 0 {
+                let rlen = if c.wide() { 144 } else { 72 };
+                c.write(rusage, &[0u8; 144][..rlen])?;
+            }
+            if options & WNOWAIT == 0 {
+                c.procs.reap(child);
+            }
+            Ok(Action::Return(0))
+        }
+        None if options & WNOHANG != 0 => {
+            if infop != 0 {
+                c.write(infop, &info[..len])?;
+            }
+            Ok(Action::Return(0))
+        }
+        None => Ok(Action::Wait { until_ns: None }),
+    }
+}
+
+/// `getpgid(pid)` / `getsid(pid)` (0: the caller): the group or session
+/// of a process that lives or is a zombie; `ESRCH` otherwise.
+pub(crate) fn getpgid<M: Machine>(c: &Ctx<'_, M>, pid: u64, session: bool) -> SysResult {
+    let pid = match pid as u32 as i32 {
+        0 => c.p.pid,
+        p if p < 0 => return Err(Errno::ESRCH),
+        p => p as u32,
+    };
+    match c.procs.get(pid) {
+        Some(e) => Ok(u64::from(if session { e.sid } else { e.pgid })),
+        // A process the table does not know answers for itself.
+        None if pid == c.p.pid => Ok(u64::from(pid)),
+        None => Err(Errno::ESRCH),
+    }
+}
+
+/// `setpgid(pid, pgid)`: 0s mean the caller and `pid`; a negative group
+/// is `EINVAL`; the rest as [`Procs::setpgid`](super::super::procs::Procs::setpgid).
+pub(crate) fn setpgid<M: Machine>(c: &mut Ctx<'_, M>, pid: u64, pgid: u64) -> SysResult {
+    let pid = match pid as u32 as i32 {
+        0 => c.p.pid,
+        p if p < 0 => return Err(Errno::ESRCH),
+        p => p as u32,
+    };
+    let pgid = match pgid as u32 as i32 {
+        0 => pid,
+        g if g < 0 => return Err(Errno::EINVAL),
+        g => g as u32,
+    };
+    c.procs.setpgid(c.p.pid, pid, pgid).map(|()| 0)
 }
 
 /// `rt_sigprocmask(how, set, oset, sigsetsize)`. Unblocking a pending

@@ -277,7 +277,12 @@ fn random_socket_calls_on_live_sockets() {
             }
             assert!(e.sys.net.open_count() <= crate::sys::net::MAX_SOCKETS);
         }
-        crate::sys::process_ended(&mut e.sys, &mut e.p);
+        crate::sys::process_ended(
+            &mut e.sys,
+            &mut e.p,
+            crate::sys::procs::Status::Exited(0),
+            |_| {},
+        );
         e.pump_net();
         assert_eq!(e.sys.net.open_count(), 0);
     }

@@ -7,6 +7,7 @@ mod calls;
 mod efault;
 mod events;
 mod fuzz;
+mod procs;
 mod restart;
 mod signals;
 mod sigwait;
@@ -261,7 +262,8 @@ impl Env {
     pub fn new(abi: Abi) -> Env {
         let mut sys = System::new(archive_fs());
         let mut p =
-            Process::new(&mut sys, SELF_TID, 1, b"prog", b"bin/prog", abi, b"/data").unwrap();
+            Process::new(&sys.fs, SELF_TID, 1, b"prog", b"bin/prog", abi, b"/data").unwrap();
+        crate::sys::process_started(&mut sys, &mut p).unwrap();
         let areas = &mut p.areas;
         areas
             .insert(Area {

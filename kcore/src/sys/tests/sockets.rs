@@ -394,7 +394,12 @@ fn a_reset_reads_as_econnreset_and_the_process_end_closes_its_sockets() {
     assert_eq!(recv(&mut e, c, 16, 0), Err(Errno::ECONNRESET));
     assert_eq!(recv(&mut e, c, 16, 0).unwrap(), b"");
     assert!(e.sys.net.open_count() >= 2);
-    crate::sys::process_ended(&mut e.sys, &mut e.p);
+    crate::sys::process_ended(
+        &mut e.sys,
+        &mut e.p,
+        crate::sys::procs::Status::Exited(0),
+        |_| {},
+    );
     assert_eq!(e.sys.net.open_count(), 0);
 }
 
