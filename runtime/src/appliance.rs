@@ -59,8 +59,6 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
     );
     let wire = crate::console::sink() == crate::console::Sink::Wire;
     let mut started = 0usize;
-    // Each process's program, for the Task records of its threads.
-    let mut programs: alloc::vec::Vec<(u8, sampler::wire::Program)> = alloc::vec::Vec::new();
     for spec in &manifest.processes {
         let Some(entry) = archive.get(spec.exe.as_bytes()) else {
             kprintln!(
@@ -82,7 +80,6 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
                     spec.exe,
                     t.map_or(0, |t| t.entry)
                 );
-                programs.push((s.id, s.program));
             }
             Err(e) => kprintln!("perch: {}: cannot start {}: {e}", spec.name, spec.exe),
         }
@@ -97,14 +94,14 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
     }
     let mut timed_out = false;
     if wire {
-        announce_new_tasks(&programs);
+        announce_new_tasks();
     }
     if started > 0 {
         crate::dispatch::run_until(|| {
             if wire {
                 // A thread made in the last slice is named before its
                 // first samples.
-                announce_new_tasks(&programs);
+                announce_new_tasks();
                 crate::stream::drain::drain();
                 // After the drain: a thread's end follows its samples.
                 announce_ended_tasks();
@@ -212,9 +209,9 @@ fn announce_ended_tasks() {
 
 /// Sends a Task record for every thread the stream has not been told of:
 /// its pid and tid, its name and its process's program.
-fn announce_new_tasks(programs: &[(u8, sampler::wire::Program)]) {
+fn announce_new_tasks() {
     task::take_unannounced(|id, t| {
-        let Some((_, program)) = programs.iter().find(|(p, _)| *p == t.proc) else {
+        let Some(program) = linux::program_of(t.proc) else {
             return;
         };
         crate::stream::send_program_task(
@@ -223,7 +220,7 @@ fn announce_new_tasks(programs: &[(u8, sampler::wire::Program)]) {
             u32::from(id) + 1,
             t.name(),
             t.spec.abi == task::Abi::Compat32,
-            program.clone(),
+            program,
         );
     });
 }

@@ -164,6 +164,12 @@ pub enum Action {
     /// [`new_thread`], and returns the tid to the caller, or `-EAGAIN`
     /// when it has no room.
     Clone(CloneArgs),
+    /// A copy of the process (`fork`, `vfork`, `clone` without `CLONE_VM`),
+    /// its arguments checked: the runtime picks the child's pid, builds its
+    /// state with [`fork_child`], copies the address space, writes the
+    /// tids the flags ask for and returns the pid to the caller (0 to the
+    /// child), or `-EAGAIN` when it has no room.
+    Fork(CloneArgs),
     /// `rt_sigreturn`: the runtime restores the thread's registers from
     /// its signal frame with [`signal::sigreturn`].
     SigReturn,
@@ -184,7 +190,7 @@ pub enum Action {
     },
 }
 
-pub use calls::task::{CloneArgs, new_thread, release_robust_list};
+pub use calls::task::{CloneArgs, clone_flags, fork_child, new_thread, release_robust_list};
 
 /// Signal names for reports: `SIGABRT` for 6, `SIG34` style past 31.
 pub fn signal_name(sig: u8) -> &'static str {
@@ -433,10 +439,11 @@ pub fn process_started(sys: &mut System, p: &mut Process) -> Result<(), Errno> {
 }
 
 /// Process `p` ended with `status`: its descriptors close (a description
-/// another process still names stays), its sockets with them, and it
-/// becomes a zombie for its parent ([`procs::Procs::ended`]). Returns the
-/// parent, whose threads waiting in `wait4` or `waitid` were woken through
-/// `wake` (each waiting tid), and which the runtime sends SIGCHLD.
+/// another process still names stays; the holders of a pipe's other end
+/// hear of it), its sockets with them, and it becomes a zombie for its
+/// parent ([`procs::Procs::ended`]). Returns the parent, whose threads
+/// waiting in `wait4` or `waitid` were woken through `wake` (each waiting
+/// tid), and which the runtime sends SIGCHLD.
 pub fn process_ended(
     sys: &mut System,
     p: &mut Process,
@@ -444,13 +451,26 @@ pub fn process_ended(
     wake: impl FnMut(u32),
 ) -> Option<u32> {
     let mut wake = wake;
-    sys.files.close_all(&mut p.fds);
+    let gone = sys.files.close_all(&mut p.fds);
     // Its sockets close below, by owner.
     sys.files.take_closed_sockets();
     sys.net.close_all_of(p.pid);
-    let parent = sys.procs.ended(p.pid, status)?;
-    sys.waits.wake_with(parent, &mut wake);
-    Some(parent)
+    // A pipe end it held went: the other end's holders, in any process,
+    // see end of file or a broken pipe.
+    let mut pipes = false;
+    for t in gone {
+        if let Some(obj @ event::Obj::Pipe(_)) = event::Obj::of(t) {
+            sys.files.event(obj, 0);
+            pipes = true;
+        }
+    }
+    let parent = sys.procs.ended(p.pid, status);
+    if pipes {
+        sys.waits.wake_all_with(&mut wake);
+    } else if let Some(parent) = parent {
+        sys.waits.wake_with(parent, &mut wake);
+    }
+    parent
 }
 
 /// Thread `t` stops waiting for a file (a signal interrupts it, or it ends).

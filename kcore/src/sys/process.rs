@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 
 use super::Abi;
 use super::errno::Errno;
-use super::fd::{FdTable, NOFILE_LIMIT};
+use super::fd::{FdTable, Files, NOFILE_LIMIT};
 use super::fs::{NodeId, Vfs};
 use super::machine::{LineEnd, Machine, Stream, TlsEntry};
 use super::vma::{AreaSet, Layout, STACK_SIZE, page_round_up};
@@ -308,6 +308,41 @@ impl Process {
             rlimits,
             cpu_time_ns: 0,
             start_ns: 0,
+            out: [LineBuffer::default(), LineBuffer::default()],
+        })
+    }
+
+    /// The copy of this process that `fork` makes, as pid `pid` started at
+    /// `now_ns`: the same program, memory areas, break, working directory,
+    /// umask, limits and signal actions; a descriptor table naming the same
+    /// descriptions of `files`; one thread, no pending signals, no CPU time
+    /// and empty line buffers.
+    pub fn forked(&self, files: &mut Files, pid: u32, now_ns: u64) -> Result<Process, Errno> {
+        let mut exe = Vec::new();
+        exe.try_reserve(self.exe.len()).map_err(|_| Errno::EAGAIN)?;
+        exe.extend_from_slice(&self.exe);
+        let fds = files.copy_table(&self.fds).map_err(|_| Errno::EAGAIN)?;
+        Ok(Process {
+            pid,
+            ppid: self.pid,
+            comm: self.comm,
+            exe,
+            abi: self.abi,
+            layout: self.layout,
+            cwd: self.cwd,
+            umask: self.umask,
+            fds,
+            areas: self.areas.clone(),
+            brk_start: self.brk_start,
+            brk: self.brk,
+            signals: Signals {
+                actions: self.signals.actions,
+                pending: 0,
+            },
+            threads: 1,
+            rlimits: self.rlimits,
+            cpu_time_ns: 0,
+            start_ns: now_ns,
             out: [LineBuffer::default(), LineBuffer::default()],
         })
     }

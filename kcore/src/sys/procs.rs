@@ -137,6 +137,15 @@ impl Procs {
         self.get(pid).is_some()
     }
 
+    /// The zombies' pids 1..=64 as bits (bit n: pid n + 1), which the
+    /// runtime gives to no new process or thread until they are reaped.
+    pub fn zombie_mask(&self) -> u64 {
+        self.entries
+            .iter()
+            .filter(|e| e.ended.is_some() && (1..=64).contains(&e.pid))
+            .fold(0, |m, e| m | 1 << (e.pid - 1))
+    }
+
     /// Whether `pid` lives (it has not ended).
     pub fn alive(&self, pid: u32) -> bool {
         self.get(pid).is_some_and(|e| e.ended.is_none())
@@ -293,7 +302,9 @@ mod tests {
         assert_eq!(p.waitable(1, Which::Pid(3)), Ok(None));
         assert_eq!(p.waitable(1, Which::Any), Ok(Some((2, Status::Exited(7)))));
         assert_eq!(p.add(2, 1, 1, 1), Err(Errno::EAGAIN));
+        assert_eq!(p.zombie_mask(), 0b10);
         p.reap(2);
+        assert_eq!(p.zombie_mask(), 0);
         assert!(!p.holds(2));
         assert_eq!(p.waitable(1, Which::Pid(2)), Err(Errno::ECHILD));
         assert_eq!(p.waitable(2, Which::Any), Err(Errno::ECHILD));

@@ -171,6 +171,8 @@ pub enum Sys {
     SetTidAddress,
     Setpgid,
     Setsid,
+    Fork,
+    Vfork,
     Wait4,
     Waitpid,
     Waitid,
@@ -253,6 +255,8 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (39, Sys::Getpid),             // getpid
     (56, Sys::Clone),              // clone
     (60, Sys::Exit),               // exit
+    (57, Sys::Fork),               // fork
+    (58, Sys::Vfork),              // vfork
     (61, Sys::Wait4),              // wait4
     (62, Sys::Kill),               // kill
     (112, Sys::Setsid),            // setsid
@@ -408,6 +412,8 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (60, Sys::Umask),              // umask
     (63, Sys::Dup2),               // dup2
     (64, Sys::Getppid),            // getppid
+    (2, Sys::Fork),                // fork
+    (190, Sys::Vfork),             // vfork
     (7, Sys::Waitpid),             // waitpid
     (114, Sys::Wait4),             // wait4
     (66, Sys::Setsid),             // setsid
@@ -635,7 +641,10 @@ mod tests {
         assert_eq!(lookup(X86_64, 41), Some(Sys::Socket));
         assert_eq!(lookup(I386, 102), Some(Sys::Socketcall));
         assert_eq!(name(X86_64, 57), Some("fork"));
-        assert_eq!(lookup(X86_64, 57), None);
+        assert_eq!(lookup(X86_64, 57), Some(Sys::Fork));
+        assert_eq!(lookup(I386, 190), Some(Sys::Vfork));
+        assert_eq!(name(X86_64, 59), Some("execve"));
+        assert_eq!(lookup(X86_64, 59), None);
         assert_eq!(name(X86_64, 400), Some(""));
         assert_eq!(name(X86_64, 467), Some("uretprobe"));
         assert_eq!(name(X86_64, 468), None);

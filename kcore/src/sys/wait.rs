@@ -75,6 +75,21 @@ impl WaitList {
         n
     }
 
+    /// Wakes every waiter of every process (a file that may be shared
+    /// between processes changed: a pipe); how many.
+    pub fn wake_all<M: Machine>(&mut self, m: &mut M) -> usize {
+        self.wake_all_with(&mut |tid| m.wake_thread(tid))
+    }
+
+    /// [`WaitList::wake_all`] through `wake(tid)`.
+    pub fn wake_all_with(&mut self, wake: &mut impl FnMut(u32)) -> usize {
+        let n = self.waiters.len();
+        for (_, tid) in self.waiters.drain(..) {
+            wake(tid);
+        }
+        n
+    }
+
     /// Wakes every waiter of process `pid` through `wake(tid)`; how many.
     pub fn wake_with(&mut self, pid: u32, wake: &mut impl FnMut(u32)) -> usize {
         let mut n = 0;

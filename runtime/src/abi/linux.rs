@@ -393,6 +393,13 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
             };
             ret(frame, v)
         }
+        Action::Fork(args) => {
+            let v = match fork_process(id, frame, &args) {
+                Ok(pid) => u64::from(pid),
+                Err(e) => e.to_return(),
+            };
+            ret(frame, v)
+        }
         Action::ExitThread(status) => {
             task::set_outcome(Outcome::ThreadExit(i64::from(status)));
             LEAVE
@@ -705,20 +712,48 @@ pub fn fire_timers(now_ns: u64) {
             },
             Ordering::Relaxed,
         );
-        let live: heapless::Vec<u8, { task::MAX_TASKS }> = task::threads_of(proc as u8)
-            .into_iter()
-            .filter(|&t| task::get(t).is_some_and(|t| !t.state.ended()))
-            .collect();
-        let target = live
-            .iter()
-            .copied()
-            .find(|&t| !task::blocks(t, SIGALRM))
-            .or_else(|| live.first().copied());
-        if let Some(t) = target {
-            task::post_signal(t, SIGALRM, Errno::EINTR.to_return());
-        }
+        post_to_process(proc as u8, SIGALRM);
     }
     recompute_next_alarm();
+}
+
+/// Sends signal bit `bit` to process slot `proc`, as Linux picks the
+/// thread for a process-directed signal: a live thread that does not block
+/// it, else the first live one.
+fn post_to_process(proc: u8, bit: u64) {
+    let live: heapless::Vec<u8, { task::MAX_TASKS }> = task::threads_of(proc)
+        .into_iter()
+        .filter(|&t| task::get(t).is_some_and(|t| !t.state.ended()))
+        .collect();
+    let target = live
+        .iter()
+        .copied()
+        .find(|&t| !task::blocks(t, bit))
+        .or_else(|| live.first().copied());
+    if let Some(t) = target {
+        task::post_signal(t, bit, Errno::EINTR.to_return());
+    }
+}
+
+/// A child of process `parent` ended: SIGCHLD goes to it when it has a
+/// handler for it (its default action, and `SIG_IGN`, do nothing, and must
+/// not interrupt the parent's waits).
+fn tell_parent(parent: u32) {
+    const SIGCHLD: usize = 17;
+    let Some(proc) = parent.checked_sub(1).and_then(|p| u8::try_from(p).ok()) else {
+        return;
+    };
+    let handled = task::threads_of(proc).into_iter().any(|t| {
+        task::with_thread(t, |_, p| {
+            p.linux
+                .as_deref()
+                .is_some_and(|l| l.signals.actions[SIGCHLD - 1].handler > 1)
+        })
+        .unwrap_or(false)
+    });
+    if handled {
+        post_to_process(proc, 1 << (SIGCHLD - 1));
+    }
 }
 
 /// True while some process has an armed interval timer.
@@ -1001,7 +1036,7 @@ pub fn ended(id: u8, name: &str) {
     // None of its threads waits any more; its descriptors close, and its
     // sockets with them.
     let mut linux = task::with_thread(id, |_, p| p.linux.take()).flatten();
-    with_system(|s| {
+    let parent = with_system(|s| {
         for tid in task::threads_of(t.proc) {
             s.futex.cancel(u32::from(tid) + 1);
             s.waits.remove(u32::from(tid) + 1);
@@ -1023,9 +1058,15 @@ pub fn ended(id: u8, name: &str) {
                 if let Some(w) = tid.checked_sub(1).and_then(|i| u8::try_from(i).ok()) {
                     task::wake(w, 0);
                 }
-            });
+            })
+        } else {
+            None
         }
-    });
+    })
+    .flatten();
+    if let Some(parent) = parent {
+        tell_parent(parent);
+    }
     poll_net_if_dirty();
     task::with_thread(id, |_, p| {
         p.space.clear_user();
@@ -1045,7 +1086,9 @@ pub fn timed_out(id: u8) {
 /// the parent's user frame returning 0 on the new stack. Nothing is made
 /// when any step fails; the error is the parent's `clone` result.
 fn clone_thread(id: u8, frame: &TrapFrame, args: &sys::CloneArgs) -> Result<u32, Errno> {
-    let slot = task::free_slot().ok_or(Errno::EAGAIN)? as u8;
+    // A tid is never a zombie's pid.
+    let held = with_system(|s| s.procs.zombie_mask()).unwrap_or(u64::MAX);
+    let slot = task::free_slot_but(held).ok_or(Errno::EAGAIN)? as u8;
     let tid = u32::from(slot) + 1;
     let linux =
         with_machine(id, |m, p, t| sys::new_thread(m, p, t, args, tid)).ok_or(Errno::ESRCH)??;
@@ -1077,6 +1120,118 @@ fn clone_thread(id: u8, frame: &TrapFrame, args: &sys::CloneArgs) -> Result<u32,
         return Err(Errno::EAGAIN);
     }
     Ok(tid)
+}
+
+/// `fork`: a new process, copy of the caller's (task `id`, whose user
+/// frame is `frame`): its Linux state from [`sys::fork_child`], a copy of
+/// its address space, its thread's segments and FPU state, and the frame
+/// with 0 in `rax` (on `args.stack` when given). The tids `args` asks for
+/// are written in the child's memory and the parent's. Its pid, or
+/// `EAGAIN` when there is no slot or no memory.
+fn fork_process(id: u8, frame: &TrapFrame, args: &sys::CloneArgs) -> Result<u32, Errno> {
+    use sys::clone_flags as f;
+    let held = with_system(|s| s.procs.zombie_mask()).unwrap_or(u64::MAX);
+    let slot = task::free_slot_but(held).ok_or(Errno::EAGAIN)? as u8;
+    let pid = u32::from(slot) + 1;
+    let now = crate::time::now_ns();
+    let (mut cp, ct) = with_machine(id, |_, p, t| {
+        with_system(|s| sys::fork_child(s, p, t, args, pid, now))
+    })
+    .flatten()
+    .ok_or(Errno::ESRCH)??;
+    // Undoes the child's Linux state when it cannot be made.
+    let undo = |cp: &mut sys::Process| {
+        with_system(|s| {
+            s.files.close_all(&mut cp.fds);
+            s.procs.reap(pid);
+        });
+    };
+    let copied = task::with_thread(id, |_, proc| {
+        proc.space
+            .copy_user(arch_x86::paging::USER_END)
+            .map(|space| (space, proc.stack_low))
+    })
+    .flatten();
+    let Some((mut space, mut stack_low)) = copied else {
+        undo(&mut cp);
+        return Err(Errno::EAGAIN);
+    };
+    let tid = pid.to_le_bytes();
+    if args.flags & f::CHILD_SETTID != 0 {
+        let pager = &mut AreaPager {
+            areas: &cp.areas,
+            stack_low: &mut stack_low,
+        };
+        // As Linux, a bad address is not the caller's error.
+        let _ = user::write(&mut space, pager, args.child_tid, &tid, Access::Write);
+    }
+    if args.flags & f::PARENT_SETTID != 0 {
+        let _ = with_machine(id, |m, p, _| m.write_user(&p.areas, args.parent_tid, &tid));
+    }
+    let (fs, gs) = crate::cpu::saved_selectors();
+    let segs = crate::cpu::UserSegments {
+        fs,
+        gs,
+        tls: tls_descriptors(&ct.tls),
+        fs_base: ct.fs_base,
+    };
+    let mut fpu = Box::new(crate::cpu::FpuState::initial());
+    fpu.save();
+    let mut child = *frame;
+    child.rax = 0;
+    if args.stack != 0 {
+        child.rsp = args.stack;
+    }
+    let (stack_top, thread_low) =
+        task::with_thread(id, |t, _| (t.stack_top, t.stack_low)).unwrap_or((None, 0));
+    let thread = Box::new(task::Thread {
+        segs,
+        fpu,
+        linux: Some(Box::new(ct)),
+        stack_top,
+        stack_low: thread_low,
+    });
+    let process = Box::new(task::Process {
+        space,
+        linux: Some(Box::new(cp)),
+        stack_low,
+    });
+    set_program(slot, program_of(task::get(id).map_or(slot, |t| t.proc)));
+    if task::install_forked(id, slot, process, thread, &child).is_err() {
+        // The slot was free a moment ago, under the kernel lock: not
+        // reached. The child's state goes with the boxes; its table entry
+        // and descriptors go here.
+        with_system(|s| s.procs.reap(pid));
+        return Err(Errno::EAGAIN);
+    }
+    Ok(pid)
+}
+
+/// Each process's program by process slot, for the Task records of its
+/// threads: set when it starts, copied to a child at `fork`.
+static PROGRAMS: Mutex<RefCell<alloc::vec::Vec<Option<sampler::wire::Program>>>> =
+    Mutex::new(RefCell::new(alloc::vec::Vec::new()));
+
+/// The program process slot `proc` runs, if a loaded one.
+pub fn program_of(proc: u8) -> Option<sampler::wire::Program> {
+    critical_section::with(|cs| {
+        PROGRAMS
+            .borrow_ref(cs)
+            .get(usize::from(proc))
+            .cloned()
+            .flatten()
+    })
+}
+
+fn set_program(proc: u8, program: Option<sampler::wire::Program>) {
+    critical_section::with(|cs| {
+        let mut all = PROGRAMS.borrow_ref_mut(cs);
+        let i = usize::from(proc);
+        if all.len() <= i {
+            all.resize(i + 1, None);
+        }
+        all[i] = program;
+    });
 }
 
 /// Flushes a process's pending partial output lines (at a fault or when
@@ -1179,9 +1334,6 @@ fn prot_of(p: kcore::elf::Prot) -> Prot {
 pub struct Started {
     /// The process slot.
     pub id: u8,
-    /// What the Task record says of its program: archive path, build-id
-    /// and the segments as mapped.
-    pub program: sampler::wire::Program,
 }
 
 /// The wire form of a loaded segment's rights.
@@ -1324,5 +1476,8 @@ pub fn start(
     let thread = task::Thread::first(Some(Box::new(first)));
     let sp = image.sp;
     let id = task::install(task_spec, process, thread, |_| sp).map_err(|_| StartError::NoSlot)?;
-    Ok(Started { id, program })
+    // What the Task records of its threads say of its program: archive
+    // path, build-id and the segments as mapped.
+    set_program(id, Some(program));
+    Ok(Started { id })
 }

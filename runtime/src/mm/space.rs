@@ -5,8 +5,8 @@
 
 use super::frames;
 use arch_x86::paging::{
-    ADDR_MASK, BORROWED, KERNEL_PML4_FIRST, MapError, Mapper, PRESENT, PageTable, TableMemory,
-    phys_to_virt,
+    ADDR_MASK, BORROWED, KERNEL_PML4_FIRST, MapError, Mapper, PAGE, PRESENT, PageTable,
+    TableMemory, phys_to_virt,
 };
 
 /// Page tables reached through the direct map, table frames from [`frames`].
@@ -110,6 +110,51 @@ impl AddressSpace {
             }
         }
         flush_all(self.root);
+    }
+
+    /// A new space whose lower half below `end` is a copy of this one's,
+    /// for a new process (`fork`): every present page gets a frame of its
+    /// own with the same contents and rights; a borrowed page (the runtime
+    /// image's built-in programs) stays borrowed. Pages not present yet
+    /// stay absent and fault in from the process's areas. `None` when
+    /// memory runs out (what was copied goes with the copy).
+    pub fn copy_user(&self, end: u64) -> Option<AddressSpace> {
+        let mut child = AddressSpace::new()?;
+        let m = self.mapper();
+        let mut pages = heapless::Vec::<(u64, u64), 64>::new();
+        let mut next = Some(0);
+        while let Some(from) = next {
+            pages.clear();
+            next = m.for_each_leaf(&mut DirectTables, from, end, |va, e| {
+                let _ = pages.push((va, e));
+                !pages.is_full()
+            });
+            for &(va, e) in &pages {
+                let pa = e & ADDR_MASK;
+                let flags = e & !ADDR_MASK;
+                if e & BORROWED != 0 {
+                    child.map_borrowed(va, pa, flags & !BORROWED).ok()?;
+                    continue;
+                }
+                let f = frames::alloc()?;
+                // SAFETY: `pa` is a frame this space maps and owns, `f` was
+                // just handed out to this code; the direct map covers both,
+                // and they are distinct frames of 4 KiB.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        phys_to_virt(pa) as *const u8,
+                        phys_to_virt(f) as *mut u8,
+                        PAGE as usize,
+                    );
+                }
+                // The new space maps nothing there yet: nothing is replaced.
+                if child.mapper().map(&mut DirectTables, va, f, flags).is_err() {
+                    frames::free(f);
+                    return None;
+                }
+            }
+        }
+        Some(child)
     }
 
     /// Unmaps the whole lower half, freeing every frame and table it owns.

@@ -628,7 +628,19 @@ fn ustack_top_for(slot: usize) -> u64 {
 
 /// The first free process slot.
 pub fn free_slot() -> Option<usize> {
-    critical_section::with(|cs| TASKS.borrow_ref(cs).iter().position(Option::is_none))
+    free_slot_but(0)
+}
+
+/// [`free_slot`], skipping the slots of `held` (bit n: slot n, whose id
+/// n + 1 a process that ended still holds until its parent waits).
+pub fn free_slot_but(held: u64) -> Option<usize> {
+    critical_section::with(|cs| {
+        TASKS
+            .borrow_ref(cs)
+            .iter()
+            .enumerate()
+            .position(|(i, t)| t.is_none() && held >> (i % 64) & 1 == 0)
+    })
 }
 
 /// The first frame of a task: `spec`'s registers, entry and ABI, on
@@ -710,6 +722,53 @@ pub fn install(
         nudge(cpu);
         slot
     })
+}
+
+/// Puts the first thread of a copy of task `parent`'s process (`fork`) in
+/// free slot `slot` (the caller chose it and gave its pid away already):
+/// `proc` and `thread` are what the copy owns, `frame` its first user
+/// frame. It runs the parent's program under the parent's name, on the
+/// CPUs the parent may use.
+pub fn install_forked(
+    parent: u8,
+    slot: u8,
+    proc: Box<Process>,
+    thread: Box<Thread>,
+    frame: &TrapFrame,
+) -> Result<(), SpawnError> {
+    let parent = get(parent).ok_or(SpawnError::NoFreeSlot)?;
+    critical_section::with(|cs| {
+        let mut tasks = TASKS.borrow_ref_mut(cs);
+        let s = slot as usize;
+        if !matches!(tasks.get(s), Some(None)) {
+            return Err(SpawnError::NoFreeSlot);
+        }
+        // SAFETY: the slot is free, so no task runs on this kernel stack.
+        unsafe { frame_ptr(s).write(*frame) };
+        THREADS.borrow_ref_mut(cs)[s] = Some(thread);
+        PROCS.borrow_ref_mut(cs)[s] = Some(proc);
+        set_pid(s, slot);
+        REAPED[s].store(false, Ordering::Relaxed);
+        ENDED_BY_SIBLING[s].store(false, Ordering::Relaxed);
+        let cpu = place(&tasks, parent.cpu, parent.affinity);
+        tasks[s] = Some(Task {
+            spec: parent.spec,
+            state: TaskState::Ready,
+            yields: 0,
+            bytes_written: 0,
+            preemptions: 0,
+            linux: parent.linux,
+            proc: slot,
+            announced: false,
+            end_announced: false,
+            comm: parent.comm,
+            since_ns: crate::time::now_ns(),
+            cpu,
+            affinity: parent.affinity,
+        });
+        Ok(cpu)
+    })
+    .map(nudge)
 }
 
 /// Puts a new thread of task `parent`'s process in free slot `slot` (the

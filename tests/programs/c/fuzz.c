@@ -461,8 +461,8 @@ static uint64_t clone_flags64(void)
 		f = next() % 2 ? THREAD_SET & ~(uint64_t)CLONE_SIGHAND
 			       : CLONE_SIGHAND | CLONE_FS | CLONE_FILES;
 		break;
-	case 2: /* a copy of the process sharing its memory, or not */
-		f = next() % 2 ? CLONE_VM : 0;
+	case 2: /* a copy of the process sharing its memory */
+		f = CLONE_VM;
 		break;
 	default: /* a thread, with some of what may come with one */
 		f = THREAD_SET;
@@ -470,6 +470,11 @@ static uint64_t clone_flags64(void)
 			f |= extras[next() % (sizeof extras / sizeof extras[0])];
 		break;
 	}
+	/* A copy of the process that does not share its memory is a real fork
+	 * (the fuzzer would go on in two processes): those get CLONE_VM, unless
+	 * CLONE_SIGHAND makes them EINVAL first. */
+	if (!(f & (CLONE_VM | CLONE_SIGHAND)))
+		f |= CLONE_VM;
 	if (!(f & CLONE_THREAD))
 		f = (f & ~(uint64_t)0xff) | (next() % 2 ? SIGCHLD : 0);
 	return f;

@@ -91,11 +91,11 @@ impl<M: Machine> Ctx<'_, M> {
 
     /// Something happened to `obj` that may make it ready for `key`
     /// (`EPOLL*` bits, 0 for anything): its epoll entries join their
-    /// ready lists and every thread of the process waiting on a file
-    /// looks again.
+    /// ready lists and every thread waiting on a file looks again, in
+    /// every process (another process may hold the same pipe).
     pub fn changed(&mut self, obj: super::event::Obj, key: u32) {
         self.files.event(obj, key);
-        self.waits.wake(self.m, self.p.pid);
+        self.waits.wake_all(self.m);
     }
 
     /// The signal mask at `addr` that `ppoll`, `pselect6` and
@@ -621,6 +621,15 @@ pub(crate) fn dispatch<M: Machine>(
         Getsid => ret(task::getpgid(c, a[0], true)),
         Setpgid => ret(task::setpgid(c, a[0], a[1])),
         Setsid => ret(c.procs.setsid(c.p.pid).map(u64::from)),
+        // vfork copies as fork does, and the parent runs on at once (the
+        // child has its own memory, so it cannot disturb the parent's).
+        Fork | Vfork => Ok(Action::Fork(task::CloneArgs {
+            flags: 17,
+            stack: 0,
+            parent_tid: 0,
+            child_tid: 0,
+            tls: 0,
+        })),
         Wait4 => task::wait4(c, a[0], a[1], a[2], a[3]),
         Waitpid => task::wait4(c, a[0], a[1], a[2], 0),
         Waitid => task::waitid(c, a[0], a[1], a[2], a[3], a[4]),

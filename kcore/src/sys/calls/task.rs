@@ -973,11 +973,15 @@ pub struct CloneArgs {
 }
 
 /// `clone(flags, stack, parent_tid, child_tid, tls)` (x86-64 order; the
-/// caller passes i386's `tls, child_tid` swapped back). Threads only: a
-/// copy of the process (no `CLONE_VM`, or `CLONE_VM` without
-/// `CLONE_THREAD`, as `fork`, `vfork` and `posix_spawn` ask) is `ENOSYS`,
-/// and a thread with flags beyond what thread libraries pass is
-/// `EINVAL`; both are named in the run's unknown-call summary.
+/// caller passes i386's `tls, child_tid` swapped back). A thread, or a
+/// copy of the process (no `CLONE_VM`: what `fork` asks, with
+/// `CLONE_CHILD_SETTID`, `CLONE_CHILD_CLEARTID` or `CLONE_PARENT_SETTID`
+/// and an exit signal) for the runtime to make ([`Action::Fork`]). A
+/// process sharing the caller's memory without being its thread
+/// (`CLONE_VM` without `CLONE_THREAD`, as `posix_spawn` asks), or a copy
+/// sharing its files or handlers, is `ENOSYS`, and a thread with flags
+/// beyond what thread libraries pass is `EINVAL`; both are named in the
+/// run's unknown-call summary.
 pub(crate) fn clone<M: Machine>(
     c: &mut Ctx<'_, M>,
     nr: u64,
@@ -992,8 +996,16 @@ pub(crate) fn clone<M: Machine>(
         return Err(Errno::EINVAL);
     }
     if flags & f::THREAD == 0 {
-        c.unknown.record(c.abi, nr);
-        return Err(Errno::ENOSYS);
+        const FORK_FLAGS: u64 =
+            f::CSIGNAL | f::PARENT_SETTID | f::CHILD_SETTID | f::CHILD_CLEARTID | f::DETACHED;
+        if flags & !FORK_FLAGS != 0 {
+            c.unknown.record(c.abi, nr);
+            return Err(Errno::ENOSYS);
+        }
+        if args.stack >= c.p.layout.user_top {
+            return Err(Errno::EINVAL);
+        }
+        return Ok(Action::Fork(args));
     }
     if flags & f::THREAD_SET != f::THREAD_SET || flags & !(f::THREAD_SET | f::THREAD_EXTRAS) != 0 {
         c.unknown.record(c.abi, nr);
@@ -1057,6 +1069,50 @@ pub(crate) fn clone3<M: Machine>(
             tls: word(7),
         },
     )
+}
+
+/// The state of the process `fork` makes as pid `pid` (the runtime chose
+/// it, and copies the address space): a copy of `p` ([`Process::forked`]:
+/// its descriptors name the same descriptions) and of its calling thread
+/// `t` (registers aside: the same TLS, blocked signals and alternate
+/// stack; no pending signals, no robust list; `CLONE_CHILD_CLEARTID`'s
+/// address to clear at its exit), entered in the process table in `p`'s
+/// group and session. `EAGAIN` when `pid` is still held or memory runs
+/// out. The runtime writes the tids `CLONE_CHILD_SETTID` and
+/// `CLONE_PARENT_SETTID` ask for, in the child's memory and the parent's.
+pub fn fork_child(
+    sys: &mut super::super::System,
+    p: &super::super::Process,
+    t: &super::super::Thread,
+    args: &CloneArgs,
+    pid: u32,
+    now_ns: u64,
+) -> Result<(super::super::Process, super::super::Thread), Errno> {
+    let (pgid, sid) = sys
+        .procs
+        .get(p.pid)
+        .map_or((p.pid, p.pid), |e| (e.pgid, e.sid));
+    let mut child = p.forked(&mut sys.files, pid, now_ns)?;
+    if let Err(e) = sys.procs.add(pid, p.pid, pgid, sid) {
+        sys.files.close_all(&mut child.fds);
+        return Err(e);
+    }
+    let mut ct = t.clone();
+    ct.tid = pid;
+    ct.pending = 0;
+    ct.robust_list = (0, 0);
+    ct.clear_child_tid = if args.flags & clone_flags::CHILD_CLEARTID != 0 {
+        args.child_tid
+    } else {
+        0
+    };
+    ct.saved_sigmask = None;
+    ct.interrupted = None;
+    ct.sigwait = None;
+    ct.wait = None;
+    ct.sent = 0;
+    ct.renamed = false;
+    Ok((child, ct))
 }
 
 /// Makes the new thread `tid` of process `p` that `parent` asked for

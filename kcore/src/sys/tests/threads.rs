@@ -49,14 +49,27 @@ fn a_pthread_clone_is_handed_to_the_runtime_with_its_arguments() {
 }
 
 #[test]
-fn process_copies_are_enosys_and_odd_threads_einval_both_named() {
+fn forks_go_to_the_runtime_shared_memory_copies_are_enosys_and_odd_threads_einval() {
     for mut e in both() {
-        // fork as glibc asks for it, and posix_spawn's CLONE_VM|CLONE_VFORK.
+        // fork as glibc asks for it: the runtime makes the copy.
         let sigchld = 17;
+        let glibc = sigchld | f::CHILD_SETTID | f::CHILD_CLEARTID;
         assert_eq!(
-            (clone(&mut e, sigchld | f::CHILD_SETTID, 0, 0, 0, 0)),
+            clone(&mut e, glibc, 0, 0, SCRATCH + 8, 0),
+            Action::Fork(CloneArgs {
+                flags: glibc,
+                stack: 0,
+                parent_tid: 0,
+                child_tid: SCRATCH + 8,
+                tls: 0,
+            })
+        );
+        // A copy sharing the descriptor table is not there.
+        assert_eq!(
+            (clone(&mut e, sigchld | f::FILES, 0, 0, 0, 0)),
             Action::Return(Errno::ENOSYS.to_return())
         );
+        // posix_spawn's CLONE_VM|CLONE_VFORK.
         assert_eq!(
             (clone(&mut e, f::VM | 0x4000 | sigchld, SCRATCH, 0, 0, 0)),
             Action::Return(Errno::ENOSYS.to_return())
@@ -79,7 +92,7 @@ fn process_copies_are_enosys_and_odd_threads_einval_both_named() {
         assert_eq!(list.len(), 1, "{list:?}");
         assert_eq!(
             list[0].3, 3,
-            "two copies and the namespace thread are named"
+            "the two copies and the namespace thread are named"
         );
     }
 }
