@@ -41,7 +41,8 @@ const EXIT_CODES: &str = "Exit codes: 0 ok (also when stopped by Ctrl-C, or by q
 As `perf record -- PROGRAM` exits with its workload's status (perf 6.1: `perf record -- false` exits 1), \
 `perch record -- PROGRAM` whose run completed exits with the program's own exit status when that is not 0 \
 (output written; it may coincide with one of perch's codes, whose message then says what went wrong); \
-a program killed by a signal gives 9 where perf dies by the same signal; \
+a program killed by a signal gives 9 where perf dies by the same signal \
+(a program's forked child killed by a signal is left to its parent, as under perf); \
 with --appliance the programs' exit statuses do not change perch's.";
 
 #[derive(Parser)]
@@ -1224,7 +1225,7 @@ fn cache_build_ids(
 }
 
 /// Reports how the programs ended (`quiet`: only the crashes); returns
-/// whether one was killed by a signal.
+/// whether one that perch started was killed by a signal.
 fn report_ends(log: &ProcessLog, quiet: bool) -> bool {
     for e in &log.ends {
         match &e.ending {
@@ -1233,10 +1234,12 @@ fn report_ends(log: &ProcessLog, quiet: bool) -> bool {
                 "perch: {} (pid {}) exited with status {code}",
                 e.name, e.pid
             ),
+            Ending::Killed { .. } if quiet && !e.started => {}
             Ending::Killed { signal, reason } => eprintln!(
-                "perch: {} (pid {}) crashed: killed by {signal}{}{reason}",
+                "perch: {} (pid {}) {}killed by {signal}{}{reason}",
                 e.name,
                 e.pid,
+                if e.started { "crashed: " } else { "" },
                 if reason.is_empty() { "" } else { ": " }
             ),
         }

@@ -27,6 +27,9 @@ pub struct ProcessEnd {
     pub pid: u32,
     /// How it ended.
     pub ending: Ending,
+    /// Whether perch started it (a program of the command line or the
+    /// manifest), rather than a program's fork.
+    pub started: bool,
 }
 
 /// Where a log line goes.
@@ -68,13 +71,25 @@ pub fn parse_end(log: &str) -> Option<ProcessEnd> {
         name: name.to_owned(),
         pid,
         ending,
+        started: false,
     })
+}
+
+/// The pid in a `perch: started NAME (pid P): ...` line of the runtime's
+/// console, which names a process perch asked for.
+fn parse_started(log: &str) -> Option<u32> {
+    let rest = text_of(log).strip_prefix("perch: started ")?;
+    let (_, rest) = rest.split_once(" (pid ")?;
+    let (pid, _) = rest.split_once("):")?;
+    pid.parse().ok()
 }
 
 /// Routes the log lines of a run whose processes perch knows.
 #[derive(Clone, Debug, Default)]
 pub struct ProcessLog {
     names: Vec<String>,
+    /// The pids of the processes perch started.
+    started: Vec<u32>,
     /// The ends seen so far, in order.
     pub ends: Vec<ProcessEnd>,
 }
@@ -84,6 +99,7 @@ impl ProcessLog {
     pub fn new(names: Vec<String>) -> ProcessLog {
         ProcessLog {
             names,
+            started: Vec::new(),
             ends: Vec::new(),
         }
     }
@@ -114,19 +130,23 @@ impl ProcessLog {
                 };
             }
         }
-        if let Some(end) = parse_end(log)
+        if let Some(pid) = parse_started(log) {
+            self.started.push(pid);
+        } else if let Some(mut end) = parse_end(log)
             && self.names.contains(&end.name)
         {
+            end.started = self.started.contains(&end.pid);
             self.ends.push(end);
         }
         Routed::Log
     }
 
-    /// The processes killed by a signal.
+    /// The processes perch started that were killed by a signal (a forked
+    /// child killed by a signal is its parent's business, as under perf).
     pub fn crashed(&self) -> impl Iterator<Item = &ProcessEnd> {
         self.ends
             .iter()
-            .filter(|e| matches!(e.ending, Ending::Killed { .. }))
+            .filter(|e| e.started && matches!(e.ending, Ending::Killed { .. }))
     }
 }
 
@@ -156,6 +176,11 @@ mod tests {
     #[test]
     fn ends_are_parsed_from_the_console_lines() {
         let mut log = ProcessLog::new(vec!["app".into(), "crash".into()]);
+        assert_eq!(
+            log.route("INFO perch: started app (pid 1): /bin/app (x86-64), entry 0x401000"),
+            Routed::Log
+        );
+        log.route("INFO perch: started crash (pid 2): /bin/crash (i386), entry 0x8049000");
         log.route("INFO perch: app (pid 1) exited with status 3");
         log.route(
             "INFO perch: crash (pid 2) killed by SIGSEGV: page fault writing 0x0 at rip 0x401234",
@@ -167,7 +192,8 @@ mod tests {
                 ProcessEnd {
                     name: "app".into(),
                     pid: 1,
-                    ending: Ending::Exited(3)
+                    ending: Ending::Exited(3),
+                    started: true,
                 },
                 ProcessEnd {
                     name: "crash".into(),
@@ -175,10 +201,16 @@ mod tests {
                     ending: Ending::Killed {
                         signal: "SIGSEGV".into(),
                         reason: "page fault writing 0x0 at rip 0x401234".into()
-                    }
+                    },
+                    started: true,
                 }
             ]
         );
+        assert_eq!(log.crashed().count(), 1);
+        // A child that app forked, killed by a signal, is not a crash of
+        // the run.
+        log.route("INFO perch: app (pid 4) killed by SIGTERM: sent by itself");
+        assert!(!log.ends[2].started);
         assert_eq!(log.crashed().count(), 1);
         assert_eq!(
             parse_end("INFO perch: x (pid y) exited with status 0"),

@@ -1,0 +1,147 @@
+//! Processes that make processes: `tests/programs/c/fork.c` forks four workers that
+//! compute, report up a shared pipe and end each their own way (exit statuses, a
+//! SIGTERM after a wait on a second pipe), and reaps them with `waitpid` and `waitid`.
+//! Built with glibc (64- and 32-bit) and musl, it prints under the runtime exactly
+//! what it prints natively and ends the same way; and a recording gives each worker
+//! its own pid, with its samples named by the program's symbols.
+#![forbid(unsafe_code)]
+
+use e2e_tests::programs::{CBuild, End, Program, assert_same_as_native, c_program_with};
+use e2e_tests::{perf_present, qemu_present, record, run_perf};
+use linux_perf_data::linux_perf_event_reader::EventRecord;
+use linux_perf_data::{PerfFileReader, PerfFileRecord};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A run that ends by itself; the duration is only a backstop.
+const CMDLINE: &str = "duration=60000";
+const TIMEOUT: Duration = Duration::from_secs(120);
+const WORKERS: usize = 4;
+
+fn fork_c(build: CBuild) -> PathBuf {
+    c_program_with("fork", build, &["-fno-omit-frame-pointer"], "")
+}
+
+/// The native run did what the test relies on: every worker's line, every end as
+/// the program arranged it, `fork done`, status 0.
+fn assert_native_forks_work(p: &Program) {
+    let native = p.native();
+    let out = native.out();
+    for w in 0..WORKERS {
+        assert!(
+            out.contains(&format!("worker {w}: ")) && !out.contains("NOT THE PARENT"),
+            "native run lacks worker {w}:\n{out}"
+        );
+    }
+    for needle in [
+        "waitpid WNOHANG on a waiting worker: 0",
+        "waitid: code 1, status 1",
+        "worker 2 exited with status 3",
+        "worker 3 killed by signal 15",
+        "wait with no child left: -1",
+        "parent's global: 1",
+        "SIGCHLD came: yes",
+        "fork done",
+    ] {
+        assert!(out.contains(needle), "native run lacks {needle:?}:\n{out}");
+    }
+    assert_eq!(native.end, Some(End::Exited(0)), "native run:\n{out}");
+}
+
+fn check(build: CBuild, name: &str) {
+    let p = Program::new(&fork_c(build), name, &["200000"], &[]);
+    assert_native_forks_work(&p);
+    if !qemu_present() {
+        return;
+    }
+    assert_same_as_native(
+        std::slice::from_ref(&p),
+        CMDLINE,
+        TIMEOUT,
+        &["fork", "vfork", "clone", "wait4", "waitpid", "waitid"],
+    );
+}
+
+#[test]
+fn c_glibc_forks_match_their_native_run() {
+    check(CBuild::Glibc, "fork-glibc");
+}
+
+#[test]
+fn c_glibc_i386_forks_match_their_native_run() {
+    check(CBuild::Glibc32, "fork-glibc32");
+}
+
+#[test]
+fn c_musl_forks_match_their_native_run() {
+    check(CBuild::Musl, "fork-musl");
+}
+
+/// Samples by pid, and the pids a COMM record names, in a perf.data file.
+fn samples_and_comms(data: &std::path::Path) -> (BTreeMap<i32, u64>, BTreeSet<i32>) {
+    let reader = std::io::BufReader::new(std::fs::File::open(data).expect("open perf.data"));
+    let PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = PerfFileReader::parse_file(reader).expect("linux-perf-data parses the file");
+    let (mut samples, mut comms) = (BTreeMap::new(), BTreeSet::new());
+    while let Some(r) = record_iter.next_record(&mut perf_file).expect("a record") {
+        let PerfFileRecord::EventRecord { record, .. } = r else {
+            continue;
+        };
+        match record.parse() {
+            Ok(EventRecord::Sample(s)) => {
+                *samples.entry(s.pid.expect("a sample's pid")).or_default() += 1;
+            }
+            Ok(EventRecord::Comm(c)) => {
+                comms.insert(c.pid);
+            }
+            _ => {}
+        }
+    }
+    (samples, comms)
+}
+
+/// Each worker is its own process in the profile: four pids besides the parent's,
+/// each named by a COMM record, each with samples, and `perf report` names the
+/// workers' hot function, `work`, under each of them.
+#[test]
+fn each_forked_worker_is_profiled_under_its_own_pid() {
+    if !qemu_present() {
+        return;
+    }
+    let exe = fork_c(CBuild::Glibc);
+    let exe = exe.to_str().expect("a UTF-8 path");
+    let rec = record(&["--freq", "10000", "--", exe, "3000000"]);
+    let err = &rec.stderr;
+    assert_eq!(rec.status, Some(0), "perch record failed:\n{err}");
+    assert!(rec.stdout.contains("fork done"), "{}\n{err}", rec.stdout);
+    let (samples, comms) = samples_and_comms(&rec.data);
+    let workers: Vec<i32> = samples
+        .iter()
+        .filter(|&(&pid, &n)| pid > 1 && n >= 20)
+        .map(|(&pid, _)| pid)
+        .collect();
+    assert_eq!(
+        workers.len(),
+        WORKERS,
+        "workers with samples: {samples:?}\n{err}"
+    );
+    for pid in &workers {
+        assert!(comms.contains(pid), "no COMM for pid {pid}: {comms:?}");
+    }
+    if perf_present() {
+        let report = run_perf(
+            &rec,
+            &["report", "--stdio", "--no-children", "--sort", "pid,sym"],
+            &[],
+        );
+        let named: BTreeSet<&str> = report
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains("[.] work"))
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .collect();
+        assert_eq!(named.len(), WORKERS, "{report}");
+    }
+}
