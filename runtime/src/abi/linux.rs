@@ -1092,20 +1092,7 @@ fn clone_thread(id: u8, frame: &TrapFrame, args: &sys::CloneArgs) -> Result<u32,
     let tid = u32::from(slot) + 1;
     let linux =
         with_machine(id, |m, p, t| sys::new_thread(m, p, t, args, tid)).ok_or(Errno::ESRCH)??;
-    let (fs, gs) = crate::cpu::saved_selectors();
-    let segs = crate::cpu::UserSegments {
-        fs,
-        gs,
-        tls: tls_descriptors(&linux.tls),
-        fs_base: linux.fs_base,
-    };
-    let mut fpu = Box::new(crate::cpu::FpuState::initial());
-    fpu.save();
-    let mut child = *frame;
-    child.rax = 0;
-    if args.stack != 0 {
-        child.rsp = args.stack;
-    }
+    let (segs, fpu, child) = child_cpu_state(&linux, frame, args);
     let thread = Box::new(task::Thread {
         segs,
         fpu,
@@ -1120,6 +1107,36 @@ fn clone_thread(id: u8, frame: &TrapFrame, args: &sys::CloneArgs) -> Result<u32,
         return Err(Errno::EAGAIN);
     }
     Ok(tid)
+}
+
+/// What a new thread (of `clone` or `fork`) starts with on the CPU: the
+/// caller's segment selectors with the TLS and FS base of `linux` (the new
+/// thread's state), the caller's FPU registers as they are now, and the
+/// caller's user frame `frame` returning 0, on `args.stack` when given.
+fn child_cpu_state(
+    linux: &sys::Thread,
+    frame: &TrapFrame,
+    args: &sys::CloneArgs,
+) -> (
+    crate::cpu::UserSegments,
+    Box<crate::cpu::FpuState>,
+    TrapFrame,
+) {
+    let (fs, gs) = crate::cpu::saved_selectors();
+    let segs = crate::cpu::UserSegments {
+        fs,
+        gs,
+        tls: tls_descriptors(&linux.tls),
+        fs_base: linux.fs_base,
+    };
+    let mut fpu = Box::new(crate::cpu::FpuState::initial());
+    fpu.save();
+    let mut child = *frame;
+    child.rax = 0;
+    if args.stack != 0 {
+        child.rsp = args.stack;
+    }
+    (segs, fpu, child)
 }
 
 /// `fork`: a new process, copy of the caller's (task `id`, whose user
@@ -1168,20 +1185,7 @@ fn fork_process(id: u8, frame: &TrapFrame, args: &sys::CloneArgs) -> Result<u32,
     if args.flags & f::PARENT_SETTID != 0 {
         let _ = with_machine(id, |m, p, _| m.write_user(&p.areas, args.parent_tid, &tid));
     }
-    let (fs, gs) = crate::cpu::saved_selectors();
-    let segs = crate::cpu::UserSegments {
-        fs,
-        gs,
-        tls: tls_descriptors(&ct.tls),
-        fs_base: ct.fs_base,
-    };
-    let mut fpu = Box::new(crate::cpu::FpuState::initial());
-    fpu.save();
-    let mut child = *frame;
-    child.rax = 0;
-    if args.stack != 0 {
-        child.rsp = args.stack;
-    }
+    let (segs, fpu, child) = child_cpu_state(&ct, frame, args);
     let (stack_top, thread_low) =
         task::with_thread(id, |t, _| (t.stack_top, t.stack_low)).unwrap_or((None, 0));
     let thread = Box::new(task::Thread {

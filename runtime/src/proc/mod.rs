@@ -736,39 +736,7 @@ pub fn install_forked(
     thread: Box<Thread>,
     frame: &TrapFrame,
 ) -> Result<(), SpawnError> {
-    let parent = get(parent).ok_or(SpawnError::NoFreeSlot)?;
-    critical_section::with(|cs| {
-        let mut tasks = TASKS.borrow_ref_mut(cs);
-        let s = slot as usize;
-        if !matches!(tasks.get(s), Some(None)) {
-            return Err(SpawnError::NoFreeSlot);
-        }
-        // SAFETY: the slot is free, so no task runs on this kernel stack.
-        unsafe { frame_ptr(s).write(*frame) };
-        THREADS.borrow_ref_mut(cs)[s] = Some(thread);
-        PROCS.borrow_ref_mut(cs)[s] = Some(proc);
-        set_pid(s, slot);
-        REAPED[s].store(false, Ordering::Relaxed);
-        ENDED_BY_SIBLING[s].store(false, Ordering::Relaxed);
-        let cpu = place(&tasks, parent.cpu, parent.affinity);
-        tasks[s] = Some(Task {
-            spec: parent.spec,
-            state: TaskState::Ready,
-            yields: 0,
-            bytes_written: 0,
-            preemptions: 0,
-            linux: parent.linux,
-            proc: slot,
-            announced: false,
-            end_announced: false,
-            comm: parent.comm,
-            since_ns: crate::time::now_ns(),
-            cpu,
-            affinity: parent.affinity,
-        });
-        Ok(cpu)
-    })
-    .map(nudge)
+    install_made(parent, slot, Some(proc), thread, frame)
 }
 
 /// Puts a new thread of task `parent`'s process in free slot `slot` (the
@@ -780,26 +748,48 @@ pub fn install_thread(
     thread: Box<Thread>,
     frame: &TrapFrame,
 ) -> Result<(), SpawnError> {
+    install_made(parent, slot, None, thread, frame)
+}
+
+/// Puts a task made from task `parent` in free slot `slot`: the first
+/// thread of a new process when `proc` is given (its pid is the slot's),
+/// else a thread of `parent`'s process.
+fn install_made(
+    parent: u8,
+    slot: u8,
+    proc: Option<Box<Process>>,
+    thread: Box<Thread>,
+    frame: &TrapFrame,
+) -> Result<(), SpawnError> {
     let parent = get(parent).ok_or(SpawnError::NoFreeSlot)?;
     critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
-        if !matches!(tasks.get(slot as usize), Some(None)) {
+        let s = slot as usize;
+        if !matches!(tasks.get(s), Some(None)) {
             return Err(SpawnError::NoFreeSlot);
         }
         // SAFETY: the slot is free, so no task runs on this kernel stack.
-        unsafe { frame_ptr(slot as usize).write(*frame) };
-        THREADS.borrow_ref_mut(cs)[slot as usize] = Some(thread);
-        set_pid(slot as usize, parent.proc);
-        ENDED_BY_SIBLING[slot as usize].store(false, Ordering::Relaxed);
+        unsafe { frame_ptr(s).write(*frame) };
+        THREADS.borrow_ref_mut(cs)[s] = Some(thread);
+        let owner = match proc {
+            Some(proc) => {
+                PROCS.borrow_ref_mut(cs)[s] = Some(proc);
+                REAPED[s].store(false, Ordering::Relaxed);
+                slot
+            }
+            None => parent.proc,
+        };
+        set_pid(s, owner);
+        ENDED_BY_SIBLING[s].store(false, Ordering::Relaxed);
         let cpu = place(&tasks, parent.cpu, parent.affinity);
-        tasks[slot as usize] = Some(Task {
+        tasks[s] = Some(Task {
             spec: parent.spec,
             state: TaskState::Ready,
             yields: 0,
             bytes_written: 0,
             preemptions: 0,
             linux: parent.linux,
-            proc: parent.proc,
+            proc: owner,
             announced: false,
             end_announced: false,
             comm: parent.comm,
