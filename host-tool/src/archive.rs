@@ -313,20 +313,34 @@ impl Appliance {
             match node {
                 Node::Dir => entry(out, path, MODE_DIR, &[])?,
                 Node::File(source) => {
-                    let mode = if exes.contains(path) {
-                        MODE_PROGRAM
-                    } else {
-                        MODE_DATA
+                    // A program of the manifest, or a file a program may
+                    // execve: one its host file's mode lets run, an ELF or
+                    // a `#!` script.
+                    let mode = |b: &[u8], host_exec: bool| {
+                        if exes.contains(path)
+                            || host_exec
+                            || b.starts_with(b"\x7fELF")
+                            || b.starts_with(b"#!")
+                        {
+                            MODE_PROGRAM
+                        } else {
+                            MODE_DATA
+                        }
                     };
                     match source {
-                        Source::Bytes(b) => entry(out, path, mode, b)?,
+                        Source::Bytes(b) => entry(out, path, mode(b, false), b)?,
                         Source::Host(host) => {
                             let b = std::fs::read(host).map_err(|source| PackError::Io {
                                 what: "reading",
                                 path: host.clone(),
                                 source,
                             })?;
-                            entry(out, path, mode, &b)?
+                            let host_exec = {
+                                use std::os::unix::fs::PermissionsExt;
+                                std::fs::metadata(host)
+                                    .is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+                            };
+                            entry(out, path, mode(&b, host_exec), &b)?
                         }
                     }
                 }
@@ -356,6 +370,32 @@ mod tests {
         p.envp = vec![b"PERCH_GREETING=hi there".to_vec()];
         p.cwd = "/".into();
         p
+    }
+
+    #[test]
+    fn files_a_program_may_run_are_packed_executable() {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(exe.path(), b"any bytes").unwrap();
+        std::fs::set_permissions(exe.path(), std::fs::Permissions::from_mode(0o750)).unwrap();
+        let plain = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(plain.path(), b"any bytes").unwrap();
+        std::fs::set_permissions(plain.path(), std::fs::Permissions::from_mode(0o640)).unwrap();
+        let bytes = Appliance::new()
+            .file("bin/host-exec", exe.path())
+            .file("data/host-plain", plain.path())
+            .file("bin/elf", b"\x7fELF\x02".to_vec())
+            .file("bin/script", "#!/bin/sh\n")
+            .file("data/text", "#not a script\n")
+            .to_bytes()
+            .unwrap();
+        let archive = Archive::parse(&bytes).unwrap();
+        let mode = |p: &str| archive.get(p.as_bytes()).map(|e| e.mode());
+        assert_eq!(mode("bin/host-exec"), Some(0o100755));
+        assert_eq!(mode("data/host-plain"), Some(0o100644));
+        assert_eq!(mode("bin/elf"), Some(0o100755));
+        assert_eq!(mode("bin/script"), Some(0o100755));
+        assert_eq!(mode("data/text"), Some(0o100644));
     }
 
     #[test]

@@ -810,4 +810,4 @@ fn build_id_for<H: FileHeader<Endian = LE>>(bytes: &[u8], class: Class) -> Optio
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -153,6 +153,21 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
             unknown.as_str()
         }
     );
+    linux::with_system(|s| {
+        let refused = &s.execs;
+        if refused.count > 0 {
+            kprintln!(
+                "perch: programs execve could not run: {} (ENOEXEC)",
+                refused.count
+            );
+            for (path, reason) in &refused.first {
+                kprintln!(
+                    "perch:   {}: {reason}",
+                    core::str::from_utf8(path).unwrap_or("?")
+                );
+            }
+        }
+    });
     #[cfg(target_os = "none")]
     if let Some(n) = crate::net::stats() {
         kprintln!(

@@ -454,6 +454,12 @@ pub fn run_native(
         std::fs::create_dir_all(host.parent().expect("a file has a parent"))
             .expect("creating the data directories");
         std::fs::write(&host, bytes).expect("writing a data file");
+        // As the archive packs them: programs a program may execve.
+        if bytes.starts_with(b"\x7fELF") || bytes.starts_with(b"#!") {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o755))
+                .expect("making a program executable");
+        }
     }
     let cwd = dir.path().join(spec.cwd.trim_start_matches('/'));
     std::fs::create_dir_all(&cwd).expect("creating the working directory");

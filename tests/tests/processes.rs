@@ -4,9 +4,17 @@
 //! Built with glibc (64- and 32-bit) and musl, it prints under the runtime exactly
 //! what it prints natively and ends the same way; and a recording gives each worker
 //! its own pid, with its samples named by the program's symbols.
+//!
+//! `tests/programs/c/exec.c` forks workers that execve `execwork` (one of
+//! them the other ABI's build) with their output in pipes, reaps them with
+//! wait4, and runs what cannot run and a script it writes: the same lines
+//! as natively, in both ABIs; a recording names each exec'd program.
 #![forbid(unsafe_code)]
 
-use e2e_tests::programs::{CBuild, End, Program, assert_same_as_native, c_program_with};
+use e2e_tests::programs::{
+    CBuild, End, Program, appliance, assert_same_as_native, c_program_with, data_files,
+    run_appliance, run_native,
+};
 use e2e_tests::{perf_present, qemu_present, record, run_perf};
 use linux_perf_data::linux_perf_event_reader::EventRecord;
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
@@ -144,4 +152,63 @@ fn each_forked_worker_is_profiled_under_its_own_pid() {
             .collect();
         assert_eq!(named.len(), WORKERS, "{report}");
     }
+}
+
+/// The exec test's parent and the two `execwork` builds it runs: its own
+/// ABI's at `bin/execwork`, the other's at `bin/execwork-other`.
+fn exec_programs(build: CBuild) -> (Program, Vec<(String, Vec<u8>)>) {
+    let other = match build {
+        CBuild::Glibc32 => CBuild::Glibc,
+        _ => CBuild::Glibc32,
+    };
+    let flags = ["-fno-omit-frame-pointer"];
+    let parent = c_program_with("exec", build, &flags, "");
+    let read = |b| std::fs::read(c_program_with("execwork", b, &flags, "")).expect("execwork");
+    let mut files = data_files();
+    files.push(("bin/execwork".into(), read(build)));
+    files.push(("bin/execwork-other".into(), read(other)));
+    let mut p = Program::new(&parent, "exec", &["200000"], &[]);
+    p.spec.cwd = "/data".into();
+    (p, files)
+}
+
+fn exec_check(build: CBuild) {
+    let (p, files) = exec_programs(build);
+    let native = run_native(&p.exe, &p.spec, &files, Duration::from_secs(60));
+    let out = native.out();
+    for needle in [
+        "worker 0 said: execwork w0: fd 3 open, fd 4 closed",
+        "worker 3 said: execwork: WORKER=3",
+        "worker 3: exit status 13",
+        "missing: exit status 2",
+        "directory: exit status 13",
+        "script said: execwork: argc 5: [script] [./run.sh] [100] [7]",
+        "script: exit status 100",
+        "exec done",
+    ] {
+        assert!(out.contains(needle), "native run lacks {needle:?}:\n{out}");
+    }
+    assert_eq!(native.end, Some(End::Exited(0)), "native run:\n{out}");
+    if !qemu_present() {
+        return;
+    }
+    let mut app = appliance(std::slice::from_ref(&p));
+    for (path, bytes) in &files[files.len() - 2..] {
+        app = app.file(path, bytes.clone());
+    }
+    let run = run_appliance(&app, CMDLINE, TIMEOUT);
+    let t = run.transcript();
+    let guest = run.console.process("exec");
+    assert_eq!(guest.out(), out, "stdout differs from the native run:\n{t}");
+    assert_eq!(guest.end, native.end, "{t}");
+}
+
+#[test]
+fn c_glibc_execs_match_their_native_run() {
+    exec_check(CBuild::Glibc);
+}
+
+#[test]
+fn c_glibc_i386_execs_match_their_native_run() {
+    exec_check(CBuild::Glibc32);
 }

@@ -50,7 +50,7 @@ fn other(p_type: u32, flags: u32, offset: u64, vaddr: u64, size: u64) -> Ph {
 /// A hand-made ELF: header, program headers right after it, then zero bytes up to `len`
 /// (with `extra` copied in at their offsets).
 #[derive(Clone)]
-struct Hand {
+pub(crate) struct Hand {
     class: Class,
     e_type: u16,
     machine: u16,
@@ -64,7 +64,7 @@ struct Hand {
 
 impl Hand {
     /// A good static 64-bit program: headers+rodata, text, data+bss; GNU_STACK RW.
-    fn good64() -> Hand {
+    pub(crate) fn good64() -> Hand {
         Hand {
             class: Class::Elf64,
             e_type: 2,
@@ -82,7 +82,7 @@ impl Hand {
         }
     }
 
-    fn good32() -> Hand {
+    pub(crate) fn good32() -> Hand {
         Hand {
             class: Class::Elf32,
             machine: 3,
@@ -96,6 +96,16 @@ impl Hand {
         }
     }
 
+    /// [`Hand::good64`] dynamically linked: a PT_INTERP naming musl's loader.
+    pub(crate) fn dynamic64() -> Hand {
+        let mut h = Hand::good64();
+        let interp = b"/lib/ld-musl-x86_64.so.1\0";
+        h.phdrs
+            .insert(0, other(3, R, 0x300, 0x400300, interp.len() as u64));
+        h.extra.push((0x300, interp.to_vec()));
+        h
+    }
+
     fn phoff(&self) -> usize {
         if let Some(at) = self.phoff {
             return at;
@@ -106,7 +116,7 @@ impl Hand {
         }
     }
 
-    fn bytes(&self) -> Vec<u8> {
+    pub(crate) fn bytes(&self) -> Vec<u8> {
         let mut b = vec![0u8; self.len];
         let is64 = self.class == Class::Elf64;
         b[..4].copy_from_slice(b"\x7fELF");
@@ -624,11 +634,7 @@ fn entry_must_be_in_text() {
 
 #[test]
 fn interpreter_is_refused_with_its_path() {
-    let mut h = Hand::good64();
-    let interp = b"/lib/ld-musl-x86_64.so.1\0";
-    h.phdrs
-        .insert(0, other(3, R, 0x300, 0x400300, interp.len() as u64));
-    h.extra.push((0x300, interp.to_vec()));
+    let mut h = Hand::dynamic64();
     let e = h.plan().unwrap_err();
     assert_eq!(
         e,

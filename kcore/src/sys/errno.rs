@@ -22,6 +22,8 @@ pub enum Errno {
     ENXIO = 6,
     /// Argument list too long.
     E2BIG = 7,
+    /// Exec format error.
+    ENOEXEC = 8,
     /// Bad file descriptor.
     EBADF = 9,
     /// No child processes.

@@ -439,6 +439,29 @@ impl Files {
         gone
     }
 
+    /// Closes the descriptors of `t` marked close-on-exec (its process
+    /// calls `execve`); the targets of the descriptions that went with
+    /// them.
+    pub fn close_on_exec(&mut self, t: &mut FdTable) -> Vec<Target> {
+        let mut gone = Vec::new();
+        for fd in 0..t.fds.len() {
+            if let Some(s) = t.fds[fd]
+                && s.cloexec
+            {
+                t.fds[fd] = None;
+                if let Some(target) = self.release(s.desc)
+                    && gone.try_reserve(1).is_ok()
+                {
+                    gone.push(target);
+                }
+            }
+        }
+        while t.fds.last().is_some_and(Option::is_none) {
+            t.fds.pop();
+        }
+        gone
+    }
+
     /// Drops one reference to description `d`; its target when that was
     /// the last.
     fn release(&mut self, d: usize) -> Option<Target> {

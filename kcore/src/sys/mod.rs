@@ -70,6 +70,7 @@
 
 pub mod errno;
 pub mod event;
+pub mod exec;
 pub mod fd;
 pub mod fs;
 pub mod futex;
@@ -170,6 +171,14 @@ pub enum Action {
     /// tids the flags ask for and returns the pid to the caller (0 to the
     /// child), or `-EAGAIN` when it has no room.
     Fork(CloneArgs),
+    /// `execve` or `execveat` of a program that can run, checked up to
+    /// Linux's point of no return: the runtime ends the process's other
+    /// threads, builds the new address space from [`exec::Exec::data`]
+    /// with the initial stack of its strings, and calls
+    /// [`exec::exec_commit`]; the thread then starts at the new entry.
+    /// Should the runtime fail past that point (no memory), the process
+    /// is killed, as Linux kills it.
+    Exec(alloc::boxed::Box<exec::Exec>),
     /// `rt_sigreturn`: the runtime restores the thread's registers from
     /// its signal frame with [`signal::sigreturn`].
     SigReturn,
@@ -357,6 +366,8 @@ pub struct System {
     pub files: fd::Files,
     /// Every process's parent, group and session, and the zombies.
     pub procs: procs::Procs,
+    /// Programs `execve` refused, for the run's summary.
+    pub execs: exec::Refusals,
     /// Memory the runtime manages for programs, in bytes (sysinfo's
     /// `totalram`); the runtime sets it from the memory map.
     pub ram_bytes: u64,
@@ -376,6 +387,7 @@ impl System {
             net: net::Net::new(0),
             files: fd::Files::new(),
             procs: procs::Procs::new(),
+            execs: exec::Refusals::default(),
             ram_bytes: 1 << 30,
             free_ram_bytes: 1 << 29,
         }
@@ -457,13 +469,7 @@ pub fn process_ended(
     sys.net.close_all_of(p.pid);
     // A pipe end it held went: the other end's holders, in any process,
     // see end of file or a broken pipe.
-    let mut pipes = false;
-    for t in gone {
-        if let Some(obj @ event::Obj::Pipe(_)) = event::Obj::of(t) {
-            sys.files.event(obj, 0);
-            pipes = true;
-        }
-    }
+    let pipes = exec::pipe_events(sys, gone);
     let parent = sys.procs.ended(p.pid, status);
     if pipes {
         sys.waits.wake_all_with(&mut wake);
@@ -535,6 +541,7 @@ fn run<M: Machine>(
         net: &mut sys.net,
         files: &mut sys.files,
         procs: &mut sys.procs,
+        execs: &mut sys.execs,
         unknown: &mut sys.unknown,
         p,
         t,

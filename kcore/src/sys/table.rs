@@ -172,6 +172,8 @@ pub enum Sys {
     Setpgid,
     Setsid,
     Fork,
+    Execve,
+    Execveat,
     Vfork,
     Wait4,
     Waitpid,
@@ -256,6 +258,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (56, Sys::Clone),              // clone
     (60, Sys::Exit),               // exit
     (57, Sys::Fork),               // fork
+    (59, Sys::Execve),             // execve
     (58, Sys::Vfork),              // vfork
     (61, Sys::Wait4),              // wait4
     (62, Sys::Kill),               // kill
@@ -350,6 +353,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (309, Sys::Getcpu),            // getcpu
     (316, Sys::Renameat2),         // renameat2
     (318, Sys::Getrandom),         // getrandom
+    (322, Sys::Execveat),          // execveat
     (324, Sys::Membarrier),        // membarrier
     (332, Sys::Statx),             // statx
     (334, Sys::Rseq),              // rseq
@@ -362,6 +366,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (102, Sys::Socketcall),        // socketcall
     (337, Sys::Recvmmsg),          // recvmmsg
     (345, Sys::Sendmmsg),          // sendmmsg
+    (358, Sys::Execveat),          // execveat
     (359, Sys::Socket),            // socket
     (360, Sys::Socketpair),        // socketpair
     (361, Sys::Bind),              // bind
@@ -413,6 +418,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (63, Sys::Dup2),               // dup2
     (64, Sys::Getppid),            // getppid
     (2, Sys::Fork),                // fork
+    (11, Sys::Execve),             // execve
     (190, Sys::Vfork),             // vfork
     (7, Sys::Waitpid),             // waitpid
     (114, Sys::Wait4),             // wait4
@@ -644,7 +650,9 @@ mod tests {
         assert_eq!(lookup(X86_64, 57), Some(Sys::Fork));
         assert_eq!(lookup(I386, 190), Some(Sys::Vfork));
         assert_eq!(name(X86_64, 59), Some("execve"));
-        assert_eq!(lookup(X86_64, 59), None);
+        assert_eq!(lookup(X86_64, 59), Some(Sys::Execve));
+        assert_eq!(lookup(I386, 358), Some(Sys::Execveat));
+        assert_eq!(lookup(X86_64, 163), None, "acct");
         assert_eq!(name(X86_64, 400), Some(""));
         assert_eq!(name(X86_64, 467), Some("uretprobe"));
         assert_eq!(name(X86_64, 468), None);

@@ -169,6 +169,16 @@ impl FileData {
     }
 }
 
+/// Two are equal when they are the same bytes in memory (the same archive
+/// file, or the same snapshot).
+impl PartialEq for FileData {
+    fn eq(&self, other: &FileData) -> bool {
+        core::ptr::eq(self.bytes(), other.bytes())
+    }
+}
+
+impl Eq for FileData {}
+
 impl core::fmt::Debug for FileData {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {

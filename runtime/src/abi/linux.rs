@@ -400,6 +400,7 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
             };
             ret(frame, v)
         }
+        Action::Exec(e) => exec_process(id, frame, &e),
         Action::ExitThread(status) => {
             task::set_outcome(Outcome::ThreadExit(i64::from(status)));
             LEAVE
@@ -1211,6 +1212,85 @@ fn fork_process(id: u8, frame: &TrapFrame, args: &sys::CloneArgs) -> Result<u32,
     Ok(pid)
 }
 
+/// `execve` of thread `id` (user frame `frame`) that kcore checked as
+/// `e`: the new program is loaded into a new address space first (a
+/// failure there, such as no memory, is the caller's error and the old
+/// program goes on); then the process's other threads end (while one still
+/// runs on another CPU, the call is made again once it has left), the
+/// process takes its new identity ([`sys::exec::exec_commit`]), the new
+/// space replaces the old, and the thread leaves to the new program's
+/// entry with the new stack, zeroed registers, initial FPU state and no
+/// TLS. The next Task record names the new program.
+fn exec_process(id: u8, frame: &mut TrapFrame, e: &sys::exec::Exec) -> u64 {
+    let image = match load_image(e.data.clone(), &e.path, &e.argv, &e.envp, &e.execfn) {
+        Ok(image) => image,
+        Err(err) => {
+            let errno = match err {
+                StartError::Stack(_) => Errno::E2BIG,
+                StartError::Elf(_) => Errno::ENOEXEC,
+                StartError::Process(e) => e,
+                StartError::NoMemory | StartError::NoSlot => Errno::ENOMEM,
+            };
+            frame.rax = errno.to_return();
+            return signals_on_return(id, frame);
+        }
+    };
+    let Some(proc) = task::get(id).map(|t| t.proc) else {
+        return RESUME;
+    };
+    let others: heapless::Vec<u8, { task::MAX_TASKS }> = task::threads_of(proc)
+        .into_iter()
+        .filter(|&i| i != id)
+        .collect();
+    if !others.is_empty() {
+        with_system(|s| {
+            for &i in &others {
+                s.futex.cancel(u32::from(i) + 1);
+                s.waits.remove(u32::from(i) + 1);
+            }
+        });
+        if task::end_other_threads(id) {
+            // `syscall` and `int 0x80` are both two bytes; `rax` still
+            // holds the call's number.
+            frame.rip -= 2;
+            task::set_outcome(Outcome::Yield);
+            return LEAVE;
+        }
+    }
+    let comm = with_machine(id, |_, p, t| {
+        p.areas = image.areas;
+        p.set_brk_start(image.brk_start);
+        with_system(|s| {
+            sys::exec::exec_commit(s, p, t, e, |tid| {
+                if let Some(w) = tid.checked_sub(1).and_then(|i| u8::try_from(i).ok()) {
+                    task::wake(w, 0);
+                }
+            });
+        });
+        p.comm
+    });
+    let Some(comm) = comm else {
+        return RESUME;
+    };
+    set_program(proc, Some(image.program));
+    ALARM_AT[usize::from(proc)].store(0, Ordering::Relaxed);
+    let abi = task_abi(image.abi);
+    let old = task::exec_replace(id, image.space, image.stack_low, abi, image.entry, comm);
+    drop(old);
+    let spec = TaskSpec {
+        name: "",
+        abi,
+        entry: image.entry,
+        gprs: [0; 15],
+    };
+    *frame = task::first_frame(&spec, image.sp);
+    let user_data = arch_x86::gdt::USER_DATA;
+    crate::cpu::reload_user_selectors([user_data, user_data, 0, 0], &[0; 3]);
+    crate::cpu::load_user_segments(&crate::cpu::UserSegments::default());
+    crate::cpu::FpuState::initial().restore();
+    signals_on_return(id, frame)
+}
+
 /// Each process's program by process slot, for the Task records of its
 /// threads: set when it starts, copied to a child at `fork`.
 static PROGRAMS: Mutex<RefCell<alloc::vec::Vec<Option<sampler::wire::Program>>>> =
@@ -1348,39 +1428,62 @@ fn wire_prot(p: kcore::elf::Prot) -> u8 {
         | (if p.exec { S::EXEC } else { 0 })
 }
 
-/// Starts the manifest's process `spec` from the program bytes `elf`.
-pub fn start(
-    spec: &kcore::manifest::ProcessSpec,
-    elf: &'static [u8],
-) -> Result<Started, StartError> {
+/// A program loaded into a new address space, ready to run.
+struct Image {
+    /// The ELF's ABI.
+    abi: sys::Abi,
+    /// Where it starts.
+    entry: u64,
+    /// Its initial stack pointer (argc on top).
+    sp: u64,
+    /// Its page tables, the initial stack written.
+    space: AddressSpace,
+    /// Its areas: the segments and the main stack.
+    areas: AreaSet,
+    /// The lowest present page of its stack.
+    stack_low: u64,
+    /// Where its heap starts.
+    brk_start: u64,
+    /// What the Task records say of it.
+    program: sampler::wire::Program,
+}
+
+/// The program path a Task record gives: archive-relative, cut at the
+/// wire's bound.
+fn program_path(path: &[u8]) -> heapless::String<{ sampler::wire::MAX_PROGRAM_PATH }> {
+    let path = core::str::from_utf8(path).unwrap_or("?");
+    let path = path.trim_start_matches("./").trim_start_matches('/');
+    let mut cut = path.len().min(sampler::wire::MAX_PROGRAM_PATH);
+    while !path.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut s = heapless::String::new();
+    let _ = s.push_str(&path[..cut]);
+    s
+}
+
+/// Loads the static ELF `data` (at `path` in the file system) into a new
+/// address space with the initial stack Linux builds from `argv`, `envp`
+/// and `execfn`: the segments as file-backed areas (brought in on first
+/// touch), the main stack for its ABI.
+fn load_image(
+    data: FileData,
+    path: &[u8],
+    argv: &[Vec<u8>],
+    envp: &[Vec<u8>],
+    execfn: &[u8],
+) -> Result<Image, StartError> {
+    let elf = data.bytes();
     let plan = kcore::elf::plan(elf).map_err(StartError::Elf)?;
     let abi = match plan.class {
         kcore::elf::Class::Elf64 => sys::Abi::X86_64,
         kcore::elf::Class::Elf32 => sys::Abi::I386,
     };
-    let slot = task::free_slot().ok_or(StartError::NoSlot)?;
-    let pid = slot as u32 + 1;
-    let mut proc = with_system(|s| {
-        sys::Process::new(
-            &s.fs,
-            pid,
-            0,
-            spec.name.as_bytes(),
-            spec.exe.as_bytes(),
-            abi,
-            spec.cwd.as_bytes(),
-        )
-    })
-    .ok_or(StartError::Process(Errno::ENOSYS))?
-    .map_err(StartError::Process)?;
-    let mut exec_segments = Vec::new();
-    let mut program = sampler::wire::Program::default();
-    let path = spec.exe.trim_start_matches("./").trim_start_matches('/');
-    let mut cut = path.len().min(sampler::wire::MAX_PROGRAM_PATH);
-    while !path.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let _ = program.path.push_str(&path[..cut]);
+    let mut areas = AreaSet::new();
+    let mut program = sampler::wire::Program {
+        path: program_path(path),
+        ..Default::default()
+    };
     if let Some(id) = kcore::elf::build_id(elf) {
         let _ = program
             .build_id
@@ -1395,12 +1498,12 @@ pub fn start(
             prot: prot_of(seg.prot),
             kind: AreaKind::File,
             backing: Backing::File {
-                data: FileData::Static(elf),
+                data: data.clone(),
                 offset: seg.file_offset - lead,
                 len: seg.filesz + lead,
             },
         };
-        proc.areas.insert(area).map_err(StartError::Process)?;
+        areas.insert(area).map_err(StartError::Process)?;
         // As Linux maps a PT_LOAD: whole pages from the page holding the
         // segment's first byte (the bias is in `vaddr` already).
         let _ = program.segments.push(sampler::wire::Segment {
@@ -1409,16 +1512,13 @@ pub fn start(
             file_offset: seg.file_offset - lead,
             prot: wire_prot(seg.prot),
         });
-        if seg.prot.exec {
-            exec_segments.push((start, seg.page_end()));
-        }
     }
-    let layout = proc.layout;
+    let layout = sys::Layout::for_abi(abi);
     let mut stack_prot = Prot::RW;
     if plan.stack_exec {
         stack_prot = stack_prot.union(Prot::EXEC);
     }
-    proc.areas
+    areas
         .insert(Area::zeroed(
             layout.stack_bottom(),
             layout.stack_top,
@@ -1426,42 +1526,72 @@ pub fn start(
             AreaKind::Stack,
         ))
         .map_err(StartError::Process)?;
-    proc.set_brk_start(plan.brk_start);
     let mut space = AddressSpace::new().ok_or(StartError::NoMemory)?;
     let mut random = [0u8; 16];
     crate::time::random_bytes(&mut random);
-    let hwcap = crate::cpu::hwcap();
+    let stack_spec = kcore::initstack::StackSpec::for_plan(
+        &plan,
+        layout.stack_top,
+        argv,
+        envp,
+        execfn,
+        random,
+        crate::cpu::hwcap(),
+    );
+    let image = kcore::initstack::build(&stack_spec).map_err(StartError::Stack)?;
+    let mut stack_low = layout.stack_top;
+    let pager = &mut AreaPager {
+        areas: &areas,
+        stack_low: &mut stack_low,
+    };
+    user::write(&mut space, pager, image.sp, &image.bytes, Access::Fill)
+        .map_err(|_| StartError::NoMemory)?;
+    Ok(Image {
+        abi,
+        entry: plan.entry,
+        sp: image.sp,
+        space,
+        areas,
+        stack_low,
+        brk_start: plan.brk_start,
+        program,
+    })
+}
+
+/// Starts the manifest's process `spec` from the program bytes `elf`.
+pub fn start(
+    spec: &kcore::manifest::ProcessSpec,
+    elf: &'static [u8],
+) -> Result<Started, StartError> {
     let execfn = spec.exe.as_bytes();
     let argv: Vec<Vec<u8>> = if spec.argv.is_empty() {
         alloc::vec![execfn.to_vec()]
     } else {
         spec.argv.clone()
     };
-    let stack_spec = kcore::initstack::StackSpec::for_plan(
-        &plan,
-        layout.stack_top,
-        &argv,
-        &spec.envp,
-        execfn,
-        random,
-        hwcap,
-    );
-    let image = kcore::initstack::build(&stack_spec).map_err(StartError::Stack)?;
-    let mut stack_low = layout.stack_top;
-    let pager = &mut AreaPager {
-        areas: &proc.areas,
-        stack_low: &mut stack_low,
-    };
-    user::write(&mut space, pager, image.sp, &image.bytes, Access::Fill)
-        .map_err(|_| StartError::NoMemory)?;
+    let image = load_image(FileData::Static(elf), execfn, &argv, &spec.envp, execfn)?;
+    let slot = task::free_slot().ok_or(StartError::NoSlot)?;
+    let pid = slot as u32 + 1;
+    let mut proc = with_system(|s| {
+        sys::Process::new(
+            &s.fs,
+            pid,
+            0,
+            spec.name.as_bytes(),
+            spec.exe.as_bytes(),
+            image.abi,
+            spec.cwd.as_bytes(),
+        )
+    })
+    .ok_or(StartError::Process(Errno::ENOSYS))?
+    .map_err(StartError::Process)?;
+    proc.areas = image.areas;
+    proc.set_brk_start(image.brk_start);
     let name: &'static str = Box::leak(spec.name.clone().into_boxed_str());
     let task_spec = TaskSpec {
         name,
-        abi: match abi {
-            sys::Abi::X86_64 => task::Abi::X64,
-            sys::Abi::I386 => task::Abi::Compat32,
-        },
-        entry: plan.entry,
+        abi: task_abi(image.abi),
+        entry: image.entry,
         gprs: [0; 15],
     };
     // Its standard descriptors and its place in the process table, last:
@@ -1471,9 +1601,9 @@ pub fn start(
         .map_err(StartError::Process)?;
     let comm = proc.comm;
     let process = Box::new(task::Process {
-        space,
+        space: image.space,
         linux: Some(Box::new(proc)),
-        stack_low,
+        stack_low: image.stack_low,
     });
     let mut first = sys::Thread::new(pid);
     first.comm = comm;
@@ -1482,6 +1612,13 @@ pub fn start(
     let id = task::install(task_spec, process, thread, |_| sp).map_err(|_| StartError::NoSlot)?;
     // What the Task records of its threads say of its program: archive
     // path, build-id and the segments as mapped.
-    set_program(id, Some(program));
+    set_program(id, Some(image.program));
     Ok(Started { id })
+}
+
+fn task_abi(abi: sys::Abi) -> task::Abi {
+    match abi {
+        sys::Abi::X86_64 => task::Abi::X64,
+        sys::Abi::I386 => task::Abi::Compat32,
+    }
 }

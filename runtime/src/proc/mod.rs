@@ -235,6 +235,26 @@ pub struct Task {
     /// `sched_setaffinity` narrowed it, [`set_affinity`]); a new thread
     /// inherits its creator's, as on Linux.
     pub affinity: u64,
+    /// What its next Task record says of how it came to be (back to
+    /// [`Origin::Named`] once told).
+    pub origin: Origin,
+}
+
+/// How a task came to be, for the stream's Task record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Origin {
+    /// Started with the run, or renamed itself.
+    #[default]
+    Named,
+    /// Made by thread `ptid` of process `ppid` (`clone`, `fork`).
+    Made {
+        /// The maker's pid.
+        ppid: u32,
+        /// The maker's tid.
+        ptid: u32,
+    },
+    /// Its process replaced its program (`execve`).
+    Exec,
 }
 
 /// The affinity of a thread no one narrowed.
@@ -575,7 +595,9 @@ pub fn take_unannounced(mut f: impl FnMut(u8, &Task)) {
             .filter_map(|(id, t)| {
                 let t = t.as_mut().filter(|t| !t.announced)?;
                 t.announced = true;
-                Some((id as u8, *t))
+                let told = *t;
+                t.origin = Origin::Named;
+                Some((id as u8, told))
             })
             .collect()
     });
@@ -645,7 +667,7 @@ pub fn free_slot_but(held: u64) -> Option<usize> {
 
 /// The first frame of a task: `spec`'s registers, entry and ABI, on
 /// stack `rsp`, interrupts on (the scheduler's tick preempts ring 3).
-fn first_frame(spec: &TaskSpec, rsp: u64) -> TrapFrame {
+pub fn first_frame(spec: &TaskSpec, rsp: u64) -> TrapFrame {
     let g = spec.gprs;
     TrapFrame {
         rax: g[0],
@@ -715,6 +737,7 @@ pub fn install(
             since_ns: crate::time::now_ns(),
             cpu,
             affinity: EVERY_CPU,
+            origin: Origin::Named,
         });
         Ok((slot as u8, cpu))
     })
@@ -761,6 +784,7 @@ fn install_made(
     thread: Box<Thread>,
     frame: &TrapFrame,
 ) -> Result<(), SpawnError> {
+    let maker = parent;
     let parent = get(parent).ok_or(SpawnError::NoFreeSlot)?;
     critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
@@ -796,6 +820,10 @@ fn install_made(
             since_ns: crate::time::now_ns(),
             cpu,
             affinity: parent.affinity,
+            origin: Origin::Made {
+                ppid: u32::from(parent.proc) + 1,
+                ptid: u32::from(maker) + 1,
+            },
         });
         Ok(cpu)
     })
@@ -908,6 +936,54 @@ fn end_siblings(id: u8, state: TaskState) {
             nudge(cpu);
         }
     }
+}
+
+/// Ends every other thread of `id`'s process (its `execve`): returns
+/// whether one still runs on another CPU, which leaves ring 3 at that
+/// CPU's next trap (made now); the caller tries again once none does.
+pub fn end_other_threads(id: u8) -> bool {
+    end_siblings(id, TaskState::Exited(0));
+    let Some(task) = get(id) else {
+        return false;
+    };
+    threads_of(task.proc)
+        .iter()
+        .any(|&i| i != id && running_on(i).is_some())
+}
+
+/// Thread `id`, the only one left of its process, runs a new program
+/// (`execve`): `space` replaces the process's address space (made current
+/// on this CPU, the NMI's stack window moved to the new main stack whose
+/// lowest present page is `stack_low`), the thread is named `comm` and
+/// runs `abi`'s code from `entry`, and the next Task record of it says it
+/// exec'd. Returns the old space, for the caller to drop once no lock is
+/// held.
+pub fn exec_replace(
+    id: u8,
+    space: AddressSpace,
+    stack_low: u64,
+    abi: Abi,
+    entry: u64,
+    comm: [u8; 16],
+) -> Option<AddressSpace> {
+    let old = with_thread(id, |t, p| {
+        let old = core::mem::replace(&mut p.space, space);
+        p.space.activate();
+        p.stack_low = stack_low;
+        t.stack_top = None;
+        t.segs = crate::cpu::UserSegments::default();
+        set_walk(walk_window(t, p));
+        old
+    })?;
+    update(id, |t| {
+        t.spec.abi = abi;
+        t.spec.entry = entry;
+        t.comm = comm;
+        t.origin = Origin::Exec;
+        t.announced = false;
+        t.since_ns = crate::time::now_ns();
+    });
+    Some(old)
 }
 
 /// Frees the slot of thread `id`, which ended, so that a later thread can

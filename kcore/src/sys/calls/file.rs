@@ -252,7 +252,7 @@ fn base_dir<M: Machine>(c: &Ctx<'_, M>, dirfd: i32, path: &[u8]) -> Result<NodeI
 
 /// Resolves a path argument, following `/proc/self/exe` to the executable
 /// unless `nofollow`.
-fn lookup<M: Machine>(
+pub(crate) fn lookup<M: Machine>(
     c: &mut Ctx<'_, M>,
     dirfd: i32,
     path: &[u8],

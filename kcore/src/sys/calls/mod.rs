@@ -6,7 +6,7 @@
 //! sleeping, futex, randomness, scheduling).
 
 mod event;
-mod file;
+pub(crate) mod file;
 mod mem;
 mod net;
 pub(crate) mod task;
@@ -44,6 +44,8 @@ pub(crate) struct Ctx<'a, M: Machine> {
     pub files: &'a mut super::fd::Files,
     /// The run's processes: parents, groups, sessions, zombies.
     pub procs: &'a mut super::procs::Procs,
+    /// Programs `execve` refused, for the run's summary.
+    pub execs: &'a mut super::exec::Refusals,
     /// When the call is made again after a wait ([`super::resume`]): the
     /// deadline it first computed.
     pub resumed: Option<Option<u64>>,
@@ -630,6 +632,8 @@ pub(crate) fn dispatch<M: Machine>(
             child_tid: 0,
             tls: 0,
         })),
+        Execve => super::exec::execveat(c, file::AT_FDCWD, a[0], a[1], a[2], 0),
+        Execveat => super::exec::execveat(c, int_arg(a[0]), a[1], a[2], a[3], a[4]),
         Wait4 => task::wait4(c, a[0], a[1], a[2], a[3]),
         Waitpid => task::wait4(c, a[0], a[1], a[2], 0),
         Waitid => task::waitid(c, a[0], a[1], a[2], a[3], a[4]),

@@ -6,6 +6,7 @@
 mod calls;
 mod efault;
 mod events;
+mod exec;
 mod fuzz;
 mod procs;
 mod restart;
@@ -260,7 +261,12 @@ pub(crate) fn archive_fs() -> Vfs {
 
 impl Env {
     pub fn new(abi: Abi) -> Env {
-        let mut sys = System::new(archive_fs());
+        Env::with_fs(abi, archive_fs())
+    }
+
+    /// The same with its own file system (which must hold `/data`).
+    pub fn with_fs(abi: Abi, fs: Vfs) -> Env {
+        let mut sys = System::new(fs);
         let mut p =
             Process::new(&sys.fs, SELF_TID, 1, b"prog", b"bin/prog", abi, b"/data").unwrap();
         crate::sys::process_started(&mut sys, &mut p).unwrap();
@@ -468,6 +474,7 @@ pub(crate) fn errno_of(n: i64) -> Errno {
         EIO,
         ENXIO,
         E2BIG,
+        ENOEXEC,
         EBADF,
         ECHILD,
         EAGAIN,
