@@ -1,6 +1,7 @@
 //! Processes that make processes: `tests/programs/c/fork.c` forks four workers that
 //! compute, report up a shared pipe and end each their own way (exit statuses, a
-//! SIGTERM after a wait on a second pipe), and reaps them with `waitpid` and `waitid`.
+//! SIGTERM its parent sends while it waits on a second pipe), and reaps them with
+//! `waitpid` and `waitid`.
 //! Built with glibc (64- and 32-bit) and musl, it prints under the runtime exactly
 //! what it prints natively and ends the same way; and a recording gives each worker
 //! its own pid, with its samples named by the program's symbols.
@@ -45,6 +46,7 @@ fn assert_native_forks_work(p: &Program) {
     for needle in [
         "waitpid WNOHANG on a waiting worker: 0",
         "waitid: code 1, status 1",
+        "kill: 0",
         "worker 2 exited with status 3",
         "worker 3 killed by signal 15",
         "wait with no child left: -1",

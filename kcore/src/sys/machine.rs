@@ -121,6 +121,13 @@ pub trait Machine {
     /// whether it did, so that its futex wait can be cancelled.
     fn signal_thread(&mut self, tid: u32, sig: u8) -> Result<bool, super::errno::Errno>;
 
+    /// Makes signal `sig` (1..=64) pending for process `pid`, another
+    /// process than the caller's (`kill`): one of its threads that does
+    /// not block it takes it, as on Linux. Returns the tid of a thread
+    /// that stopped waiting for it (its futex wait is cancelled), if any.
+    /// A process that has no live thread (a zombie) takes nothing.
+    fn signal_process(&mut self, pid: u32, sig: u8) -> Option<u32>;
+
     /// How many CPUs are up (1 to 64): `sched_getaffinity` reports them.
     fn online_cpus(&self) -> u32;
 

@@ -271,6 +271,11 @@ impl Procs {
         Ok(pid)
     }
 
+    /// Every pid in the table, zombies too.
+    pub fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.entries.iter().map(|e| e.pid)
+    }
+
     /// The live processes of group `pgid`.
     pub fn group(&self, pgid: u32) -> impl Iterator<Item = u32> + '_ {
         self.entries

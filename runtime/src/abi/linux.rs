@@ -280,6 +280,14 @@ impl Machine for RtMachine<'_> {
         ))
     }
 
+    fn signal_process(&mut self, pid: u32, sig: u8) -> Option<u32> {
+        let proc = u8::try_from(pid.checked_sub(1)?).ok()?;
+        if sig == 0 || u32::from(sig) > 64 {
+            return None;
+        }
+        post_to_process(proc, 1 << (sig - 1)).map(|id| u32::from(id) + 1)
+    }
+
     fn set_fs_base(&mut self, base: u64) {
         self.segs.fs_base = base;
         crate::cpu::load_user_segments(self.segs);
@@ -721,7 +729,7 @@ pub fn fire_timers(now_ns: u64) {
 /// Sends signal bit `bit` to process slot `proc`, as Linux picks the
 /// thread for a process-directed signal: a live thread that does not block
 /// it, else the first live one.
-fn post_to_process(proc: u8, bit: u64) {
+fn post_to_process(proc: u8, bit: u64) -> Option<u8> {
     let live: heapless::Vec<u8, { task::MAX_TASKS }> = task::threads_of(proc)
         .into_iter()
         .filter(|&t| task::get(t).is_some_and(|t| !t.state.ended()))
@@ -731,9 +739,8 @@ fn post_to_process(proc: u8, bit: u64) {
         .copied()
         .find(|&t| !task::blocks(t, bit))
         .or_else(|| live.first().copied());
-    if let Some(t) = target {
-        task::post_signal(t, bit, Errno::EINTR.to_return());
-    }
+    let t = target?;
+    task::post_signal(t, bit, Errno::EINTR.to_return()).then_some(t)
 }
 
 /// A child of process `parent` ended: SIGCHLD goes to it when it has a

@@ -804,31 +804,58 @@ fn raise_self<M: Machine>(c: &mut Ctx<'_, M>, sig: u64) -> Result<Action, Errno>
     Ok(Action::Return(0))
 }
 
-/// `kill(pid, sig)`: only the caller itself (its pid, its process group
-/// 0 or -pid) is visible; -1 (everyone but the caller) reaches nobody;
-/// other pids are `ESRCH`, whatever the signal (Linux looks the target up
-/// before it checks the signal).
+/// `kill(pid, sig)`: process `pid`, the caller's process group (0), group
+/// `-pid`, or every process but init and the caller (-1). A target that
+/// is not there is `ESRCH`, whatever the signal (Linux looks the target up
+/// before it checks the signal); a zombie takes the signal and nothing
+/// happens. The caller's own process gets it as pending, like `raise`.
 pub(crate) fn kill<M: Machine>(c: &mut Ctx<'_, M>, pid: i32, sig: u64) -> Result<Action, Errno> {
-    let me = c.p.pid as i32;
-    let visible = pid == me || pid == 0 || pid == -me || pid == -1;
-    if !visible {
+    let me = c.p.pid;
+    let mut targets: alloc::vec::Vec<u32> = alloc::vec::Vec::new();
+    match pid {
+        1.. => {
+            if pid as u32 == me || c.procs.holds(pid as u32) {
+                targets.push(pid as u32);
+            }
+        }
+        -1 => targets.extend(
+            c.procs
+                .pids()
+                .filter(|&p| p != me && p != super::super::procs::INIT_PID),
+        ),
+        i32::MIN => return Err(Errno::ESRCH),
+        _ => {
+            let pgid = if pid == 0 {
+                c.procs.get(me).map_or(me, |e| e.pgid)
+            } else {
+                pid.unsigned_abs()
+            };
+            targets.extend(c.procs.group(pgid));
+            if pgid == me && !targets.contains(&me) {
+                targets.push(me);
+            }
+        }
+    }
+    if targets.is_empty() {
         return Err(Errno::ESRCH);
     }
     if sig & 0xffff_ffff > NSIG as u64 {
         return Err(Errno::EINVAL);
     }
-    if pid == -1 {
+    let sig = (sig & 0xffff_ffff) as u8;
+    if sig == 0 {
         return Ok(Action::Return(0));
     }
-    if pid == me || pid == 0 || pid == -me {
-        let sig = sig & 0xffff_ffff;
-        if sig != 0 {
+    for t in targets {
+        if t == me {
             c.p.signals.pending |= 1 << (sig - 1);
+        } else if c.procs.alive(t)
+            && let Some(tid) = c.m.signal_process(t, sig)
+        {
+            c.futex.cancel(tid);
         }
-        Ok(Action::Return(0))
-    } else {
-        Err(Errno::ESRCH)
     }
+    Ok(Action::Return(0))
 }
 
 /// `tgkill(tgid, tid, sig)` (and `tkill(tid, sig)` as `tgkill(pid, tid, sig)`).

@@ -45,6 +45,8 @@ pub(crate) struct Fake {
     pub threads: Vec<u32>,
     /// Signals sent to other threads, in order.
     pub signalled: Vec<(u32, u8)>,
+    /// (pid, signal) of each `kill` of another process.
+    pub process_signals: Vec<(u32, u8)>,
     /// ITIMER_REAL as (left, interval) ns.
     pub itimer: (u64, u64),
     /// CPUs up, less one (so that the default is one CPU).
@@ -212,6 +214,11 @@ impl Machine for Fake {
             self.signalled.push((tid, sig));
         }
         Ok(false)
+    }
+
+    fn signal_process(&mut self, pid: u32, sig: u8) -> Option<u32> {
+        self.process_signals.push((pid, sig));
+        None
     }
 }
 

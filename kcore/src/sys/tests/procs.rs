@@ -15,6 +15,7 @@ const WNOWAIT: u64 = 0x0100_0000;
 const P_ALL: u64 = 0;
 const P_PID: u64 = 1;
 const P_PGID: u64 = 2;
+const INIT: u32 = 1;
 
 /// Children 50 and 51 of the test process, in its group.
 fn with_children(e: &mut Env) {
@@ -136,5 +137,46 @@ fn a_parent_that_ignores_sigchld_leaves_no_zombie_to_wait_for() {
         e.sys.procs.ended(50, Status::Exited(0));
         e.sys.procs.ended(51, Status::Exited(0));
         assert_eq!(e.err("wait4", &[u64::MAX, 0, 0, 0]), Errno::ECHILD);
+    }
+}
+
+#[test]
+fn kill_reaches_other_processes_and_groups() {
+    for mut e in both() {
+        let me = e.p.pid;
+        with_children(&mut e);
+        // 52 in a group of its own, 53 in another session's group.
+        e.sys.procs.add(52, me, 52, me).unwrap();
+        e.sys.procs.add(INIT, 0, INIT, INIT).unwrap();
+        // One process, by pid; a probe with signal 0 sends nothing.
+        assert_eq!(e.ret("kill", &[50, 15]), 0);
+        assert_eq!(e.ret("kill", &[51, 0]), 0);
+        assert_eq!(e.m.process_signals, [(50, 15)]);
+        assert_eq!(e.err("kill", &[99, 15]), Errno::ESRCH);
+        assert_eq!(e.err("kill", &[99, 0]), Errno::ESRCH);
+        assert_eq!(e.err("kill", &[50, 65]), Errno::EINVAL);
+        // The caller's group (0): its children there, and itself.
+        e.m.process_signals.clear();
+        assert_eq!(e.ret("kill", &[0, 10]), 0);
+        let mut got = e.m.process_signals.clone();
+        got.sort_unstable();
+        assert_eq!(got, [(50, 10), (51, 10)]);
+        assert_ne!(e.p.signals.pending & 1 << 9, 0, "the caller's own");
+        // Another group by -pgid; an empty one is ESRCH.
+        e.m.process_signals.clear();
+        assert_eq!(e.ret("kill", &[(-52i64) as u64, 2]), 0);
+        assert_eq!(e.m.process_signals, [(52, 2)]);
+        assert_eq!(e.err("kill", &[(-77i64) as u64, 2]), Errno::ESRCH);
+        // -1: everyone but init and the caller.
+        e.m.process_signals.clear();
+        assert_eq!(e.ret("kill", &[u64::MAX, 1]), 0);
+        let mut got = e.m.process_signals.clone();
+        got.sort_unstable();
+        assert_eq!(got, [(50, 1), (51, 1), (52, 1)]);
+        // A zombie takes the signal and nothing happens.
+        e.sys.procs.ended(50, Status::Exited(0));
+        e.m.process_signals.clear();
+        assert_eq!(e.ret("kill", &[50, 9]), 0);
+        assert!(e.m.process_signals.is_empty());
     }
 }
