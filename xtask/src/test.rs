@@ -4,7 +4,7 @@
 //! `-machine microvm`, and from the ISO under BIOS and UEFI), with a summary whose last line is
 //! `N passed, M failed`.
 
-use crate::tools::{self, GCC_MULTILIB, MUSL_GCC, PROGRAM_TARGETS, RUNTIME_TARGET};
+use crate::tools::{self, BUSYBOX, GCC_MULTILIB, MUSL_GCC, PROGRAM_TARGETS, RUNTIME_TARGET};
 use crate::{SelftestArgs, project_root, selftest};
 use anyhow::Result;
 use std::process::Command;
@@ -21,13 +21,15 @@ fn cargo(args: &[&str]) -> Result<bool> {
 
 /// Runs every step; returns the process exit code. First makes sure of what
 /// the builds need: the runtime's and the test programs' rustup targets, and
-/// the C compilers of `tests/programs/c` (musl-gcc, gcc -m32).
+/// the C compilers of `tests/programs/c` (musl-gcc, gcc -m32), and the
+/// static busybox of the shell-script test.
 pub fn run(with_iso: bool) -> Result<i32> {
     let mut targets = vec![RUNTIME_TARGET];
     targets.extend_from_slice(PROGRAM_TARGETS);
     tools::require_targets(&targets)?;
     tools::require_tool(&MUSL_GCC)?;
     tools::require_tool(&GCC_MULTILIB)?;
+    tools::require_tool(&BUSYBOX)?;
     type Step = (&'static str, Box<dyn Fn() -> Result<bool>>);
     let st = |icount, iso, uefi| SelftestArgs {
         icount,

@@ -41,6 +41,11 @@ pub const GCC_MULTILIB: Tool = Tool {
     program: "/usr/lib32/libc.a",
     packages: &["gcc-multilib"],
 };
+/// Debian's static busybox: the shell and tools the shell-script test runs.
+pub const BUSYBOX: Tool = Tool {
+    program: "/bin/busybox",
+    packages: &["busybox-static"],
+};
 /// The target the runtime is built for.
 pub const RUNTIME_TARGET: &str = "x86_64-unknown-none";
 /// The targets of the Rust test program (`tests/programs/rust`).

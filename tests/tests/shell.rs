@@ -1,0 +1,135 @@
+//! A shell script inside the appliance: Debian's static busybox runs
+//! `tests/programs/sh/pipeline.sh` (pipes, command substitution, subshells,
+//! redirections, a while-read loop over a pipe, background jobs and `wait`,
+//! a trap), every command a fork and an execve of busybox, and prints what
+//! it prints natively; a recording names busybox's functions under each
+//! process the script made.
+#![forbid(unsafe_code)]
+
+use e2e_tests::programs::{Program, appliance, data_files, run_appliance, run_native};
+use e2e_tests::{qemu_and_perf_present, qemu_present, record, run_perf};
+use std::path::Path;
+use std::time::Duration;
+
+const BUSYBOX: &str = "/bin/busybox";
+const SCRIPT: &str = include_str!("../programs/sh/pipeline.sh");
+
+/// The static busybox, or why the test cannot run (it then skips, saying
+/// how to install it; `cargo xtask test` and CI install it).
+fn busybox() -> Option<&'static Path> {
+    let path = Path::new(BUSYBOX);
+    let Ok(bytes) = std::fs::read(path) else {
+        eprintln!(
+            "SKIPPED: {BUSYBOX} is missing (apt-get install --no-install-recommends busybox-static)"
+        );
+        return None;
+    };
+    if !is_static(&bytes) {
+        eprintln!("SKIPPED: {BUSYBOX} is not a static program: install busybox-static");
+        return None;
+    }
+    Some(path)
+}
+
+/// A 64-bit ELF without PT_INTERP.
+fn is_static(bytes: &[u8]) -> bool {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    ElfFile64::<object::Endianness>::parse(bytes).is_ok_and(|elf| {
+        !elf.elf_program_headers()
+            .iter()
+            .any(|ph| ph.p_type(elf.endian()) == object::elf::PT_INTERP)
+    })
+}
+
+#[test]
+fn busybox_runs_a_script_as_it_runs_natively() {
+    let Some(bb) = busybox() else {
+        return;
+    };
+    let mut p = Program::new(bb, "busybox", &["sh", "pipeline.sh"], &[]);
+    p.spec.cwd = "/data".into();
+    let mut files = data_files();
+    files.push(("data/pipeline.sh".into(), SCRIPT.as_bytes().to_vec()));
+    let native = run_native(bb, &p.spec, &files, Duration::from_secs(60));
+    let out = native.out();
+    for needle in [
+        "start in data",
+        "substitution: nested deeper",
+        "DLROW ,OLLEH",
+        "subshell status 3",
+        "fruit: apple (5)",
+        "total 15",
+        "fast job status 5",
+        "slow job status 7",
+        "sum 500500",
+        "done",
+        "trap on exit",
+    ] {
+        assert!(out.contains(needle), "native run lacks {needle:?}:\n{out}");
+    }
+    if !qemu_present() {
+        return;
+    }
+    let app = appliance(std::slice::from_ref(&p)).file("data/pipeline.sh", SCRIPT);
+    let run = run_appliance(&app, "duration=60000", Duration::from_secs(120));
+    let t = run.transcript();
+    let guest = run.console.process("busybox");
+    assert_eq!(guest.out(), out, "stdout differs from the native run:\n{t}");
+    assert_eq!(
+        String::from_utf8_lossy(&guest.stderr),
+        String::from_utf8_lossy(&native.stderr),
+        "{t}"
+    );
+    assert_eq!(guest.end, native.end, "{t}");
+}
+
+/// `perch record -- busybox sh SCRIPT`: the shell and every process it
+/// made are in the profile, each a pid of its own named busybox, and
+/// perf names busybox's code from its build-id.
+#[test]
+fn a_recorded_script_shows_every_process_it_made() {
+    let Some(bb) = busybox() else {
+        return;
+    };
+    if !qemu_and_perf_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let script = dir.path().join("pipeline.sh");
+    std::fs::write(&script, SCRIPT).expect("writing the script");
+    let file = format!("{}:/pipeline.sh", script.display());
+    let exe = bb.to_str().expect("a UTF-8 path");
+    let rec = record(&[
+        "--freq",
+        "10000",
+        "--file",
+        &file,
+        "--",
+        exe,
+        "sh",
+        "/pipeline.sh",
+    ]);
+    let err = &rec.stderr;
+    assert_eq!(rec.status, Some(0), "perch record failed:\n{err}");
+    assert!(rec.stdout.contains("sum 500500"), "{}\n{err}", rec.stdout);
+    let report = run_perf(
+        &rec,
+        &["report", "--stdio", "--no-children", "--sort", "pid"],
+        &[],
+    );
+    let pids = report
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains("busybox"))
+        .count();
+    assert!(
+        pids >= 10,
+        "the script's processes in the profile:\n{report}"
+    );
+    let script = run_perf(&rec, &["script", "-F", "comm,pid,sym"], &[]);
+    assert!(
+        script
+            .lines()
+            .any(|l| l.contains("busybox") && !l.contains("[unknown]")),
+        "no busybox symbol named:\n{script}"
+    );
+}
