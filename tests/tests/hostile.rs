@@ -7,7 +7,8 @@
 //! own exit) never hang the run; a program that opens sockets until one is
 //! refused (the runtime's heap runs out before its descriptors), leaves
 //! connections half-open and resets one mid-request gets its errors and
-//! can go on. Forged `rt_sigreturn` frames are in
+//! can go on; forks without end get `EAGAIN`, and a fork bomb ends with
+//! the run. Forged `rt_sigreturn` frames are in
 //! `isolation.rs`, random arguments to all of these calls in the fuzzer
 //! (`programs.rs`).
 #![forbid(unsafe_code)]
@@ -101,4 +102,62 @@ fn endless_threads_get_eagain_at_the_per_process_limit() {
         );
         assert_eq!(g.end, Some(End::Exited(0)), "{t}");
     }
+}
+
+/// Alone in a run, a process forks children that wait on a pipe until
+/// `fork` says `EAGAIN` (the runtime's table holds 64 processes and
+/// threads in all); once they are reaped it can fork again, and children
+/// forked and reaped one at a time (many more than the limit) never run
+/// out. A fork bomb, every process forking for ever, fills the table,
+/// gets `EAGAIN` from then on, and the run still ends at its duration.
+#[test]
+fn endless_forks_get_eagain_and_a_fork_bomb_ends_with_the_run() {
+    for (build, name) in [(CBuild::Glibc, "forks64"), (CBuild::Glibc32, "forks32")] {
+        let p = Program::new(&hostile(build), name, &["forks", "100"], &[]);
+        let tail = "forks: all reaped, 0 ended badly\nforks: one more: made, status 0\n\
+                    forks: 200 more, one at a time\n";
+        let native = p.native();
+        assert_eq!(native.out(), format!("forks: 100 children\n{tail}"));
+        if !qemu_present() {
+            continue;
+        }
+        let run = run_appliance(&appliance(std::slice::from_ref(&p)), CMDLINE, TIMEOUT);
+        let t = run.transcript();
+        assert_eq!(run.boot.status, Some(STATUS_PASS), "{t}");
+        assert_eq!(run.console.run_end, Some(RunEnd::AllExited), "{t}");
+        let g = run.console.process(name);
+        assert_eq!(
+            g.out(),
+            format!("forks: 63 children, then EAGAIN\n{tail}"),
+            "{t}"
+        );
+        assert_eq!(g.end, Some(End::Exited(0)), "{t}");
+    }
+    if !qemu_present() {
+        return;
+    }
+    let bomb = Program::new(
+        &hostile(CBuild::Glibc),
+        "bomb",
+        &["bomb"],
+        &["PERCH_FUZZ_GUEST=1"],
+    );
+    let run = run_appliance(
+        &appliance(std::slice::from_ref(&bomb)),
+        "duration=3000",
+        TIMEOUT,
+    );
+    let t = run.transcript();
+    assert_eq!(run.boot.status, Some(STATUS_PASS), "{t}");
+    assert!(
+        matches!(run.console.run_end, Some(RunEnd::Duration { still_running }) if still_running >= 60),
+        "{t}"
+    );
+    assert!(
+        run.console
+            .process("bomb")
+            .out()
+            .starts_with("bomb: forking\n"),
+        "{t}"
+    );
 }

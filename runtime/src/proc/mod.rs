@@ -238,6 +238,9 @@ pub struct Task {
     /// What its next Task record says of how it came to be (back to
     /// [`Origin::Named`] once told).
     pub origin: Origin,
+    /// The first thread of a forked process, whose slot is freed once the
+    /// process ended (see [`release_thread_slot`]).
+    pub forked: bool,
 }
 
 /// How a task came to be, for the stream's Task record.
@@ -738,6 +741,7 @@ pub fn install(
             cpu,
             affinity: EVERY_CPU,
             origin: Origin::Named,
+            forked: false,
         });
         Ok((slot as u8, cpu))
     })
@@ -824,6 +828,7 @@ fn install_made(
                 ppid: u32::from(parent.proc) + 1,
                 ptid: u32::from(maker) + 1,
             },
+            forked: owner == slot,
         });
         Ok(cpu)
     })
@@ -988,27 +993,54 @@ pub fn exec_replace(
 
 /// Frees the slot of thread `id`, which ended, so that a later thread can
 /// have it: a program that makes and joins threads one after another must
-/// never run out of slots. A process's first thread keeps its slot (the
-/// process is indexed by it) until the run ends, and a thread the stream
-/// was told of keeps it until the stream is told of its end too (see
-/// [`take_unannounced_ends`]), so that its tid ends before a new thread
-/// takes it.
+/// never run out of slots. A thread the stream was told of keeps it until
+/// the stream is told of its end too (see [`take_unannounced_ends`]), so
+/// that its tid ends before a new thread takes it. A process's first
+/// thread keeps its slot (the process is indexed by it) until the run
+/// ends, but for a forked process's: that goes, with the process's
+/// memory, once the driver heard of the process's end and no other thread
+/// of it holds a slot, so that a shell running command after command never
+/// runs out (its pid, while a zombie, is given to no one: see
+/// [`free_slot_but`]).
 fn release_thread_slot(id: u8) {
-    critical_section::with(|cs| {
+    let gone = critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
-        let Some(entry) = tasks.get_mut(id as usize) else {
-            return;
-        };
-        if !entry
-            .is_some_and(|t| t.proc != id && t.state.ended() && (!t.announced || t.end_announced))
-        {
-            return;
+        let t = (*tasks.get(id as usize)?)?;
+        if !t.state.ended() || (t.announced && !t.end_announced) {
+            return None;
         }
-        *entry = None;
+        let first = t.proc == id;
+        if first
+            && (!t.forked
+                || !REAPED[id as usize].load(Ordering::Relaxed)
+                || tasks
+                    .iter()
+                    .enumerate()
+                    .any(|(i, o)| i != id as usize && o.is_some_and(|o| o.proc == id)))
+        {
+            return None;
+        }
+        tasks[id as usize] = None;
         THREADS.borrow_ref_mut(cs)[id as usize] = None;
         POSTED[id as usize].store(0, Ordering::Relaxed);
         BLOCKED[id as usize].store(0, Ordering::Relaxed);
+        // Its process goes with the last thread; dropped below, with no
+        // lock held (its memory may be in use on another CPU's TLB).
+        let proc = if first {
+            PROCS.borrow_ref_mut(cs)[id as usize].take()
+        } else {
+            None
+        };
+        Some((t.proc, proc))
     });
+    let Some((proc, gone)) = gone else {
+        return;
+    };
+    drop(gone);
+    // A process whose last other thread went may go too.
+    if proc != id {
+        release_thread_slot(proc);
+    }
 }
 
 /// True when every thread of process `proc` has ended and none still
@@ -1400,6 +1432,8 @@ fn run_slice(i: usize, driver: &mut impl Driver) {
         // Once, by whichever CPU stops the process's last running thread.
         if !REAPED[usize::from(task.proc)].swap(true, Ordering::Relaxed) {
             driver.ended(i as u8, &task, o);
+            release_thread_slot(i as u8);
+            release_thread_slot(task.proc);
         }
     } else if let Outcome::ThreadExit(_) = o {
         release_thread_slot(i as u8);

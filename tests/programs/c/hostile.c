@@ -29,15 +29,27 @@
  *                       half-open, a client that vanishes mid-request
  *                       with a reset; then all of them closed, and a new
  *                       connection still carries data.
+ *   hostile forks N     children that block reading a pipe, forked until
+ *                       fork fails or N exist; prints how many and the
+ *                       error, then closes the pipe, reaps them all and
+ *                       forks one more (the count went down), then 2N more
+ *                       one at a time (each reaped).
+ *   hostile bomb        every process forks for ever; the runtime's process
+ *                       table refuses the 64th with EAGAIN, and the run's
+ *                       duration ends them all. It runs only with
+ *                       PERCH_FUZZ_GUEST=1 in its environment (the test
+ *                       sets it in the manifest), never by accident on a
+ *                       host.
  *
  * Every line is deterministic (no tids, times or addresses), and the same
- * natively and under the runtime, but for `limit`, whose count is the
- * kernel's limit (64 threads a process under the runtime).
+ * natively and under the runtime, but for `limit` and `forks`, whose count
+ * is the kernel's limit (64 threads and processes under the runtime).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sys/wait.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -130,6 +142,70 @@ static int limit(int n)
 	}
 	printf("limit: %d more, one at a time\n", again);
 	return 0;
+}
+
+/* ---- forks ---- */
+
+static int forks(int n)
+{
+	pid_t *kids = calloc((size_t)n, sizeof *kids);
+	int gate[2];
+	if (!kids || pipe(gate))
+		return 1;
+	int made = 0, err = 0;
+	while (made < n) {
+		pid_t p = fork();
+		if (p < 0) {
+			err = errno;
+			break;
+		}
+		if (p == 0) {
+			char c;
+			close(gate[1]);
+			_exit(read(gate[0], &c, 1) == 0 ? 0 : 1);
+		}
+		kids[made++] = p;
+	}
+	if (err)
+		printf("forks: %d children, then %s\n", made, errname(err));
+	else
+		printf("forks: %d children\n", made);
+	close(gate[1]);
+	int bad = 0;
+	for (int i = 0; i < made; i++) {
+		int st = 0;
+		if (waitpid(kids[i], &st, 0) != kids[i] || !WIFEXITED(st) || WEXITSTATUS(st))
+			bad++;
+	}
+	printf("forks: all reaped, %d ended badly\n", bad);
+	pid_t one = fork();
+	if (one == 0)
+		_exit(0);
+	int st = -1;
+	if (one > 0)
+		waitpid(one, &st, 0);
+	printf("forks: one more: %s, status %d\n", one > 0 ? "made" : errname(errno), st);
+	/* Processes that come and go never run out. */
+	int again = 0;
+	for (int i = 0; i < 2 * n; i++) {
+		pid_t p = fork();
+		if (p < 0)
+			break;
+		if (p == 0)
+			_exit(0);
+		waitpid(p, NULL, 0);
+		again++;
+	}
+	printf("forks: %d more, one at a time\n", again);
+	return 0;
+}
+
+/* Every process forks for ever. */
+static _Noreturn int bomb(void)
+{
+	printf("bomb: forking\n");
+	for (;;)
+		fork();
 }
 
 /* ---- dead ---- */
@@ -485,6 +561,10 @@ int main(int argc, char **argv)
 		return abandon();
 	if (!strcmp(what, "sockets"))
 		return socks();
-	fprintf(stderr, "usage: hostile limit N|dead|cleartid|robust|main-exits|abandon|sockets\n");
+	if (!strcmp(what, "forks"))
+		return forks(argc > 2 ? atoi(argv[2]) : 100);
+	if (!strcmp(what, "bomb") && getenv("PERCH_FUZZ_GUEST"))
+		return bomb();
+	fprintf(stderr, "usage: hostile limit N|dead|cleartid|robust|main-exits|abandon|sockets|forks N|bomb\n");
 	return 2;
 }
