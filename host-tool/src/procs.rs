@@ -135,7 +135,9 @@ impl ProcessLog {
         } else if let Some(mut end) = parse_end(log)
             && self.names.contains(&end.name)
         {
-            end.started = self.started.contains(&end.pid);
+            // A runtime that says nothing of what it started (an older
+            // one) forks nothing either.
+            end.started = self.started.is_empty() || self.started.contains(&end.pid);
             self.ends.push(end);
         }
         Routed::Log
@@ -175,6 +177,10 @@ mod tests {
 
     #[test]
     fn ends_are_parsed_from_the_console_lines() {
+        // With no `started` line, every end is a started process's.
+        let mut old = ProcessLog::new(vec!["app".into()]);
+        old.route("INFO perch: app (pid 1) killed by SIGSEGV: page fault");
+        assert_eq!(old.crashed().count(), 1);
         let mut log = ProcessLog::new(vec!["app".into(), "crash".into()]);
         assert_eq!(
             log.route("INFO perch: started app (pid 1): /bin/app (x86-64), entry 0x401000"),

@@ -558,7 +558,9 @@ pub struct Refusal {
 pub struct Console {
     /// Each process's output and end, by name.
     pub processes: BTreeMap<String, Run>,
-    /// The pid each process was reported with.
+    /// The pid each process was started (or, failing that line, ended)
+    /// with; the ends of the processes it forked, which share its name,
+    /// are not its own.
     pub pids: BTreeMap<String, u64>,
     /// Names whose output did not end with a newline.
     pub partial: Vec<String>,
@@ -669,6 +671,15 @@ impl Console {
             }
             return false;
         }
+        // started NAME (pid P): PATH (ABI), entry E
+        if let Some(started) = rest.strip_prefix("started ")
+            && let Some((name, after)) = started.split_once(" (pid ")
+            && let Some((pid, _)) = after.split_once("):")
+            && let Ok(pid) = pid.parse::<u64>()
+        {
+            self.pids.insert(name.to_string(), pid);
+            return true;
+        }
         let Some((name, what)) = rest.split_once(' ').or_else(|| rest.split_once(':')) else {
             return false;
         };
@@ -694,6 +705,11 @@ impl Console {
             } else {
                 return false;
             };
+            // A process the named one forked ends under its name too:
+            // its end is not the named process's.
+            if self.pids.get(name).is_some_and(|&p| p != pid) {
+                return true;
+            }
             self.pids.insert(name.to_string(), pid);
             self.processes.entry(name.to_string()).or_default().end = Some(end);
             return true;
@@ -950,6 +966,17 @@ perch: unknown system calls: x86_64 163 (acct) x3, i386 51 (acct) x12, x86_64 10
         );
         assert_eq!(unknown[2].nr, 1000);
         assert_eq!(c.other, vec!["perch-runtime 0.1.0: booting".to_string()]);
+    }
+
+    #[test]
+    fn a_forked_childs_end_is_not_its_parents() {
+        let c = Console::parse(
+            b"perch: started sh (pid 1): bin/sh (x86_64), entry 0x401000\n\
+perch: sh (pid 1) exited with status 0\n\
+perch: sh (pid 2) killed by SIGTERM: its default action\n",
+        );
+        assert_eq!(c.pids.get("sh"), Some(&1));
+        assert_eq!(c.process("sh").end, Some(End::Exited(0)));
     }
 
     #[test]

@@ -29,6 +29,10 @@
  *   - clone, clone3, futex, kill, tkill, tgkill and rt_sigaction as said
  *     above spawn(): threads that exit at once (over corrupt robust lists),
  *     futex waits that end at once, only signals that are ignored;
+ *   - under the runtime only, fork, vfork and clone without CLONE_VM make
+ *     children that try an execve (see fork_child) or set a robust list,
+ *     and exit at once; wait4, waitpid and waitid always get WNOHANG, and
+ *     half the time wait for any child, which reaps them;
  *   - munmap/mprotect/madvise/mremap/mlock/munlock/msync/mseal act only on a
  *     sacrificial "victim" mapping (the fuzzer never touches it);
  *   - mmap never gets MAP_FIXED (it would replace the fuzzer's own pages),
@@ -244,6 +248,7 @@ static word syscall_number(void)
 enum action {
 	ALLOW = 0, DENY, MEMORY, MMAP, MREMAP, BRK, FD_TARGET0, FD_TARGET1, FCNTL, POLL, PRLIMIT,
 	CLONE, CLONE3, FUTEX, KILL, TKILL, TGKILL, SIGACTION, SIGNAL, SOCKET, ACCEPT4, IOCTL,
+	FORK, WAIT,
 };
 static unsigned char table[NR_SPAN];
 /* Whether the environment says the calls reach only the runtime. */
@@ -262,7 +267,9 @@ static void build_table(void)
 #define D(name) mark(SYS_##name, DENY)
 	/* end or replace the process, or signal anything */
 	D(exit); D(exit_group); D(execve); D(execveat);
-	D(fork); D(vfork);
+	/* under the runtime, children that try an execve and exit at once */
+	mark(SYS_fork, in_guest ? FORK : DENY);
+	mark(SYS_vfork, in_guest ? FORK : DENY);
 	D(rt_sigqueueinfo); D(rt_tgsigqueueinfo); D(rt_sigreturn);
 #ifdef SYS_pidfd_send_signal
 	D(pidfd_send_signal);
@@ -280,7 +287,10 @@ static void build_table(void)
 	D(pause); D(nanosleep); D(clock_nanosleep); D(pselect6); D(ppoll);
 	D(rt_sigsuspend); D(rt_sigtimedwait); D(epoll_wait); D(epoll_pwait);
 	D(io_getevents); D(msgrcv); D(mq_timedreceive); D(mq_timedsend);
-	D(wait4); D(waitid); D(sync); D(syncfs); D(flock);
+	D(sync); D(syncfs); D(flock);
+	/* waits never block (WNOHANG) */
+	mark(SYS_wait4, WAIT);
+	mark(SYS_waitid, WAIT);
 #ifdef SYS_select
 	D(select);
 #endif
@@ -291,7 +301,7 @@ static void build_table(void)
 	D(sigsuspend);
 #endif
 #ifdef SYS_waitpid
-	D(waitpid);
+	mark(SYS_waitpid, WAIT);
 #endif
 #ifdef SYS_semop
 	D(semop);
@@ -470,10 +480,10 @@ static uint64_t clone_flags64(void)
 			f |= extras[next() % (sizeof extras / sizeof extras[0])];
 		break;
 	}
-	/* A copy of the process that does not share its memory is a real fork
-	 * (the fuzzer would go on in two processes): those get CLONE_VM, unless
-	 * CLONE_SIGHAND makes them EINVAL first. */
-	if (!(f & (CLONE_VM | CLONE_SIGHAND)))
+	/* A copy of the process that does not share its memory is a real fork:
+	 * its child exits at once (see spawn) under the runtime; on a host it
+	 * gets CLONE_VM, unless CLONE_SIGHAND makes it EINVAL first. */
+	if (!(f & (CLONE_VM | CLONE_SIGHAND)) && !in_guest)
 		f |= CLONE_VM;
 	if (!(f & CLONE_THREAD))
 		f = (f & ~(uint64_t)0xff) | (next() % 2 ? SIGCHLD : 0);
@@ -688,6 +698,27 @@ static long spawn(word nr, const word *a, word head)
 #endif
 }
 
+/* fork or vfork (a copy either way under the runtime): the child tries an
+ * execve of the fuzzer itself with no arguments (it prints its usage and
+ * exits 2), of a missing file, a directory, a device or a random pointer,
+ * with a NULL, fixed or random environment, then exits with a random
+ * status. The parent gets the pid. */
+static long fork_child(word nr)
+{
+	long pid = raw(nr, 0, 0, 0, 0, 0, 0);
+	if (pid != 0)
+		return pid;
+	static const char *const targets[] = {"/proc/self/exe", "/no/such/program", "/", "/dev/null"};
+	static char *const argv[] = {"fuzz", 0};
+	word path = next() % 5 ? (word)(uintptr_t)targets[next() % 4] : arg();
+	word args = next() % 2 ? (word)(uintptr_t)argv : 0;
+	word env = next() % 3 == 0 ? arg() : 0;
+	raw(SYS_execve, path, args, env, 0, 0, 0);
+	raw(SYS_exit_group, (word)(next() & 0xff), 0, 0, 0, 0, 0);
+	for (;;)
+		;
+}
+
 static int protected_fd(word fd)
 {
 	return fd <= 2;
@@ -761,6 +792,22 @@ static int steer(word nr, word *a)
 		return 1;
 	case FUTEX:
 		steer_futex(a);
+		return 1;
+	case FORK:
+		return 1;
+	case WAIT:
+		/* waitid(idtype, id, infop, options, ru); wait4 and waitpid
+		 * (pid, status, options, ...): any child half the time, so
+		 * that the zombies of forked children are reaped. */
+		if (nr == SYS_waitid) {
+			if (next() % 2)
+				a[0] = 0; /* P_ALL */
+			a[3] |= 1;  /* WNOHANG */
+		} else {
+			if (next() % 2)
+				a[0] = (word)-1;
+			a[2] |= 1;
+		}
 		return 1;
 	case KILL:
 		a[0] = pid_arg();
@@ -937,7 +984,9 @@ int main(int argc, char **argv, char **envp)
 		if (!steer(nr, a))
 			continue;
 		long ret;
-		if (nr < NR_SPAN && (table[nr] == CLONE || table[nr] == CLONE3)) {
+		if (nr < NR_SPAN && table[nr] == FORK) {
+			ret = fork_child(nr);
+		} else if (nr < NR_SPAN && (table[nr] == CLONE || table[nr] == CLONE3)) {
 			ret = spawn(nr, a, robust_list());
 			if (ret > 0) {
 				children[nextchild++ % 8] = (word)ret;
