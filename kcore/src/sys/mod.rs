@@ -464,9 +464,11 @@ pub fn process_ended(
 ) -> Option<u32> {
     let mut wake = wake;
     let gone = sys.files.close_all(&mut p.fds);
-    // Its sockets close below, by owner.
-    sys.files.take_closed_sockets();
-    sys.net.close_all_of(p.pid);
+    // The sockets whose last descriptor it held close; one a forked
+    // process still holds stays open.
+    for id in sys.files.take_closed_sockets() {
+        sys.net.close(id);
+    }
     // A pipe end it held went: the other end's holders, in any process,
     // see end of file or a broken pipe.
     let pipes = exec::pipe_events(sys, gone);

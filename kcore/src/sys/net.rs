@@ -1190,15 +1190,6 @@ impl Net {
         self.dirty = true;
     }
 
-    /// Closes every socket of process `pid` (it ended).
-    pub fn close_all_of(&mut self, pid: u32) {
-        for id in 0..self.socks.len() {
-            if self.sock(id).is_some_and(|s| s.owner == pid) {
-                self.close(id);
-            }
-        }
-    }
-
     /// Takes the pending error (`SO_ERROR`).
     pub fn take_error(&mut self, id: usize) -> Result<Option<Errno>, Errno> {
         self.track(id);

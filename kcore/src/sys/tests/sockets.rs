@@ -404,6 +404,34 @@ fn a_reset_reads_as_econnreset_and_the_process_end_closes_its_sockets() {
 }
 
 #[test]
+fn a_socket_a_forked_child_holds_outlives_its_parent() {
+    let mut e = Env::new(Abi::X86_64);
+    let (l, c, a) = pair(&mut e, 5009);
+    // A child's table names the same descriptions (fork).
+    let mut child = e.sys.files.copy_table(&e.p.fds).unwrap();
+    let open = e.sys.net.open_count();
+    crate::sys::process_ended(
+        &mut e.sys,
+        &mut e.p,
+        crate::sys::procs::Status::Exited(0),
+        |_| {},
+    );
+    assert_eq!(e.sys.net.open_count(), open, "the child holds them all");
+    // The child closes the accepted one: that alone goes.
+    e.sys.files.close(&mut child, a).unwrap();
+    for id in e.sys.files.take_closed_sockets() {
+        e.sys.net.close(id);
+    }
+    assert_eq!(e.sys.net.open_count(), open - 1);
+    let gone = e.sys.files.close_all(&mut child);
+    assert!(!gone.is_empty() && l != c);
+    for id in e.sys.files.take_closed_sockets() {
+        e.sys.net.close(id);
+    }
+    assert_eq!(e.sys.net.open_count(), 0);
+}
+
+#[test]
 fn data_for_a_closed_socket_resets_its_peer() {
     for mut e in both() {
         let (_l, c, a) = pair(&mut e, 5008);
