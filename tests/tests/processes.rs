@@ -186,6 +186,9 @@ fn exec_check(build: CBuild) {
         "directory: exit status 13",
         "script said: execwork: argc 5: [script] [./run.sh] [100] [7]",
         "script: exit status 100",
+        "spawned said: execwork spawned: ",
+        "spawned: exit status 21",
+        "vfork: the child's write is seen, exit status 22",
         "exec done",
     ] {
         assert!(out.contains(needle), "native run lacks {needle:?}:\n{out}");
@@ -213,4 +216,9 @@ fn c_glibc_execs_match_their_native_run() {
 #[test]
 fn c_glibc_i386_execs_match_their_native_run() {
     exec_check(CBuild::Glibc32);
+}
+
+#[test]
+fn c_musl_execs_match_their_native_run() {
+    exec_check(CBuild::Musl);
 }

@@ -401,13 +401,18 @@ pub fn syscall(frame: &mut TrapFrame, id: u8, abi: task::Abi) -> u64 {
             };
             ret(frame, v)
         }
-        Action::Fork(args) => {
-            let v = match fork_process(id, frame, &args) {
-                Ok(pid) => u64::from(pid),
-                Err(e) => e.to_return(),
-            };
-            ret(frame, v)
-        }
+        Action::Fork(args) => match fork_process(id, frame, &args) {
+            // vfork: the parent waits until the child execs or ends (its
+            // pid is the call's result then).
+            Ok(pid) if args.flags & sys::clone_flags::VFORK != 0 => {
+                frame.rax = u64::from(pid);
+                task::vfork_wait(id, (pid - 1) as u8);
+                task::set_outcome(Outcome::Block);
+                LEAVE
+            }
+            Ok(pid) => ret(frame, u64::from(pid)),
+            Err(e) => ret(frame, e.to_return()),
+        },
         Action::Exec(e) => exec_process(id, frame, &e),
         Action::ExitThread(status) => {
             task::set_outcome(Outcome::ThreadExit(i64::from(status)));
@@ -1037,8 +1042,9 @@ pub fn ended(id: u8, name: &str) {
     let Some(t) = task::get(id) else {
         return;
     };
-    // Its timer stops with it.
+    // Its timer stops with it; a vfork parent goes on.
     ALARM_AT[t.proc as usize].store(0, Ordering::Relaxed);
+    task::vfork_done(t.proc);
     recompute_next_alarm();
     report_end(id, name, &t.state);
     // None of its threads waits any more; its descriptors close, and its
@@ -1171,10 +1177,14 @@ fn fork_process(id: u8, frame: &TrapFrame, args: &sys::CloneArgs) -> Result<u32,
             s.procs.reap(pid);
         });
     };
+    // CLONE_VM: the same memory (vfork, posix_spawn); else a copy.
     let copied = task::with_thread(id, |_, proc| {
-        proc.space
-            .copy_user(arch_x86::paging::USER_END)
-            .map(|space| (space, proc.stack_low))
+        let space = if args.flags & f::VM != 0 {
+            Some(proc.space.share())
+        } else {
+            proc.space.copy_user(arch_x86::paging::USER_END)
+        };
+        space.map(|space| (space, proc.stack_low))
     })
     .flatten();
     let Some((mut space, mut stack_low)) = copied else {
@@ -1281,6 +1291,8 @@ fn exec_process(id: u8, frame: &mut TrapFrame, e: &sys::exec::Exec) -> u64 {
     };
     set_program(proc, Some(image.program));
     ALARM_AT[usize::from(proc)].store(0, Ordering::Relaxed);
+    // A vfork parent goes on once its child has its own memory.
+    task::vfork_done(proc);
     let abi = task_abi(image.abi);
     let old = task::exec_replace(id, image.space, image.stack_low, abi, image.entry, comm);
     drop(old);

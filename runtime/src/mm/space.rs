@@ -4,10 +4,12 @@
 //! supervisor-only. Dropping a space frees its tables and every frame it owns.
 
 use super::frames;
+use alloc::sync::Arc;
 use arch_x86::paging::{
     ADDR_MASK, BORROWED, KERNEL_PML4_FIRST, MapError, Mapper, PAGE, PRESENT, PageTable,
     TableMemory, phys_to_virt,
 };
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// Page tables reached through the direct map, table frames from [`frames`].
 pub struct DirectTables;
@@ -34,6 +36,10 @@ impl TableMemory for DirectTables {
 /// One process's page tables.
 pub struct AddressSpace {
     root: u64,
+    /// How many processes hold these tables (`CLONE_VM` without
+    /// `CLONE_THREAD`: vfork, posix_spawn), once a second one does: the
+    /// last one to let go frees them.
+    sharers: Option<Arc<AtomicUsize>>,
 }
 
 impl AddressSpace {
@@ -50,7 +56,31 @@ impl AddressSpace {
             u
         };
         t.table(root).0[KERNEL_PML4_FIRST..].copy_from_slice(&upper);
-        Some(AddressSpace { root })
+        Some(AddressSpace {
+            root,
+            sharers: None,
+        })
+    }
+
+    /// The same tables for another process (`clone` with `CLONE_VM` and
+    /// without `CLONE_THREAD`): what either maps or unmaps, the other
+    /// sees, and they are freed when the last holder drops them.
+    pub fn share(&mut self) -> AddressSpace {
+        let sharers = self
+            .sharers
+            .get_or_insert_with(|| Arc::new(AtomicUsize::new(1)));
+        sharers.fetch_add(1, Ordering::AcqRel);
+        AddressSpace {
+            root: self.root,
+            sharers: Some(sharers.clone()),
+        }
+    }
+
+    /// Whether another process holds these tables too.
+    fn shared(&self) -> bool {
+        self.sharers
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Acquire) > 1)
     }
 
     fn mapper(&self) -> Mapper {
@@ -157,8 +187,12 @@ impl AddressSpace {
         Some(child)
     }
 
-    /// Unmaps the whole lower half, freeing every frame and table it owns.
+    /// Unmaps the whole lower half, freeing every frame and table it owns
+    /// (nothing while another process shares the tables).
     pub fn clear_user(&mut self) {
+        if self.shared() {
+            return;
+        }
         self.mapper().free_lower_half(&mut DirectTables, release);
         flush_all(self.root);
     }
@@ -202,6 +236,13 @@ fn flush_all(root: u64) {
 
 impl Drop for AddressSpace {
     fn drop(&mut self) {
+        // Another process still holds them: they stay, and this CPU may
+        // keep them in CR3 until it switches.
+        if let Some(c) = &self.sharers
+            && c.fetch_sub(1, Ordering::AcqRel) > 1
+        {
+            return;
+        }
         if arch_x86::cpu::cr3() & ADDR_MASK == self.root {
             super::activate_kernel();
         }

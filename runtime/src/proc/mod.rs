@@ -22,7 +22,7 @@ use arch_x86::gdt;
 use arch_x86::madt::MAX_CPUS;
 use arch_x86::paging::{PAGE, PRESENT};
 use core::cell::{Cell, RefCell, UnsafeCell};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use critical_section::Mutex;
 
 /// Most tasks (threads of every process) in one run.
@@ -61,7 +61,35 @@ pub fn post_signal(id: u8, bits: u64, rax: u64) -> bool {
         return false;
     };
     slot.fetch_or(bits, Ordering::Relaxed);
-    bits & !BLOCKED[id as usize].load(Ordering::Relaxed) != 0 && wake(id, rax)
+    // A vfork parent takes it once its child let go of its memory.
+    bits & !BLOCKED[id as usize].load(Ordering::Relaxed) != 0
+        && VFORK_CHILD[id as usize].load(Ordering::Relaxed) == 0
+        && wake(id, rax)
+}
+
+/// For each task: the process slot + 1 of the vfork child it waits for
+/// (0: none).
+static VFORK_CHILD: [AtomicU8; MAX_TASKS] = [const { AtomicU8::new(0) }; MAX_TASKS];
+
+/// Thread `parent`, which made process slot `child` with `CLONE_VFORK`,
+/// waits (blocked, the caller's outcome) until the child execs or ends:
+/// [`vfork_done`] wakes it, and signals do not.
+pub fn vfork_wait(parent: u8, child: u8) {
+    if let Some(w) = VFORK_CHILD.get(usize::from(parent)) {
+        w.store(child + 1, Ordering::Relaxed);
+    }
+}
+
+/// Process slot `child` execs or ends: the thread that made it with
+/// `CLONE_VFORK` goes on, with the child's pid as its call's result.
+pub fn vfork_done(child: u8) {
+    for (i, w) in VFORK_CHILD.iter().enumerate() {
+        if w.compare_exchange(child + 1, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            wake(i as u8, u64::from(child) + 1);
+        }
+    }
 }
 
 /// Takes the signals posted to task `id`.
@@ -725,6 +753,7 @@ pub fn install(
         set_pid(slot, slot as u8);
         REAPED[slot].store(false, Ordering::Relaxed);
         ENDED_BY_SIBLING[slot].store(false, Ordering::Relaxed);
+        VFORK_CHILD[slot].store(0, Ordering::Relaxed);
         let cpu = place(&tasks, 0, EVERY_CPU);
         tasks[slot] = Some(Task {
             spec,
@@ -809,6 +838,7 @@ fn install_made(
         };
         set_pid(s, owner);
         ENDED_BY_SIBLING[s].store(false, Ordering::Relaxed);
+        VFORK_CHILD[s].store(0, Ordering::Relaxed);
         let cpu = place(&tasks, parent.cpu, parent.affinity);
         tasks[s] = Some(Task {
             spec: parent.spec,

@@ -8,9 +8,12 @@
  * of a missing file, of a directory and of a file without execute
  * permission (the errno each child reports through its exit status), and a
  * script the program writes itself (`#!../bin/execwork script`), run with
- * an argument. Every line is the same natively and under the runtime. */
+ * an argument; posix_spawn with a file action, and vfork, whose child
+ * shares the parent's memory until it execs. Every line is the same
+ * natively and under the runtime. */
 #include <errno.h>
 #include <fcntl.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +100,56 @@ int main(int argc, char **argv)
 		char *args[] = {"execwork", name, n, status, keep_s, gone_s, NULL};
 		char *envp[] = {env, NULL};
 		run(label, path, args, envp);
+	}
+	/* posix_spawn (glibc and musl: clone with CLONE_VM | CLONE_VFORK),
+	 * its stdout into a pipe by a file action. */
+	{
+		int p[2];
+		if (pipe(p) == 0) {
+			posix_spawn_file_actions_t fa;
+			posix_spawn_file_actions_init(&fa);
+			posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+			posix_spawn_file_actions_addclose(&fa, p[0]);
+			posix_spawn_file_actions_addclose(&fa, p[1]);
+			char *args[] = {"execwork", "spawned", "1000", "21", NULL};
+			char *envp[] = {"WORKER=spawned", NULL};
+			pid_t pid;
+			int err = posix_spawn(&pid, "../bin/execwork", &fa, NULL, args, envp);
+			close(p[1]);
+			printf("posix_spawn: %s\n", err ? strerror(err) : "ok");
+			char buf[1024];
+			ssize_t n, have = 0;
+			while ((n = read(p[0], buf + have, sizeof buf - 1 - (size_t)have)) > 0)
+				have += n;
+			buf[have] = 0;
+			close(p[0]);
+			for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n"))
+				printf("spawned said: %s\n", l);
+			int st = 0;
+			if (!err && waitpid(pid, &st, 0) == pid && WIFEXITED(st))
+				printf("spawned: exit status %d\n", WEXITSTATUS(st));
+			posix_spawn_file_actions_destroy(&fa);
+		}
+	}
+	/* vfork: the child shares the parent's memory until it execs, and the
+	 * parent waits until then. */
+	{
+		static volatile int seen;
+		fflush(stdout);
+		pid_t pid = vfork();
+		if (pid == 0) {
+			seen = 42;
+			char *args[] = {"execwork", "vforked", "10", "22", NULL};
+			char *envp[] = {NULL};
+			int devnull = open("/dev/null", O_WRONLY);
+			dup2(devnull, 1);
+			execve("../bin/execwork", args, envp);
+			_exit(127);
+		}
+		int st = 0;
+		waitpid(pid, &st, 0);
+		printf("vfork: the child's write is %s, exit status %d\n",
+		       seen == 42 ? "seen" : "NOT SEEN", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 	}
 	/* What cannot run: the child's exit status is the errno. */
 	char *none[] = {"x", NULL};

@@ -623,10 +623,13 @@ pub(crate) fn dispatch<M: Machine>(
         Getsid => ret(task::getpgid(c, a[0], true)),
         Setpgid => ret(task::setpgid(c, a[0], a[1])),
         Setsid => ret(c.procs.setsid(c.p.pid).map(u64::from)),
-        // vfork copies as fork does, and the parent runs on at once (the
-        // child has its own memory, so it cannot disturb the parent's).
+        // vfork is clone(CLONE_VM | CLONE_VFORK | SIGCHLD), as on Linux.
         Fork | Vfork => Ok(Action::Fork(task::CloneArgs {
-            flags: 17,
+            flags: if call == Vfork {
+                task::clone_flags::VM | task::clone_flags::VFORK | 17
+            } else {
+                17
+            },
             stack: 0,
             parent_tid: 0,
             child_tid: 0,

@@ -967,6 +967,8 @@ pub mod clone_flags {
     pub const PARENT_SETTID: u64 = 0x100000;
     /// Clear and wake `child_tid` when the child exits.
     pub const CHILD_CLEARTID: u64 = 0x200000;
+    /// The parent waits until the child calls `execve` or ends (vfork).
+    pub const VFORK: u64 = 0x4000;
     /// Ignored since Linux 2.6.
     pub const DETACHED: u64 = 0x400000;
     /// Write the child's tid at `child_tid` in the child's memory.
@@ -1023,8 +1025,16 @@ pub(crate) fn clone<M: Machine>(
         return Err(Errno::EINVAL);
     }
     if flags & f::THREAD == 0 {
-        const FORK_FLAGS: u64 =
-            f::CSIGNAL | f::PARENT_SETTID | f::CHILD_SETTID | f::CHILD_CLEARTID | f::DETACHED;
+        // A copy of the process, or with CLONE_VM one that shares its
+        // memory (vfork, posix_spawn); CLONE_VFORK holds the parent until
+        // the child execs or ends.
+        const FORK_FLAGS: u64 = f::CSIGNAL
+            | f::VM
+            | f::VFORK
+            | f::PARENT_SETTID
+            | f::CHILD_SETTID
+            | f::CHILD_CLEARTID
+            | f::DETACHED;
         if flags & !FORK_FLAGS != 0 {
             c.unknown.record(c.abi, nr);
             return Err(Errno::ENOSYS);

@@ -683,8 +683,8 @@ fn unknown_calls_are_counted_by_name() {
     let mut e = Env::new(Abi::X86_64);
     assert_eq!(e.err("acct", &[0]), Errno::ENOSYS);
     assert_eq!(e.err("acct", &[0]), Errno::ENOSYS);
-    // A process sharing the caller's memory (posix_spawn).
-    assert_eq!(e.err("clone", &[0x100]), Errno::ENOSYS);
+    // A process sharing the caller's descriptor table.
+    assert_eq!(e.err("clone", &[0x400 | 17]), Errno::ENOSYS);
     assert_eq!(
         e.call_nr(400, &[]),
         Action::Return(Errno::ENOSYS.to_return())

@@ -49,7 +49,7 @@ fn a_pthread_clone_is_handed_to_the_runtime_with_its_arguments() {
 }
 
 #[test]
-fn forks_go_to_the_runtime_shared_memory_copies_are_enosys_and_odd_threads_einval() {
+fn forks_and_vforks_go_to_the_runtime_shared_tables_are_enosys_and_odd_threads_einval() {
     for mut e in both() {
         // fork as glibc asks for it: the runtime makes the copy.
         let sigchld = 17;
@@ -69,10 +69,28 @@ fn forks_go_to_the_runtime_shared_memory_copies_are_enosys_and_odd_threads_einva
             (clone(&mut e, sigchld | f::FILES, 0, 0, 0, 0)),
             Action::Return(Errno::ENOSYS.to_return())
         );
-        // posix_spawn's CLONE_VM|CLONE_VFORK.
+        // posix_spawn's CLONE_VM|CLONE_VFORK: a process in the caller's
+        // memory, on the stack given.
         assert_eq!(
-            (clone(&mut e, f::VM | 0x4000 | sigchld, SCRATCH, 0, 0, 0)),
-            Action::Return(Errno::ENOSYS.to_return())
+            clone(&mut e, f::VM | f::VFORK | sigchld, SCRATCH, 0, 0, 0),
+            Action::Fork(CloneArgs {
+                flags: f::VM | f::VFORK | sigchld,
+                stack: SCRATCH,
+                parent_tid: 0,
+                child_tid: 0,
+                tls: 0,
+            })
+        );
+        // vfork itself is the same.
+        assert_eq!(
+            e.call("vfork", &[]),
+            Action::Fork(CloneArgs {
+                flags: f::VM | f::VFORK | sigchld,
+                stack: 0,
+                parent_tid: 0,
+                child_tid: 0,
+                tls: 0,
+            })
         );
         // A thread in a new PID namespace.
         assert_eq!(
@@ -91,8 +109,8 @@ fn forks_go_to_the_runtime_shared_memory_copies_are_enosys_and_odd_threads_einva
         let list = e.sys.unknown.list();
         assert_eq!(list.len(), 1, "{list:?}");
         assert_eq!(
-            list[0].3, 3,
-            "the two copies and the namespace thread are named"
+            list[0].3, 2,
+            "the copy sharing descriptors and the namespace thread are named"
         );
     }
 }
