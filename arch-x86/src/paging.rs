@@ -29,6 +29,10 @@ pub const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
 /// Software-available bit 9: the leaf's frame is not owned by the address
 /// space (shared image pages); tearing the space down must not free it.
 pub const BORROWED: u64 = 1 << 9;
+/// Software-available bit 10: the leaf's frame may be shared with another
+/// address space after `fork` (copy-on-write); the leaf is never writable,
+/// and a write gets the space a frame of its own first.
+pub const COW: u64 = 1 << 10;
 /// Accessed (set by the CPU).
 pub const ACCESSED: u64 = 1 << 5;
 /// Dirty (set by the CPU).

@@ -51,6 +51,7 @@ fn assert_native_forks_work(p: &Program) {
         "worker 3 killed by signal 15",
         "wait with no child left: -1",
         "parent's global: 1",
+        "parent's pipe words: -7 -7",
         "SIGCHLD came: yes",
         "fork done",
     ] {

@@ -89,9 +89,16 @@ impl Pager for AreaPager<'_> {
             Access::Write => area.prot.writable(),
             Access::Fill => true,
         };
-        if !allowed || space.entry(page) & PRESENT != 0 {
-            // Present already: a rights problem, not a missing page.
+        if !allowed {
             return false;
+        }
+        let e = space.entry(page);
+        if e & PRESENT != 0 {
+            // Present already: a write to a page shared since `fork` gets
+            // its own copy; anything else is a rights problem.
+            return access != Access::Read
+                && e & pg::COW != 0
+                && space.break_cow(page, area.prot.writable());
         }
         if area.kind == AreaKind::Stack && page < *self.stack_low {
             // Keep the stack's present pages contiguous up to the top.
@@ -939,8 +946,9 @@ pub fn page_fault(id: u8, addr: u64, error_code: u64) -> PageFault {
     {
         return PageFault::Resolved;
     }
-    // Error code: bit 0 present (a rights violation), bit 1 write, bit 4 fetch.
-    if error_code & 1 != 0 {
+    // Error code: bit 0 present (a rights violation, but for a write to a
+    // page shared since `fork`), bit 1 write, bit 4 fetch.
+    if error_code & 1 != 0 && !(write && now & pg::COW != 0) {
         return PageFault::Segv;
     }
     let access = if write { Access::Write } else { Access::Read };
@@ -1182,7 +1190,7 @@ fn fork_process(id: u8, frame: &TrapFrame, args: &sys::CloneArgs) -> Result<u32,
         let space = if args.flags & f::VM != 0 {
             Some(proc.space.share())
         } else {
-            proc.space.copy_user(arch_x86::paging::USER_END)
+            proc.space.cow_copy(arch_x86::paging::USER_END)
         };
         space.map(|space| (space, proc.stack_low))
     })

@@ -6,6 +6,7 @@
 //! through the direct map), so allocation and freeing are O(1) and need no
 //! metadata. Used outside NMI context only, with interrupts off.
 
+use alloc::collections::BTreeMap;
 use arch_x86::bootinfo::MemRegion;
 use arch_x86::paging::{PAGE, phys_to_virt};
 use core::cell::RefCell;
@@ -155,9 +156,37 @@ pub fn alloc_zeroed() -> Option<u64> {
     Some(f)
 }
 
-/// Gives a frame from [`alloc`] back.
+/// Gives a frame from [`alloc`] back: one holder lets go of it, and it
+/// returns to the free list with the last one (see [`share`]).
 pub fn free(f: u64) {
-    critical_section::with(|cs| FRAMES.borrow_ref_mut(cs).free(f));
+    critical_section::with(|cs| {
+        let mut shared = SHARED.borrow_ref_mut(cs);
+        if let Some(n) = shared.get_mut(&f) {
+            *n -= 1;
+            if *n == 0 {
+                shared.remove(&f);
+            }
+            return;
+        }
+        FRAMES.borrow_ref_mut(cs).free(f);
+    });
+}
+
+/// Frames with more than one holder (address spaces that share them after
+/// `fork`, copy-on-write), with how many holders besides the first.
+static SHARED: Mutex<RefCell<BTreeMap<u64, u32>>> = Mutex::new(RefCell::new(BTreeMap::new()));
+
+/// One more holder of frame `f` (a copy-on-write mapping): each holder
+/// gives it back with [`free`].
+pub fn share(f: u64) {
+    critical_section::with(|cs| {
+        *SHARED.borrow_ref_mut(cs).entry(f).or_insert(0) += 1;
+    });
+}
+
+/// Whether frame `f` has more than one holder.
+pub fn is_shared(f: u64) -> bool {
+    critical_section::with(|cs| SHARED.borrow_ref(cs).contains_key(&f))
 }
 
 /// (usable frames, frames in use).

@@ -6,8 +6,8 @@
 use super::frames;
 use alloc::sync::Arc;
 use arch_x86::paging::{
-    ADDR_MASK, BORROWED, KERNEL_PML4_FIRST, MapError, Mapper, PAGE, PRESENT, PageTable,
-    TableMemory, phys_to_virt,
+    ADDR_MASK, BORROWED, COW, KERNEL_PML4_FIRST, MapError, Mapper, PAGE, PRESENT, PageTable,
+    TableMemory, WRITABLE, phys_to_virt,
 };
 use core::sync::atomic::{AtomicUsize, Ordering};
 
@@ -142,17 +142,21 @@ impl AddressSpace {
         flush_all(self.root);
     }
 
-    /// A new space whose lower half below `end` is a copy of this one's,
-    /// for a new process (`fork`): every present page gets a frame of its
-    /// own with the same contents and rights; a borrowed page (the runtime
-    /// image's built-in programs) stays borrowed. Pages not present yet
-    /// stay absent and fault in from the process's areas. `None` when
-    /// memory runs out (what was copied goes with the copy).
-    pub fn copy_user(&self, end: u64) -> Option<AddressSpace> {
+    /// A new space whose lower half below `end` is a copy-on-write copy of
+    /// this one's, for a new process (`fork`): every present page is
+    /// mapped in both to the same frame, read-only and marked [`COW`]
+    /// (the frame counted once more, see [`frames::share`]); the first
+    /// write to it in either space gets that space a frame of its own
+    /// ([`AddressSpace::break_cow`]). A borrowed page (the runtime image's
+    /// built-in programs) stays borrowed. Pages not present yet are not
+    /// mapped: they fault in from the areas. `None` when memory runs out
+    /// (what was shared goes with the copy).
+    pub fn cow_copy(&mut self, end: u64) -> Option<AddressSpace> {
         let mut child = AddressSpace::new()?;
         let m = self.mapper();
         let mut pages = heapless::Vec::<(u64, u64), 64>::new();
         let mut next = Some(0);
+        let mut ok = true;
         while let Some(from) = next {
             pages.clear();
             next = m.for_each_leaf(&mut DirectTables, from, end, |va, e| {
@@ -163,28 +167,67 @@ impl AddressSpace {
                 let pa = e & ADDR_MASK;
                 let flags = e & !ADDR_MASK;
                 if e & BORROWED != 0 {
-                    child.map_borrowed(va, pa, flags & !BORROWED).ok()?;
-                    continue;
+                    ok = child.map_borrowed(va, pa, flags & !BORROWED).is_ok();
+                } else {
+                    let cow = (flags & !WRITABLE) | COW;
+                    frames::share(pa);
+                    ok = child.mapper().map(&mut DirectTables, va, pa, cow).is_ok();
+                    if ok {
+                        m.update(&mut DirectTables, va, |old| (old & !WRITABLE) | COW);
+                    } else {
+                        frames::free(pa);
+                    }
                 }
-                let f = frames::alloc()?;
-                // SAFETY: `pa` is a frame this space maps and owns, `f` was
-                // just handed out to this code; the direct map covers both,
-                // and they are distinct frames of 4 KiB.
-                unsafe {
-                    core::ptr::copy_nonoverlapping(
-                        phys_to_virt(pa) as *const u8,
-                        phys_to_virt(f) as *mut u8,
-                        PAGE as usize,
-                    );
-                }
-                // The new space maps nothing there yet: nothing is replaced.
-                if child.mapper().map(&mut DirectTables, va, f, flags).is_err() {
-                    frames::free(f);
-                    return None;
+                if !ok {
+                    break;
                 }
             }
+            if !ok {
+                break;
+            }
         }
-        Some(child)
+        // The parent's pages are read-only from now on, on every CPU.
+        flush_all(self.root);
+        ok.then_some(child)
+    }
+
+    /// Gives the copy-on-write page at `va` a frame of its own (a copy of
+    /// the shared one, or the frame itself once no other space holds it),
+    /// writable when `writable`; returns false when `va` is not such a
+    /// page or memory ran out.
+    pub fn break_cow(&mut self, va: u64, writable: bool) -> bool {
+        let va = va & !(PAGE - 1);
+        let e = self.entry(va);
+        if e & PRESENT == 0 || e & COW == 0 {
+            return false;
+        }
+        let pa = e & ADDR_MASK;
+        let own = if frames::is_shared(pa) {
+            let Some(f) = frames::alloc() else {
+                return false;
+            };
+            // SAFETY: `pa` is a frame this space maps, `f` was just handed
+            // out to this code; the direct map covers both, and they are
+            // distinct frames of 4 KiB.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    phys_to_virt(pa) as *const u8,
+                    phys_to_virt(f) as *mut u8,
+                    PAGE as usize,
+                );
+            }
+            // This space's hold on the shared frame goes.
+            frames::free(pa);
+            f
+        } else {
+            pa
+        };
+        let w = if writable { WRITABLE } else { 0 };
+        self.mapper().update(&mut DirectTables, va, |old| {
+            own | (old & !ADDR_MASK & !COW) | w
+        });
+        flush_all(self.root);
+        true
     }
 
     /// Unmaps the whole lower half, freeing every frame and table it owns
@@ -197,11 +240,13 @@ impl AddressSpace {
         flush_all(self.root);
     }
 
-    /// Applies `f` to the leaf flags of every present page in `[start, end)`.
+    /// Applies `f` to the leaf flags of every present page in `[start, end)`
+    /// (a copy-on-write page stays so, and read-only until written).
     pub fn update_range(&mut self, start: u64, end: u64, f: impl Fn(u64) -> u64) {
         self.each_present(start, end, |m, p| {
             m.update(&mut DirectTables, p, |e| {
-                (e & (ADDR_MASK | BORROWED)) | f(e)
+                let new = (e & (ADDR_MASK | BORROWED | COW)) | f(e);
+                if new & COW != 0 { new & !WRITABLE } else { new }
             });
         });
     }

@@ -5,7 +5,7 @@
 //! is an error for the caller and never a fault in the runtime.
 
 use super::space::AddressSpace;
-use arch_x86::paging::{ADDR_MASK, PAGE, PRESENT, USER, USER_END, WRITABLE, phys_to_virt};
+use arch_x86::paging::{ADDR_MASK, COW, PAGE, PRESENT, USER, USER_END, WRITABLE, phys_to_virt};
 
 /// Why a user access failed (the system call returns EFAULT).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,8 +51,14 @@ fn frame(
     }
     for attempt in 0..2 {
         let e = space.entry(page);
+        // A copy-on-write page is written only once it is this space's
+        // own (the pager breaks the sharing).
         let ok = e & (PRESENT | USER) == (PRESENT | USER)
-            && (access != Access::Write || e & WRITABLE != 0);
+            && match access {
+                Access::Read => true,
+                Access::Write => e & WRITABLE != 0 && e & COW == 0,
+                Access::Fill => e & COW == 0,
+            };
         if ok {
             return Ok(e & ADDR_MASK);
         }

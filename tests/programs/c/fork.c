@@ -23,6 +23,9 @@
 
 static volatile sig_atomic_t sigchld;
 static int global = 1;
+/* Written by the runtime in each worker (pipe), alone in its page so that
+ * no write of the worker's own comes first: never in the parent. */
+static int kfds[1024] __attribute__((aligned(4096))) = {-7, -7};
 
 static void on_chld(int sig)
 {
@@ -44,6 +47,8 @@ __attribute__((noinline)) static uint64_t work(int worker, long rounds)
 static void worker(int i, long rounds, pid_t parent, int out, int hold)
 {
 	global = 100 + i;
+	if (pipe(kfds))
+		_exit(103);
 	uint64_t h = work(i, rounds * (i + 1));
 	char line[96];
 	int n = snprintf(line, sizeof line, "worker %d: %016llx, parent %s, global %d\n", i,
@@ -86,6 +91,9 @@ int main(int argc, char **argv)
 		printf("pipe: %s\n", strerror(errno));
 		return 1;
 	}
+	/* The parent has the page before it forks (so that it is shared). */
+	if (*(volatile int *)&kfds[0] != -7)
+		return 1;
 	pid_t me = getpid();
 	pid_t kids[WORKERS];
 	fflush(stdout);
@@ -154,6 +162,7 @@ int main(int argc, char **argv)
 	r = wait(&st);
 	printf("wait with no child left: %d (%s)\n", (int)r, r < 0 ? strerror(errno) : "?");
 	printf("parent's global: %d\n", global);
+	printf("parent's pipe words: %d %d\n", kfds[0], kfds[1]);
 	printf("SIGCHLD came: %s\n", sigchld > 0 ? "yes" : "no");
 	printf("fork done\n");
 	return 0;

@@ -8,7 +8,7 @@
 //! Limits: shared file mappings that could be written (`MAP_SHARED` with
 //! `PROT_WRITE` on a file) are `ENODEV` (read-only shared mappings behave
 //! as private ones, which is the same while nobody writes the file). A
-//! shared anonymous mapping is private (there is no fork to share it with).
+//! shared anonymous mapping is private (a forked child gets a copy of it).
 //! `mremap` shrinks, grows in place, and moves (copying the bytes through
 //! the checked user-copy path) readable and writable areas; it answers
 //! `ENOMEM` otherwise, which glibc's and musl's realloc handle by copying.
