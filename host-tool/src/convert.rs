@@ -1,6 +1,8 @@
 //! Turns a decoded stream into perf.data: one attr per event, the runtime
 //! as `[kernel.kallsyms]` with its relocation reference, COMM and user MMAPs
-//! per task, samples, losses and throttling, then the feature sections.
+//! per task (FORK first for a task another made, an exec COMM and the new
+//! program's MMAP2s for an exec, EXIT at its end), samples, losses and
+//! throttling, then the feature sections.
 //! Also checks the target's End counters against what arrived, so every
 //! sample the target took is either in the file or counted as lost.
 
@@ -11,7 +13,7 @@ use sampler::wire::SampleParts;
 
 use crate::image::Image;
 use crate::model::{
-    EndCounters, EventKind, EventSource, Hello, Item, ProgramInfo, SampleView, TaskInfo,
+    EndCounters, EventKind, EventSource, Hello, Item, ProgramInfo, SampleView, TaskInfo, TaskOrigin,
 };
 use crate::output::OwnedWrite;
 use crate::perf_abi::{self, context, misc};
@@ -146,7 +148,8 @@ pub struct Converter<W: OwnedWrite> {
     /// fallback.
     tasks: std::collections::BTreeSet<(u32, u32)>,
     /// The last Task record of each task, so the target's periodic
-    /// repetitions are not written again.
+    /// repetitions are not written again; forgotten when the task ends, so
+    /// a later task with the same ids is a new one.
     announced: std::collections::BTreeMap<(u32, u32), TaskInfo>,
     /// Of those, the ones named by a fallback.
     fallback: std::collections::BTreeSet<(u32, u32)>,
@@ -285,6 +288,7 @@ impl<W: OwnedWrite> Converter<W> {
                 time: 0,
                 text: Vec::new(),
                 program: None,
+                origin: TaskOrigin::Named,
             },
         )?;
         self.tasks.insert((pid, tid));
@@ -316,11 +320,21 @@ impl<W: OwnedWrite> Converter<W> {
         };
         match item {
             Item::Task(t) => {
-                if self.announced.get(&(t.pid, t.tid)) == Some(t) {
-                    // A periodic repetition: already in the file.
+                let key = (t.pid, t.tid);
+                let last = self.announced.get(&key);
+                // A periodic repetition is already in the file; an exec is
+                // always news, even of the program the process ran.
+                if t.origin != TaskOrigin::Exec && last.is_some_and(|l| l.repeats(t)) {
                     return Ok(());
                 }
-                self.announced.insert((t.pid, t.tid), (*t).clone());
+                // The first record of a task another made: perf's FORK
+                // (for a thread too, as perf records a `clone`).
+                if let (None, TaskOrigin::Made { ppid, ptid }) = (last, t.origin) {
+                    w.fork(t.pid, ppid, t.tid, ptid, t.time)?;
+                }
+                self.announced.insert(key, (*t).clone());
+                // A task on the ids of one that ended gets its own EXIT.
+                self.exited.remove(&key);
                 Self::on_task(w, &self.options, &mut self.programs, t)?;
                 // A late Task record names the task from here on.
                 self.tasks.insert((t.pid, t.tid));
@@ -357,9 +371,16 @@ impl<W: OwnedWrite> Converter<W> {
                 w.throttle(attr, *on, *time, *cpu)?;
             }
             Item::TaskExit { pid, tid, time } => {
-                if self.exited.insert((*pid, *tid)) {
-                    Self::write_counts(w, &self.counts, &self.count_index, (*pid, *tid), *time)?;
+                let key = (*pid, *tid);
+                if self.exited.insert(key) {
+                    Self::write_counts(w, &self.counts, &self.count_index, key, *time)?;
                     w.exit(*pid, *tid, *time)?;
+                    // The target reuses the ids of a task that ended: the
+                    // next task on them starts from nothing.
+                    self.announced.remove(&key);
+                    if let Some(&i) = self.count_index.get(&key) {
+                        self.counts[i].1.fill(0);
+                    }
                 }
             }
             Item::End(e) => self.end = Some(e.clone()),
@@ -520,7 +541,13 @@ impl<W: OwnedWrite> Converter<W> {
         programs: &mut ProgramFiles,
         t: &TaskInfo,
     ) -> Result<(), ConvertError> {
-        w.comm(t.pid, t.tid, &t.name, t.time)?;
+        // An exec's COMM says so, as perf's does; its program's MMAP2s
+        // follow.
+        if t.origin == TaskOrigin::Exec {
+            w.exec_comm(t.pid, t.tid, &t.name, t.time)?;
+        } else {
+            w.comm(t.pid, t.tid, &t.name, t.time)?;
+        }
         if let Some(p) = &t.program {
             return Self::on_program(w, options, programs, t, p);
         }

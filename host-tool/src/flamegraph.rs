@@ -95,9 +95,10 @@ impl Folder {
         }
     }
 
-    /// Reads a perf.data file: COMM records name the tasks, user MMAP and
-    /// MMAP2 records map their files, samples are folded. Returns the
-    /// number of samples read.
+    /// Reads a perf.data file: COMM records name the tasks (an exec COMM
+    /// also unmaps its process's files), user MMAP and MMAP2 records map
+    /// their files, samples are folded. Returns the number of samples
+    /// read.
     pub fn read_perf_data(&mut self, input: impl Read + Seek) -> Result<u64, HostError> {
         let bad = |e: linux_perf_data::Error| {
             HostError::NotPerch(format!("not a readable perf.data file: {e}"))
@@ -118,6 +119,11 @@ impl Folder {
                 EventRecord::Comm(c) => {
                     let name = String::from_utf8_lossy(&c.name.as_slice()).into_owned();
                     self.names.insert((c.pid as u32, c.tid as u32), name);
+                    // An exec: the old program's mappings are gone, the
+                    // new one's MMAP2s follow.
+                    if c.is_execve {
+                        self.sym.clear(c.pid as u32);
+                    }
                 }
                 EventRecord::Mmap(m) if m.pid >= 0 && m.cpu_mode == CpuMode::User => {
                     let path = String::from_utf8_lossy(&m.path.as_slice()).into_owned();
@@ -238,6 +244,7 @@ mod tests {
             time: 0,
             text: vec![],
             program: None,
+            origin: crate::model::TaskOrigin::Named,
         })
     }
 

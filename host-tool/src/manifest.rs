@@ -476,13 +476,22 @@ impl AppSpec {
     }
 
     /// The host file of each program, by archive path (for
-    /// [`ConvertOptions::programs`](crate::convert::ConvertOptions::programs)).
+    /// [`ConvertOptions::programs`](crate::convert::ConvertOptions::programs)):
+    /// the processes' programs, and every data file that is an ELF, which a
+    /// process may execve.
     pub fn program_files(&self) -> BTreeMap<String, PathBuf> {
+        let elves = self
+            .files
+            .iter()
+            .filter(|(host, _)| is_elf(host))
+            .map(|(host, guest)| (host, guest));
         self.processes
             .iter()
-            .map(|p| {
-                let abs = std::fs::canonicalize(&p.host).unwrap_or_else(|_| p.host.clone());
-                (p.guest.clone(), abs)
+            .map(|p| (&p.host, &p.guest))
+            .chain(elves)
+            .map(|(host, guest)| {
+                let abs = std::fs::canonicalize(host).unwrap_or_else(|_| host.clone());
+                (guest.clone(), abs)
             })
             .collect()
     }
@@ -491,6 +500,15 @@ impl AppSpec {
     pub fn names(&self) -> Vec<String> {
         self.processes.iter().map(|p| p.name.clone()).collect()
     }
+}
+
+/// Whether the file at `host` starts with the ELF magic.
+fn is_elf(host: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(host)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| magic == *b"\x7fELF")
 }
 
 /// The NT_GNU_BUILD_ID of an ELF (what the runtime's loader sends in the
@@ -664,6 +682,40 @@ guest = "data/input.txt"
         let clash = ["a/in.txt".to_string(), "b/in.txt".to_string()];
         assert!(AppSpec::from_command_line(&cmd, &clash).is_err());
         assert!(AppSpec::from_command_line(&[], &[]).is_err());
+    }
+
+    /// A file given with the program (`--file`, `[[file]]`) that is an ELF
+    /// is a program the processes may execve: its host file is known by
+    /// its archive path, as the processes' programs are; other files are
+    /// not programs.
+    #[test]
+    fn elf_data_files_are_programs_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = dir.path().join("app");
+        std::fs::write(&app, b"\x7fELF\x02\x01\x01 app").unwrap();
+        let worker = dir.path().join("worker");
+        std::fs::write(&worker, b"\x7fELF\x02\x01\x01 worker").unwrap();
+        write(dir.path(), "in.txt", "text\n");
+        write(dir.path(), "run.sh", "#!/bin/sh\n");
+        write(dir.path(), "short", "\x7fE");
+        let cmd = [app.display().to_string()];
+        let files = [
+            format!("{}:bin/worker", worker.display()),
+            format!("{}:data/in.txt", dir.path().join("in.txt").display()),
+            format!("{}:bin/run.sh", dir.path().join("run.sh").display()),
+            format!("{}:short", dir.path().join("short").display()),
+            format!("{}:gone", dir.path().join("gone").display()),
+        ];
+        let s = AppSpec::from_command_line(&cmd, &files).unwrap();
+        let canon = |p: &Path| std::fs::canonicalize(p).unwrap();
+        let programs = s.program_files();
+        assert_eq!(
+            programs.into_iter().collect::<Vec<_>>(),
+            [
+                ("bin/app".to_string(), canon(&app)),
+                ("bin/worker".to_string(), canon(&worker)),
+            ]
+        );
     }
 
     #[test]

@@ -201,6 +201,52 @@ pub struct TaskInfo {
     /// The program file a loaded process runs (`None` for the runtime's
     /// built-in programs, whose code is in the image).
     pub program: Option<ProgramInfo>,
+    /// Why the target sent the record.
+    pub origin: TaskOrigin,
+}
+
+impl TaskInfo {
+    /// Whether `other` says what `self` says of the task, whatever the
+    /// origin of either: a periodic repetition of it.
+    pub fn repeats(&self, other: &TaskInfo) -> bool {
+        let TaskInfo {
+            pid,
+            tid,
+            name,
+            compat,
+            time,
+            text,
+            program,
+            origin: _,
+        } = self;
+        *pid == other.pid
+            && *tid == other.tid
+            && *name == other.name
+            && *compat == other.compat
+            && *time == other.time
+            && *text == other.text
+            && *program == other.program
+    }
+}
+
+/// Why a Task record was sent (the wire's `Origin`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TaskOrigin {
+    /// The task started with the run, renamed itself, or the record is a
+    /// periodic repetition.
+    #[default]
+    Named,
+    /// Task `ptid` of process `ppid` just made it: a thread (`ppid` is
+    /// then its own pid) or the first thread of a forked process
+    /// (PERF_RECORD_FORK).
+    Made {
+        /// The maker's process.
+        ppid: u32,
+        /// The maker's task (thread).
+        ptid: u32,
+    },
+    /// The process replaced its program (`execve`): an exec COMM.
+    Exec,
 }
 
 /// The program of a loaded process, as its Task record names it.

@@ -118,6 +118,8 @@ pub mod record {
     pub const COMM: u32 = 3;
     /// `PERF_RECORD_EXIT`: pid, ppid, tid, ptid, time.
     pub const EXIT: u32 = 4;
+    /// `PERF_RECORD_FORK`: pid, ppid, tid, ptid, time (as EXIT).
+    pub const FORK: u32 = 7;
     /// `PERF_RECORD_READ`: pid, tid, the counter's value (read_format 0).
     pub const READ: u32 = 8;
     /// `PERF_RECORD_THROTTLE`: time, id, stream_id.
@@ -141,6 +143,9 @@ pub mod misc {
     pub const KERNEL: u16 = 1;
     /// `PERF_RECORD_MISC_USER`.
     pub const USER: u16 = 2;
+    /// `PERF_RECORD_MISC_COMM_EXEC` in a COMM: the task's process replaced
+    /// its program (`execve`).
+    pub const COMM_EXEC: u16 = 1 << 13;
     /// `PERF_RECORD_MISC_BUILD_ID_SIZE` in a build-id entry: the size byte is valid.
     pub const BUILD_ID_SIZE: u16 = 1 << 15;
     /// `PERF_RECORD_MISC_MMAP_BUILD_ID` in an MMAP2: it carries a build-id

@@ -1,7 +1,7 @@
-//! A streaming perf.data writer: header, attrs with ids, COMM/MMAP/SAMPLE/
-//! LOST/THROTTLE records in time-sorted batches separated by FINISHED_ROUND,
-//! and the header feature sections perf uses for names, build-ids and the
-//! machine description. Built to the facts in perf's
+//! A streaming perf.data writer: header, attrs with ids, COMM/FORK/EXIT/
+//! MMAP/SAMPLE/LOST/THROTTLE records in time-sorted batches separated by
+//! FINISHED_ROUND, and the header feature sections perf uses for names,
+//! build-ids and the machine description. Built to the facts in perf's
 //! `Documentation/perf.data-file-format.txt` as read by perf 6.1.
 
 use std::io::{self, SeekFrom};
@@ -600,8 +600,32 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
 
     /// PERF_RECORD_COMM: names a task from `time` on.
     pub fn comm(&mut self, pid: u32, tid: u32, name: &str, time: u64) -> Result<(), WriteError> {
+        self.comm_with_misc(0, pid, tid, name, time)
+    }
+
+    /// PERF_RECORD_COMM with `PERF_RECORD_MISC_COMM_EXEC`: the task's
+    /// process replaced its program at `time` and is named `name` from
+    /// then on (`perf script --show-task-events` prints it as `exec:`).
+    pub fn exec_comm(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        name: &str,
+        time: u64,
+    ) -> Result<(), WriteError> {
+        self.comm_with_misc(misc::COMM_EXEC, pid, tid, name, time)
+    }
+
+    fn comm_with_misc(
+        &mut self,
+        misc: u16,
+        pid: u32,
+        tid: u32,
+        name: &str,
+        time: u64,
+    ) -> Result<(), WriteError> {
         let mut buf = self.take_batch();
-        let start = Self::begin(&mut buf, record::COMM, 0);
+        let start = Self::begin(&mut buf, record::COMM, misc);
         buf.extend_from_slice(&pid.to_le_bytes());
         buf.extend_from_slice(&tid.to_le_bytes());
         Self::push_str_padded(&mut buf, name);
@@ -614,12 +638,40 @@ impl<W: OwnedWrite> PerfDataWriter<W> {
     /// `ptid`) is the process's parent, as Linux fills them for every
     /// thread of a group: the runtime, pid 0, which started it.
     pub fn exit(&mut self, pid: u32, tid: u32, time: u64) -> Result<(), WriteError> {
+        self.fork_or_exit(record::EXIT, pid, 0, tid, 0, time)
+    }
+
+    /// PERF_RECORD_FORK: task (`pid`, `tid`) was made at `time` by task
+    /// `ptid` of process `ppid`, a thread of its own process (`pid ==
+    /// ppid`, as perf records a `clone`) or the first thread of a forked
+    /// one.
+    pub fn fork(
+        &mut self,
+        pid: u32,
+        ppid: u32,
+        tid: u32,
+        ptid: u32,
+        time: u64,
+    ) -> Result<(), WriteError> {
+        self.fork_or_exit(record::FORK, pid, ppid, tid, ptid, time)
+    }
+
+    /// A FORK or EXIT record (the same body): pid, ppid, tid, ptid, time.
+    fn fork_or_exit(
+        &mut self,
+        type_: u32,
+        pid: u32,
+        ppid: u32,
+        tid: u32,
+        ptid: u32,
+        time: u64,
+    ) -> Result<(), WriteError> {
         let mut buf = self.take_batch();
-        let start = Self::begin(&mut buf, record::EXIT, 0);
+        let start = Self::begin(&mut buf, type_, 0);
         buf.extend_from_slice(&pid.to_le_bytes());
-        buf.extend_from_slice(&0u32.to_le_bytes());
+        buf.extend_from_slice(&ppid.to_le_bytes());
         buf.extend_from_slice(&tid.to_le_bytes());
-        buf.extend_from_slice(&0u32.to_le_bytes());
+        buf.extend_from_slice(&ptid.to_le_bytes());
         buf.extend_from_slice(&time.to_le_bytes());
         Self::push_sample_id(&mut buf, &self.attrs[0], pid, tid, time, 0);
         self.batch = buf;

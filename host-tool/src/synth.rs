@@ -116,6 +116,7 @@ pub fn write_capture(
         abi: sampler::regs::Abi::Bits64,
         text: heapless::Vec::new(),
         program: None,
+        origin: wire::Origin::Named,
     };
     put(&mut enc, &Record::Task(task.clone()), out)?;
     let step = 1_000_000_000 / cfg.freq.max(1);

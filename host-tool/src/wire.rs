@@ -7,7 +7,7 @@ use sampler::wire::{self, CpuVendor, LogPayload, Record};
 
 use crate::model::{
     CpuPlace, EndCounters, EventInfo, EventKind, EventSource, Hello, Item, ProgramInfo, SampleView,
-    SegmentInfo, TaskInfo,
+    SegmentInfo, TaskInfo, TaskOrigin,
 };
 use crate::perf_data::BranchEntry;
 
@@ -121,6 +121,11 @@ pub fn task(t: &wire::Task) -> TaskInfo {
                 })
                 .collect(),
         }),
+        origin: match t.origin {
+            wire::Origin::Named => TaskOrigin::Named,
+            wire::Origin::Made { ppid, ptid } => TaskOrigin::Made { ppid, ptid },
+            wire::Origin::Exec => TaskOrigin::Exec,
+        },
     }
 }
 

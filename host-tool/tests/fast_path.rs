@@ -266,6 +266,7 @@ fn varied_stream(image: &Image) -> Vec<u8> {
             abi: Abi::Bits64,
             text: heapless::Vec::new(),
             program: None,
+            origin: wire::Origin::Named,
         };
         put(&mut enc, &Record::Task(task), &mut out);
     }

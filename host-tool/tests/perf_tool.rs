@@ -251,7 +251,7 @@ fn losses_show_in_perf_report_and_script() {
 fn pmu_recording(dir: &std::path::Path, image: &Image) -> String {
     use host_tool::convert::{ConvertOptions, Converter};
     use host_tool::model::{
-        EndCounters, EventInfo, EventKind, EventSource, Item, SampleView, TaskInfo,
+        EndCounters, EventInfo, EventKind, EventSource, Item, SampleView, TaskInfo, TaskOrigin,
     };
     use host_tool::perf_abi::{context, sample};
     use host_tool::perf_data::BranchEntry;
@@ -322,6 +322,7 @@ fn pmu_recording(dir: &std::path::Path, image: &Image) -> String {
         time: 0,
         text: vec![],
         program: None,
+        origin: TaskOrigin::Named,
     }))
     .unwrap();
     let alpha = sym(image, "hot_alpha");

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use common::{fixture, hello};
 use host_tool::convert::{ConvertOptions, Converter};
 use host_tool::image::Image;
-use host_tool::model::{Item, ProgramInfo, SampleView, SegmentInfo, TaskInfo};
+use host_tool::model::{Item, ProgramInfo, SampleView, SegmentInfo, TaskInfo, TaskOrigin};
 use linux_perf_data::linux_perf_event_reader::{EventRecord, Mmap2FileId};
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 
@@ -46,6 +46,7 @@ fn task(pid: u32, name: &str, path: &str, build_id: &[u8]) -> TaskInfo {
                 segment(0x40_4000, 0x2000, 0x4000, false),
             ],
         }),
+        origin: TaskOrigin::Named,
     }
 }
 

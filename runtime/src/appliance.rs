@@ -236,6 +236,7 @@ fn announce_new_tasks() {
             t.name(),
             t.spec.abi == task::Abi::Compat32,
             program,
+            sampler::wire::Origin::Named,
         );
     });
 }

@@ -14,8 +14,8 @@ use sampler::sample::{
 use sampler::wire::{
     CpuId, CpuPlace, CpuVendor, DELIMITER, Encoder, EncoderConfig, End, Hello, Log, LogLevel, Lost,
     LostReason, MAX_BUILD_ID, MAX_CPUS, MAX_EVENTS, MAX_FRAME, MAX_PROGRAM_SEGMENTS,
-    MAX_TASK_RANGES, MAX_UNKNOWN_SYSCALLS, Program, Record, Segment, SelfTest, Task, TaskExit,
-    TextRange, ThrottleEvent, UnknownSyscall,
+    MAX_TASK_RANGES, MAX_UNKNOWN_SYSCALLS, Origin, Program, Record, Segment, SelfTest, Task,
+    TaskExit, TextRange, ThrottleEvent, UnknownSyscall,
 };
 
 /// Task ids samples are drawn from: few, so that tasks repeat and delta
@@ -246,6 +246,19 @@ fn program(u: &mut Unstructured<'_>) -> Result<Program> {
     })
 }
 
+/// Why a Task record was sent: named, made by one of the tasks (a thread
+/// of its own process or a fork), or an exec.
+fn origin(u: &mut Unstructured<'_>) -> Result<Origin> {
+    Ok(match u.int_in_range(0..=2)? {
+        0 => Origin::Named,
+        1 => Origin::Made {
+            ppid: u.arbitrary()?,
+            ptid: u.int_in_range(0..=TIDS - 1)?,
+        },
+        _ => Origin::Exec,
+    })
+}
+
 fn throttle(u: &mut Unstructured<'_>) -> Result<ThrottleEvent> {
     Ok(ThrottleEvent {
         time: u.arbitrary()?,
@@ -289,6 +302,7 @@ pub fn other_record(u: &mut Unstructured<'_>) -> Result<Record> {
             } else {
                 None
             },
+            origin: origin(u)?,
         }),
         4 => {
             let level = *u.choose(&[

@@ -434,6 +434,7 @@ mod tests {
             time: 0,
             text: vec![],
             program: None,
+            origin: crate::model::TaskOrigin::Named,
         }
     }
 

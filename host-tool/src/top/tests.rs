@@ -2,7 +2,7 @@
 //! table and the view's refresh and keys.
 
 use super::*;
-use crate::model::{EventInfo, EventKind, EventSource, Hello, ProgramInfo, SampleView};
+use crate::model::{EventInfo, EventKind, EventSource, Hello, ProgramInfo, SampleView, TaskOrigin};
 
 fn fixture_image() -> Image {
     Image::open(Path::new(concat!(
@@ -29,6 +29,7 @@ fn task(pid: u32, name: &str, program: Option<ProgramInfo>) -> TaskInfo {
         time: 0,
         text: vec![],
         program,
+        origin: TaskOrigin::Named,
     }
 }
 

@@ -9,6 +9,7 @@ use host_tool::convert::{ConvertOptions, ConvertSummary, Converter};
 use host_tool::image::Image;
 use host_tool::model::{
     CpuPlace, EndCounters, EventInfo, EventKind, EventSource, Hello, Item, SampleView, TaskInfo,
+    TaskOrigin,
 };
 use host_tool::perf_abi::{context, reg, sample};
 
@@ -136,6 +137,7 @@ pub fn demo_items(image: &Image, d: Demo, mut f: impl FnMut(&Item<'_>)) {
         time: 0,
         text: vec![],
         program: None,
+        origin: TaskOrigin::Named,
     }));
     f(&Item::Task(TaskInfo {
         pid: 2,
@@ -145,6 +147,7 @@ pub fn demo_items(image: &Image, d: Demo, mut f: impl FnMut(&Item<'_>)) {
         time: 0,
         text: vec![],
         program: None,
+        origin: TaskOrigin::Named,
     }));
     let task_main = sym(image, "task_main");
     let runtime_entry = sym(image, "runtime_entry");

@@ -9,7 +9,9 @@ use crate::sample::profile::{self, Source};
 use core::cell::RefCell;
 use critical_section::Mutex;
 use sampler::event::PmuCaps;
-use sampler::wire::{CpuId, CpuPlace, CpuVendor, End, Hello, Program, Record, Task, TaskExit};
+use sampler::wire::{
+    CpuId, CpuPlace, CpuVendor, End, Hello, Origin, Program, Record, Task, TaskExit,
+};
 
 /// Hello and the Task records are sent again this often (TSC time), so a
 /// host that joins late, or lost the start to noise, decodes the stream
@@ -32,9 +34,11 @@ static ANNOUNCED: Mutex<RefCell<Announced>> = Mutex::new(RefCell::new(Announced 
     next_ns: 0,
 }));
 
-/// Sends the Task record `t` and keeps it for the repetition.
-fn announce_task(t: Task) {
+/// Sends the Task record `t` and keeps it for the repetition, which says
+/// [`Origin::Named`]: the task was made, or its program replaced, once.
+fn announce_task(mut t: Task) {
     wire::send(&Record::Task(t.clone()));
+    t.origin = Origin::Named;
     critical_section::with(|cs| {
         let mut a = ANNOUNCED.borrow_ref_mut(cs);
         if let Some(old) = a.tasks.iter_mut().find(|o| o.tid == t.tid) {
@@ -205,7 +209,8 @@ pub fn send_hello(cmdline: &str, source: Source) {
 
 /// Sends the Task record of thread `tid` of loaded process `pid` running
 /// `program` (its archive path, build-id and loaded segments), named
-/// `name` since `time`.
+/// `name` since `time`; `origin` says why (a task started with the run or
+/// renamed, one made by another task, an exec).
 pub fn send_program_task(
     time: u64,
     pid: u32,
@@ -213,6 +218,7 @@ pub fn send_program_task(
     name: &str,
     compat: bool,
     program: Program,
+    origin: Origin,
 ) {
     let mut t = Task {
         time,
@@ -226,6 +232,7 @@ pub fn send_program_task(
         },
         text: heapless::Vec::new(),
         program: Some(program),
+        origin,
     };
     let mut end = name.len().min(t.name.capacity());
     while !name.is_char_boundary(end) {

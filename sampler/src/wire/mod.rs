@@ -98,9 +98,10 @@ pub const MAGIC: [u8; 4] = *b"PRCH";
 /// of the previous frame's plain CRC (see the module docs); version 4 added
 /// the program of a loaded process to its Task record ([`Task::program`]);
 /// version 5 added [`Record::TaskExit`]; version 6 added the CPUs' places
-/// to Hello ([`Hello::cpus`]). A Hello of another version is recognised and
-/// refused with the version error.
-pub const PROTOCOL_VERSION: u16 = 6;
+/// to Hello ([`Hello::cpus`]); version 7 added why a Task record was sent
+/// ([`Task::origin`]: a task made by another, a process's exec). A Hello of
+/// another version is recognised and refused with the version error.
+pub const PROTOCOL_VERSION: u16 = 7;
 /// The frame delimiter. A writer should send one before its first frame
 /// (and after any reset of the line) so that noise on the line before it is
 /// not glued to that frame.
@@ -353,7 +354,30 @@ pub struct Program {
     pub segments: heapless::Vec<Segment, MAX_PROGRAM_SEGMENTS>,
 }
 
-/// A task appeared (COMM + MMAP on the host).
+/// Why a Task record was sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Origin {
+    /// The task started with the run (a program perch started), or renamed
+    /// itself, or a repetition.
+    #[default]
+    Named,
+    /// The task was just made by task `ptid` of process `ppid`: a thread
+    /// (`clone`, then `ppid` is its own pid) or the first thread of a forked
+    /// process.
+    Made {
+        /// The process of the task that made it.
+        ppid: u32,
+        /// The task (thread) that made it.
+        ptid: u32,
+    },
+    /// The process replaced its program (`execve`): the record names the
+    /// new program.
+    Exec,
+}
+
+/// A task appeared, renamed itself or replaced its program (COMM + MMAP on
+/// the host; FORK first for a task made by another, and an exec COMM for
+/// an exec).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
     /// Time the task was created (ns).
@@ -372,6 +396,9 @@ pub struct Task {
     /// The program file a loaded process runs (`None` for the runtime's
     /// built-in programs).
     pub program: Option<Program>,
+    /// Why the record was sent. Periodic repetitions say
+    /// [`Origin::Named`], whatever the first record said.
+    pub origin: Origin,
 }
 
 /// A task (thread) ended (EXIT on the host). Sent after every sample the

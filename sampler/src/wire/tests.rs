@@ -92,6 +92,7 @@ fn other_records_round_trip() {
         abi: crate::regs::Abi::Bits32,
         text: heapless::Vec::new(),
         program: None,
+        origin: Origin::Named,
     };
     task.name.push_str("spin32").unwrap();
     let mut program = Program::default();
@@ -269,6 +270,138 @@ fn hello_cpus_round_trip() {
     assert_eq!(big.cpus.len(), MAX_CPUS);
     let n = enc.encode(&Record::Hello(big.clone()), &mut buf).unwrap();
     assert_eq!(decode_all(&buf[..n]).0, [Ok(Record::Hello(big))]);
+}
+
+/// A loaded program's Task record, named `name`, running `path`, with
+/// `origin`: as the runtime sends it.
+fn program_task(pid: u32, tid: u32, name: &str, path: &str, origin: Origin) -> Task {
+    let mut program = Program::default();
+    program.path.push_str(path).unwrap();
+    program.build_id.extend_from_slice(&[0x5a; 20]).unwrap();
+    program
+        .segments
+        .push(Segment {
+            start: 0x40_1000,
+            len: 0x2000,
+            file_offset: 0x1000,
+            prot: Segment::READ | Segment::EXEC,
+        })
+        .unwrap();
+    Task {
+        time: 100,
+        pid,
+        tid,
+        name: heapless::String::try_from(name).unwrap(),
+        abi: crate::regs::Abi::Bits64,
+        text: heapless::Vec::new(),
+        program: Some(program),
+        origin,
+    }
+}
+
+/// Every origin of a Task record survives the round trip (the parent's ids
+/// of a made task at their widest too), and the record is otherwise the
+/// same bytes whatever its origin but for the origin itself.
+#[test]
+fn task_origins_round_trip() {
+    let origins = [
+        Origin::Named,
+        Origin::Made { ppid: 1, ptid: 1 },
+        Origin::Made { ppid: 2, ptid: 5 },
+        Origin::Made {
+            ppid: u32::MAX,
+            ptid: u32::MAX,
+        },
+        Origin::Exec,
+    ];
+    assert_eq!(Origin::default(), Origin::Named);
+    let mut enc: Encoder = Encoder::new(EncoderConfig::default());
+    let mut buf = [0u8; MAX_FRAME];
+    let mut plain = [0u8; MAX_FRAME];
+    let named = program_task(2, 2, "worker", "bin/work", Origin::Named);
+    let named_len = postcard::to_slice(&WireRecordRef::Task(&named), &mut plain)
+        .unwrap()
+        .len();
+    let mut bytes = std::vec::Vec::new();
+    for origin in origins {
+        let t = program_task(2, 2, "worker", "bin/work", origin);
+        let n = enc.encode(&Record::Task(t.clone()), &mut buf).unwrap();
+        assert_eq!(decode_all(&buf[..n]).0, [Ok(Record::Task(t.clone()))]);
+        bytes.extend_from_slice(&buf[..n]);
+        // The origin is the record's last field: a variant byte, and the
+        // parent's ids as varints for a made task.
+        let len = postcard::to_slice(&WireRecordRef::Task(&t), &mut plain)
+            .unwrap()
+            .len();
+        let extra = match origin {
+            Origin::Named | Origin::Exec => 0,
+            Origin::Made { ppid, ptid } => varint_len(ppid) + varint_len(ptid),
+        };
+        assert_eq!(len, named_len + extra, "{origin:?}");
+    }
+    // One stream of all of them decodes to the same records, in order.
+    let (out, stats) = decode_all(&bytes);
+    let want: std::vec::Vec<_> = origins
+        .iter()
+        .map(|&o| Ok(Record::Task(program_task(2, 2, "worker", "bin/work", o))))
+        .collect();
+    assert_eq!(out, want);
+    assert_eq!(stats.bad_frames, 0);
+}
+
+/// Bytes of `v` as a postcard varint.
+fn varint_len(v: u32) -> usize {
+    (32 - v.leading_zeros()).max(1).div_ceil(7) as usize
+}
+
+/// The largest Task record (every string and list full, every number at
+/// its widest, a made task's parent ids too) fits one frame.
+#[test]
+fn the_largest_task_fits_a_frame() {
+    let mut t = program_task(
+        u32::MAX,
+        u32::MAX,
+        "",
+        "",
+        Origin::Made {
+            ppid: u32::MAX,
+            ptid: u32::MAX,
+        },
+    );
+    t.time = u64::MAX;
+    while t.name.push('\u{10FFFF}').is_ok() {}
+    while t.name.push('x').is_ok() {}
+    while t
+        .text
+        .push(TextRange {
+            start: u64::MAX,
+            len: u64::MAX,
+            file_offset: u64::MAX,
+        })
+        .is_ok()
+    {}
+    let p = t.program.as_mut().unwrap();
+    while p.path.push('x').is_ok() {}
+    p.build_id.clear();
+    p.build_id.extend_from_slice(&[0xff; MAX_BUILD_ID]).unwrap();
+    p.segments.clear();
+    while p
+        .segments
+        .push(Segment {
+            start: u64::MAX,
+            len: u64::MAX,
+            file_offset: u64::MAX,
+            prot: u8::MAX,
+        })
+        .is_ok()
+    {}
+    assert_eq!(t.name.len(), MAX_TASK_NAME);
+    assert_eq!(p.path.len(), MAX_PROGRAM_PATH);
+    let mut enc: Encoder = Encoder::new(EncoderConfig::default());
+    let mut buf = [0u8; MAX_FRAME];
+    let n = enc.encode(&Record::Task(t.clone()), &mut buf).unwrap();
+    assert!(n < MAX_FRAME / 2, "{n} bytes");
+    assert_eq!(decode_all(&buf[..n]).0, [Ok(Record::Task(t))]);
 }
 
 #[test]
@@ -1107,7 +1240,7 @@ fn a_version_1_stream_gets_the_version_error() {
         found: 1,
         expected: PROTOCOL_VERSION,
     })];
-    assert_eq!(PROTOCOL_VERSION, 6);
+    assert_eq!(PROTOCOL_VERSION, 7);
     #[cfg(feature = "std")]
     let paths = [Path::Rebuilt, Path::Parts, Path::Batches];
     #[cfg(not(feature = "std"))]
