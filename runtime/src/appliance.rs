@@ -229,14 +229,28 @@ fn announce_new_tasks() {
         let Some(program) = linux::program_of(t.proc) else {
             return;
         };
-        crate::stream::send_program_task(
-            t.since_ns,
-            t.pid(),
-            u32::from(id) + 1,
-            t.name(),
-            t.spec.abi == task::Abi::Compat32,
-            program,
-            sampler::wire::Origin::Named,
-        );
+        use sampler::wire::Origin;
+        let send = |program, origin| {
+            crate::stream::send_program_task(
+                t.since_ns,
+                t.pid(),
+                u32::from(id) + 1,
+                t.name(),
+                t.spec.abi == task::Abi::Compat32,
+                program,
+                origin,
+            );
+        };
+        match t.origin {
+            task::Origin::Named => send(program, Origin::Named),
+            task::Origin::Made { ppid, ptid } => send(program, Origin::Made { ppid, ptid }),
+            task::Origin::Exec => send(program, Origin::Exec),
+            // Made and exec'd since the last look: the fork, then the exec
+            // (the new program stands for the old one in between).
+            task::Origin::MadeThenExec { ppid, ptid } => {
+                send(program.clone(), Origin::Made { ppid, ptid });
+                send(program, Origin::Exec);
+            }
+        }
     });
 }

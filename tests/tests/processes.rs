@@ -16,7 +16,7 @@ use e2e_tests::programs::{
     CBuild, End, Program, appliance, assert_same_as_native, c_program_with, data_files,
     run_appliance, run_native,
 };
-use e2e_tests::{perf_present, qemu_present, record, run_perf};
+use e2e_tests::{perf_present, qemu_and_perf_present, qemu_present, record, run_perf};
 use linux_perf_data::linux_perf_event_reader::EventRecord;
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use std::collections::{BTreeMap, BTreeSet};
@@ -222,4 +222,67 @@ fn c_glibc_i386_execs_match_their_native_run() {
 #[test]
 fn c_musl_execs_match_their_native_run() {
     exec_check(CBuild::Musl);
+}
+
+/// `perch record` of the exec test: each fork is a PERF_RECORD_FORK, each
+/// execve a COMM with perf's exec flag naming the new program, and `perf
+/// report --sort comm,sym` names `crunch` under both exec'd programs, each
+/// symbolised from its own file (one of them the other ABI's).
+#[test]
+fn each_execd_program_is_profiled_under_its_own_name_and_symbols() {
+    if !qemu_and_perf_present() {
+        return;
+    }
+    let (p, files) = exec_programs(CBuild::Glibc);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut args: Vec<String> = vec!["--freq".into(), "10000".into()];
+    for (guest, bytes) in &files[files.len() - 2..] {
+        let host = dir.path().join(guest.replace('/', "_"));
+        std::fs::write(&host, bytes).expect("writing a program");
+        args.extend(["--file".into(), format!("{}:/{guest}", host.display())]);
+    }
+    let (_, input) = files
+        .iter()
+        .find(|(g, _)| g == "data/input.txt")
+        .expect("the input file");
+    let host = dir.path().join("input.txt");
+    std::fs::write(&host, input).expect("writing the input");
+    args.extend(["--file".into(), format!("{}:/input.txt", host.display())]);
+    args.extend([
+        "--".into(),
+        p.exe.to_str().expect("a UTF-8 path").into(),
+        "2000000".into(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let rec = record(&args);
+    let err = &rec.stderr;
+    assert_eq!(rec.status, Some(0), "perch record failed:\n{err}");
+    assert!(rec.stdout.contains("exec done"), "{}\n{err}", rec.stdout);
+    let events = run_perf(&rec, &["script", "--show-task-events"], &[]);
+    let forks = events.lines().filter(|l| l.contains("PERF_RECORD_FORK(")).count();
+    // Four workers, posix_spawn, vfork, three children whose execve
+    // fails, the script.
+    assert_eq!(forks, 10, "FORK records:\n{events}");
+    for comm in ["execwork", "execwork-other"] {
+        assert!(
+            events
+                .lines()
+                .any(|l| l.contains(&format!("PERF_RECORD_COMM exec: {comm}:"))),
+            "no exec COMM for {comm}:\n{events}"
+        );
+    }
+    let report = run_perf(
+        &rec,
+        &["report", "--stdio", "--no-children", "--sort", "comm,sym"],
+        &[],
+    );
+    for comm in ["execwork", "execwork-other"] {
+        assert!(
+            report.lines().any(|l| {
+                let mut w = l.split_whitespace();
+                w.nth(1) == Some(comm) && l.contains("[.] crunch")
+            }),
+            "{comm} has no crunch:\n{report}"
+        );
+    }
 }

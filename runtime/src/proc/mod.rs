@@ -286,6 +286,14 @@ pub enum Origin {
     },
     /// Its process replaced its program (`execve`).
     Exec,
+    /// Made by thread `ptid` of process `ppid`, and it replaced its program
+    /// before the stream was told of it: both are told.
+    MadeThenExec {
+        /// The maker's pid.
+        ppid: u32,
+        /// The maker's tid.
+        ptid: u32,
+    },
 }
 
 /// The affinity of a thread no one narrowed.
@@ -615,9 +623,16 @@ pub fn threads_of(proc: u8) -> heapless::Vec<u8, MAX_TASKS> {
     })
 }
 
+/// Set once the stream tells of tasks ([`take_unannounced`]): from then
+/// on a task's slot waits for its Task record and its end's before it is
+/// freed, so that every process and thread is in the profile, however
+/// short it lived.
+static TOLD: AtomicBool = AtomicBool::new(false);
+
 /// Calls `f` for each task the stream has not been told of yet, and marks
 /// it told.
 pub fn take_unannounced(mut f: impl FnMut(u8, &Task)) {
+    TOLD.store(true, Ordering::Relaxed);
     let new: heapless::Vec<(u8, Task), MAX_TASKS> = critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
         tasks
@@ -1002,6 +1017,8 @@ pub fn exec_replace(
     comm: [u8; 16],
 ) -> Option<AddressSpace> {
     let old = with_thread(id, |t, p| {
+        // The NMI walks no user stack while the space changes under it.
+        set_walk((0, 0));
         let old = core::mem::replace(&mut p.space, space);
         p.space.activate();
         p.stack_low = stack_low;
@@ -1014,7 +1031,12 @@ pub fn exec_replace(
         t.spec.abi = abi;
         t.spec.entry = entry;
         t.comm = comm;
-        t.origin = Origin::Exec;
+        t.origin = match t.origin {
+            Origin::Made { ppid, ptid } | Origin::MadeThenExec { ppid, ptid } if !t.announced => {
+                Origin::MadeThenExec { ppid, ptid }
+            }
+            _ => Origin::Exec,
+        };
         t.announced = false;
         t.since_ns = crate::time::now_ns();
     });
@@ -1023,9 +1045,10 @@ pub fn exec_replace(
 
 /// Frees the slot of thread `id`, which ended, so that a later thread can
 /// have it: a program that makes and joins threads one after another must
-/// never run out of slots. A thread the stream was told of keeps it until
-/// the stream is told of its end too (see [`take_unannounced_ends`]), so
-/// that its tid ends before a new thread takes it. A process's first
+/// never run out of slots. While the stream tells of tasks, a thread keeps
+/// it until the stream was told of the thread and of its end (see
+/// [`take_unannounced_ends`]), so that every thread is in the profile and
+/// its tid ends before a new thread takes it. A process's first
 /// thread keeps its slot (the process is indexed by it) until the run
 /// ends, but for a forked process's: that goes, with the process's
 /// memory, once the driver heard of the process's end and no other thread
@@ -1036,7 +1059,7 @@ fn release_thread_slot(id: u8) {
     let gone = critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
         let t = (*tasks.get(id as usize)?)?;
-        if !t.state.ended() || (t.announced && !t.end_announced) {
+        if !t.state.ended() || (TOLD.load(Ordering::Relaxed) && !t.end_announced) {
             return None;
         }
         let first = t.proc == id;
