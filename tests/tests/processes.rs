@@ -185,6 +185,7 @@ fn exec_check(build: CBuild) {
         "worker 3: exit status 13",
         "missing: exit status 2",
         "directory: exit status 13",
+        "corrupt: exit status 8",
         "script said: execwork: argc 5: [script] [./run.sh] [100] [7]",
         "script: exit status 100",
         "spawned said: execwork spawned: ",

@@ -5,8 +5,9 @@
  * descriptor left open and one marked close-on-exec. The parent reads each
  * pipe to its end, prints every line it got, and reaps each worker with
  * wait4, printing its exit status. Then the calls that must fail: execve
- * of a missing file, of a directory and of a file without execute
- * permission (the errno each child reports through its exit status), and a
+ * of a missing file, of a directory, of a file without execute permission
+ * and of a corrupt ELF (the errno each child reports through its exit
+ * status), and a
  * script the program writes itself (`#!../bin/execwork script`), run with
  * an argument; posix_spawn with a file action, and vfork, whose child
  * shares the parent's memory until it execs. Every line is the same
@@ -156,6 +157,18 @@ int main(int argc, char **argv)
 	run("missing", "../bin/no-such-program", none, environ);
 	run("directory", "../bin", none, environ);
 	run("not executable", "input.txt", none, environ);
+	/* An ELF header over garbage, executable: ENOEXEC. */
+	{
+		static const unsigned char bad[64] = {0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 0, 0, 0, 0,
+						      0, 0, 0, 0, 2, 0, 0x3e, 0, 1, 0, 0, 0, 0xff};
+		int fd = open("bad.elf", O_WRONLY | O_CREAT | O_TRUNC, 0755);
+		if (fd < 0 || write(fd, bad, sizeof bad) != (ssize_t)sizeof bad || close(fd)) {
+			printf("writing bad.elf: %s\n", strerror(errno));
+			return 1;
+		}
+		run("corrupt", "./bad.elf", none, environ);
+		unlink("bad.elf");
+	}
 	/* A script this program writes, under the archive's interpreter. */
 	FILE *f = fopen("run.sh", "w");
 	if (!f || fputs("#!../bin/execwork script\nnot read by execwork\n", f) < 0 || fclose(f)) {
