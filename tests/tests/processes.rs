@@ -52,6 +52,7 @@ fn assert_native_forks_work(p: &Program) {
         "wait with no child left: -1",
         "parent's global: 1",
         "parent's pipe words: -7 -7",
+        "shared page: 0xf",
         "SIGCHLD came: yes",
         "fork done",
     ] {
@@ -260,7 +261,10 @@ fn each_execd_program_is_profiled_under_its_own_name_and_symbols() {
     assert_eq!(rec.status, Some(0), "perch record failed:\n{err}");
     assert!(rec.stdout.contains("exec done"), "{}\n{err}", rec.stdout);
     let events = run_perf(&rec, &["script", "--show-task-events"], &[]);
-    let forks = events.lines().filter(|l| l.contains("PERF_RECORD_FORK(")).count();
+    let forks = events
+        .lines()
+        .filter(|l| l.contains("PERF_RECORD_FORK("))
+        .count();
     // Four workers, posix_spawn, vfork, three children whose execve
     // fails, the script.
     assert_eq!(forks, 10, "FORK records:\n{events}");

@@ -145,6 +145,9 @@ pub enum AreaKind {
     Heap,
     /// A private file mapping (ELF segments, mmap of a file).
     File,
+    /// A shared anonymous mapping (`MAP_SHARED | MAP_ANONYMOUS`, or of
+    /// `/dev/zero`): a process forked from this one sees the same pages.
+    Shared,
 }
 
 /// File content an area is backed by.

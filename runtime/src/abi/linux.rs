@@ -1185,12 +1185,29 @@ fn fork_process(id: u8, frame: &TrapFrame, args: &sys::CloneArgs) -> Result<u32,
             s.procs.reap(pid);
         });
     };
-    // CLONE_VM: the same memory (vfork, posix_spawn); else a copy.
+    // CLONE_VM: the same memory (vfork, posix_spawn); else a copy on
+    // write, but for shared mappings, whose every page the parent brings
+    // in first so that both map it.
     let copied = task::with_thread(id, |_, proc| {
         let space = if args.flags & f::VM != 0 {
             Some(proc.space.share())
         } else {
-            proc.space.cow_copy(arch_x86::paging::USER_END)
+            let areas = &cp.areas;
+            let shared = |va: u64| areas.find(va).is_some_and(|a| a.kind == AreaKind::Shared);
+            let mut filled = true;
+            for a in areas.iter().filter(|a| a.kind == AreaKind::Shared) {
+                let mut page = a.start;
+                while filled && page < a.end {
+                    filled =
+                        proc.space.entry(page) & PRESENT != 0 || populate(&mut proc.space, a, page);
+                    page += PAGE;
+                }
+            }
+            if filled {
+                proc.space.cow_copy(arch_x86::paging::USER_END, shared)
+            } else {
+                None
+            }
         };
         space.map(|space| (space, proc.stack_low))
     })

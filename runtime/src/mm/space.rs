@@ -143,7 +143,9 @@ impl AddressSpace {
     }
 
     /// A new space whose lower half below `end` is a copy-on-write copy of
-    /// this one's, for a new process (`fork`): every present page is
+    /// this one's, for a new process (`fork`), but for the pages at which
+    /// `shared` is true (shared memory), which both map to the same frame
+    /// as they are: every other present page is
     /// mapped in both to the same frame, read-only and marked [`COW`]
     /// (the frame counted once more, see [`frames::share`]); the first
     /// write to it in either space gets that space a frame of its own
@@ -151,7 +153,7 @@ impl AddressSpace {
     /// built-in programs) stays borrowed. Pages not present yet are not
     /// mapped: they fault in from the areas. `None` when memory runs out
     /// (what was shared goes with the copy).
-    pub fn cow_copy(&mut self, end: u64) -> Option<AddressSpace> {
+    pub fn cow_copy(&mut self, end: u64, shared: impl Fn(u64) -> bool) -> Option<AddressSpace> {
         let mut child = AddressSpace::new()?;
         let m = self.mapper();
         let mut pages = heapless::Vec::<(u64, u64), 64>::new();
@@ -168,6 +170,13 @@ impl AddressSpace {
                 let flags = e & !ADDR_MASK;
                 if e & BORROWED != 0 {
                     ok = child.map_borrowed(va, pa, flags & !BORROWED).is_ok();
+                } else if shared(va) {
+                    // Shared memory: the same frame, as writable as it is.
+                    frames::share(pa);
+                    ok = child.mapper().map(&mut DirectTables, va, pa, flags).is_ok();
+                    if !ok {
+                        frames::free(pa);
+                    }
                 } else {
                     let cow = (flags & !WRITABLE) | COW;
                     frames::share(pa);

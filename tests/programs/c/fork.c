@@ -5,7 +5,8 @@
  * SIGTERM). The parent reads the pipe to its end, prints the lines in
  * worker order, and reaps each worker with waitpid or waitid, printing how
  * it ended; then checks what a copy must not share (a global the workers
- * changed), the ECHILD of a wait with no child left, and that SIGCHLD came.
+ * changed), that a shared anonymous page has every worker's mark, the
+ * ECHILD of a wait with no child left, and that SIGCHLD came.
  * Every line is the same natively and under the runtime.
  *
  * Argument: the rounds of the first worker (the k-th does k times as many;
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,8 +46,13 @@ __attribute__((noinline)) static uint64_t work(int worker, long rounds)
 	return h;
 }
 
+/* A shared anonymous page: each worker adds its number, the parent sees
+ * every one (mapped before the fork, never touched by the parent). */
+static volatile int *shared;
+
 static void worker(int i, long rounds, pid_t parent, int out, int hold)
 {
+	__atomic_fetch_add(shared, 1 << i, __ATOMIC_SEQ_CST);
 	global = 100 + i;
 	if (pipe(kfds))
 		_exit(103);
@@ -91,6 +98,9 @@ int main(int argc, char **argv)
 		printf("pipe: %s\n", strerror(errno));
 		return 1;
 	}
+	shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (shared == MAP_FAILED)
+		return 1;
 	/* The parent has the page before it forks (so that it is shared). */
 	if (*(volatile int *)&kfds[0] != -7)
 		return 1;
@@ -163,6 +173,7 @@ int main(int argc, char **argv)
 	printf("wait with no child left: %d (%s)\n", (int)r, r < 0 ? strerror(errno) : "?");
 	printf("parent's global: %d\n", global);
 	printf("parent's pipe words: %d %d\n", kfds[0], kfds[1]);
+	printf("shared page: %#x\n", *shared);
 	printf("SIGCHLD came: %s\n", sigchld > 0 ? "yes" : "no");
 	printf("fork done\n");
 	return 0;

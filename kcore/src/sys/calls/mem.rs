@@ -8,7 +8,8 @@
 //! Limits: shared file mappings that could be written (`MAP_SHARED` with
 //! `PROT_WRITE` on a file) are `ENODEV` (read-only shared mappings behave
 //! as private ones, which is the same while nobody writes the file). A
-//! shared anonymous mapping is private (a forked child gets a copy of it).
+//! shared anonymous mapping is an [`AreaKind::Shared`] area, whose pages a
+//! forked child shares with its parent.
 //! `mremap` shrinks, grows in place, and moves (copying the bytes through
 //! the checked user-copy path) readable and writable areas; it answers
 //! `ENOMEM` otherwise, which glibc's and musl's realloc handle by copying.
@@ -169,7 +170,6 @@ pub(crate) fn mmap<M: Machine>(
             }
         }
     };
-    let _ = MAP_SHARED;
     let fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0;
     let start = if fixed {
         if !page_aligned(addr) {
@@ -191,10 +191,12 @@ pub(crate) fn mmap<M: Machine>(
     };
     let end = start + len;
     let replaced = !c.p.areas.is_free(start, end);
-    let area_kind = if anon || matches!(backing, Backing::Zero) {
-        AreaKind::Anon
-    } else {
+    let area_kind = if !(anon || matches!(backing, Backing::Zero)) {
         AreaKind::File
+    } else if kind == MAP_SHARED || kind == MAP_SHARED_VALIDATE {
+        AreaKind::Shared
+    } else {
+        AreaKind::Anon
     };
     c.p.areas.insert(Area {
         start,

@@ -402,6 +402,12 @@ fn file_mappings_read_the_file() {
     let zfd = e.ret("open", &[z, O_RDWR, 0]) as u64;
     let zm = e.ret("mmap", &[0, 4096, 3, 2, zfd, 0]) as u64;
     assert_eq!(e.p.areas.find(zm).unwrap().kind, AreaKind::Anon);
+    // Shared anonymous memory, and shared /dev/zero, is shared with a
+    // forked child.
+    let sm = e.ret("mmap", &[0, 4096, 3, 0x21, u64::MAX, 0]) as u64;
+    assert_eq!(e.p.areas.find(sm).unwrap().kind, AreaKind::Shared);
+    let szm = e.ret("mmap", &[0, 4096, 3, 1, zfd, 0]) as u64;
+    assert_eq!(e.p.areas.find(szm).unwrap().kind, AreaKind::Shared);
 }
 
 #[test]
