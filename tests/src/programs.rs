@@ -408,6 +408,30 @@ impl End {
     }
 }
 
+/// Debian's static busybox at `/bin/busybox` (the shell and tools of the
+/// tests that run programs from programs), or `None` after saying why not:
+/// the test then skips (`cargo xtask test` and CI install it).
+pub fn static_busybox() -> Option<&'static Path> {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    let path = Path::new("/bin/busybox");
+    let Ok(bytes) = std::fs::read(path) else {
+        eprintln!(
+            "SKIPPED: /bin/busybox is missing (apt-get install --no-install-recommends busybox-static)"
+        );
+        return None;
+    };
+    let dynamic = ElfFile64::<object::Endianness>::parse(&*bytes).map_or(true, |elf| {
+        elf.elf_program_headers()
+            .iter()
+            .any(|ph| ph.p_type(elf.endian()) == object::elf::PT_INTERP)
+    });
+    if dynamic {
+        eprintln!("SKIPPED: /bin/busybox is not a static x86-64 program: install busybox-static");
+        return None;
+    }
+    Some(path)
+}
+
 /// What one run of a program printed, and how it ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Run {

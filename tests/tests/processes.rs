@@ -10,11 +10,14 @@
 //! them the other ABI's build) with their output in pipes, reaps them with
 //! wait4, and runs what cannot run and a script it writes: the same lines
 //! as natively, in both ABIs; a recording names each exec'd program.
+//! `tests/programs/go/spawn` starts busybox with Go's `os/exec`
+//! (CLONE_VFORK | CLONE_VM, pipes, wait4) and prints what it prints
+//! natively.
 #![forbid(unsafe_code)]
 
 use e2e_tests::programs::{
-    CBuild, End, Program, appliance, assert_same_as_native, c_program_with, data_files,
-    run_appliance, run_native,
+    CBuild, End, Program, appliance, assert_same_as_native, c_program_with, data_files, go_program,
+    run_appliance, run_native, static_busybox,
 };
 use e2e_tests::{perf_present, qemu_and_perf_present, qemu_present, record, run_perf};
 use linux_perf_data::linux_perf_event_reader::EventRecord;
@@ -290,4 +293,30 @@ fn each_execd_program_is_profiled_under_its_own_name_and_symbols() {
             "{comm} has no crunch:\n{report}"
         );
     }
+}
+
+#[test]
+fn go_os_exec_matches_its_native_run() {
+    let Some(bb) = static_busybox() else {
+        return;
+    };
+    let p = Program::new(&go_program("spawn"), "spawn", &[], &[]);
+    let native = p.native();
+    let out = native.out();
+    assert!(
+        out.contains("output: \"hello from a child\\n\", error: <nil>")
+            && out.contains("exit: exit status 3, code 3")
+            && out.contains("missing: not found true")
+            && out.ends_with("spawn done\n"),
+        "native run:\n{out}"
+    );
+    if !qemu_present() {
+        return;
+    }
+    let app = appliance(std::slice::from_ref(&p)).file("bin/busybox", bb);
+    let run = run_appliance(&app, CMDLINE, TIMEOUT);
+    let t = run.transcript();
+    let guest = run.console.process("spawn");
+    assert_eq!(guest.out(), out, "stdout differs from the native run:\n{t}");
+    assert_eq!(guest.end, native.end, "{t}");
 }

@@ -6,32 +6,16 @@
 //! process the script made.
 #![forbid(unsafe_code)]
 
-use e2e_tests::programs::{Program, appliance, data_files, run_appliance, run_native};
+use e2e_tests::programs::{
+    Program, appliance, data_files, run_appliance, run_native, static_busybox,
+};
 use e2e_tests::{qemu_and_perf_present, qemu_present, record, run_perf};
 use linux_perf_data::linux_perf_event_reader::EventRecord;
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 use std::path::Path;
 use std::time::Duration;
 
-const BUSYBOX: &str = "/bin/busybox";
 const SCRIPT: &str = include_str!("../programs/sh/pipeline.sh");
-
-/// The static busybox, or why the test cannot run (it then skips, saying
-/// how to install it; `cargo xtask test` and CI install it).
-fn busybox() -> Option<&'static Path> {
-    let path = Path::new(BUSYBOX);
-    let Ok(bytes) = std::fs::read(path) else {
-        eprintln!(
-            "SKIPPED: {BUSYBOX} is missing (apt-get install --no-install-recommends busybox-static)"
-        );
-        return None;
-    };
-    if !is_static(&bytes) {
-        eprintln!("SKIPPED: {BUSYBOX} is not a static program: install busybox-static");
-        return None;
-    }
-    Some(path)
-}
 
 /// How many COMM records a perf.data file holds.
 fn comm_records(data: &Path) -> usize {
@@ -51,19 +35,9 @@ fn comm_records(data: &Path) -> usize {
     n
 }
 
-/// A 64-bit ELF without PT_INTERP.
-fn is_static(bytes: &[u8]) -> bool {
-    use object::read::elf::{ElfFile64, ProgramHeader};
-    ElfFile64::<object::Endianness>::parse(bytes).is_ok_and(|elf| {
-        !elf.elf_program_headers()
-            .iter()
-            .any(|ph| ph.p_type(elf.endian()) == object::elf::PT_INTERP)
-    })
-}
-
 #[test]
 fn busybox_runs_a_script_as_it_runs_natively() {
-    let Some(bb) = busybox() else {
+    let Some(bb) = static_busybox() else {
         return;
     };
     let mut p = Program::new(bb, "busybox", &["sh", "pipeline.sh"], &[]);
@@ -107,7 +81,7 @@ fn busybox_runs_a_script_as_it_runs_natively() {
 /// named in the profile, and perf names busybox's code from its build-id.
 #[test]
 fn a_recorded_script_shows_every_process_it_made() {
-    let Some(bb) = busybox() else {
+    let Some(bb) = static_busybox() else {
         return;
     };
     if !qemu_and_perf_present() {

@@ -1,0 +1,3 @@
+module perch.test/spawn
+
+go 1.19
