@@ -78,14 +78,22 @@ fn threads_that_exit_under_waiters_and_signals_to_dead_threads_end_as_on_linux()
 /// a time (many more than the limit) never run out.
 #[test]
 fn endless_threads_get_eagain_at_the_per_process_limit() {
-    for (build, name) in [(CBuild::Glibc, "limit64"), (CBuild::Glibc32, "limit32")] {
-        let p = Program::new(&hostile(build), name, &["limit", "100"], &[]);
-        let native = p.native();
-        assert_eq!(
-            native.out(),
-            "limit: 100 threads\nlimit: all joined\nlimit: one more thread: 0\n\
-             limit: 200 more, one at a time\n"
-        );
+    let tail = "limit: all joined\nlimit: one more thread: 0\nlimit: 200 more, one at a time\n";
+    limit_act(
+        "limit",
+        &format!("limit: 100 threads\n{tail}"),
+        &format!("limit: 63 threads, then EAGAIN\n{tail}"),
+    );
+}
+
+/// Runs hostile `act 100` in both ABIs, alone in a run: natively it
+/// prints `native`, under the runtime (whose table holds 64 threads and
+/// processes in all) `guest`, and ends with status 0.
+fn limit_act(act: &str, native: &str, guest: &str) {
+    for (build, abi) in [(CBuild::Glibc, "64"), (CBuild::Glibc32, "32")] {
+        let name = format!("{act}{abi}");
+        let p = Program::new(&hostile(build), &name, &[act, "100"], &[]);
+        assert_eq!(p.native().out(), native);
         if !qemu_present() {
             continue;
         }
@@ -93,13 +101,8 @@ fn endless_threads_get_eagain_at_the_per_process_limit() {
         let t = run.transcript();
         assert_eq!(run.boot.status, Some(STATUS_PASS), "{t}");
         assert_eq!(run.console.run_end, Some(RunEnd::AllExited), "{t}");
-        let g = run.console.process(name);
-        assert_eq!(
-            g.out(),
-            "limit: 63 threads, then EAGAIN\nlimit: all joined\nlimit: one more thread: 0\n\
-             limit: 200 more, one at a time\n",
-            "{t}"
-        );
+        let g = run.console.process(&name);
+        assert_eq!(g.out(), guest, "{t}");
         assert_eq!(g.end, Some(End::Exited(0)), "{t}");
     }
 }
@@ -112,27 +115,13 @@ fn endless_threads_get_eagain_at_the_per_process_limit() {
 /// gets `EAGAIN` from then on, and the run still ends at its duration.
 #[test]
 fn endless_forks_get_eagain_and_a_fork_bomb_ends_with_the_run() {
-    for (build, name) in [(CBuild::Glibc, "forks64"), (CBuild::Glibc32, "forks32")] {
-        let p = Program::new(&hostile(build), name, &["forks", "100"], &[]);
-        let tail = "forks: all reaped, 0 ended badly\nforks: one more: made, status 0\n\
-                    forks: 200 more, one at a time\n";
-        let native = p.native();
-        assert_eq!(native.out(), format!("forks: 100 children\n{tail}"));
-        if !qemu_present() {
-            continue;
-        }
-        let run = run_appliance(&appliance(std::slice::from_ref(&p)), CMDLINE, TIMEOUT);
-        let t = run.transcript();
-        assert_eq!(run.boot.status, Some(STATUS_PASS), "{t}");
-        assert_eq!(run.console.run_end, Some(RunEnd::AllExited), "{t}");
-        let g = run.console.process(name);
-        assert_eq!(
-            g.out(),
-            format!("forks: 63 children, then EAGAIN\n{tail}"),
-            "{t}"
-        );
-        assert_eq!(g.end, Some(End::Exited(0)), "{t}");
-    }
+    let tail = "forks: all reaped, 0 ended badly\nforks: one more: made, status 0\n\
+                forks: 200 more, one at a time\n";
+    limit_act(
+        "forks",
+        &format!("forks: 100 children\n{tail}"),
+        &format!("forks: 63 children, then EAGAIN\n{tail}"),
+    );
     if !qemu_present() {
         return;
     }

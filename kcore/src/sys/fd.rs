@@ -428,32 +428,26 @@ impl Files {
     /// Closes every descriptor of `t` (its process ended); the targets of
     /// the descriptions that went with them.
     pub fn close_all(&mut self, t: &mut FdTable) -> Vec<Target> {
-        let mut gone = Vec::new();
-        for s in core::mem::take(&mut t.fds).into_iter().flatten() {
-            if let Some(target) = self.release(s.desc)
-                && gone.try_reserve(1).is_ok()
-            {
-                gone.push(target);
-            }
-        }
-        gone
+        self.close_where(t, |_| true)
     }
 
     /// Closes the descriptors of `t` marked close-on-exec (its process
     /// calls `execve`); the targets of the descriptions that went with
     /// them.
     pub fn close_on_exec(&mut self, t: &mut FdTable) -> Vec<Target> {
+        self.close_where(t, |s| s.cloexec)
+    }
+
+    /// Closes the descriptors of `t` whose slot `which` picks; the targets
+    /// of the descriptions that went with them.
+    fn close_where(&mut self, t: &mut FdTable, which: impl Fn(&Slot) -> bool) -> Vec<Target> {
         let mut gone = Vec::new();
-        for fd in 0..t.fds.len() {
-            if let Some(s) = t.fds[fd]
-                && s.cloexec
+        for slot in &mut t.fds {
+            if let Some(s) = slot.take_if(|s| which(s))
+                && let Some(target) = self.release(s.desc)
+                && gone.try_reserve(1).is_ok()
             {
-                t.fds[fd] = None;
-                if let Some(target) = self.release(s.desc)
-                    && gone.try_reserve(1).is_ok()
-                {
-                    gone.push(target);
-                }
+                gone.push(target);
             }
         }
         while t.fds.last().is_some_and(Option::is_none) {
