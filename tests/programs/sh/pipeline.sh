@@ -1,7 +1,8 @@
 # A shell script as appliances start them, run by busybox sh: pipes,
 # command substitution, subshells, redirections, a while-read loop over
-# a pipe, background jobs and wait, exit statuses and traps. Every line
-# it prints is the same natively and under the runtime.
+# a pipe, background jobs and wait, exit statuses, a writer that outlives
+# its reader (SIGPIPE) and a trap. Every line it prints is the same
+# natively and under the runtime.
 set -u
 echo "start in $(busybox basename "$(pwd)")"
 sub=$(busybox echo nested "$(busybox echo deeper)")
@@ -36,6 +37,8 @@ for i in 1 2 3; do busybox sh -c "echo job $i" > "job$i.txt" & done
 wait
 busybox cat job1.txt job2.txt job3.txt | busybox sort
 busybox seq 1 1000 | busybox awk '{ s += $1 } END { print "sum", s }'
+# The reader goes first: the writer dies of SIGPIPE.
+busybox yes | busybox head -n 2
 busybox seq 1 300 | busybox md5sum
 trap 'echo "trap on exit"' EXIT
 false || echo "false failed"
