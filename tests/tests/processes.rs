@@ -268,9 +268,9 @@ fn each_execd_program_is_profiled_under_its_own_name_and_symbols() {
         .lines()
         .filter(|l| l.contains("PERF_RECORD_FORK("))
         .count();
-    // Four workers, posix_spawn, vfork, three children whose execve
-    // fails, the script.
-    assert_eq!(forks, 10, "FORK records:\n{events}");
+    // Four workers, posix_spawn, vfork, four children whose execve fails
+    // (missing, directory, not executable, corrupt), the script.
+    assert_eq!(forks, 11, "FORK records:\n{events}");
     for comm in ["execwork", "execwork-other"] {
         assert!(
             events
