@@ -149,6 +149,13 @@ pub struct RecordArgs {
     /// In QEMU the guest gets that much more memory.
     #[arg(long, value_name = "MiB", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub buffer: Option<u32>,
+    /// Send samples in groups of N (runtime `wire_group=N`, 1 to 65536),
+    /// each coded against context that spans its group: several times
+    /// fewer bytes per sample than a frame per sample (the default).
+    /// A damaged frame costs the rest of its group, counted as lost;
+    /// 16 suits a noisy line.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub wire_group: Option<u32>,
     /// Read the QEMU stream as slowly as a serial line at this baud (10
     /// bits a byte; 115200 carries 11,520 B/s), through a FIFO of one
     /// page, so the guest's device backs up as on that line: what a
@@ -1068,6 +1075,9 @@ impl RecordArgs {
         }
         if let Some(b) = self.buffer {
             append.push_str(&format!(" buffer={b}"));
+        }
+        if let Some(g) = self.wire_group {
+            append.push_str(&format!(" wire_group={g}"));
         }
         if let Some(c) = &self.sim_cpu {
             if pmu != PmuMode::Sim {

@@ -132,6 +132,7 @@ fn convert(bytes: &[u8], image: &Image, chunk: usize, path: Path) -> Outcome {
 fn varied_stream(image: &Image) -> Vec<u8> {
     let mut enc: Encoder<8> = Encoder::new(EncoderConfig {
         keyframe_interval: 7,
+        ..EncoderConfig::default()
     });
     let mut buf = [0u8; MAX_FRAME];
     let mut out = vec![0u8];

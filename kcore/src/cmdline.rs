@@ -367,6 +367,8 @@ impl NetConfig {
 
 /// Largest flight-recorder buffer (`buffer=MiB`).
 pub const MAX_BUFFER_MIB: u32 = 4096;
+/// The largest `wire_group=` (the wire's own limit).
+pub const MAX_WIRE_GROUP: u32 = 65_536;
 
 /// Where threads run (`sched=`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -447,6 +449,10 @@ pub struct Config {
     /// the transport (the flight recorder); `None` or 0: frames are written
     /// straight to the transport.
     pub buffer_mib: Option<u32>,
+    /// `wire_group=N`: samples go on the wire in groups of `N` (1 to
+    /// 65536), coded against context that spans the group; 0 (the
+    /// default) sends each sample in a frame of its own.
+    pub wire_group: u32,
     /// `net=dhcp|off|ADDR/PREFIX[,gw=GW][,echo]`: how a virtio-net
     /// device, when one is present, gets its address.
     pub net: NetConfig,
@@ -480,6 +486,7 @@ impl Default for Config {
             fanout: ClockFanout::Ioapic,
             transport: TransportChoice::Auto,
             buffer_mib: None,
+            wire_group: 0,
             net: NetConfig {
                 mode: NetMode::Dhcp,
                 echo: false,
@@ -700,6 +707,10 @@ pub fn parse<'a>(line: &'a str, mut on_issue: impl FnMut(Issue<'a>)) -> Config {
                 Some(n) if n <= MAX_BUFFER_MIB => cfg.buffer_mib = (n > 0).then_some(n),
                 _ => bad("MiB of RAM from 0 (no buffer) to 4096"),
             },
+            "wire_group" => match value.and_then(|v| v.parse::<u32>().ok()) {
+                Some(n) if n <= MAX_WIRE_GROUP => cfg.wire_group = n,
+                _ => bad("samples per group from 0 (a frame per sample) to 65536"),
+            },
             "period" => match value.and_then(|v| v.parse::<u64>().ok()) {
                 Some(n) if n > 0 => cfg.period = Some(n),
                 _ => bad("an event count above 0"),
@@ -881,6 +892,10 @@ mod tests {
         assert_eq!(issues.len(), 1);
         assert_eq!(parse_all("buffer=64").0.buffer_mib, Some(64));
         assert_eq!(parse_all("buffer=0").0.buffer_mib, None);
+        assert_eq!(parse_all("wire_group=256").0.wire_group, 256);
+        assert_eq!(parse_all("").0.wire_group, 0);
+        let (bad, issues) = parse_all("wire_group=65537");
+        assert_eq!((bad.wire_group, issues.len()), (0, 1));
         let (bad, issues) = parse_all("buffer=5000");
         assert_eq!(bad.buffer_mib, None);
         assert_eq!(issues.len(), 1);

@@ -66,7 +66,7 @@ pub extern "C" fn perch_kmain(magic: u32, info: u32) -> ! {
     let wire_mode = cfg.console_mode() == ConsoleMode::Wire;
     if wire_mode {
         console::set_sink(console::Sink::Wire);
-        stream::wire::start();
+        stream::wire::start(cfg.wire_group);
     }
     let early = &cfg;
     // The PIT's rate until the clock starts (`profile::set_clock_rate` then

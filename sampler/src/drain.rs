@@ -7,7 +7,7 @@ use crate::capture::RawSample;
 use crate::event::EventConfig;
 use crate::ring::{ConstDefault, Ring};
 use crate::sample::Sample;
-use crate::wire::{EncodeError, Encoder, Lost, LostReason, Record, ThrottleEvent};
+use crate::wire::{EncodeError, Encoder, Lost, LostReason, PutError, Record, ThrottleEvent};
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// What the NMI handler (and the tick, for Unthrottle) pushes into a ring,
@@ -140,8 +140,12 @@ impl<'a> DrainEvents<'a> {
 /// What one drain step did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DrainStats {
-    /// Records written (Lost records included).
+    /// Frames written (Lost records included). With sample groups a
+    /// sample may wait in the encoder's open frame, so this can be fewer
+    /// than the records taken.
     pub frames: usize,
+    /// Records taken from the ring.
+    pub records: usize,
     /// Samples written.
     pub samples: usize,
     /// Losses reported in Lost records.
@@ -157,11 +161,20 @@ pub enum DrainError<E> {
     Write(E),
 }
 
+impl<E> From<PutError<E>> for DrainError<E> {
+    fn from(e: PutError<E>) -> Self {
+        match e {
+            PutError::Encode(e) => DrainError::Encode(e),
+            PutError::Write(e) => DrainError::Write(e),
+        }
+    }
+}
+
 /// One drain step: first Lost records for the losses counted since the
 /// previous step (if any; one per event, [`DrainEvents::split_lost`]),
 /// then up to `max` queued records, each expanded for its event
-/// ([`RawSample::expand_into`]) and written with `write` as one
-/// frame. The ring's `delivered` count includes records
+/// ([`RawSample::expand_into`]) and written with `write` through
+/// [`Encoder::put`] (one frame each, or into the open group frame). The ring's `delivered` count includes records
 /// popped here even when writing fails afterwards, so a failing writer
 /// should be reported (it is the caller's link, not the ring, that lost
 /// them).
@@ -187,10 +200,10 @@ pub fn drain_step<const R: usize, const F: bool, const T: usize, E>(
                 count,
                 reason: LostReason::RingFull,
             });
-            let n = encoder.encode(&rec, buf).map_err(DrainError::Encode)?;
-            write(&buf[..n]).map_err(DrainError::Write)?;
-            stats.frames += 1;
-            Ok(())
+            stats.frames += encoder
+                .put(&rec, buf, &mut write)
+                .map_err(DrainError::from)?;
+            Ok::<(), DrainError<E>>(())
         })?;
         stats.lost = lost;
     }
@@ -206,9 +219,10 @@ pub fn drain_step<const R: usize, const F: bool, const T: usize, E>(
             break;
         }
         let is_sample = matches!(rec, Record::Sample(_));
-        let n = encoder.encode(&rec, buf).map_err(DrainError::Encode)?;
-        write(&buf[..n]).map_err(DrainError::Write)?;
-        stats.frames += 1;
+        stats.frames += encoder
+            .put(&rec, buf, &mut write)
+            .map_err(DrainError::from)?;
+        stats.records += 1;
         stats.samples += usize::from(is_sample);
     }
     Ok(stats)

@@ -190,6 +190,23 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// An empty sample (what `Default` gives), for constant initialisers.
+    pub const EMPTY: Sample = Sample {
+        event: 0,
+        cpumode: CpuMode::User,
+        ip: 0,
+        pid: 0,
+        tid: 0,
+        time: 0,
+        cpu: 0,
+        period: 0,
+        callchain: heapless::Vec::new(),
+        branches: None,
+        regs_user: None,
+        regs_intr: None,
+        mem: None,
+    };
+
     /// The bytes this sample takes in perf.data for `event`'s sample_type
     /// (record header included).
     pub fn perf_data_bytes(&self, event: &EventConfig) -> usize {

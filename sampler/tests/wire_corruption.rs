@@ -22,7 +22,10 @@ struct Frame {
 fn build_stream(n: usize, keyframe_interval: u32) -> (Vec<u8>, Vec<Frame>) {
     let mut rng = Rng(0x5eed);
     let mut tasks: Vec<Task> = (1..=5).map(|t| Task::new(t, u64::from(t) * 77)).collect();
-    let mut enc: Encoder<16> = Encoder::new(EncoderConfig { keyframe_interval });
+    let mut enc: Encoder<16> = Encoder::new(EncoderConfig {
+        keyframe_interval,
+        ..EncoderConfig::default()
+    });
     let mut buf = [0u8; MAX_FRAME];
     let mut bytes = vec![0u8]; // leading delimiter
     let mut frames = Vec::new();

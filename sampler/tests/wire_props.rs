@@ -90,6 +90,7 @@ fn sample() -> impl Strategy<Value = Sample> {
 fn encode_all(samples: &[Sample], interval: u32) -> Vec<u8> {
     let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
         keyframe_interval: interval,
+        ..EncoderConfig::default()
     });
     let mut buf = [0u8; MAX_FRAME];
     let mut out = vec![0u8];

@@ -15,7 +15,10 @@ const SAMPLES: usize = 10_000;
 fn measure(config: Config, keyframe_interval: u32) -> (f64, usize) {
     let event = config.event();
     let mut tasks = [Task::new(1, 11), Task::new(2, 22), Task::new(3, 33)];
-    let mut enc: Encoder<16> = Encoder::new(EncoderConfig { keyframe_interval });
+    let mut enc: Encoder<16> = Encoder::new(EncoderConfig {
+        keyframe_interval,
+        ..EncoderConfig::default()
+    });
     let mut dec = Decoder::new();
     let mut buf = [0u8; MAX_FRAME];
     let (mut wire, mut perf) = (0usize, 0usize);

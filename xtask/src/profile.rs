@@ -275,6 +275,97 @@ fn medians(t: &[Timing]) -> Timing {
     }
 }
 
+/// The drain's average cost per sample from the end-of-run line.
+fn drain_cost(stderr: &str) -> Option<f64> {
+    number_after(stderr, "perch: drain")
+}
+
+/// Bytes of `file` compressed by `cmd` (`zstd -1 -c`, `xz -9 -c`).
+fn compressed_len(cmd: &[&str], file: &Path) -> Result<u64> {
+    let o = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .arg(file)
+        .stderr(Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", cmd[0]))?;
+    if !o.status.success() {
+        bail!("{} {} failed ({})", cmd.join(" "), file.display(), o.status);
+    }
+    Ok(o.stdout.len() as u64)
+}
+
+/// The sample-group rows: per sample set and group size, wire bytes per
+/// sample against `zstd -1` and `xz -9` of the same perf.data, and the
+/// drain's instructions per sample (under icount).
+fn group_rows(
+    perch: &Path,
+    elf: &Path,
+    manifest: &Path,
+    dir: &Path,
+) -> Result<Vec<(String, String)>> {
+    tools::require_tool(&tools::ZSTD)?;
+    tools::require_tool(&tools::XZ)?;
+    let mut rows = Vec::new();
+    for (set, label, extra) in [
+        ("minimal", "IP, TID, TIME, CPU, PERIOD", &[][..]),
+        ("default", "the default sample", &[][..]),
+        ("full", "+ REGS_INTR", &[][..]),
+        ("default", "pmu=sim, PEBS + LBR (32)", &["--pmu", "sim"][..]),
+    ] {
+        let mut cells = Vec::new();
+        let mut drain = Vec::new();
+        for group in [0u32, 16, 64, 256] {
+            let name = format!("group-{set}-{}-{group}.data", extra.len());
+            let out = dir.join(name);
+            let mut args = append_args(4000, 500, &format!("sample={set} wire_group={group}"));
+            args.extend(extra.iter().map(|s| s.to_string()));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (ok, err) = record_with(perch, elf, manifest, false, &args, &out)?;
+            if !ok {
+                bail!("recording {label} with wire_group={group} failed:\n{err}");
+            }
+            let bytes = bytes_per_sample(&err);
+            let samples = delivered(&err).unwrap_or(0).max(1) as f64;
+            let what = if group == 0 {
+                "a frame per sample".to_string()
+            } else {
+                format!("G={group}")
+            };
+            let mut cell = format!(
+                "{what}: {}",
+                bytes.map_or("?".into(), |b| format!("{b:.1}"))
+            );
+            if group == 256 {
+                let zstd = compressed_len(&["zstd", "-1", "-c", "-q"], &out)? as f64 / samples;
+                let xz = compressed_len(&["xz", "-9", "-c"], &out)? as f64 / samples;
+                if let Some(b) = bytes {
+                    cell.push_str(&format!(
+                        " (zstd -1 of the perf.data {zstd:.1}, ratio {:.2}; xz -9 {xz:.1}, ratio {:.2})",
+                        b / zstd,
+                        b / xz
+                    ));
+                }
+            }
+            cells.push(cell);
+            drain.push(format!(
+                "{what}: {}",
+                drain_cost(&err).map_or("?".into(), |c| format!("{c:.0}"))
+            ));
+        }
+        rows.push((
+            format!("wire bytes per sample, sample groups (wire_group=G): {label}"),
+            cells.join("; "),
+        ));
+        rows.push((
+            format!(
+                "drain instructions per sample (taking, coding, writing), under icount: {label}"
+            ),
+            drain.join("; "),
+        ));
+    }
+    Ok(rows)
+}
+
 /// `perch record` args for a run with extra runtime command-line keys
 /// (`--boot-arg`, appended to the command line perch builds).
 fn append_args(freq: u64, duration_ms: u64, extra: &str) -> Vec<String> {
@@ -318,6 +409,8 @@ pub fn bench() -> Result<i32> {
         rows.push((format!("NMI path, instructions per sample: {label}"), cost));
         rows.push((format!("wire bytes per sample: {label}"), bytes));
     }
+
+    rows.extend(group_rows(&perch, &elf, &manifest, &dir)?);
 
     // Four CPUs sampling at once (the demo's four programs spread over
     // them, each CPU's NMIs into its own ring, one drain), in real time:

@@ -46,6 +46,16 @@ pub const BUSYBOX: Tool = Tool {
     program: "/bin/busybox",
     packages: &["busybox-static"],
 };
+/// The compressors `cargo xtask bench` holds the wire against.
+pub const ZSTD: Tool = Tool {
+    program: "zstd",
+    packages: &["zstd"],
+};
+/// See [`ZSTD`].
+pub const XZ: Tool = Tool {
+    program: "xz",
+    packages: &["xz-utils"],
+};
 /// The target the runtime is built for.
 pub const RUNTIME_TARGET: &str = "x86_64-unknown-none";
 /// The targets of the Rust test program (`tests/programs/rust`).

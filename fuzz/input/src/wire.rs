@@ -386,6 +386,7 @@ pub fn records(u: &mut Unstructured<'_>) -> Result<Vec<Record>> {
 pub fn encoder_config(u: &mut Unstructured<'_>) -> Result<EncoderConfig> {
     Ok(EncoderConfig {
         keyframe_interval: u.int_in_range(1..=8)?,
+        ..EncoderConfig::default()
     })
 }
 

@@ -5,7 +5,7 @@
 
 use crate::sample::profile::{self, DRAIN_BATCH, PEBS_LOST_TOTAL, RING_SLOTS, events};
 use crate::stream::wire;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU64, Ordering};
 use sampler::drain::{DrainEvents, drain_step};
 use sampler::wire::{End, Lost, LostReason, Record};
 
@@ -15,8 +15,31 @@ use sampler::wire::{End, Lost, LostReason, Record};
 /// and counted). Returns the records written.
 pub fn drain() -> usize {
     crate::stream::repeat_if_due();
-    drain_up_to(RING_SLOTS.div_ceil(DRAIN_BATCH))
+    let written = drain_up_to(RING_SLOTS.div_ceil(DRAIN_BATCH));
+    // With sample groups, samples wait in the open group frame until it
+    // fills; a quiet stream's wait no longer than this.
+    let t0 = arch_x86::cpu::rdtsc();
+    wire::flush_group(GROUP_FRAME_AGE_NS);
+    DRAIN_TSC.fetch_add(arch_x86::cpu::rdtsc().wrapping_sub(t0), Ordering::Relaxed);
+    written
 }
+
+/// TSC ticks the drain spent taking samples from the rings, coding them
+/// and writing the frames, and the samples it took: the end-of-run
+/// "drain N TSC ticks per sample" line (instructions under icount).
+static DRAIN_TSC: AtomicU64 = AtomicU64::new(0);
+static DRAIN_SAMPLES: AtomicU64 = AtomicU64::new(0);
+
+/// `(TSC ticks the drain spent on samples, samples drained)`.
+pub fn drain_cost() -> (u64, u64) {
+    (
+        DRAIN_TSC.load(Ordering::Relaxed),
+        DRAIN_SAMPLES.load(Ordering::Relaxed),
+    )
+}
+
+/// How long samples may wait in an open group frame (`wire_group=`).
+const GROUP_FRAME_AGE_NS: u64 = 100_000_000;
 
 /// Drains at most `max_steps` batches of each CPU's ring, CPU by CPU (see
 /// [`drain`]); returns the records written.
@@ -63,6 +86,7 @@ pub fn drain_up_to(max_steps: usize) -> usize {
                 wire::pump();
                 return written;
             }
+            let t0 = arch_x86::cpu::rdtsc();
             let step = wire::with_encoder(|enc, buf, write| {
                 drain_step(
                     &s.ring,
@@ -75,10 +99,12 @@ pub fn drain_up_to(max_steps: usize) -> usize {
                     |f: &[u8]| write(f),
                 )
             });
+            DRAIN_TSC.fetch_add(arch_x86::cpu::rdtsc().wrapping_sub(t0), Ordering::Relaxed);
             match step {
                 Ok(st) => {
+                    DRAIN_SAMPLES.fetch_add(st.samples as u64, Ordering::Relaxed);
                     written += st.frames;
-                    if st.frames < DRAIN_BATCH {
+                    if st.records < DRAIN_BATCH {
                         break;
                     }
                 }

@@ -19,13 +19,17 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use critical_section::Mutex;
 use embedded_io::Write;
 use sampler::bytering::ByteRing;
-use sampler::wire::{DELIMITER, Encoder, EncoderConfig, MAX_FRAME, Record, TransportKind};
+use sampler::wire::{
+    DELIMITER, Encoder, EncoderConfig, MAX_FRAME, PutError, Record, TransportKind,
+};
 
 /// Encoder delta state for this many tasks at once (more only costs keyframes).
 const TASK_SLOTS: usize = 16;
 
 struct Stream {
-    encoder: Option<Encoder<TASK_SLOTS>>,
+    /// Built in place (it holds the group models, too large for the boot
+    /// stack) and configured by [`start`].
+    encoder: Encoder<TASK_SLOTS>,
     buf: [u8; MAX_FRAME],
     transport: Transport,
     /// The flight recorder's buffer (`buffer=MiB`).
@@ -66,7 +70,7 @@ fn emit(
 }
 
 static STREAM: Mutex<RefCell<Stream>> = Mutex::new(RefCell::new(Stream {
-    encoder: None,
+    encoder: Encoder::new(EncoderConfig::DEFAULT),
     buf: [0; MAX_FRAME],
     transport: Transport::com1(),
     ring: None,
@@ -79,11 +83,14 @@ static ENCODE_FAILURES: AtomicU64 = AtomicU64::new(0);
 static WRITE_FAILURES: AtomicU64 = AtomicU64::new(0);
 
 /// Starts the stream: a leading delimiter so noise before it is not glued
-/// to the first frame.
-pub fn start() {
+/// to the first frame. `group` is `wire_group=` (0: a frame per sample).
+pub fn start(group: u32) {
     critical_section::with(|cs| {
         let mut s = STREAM.borrow_ref_mut(cs);
-        s.encoder = Some(Encoder::new(EncoderConfig::default()));
+        s.encoder.configure(EncoderConfig {
+            group,
+            ..EncoderConfig::DEFAULT
+        });
         if s.transport.write_all(&[DELIMITER]).is_err() {
             WRITE_FAILURES.fetch_add(1, Ordering::Relaxed);
         }
@@ -209,12 +216,22 @@ pub fn flush() {
 /// the callers' own frames, overflows it.
 #[inline(never)]
 pub fn send(record: &Record) {
-    with_encoder(|encoder, buf, write| match encoder.encode(record, buf) {
-        // A failed write is counted by `write`.
-        Ok(n) => {
-            let _ = write(&buf[..n]);
+    with_encoder(|encoder, buf, write| {
+        // Samples waiting in an open group frame go first. A failed write
+        // is counted by `write`.
+        if let Err(PutError::Encode(_)) = encoder.put(record, buf, write) {
+            ENCODE_FAILURES.fetch_add(1, Ordering::Relaxed);
         }
-        Err(_) => {
+    });
+}
+
+/// Writes the open group frame if its first sample waited `age_ns` or
+/// longer (all of it with 0): the drain calls it when the rings are
+/// empty, so a quiet stream's samples do not wait for the group to fill.
+pub fn flush_group(age_ns: u64) {
+    let now = crate::time::now_ns();
+    with_encoder(|encoder, buf, write| {
+        if let Err(PutError::Encode(_)) = encoder.flush_older(now, age_ns, buf, write) {
             ENCODE_FAILURES.fetch_add(1, Ordering::Relaxed);
         }
     });
@@ -233,7 +250,6 @@ pub fn with_encoder<R>(
             transport,
             ring,
         } = &mut *s;
-        let encoder = encoder.get_or_insert_with(|| Encoder::new(EncoderConfig::default()));
         // With a buffer, room was checked before the step
         // (`room_for_batch`), so `emit` does not wait.
         let mut write = |frame: &[u8]| {
@@ -247,13 +263,7 @@ pub fn with_encoder<R>(
 
 /// Frames written so far.
 pub fn frames() -> u64 {
-    critical_section::with(|cs| {
-        STREAM
-            .borrow_ref(cs)
-            .encoder
-            .as_ref()
-            .map_or(0, Encoder::frames)
-    })
+    critical_section::with(|cs| STREAM.borrow_ref(cs).encoder.frames())
 }
 
 /// `(records that could not be encoded, transport writes that failed)`.

@@ -8,7 +8,8 @@ use core::fmt;
 use super::codec::{
     DenseScratch, Reader, SampleParts, TaskRef, WireSample, chain_input, decode_sample_into,
 };
-use super::{MAGIC, MAX_FRAME, PROTOCOL_VERSION, Record, SAMPLE_TAG, WireRecord};
+use super::group::{GROUP_TAG, GroupHead, GroupModels, RcDecoder, code_sample};
+use super::{MAGIC, MAX_FRAME, MAX_GROUP, PROTOCOL_VERSION, Record, SAMPLE_TAG, WireRecord};
 use crate::sample::Sample;
 
 /// The frame CRC without `std` (the same CRC-32C as the encoder's), with
@@ -119,6 +120,11 @@ pub struct DecoderStats {
     pub unresolved_samples: u64,
     /// Frames ignored after a version mismatch.
     pub frames_ignored: u64,
+    /// Samples in group frames that arrived intact but could not be
+    /// decoded because an earlier frame of their group was lost (also in
+    /// `unresolved_samples`), or that were in group frames the stream
+    /// index shows missing.
+    pub group_samples_lost: u64,
 }
 
 /// A record as [`Decoder::push_parts`] lends it.
@@ -393,9 +399,25 @@ pub struct Decoder {
     records: Records,
 }
 
+/// Where the decoder stands in the stream's groups.
+#[derive(Clone)]
+struct GroupReader {
+    models: GroupModels,
+    /// The group being decoded, and the next frame expected of it; `live`
+    /// is false when no group can be decoded until the next one starts.
+    group: u32,
+    next_seq: u32,
+    live: bool,
+    /// The stream index of the next sample expected, once known.
+    next: Option<u64>,
+    /// The decoder's unused input side.
+    empty: Sample,
+}
+
 /// The record stage: CRC checks, delta state, records.
 #[derive(Clone)]
 struct Records {
+    groups: GroupReader,
     tasks: heapless::Deque<TaskRef, DECODER_TASKS>,
     incompatible: bool,
     stats: DecoderStats,
@@ -429,6 +451,14 @@ impl Decoder {
         Decoder {
             framer: Framer::new(),
             records: Records {
+                groups: GroupReader {
+                    models: GroupModels::NEW,
+                    group: 0,
+                    next_seq: 0,
+                    live: false,
+                    next: None,
+                    empty: Sample::EMPTY,
+                },
                 tasks: heapless::Deque::new(),
                 incompatible: false,
                 stats: DecoderStats::default(),
@@ -448,6 +478,7 @@ impl Decoder {
             bytes_skipped: f.bytes_skipped + r.bytes_skipped,
             unresolved_samples: f.unresolved_samples + r.unresolved_samples,
             frames_ignored: f.frames_ignored + r.frames_ignored,
+            group_samples_lost: f.group_samples_lost + r.group_samples_lost,
         }
     }
 
@@ -579,12 +610,18 @@ impl Records {
                     }));
                 }
                 self.incompatible = false;
-                // A new stream: old delta state is meaningless.
+                // A new stream (or its repetition, where the encoder
+                // starts a new group too): old delta state is meaningless.
                 self.tasks.clear();
+                self.groups.live = false;
+                // The stream index restarts with every Hello.
+                self.groups.next = Some(0);
             }
         } else if self.incompatible {
             self.stats.frames_ignored += 1;
             return;
+        } else if payload[0] == GROUP_TAG {
+            return self.finish_group(payload, len, stored, plain, sink);
         }
 
         let Ok(rec) = postcard::from_bytes::<WireRecord>(payload) else {
@@ -750,6 +787,77 @@ impl Records {
         };
         stats.frames_ok += 1;
         sink(Ok(Lent::Sample(SampleParts { wire, state })));
+    }
+}
+
+impl Records {
+    /// Decodes a group frame (see [`super::group`]): every sample it holds
+    /// when it continues the group being decoded, none (and all counted)
+    /// when an earlier frame of its group is missing.
+    fn finish_group(
+        &mut self,
+        payload: &[u8],
+        len: usize,
+        stored: u32,
+        plain: u32,
+        sink: &mut impl FnMut(Result<Lent<'_>, DecodeError>),
+    ) {
+        if stored != plain {
+            return self.bad(len);
+        }
+        let Ok((head, coded)) = postcard::take_from_bytes::<GroupHead>(&payload[1..]) else {
+            return self.bad(len);
+        };
+
+        let g = &mut self.groups;
+        if head.count > MAX_GROUP {
+            g.live = false;
+            return bad(&mut self.stats, len);
+        }
+        // Samples the stream index shows missing: frames that never
+        // arrived intact, counted exactly once a later frame tells where
+        // the stream stands.
+        if let Some(next) = g.next
+            && head.first > next
+        {
+            self.stats.group_samples_lost += head.first - next;
+        }
+        g.next = Some(head.first + u64::from(head.count));
+        let continues = g.live && head.group == g.group && head.seq == g.next_seq;
+        if head.seq == 0 {
+            g.models.reset();
+            g.group = head.group;
+        } else if !continues {
+            // An earlier frame of this group is missing: its models are
+            // not the encoder's, so nothing here is decoded.
+            g.live = false;
+            self.stats.unresolved_samples += u64::from(head.count);
+            self.stats.group_samples_lost += u64::from(head.count);
+            return bad(&mut self.stats, len);
+        }
+        g.live = true;
+        g.next_seq = head.seq.wrapping_add(1);
+        if !matches!(self.record, Record::Sample(_)) {
+            self.record = Record::Sample(Sample::default());
+        }
+        let mut rc = RcDecoder::new(coded);
+        self.stats.frames_ok += 1;
+        for done in 0..head.count {
+            let Record::Sample(s) = &mut self.record else {
+                return;
+            };
+            code_sample(&mut rc, &mut g.models, &g.empty, s);
+            if !rc.clean() {
+                // Malformed although its CRC holds (a hostile stream): the
+                // rest of the group is lost, counted.
+                let rest = u64::from(head.count - done);
+                g.live = false;
+                self.stats.unresolved_samples += rest;
+                self.stats.group_samples_lost += rest;
+                return;
+            }
+            sink(Ok(Lent::Record(&self.record)));
+        }
     }
 }
 

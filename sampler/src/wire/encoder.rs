@@ -7,7 +7,12 @@ use core::fmt;
 use postcard::ser_flavors::{Cobs, Flavor, Slice};
 
 use super::codec::{TaskRef, chain_input, encode_sample};
+use super::group::{
+    FRAME_CODED_MAX, FRAME_TARGET, GROUP_MAX_BYTES, GROUP_TAG, GroupHead, GroupModels, RcEncoder,
+    bound, code_sample,
+};
 use super::{Record, WireRecordRef};
+use crate::sample::Sample;
 
 /// The CRC used by every frame since protocol version 2: CRC-32C
 /// (Castagnoli, `CRC_32_ISCSI`), which x86_64 hosts compute with the SSE4.2
@@ -21,15 +26,31 @@ pub struct EncoderConfig {
     /// A task's samples are sent as a keyframe at least every this many
     /// samples (1 = every sample is a keyframe, no deltas).
     pub keyframe_interval: u32,
+    /// Samples per group (`wire_group=N`, see [`super::group`]); 0 sends
+    /// every sample in a frame of its own, coded against its task's
+    /// previous sample. With groups, write records with
+    /// [`Encoder::put`] and end with [`Encoder::flush`].
+    pub group: u32,
+}
+
+impl EncoderConfig {
+    /// The default settings: keyframes every 128 samples of a task, no
+    /// groups.
+    pub const DEFAULT: EncoderConfig = EncoderConfig {
+        keyframe_interval: 128,
+        group: 0,
+    };
 }
 
 impl Default for EncoderConfig {
     fn default() -> Self {
-        EncoderConfig {
-            keyframe_interval: 128,
-        }
+        Self::DEFAULT
     }
 }
+
+/// The most samples a group may hold (larger `group` settings are cut to
+/// this).
+pub const MAX_GROUP: u32 = 65_536;
 
 /// Why a record could not be encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +115,55 @@ pub struct Encoder<const N: usize = 16> {
     config: EncoderConfig,
     tasks: [Option<TaskRef>; N],
     frames: u64,
+    group: GroupWriter,
+}
+
+/// The encoder's group state: the models, the open frame and where the
+/// stream stands.
+struct GroupWriter {
+    models: GroupModels,
+    rc: RcEncoder,
+    /// The open frame's head (`count` 0: no frame open).
+    head: GroupHead,
+    /// Whether a group is under way (else the next sample starts one).
+    open: bool,
+    /// Samples and coded bytes of the group so far.
+    samples: u32,
+    bytes: usize,
+    /// The next sample's stream index.
+    next: u64,
+    /// The time of the open frame's first sample.
+    since: u64,
+    /// Scratch for the coder's unused output side.
+    scratch: Sample,
+}
+
+impl GroupWriter {
+    const NEW: GroupWriter = GroupWriter {
+        models: GroupModels::NEW,
+        rc: RcEncoder::new(),
+        head: GroupHead {
+            group: 0,
+            seq: 0,
+            first: 0,
+            count: 0,
+        },
+        open: false,
+        samples: 0,
+        bytes: 0,
+        next: 0,
+        since: 0,
+        scratch: Sample::EMPTY,
+    };
+}
+
+/// Why [`Encoder::put`] or [`Encoder::flush`] stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutError<E> {
+    /// A record did not fit the frame buffer (it is dropped).
+    Encode(EncodeError),
+    /// The writer failed.
+    Write(E),
 }
 
 impl<const N: usize> core::fmt::Debug for Encoder<N> {
@@ -106,14 +176,31 @@ impl<const N: usize> core::fmt::Debug for Encoder<N> {
 }
 
 impl<const N: usize> Encoder<N> {
-    /// A new encoder with empty delta state.
-    pub fn new(config: EncoderConfig) -> Self {
+    /// A new encoder with empty delta state. A `const fn`, so a static
+    /// encoder is built in place (it holds the group models, about 90 KiB).
+    pub const fn new(config: EncoderConfig) -> Self {
         assert!(N > 0, "an encoder needs at least one task slot");
         Encoder {
             config,
-            tasks: core::array::from_fn(|_| None),
+            tasks: [const { None }; N],
             frames: 0,
+            group: GroupWriter::NEW,
         }
+    }
+
+    /// Changes the settings and forgets all state, in place. Call it
+    /// before the first record.
+    pub fn configure(&mut self, config: EncoderConfig) {
+        self.config = config;
+        self.reset();
+        self.group.open = false;
+        self.group.head = GroupHead::default();
+        self.group.next = 0;
+    }
+
+    /// The settings.
+    pub fn config(&self) -> EncoderConfig {
+        self.config
     }
 
     /// Frames written so far.
@@ -121,10 +208,141 @@ impl<const N: usize> Encoder<N> {
         self.frames
     }
 
-    /// Forgets all delta state: the next sample of every task is a keyframe.
-    /// Call it when the stream restarts (e.g. a new Hello).
+    /// Forgets all delta state: the next sample of every task is a keyframe
+    /// and the next sample starts a new group. Call it when the stream
+    /// restarts (e.g. a new Hello). An open group frame is dropped: write
+    /// it first ([`flush`](Self::flush)).
     pub fn reset(&mut self) {
         self.tasks.iter_mut().for_each(|t| *t = None);
+        let g = &mut self.group;
+        g.open = false;
+        g.head.count = 0;
+        g.next = 0;
+    }
+
+    /// Whether samples wait in an open group frame.
+    pub fn pending(&self) -> bool {
+        self.group.head.count > 0
+    }
+
+    /// Writes `record` with `write`, one frame at a time, and returns the
+    /// frames written. Without groups it is [`encode`](Self::encode) and
+    /// one write. With groups a sample joins the open group frame, which
+    /// is written when it is full or its group ends; any other record
+    /// first writes the open frame, so records stay in order. A Hello also
+    /// ends the group.
+    pub fn put<E, W: FnMut(&[u8]) -> Result<(), E> + ?Sized>(
+        &mut self,
+        record: &Record,
+        buf: &mut [u8],
+        write: &mut W,
+    ) -> Result<usize, PutError<E>> {
+        let Record::Sample(s) = record else {
+            let mut frames = self.flush(buf, write)?;
+            let n = self.encode(record, buf).map_err(PutError::Encode)?;
+            write(&buf[..n]).map_err(PutError::Write)?;
+            frames += 1;
+            return Ok(frames);
+        };
+        if self.config.group == 0 {
+            let n = self.encode(record, buf).map_err(PutError::Encode)?;
+            write(&buf[..n]).map_err(PutError::Write)?;
+            return Ok(1);
+        }
+        let mut frames = 0;
+        let need = bound(s);
+        if need > FRAME_CODED_MAX || !consistent(s) {
+            // Too large for a group frame (a full callchain, branch stack
+            // and both register sets at once): a plain keyframe, outside
+            // the group.
+            frames += self.flush(buf, write)?;
+            let n = self.encode_plain_key(s, buf).map_err(PutError::Encode)?;
+            write(&buf[..n]).map_err(PutError::Write)?;
+            return Ok(frames + 1);
+        }
+        let g = &mut self.group;
+        if g.head.count > 0 && (g.rc.size() >= FRAME_TARGET || g.rc.size() + need > FRAME_CODED_MAX)
+        {
+            frames += self.flush(buf, write)?;
+        }
+        let g = &mut self.group;
+        if g.head.count == 0 {
+            if !g.open {
+                g.models.reset();
+                g.open = true;
+                g.head.group = g.head.group.wrapping_add(1);
+                g.head.seq = 0;
+                g.samples = 0;
+                g.bytes = 0;
+            }
+            g.rc.restart();
+            g.head.first = g.next;
+            g.since = s.time;
+        }
+        code_sample(&mut g.rc, &mut g.models, s, &mut g.scratch);
+        g.head.count += 1;
+        g.samples += 1;
+        g.next += 1;
+        if g.samples >= self.config.group.min(MAX_GROUP) || g.bytes + g.rc.size() >= GROUP_MAX_BYTES
+        {
+            frames += self.flush(buf, write)?;
+            self.group.open = false;
+        }
+        Ok(frames)
+    }
+
+    /// Writes the open group frame, if any; returns the frames written (0
+    /// or 1).
+    pub fn flush<E, W: FnMut(&[u8]) -> Result<(), E> + ?Sized>(
+        &mut self,
+        buf: &mut [u8],
+        write: &mut W,
+    ) -> Result<usize, PutError<E>> {
+        let g = &mut self.group;
+        if g.head.count == 0 {
+            return Ok(0);
+        }
+        g.rc.finish();
+        let head = g.head;
+        g.head.count = 0;
+        g.head.seq = g.head.seq.wrapping_add(1);
+        g.bytes += g.rc.len;
+        if g.rc.overflow {
+            // Cannot happen (`bound` holds every sample), but if it did the
+            // frame's samples would be lost: the group ends here, and the
+            // decoder counts them from the gap.
+            g.open = false;
+            return Err(PutError::Encode(EncodeError::BufferFull));
+        }
+        let n = write_group_frame(&head, &g.rc.out[..g.rc.len], buf).map_err(PutError::Encode)?;
+        self.frames += 1;
+        write(&buf[..n]).map_err(PutError::Write)?;
+        Ok(1)
+    }
+
+    /// Writes the open group frame if its first sample is `age` ns or more
+    /// older than `now`: what the drain calls when it finds the rings
+    /// empty, so samples of a quiet stream do not wait long.
+    pub fn flush_older<E, W: FnMut(&[u8]) -> Result<(), E> + ?Sized>(
+        &mut self,
+        now: u64,
+        age: u64,
+        buf: &mut [u8],
+        write: &mut W,
+    ) -> Result<usize, PutError<E>> {
+        if self.group.head.count > 0 && now.saturating_sub(self.group.since) >= age {
+            self.flush(buf, write)
+        } else {
+            Ok(0)
+        }
+    }
+
+    /// A sample as a keyframe of its own, leaving the delta state alone.
+    fn encode_plain_key(&mut self, s: &Sample, out: &mut [u8]) -> Result<usize, EncodeError> {
+        let wire = encode_sample(s, None);
+        let (n, _) = write_frame(&WireRecordRef::Sample(&wire), 0, out)?;
+        self.frames += 1;
+        Ok(n)
     }
 
     /// Encodes `record` as one complete frame (delimiter included) at the
@@ -149,7 +367,8 @@ impl<const N: usize> Encoder<N> {
             Record::Hello(h) => {
                 let r = write_frame(&WireRecordRef::Hello(h), 0, out)?;
                 // A Hello starts a new stream: the decoder drops its delta
-                // state when it sees one, so the encoder does too.
+                // state (and any group) when it sees one, so the encoder
+                // does too.
                 self.reset();
                 r
             }
@@ -165,6 +384,43 @@ impl<const N: usize> Encoder<N> {
         self.frames += 1;
         Ok(n)
     }
+}
+
+/// Whether a sample's register sets have valid masks and hold the values
+/// their ABI and mask say (the group coder relies on it).
+fn consistent(s: &Sample) -> bool {
+    [&s.regs_user, &s.regs_intr].into_iter().flatten().all(|r| {
+        if r.mask & !crate::regs::VALID_MASK_WITH_XMM != 0 {
+            return false;
+        }
+        let n = if r.abi == crate::regs::Abi::None {
+            0
+        } else {
+            r.mask.count_ones() as usize
+        };
+        r.values.len() == n
+    })
+}
+
+/// Writes one group frame: the tag, the head and the coded bytes, with
+/// its CRC, COBS-stuffed and delimited.
+fn write_group_frame(head: &GroupHead, coded: &[u8], out: &mut [u8]) -> Result<usize, EncodeError> {
+    let mut head_buf = [0u8; 32];
+    let head_bytes = postcard::to_slice(head, &mut head_buf).map_err(|_| EncodeError::Serialize)?;
+    let mut plain = 0;
+    let cobs = Cobs::try_new(Slice::new(out)).map_err(|_| EncodeError::BufferFull)?;
+    let mut flavor = CrcXor {
+        flav: cobs,
+        digest: CRC32.digest(),
+        xor: 0,
+        plain: &mut plain,
+    };
+    let full = |_| EncodeError::BufferFull;
+    flavor.try_push(GROUP_TAG).map_err(full)?;
+    for b in head_bytes.iter().chain(coded) {
+        flavor.try_push(*b).map_err(full)?;
+    }
+    flavor.finalize().map(|f| f.len()).map_err(full)
 }
 
 /// Writes one frame and returns (frame length, plain CRC of the payload).

@@ -45,6 +45,13 @@
 //! samples up to the task's next keyframe, and those are counted
 //! ([`DecoderStats::unresolved_samples`]).
 //!
+//! # Sample groups
+//! With [`EncoderConfig::group`] set (`wire_group=N`), samples travel in
+//! groups instead: runs of N samples coded together with adaptive context
+//! models and a range coder, several to a frame, the models reset at each
+//! group's start (see [`group`]). The per-sample frames below stay the
+//! default.
+//!
 //! # Bytes per sample
 //! Measured by `cargo test -p sampler --test wire_size -- --nocapture` and
 //! the `wire_size` table printed by `cargo bench -p sampler`, on a
@@ -77,12 +84,13 @@ mod decoder;
 mod encoder;
 #[cfg(feature = "fuzzing")]
 pub mod framing;
+pub mod group;
 
 pub use codec::{SampleParts, TaskRef, WireSample};
 #[cfg(feature = "std")]
 pub use decoder::FrameBatch;
 pub use decoder::{DecodeError, Decoder, DecoderStats, Framer, Lent};
-pub use encoder::{EncodeError, Encoder, EncoderConfig};
+pub use encoder::{EncodeError, Encoder, EncoderConfig, MAX_GROUP, PutError};
 
 use serde::{Deserialize, Serialize};
 
@@ -99,9 +107,11 @@ pub const MAGIC: [u8; 4] = *b"PRCH";
 /// the program of a loaded process to its Task record ([`Task::program`]);
 /// version 5 added [`Record::TaskExit`]; version 6 added the CPUs' places
 /// to Hello ([`Hello::cpus`]); version 7 added why a Task record was sent
-/// ([`Task::origin`]: a task made by another, a process's exec). A Hello of
-/// another version is recognised and refused with the version error.
-pub const PROTOCOL_VERSION: u16 = 7;
+/// ([`Task::origin`]: a task made by another, a process's exec); version 8
+/// added sample groups ([`group`], record tag [`group::GROUP_TAG`]). A
+/// Hello of another version is recognised and refused with the version
+/// error.
+pub const PROTOCOL_VERSION: u16 = 8;
 /// The frame delimiter. A writer should send one before its first frame
 /// (and after any reset of the line) so that noise on the line before it is
 /// not glued to that frame.
@@ -561,7 +571,8 @@ pub enum Record {
 }
 
 /// The on-wire form of a record (the sample replaced by its compact form).
-/// Variant order is the protocol: never reorder, only append.
+/// Variant order is the protocol: never reorder, only append. Tag 10
+/// ([`group::GROUP_TAG`]) is a group frame, written and read by hand.
 #[derive(Serialize)]
 enum WireRecordRef<'a> {
     Hello(&'a Hello),

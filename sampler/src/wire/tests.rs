@@ -34,6 +34,7 @@ fn sample(i: u64) -> Sample {
 fn samples_round_trip_with_deltas() {
     let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
         keyframe_interval: 8,
+        ..EncoderConfig::default()
     });
     let mut bytes = std::vec::Vec::new();
     let mut buf = [0u8; MAX_FRAME];
@@ -454,6 +455,7 @@ fn version_mismatch_is_a_clear_error_and_stops_decoding() {
 fn a_lost_reference_makes_the_delta_unresolved_not_wrong() {
     let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
         keyframe_interval: 4,
+        ..EncoderConfig::default()
     });
     let mut buf = [0u8; MAX_FRAME];
     let mut frames = std::vec::Vec::new();
@@ -675,6 +677,7 @@ fn varied_samples(rng: &mut Rng, n: usize) -> std::vec::Vec<Sample> {
 fn sample_payloads(samples: &[Sample]) -> std::vec::Vec<std::vec::Vec<u8>> {
     let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
         keyframe_interval: 5,
+        ..EncoderConfig::default()
     });
     let mut buf = [0u8; MAX_FRAME];
     samples
@@ -825,6 +828,7 @@ fn lent_samples_carry_nothing_over() {
     let samples = varied_samples(&mut rng, 400);
     let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
         keyframe_interval: 5,
+        ..EncoderConfig::default()
     });
     let mut bytes = std::vec::Vec::new();
     let mut buf = [0u8; MAX_FRAME];
@@ -962,6 +966,7 @@ fn framer_splits_like_a_plain_splitter() {
     let mut rng = Rng(0x7a3d_19c4_e2b8_0f51);
     let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
         keyframe_interval: 5,
+        ..EncoderConfig::default()
     });
     let mut buf = [0u8; MAX_FRAME];
     let mut clean = vec![0u8];
@@ -1161,6 +1166,7 @@ fn frame_crc_is_crc32c() {
 fn encoded_frames_carry_the_decoders_crc() {
     let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
         keyframe_interval: 4,
+        ..EncoderConfig::default()
     });
     let mut buf = [0u8; MAX_FRAME];
     let mut chain = 0u32;
@@ -1240,7 +1246,7 @@ fn a_version_1_stream_gets_the_version_error() {
         found: 1,
         expected: PROTOCOL_VERSION,
     })];
-    assert_eq!(PROTOCOL_VERSION, 7);
+    assert_eq!(PROTOCOL_VERSION, 8);
     #[cfg(feature = "std")]
     let paths = [Path::Rebuilt, Path::Parts, Path::Batches];
     #[cfg(not(feature = "std"))]
@@ -1371,6 +1377,7 @@ fn sample_parts_match_rebuilt_samples() {
     let samples = varied_samples(&mut rng, 1500);
     let mut enc: Encoder<4> = Encoder::new(EncoderConfig {
         keyframe_interval: 6,
+        ..EncoderConfig::default()
     });
     let mut frames = std::vec::Vec::new();
     let mut buf = [0u8; MAX_FRAME];

@@ -26,6 +26,28 @@ pub struct Capture {
 
 /// A capture of `samples` sample frames between a Hello and an End.
 pub fn capture(samples: usize) -> Capture {
+    capture_with(
+        samples,
+        EncoderConfig {
+            keyframe_interval: KEYFRAME_INTERVAL,
+            group: 0,
+        },
+    )
+}
+
+/// The same capture with samples in groups of `group` (`sample_frames`
+/// then says `None` for group frames too).
+pub fn capture_grouped(samples: usize, group: u32) -> Capture {
+    capture_with(
+        samples,
+        EncoderConfig {
+            keyframe_interval: KEYFRAME_INTERVAL,
+            group,
+        },
+    )
+}
+
+fn capture_with(samples: usize, config: EncoderConfig) -> Capture {
     let mut state = 0x2545_f491_4f6c_dd1du64;
     let mut next = move || {
         state ^= state << 13;
@@ -33,17 +55,25 @@ pub fn capture(samples: usize) -> Capture {
         state ^= state << 17;
         state
     };
-    let mut enc: Encoder<16> = Encoder::new(EncoderConfig {
-        keyframe_interval: KEYFRAME_INTERVAL,
-    });
+    let mut enc: Box<Encoder<16>> = Box::new(Encoder::new(config));
     let mut buf = [0u8; MAX_FRAME];
     let mut frames = vec![vec![0u8]];
     let mut sample_frames = vec![None];
     let mut taken = HashMap::new();
+    let grouped = config.group > 0;
     let mut put = |enc: &mut Encoder<16>, rec: &Record, sample: Option<(u32, bool)>| {
-        let n = enc.encode(rec, &mut buf).unwrap();
-        frames.push(buf[..n].to_vec());
-        sample_frames.push(sample);
+        if grouped {
+            enc.put(rec, &mut buf, &mut |f: &[u8]| {
+                frames.push(f.to_vec());
+                sample_frames.push(None);
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        } else {
+            let n = enc.encode(rec, &mut buf).unwrap();
+            frames.push(buf[..n].to_vec());
+            sample_frames.push(sample);
+        }
     };
     let hello = Hello::new(
         CpuId {
@@ -95,7 +125,16 @@ pub fn capture(samples: usize) -> Capture {
         taken.insert((tid, s.time), s.clone());
         put(&mut enc, &Record::Sample(s), Some((tid, key)));
     }
-    put(&mut enc, &Record::End(End::default()), None);
+    let delivered = samples as u64;
+    put(
+        &mut enc,
+        &Record::End(End {
+            taken: delivered,
+            delivered,
+            ..End::default()
+        }),
+        None,
+    );
     Capture {
         frames,
         sample_frames,
