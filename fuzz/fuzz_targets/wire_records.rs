@@ -2,7 +2,8 @@
 //! whose payloads are mutated and whose check word is then fixed up (the
 //! CRC-32C of the new payload, XORed with the frame's original delta chain
 //! value), so that postcard, the compact-sample parser and the delta
-//! rebuild see hostile bytes that pass the CRC. Never panics; frames before
+//! rebuild (and, for streams in sample groups, the group decoder) see
+//! hostile bytes that pass the CRC. Never panics; frames before
 //! the first mutated one decode to exactly what was sent; counters stay
 //! consistent.
 
@@ -11,7 +12,7 @@
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use perch_fuzz_input::damage::Damage;
-use perch_fuzz_input::wire::{encode, encoder_config, records};
+use perch_fuzz_input::wire::{encode, encoder_config, records, records_per_frame};
 use sampler::wire::{Decoder, EncoderConfig, Record};
 
 #[derive(Debug)]
@@ -34,6 +35,9 @@ impl<'a> Arbitrary<'a> for Input {
 
 fuzz_target!(|input: Input| {
     let (bytes, frames) = encode(&input.records, input.config);
+    // A group frame carries several samples.
+    let per_frame = records_per_frame(&bytes, &frames);
+    assert_eq!(per_frame.iter().sum::<usize>(), input.records.len());
     let mut payloads: Vec<(Vec<u8>, u32)> = frames
         .iter()
         .map(|f| {
@@ -73,20 +77,23 @@ fuzz_target!(|input: Input| {
         Err(_) => errors += 1,
     });
     let stats = dec.stats();
-    assert_eq!(stats.frames_ok, got.len() as u64);
-    // Every frame is one record, one bad frame or one ignored frame.
+    // Every frame that decoded gave at least one record (a group frame,
+    // which an edit can also make, gives several).
+    assert!(stats.frames_ok <= got.len() as u64);
+    // Every frame is decoded, one bad frame or one ignored frame.
     assert_eq!(
         stats.frames_ok + stats.bad_frames + stats.frames_ignored,
         payloads.len() as u64
     );
     assert!(errors <= stats.frames_ignored);
+    let intact: usize = per_frame[..first_edit].iter().sum();
     assert!(
-        got.len() >= first_edit,
+        got.len() >= intact,
         "the frames before the first mutated one decode"
     );
     assert_eq!(
-        got[..first_edit],
-        input.records[..first_edit],
+        got[..intact],
+        input.records[..intact],
         "frames before the first mutated one decode to what was sent"
     );
     if first_edit == payloads.len() {

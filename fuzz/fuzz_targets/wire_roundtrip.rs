@@ -57,7 +57,9 @@ fuzz_target!(|input: Input| {
         d.apply(&mut damaged);
     }
     let (got, stats) = decode(&damaged, &input.sizes);
-    assert_eq!(stats.frames_ok, got.len() as u64);
+    // Every frame that decoded gave at least one record (a group frame
+    // several).
+    assert!(stats.frames_ok <= got.len() as u64);
     // Greedy matching decides whether `got` is a subsequence of the sent
     // records.
     let mut sent = input.records.iter();

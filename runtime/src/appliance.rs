@@ -117,6 +117,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
         announce_ended_tasks();
     }
     crate::sample::profile::report_end_of_run();
+    crate::stream::drain::report_cost();
     let mut running = 0;
     let mut blocked = 0;
     for id in 0..MAX_TASKS as u8 {

@@ -7,13 +7,15 @@
 //! Run with `--nocapture` to see the numbers: with the delta chain, one
 //! damaged frame makes its task's deltas unresolved until the next
 //! keyframe, so at 1e-4 most intact deltas are counted rather than
-//! rebuilt.
+//! rebuilt. The same damage over the capture in sample groups is at the
+//! end.
 
 mod long_capture;
 
 use std::collections::HashSet;
 
-use long_capture::{Capture, capture};
+use long_capture::{Capture, capture, capture_grouped};
+use sampler::wire::group::{GROUP_TAG, GroupHead};
 use sampler::wire::{Decoder, Record};
 
 /// Sample frames in the capture.
@@ -62,6 +64,8 @@ struct Outcome {
     duplicates: u64,
     unresolved: u64,
     bad_frames: u64,
+    /// Samples of group frames counted lost.
+    group_lost: u64,
 }
 
 /// Decodes `bytes` in chunks of 1..=4096 bytes (as reads from a line
@@ -89,6 +93,7 @@ fn decode(bytes: &[u8], cap: &Capture, rng: &mut Rng) -> Outcome {
     let st = dec.stats();
     out.unresolved = st.unresolved_samples;
     out.bad_frames = st.bad_frames;
+    out.group_lost = st.group_samples_lost;
     out
 }
 
@@ -260,5 +265,147 @@ fn dropped_and_duplicated_chunks_yield_no_bogus_sample() {
                 out.duplicates
             );
         }
+    }
+}
+
+// Sample groups (`wire_group=N`): the same damage over the same capture
+// coded in groups. A group frame decodes when it and every earlier frame
+// of its group arrived intact; everything else of a hit group is counted,
+// never decoded against the wrong models.
+
+/// Samples in group frames that must decode: the frame, the delimiter
+/// before it and every earlier frame of its group arrived intact.
+fn decodable_in_groups(cap: &Capture, s: &Stream, intact: impl Fn(usize, usize) -> bool) -> u64 {
+    let mut whole_group = None;
+    let mut n = 0;
+    for (i, &(a, b)) in s.ranges.iter().enumerate().skip(1) {
+        let p = long_capture::payload(&cap.frames[i]);
+        if p.first() != Some(&GROUP_TAG) {
+            continue;
+        }
+        let (h, _) = postcard::take_from_bytes::<GroupHead>(&p[1..]).unwrap();
+        let whole = intact(a - 1, b);
+        if h.seq == 0 {
+            whole_group = whole.then_some(h.group);
+        } else if !whole {
+            whole_group = None;
+        }
+        if whole_group == Some(h.group) {
+            n += u64::from(h.count);
+        }
+    }
+    n
+}
+
+/// What decoding a damaged grouped stream must give: no wrong sample,
+/// every decodable sample, and the damage counted.
+fn check_groups(what: &str, out: &Outcome, stats_lost: u64, decodable: u64, damaged: bool) -> f64 {
+    let unique = out.samples - out.duplicates;
+    let share = unique as f64 / SAMPLES as f64;
+    println!(
+        "{what}: {unique} samples decoded ({:.2}%), {decodable} decodable, {stats_lost} counted lost, \
+         {} bad frames, {} duplicates, {} bogus",
+        100.0 * share,
+        out.bad_frames,
+        out.duplicates,
+        out.bogus
+    );
+    assert_eq!(out.bogus, 0, "{what}: bogus samples");
+    assert_eq!(
+        out.duplicates, 0,
+        "{what}: a replayed frame was decoded twice"
+    );
+    assert!(
+        unique >= decodable,
+        "{what}: {unique} decoded < {decodable} decodable"
+    );
+    assert!(
+        unique + stats_lost <= SAMPLES as u64,
+        "{what}: {unique} decoded + {stats_lost} counted lost > {SAMPLES} sent"
+    );
+    if damaged {
+        assert!(out.bad_frames > 0, "{what}: damage went uncounted");
+    }
+    share
+}
+
+fn decode_counting(bytes: &[u8], cap: &Capture, rng: &mut Rng) -> (Outcome, u64) {
+    let out = decode(bytes, cap, rng);
+    let lost = out.group_lost;
+    (out, lost)
+}
+
+#[test]
+fn bit_errors_in_groups_yield_no_bogus_sample_and_lose_only_hit_groups() {
+    for group in [16u32, 256] {
+        let cap = capture_grouped(SAMPLES, group);
+        let s = stream(&cap);
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(group));
+        let (clean, lost) = decode_counting(&s.bytes, &cap, &mut rng);
+        let all = decodable_in_groups(&cap, &s, |_, _| true);
+        assert_eq!(all, SAMPLES as u64);
+        check_groups(&format!("G={group} intact"), &clean, lost, all, false);
+        assert_eq!((clean.samples, lost), (SAMPLES as u64, 0));
+        for ber in [1e-6, 1e-5, 1e-4, 1e-3] {
+            // Several lines at the rarest rate, so some are hit.
+            let rounds = if ber < 1e-5 { 8 } else { 1 };
+            let mut shares = Vec::new();
+            for _ in 0..rounds {
+                let (bytes, hits) = bit_errors(&s.bytes, ber, &mut rng);
+                let (out, lost) = decode_counting(&bytes, &cap, &mut rng);
+                let decodable = decodable_in_groups(&cap, &s, touched(&hits));
+                shares.push(check_groups(
+                    &format!("G={group} BER {ber:e}"),
+                    &out,
+                    lost,
+                    decodable,
+                    !hits.is_empty(),
+                ));
+            }
+            if ber == 1e-6 {
+                let mean = shares.iter().sum::<f64>() / shares.len() as f64;
+                let floor = if group <= 16 { 0.99 } else { 0.95 };
+                assert!(
+                    mean >= floor,
+                    "G={group} at 1e-6: {:.2}% decoded",
+                    100.0 * mean
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bursts_and_dropped_and_duplicated_chunks_in_groups_yield_no_bogus_sample() {
+    let cap = capture_grouped(SAMPLES, 256);
+    let s = stream(&cap);
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut bytes = s.bytes.clone();
+    let mut hits = Vec::new();
+    let mut at = 0usize;
+    loop {
+        at += 32 * 1024 + (rng.next() % (64 * 1024)) as usize;
+        let len = 16 + (rng.next() % 241) as usize;
+        if at + len >= bytes.len() {
+            break;
+        }
+        for (k, b) in bytes[at..at + len].iter_mut().enumerate() {
+            let v = rng.next() as u8;
+            if v != *b {
+                *b = v;
+                hits.push(at + k);
+            }
+        }
+    }
+    let (out, lost) = decode_counting(&bytes, &cap, &mut rng);
+    let decodable = decodable_in_groups(&cap, &s, touched(&hits));
+    check_groups("G=256 bursts", &out, lost, decodable, true);
+    for (what, copies) in [("dropped chunks", 0usize), ("duplicated chunks", 2)] {
+        let (bytes, clean) = rechunk(&s.bytes, &mut rng, |r| {
+            if r.next() % 100 == 0 { copies } else { 1 }
+        });
+        let (out, lost) = decode_counting(&bytes, &cap, &mut rng);
+        let decodable = decodable_in_groups(&cap, &s, |a, b| clean[a..b].iter().all(|&c| c));
+        check_groups(&format!("G=256 {what}"), &out, lost, decodable, copies == 0);
     }
 }

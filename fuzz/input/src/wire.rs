@@ -382,27 +382,50 @@ pub fn records(u: &mut Unstructured<'_>) -> Result<Vec<Record>> {
     Ok(out)
 }
 
-/// The encoder settings a stream is written with.
+/// The encoder settings a stream is written with: keyframes every 1 to 8
+/// samples of a task, and a frame per sample or groups of 1, 3 or 16.
 pub fn encoder_config(u: &mut Unstructured<'_>) -> Result<EncoderConfig> {
     Ok(EncoderConfig {
         keyframe_interval: u.int_in_range(1..=8)?,
-        ..EncoderConfig::default()
+        group: [0, 0, 1, 3, 16][u.int_in_range(0..=4)?],
     })
 }
 
-/// One encoded frame (delimiter included) per record, after a leading
-/// delimiter. Every generated record fits [`MAX_FRAME`].
+/// The records encoded after a leading delimiter, and each frame's byte
+/// range (delimiter included). Without groups every record is one frame;
+/// with groups a frame may carry several samples. Every generated record
+/// fits [`MAX_FRAME`].
 pub fn encode(records: &[Record], config: EncoderConfig) -> (Vec<u8>, Vec<std::ops::Range<usize>>) {
-    let mut enc: Encoder<4> = Encoder::new(config);
+    let mut enc: Box<Encoder<4>> = Box::new(Encoder::new(config));
     let mut buf = vec![0u8; MAX_FRAME];
     let mut out = vec![DELIMITER];
     let mut frames = Vec::with_capacity(records.len());
+    let mut write = |f: &[u8]| {
+        frames.push(out.len()..out.len() + f.len());
+        out.extend_from_slice(f);
+        Ok::<(), ()>(())
+    };
     for r in records {
-        let n = enc
-            .encode(r, &mut buf)
+        enc.put(r, &mut buf, &mut write)
             .expect("every generated record fits MAX_FRAME");
-        frames.push(out.len()..out.len() + n);
-        out.extend_from_slice(&buf[..n]);
     }
+    enc.flush(&mut buf, &mut write)
+        .expect("every generated record fits MAX_FRAME");
     (out, frames)
+}
+
+/// How many records each frame of an intact stream from [`encode`]
+/// carries, found by decoding it frame by frame.
+pub fn records_per_frame(bytes: &[u8], frames: &[std::ops::Range<usize>]) -> Vec<usize> {
+    let mut dec = Box::new(sampler::wire::Decoder::new());
+    let mut start = 0;
+    frames
+        .iter()
+        .map(|f| {
+            let mut n = 0;
+            dec.push(&bytes[start..f.end], |_| n += 1);
+            start = f.end;
+            n
+        })
+        .collect()
 }

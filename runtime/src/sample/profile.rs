@@ -1384,12 +1384,6 @@ pub fn report_end_of_run() {
             "perch: NMI path {avg} TSC ticks per sample on average over {measured} samples (instructions under -icount shift=0)"
         );
     }
-    let (drain, drained) = crate::stream::drain::drain_cost();
-    if let Some(avg) = drain.checked_div(drained) {
-        crate::kprintln!(
-            "perch: drain {avg} TSC ticks per sample on average over {drained} samples (taking, coding and writing them; instructions under -icount shift=0)"
-        );
-    }
     if let Some(r) = clock_rate() {
         crate::kprintln!(
             "perch: NMI clock: {} ticks in {}.{:03} s: {}.{:03} Hz achieved of {}.{:03} Hz requested ({}.{}%)",

@@ -30,12 +30,19 @@ pub fn drain() -> usize {
 static DRAIN_TSC: AtomicU64 = AtomicU64::new(0);
 static DRAIN_SAMPLES: AtomicU64 = AtomicU64::new(0);
 
-/// `(TSC ticks the drain spent on samples, samples drained)`.
-pub fn drain_cost() -> (u64, u64) {
-    (
+/// The end-of-run line of the drain's average cost per sample (`perch:
+/// drain N TSC ticks per sample ...`; instructions under `-icount
+/// shift=0`, which `cargo xtask bench` reads).
+pub fn report_cost() {
+    let (ticks, samples) = (
         DRAIN_TSC.load(Ordering::Relaxed),
         DRAIN_SAMPLES.load(Ordering::Relaxed),
-    )
+    );
+    if let Some(avg) = ticks.checked_div(samples) {
+        crate::kprintln!(
+            "perch: drain {avg} TSC ticks per sample on average over {samples} samples (taking, coding and writing them; instructions under -icount shift=0)"
+        );
+    }
 }
 
 /// How long samples may wait in an open group frame (`wire_group=`).

@@ -410,6 +410,9 @@ struct GroupReader {
     live: bool,
     /// The stream index of the next sample expected, once known.
     next: Option<u64>,
+    /// The newest group seen since the last Hello (older ones are
+    /// replays).
+    last_group: Option<u32>,
     /// The decoder's unused input side.
     empty: Sample,
 }
@@ -457,6 +460,7 @@ impl Decoder {
                     next_seq: 0,
                     live: false,
                     next: None,
+                    last_group: None,
                     empty: Sample::EMPTY,
                 },
                 tasks: heapless::Deque::new(),
@@ -616,6 +620,7 @@ impl Records {
                 self.groups.live = false;
                 // The stream index restarts with every Hello.
                 self.groups.next = Some(0);
+                self.groups.last_group = None;
             }
         } else if self.incompatible {
             self.stats.frames_ignored += 1;
@@ -810,10 +815,21 @@ impl Records {
         };
 
         let g = &mut self.groups;
-        if head.count > MAX_GROUP {
+        // The encoder never sends an empty group frame.
+        if head.count == 0 || head.count > MAX_GROUP {
             g.live = false;
             return bad(&mut self.stats, len);
         }
+        // A frame the line delivered twice (a replayed chunk): its samples
+        // were decoded, or counted, the first time.
+        let replay = g.last_group.is_some_and(|last| {
+            let ahead = head.group.wrapping_sub(last) as i32;
+            ahead < 0 || (ahead == 0 && (head.seq == 0 || head.seq < g.next_seq))
+        });
+        if replay {
+            return bad(&mut self.stats, len);
+        }
+        g.last_group = Some(head.group);
         // Samples the stream index shows missing: frames that never
         // arrived intact, counted exactly once a later frame tells where
         // the stream stands.
@@ -822,7 +838,7 @@ impl Records {
         {
             self.stats.group_samples_lost += head.first - next;
         }
-        g.next = Some(head.first + u64::from(head.count));
+        g.next = Some(head.first.saturating_add(u64::from(head.count)));
         let continues = g.live && head.group == g.group && head.seq == g.next_seq;
         if head.seq == 0 {
             g.models.reset();
@@ -831,6 +847,8 @@ impl Records {
             // An earlier frame of this group is missing: its models are
             // not the encoder's, so nothing here is decoded.
             g.live = false;
+            g.group = head.group;
+            g.next_seq = head.seq.wrapping_add(1);
             self.stats.unresolved_samples += u64::from(head.count);
             self.stats.group_samples_lost += u64::from(head.count);
             return bad(&mut self.stats, len);
@@ -841,7 +859,6 @@ impl Records {
             self.record = Record::Sample(Sample::default());
         }
         let mut rc = RcDecoder::new(coded);
-        self.stats.frames_ok += 1;
         for done in 0..head.count {
             let Record::Sample(s) = &mut self.record else {
                 return;
@@ -849,12 +866,19 @@ impl Records {
             code_sample(&mut rc, &mut g.models, &g.empty, s);
             if !rc.clean() {
                 // Malformed although its CRC holds (a hostile stream): the
-                // rest of the group is lost, counted.
+                // rest of the group is lost, counted, and a frame that gave
+                // nothing is a bad one.
                 let rest = u64::from(head.count - done);
                 g.live = false;
                 self.stats.unresolved_samples += rest;
                 self.stats.group_samples_lost += rest;
+                if done == 0 {
+                    bad(&mut self.stats, len);
+                }
                 return;
+            }
+            if done == 0 {
+                self.stats.frames_ok += 1;
             }
             sink(Ok(Lent::Record(&self.record)));
         }

@@ -32,16 +32,29 @@
 //!
 //! # Models
 //! Each field is coded against context both sides keep: per task (up to
-//! [`TASK_SLOTS`] at once), the previous sample's values; per field and per
-//! register, adaptive bit probabilities. A value is coded as "same as
-//! before" (one adaptive bit) or as a zigzag delta whose bit length is an
-//! adaptive 7-bit tree and whose two leading bits are adaptive too (the
-//! rest go as raw bits). Callchains keep the part they share with the
-//! task's previous chain (its outer frames) and code only the rest.
+//! [`TASK_SLOTS`] at once), the previous sample's values and small caches
+//! of recent ones; per field and per register, adaptive bit
+//! probabilities.
+//! - A value is "same as before" (one adaptive bit) or a zigzag delta whose
+//!   bit length is an adaptive 7-bit tree and whose two leading bits are
+//!   adaptive too (the rest go as raw bits).
+//! - Time is a delta against the task's previous time plus its previous
+//!   step; the IP is one of the task's 8 most recent IPs or a delta.
+//! - A register is, in turn: the same as the sample's user register
+//!   (interrupted registers, by whether the sample was taken in the
+//!   kernel), unchanged (by whether it changed at the previous sample),
+//!   one of its 4 recent earlier values (the first 24 registers), or a
+//!   delta.
+//! - A callchain keeps the entries it shares at its outer end with the
+//!   task's previous chain; the others are deltas against the previous
+//!   chain's entry at the same depth.
+//! - A branch-stack entry is one of the task's 16 most recent branches
+//!   (loops repeat theirs), with its flags the same as that entry's or
+//!   coded, or deltas from the entry before.
 
 use crate::regs::{Abi, MAX_SAMPLED_REGS, RegsSample};
 use crate::sample::{
-    BranchEntry, BranchFlags, BranchStack, CpuMode, MAX_CALLCHAIN, MemInfo, Sample,
+    BranchEntry, BranchFlags, BranchStack, CpuMode, MAX_BRANCHES, MAX_CALLCHAIN, MemInfo, Sample,
 };
 use serde::{Deserialize, Serialize};
 
@@ -84,7 +97,36 @@ pub struct GroupHead {
 
 const PROB_BITS: u32 = 11;
 const PROB_INIT: u16 = 1 << (PROB_BITS - 1);
-const ADAPT: u32 = 4;
+/// A bit model is a `u16`: the probability of a zero in the low
+/// [`PROB_BITS`] bits, and above them how many bits it has seen (up to
+/// 15), which sets how fast it adapts: by half at first, then more and
+/// more slowly, down to 1/32 (a group is short, so its models must learn
+/// fast, and then settle).
+const SEEN_SHIFT: u32 = PROB_BITS;
+const P_MASK: u16 = (1 << PROB_BITS) - 1;
+const RATES: [u32; 16] = [1, 1, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 5];
+/// The probability stays in [P_MIN, P_MAX], so a bit costs at most about
+/// 7.1 bits (what [`bound`] counts on).
+const P_MIN: u16 = 15;
+const P_MAX: u16 = (1 << PROB_BITS) - 15;
+
+#[inline(always)]
+fn prob(p: u16) -> u32 {
+    u32::from(p & P_MASK)
+}
+
+#[inline(always)]
+fn update(p: &mut u16, one: bool) {
+    let seen = *p >> SEEN_SHIFT;
+    let q = *p & P_MASK;
+    let s = RATES[usize::from(seen)];
+    let q = if one {
+        q - (q >> s)
+    } else {
+        q + (((1 << PROB_BITS) - q) >> s)
+    };
+    *p = q.clamp(P_MIN, P_MAX) | (seen + u16::from(seen < 15)) << SEEN_SHIFT;
+}
 const TOP: u32 = 1 << 24;
 
 /// What the models code through: the encoder takes each value and returns
@@ -199,15 +241,14 @@ impl Coder for RcEncoder {
 
     #[inline(always)]
     fn bit(&mut self, p: &mut u16, b: bool) -> bool {
-        let bound = (self.range >> PROB_BITS) * u32::from(*p);
+        let bound = (self.range >> PROB_BITS) * prob(*p);
         if b {
             self.low += u64::from(bound);
             self.range -= bound;
-            *p -= *p >> ADAPT;
         } else {
             self.range = bound;
-            *p += ((1 << PROB_BITS) - *p) >> ADAPT;
         }
+        update(p, b);
         self.normalize();
         b
     }
@@ -275,15 +316,15 @@ impl Coder for RcDecoder<'_> {
 
     #[inline(always)]
     fn bit(&mut self, p: &mut u16, _: bool) -> bool {
-        let bound = (self.range >> PROB_BITS) * u32::from(*p);
+        let bound = (self.range >> PROB_BITS) * prob(*p);
         let b = if self.code < bound {
             self.range = bound;
-            *p += ((1 << PROB_BITS) - *p) >> ADAPT;
+            update(p, false);
             false
         } else {
             self.code -= bound;
             self.range -= bound;
-            *p -= *p >> ADAPT;
+            update(p, true);
             true
         };
         self.normalize();
@@ -295,7 +336,11 @@ impl Coder for RcDecoder<'_> {
         self.range >>= bits;
         let v = self.code / self.range;
         if v >> bits != 0 {
+            // Malformed: stop reading, but stay well-formed (the rest of
+            // the sample is read as garbage and thrown away).
             self.failed = true;
+            self.range = u32::MAX;
+            self.code = 0;
             return 0;
         }
         self.code -= v * self.range;
@@ -410,22 +455,106 @@ const REG_MODELS: usize = 25;
 #[derive(Clone, Copy)]
 struct RegModels {
     shape_same: u16,
-    same: [u16; REG_MODELS],
+    /// "Equal to the same register of the sample's user set", by whether
+    /// the sample was taken in the kernel.
+    alt: [[u16; REG_MODELS]; 2],
+    /// "Unchanged", by whether the register changed at the task's
+    /// previous sample.
+    same: [[u16; REG_MODELS]; 2],
+    /// "The sample's IP" (the IP register), by whether the sample was
+    /// taken in the kernel.
+    ip_eq: [u16; 2],
+    /// "Equal to an earlier register of the same sample", and which (by
+    /// its distance back).
+    earlier: [u16; REG_MODELS],
+    earlier_which: [[u16; 64]; REG_MODELS],
+    /// "One of the register's recent values" and which.
+    hit: [u16; REG_MODELS],
+    which: [[u16; REG_CACHE]; REG_MODELS],
     value: [UintModel; REG_MODELS],
 }
 
 impl RegModels {
     const NEW: RegModels = RegModels {
         shape_same: PROB_INIT,
-        same: [PROB_INIT; REG_MODELS],
+        alt: [[PROB_INIT; REG_MODELS]; 2],
+        same: [[PROB_INIT; REG_MODELS]; 2],
+        ip_eq: [PROB_INIT; 2],
+        earlier: [PROB_INIT; REG_MODELS],
+        earlier_which: [[PROB_INIT; 64]; REG_MODELS],
+        hit: [PROB_INIT; REG_MODELS],
+        which: [[PROB_INIT; REG_CACHE]; REG_MODELS],
         value: [UintModel::NEW; REG_MODELS],
     };
 
     fn reset(&mut self) {
         self.shape_same = PROB_INIT;
-        self.same.fill(PROB_INIT);
+        for a in &mut self.alt {
+            a.fill(PROB_INIT);
+        }
+        for a in &mut self.same {
+            a.fill(PROB_INIT);
+        }
+        self.hit.fill(PROB_INIT);
+        self.ip_eq.fill(PROB_INIT);
+        self.earlier.fill(PROB_INIT);
+        for w in &mut self.earlier_which {
+            w.fill(PROB_INIT);
+        }
+        for w in &mut self.which {
+            w.fill(PROB_INIT);
+        }
         for v in &mut self.value {
             v.reset();
+        }
+    }
+}
+
+/// Recent values a register's cache keeps (registers below
+/// [`CACHED_REGS`]).
+const REG_CACHE: usize = 4;
+/// Registers (by position) with a cache of recent values: the GPRs.
+const CACHED_REGS: usize = 24;
+/// Recent IPs a task's cache keeps.
+const IP_CACHE: usize = 8;
+/// Recent callchain entries (return addresses) a task's cache keeps.
+const CHAIN_CACHE: usize = 8;
+/// Recent branches (from, to, flags) a task's cache keeps.
+const BRANCH_CACHE: usize = 16;
+
+/// Moves `v` to the front of `cache` (most recent first), dropping the
+/// last entry when `v` was not in it.
+#[inline]
+fn to_front<T: Copy + PartialEq, const N: usize>(cache: &mut [T; N], v: T) {
+    let at = cache.iter().position(|c| *c == v).unwrap_or(N - 1);
+    cache.copy_within(0..at, 1);
+    cache[0] = v;
+}
+
+/// Codes `v` as one of `cache`'s entries (a bit, then which through a
+/// tree of `which`), or not: returns the entry, or `None` for a miss.
+#[inline]
+fn code_cached<C: Coder, T: Copy + PartialEq, const N: usize, const BITS: u32>(
+    c: &mut C,
+    hit: &mut u16,
+    which: &mut [u16],
+    cache: &[T; N],
+    v: T,
+) -> Option<T> {
+    let at = if C::DECODE {
+        None
+    } else {
+        cache.iter().position(|e| *e == v)
+    };
+    if !c.bit(hit, at.is_some()) {
+        return None;
+    }
+    let i = tree::<C, BITS>(c, which, at.unwrap_or(0) as u32) as usize;
+    match cache.get(i) {
+        Some(e) => Some(*e),
+        None => {
+            c.fail();
+            None
         }
     }
 }
@@ -446,13 +575,24 @@ struct FieldModels {
     period_same: u16,
     period: UintModel,
     ip: UintModel,
+    ip_hit: u16,
+    ip_which: [u16; IP_CACHE],
     cc_len: UintModel,
     cc_keep: UintModel,
+    cc_same: u16,
+    cc_hit: u16,
+    cc_which: [u16; CHAIN_CACHE],
     cc: UintModel,
+    br_idx_same: u16,
     br_idx: UintModel,
+    br_len_same: u16,
     br_len: UintModel,
+    br_shift: UintModel,
+    br_hit: u16,
+    br_which: [u16; BRANCH_CACHE],
     br_from: UintModel,
     br_to: UintModel,
+    br_flags_same: u16,
     br_flags: UintModel,
     regs: [RegModels; 2],
     mem_addr: UintModel,
@@ -477,13 +617,24 @@ impl FieldModels {
         period_same: PROB_INIT,
         period: UintModel::NEW,
         ip: UintModel::NEW,
+        ip_hit: PROB_INIT,
+        ip_which: [PROB_INIT; IP_CACHE],
         cc_len: UintModel::NEW,
         cc_keep: UintModel::NEW,
+        cc_same: PROB_INIT,
+        cc_hit: PROB_INIT,
+        cc_which: [PROB_INIT; CHAIN_CACHE],
         cc: UintModel::NEW,
+        br_idx_same: PROB_INIT,
         br_idx: UintModel::NEW,
+        br_len_same: PROB_INIT,
         br_len: UintModel::NEW,
+        br_shift: UintModel::NEW,
+        br_hit: PROB_INIT,
+        br_which: [PROB_INIT; BRANCH_CACHE],
         br_from: UintModel::NEW,
         br_to: UintModel::NEW,
+        br_flags_same: PROB_INIT,
         br_flags: UintModel::NEW,
         regs: [RegModels::NEW; 2],
         mem_addr: UintModel::NEW,
@@ -501,10 +652,20 @@ impl FieldModels {
             &mut self.cpu_same,
             &mut self.period_same,
             &mut self.mem_src_same,
+            &mut self.ip_hit,
+            &mut self.cc_same,
+            &mut self.cc_hit,
+            &mut self.br_idx_same,
+            &mut self.br_len_same,
+            &mut self.br_hit,
+            &mut self.br_flags_same,
         ] {
             *p = PROB_INIT;
         }
         self.shape.fill(PROB_INIT);
+        self.ip_which.fill(PROB_INIT);
+        self.cc_which.fill(PROB_INIT);
+        self.br_which.fill(PROB_INIT);
         for m in [
             &mut self.tid,
             &mut self.event,
@@ -518,6 +679,7 @@ impl FieldModels {
             &mut self.cc,
             &mut self.br_idx,
             &mut self.br_len,
+            &mut self.br_shift,
             &mut self.br_from,
             &mut self.br_to,
             &mut self.br_flags,
@@ -541,6 +703,10 @@ struct RegsState {
     mask: u64,
     n: usize,
     values: [u64; MAX_SAMPLED_REGS],
+    /// Bit `i`: value `i` changed at the previous sample.
+    changed: u64,
+    /// Recent earlier values of the first [`CACHED_REGS`] registers.
+    cache: [[u64; REG_CACHE]; CACHED_REGS],
 }
 
 impl RegsState {
@@ -549,6 +715,8 @@ impl RegsState {
         mask: 0,
         n: 0,
         values: [0; MAX_SAMPLED_REGS],
+        changed: 0,
+        cache: [[0; REG_CACHE]; CACHED_REGS],
     };
 }
 
@@ -563,14 +731,54 @@ struct TaskState {
     event: u32,
     pid: u32,
     cpu: u32,
-    time: u64,
-    step: u64,
     period: u64,
     ip: u64,
+    ips: [u64; IP_CACHE],
     callchain: heapless::Vec<u64, MAX_CALLCHAIN>,
+    returns: [u64; CHAIN_CACHE],
     regs: [RegsState; 2],
     mem: MemInfo,
 }
+
+/// What the models remember of a CPU: its previous sample's time and the
+/// step before it (samples of one CPU come in time order, whatever their
+/// task), and its branch stack (the LBR belongs to the CPU, not the
+/// task): the previous stack and recent branches.
+#[derive(Clone)]
+struct CpuState {
+    valid: bool,
+    cpu: u32,
+    time: u64,
+    step: u64,
+    hw_idx: u64,
+    stack: heapless::Vec<(u64, u64, u64), MAX_BRANCHES>,
+    recent: [(u64, u64, u64); BRANCH_CACHE],
+}
+
+impl CpuState {
+    const NEW: CpuState = CpuState {
+        valid: false,
+        cpu: 0,
+        time: 0,
+        step: 0,
+        hw_idx: 0,
+        stack: heapless::Vec::new(),
+        recent: [(0, 0, 0); BRANCH_CACHE],
+    };
+
+    fn claim(&mut self, cpu: u32) {
+        self.valid = true;
+        self.cpu = cpu;
+        self.time = 0;
+        self.step = 0;
+        self.hw_idx = 0;
+        self.stack.clear();
+        self.recent = [(0, 0, 0); BRANCH_CACHE];
+    }
+}
+
+/// CPUs the models remember at once (slot = CPU mod this).
+const CPU_SLOTS: usize = 4;
 
 /// A shape no sample has: the task's first sample in the group.
 const NO_SHAPE: u32 = 1 << 7;
@@ -583,11 +791,11 @@ impl TaskState {
         event: 0,
         pid: 0,
         cpu: 0,
-        time: 0,
-        step: 0,
         period: 0,
         ip: 0,
+        ips: [0; IP_CACHE],
         callchain: heapless::Vec::new(),
+        returns: [0; CHAIN_CACHE],
         regs: [RegsState::NEW; 2],
         mem: MemInfo {
             addr: 0,
@@ -604,15 +812,17 @@ impl TaskState {
         self.event = 0;
         self.pid = tid;
         self.cpu = 0;
-        self.time = 0;
-        self.step = 0;
         self.period = 0;
         self.ip = 0;
+        self.ips = [0; IP_CACHE];
         self.callchain.clear();
+        self.returns = [0; CHAIN_CACHE];
         for r in &mut self.regs {
             r.abi = Abi::None;
             r.mask = 0;
             r.n = 0;
+            r.changed = 0;
+            r.cache = [[0; REG_CACHE]; CACHED_REGS];
         }
         self.mem = MemInfo::default();
     }
@@ -660,6 +870,7 @@ fn shape_of(s: &Sample) -> u32 {
 pub(crate) struct GroupModels {
     fields: FieldModels,
     tasks: [TaskState; TASK_SLOTS],
+    cpus: [CpuState; CPU_SLOTS],
     last_tid: u32,
 }
 
@@ -667,6 +878,7 @@ impl GroupModels {
     pub(crate) const NEW: GroupModels = GroupModels {
         fields: FieldModels::NEW,
         tasks: [TaskState::NEW; TASK_SLOTS],
+        cpus: [CpuState::NEW; CPU_SLOTS],
         last_tid: 0,
     };
 
@@ -675,6 +887,9 @@ impl GroupModels {
         self.fields.reset();
         for t in &mut self.tasks {
             t.valid = false;
+        }
+        for l in &mut self.cpus {
+            l.valid = false;
         }
         self.last_tid = 0;
     }
@@ -754,11 +969,16 @@ pub(crate) fn code_sample<C: Coder>(
     };
     t.cpu = cpu;
 
-    // Time: against the task's previous time plus its previous step.
-    let predicted = t.time.wrapping_add(t.step);
+    // Time: against the CPU's previous sample plus the step before it (a
+    // clock's period), whichever task it was.
+    let cs = &mut m.cpus[cpu as usize % CPU_SLOTS];
+    if !cs.valid || cs.cpu != cpu {
+        cs.claim(cpu);
+    }
+    let predicted = cs.time.wrapping_add(cs.step);
     let time = predicted.wrapping_add(f.time.delta(c, inp.time.wrapping_sub(predicted)));
-    t.step = time.wrapping_sub(t.time);
-    t.time = time;
+    cs.step = time.wrapping_sub(cs.time);
+    cs.time = time;
     let period = if c.bit(&mut f.period_same, inp.period == t.period) {
         t.period
     } else {
@@ -766,7 +986,15 @@ pub(crate) fn code_sample<C: Coder>(
             .wrapping_add(f.period.delta(c, inp.period.wrapping_sub(t.period)))
     };
     t.period = period;
-    let ip = t.ip.wrapping_add(f.ip.delta(c, inp.ip.wrapping_sub(t.ip)));
+    let old_ip = t.ip;
+    // IP: one of the task's recent ones, else against the last.
+    let cached =
+        code_cached::<C, u64, IP_CACHE, 3>(c, &mut f.ip_hit, &mut f.ip_which, &t.ips, inp.ip);
+    let ip = match cached {
+        Some(ip) => ip,
+        None => t.ip.wrapping_add(f.ip.delta(c, inp.ip.wrapping_sub(t.ip))),
+    };
+    to_front(&mut t.ips, ip);
     t.ip = ip;
     if C::DECODE {
         out.tid = tid;
@@ -789,7 +1017,7 @@ pub(crate) fn code_sample<C: Coder>(
         out.callchain.clear();
     }
     if shape & shape::CALLCHAIN != 0 {
-        code_callchain(c, f, t, inp, out);
+        code_callchain(c, f, t, old_ip, inp, out);
     } else {
         t.callchain.clear();
     }
@@ -798,28 +1026,39 @@ pub(crate) fn code_sample<C: Coder>(
         out.branches = None;
     }
     if shape & shape::BRANCHES != 0 {
-        code_branches(c, f, ip, inp, out);
+        code_branches(c, f, cs, ip, inp, out);
     }
 
-    for (i, (bit, inp_r)) in [
-        (shape::UREGS, &inp.regs_user),
-        (shape::IREGS, &inp.regs_intr),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let present = shape & bit != 0;
-        if present {
-            code_regs(c, &mut f.regs[i], &mut t.regs[i], inp_r.as_ref());
-        }
-        if C::DECODE {
-            let o = if i == 0 {
-                &mut out.regs_user
-            } else {
-                &mut out.regs_intr
-            };
-            *o = present.then(|| regs_sample(&t.regs[i]));
-        }
+    let kernel = usize::from(shape & shape::KERNEL != 0);
+    let (user, intr) = t.regs.split_at_mut(1);
+    if shape & shape::UREGS != 0 {
+        code_regs(
+            c,
+            &mut f.regs[0],
+            &mut user[0],
+            None,
+            ip,
+            kernel,
+            inp.regs_user.as_ref(),
+        );
+    }
+    if shape & shape::IREGS != 0 {
+        // Interrupted registers against the sample's user ones first: the
+        // same values when the sample interrupted user code.
+        let alt = (shape & shape::UREGS != 0).then_some(&user[0]);
+        code_regs(
+            c,
+            &mut f.regs[1],
+            &mut intr[0],
+            alt,
+            ip,
+            kernel,
+            inp.regs_intr.as_ref(),
+        );
+    }
+    if C::DECODE {
+        out.regs_user = (shape & shape::UREGS != 0).then(|| regs_sample(&t.regs[0]));
+        out.regs_intr = (shape & shape::IREGS != 0).then(|| regs_sample(&t.regs[1]));
     }
 
     if shape & shape::MEM != 0 {
@@ -856,6 +1095,7 @@ fn code_callchain<C: Coder>(
     c: &mut C,
     f: &mut FieldModels,
     t: &mut TaskState,
+    old_ip: u64,
     inp: &Sample,
     out: &mut Sample,
 ) {
@@ -890,8 +1130,24 @@ fn code_callchain<C: Coder>(
         let v = if C::DECODE { 0 } else { inp.callchain[i] };
         // Against the previous chain's entry at the same depth (its
         // context marker, the same function), else the entry before.
-        let base = prev.get(i).copied().unwrap_or(last);
-        let e = base.wrapping_add(f.cc.delta(c, v.wrapping_sub(base)));
+        // The entry that held the task's previous IP holds this IP.
+        let base = match prev.get(i) {
+            Some(&e) if e == old_ip => t.ip,
+            Some(&e) => e,
+            None => last,
+        };
+        // The same as that, or one of the task's recent entries (a loop
+        // calling a few functions from a few call sites), or a delta.
+        let e = if c.bit(&mut f.cc_same, v == base) {
+            base
+        } else if let Some(hit) =
+            code_cached::<C, u64, CHAIN_CACHE, 3>(c, &mut f.cc_hit, &mut f.cc_which, &t.returns, v)
+        {
+            hit
+        } else {
+            base.wrapping_add(f.cc.delta(c, v.wrapping_sub(base)))
+        };
+        to_front(&mut t.returns, e);
         // Cannot fail: `len <= MAX_CALLCHAIN`.
         let _ = chain.push(e);
         last = e;
@@ -909,48 +1165,126 @@ fn code_callchain<C: Coder>(
 fn code_branches<C: Coder>(
     c: &mut C,
     f: &mut FieldModels,
+    l: &mut CpuState,
     ip: u64,
     inp: &Sample,
     out: &mut Sample,
 ) {
     let empty = BranchStack::default();
     let b = inp.branches.as_ref().unwrap_or(&empty);
-    let hw_idx = f.br_idx.code(c, b.hw_idx);
-    let n = f.br_len.code(c, b.entries.len() as u64) as usize;
-    if n > crate::sample::MAX_BRANCHES {
+    let hw_idx = if c.bit(&mut f.br_idx_same, b.hw_idx == l.hw_idx) {
+        l.hw_idx
+    } else {
+        f.br_idx.code(c, b.hw_idx)
+    };
+    l.hw_idx = hw_idx;
+    let n_in = b.entries.len();
+    let n = if c.bit(&mut f.br_len_same, n_in == l.stack.len()) {
+        l.stack.len()
+    } else {
+        f.br_len.code(c, n_in as u64) as usize
+    };
+    if n > MAX_BRANCHES {
         c.fail();
         return;
     }
-    let mut stack = BranchStack {
-        hw_idx,
-        entries: heapless::Vec::new(),
+    let entry = |i: usize| {
+        let e = b.entries[i];
+        (e.from, e.to, e.flags.to_perf())
     };
-    let mut prev = ip;
-    for i in 0..n {
-        let e = if C::DECODE {
-            BranchEntry::default()
-        } else {
-            b.entries[i]
+    // The stack as the CPU's previous one shifted by `shift` new entries
+    // (the LBR is a ring: a sample soon after another sees the same
+    // branches one place further down): the smallest shift whose rest
+    // is the previous stack's start.
+    let prev = &l.stack;
+    let shift_in = if C::DECODE {
+        0
+    } else {
+        (0..=n)
+            .find(|&s| n - s <= prev.len() && (s..n).all(|i| entry(i) == prev[i - s]))
+            .unwrap_or(n)
+    };
+    let shift = f.br_shift.code(c, shift_in as u64) as usize;
+    if shift > n || n - shift > prev.len() {
+        c.fail();
+        return;
+    }
+    let mut stack: heapless::Vec<(u64, u64, u64), MAX_BRANCHES> = heapless::Vec::new();
+    let mut last = ip;
+    for i in 0..shift {
+        let e = if C::DECODE { (0, 0, 0) } else { entry(i) };
+        // A branch of a loop comes back: one of the CPU's recent ones
+        // (its from and to; the flags against that entry's), else deltas.
+        let keys = l.recent.map(|(from, to, _)| (from, to));
+        let cached = code_cached::<C, (u64, u64), BRANCH_CACHE, 4>(
+            c,
+            &mut f.br_hit,
+            &mut f.br_which,
+            &keys,
+            (e.0, e.1),
+        );
+        let (from, to, flags) = match cached {
+            Some((from, to)) => {
+                let known = l
+                    .recent
+                    .iter()
+                    .find(|r| (r.0, r.1) == (from, to))
+                    .map_or(0, |r| r.2);
+                let flags = if c.bit(&mut f.br_flags_same, e.2 == known) {
+                    known
+                } else {
+                    f.br_flags.code(c, e.2)
+                };
+                (from, to, flags)
+            }
+            None => {
+                let from = last.wrapping_add(f.br_from.delta(c, e.0.wrapping_sub(last)));
+                let to = from.wrapping_add(f.br_to.delta(c, e.1.wrapping_sub(from)));
+                (from, to, f.br_flags.code(c, e.2))
+            }
         };
-        let from = prev.wrapping_add(f.br_from.delta(c, e.from.wrapping_sub(prev)));
-        let to = from.wrapping_add(f.br_to.delta(c, e.to.wrapping_sub(from)));
-        let flags = f.br_flags.code(c, e.flags.to_perf());
-        if C::DECODE {
-            // Cannot fail: `n <= MAX_BRANCHES`.
-            let _ = stack.entries.push(BranchEntry {
+        let at = l
+            .recent
+            .iter()
+            .position(|r| (r.0, r.1) == (from, to))
+            .unwrap_or(BRANCH_CACHE - 1);
+        l.recent.copy_within(0..at, 1);
+        l.recent[0] = (from, to, flags);
+        // Cannot fail: `shift <= n <= MAX_BRANCHES`.
+        let _ = stack.push((from, to, flags));
+        last = from;
+    }
+    for e in &l.stack[..n - shift] {
+        // Cannot fail: `n <= MAX_BRANCHES`.
+        let _ = stack.push(*e);
+    }
+    if C::DECODE {
+        let mut entries = heapless::Vec::new();
+        for &(from, to, flags) in &stack {
+            // Cannot fail: same capacity.
+            let _ = entries.push(BranchEntry {
                 from,
                 to,
                 flags: BranchFlags::from_perf(flags),
             });
         }
-        prev = from;
+        out.branches = Some(BranchStack { hw_idx, entries });
     }
-    if C::DECODE {
-        out.branches = Some(stack);
-    }
+    l.stack = stack;
 }
 
-fn code_regs<C: Coder>(c: &mut C, m: &mut RegModels, st: &mut RegsState, inp: Option<&RegsSample>) {
+// The loop walks the state's values, caches and change bits, the input's
+// values and the alternative set's by one index.
+#[allow(clippy::needless_range_loop)]
+fn code_regs<C: Coder>(
+    c: &mut C,
+    m: &mut RegModels,
+    st: &mut RegsState,
+    alt: Option<&RegsState>,
+    ip: u64,
+    kernel: usize,
+    inp: Option<&RegsSample>,
+) {
     let (abi_in, mask_in) = inp.map_or((Abi::None, 0), |r| (r.abi, r.mask));
     if !c.bit(&mut m.shape_same, abi_in == st.abi && mask_in == st.mask) {
         let abi = match raw(c, abi_in as u64, 2) {
@@ -981,16 +1315,76 @@ fn code_regs<C: Coder>(c: &mut C, m: &mut RegModels, st: &mut RegsState, inp: Op
         st.mask = mask;
         st.n = n;
         st.values[..n].fill(0);
+        st.changed = 0;
     }
+    let alt = alt.filter(|a| a.mask == st.mask && a.n == st.n);
+    // Where the IP register sits among the values (perf's bit 8).
+    let ip_at = (st.mask >> 8 & 1 != 0).then(|| (st.mask & 0xff).count_ones() as usize);
     let values = inp.map_or(&[][..], |r| &r.values[..]);
-    for (i, slot) in st.values[..st.n].iter_mut().enumerate() {
+    let mut changed = 0u64;
+    for i in 0..st.n {
         let k = i.min(REG_MODELS - 1);
-        let prev = *slot;
+        let prev = st.values[i];
         let v = if C::DECODE { 0 } else { values[i] };
-        if !c.bit(&mut m.same[k], v == prev) {
-            *slot = prev.wrapping_add(m.value[k].delta(c, v.wrapping_sub(prev)));
+        let new = 'value: {
+            if ip_at == Some(i) && c.bit(&mut m.ip_eq[kernel], v == ip) {
+                break 'value ip;
+            }
+            if let Some(a) = alt
+                && c.bit(&mut m.alt[kernel][k], v == a.values[i])
+            {
+                break 'value a.values[i];
+            }
+            let was = usize::from(st.changed >> i & 1 != 0);
+            if c.bit(&mut m.same[was][k], v == prev) {
+                break 'value prev;
+            }
+            // The same value as another register (a copy, a return value,
+            // RCX and R11 after a system call).
+            let back = if C::DECODE {
+                None
+            } else {
+                st.values[..i].iter().rev().position(|e| *e == v)
+            };
+            if i > 0 && c.bit(&mut m.earlier[k], back.is_some()) {
+                let d = tree::<C, 6>(c, &mut m.earlier_which[k], back.unwrap_or(0) as u32) as usize;
+                match i.checked_sub(d + 1) {
+                    Some(j) => break 'value st.values[j],
+                    None => {
+                        c.fail();
+                        break 'value prev;
+                    }
+                }
+            }
+            if i < CACHED_REGS
+                && let Some(hit) = code_cached::<C, u64, REG_CACHE, 2>(
+                    c,
+                    &mut m.hit[k],
+                    &mut m.which[k],
+                    &st.cache[i],
+                    v,
+                )
+            {
+                break 'value hit;
+            }
+            prev.wrapping_add(m.value[k].delta(c, v.wrapping_sub(prev)))
+        };
+        if new != prev {
+            changed |= 1 << i;
+            if i < CACHED_REGS {
+                // The value it leaves becomes a recent one; the one it
+                // takes is no longer an earlier one.
+                let cache = &mut st.cache[i];
+                if let Some(at) = cache.iter().position(|e| *e == new) {
+                    cache.copy_within(at + 1.., at);
+                    cache[REG_CACHE - 1] = prev;
+                }
+                to_front(cache, prev);
+            }
+            st.values[i] = new;
         }
     }
+    st.changed = changed;
 }
 
 fn regs_sample(st: &RegsState) -> RegsSample {
