@@ -144,6 +144,9 @@ pub struct Converter<W: OwnedWrite> {
     last_time: u64,
     end: Option<EndCounters>,
     summary: ConvertSummary,
+    /// The Hello was the target's repetition found later in a capture
+    /// file, given first because the stream's own was lost.
+    hello_found_later: bool,
     /// Tasks (pid, tid) with a COMM written: from their Task record, or a
     /// fallback.
     tasks: std::collections::BTreeSet<(u32, u32)>,
@@ -197,6 +200,7 @@ impl<W: OwnedWrite> Converter<W> {
             last_time: 0,
             end: None,
             summary: ConvertSummary::default(),
+            hello_found_later: false,
             tasks: Default::default(),
             announced: Default::default(),
             exited: Default::default(),
@@ -295,6 +299,14 @@ impl<W: OwnedWrite> Converter<W> {
         self.fallback.insert((pid, tid));
         self.summary.tasks_without_record += 1;
         Ok(true)
+    }
+
+    /// Says that the next Hello is the target's repetition found later in
+    /// a capture file whose own first Hello was lost, given first
+    /// ([`Pump::seed_hello`](crate::input::Pump::seed_hello)): the summary
+    /// then says so rather than that the stream was joined late.
+    pub fn hello_found_later(&mut self) {
+        self.hello_found_later = true;
     }
 
     /// The stream's Hello, once seen.
@@ -711,7 +723,13 @@ impl<W: OwnedWrite> Converter<W> {
         let mut w = self.writer.take().ok_or(ConvertError::NoHello)?;
         let h = self.hello.take().ok_or(ConvertError::NoHello)?;
         let mut summary = std::mem::take(&mut self.summary);
-        if h.repeat > 0 {
+        if h.repeat > 0 && self.hello_found_later {
+            summary.warnings.push(format!(
+                "the capture's first Hello was lost: its repetition {}, found later in the file, \
+                 describes the records before it too",
+                h.repeat
+            ));
+        } else if h.repeat > 0 {
             summary.warnings.push(format!(
                 "joined the stream late: the first Hello seen is the target's repetition {} \
                  ({} records before it were skipped); the samples missed are counted as lost{}",

@@ -185,6 +185,24 @@ impl Pump {
         self.finish_chunk(result)
     }
 
+    /// Hands `hello` to `sink` as the stream's first record, before any of
+    /// its bytes: for a capture file whose own first Hello was lost, the
+    /// target's repetition found later in it, which describes the same run
+    /// (see [`lost_first_hello`]). When the repetition itself comes, it is
+    /// counted and dropped as repetitions are.
+    pub fn seed_hello(
+        &mut self,
+        hello: &sampler::wire::Hello,
+        sink: &mut impl PartsSink,
+    ) -> Result<(), HostError> {
+        let rec = Record::Hello(hello.clone());
+        let stats = &mut self.stats;
+        self.adapter.with_item(&rec, |item| {
+            stats.observe(item);
+            sink.item(item)
+        })
+    }
+
     /// Reads `input` to its end through [`feed_parts`](Self::feed_parts)
     /// (what follows an End record or a restart is only counted).
     pub fn read_all_parts(
@@ -357,6 +375,46 @@ impl Pump {
         }
         Ok(())
     }
+}
+
+/// How far into a capture file [`lost_first_hello`] looks for a Hello
+/// (the target repeats it every two seconds).
+const HELLO_SCAN: u64 = 64 << 20;
+
+/// The Hello that describes a capture file whose own first Hello was lost
+/// (damaged on the line, or the host joined late): the file's first intact
+/// Hello when it is the target's repetition. A repetition carries the
+/// run's events, CPUs and image, so the records before it decode and
+/// convert as if the first Hello had arrived: every subcommand then counts
+/// the same samples. `None` when the first Hello is the run's own, when
+/// there is none in the first [`HELLO_SCAN`] bytes, and for anything that
+/// cannot seek back (`f` is left where it was).
+pub fn lost_first_hello(f: &mut std::fs::File) -> Option<sampler::wire::Hello> {
+    use std::io::{Seek, SeekFrom};
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let start = f.stream_position().ok()?;
+    let mut dec = Box::new(Decoder::new());
+    let mut found = None;
+    let mut buf = vec![0u8; READ_CHUNK];
+    let mut read = 0u64;
+    while found.is_none() && read < HELLO_SCAN {
+        let n = match f.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        read += n as u64;
+        dec.push(&buf[..n], |r| {
+            if found.is_none()
+                && let Ok(Record::Hello(h)) = r
+            {
+                found = Some(h);
+            }
+        });
+    }
+    f.seek(SeekFrom::Start(start)).ok()?;
+    found.filter(|h| h.repeat > 0)
 }
 
 /// Whether `rec` goes on to the sink, given where the stream stands in

@@ -16,7 +16,7 @@ use host_tool::convert::{ConvertOptions, Converter, hex};
 use host_tool::error::{HostError, exit};
 use host_tool::flamegraph::Folder;
 use host_tool::image::Image;
-use host_tool::input::{Flow, LogPrinter, Observer, PartsSink, Pump};
+use host_tool::input::{Flow, LogPrinter, Observer, PartsSink, Pump, lost_first_hello};
 use host_tool::manifest::AppSpec;
 use host_tool::model::Item;
 use host_tool::output::{Discard, OwnedWrite, Pending, PerfOut};
@@ -760,9 +760,14 @@ fn ended_nanos(src: &Source) -> i64 {
 
 /// Reads `src` into the converter until End, EOF, Ctrl-C, the deadline or
 /// the observer's stop; `watch` sees the run as it goes.
+///
+/// `seed` is the Hello that describes a capture file whose own first Hello
+/// was lost ([`lost_first_hello`]); for a [`Source::File`] `run` looks for
+/// it itself.
 #[allow(clippy::too_many_arguments)]
 fn run<'w>(
-    src: Source,
+    mut src: Source,
+    seed: Option<sampler::wire::Hello>,
     image: Option<Image>,
     elf: Option<&[u8]>,
     output: &Path,
@@ -790,6 +795,10 @@ fn run<'w>(
     };
     let pprof_pending = formats.pprof.as_deref().map(create_output).transpose()?;
     let ended = ended_nanos(&src);
+    let mut seed = seed.or_else(|| match &mut src {
+        Source::File(f) => lost_first_hello(f),
+        Source::Live(_) => None,
+    });
     let save_pending = save.map(create_output).transpose()?;
     let mut save = match &save_pending {
         Some(p) => Some(BufWriter::new(p.file().map_err(|e| {
@@ -857,6 +866,10 @@ fn run<'w>(
                 pprof: pprof.as_mut(),
                 net: programs.net.as_mut(),
             };
+            if let Some(h) = seed.take() {
+                sink.conv.hello_found_later();
+                pump.seed_hello(&h, &mut sink)?;
+            }
             let mut user = false;
             let flow = pump.read_all_framed(file, &mut sink, |pump, sink| {
                 sink.progress.update(pump, false);
@@ -916,6 +929,10 @@ fn run<'w>(
                     pprof: pprof.as_mut(),
                     net: programs.net.as_mut(),
                 };
+                if let Some(h) = seed.take() {
+                    sink.conv.hello_found_later();
+                    pump.seed_hello(&h, &mut sink)?;
+                }
                 let flow = pump.feed_parts(&chunk, &mut sink)?;
                 progress.update(&pump, false);
                 match flow {
@@ -1417,9 +1434,11 @@ fn record(mut a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32
         pprof: a.pprof.clone(),
     };
     if let Some(input) = &a.input {
-        let f = open_file(input)?;
+        let mut f = open_file(input)?;
+        let seed = lost_first_hello(&mut f);
         return run(
             Source::Live(Box::new(f)),
+            seed,
             image,
             elf.as_deref(),
             &a.output,
@@ -1441,6 +1460,7 @@ fn record(mut a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32
             })?;
         return run(
             Source::Live(Box::new(port)),
+            None,
             image,
             elf.as_deref(),
             &a.output,
@@ -1517,6 +1537,7 @@ fn record(mut a: RecordArgs, mut watch: Option<&mut dyn Observer>) -> Result<i32
     }
     let code = run(
         Source::Live(stream),
+        None,
         image,
         elf.as_deref(),
         &a.output,
@@ -1604,6 +1625,7 @@ fn convert(
     let f = open_file(capture)?;
     run(
         Source::File(f),
+        None,
         image,
         elf.as_deref(),
         output,

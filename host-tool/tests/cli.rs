@@ -1130,3 +1130,61 @@ fn record_finds_the_runtime_shipped_beside_it() {
         r.stderr
     );
 }
+
+/// A capture whose first Hello was damaged on the line: its repetition,
+/// later in the file, describes the records before it, so convert, record
+/// --input, stat and flamegraph all keep every sample, and none calls the
+/// capture a late join.
+#[test]
+fn a_damaged_first_hello_costs_no_sample_in_any_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = capture(
+        dir.path(),
+        "c.bin",
+        &SynthConfig {
+            samples: 4000,
+            repeat_every: 1000,
+            ..Default::default()
+        },
+    );
+    let mut bytes = std::fs::read(&cap).unwrap();
+    // One flipped bit inside the first frame, the Hello.
+    assert!(bytes[..40].iter().all(|&b| b != 0));
+    bytes[6] ^= 0x10;
+    let damaged = dir.path().join("damaged.bin");
+    std::fs::write(&damaged, &bytes).unwrap();
+    let img = fixture("appliance.elf");
+
+    let stat = perch(&["stat", s(&damaged)]);
+    assert_eq!(stat.code, 0, "{}", stat.stderr);
+    assert!(
+        stat.stdout.contains("samples: 4000 "),
+        "stat: {}",
+        stat.stdout
+    );
+    for (what, args) in [
+        ("convert", vec!["convert", s(&damaged)]),
+        (
+            "record --input",
+            vec!["record", "--input", s(&damaged), "--no-buildid-cache"],
+        ),
+    ] {
+        let out = dir.path().join(format!("{}.data", what.len()));
+        let mut a = args.clone();
+        a.extend(["--image", s(&img), "-o", s(&out)]);
+        let r = perch(&a);
+        assert_eq!(r.code, 0, "{what}: {}", r.stderr);
+        assert!(
+            r.stderr
+                .contains("4000 samples, 0 lost (0 on the target, 0 on the wire)"),
+            "{what}: {}",
+            r.stderr
+        );
+        assert!(
+            r.stderr.contains("first Hello was lost")
+                && !r.stderr.contains("joined the stream late"),
+            "{what}: {}",
+            r.stderr
+        );
+    }
+}

@@ -1,8 +1,8 @@
 //! A host that joins late: the runtime repeats Hello and its Task records
 //! every two seconds, so a capture whose start is missing (a board already
 //! running when `perch record --serial` opens the port, or noise over the
-//! first frames) still decodes from the next repetition, names the
-//! program, and says how much it missed.
+//! first frames) is described by the next repetition: it converts from
+//! where it starts, names the program, and says how much it missed.
 #![forbid(unsafe_code)]
 
 use e2e_tests::programs::{CBuild, c_program};
@@ -68,7 +68,8 @@ fn a_capture_without_its_start_decodes_from_the_next_repetition() {
         out.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains("joined the stream late"), "{err}");
+    // The repetition at 4 s describes the capture from its start at 2.5 s.
+    assert!(err.contains("first Hello was lost"), "{err}");
     // What was missed is counted: the samples written and the wire losses
     // add up to what the target delivered.
     let end = e2e_tests::stat_numbers(&rec.capture, "end: taken ");
@@ -79,10 +80,14 @@ fn a_capture_without_its_start_decodes_from_the_next_repetition() {
         .and_then(|l| l.rsplit_once(": "))
         .and_then(|(_, n)| n.split(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("no `wrote` line: {err}"));
-    // Joined at 2.5 s, the next repetition is at 4 s: the last second.
+    // Joined at 2.5 s: the last half, as `perch stat` counts it.
     assert!(
-        wrote > delivered / 10 && wrote < delivered / 2,
-        "{wrote} of {delivered} samples after the repetition at 4 s"
+        wrote * 10 > delivered * 4 && wrote * 10 < delivered * 6,
+        "{wrote} of {delivered} samples after 2.5 s"
+    );
+    assert!(
+        stat.contains(&format!("samples: {wrote} ")),
+        "convert wrote {wrote}, stat says: {stat}"
     );
     eprintln!("{err}");
     assert!(
