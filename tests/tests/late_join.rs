@@ -22,7 +22,7 @@ fn perch(args: &[&str]) -> (Option<i32>, String, String) {
 }
 
 #[test]
-fn a_capture_without_its_start_decodes_from_the_next_repetition() {
+fn a_capture_without_its_start_converts_from_where_it_starts() {
     let spin = c_program("spin", CBuild::Glibc);
     if !qemu_present() {
         return;
