@@ -182,22 +182,19 @@ fn random_bit_errors_yield_no_bogus_sample_and_count_every_loss() {
     }
 }
 
-#[test]
-fn bursts_of_noise_yield_no_bogus_sample() {
-    let cap = capture(SAMPLES);
-    let s = stream(&cap);
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let mut bytes = s.bytes.clone();
+/// A burst of 16..=256 random bytes about every 64 KiB; returns the
+/// damaged stream and the positions of the bytes it changed.
+fn bursts(bytes: &[u8], rng: &mut Rng) -> (Vec<u8>, Vec<usize>) {
+    let mut out = bytes.to_vec();
     let mut hits = Vec::new();
-    // A burst of 16..=256 random bytes about every 64 KiB.
     let mut at = 0usize;
     loop {
         at += 32 * 1024 + (rng.next() % (64 * 1024)) as usize;
         let len = 16 + (rng.next() % 241) as usize;
-        if at + len >= bytes.len() {
+        if at + len >= out.len() {
             break;
         }
-        for (k, b) in bytes[at..at + len].iter_mut().enumerate() {
+        for (k, b) in out[at..at + len].iter_mut().enumerate() {
             let v = rng.next() as u8;
             if v != *b {
                 *b = v;
@@ -205,6 +202,15 @@ fn bursts_of_noise_yield_no_bogus_sample() {
             }
         }
     }
+    (out, hits)
+}
+
+#[test]
+fn bursts_of_noise_yield_no_bogus_sample() {
+    let cap = capture(SAMPLES);
+    let s = stream(&cap);
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let (bytes, hits) = bursts(&s.bytes, &mut rng);
     let out = decode(&bytes, &cap, &mut rng);
     check(
         "bursts",
@@ -380,23 +386,7 @@ fn bursts_and_dropped_and_duplicated_chunks_in_groups_yield_no_bogus_sample() {
     let cap = capture_grouped(SAMPLES, 256);
     let s = stream(&cap);
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let mut bytes = s.bytes.clone();
-    let mut hits = Vec::new();
-    let mut at = 0usize;
-    loop {
-        at += 32 * 1024 + (rng.next() % (64 * 1024)) as usize;
-        let len = 16 + (rng.next() % 241) as usize;
-        if at + len >= bytes.len() {
-            break;
-        }
-        for (k, b) in bytes[at..at + len].iter_mut().enumerate() {
-            let v = rng.next() as u8;
-            if v != *b {
-                *b = v;
-                hits.push(at + k);
-            }
-        }
-    }
+    let (bytes, hits) = bursts(&s.bytes, &mut rng);
     let (out, lost) = decode_counting(&bytes, &cap, &mut rng);
     let decodable = decodable_in_groups(&cap, &s, touched(&hits));
     check_groups("G=256 bursts", &out, lost, decodable, true);

@@ -340,9 +340,11 @@ fn group_rows(
                 let xz = compressed_len(&["xz", "-9", "-c"], &out)? as f64 / samples;
                 if let Some(b) = bytes {
                     cell.push_str(&format!(
-                        " (zstd -1 of the perf.data {zstd:.1}, ratio {:.2}; xz -9 {xz:.1}, ratio {:.2})",
+                        " (zstd -1 of the perf.data {zstd:.1}, ratio {:.2}; xz -9 {xz:.1}, ratio {:.2}; \
+                         a 115200-baud line carries {:.0} samples/s)",
                         b / zstd,
-                        b / xz
+                        b / xz,
+                        LINE_115200 / b
                     ));
                 }
             }
