@@ -7,7 +7,7 @@ use crate::capture::RawSample;
 use crate::event::EventConfig;
 use crate::ring::{ConstDefault, Ring};
 use crate::sample::Sample;
-use crate::wire::{EncodeError, Encoder, Lost, LostReason, PutError, Record, ThrottleEvent};
+use crate::wire::{Encoder, Lost, LostReason, PutError, Record, ThrottleEvent};
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// What the NMI handler (and the tick, for Unthrottle) pushes into a ring,
@@ -152,23 +152,9 @@ pub struct DrainStats {
     pub lost: u64,
 }
 
-/// Why a drain step stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DrainError<E> {
-    /// A record did not fit the frame buffer (it is dropped).
-    Encode(EncodeError),
-    /// The writer failed.
-    Write(E),
-}
-
-impl<E> From<PutError<E>> for DrainError<E> {
-    fn from(e: PutError<E>) -> Self {
-        match e {
-            PutError::Encode(e) => DrainError::Encode(e),
-            PutError::Write(e) => DrainError::Write(e),
-        }
-    }
-}
+/// Why a drain step stopped: a record did not fit the frame buffer (it
+/// is dropped), or the writer failed (what [`Encoder::put`] says).
+pub type DrainError<E> = PutError<E>;
 
 /// One drain step: first Lost records for the losses counted since the
 /// previous step (if any; one per event, [`DrainEvents::split_lost`]),
@@ -200,9 +186,7 @@ pub fn drain_step<const R: usize, const F: bool, const T: usize, E>(
                 count,
                 reason: LostReason::RingFull,
             });
-            stats.frames += encoder
-                .put(&rec, buf, &mut write)
-                .map_err(DrainError::from)?;
+            stats.frames += encoder.put(&rec, buf, &mut write)?;
             Ok::<(), DrainError<E>>(())
         })?;
         stats.lost = lost;
@@ -219,9 +203,7 @@ pub fn drain_step<const R: usize, const F: bool, const T: usize, E>(
             break;
         }
         let is_sample = matches!(rec, Record::Sample(_));
-        stats.frames += encoder
-            .put(&rec, buf, &mut write)
-            .map_err(DrainError::from)?;
+        stats.frames += encoder.put(&rec, buf, &mut write)?;
         stats.records += 1;
         stats.samples += usize::from(is_sample);
     }
@@ -231,7 +213,7 @@ pub fn drain_step<const R: usize, const F: bool, const T: usize, E>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{Decoder, EncoderConfig, MAX_FRAME};
+    use crate::wire::{Decoder, EncodeError, EncoderConfig, MAX_FRAME};
 
     #[test]
     fn losses_become_lost_records_and_everything_is_accounted() {

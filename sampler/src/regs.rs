@@ -320,6 +320,18 @@ pub struct RegsSample {
 pub const MAX_SAMPLED_REGS: usize = 56;
 
 impl RegsSample {
+    /// Whether the mask names only registers perf's x86-64 layout has and
+    /// there is one value per mask bit (none for ABI_NONE), as every
+    /// reader parses it.
+    pub fn well_formed(&self) -> bool {
+        let n = if self.abi == Abi::None {
+            0
+        } else {
+            self.mask.count_ones() as usize
+        };
+        self.mask & !VALID_MASK_WITH_XMM == 0 && self.values.len() == n
+    }
+
     /// An ABI_NONE sample for `mask`: no values.
     pub fn none(mask: u64) -> Self {
         RegsSample {

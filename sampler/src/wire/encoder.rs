@@ -12,6 +12,7 @@ use super::group::{
     bound, code_sample,
 };
 use super::{Record, WireRecordRef};
+use crate::regs::RegsSample;
 use crate::sample::Sample;
 
 /// The CRC used by every frame since protocol version 2: CRC-32C
@@ -193,14 +194,7 @@ impl<const N: usize> Encoder<N> {
     pub fn configure(&mut self, config: EncoderConfig) {
         self.config = config;
         self.reset();
-        self.group.open = false;
         self.group.head = GroupHead::default();
-        self.group.next = 0;
-    }
-
-    /// The settings.
-    pub fn config(&self) -> EncoderConfig {
-        self.config
     }
 
     /// Frames written so far.
@@ -386,20 +380,13 @@ impl<const N: usize> Encoder<N> {
     }
 }
 
-/// Whether a sample's register sets have valid masks and hold the values
-/// their ABI and mask say (the group coder relies on it).
+/// Whether a sample's register sets are well formed (the group coder
+/// relies on it).
 fn consistent(s: &Sample) -> bool {
-    [&s.regs_user, &s.regs_intr].into_iter().flatten().all(|r| {
-        if r.mask & !crate::regs::VALID_MASK_WITH_XMM != 0 {
-            return false;
-        }
-        let n = if r.abi == crate::regs::Abi::None {
-            0
-        } else {
-            r.mask.count_ones() as usize
-        };
-        r.values.len() == n
-    })
+    [&s.regs_user, &s.regs_intr]
+        .into_iter()
+        .flatten()
+        .all(RegsSample::well_formed)
 }
 
 /// Writes one group frame: the tag, the head and the coded bytes, with
