@@ -98,7 +98,7 @@ impl AddressSpace {
         let f = frames::alloc_zeroed().ok_or(MapError::NoMemory)?;
         match self.mapper().map(&mut DirectTables, va, f, flags) {
             Ok(old) => {
-                release(old);
+                self.release_replaced(old);
                 Ok(f)
             }
             Err(e) => {
@@ -114,32 +114,53 @@ impl AddressSpace {
         let old = self
             .mapper()
             .map(&mut DirectTables, va, pa, flags | BORROWED)?;
-        release(old);
+        self.release_replaced(old);
         Ok(())
+    }
+
+    /// Lets go of the leaf `old` that a new mapping replaced: when it was
+    /// present, every CPU forgets it before its frame is freed.
+    fn release_replaced(&self, old: u64) {
+        if old & PRESENT != 0 {
+            flush_all(self.root);
+            release(old);
+        }
     }
 
     /// Unmaps every page in `[start, end)`, freeing the frames it owns.
     pub fn unmap_range(&mut self, start: u64, end: u64) {
-        self.each_present(start, end, |m, p| release(m.unmap(&mut DirectTables, p)));
+        self.each_present(start, end, |m, p| m.unmap(&mut DirectTables, p));
     }
 
     /// Calls `f` for every present page of `[start, end)`, in batches (the
-    /// walk borrows the tables, `f` edits them).
-    fn each_present(&mut self, start: u64, end: u64, mut f: impl FnMut(Mapper, u64)) {
+    /// walk borrows the tables, `f` edits them); `f` returns the leaf it
+    /// removed (0: none). Each batch ends with every CPU's TLB flushed and
+    /// only then frees the removed leaves' frames: until the flush, a
+    /// thread of the process on another CPU can still write to them.
+    fn each_present(&mut self, start: u64, end: u64, mut f: impl FnMut(Mapper, u64) -> u64) {
         let m = self.mapper();
-        let mut pages = heapless::Vec::<u64, 64>::new();
+        let mut pages = heapless::Vec::<u64, 256>::new();
         let mut next = Some(start);
-        while let Some(from) = next {
+        loop {
             pages.clear();
-            next = m.for_each_leaf(&mut DirectTables, from, end, |p, _| {
-                let _ = pages.push(p);
-                !pages.is_full()
-            });
-            for &p in &pages {
-                f(m, p);
+            if let Some(from) = next {
+                next = m.for_each_leaf(&mut DirectTables, from, end, |p, _| {
+                    let _ = pages.push(p);
+                    !pages.is_full()
+                });
+            }
+            // The same slots now hold the removed leaves.
+            for p in pages.iter_mut() {
+                *p = f(m, *p);
+            }
+            flush_all(self.root);
+            for &old in &pages {
+                release(old);
+            }
+            if next.is_none() {
+                return;
             }
         }
-        flush_all(self.root);
     }
 
     /// A new space whose lower half below `end` is a copy-on-write copy of
@@ -225,8 +246,6 @@ impl AddressSpace {
                     PAGE as usize,
                 );
             }
-            // This space's hold on the shared frame goes.
-            frames::free(pa);
             f
         } else {
             pa
@@ -236,6 +255,11 @@ impl AddressSpace {
             own | (old & !ADDR_MASK & !COW) | w
         });
         flush_all(self.root);
+        if own != pa {
+            // This space's hold on the shared frame goes, now that no CPU
+            // reaches it through this space.
+            frames::free(pa);
+        }
         true
     }
 
@@ -245,8 +269,19 @@ impl AddressSpace {
         if self.shared() {
             return;
         }
+        self.leave_everywhere();
         self.mapper().free_lower_half(&mut DirectTables, release);
-        flush_all(self.root);
+    }
+
+    /// Moves this CPU and every other that has this space in CR3 to the
+    /// runtime's own root, before the tables and frames go: no CPU then
+    /// reaches them, through its TLB or a walk of the tables. No thread
+    /// of the space may be running.
+    fn leave_everywhere(&self) {
+        if arch_x86::cpu::cr3() & ADDR_MASK == self.root {
+            super::activate_kernel();
+        }
+        crate::cpu::shootdown(self.root, crate::cpu::FLUSH_LEAVE);
     }
 
     /// Applies `f` to the leaf flags of every present page in `[start, end)`
@@ -257,6 +292,7 @@ impl AddressSpace {
                 let new = (e & (ADDR_MASK | BORROWED | COW)) | f(e);
                 if new & COW != 0 { new & !WRITABLE } else { new }
             });
+            0
         });
     }
 
@@ -297,11 +333,8 @@ impl Drop for AddressSpace {
         {
             return;
         }
-        if arch_x86::cpu::cr3() & ADDR_MASK == self.root {
-            super::activate_kernel();
-        }
         // A CPU that last ran the space may still have it in CR3.
-        crate::cpu::shootdown(self.root, crate::cpu::FLUSH_LEAVE);
+        self.leave_everywhere();
         self.mapper().free_lower_half(&mut DirectTables, release);
         frames::free(self.root);
     }

@@ -11,10 +11,18 @@
  *   reads must fault (SIGSEGV, caught with siglongjmp).
  * - protect: a writer thread spins writing a fresh page; the main thread
  *   makes it read-only. The writer's next writes must fault.
+ * - unmap-write: a writer thread spins writing the first word of a fresh
+ *   page; the main thread unmaps it, then takes and touches more fresh
+ *   pages. The writer's next writes must fault, and none may reach the
+ *   page's old memory once it is free again (the runtime keeps its free
+ *   list in free pages: a late write there would wreck it).
+ * - first-touch: four threads write the same fresh pages at once, so that
+ *   two of them fault on one page together; the one that comes second
+ *   finds it present and goes on. Every write must land.
  * munmap and mprotect return only once every CPU dropped the old
  * translation, so the first access after the change faults; a thread that
- * goes on for 10,000 accesses after it reports a stale mapping. One line per check; `shootdown done`;
- * exit status 0, or 1 when a check failed.
+ * goes on for 10,000 accesses after it reports a stale mapping. One line
+ * per check; `shootdown done`; exit status 0, or 1 when a check failed.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -43,17 +51,22 @@ static void on_segv(int sig)
 	_exit(3);
 }
 
+enum check { UNMAP, PROTECT, UNMAP_WRITE, CHECKS };
+static const char *const names[CHECKS] = { "unmap", "protect", "unmap-write" };
+
 /* Returns 0 when the change reached the thread (it faulted), 1 otherwise. */
 static void *toucher(void *arg)
 {
-	int write = arg != NULL;
+	enum check check = (enum check)(uintptr_t)arg;
 	unsigned long after = 0;
 	faulting = 1;
 	if (sigsetjmp(env, 1))
 		return (void *)0;
 	for (;;) {
-		if (write)
+		if (check == PROTECT)
 			page[1] = touches;
+		else if (check == UNMAP_WRITE)
+			page[0] = 0xdeadbeefcafef00dULL ^ touches;
 		else
 			(void)page[0];
 		touches++;
@@ -64,7 +77,22 @@ static void *toucher(void *arg)
 	}
 }
 
-static int round_of(int write)
+/* Maps, touches and unmaps 16 fresh pages. */
+static void churn(void)
+{
+	size_t len = 16 * 4096;
+	volatile char *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		perror("mmap");
+		exit(1);
+	}
+	for (size_t i = 0; i < len; i += 4096)
+		p[i] = 1;
+	munmap((void *)p, len);
+}
+
+static int round_of(enum check check)
 {
 	page = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
 		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -76,25 +104,71 @@ static int round_of(int write)
 	phase = 0;
 	touches = 0;
 	pthread_t t;
-	if (pthread_create(&t, NULL, toucher, write ? (void *)1 : NULL) != 0) {
+	if (pthread_create(&t, NULL, toucher, (void *)(uintptr_t)check) != 0) {
 		fprintf(stderr, "pthread_create failed\n");
 		exit(1);
 	}
 	/* Let the toucher use the page for a while. */
 	while (phase == 0 || touches < 100000)
 		;
-	int r = write ? mprotect((void *)page, 4096, PROT_READ)
-		      : munmap((void *)page, 4096);
+	int r = check == PROTECT ? mprotect((void *)page, 4096, PROT_READ)
+				 : munmap((void *)page, 4096);
 	if (r != 0) {
-		perror(write ? "mprotect" : "munmap");
+		perror(check == PROTECT ? "mprotect" : "munmap");
 		exit(1);
 	}
 	phase = 2;
+	if (check == UNMAP_WRITE)
+		churn();
 	void *stale;
 	pthread_join(t, &stale);
-	if (write)
+	if (check == PROTECT)
 		munmap((void *)page, 4096);
 	return stale != NULL;
+}
+
+#define TOUCHERS 4
+#define TOUCH_PAGES 256
+static volatile char *fresh;
+static volatile int go;
+
+static void *first_toucher(void *arg)
+{
+	size_t me = (size_t)(uintptr_t)arg;
+	while (!go)
+		;
+	for (size_t i = 0; i < TOUCH_PAGES; i++)
+		fresh[i * 4096 + me] = (char)(1 + me);
+	return NULL;
+}
+
+/* Returns 0 when every thread's write to every page landed, 1 otherwise. */
+static int first_touch_round(void)
+{
+	size_t len = TOUCH_PAGES * 4096;
+	fresh = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (fresh == MAP_FAILED) {
+		perror("mmap");
+		exit(1);
+	}
+	go = 0;
+	pthread_t t[TOUCHERS];
+	for (size_t i = 0; i < TOUCHERS; i++)
+		if (pthread_create(&t[i], NULL, first_toucher,
+				   (void *)(uintptr_t)i) != 0) {
+			fprintf(stderr, "pthread_create failed\n");
+			exit(1);
+		}
+	go = 1;
+	for (size_t i = 0; i < TOUCHERS; i++)
+		pthread_join(t[i], NULL);
+	int missing = 0;
+	for (size_t p = 0; p < TOUCH_PAGES; p++)
+		for (size_t i = 0; i < TOUCHERS; i++)
+			missing |= fresh[p * 4096 + i] != (char)(1 + i);
+	munmap((void *)fresh, len);
+	return missing;
 }
 
 int main(int argc, char **argv)
@@ -109,14 +183,20 @@ int main(int argc, char **argv)
 	sa.sa_handler = on_segv;
 	sigaction(SIGSEGV, &sa, NULL);
 	int failed = 0;
-	for (int write = 0; write < 2; write++) {
+	for (enum check c = UNMAP; c < CHECKS; c++) {
 		int stale = 0;
 		for (int i = 0; i < rounds; i++)
-			stale += round_of(write);
+			stale += round_of(c);
 		printf("%s: %d of %d rounds faulted after the change\n",
-		       write ? "protect" : "unmap", rounds - stale, rounds);
+		       names[c], rounds - stale, rounds);
 		failed |= stale != 0;
 	}
+	int lost = 0;
+	for (int i = 0; i < rounds; i++)
+		lost += first_touch_round();
+	printf("first-touch: %d of %d rounds kept every write\n",
+	       rounds - lost, rounds);
+	failed |= lost != 0;
 	printf("shootdown done\n");
 	return failed;
 }
