@@ -35,6 +35,23 @@ pub(crate) fn frame_crc(bytes: &[u8]) -> u32 {
     }
 }
 
+/// [`frame_crc`] of the concatenation of `parts`.
+#[inline]
+pub(crate) fn frame_crc_of(parts: &[&[u8]]) -> u32 {
+    #[cfg(feature = "std")]
+    {
+        parts.iter().fold(0, |c, p| crc32c::crc32c_append(c, p))
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        let mut d = CRC32C_TABLES.digest();
+        for p in parts {
+            d.update(p);
+        }
+        d.finalize()
+    }
+}
+
 /// A task's chain value after a sample frame with plain CRC `plain`,
 /// `since_key` frames after its keyframe, encoded against a state with
 /// chain `prev` (0 for a keyframe): see [`chain_input`].

@@ -7,6 +7,7 @@ use core::fmt;
 use postcard::ser_flavors::{Cobs, Flavor, Slice};
 
 use super::codec::{TaskRef, chain_input, encode_sample};
+use super::decoder::frame_crc_of;
 use super::group::{
     FRAME_CODED_MAX, FRAME_TARGET, GROUP_MAX_BYTES, GROUP_TAG, GroupHead, GroupModels, RcEncoder,
     bound, code_sample,
@@ -393,21 +394,85 @@ fn consistent(s: &Sample) -> bool {
 /// its CRC, COBS-stuffed and delimited.
 fn write_group_frame(head: &GroupHead, coded: &[u8], out: &mut [u8]) -> Result<usize, EncodeError> {
     let mut head_buf = [0u8; 32];
-    let head_bytes = postcard::to_slice(head, &mut head_buf).map_err(|_| EncodeError::Serialize)?;
-    let mut plain = 0;
-    let cobs = Cobs::try_new(Slice::new(out)).map_err(|_| EncodeError::BufferFull)?;
-    let mut flavor = CrcXor {
-        flav: cobs,
-        digest: CRC32.digest(),
-        xor: 0,
-        plain: &mut plain,
-    };
-    let full = |_| EncodeError::BufferFull;
-    flavor.try_push(GROUP_TAG).map_err(full)?;
-    for b in head_bytes.iter().chain(coded) {
-        flavor.try_push(*b).map_err(full)?;
+    head_buf[0] = GROUP_TAG;
+    let head_len = 1 + postcard::to_slice(head, &mut head_buf[1..])
+        .map_err(|_| EncodeError::Serialize)?
+        .len();
+    let head_bytes = &head_buf[..head_len];
+    // A group frame's bytes are all in hand: CRC and COBS go a slice at a
+    // time, several times cheaper than a byte at a time through postcard's
+    // flavors (this runs for every group frame the drain writes).
+    let crc = frame_crc_of(&[head_bytes, coded]).to_le_bytes();
+    let mut w = CobsWriter::new(out).ok_or(EncodeError::BufferFull)?;
+    for part in [head_bytes, coded, &crc[..]] {
+        w.push(part).ok_or(EncodeError::BufferFull)?;
     }
-    flavor.finalize().map(|f| f.len()).map_err(full)
+    w.finish().ok_or(EncodeError::BufferFull)
+}
+
+/// COBS framing of bytes pushed a slice at a time, ending with the 0
+/// delimiter: the same encoding postcard's `Cobs` flavor writes (a block
+/// closes at a zero byte, or after 254 others once more bytes come, as the
+/// `cobs` crate does).
+struct CobsWriter<'a> {
+    out: &'a mut [u8],
+    /// Where the open block's code byte goes.
+    code_at: usize,
+    len: usize,
+}
+
+impl<'a> CobsWriter<'a> {
+    fn new(out: &'a mut [u8]) -> Option<Self> {
+        (!out.is_empty()).then_some(CobsWriter {
+            out,
+            code_at: 0,
+            len: 1,
+        })
+    }
+
+    /// Closes the open block with `code` and opens the next.
+    #[inline]
+    fn close(&mut self, code: u8) -> Option<()> {
+        *self.out.get_mut(self.code_at)? = code;
+        self.code_at = self.len;
+        self.len += 1;
+        (self.len <= self.out.len()).then_some(())
+    }
+
+    fn push(&mut self, mut data: &[u8]) -> Option<()> {
+        while !data.is_empty() {
+            let run = self.len - self.code_at - 1;
+            if run == 254 {
+                // A full block closes once more bytes come.
+                self.close(0xff)?;
+                continue;
+            }
+            let take = data.len().min(254 - run);
+            let (chunk, zero) = match data[..take].iter().position(|&b| b == 0) {
+                Some(z) => (&data[..z], true),
+                None => (&data[..take], false),
+            };
+            let n = chunk.len();
+            self.out
+                .get_mut(self.len..self.len + n)?
+                .copy_from_slice(chunk);
+            self.len += n;
+            if zero {
+                self.close((run + n + 1) as u8)?;
+                data = &data[n + 1..];
+            } else {
+                data = &data[n..];
+            }
+        }
+        Some(())
+    }
+
+    /// Closes the last block and writes the delimiter; the frame's length.
+    fn finish(self) -> Option<usize> {
+        *self.out.get_mut(self.code_at)? = (self.len - self.code_at) as u8;
+        *self.out.get_mut(self.len)? = 0;
+        Some(self.len + 1)
+    }
 }
 
 /// Writes one frame and returns (frame length, plain CRC of the payload).
@@ -428,5 +493,87 @@ fn write_frame(
         Ok(frame) => Ok((frame.len(), plain)),
         Err(postcard::Error::SerializeBufferFull) => Err(EncodeError::BufferFull),
         Err(_) => Err(EncodeError::Serialize),
+    }
+}
+
+#[cfg(test)]
+mod cobs_tests {
+    use super::CobsWriter;
+    use proptest::prelude::*;
+
+    /// What the `cobs` crate (postcard's `Cobs` flavor) makes of `data`,
+    /// with the delimiter.
+    fn reference(data: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; cobs::max_encoding_length(data.len()) + 1];
+        let n = cobs::encode(data, &mut out);
+        out.truncate(n);
+        out.push(0);
+        out
+    }
+
+    fn ours(parts: &[&[u8]]) -> Option<Vec<u8>> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut out = vec![0u8; cobs::max_encoding_length(total) + 1];
+        let mut w = CobsWriter::new(&mut out)?;
+        for p in parts {
+            w.push(p)?;
+        }
+        let n = w.finish()?;
+        out.truncate(n);
+        Some(out)
+    }
+
+    #[test]
+    fn runs_at_the_block_limit_frame_as_the_cobs_crate_does() {
+        // A frame always holds its tag, so never nothing.
+        for len in [1, 2, 253, 254, 255, 508, 509, 600] {
+            for zero_at in [None, Some(0), Some(253), Some(254)] {
+                let mut data: Vec<u8> = (0..len).map(|i| (i % 255 + 1) as u8).collect();
+                if let Some(z) = zero_at.filter(|&z| z < len) {
+                    data[z] = 0;
+                }
+                for split in [0, 1, len / 2, len] {
+                    let (a, b) = data.split_at(split.min(len));
+                    assert_eq!(
+                        ours(&[a, b]),
+                        Some(reference(&data)),
+                        "len {len} zero {zero_at:?} split {split}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_buffer_is_refused_not_overrun() {
+        let data = [7u8; 300];
+        let need = reference(&data).len();
+        for room in 0..need {
+            let mut out = vec![0u8; room];
+            let r = CobsWriter::new(&mut out).and_then(|mut w| {
+                w.push(&data)?;
+                w.finish()
+            });
+            assert_eq!(r, None, "room {room}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_in_any_pieces_frame_as_the_cobs_crate_does(
+            data in proptest::collection::vec(prop_oneof![Just(0u8), any::<u8>(), 1u8..=255], 1..1200),
+            cuts in proptest::collection::vec(any::<usize>(), 0..4),
+        ) {
+            let mut at: Vec<usize> = cuts.iter().map(|c| c % (data.len() + 1)).collect();
+            at.sort_unstable();
+            let mut parts = Vec::new();
+            let mut from = 0;
+            for a in at {
+                parts.push(&data[from..a]);
+                from = a;
+            }
+            parts.push(&data[from..]);
+            prop_assert_eq!(ours(&parts), Some(reference(&data)));
+        }
     }
 }

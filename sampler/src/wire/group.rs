@@ -139,6 +139,10 @@ pub(crate) trait Coder {
     fn bit(&mut self, p: &mut u16, b: bool) -> bool;
     /// Codes the low `bits` (at most 16) bits of `v` with no model.
     fn raw16(&mut self, v: u32, bits: u32) -> u32;
+    /// Codes symbol `s` under cumulative frequencies `cum` (symbol `i`
+    /// spans `cum[i]..cum[i + 1]`; the last entry is the total, at most
+    /// 2^16, and every symbol has room), in one step of the range coder.
+    fn symbol(&mut self, cum: &[u16], s: usize) -> usize;
     /// Marks the stream as malformed (decoder only).
     fn fail(&mut self);
 }
@@ -262,6 +266,16 @@ impl Coder for RcEncoder {
         v
     }
 
+    #[inline(always)]
+    fn symbol(&mut self, cum: &[u16], s: usize) -> usize {
+        let (lo, hi, total) = (cum[s], cum[s + 1], cum[cum.len() - 1]);
+        let r = self.range / u32::from(total);
+        self.low += u64::from(r * u32::from(lo));
+        self.range = r * u32::from(hi - lo);
+        self.normalize();
+        s
+    }
+
     fn fail(&mut self) {}
 }
 
@@ -348,6 +362,26 @@ impl Coder for RcDecoder<'_> {
         v
     }
 
+    fn symbol(&mut self, cum: &[u16], _: usize) -> usize {
+        let total = u32::from(cum[cum.len() - 1]);
+        let r = self.range / total;
+        let v = self.code / r;
+        if v >= total {
+            // Malformed, as in `raw16`.
+            self.failed = true;
+            self.range = u32::MAX;
+            self.code = 0;
+            return 0;
+        }
+        // The symbol whose span holds `v`.
+        let s = cum[1..].partition_point(|&c| u32::from(c) <= v);
+        let (lo, hi) = (cum[s], cum[s + 1]);
+        self.code -= r * u32::from(lo);
+        self.range = r * u32::from(hi - lo);
+        self.normalize();
+        s
+    }
+
     fn fail(&mut self) {
         self.failed = true;
     }
@@ -370,23 +404,72 @@ fn raw<C: Coder>(c: &mut C, v: u64, bits: u32) -> u64 {
 // ---------------------------------------------------------------------
 // Models.
 
-/// An adaptive model of unsigned integers: the bit length as a 7-bit tree,
+/// Bit lengths of a 64-bit value, 0 to 64: the symbols of a [`LenModel`].
+const LENGTHS: usize = 65;
+/// What a [`LenModel`] adds to a length's frequency each time it is seen.
+const LEN_STEP: u16 = 24;
+/// A [`LenModel`]'s total beyond which its frequencies are halved.
+const LEN_LIMIT: u16 = 1 << 15;
+
+/// An adaptive model of a bit length: its frequencies as cumulative
+/// counts, each length starting at 1 and growing by [`LEN_STEP`] each
+/// time it is seen, so a length costs one step of the range coder.
+#[derive(Clone, Copy)]
+struct LenModel {
+    cum: [u16; LENGTHS + 1],
+}
+
+impl LenModel {
+    const NEW: LenModel = LenModel {
+        cum: {
+            let mut c = [0u16; LENGTHS + 1];
+            let mut i = 0;
+            while i <= LENGTHS {
+                c[i] = i as u16;
+                i += 1;
+            }
+            c
+        },
+    };
+
+    #[inline]
+    fn code<C: Coder>(&mut self, c: &mut C, n: u32) -> u32 {
+        let s = c.symbol(&self.cum, n as usize);
+        for e in &mut self.cum[s + 1..] {
+            *e += LEN_STEP;
+        }
+        if self.cum[LENGTHS] > LEN_LIMIT {
+            // Halve every frequency, keeping each at least 1.
+            let mut below = 0u16;
+            let mut prev = 0u16;
+            for i in 1..=LENGTHS {
+                let f = self.cum[i] - prev;
+                prev = self.cum[i];
+                below += f.div_ceil(2);
+                self.cum[i] = below;
+            }
+        }
+        s as u32
+    }
+}
+
+/// An adaptive model of unsigned integers: the bit length (one symbol),
 /// then the two bits after the leading one under that length's context,
 /// then raw bits.
 #[derive(Clone, Copy)]
 struct UintModel {
-    len: [u16; 128],
+    len: LenModel,
     hi: [[u16; 4]; 65],
 }
 
 impl UintModel {
     const NEW: UintModel = UintModel {
-        len: [PROB_INIT; 128],
+        len: LenModel::NEW,
         hi: [[PROB_INIT; 4]; 65],
     };
 
     fn reset(&mut self) {
-        self.len.fill(PROB_INIT);
+        self.len = LenModel::NEW;
         for h in &mut self.hi {
             h.fill(PROB_INIT);
         }
@@ -394,12 +477,7 @@ impl UintModel {
 
     #[inline]
     fn code<C: Coder>(&mut self, c: &mut C, v: u64) -> u64 {
-        let n = 64 - v.leading_zeros();
-        let n = tree::<C, 7>(c, &mut self.len, n);
-        if n > 64 {
-            c.fail();
-            return 0;
-        }
+        let n = self.len.code(c, 64 - v.leading_zeros());
         if n <= 1 {
             return u64::from(n);
         }
