@@ -105,10 +105,9 @@ const PROB_INIT: u16 = 1 << (PROB_BITS - 1);
 const SEEN_SHIFT: u32 = PROB_BITS;
 const P_MASK: u16 = (1 << PROB_BITS) - 1;
 const RATES: [u32; 16] = [1, 1, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 5];
-/// The probability stays in [P_MIN, P_MAX], so a bit costs at most about
-/// 7.1 bits (what [`bound`] counts on).
-const P_MIN: u16 = 15;
-const P_MAX: u16 = (1 << PROB_BITS) - 15;
+// The probability stays in [1, 2047] (an update moves it at most halfway
+// to either end), so a bit costs at most 11 bits (what [`bound`] counts
+// on).
 
 #[inline(always)]
 fn prob(p: u16) -> u32 {
@@ -125,7 +124,7 @@ fn update(p: &mut u16, one: bool) {
     } else {
         q + (((1 << PROB_BITS) - q) >> s)
     };
-    *p = q.clamp(P_MIN, P_MAX) | (seen + u16::from(seen < 15)) << SEEN_SHIFT;
+    *p = q | (seen + u16::from(seen < 15)) << SEEN_SHIFT;
 }
 const TOP: u32 = 1 << 24;
 
@@ -137,17 +136,22 @@ pub(crate) trait Coder {
     const DECODE: bool;
     /// Codes one bit with adaptive probability `p` (of a zero).
     fn bit(&mut self, p: &mut u16, b: bool) -> bool;
-    /// Codes the low `bits` (at most 16) bits of `v` with no model.
-    fn raw16(&mut self, v: u32, bits: u32) -> u32;
-    /// Codes symbol `s` under cumulative frequencies `cum` (symbol `i`
-    /// spans `cum[i]..cum[i + 1]`; the last entry is the total, at most
-    /// 2^16, and every symbol has room), in one step of the range coder.
-    fn symbol(&mut self, cum: &[u16], s: usize) -> usize;
+    /// Codes the low `bits` (at most 32) bits of `v` with no model, in
+    /// the frame's bypass stream (see [`RcEncoder`]).
+    fn bypass(&mut self, v: u32, bits: u32) -> u32;
+    /// Codes symbol `s` of model `m` in one step of the range coder.
+    fn symbol<const S: usize, const W: usize>(&mut self, m: &Freq<S, W>, s: usize) -> usize;
     /// Marks the stream as malformed (decoder only).
     fn fail(&mut self);
 }
 
 /// The encoder's side of the range coder, writing into a fixed buffer.
+///
+/// Bits with no model (the low bits of a value under its length) do not
+/// go through the range coder: they are packed as they are into a bypass
+/// stream, least significant bit first, which ends the frame's coded
+/// bytes in reverse byte order, so the decoder reads it from the frame's
+/// end while the range coder reads from its start.
 pub(crate) struct RcEncoder {
     low: u64,
     range: u32,
@@ -157,8 +161,13 @@ pub(crate) struct RcEncoder {
     first: bool,
     pub(crate) out: [u8; FRAME_CODED_MAX + 16],
     pub(crate) len: usize,
-    /// Set when `out` overflowed (the frame is then unusable).
+    /// Set when `out` or `bypass` overflowed (the frame is then unusable).
     pub(crate) overflow: bool,
+    /// The bypass stream: whole bytes so far, and the bits not yet in one.
+    bypass: [u8; FRAME_CODED_MAX + 16],
+    bypass_len: usize,
+    acc: u64,
+    acc_bits: u32,
 }
 
 impl RcEncoder {
@@ -172,6 +181,10 @@ impl RcEncoder {
             out: [0; FRAME_CODED_MAX + 16],
             len: 0,
             overflow: false,
+            bypass: [0; FRAME_CODED_MAX + 16],
+            bypass_len: 0,
+            acc: 0,
+            acc_bits: 0,
         }
     }
 
@@ -184,6 +197,9 @@ impl RcEncoder {
         self.first = true;
         self.len = 0;
         self.overflow = false;
+        self.bypass_len = 0;
+        self.acc = 0;
+        self.acc_bits = 0;
     }
 
     fn put(&mut self, b: u8) {
@@ -227,16 +243,40 @@ impl RcEncoder {
         }
     }
 
-    /// Ends the frame: the bytes so far decode every bit coded.
+    /// Ends the frame: `out[..len]` then decodes every value coded (the
+    /// range coder's bytes, then the bypass stream's in reverse).
     pub(crate) fn finish(&mut self) {
         for _ in 0..5 {
             self.shift_low();
+        }
+        let tail = self.acc.to_le_bytes();
+        let tail = &tail[..self.acc_bits.div_ceil(8) as usize];
+        let n = self.bypass_len + tail.len();
+        match self.out.get_mut(self.len..self.len + n) {
+            Some(dst) => {
+                let (head, rest) = dst.split_at_mut(tail.len());
+                for (d, b) in head.iter_mut().zip(tail.iter().rev()) {
+                    *d = *b;
+                }
+                for (d, b) in rest
+                    .iter_mut()
+                    .zip(self.bypass[..self.bypass_len].iter().rev())
+                {
+                    *d = *b;
+                }
+                self.len += n;
+            }
+            None => self.overflow = true,
         }
     }
 
     /// Coded bytes so far, counting the ones still held back.
     pub(crate) fn size(&self) -> usize {
-        self.len + self.cache_size as usize + 4
+        self.len
+            + self.cache_size as usize
+            + 4
+            + self.bypass_len
+            + self.acc_bits.div_ceil(8) as usize
     }
 }
 
@@ -258,20 +298,30 @@ impl Coder for RcEncoder {
     }
 
     #[inline(always)]
-    fn raw16(&mut self, v: u32, bits: u32) -> u32 {
-        let v = v & ((1 << bits) - 1);
-        self.range >>= bits;
-        self.low += u64::from(self.range) * u64::from(v);
-        self.normalize();
+    fn bypass(&mut self, v: u32, bits: u32) -> u32 {
+        let v = (u64::from(v) & ((1u64 << bits) - 1)) as u32;
+        self.acc |= u64::from(v) << self.acc_bits;
+        self.acc_bits += bits;
+        if self.acc_bits >= 32 {
+            match self.bypass.get_mut(self.bypass_len..self.bypass_len + 4) {
+                Some(dst) => {
+                    dst.copy_from_slice(&(self.acc as u32).to_le_bytes());
+                    self.bypass_len += 4;
+                }
+                None => self.overflow = true,
+            }
+            self.acc >>= 32;
+            self.acc_bits -= 32;
+        }
         v
     }
 
     #[inline(always)]
-    fn symbol(&mut self, cum: &[u16], s: usize) -> usize {
-        let (lo, hi, total) = (cum[s], cum[s + 1], cum[cum.len() - 1]);
-        let r = self.range / u32::from(total);
-        self.low += u64::from(r * u32::from(lo));
-        self.range = r * u32::from(hi - lo);
+    fn symbol<const S: usize, const W: usize>(&mut self, m: &Freq<S, W>, s: usize) -> usize {
+        let (lo, hi) = (m.cum(s), m.cum(s + 1));
+        let r = self.range / m.total();
+        self.low += u64::from(r * lo);
+        self.range = r * (hi - lo);
         self.normalize();
         s
     }
@@ -279,13 +329,18 @@ impl Coder for RcEncoder {
     fn fail(&mut self) {}
 }
 
-/// The decoder's side of the range coder, reading one frame's bytes.
+/// The decoder's side of the range coder, reading one frame's bytes (and
+/// the bypass stream from their end, see [`RcEncoder`]).
 pub(crate) struct RcDecoder<'a> {
     code: u32,
     range: u32,
     data: &'a [u8],
     pos: usize,
     pub(crate) failed: bool,
+    /// Bypass bytes read so far (from the end), and bits not yet used.
+    bypass_read: usize,
+    acc: u64,
+    acc_bits: u32,
 }
 
 impl<'a> RcDecoder<'a> {
@@ -296,6 +351,9 @@ impl<'a> RcDecoder<'a> {
             data,
             pos: 0,
             failed: false,
+            bypass_read: 0,
+            acc: 0,
+            acc_bits: 0,
         };
         for _ in 0..4 {
             d.code = (d.code << 8) | u32::from(d.next());
@@ -319,9 +377,9 @@ impl<'a> RcDecoder<'a> {
     }
 
     /// Whether the frame decoded cleanly: nothing malformed, and no more
-    /// bytes read than the encoder's flush leaves.
+    /// bytes read from both ends than the encoder's flush leaves.
     pub(crate) fn clean(&self) -> bool {
-        !self.failed && self.pos <= self.data.len() + 1
+        !self.failed && self.pos + self.bypass_read <= self.data.len() + 1
     }
 }
 
@@ -346,10 +404,28 @@ impl Coder for RcDecoder<'_> {
     }
 
     #[inline(always)]
-    fn raw16(&mut self, _: u32, bits: u32) -> u32 {
-        self.range >>= bits;
-        let v = self.code / self.range;
-        if v >> bits != 0 {
+    fn bypass(&mut self, _: u32, bits: u32) -> u32 {
+        while self.acc_bits < bits {
+            let b = self
+                .data
+                .len()
+                .checked_sub(self.bypass_read + 1)
+                .map_or(0, |i| self.data[i]);
+            self.bypass_read += 1;
+            self.acc |= u64::from(b) << self.acc_bits;
+            self.acc_bits += 8;
+        }
+        let v = (self.acc & ((1u64 << bits) - 1)) as u32;
+        self.acc >>= bits;
+        self.acc_bits -= bits;
+        v
+    }
+
+    fn symbol<const S: usize, const W: usize>(&mut self, m: &Freq<S, W>, _: usize) -> usize {
+        let total = m.total();
+        let r = self.range / total;
+        let v = self.code / r;
+        if v >= total {
             // Malformed: stop reading, but stay well-formed (the rest of
             // the sample is read as garbage and thrown away).
             self.failed = true;
@@ -357,27 +433,11 @@ impl Coder for RcDecoder<'_> {
             self.code = 0;
             return 0;
         }
-        self.code -= v * self.range;
-        self.normalize();
-        v
-    }
-
-    fn symbol(&mut self, cum: &[u16], _: usize) -> usize {
-        let total = u32::from(cum[cum.len() - 1]);
-        let r = self.range / total;
-        let v = self.code / r;
-        if v >= total {
-            // Malformed, as in `raw16`.
-            self.failed = true;
-            self.range = u32::MAX;
-            self.code = 0;
-            return 0;
-        }
         // The symbol whose span holds `v`.
-        let s = cum[1..].partition_point(|&c| u32::from(c) <= v);
-        let (lo, hi) = (cum[s], cum[s + 1]);
-        self.code -= r * u32::from(lo);
-        self.range = r * u32::from(hi - lo);
+        let s = (1..=S).find(|&i| m.cum(i) > v).unwrap_or(S) - 1;
+        let (lo, hi) = (m.cum(s), m.cum(s + 1));
+        self.code -= r * lo;
+        self.range = r * (hi - lo);
         self.normalize();
         s
     }
@@ -390,15 +450,12 @@ impl Coder for RcDecoder<'_> {
 /// Codes the low `bits` (at most 64) bits of `v` with no model.
 #[inline]
 fn raw<C: Coder>(c: &mut C, v: u64, bits: u32) -> u64 {
-    let mut out = 0u64;
-    let mut left = bits;
-    while left > 0 {
-        let k = left.min(16);
-        left -= k;
-        let chunk = c.raw16((v >> left) as u32 & ((1 << k) - 1), k);
-        out = (out << k) | u64::from(chunk);
+    if bits <= 32 {
+        return u64::from(c.bypass(v as u32, bits));
     }
-    out
+    let lo = c.bypass(v as u32, 32);
+    let hi = c.bypass((v >> 32) as u32, bits - 32);
+    u64::from(lo) | u64::from(hi) << 32
 }
 
 // ---------------------------------------------------------------------
@@ -411,47 +468,85 @@ const LEN_STEP: u16 = 24;
 /// A [`LenModel`]'s total beyond which its frequencies are halved.
 const LEN_LIMIT: u16 = 1 << 15;
 
-/// An adaptive model of a bit length: its frequencies as cumulative
-/// counts, each length starting at 1 and growing by [`LEN_STEP`] each
-/// time it is seen, so a length costs one step of the range coder.
+/// An adaptive model of `S` symbols: their frequencies as cumulative
+/// counts, each symbol starting at 1 and growing by [`LEN_STEP`] each
+/// time it is seen, so a symbol costs one step of the range coder.
+///
+/// The counts are 16-bit lanes, four to a `u64` (`W` of them: lane `i`
+/// is the count below symbol `i`, lane `S` and the ones past it the
+/// total): seeing a symbol adds the step to every lane above it, four
+/// lanes per addition, so the cheapest symbols to see are the last ones.
+/// No lane carries into the next, as the total stays below 2^16.
 #[derive(Clone, Copy)]
-struct LenModel {
-    cum: [u16; LENGTHS + 1],
+pub(crate) struct Freq<const S: usize, const W: usize> {
+    lanes: [u64; W],
 }
 
-impl LenModel {
-    const NEW: LenModel = LenModel {
-        cum: {
-            let mut c = [0u16; LENGTHS + 1];
-            let mut i = 0;
-            while i <= LENGTHS {
-                c[i] = i as u16;
-                i += 1;
-            }
-            c
-        },
+/// One in every 16-bit lane.
+const LANE_ONES: u64 = 0x0001_0001_0001_0001;
+
+impl<const S: usize, const W: usize> Freq<S, W> {
+    const NEW: Self = {
+        assert!(W == (S + 1).div_ceil(4));
+        let mut w = [0u64; W];
+        let mut i = 0;
+        while i < W * 4 {
+            // Every symbol at 1: lane i is i (the lanes past the total's
+            // stay at it).
+            let v = if i <= S { i } else { S } as u64;
+            w[i / 4] |= v << (16 * (i % 4));
+            i += 1;
+        }
+        Freq { lanes: w }
     };
 
+    /// The count below symbol `i` (`i` = `S`: the total).
+    #[inline(always)]
+    fn cum(&self, i: usize) -> u32 {
+        (self.lanes[i / 4] >> (16 * (i % 4))) as u32 & 0xffff
+    }
+
+    #[inline(always)]
+    fn total(&self) -> u32 {
+        self.cum(S)
+    }
+
+    /// Codes symbol `s` (the decoder's when decoding) and counts it.
     #[inline]
-    fn code<C: Coder>(&mut self, c: &mut C, n: u32) -> u32 {
-        let s = c.symbol(&self.cum, n as usize);
-        for e in &mut self.cum[s + 1..] {
-            *e += LEN_STEP;
+    fn code<C: Coder>(&mut self, c: &mut C, s: usize) -> usize {
+        let s = c.symbol(self, s);
+        // Lanes s + 1 and up gain the step.
+        let first = (s + 1) / 4;
+        let step = u64::from(LEN_STEP) * LANE_ONES;
+        self.lanes[first] += step << (16 * ((s + 1) % 4));
+        for w in &mut self.lanes[first + 1..] {
+            *w += step;
         }
-        if self.cum[LENGTHS] > LEN_LIMIT {
-            // Halve every frequency, keeping each at least 1.
-            let mut below = 0u16;
-            let mut prev = 0u16;
-            for i in 1..=LENGTHS {
-                let f = self.cum[i] - prev;
-                prev = self.cum[i];
-                below += f.div_ceil(2);
-                self.cum[i] = below;
+        if self.total() > u32::from(LEN_LIMIT) {
+            self.halve();
+        }
+        s
+    }
+
+    /// Halves every count, keeping each at least 1.
+    #[cold]
+    fn halve(&mut self) {
+        let mut lanes = [0u64; W];
+        let (mut below, mut prev) = (0u32, 0u32);
+        for i in 1..W * 4 {
+            let c = self.cum(i.min(S));
+            if i <= S {
+                below += (c - prev).div_ceil(2);
+                prev = c;
             }
+            lanes[i / 4] |= u64::from(below) << (16 * (i % 4));
         }
-        s as u32
+        self.lanes = lanes;
     }
 }
+
+/// A model of bit lengths 0 to 64.
+type LenModel = Freq<LENGTHS, { (LENGTHS + 1).div_ceil(4) }>;
 
 /// An adaptive model of unsigned integers: the bit length (one symbol),
 /// then the two bits after the leading one under that length's context,
@@ -477,24 +572,8 @@ impl UintModel {
 
     #[inline]
     fn code<C: Coder>(&mut self, c: &mut C, v: u64) -> u64 {
-        let n = self.len.code(c, 64 - v.leading_zeros());
-        if n <= 1 {
-            return u64::from(n);
-        }
-        let rest = n - 1;
-        let modelled = rest.min(2);
-        let mut out = 1u64;
-        let mut t = 1usize;
-        for i in 0..modelled {
-            let b = c.bit(&mut self.hi[n as usize][t], (v >> (rest - 1 - i)) & 1 != 0);
-            t = t * 2 + usize::from(b);
-            out = (out << 1) | u64::from(b);
-        }
-        let low = rest - modelled;
-        if low > 0 {
-            out = (out << low) | raw(c, v, low);
-        }
-        out
+        let n = self.len.code(c, (64 - v.leading_zeros()) as usize);
+        code_below_length(c, &mut self.hi, n as u32, v)
     }
 
     /// Codes a wrapping difference (zigzag).
@@ -514,6 +593,30 @@ fn tree<C: Coder, const BITS: u32>(c: &mut C, probs: &mut [u16], v: u32) -> u32 
         idx = idx * 2 + usize::from(b);
     }
     idx as u32 - (1 << BITS)
+}
+
+/// The bits of `v` below its leading one, once its bit length `n` is
+/// coded: the two after the leading one under the length's context in
+/// `hi`, the rest raw.
+#[inline]
+fn code_below_length<C: Coder>(c: &mut C, hi: &mut [[u16; 4]; 65], n: u32, v: u64) -> u64 {
+    if n <= 1 {
+        return u64::from(n);
+    }
+    let rest = n - 1;
+    let modelled = rest.min(2);
+    let mut out = 1u64;
+    let mut t = 1usize;
+    for i in 0..modelled {
+        let b = c.bit(&mut hi[n as usize][t], (v >> (rest - 1 - i)) & 1 != 0);
+        t = t * 2 + usize::from(b);
+        out = (out << 1) | u64::from(b);
+    }
+    let low = rest - modelled;
+    if low > 0 {
+        out = (out << low) | raw(c, v, low);
+    }
+    out
 }
 
 const fn zigzag(d: u64) -> u64 {
@@ -974,10 +1077,12 @@ impl GroupModels {
 }
 
 /// An upper bound of the coded bytes of `s` whatever the models hold: a
-/// bit costs at most about 7.1 bits at the coder's least probability, and
-/// each value takes at most 10 modelled bits and 63 raw ones.
+/// modelled bit costs at most 11 bits (its probability stays at 1/2048
+/// or more), a length at most 16 (its count is at least 1 of at most
+/// 2^15 + 24), and a value takes at most 7 modelled bits (5 flags and the
+/// 2 after its leading one), a length and 61 raw bits: 154 bits.
 pub(crate) fn bound(s: &Sample) -> usize {
-    const VALUE: usize = 17;
+    const VALUE: usize = 20;
     let regs = |r: &Option<RegsSample>| r.as_ref().map_or(0, |r| 10 + r.values.len() * VALUE);
     let branches = s.branches.as_ref().map_or(0, |b| 2 + b.entries.len() * 3) * VALUE;
     32 + 12 * VALUE
