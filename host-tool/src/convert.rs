@@ -118,9 +118,14 @@ pub struct ConvertSummary {
     pub unknown_event_samples: u64,
     /// Records before the Hello (skipped, counted).
     pub before_hello: u64,
-    /// Tasks that had samples but no Task record (damaged on the wire):
-    /// each got a fallback COMM `tid-N` and the image's task text as MMAPs.
+    /// Tasks that had samples but no Task record (damaged on the wire)
+    /// and none later in the capture: a thread of a process whose program
+    /// is known got a COMM of its process's name (perf gives a thread its
+    /// process's mappings), any other a fallback COMM `tid-N` and no
+    /// mappings (its samples keep their addresses, unresolved).
     pub tasks_without_record: u64,
+    /// Of those, the ones that went under their process's program.
+    pub tasks_under_their_process: u64,
     /// Samples of those tasks before any Task record of theirs arrived.
     pub samples_without_task: u64,
     /// Things the user should know.
@@ -170,7 +175,15 @@ pub struct Converter<W: OwnedWrite> {
     /// The programs' files met in Task records: their build-id entries and
     /// what was said about them.
     programs: ProgramFiles,
+    /// Where to learn the Task records later in the input (a capture
+    /// file), asked once a sample comes of a task with none so far.
+    lookahead: Option<Box<dyn FnOnce() -> Lookahead>>,
+    /// What the lookahead found.
+    later: Lookahead,
 }
+
+/// The first Task record of each task (pid, tid) in a whole capture.
+pub type Lookahead = std::collections::HashMap<(u32, u32), TaskInfo>;
 
 /// The program files of a run's processes, for the BUILD_ID table.
 #[derive(Debug, Default)]
@@ -210,13 +223,25 @@ impl<W: OwnedWrite> Converter<W> {
             fallback: Default::default(),
             last_task: None,
             programs: ProgramFiles::default(),
+            lookahead: None,
+            later: Lookahead::new(),
         }
     }
 
+    /// Says where the Task records later in the input are (for a capture
+    /// file, which can be read ahead): a sample of a task whose own
+    /// record was lost then goes under the program a later repetition of
+    /// the record names, from its first sample.
+    pub fn set_lookahead(&mut self, f: Box<dyn FnOnce() -> Lookahead>) {
+        self.lookahead = Some(f);
+    }
+
     /// Notes a sample of task (pid, tid). The first sample of a task whose
-    /// Task record never arrived (damaged on the wire) gets it a fallback
-    /// COMM (`tid-N`) and MMAPs of the image's task text, so its samples
-    /// still resolve; such samples are counted.
+    /// Task record never arrived (damaged on the wire) names it from a
+    /// later repetition of the record when the input can be read ahead,
+    /// else after its process when the process is known, else `tid-N`
+    /// (see [`ConvertSummary::tasks_without_record`]); such samples are
+    /// counted.
     #[inline]
     /// Adds `period` to task (`pid`, `tid`)'s count of event `attr`.
     fn count(&mut self, pid: u32, tid: u32, attr: usize, period: u64) {
@@ -277,28 +302,69 @@ impl<W: OwnedWrite> Converter<W> {
         if self.tasks.contains(&(pid, tid)) {
             return Ok(self.fallback.contains(&(pid, tid)));
         }
+        if self.writer.is_none() {
+            return Ok(false);
+        }
+        if let Some(look) = self.lookahead.take() {
+            self.later = look();
+        }
+        if let Some(t) = self.later.get(&(pid, tid)).cloned() {
+            // Its record comes later: it names the task from its first
+            // sample, and is then a repetition.
+            self.announce(&t)?;
+            return Ok(false);
+        }
+        // A thread of a known process: perf gives a thread its process's
+        // mappings, so only its name is written, the process's.
+        let process = self
+            .announced
+            .iter()
+            .chain(&self.later)
+            .filter(|((p, _), _)| *p == pid)
+            .min_by_key(|((_, t), _)| (*t != pid, *t))
+            .map(|(_, t)| t.name.clone());
         let Some(w) = self.writer.as_mut() else {
             return Ok(false);
         };
-        Self::on_task(
-            w,
-            &self.options,
-            &mut self.programs,
-            &TaskInfo {
-                pid,
-                tid,
-                name: format!("tid-{tid}"),
-                compat: false,
-                time: 0,
-                text: Vec::new(),
-                program: None,
-                origin: TaskOrigin::Named,
-            },
-        )?;
+        match &process {
+            Some(name) => w.comm(pid, tid, name, 0)?,
+            None => w.comm(pid, tid, &format!("tid-{tid}"), 0)?,
+        }
         self.tasks.insert((pid, tid));
         self.fallback.insert((pid, tid));
         self.summary.tasks_without_record += 1;
+        self.summary.tasks_under_their_process += u64::from(process.is_some());
         Ok(true)
+    }
+
+    /// Writes what a Task record says: perf's FORK for the first record
+    /// of a task another made, its COMM and its mappings. A periodic
+    /// repetition of the task's last record writes nothing.
+    fn announce(&mut self, t: &TaskInfo) -> Result<(), ConvertError> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        let key = (t.pid, t.tid);
+        let last = self.announced.get(&key);
+        // A periodic repetition is already in the file; an exec is always
+        // news, even of the program the process ran.
+        if t.origin != TaskOrigin::Exec && last.is_some_and(|l| l.repeats(t)) {
+            return Ok(());
+        }
+        // The first record of a task another made: perf's FORK (for a
+        // thread too, as perf records a `clone`).
+        if let (None, TaskOrigin::Made { ppid, ptid }) = (last, t.origin) {
+            w.fork(t.pid, ppid, t.tid, ptid, t.time)?;
+        }
+        self.announced.insert(key, t.clone());
+        // A task on the ids of one that ended gets its own EXIT.
+        self.exited.remove(&key);
+        Self::on_task(w, &self.options, &mut self.programs, t)?;
+        // A late Task record names the task from here on.
+        self.tasks.insert(key);
+        self.fallback.remove(&key);
+        self.last_task = None;
+        Ok(())
     }
 
     /// Says that the next Hello is the target's repetition found later in
@@ -331,28 +397,7 @@ impl<W: OwnedWrite> Converter<W> {
             return Ok(());
         };
         match item {
-            Item::Task(t) => {
-                let key = (t.pid, t.tid);
-                let last = self.announced.get(&key);
-                // A periodic repetition is already in the file; an exec is
-                // always news, even of the program the process ran.
-                if t.origin != TaskOrigin::Exec && last.is_some_and(|l| l.repeats(t)) {
-                    return Ok(());
-                }
-                // The first record of a task another made: perf's FORK
-                // (for a thread too, as perf records a `clone`).
-                if let (None, TaskOrigin::Made { ppid, ptid }) = (last, t.origin) {
-                    w.fork(t.pid, ppid, t.tid, ptid, t.time)?;
-                }
-                self.announced.insert(key, (*t).clone());
-                // A task on the ids of one that ended gets its own EXIT.
-                self.exited.remove(&key);
-                Self::on_task(w, &self.options, &mut self.programs, t)?;
-                // A late Task record names the task from here on.
-                self.tasks.insert((t.pid, t.tid));
-                self.fallback.remove(&(t.pid, t.tid));
-                self.last_task = None;
-            }
+            Item::Task(t) => return self.announce(t),
             Item::Sample(s) => {
                 let Some(attr) = self.event_ids.iter().position(|&e| e == s.event) else {
                     self.summary.unknown_event_samples += 1;
@@ -749,16 +794,18 @@ impl<W: OwnedWrite> Converter<W> {
         }
         if summary.tasks_without_record > 0 {
             let n = summary.tasks_without_record;
+            let under = summary.tasks_under_their_process;
+            let how = match (under, n - under) {
+                (0, _) => "named tid-N, their addresses unresolved".to_owned(),
+                (_, 0) => "named after their process, under its program".to_owned(),
+                (u, o) => format!(
+                    "{u} named after their process, under its program; {o} named tid-N, their addresses unresolved"
+                ),
+            };
             summary.warnings.push(format!(
-                "{} samples of {n} task{} whose Task record never arrived (damaged on the wire?): \
-                 named tid-N, {}",
+                "{} samples of {n} task{} whose Task record never arrived (damaged on the wire?): {how}",
                 summary.samples_without_task,
                 if n == 1 { "" } else { "s" },
-                if self.options.image.is_some() {
-                    "their code mapped from the image's task text"
-                } else {
-                    "and without --image their code cannot be mapped"
-                }
             ));
         }
         if summary.unknown_event_samples > 0 {

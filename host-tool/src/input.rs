@@ -417,6 +417,41 @@ pub fn lost_first_hello(f: &mut std::fs::File) -> Option<sampler::wire::Hello> {
     found.filter(|h| h.repeat > 0)
 }
 
+/// The first Task record of each task in the capture file `f`, read
+/// from its start to its end or to the Hello of another boot, whatever
+/// position `f` is at (which does not move): what a converter looks ahead
+/// to when a task's own record was lost (see
+/// [`Converter::set_lookahead`](crate::convert::Converter::set_lookahead)).
+pub fn tasks_named_in(f: &std::fs::File) -> crate::convert::Lookahead {
+    use std::os::unix::fs::FileExt;
+    let mut tasks = crate::convert::Lookahead::new();
+    let mut dec = Box::new(Decoder::new());
+    let mut buf = vec![0u8; READ_CHUNK];
+    let mut at = 0u64;
+    let mut boot = None;
+    let mut other_boot = false;
+    while !other_boot {
+        let n = match f.read_at(&mut buf, at) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        at += n as u64;
+        dec.push(&buf[..n], |r| match r {
+            Ok(Record::Hello(h)) if other_boot || boot.is_some_and(|b| b != h.boot) => {
+                other_boot = true;
+            }
+            Ok(Record::Hello(h)) => boot = Some(h.boot),
+            Ok(Record::Task(t)) if !other_boot => {
+                tasks
+                    .entry((t.pid, t.tid))
+                    .or_insert_with(|| crate::wire::task(&t));
+            }
+            _ => {}
+        });
+    }
+    tasks
+}
+
 /// Whether `rec` goes on to the sink, given where the stream stands in
 /// `result`: nothing does after an error; after End or a restart records
 /// are only counted; a second Hello before End is a restart, unless it

@@ -16,7 +16,9 @@ use host_tool::convert::{ConvertOptions, Converter, hex};
 use host_tool::error::{HostError, exit};
 use host_tool::flamegraph::Folder;
 use host_tool::image::Image;
-use host_tool::input::{Flow, LogPrinter, Observer, PartsSink, Pump, lost_first_hello};
+use host_tool::input::{
+    Flow, LogPrinter, Observer, PartsSink, Pump, lost_first_hello, tasks_named_in,
+};
 use host_tool::manifest::AppSpec;
 use host_tool::model::Item;
 use host_tool::output::{Discard, OwnedWrite, Pending, PerfOut};
@@ -837,6 +839,13 @@ fn run<'w>(
         .as_ref()
         .map(|_| PprofBuilder::new(&options, ended));
     let mut conv = Converter::new(out, options);
+    // A capture file can be read ahead: a task whose own Task record was
+    // lost is named by a later repetition of it.
+    if let Source::File(f) = &src
+        && let Ok(f) = f.try_clone()
+    {
+        conv.set_lookahead(Box::new(move || tasks_named_in(&f)));
+    }
     let logs = LogPrinter::new(elf);
     let mut pump = Pump::new();
     let quiet = programs.quiet;

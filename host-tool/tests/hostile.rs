@@ -758,8 +758,8 @@ fn baud_without_serial_is_refused() {
 // ---- defect 5 (host part): a damaged Task record ----
 
 /// The capture with its Task frame (the second frame) damaged.
-fn without_task_record(samples: u64) -> Vec<u8> {
-    let mut bytes = capture_bytes(&synth(samples, true));
+fn without_task_record(cfg: &SynthConfig) -> Vec<u8> {
+    let mut bytes = capture_bytes(cfg);
     // Frames end with 0x00: the first is the Hello, the second the Task.
     let ends: Vec<usize> = bytes
         .iter()
@@ -773,22 +773,13 @@ fn without_task_record(samples: u64) -> Vec<u8> {
     bytes
 }
 
-#[test]
-fn a_lost_task_record_is_warned_about_counted_and_mapped_from_the_image() {
-    let dir = tempfile::tempdir().unwrap();
-    let cap = dir.path().join("notask.bin");
-    std::fs::write(&cap, without_task_record(400)).unwrap();
-    let out = dir.path().join("perf.data");
-    let img = fixture("appliance.elf");
-    let r = perch(&["convert", s(&cap), "--image", s(&img), "-o", s(&out)]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(
-        r.stderr
-            .contains("400 samples of 1 task whose Task record never arrived"),
-        "{}",
-        r.stderr
-    );
-    let reader = std::io::BufReader::new(std::fs::File::open(&out).unwrap());
+/// A pid or an address, and a name.
+type Named<T> = (T, String);
+
+/// perf.data's COMMs of user tasks (pid, name) and the MMAPs of pid 1
+/// (address, file), in file order.
+fn comms_and_maps(path: &Path) -> (Vec<Named<u32>>, Vec<Named<u64>>) {
+    let reader = std::io::BufReader::new(std::fs::File::open(path).unwrap());
     let linux_perf_data::PerfFileReader {
         mut perf_file,
         mut record_iter,
@@ -801,10 +792,12 @@ fn a_lost_task_record_is_warned_about_counted_and_mapped_from_the_image() {
                 continue;
             }
             match record.parse().unwrap() {
-                linux_perf_data::linux_perf_event_reader::EventRecord::Comm(c) => comms.push((
-                    c.pid,
-                    String::from_utf8_lossy(&c.name.as_slice()).into_owned(),
-                )),
+                linux_perf_data::linux_perf_event_reader::EventRecord::Comm(c) if c.pid != 0 => {
+                    comms.push((
+                        c.pid as u32,
+                        String::from_utf8_lossy(&c.name.as_slice()).into_owned(),
+                    ))
+                }
                 linux_perf_data::linux_perf_event_reader::EventRecord::Mmap(m) if m.pid == 1 => {
                     user_maps.push((
                         m.address,
@@ -815,17 +808,32 @@ fn a_lost_task_record_is_warned_about_counted_and_mapped_from_the_image() {
             }
         }
     }
-    assert!(comms.contains(&(1, "tid-1".to_owned())), "{comms:?}");
-    let image = image();
-    // The image's first page at offset 0 (for hotspot), then its task text.
-    let base = image.load_base.expect("the image has PT_LOAD segments");
-    assert_eq!(
-        user_maps,
-        std::iter::once(base)
-            .chain(image.user_text.iter().map(|u| u.addr))
-            .map(|a| (a, image.path.display().to_string()))
-            .collect::<Vec<_>>()
+    (comms, user_maps)
+}
+
+/// A task whose Task record never arrives is warned about and counted,
+/// named `tid-N`, and not mapped onto the image's text (it could be any
+/// program): its samples keep their addresses.
+#[test]
+fn a_lost_task_record_is_warned_about_counted_and_left_unmapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("notask.bin");
+    std::fs::write(&cap, without_task_record(&synth(400, true))).unwrap();
+    let out = dir.path().join("perf.data");
+    let img = fixture("appliance.elf");
+    let r = perch(&["convert", s(&cap), "--image", s(&img), "-o", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(
+            "400 samples of 1 task whose Task record never arrived (damaged on the wire?): \
+             named tid-N, their addresses unresolved"
+        ),
+        "{}",
+        r.stderr
     );
+    let (comms, user_maps) = comms_and_maps(&out);
+    assert_eq!(comms, vec![(1, "tid-1".to_owned())]);
+    assert_eq!(user_maps, vec![], "nothing maps the unknown task's code");
     let r = perch(&["stat", s(&cap)]);
     assert!(
         r.stdout
@@ -833,6 +841,45 @@ fn a_lost_task_record_is_warned_about_counted_and_mapped_from_the_image() {
         "{}",
         r.stdout
     );
+}
+
+/// When the lost Task record is repeated later in the capture file (the
+/// runtime repeats every task's record every few seconds), the task is
+/// named and mapped by the repetition from its first sample on, as if
+/// the first had arrived.
+#[test]
+fn a_lost_task_record_is_named_by_its_later_repetition_from_the_first_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = SynthConfig {
+        repeat_every: 100,
+        ..synth(400, true)
+    };
+    let intact = dir.path().join("intact.bin");
+    std::fs::write(&intact, capture_bytes(&cfg)).unwrap();
+    let cap = dir.path().join("notask.bin");
+    std::fs::write(&cap, without_task_record(&cfg)).unwrap();
+    let img = fixture("appliance.elf");
+    let want = dir.path().join("want.data");
+    let r = perch(&["convert", s(&intact), "--image", s(&img), "-o", s(&want)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = dir.path().join("perf.data");
+    let r = perch(&["convert", s(&cap), "--image", s(&img), "-o", s(&out)]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("never arrived"), "{}", r.stderr);
+    let (comms, user_maps) = comms_and_maps(&out);
+    let (want_comms, want_maps) = comms_and_maps(&want);
+    assert!(!want_comms.is_empty() && !want_maps.is_empty());
+    assert_eq!(comms, want_comms);
+    // The image's first page at offset 0 (for hotspot), then its task text.
+    assert_eq!(user_maps, want_maps);
+    // Every sample resolves as in the intact capture.
+    let script = |data: &Path| {
+        common::perf(&["script", "-i", s(data), "-F", "comm,tid,ip,sym"]).map(|(out, _)| out)
+    };
+    if let (Some(got), Some(want)) = (script(&out), script(&want)) {
+        assert!(got.lines().count() >= 400, "{got}");
+        assert_eq!(got, want);
+    }
 }
 
 // ---- defect 12: wire losses named as such ----
@@ -894,4 +941,73 @@ fn wire_losses_are_named_and_perf_does_not_blame_overload() {
         report.contains(&format!("Total Lost Samples: {lost}")),
         "{report}"
     );
+}
+
+/// A thread whose Task record never arrived, of a process whose record
+/// did, goes under its process: its COMM is the process's name and no
+/// mapping is written for it (perf gives a thread its process's
+/// mappings), so its samples resolve in the process's program.
+#[test]
+fn a_thread_without_its_task_record_goes_under_its_process() {
+    use host_tool::convert::{ConvertOptions, Converter};
+    use host_tool::model::Item;
+    let image = image();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("perf.data");
+    let mut conv = Converter::new(
+        std::fs::File::create(&out).unwrap(),
+        ConvertOptions {
+            image: Some(image.clone()),
+            cmdline: vec!["perch".into(), "test".into()],
+            programs: Default::default(),
+            kernel_file: None,
+        },
+    );
+    let demo = common::Demo::PLAIN;
+    common::demo_items(&image, demo, |item| {
+        let r = match item {
+            // pid 1's samples come from its thread 7, which has no record.
+            Item::Sample(s) if s.pid == 1 => {
+                let mut t = *s;
+                t.tid = 7;
+                conv.push(&Item::Sample(t))
+            }
+            _ => conv.push(item),
+        };
+        r.unwrap();
+    });
+    let summary = conv.finish().unwrap().1;
+    assert_eq!(summary.tasks_without_record, 1);
+    assert_eq!(summary.tasks_under_their_process, 1);
+    assert!(
+        summary
+            .warnings
+            .iter()
+            .any(|w| w.contains("named after their process, under its program")),
+        "{:?}",
+        summary.warnings
+    );
+    let (comms, maps) = comms_and_maps(&out);
+    assert_eq!(
+        comms
+            .iter()
+            .filter(|c| **c == (1, "app64".to_owned()))
+            .count(),
+        2,
+        "{comms:?}"
+    );
+    assert!(
+        !comms.iter().any(|(_, n)| n.starts_with("tid-")),
+        "{comms:?}"
+    );
+    // Only the process's own mappings (the image's first page and its
+    // task text), none added for the thread.
+    assert_eq!(maps.len(), 1 + image.user_text.len(), "{maps:?}");
+    if let Some((script, _)) = common::perf(&["script", "-i", s(&out), "-F", "tid,ip,sym", "-G"]) {
+        let hot = script
+            .lines()
+            .filter(|l| l.trim_start().starts_with("7 ") && l.contains("hot_alpha"))
+            .count();
+        assert_eq!(hot as u64, demo.alpha, "{script}");
+    }
 }
