@@ -149,12 +149,12 @@ pub struct RecordArgs {
     /// In QEMU the guest gets that much more memory.
     #[arg(long, value_name = "MiB", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub buffer: Option<u32>,
-    /// Send samples in groups of N (runtime `wire_group=N`, 1 to 65536),
-    /// each coded against context that spans its group: several times
-    /// fewer bytes per sample than a frame per sample (the default).
-    /// A damaged frame costs the rest of its group, counted as lost;
-    /// 16 suits a noisy line.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    /// Send samples in groups of N (runtime `wire_group=N`, 1 to 65536;
+    /// the runtime's default is 256), each coded against context that
+    /// spans its group: several times fewer bytes per sample than a frame
+    /// per sample (0). A damaged frame costs the rest of its group,
+    /// counted as lost; 16 suits a noisy line.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=65536))]
     pub wire_group: Option<u32>,
     /// Read the QEMU stream as slowly as a serial line at this baud (10
     /// bits a byte; 115200 carries 11,520 B/s), through a FIFO of one

@@ -1,7 +1,8 @@
-//! Sample groups end to end (`perch record --wire-group N`): the runtime
-//! codes its samples in groups, perch decodes every one of them, the
-//! profile names the program's functions as with a frame per sample, and
-//! the line carries fewer bytes per sample.
+//! Sample groups end to end (`perch record --wire-group N`, 256 by
+//! default): the runtime codes its samples in groups, perch decodes every
+//! one of them, the profile names the program's functions as with a frame
+//! per sample (`--wire-group 0`), and the line carries fewer bytes per
+//! sample.
 #![forbid(unsafe_code)]
 
 use e2e_tests::programs::{CBuild, c_program};
@@ -32,7 +33,9 @@ fn grouped_samples_all_arrive_and_profile_as_a_frame_per_sample_does() {
         return;
     }
     let base = ["--freq", "4000", "--max-rate", "0"];
-    let plain = record_hotspots(&base);
+    let mut args = base.to_vec();
+    args.extend(["--wire-group", "0"]);
+    let plain = record_hotspots(&args);
     assert_eq!(plain.status, Some(0), "{}", plain.stderr);
     let mut args = base.to_vec();
     args.extend(["--wire-group", "64"]);
