@@ -140,7 +140,7 @@ pub(crate) trait Coder {
     /// the frame's bypass stream (see [`RcEncoder`]).
     fn bypass(&mut self, v: u32, bits: u32) -> u32;
     /// Codes symbol `s` of model `m` in one step of the range coder.
-    fn symbol(&mut self, m: &LenModel, s: usize) -> usize;
+    fn symbol<const S: usize, const W: usize>(&mut self, m: &Freq<S, W>, s: usize) -> usize;
     /// Marks the stream as malformed (decoder only).
     fn fail(&mut self);
 }
@@ -317,7 +317,7 @@ impl Coder for RcEncoder {
     }
 
     #[inline(always)]
-    fn symbol(&mut self, m: &LenModel, s: usize) -> usize {
+    fn symbol<const S: usize, const W: usize>(&mut self, m: &Freq<S, W>, s: usize) -> usize {
         let (lo, hi) = (m.cum(s), m.cum(s + 1));
         let r = self.range / m.total();
         self.low += u64::from(r * lo);
@@ -421,7 +421,7 @@ impl Coder for RcDecoder<'_> {
         v
     }
 
-    fn symbol(&mut self, m: &LenModel, _: usize) -> usize {
+    fn symbol<const S: usize, const W: usize>(&mut self, m: &Freq<S, W>, _: usize) -> usize {
         let total = m.total();
         let r = self.range / total;
         let v = self.code / r;
@@ -434,7 +434,7 @@ impl Coder for RcDecoder<'_> {
             return 0;
         }
         // The symbol whose span holds `v`.
-        let s = (1..=LENGTHS).find(|&i| m.cum(i) > v).unwrap_or(LENGTHS) - 1;
+        let s = (1..=S).find(|&i| m.cum(i) > v).unwrap_or(S) - 1;
         let (lo, hi) = (m.cum(s), m.cum(s + 1));
         self.code -= r * lo;
         self.range = r * (hi - lo);
@@ -468,42 +468,39 @@ const LEN_STEP: u16 = 24;
 /// A [`LenModel`]'s total beyond which its frequencies are halved.
 const LEN_LIMIT: u16 = 1 << 15;
 
-/// `u64`s of a [`LenModel`]'s lanes (lanes 0 to [`LENGTHS`], rounded up
-/// to four).
-const LEN_WORDS: usize = (LENGTHS + 1).div_ceil(4);
-
-/// An adaptive model of a bit length (0 to 64): the lengths' frequencies
-/// as cumulative counts, each starting at 1 and growing by [`LEN_STEP`]
-/// each time it is seen, so a length costs one step of the range coder.
+/// An adaptive model of `S` symbols: their frequencies as cumulative
+/// counts, each symbol starting at 1 and growing by [`LEN_STEP`] each
+/// time it is seen, so a symbol costs one step of the range coder.
 ///
-/// The counts are 16-bit lanes, four to a `u64` (lane `i` is the count
-/// below length `i`, lane [`LENGTHS`] and the ones past it the total):
-/// seeing a length adds the step to every lane above it, four lanes per
-/// addition. No lane carries into the next, as the total stays below
-/// 2^16.
+/// The counts are 16-bit lanes, four to a `u64` (`W` of them: lane `i`
+/// is the count below symbol `i`, lane `S` and the ones past it the
+/// total): seeing a symbol adds the step to every lane above it, four
+/// lanes per addition, so the cheapest symbols to see are the last ones.
+/// No lane carries into the next, as the total stays below 2^16.
 #[derive(Clone, Copy)]
-pub(crate) struct LenModel {
-    lanes: [u64; LEN_WORDS],
+pub(crate) struct Freq<const S: usize, const W: usize> {
+    lanes: [u64; W],
 }
 
 /// One in every 16-bit lane.
 const LANE_ONES: u64 = 0x0001_0001_0001_0001;
 
-impl LenModel {
+impl<const S: usize, const W: usize> Freq<S, W> {
     const NEW: Self = {
-        let mut w = [0u64; LEN_WORDS];
+        assert!(W == (S + 1).div_ceil(4));
+        let mut w = [0u64; W];
         let mut i = 0;
-        while i < LEN_WORDS * 4 {
-            // Every length at 1: lane i is i (the lanes past the total's
+        while i < W * 4 {
+            // Every symbol at 1: lane i is i (the lanes past the total's
             // stay at it).
-            let v = if i <= LENGTHS { i } else { LENGTHS } as u64;
+            let v = if i <= S { i } else { S } as u64;
             w[i / 4] |= v << (16 * (i % 4));
             i += 1;
         }
-        LenModel { lanes: w }
+        Freq { lanes: w }
     };
 
-    /// The count below length `i` (`i` = [`LENGTHS`]: the total).
+    /// The count below symbol `i` (`i` = `S`: the total).
     #[inline(always)]
     fn cum(&self, i: usize) -> u32 {
         (self.lanes[i / 4] >> (16 * (i % 4))) as u32 & 0xffff
@@ -511,10 +508,10 @@ impl LenModel {
 
     #[inline(always)]
     fn total(&self) -> u32 {
-        self.cum(LENGTHS)
+        self.cum(S)
     }
 
-    /// Codes length `s` (the decoder's when decoding) and counts it.
+    /// Codes symbol `s` (the decoder's when decoding) and counts it.
     #[inline]
     fn code<C: Coder>(&mut self, c: &mut C, s: usize) -> usize {
         let s = c.symbol(self, s);
@@ -534,11 +531,11 @@ impl LenModel {
     /// Halves every count, keeping each at least 1.
     #[cold]
     fn halve(&mut self) {
-        let mut lanes = [0u64; LEN_WORDS];
+        let mut lanes = [0u64; W];
         let (mut below, mut prev) = (0u32, 0u32);
-        for i in 1..LEN_WORDS * 4 {
-            let c = self.cum(i.min(LENGTHS));
-            if i <= LENGTHS {
+        for i in 1..W * 4 {
+            let c = self.cum(i.min(S));
+            if i <= S {
                 below += (c - prev).div_ceil(2);
                 prev = c;
             }
@@ -547,6 +544,9 @@ impl LenModel {
         self.lanes = lanes;
     }
 }
+
+/// A model of bit lengths 0 to 64.
+type LenModel = Freq<LENGTHS, { (LENGTHS + 1).div_ceil(4) }>;
 
 /// An adaptive model of unsigned integers: the bit length (one symbol),
 /// then the two bits after the leading one under that length's context,
@@ -564,29 +564,16 @@ impl UintModel {
     };
 
     fn reset(&mut self) {
-        *self = Self::NEW;
+        self.len = LenModel::NEW;
+        for h in &mut self.hi {
+            h.fill(PROB_INIT);
+        }
     }
 
     #[inline]
     fn code<C: Coder>(&mut self, c: &mut C, v: u64) -> u64 {
-        let n = self.len.code(c, (64 - v.leading_zeros()) as usize) as u32;
-        if n <= 1 {
-            return u64::from(n);
-        }
-        let rest = n - 1;
-        let modelled = rest.min(2);
-        let mut out = 1u64;
-        let mut t = 1usize;
-        for i in 0..modelled {
-            let b = c.bit(&mut self.hi[n as usize][t], (v >> (rest - 1 - i)) & 1 != 0);
-            t = t * 2 + usize::from(b);
-            out = (out << 1) | u64::from(b);
-        }
-        let low = rest - modelled;
-        if low > 0 {
-            out = (out << low) | raw(c, v, low);
-        }
-        out
+        let n = self.len.code(c, (64 - v.leading_zeros()) as usize);
+        code_below_length(c, &mut self.hi, n as u32, v)
     }
 
     /// Codes a wrapping difference (zigzag).
@@ -606,6 +593,30 @@ fn tree<C: Coder, const BITS: u32>(c: &mut C, probs: &mut [u16], v: u32) -> u32 
         idx = idx * 2 + usize::from(b);
     }
     idx as u32 - (1 << BITS)
+}
+
+/// The bits of `v` below its leading one, once its bit length `n` is
+/// coded: the two after the leading one under the length's context in
+/// `hi`, the rest raw.
+#[inline]
+fn code_below_length<C: Coder>(c: &mut C, hi: &mut [[u16; 4]; 65], n: u32, v: u64) -> u64 {
+    if n <= 1 {
+        return u64::from(n);
+    }
+    let rest = n - 1;
+    let modelled = rest.min(2);
+    let mut out = 1u64;
+    let mut t = 1usize;
+    for i in 0..modelled {
+        let b = c.bit(&mut hi[n as usize][t], (v >> (rest - 1 - i)) & 1 != 0);
+        t = t * 2 + usize::from(b);
+        out = (out << 1) | u64::from(b);
+    }
+    let low = rest - modelled;
+    if low > 0 {
+        out = (out << low) | raw(c, v, low);
+    }
+    out
 }
 
 const fn zigzag(d: u64) -> u64 {
