@@ -516,6 +516,12 @@ impl<T, const N: usize, const F: bool> Ring<T, N, F> {
         total.wrapping_sub(reported)
     }
 
+    /// Whether losses wait to be reported ([`take_lost`](Self::take_lost)
+    /// would return more than 0).
+    pub fn lost_pending(&self) -> bool {
+        self.lost.load(Ordering::Acquire) != self.lost_reported.load(Ordering::Acquire)
+    }
+
     /// The counters. `taken == delivered + lost + len()` whenever no push
     /// or pop is in progress.
     pub fn stats(&self) -> RingStats {
@@ -601,8 +607,11 @@ mod tests {
         for i in 0..4 {
             assert!(r.push(i));
         }
+        assert!(!r.lost_pending());
         assert!(!r.push(99), "full");
+        assert!(r.lost_pending());
         assert_eq!(r.take_lost(), 1);
+        assert!(!r.lost_pending());
         assert_eq!(r.take_lost(), 0, "reported once");
         for i in 0..4 {
             assert_eq!(r.pop(), Some(i));

@@ -87,6 +87,12 @@ pub fn drain_up_to(max_steps: usize) -> usize {
             ring_lost: &s.event_ring_lost,
         };
         for _ in 0..max_steps {
+            // Nothing queued and no loss to report: no step (the drain
+            // runs at every return to a task, most of them with nothing
+            // to do).
+            if s.ring.is_empty() && !s.ring.lost_pending() {
+                break;
+            }
             // A full flight-recorder buffer leaves the samples in the ring
             // (whose overflow is counted) rather than dropping encoded frames.
             if !wire::room_for_batch(DRAIN_BATCH) {

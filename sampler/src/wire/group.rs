@@ -104,7 +104,7 @@ const PROB_INIT: u16 = 1 << (PROB_BITS - 1);
 /// fast, and then settle).
 const SEEN_SHIFT: u32 = PROB_BITS;
 const P_MASK: u16 = (1 << PROB_BITS) - 1;
-const RATES: [u32; 16] = [1, 1, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 5];
+const RATES: [u16; 16] = [1, 1, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 5];
 // The probability stays in [1, 2047] (an update moves it at most halfway
 // to either end), so a bit costs at most 11 bits (what [`bound`] counts
 // on).
@@ -114,17 +114,28 @@ fn prob(p: u16) -> u32 {
     u32::from(p & P_MASK)
 }
 
+/// What an update adds to a model's seen count (in place): one until it
+/// reaches 15.
+const SEEN_STEP: [u16; 16] = {
+    let mut t = [1 << SEEN_SHIFT; 16];
+    t[15] = 0;
+    t
+};
+
 #[inline(always)]
 fn update(p: &mut u16, one: bool) {
-    let seen = *p >> SEEN_SHIFT;
-    let q = *p & P_MASK;
-    let s = RATES[usize::from(seen)];
-    let q = if one {
-        q - (q >> s)
+    let v = *p;
+    let seen = usize::from(v >> SEEN_SHIFT) & 15;
+    let q = v & P_MASK;
+    let s = RATES[seen];
+    // Toward 0 for a one, toward 2048 for a zero; either stays in
+    // [1, 2047], so the seen count above it is untouched.
+    let d = if one {
+        (q >> s).wrapping_neg()
     } else {
-        q + (((1 << PROB_BITS) - q) >> s)
+        ((1 << PROB_BITS) - q) >> s
     };
-    *p = q | (seen + u16::from(seen < 15)) << SEEN_SHIFT;
+    *p = v.wrapping_add(d).wrapping_add(SEEN_STEP[seen]);
 }
 const TOP: u32 = 1 << 24;
 
@@ -604,15 +615,18 @@ fn code_below_length<C: Coder>(c: &mut C, hi: &mut [[u16; 4]; 65], n: u32, v: u6
         return u64::from(n);
     }
     let rest = n - 1;
-    let modelled = rest.min(2);
-    let mut out = 1u64;
-    let mut t = 1usize;
-    for i in 0..modelled {
-        let b = c.bit(&mut hi[n as usize][t], (v >> (rest - 1 - i)) & 1 != 0);
-        t = t * 2 + usize::from(b);
-        out = (out << 1) | u64::from(b);
+    let Some(h) = hi.get_mut(n as usize) else {
+        c.fail();
+        return 0;
+    };
+    let b1 = c.bit(&mut h[1], (v >> (rest - 1)) & 1 != 0);
+    let mut out = 2 | u64::from(b1);
+    if rest == 1 {
+        return out;
     }
-    let low = rest - modelled;
+    let b2 = c.bit(&mut h[2 + usize::from(b1)], (v >> (rest - 2)) & 1 != 0);
+    out = (out << 1) | u64::from(b2);
+    let low = rest - 2;
     if low > 0 {
         out = (out << low) | raw(c, v, low);
     }
@@ -708,7 +722,19 @@ const BRANCH_CACHE: usize = 16;
 #[inline]
 fn to_front<T: Copy + PartialEq, const N: usize>(cache: &mut [T; N], v: T) {
     let at = cache.iter().position(|c| *c == v).unwrap_or(N - 1);
-    cache.copy_within(0..at, 1);
+    put_front(cache, at, v);
+}
+
+/// Puts `v` at the front of `cache`, moving entries `0..at` back by one
+/// (entry `at` is dropped). A fixed-length pass of conditional moves: the
+/// caches are a few entries long, and a call to `memmove` costs more.
+#[inline(always)]
+fn put_front<T: Copy, const N: usize>(cache: &mut [T; N], at: usize, v: T) {
+    for j in (1..N).rev() {
+        if j <= at {
+            cache[j] = cache[j - 1];
+        }
+    }
     cache[0] = v;
 }
 
@@ -1307,7 +1333,7 @@ fn code_callchain<C: Coder>(
         t.callchain.clear();
         return;
     }
-    let mut chain: heapless::Vec<u64, MAX_CALLCHAIN> = heapless::Vec::new();
+    let mut fresh: heapless::Vec<u64, MAX_CALLCHAIN> = heapless::Vec::new();
     let mut last = t.ip;
     for i in 0..len - keep {
         let v = if C::DECODE { 0 } else { inp.callchain[i] };
@@ -1332,17 +1358,23 @@ fn code_callchain<C: Coder>(
         };
         to_front(&mut t.returns, e);
         // Cannot fail: `len <= MAX_CALLCHAIN`.
-        let _ = chain.push(e);
+        let _ = fresh.push(e);
         last = e;
     }
-    for e in &prev[prev.len() - keep..] {
+    // The previous chain [its own entries | the kept ones] becomes [the
+    // fresh entries | the kept ones], in place: only what changed moves.
+    let plen = t.callchain.len();
+    let cc = &mut t.callchain;
+    if len > plen {
         // Cannot fail: `len <= MAX_CALLCHAIN`.
-        let _ = chain.push(*e);
+        let _ = cc.resize(len, 0);
     }
+    cc.copy_within(plen - keep..plen, len - keep);
+    cc.truncate(len);
+    cc[..len - keep].copy_from_slice(&fresh);
     if C::DECODE {
-        out.callchain.clone_from(&chain);
+        out.callchain.clone_from(cc);
     }
-    t.callchain = chain;
 }
 
 fn code_branches<C: Coder>(
@@ -1431,8 +1463,7 @@ fn code_branches<C: Coder>(
             .iter()
             .position(|r| (r.0, r.1) == (from, to))
             .unwrap_or(BRANCH_CACHE - 1);
-        l.recent.copy_within(0..at, 1);
-        l.recent[0] = (from, to, flags);
+        put_front(&mut l.recent, at, (from, to, flags));
         // Cannot fail: `shift <= n <= MAX_BRANCHES`.
         let _ = stack.push((from, to, flags));
         last = from;
@@ -1559,7 +1590,11 @@ fn code_regs<C: Coder>(
                 // takes is no longer an earlier one.
                 let cache = &mut st.cache[i];
                 if let Some(at) = cache.iter().position(|e| *e == new) {
-                    cache.copy_within(at + 1.., at);
+                    for j in 0..REG_CACHE - 1 {
+                        if j >= at {
+                            cache[j] = cache[j + 1];
+                        }
+                    }
                     cache[REG_CACHE - 1] = prev;
                 }
                 to_front(cache, prev);
