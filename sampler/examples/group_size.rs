@@ -40,9 +40,9 @@ fn main() -> std::process::ExitCode {
         };
         let mut enc: Box<Encoder> = Box::new(Encoder::new(config));
         let mut buf = vec![0u8; MAX_FRAME];
-        let mut total = 0usize;
+        let mut stream = Vec::new();
         let mut write = |f: &[u8]| -> Result<(), ()> {
-            total += f.len();
+            stream.extend_from_slice(f);
             Ok(())
         };
         for r in &records {
@@ -52,6 +52,19 @@ fn main() -> std::process::ExitCode {
             }
         }
         let _ = enc.flush(&mut buf, &mut write);
+        let total = stream.len();
+        // The samples must come back exactly.
+        let mut back = Vec::new();
+        let mut dec = Box::new(Decoder::new());
+        dec.push(&stream, |r| {
+            if let Ok(r @ Record::Sample(_)) = r {
+                back.push(r);
+            }
+        });
+        if back != records {
+            eprintln!("group_size: G={g}: the samples do not decode back exactly");
+            return std::process::ExitCode::from(1);
+        }
         println!(
             "G={g}: {samples} samples, {:.2} bytes/sample",
             total as f64 / samples as f64

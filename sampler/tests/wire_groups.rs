@@ -110,13 +110,25 @@ fn odd_sample(rng: &mut Rng, i: u64) -> Sample {
                 };
                 let mut values = heapless::Vec::new();
                 for _ in 0..mask.count_ones().min(56) {
-                    values.push(rng.next() >> rng.below(64)).unwrap();
+                    // Half from a few values, so registers repeat theirs
+                    // and their change masks repeat too.
+                    let v = if rng.below(2) == 0 {
+                        [0, 1, 0x7fff_f000, u64::MAX][rng.below(4) as usize]
+                    } else {
+                        rng.next() >> rng.below(64)
+                    };
+                    values.push(v).unwrap();
                 }
                 if mask.count_ones() <= 56 {
                     *slot = Some(RegsSample { abi, mask, values });
                 }
             }
         }
+    }
+    if rng.below(3) == 0 {
+        // A sample of user code: its interrupted registers are its user
+        // registers.
+        s.regs_intr.clone_from(&s.regs_user);
     }
     if rng.below(4) == 0 {
         s.mem = Some(MemInfo {

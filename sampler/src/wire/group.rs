@@ -558,6 +558,8 @@ impl<const S: usize, const W: usize> Freq<S, W> {
 
 /// A model of bit lengths 0 to 64.
 type LenModel = Freq<LENGTHS, { (LENGTHS + 1).div_ceil(4) }>;
+/// A model of which recent change mask (or none).
+type MaskModel = Freq<{ MASK_CACHE + 1 }, { (MASK_CACHE + 2).div_ceil(4) }>;
 
 /// An adaptive model of unsigned integers: the bit length (one symbol),
 /// then the two bits after the leading one under that length's context,
@@ -667,6 +669,11 @@ struct RegModels {
     hit: [u16; REG_MODELS],
     which: [[u16; REG_CACHE]; REG_MODELS],
     value: [UintModel; REG_MODELS],
+    /// "All the same as the alternative set", by whether the sample was
+    /// taken in the kernel.
+    all_alt: [u16; 2],
+    /// Which of the recent change masks, or none ([`MASK_CACHE`]).
+    mask_which: MaskModel,
 }
 
 impl RegModels {
@@ -680,6 +687,8 @@ impl RegModels {
         hit: [PROB_INIT; REG_MODELS],
         which: [[PROB_INIT; REG_CACHE]; REG_MODELS],
         value: [UintModel::NEW; REG_MODELS],
+        all_alt: [PROB_INIT; 2],
+        mask_which: MaskModel::NEW,
     };
 
     fn reset(&mut self) {
@@ -702,12 +711,16 @@ impl RegModels {
         for v in &mut self.value {
             v.reset();
         }
+        self.all_alt.fill(PROB_INIT);
+        self.mask_which = MaskModel::NEW;
     }
 }
 
 /// Recent values a register's cache keeps (registers below
 /// [`CACHED_REGS`]).
 const REG_CACHE: usize = 4;
+/// Recent change masks a register set keeps.
+const MASK_CACHE: usize = 8;
 /// Registers (by position) with a cache of recent values: the GPRs.
 const CACHED_REGS: usize = 24;
 /// Recent IPs a task's cache keeps.
@@ -914,6 +927,8 @@ struct RegsState {
     changed: u64,
     /// Recent earlier values of the first [`CACHED_REGS`] registers.
     cache: [[u64; REG_CACHE]; CACHED_REGS],
+    /// Recent change masks, most recent first.
+    masks: [u64; MASK_CACHE],
 }
 
 impl RegsState {
@@ -924,6 +939,7 @@ impl RegsState {
         values: [0; MAX_SAMPLED_REGS],
         changed: 0,
         cache: [[0; REG_CACHE]; CACHED_REGS],
+        masks: [0; MASK_CACHE],
     };
 }
 
@@ -1030,6 +1046,7 @@ impl TaskState {
             r.n = 0;
             r.changed = 0;
             r.cache = [[0; REG_CACHE]; CACHED_REGS];
+            r.masks = [0; MASK_CACHE];
         }
         self.mem = MemInfo::default();
     }
@@ -1530,13 +1547,77 @@ fn code_regs<C: Coder>(
         st.n = n;
         st.values[..n].fill(0);
         st.changed = 0;
+        st.masks = [0; MASK_CACHE];
     }
     let alt = alt.filter(|a| a.mask == st.mask && a.n == st.n);
+    let n = st.n;
+    let values = inp.map_or(&[][..], |r| &r.values[..]);
+    // The whole set the same as the alternative one (the interrupted
+    // registers of a sample taken in user mode are its user registers).
+    if let Some(a) = alt {
+        let same = !C::DECODE && values[..n] == a.values[..n];
+        if c.bit(&mut m.all_alt[kernel], same) {
+            let mut changed = 0;
+            for i in 0..n {
+                if st.values[i] != a.values[i] {
+                    changed |= 1 << i;
+                    remember(st, i, a.values[i]);
+                }
+            }
+            put_front(&mut st.masks, MASK_CACHE - 1, changed);
+            st.changed = changed;
+            return;
+        }
+    }
+    // Which values changed: one of the set's recent change masks (one
+    // symbol), else register by register against the previous mask.
+    let mask_in = if C::DECODE {
+        0
+    } else {
+        let mut mask = 0u64;
+        for i in 0..n {
+            mask |= u64::from(values[i] != st.values[i]) << i;
+        }
+        mask
+    };
+    let at = if C::DECODE {
+        0
+    } else {
+        st.masks
+            .iter()
+            .position(|e| *e == mask_in)
+            .unwrap_or(MASK_CACHE)
+    };
+    let at = m.mask_which.code(c, at);
+    let changed = match st.masks.get(at) {
+        Some(&mask) => {
+            put_front(&mut st.masks, at, mask);
+            mask
+        }
+        None => {
+            let mut mask = 0u64;
+            for i in 0..n {
+                let k = i.min(REG_MODELS - 1);
+                let was = usize::from(st.changed >> i & 1 != 0);
+                if !c.bit(&mut m.same[was][k], mask_in >> i & 1 == 0) {
+                    mask |= 1 << i;
+                }
+            }
+            put_front(&mut st.masks, MASK_CACHE - 1, mask);
+            mask
+        }
+    };
     // Where the IP register sits among the values (perf's bit 8).
     let ip_at = (st.mask >> 8 & 1 != 0).then(|| (st.mask & 0xff).count_ones() as usize);
-    let values = inp.map_or(&[][..], |r| &r.values[..]);
-    let mut changed = 0u64;
-    for i in 0..st.n {
+    let mut rest = changed;
+    while rest != 0 {
+        let i = rest.trailing_zeros() as usize;
+        rest &= rest - 1;
+        if i >= n {
+            // Only from a damaged stream: a cached mask of another shape.
+            c.fail();
+            break;
+        }
         let k = i.min(REG_MODELS - 1);
         let prev = st.values[i];
         let v = if C::DECODE { 0 } else { values[i] };
@@ -1548,10 +1629,6 @@ fn code_regs<C: Coder>(
                 && c.bit(&mut m.alt[kernel][k], v == a.values[i])
             {
                 break 'value a.values[i];
-            }
-            let was = usize::from(st.changed >> i & 1 != 0);
-            if c.bit(&mut m.same[was][k], v == prev) {
-                break 'value prev;
             }
             // The same value as another register (a copy, a return value,
             // RCX and R11 after a system call).
@@ -1583,26 +1660,28 @@ fn code_regs<C: Coder>(
             }
             prev.wrapping_add(m.value[k].delta(c, v.wrapping_sub(prev)))
         };
-        if new != prev {
-            changed |= 1 << i;
-            if i < CACHED_REGS {
-                // The value it leaves becomes a recent one; the one it
-                // takes is no longer an earlier one.
-                let cache = &mut st.cache[i];
-                if let Some(at) = cache.iter().position(|e| *e == new) {
-                    for j in 0..REG_CACHE - 1 {
-                        if j >= at {
-                            cache[j] = cache[j + 1];
-                        }
-                    }
-                    cache[REG_CACHE - 1] = prev;
-                }
-                to_front(cache, prev);
-            }
-            st.values[i] = new;
-        }
+        remember(st, i, new);
     }
     st.changed = changed;
+}
+
+/// Sets value `i` of `st` to `new`: the value it leaves becomes a recent
+/// one, the one it takes is no longer an earlier one.
+#[inline]
+fn remember(st: &mut RegsState, i: usize, new: u64) {
+    let prev = st.values[i];
+    if let Some(cache) = st.cache.get_mut(i) {
+        if let Some(at) = cache.iter().position(|e| *e == new) {
+            for j in 0..REG_CACHE - 1 {
+                if j >= at {
+                    cache[j] = cache[j + 1];
+                }
+            }
+            cache[REG_CACHE - 1] = prev;
+        }
+        to_front(cache, prev);
+    }
+    st.values[i] = new;
 }
 
 fn regs_sample(st: &RegsState) -> RegsSample {
