@@ -151,7 +151,7 @@ pub(crate) trait Coder {
     /// the frame's bypass stream (see [`RcEncoder`]).
     fn bypass(&mut self, v: u32, bits: u32) -> u32;
     /// Codes symbol `s` of model `m` in one step of the range coder.
-    fn symbol<const S: usize, const W: usize>(&mut self, m: &Freq<S, W>, s: usize) -> usize;
+    fn symbol<const S: usize>(&mut self, m: &Freq<S>, s: usize) -> usize;
     /// Marks the stream as malformed (decoder only).
     fn fail(&mut self);
 }
@@ -328,9 +328,9 @@ impl Coder for RcEncoder {
     }
 
     #[inline(always)]
-    fn symbol<const S: usize, const W: usize>(&mut self, m: &Freq<S, W>, s: usize) -> usize {
-        let (lo, hi) = (m.cum(s), m.cum(s + 1));
-        let r = self.range / m.total();
+    fn symbol<const S: usize>(&mut self, m: &Freq<S>, s: usize) -> usize {
+        let (lo, hi) = m.span(s);
+        let r = self.range / u32::from(m.total);
         self.low += u64::from(r * lo);
         self.range = r * (hi - lo);
         self.normalize();
@@ -432,8 +432,8 @@ impl Coder for RcDecoder<'_> {
         v
     }
 
-    fn symbol<const S: usize, const W: usize>(&mut self, m: &Freq<S, W>, _: usize) -> usize {
-        let total = m.total();
+    fn symbol<const S: usize>(&mut self, m: &Freq<S>, _: usize) -> usize {
+        let total = u32::from(m.total);
         let r = self.range / total;
         let v = self.code / r;
         if v >= total {
@@ -445,8 +445,8 @@ impl Coder for RcDecoder<'_> {
             return 0;
         }
         // The symbol whose span holds `v`.
-        let s = (1..=S).find(|&i| m.cum(i) > v).unwrap_or(S) - 1;
-        let (lo, hi) = (m.cum(s), m.cum(s + 1));
+        let s = m.below.partition_point(|&b| u32::from(b) <= v) - 1;
+        let (lo, hi) = m.span(s);
         self.code -= r * lo;
         self.range = r * (hi - lo);
         self.normalize();
@@ -479,87 +479,97 @@ const LEN_STEP: u16 = 24;
 /// A [`LenModel`]'s total beyond which its frequencies are halved.
 const LEN_LIMIT: u16 = 1 << 15;
 
-/// An adaptive model of `S` symbols: their frequencies as cumulative
-/// counts, each symbol starting at 1 and growing by [`LEN_STEP`] each
-/// time it is seen, so a symbol costs one step of the range coder.
+/// Symbols a [`Freq`] model codes between two rebuilds of its cumulative
+/// counts, at most (it starts at 1 and doubles up to this).
+const REBUILD_MAX: u16 = 16;
+
+/// An adaptive model of `S` symbols, each coded in one step of the range
+/// coder: every symbol's count starts at 1 and grows by [`LEN_STEP`] each
+/// time it is seen.
 ///
-/// The counts are 16-bit lanes, four to a `u64` (`W` of them: lane `i`
-/// is the count below symbol `i`, lane `S` and the ones past it the
-/// total): seeing a symbol adds the step to every lane above it, four
-/// lanes per addition, so the cheapest symbols to see are the last ones.
-/// No lane carries into the next, as the total stays below 2^16.
+/// Coding reads the cumulative counts of the last rebuild, and seeing a
+/// symbol only adds to its own count; the cumulative counts are rebuilt
+/// from the counts after 1, 2, 4, ... up to [`REBUILD_MAX`] symbols, so
+/// the model learns fast at a group's start and then costs a few
+/// instructions a symbol whatever its size.
 #[derive(Clone, Copy)]
-pub(crate) struct Freq<const S: usize, const W: usize> {
-    lanes: [u64; W],
+pub(crate) struct Freq<const S: usize> {
+    count: [u16; S],
+    /// The count below each symbol at the last rebuild.
+    below: [u16; S],
+    total: u16,
+    /// Symbols until the next rebuild, and the next wait after it.
+    left: u16,
+    wait: u16,
 }
 
-/// One in every 16-bit lane.
-const LANE_ONES: u64 = 0x0001_0001_0001_0001;
-
-impl<const S: usize, const W: usize> Freq<S, W> {
+impl<const S: usize> Freq<S> {
     const NEW: Self = {
-        assert!(W == (S + 1).div_ceil(4));
-        let mut w = [0u64; W];
+        let mut below = [0u16; S];
         let mut i = 0;
-        while i < W * 4 {
-            // Every symbol at 1: lane i is i (the lanes past the total's
-            // stay at it).
-            let v = if i <= S { i } else { S } as u64;
-            w[i / 4] |= v << (16 * (i % 4));
+        while i < S {
+            below[i] = i as u16;
             i += 1;
         }
-        Freq { lanes: w }
+        Freq {
+            count: [1; S],
+            below,
+            total: S as u16,
+            left: 1,
+            wait: 2,
+        }
     };
 
-    /// The count below symbol `i` (`i` = `S`: the total).
+    /// Symbol `s`'s span at the last rebuild.
     #[inline(always)]
-    fn cum(&self, i: usize) -> u32 {
-        (self.lanes[i / 4] >> (16 * (i % 4))) as u32 & 0xffff
-    }
-
-    #[inline(always)]
-    fn total(&self) -> u32 {
-        self.cum(S)
+    fn span(&self, s: usize) -> (u32, u32) {
+        let lo = self.below[s];
+        let hi = self.below.get(s + 1).copied().unwrap_or(self.total);
+        (u32::from(lo), u32::from(hi))
     }
 
     /// Codes symbol `s` (the decoder's when decoding) and counts it.
     #[inline]
     fn code<C: Coder>(&mut self, c: &mut C, s: usize) -> usize {
         let s = c.symbol(self, s);
-        // Lanes s + 1 and up gain the step.
-        let first = (s + 1) / 4;
-        let step = u64::from(LEN_STEP) * LANE_ONES;
-        self.lanes[first] += step << (16 * ((s + 1) % 4));
-        for w in &mut self.lanes[first + 1..] {
-            *w += step;
+        if let Some(n) = self.count.get_mut(s) {
+            *n += LEN_STEP;
         }
-        if self.total() > u32::from(LEN_LIMIT) {
-            self.halve();
+        self.left -= 1;
+        if self.left == 0 {
+            self.rebuild();
         }
         s
     }
 
-    /// Halves every count, keeping each at least 1.
+    /// New cumulative counts from the counts (halved, each kept at least
+    /// 1, when their total passes [`LEN_LIMIT`]).
     #[cold]
-    fn halve(&mut self) {
-        let mut lanes = [0u64; W];
-        let (mut below, mut prev) = (0u32, 0u32);
-        for i in 1..W * 4 {
-            let c = self.cum(i.min(S));
-            if i <= S {
-                below += (c - prev).div_ceil(2);
-                prev = c;
-            }
-            lanes[i / 4] |= u64::from(below) << (16 * (i % 4));
+    fn rebuild(&mut self) {
+        let mut total = 0u32;
+        for n in &self.count {
+            total += u32::from(*n);
         }
-        self.lanes = lanes;
+        if total > u32::from(LEN_LIMIT) {
+            for n in &mut self.count {
+                *n = n.div_ceil(2);
+            }
+        }
+        let mut below = 0u16;
+        for (b, n) in self.below.iter_mut().zip(&self.count) {
+            *b = below;
+            below += *n;
+        }
+        self.total = below;
+        self.left = self.wait;
+        self.wait = (self.wait * 2).min(REBUILD_MAX);
     }
 }
 
 /// A model of bit lengths 0 to 64.
-type LenModel = Freq<LENGTHS, { (LENGTHS + 1).div_ceil(4) }>;
+type LenModel = Freq<LENGTHS>;
 /// A model of which recent change mask (or none).
-type MaskModel = Freq<{ MASK_CACHE + 1 }, { (MASK_CACHE + 2).div_ceil(4) }>;
+type MaskModel = Freq<{ MASK_CACHE + 1 }>;
 
 /// An adaptive model of unsigned integers: the bit length (one symbol),
 /// then the two bits after the leading one under that length's context,
