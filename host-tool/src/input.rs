@@ -387,69 +387,71 @@ const HELLO_SCAN: u64 = 64 << 20;
 /// run's events, CPUs and image, so the records before it decode and
 /// convert as if the first Hello had arrived: every subcommand then counts
 /// the same samples. `None` when the first Hello is the run's own, when
-/// there is none in the first [`HELLO_SCAN`] bytes, and for anything that
-/// cannot seek back (`f` is left where it was).
+/// there is none in the first [`HELLO_SCAN`] bytes from where `f` stands,
+/// and for anything but a regular file (`f` does not move).
 pub fn lost_first_hello(f: &mut std::fs::File) -> Option<sampler::wire::Hello> {
-    use std::io::{Seek, SeekFrom};
+    use std::io::Seek;
     if !f.metadata().ok()?.is_file() {
         return None;
     }
     let start = f.stream_position().ok()?;
-    let mut dec = Box::new(Decoder::new());
     let mut found = None;
-    let mut buf = vec![0u8; READ_CHUNK];
-    let mut read = 0u64;
-    while found.is_none() && read < HELLO_SCAN {
-        let n = match f.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        read += n as u64;
-        dec.push(&buf[..n], |r| {
-            if found.is_none()
-                && let Ok(Record::Hello(h)) = r
-            {
-                found = Some(h);
-            }
-        });
-    }
-    f.seek(SeekFrom::Start(start)).ok()?;
+    scan_capture(f, start, HELLO_SCAN, |r| match r {
+        Record::Hello(h) => {
+            found = Some(h);
+            false
+        }
+        _ => true,
+    });
     found.filter(|h| h.repeat > 0)
 }
 
 /// The first Task record of each task in the capture file `f`, read
-/// from its start to its end or to the Hello of another boot, whatever
-/// position `f` is at (which does not move): what a converter looks ahead
-/// to when a task's own record was lost (see
+/// from its start to its end or to the Hello of another boot (`f` does
+/// not move): what a converter looks ahead to when a task's own record
+/// was lost (see
 /// [`Converter::set_lookahead`](crate::convert::Converter::set_lookahead)).
 pub fn tasks_named_in(f: &std::fs::File) -> crate::convert::Lookahead {
-    use std::os::unix::fs::FileExt;
     let mut tasks = crate::convert::Lookahead::new();
+    let mut boot = None;
+    scan_capture(f, 0, u64::MAX, |r| match r {
+        Record::Hello(h) if boot.is_some_and(|b| b != h.boot) => false,
+        Record::Hello(h) => {
+            boot = Some(h.boot);
+            true
+        }
+        Record::Task(t) => {
+            tasks
+                .entry((t.pid, t.tid))
+                .or_insert_with(|| crate::wire::task(&t));
+            true
+        }
+        _ => true,
+    });
+    tasks
+}
+
+/// Decodes the capture file `f` from byte `from`, for at most `limit`
+/// bytes, handing each intact record to `each` until it returns false;
+/// reads at offsets, so `f`'s position does not move.
+fn scan_capture(f: &std::fs::File, from: u64, limit: u64, mut each: impl FnMut(Record) -> bool) {
+    use std::os::unix::fs::FileExt;
     let mut dec = Box::new(Decoder::new());
     let mut buf = vec![0u8; READ_CHUNK];
-    let mut at = 0u64;
-    let mut boot = None;
-    let mut other_boot = false;
-    while !other_boot {
+    let mut at = from;
+    let mut more = true;
+    while more && at - from < limit {
         let n = match f.read_at(&mut buf, at) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
         at += n as u64;
-        dec.push(&buf[..n], |r| match r {
-            Ok(Record::Hello(h)) if other_boot || boot.is_some_and(|b| b != h.boot) => {
-                other_boot = true;
+        dec.push(&buf[..n], |r| {
+            if more && let Ok(r) = r {
+                more = each(r);
             }
-            Ok(Record::Hello(h)) => boot = Some(h.boot),
-            Ok(Record::Task(t)) if !other_boot => {
-                tasks
-                    .entry((t.pid, t.tid))
-                    .or_insert_with(|| crate::wire::task(&t));
-            }
-            _ => {}
         });
     }
-    tasks
 }
 
 /// Whether `rec` goes on to the sink, given where the stream stands in

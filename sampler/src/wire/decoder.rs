@@ -25,14 +25,7 @@ static CRC32C_TABLES: crc::Crc<u32, crc::Table<16>> =
 /// and tables otherwise; elsewhere the slice-by-16 tables.
 #[inline]
 pub(crate) fn frame_crc(bytes: &[u8]) -> u32 {
-    #[cfg(feature = "std")]
-    {
-        crc32c::crc32c(bytes)
-    }
-    #[cfg(not(feature = "std"))]
-    {
-        CRC32C_TABLES.checksum(bytes)
-    }
+    frame_crc_of(&[bytes])
 }
 
 /// [`frame_crc`] of the concatenation of `parts`.

@@ -413,7 +413,10 @@ fn write_group_frame(head: &GroupHead, coded: &[u8], out: &mut [u8]) -> Result<u
 /// COBS framing of bytes pushed a slice at a time, ending with the 0
 /// delimiter: the same encoding postcard's `Cobs` flavor writes (a block
 /// closes at a zero byte, or after 254 others once more bytes come, as the
-/// `cobs` crate does).
+/// `cobs` crate does). The crate's own encoder goes a byte at a time
+/// through its state machine: on the demo's default samples at G = 256 it
+/// cost the drain about 400 more instructions per sample than this, which
+/// copies the runs between zeros whole.
 struct CobsWriter<'a> {
     out: &'a mut [u8],
     /// Where the open block's code byte goes.
