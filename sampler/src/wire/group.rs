@@ -792,23 +792,26 @@ fn code_cached<C: Coder, T: Copy + PartialEq, const N: usize, const BITS: u32>(
 /// Every field's adaptive probabilities.
 #[derive(Clone)]
 struct FieldModels {
+    as_before: u16,
     tid_same: u16,
     tid: UintModel,
     shape_same: u16,
     shape: [u16; 128],
     event_same: u16,
     event: UintModel,
+    pid_same: u16,
     pid: UintModel,
     cpu_same: u16,
     cpu: UintModel,
     time: UintModel,
-    period_same: u16,
+    period_first: [u16; 2],
+    period_second: [u16; 2],
     period: UintModel,
     ip: UintModel,
     ip_hit: u16,
     ip_which: [u16; IP_CACHE],
-    cc_len: UintModel,
-    cc_keep: UintModel,
+    cc_len: Freq<MAX_CALLCHAIN>,
+    cc_keep: Freq<{ MAX_CALLCHAIN + 1 }>,
     cc_same: u16,
     cc_hit: u16,
     cc_which: [u16; CHAIN_CACHE],
@@ -834,23 +837,26 @@ struct FieldModels {
 
 impl FieldModels {
     const NEW: FieldModels = FieldModels {
+        as_before: PROB_INIT,
         tid_same: PROB_INIT,
         tid: UintModel::NEW,
         shape_same: PROB_INIT,
         shape: [PROB_INIT; 128],
         event_same: PROB_INIT,
         event: UintModel::NEW,
+        pid_same: PROB_INIT,
         pid: UintModel::NEW,
         cpu_same: PROB_INIT,
         cpu: UintModel::NEW,
         time: UintModel::NEW,
-        period_same: PROB_INIT,
+        period_first: [PROB_INIT; 2],
+        period_second: [PROB_INIT; 2],
         period: UintModel::NEW,
         ip: UintModel::NEW,
         ip_hit: PROB_INIT,
         ip_which: [PROB_INIT; IP_CACHE],
-        cc_len: UintModel::NEW,
-        cc_keep: UintModel::NEW,
+        cc_len: Freq::NEW,
+        cc_keep: Freq::NEW,
         cc_same: PROB_INIT,
         cc_hit: PROB_INIT,
         cc_which: [PROB_INIT; CHAIN_CACHE],
@@ -876,11 +882,12 @@ impl FieldModels {
 
     fn reset(&mut self) {
         for p in [
+            &mut self.as_before,
             &mut self.tid_same,
+            &mut self.pid_same,
             &mut self.shape_same,
             &mut self.event_same,
             &mut self.cpu_same,
-            &mut self.period_same,
             &mut self.mem_src_same,
             &mut self.ip_hit,
             &mut self.cc_same,
@@ -893,6 +900,10 @@ impl FieldModels {
             *p = PROB_INIT;
         }
         self.shape.fill(PROB_INIT);
+        self.period_first.fill(PROB_INIT);
+        self.period_second.fill(PROB_INIT);
+        self.cc_len = Freq::NEW;
+        self.cc_keep = Freq::NEW;
         self.ip_which.fill(PROB_INIT);
         self.cc_which.fill(PROB_INIT);
         self.br_which.fill(PROB_INIT);
@@ -904,8 +915,6 @@ impl FieldModels {
             &mut self.time,
             &mut self.period,
             &mut self.ip,
-            &mut self.cc_len,
-            &mut self.cc_keep,
             &mut self.cc,
             &mut self.br_idx,
             &mut self.br_len,
@@ -965,6 +974,8 @@ struct TaskState {
     pid: u32,
     cpu: u32,
     period: u64,
+    /// Whether the previous period was the CPU's time step.
+    period_by_step: bool,
     ip: u64,
     ips: [u64; IP_CACHE],
     callchain: heapless::Vec<u64, MAX_CALLCHAIN>,
@@ -1025,6 +1036,7 @@ impl TaskState {
         pid: 0,
         cpu: 0,
         period: 0,
+        period_by_step: false,
         ip: 0,
         ips: [0; IP_CACHE],
         callchain: heapless::Vec::new(),
@@ -1046,6 +1058,7 @@ impl TaskState {
         self.pid = tid;
         self.cpu = 0;
         self.period = 0;
+        self.period_by_step = false;
         self.ip = 0;
         self.ips = [0; IP_CACHE];
         self.callchain.clear();
@@ -1154,56 +1167,68 @@ pub(crate) fn code_sample<C: Coder>(
     out: &mut Sample,
 ) {
     let f = &mut m.fields;
-    // The task.
-    let tid = if c.bit(&mut f.tid_same, inp.tid == m.last_tid) {
-        m.last_tid
-    } else {
-        let v = f.tid.code(c, u64::from(inp.tid));
-        if v > u64::from(u32::MAX) {
-            c.fail();
-        }
-        v as u32
-    };
-    m.last_tid = tid;
-    let t = &mut m.tasks[tid as usize % TASK_SLOTS];
-    if !t.valid || t.tid != tid {
-        t.claim(tid);
-    }
-
-    // Which parts it has.
+    // The task, and which parts the sample has, its event, process and CPU:
+    // all as the previous sample's task had them (one bit), or each coded.
+    let last = &m.tasks[m.last_tid as usize % TASK_SLOTS];
+    let known = last.valid && last.tid == m.last_tid;
     let shape_in = shape_of(inp);
-    let shape = if c.bit(&mut f.shape_same, shape_in == t.shape) {
-        t.shape
+    let as_before = !C::DECODE
+        && known
+        && inp.tid == last.tid
+        && shape_in == last.shape
+        && inp.event == last.event
+        && inp.pid == last.pid
+        && inp.cpu == last.cpu;
+    let (tid, shape, event, pid, cpu);
+    if known && c.bit(&mut f.as_before, as_before) {
+        (tid, shape, event, pid, cpu) = (last.tid, last.shape, last.event, last.pid, last.cpu);
     } else {
-        tree::<C, 7>(c, &mut f.shape, shape_in)
-    };
-    if shape == NO_SHAPE {
+        tid = if c.bit(&mut f.tid_same, inp.tid == m.last_tid) {
+            m.last_tid
+        } else {
+            let v = f.tid.code(c, u64::from(inp.tid));
+            if v > u64::from(u32::MAX) {
+                c.fail();
+            }
+            v as u32
+        };
+        let t = &mut m.tasks[tid as usize % TASK_SLOTS];
+        if !t.valid || t.tid != tid {
+            t.claim(tid);
+        }
+        shape = if c.bit(&mut f.shape_same, shape_in == t.shape) {
+            t.shape
+        } else {
+            tree::<C, 7>(c, &mut f.shape, shape_in)
+        };
+        event = if c.bit(&mut f.event_same, inp.event == t.event) {
+            t.event
+        } else {
+            f.event.code(c, u64::from(inp.event)) as u32
+        };
+        pid = if shape & shape::PID == 0 {
+            tid
+        } else if c.bit(&mut f.pid_same, inp.pid == t.pid && t.pid != tid) {
+            t.pid
+        } else {
+            let v = f.pid.code(c, u64::from(inp.pid)) as u32;
+            if v == tid {
+                c.fail();
+            }
+            v
+        };
+        cpu = if c.bit(&mut f.cpu_same, inp.cpu == t.cpu) {
+            t.cpu
+        } else {
+            f.cpu.code(c, u64::from(inp.cpu)) as u32
+        };
+    }
+    if shape == NO_SHAPE || (shape & shape::PID != 0 && pid == tid) {
         c.fail();
     }
-    t.shape = shape;
-
-    let event = if c.bit(&mut f.event_same, inp.event == t.event) {
-        t.event
-    } else {
-        f.event.code(c, u64::from(inp.event)) as u32
-    };
-    t.event = event;
-    let pid = if shape & shape::PID != 0 {
-        let v = f.pid.code(c, u64::from(inp.pid)) as u32;
-        if v == tid {
-            c.fail();
-        }
-        v
-    } else {
-        tid
-    };
-    t.pid = pid;
-    let cpu = if c.bit(&mut f.cpu_same, inp.cpu == t.cpu) {
-        t.cpu
-    } else {
-        f.cpu.code(c, u64::from(inp.cpu)) as u32
-    };
-    t.cpu = cpu;
+    m.last_tid = tid;
+    let t = &mut m.tasks[tid as usize % TASK_SLOTS];
+    (t.shape, t.event, t.pid, t.cpu) = (shape, event, pid, cpu);
 
     // Time: against the CPU's previous sample plus the step before it (a
     // clock's period), whichever task it was.
@@ -1215,12 +1240,25 @@ pub(crate) fn code_sample<C: Coder>(
     let time = predicted.wrapping_add(f.time.delta(c, inp.time.wrapping_sub(predicted)));
     cs.step = time.wrapping_sub(cs.time);
     cs.time = time;
-    let period = if c.bit(&mut f.period_same, inp.period == t.period) {
-        t.period
+    // The period: a clock's is the time since the CPU's previous sample,
+    // a counter's its fixed sample period. Whichever the task's previous
+    // period was is tried first.
+    let step = cs.step;
+    let by_step = usize::from(t.period_by_step);
+    let (first, second) = if t.period_by_step {
+        (step, t.period)
+    } else {
+        (t.period, step)
+    };
+    let period = if c.bit(&mut f.period_first[by_step], inp.period == first) {
+        first
+    } else if c.bit(&mut f.period_second[by_step], inp.period == second) {
+        second
     } else {
         t.period
             .wrapping_add(f.period.delta(c, inp.period.wrapping_sub(t.period)))
     };
+    t.period_by_step = period == step;
     t.period = period;
     let old_ip = t.ip;
     // IP: one of the task's recent ones, else against the last.
@@ -1336,7 +1374,8 @@ fn code_callchain<C: Coder>(
     out: &mut Sample,
 ) {
     let len_in = inp.callchain.len();
-    let len = (f.cc_len.code(c, (len_in as u64).wrapping_sub(1)) as usize).wrapping_add(1);
+    // A chain has 1 to MAX_CALLCHAIN entries.
+    let len = f.cc_len.code(c, len_in.wrapping_sub(1)) + 1;
     if len > MAX_CALLCHAIN {
         c.fail();
         t.callchain.clear();
@@ -1354,7 +1393,7 @@ fn code_callchain<C: Coder>(
             .take_while(|(a, b)| a == b)
             .count()
     };
-    let keep = f.cc_keep.code(c, shared_in as u64) as usize;
+    let keep = f.cc_keep.code(c, shared_in);
     if keep > len || keep > prev.len() {
         c.fail();
         t.callchain.clear();
