@@ -175,6 +175,8 @@ pub(crate) struct RcEncoder {
     /// Set when `out` or `bypass` overflowed (the frame is then unusable).
     pub(crate) overflow: bool,
     /// The bypass stream: whole bytes so far, and the bits not yet in one.
+    /// The bytes fill `bypass` from its end down, so they lie in the
+    /// reverse order the frame ends with.
     bypass: [u8; FRAME_CODED_MAX + 16],
     bypass_len: usize,
     acc: u64,
@@ -269,12 +271,7 @@ impl RcEncoder {
                 for (d, b) in head.iter_mut().zip(tail.iter().rev()) {
                     *d = *b;
                 }
-                for (d, b) in rest
-                    .iter_mut()
-                    .zip(self.bypass[..self.bypass_len].iter().rev())
-                {
-                    *d = *b;
-                }
+                rest.copy_from_slice(&self.bypass[self.bypass.len() - self.bypass_len..]);
                 self.len += n;
             }
             None => self.overflow = true,
@@ -314,9 +311,14 @@ impl Coder for RcEncoder {
         self.acc |= u64::from(v) << self.acc_bits;
         self.acc_bits += bits;
         if self.acc_bits >= 32 {
-            match self.bypass.get_mut(self.bypass_len..self.bypass_len + 4) {
+            let end = self.bypass.len() - self.bypass_len;
+            match end
+                .checked_sub(4)
+                .and_then(|at| self.bypass.get_mut(at..end))
+            {
                 Some(dst) => {
-                    dst.copy_from_slice(&(self.acc as u32).to_le_bytes());
+                    // Reversed: the stream's next four bytes, last first.
+                    dst.copy_from_slice(&(self.acc as u32).to_be_bytes());
                     self.bypass_len += 4;
                 }
                 None => self.overflow = true,
