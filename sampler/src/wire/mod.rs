@@ -108,10 +108,12 @@ pub const MAGIC: [u8; 4] = *b"PRCH";
 /// version 5 added [`Record::TaskExit`]; version 6 added the CPUs' places
 /// to Hello ([`Hello::cpus`]); version 7 added why a Task record was sent
 /// ([`Task::origin`]: a task made by another, a process's exec); version 8
-/// added sample groups ([`group`], record tag [`group::GROUP_TAG`]). A
+/// added sample groups ([`group`], record tag [`group::GROUP_TAG`]);
+/// version 9 changed how a group codes its samples (change masks, the
+/// period as the clock's step, the coder's bypass stream and models). A
 /// Hello of another version is recognised and refused with the version
 /// error.
-pub const PROTOCOL_VERSION: u16 = 8;
+pub const PROTOCOL_VERSION: u16 = 9;
 /// The frame delimiter. A writer should send one before its first frame
 /// (and after any reset of the line) so that noise on the line before it is
 /// not glued to that frame.
