@@ -570,6 +570,14 @@ impl<const S: usize> Freq<S> {
 
 /// A model of bit lengths 0 to 64.
 type LenModel = Freq<LENGTHS>;
+/// A changed register's value is a delta against its previous one.
+const KIND_DELTA: usize = 0;
+/// ... the value of an earlier register of the same sample.
+const KIND_EARLIER: usize = 1;
+/// ... one of its recent values (this plus its place among them).
+const KIND_CACHED: usize = 2;
+/// A model of how a changed register's value is coded.
+type KindModel = Freq<{ KIND_CACHED + REG_CACHE }>;
 /// A model of which recent change mask (or none).
 type MaskModel = Freq<{ MASK_CACHE + 1 }>;
 
@@ -673,13 +681,11 @@ struct RegModels {
     /// "The sample's IP" (the IP register), by whether the sample was
     /// taken in the kernel.
     ip_eq: [u16; 2],
-    /// "Equal to an earlier register of the same sample", and which (by
-    /// its distance back).
-    earlier: [u16; REG_MODELS],
-    earlier_which: [[u16; 64]; REG_MODELS],
-    /// "One of the register's recent values" and which.
-    hit: [u16; REG_MODELS],
-    which: [[u16; REG_CACHE]; REG_MODELS],
+    /// How a changed value is coded ([`KIND_DELTA`], [`KIND_EARLIER`] or
+    /// [`KIND_CACHED`] plus its place in the register's recent values).
+    kind: [KindModel; REG_MODELS],
+    /// Which earlier register of the same sample (by its distance back).
+    earlier_which: [Freq<MAX_SAMPLED_REGS>; REG_MODELS],
     value: [UintModel; REG_MODELS],
     /// "All the same as the alternative set", by whether the sample was
     /// taken in the kernel.
@@ -694,10 +700,8 @@ impl RegModels {
         alt: [[PROB_INIT; REG_MODELS]; 2],
         same: [[PROB_INIT; REG_MODELS]; 2],
         ip_eq: [PROB_INIT; 2],
-        earlier: [PROB_INIT; REG_MODELS],
-        earlier_which: [[PROB_INIT; 64]; REG_MODELS],
-        hit: [PROB_INIT; REG_MODELS],
-        which: [[PROB_INIT; REG_CACHE]; REG_MODELS],
+        kind: [KindModel::NEW; REG_MODELS],
+        earlier_which: [Freq::NEW; REG_MODELS],
         value: [UintModel::NEW; REG_MODELS],
         all_alt: [PROB_INIT; 2],
         mask_which: MaskModel::NEW,
@@ -711,15 +715,9 @@ impl RegModels {
         for a in &mut self.same {
             a.fill(PROB_INIT);
         }
-        self.hit.fill(PROB_INIT);
         self.ip_eq.fill(PROB_INIT);
-        self.earlier.fill(PROB_INIT);
-        for w in &mut self.earlier_which {
-            w.fill(PROB_INIT);
-        }
-        for w in &mut self.which {
-            w.fill(PROB_INIT);
-        }
+        self.kind = [KindModel::NEW; REG_MODELS];
+        self.earlier_which = [Freq::NEW; REG_MODELS];
         for v in &mut self.value {
             v.reset();
         }
@@ -1672,6 +1670,7 @@ fn code_regs<C: Coder>(
         let k = i.min(REG_MODELS - 1);
         let prev = st.values[i];
         let v = if C::DECODE { 0 } else { values[i] };
+        let mut back = 0;
         let new = 'value: {
             if ip_at == Some(i) && c.bit(&mut m.ip_eq[kernel], v == ip) {
                 break 'value ip;
@@ -1682,34 +1681,43 @@ fn code_regs<C: Coder>(
                 break 'value a.values[i];
             }
             // The same value as another register (a copy, a return value,
-            // RCX and R11 after a system call).
-            let back = if C::DECODE {
-                None
+            // RCX and R11 after a system call), one of the register's
+            // recent values, or a delta: one symbol says which.
+            let kind_in = if C::DECODE {
+                0
+            } else if let Some(d) = st.values[..i].iter().rev().position(|e| *e == v) {
+                back = d;
+                KIND_EARLIER
             } else {
-                st.values[..i].iter().rev().position(|e| *e == v)
+                st.cache
+                    .get(i)
+                    .and_then(|cache| cache.iter().position(|e| *e == v))
+                    .map_or(KIND_DELTA, |at| KIND_CACHED + at)
             };
-            if i > 0 && c.bit(&mut m.earlier[k], back.is_some()) {
-                let d = tree::<C, 6>(c, &mut m.earlier_which[k], back.unwrap_or(0) as u32) as usize;
-                match i.checked_sub(d + 1) {
-                    Some(j) => break 'value st.values[j],
-                    None => {
-                        c.fail();
-                        break 'value prev;
+            match m.kind[k].code(c, kind_in) {
+                KIND_DELTA => prev.wrapping_add(m.value[k].delta(c, v.wrapping_sub(prev))),
+                KIND_EARLIER => {
+                    let d = m.earlier_which[k].code(c, back);
+                    match i.checked_sub(d + 1) {
+                        Some(j) => st.values[j],
+                        None => {
+                            c.fail();
+                            prev
+                        }
                     }
                 }
+                kind => match st
+                    .cache
+                    .get(i)
+                    .and_then(|cache| cache.get(kind - KIND_CACHED))
+                {
+                    Some(&hit) => hit,
+                    None => {
+                        c.fail();
+                        prev
+                    }
+                },
             }
-            if i < CACHED_REGS
-                && let Some(hit) = code_cached::<C, u64, REG_CACHE, 2>(
-                    c,
-                    &mut m.hit[k],
-                    &mut m.which[k],
-                    &st.cache[i],
-                    v,
-                )
-            {
-                break 'value hit;
-            }
-            prev.wrapping_add(m.value[k].delta(c, v.wrapping_sub(prev)))
         };
         remember(st, i, new);
     }
