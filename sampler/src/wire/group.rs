@@ -1624,8 +1624,8 @@ fn code_regs<C: Coder>(
         0
     } else {
         let mut mask = 0u64;
-        for i in 0..n {
-            mask |= u64::from(values[i] != st.values[i]) << i;
+        for (i, (v, p)) in values.iter().zip(&st.values[..n]).enumerate() {
+            mask |= u64::from(v != p) << i;
         }
         mask
     };
