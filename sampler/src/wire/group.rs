@@ -33,22 +33,31 @@
 //! # Models
 //! Each field is coded against context both sides keep: per task (up to
 //! [`TASK_SLOTS`] at once), the previous sample's values and small caches
-//! of recent ones; per field and per register, adaptive bit
-//! probabilities.
-//! - A value is "same as before" (one adaptive bit) or a zigzag delta whose
-//!   bit length is an adaptive 7-bit tree and whose two leading bits are
-//!   adaptive too (the rest go as raw bits).
-//! - Time is a delta against the task's previous time plus its previous
-//!   step; the IP is one of the task's 8 most recent IPs or a delta.
-//! - A register is, in turn: the same as the sample's user register
-//!   (interrupted registers, by whether the sample was taken in the
-//!   kernel), unchanged (by whether it changed at the previous sample),
-//!   one of its 4 recent earlier values (the first 24 registers), or a
+//! of recent ones; per field and per register, adaptive bit probabilities
+//! and adaptive symbol frequencies.
+//! - A number below 32 is one symbol; a larger one is its bit length (one
+//!   symbol) and the bits below its leading one, raw (in the frame's
+//!   bypass stream). Most numbers are zigzag deltas against a prediction.
+//! - The task, which parts the sample has, its event, process and CPU are
+//!   one bit when all are as the previous sample's task had them.
+//! - Time is a delta against the CPU's previous time plus its previous
+//!   step. The period is the CPU's step (a clock's period) or the task's
+//!   previous period (a counter's), whichever the task's previous sample
+//!   had first, else a delta. The IP is one of the task's 8 most recent
+//!   IPs or a delta.
+//! - Registers: which of them changed since the task's previous sample is
+//!   one of the set's 8 recent change masks (one symbol) or register by
+//!   register; an interrupted set is first one bit for "the user set" (a
+//!   sample taken in user mode). A changed value is the sample's IP (the
+//!   IP register), the user register (the interrupted set), or one symbol
+//!   for how it is coded: an earlier register of the same sample (and
+//!   which), one of its 4 recent values (the first 24 registers), or a
 //!   delta.
-//! - A callchain keeps the entries it shares at its outer end with the
-//!   task's previous chain; the others are deltas against the previous
-//!   chain's entry at the same depth.
-//! - A branch-stack entry is one of the task's 16 most recent branches
+//! - A callchain's length and the number of entries it shares at its
+//!   outer end with the task's previous chain are a symbol each; the other
+//!   entries are the previous chain's entry at the same depth, one of the
+//!   task's recent return addresses, or a delta.
+//! - A branch-stack entry is one of the CPU's 16 most recent branches
 //!   (loops repeat theirs), with its flags the same as that entry's or
 //!   coded, or deltas from the entry before.
 
@@ -474,19 +483,17 @@ fn raw<C: Coder>(c: &mut C, v: u64, bits: u32) -> u64 {
 // ---------------------------------------------------------------------
 // Models.
 
-/// Bit lengths of a 64-bit value, 0 to 64: the symbols of a [`LenModel`].
-const LENGTHS: usize = 65;
-/// What a [`LenModel`] adds to a length's frequency each time it is seen.
-const LEN_STEP: u16 = 24;
-/// A [`LenModel`]'s total beyond which its frequencies are halved.
-const LEN_LIMIT: u16 = 1 << 15;
+/// What a [`Freq`] model adds to a symbol's count each time it is seen.
+const FREQ_STEP: u16 = 24;
+/// A [`Freq`] model's total beyond which its counts are halved.
+const FREQ_LIMIT: u16 = 1 << 15;
 
 /// Symbols a [`Freq`] model codes between two rebuilds of its cumulative
 /// counts, at most (it starts at 1 and doubles up to this).
 const REBUILD_MAX: u16 = 16;
 
 /// An adaptive model of `S` symbols, each coded in one step of the range
-/// coder: every symbol's count starts at 1 and grows by [`LEN_STEP`] each
+/// coder: every symbol's count starts at 1 and grows by [`FREQ_STEP`] each
 /// time it is seen.
 ///
 /// Coding reads the cumulative counts of the last rebuild, and seeing a
@@ -535,7 +542,7 @@ impl<const S: usize> Freq<S> {
     fn code<C: Coder>(&mut self, c: &mut C, s: usize) -> usize {
         let s = c.symbol(self, s);
         if let Some(n) = self.count.get_mut(s) {
-            *n += LEN_STEP;
+            *n += FREQ_STEP;
         }
         self.left -= 1;
         if self.left == 0 {
@@ -545,14 +552,14 @@ impl<const S: usize> Freq<S> {
     }
 
     /// New cumulative counts from the counts (halved, each kept at least
-    /// 1, when their total passes [`LEN_LIMIT`]).
+    /// 1, when their total passes [`FREQ_LIMIT`]).
     #[cold]
     fn rebuild(&mut self) {
         let mut total = 0u32;
         for n in &self.count {
             total += u32::from(*n);
         }
-        if total > u32::from(LEN_LIMIT) {
+        if total > u32::from(FREQ_LIMIT) {
             for n in &mut self.count {
                 *n = n.div_ceil(2);
             }
@@ -568,8 +575,6 @@ impl<const S: usize> Freq<S> {
     }
 }
 
-/// A model of bit lengths 0 to 64.
-type LenModel = Freq<LENGTHS>;
 /// A changed register's value is a delta against its previous one.
 const KIND_DELTA: usize = 0;
 /// ... the value of an earlier register of the same sample.
@@ -581,32 +586,42 @@ type KindModel = Freq<{ KIND_CACHED + REG_CACHE }>;
 /// A model of which recent change mask (or none).
 type MaskModel = Freq<{ MASK_CACHE + 1 }>;
 
-/// An adaptive model of unsigned integers: the bit length (one symbol),
-/// then the two bits after the leading one under that length's context,
-/// then raw bits.
+/// Bits of the values a [`UintModel`] codes as a symbol each.
+const SMALL_BITS: u32 = 5;
+/// Symbols of a [`UintModel`]: the values below `2^SMALL_BITS`, then the
+/// bit lengths above `SMALL_BITS`.
+const UINT_SYMBOLS: usize = (1 << SMALL_BITS) + 64 - SMALL_BITS as usize;
+
+/// An adaptive model of unsigned integers: a small value is one symbol;
+/// a larger one is its bit length (one symbol) and the bits below its
+/// leading one, raw.
 #[derive(Clone, Copy)]
 struct UintModel {
-    len: LenModel,
-    hi: [[u16; 4]; 65],
+    sym: Freq<UINT_SYMBOLS>,
 }
 
 impl UintModel {
-    const NEW: UintModel = UintModel {
-        len: LenModel::NEW,
-        hi: [[PROB_INIT; 4]; 65],
-    };
+    const NEW: UintModel = UintModel { sym: Freq::NEW };
 
     fn reset(&mut self) {
-        self.len = LenModel::NEW;
-        for h in &mut self.hi {
-            h.fill(PROB_INIT);
-        }
+        self.sym = Freq::NEW;
     }
 
     #[inline]
     fn code<C: Coder>(&mut self, c: &mut C, v: u64) -> u64 {
-        let n = self.len.code(c, (64 - v.leading_zeros()) as usize);
-        code_below_length(c, &mut self.hi, n as u32, v)
+        const SMALL: usize = 1 << SMALL_BITS;
+        let s = if v < SMALL as u64 {
+            v as usize
+        } else {
+            SMALL + (63 - v.leading_zeros() - SMALL_BITS) as usize
+        };
+        let s = self.sym.code(c, s);
+        if s < SMALL {
+            return s as u64;
+        }
+        // The bits below the leading one.
+        let low = (s - SMALL) as u32 + SMALL_BITS;
+        (1u64 << low) | raw(c, v, low)
     }
 
     /// Codes a wrapping difference (zigzag).
@@ -626,33 +641,6 @@ fn tree<C: Coder, const BITS: u32>(c: &mut C, probs: &mut [u16], v: u32) -> u32 
         idx = idx * 2 + usize::from(b);
     }
     idx as u32 - (1 << BITS)
-}
-
-/// The bits of `v` below its leading one, once its bit length `n` is
-/// coded: the two after the leading one under the length's context in
-/// `hi`, the rest raw.
-#[inline]
-fn code_below_length<C: Coder>(c: &mut C, hi: &mut [[u16; 4]; 65], n: u32, v: u64) -> u64 {
-    if n <= 1 {
-        return u64::from(n);
-    }
-    let rest = n - 1;
-    let Some(h) = hi.get_mut(n as usize) else {
-        c.fail();
-        return 0;
-    };
-    let b1 = c.bit(&mut h[1], (v >> (rest - 1)) & 1 != 0);
-    let mut out = 2 | u64::from(b1);
-    if rest == 1 {
-        return out;
-    }
-    let b2 = c.bit(&mut h[2 + usize::from(b1)], (v >> (rest - 2)) & 1 != 0);
-    out = (out << 1) | u64::from(b2);
-    let low = rest - 2;
-    if low > 0 {
-        out = (out << low) | raw(c, v, low);
-    }
-    out
 }
 
 const fn zigzag(d: u64) -> u64 {
@@ -1144,9 +1132,9 @@ impl GroupModels {
 
 /// An upper bound of the coded bytes of `s` whatever the models hold: a
 /// modelled bit costs at most 11 bits (its probability stays at 1/2048
-/// or more), a length at most 16 (its count is at least 1 of at most
-/// 2^15 + 24), and a value takes at most 7 modelled bits (5 flags and the
-/// 2 after its leading one), a length and 61 raw bits: 154 bits.
+/// or more), a symbol at most 16 (its count is at least 1 of a total
+/// below 2^15 + 16 * 24), and a value takes at most three bits, two
+/// symbols and 63 raw bits: 128 bits, within the 20 bytes counted for it.
 pub(crate) fn bound(s: &Sample) -> usize {
     const VALUE: usize = 20;
     let regs = |r: &Option<RegsSample>| r.as_ref().map_or(0, |r| 10 + r.values.len() * VALUE);
