@@ -504,6 +504,8 @@ const REBUILD_MAX: u16 = 16;
 #[derive(Clone, Copy)]
 pub(crate) struct Freq<const S: usize> {
     count: [u16; S],
+    /// The counts' total.
+    sum: u16,
     /// The count below each symbol at the last rebuild.
     below: [u16; S],
     total: u16,
@@ -522,6 +524,7 @@ impl<const S: usize> Freq<S> {
         }
         Freq {
             count: [1; S],
+            sum: S as u16,
             below,
             total: S as u16,
             left: 1,
@@ -543,6 +546,7 @@ impl<const S: usize> Freq<S> {
         let s = c.symbol(self, s);
         if let Some(n) = self.count.get_mut(s) {
             *n += FREQ_STEP;
+            self.sum += FREQ_STEP;
         }
         self.left -= 1;
         if self.left == 0 {
@@ -555,13 +559,11 @@ impl<const S: usize> Freq<S> {
     /// 1, when their total passes [`FREQ_LIMIT`]).
     #[cold]
     fn rebuild(&mut self) {
-        let mut total = 0u32;
-        for n in &self.count {
-            total += u32::from(*n);
-        }
-        if total > u32::from(FREQ_LIMIT) {
+        if self.sum > FREQ_LIMIT {
+            self.sum = 0;
             for n in &mut self.count {
                 *n = n.div_ceil(2);
+                self.sum += *n;
             }
         }
         let mut below = 0u16;
