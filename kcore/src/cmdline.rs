@@ -370,8 +370,9 @@ pub const MAX_BUFFER_MIB: u32 = 4096;
 /// The largest `wire_group=` (the wire's own limit).
 pub const MAX_WIRE_GROUP: u32 = 65_536;
 /// Samples per group when the command line does not say (`wire_group=`):
-/// about 2.7 times fewer bytes per default sample than a frame each, for
-/// the same drain cost, and at most a group's rest lost to a damaged frame.
+/// about 2.7 times fewer bytes per default sample than a frame each, at
+/// a little over half the drain's cost, and at most a group's rest lost
+/// to a damaged frame.
 pub const DEFAULT_WIRE_GROUP: u32 = 256;
 
 /// Where threads run (`sched=`).
