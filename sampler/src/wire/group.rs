@@ -751,32 +751,23 @@ fn put_front<T: Copy, const N: usize>(cache: &mut [T; N], at: usize, v: T) {
     cache[0] = v;
 }
 
-/// Codes `v` as one of `cache`'s entries (a bit, then which through a
-/// tree of `which`), or not: returns the entry, or `None` for a miss.
+/// Codes `v` as one of `cache`'s entries or not, in one symbol of
+/// `which` (the entry's place, or `N` for none): returns the entry, or
+/// `None`.
 #[inline]
-fn code_cached<C: Coder, T: Copy + PartialEq, const N: usize, const BITS: u32>(
+fn code_cached<C: Coder, T: Copy + PartialEq, const N: usize, const M: usize>(
     c: &mut C,
-    hit: &mut u16,
-    which: &mut [u16],
+    which: &mut Freq<M>,
     cache: &[T; N],
     v: T,
 ) -> Option<T> {
+    const { assert!(M == N + 1) };
     let at = if C::DECODE {
-        None
+        N
     } else {
-        cache.iter().position(|e| *e == v)
+        cache.iter().position(|e| *e == v).unwrap_or(N)
     };
-    if !c.bit(hit, at.is_some()) {
-        return None;
-    }
-    let i = tree::<C, BITS>(c, which, at.unwrap_or(0) as u32) as usize;
-    match cache.get(i) {
-        Some(e) => Some(*e),
-        None => {
-            c.fail();
-            None
-        }
-    }
+    cache.get(which.code(c, at)).copied()
 }
 
 /// Every field's adaptive probabilities.
@@ -798,21 +789,18 @@ struct FieldModels {
     period_second: [u16; 2],
     period: UintModel,
     ip: UintModel,
-    ip_hit: u16,
-    ip_which: [u16; IP_CACHE],
+    ip_which: Freq<{ IP_CACHE + 1 }>,
     cc_len: Freq<MAX_CALLCHAIN>,
     cc_keep: Freq<{ MAX_CALLCHAIN + 1 }>,
     cc_same: u16,
-    cc_hit: u16,
-    cc_which: [u16; CHAIN_CACHE],
+    cc_which: Freq<{ CHAIN_CACHE + 1 }>,
     cc: UintModel,
     br_idx_same: u16,
     br_idx: UintModel,
     br_len_same: u16,
     br_len: UintModel,
     br_shift: UintModel,
-    br_hit: u16,
-    br_which: [u16; BRANCH_CACHE],
+    br_which: Freq<{ BRANCH_CACHE + 1 }>,
     br_from: UintModel,
     br_to: UintModel,
     br_flags_same: u16,
@@ -843,21 +831,18 @@ impl FieldModels {
         period_second: [PROB_INIT; 2],
         period: UintModel::NEW,
         ip: UintModel::NEW,
-        ip_hit: PROB_INIT,
-        ip_which: [PROB_INIT; IP_CACHE],
+        ip_which: Freq::NEW,
         cc_len: Freq::NEW,
         cc_keep: Freq::NEW,
         cc_same: PROB_INIT,
-        cc_hit: PROB_INIT,
-        cc_which: [PROB_INIT; CHAIN_CACHE],
+        cc_which: Freq::NEW,
         cc: UintModel::NEW,
         br_idx_same: PROB_INIT,
         br_idx: UintModel::NEW,
         br_len_same: PROB_INIT,
         br_len: UintModel::NEW,
         br_shift: UintModel::NEW,
-        br_hit: PROB_INIT,
-        br_which: [PROB_INIT; BRANCH_CACHE],
+        br_which: Freq::NEW,
         br_from: UintModel::NEW,
         br_to: UintModel::NEW,
         br_flags_same: PROB_INIT,
@@ -879,12 +864,9 @@ impl FieldModels {
             &mut self.event_same,
             &mut self.cpu_same,
             &mut self.mem_src_same,
-            &mut self.ip_hit,
             &mut self.cc_same,
-            &mut self.cc_hit,
             &mut self.br_idx_same,
             &mut self.br_len_same,
-            &mut self.br_hit,
             &mut self.br_flags_same,
         ] {
             *p = PROB_INIT;
@@ -894,9 +876,9 @@ impl FieldModels {
         self.period_second.fill(PROB_INIT);
         self.cc_len = Freq::NEW;
         self.cc_keep = Freq::NEW;
-        self.ip_which.fill(PROB_INIT);
-        self.cc_which.fill(PROB_INIT);
-        self.br_which.fill(PROB_INIT);
+        self.ip_which = Freq::NEW;
+        self.cc_which = Freq::NEW;
+        self.br_which = Freq::NEW;
         for m in [
             &mut self.tid,
             &mut self.event,
@@ -1252,8 +1234,7 @@ pub(crate) fn code_sample<C: Coder>(
     t.period = period;
     let old_ip = t.ip;
     // IP: one of the task's recent ones, else against the last.
-    let cached =
-        code_cached::<C, u64, IP_CACHE, 3>(c, &mut f.ip_hit, &mut f.ip_which, &t.ips, inp.ip);
+    let cached = code_cached(c, &mut f.ip_which, &t.ips, inp.ip);
     let ip = match cached {
         Some(ip) => ip,
         None => t.ip.wrapping_add(f.ip.delta(c, inp.ip.wrapping_sub(t.ip))),
@@ -1405,9 +1386,7 @@ fn code_callchain<C: Coder>(
         // calling a few functions from a few call sites), or a delta.
         let e = if c.bit(&mut f.cc_same, v == base) {
             base
-        } else if let Some(hit) =
-            code_cached::<C, u64, CHAIN_CACHE, 3>(c, &mut f.cc_hit, &mut f.cc_which, &t.returns, v)
-        {
+        } else if let Some(hit) = code_cached(c, &mut f.cc_which, &t.returns, v) {
             hit
         } else {
             base.wrapping_add(f.cc.delta(c, v.wrapping_sub(base)))
@@ -1425,9 +1404,14 @@ fn code_callchain<C: Coder>(
         // Cannot fail: `len <= MAX_CALLCHAIN`.
         let _ = cc.resize(len, 0);
     }
-    cc.copy_within(plen - keep..plen, len - keep);
-    cc.truncate(len);
-    cc[..len - keep].copy_from_slice(&fresh);
+    if len != plen {
+        cc.copy_within(plen - keep..plen, len - keep);
+        cc.truncate(len);
+    }
+    // A few entries: a loop, not a call to memcpy.
+    for (d, e) in cc.iter_mut().zip(&fresh) {
+        *d = *e;
+    }
     if C::DECODE {
         out.callchain.clone_from(cc);
     }
@@ -1486,14 +1470,18 @@ fn code_branches<C: Coder>(
         let e = if C::DECODE { (0, 0, 0) } else { entry(i) };
         // A branch of a loop comes back: one of the CPU's recent ones
         // (its from and to; the flags against that entry's), else deltas.
-        let keys = l.recent.map(|(from, to, _)| (from, to));
-        let cached = code_cached::<C, (u64, u64), BRANCH_CACHE, 4>(
-            c,
-            &mut f.br_hit,
-            &mut f.br_which,
-            &keys,
-            (e.0, e.1),
-        );
+        let at = if C::DECODE {
+            BRANCH_CACHE
+        } else {
+            l.recent
+                .iter()
+                .position(|r| (r.0, r.1) == (e.0, e.1))
+                .unwrap_or(BRANCH_CACHE)
+        };
+        let cached = l
+            .recent
+            .get(f.br_which.code(c, at))
+            .map(|&(from, to, _)| (from, to));
         let (from, to, flags) = match cached {
             Some((from, to)) => {
                 let known = l
