@@ -1601,9 +1601,11 @@ fn code_regs<C: Coder>(
     let mask_in = if C::DECODE {
         0
     } else {
+        // From the last register down: a shift and an add each.
+        let vals = &values[..n.min(values.len())];
         let mut mask = 0u64;
-        for (i, (v, p)) in values.iter().zip(&st.values[..n]).enumerate() {
-            mask |= u64::from(v != p) << i;
+        for (v, p) in vals.iter().zip(&st.values[..vals.len()]).rev() {
+            mask = mask << 1 | u64::from(v != p);
         }
         mask
     };
