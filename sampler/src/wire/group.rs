@@ -43,8 +43,8 @@
 //! - Time is a delta against the CPU's previous time plus its previous
 //!   step. The period is the CPU's step (a clock's period) or the task's
 //!   previous period (a counter's), whichever the task's previous sample
-//!   had first, else a delta. The IP is one of the task's 8 most recent
-//!   IPs or a delta.
+//!   had first, else a delta. The IP is one symbol for one of the task's
+//!   8 most recent IPs or the size of a delta (and its raw bits).
 //! - Registers: which of them changed since the task's previous sample is
 //!   one of the set's 8 recent change masks (one symbol) or register by
 //!   register; an interrupted set is first one bit for "the user set" (a
@@ -52,11 +52,12 @@
 //!   IP register), the user register (the interrupted set), or one symbol
 //!   for how it is coded: an earlier register of the same sample (and
 //!   which), one of its 4 recent values (the first 24 registers), or a
-//!   delta.
+//!   delta of a given size (its bits below the leading one follow raw).
 //! - A callchain's length and the number of entries it shares at its
 //!   outer end with the task's previous chain are a symbol each; the other
-//!   entries are the previous chain's entry at the same depth, one of the
-//!   task's recent return addresses, or a delta.
+//!   entries are the previous chain's entry at the same depth (one bit),
+//!   or one symbol for one of the task's recent return addresses or the
+//!   size of a delta.
 //! - A branch-stack entry is one of the CPU's 16 most recent branches
 //!   (loops repeat theirs), with its flags the same as that entry's or
 //!   coded, or deltas from the entry before.
@@ -156,9 +157,9 @@ pub(crate) trait Coder {
     const DECODE: bool;
     /// Codes one bit with adaptive probability `p` (of a zero).
     fn bit(&mut self, p: &mut u16, b: bool) -> bool;
-    /// Codes the low `bits` (at most 32) bits of `v` with no model, in
-    /// the frame's bypass stream (see [`RcEncoder`]).
-    fn bypass(&mut self, v: u32, bits: u32) -> u32;
+    /// Codes the low `bits` (1 to 64) bits of `v` with no model, in the
+    /// frame's bypass stream (see [`RcEncoder`]).
+    fn bypass(&mut self, v: u64, bits: u32) -> u64;
     /// Codes symbol `s` of model `m` in one step of the range coder.
     fn symbol<const S: usize>(&mut self, m: &Freq<S>, s: usize) -> usize;
     /// Marks the stream as malformed (decoder only).
@@ -188,7 +189,8 @@ pub(crate) struct RcEncoder {
     /// reverse order the frame ends with.
     bypass: [u8; FRAME_CODED_MAX + 16],
     bypass_len: usize,
-    acc: u64,
+    /// Bits not yet in a byte of `bypass` (fewer than 64 between calls).
+    acc: u128,
     acc_bits: u32,
 }
 
@@ -315,25 +317,25 @@ impl Coder for RcEncoder {
     }
 
     #[inline(always)]
-    fn bypass(&mut self, v: u32, bits: u32) -> u32 {
-        let v = (u64::from(v) & ((1u64 << bits) - 1)) as u32;
-        self.acc |= u64::from(v) << self.acc_bits;
+    fn bypass(&mut self, v: u64, bits: u32) -> u64 {
+        let v = v & (u64::MAX >> (64 - bits));
+        self.acc |= u128::from(v) << self.acc_bits;
         self.acc_bits += bits;
-        if self.acc_bits >= 32 {
+        if self.acc_bits >= 64 {
             let end = self.bypass.len() - self.bypass_len;
             match end
-                .checked_sub(4)
+                .checked_sub(8)
                 .and_then(|at| self.bypass.get_mut(at..end))
             {
                 Some(dst) => {
-                    // Reversed: the stream's next four bytes, last first.
-                    dst.copy_from_slice(&(self.acc as u32).to_be_bytes());
-                    self.bypass_len += 4;
+                    // Reversed: the stream's next eight bytes, last first.
+                    dst.copy_from_slice(&(self.acc as u64).to_be_bytes());
+                    self.bypass_len += 8;
                 }
                 None => self.overflow = true,
             }
-            self.acc >>= 32;
-            self.acc_bits -= 32;
+            self.acc >>= 64;
+            self.acc_bits -= 64;
         }
         v
     }
@@ -361,7 +363,7 @@ pub(crate) struct RcDecoder<'a> {
     pub(crate) failed: bool,
     /// Bypass bytes read so far (from the end), and bits not yet used.
     bypass_read: usize,
-    acc: u64,
+    acc: u128,
     acc_bits: u32,
 }
 
@@ -426,7 +428,7 @@ impl Coder for RcDecoder<'_> {
     }
 
     #[inline(always)]
-    fn bypass(&mut self, _: u32, bits: u32) -> u32 {
+    fn bypass(&mut self, _: u64, bits: u32) -> u64 {
         while self.acc_bits < bits {
             let b = self
                 .data
@@ -434,10 +436,10 @@ impl Coder for RcDecoder<'_> {
                 .checked_sub(self.bypass_read + 1)
                 .map_or(0, |i| self.data[i]);
             self.bypass_read += 1;
-            self.acc |= u64::from(b) << self.acc_bits;
+            self.acc |= u128::from(b) << self.acc_bits;
             self.acc_bits += 8;
         }
-        let v = (self.acc & ((1u64 << bits) - 1)) as u32;
+        let v = self.acc as u64 & (u64::MAX >> (64 - bits));
         self.acc >>= bits;
         self.acc_bits -= bits;
         v
@@ -472,12 +474,7 @@ impl Coder for RcDecoder<'_> {
 /// Codes the low `bits` (at most 64) bits of `v` with no model.
 #[inline]
 fn raw<C: Coder>(c: &mut C, v: u64, bits: u32) -> u64 {
-    if bits <= 32 {
-        return u64::from(c.bypass(v as u32, bits));
-    }
-    let lo = c.bypass(v as u32, 32);
-    let hi = c.bypass((v >> 32) as u32, bits - 32);
-    u64::from(lo) | u64::from(hi) << 32
+    c.bypass(v, bits)
 }
 
 // ---------------------------------------------------------------------
@@ -577,14 +574,17 @@ impl<const S: usize> Freq<S> {
     }
 }
 
-/// A changed register's value is a delta against its previous one.
-const KIND_DELTA: usize = 0;
-/// ... the value of an earlier register of the same sample.
-const KIND_EARLIER: usize = 1;
-/// ... one of its recent values (this plus its place among them).
-const KIND_CACHED: usize = 2;
+/// A changed register's value is the value of an earlier register of the
+/// same sample (then which, in a symbol of its own) ...
+const REG_EARLIER: usize = 0;
+/// ... one of its recent values (this plus its place among them) ...
+const REG_CACHED: usize = 1;
+/// ... or a delta against its previous value: this plus the delta's
+/// [`UintModel`] symbol, so how a value is coded and how large its delta
+/// is are one step of the coder.
+const REG_DELTA: usize = REG_CACHED + REG_CACHE;
 /// A model of how a changed register's value is coded.
-type KindModel = Freq<{ KIND_CACHED + REG_CACHE }>;
+type RegValueModel = Freq<{ REG_DELTA + UINT_SYMBOLS }>;
 /// A model of which recent change mask (or none).
 type MaskModel = Freq<{ MASK_CACHE + 1 }>;
 
@@ -611,19 +611,8 @@ impl UintModel {
 
     #[inline]
     fn code<C: Coder>(&mut self, c: &mut C, v: u64) -> u64 {
-        const SMALL: usize = 1 << SMALL_BITS;
-        let s = if v < SMALL as u64 {
-            v as usize
-        } else {
-            SMALL + (63 - v.leading_zeros() - SMALL_BITS) as usize
-        };
-        let s = self.sym.code(c, s);
-        if s < SMALL {
-            return s as u64;
-        }
-        // The bits below the leading one.
-        let low = (s - SMALL) as u32 + SMALL_BITS;
-        (1u64 << low) | raw(c, v, low)
+        let s = self.sym.code(c, uint_symbol(v));
+        uint_rest(c, s, v)
     }
 
     /// Codes a wrapping difference (zigzag).
@@ -631,6 +620,29 @@ impl UintModel {
     fn delta<C: Coder>(&mut self, c: &mut C, d: u64) -> u64 {
         unzigzag(self.code(c, zigzag(d)))
     }
+}
+
+/// The [`UintModel`] symbol of `v`.
+#[inline(always)]
+fn uint_symbol(v: u64) -> usize {
+    const SMALL: u64 = 1 << SMALL_BITS;
+    if v < SMALL {
+        v as usize
+    } else {
+        SMALL as usize + (63 - v.leading_zeros() - SMALL_BITS) as usize
+    }
+}
+
+/// The value of [`UintModel`] symbol `s`: the symbol itself, or the bits
+/// of `v` below its leading one, coded raw.
+#[inline(always)]
+fn uint_rest<C: Coder>(c: &mut C, s: usize, v: u64) -> u64 {
+    const SMALL: usize = 1 << SMALL_BITS;
+    if s < SMALL {
+        return s as u64;
+    }
+    let low = (s - SMALL) as u32 + SMALL_BITS;
+    (1u64 << low) | raw(c, v, low)
 }
 
 /// Codes the low `BITS` bits of `v`, most significant first, through a
@@ -671,12 +683,12 @@ struct RegModels {
     /// "The sample's IP" (the IP register), by whether the sample was
     /// taken in the kernel.
     ip_eq: [u16; 2],
-    /// How a changed value is coded ([`KIND_DELTA`], [`KIND_EARLIER`] or
-    /// [`KIND_CACHED`] plus its place in the register's recent values).
-    kind: [KindModel; REG_MODELS],
+    /// How a changed value is coded ([`REG_EARLIER`], [`REG_CACHED`] plus
+    /// its place in the register's recent values, or [`REG_DELTA`] plus
+    /// the delta's size).
+    value: [RegValueModel; REG_MODELS],
     /// Which earlier register of the same sample (by its distance back).
     earlier_which: [Freq<MAX_SAMPLED_REGS>; REG_MODELS],
-    value: [UintModel; REG_MODELS],
     /// "All the same as the alternative set", by whether the sample was
     /// taken in the kernel.
     all_alt: [u16; 2],
@@ -690,9 +702,8 @@ impl RegModels {
         alt: [[PROB_INIT; REG_MODELS]; 2],
         same: [[PROB_INIT; REG_MODELS]; 2],
         ip_eq: [PROB_INIT; 2],
-        kind: [KindModel::NEW; REG_MODELS],
+        value: [RegValueModel::NEW; REG_MODELS],
         earlier_which: [Freq::NEW; REG_MODELS],
-        value: [UintModel::NEW; REG_MODELS],
         all_alt: [PROB_INIT; 2],
         mask_which: MaskModel::NEW,
     };
@@ -706,11 +717,8 @@ impl RegModels {
             a.fill(PROB_INIT);
         }
         self.ip_eq.fill(PROB_INIT);
-        self.kind = [KindModel::NEW; REG_MODELS];
+        self.value = [RegValueModel::NEW; REG_MODELS];
         self.earlier_which = [Freq::NEW; REG_MODELS];
-        for v in &mut self.value {
-            v.reset();
-        }
         self.all_alt.fill(PROB_INIT);
         self.mask_which = MaskModel::NEW;
     }
@@ -751,23 +759,32 @@ fn put_front<T: Copy, const N: usize>(cache: &mut [T; N], at: usize, v: T) {
     cache[0] = v;
 }
 
-/// Codes `v` as one of `cache`'s entries or not, in one symbol of
-/// `which` (the entry's place, or `N` for none): returns the entry, or
-/// `None`.
+/// Codes `v` as one of `cache`'s entries or a delta against `base`, in
+/// one symbol of `model` (the entry's place, or `N` plus the delta's
+/// [`UintModel`] symbol) and the delta's raw bits.
 #[inline]
-fn code_cached<C: Coder, T: Copy + PartialEq, const N: usize, const M: usize>(
+fn code_cached_or_delta<C: Coder, const N: usize, const M: usize>(
     c: &mut C,
-    which: &mut Freq<M>,
-    cache: &[T; N],
-    v: T,
-) -> Option<T> {
-    const { assert!(M == N + 1) };
-    let at = if C::DECODE {
-        N
+    model: &mut Freq<M>,
+    cache: &[u64; N],
+    base: u64,
+    v: u64,
+) -> u64 {
+    const { assert!(M == N + UINT_SYMBOLS) };
+    let delta = zigzag(v.wrapping_sub(base));
+    let s_in = if C::DECODE {
+        0
     } else {
-        cache.iter().position(|e| *e == v).unwrap_or(N)
+        cache
+            .iter()
+            .position(|e| *e == v)
+            .unwrap_or_else(|| N + uint_symbol(delta))
     };
-    cache.get(which.code(c, at)).copied()
+    let s = model.code(c, s_in);
+    match cache.get(s) {
+        Some(&hit) => hit,
+        None => base.wrapping_add(unzigzag(uint_rest(c, s - N, delta))),
+    }
 }
 
 /// Every field's adaptive probabilities.
@@ -788,13 +805,11 @@ struct FieldModels {
     period_first: [u16; 2],
     period_second: [u16; 2],
     period: UintModel,
-    ip: UintModel,
-    ip_which: Freq<{ IP_CACHE + 1 }>,
+    ip: Freq<{ IP_CACHE + UINT_SYMBOLS }>,
     cc_len: Freq<MAX_CALLCHAIN>,
     cc_keep: Freq<{ MAX_CALLCHAIN + 1 }>,
     cc_same: u16,
-    cc_which: Freq<{ CHAIN_CACHE + 1 }>,
-    cc: UintModel,
+    cc: Freq<{ CHAIN_CACHE + UINT_SYMBOLS }>,
     br_idx_same: u16,
     br_idx: UintModel,
     br_len_same: u16,
@@ -830,13 +845,11 @@ impl FieldModels {
         period_first: [PROB_INIT; 2],
         period_second: [PROB_INIT; 2],
         period: UintModel::NEW,
-        ip: UintModel::NEW,
-        ip_which: Freq::NEW,
+        ip: Freq::NEW,
         cc_len: Freq::NEW,
         cc_keep: Freq::NEW,
         cc_same: PROB_INIT,
-        cc_which: Freq::NEW,
-        cc: UintModel::NEW,
+        cc: Freq::NEW,
         br_idx_same: PROB_INIT,
         br_idx: UintModel::NEW,
         br_len_same: PROB_INIT,
@@ -876,8 +889,8 @@ impl FieldModels {
         self.period_second.fill(PROB_INIT);
         self.cc_len = Freq::NEW;
         self.cc_keep = Freq::NEW;
-        self.ip_which = Freq::NEW;
-        self.cc_which = Freq::NEW;
+        self.ip = Freq::NEW;
+        self.cc = Freq::NEW;
         self.br_which = Freq::NEW;
         for m in [
             &mut self.tid,
@@ -886,8 +899,6 @@ impl FieldModels {
             &mut self.cpu,
             &mut self.time,
             &mut self.period,
-            &mut self.ip,
-            &mut self.cc,
             &mut self.br_idx,
             &mut self.br_len,
             &mut self.br_shift,
@@ -1234,11 +1245,7 @@ pub(crate) fn code_sample<C: Coder>(
     t.period = period;
     let old_ip = t.ip;
     // IP: one of the task's recent ones, else against the last.
-    let cached = code_cached(c, &mut f.ip_which, &t.ips, inp.ip);
-    let ip = match cached {
-        Some(ip) => ip,
-        None => t.ip.wrapping_add(f.ip.delta(c, inp.ip.wrapping_sub(t.ip))),
-    };
+    let ip = code_cached_or_delta(c, &mut f.ip, &t.ips, t.ip, inp.ip);
     to_front(&mut t.ips, ip);
     t.ip = ip;
     if C::DECODE {
@@ -1386,10 +1393,8 @@ fn code_callchain<C: Coder>(
         // calling a few functions from a few call sites), or a delta.
         let e = if c.bit(&mut f.cc_same, v == base) {
             base
-        } else if let Some(hit) = code_cached(c, &mut f.cc_which, &t.returns, v) {
-            hit
         } else {
-            base.wrapping_add(f.cc.delta(c, v.wrapping_sub(base)))
+            code_cached_or_delta(c, &mut f.cc, &t.returns, base, v)
         };
         to_front(&mut t.returns, e);
         // Cannot fail: `len <= MAX_CALLCHAIN`.
@@ -1663,20 +1668,20 @@ fn code_regs<C: Coder>(
             // The same value as another register (a copy, a return value,
             // RCX and R11 after a system call), one of the register's
             // recent values, or a delta: one symbol says which.
-            let kind_in = if C::DECODE {
+            let delta_in = zigzag(v.wrapping_sub(prev));
+            let sym_in = if C::DECODE {
                 0
             } else if let Some(d) = st.values[..i].iter().rev().position(|e| *e == v) {
                 back = d;
-                KIND_EARLIER
+                REG_EARLIER
             } else {
                 st.cache
                     .get(i)
                     .and_then(|cache| cache.iter().position(|e| *e == v))
-                    .map_or(KIND_DELTA, |at| KIND_CACHED + at)
+                    .map_or_else(|| REG_DELTA + uint_symbol(delta_in), |at| REG_CACHED + at)
             };
-            match m.kind[k].code(c, kind_in) {
-                KIND_DELTA => prev.wrapping_add(m.value[k].delta(c, v.wrapping_sub(prev))),
-                KIND_EARLIER => {
+            match m.value[k].code(c, sym_in) {
+                REG_EARLIER => {
                     let d = m.earlier_which[k].code(c, back);
                     match i.checked_sub(d + 1) {
                         Some(j) => st.values[j],
@@ -1686,11 +1691,10 @@ fn code_regs<C: Coder>(
                         }
                     }
                 }
-                kind => match st
-                    .cache
-                    .get(i)
-                    .and_then(|cache| cache.get(kind - KIND_CACHED))
-                {
+                s if s >= REG_DELTA => {
+                    prev.wrapping_add(unzigzag(uint_rest(c, s - REG_DELTA, delta_in)))
+                }
+                s => match st.cache.get(i).and_then(|cache| cache.get(s - REG_CACHED)) {
                     Some(&hit) => hit,
                     None => {
                         c.fail();

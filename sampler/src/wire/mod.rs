@@ -110,10 +110,11 @@ pub const MAGIC: [u8; 4] = *b"PRCH";
 /// ([`Task::origin`]: a task made by another, a process's exec); version 8
 /// added sample groups ([`group`], record tag [`group::GROUP_TAG`]);
 /// version 9 changed how a group codes its samples (change masks, the
-/// period as the clock's step, the coder's bypass stream and models). A
-/// Hello of another version is recognised and refused with the version
-/// error.
-pub const PROTOCOL_VERSION: u16 = 9;
+/// period as the clock's step, the coder's bypass stream and models);
+/// version 10 made how a changed register, an IP or a callchain entry is
+/// coded and the size of its delta one symbol of the group coder. A Hello
+/// of another version is recognised and refused with the version error.
+pub const PROTOCOL_VERSION: u16 = 10;
 /// The frame delimiter. A writer should send one before its first frame
 /// (and after any reset of the line) so that noise on the line before it is
 /// not glued to that frame.
