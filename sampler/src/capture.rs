@@ -577,18 +577,16 @@ impl RawSample {
             let u = (k + usize::from(self.user_len)).min(MAX_CALLCHAIN);
             // The interrupted IP, then return addresses up to the first
             // that cannot be code of that half (see `USER_CODE`).
-            for (i, &ip) in self.chain[..k].iter().enumerate() {
-                if i > 0 && ip < KERNEL_CODE_START {
-                    break;
-                }
-                w.push(CpuMode::Kernel, ip);
-            }
-            for (i, &ip) in self.chain[k..u].iter().enumerate() {
-                if i > 0 && !USER_CODE.contains(&ip) {
-                    break;
-                }
-                w.push(CpuMode::User, ip);
-            }
+            let kernel = &self.chain[..k];
+            w.extend(
+                CpuMode::Kernel,
+                &kernel[..code_run(kernel, |ip| ip >= KERNEL_CODE_START)],
+            );
+            let user = &self.chain[k..u];
+            w.extend(
+                CpuMode::User,
+                &user[..code_run(user, |ip| USER_CODE.contains(&ip))],
+            );
         } else {
             s.callchain.clear();
         }
@@ -811,6 +809,15 @@ impl CallchainBuilder {
     }
 }
 
+/// How many of `ips` a callchain keeps: the first (the interrupted IP),
+/// then return addresses up to the first that `code` refuses.
+fn code_run(ips: &[u64], code: impl Fn(u64) -> bool) -> usize {
+    match ips.split_first() {
+        None => 0,
+        Some((_, rest)) => 1 + rest.iter().position(|&ip| !code(ip)).unwrap_or(rest.len()),
+    }
+}
+
 /// [`CallchainBuilder`]'s rules applied straight to a sample's callchain,
 /// as [`RawSample::expand_into`] turns the walked IPs into the wire chain
 /// (in place in the drain's scratch sample).
@@ -857,6 +864,35 @@ impl<'a> CallchainWriter<'a> {
             self.mode = Some(mode);
         }
         let _ = self.chain.push(ip);
+    }
+
+    /// Appends frames of one mode: what [`push`](Self::push) of each in
+    /// turn does, in one copy.
+    pub fn extend(&mut self, mode: CpuMode, ips: &[u64]) {
+        if ips.is_empty() || self.truncated {
+            return;
+        }
+        let marker = self.mode != Some(mode);
+        let room = self
+            .limit
+            .saturating_sub(self.chain.len() + usize::from(marker));
+        if room == 0 {
+            self.truncated = true;
+            return;
+        }
+        if marker {
+            let marker = match mode {
+                CpuMode::Kernel => PERF_CONTEXT_KERNEL,
+                CpuMode::User => PERF_CONTEXT_USER,
+            };
+            // Cannot fail: `limit <= MAX_CALLCHAIN` and room checked above.
+            let _ = self.chain.push(marker);
+            self.mode = Some(mode);
+        }
+        let take = ips.len().min(room);
+        // Cannot fail: `take <= room`.
+        let _ = self.chain.extend_from_slice(&ips[..take]);
+        self.truncated = take < ips.len();
     }
 
     /// True when frames did not fit.

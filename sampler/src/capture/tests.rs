@@ -665,6 +665,16 @@ mod writer {
                 prop_assert_eq!(w.as_slice(), b.as_slice(), "same as the builder when it fits");
             }
             prop_assert_eq!(&chain[..], expected, "written in place");
+            // A run of one mode at a time: the same as frame by frame.
+            let mut runs: heapless::Vec<u64, MAX_CALLCHAIN> = (0..stale as u64).collect();
+            let mut w = CallchainWriter::new(&mut runs, max_stack);
+            for run in frames.chunk_by(|a, b| a.0 == b.0) {
+                let m = if run[0].0 { CpuMode::User } else { CpuMode::Kernel };
+                let ips: std::vec::Vec<u64> = run.iter().map(|f| f.1).collect();
+                w.extend(m, &ips);
+            }
+            prop_assert_eq!(w.truncated(), model.len() > limit);
+            prop_assert_eq!(&runs[..], expected, "written a run at a time");
         }
     }
 }

@@ -187,12 +187,16 @@ pub(crate) struct RcEncoder {
     /// The bypass stream: whole bytes so far, and the bits not yet in one.
     /// The bytes fill `bypass` from its end down, so they lie in the
     /// reverse order the frame ends with.
-    bypass: [u8; FRAME_CODED_MAX + 16],
+    bypass: [u8; BYPASS_MAX],
+    /// Bytes in `bypass` (at most [`BYPASS_MAX`]).
     bypass_len: usize,
     /// Bits not yet in a byte of `bypass` (fewer than 64 between calls).
     acc: u128,
     acc_bits: u32,
 }
+
+/// The bypass stream's room in an [`RcEncoder`].
+const BYPASS_MAX: usize = FRAME_CODED_MAX + 16;
 
 impl RcEncoder {
     pub(crate) const fn new() -> Self {
@@ -205,7 +209,7 @@ impl RcEncoder {
             out: [0; FRAME_CODED_MAX + 16],
             len: 0,
             overflow: false,
-            bypass: [0; FRAME_CODED_MAX + 16],
+            bypass: [0; BYPASS_MAX],
             bypass_len: 0,
             acc: 0,
             acc_bits: 0,
@@ -322,17 +326,14 @@ impl Coder for RcEncoder {
         self.acc |= u128::from(v) << self.acc_bits;
         self.acc_bits += bits;
         if self.acc_bits >= 64 {
-            let end = self.bypass.len() - self.bypass_len;
-            match end
-                .checked_sub(8)
-                .and_then(|at| self.bypass.get_mut(at..end))
-            {
-                Some(dst) => {
-                    // Reversed: the stream's next eight bytes, last first.
-                    dst.copy_from_slice(&(self.acc as u64).to_be_bytes());
+            // Reversed: the stream's next eight bytes, last first, in the
+            // eight bytes below those written so far.
+            match BYPASS_MAX.checked_sub(self.bypass_len) {
+                Some(end) if end >= 8 => {
+                    self.bypass[end - 8..end].copy_from_slice(&(self.acc as u64).to_be_bytes());
                     self.bypass_len += 8;
                 }
-                None => self.overflow = true,
+                _ => self.overflow = true,
             }
             self.acc >>= 64;
             self.acc_bits -= 64;
