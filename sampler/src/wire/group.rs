@@ -1709,21 +1709,18 @@ fn code_regs<C: Coder>(
     st.changed = changed;
 }
 
-/// Sets value `i` of `st` to `new`: the value it leaves becomes a recent
-/// one, the one it takes is no longer an earlier one.
+/// Sets value `i` of `st` to `new`: the value it leaves becomes the most
+/// recent one, in the place of the one it takes (which is no longer an
+/// earlier value), or else of the oldest.
 #[inline]
 fn remember(st: &mut RegsState, i: usize, new: u64) {
     let prev = st.values[i];
     if let Some(cache) = st.cache.get_mut(i) {
-        if let Some(at) = cache.iter().position(|e| *e == new) {
-            for j in 0..REG_CACHE - 1 {
-                if j >= at {
-                    cache[j] = cache[j + 1];
-                }
-            }
-            cache[REG_CACHE - 1] = prev;
-        }
-        to_front(cache, prev);
+        let at = cache
+            .iter()
+            .position(|e| *e == new)
+            .unwrap_or(REG_CACHE - 1);
+        put_front(cache, at, prev);
     }
     st.values[i] = new;
 }
