@@ -451,7 +451,7 @@ impl<'a> CobsWriter<'a> {
                 continue;
             }
             let take = data.len().min(254 - run);
-            let (chunk, zero) = match data[..take].iter().position(|&b| b == 0) {
+            let (chunk, zero) = match first_zero(&data[..take]) {
                 Some(z) => (&data[..z], true),
                 None => (&data[..take], false),
             };
@@ -476,6 +476,33 @@ impl<'a> CobsWriter<'a> {
         *self.out.get_mut(self.len)? = 0;
         Some(self.len + 1)
     }
+}
+
+/// Where the first zero byte of `data` is: eight bytes at a time (a word
+/// with a zero byte has the top bit of `b - 1` set where `b` had it
+/// clear; a borrow can only mark bytes above the first zero, so the lowest
+/// mark is exact).
+#[inline]
+fn first_zero(data: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const TOPS: u64 = 0x8080_8080_8080_8080;
+    let mut words = data.chunks_exact(8);
+    let mut at = 0;
+    for w in &mut words {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(w);
+        let w = u64::from_le_bytes(b);
+        let marks = w.wrapping_sub(ONES) & !w & TOPS;
+        if marks != 0 {
+            return Some(at + (marks.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&b| b == 0)
+        .map(|p| at + p)
 }
 
 /// Writes one frame and returns (frame length, plain CRC of the payload).
@@ -562,6 +589,13 @@ mod cobs_tests {
     }
 
     proptest! {
+        #[test]
+        fn the_first_zero_is_found_a_word_at_a_time(
+            data in proptest::collection::vec(prop_oneof![Just(0u8), Just(1u8), Just(0x80u8), any::<u8>()], 0..40),
+        ) {
+            prop_assert_eq!(super::first_zero(&data), data.iter().position(|&b| b == 0));
+        }
+
         #[test]
         fn any_bytes_in_any_pieces_frame_as_the_cobs_crate_does(
             data in proptest::collection::vec(prop_oneof![Just(0u8), any::<u8>(), 1u8..=255], 1..1200),

@@ -1594,7 +1594,7 @@ fn code_regs<C: Coder>(
             for i in 0..n {
                 if st.values[i] != a.values[i] {
                     changed |= 1 << i;
-                    remember(st, i, a.values[i]);
+                    remember(st, i, a.values[i], None);
                 }
             }
             put_front(&mut st.masks, MASK_CACHE - 1, changed);
@@ -1657,14 +1657,16 @@ fn code_regs<C: Coder>(
         let prev = st.values[i];
         let v = if C::DECODE { 0 } else { values[i] };
         let mut back = 0;
-        let new = 'value: {
+        // The new value, and its place in the register's recent values
+        // when that is known (a delta's value is not among them).
+        let (new, place) = 'value: {
             if ip_at == Some(i) && c.bit(&mut m.ip_eq[kernel], v == ip) {
-                break 'value ip;
+                break 'value (ip, None);
             }
             if let Some(a) = alt
                 && c.bit(&mut m.alt[kernel][k], v == a.values[i])
             {
-                break 'value a.values[i];
+                break 'value (a.values[i], None);
             }
             // The same value as another register (a copy, a return value,
             // RCX and R11 after a system call), one of the register's
@@ -1685,41 +1687,45 @@ fn code_regs<C: Coder>(
                 REG_EARLIER => {
                     let d = m.earlier_which[k].code(c, back);
                     match i.checked_sub(d + 1) {
-                        Some(j) => st.values[j],
+                        Some(j) => (st.values[j], None),
                         None => {
                             c.fail();
-                            prev
+                            (prev, None)
                         }
                     }
                 }
-                s if s >= REG_DELTA => {
-                    prev.wrapping_add(unzigzag(uint_rest(c, s - REG_DELTA, delta_in)))
-                }
+                s if s >= REG_DELTA => (
+                    prev.wrapping_add(unzigzag(uint_rest(c, s - REG_DELTA, delta_in))),
+                    Some(REG_CACHE - 1),
+                ),
                 s => match st.cache.get(i).and_then(|cache| cache.get(s - REG_CACHED)) {
-                    Some(&hit) => hit,
+                    Some(&hit) => (hit, Some(s - REG_CACHED)),
                     None => {
                         c.fail();
-                        prev
+                        (prev, None)
                     }
                 },
             }
         };
-        remember(st, i, new);
+        remember(st, i, new, place);
     }
     st.changed = changed;
 }
 
 /// Sets value `i` of `st` to `new`: the value it leaves becomes the most
 /// recent one, in the place of the one it takes (which is no longer an
-/// earlier value), or else of the oldest.
+/// earlier value), or else of the oldest. `place` is that place when the
+/// caller knows it (else it is searched for).
 #[inline]
-fn remember(st: &mut RegsState, i: usize, new: u64) {
+fn remember(st: &mut RegsState, i: usize, new: u64, place: Option<usize>) {
     let prev = st.values[i];
     if let Some(cache) = st.cache.get_mut(i) {
-        let at = cache
-            .iter()
-            .position(|e| *e == new)
-            .unwrap_or(REG_CACHE - 1);
+        let at = place.unwrap_or_else(|| {
+            cache
+                .iter()
+                .position(|e| *e == new)
+                .unwrap_or(REG_CACHE - 1)
+        });
         put_front(cache, at, prev);
     }
     st.values[i] = new;
