@@ -101,9 +101,10 @@ pub struct GroupHead {
 }
 
 // ---------------------------------------------------------------------
-// The range coder: LZMA's binary adaptive coder (11-bit probabilities,
-// 32-bit range, carry through a cached byte), with raw bits sent up to 16
-// at a time.
+// The range coder: binary adaptive bits (11-bit probabilities, as LZMA's)
+// and adaptive symbols, over a 64-bit range that is renormalised 32 bits
+// at a time (a carry is added straight into the bytes already written),
+// with raw bits in a bypass stream of their own.
 
 const PROB_BITS: u32 = 11;
 const PROB_INIT: u16 = 1 << (PROB_BITS - 1);
@@ -147,7 +148,9 @@ fn update(p: &mut u16, one: bool) {
     };
     *p = v.wrapping_add(d).wrapping_add(SEEN_STEP[seen]);
 }
-const TOP: u32 = 1 << 24;
+/// The range is renormalised when it falls below this: then its top 32
+/// bits go out as four bytes.
+const TOP: u64 = 1 << 32;
 
 /// What the models code through: the encoder takes each value and returns
 /// it, the decoder ignores the argument and returns what it read. One
@@ -175,11 +178,7 @@ pub(crate) trait Coder {
 /// end while the range coder reads from its start.
 pub(crate) struct RcEncoder {
     low: u64,
-    range: u32,
-    cache: u8,
-    cache_size: u32,
-    /// Whether the first byte (always 0) is still to be dropped.
-    first: bool,
+    range: u64,
     pub(crate) out: [u8; FRAME_CODED_MAX + 16],
     pub(crate) len: usize,
     /// Set when `out` or `bypass` overflowed (the frame is then unusable).
@@ -202,10 +201,7 @@ impl RcEncoder {
     pub(crate) const fn new() -> Self {
         RcEncoder {
             low: 0,
-            range: u32::MAX,
-            cache: 0,
-            cache_size: 1,
-            first: true,
+            range: u64::MAX,
             out: [0; FRAME_CODED_MAX + 16],
             len: 0,
             overflow: false,
@@ -219,10 +215,7 @@ impl RcEncoder {
     /// Starts a new frame.
     pub(crate) fn restart(&mut self) {
         self.low = 0;
-        self.range = u32::MAX;
-        self.cache = 0;
-        self.cache_size = 1;
-        self.first = true;
+        self.range = u64::MAX;
         self.len = 0;
         self.overflow = false;
         self.bypass_len = 0;
@@ -230,52 +223,67 @@ impl RcEncoder {
         self.acc_bits = 0;
     }
 
-    fn put(&mut self, b: u8) {
-        if self.first {
-            // The coder's first byte is always 0; the decoder supplies it.
-            self.first = false;
-            return;
+    /// Adds `v` to `low`, carrying into the bytes already written. The
+    /// interval never leaves the frame's first one, so a carry always
+    /// stops at a byte below 0xff within them.
+    #[inline(always)]
+    fn add_low(&mut self, v: u64) {
+        let (low, carry) = self.low.overflowing_add(v);
+        self.low = low;
+        if carry {
+            self.carry();
         }
-        match self.out.get_mut(self.len) {
-            Some(slot) => {
-                *slot = b;
-                self.len += 1;
+    }
+
+    #[cold]
+    fn carry(&mut self) {
+        for b in self.out[..self.len].iter_mut().rev() {
+            *b = b.wrapping_add(1);
+            if *b != 0 {
+                return;
+            }
+        }
+    }
+
+    /// Writes the top 32 bits of `low` as four bytes.
+    #[inline(always)]
+    fn put_top(&mut self) {
+        match self.out.get_mut(self.len..self.len + 4) {
+            Some(dst) => {
+                dst.copy_from_slice(&((self.low >> 32) as u32).to_be_bytes());
+                self.len += 4;
             }
             None => self.overflow = true,
         }
     }
 
-    fn shift_low(&mut self) {
-        if (self.low as u32) < 0xff00_0000 || (self.low >> 32) != 0 {
-            let carry = (self.low >> 32) as u8;
-            let mut temp = self.cache;
-            loop {
-                self.put(temp.wrapping_add(carry));
-                temp = 0xff;
-                self.cache_size -= 1;
-                if self.cache_size == 0 {
-                    break;
-                }
-            }
-            self.cache = (self.low >> 24) as u8;
-        }
-        self.cache_size += 1;
-        self.low = (self.low & 0x00ff_ffff) << 8;
-    }
-
+    /// After a bit or a symbol the range is at least 2^21 (see the
+    /// callers), so one step of 32 bits brings it back above [`TOP`].
     #[inline(always)]
     fn normalize(&mut self) {
-        while self.range < TOP {
-            self.range <<= 8;
-            self.shift_low();
+        if self.range < TOP {
+            self.put_top();
+            self.low <<= 32;
+            self.range <<= 32;
         }
     }
 
     /// Ends the frame: `out[..len]` then decodes every value coded (the
     /// range coder's bytes, then the bypass stream's in reverse).
     pub(crate) fn finish(&mut self) {
-        for _ in 0..5 {
-            self.shift_low();
+        // A value in [low, low + range) that the decoder reads whatever
+        // follows it: with the range at 2^33 or more, `low` rounded up to
+        // a multiple of 2^32, of which only the top four bytes are
+        // written (the decoder reads the bypass stream's first bytes, less
+        // than 2^32, below them); else all of `low`.
+        if self.range >> 33 != 0 {
+            self.add_low(u32::MAX.into());
+            self.low &= !u64::from(u32::MAX);
+            self.put_top();
+        } else {
+            self.put_top();
+            self.low <<= 32;
+            self.put_top();
         }
         let tail = self.acc.to_le_bytes();
         let tail = &tail[..self.acc_bits.div_ceil(8) as usize];
@@ -295,11 +303,7 @@ impl RcEncoder {
 
     /// Coded bytes so far, counting the ones still held back.
     pub(crate) fn size(&self) -> usize {
-        self.len
-            + self.cache_size as usize
-            + 4
-            + self.bypass_len
-            + self.acc_bits.div_ceil(8) as usize
+        self.len + 8 + self.bypass_len + self.acc_bits.div_ceil(8) as usize
     }
 }
 
@@ -308,9 +312,11 @@ impl Coder for RcEncoder {
 
     #[inline(always)]
     fn bit(&mut self, p: &mut u16, b: bool) -> bool {
-        let bound = (self.range >> PROB_BITS) * prob(*p);
+        // At least 2^21 either way: the range is 2^32 or more, the
+        // probability in [1, 2047].
+        let bound = (self.range >> PROB_BITS) * u64::from(prob(*p));
         if b {
-            self.low += u64::from(bound);
+            self.add_low(bound);
             self.range -= bound;
         } else {
             self.range = bound;
@@ -343,10 +349,11 @@ impl Coder for RcEncoder {
 
     #[inline(always)]
     fn symbol<const S: usize>(&mut self, m: &Freq<S>, s: usize) -> usize {
+        // At least 2^17: the range is 2^32 or more, the total below 2^16.
         let (lo, hi) = m.span(s);
-        let r = self.range / u32::from(m.total);
-        self.low += u64::from(r * lo);
-        self.range = r * (hi - lo);
+        let r = self.range / u64::from(m.total);
+        self.add_low(r * u64::from(lo));
+        self.range = r * u64::from(hi - lo);
         self.normalize();
         s
     }
@@ -357,8 +364,8 @@ impl Coder for RcEncoder {
 /// The decoder's side of the range coder, reading one frame's bytes (and
 /// the bypass stream from their end, see [`RcEncoder`]).
 pub(crate) struct RcDecoder<'a> {
-    code: u32,
-    range: u32,
+    code: u64,
+    range: u64,
     data: &'a [u8],
     pos: usize,
     pub(crate) failed: bool,
@@ -372,7 +379,7 @@ impl<'a> RcDecoder<'a> {
     pub(crate) fn new(data: &'a [u8]) -> Self {
         let mut d = RcDecoder {
             code: 0,
-            range: u32::MAX,
+            range: u64::MAX,
             data,
             pos: 0,
             failed: false,
@@ -380,31 +387,36 @@ impl<'a> RcDecoder<'a> {
             acc: 0,
             acc_bits: 0,
         };
-        for _ in 0..4 {
-            d.code = (d.code << 8) | u32::from(d.next());
-        }
+        d.code = d.next() << 32 | d.next();
         d
     }
 
+    /// The next four bytes, big-endian (zeros past the end).
     #[inline(always)]
-    fn next(&mut self) -> u8 {
-        let b = self.data.get(self.pos).copied().unwrap_or(0);
-        self.pos += 1;
-        b
+    fn next(&mut self) -> u64 {
+        let mut b = [0u8; 4];
+        if let Some(src) = self.data.get(self.pos..self.pos + 4) {
+            b.copy_from_slice(src);
+        } else if let Some(src) = self.data.get(self.pos..) {
+            b[..src.len()].copy_from_slice(src);
+        }
+        self.pos += 4;
+        u64::from(u32::from_be_bytes(b))
     }
 
     #[inline(always)]
     fn normalize(&mut self) {
-        while self.range < TOP {
-            self.range <<= 8;
-            self.code = (self.code << 8) | u32::from(self.next());
+        if self.range < TOP {
+            self.range <<= 32;
+            self.code = self.code << 32 | self.next();
         }
     }
 
     /// Whether the frame decoded cleanly: nothing malformed, and no more
-    /// bytes read from both ends than the encoder's flush leaves.
+    /// bytes read from both ends than the encoder's flush leaves (its
+    /// last four bytes may be read again as the bypass stream's first).
     pub(crate) fn clean(&self) -> bool {
-        !self.failed && self.pos + self.bypass_read <= self.data.len() + 1
+        !self.failed && self.pos + self.bypass_read <= self.data.len() + 4
     }
 }
 
@@ -413,7 +425,7 @@ impl Coder for RcDecoder<'_> {
 
     #[inline(always)]
     fn bit(&mut self, p: &mut u16, _: bool) -> bool {
-        let bound = (self.range >> PROB_BITS) * prob(*p);
+        let bound = (self.range >> PROB_BITS) * u64::from(prob(*p));
         let b = if self.code < bound {
             self.range = bound;
             update(p, false);
@@ -447,22 +459,22 @@ impl Coder for RcDecoder<'_> {
     }
 
     fn symbol<const S: usize>(&mut self, m: &Freq<S>, _: usize) -> usize {
-        let total = u32::from(m.total);
+        let total = u64::from(m.total);
         let r = self.range / total;
         let v = self.code / r;
         if v >= total {
             // Malformed: stop reading, but stay well-formed (the rest of
             // the sample is read as garbage and thrown away).
             self.failed = true;
-            self.range = u32::MAX;
+            self.range = u64::MAX;
             self.code = 0;
             return 0;
         }
         // The symbol whose span holds `v`.
-        let s = m.below.partition_point(|&b| u32::from(b) <= v) - 1;
+        let s = m.below.partition_point(|&b| u64::from(b) <= v) - 1;
         let (lo, hi) = m.span(s);
-        self.code -= r * lo;
-        self.range = r * (hi - lo);
+        self.code -= r * u64::from(lo);
+        self.range = r * u64::from(hi - lo);
         self.normalize();
         s
     }
