@@ -500,7 +500,7 @@ const FREQ_LIMIT: u16 = 1 << 15;
 
 /// Symbols a [`Freq`] model codes between two rebuilds of its cumulative
 /// counts, at most (it starts at 1 and doubles up to this).
-const REBUILD_MAX: u16 = 16;
+const REBUILD_MAX: u16 = 32;
 
 /// An adaptive model of `S` symbols, each coded in one step of the range
 /// coder: every symbol's count starts at 1 and grows by [`FREQ_STEP`] each
@@ -1407,9 +1407,10 @@ fn code_callchain<C: Coder>(
         let e = if c.bit(&mut f.cc_same, v == base) {
             base
         } else {
-            code_cached_or_delta(c, &mut f.cc, &t.returns, base, v)
+            let e = code_cached_or_delta(c, &mut f.cc, &t.returns, base, v);
+            to_front(&mut t.returns, e);
+            e
         };
-        to_front(&mut t.returns, e);
         // Cannot fail: `len <= MAX_CALLCHAIN`.
         let _ = fresh.push(e);
         last = e;
