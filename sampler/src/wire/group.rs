@@ -189,8 +189,8 @@ pub(crate) struct RcEncoder {
     bypass: [u8; BYPASS_MAX],
     /// Bytes in `bypass` (at most [`BYPASS_MAX`]).
     bypass_len: usize,
-    /// Bits not yet in a byte of `bypass` (fewer than 64 between calls).
-    acc: u128,
+    /// Bits not yet in a byte of `bypass` (fewer than 64).
+    acc: u64,
     acc_bits: u32,
 }
 
@@ -329,21 +329,25 @@ impl Coder for RcEncoder {
     #[inline(always)]
     fn bypass(&mut self, v: u64, bits: u32) -> u64 {
         let v = v & (u64::MAX >> (64 - bits));
-        self.acc |= u128::from(v) << self.acc_bits;
-        self.acc_bits += bits;
-        if self.acc_bits >= 64 {
-            // Reversed: the stream's next eight bytes, last first, in the
-            // eight bytes below those written so far.
-            match BYPASS_MAX.checked_sub(self.bypass_len) {
-                Some(end) if end >= 8 => {
-                    self.bypass[end - 8..end].copy_from_slice(&(self.acc as u64).to_be_bytes());
-                    self.bypass_len += 8;
-                }
-                _ => self.overflow = true,
-            }
-            self.acc >>= 64;
-            self.acc_bits -= 64;
+        // `acc_bits` is below 64, so the shift keeps the bits that fit.
+        let word = self.acc | v << self.acc_bits;
+        let room = 64 - self.acc_bits;
+        if bits < room {
+            self.acc = word;
+            self.acc_bits += bits;
+            return v;
         }
+        // Reversed: the stream's next eight bytes, last first, in the
+        // eight bytes below those written so far.
+        match BYPASS_MAX.checked_sub(self.bypass_len) {
+            Some(end) if end >= 8 => {
+                self.bypass[end - 8..end].copy_from_slice(&word.to_be_bytes());
+                self.bypass_len += 8;
+            }
+            _ => self.overflow = true,
+        }
+        self.acc = v.checked_shr(room).unwrap_or(0);
+        self.acc_bits = bits - room;
         v
     }
 
