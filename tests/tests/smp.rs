@@ -468,9 +468,13 @@ fn every_cpu_samples_with_its_own_simulated_pmu() {
         vec![0, 1, 2, 3],
         "the program's samples by CPU: {by_cpu:?}\n{err}"
     );
+    // Every CPU's own PMU samples: a CPU whose simulator never overflows has
+    // none of the program's samples, or a stray few. How evenly the four share
+    // them is up to the host: four vCPUs on a 2-core host get unequal time (the
+    // boot CPU often a half, another CPU as little as 8%), so the floor is 4%.
     for (cpu, (n, with_addr)) in &by_cpu {
         assert!(
-            n * 100 >= total * 10,
+            n * 100 >= total * 4,
             "CPU {cpu} has {n} of {total} samples: {by_cpu:?}"
         );
         assert!(
