@@ -1145,7 +1145,7 @@ impl GroupModels {
 /// An upper bound of the coded bytes of `s` whatever the models hold: a
 /// modelled bit costs at most 11 bits (its probability stays at 1/2048
 /// or more), a symbol at most 16 (its count is at least 1 of a total
-/// below 2^15 + 16 * 24), and a value takes at most three bits, two
+/// below 2^15 + 32 * 24), and a value takes at most three bits, two
 /// symbols and 63 raw bits: 128 bits, within the 20 bytes counted for it.
 pub(crate) fn bound(s: &Sample) -> usize {
     const VALUE: usize = 20;
