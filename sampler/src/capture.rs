@@ -849,25 +849,12 @@ impl<'a> CallchainWriter<'a> {
     /// context marker whenever the mode changes. Once a frame did not fit,
     /// later ones are dropped too: the chain stays a prefix of the stack.
     pub fn push(&mut self, mode: CpuMode, ip: u64) {
-        let need = if self.mode == Some(mode) { 1 } else { 2 };
-        if self.truncated || self.chain.len() + need > self.limit {
-            self.truncated = true;
-            return;
-        }
-        if need == 2 {
-            let marker = match mode {
-                CpuMode::Kernel => PERF_CONTEXT_KERNEL,
-                CpuMode::User => PERF_CONTEXT_USER,
-            };
-            // Cannot fail: `limit <= MAX_CALLCHAIN` and room checked above.
-            let _ = self.chain.push(marker);
-            self.mode = Some(mode);
-        }
-        let _ = self.chain.push(ip);
+        self.extend(mode, core::slice::from_ref(&ip));
     }
 
-    /// Appends frames of one mode: what [`push`](Self::push) of each in
-    /// turn does, in one copy.
+    /// Appends frames of one mode, as [`push`](Self::push) of each in
+    /// turn would, in one copy: a context marker first when the mode
+    /// changes, and once a frame does not fit, no more.
     pub fn extend(&mut self, mode: CpuMode, ips: &[u64]) {
         if ips.is_empty() || self.truncated {
             return;

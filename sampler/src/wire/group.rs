@@ -257,7 +257,7 @@ impl RcEncoder {
         }
     }
 
-    /// After a bit or a symbol the range is at least 2^21 (see the
+    /// After a bit or a symbol the range is at least 2^17 (see the
     /// callers), so one step of 32 bits brings it back above [`TOP`].
     #[inline(always)]
     fn normalize(&mut self) {
@@ -488,12 +488,6 @@ impl Coder for RcDecoder<'_> {
     }
 }
 
-/// Codes the low `bits` (at most 64) bits of `v` with no model.
-#[inline]
-fn raw<C: Coder>(c: &mut C, v: u64, bits: u32) -> u64 {
-    c.bypass(v, bits)
-}
-
 // ---------------------------------------------------------------------
 // Models.
 
@@ -659,7 +653,7 @@ fn uint_rest<C: Coder>(c: &mut C, s: usize, v: u64) -> u64 {
         return s as u64;
     }
     let low = (s - SMALL) as u32 + SMALL_BITS;
-    (1u64 << low) | raw(c, v, low)
+    (1u64 << low) | c.bypass(v, low)
 }
 
 /// Codes the low `BITS` bits of `v`, most significant first, through a
@@ -1568,7 +1562,7 @@ fn code_regs<C: Coder>(
 ) {
     let (abi_in, mask_in) = inp.map_or((Abi::None, 0), |r| (r.abi, r.mask));
     if !c.bit(&mut m.shape_same, abi_in == st.abi && mask_in == st.mask) {
-        let abi = match raw(c, abi_in as u64, 2) {
+        let abi = match c.bypass(abi_in as u64, 2) {
             0 => Abi::None,
             1 => Abi::Bits32,
             2 => Abi::Bits64,
@@ -1577,7 +1571,7 @@ fn code_regs<C: Coder>(
                 Abi::None
             }
         };
-        let mask = raw(c, mask_in, 64);
+        let mask = c.bypass(mask_in, 64);
         if mask & !crate::regs::VALID_MASK_WITH_XMM != 0 {
             c.fail();
         }
