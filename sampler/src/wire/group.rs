@@ -115,7 +115,9 @@ const PROB_INIT: u16 = 1 << (PROB_BITS - 1);
 /// fast, and then settle).
 const SEEN_SHIFT: u32 = PROB_BITS;
 const P_MASK: u16 = (1 << PROB_BITS) - 1;
-const RATES: [u16; 16] = [1, 1, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 5];
+// Statics, not consts: a const array indexed at run time is built on the
+// stack at every use.
+static RATES: [u16; 16] = [1, 1, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 5];
 // The probability stays in [1, 2047] (an update moves it at most halfway
 // to either end), so a bit costs at most 11 bits (what [`bound`] counts
 // on).
@@ -127,7 +129,7 @@ fn prob(p: u16) -> u32 {
 
 /// What an update adds to a model's seen count (in place): one until it
 /// reaches 15.
-const SEEN_STEP: [u16; 16] = {
+static SEEN_STEP: [u16; 16] = {
     let mut t = [1 << SEEN_SHIFT; 16];
     t[15] = 0;
     t
