@@ -76,7 +76,7 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::drain::NmiRecord;
 use crate::event::{EventConfig, UserRegsMode, sample_type as st};
 use crate::regs::{
-    CodeMode, NUM_GPR_SLOTS, R8_R15_MASK, Reg, RegFile, RegsSample, VALID_MASK_WITH_XMM,
+    CodeMode, GPR_MASK, NUM_GPR_SLOTS, R8_R15_MASK, Reg, RegFile, RegsSample, VALID_MASK_WITH_XMM,
 };
 use crate::ring::{ConstDefault, FilledRing, Ring};
 use crate::sample::{
@@ -308,6 +308,43 @@ impl RawFrame {
         rsp: 0,
         ss: 0,
     };
+
+    /// [`fill_regs`] of [`to_regfile`](Self::to_regfile), with the
+    /// common set (the GPRs without DS..GS) written straight from the
+    /// frame.
+    #[inline]
+    pub fn fill_regs(&self, out: &mut RegsSample, mask: u64, mode: CodeMode) {
+        if mask & VALID_MASK_WITH_XMM != GPR_MASK {
+            return fill_regs(out, &self.to_regfile(), mask, mode);
+        }
+        let high = if mode == CodeMode::Compat32 {
+            [0; 8]
+        } else {
+            [
+                self.r8, self.r9, self.r10, self.r11, self.r12, self.r13, self.r14, self.r15,
+            ]
+        };
+        let low = [
+            self.rax,
+            self.rbx,
+            self.rcx,
+            self.rdx,
+            self.rsi,
+            self.rdi,
+            self.rbp,
+            self.rsp,
+            self.rip,
+            self.rflags,
+            self.cs,
+            self.ss,
+        ];
+        out.abi = mode.abi();
+        out.mask = GPR_MASK;
+        out.values.clear();
+        // Cannot fail: 20 values, within the capacity.
+        let _ = out.values.extend_from_slice(&low);
+        let _ = out.values.extend_from_slice(&high);
+    }
 
     /// The registers in perf order (DS..GS, never sampled on x86-64, read 0).
     pub fn to_regfile(&self) -> RegFile {
@@ -615,19 +652,18 @@ impl RawSample {
             let saved_ok = self.flags & raw_flags::SAVED_USER != 0
                 && CpuMode::from_cs(self.user.cs) == CpuMode::User;
             if !kernel {
-                let file = match pebs {
-                    Some(p) => *p,
-                    None => self.user.to_regfile(),
-                };
-                fill_regs(r, &file, e.regs_user, intr_code);
+                match pebs {
+                    Some(p) => fill_regs(r, p, e.regs_user, intr_code),
+                    None => self.user.fill_regs(r, e.regs_user, intr_code),
+                }
             } else if e.user_regs_mode == UserRegsMode::AtReturnToUser {
                 // The registers of the return to user mode, once the store
                 // completed the sample; ABI_NONE otherwise.
                 let returned = self.flags & raw_flags::RETURN_USER != 0
                     && CpuMode::from_cs(self.user.cs) == CpuMode::User;
                 if returned {
-                    let file = self.user.to_regfile();
-                    fill_regs(r, &file, e.regs_user, self.code(raw_flags::USER_COMPAT));
+                    let code = self.code(raw_flags::USER_COMPAT);
+                    self.user.fill_regs(r, e.regs_user, code);
                 } else {
                     set_regs_none(r, e.regs_user);
                 }
@@ -636,19 +672,18 @@ impl RawSample {
                 // complete.
                 set_regs_none(r, e.regs_user);
             } else {
-                let file = self.user.to_regfile();
-                fill_regs(r, &file, e.regs_user, self.code(raw_flags::USER_COMPAT));
+                let code = self.code(raw_flags::USER_COMPAT);
+                self.user.fill_regs(r, e.regs_user, code);
             }
         } else {
             s.regs_user = None;
         }
         if e.has(st::REGS_INTR) {
-            let file = match pebs {
-                Some(p) => *p,
-                None => intr.to_regfile(),
-            };
             let r = s.regs_intr.get_or_insert_with(RegsSample::default);
-            fill_regs(r, &file, e.regs_intr, intr_code);
+            match pebs {
+                Some(p) => fill_regs(r, p, e.regs_intr, intr_code),
+                None => intr.fill_regs(r, e.regs_intr, intr_code),
+            }
         } else {
             s.regs_intr = None;
         }

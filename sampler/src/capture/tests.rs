@@ -524,6 +524,23 @@ mod in_place {
             prop_assert_eq!(out.values.len(), (mask & VALID_MASK_WITH_XMM).count_ones() as usize);
         }
 
+        /// Filling straight from a frame gives what filling from its
+        /// register file gives, for the common set and any other mask.
+        #[test]
+        fn frame_fill_regs_matches_the_register_file(
+            file in any_file(),
+            mask in prop_oneof![Just(GPR_MASK), Just(GPR_MASK | 0xf000), any::<u64>()],
+            code in any_code(),
+            prior in any::<u64>(),
+        ) {
+            let frame = RawFrame::from_regfile(&file);
+            let mut out = RegsSample::from_file(&file, prior, CodeMode::Long64);
+            frame.fill_regs(&mut out, mask, code);
+            let mut want = RegsSample::default();
+            fill_regs(&mut want, &frame.to_regfile(), mask, code);
+            prop_assert_eq!(out, want);
+        }
+
         /// Building into a slot that holds an older, fully populated sample
         /// gives the same sample as building from scratch, for every
         /// sample_type combination, mode, user-frame state and exclusion.

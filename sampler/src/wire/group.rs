@@ -751,14 +751,6 @@ const CHAIN_CACHE: usize = 8;
 /// Recent branches (from, to, flags) a task's cache keeps.
 const BRANCH_CACHE: usize = 16;
 
-/// Moves `v` to the front of `cache` (most recent first), dropping the
-/// last entry when `v` was not in it.
-#[inline]
-fn to_front<T: Copy + PartialEq, const N: usize>(cache: &mut [T; N], v: T) {
-    let at = cache.iter().position(|c| *c == v).unwrap_or(N - 1);
-    put_front(cache, at, v);
-}
-
 /// Puts `v` at the front of `cache`, moving entries `0..at` back by one
 /// (entry `at` is dropped). A fixed-length pass of conditional moves: the
 /// caches are a few entries long, and a call to `memmove` costs more.
@@ -774,12 +766,14 @@ fn put_front<T: Copy, const N: usize>(cache: &mut [T; N], at: usize, v: T) {
 
 /// Codes `v` as one of `cache`'s entries or a delta against `base`, in
 /// one symbol of `model` (the entry's place, or `N` plus the delta's
-/// [`UintModel`] symbol) and the delta's raw bits.
+/// [`UintModel`] symbol) and the delta's raw bits, and moves it to the
+/// front of the cache (a delta's value was not in it: the oldest entry
+/// goes).
 #[inline]
 fn code_cached_or_delta<C: Coder, const N: usize, const M: usize>(
     c: &mut C,
     model: &mut Freq<M>,
-    cache: &[u64; N],
+    cache: &mut [u64; N],
     base: u64,
     v: u64,
 ) -> u64 {
@@ -794,10 +788,15 @@ fn code_cached_or_delta<C: Coder, const N: usize, const M: usize>(
             .unwrap_or_else(|| N + uint_symbol(delta))
     };
     let s = model.code(c, s_in);
-    match cache.get(s) {
-        Some(&hit) => hit,
-        None => base.wrapping_add(unzigzag(uint_rest(c, s - N, delta))),
-    }
+    let (v, at) = match cache.get(s) {
+        Some(&hit) => (hit, s),
+        None => (
+            base.wrapping_add(unzigzag(uint_rest(c, s - N, delta))),
+            N - 1,
+        ),
+    };
+    put_front(cache, at, v);
+    v
 }
 
 /// Every field's adaptive probabilities.
@@ -1258,8 +1257,7 @@ pub(crate) fn code_sample<C: Coder>(
     t.period = period;
     let old_ip = t.ip;
     // IP: one of the task's recent ones, else against the last.
-    let ip = code_cached_or_delta(c, &mut f.ip, &t.ips, t.ip, inp.ip);
-    to_front(&mut t.ips, ip);
+    let ip = code_cached_or_delta(c, &mut f.ip, &mut t.ips, t.ip, inp.ip);
     t.ip = ip;
     if C::DECODE {
         out.tid = tid;
@@ -1407,9 +1405,7 @@ fn code_callchain<C: Coder>(
         let e = if c.bit(&mut f.cc_same, v == base) {
             base
         } else {
-            let e = code_cached_or_delta(c, &mut f.cc, &t.returns, base, v);
-            to_front(&mut t.returns, e);
-            e
+            code_cached_or_delta(c, &mut f.cc, &mut t.returns, base, v)
         };
         // Cannot fail: `len <= MAX_CALLCHAIN`.
         let _ = fresh.push(e);
