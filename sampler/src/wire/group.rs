@@ -803,8 +803,9 @@ fn code_cached_or_delta<C: Coder, const N: usize, const M: usize>(
 #[derive(Clone)]
 struct FieldModels {
     as_before: u16,
-    tid_same: u16,
+    which_task: Freq<{ TID_CACHE + 1 }>,
     tid: UintModel,
+    task_as_before: u16,
     shape_same: u16,
     shape: [u16; 128],
     event_same: u16,
@@ -843,8 +844,9 @@ struct FieldModels {
 impl FieldModels {
     const NEW: FieldModels = FieldModels {
         as_before: PROB_INIT,
-        tid_same: PROB_INIT,
+        which_task: Freq::NEW,
         tid: UintModel::NEW,
+        task_as_before: PROB_INIT,
         shape_same: PROB_INIT,
         shape: [PROB_INIT; 128],
         event_same: PROB_INIT,
@@ -883,7 +885,7 @@ impl FieldModels {
     fn reset(&mut self) {
         for p in [
             &mut self.as_before,
-            &mut self.tid_same,
+            &mut self.task_as_before,
             &mut self.pid_same,
             &mut self.shape_same,
             &mut self.event_same,
@@ -902,6 +904,7 @@ impl FieldModels {
         self.cc_len = Freq::NEW;
         self.cc_keep = Freq::NEW;
         self.ip = Freq::NEW;
+        self.which_task = Freq::NEW;
         self.cc = Freq::NEW;
         self.br_which = Freq::NEW;
         for m in [
@@ -1113,15 +1116,23 @@ pub(crate) struct GroupModels {
     fields: FieldModels,
     tasks: [TaskState; TASK_SLOTS],
     cpus: [CpuState; CPU_SLOTS],
-    last_tid: u32,
+    /// The tasks of the latest samples, most recent first (the first
+    /// `known_tids`): tasks that take turns on a CPU come back in the
+    /// same order.
+    tids: [u32; TID_CACHE],
+    known_tids: usize,
 }
+
+/// Recent tasks a group remembers in order.
+const TID_CACHE: usize = 4;
 
 impl GroupModels {
     pub(crate) const NEW: GroupModels = GroupModels {
         fields: FieldModels::NEW,
         tasks: [TaskState::NEW; TASK_SLOTS],
         cpus: [CpuState::NEW; CPU_SLOTS],
-        last_tid: 0,
+        tids: [0; TID_CACHE],
+        known_tids: 0,
     };
 
     /// Back to the state at a group's start.
@@ -1133,7 +1144,7 @@ impl GroupModels {
         for l in &mut self.cpus {
             l.valid = false;
         }
-        self.last_tid = 0;
+        self.known_tids = 0;
     }
 }
 
@@ -1163,23 +1174,40 @@ pub(crate) fn code_sample<C: Coder>(
 ) {
     let f = &mut m.fields;
     // The task, and which parts the sample has, its event, process and CPU:
-    // all as the previous sample's task had them (one bit), or each coded.
-    let last = &m.tasks[m.last_tid as usize % TASK_SLOTS];
-    let known = last.valid && last.tid == m.last_tid;
+    // all as the previous sample's task had them (one bit); else which of
+    // the recent tasks (one symbol) or a new one, then all as that task
+    // had them (one bit) or each coded.
     let shape_in = shape_of(inp);
-    let as_before = !C::DECODE
-        && known
-        && inp.tid == last.tid
-        && shape_in == last.shape
-        && inp.event == last.event
-        && inp.pid == last.pid
-        && inp.cpu == last.cpu;
+    let fits = |t: &TaskState| {
+        t.valid
+            && t.tid == inp.tid
+            && shape_in == t.shape
+            && inp.event == t.event
+            && inp.pid == t.pid
+            && inp.cpu == t.cpu
+    };
+    let last_tid = m.tids[0];
+    let last = &m.tasks[last_tid as usize % TASK_SLOTS];
+    let known = m.known_tids > 0 && last.valid && last.tid == last_tid;
     let (tid, shape, event, pid, cpu);
-    if known && c.bit(&mut f.as_before, as_before) {
+    if known && c.bit(&mut f.as_before, !C::DECODE && fits(last)) {
         (tid, shape, event, pid, cpu) = (last.tid, last.shape, last.event, last.pid, last.cpu);
     } else {
-        tid = if c.bit(&mut f.tid_same, inp.tid == m.last_tid) {
-            m.last_tid
+        let n = m.known_tids;
+        let at_in = if C::DECODE {
+            0
+        } else {
+            m.tids[..n]
+                .iter()
+                .position(|&x| x == inp.tid)
+                .unwrap_or(TID_CACHE)
+        };
+        let at = f.which_task.code(c, at_in);
+        tid = if at < n {
+            m.tids[at]
+        } else if at < TID_CACHE {
+            c.fail();
+            0
         } else {
             let v = f.tid.code(c, u64::from(inp.tid));
             if v > u64::from(u32::MAX) {
@@ -1187,41 +1215,49 @@ pub(crate) fn code_sample<C: Coder>(
             }
             v as u32
         };
+        // The new task goes first; one not among them takes the place of
+        // the oldest (or a free one).
+        put_front(&mut m.tids, at.min(n).min(TID_CACHE - 1), tid);
+        m.known_tids = (n + usize::from(at >= n)).min(TID_CACHE);
         let t = &mut m.tasks[tid as usize % TASK_SLOTS];
         if !t.valid || t.tid != tid {
             t.claim(tid);
         }
-        shape = if c.bit(&mut f.shape_same, shape_in == t.shape) {
-            t.shape
+        let had = t.shape & NO_SHAPE == 0;
+        if had && c.bit(&mut f.task_as_before, !C::DECODE && fits(t)) {
+            (shape, event, pid, cpu) = (t.shape, t.event, t.pid, t.cpu);
         } else {
-            tree::<C, 7>(c, &mut f.shape, shape_in)
-        };
-        event = if c.bit(&mut f.event_same, inp.event == t.event) {
-            t.event
-        } else {
-            f.event.code(c, u64::from(inp.event)) as u32
-        };
-        pid = if shape & shape::PID == 0 {
-            tid
-        } else if c.bit(&mut f.pid_same, inp.pid == t.pid && t.pid != tid) {
-            t.pid
-        } else {
-            let v = f.pid.code(c, u64::from(inp.pid)) as u32;
-            if v == tid {
-                c.fail();
-            }
-            v
-        };
-        cpu = if c.bit(&mut f.cpu_same, inp.cpu == t.cpu) {
-            t.cpu
-        } else {
-            f.cpu.code(c, u64::from(inp.cpu)) as u32
-        };
+            shape = if c.bit(&mut f.shape_same, shape_in == t.shape) {
+                t.shape
+            } else {
+                tree::<C, 7>(c, &mut f.shape, shape_in)
+            };
+            event = if c.bit(&mut f.event_same, inp.event == t.event) {
+                t.event
+            } else {
+                f.event.code(c, u64::from(inp.event)) as u32
+            };
+            pid = if shape & shape::PID == 0 {
+                tid
+            } else if c.bit(&mut f.pid_same, inp.pid == t.pid && t.pid != tid) {
+                t.pid
+            } else {
+                let v = f.pid.code(c, u64::from(inp.pid)) as u32;
+                if v == tid {
+                    c.fail();
+                }
+                v
+            };
+            cpu = if c.bit(&mut f.cpu_same, inp.cpu == t.cpu) {
+                t.cpu
+            } else {
+                f.cpu.code(c, u64::from(inp.cpu)) as u32
+            };
+        }
     }
     if shape == NO_SHAPE || (shape & shape::PID != 0 && pid == tid) {
         c.fail();
     }
-    m.last_tid = tid;
     let t = &mut m.tasks[tid as usize % TASK_SLOTS];
     (t.shape, t.event, t.pid, t.cpu) = (shape, event, pid, cpu);
 
