@@ -39,7 +39,10 @@
 //!   symbol) and the bits below its leading one, raw (in the frame's
 //!   bypass stream). Most numbers are zigzag deltas against a prediction.
 //! - The task, which parts the sample has, its event, process and CPU are
-//!   one bit when all are as the previous sample's task had them.
+//!   one bit when all are as the previous sample's task had them; else the
+//!   task is one symbol for one of the group's 4 most recent tasks (tasks
+//!   that take turns on a CPU come back in order) or a new one, and the
+//!   rest one bit when all are as that task had them.
 //! - Time is a delta against the CPU's previous time plus its previous
 //!   step. The period is the CPU's step (a clock's period) or the task's
 //!   previous period (a counter's), whichever the task's previous sample
@@ -54,8 +57,10 @@
 //!   which), one of its 4 recent values (the first 24 registers), or a
 //!   delta of a given size (its bits below the leading one follow raw).
 //! - A callchain's length and the number of entries it shares at its
-//!   outer end with the task's previous chain are a symbol each; the other
-//!   entries are the previous chain's entry at the same depth (one bit),
+//!   outer end with the task's previous chain are a symbol each; the
+//!   leading context marker of the sample's mode and the sample's IP are
+//!   one bit; the other entries are the previous chain's entry at the
+//!   same depth (one bit),
 //!   or one symbol for one of the task's recent return addresses or the
 //!   size of a delta.
 //! - A branch-stack entry is one of the CPU's 16 most recent branches
@@ -64,7 +69,8 @@
 
 use crate::regs::{Abi, MAX_SAMPLED_REGS, RegsSample};
 use crate::sample::{
-    BranchEntry, BranchFlags, BranchStack, CpuMode, MAX_BRANCHES, MAX_CALLCHAIN, MemInfo, Sample,
+    BranchEntry, BranchFlags, BranchStack, CpuMode, MAX_BRANCHES, MAX_CALLCHAIN, MemInfo,
+    PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER, Sample,
 };
 use serde::{Deserialize, Serialize};
 
@@ -822,6 +828,7 @@ struct FieldModels {
     cc_len: Freq<MAX_CALLCHAIN>,
     cc_keep: Freq<{ MAX_CALLCHAIN + 1 }>,
     cc_same: u16,
+    cc_head: u16,
     cc: Freq<{ CHAIN_CACHE + UINT_SYMBOLS }>,
     br_idx_same: u16,
     br_idx: UintModel,
@@ -863,6 +870,7 @@ impl FieldModels {
         cc_len: Freq::NEW,
         cc_keep: Freq::NEW,
         cc_same: PROB_INIT,
+        cc_head: PROB_INIT,
         cc: Freq::NEW,
         br_idx_same: PROB_INIT,
         br_idx: UintModel::NEW,
@@ -892,6 +900,7 @@ impl FieldModels {
             &mut self.cpu_same,
             &mut self.mem_src_same,
             &mut self.cc_same,
+            &mut self.cc_head,
             &mut self.br_idx_same,
             &mut self.br_len_same,
             &mut self.br_flags_same,
@@ -1316,7 +1325,12 @@ pub(crate) fn code_sample<C: Coder>(
         out.callchain.clear();
     }
     if shape & shape::CALLCHAIN != 0 {
-        code_callchain(c, f, t, old_ip, inp, out);
+        let marker = if shape & shape::KERNEL != 0 {
+            PERF_CONTEXT_KERNEL
+        } else {
+            PERF_CONTEXT_USER
+        };
+        code_callchain(c, f, t, old_ip, marker, inp, out);
     } else {
         t.callchain.clear();
     }
@@ -1395,6 +1409,7 @@ fn code_callchain<C: Coder>(
     f: &mut FieldModels,
     t: &mut TaskState,
     old_ip: u64,
+    marker: u64,
     inp: &Sample,
     out: &mut Sample,
 ) {
@@ -1426,7 +1441,20 @@ fn code_callchain<C: Coder>(
     }
     let mut fresh: heapless::Vec<u64, MAX_CALLCHAIN> = heapless::Vec::new();
     let mut last = t.ip;
-    for i in 0..len - keep {
+    // A chain starts with the context marker of the sample's mode and the
+    // sample's IP (one bit for both).
+    let mut from = 0;
+    if len - keep >= 2
+        && c.bit(
+            &mut f.cc_head,
+            !C::DECODE && inp.callchain[..2] == [marker, t.ip],
+        )
+    {
+        // Cannot fail: `len <= MAX_CALLCHAIN`.
+        let _ = fresh.extend_from_slice(&[marker, t.ip]);
+        from = 2;
+    }
+    for i in from..len - keep {
         let v = if C::DECODE { 0 } else { inp.callchain[i] };
         // Against the previous chain's entry at the same depth (its
         // context marker, the same function), else the entry before.
