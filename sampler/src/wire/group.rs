@@ -50,7 +50,9 @@
 //!   8 most recent IPs or the size of a delta (and its raw bits).
 //! - Registers: which of them changed since the task's previous sample is
 //!   one of the set's 8 recent change masks (one symbol) or register by
-//!   register; an interrupted set is first one bit for "the user set" (a
+//!   register, with the IP register expected to hold the sample's IP in
+//!   the interrupted set and in the user set of a sample taken in user
+//!   mode; an interrupted set is first one bit for "the user set" (a
 //!   sample taken in user mode). A changed value is the sample's IP (the
 //!   IP register), the user register (the interrupted set), or one symbol
 //!   for how it is coded: an earlier register of the same sample (and
@@ -1352,6 +1354,7 @@ pub(crate) fn code_sample<C: Coder>(
             None,
             ip,
             kernel,
+            kernel == 0,
             inp.regs_user.as_ref(),
         );
     }
@@ -1366,6 +1369,7 @@ pub(crate) fn code_sample<C: Coder>(
             alt,
             ip,
             kernel,
+            true,
             inp.regs_intr.as_ref(),
         );
     }
@@ -1611,8 +1615,9 @@ fn code_branches<C: Coder>(
 }
 
 // The loop walks the state's values, caches and change bits, the input's
-// values and the alternative set's by one index.
-#[allow(clippy::needless_range_loop)]
+// values and the alternative set's by one index. The arguments are the
+// set's models and state and what the sample says about it.
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 fn code_regs<C: Coder>(
     c: &mut C,
     m: &mut RegModels,
@@ -1620,6 +1625,7 @@ fn code_regs<C: Coder>(
     alt: Option<&RegsState>,
     ip: u64,
     kernel: usize,
+    sampled_ip: bool,
     inp: Option<&RegsSample>,
 ) {
     let (abi_in, mask_in) = inp.map_or((Abi::None, 0), |r| (r.abi, r.mask));
@@ -1675,6 +1681,16 @@ fn code_regs<C: Coder>(
             return;
         }
     }
+    // Where the IP register sits among the values (perf's bit 8). When it
+    // holds the sample's IP (the interrupted set, or the user set of a
+    // sample taken in user mode), that is its expected value: it counts
+    // as changed only when it is not.
+    let ip_at = (st.mask >> 8 & 1 != 0)
+        .then(|| (st.mask & 0xff).count_ones() as usize)
+        .filter(|&j| j < n);
+    if sampled_ip && let Some(j) = ip_at {
+        st.values[j] = ip;
+    }
     // Which values changed: one of the set's recent change masks (one
     // symbol), else register by register against the previous mask.
     let mask_in = if C::DECODE {
@@ -1715,8 +1731,6 @@ fn code_regs<C: Coder>(
             mask
         }
     };
-    // Where the IP register sits among the values (perf's bit 8).
-    let ip_at = (st.mask >> 8 & 1 != 0).then(|| (st.mask & 0xff).count_ones() as usize);
     let mut rest = changed;
     while rest != 0 {
         let i = rest.trailing_zeros() as usize;
@@ -1733,7 +1747,7 @@ fn code_regs<C: Coder>(
         // The new value, and its place in the register's recent values
         // when that is known (a delta's value is not among them).
         let (new, place) = 'value: {
-            if ip_at == Some(i) && c.bit(&mut m.ip_eq[kernel], v == ip) {
+            if ip_at == Some(i) && !sampled_ip && c.bit(&mut m.ip_eq[kernel], v == ip) {
                 break 'value (ip, None);
             }
             if let Some(a) = alt
