@@ -1696,11 +1696,23 @@ fn code_regs<C: Coder>(
     let mask_in = if C::DECODE {
         0
     } else {
-        // From the last register down: a shift and an add each.
+        // Four registers at a time, each a compare and a shift.
         let vals = &values[..n.min(values.len())];
+        let prev = &st.values[..vals.len()];
         let mut mask = 0u64;
-        for (v, p) in vals.iter().zip(&st.values[..vals.len()]).rev() {
-            mask = mask << 1 | u64::from(v != p);
+        let mut i = 0;
+        while i + 4 <= vals.len() {
+            let (v, p) = (&vals[i..i + 4], &prev[i..i + 4]);
+            mask |= (u64::from(v[0] != p[0])
+                | u64::from(v[1] != p[1]) << 1
+                | u64::from(v[2] != p[2]) << 2
+                | u64::from(v[3] != p[3]) << 3)
+                << i;
+            i += 4;
+        }
+        while i < vals.len() {
+            mask |= u64::from(vals[i] != prev[i]) << i;
+            i += 1;
         }
         mask
     };
