@@ -59,7 +59,9 @@
 //!   which), one of its 4 recent values (the first 24 registers), or a
 //!   delta of a given size (its bits below the leading one follow raw).
 //! - A callchain's length and the number of entries it shares at its
-//!   outer end with the task's previous chain are a symbol each; the
+//!   outer end with the task's previous chain are one symbol when the
+//!   length is within 3 of the previous chain's and fewer than 8 entries
+//!   are new, else a symbol each; the
 //!   leading context marker of the sample's mode and the sample's IP are
 //!   one bit; the other entries are the previous chain's entry at the
 //!   same depth (one bit),
@@ -829,6 +831,7 @@ struct FieldModels {
     ip: Freq<{ IP_CACHE + UINT_SYMBOLS }>,
     cc_len: Freq<MAX_CALLCHAIN>,
     cc_keep: Freq<{ MAX_CALLCHAIN + 1 }>,
+    cc_shape: Freq<{ CC_SHAPES + 1 }>,
     cc_same: u16,
     cc_head: u16,
     cc: Freq<{ CHAIN_CACHE + UINT_SYMBOLS }>,
@@ -871,6 +874,7 @@ impl FieldModels {
         ip: Freq::NEW,
         cc_len: Freq::NEW,
         cc_keep: Freq::NEW,
+        cc_shape: Freq::NEW,
         cc_same: PROB_INIT,
         cc_head: PROB_INIT,
         cc: Freq::NEW,
@@ -914,6 +918,7 @@ impl FieldModels {
         self.period_second.fill(PROB_INIT);
         self.cc_len = Freq::NEW;
         self.cc_keep = Freq::NEW;
+        self.cc_shape = Freq::NEW;
         self.ip = Freq::NEW;
         self.which_task = Freq::NEW;
         self.cc = Freq::NEW;
@@ -1133,6 +1138,15 @@ pub(crate) struct GroupModels {
     tids: [u32; TID_CACHE],
     known_tids: usize,
 }
+
+/// A callchain's length and kept entries are one symbol when its length
+/// is within this of the previous chain's ...
+const CC_STEP: usize = 3;
+/// ... and it has fewer than this many entries not kept.
+const CC_FRESH: usize = 8;
+/// Symbols of that: (length step + `CC_STEP`) * `CC_FRESH` + entries not
+/// kept; this one says the length and kept entries follow as symbols.
+const CC_SHAPES: usize = (2 * CC_STEP + 1) * CC_FRESH;
 
 /// Recent tasks a group remembers in order.
 const TID_CACHE: usize = 4;
@@ -1417,28 +1431,40 @@ fn code_callchain<C: Coder>(
     inp: &Sample,
     out: &mut Sample,
 ) {
-    let len_in = inp.callchain.len();
-    // A chain has 1 to MAX_CALLCHAIN entries.
-    let len = f.cc_len.code(c, len_in.wrapping_sub(1)) + 1;
-    if len > MAX_CALLCHAIN {
-        c.fail();
-        t.callchain.clear();
-        return;
-    }
-    // Entries shared at the outer end.
+    // The chain's length and the entries it shares at its outer end with
+    // the previous chain (kept): one symbol for a length within
+    // `CC_STEP` of the previous one and fewer than `CC_FRESH` other
+    // entries, else a symbol each.
     let prev = &t.callchain;
-    let shared_in = if C::DECODE {
-        0
+    let (len_in, shared_in) = if C::DECODE {
+        (0, 0)
     } else {
-        inp.callchain
+        let shared = inp
+            .callchain
             .iter()
             .rev()
             .zip(prev.iter().rev())
             .take_while(|(a, b)| a == b)
-            .count()
+            .count();
+        (inp.callchain.len(), shared)
     };
-    let keep = f.cc_keep.code(c, shared_in);
-    if keep > len || keep > prev.len() {
+    let step_in = (len_in + CC_STEP).wrapping_sub(prev.len());
+    let fresh_in = len_in - shared_in;
+    let sym_in = if step_in <= 2 * CC_STEP && fresh_in < CC_FRESH {
+        step_in * CC_FRESH + fresh_in
+    } else {
+        CC_SHAPES
+    };
+    let sym = f.cc_shape.code(c, sym_in);
+    let (len, keep) = if sym < CC_SHAPES {
+        let len = (prev.len() + sym / CC_FRESH).wrapping_sub(CC_STEP);
+        (len, len.wrapping_sub(sym % CC_FRESH))
+    } else {
+        // A chain has 1 to MAX_CALLCHAIN entries.
+        let len = f.cc_len.code(c, len_in.wrapping_sub(1)) + 1;
+        (len, f.cc_keep.code(c, shared_in))
+    };
+    if len == 0 || len > MAX_CALLCHAIN || keep > len || keep > prev.len() {
         c.fail();
         t.callchain.clear();
         return;
