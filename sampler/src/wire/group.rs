@@ -55,9 +55,11 @@
 //!   mode; an interrupted set is first one bit for "the user set" (a
 //!   sample taken in user mode). A changed value is the sample's IP (the
 //!   IP register), the user register (the interrupted set), or one symbol
-//!   for how it is coded: an earlier register of the same sample (and
-//!   which), one of its 4 recent values (the first 24 registers), or a
-//!   delta of a given size (its bits below the leading one follow raw).
+//!   for how it is coded: one of its 4 recent values (the first 24
+//!   registers), a value another register of the set had (its slot in a
+//!   16-entry table of the values the set's registers took, each in the
+//!   slot its hash picks), or a delta of a given size (its bits below the
+//!   leading one follow raw).
 //! - A callchain's length and the number of entries it shares at its
 //!   outer end with the task's previous chain are one symbol when the
 //!   length is within 3 of the previous chain's and fewer than 8 entries
@@ -597,15 +599,16 @@ impl<const S: usize> Freq<S> {
     }
 }
 
-/// A changed register's value is the value of an earlier register of the
-/// same sample (then which, in a symbol of its own) ...
-const REG_EARLIER: usize = 0;
-/// ... one of its recent values (this plus its place among them) ...
-const REG_CACHED: usize = 1;
+/// A changed register's value is one of its recent values (this plus its
+/// place among them) ...
+const REG_CACHED: usize = 0;
+/// ... a recent value of its set (this plus its slot in
+/// [`RegsState::table`]) ...
+const REG_SLOT: usize = REG_CACHED + REG_CACHE;
 /// ... or a delta against its previous value: this plus the delta's
 /// [`UintModel`] symbol, so how a value is coded and how large its delta
 /// is are one step of the coder.
-const REG_DELTA: usize = REG_CACHED + REG_CACHE;
+const REG_DELTA: usize = REG_SLOT + REG_TABLE;
 /// A model of how a changed register's value is coded.
 type RegValueModel = Freq<{ REG_DELTA + UINT_SYMBOLS }>;
 /// A model of which recent change mask (or none).
@@ -706,12 +709,10 @@ struct RegModels {
     /// "The sample's IP" (the IP register), by whether the sample was
     /// taken in the kernel.
     ip_eq: [u16; 2],
-    /// How a changed value is coded ([`REG_EARLIER`], [`REG_CACHED`] plus
-    /// its place in the register's recent values, or [`REG_DELTA`] plus
-    /// the delta's size).
+    /// How a changed value is coded ([`REG_CACHED`] plus its place in the
+    /// register's recent values, [`REG_SLOT`] plus its slot in the set's,
+    /// or [`REG_DELTA`] plus the delta's size).
     value: [RegValueModel; REG_MODELS],
-    /// Which earlier register of the same sample (by its distance back).
-    earlier_which: [Freq<MAX_SAMPLED_REGS>; REG_MODELS],
     /// "All the same as the alternative set", by whether the sample was
     /// taken in the kernel.
     all_alt: [u16; 2],
@@ -726,7 +727,6 @@ impl RegModels {
         same: [[PROB_INIT; REG_MODELS]; 2],
         ip_eq: [PROB_INIT; 2],
         value: [RegValueModel::NEW; REG_MODELS],
-        earlier_which: [Freq::NEW; REG_MODELS],
         all_alt: [PROB_INIT; 2],
         mask_which: MaskModel::NEW,
     };
@@ -741,7 +741,6 @@ impl RegModels {
         }
         self.ip_eq.fill(PROB_INIT);
         self.value = [RegValueModel::NEW; REG_MODELS];
-        self.earlier_which = [Freq::NEW; REG_MODELS];
         self.all_alt.fill(PROB_INIT);
         self.mask_which = MaskModel::NEW;
     }
@@ -754,6 +753,17 @@ const REG_CACHE: usize = 4;
 const MASK_CACHE: usize = 8;
 /// Registers (by position) with a cache of recent values: the GPRs.
 const CACHED_REGS: usize = 24;
+/// The set's recent values ([`RegsState::table`]): `2^REG_TABLE_BITS`
+/// slots.
+const REG_TABLE_BITS: u32 = 4;
+const REG_TABLE: usize = 1 << REG_TABLE_BITS;
+
+/// The slot of value `v` in a register set's recent values (Fibonacci
+/// hashing: the top bits of a product with 2^64 / phi).
+#[inline(always)]
+fn slot(v: u64) -> usize {
+    (v.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - REG_TABLE_BITS)) as usize
+}
 /// Recent IPs a task's cache keeps.
 const IP_CACHE: usize = 8;
 /// Recent callchain entries (return addresses) a task's cache keeps.
@@ -960,6 +970,10 @@ struct RegsState {
     changed: u64,
     /// Recent earlier values of the first [`CACHED_REGS`] registers.
     cache: [[u64; REG_CACHE]; CACHED_REGS],
+    /// Values the set's registers took, each in its [`slot`]: a value
+    /// another register has (a copy, a return value, RCX and R11 after a
+    /// system call).
+    table: [u64; REG_TABLE],
     /// Recent change masks, most recent first.
     masks: [u64; MASK_CACHE],
 }
@@ -972,6 +986,7 @@ impl RegsState {
         values: [0; MAX_SAMPLED_REGS],
         changed: 0,
         cache: [[0; REG_CACHE]; CACHED_REGS],
+        table: [0; REG_TABLE],
         masks: [0; MASK_CACHE],
     };
 }
@@ -1083,6 +1098,7 @@ impl TaskState {
             r.n = 0;
             r.changed = 0;
             r.cache = [[0; REG_CACHE]; CACHED_REGS];
+            r.table = [0; REG_TABLE];
             r.masks = [0; MASK_CACHE];
         }
         self.mem = MemInfo::default();
@@ -1781,7 +1797,6 @@ fn code_regs<C: Coder>(
         let k = i.min(REG_MODELS - 1);
         let prev = st.values[i];
         let v = if C::DECODE { 0 } else { values[i] };
-        let mut back = 0;
         // The new value, and its place in the register's recent values
         // when that is known (a delta's value is not among them).
         let (new, place) = 'value: {
@@ -1799,30 +1814,26 @@ fn code_regs<C: Coder>(
             let delta_in = zigzag(v.wrapping_sub(prev));
             let sym_in = if C::DECODE {
                 0
-            } else if let Some(d) = st.values[..i].iter().rev().position(|e| *e == v) {
-                back = d;
-                REG_EARLIER
+            } else if let Some(at) = st
+                .cache
+                .get(i)
+                .and_then(|cache| cache.iter().position(|e| *e == v))
+            {
+                REG_CACHED + at
             } else {
-                st.cache
-                    .get(i)
-                    .and_then(|cache| cache.iter().position(|e| *e == v))
-                    .map_or_else(|| REG_DELTA + uint_symbol(delta_in), |at| REG_CACHED + at)
+                let h = slot(v);
+                if st.table[h] == v {
+                    REG_SLOT + h
+                } else {
+                    REG_DELTA + uint_symbol(delta_in)
+                }
             };
             match m.value[k].code(c, sym_in) {
-                REG_EARLIER => {
-                    let d = m.earlier_which[k].code(c, back);
-                    match i.checked_sub(d + 1) {
-                        Some(j) => (st.values[j], None),
-                        None => {
-                            c.fail();
-                            (prev, None)
-                        }
-                    }
-                }
                 s if s >= REG_DELTA => (
                     prev.wrapping_add(unzigzag(uint_rest(c, s - REG_DELTA, delta_in))),
                     Some(REG_CACHE - 1),
                 ),
+                s if s >= REG_SLOT => (st.table[s - REG_SLOT], None),
                 s => match st.cache.get(i).and_then(|cache| cache.get(s - REG_CACHED)) {
                     Some(&hit) => (hit, Some(s - REG_CACHED)),
                     None => {
@@ -1839,8 +1850,9 @@ fn code_regs<C: Coder>(
 
 /// Sets value `i` of `st` to `new`: the value it leaves becomes the most
 /// recent one, in the place of the one it takes (which is no longer an
-/// earlier value), or else of the oldest. `place` is that place when the
-/// caller knows it (else it is searched for).
+/// earlier value), or else of the oldest, and `new` goes into its slot of
+/// the set's recent values. `place` is that place when the caller knows
+/// it (else it is searched for).
 #[inline]
 fn remember(st: &mut RegsState, i: usize, new: u64, place: Option<usize>) {
     let prev = st.values[i];
@@ -1854,6 +1866,7 @@ fn remember(st: &mut RegsState, i: usize, new: u64, place: Option<usize>) {
         put_front(cache, at, prev);
     }
     st.values[i] = new;
+    st.table[slot(new)] = new;
 }
 
 fn regs_sample(st: &RegsState) -> RegsSample {
