@@ -326,6 +326,9 @@ impl RegsSample {
     pub fn well_formed(&self) -> bool {
         let n = if self.abi == Abi::None {
             0
+        } else if self.mask == GPR_MASK {
+            // The common set, without a (software) population count.
+            const { GPR_MASK.count_ones() as usize }
         } else {
             self.mask.count_ones() as usize
         };

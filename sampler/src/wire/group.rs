@@ -1496,8 +1496,10 @@ fn code_callchain<C: Coder>(
             !C::DECODE && inp.callchain[..2] == [marker, t.ip],
         )
     {
-        // Cannot fail: `len <= MAX_CALLCHAIN`.
-        let _ = fresh.extend_from_slice(&[marker, t.ip]);
+        // Cannot fail: `len <= MAX_CALLCHAIN`. Two pushes, not a call to
+        // memcpy.
+        let _ = fresh.push(marker);
+        let _ = fresh.push(t.ip);
         from = 2;
     }
     for i in from..len - keep {
