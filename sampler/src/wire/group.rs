@@ -512,7 +512,7 @@ const FREQ_LIMIT: u16 = 1 << 15;
 
 /// Symbols a [`Freq`] model codes between two rebuilds of its cumulative
 /// counts, at most (it starts at 1 and doubles up to this).
-const REBUILD_MAX: u16 = 32;
+const REBUILD_MAX: u16 = 64;
 
 /// An adaptive model of `S` symbols, each coded in one step of the range
 /// coder: every symbol's count starts at 1 and grows by [`FREQ_STEP`] each
@@ -1192,7 +1192,7 @@ impl GroupModels {
 /// An upper bound of the coded bytes of `s` whatever the models hold: a
 /// modelled bit costs at most 11 bits (its probability stays at 1/2048
 /// or more), a symbol at most 16 (its count is at least 1 of a total
-/// below 2^15 + 32 * 24), and a value takes at most three bits, two
+/// below 2^15 + 64 * 24), and a value takes at most three bits, two
 /// symbols and 63 raw bits: 128 bits, within the 20 bytes counted for it.
 pub(crate) fn bound(s: &Sample) -> usize {
     const VALUE: usize = 20;
