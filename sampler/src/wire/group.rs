@@ -644,7 +644,8 @@ impl UintModel {
     /// Codes a wrapping difference (zigzag).
     #[inline]
     fn delta<C: Coder>(&mut self, c: &mut C, d: u64) -> u64 {
-        unzigzag(self.code(c, zigzag(d)))
+        let z = self.code(c, zigzag(d));
+        if C::DECODE { unzigzag(z) } else { d }
     }
 }
 
@@ -660,7 +661,8 @@ fn uint_symbol(v: u64) -> usize {
 }
 
 /// The value of [`UintModel`] symbol `s`: the symbol itself, or the bits
-/// of `v` below its leading one, coded raw.
+/// of `v` below its leading one, coded raw (the encoder has `v`, the
+/// value of its own symbol).
 #[inline(always)]
 fn uint_rest<C: Coder>(c: &mut C, s: usize, v: u64) -> u64 {
     const SMALL: usize = 1 << SMALL_BITS;
@@ -668,7 +670,20 @@ fn uint_rest<C: Coder>(c: &mut C, s: usize, v: u64) -> u64 {
         return s as u64;
     }
     let low = (s - SMALL) as u32 + SMALL_BITS;
-    (1u64 << low) | c.bypass(v, low)
+    let bits = c.bypass(v, low);
+    if C::DECODE { (1u64 << low) | bits } else { v }
+}
+
+/// `base` plus the zigzag delta of [`UintModel`] symbol `s` (see
+/// [`uint_rest`]): `v`, whose delta is `delta`, when encoding.
+#[inline(always)]
+fn delta_value<C: Coder>(c: &mut C, s: usize, base: u64, delta: u64, v: u64) -> u64 {
+    let z = uint_rest(c, s, delta);
+    if C::DECODE {
+        base.wrapping_add(unzigzag(z))
+    } else {
+        v
+    }
 }
 
 /// Codes the low `BITS` bits of `v`, most significant first, through a
@@ -810,10 +825,7 @@ fn code_cached_or_delta<C: Coder, const N: usize, const M: usize>(
     let s = model.code(c, s_in);
     let (v, at) = match cache.get(s) {
         Some(&hit) => (hit, s),
-        None => (
-            base.wrapping_add(unzigzag(uint_rest(c, s - N, delta))),
-            N - 1,
-        ),
+        None => (delta_value(c, s - N, base, delta, v), N - 1),
     };
     put_front(cache, at, v);
     v
@@ -1832,7 +1844,7 @@ fn code_regs<C: Coder>(
             };
             match m.value[k].code(c, sym_in) {
                 s if s >= REG_DELTA => (
-                    prev.wrapping_add(unzigzag(uint_rest(c, s - REG_DELTA, delta_in))),
+                    delta_value(c, s - REG_DELTA, prev, delta_in, v),
                     Some(REG_CACHE - 1),
                 ),
                 s if s >= REG_SLOT => (st.table[s - REG_SLOT], None),
