@@ -320,35 +320,20 @@ impl RawFrame {
         let high = if mode == CodeMode::Compat32 {
             [0; 8]
         } else {
-            [
-                self.r8, self.r9, self.r10, self.r11, self.r12, self.r13, self.r14, self.r15,
-            ]
+            self.high()
         };
-        let low = [
-            self.rax,
-            self.rbx,
-            self.rcx,
-            self.rdx,
-            self.rsi,
-            self.rdi,
-            self.rbp,
-            self.rsp,
-            self.rip,
-            self.rflags,
-            self.cs,
-            self.ss,
-        ];
         out.abi = mode.abi();
         out.mask = GPR_MASK;
         out.values.clear();
         // Cannot fail: 20 values, within the capacity.
-        let _ = out.values.extend_from_slice(&low);
+        let _ = out.values.extend_from_slice(&self.low());
         let _ = out.values.extend_from_slice(&high);
     }
 
-    /// The registers in perf order (DS..GS, never sampled on x86-64, read 0).
-    pub fn to_regfile(&self) -> RegFile {
-        RegFile([
+    /// AX..SS in perf order (perf's registers 0 to 11).
+    #[inline(always)]
+    fn low(&self) -> [u64; 12] {
+        [
             self.rax,
             self.rbx,
             self.rcx,
@@ -361,19 +346,23 @@ impl RawFrame {
             self.rflags,
             self.cs,
             self.ss,
-            0,
-            0,
-            0,
-            0,
-            self.r8,
-            self.r9,
-            self.r10,
-            self.r11,
-            self.r12,
-            self.r13,
-            self.r14,
-            self.r15,
-        ])
+        ]
+    }
+
+    /// R8..R15 (perf's registers 16 to 23).
+    #[inline(always)]
+    fn high(&self) -> [u64; 8] {
+        [
+            self.r8, self.r9, self.r10, self.r11, self.r12, self.r13, self.r14, self.r15,
+        ]
+    }
+
+    /// The registers in perf order (DS..GS, never sampled on x86-64, read 0).
+    pub fn to_regfile(&self) -> RegFile {
+        let mut file = [0; 24];
+        file[..12].copy_from_slice(&self.low());
+        file[16..].copy_from_slice(&self.high());
+        RegFile(file)
     }
 
     /// The frame holding `file`'s registers (DS..GS dropped, vector and
