@@ -63,12 +63,11 @@
 //! - A callchain's length and the number of entries it shares at its
 //!   outer end with the task's previous chain are one symbol when the
 //!   length is within 3 of the previous chain's and fewer than 8 entries
-//!   are new, else a symbol each; the
-//!   leading context marker of the sample's mode and the sample's IP are
-//!   one bit; the other entries are the previous chain's entry at the
-//!   same depth (one bit),
-//!   or one symbol for one of the task's recent return addresses or the
-//!   size of a delta.
+//!   are new, else a symbol each; the leading context marker of the
+//!   sample's mode and the sample's IP are one bit; the other entries are
+//!   the previous chain's entry at the same depth (one bit), or one
+//!   symbol for one of the task's recent return addresses or the size of
+//!   a delta.
 //! - A branch-stack entry is one of the CPU's 16 most recent branches
 //!   (loops repeat theirs), with its flags the same as that entry's or
 //!   coded, or deltas from the entry before.
