@@ -368,7 +368,7 @@ impl Coder for RcEncoder {
     fn symbol<const S: usize>(&mut self, m: &Freq<S>, s: usize) -> usize {
         // At least 2^17: the range is 2^32 or more, the total below 2^16.
         let (lo, hi) = m.span(s);
-        let r = self.range / u64::from(m.total);
+        let r = m.unit(self.range);
         self.add_low(r * u64::from(lo));
         self.range = r * u64::from(hi - lo);
         self.normalize();
@@ -477,7 +477,9 @@ impl Coder for RcDecoder<'_> {
 
     fn symbol<const S: usize>(&mut self, m: &Freq<S>, _: usize) -> usize {
         let total = u64::from(m.total);
-        let r = self.range / total;
+        // Never 0 (the range is 2^32 or more), but a division by it must
+        // not be able to panic.
+        let r = m.unit(self.range).max(1);
         let v = self.code / r;
         if v >= total {
             // Malformed: stop reading, but stay well-formed (the rest of
@@ -530,6 +532,9 @@ pub(crate) struct Freq<const S: usize> {
     /// The count below each symbol at the last rebuild.
     below: [u16; S],
     total: u16,
+    /// `floor((2^64 - 1) / total)`: the range coder's unit for a range
+    /// (see [`Freq::unit`]) is a multiplication by it, not a division.
+    inv: u64,
     /// Symbols until the next rebuild, and the next wait after it.
     left: u16,
     wait: u16,
@@ -548,10 +553,20 @@ impl<const S: usize> Freq<S> {
             sum: S as u16,
             below,
             total: S as u16,
+            inv: u64::MAX / S as u64,
             left: 1,
             wait: 2,
         }
     };
+
+    /// The range coder's unit for `range`: `range * inv / 2^64`, which is
+    /// `range / total` or one less (both sides compute it the same way,
+    /// and `unit * total` stays within the range). For a range of 2^32
+    /// or more it is at least 2^16.
+    #[inline(always)]
+    fn unit(&self, range: u64) -> u64 {
+        ((u128::from(range) * u128::from(self.inv)) >> 64) as u64
+    }
 
     /// Symbol `s`'s span at the last rebuild.
     #[inline(always)]
@@ -593,6 +608,7 @@ impl<const S: usize> Freq<S> {
             below += *n;
         }
         self.total = below;
+        self.inv = u64::MAX / u64::from(below);
         self.left = self.wait;
         self.wait = (self.wait * 2).min(REBUILD_MAX);
     }

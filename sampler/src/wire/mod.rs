@@ -114,9 +114,11 @@ pub const MAGIC: [u8; 4] = *b"PRCH";
 /// version 10 made how a changed register, an IP or a callchain entry is
 /// coded and the size of its delta one symbol of the group coder;
 /// version 11 codes a sample's task among the group's recent tasks and a
-/// callchain's leading context marker and IP in one bit. A Hello of
-/// another version is recognised and refused with the version error.
-pub const PROTOCOL_VERSION: u16 = 11;
+/// callchain's leading context marker and IP in one bit; version 12
+/// divides the group coder's range by a symbol model's total through a
+/// multiplication by its reciprocal. A Hello of another version is
+/// recognised and refused with the version error.
+pub const PROTOCOL_VERSION: u16 = 12;
 /// The frame delimiter. A writer should send one before its first frame
 /// (and after any reset of the line) so that noise on the line before it is
 /// not glued to that frame.
