@@ -38,11 +38,13 @@
 //! - A number below 32 is one symbol; a larger one is its bit length (one
 //!   symbol) and the bits below its leading one, raw (in the frame's
 //!   bypass stream). Most numbers are zigzag deltas against a prediction.
-//! - The task, which parts the sample has, its event, process and CPU are
-//!   one bit when all are as the previous sample's task had them; else the
-//!   task is one symbol for one of the group's 4 most recent tasks (tasks
-//!   that take turns on a CPU come back in order) or a new one, and the
-//!   rest one bit when all are as that task had them.
+//! - The task, which parts the sample has, its event, process, CPU and
+//!   its register sets' ABI and mask are one bit when all are as the
+//!   previous sample's task had them; else the task is one symbol for one
+//!   of the group's 4 most recent tasks (tasks that take turns on a CPU
+//!   come back in order) or a new one, and the rest one bit when all are
+//!   as that task had them (else a register set's ABI and mask are one
+//!   bit of their own).
 //! - Time is a delta against the CPU's previous time plus its previous
 //!   step. The period is the CPU's step (a clock's period) or the task's
 //!   previous period (a counter's), whichever the task's previous sample
@@ -1246,6 +1248,11 @@ pub(crate) fn code_sample<C: Coder>(
     // the recent tasks (one symbol) or a new one, then all as that task
     // had them (one bit) or each coded.
     let shape_in = shape_of(inp);
+    // A register set's ABI and mask as the task's previous sample had them.
+    let regs_fit = |r: &Option<RegsSample>, st: &RegsState| {
+        r.as_ref()
+            .is_none_or(|r| r.abi == st.abi && r.mask == st.mask)
+    };
     let fits = |t: &TaskState| {
         t.valid
             && t.tid == inp.tid
@@ -1253,13 +1260,19 @@ pub(crate) fn code_sample<C: Coder>(
             && inp.event == t.event
             && inp.pid == t.pid
             && inp.cpu == t.cpu
+            && regs_fit(&inp.regs_user, &t.regs[0])
+            && regs_fit(&inp.regs_intr, &t.regs[1])
     };
     let last_tid = m.tids[0];
     let last = &m.tasks[last_tid as usize % TASK_SLOTS];
     let known = m.known_tids > 0 && last.valid && last.tid == last_tid;
     let (tid, shape, event, pid, cpu);
+    // Whether the register sets keep their ABI and mask (part of "as the
+    // task had them").
+    let regs_known;
     if known && c.bit(&mut f.as_before, !C::DECODE && fits(last)) {
         (tid, shape, event, pid, cpu) = (last.tid, last.shape, last.event, last.pid, last.cpu);
+        regs_known = true;
     } else {
         let n = m.known_tids;
         let at_in = if C::DECODE {
@@ -1292,7 +1305,8 @@ pub(crate) fn code_sample<C: Coder>(
             t.claim(tid);
         }
         let had = t.shape & NO_SHAPE == 0;
-        if had && c.bit(&mut f.task_as_before, !C::DECODE && fits(t)) {
+        regs_known = had && c.bit(&mut f.task_as_before, !C::DECODE && fits(t));
+        if regs_known {
             (shape, event, pid, cpu) = (t.shape, t.event, t.pid, t.cpu);
         } else {
             shape = if c.bit(&mut f.shape_same, shape_in == t.shape) {
@@ -1412,6 +1426,7 @@ pub(crate) fn code_sample<C: Coder>(
             ip,
             kernel,
             kernel == 0,
+            regs_known,
             inp.regs_user.as_ref(),
         );
     }
@@ -1427,6 +1442,7 @@ pub(crate) fn code_sample<C: Coder>(
             ip,
             kernel,
             true,
+            regs_known,
             inp.regs_intr.as_ref(),
         );
     }
@@ -1697,10 +1713,12 @@ fn code_regs<C: Coder>(
     ip: u64,
     kernel: usize,
     sampled_ip: bool,
+    shape_known: bool,
     inp: Option<&RegsSample>,
 ) {
     let (abi_in, mask_in) = inp.map_or((Abi::None, 0), |r| (r.abi, r.mask));
-    if !c.bit(&mut m.shape_same, abi_in == st.abi && mask_in == st.mask) {
+    // The ABI and mask as before: known from the task's bit, else one bit.
+    if !shape_known && !c.bit(&mut m.shape_same, abi_in == st.abi && mask_in == st.mask) {
         let abi = match c.bypass(abi_in as u64, 2) {
             0 => Abi::None,
             1 => Abi::Bits32,
