@@ -579,7 +579,7 @@ impl<const S: usize> Freq<S> {
     }
 
     /// Codes symbol `s` (the decoder's when decoding) and counts it.
-    #[inline]
+    #[inline(always)]
     fn code<C: Coder>(&mut self, c: &mut C, s: usize) -> usize {
         let s = c.symbol(self, s);
         if let Some(n) = self.count.get_mut(s) {
@@ -821,7 +821,7 @@ fn put_front<T: Copy, const N: usize>(cache: &mut [T; N], at: usize, v: T) {
 /// [`UintModel`] symbol) and the delta's raw bits, and moves it to the
 /// front of the cache (a delta's value was not in it: the oldest entry
 /// goes).
-#[inline]
+#[inline(always)]
 fn code_cached_or_delta<C: Coder, const N: usize, const M: usize>(
     c: &mut C,
     model: &mut Freq<M>,
@@ -1481,6 +1481,7 @@ pub(crate) fn code_sample<C: Coder>(
     }
 }
 
+#[inline(always)]
 fn code_callchain<C: Coder>(
     c: &mut C,
     f: &mut FieldModels,
@@ -1704,7 +1705,10 @@ fn code_branches<C: Coder>(
 // The loop walks the state's values, caches and change bits, the input's
 // values and the alternative set's by one index. The arguments are the
 // set's models and state and what the sample says about it.
+// Inlined (as are the callchain's and the cached values' coding): the
+// drain's hottest code, which keeps its state in registers across them.
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+#[inline(always)]
 fn code_regs<C: Coder>(
     c: &mut C,
     m: &mut RegModels,
