@@ -1499,13 +1499,15 @@ fn code_callchain<C: Coder>(
     let (len_in, shared_in) = if C::DECODE {
         (0, 0)
     } else {
-        let shared = inp
-            .callchain
-            .iter()
-            .rev()
-            .zip(prev.iter().rev())
-            .take_while(|(a, b)| a == b)
-            .count();
+        // The outer ends of the two chains, compared from the outside in.
+        let (a, b) = (inp.callchain.as_slice(), prev.as_slice());
+        let n = a.len().min(b.len());
+        let (a, b) = (&a[a.len() - n..], &b[b.len() - n..]);
+        let mut k = n;
+        while k > 0 && a[k - 1] == b[k - 1] {
+            k -= 1;
+        }
+        let shared = n - k;
         (inp.callchain.len(), shared)
     };
     let step_in = (len_in + CC_STEP).wrapping_sub(prev.len());
