@@ -15,13 +15,46 @@ use sampler::wire::{End, Lost, LostReason, Record};
 /// and counted). Returns the records written.
 pub fn drain() -> usize {
     crate::stream::repeat_if_due();
-    let written = drain_up_to(RING_SLOTS.div_ceil(DRAIN_BATCH));
+    let written = if batch_due() {
+        drain_up_to(RING_SLOTS.div_ceil(DRAIN_BATCH))
+    } else {
+        0
+    };
     // With sample groups, samples wait in the open group frame until it
     // fills; a quiet stream's wait no longer than this.
     let t0 = arch_x86::cpu::rdtsc();
     wire::flush_group(GROUP_FRAME_AGE_NS);
     DRAIN_TSC.fetch_add(arch_x86::cpu::rdtsc().wrapping_sub(t0), Ordering::Relaxed);
     written
+}
+
+/// The drain takes samples in batches: it waits while every ring holds
+/// fewer than this many records (or a quarter of its capacity), no loss
+/// waits to be reported, and the previous batch was taken less than
+/// [`BATCH_AGE_NS`] ago. Taking, coding and writing a sample costs the
+/// same alone or in a batch, but each call has its fixed part (the
+/// encoder's critical section, the clock, the scratch record), which a
+/// drain at every return to a task paid for two or three samples.
+const BATCH_MIN: usize = 32;
+/// The longest a sample waits in its ring for a batch to fill.
+const BATCH_AGE_NS: u64 = 10_000_000;
+/// The TSC when the drain last took a batch.
+static BATCH_TSC: AtomicU64 = AtomicU64::new(0);
+
+/// Whether [`drain`] takes a batch now (see [`BATCH_MIN`]); when it does,
+/// the batch's time starts.
+fn batch_due() -> bool {
+    let now = arch_x86::cpu::rdtsc();
+    let age = crate::time::tsc_to_ns(now.wrapping_sub(BATCH_TSC.load(Ordering::Relaxed)));
+    let due = age >= BATCH_AGE_NS
+        || profile::every_cpu().any(|(_, s)| {
+            let min = (s.ring.capacity() / 4).clamp(1, BATCH_MIN);
+            s.ring.len() >= min || s.ring.lost_pending()
+        });
+    if due {
+        BATCH_TSC.store(now, Ordering::Relaxed);
+    }
+    due
 }
 
 /// TSC ticks the drain spent taking samples from the rings, coding them
