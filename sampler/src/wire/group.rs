@@ -1839,7 +1839,7 @@ fn code_regs<C: Coder>(
         }
     };
     let mut rest = changed;
-    while rest != 0 {
+    'regs: while rest != 0 {
         let i = rest.trailing_zeros() as usize;
         rest &= rest - 1;
         if i >= n {
@@ -1882,10 +1882,13 @@ fn code_regs<C: Coder>(
                 }
             };
             match m.value[k].code(c, sym_in) {
-                s if s >= REG_DELTA => (
-                    delta_value(c, s - REG_DELTA, prev, delta_in, v),
-                    Some(REG_CACHE - 1),
-                ),
+                s if s >= REG_DELTA => {
+                    // Remembered here, where the place is a constant (the
+                    // oldest), so the cache moves without a test.
+                    let new = delta_value(c, s - REG_DELTA, prev, delta_in, v);
+                    remember(st, i, new, Some(REG_CACHE - 1));
+                    continue 'regs;
+                }
                 s if s >= REG_SLOT => (st.table[s - REG_SLOT], None),
                 s => match st.cache.get(i).and_then(|cache| cache.get(s - REG_CACHED)) {
                     Some(&hit) => (hit, Some(s - REG_CACHED)),
@@ -1906,7 +1909,7 @@ fn code_regs<C: Coder>(
 /// earlier value), or else of the oldest, and `new` goes into its slot of
 /// the set's recent values. `place` is that place when the caller knows
 /// it (else it is searched for).
-#[inline]
+#[inline(always)]
 fn remember(st: &mut RegsState, i: usize, new: u64, place: Option<usize>) {
     let prev = st.values[i];
     if let Some(cache) = st.cache.get_mut(i) {
