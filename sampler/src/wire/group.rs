@@ -840,12 +840,18 @@ fn code_cached_or_delta<C: Coder, const N: usize, const M: usize>(
             .unwrap_or_else(|| N + uint_symbol(delta))
     };
     let s = model.code(c, s_in);
-    let (v, at) = match cache.get(s) {
-        Some(&hit) => (hit, s),
-        None => (delta_value(c, s - N, base, delta, v), N - 1),
-    };
-    put_front(cache, at, v);
-    v
+    // Each arm moves the cache itself: a delta's place is a constant.
+    match cache.get(s) {
+        Some(&hit) => {
+            put_front(cache, s, hit);
+            hit
+        }
+        None => {
+            let v = delta_value(c, s - N, base, delta, v);
+            put_front(cache, N - 1, v);
+            v
+        }
+    }
 }
 
 /// Every field's adaptive probabilities.
