@@ -113,7 +113,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
     }
     crate::sample::profile::stop();
     if wire {
-        crate::stream::drain::drain();
+        crate::stream::drain::drain_now();
         announce_ended_tasks();
     }
     crate::sample::profile::report_end_of_run();
@@ -217,21 +217,21 @@ fn announce_ended_tasks() {
         return;
     }
     // Its released samples go before its end.
-    crate::stream::drain::drain();
+    crate::stream::drain::drain_now();
     for (pid, tid) in ended {
         crate::stream::send_task_exit(crate::time::now_ns(), pid, tid);
     }
 }
 
 /// Sends a Task record for every thread the stream has not been told of:
-/// its pid and tid, its name and its process's program.
+/// its pid and tid, its name and its process's program. The execs go
+/// last, after the samples queued so far: the drain takes samples in
+/// batches, and those of the program a task ran before its exec belong
+/// before the exec (a new task's records go first, before its samples).
 fn announce_new_tasks() {
-    task::take_unannounced(|id, t| {
-        let Some(program) = linux::program_of(t.proc) else {
-            return;
-        };
-        use sampler::wire::Origin;
-        let send = |program, origin| {
+    use sampler::wire::Origin;
+    let send = |id: u8, t: &task::Task, origin| {
+        if let Some(program) = linux::program_of(t.proc) {
             crate::stream::send_program_task(
                 t.since_ns,
                 t.pid(),
@@ -241,17 +241,28 @@ fn announce_new_tasks() {
                 program,
                 origin,
             );
-        };
-        match t.origin {
-            task::Origin::Named => send(program, Origin::Named),
-            task::Origin::Made { ppid, ptid } => send(program, Origin::Made { ppid, ptid }),
-            task::Origin::Exec => send(program, Origin::Exec),
-            // Made and exec'd since the last look: the fork, then the exec
-            // (the new program stands for the old one in between).
-            task::Origin::MadeThenExec { ppid, ptid } => {
-                send(program.clone(), Origin::Made { ppid, ptid });
-                send(program, Origin::Exec);
-            }
+        }
+    };
+    let mut execs: heapless::Vec<(u8, task::Task), MAX_TASKS> = heapless::Vec::new();
+    task::take_unannounced(|id, t| match t.origin {
+        task::Origin::Named => send(id, t, Origin::Named),
+        task::Origin::Made { ppid, ptid } => send(id, t, Origin::Made { ppid, ptid }),
+        // Cannot fail: one entry a task.
+        task::Origin::Exec => {
+            let _ = execs.push((id, *t));
+        }
+        // Made and exec'd since the last look: the fork, then the exec
+        // (the new program stands for the old one in between).
+        task::Origin::MadeThenExec { ppid, ptid } => {
+            send(id, t, Origin::Made { ppid, ptid });
+            let _ = execs.push((id, *t));
         }
     });
+    if execs.is_empty() {
+        return;
+    }
+    crate::stream::drain::drain_now();
+    for (id, t) in &execs {
+        send(*id, t, Origin::Exec);
+    }
 }

@@ -10,12 +10,23 @@ use sampler::drain::{DrainEvents, drain_step};
 use sampler::wire::{End, Lost, LostReason, Record};
 
 /// Outside NMI context: moves queued samples (and Lost records for ring
-/// losses) onto the wire, at most one ring's worth per CPU per call so a
-/// slow line cannot keep the tasks from running (what does not fit is lost
-/// and counted). Returns the records written.
+/// losses) onto the wire when a batch is due ([`BATCH_MIN`]), at most one
+/// ring's worth per CPU per call so a slow line cannot keep the tasks from
+/// running (what does not fit is lost and counted). Returns the records
+/// written.
 pub fn drain() -> usize {
+    drain_if(batch_due())
+}
+
+/// [`drain`] whether a batch is due or not: before a record that must
+/// follow every sample queued so far (a task's end).
+pub fn drain_now() -> usize {
+    drain_if(true)
+}
+
+fn drain_if(take: bool) -> usize {
     crate::stream::repeat_if_due();
-    let written = if batch_due() {
+    let written = if take {
         drain_up_to(RING_SLOTS.div_ceil(DRAIN_BATCH))
     } else {
         0
