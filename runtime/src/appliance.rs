@@ -104,7 +104,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
                 announce_new_tasks();
                 crate::stream::drain::drain();
                 // After the drain: a thread's end follows its samples.
-                announce_ended_tasks();
+                announce_ended_tasks(false);
             }
             let over = budget.is_some_and(|b| arch_x86::cpu::rdtsc().wrapping_sub(t0) >= b);
             timed_out |= over;
@@ -114,7 +114,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
     crate::sample::profile::stop();
     if wire {
         crate::stream::drain::drain_now();
-        announce_ended_tasks();
+        announce_ended_tasks(true);
     }
     crate::sample::profile::report_end_of_run();
     crate::stream::drain::report_cost();
@@ -204,10 +204,12 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
 
 /// Sends a TaskExit record for every thread that ended since the last
 /// call (the stream knows it: its Task record went first), and lets its
-/// samples parked for `uregs=return` go.
-fn announce_ended_tasks() {
+/// samples parked for `uregs=return` go. Until `settled` (sampling has
+/// stopped), a thread whose CPU has not left it yet waits for a later call
+/// (see `take_unannounced_ends`).
+fn announce_ended_tasks(settled: bool) {
     let mut ended: heapless::Vec<(u32, u32), { task::MAX_TASKS }> = heapless::Vec::new();
-    task::take_unannounced_ends(|id, t| {
+    task::take_unannounced_ends(settled, |id, t| {
         let tid = u32::from(id) + 1;
         crate::sample::profile::release_parked(tid);
         // Cannot fail: one entry a task.

@@ -493,7 +493,9 @@ fn push_waiting() {
 fn running_on(id: u8) -> Option<u8> {
     (0..crate::smp::online()).find_map(|i| {
         crate::smp::cpu(i)
-            .filter(|c| c.current_task.load(Ordering::Relaxed) == id)
+            // Acquire: a CPU that left the task (a release store) has
+            // pushed the samples it took in it.
+            .filter(|c| c.current_task.load(Ordering::Acquire) == id)
             .map(|_| i as u8)
     })
 }
@@ -654,17 +656,23 @@ pub fn take_unannounced(mut f: impl FnMut(u8, &Task)) {
 
 /// Calls `f` for each task that ended since the stream was told of it,
 /// and marks its end told; then frees the slots of those that were
-/// threads (see [`release_thread_slot`]).
-pub fn take_unannounced_ends(mut f: impl FnMut(u8, &Task)) {
+/// threads (see [`release_thread_slot`]). Unless `settled` (sampling has
+/// stopped), a task still current on a CPU waits for a later call: that
+/// CPU is on its way out of the task, and a sample taken there until it
+/// leaves is the task's, which goes before its end.
+pub fn take_unannounced_ends(settled: bool, mut f: impl FnMut(u8, &Task)) {
     let ended: heapless::Vec<(u8, Task), MAX_TASKS> = critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
         tasks
             .iter_mut()
             .enumerate()
             .filter_map(|(id, t)| {
-                let t = t
-                    .as_mut()
-                    .filter(|t| t.announced && !t.end_announced && t.state.ended())?;
+                let t = t.as_mut().filter(|t| {
+                    t.announced
+                        && !t.end_announced
+                        && t.state.ended()
+                        && (settled || running_on(id as u8).is_none())
+                })?;
                 t.end_announced = true;
                 Some((id as u8, *t))
             })
@@ -1185,7 +1193,9 @@ pub fn run_once(id: u8) -> Option<Outcome> {
     // this CPU's kernel stack ends with that frame.
     unsafe { entry::enter_user(frame_ptr(slot)) };
     crate::cpu::kernel_restore(depth);
-    cpu.current_task.store(NO_TASK, Ordering::Relaxed);
+    // Release: the samples this CPU took in the task are in its ring
+    // before anyone sees it leave (see `take_unannounced_ends`).
+    cpu.current_task.store(NO_TASK, Ordering::Release);
     let (fs, gs) = crate::cpu::saved_selectors();
     with_thread(id, |t, _| {
         t.segs.fs = fs;
