@@ -128,8 +128,23 @@ pub struct ConvertSummary {
     pub tasks_under_their_process: u64,
     /// Samples of those tasks before any Task record of theirs arrived.
     pub samples_without_task: u64,
+    /// Samples that came after their task's TaskExit (and before a new
+    /// task on its ids): the target sends a task's samples before its end,
+    /// so any of these is the target's fault (perf would file them under
+    /// a thread that has already exited).
+    pub samples_after_end: u64,
     /// Things the user should know.
     pub warnings: Vec<String>,
+}
+
+/// What the converter found out about a sample's task (kept for the
+/// task of the previous sample).
+#[derive(Clone, Copy)]
+struct TaskNote {
+    /// Named by a fallback: its Task record never arrived.
+    fallback: bool,
+    /// Its TaskExit came before this sample.
+    ended: bool,
 }
 
 /// Hex of a build-id.
@@ -171,7 +186,7 @@ pub struct Converter<W: OwnedWrite> {
     last_count: usize,
     /// The task of the previous sample, and whether it is a fallback one
     /// (most samples follow one of the same task: no lookup).
-    last_task: Option<((u32, u32), bool)>,
+    last_task: Option<((u32, u32), TaskNote)>,
     /// The programs' files met in Task records: their build-id entries and
     /// what was said about them.
     programs: ProgramFiles,
@@ -281,15 +296,19 @@ impl<W: OwnedWrite> Converter<W> {
     }
 
     fn note_task(&mut self, pid: u32, tid: u32) -> Result<(), ConvertError> {
-        let fallback = match self.last_task {
-            Some((t, f)) if t == (pid, tid) => f,
+        let note = match self.last_task {
+            Some((t, n)) if t == (pid, tid) => n,
             _ => {
-                let f = self.note_new_task(pid, tid)?;
-                self.last_task = Some(((pid, tid), f));
-                f
+                let n = TaskNote {
+                    fallback: self.note_new_task(pid, tid)?,
+                    ended: self.exited.contains(&(pid, tid)),
+                };
+                self.last_task = Some(((pid, tid), n));
+                n
             }
         };
-        self.summary.samples_without_task += u64::from(fallback);
+        self.summary.samples_without_task += u64::from(note.fallback);
+        self.summary.samples_after_end += u64::from(note.ended);
         Ok(())
     }
 
@@ -429,6 +448,8 @@ impl<W: OwnedWrite> Converter<W> {
             }
             Item::TaskExit { pid, tid, time } => {
                 let key = (*pid, *tid);
+                // The next sample looks its task up again (this one ended).
+                self.last_task = None;
                 if self.exited.insert(key) {
                     Self::write_counts(w, &self.counts, &self.count_index, key, *time)?;
                     w.exit(*pid, *tid, *time)?;
@@ -806,6 +827,12 @@ impl<W: OwnedWrite> Converter<W> {
                 "{} samples of {n} task{} whose Task record never arrived (damaged on the wire?): {how}",
                 summary.samples_without_task,
                 if n == 1 { "" } else { "s" },
+            ));
+        }
+        if summary.samples_after_end > 0 {
+            summary.warnings.push(format!(
+                "{} samples arrived after their task's end (TaskExit): the target sent them out of order",
+                summary.samples_after_end
             ));
         }
         if summary.unknown_event_samples > 0 {

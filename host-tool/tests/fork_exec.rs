@@ -490,3 +490,36 @@ fn a_task_made_on_the_ids_of_one_that_ended_is_a_new_task() {
         ]
     );
 }
+
+/// A sample after its task's TaskExit is out of the target's order (a
+/// task's samples come before its end): it is counted and named in a
+/// warning, and one of a new task on the same ids is not.
+#[test]
+fn samples_after_their_tasks_end_are_counted_in_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Programs::new(dir.path());
+    let app = || program("bin/app", &p.app_id, APP_TEXT);
+    let made = Origin::Made { ppid: 1, ptid: 1 };
+    let mut s = Stream::new();
+    s.task(task(1_000, 1, "app", app(), Origin::Named));
+    s.task(task(2_000, 2, "app", app(), made));
+    s.sample(2_100, 2, HOT_BETA);
+    s.put(Record::TaskExit(TaskExit {
+        time: 3_000,
+        pid: 2,
+        tid: 2,
+    }));
+    // Two of the ended task's, one of the process that is still running.
+    s.sample(2_200, 2, HOT_BETA);
+    s.sample(2_300, 1, HOT_BETA);
+    s.sample(2_400, 2, HOT_BETA);
+    // A new task on the ids: its samples are its own.
+    s.task(task(5_000, 2, "app", app(), made));
+    s.sample(5_100, 2, HOT_BETA);
+    let bytes = s.end(20_000);
+    let warnings = convert(&bytes, &p, &dir.path().join("perf.data"));
+    assert_eq!(
+        warnings,
+        ["2 samples arrived after their task's end (TaskExit): the target sent them out of order"]
+    );
+}

@@ -306,12 +306,19 @@ fn record_clocked(icount: bool, timeout_s: u64, args: &[&str]) -> Recording {
         .stdin(Stdio::null())
         .output()
         .expect("running perch record");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    // On a clean line every task's samples come before its end, in every
+    // recording (threads end in many of them).
+    assert!(
+        !stderr.contains("after their task's end"),
+        "samples came after their task's TaskExit:\n{stderr}"
+    );
     Recording {
         _dir: dir,
         data,
         capture,
         status: out.status.code(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        stderr,
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
     }
 }
