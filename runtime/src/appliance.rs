@@ -230,6 +230,9 @@ fn announce_ended_tasks(settled: bool) {
 /// last, after the samples queued so far: the drain takes samples in
 /// batches, and those of the program a task ran before its exec belong
 /// before the exec (a new task's records go first, before its samples).
+/// Samples the task took in its new program before this look still go
+/// before the exec record too: only a record sent at the exec itself
+/// would split them exactly.
 fn announce_new_tasks() {
     use sampler::wire::Origin;
     let send = |id: u8, t: &task::Task, origin| {

@@ -40,8 +40,9 @@ fn drain_if(take: bool) -> usize {
 }
 
 /// The drain takes samples in batches: it waits while every ring holds
-/// fewer than this many records (or a quarter of its capacity), no loss
-/// waits to be reported, and the previous batch was taken less than
+/// fewer than this many records (or a quarter of its capacity), no ring
+/// loss waits to be reported (PEBS and throttle losses wait for the next
+/// batch), and the previous batch was taken less than
 /// [`BATCH_AGE_NS`] ago. Taking, coding and writing a sample costs the
 /// same alone or in a batch, but each call has its fixed part (the
 /// encoder's critical section, the clock, the scratch record), which a
