@@ -78,8 +78,10 @@ pub struct CpuLocal {
     scratch_rsp: AtomicU64,
     /// The CPU's number: 0 for the boot CPU, then in start-up order.
     pub index: u32,
-    /// The APIC ID the MADT gave for this CPU.
-    pub apic_id: u32,
+    /// The CPU's APIC ID, where IPIs to it go: as the MADT listed it, and
+    /// the boot CPU's as its local APIC gave it when the other CPUs were
+    /// started (see [`CpuLocal::apic_id`]).
+    apic_id: AtomicU32,
     /// Its tables.
     tables: &'static CpuTables,
     /// Set by the CPU once it runs on its own tables (for the starter).
@@ -144,7 +146,7 @@ impl core::fmt::Debug for CpuLocal {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("CpuLocal")
             .field("index", &self.index)
-            .field("apic_id", &self.apic_id)
+            .field("apic_id", &self.apic_id())
             .finish_non_exhaustive()
     }
 }
@@ -172,7 +174,7 @@ impl CpuLocal {
             resume_rsp: AtomicU64::new(0),
             scratch_rsp: AtomicU64::new(0),
             index,
-            apic_id,
+            apic_id: AtomicU32::new(apic_id),
             tables,
             online: AtomicBool::new(false),
             apic_id_seen: AtomicU32::new(u32::MAX),
@@ -185,6 +187,19 @@ impl CpuLocal {
             active_root: AtomicU64::new(0),
             flush_req: AtomicU64::new(0),
         }
+    }
+
+    /// The CPU's APIC ID. The boot CPU's block is a static made before
+    /// anything was read: its ID is 0 until [`CpuLocal::set_apic_id`] gives
+    /// it the one its local APIC reports (an IPI to ID 0 would reach
+    /// another CPU, or none, where the boot CPU's is not 0).
+    pub fn apic_id(&self) -> u32 {
+        self.apic_id.load(Ordering::Relaxed)
+    }
+
+    /// Records the CPU's APIC ID (the boot CPU's, once read).
+    pub fn set_apic_id(&self, id: u32) {
+        self.apic_id.store(id, Ordering::Relaxed);
     }
 
     /// The TSS's base (for the self-test).
@@ -495,7 +510,7 @@ pub fn shootdown(root: u64, req: u64) {
             continue;
         }
         c.flush_req.store(req, Ordering::Release);
-        apic.send_ipi(c.apic_id, arch_x86::lapic::icr_fixed(SHOOTDOWN_VECTOR));
+        apic.send_ipi(c.apic_id(), arch_x86::lapic::icr_fixed(SHOOTDOWN_VECTOR));
         asked |= 1 << i;
     }
     for (i, b) in BLOCKS.iter().enumerate() {
@@ -594,6 +609,9 @@ pub fn init() {
     // tables and IST stacks are statics nothing loaded yet; the IDT is
     // built just above.
     unsafe { init_ap(&BSP_LOCAL, ist.map(|b| b + IST_STACK_SIZE as u64)) };
+    // The boot CPU runs programs like the others: TLB shootdowns must
+    // reach it (they skip a CPU that is not online yet).
+    BSP_LOCAL.online.store(true, Ordering::Release);
 }
 
 /// Loads a CPU's tables (for the boot CPU, from [`init`]), its GS base and

@@ -184,7 +184,7 @@ pub fn kick(index: u32) {
     }
     // SAFETY: ring 0; the direct map covers the APIC window, uncached.
     let apic = unsafe { LocalApic::from_msr() };
-    apic.send_ipi(c.apic_id, lapic::icr_fixed(WAKE_VECTOR));
+    apic.send_ipi(c.apic_id(), lapic::icr_fixed(WAKE_VECTOR));
 }
 
 /// Set by [`kick`] for the CPU it wakes, cleared by that CPU when it
@@ -212,7 +212,7 @@ pub fn wanted() -> u32 {
 /// others' as the MADT listed them.
 pub fn apic_id(index: u32) -> Option<u32> {
     if index != 0 {
-        return cpu(index).map(|c| c.apic_id);
+        return cpu(index).map(|c| c.apic_id());
     }
     Some(match BOOT_APIC_ID.load(Ordering::Relaxed) {
         u32::MAX => arch_x86::topology::apic_id(&arch_x86::cpuid::CpuCpuid),
@@ -313,6 +313,7 @@ pub fn start(
     };
     let me = apic.id32();
     BOOT_APIC_ID.store(me, Ordering::Relaxed);
+    cpu::boot_cpu().set_apic_id(me);
     report.listed = cpus.apic_ids().len().max(1) as u32;
     report.over = cpus.over;
     let others = cpus.apic_ids().iter().copied().filter(|&id| id != me);

@@ -213,9 +213,9 @@ pub(super) fn other_cpus() -> TestResult {
         if i > 0 {
             let id = c.apic_id_seen.load(Ordering::Relaxed);
             ensure!(
-                id == c.apic_id,
+                id == c.apic_id(),
                 "CPU {i}: APIC ID {id}, the MADT says {}",
-                c.apic_id
+                c.apic_id()
             );
             let checks = c.checks.load(Ordering::Relaxed);
             ensure!(

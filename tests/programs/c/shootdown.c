@@ -19,6 +19,12 @@
  * - first-touch: four threads write the same fresh pages at once, so that
  *   two of them fault on one page together; the one that comes second
  *   finds it present and goes on. Every write must land.
+ * The three checks run twice: as the scheduler places the two threads, then
+ * with the toucher pinned to the first CPU and the main thread to the
+ * second (the lines say "CPU 1 to CPU 0"), so that the change is made on
+ * another CPU than the first and must reach the first one too (under the
+ * runtime, the boot CPU). The pinned pass needs CPUs 0 and 1; without
+ * them it prints "pinned: skipped (needs CPUs 0 and 1)" instead.
  * munmap and mprotect return only once every CPU dropped the old
  * translation, so the first access after the change faults; a thread that
  * goes on for 10,000 accesses after it reports a stale mapping. One line
@@ -26,6 +32,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -38,6 +45,8 @@
 #define STALE_LIMIT 10000UL
 
 static volatile uint64_t *page;
+/* The CPU the toucher pins itself to, or -1 to leave it where it is. */
+static int toucher_cpu = -1;
 static volatile int phase;	/* 0 not started, 1 touching, 2 changed */
 static volatile uint64_t touches;
 static __thread sigjmp_buf env;
@@ -54,11 +63,24 @@ static void on_segv(int sig)
 enum check { UNMAP, PROTECT, UNMAP_WRITE, CHECKS };
 static const char *const names[CHECKS] = { "unmap", "protect", "unmap-write" };
 
+/* Moves the calling thread to CPU `cpu` alone; false when it cannot. */
+static int pin_to(int cpu)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof set, &set) == 0;
+}
+
 /* Returns 0 when the change reached the thread (it faulted), 1 otherwise. */
 static void *toucher(void *arg)
 {
 	enum check check = (enum check)(uintptr_t)arg;
 	unsigned long after = 0;
+	if (toucher_cpu >= 0 && !pin_to(toucher_cpu)) {
+		perror("sched_setaffinity");
+		exit(1);
+	}
 	faulting = 1;
 	if (sigsetjmp(env, 1))
 		return (void *)0;
@@ -127,6 +149,22 @@ static int round_of(enum check check)
 	return stale != NULL;
 }
 
+/* Runs `rounds` rounds of each check, a line each (`where` follows the
+ * check's name); returns 1 when any round saw a stale mapping. */
+static int run_checks(int rounds, const char *where)
+{
+	int failed = 0;
+	for (enum check c = UNMAP; c < CHECKS; c++) {
+		int stale = 0;
+		for (int i = 0; i < rounds; i++)
+			stale += round_of(c);
+		printf("%s%s: %d of %d rounds faulted after the change\n",
+		       names[c], where, rounds - stale, rounds);
+		failed |= stale != 0;
+	}
+	return failed;
+}
+
 #define TOUCHERS 4
 #define TOUCH_PAGES 256
 static volatile char *fresh;
@@ -182,14 +220,22 @@ int main(int argc, char **argv)
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_segv;
 	sigaction(SIGSEGV, &sa, NULL);
-	int failed = 0;
-	for (enum check c = UNMAP; c < CHECKS; c++) {
-		int stale = 0;
-		for (int i = 0; i < rounds; i++)
-			stale += round_of(c);
-		printf("%s: %d of %d rounds faulted after the change\n",
-		       names[c], rounds - stale, rounds);
-		failed |= stale != 0;
+	int failed = run_checks(rounds, "");
+	cpu_set_t all;
+	if (sched_getaffinity(0, sizeof all, &all) != 0) {
+		perror("sched_getaffinity");
+		return 1;
+	}
+	if (!CPU_ISSET(0, &all) || !CPU_ISSET(1, &all) || !pin_to(1)) {
+		printf("pinned: skipped (needs CPUs 0 and 1)\n");
+	} else {
+		toucher_cpu = 0;
+		failed |= run_checks(rounds, " (CPU 1 to CPU 0)");
+		toucher_cpu = -1;
+		if (sched_setaffinity(0, sizeof all, &all) != 0) {
+			perror("sched_setaffinity");
+			return 1;
+		}
 	}
 	int lost = 0;
 	for (int i = 0; i < rounds; i++)
