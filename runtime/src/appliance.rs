@@ -94,15 +94,17 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
     }
     let mut timed_out = false;
     if wire {
-        announce_new_tasks();
+        announce_new_tasks(&crate::stream::drain::held_now());
     }
     if started > 0 {
         crate::dispatch::run_until(|| {
             if wire {
-                // A thread made in the last slice is named before its
-                // first samples.
-                announce_new_tasks();
-                crate::stream::drain::drain();
+                // A task made in the last slice is named before its
+                // first samples: the drain takes only what was queued
+                // before this look.
+                let held = crate::stream::drain::held_now();
+                announce_new_tasks(&held);
+                crate::stream::drain::drain(&held);
                 // After the drain: a thread's end follows its samples.
                 announce_ended_tasks(false);
             }
@@ -113,6 +115,7 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
     }
     crate::sample::profile::stop();
     if wire {
+        announce_new_tasks(&crate::stream::drain::held_now());
         crate::stream::drain::drain_now();
         announce_ended_tasks(true);
     }
@@ -208,20 +211,24 @@ pub fn run(cfg: &Config, module: &Module) -> ! {
 /// stopped), a thread whose CPU has not left it yet waits for a later call
 /// (see `take_unannounced_ends`).
 fn announce_ended_tasks(settled: bool) {
-    let mut ended: heapless::Vec<(u32, u32), { task::MAX_TASKS }> = heapless::Vec::new();
+    let mut ended: heapless::Vec<(u8, u32), { task::MAX_TASKS }> = heapless::Vec::new();
     task::take_unannounced_ends(settled, |id, t| {
-        let tid = u32::from(id) + 1;
-        crate::sample::profile::release_parked(tid);
+        crate::sample::profile::release_parked(u32::from(id) + 1);
         // Cannot fail: one entry a task.
-        let _ = ended.push((t.pid(), tid));
+        let _ = ended.push((id, t.pid()));
     });
     if ended.is_empty() {
         return;
     }
-    // Its released samples go before its end.
-    crate::stream::drain::drain_now();
-    for (pid, tid) in ended {
-        crate::stream::send_task_exit(crate::time::now_ns(), pid, tid);
+    // Its released samples go before its end (and the Task records of
+    // tasks made meanwhile before their samples).
+    let held = crate::stream::drain::held_now();
+    announce_made_tasks();
+    crate::stream::drain::drain_counted(&held);
+    for (id, pid) in ended {
+        crate::stream::send_task_exit(crate::time::now_ns(), pid, u32::from(id) + 1);
+        // Only now may a new thread take its slot and ids.
+        task::end_told(id);
     }
 }
 
@@ -233,25 +240,12 @@ fn announce_ended_tasks(settled: bool) {
 /// Samples the task took in its new program before this look still go
 /// before the exec record too: only a record sent at the exec itself
 /// would split them exactly.
-fn announce_new_tasks() {
+fn announce_new_tasks(held: &crate::stream::drain::Held) {
     use sampler::wire::Origin;
-    let send = |id: u8, t: &task::Task, origin| {
-        if let Some(program) = linux::program_of(t.proc) {
-            crate::stream::send_program_task(
-                t.since_ns,
-                t.pid(),
-                u32::from(id) + 1,
-                t.name(),
-                t.spec.abi == task::Abi::Compat32,
-                program,
-                origin,
-            );
-        }
-    };
     let mut execs: heapless::Vec<(u8, task::Task), MAX_TASKS> = heapless::Vec::new();
     task::take_unannounced(|id, t| match t.origin {
-        task::Origin::Named => send(id, t, Origin::Named),
-        task::Origin::Made { ppid, ptid } => send(id, t, Origin::Made { ppid, ptid }),
+        task::Origin::Named => send_task(id, t, Origin::Named),
+        task::Origin::Made { ppid, ptid } => send_task(id, t, Origin::Made { ppid, ptid }),
         // Cannot fail: one entry a task.
         task::Origin::Exec => {
             let _ = execs.push((id, *t));
@@ -259,15 +253,48 @@ fn announce_new_tasks() {
         // Made and exec'd since the last look: the fork, then the exec
         // (the new program stands for the old one in between).
         task::Origin::MadeThenExec { ppid, ptid } => {
-            send(id, t, Origin::Made { ppid, ptid });
+            send_task(id, t, Origin::Made { ppid, ptid });
             let _ = execs.push((id, *t));
         }
     });
     if execs.is_empty() {
         return;
     }
-    crate::stream::drain::drain_now();
+    crate::stream::drain::drain_counted(held);
     for (id, t) in &execs {
-        send(*id, t, Origin::Exec);
+        send_task(*id, t, Origin::Exec);
+    }
+}
+
+/// Sends the Task record of every thread or process made since the last
+/// look (an exec's waits for [`announce_new_tasks`], which sends it after
+/// the samples of the program it replaces): between counting the rings
+/// and draining what was counted, so a task made on another CPU meanwhile
+/// is named before its first sample.
+fn announce_made_tasks() {
+    use sampler::wire::Origin;
+    task::take_unannounced_if(
+        |t| matches!(t.origin, task::Origin::Made { .. }),
+        |id, t| {
+            if let task::Origin::Made { ppid, ptid } = t.origin {
+                send_task(id, t, Origin::Made { ppid, ptid });
+            }
+        },
+    );
+}
+
+/// Sends task `id`'s Task record (its process's program, its name and
+/// where it came from), if its process runs a loaded program.
+fn send_task(id: u8, t: &task::Task, origin: sampler::wire::Origin) {
+    if let Some(program) = linux::program_of(t.proc) {
+        crate::stream::send_program_task(
+            t.since_ns,
+            t.pid(),
+            u32::from(id) + 1,
+            t.name(),
+            t.spec.abi == task::Abi::Compat32,
+            program,
+            origin,
+        );
     }
 }

@@ -248,8 +248,11 @@ pub struct Task {
     pub proc: u8,
     /// Whether the stream was told of it (see [`take_unannounced`]).
     pub announced: bool,
-    /// Whether the stream was told of its end (see [`take_unannounced_ends`]).
+    /// Whether its end was taken to be told (see [`take_unannounced_ends`]).
     pub end_announced: bool,
+    /// Whether its end was told ([`end_told`]): only then may its slot,
+    /// and its ids, go to a new task.
+    pub end_told: bool,
     /// The thread's own name when it set one (NUL-padded; empty: the
     /// program's name).
     pub comm: [u8; 16],
@@ -633,7 +636,12 @@ static TOLD: AtomicBool = AtomicBool::new(false);
 
 /// Calls `f` for each task the stream has not been told of yet, and marks
 /// it told.
-pub fn take_unannounced(mut f: impl FnMut(u8, &Task)) {
+pub fn take_unannounced(f: impl FnMut(u8, &Task)) {
+    take_unannounced_if(|_| true, f);
+}
+
+/// [`take_unannounced`] for the tasks `which` picks.
+pub fn take_unannounced_if(which: impl Fn(&Task) -> bool, mut f: impl FnMut(u8, &Task)) {
     TOLD.store(true, Ordering::Relaxed);
     let new: heapless::Vec<(u8, Task), MAX_TASKS> = critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
@@ -641,7 +649,7 @@ pub fn take_unannounced(mut f: impl FnMut(u8, &Task)) {
             .iter_mut()
             .enumerate()
             .filter_map(|(id, t)| {
-                let t = t.as_mut().filter(|t| !t.announced)?;
+                let t = t.as_mut().filter(|t| !t.announced && which(t))?;
                 t.announced = true;
                 let told = *t;
                 t.origin = Origin::Named;
@@ -655,11 +663,11 @@ pub fn take_unannounced(mut f: impl FnMut(u8, &Task)) {
 }
 
 /// Calls `f` for each task that ended since the stream was told of it,
-/// and marks its end told; then frees the slots of those that were
-/// threads (see [`release_thread_slot`]). Unless `settled` (sampling has
-/// stopped), a task still current on a CPU waits for a later call: that
-/// CPU is on its way out of the task, and a sample taken there until it
-/// leaves is the task's, which goes before its end.
+/// and marks its end taken; the caller tells each end, then calls
+/// [`end_told`]. Unless `settled` (sampling has stopped), a task still
+/// current on a CPU waits for a later call: that CPU is on its way out of
+/// the task, and a sample taken there until it leaves is the task's, which
+/// goes before its end.
 pub fn take_unannounced_ends(settled: bool, mut f: impl FnMut(u8, &Task)) {
     let ended: heapless::Vec<(u8, Task), MAX_TASKS> = critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
@@ -680,8 +688,15 @@ pub fn take_unannounced_ends(settled: bool, mut f: impl FnMut(u8, &Task)) {
     });
     for (id, t) in &ended {
         f(*id, t);
-        release_thread_slot(*id);
     }
+}
+
+/// The stream was told of task `id`'s end: its slot is freed if it was a
+/// thread (see [`release_thread_slot`]). Not before: a thread made in the
+/// slot takes the same ids, and its Task record must follow the end.
+pub fn end_told(id: u8) {
+    update(id, |t| t.end_told = true);
+    release_thread_slot(id);
 }
 
 /// Starts a task; returns its id.
@@ -788,6 +803,7 @@ pub fn install(
             proc: slot as u8,
             announced: false,
             end_announced: false,
+            end_told: false,
             comm: [0; 16],
             since_ns: crate::time::now_ns(),
             cpu,
@@ -873,6 +889,7 @@ fn install_made(
             proc: owner,
             announced: false,
             end_announced: false,
+            end_told: false,
             comm: parent.comm,
             since_ns: crate::time::now_ns(),
             cpu,
@@ -1055,7 +1072,7 @@ pub fn exec_replace(
 /// have it: a program that makes and joins threads one after another must
 /// never run out of slots. While the stream tells of tasks, a thread keeps
 /// it until the stream was told of the thread and of its end (see
-/// [`take_unannounced_ends`]), so that every thread is in the profile and
+/// [`end_told`]), so that every thread is in the profile and
 /// its tid ends before a new thread takes it. A process's first
 /// thread keeps its slot (the process is indexed by it) until the run
 /// ends, but for a forked process's: that goes, with the process's
@@ -1067,7 +1084,7 @@ fn release_thread_slot(id: u8) {
     let gone = critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
         let t = (*tasks.get(id as usize)?)?;
-        if !t.state.ended() || (TOLD.load(Ordering::Relaxed) && !t.end_announced) {
+        if !t.state.ended() || (TOLD.load(Ordering::Relaxed) && !t.end_told) {
             return None;
         }
         let first = t.proc == id;

@@ -12,31 +12,33 @@ use sampler::wire::{End, Lost, LostReason, Record};
 /// Outside NMI context: moves queued samples (and Lost records for ring
 /// losses) onto the wire when a batch is due ([`BATCH_MIN`]), at most one
 /// ring's worth per CPU per call so a slow line cannot keep the tasks from
-/// running (what does not fit is lost and counted). Returns the records
-/// written.
-pub fn drain() -> usize {
-    drain_if(batch_due())
-}
-
-/// [`drain`] whether a batch is due or not: before a record that must
-/// follow every sample queued so far (a task's end).
-pub fn drain_now() -> usize {
-    drain_if(true)
-}
-
-fn drain_if(take: bool) -> usize {
-    crate::stream::repeat_if_due();
-    let written = if take {
-        drain_up_to(RING_SLOTS.div_ceil(DRAIN_BATCH))
+/// running (what does not fit is lost and counted), and no more than
+/// `held` ([`drain_counted`]). Returns the records written.
+pub fn drain(held: &Held) -> usize {
+    if batch_due() {
+        drain_counted(held)
     } else {
+        crate::stream::repeat_if_due();
+        flush_old_group();
         0
-    };
-    // With sample groups, samples wait in the open group frame until it
-    // fills; a quiet stream's wait no longer than this.
+    }
+}
+
+/// [`drain`] whether a batch is due or not, of everything queued: at the
+/// end of a run, once sampling stopped.
+pub fn drain_now() -> usize {
+    crate::stream::repeat_if_due();
+    let written = drain_up_to(RING_SLOTS.div_ceil(DRAIN_BATCH));
+    flush_old_group();
+    written
+}
+
+/// With sample groups, samples wait in the open group frame until it
+/// fills; a quiet stream's wait no longer than [`GROUP_FRAME_AGE_NS`].
+fn flush_old_group() {
     let t0 = arch_x86::cpu::rdtsc();
     wire::flush_group(GROUP_FRAME_AGE_NS);
     DRAIN_TSC.fetch_add(arch_x86::cpu::rdtsc().wrapping_sub(t0), Ordering::Relaxed);
-    written
 }
 
 /// The drain takes samples in batches: it waits while every ring holds
@@ -93,12 +95,47 @@ pub fn report_cost() {
 /// How long samples may wait in an open group frame (`wire_group=`).
 const GROUP_FRAME_AGE_NS: u64 = 100_000_000;
 
+/// How many records each CPU's ring holds now, by CPU: what a drain that
+/// must not run ahead of the Task records may take ([`drain_counted`]).
+pub type Held = [usize; arch_x86::madt::MAX_CPUS];
+
+/// Counts the records in each CPU's ring (see [`drain_counted`]).
+pub fn held_now() -> Held {
+    let mut held = [0usize; arch_x86::madt::MAX_CPUS];
+    for ((_, s), n) in profile::every_cpu().zip(held.iter_mut()) {
+        *n = s.ring.len();
+    }
+    held
+}
+
 /// Drains at most `max_steps` batches of each CPU's ring, CPU by CPU (see
 /// [`drain`]); returns the records written.
 pub fn drain_up_to(max_steps: usize) -> usize {
+    take_counted(max_steps, &[usize::MAX; arch_x86::madt::MAX_CPUS])
+}
+
+/// Drains what is queued, whether a batch is due or not, but no more than
+/// `held` ([`held_now`]) from each ring: before a record that must follow
+/// every sample counted (a task's end, an exec). A sample goes out only
+/// after its task's Task record: the caller
+/// counts the rings, then sends the Task records of tasks made since its
+/// last look, then drains what it counted. A task is made (under the
+/// kernel lock) before it can run, and its samples are in a ring before
+/// they are counted, so every sample counted is of a task that the look
+/// after the count found.
+pub fn drain_counted(held: &Held) -> usize {
+    crate::stream::repeat_if_due();
+    let written = take_counted(RING_SLOTS.div_ceil(DRAIN_BATCH), held);
+    flush_old_group();
+    written
+}
+
+/// [`drain_up_to`] once the records to take were counted (`held`, by CPU).
+#[inline(never)]
+fn take_counted(max_steps: usize, held: &[usize]) -> usize {
     let mut written = 0;
     let evs = events();
-    for (cpu, s) in profile::every_cpu() {
+    for ((cpu, s), &held) in profile::every_cpu().zip(held.iter()) {
         let pebs_lost = crate::smp::cpu(cpu).map_or(0, crate::sample::pmu::take_pebs_lost);
         if pebs_lost > 0 {
             PEBS_LOST_TOTAL.fetch_add(pebs_lost, Ordering::Relaxed);
@@ -131,11 +168,12 @@ pub fn drain_up_to(max_steps: usize) -> usize {
             configs: &evs,
             ring_lost: &s.event_ring_lost,
         };
+        let mut left = held;
         for _ in 0..max_steps {
             // Nothing queued and no loss to report: no step (the drain
             // runs at every return to a task, most of them with nothing
             // to do).
-            if s.ring.is_empty() && !s.ring.lost_pending() {
+            if (left == 0 || s.ring.is_empty()) && !s.ring.lost_pending() {
                 break;
             }
             // A full flight-recorder buffer leaves the samples in the ring
@@ -153,7 +191,7 @@ pub fn drain_up_to(max_steps: usize) -> usize {
                     crate::time::now_ns(),
                     enc,
                     buf,
-                    DRAIN_BATCH,
+                    DRAIN_BATCH.min(left),
                     |f: &[u8]| write(f),
                 )
             });
@@ -162,6 +200,7 @@ pub fn drain_up_to(max_steps: usize) -> usize {
                 Ok(st) => {
                     DRAIN_SAMPLES.fetch_add(st.samples as u64, Ordering::Relaxed);
                     written += st.frames;
+                    left -= st.records.min(left);
                     if st.records < DRAIN_BATCH {
                         break;
                     }
