@@ -27,10 +27,7 @@ pub fn drain(held: &Held) -> usize {
 /// [`drain`] whether a batch is due or not, of everything queued: at the
 /// end of a run, once sampling stopped.
 pub fn drain_now() -> usize {
-    crate::stream::repeat_if_due();
-    let written = drain_up_to(RING_SLOTS.div_ceil(DRAIN_BATCH));
-    flush_old_group();
-    written
+    drain_counted(&[usize::MAX; arch_x86::madt::MAX_CPUS])
 }
 
 /// With sample groups, samples wait in the open group frame until it
@@ -131,7 +128,6 @@ pub fn drain_counted(held: &Held) -> usize {
 }
 
 /// [`drain_up_to`] once the records to take were counted (`held`, by CPU).
-#[inline(never)]
 fn take_counted(max_steps: usize, held: &[usize]) -> usize {
     let mut written = 0;
     let evs = events();
