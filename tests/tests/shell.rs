@@ -1,9 +1,9 @@
 //! A shell script inside the appliance: Debian's static busybox runs
 //! `tests/programs/sh/pipeline.sh` (pipes, command substitution, subshells,
 //! redirections, a while-read loop over a pipe, background jobs and `wait`,
-//! a trap), every command a fork and an execve of busybox, and prints what
-//! it prints natively; a recording names busybox's functions under each
-//! process the script made.
+//! file copies, a trap), every command a fork and an execve of busybox,
+//! and prints what it prints natively; a recording names busybox's
+//! functions under each process the script made.
 #![forbid(unsafe_code)]
 
 use e2e_tests::programs::{
@@ -56,6 +56,7 @@ fn busybox_runs_a_script_as_it_runs_natively() {
         "fast job status 5",
         "slow job status 7",
         "sum 500500",
+        "copies agree",
         "done",
         "trap on exit",
     ] {
@@ -75,6 +76,9 @@ fn busybox_runs_a_script_as_it_runs_natively() {
         "{t}"
     );
     assert_eq!(guest.end, native.end, "{t}");
+    // Every call busybox made is implemented (its cat and cp copy with
+    // sendfile).
+    assert_eq!(run.console.unknown, Some(vec![]), "{t}");
 }
 
 /// `perch record -- busybox sh SCRIPT`: every process the shell made is

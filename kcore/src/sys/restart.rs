@@ -42,7 +42,9 @@ pub(crate) fn kind(call: Sys, args: &[u64; 6]) -> Restart {
     match call {
         Read | Readv | Write | Writev | Pread64 | Pwrite64 | Preadv | Pwritev | Accept
         | Accept4 | Connect | Sendto | Recvfrom | Sendmsg | Recvmsg | Sendmmsg | Recvmmsg
-        | Socketcall | Wait4 | Waitpid | Waitid => Restart::UnlessHandlerSaysNo,
+        | Socketcall | Sendfile | Sendfile64 | Wait4 | Waitpid | Waitid => {
+            Restart::UnlessHandlerSaysNo
+        }
         Futex | Futex64 if matches!(args[1] & FUTEX_CMD, FUTEX_WAIT | FUTEX_WAIT_BITSET) => {
             if args[3] == 0 {
                 Restart::UnlessHandlerSaysNo

@@ -45,6 +45,7 @@ pub enum Sys {
     ClockNanosleep,
     ClockNanosleep64,
     Close,
+    CopyFileRange,
     Creat,
     Dup,
     Dup2,
@@ -129,6 +130,8 @@ pub enum Sys {
     Ppoll,
     Ppoll64,
     Select,
+    Sendfile,
+    Sendfile64,
     Utimensat,
     Utimensat64,
     Chown,
@@ -255,6 +258,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (37, Sys::Alarm),              // alarm
     (38, Sys::Setitimer),          // setitimer
     (39, Sys::Getpid),             // getpid
+    (40, Sys::Sendfile),           // sendfile
     (56, Sys::Clone),              // clone
     (60, Sys::Exit),               // exit
     (57, Sys::Fork),               // fork
@@ -355,6 +359,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (318, Sys::Getrandom),         // getrandom
     (322, Sys::Execveat),          // execveat
     (324, Sys::Membarrier),        // membarrier
+    (326, Sys::CopyFileRange),     // copy_file_range
     (332, Sys::Statx),             // statx
     (334, Sys::Rseq),              // rseq
     (435, Sys::Clone3),            // clone3
@@ -478,6 +483,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (182, Sys::Chown16),           // chown
     (183, Sys::Getcwd),            // getcwd
     (186, Sys::Sigaltstack),       // sigaltstack
+    (187, Sys::Sendfile),          // sendfile
     (191, Sys::Getrlimit),         // ugetrlimit
     (192, Sys::Mmap2),             // mmap2
     (193, Sys::Truncate64),        // truncate64
@@ -500,6 +506,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (221, Sys::Fcntl),             // fcntl64
     (224, Sys::Gettid),            // gettid
     (238, Sys::Tkill),             // tkill
+    (239, Sys::Sendfile64),        // sendfile64
     (240, Sys::Futex),             // futex
     (241, Sys::SchedSetaffinity),  // sched_setaffinity
     (242, Sys::SchedGetaffinity),  // sched_getaffinity
@@ -541,6 +548,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (353, Sys::Renameat2),         // renameat2
     (355, Sys::Getrandom),         // getrandom
     (375, Sys::Membarrier),        // membarrier
+    (377, Sys::CopyFileRange),     // copy_file_range
     (383, Sys::Statx),             // statx
     (384, Sys::ArchPrctl),         // arch_prctl
     (386, Sys::Rseq),              // rseq

@@ -1,7 +1,7 @@
 # A shell script as appliances start them, run by busybox sh: pipes,
 # command substitution, subshells, redirections, a while-read loop over
 # a pipe, background jobs and wait, exit statuses, a writer that outlives
-# its reader (SIGPIPE) and a trap. Every line it prints is the same
+# its reader (SIGPIPE), file copies and a trap. Every line it prints is the same
 # natively and under the runtime.
 set -u
 echo "start in $(busybox basename "$(pwd)")"
@@ -40,8 +40,15 @@ busybox seq 1 1000 | busybox awk '{ s += $1 } END { print "sum", s }'
 # The reader goes first: the writer dies of SIGPIPE.
 busybox yes | busybox head -n 2
 busybox seq 1 300 | busybox md5sum
+# cat and cp copy a file with sendfile.
+busybox seq 1 2000 > many.txt
+busybox cat many.txt > copy1.txt
+busybox cp many.txt copy2.txt
+busybox cat copy1.txt copy2.txt | busybox md5sum
+busybox cmp many.txt copy2.txt && echo "copies agree"
 trap 'echo "trap on exit"' EXIT
 false || echo "false failed"
 if busybox grep -q 17 numbers.txt; then echo "grep found 17"; fi
-busybox rm -f numbers.txt five.txt err.txt bg.txt job1.txt job2.txt job3.txt
+busybox rm -f numbers.txt five.txt err.txt bg.txt job1.txt job2.txt job3.txt \
+	many.txt copy1.txt copy2.txt
 echo done

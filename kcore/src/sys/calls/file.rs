@@ -37,7 +37,7 @@ const AT_STATX_SYNC_TYPE: u32 = 0x6000;
 /// Linux's `PIPE_BUF`: pipe writes up to this size are atomic.
 const PIPE_BUF: u64 = 4096;
 /// Linux's `MAX_RW_COUNT`: the most one read or write transfers.
-const MAX_RW_COUNT: u64 = 0x7fff_f000;
+pub(crate) const MAX_RW_COUNT: u64 = 0x7fff_f000;
 /// Linux's `UIO_MAXIOV`.
 const IOV_MAX: u64 = 1024;
 
@@ -398,17 +398,11 @@ fn read_into_user<M: Machine>(
     }
     c.access_ok(buf, len)?;
     let len = len.min(MAX_RW_COUNT);
-    let random = matches!(c.fs.node(id).content, Content::Device(Device::Random));
     let mut done = 0u64;
     let mut chunk = [0u8; CHUNK];
     while done < len {
         let want = (len - done).min(CHUNK as u64) as usize;
-        let n = if random {
-            c.m.random_bytes(&mut chunk[..want]);
-            want
-        } else {
-            c.fs.read_at(id, offset.saturating_add(done), &mut chunk[..want])?
-        };
+        let n = read_node(c, id, offset.saturating_add(done), &mut chunk[..want])?;
         if n == 0 {
             break;
         }
@@ -423,6 +417,32 @@ fn read_into_user<M: Machine>(
     Ok(done)
 }
 
+/// Reads file node `id` (a regular file or a device) at `offset` into
+/// `buf`; returns the bytes read (0 at the end of the file).
+pub(crate) fn read_node<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    id: NodeId,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<usize, Errno> {
+    if is_random(c, id) {
+        c.m.random_bytes(buf);
+        Ok(buf.len())
+    } else {
+        c.fs.read_at(id, offset, buf)
+    }
+}
+
+/// Whether node `id` is a regular file (not a directory or a device).
+pub(crate) fn is_regular<M: Machine>(c: &Ctx<'_, M>, id: NodeId) -> bool {
+    matches!(c.fs.node(id).content, Content::Archive(_) | Content::Mem(_))
+}
+
+/// Whether node `id` is the random device (`/dev/urandom`).
+pub(crate) fn is_random<M: Machine>(c: &Ctx<'_, M>, id: NodeId) -> bool {
+    matches!(c.fs.node(id).content, Content::Device(Device::Random))
+}
+
 /// Writes up to `len` bytes of user `buf` to `target` at `offset`.
 fn write_from_user<M: Machine>(
     c: &mut Ctx<'_, M>,
@@ -433,26 +453,43 @@ fn write_from_user<M: Machine>(
 ) -> SysResult {
     c.access_ok(buf, len)?;
     let len = len.min(MAX_RW_COUNT);
-    match target {
-        Target::EventFd(id) => return super::event::eventfd_write(c, id, buf, len),
-        Target::Epoll(_) => return Err(Errno::EINVAL),
-        Target::Socket(_) => return Err(Errno::ESPIPE),
-        _ => {}
+    if let Target::EventFd(id) = target {
+        return super::event::eventfd_write(c, id, buf, len);
     }
-    if let Target::Pipe { id, write } = target {
-        return if write {
-            pipe_write(c, id, buf, len)
-        } else {
-            Err(Errno::EBADF)
-        };
+    write_target(c, target, offset, len, |c, done, chunk| {
+        c.read(buf + done, chunk).map(|()| chunk.len())
+    })
+}
+
+/// Writes up to `len` bytes to `target` (a file at `offset`, the console
+/// or a pipe's write end), taking them a chunk at a time from `source`
+/// (called with the bytes done so far and a buffer to fill; it returns
+/// how many it filled, fewer at its end). Returns the bytes written; an
+/// error of `source` or of the file after some bytes were written
+/// returns the count so far.
+pub(crate) fn write_target<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    target: Target,
+    offset: u64,
+    len: u64,
+    mut source: impl FnMut(&mut Ctx<'_, M>, u64, &mut [u8]) -> Result<usize, Errno>,
+) -> SysResult {
+    match target {
+        Target::EventFd(_) | Target::Epoll(_) => return Err(Errno::EINVAL),
+        Target::Socket(_) => return Err(Errno::ESPIPE),
+        Target::Pipe { id, write: true } => return pipe_write(c, id, len, source),
+        Target::Pipe { write: false, .. } | Target::Stdin => return Err(Errno::EBADF),
+        Target::Console(_) | Target::Node(_) => {}
     }
     let mut done = 0u64;
     let mut chunk = [0u8; CHUNK];
     while done < len {
         let want = (len - done).min(CHUNK as u64) as usize;
-        if let Err(e) = c.read(buf + done, &mut chunk[..want]) {
-            return if done == 0 { Err(e) } else { Ok(done) };
-        }
+        let want = match source(c, done, &mut chunk[..want]) {
+            Ok(0) => break,
+            Ok(n) => n.min(want),
+            Err(e) => return if done == 0 { Err(e) } else { Ok(done) },
+        };
         match target {
             Target::Stdin | Target::Pipe { .. } => return Err(Errno::EBADF),
             Target::EventFd(_) | Target::Epoll(_) | Target::Socket(_) => {
@@ -517,9 +554,15 @@ fn pipe_read<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> S
     Ok(done)
 }
 
-/// Writes to pipe `id` what fits; `EPIPE` without a reader (the caller
-/// has raised SIGPIPE already), `EAGAIN` when full.
-fn pipe_write<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> SysResult {
+/// Writes to pipe `id` what fits of `len` bytes from `source` (see
+/// [`write_target`]); `EPIPE` without a reader (the caller has raised
+/// SIGPIPE already), `EAGAIN` when full.
+fn pipe_write<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    id: usize,
+    len: u64,
+    mut source: impl FnMut(&mut Ctx<'_, M>, u64, &mut [u8]) -> Result<usize, Errno>,
+) -> SysResult {
     let p = c.files.pipe_ref(id).ok_or(Errno::EBADF)?;
     if len == 0 {
         return Ok(0);
@@ -535,10 +578,12 @@ fn pipe_write<M: Machine>(c: &mut Ctx<'_, M>, id: usize, buf: u64, len: u64) -> 
     let mut chunk = [0u8; CHUNK];
     let mut done = 0u64;
     while done < len {
-        let n = ((len - done) as usize).min(CHUNK);
-        if let Err(e) = c.read(buf + done, &mut chunk[..n]) {
-            return if done == 0 { Err(e) } else { Ok(done) };
-        }
+        let want = ((len - done) as usize).min(CHUNK);
+        let n = match source(c, done, &mut chunk[..want]) {
+            Ok(0) => break,
+            Ok(n) => n.min(want),
+            Err(e) => return if done == 0 { Err(e) } else { Ok(done) },
+        };
         let p = c.files.pipe_mut(id).ok_or(Errno::EBADF)?;
         if p.buf.try_reserve(n).is_err() {
             return if done == 0 {

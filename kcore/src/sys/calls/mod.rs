@@ -5,6 +5,7 @@
 //! friends), `task` (identity, limits, TLS, signals), `time` (clocks,
 //! sleeping, futex, randomness, scheduling).
 
+mod copy;
 mod event;
 pub(crate) mod file;
 mod mem;
@@ -222,6 +223,24 @@ pub(crate) fn dispatch<M: Machine>(
         Writev => ret(file::writev(c, fd_arg(a[0]), a[1], a[2], None)),
         Pipe => ret(file::pipe2(c, a[0], 0)),
         Pipe2 => ret(file::pipe2(c, a[0], a[1] as u32)),
+        // In-kernel copies: i386 `sendfile` has a 32-bit offset, its
+        // `sendfile64` and x86_64's a 64-bit one.
+        Sendfile | Sendfile64 => copy::sendfile(
+            c,
+            fd_arg(a[0]),
+            fd_arg(a[1]),
+            copy::OffsetArg::new(a[2], wide || call == Sendfile64),
+            if wide { a[3] } else { a[3] & 0xffff_ffff },
+        ),
+        CopyFileRange => ret(copy::copy_file_range(
+            c,
+            fd_arg(a[0]),
+            a[1],
+            fd_arg(a[2]),
+            a[3],
+            if wide { a[4] } else { a[4] & 0xffff_ffff },
+            a[5] & 0xffff_ffff,
+        )),
         Pread64 | Pwrite64 => {
             let off = if wide { a[3] } else { hilo(a[3], a[4]) } as i64;
             if off < 0 {

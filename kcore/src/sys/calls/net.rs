@@ -90,7 +90,7 @@ fn write_addr<M: Machine>(c: &mut Ctx<'_, M>, addr: u64, len: u64, a: Addr) -> R
 /// A call that found nothing to do yet: for a blocking socket, wait for
 /// a change of it (or until `timeo_ns` runs out, when not 0: then
 /// `EAGAIN`); a non-blocking one says `EAGAIN`.
-fn blocking<M: Machine>(
+pub(crate) fn blocking<M: Machine>(
     c: &mut Ctx<'_, M>,
     nonblock: bool,
     timeo_ns: u64,
@@ -110,7 +110,7 @@ fn blocking<M: Machine>(
 }
 
 /// An `EPIPE` of a send raises SIGPIPE unless `MSG_NOSIGNAL`.
-fn pipe_signal<M: Machine>(c: &mut Ctx<'_, M>, r: &Result<usize, Errno>, flags: u32) {
+pub(crate) fn pipe_signal<M: Machine>(c: &mut Ctx<'_, M>, r: &Result<usize, Errno>, flags: u32) {
     if *r == Err(Errno::EPIPE) && flags & msg::NOSIGNAL == 0 {
         c.t.pending |= SIGPIPE_BIT;
     }

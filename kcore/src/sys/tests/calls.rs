@@ -5,16 +5,6 @@ use super::*;
 use crate::sys::signal::Delivery;
 use crate::sys::uapi::{Sigaction32, Sigaction64, Stat, Statx};
 
-const O_WRONLY: u64 = 1;
-const O_RDWR: u64 = 2;
-const O_CREAT: u64 = 0o100;
-const O_EXCL: u64 = 0o200;
-const O_TRUNC: u64 = 0o1000;
-const O_APPEND: u64 = 0o2000;
-const O_DIRECTORY: u64 = 0o200000;
-const O_CLOEXEC: u64 = 0o2000000;
-const AT_FDCWD: u64 = -100i64 as u64;
-
 fn both() -> [Env; 2] {
     [Env::new(Abi::X86_64), Env::new(Abi::I386)]
 }

@@ -30,7 +30,6 @@ const SSARG: u64 = SCRATCH + 0x420; // pselect6's {SET, 8}
 const SELARGS: u64 = SCRATCH + 0x440; // i386 sel_arg_struct {2, SET, 0, 0, TS0}
 const BUF: u64 = SCRATCH + 0x1000;
 const X: u64 = 0xbad0_bad0; // placeholder for the pointer under test
-const AT_FDCWD: u64 = -100i64 as u64;
 
 fn setup(abi: Abi) -> Env {
     let mut e = Env::new(abi);

@@ -12,8 +12,6 @@ fn both() -> [Env; 2] {
 }
 
 const EFD_SEMAPHORE: u64 = 1;
-const O_NONBLOCK: u64 = 0o4000;
-const O_CLOEXEC: u64 = 0o2000000;
 const ADD: u64 = 1;
 const DEL: u64 = 2;
 const MOD: u64 = 3;

@@ -7,8 +7,6 @@ use super::*;
 use crate::elf::tests::Hand;
 use crate::sys::exec::{Exec, MAX_ARG_STRLEN, exec_commit};
 
-const AT_FDCWD: u64 = -100i64 as u64;
-const O_CLOEXEC: u64 = 0o2000000;
 const F_GETFD: u64 = 1;
 const AT_EMPTY_PATH: u64 = 0x1000;
 

@@ -4,6 +4,7 @@
 //! are checked against the areas' rights on every access).
 
 mod calls;
+mod copies;
 mod efault;
 mod events;
 mod exec;
@@ -233,6 +234,18 @@ pub(crate) const RO: u64 = 0x2000_0000;
 /// Unmapped.
 #[allow(dead_code)] // Used by the EFAULT tests.
 pub(crate) const BAD: u64 = 0x3000_0000;
+
+// `open` flags and `AT_FDCWD`, as the calls take them.
+pub(crate) const O_WRONLY: u64 = 1;
+pub(crate) const O_RDWR: u64 = 2;
+pub(crate) const O_CREAT: u64 = 0o100;
+pub(crate) const O_EXCL: u64 = 0o200;
+pub(crate) const O_TRUNC: u64 = 0o1000;
+pub(crate) const O_APPEND: u64 = 0o2000;
+pub(crate) const O_NONBLOCK: u64 = 0o4000;
+pub(crate) const O_DIRECTORY: u64 = 0o200000;
+pub(crate) const O_CLOEXEC: u64 = 0o2000000;
+pub(crate) const AT_FDCWD: u64 = -100i64 as u64;
 
 pub(crate) static PROG: [u8; 8192] = {
     let mut d = [0u8; 8192];

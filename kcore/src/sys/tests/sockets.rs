@@ -498,3 +498,58 @@ fn a_blocking_send_queues_all_of_its_data_or_says_how_much_a_signal_left() {
         assert_eq!((e.t.sent, e.t.wait, e.t.interrupted), (0, None, None));
     }
 }
+
+#[test]
+fn sendfile_sends_a_file_on_a_connection_and_waits_for_room() {
+    for mut e in both() {
+        let (_l, c, a) = pair(&mut e, 5010);
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 % 256) as u8).collect();
+        let p = e.cstr(SCRATCH, "/tmp/page");
+        let f = e.ret("open", &[p, 0o102, 0o644]) as u64;
+        e.poke(BUF, &data);
+        assert_eq!(e.ret("write", &[f, BUF, 3000]), 3000);
+        assert_eq!(e.ret("lseek", &[f, 1000, 0]), 1000);
+        // From the file's offset to its end: what is left, not the count.
+        assert_eq!(e.ret("sendfile", &[c, f, 0, 100_000]), 2000);
+        assert_eq!(e.ret("lseek", &[f, 0, 1]), 3000);
+        assert_eq!(e.ret("sendfile", &[c, f, 0, 100_000]), 0);
+        e.pump_net();
+        let mut got = Vec::new();
+        while let Ok(part) = recv(&mut e, a, 4096, 0) {
+            got.extend_from_slice(&part);
+        }
+        assert_eq!(got, &data[1000..]);
+        // A socket that takes no more: EAGAIN when non-blocking, a wait
+        // when blocking.
+        let off = SCRATCH + 0x800;
+        let mut queued = 0;
+        loop {
+            e.poke(
+                off,
+                &0u64.to_le_bytes()[..if e.abi == Abi::X86_64 { 8 } else { 4 }],
+            );
+            match e.ret("sendfile", &[c, f, off, 3000]) {
+                n if n > 0 => queued += n,
+                n => {
+                    assert_eq!(errno_of(-n), Errno::EAGAIN);
+                    break;
+                }
+            }
+            assert!(queued < 1 << 24, "the socket never filled");
+        }
+        assert_eq!(e.ret("fcntl", &[c, 4, 0]), 0);
+        assert_eq!(
+            e.call("sendfile", &[c, f, off, 3000]),
+            Action::Wait { until_ns: None }
+        );
+        // Its peer reads: the bytes arrive in order, and there is room.
+        e.pump_net();
+        let mut first = Vec::new();
+        while first.len() < 3000 {
+            first.extend_from_slice(&recv(&mut e, a, 3000 - first.len() as u64, 0).unwrap());
+        }
+        assert_eq!(first, data);
+        e.pump_net();
+        assert!(e.ret("sendfile", &[c, f, off, 3000]) > 0);
+    }
+}
