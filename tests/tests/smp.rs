@@ -504,9 +504,10 @@ fn every_cpu_samples_with_its_own_simulated_pmu() {
 
 /// CPU affinity: a thread that pins itself (sched_setaffinity) is on its CPU when the
 /// call returns and stays there, threads pinned one to a CPU run only there, a thread
-/// pinned by another (pthread_setaffinity_np, by its tid) moves there and stays, and
-/// the masks read back as set (`tests/programs/c/pin.c`, which prints the same on any
-/// machine of two CPUs or more).
+/// pinned by another (pthread_setaffinity_np, by its tid) moves there and stays, a
+/// child process pinned by its parent (by its pid) moves there too, and the masks read
+/// back as set (`tests/programs/c/pin.c`, which prints the same on any machine of two
+/// CPUs or more).
 #[test]
 fn threads_pinned_to_a_cpu_run_only_there() {
     self_checking_on_four("pin");

@@ -135,14 +135,14 @@ pub trait Machine {
     /// [`online_cpus`](Machine::online_cpus) - 1).
     fn current_cpu(&self) -> u32;
 
-    /// The CPUs thread `tid` of the current process may run on (bit n: CPU
-    /// n; every CPU that is up unless it was narrowed): `ESRCH` when no
-    /// such thread lives.
+    /// The CPUs thread `tid` (of any process: every program runs as root)
+    /// may run on (bit n: CPU n; every CPU that is up unless it was
+    /// narrowed): `ESRCH` when no such thread lives.
     fn affinity(&self, tid: u32) -> Result<u64, super::errno::Errno>;
 
-    /// Lets thread `tid` of the current process run only on the CPUs of
-    /// `mask` (not empty, only CPUs that are up): `ESRCH` when no such
-    /// thread lives. A thread outside the mask moves to a CPU in it; the
+    /// Lets thread `tid` (of any process) run only on the CPUs of `mask`
+    /// (not empty, only CPUs that are up): `ESRCH` when no such thread
+    /// lives. A thread outside the mask moves to a CPU in it; the
     /// result says whether the calling thread itself must leave the CPU it
     /// runs on (the caller then yields, so it returns on an allowed CPU).
     fn set_affinity(&mut self, tid: u32, mask: u64) -> Result<bool, super::errno::Errno>;

@@ -167,14 +167,17 @@ impl RtMachine<'_> {
     /// The task of thread `tid` of the calling process, while it lives
     /// (`ESRCH` otherwise).
     fn thread_of(&self, tid: u32) -> Result<(u8, task::Task), Errno> {
-        let id = tid
-            .checked_sub(1)
-            .and_then(|i| u8::try_from(i).ok())
-            .ok_or(Errno::ESRCH)?;
-        match task::get(id) {
-            Some(t) if t.linux && t.proc == self.proc && !t.state.ended() => Ok((id, t)),
-            _ => Err(Errno::ESRCH),
-        }
+        self.any_thread(tid)
+            .filter(|(_, t)| t.proc == self.proc)
+            .ok_or(Errno::ESRCH)
+    }
+
+    /// The live thread `tid` of any process of the run.
+    fn any_thread(&self, tid: u32) -> Option<(u8, task::Task)> {
+        let id = tid.checked_sub(1).and_then(|i| u8::try_from(i).ok())?;
+        task::get(id)
+            .filter(|t| t.linux && !t.state.ended())
+            .map(|t| (id, t))
     }
 }
 
@@ -234,11 +237,11 @@ impl Machine for RtMachine<'_> {
     }
 
     fn affinity(&self, tid: u32) -> Result<u64, Errno> {
-        Ok(self.thread_of(tid)?.1.affinity)
+        Ok(self.any_thread(tid).ok_or(Errno::ESRCH)?.1.affinity)
     }
 
     fn set_affinity(&mut self, tid: u32, mask: u64) -> Result<bool, Errno> {
-        let (id, _) = self.thread_of(tid)?;
+        let (id, _) = self.any_thread(tid).ok_or(Errno::ESRCH)?;
         let moved = task::set_affinity(id, mask).ok_or(Errno::ESRCH)?;
         // The caller leaves a CPU it may no longer run on before it returns.
         Ok(moved && task::current() == Some(id))

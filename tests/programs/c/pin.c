@@ -1,14 +1,18 @@
 /* CPU affinity as programs use it: a thread pins itself with
  * sched_setaffinity and is on that CPU when the call returns; threads pinned
  * one to a CPU run only there; one thread pins another with
- * pthread_setaffinity_np, and the other moves there and stays; the masks read
- * back as set. Prints the same on any machine with two CPUs or more (the CPUs
+ * pthread_setaffinity_np, and the other moves there and stays; a parent pins
+ * its child process by pid, and the child moves there; the masks read back
+ * as set. Prints the same on any machine with two CPUs or more (the CPUs
  * are named by their place in the affinity mask, not by number). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define ROUNDS 20000000L
 
@@ -114,5 +118,38 @@ int main(void)
 	atomic_store(&moved_flag, 1);
 	pthread_join(m.t, NULL);
 	printf("other: moved there and stayed: %s\n", m.ok ? "yes" : "no");
+
+	/* Another process, by its pid: the child waits for its parent to pin
+	 * it, then gets there (by the end of its slice) and stays. */
+	int go[2];
+	if (pipe(go)) {
+		printf("pipe failed\n");
+		return 1;
+	}
+	pid_t child = fork();
+	if (child == 0) {
+		char b;
+		if (read(go[0], &b, 1) != 1)
+			_exit(2);
+		long spins = 0;
+		while (sched_getcpu() != cpus[0] && spins < 1000000000L)
+			spins++;
+		_exit(sched_getcpu() == cpus[0] && stays_on(cpus[0]) ? 0 : 1);
+	}
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(cpus[0], &one);
+	if (sched_setaffinity(child, sizeof one, &one))
+		printf("sched_setaffinity of the child failed\n");
+	CPU_ZERO(&got);
+	sched_getaffinity(child, sizeof got, &got);
+	printf("process: mask reads back: %s\n",
+	       CPU_COUNT(&got) == 1 && CPU_ISSET(cpus[0], &got) ? "yes" : "no");
+	if (write(go[1], "g", 1) != 1)
+		printf("write failed\n");
+	int status = 0;
+	waitpid(child, &status, 0);
+	printf("process: moved there and stayed: %s\n",
+	       WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "yes" : "no");
 	return 0;
 }

@@ -348,7 +348,7 @@ fn mask_size<M: Machine>(c: &Ctx<'_, M>, len: u64) -> Result<(u64, u32), Errno> 
 }
 
 /// The thread `pid` names for the affinity calls: 0 is the caller, else a
-/// thread id of the caller's process.
+/// thread id (of any process, as root may).
 fn affinity_target<M: Machine>(c: &Ctx<'_, M>, pid: u64) -> Result<u32, Errno> {
     match pid as u32 as i32 {
         0 => Ok(c.t.tid),
