@@ -752,3 +752,32 @@ fn loaded_programs_are_sampled_and_the_walk_never_faults() {
         assert!(pids.contains(&pid), "no sample of pid {pid}: {pids:?}");
     }
 }
+
+/// Names without a network (`tests/programs/c/names.c`, musl): `localhost` and the
+/// machine's own name resolve from the runtime's `/etc/hosts` at once (without it,
+/// musl asked a DNS server that is not there and gave up after 5 s), root is a user
+/// with a home, and service and protocol names have their numbers.
+#[test]
+fn names_resolve_from_etc_without_a_network() {
+    let exe = c_program("names", CBuild::Musl);
+    let p = Program::new(&exe, "names", &[], &[]);
+    if !qemu_present() {
+        return;
+    }
+    let run = run_appliance(&appliance(std::slice::from_ref(&p)), CMDLINE, TIMEOUT);
+    let t = run.transcript();
+    let guest = run.console.process("names");
+    assert_eq!(
+        guest.out(),
+        "localhost: 127.0.0.1 port 80\n\
+         localhost: in under a second: yes\n\
+         own name: 127.0.0.1 port 80\n\
+         own name: in under a second: yes\n\
+         uid 0: root /root\n\
+         gid 0: root\n\
+         https: 443\n\
+         udp: 17\n",
+        "{t}"
+    );
+    assert_eq!(guest.end, Some(End::Exited(0)), "{t}");
+}

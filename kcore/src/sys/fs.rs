@@ -1,7 +1,8 @@
 //! The run's file system, shared by all processes: the boot archive's
 //! files (read-only, served in place), files and directories programs
 //! create (in memory, for the rest of the run), the devices `/dev/null`,
-//! `/dev/zero`, `/dev/urandom`, `/dev/random`, and `/proc/self/exe`.
+//! `/dev/zero`, `/dev/urandom`, `/dev/random`, `/proc/self/exe`, and the
+//! files of `/etc` the archive does not bring ([`ETC_DEFAULTS`]).
 //!
 //! Nodes live in an arena and are never freed (an unlinked file that is
 //! still open stays readable, as on Linux; its memory is kept for the run).
@@ -19,6 +20,41 @@ pub const PATH_MAX: usize = 4096;
 pub const NAME_MAX: usize = 255;
 /// The default largest in-memory file ([`Vfs::max_file_size`]).
 pub const MAX_FILE_SIZE: u64 = 1 << 32;
+
+/// The host name `uname` gives (its `nodename`), which `/etc/hosts` and
+/// `/etc/hostname` name too.
+pub const HOSTNAME: &str = "perch";
+
+/// The files [`Vfs::from_archive`] adds to `/etc` when the archive has
+/// none of that name: the loopback names and the host's own (on the
+/// loopback address, which the network stack answers), root's user
+/// and group (home `/root`), the name services (files, then DNS), and the
+/// common services and protocols (what `getaddrinfo` reads for a service
+/// name such as `http`).
+pub const ETC_DEFAULTS: [(&[u8], &[u8]); 7] = [
+    (
+        b"hosts",
+        b"127.0.0.1\tlocalhost perch\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+    ),
+    (b"hostname", b"perch\n"),
+    (
+        b"passwd",
+        b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+    ),
+    (b"group", b"root:x:0:\nnogroup:x:65534:\n"),
+    (
+        b"nsswitch.conf",
+        b"passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
+    ),
+    (
+        b"services",
+        b"ftp\t\t21/tcp\nssh\t\t22/tcp\ntelnet\t\t23/tcp\nsmtp\t\t25/tcp\ndomain\t\t53/tcp\ndomain\t\t53/udp\nhttp\t\t80/tcp\t\twww\nntp\t\t123/udp\nhttps\t\t443/tcp\nhttps\t\t443/udp\nredis\t\t6379/tcp\nhttp-alt\t8080/tcp\twebcache\n",
+    ),
+    (
+        b"protocols",
+        b"ip\t0\tIP\nicmp\t1\tICMP\ntcp\t6\tTCP\nudp\t17\tUDP\nipv6\t41\tIPv6\nipv6-icmp\t58\tIPv6-ICMP\n",
+    ),
+];
 
 /// `S_IFMT` and the file-type bits of `st_mode`.
 pub mod mode {
@@ -224,7 +260,29 @@ impl Vfs {
                 _ => {}
             }
         }
+        fs.add_etc_defaults()?;
         Ok(fs)
+    }
+
+    /// The files of `/etc` that name this machine, its users and its
+    /// services ([`ETC_DEFAULTS`]), where the archive brought none of its
+    /// own: without `/etc/hosts`, resolving `localhost` waits for a DNS
+    /// server that is not there; without `/etc/passwd`, `getpwuid(0)`
+    /// finds no user. They are read-only, as the archive's files are.
+    fn add_etc_defaults(&mut self) -> Result<(), Errno> {
+        // An archive whose `/etc` is not a directory keeps it.
+        if let Ok(etc) = self.mkdir_p(b"etc") {
+            for (name, data) in ETC_DEFAULTS {
+                if self.child(etc, name)?.is_none() {
+                    self.link_new(etc, name, Content::Archive(data), 0o644, 0)?;
+                }
+            }
+        }
+        if self.resolve(ROOT, b"/root").is_err() {
+            let home = self.mkdir_p(b"root")?;
+            self.node_mut(home).perm = 0o700;
+        }
+        Ok(())
     }
 
     /// Creates the directories of `path` (relative to `/`) that are
@@ -639,6 +697,44 @@ mod tests {
         assert_eq!(fs.resolve(ROOT, b""), Err(Errno::ENOENT));
         assert_eq!(fs.resolve(ROOT, b"/.."), Ok(ROOT));
         assert_eq!(fs.path_of(input).unwrap(), b"/data/input.txt");
+    }
+
+    /// The whole content of the file at `path`.
+    fn read_all(fs: &Vfs, path: &[u8]) -> Vec<u8> {
+        let id = fs.resolve(ROOT, path).unwrap();
+        let mut b = alloc::vec![0u8; 4096];
+        let n = fs.read_at(id, 0, &mut b).unwrap();
+        b.truncate(n);
+        b
+    }
+
+    #[test]
+    fn etc_has_its_defaults_unless_the_archive_brings_its_own() {
+        let fs = fs();
+        let hosts = read_all(&fs, b"/etc/hosts");
+        let text = core::str::from_utf8(&hosts).unwrap();
+        assert!(text.lines().any(|l| l.split_whitespace().eq([
+            "127.0.0.1",
+            "localhost",
+            HOSTNAME
+        ])));
+        assert_eq!(
+            read_all(&fs, b"/etc/hostname"),
+            [HOSTNAME.as_bytes(), b"\n"].concat()
+        );
+        assert!(read_all(&fs, b"/etc/passwd").starts_with(b"root:x:0:0:root:/root:"));
+        assert!(fs.node(fs.resolve(ROOT, b"/root").unwrap()).is_dir());
+        // Read-only, as the archive's files.
+        let mut fs = fs;
+        let passwd = fs.resolve(ROOT, b"/etc/passwd").unwrap();
+        assert_eq!(fs.write_at(passwd, 0, b"x", 0), Err(Errno::EROFS));
+        // The archive's own file wins; the others are still added.
+        let fs = Vfs::from_archive([(&b"etc/hosts"[..], 0o100644, &b"10.0.0.1 db\n"[..])]).unwrap();
+        assert_eq!(read_all(&fs, b"/etc/hosts"), b"10.0.0.1 db\n");
+        assert!(!read_all(&fs, b"/etc/services").is_empty());
+        // An `/etc` that is a file stays one.
+        let fs = Vfs::from_archive([(&b"etc"[..], 0o100644, &b"odd"[..])]).unwrap();
+        assert_eq!(read_all(&fs, b"/etc"), b"odd");
     }
 
     #[test]

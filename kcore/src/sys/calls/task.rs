@@ -41,7 +41,7 @@ pub(crate) fn getresid<M: Machine>(c: &mut Ctx<'_, M>, ptrs: [u64; 3], width: us
 pub(crate) fn uname<M: Machine>(c: &mut Ctx<'_, M>, buf: u64) -> SysResult {
     let u = Utsname {
         sysname: uts_field(b"Linux"),
-        nodename: uts_field(b"perch"),
+        nodename: uts_field(super::super::fs::HOSTNAME.as_bytes()),
         release: uts_field(b"6.1.0-perch"),
         version: uts_field(b"#1 SMP PREEMPT perch"),
         machine: uts_field(if c.wide() { b"x86_64" } else { b"i686" }),
