@@ -438,8 +438,10 @@ fn self_checking_on_four(name: &str) {
 }
 
 /// What a program learns of four CPUs: sched_getaffinity, get_nprocs and sysconf
-/// agree, sched_getcpu answers below the count, and four spinning threads see more
-/// than one CPU through it (as natively on a host of two CPUs or more).
+/// agree, sched_getcpu answers below the count, four spinning threads see more
+/// than one CPU through it (as natively on a host of two CPUs or more),
+/// /proc/cpuinfo names each, and glibc's pthread_getattr_np finds the main
+/// thread's stack (in /proc/self/maps).
 #[test]
 fn a_program_sees_the_cpus_it_runs_on() {
     self_checking_on_four("cpus");

@@ -356,10 +356,14 @@ pub fn exec_commit(
 }
 
 /// The pipes among descriptions that closed (`gone`) tell their other
-/// ends' holders, in any process. Whether there was one.
+/// ends' holders, in any process, and the `/proc` snapshots among them
+/// can be used again. Whether there was a pipe.
 pub(crate) fn pipe_events(sys: &mut System, gone: Vec<Target>) -> bool {
     let mut pipes = false;
     for t in gone {
+        if let Target::Node(id) = t {
+            sys.fs.release_snapshot(id);
+        }
         if let Some(obj @ super::event::Obj::Pipe(_)) = super::event::Obj::of(t) {
             sys.files.event(obj, 0);
             pipes = true;

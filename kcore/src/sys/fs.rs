@@ -1,8 +1,9 @@
 //! The run's file system, shared by all processes: the boot archive's
 //! files (read-only, served in place), files and directories programs
 //! create (in memory, for the rest of the run), the devices `/dev/null`,
-//! `/dev/zero`, `/dev/urandom`, `/dev/random`, `/proc/self/exe`, and the
-//! files of `/etc` the archive does not bring ([`ETC_DEFAULTS`]).
+//! `/dev/zero`, `/dev/urandom`, `/dev/random`, `/proc/self/exe`, the
+//! `/proc` files whose text an open makes ([`ProcFile`]), and the files of
+//! `/etc` the archive does not bring ([`ETC_DEFAULTS`]).
 //!
 //! Nodes live in an arena and are never freed (an unlinked file that is
 //! still open stays readable, as on Linux; its memory is kept for the run).
@@ -100,6 +101,28 @@ pub enum Content {
     Device(Device),
     /// `/proc/self/exe`: a link to the calling process's executable.
     SelfExe,
+    /// A file of `/proc` whose text is made when it is opened (see
+    /// [`Vfs::snapshot`]).
+    Proc(ProcFile),
+    /// The text of a `/proc` file as one open saw it (read-only, never
+    /// linked; reused once its last open file description closes).
+    Snapshot(Vec<u8>),
+}
+
+/// The files of `/proc` that say what the calling process, or the
+/// machine, is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcFile {
+    /// `/proc/self/maps`: the process's mappings.
+    Maps,
+    /// `/proc/self/stat`: the process's status on one line.
+    Stat,
+    /// `/proc/self/status`: the same, a field a line.
+    Status,
+    /// `/proc/cpuinfo`: the CPUs.
+    Cpuinfo,
+    /// `/proc/meminfo`: the memory.
+    Meminfo,
 }
 
 /// A file-system node.
@@ -124,7 +147,9 @@ impl Node {
     pub fn mode(&self) -> u32 {
         let t = match self.content {
             Content::Dir(_) => mode::S_IFDIR,
-            Content::Archive(_) | Content::Mem(_) => mode::S_IFREG,
+            Content::Archive(_) | Content::Mem(_) | Content::Proc(_) | Content::Snapshot(_) => {
+                mode::S_IFREG
+            }
             Content::Device(_) => mode::S_IFCHR,
             Content::SelfExe => mode::S_IFLNK,
         };
@@ -141,8 +166,9 @@ impl Node {
         match &self.content {
             Content::Dir(e) => 4096.max(e.len() as u64 * 32),
             Content::Archive(d) => d.len() as u64,
-            Content::Mem(d) => d.len() as u64,
-            Content::Device(_) | Content::SelfExe => 0,
+            Content::Mem(d) | Content::Snapshot(d) => d.len() as u64,
+            // As Linux's: the text is made when the file is opened.
+            Content::Device(_) | Content::SelfExe | Content::Proc(_) => 0,
         }
     }
 
@@ -167,6 +193,8 @@ struct Walk<'a> {
 #[derive(Debug)]
 pub struct Vfs {
     nodes: Vec<Node>,
+    /// Snapshot nodes no open file description refers to any more.
+    free_snapshots: Vec<NodeId>,
     /// The largest in-memory file: writes and truncations past it are
     /// `EFBIG`. Files are not sparse (a write far past the end fills the
     /// gap with zeros), so this also bounds what one write can allocate.
@@ -179,10 +207,11 @@ fn nomem<T>(_: T) -> Errno {
 
 impl Vfs {
     /// A file system with only the built-in entries: `/`, `/tmp`, `/dev`
-    /// with its devices, `/proc/self/exe`.
+    /// with its devices, `/proc/self/exe` and the [`ProcFile`]s.
     pub fn new() -> Vfs {
         let mut fs = Vfs {
             nodes: Vec::with_capacity(16),
+            free_snapshots: Vec::new(),
             max_file_size: MAX_FILE_SIZE,
         };
         fs.nodes.push(Node {
@@ -213,7 +242,53 @@ impl Vfs {
         }
         let proc_self = self.mkdir_p(b"proc/self")?;
         self.link_new(proc_self, b"exe", Content::SelfExe, 0o777, 0)?;
+        for (name, f) in [
+            (&b"maps"[..], ProcFile::Maps),
+            (b"stat", ProcFile::Stat),
+            (b"status", ProcFile::Status),
+        ] {
+            self.link_new(proc_self, name, Content::Proc(f), 0o444, 0)?;
+        }
+        let proc = self.mkdir_p(b"proc")?;
+        for (name, f) in [
+            (&b"cpuinfo"[..], ProcFile::Cpuinfo),
+            (b"meminfo", ProcFile::Meminfo),
+        ] {
+            self.link_new(proc, name, Content::Proc(f), 0o444, 0)?;
+        }
         Ok(())
+    }
+
+    /// A node holding `text` that no path names (a `/proc` file as one
+    /// open saw it), reusing one whose descriptions all closed
+    /// ([`Vfs::release_snapshot`]).
+    pub fn snapshot(&mut self, text: Vec<u8>) -> Result<NodeId, Errno> {
+        if let Some(id) = self.free_snapshots.pop() {
+            self.nodes[id].content = Content::Snapshot(text);
+            return Ok(id);
+        }
+        self.nodes.try_reserve(1).map_err(nomem)?;
+        self.nodes.push(Node {
+            content: Content::Snapshot(text),
+            perm: 0o444,
+            parent: ROOT,
+            name: Vec::new(),
+            mtime_ns: 0,
+            linked: false,
+        });
+        Ok(self.nodes.len() - 1)
+    }
+
+    /// Called when the last open file description of node `id` closed:
+    /// a snapshot's node and memory can be used again.
+    pub fn release_snapshot(&mut self, id: NodeId) {
+        if let Some(n) = self.nodes.get_mut(id)
+            && matches!(n.content, Content::Snapshot(_))
+            && self.free_snapshots.try_reserve(1).is_ok()
+        {
+            n.content = Content::Snapshot(Vec::new());
+            self.free_snapshots.push(id);
+        }
     }
 
     /// Builds the file system from the boot archive's entries `(path,
@@ -584,9 +659,10 @@ impl Vfs {
     pub fn read_at(&self, id: NodeId, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
         let data: &[u8] = match &self.node(id).content {
             Content::Archive(d) => d,
-            Content::Mem(d) => d,
+            Content::Mem(d) | Content::Snapshot(d) => d,
             Content::Dir(_) => return Err(Errno::EISDIR),
-            Content::Device(Device::Null) => return Ok(0),
+            // Only its snapshot is read (`openat` opens that).
+            Content::Device(Device::Null) | Content::Proc(_) => return Ok(0),
             Content::Device(_) => {
                 // Zero (and random, which the caller fills) devices.
                 buf.fill(0);
@@ -621,6 +697,7 @@ impl Vfs {
             Content::Device(_) => return Ok(buf.len()),
             Content::Dir(_) => return Err(Errno::EISDIR),
             Content::Archive(_) | Content::SelfExe => return Err(Errno::EROFS),
+            Content::Proc(_) | Content::Snapshot(_) => return Err(Errno::EACCES),
         };
         let end = offset.checked_add(buf.len() as u64).ok_or(Errno::EFBIG)?;
         if end > max {
@@ -645,6 +722,7 @@ impl Vfs {
             Content::Dir(_) => return Err(Errno::EISDIR),
             Content::Device(_) => return Ok(()),
             Content::Archive(_) | Content::SelfExe => return Err(Errno::EROFS),
+            Content::Proc(_) | Content::Snapshot(_) => return Err(Errno::EACCES),
         };
         if len > max {
             return Err(Errno::EFBIG);

@@ -3,7 +3,9 @@
  * run on several: sched_getaffinity's count, get_nprocs() and
  * sysconf(_SC_NPROCESSORS_ONLN) agree; every sched_getcpu() answer lies
  * below that count; and four threads that spin for a while, each noting the
- * CPUs sched_getcpu() names, together see more than one. One line per
+ * CPUs sched_getcpu() names, together see more than one; /proc/cpuinfo
+ * names as many processors; and the main thread's stack is known to
+ * pthread_getattr_np (glibc reads /proc/self/maps for it). One line per
  * check (yes or no, never a number, so the lines are the same on any
  * machine of two CPUs or more); `cpus done`.
  */
@@ -12,6 +14,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -61,6 +64,24 @@ int main(void)
 	       bad_cpu ? "no" : "yes");
 	printf("cpus: the threads ran on more than one CPU: %s\n",
 	       __builtin_popcountll(all) > 1 ? "yes" : "no");
+	int processors = 0;
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[256];
+	while (f && fgets(line, sizeof line, f))
+		processors += strncmp(line, "processor", 9) == 0;
+	if (f)
+		fclose(f);
+	printf("cpus: /proc/cpuinfo names each: %s\n", processors == online ? "yes" : "no");
+	pthread_attr_t attr;
+	void *stack = NULL;
+	size_t size = 0;
+	if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+		pthread_attr_getstack(&attr, &stack, &size);
+		pthread_attr_destroy(&attr);
+	}
+	char here;
+	printf("cpus: the main thread's stack is known: %s\n",
+	       size > 0 && (char *)stack <= &here && &here < (char *)stack + size ? "yes" : "no");
 	printf("cpus done\n");
 	return 0;
 }

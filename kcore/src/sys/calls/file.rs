@@ -308,13 +308,22 @@ pub(crate) fn openat<M: Machine>(
     } else {
         c.fs.resolve(base, &path)?
     };
-    let id = if matches!(c.fs.node(id).content, Content::SelfExe) {
-        if flags & oflag::O_NOFOLLOW != 0 {
-            return Err(Errno::ELOOP);
+    let id = match c.fs.node(id).content {
+        Content::SelfExe => {
+            if flags & oflag::O_NOFOLLOW != 0 {
+                return Err(Errno::ELOOP);
+            }
+            c.fs.resolve(ROOT, &c.p.exe)?
         }
-        c.fs.resolve(ROOT, &c.p.exe)?
-    } else {
-        id
+        // A `/proc` file: this open reads its text as it is now.
+        Content::Proc(f) if flags & oflag::O_PATH == 0 => {
+            if writing {
+                return Err(Errno::EACCES);
+            }
+            let text = super::procfs::text(c, f)?;
+            c.fs.snapshot(text)?
+        }
+        _ => id,
     };
     let node = c.fs.node(id);
     if flags & oflag::O_DIRECTORY != 0 && !node.is_dir() {
@@ -356,7 +365,11 @@ pub(crate) fn openat<M: Machine>(
 
 /// `close(fd)`: the other end of a pipe whose end went sees it.
 pub(crate) fn close<M: Machine>(c: &mut Ctx<'_, M>, fd: u64) -> SysResult {
-    if let Some(t) = c.files.close(&mut c.p.fds, fd)?
+    let gone = c.files.close(&mut c.p.fds, fd)?;
+    if let Some(Target::Node(id)) = gone {
+        c.fs.release_snapshot(id);
+    }
+    if let Some(t) = gone
         && let Some(obj @ Obj::Pipe(_)) = Obj::of(t)
     {
         c.changed(obj, 0);

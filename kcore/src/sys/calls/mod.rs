@@ -10,6 +10,7 @@ mod event;
 pub(crate) mod file;
 mod mem;
 mod net;
+mod procfs;
 pub(crate) mod task;
 pub(crate) mod time;
 

@@ -9,6 +9,7 @@ mod efault;
 mod events;
 mod exec;
 mod fuzz;
+mod procfiles;
 mod procs;
 mod restart;
 mod signals;
