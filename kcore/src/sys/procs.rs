@@ -78,6 +78,22 @@ pub struct Entry {
     pub ended: Option<Status>,
     /// Its children are reaped as they end (it ignores SIGCHLD).
     pub reaps_children: bool,
+    /// Its nice value (-20 to 19, `setpriority`): kept and reported, and
+    /// a child inherits it; the runtime's scheduler does not weigh it.
+    pub nice: i8,
+    /// Its I/O priority (`ioprio_set`), kept as the nice value is.
+    pub ioprio: u16,
+}
+
+/// The processes a priority call names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrioSet {
+    /// The process with this pid.
+    Process(u32),
+    /// The live processes of this group.
+    Group(u32),
+    /// Every live process (the processes of user 0).
+    Everyone,
 }
 
 /// Which children a wait takes.
@@ -111,6 +127,8 @@ impl Procs {
             return Err(Errno::EAGAIN);
         }
         self.entries.try_reserve(1).map_err(|_| Errno::EAGAIN)?;
+        // A child inherits its parent's priorities.
+        let (nice, ioprio) = self.get(ppid).map_or((0, 0), |e| (e.nice, e.ioprio));
         self.entries.push(Entry {
             pid,
             ppid,
@@ -118,8 +136,27 @@ impl Procs {
             sid,
             ended: None,
             reaps_children: false,
+            nice,
+            ioprio,
         });
         Ok(())
+    }
+
+    /// The live processes `set` names: one process, a process group, or
+    /// every process (all run as root); `ESRCH` when there is none.
+    pub fn select(&mut self, set: PrioSet) -> Result<impl Iterator<Item = &mut Entry>, Errno> {
+        let picks = move |e: &Entry| {
+            e.ended.is_none()
+                && match set {
+                    PrioSet::Process(pid) => e.pid == pid,
+                    PrioSet::Group(pgid) => e.pgid == pgid,
+                    PrioSet::Everyone => true,
+                }
+        };
+        if !self.entries.iter().any(picks) {
+            return Err(Errno::ESRCH);
+        }
+        Ok(self.entries.iter_mut().filter(move |e| picks(e)))
     }
 
     /// Process `pid`, live or a zombie.

@@ -104,6 +104,8 @@ pub enum Sys {
     Gettid,
     Gettimeofday,
     Ioctl,
+    IoprioGet,
+    IoprioSet,
     Kill,
     Llseek,
     Lseek,
@@ -173,6 +175,7 @@ pub enum Sys {
     SetThreadArea,
     SetTidAddress,
     Setpgid,
+    Setpriority,
     Setsid,
     Fork,
     Execve,
@@ -310,6 +313,7 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (130, Sys::RtSigsuspend),      // rt_sigsuspend
     (131, Sys::Sigaltstack),       // sigaltstack
     (140, Sys::Getpriority),       // getpriority
+    (141, Sys::Setpriority),       // setpriority
     (143, Sys::SchedGetparam),     // sched_getparam
     (145, Sys::SchedGetscheduler), // sched_getscheduler
     (157, Sys::Prctl),             // prctl
@@ -331,6 +335,8 @@ pub(crate) const X86_64_TABLE: &[(u16, Sys)] = &[
     (232, Sys::EpollWait),         // epoll_wait
     (233, Sys::EpollCtl),          // epoll_ctl
     (234, Sys::Tgkill),            // tgkill
+    (251, Sys::IoprioSet),         // ioprio_set
+    (252, Sys::IoprioGet),         // ioprio_get
     (257, Sys::Openat),            // openat
     (258, Sys::Mkdirat),           // mkdirat
     (260, Sys::Fchownat),          // fchownat
@@ -444,6 +450,7 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (94, Sys::Fchmod),             // fchmod
     (95, Sys::Fchown16),           // fchown
     (96, Sys::Getpriority),        // getpriority
+    (97, Sys::Setpriority),        // setpriority
     (104, Sys::Setitimer),         // setitimer
     (105, Sys::Getitimer),         // getitimer
     (106, Sys::Stat32),            // stat
@@ -521,6 +528,8 @@ pub(crate) const I386_TABLE: &[(u16, Sys)] = &[
     (266, Sys::ClockGetres),       // clock_getres
     (267, Sys::ClockNanosleep),    // clock_nanosleep
     (270, Sys::Tgkill),            // tgkill
+    (289, Sys::IoprioSet),         // ioprio_set
+    (290, Sys::IoprioGet),         // ioprio_get
     (295, Sys::Openat),            // openat
     (296, Sys::Mkdirat),           // mkdirat
     (298, Sys::Fchownat),          // fchownat

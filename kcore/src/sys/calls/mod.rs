@@ -711,7 +711,10 @@ pub(crate) fn dispatch<M: Machine>(
             }
             ret(Ok(0))
         }
-        Getpriority => ret(Ok(20)),
+        Getpriority => ret(task::getpriority(c, a[0], a[1])),
+        Setpriority => ret(task::setpriority(c, a[0], a[1], a[2])),
+        IoprioGet => ret(task::ioprio_get(c, a[0], a[1])),
+        IoprioSet => ret(task::ioprio_set(c, a[0], a[1], a[2])),
         SchedGetscheduler => ret(task::self_pid(c, a[0]).map(|_| 0)),
         SchedGetparam => {
             task::self_pid(c, a[0])?;

@@ -9,6 +9,7 @@
 use super::super::errno::{Errno, SysResult};
 use super::super::machine::{Machine, TlsEntry};
 use super::super::process::{NSIG, RLIM_INFINITY, Rlimit, SigAction, TLS_ENTRY_MIN, rlimit};
+use super::super::procs::PrioSet;
 use super::super::uapi::{
     Rlimit32, Rlimit64, Rusage32, Rusage64, Sigaction32, Sigaction64, Stack32, Stack64, Sysinfo32,
     Sysinfo64, UserDesc, Utsname, uts_field,
@@ -27,6 +28,99 @@ pub(crate) fn self_pid<M: Machine>(c: &Ctx<'_, M>, pid: u64) -> Result<u32, Errn
     } else {
         Err(Errno::ESRCH)
     }
+}
+
+/// The processes `which` and `who` name for the priority calls
+/// (`PRIO_PROCESS`/`IOPRIO_WHO_PROCESS` first): a pid (0 or the caller's
+/// tid: the caller), a process group (0: the caller's), or a user (all
+/// run as root, so user 0 is every process and any other user none).
+fn prio_set<M: Machine>(
+    c: &Ctx<'_, M>,
+    which: u64,
+    who: u64,
+    first: u64,
+) -> Result<PrioSet, Errno> {
+    let who = who as u32;
+    match which.wrapping_sub(first) {
+        0 if who == 0 || who == c.t.tid => Ok(PrioSet::Process(c.p.pid)),
+        0 => Ok(PrioSet::Process(who)),
+        1 if who == 0 => Ok(PrioSet::Group(own_pgid(c))),
+        1 => Ok(PrioSet::Group(who)),
+        2 if who == 0 => Ok(PrioSet::Everyone),
+        2 => Err(Errno::ESRCH),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// `getpriority(which, who)`: `20 - nice` of the highest priority (the
+/// lowest nice) among the processes named, as the system call returns
+/// it (libc turns it back into the nice value).
+pub(crate) fn getpriority<M: Machine>(c: &mut Ctx<'_, M>, which: u64, who: u64) -> SysResult {
+    let set = prio_set(c, which, who, 0)?;
+    let nice = c.procs.select(set)?.map(|e| e.nice).min().unwrap_or(0);
+    Ok((20 - i64::from(nice)) as u64)
+}
+
+/// `setpriority(which, who, prio)`: the nice value, kept within -20 to
+/// 19, of every process named.
+pub(crate) fn setpriority<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    which: u64,
+    who: u64,
+    prio: u64,
+) -> SysResult {
+    let set = prio_set(c, which, who, 0)?;
+    let nice = (prio as u32 as i32).clamp(-20, 19) as i8;
+    for e in c.procs.select(set)? {
+        e.nice = nice;
+    }
+    Ok(0)
+}
+
+/// `ioprio_get(which, who)`: the highest I/O priority among the processes
+/// named (0, "none", for one that never set it).
+pub(crate) fn ioprio_get<M: Machine>(c: &mut Ctx<'_, M>, which: u64, who: u64) -> SysResult {
+    let set = prio_set(c, which, who, 1)?;
+    let best = c
+        .procs
+        .select(set)?
+        .map(|e| e.ioprio)
+        // A lower class, then a lower level, is a higher priority; "none"
+        // (class 0) ranks as best effort at level 4, as Linux ranks it.
+        .min_by_key(|&p| {
+            if p >> 13 == 0 {
+                (2, 4)
+            } else {
+                (p >> 13, p & 0x1fff)
+            }
+        })
+        .unwrap_or(0);
+    Ok(u64::from(best))
+}
+
+/// `ioprio_set(which, who, ioprio)`: class (none, real-time, best effort,
+/// idle) and level (0 to 7) of every process named.
+pub(crate) fn ioprio_set<M: Machine>(
+    c: &mut Ctx<'_, M>,
+    which: u64,
+    who: u64,
+    ioprio: u64,
+) -> SysResult {
+    let set = prio_set(c, which, who, 1)?;
+    let (class, level) = ((ioprio >> 13) & 0x7, ioprio & 0x1fff);
+    let valid = match class {
+        0 => level == 0,
+        1 | 2 => level < 8,
+        3 => true,
+        _ => false,
+    };
+    if ioprio > 0xffff || !valid {
+        return Err(Errno::EINVAL);
+    }
+    for e in c.procs.select(set)? {
+        e.ioprio = ioprio as u16;
+    }
+    Ok(0)
 }
 
 /// `getresuid`/`getresgid`: all ids are 0.

@@ -180,3 +180,62 @@ fn kill_reaches_other_processes_and_groups() {
         assert!(e.m.process_signals.is_empty());
     }
 }
+
+const PRIO_PROCESS: u64 = 0;
+const PRIO_PGRP: u64 = 1;
+const PRIO_USER: u64 = 2;
+const IOPRIO_WHO_PROCESS: u64 = 1;
+const IOPRIO_WHO_PGRP: u64 = 2;
+
+#[test]
+fn priorities_are_kept_by_process_group_and_user_and_inherited() {
+    for mut e in both() {
+        let me = e.p.pid;
+        // The system call returns 20 - nice.
+        assert_eq!(e.ret("getpriority", &[PRIO_PROCESS, 0]), 20);
+        assert_eq!(e.ret("setpriority", &[PRIO_PROCESS, 0, 5]), 0);
+        assert_eq!(e.ret("getpriority", &[PRIO_PROCESS, u64::from(me)]), 15);
+        // Kept within -20 to 19; root may lower it.
+        assert_eq!(e.ret("setpriority", &[PRIO_PROCESS, 0, 100]), 0);
+        assert_eq!(e.ret("getpriority", &[PRIO_PROCESS, 0]), 1);
+        assert_eq!(e.ret("setpriority", &[PRIO_PROCESS, 0, (-3i64) as u64]), 0);
+        assert_eq!(e.ret("getpriority", &[PRIO_PROCESS, 0]), 23);
+        // A child inherits it; another process is named by its pid.
+        with_children(&mut e);
+        assert_eq!(e.ret("getpriority", &[PRIO_PROCESS, 50]), 23);
+        assert_eq!(e.ret("setpriority", &[PRIO_PROCESS, 50, 10]), 0);
+        assert_eq!(e.ret("getpriority", &[PRIO_PROCESS, 50]), 10);
+        assert_eq!(e.ret("getpriority", &[PRIO_PROCESS, 0]), 23);
+        // The group: the highest priority of its members, then all of
+        // them set; user 0 is everyone.
+        assert_eq!(e.ret("getpriority", &[PRIO_PGRP, 0]), 23);
+        assert_eq!(e.ret("setpriority", &[PRIO_PGRP, 0, 7]), 0);
+        assert_eq!(e.ret("getpriority", &[PRIO_PROCESS, 51]), 13);
+        assert_eq!(e.ret("setpriority", &[PRIO_USER, 0, 2]), 0);
+        assert_eq!(e.ret("getpriority", &[PRIO_PROCESS, 50]), 18);
+        // Nobody else: ESRCH; a bad `which`: EINVAL. A zombie has none.
+        assert_eq!(e.err("getpriority", &[PRIO_USER, 1000]), Errno::ESRCH);
+        assert_eq!(e.err("setpriority", &[PRIO_PROCESS, 4242, 0]), Errno::ESRCH);
+        assert_eq!(e.err("getpriority", &[9, 0]), Errno::EINVAL);
+        e.sys.procs.ended(51, Status::Exited(0));
+        assert_eq!(e.err("getpriority", &[PRIO_PROCESS, 51]), Errno::ESRCH);
+        // I/O priorities: none until set, then the class and level set.
+        assert_eq!(e.ret("ioprio_get", &[IOPRIO_WHO_PROCESS, 0]), 0);
+        let be3 = (2 << 13) | 3;
+        assert_eq!(e.ret("ioprio_set", &[IOPRIO_WHO_PROCESS, 0, be3]), 0);
+        assert_eq!(
+            e.ret("ioprio_get", &[IOPRIO_WHO_PROCESS, u64::from(me)]),
+            be3 as i64
+        );
+        assert_eq!(e.ret("ioprio_get", &[IOPRIO_WHO_PGRP, 0]), be3 as i64);
+        assert_eq!(
+            e.err("ioprio_set", &[IOPRIO_WHO_PROCESS, 0, (2 << 13) | 8]),
+            Errno::EINVAL
+        );
+        assert_eq!(
+            e.err("ioprio_set", &[IOPRIO_WHO_PROCESS, 0, 5 << 13]),
+            Errno::EINVAL
+        );
+        assert_eq!(e.err("ioprio_get", &[0, 0]), Errno::EINVAL);
+    }
+}
