@@ -173,7 +173,8 @@ fn send_to_socket<M: Machine>(
 ) -> Result<Result<u64, Action>, Errno> {
     let nonblock = flags & oflag::O_NONBLOCK != 0;
     let timeo = c.net.sock(id).map_or(0, |s| s.opts.sndtimeo_ns);
-    let len = len.min(0x7fff_f000) as usize;
+    // At most MAX_RW_COUNT (the caller's count), which fits a usize.
+    let len = len as usize;
     // The file's bytes go straight from the file system into the socket's
     // buffer (a device's: zeros or random bytes, as a read gives them).
     let random = file::is_random(c, src);

@@ -13,7 +13,7 @@ use super::super::errno::{Errno, SysResult};
 use super::super::event::{Obj, bits};
 use super::super::fd::{OpenFile, PIPE_CAPACITY, Target, oflag};
 use super::super::fs::{Content, Device, NodeId, ROOT, mode};
-use super::super::machine::{CHUNK, Machine};
+use super::super::machine::{CHUNK, Machine, Stream};
 use super::super::table::Sys;
 use super::super::uapi::{Iovec32, Iovec64, Pollfd, Stat, Stat32, Stat64, Statx};
 use super::super::{Action, Process};
@@ -487,13 +487,19 @@ pub(crate) fn write_target<M: Machine>(
     len: u64,
     mut source: impl FnMut(&mut Ctx<'_, M>, u64, &mut [u8]) -> Result<usize, Errno>,
 ) -> SysResult {
-    match target {
+    // Where each chunk goes.
+    enum Sink {
+        Console(Stream),
+        File(NodeId),
+    }
+    let sink = match target {
         Target::EventFd(_) | Target::Epoll(_) => return Err(Errno::EINVAL),
         Target::Socket(_) => return Err(Errno::ESPIPE),
         Target::Pipe { id, write: true } => return pipe_write(c, id, len, source),
         Target::Pipe { write: false, .. } | Target::Stdin => return Err(Errno::EBADF),
-        Target::Console(_) | Target::Node(_) => {}
-    }
+        Target::Console(s) => Sink::Console(s),
+        Target::Node(id) => Sink::File(id),
+    };
     let mut done = 0u64;
     let mut chunk = [0u8; CHUNK];
     while done < len {
@@ -503,13 +509,9 @@ pub(crate) fn write_target<M: Machine>(
             Ok(n) => n.min(want),
             Err(e) => return if done == 0 { Err(e) } else { Ok(done) },
         };
-        match target {
-            Target::Stdin | Target::Pipe { .. } => return Err(Errno::EBADF),
-            Target::EventFd(_) | Target::Epoll(_) | Target::Socket(_) => {
-                return Err(Errno::EINVAL);
-            }
-            Target::Console(s) => c.p.output(c.m, s, &chunk[..want]),
-            Target::Node(id) => {
+        match sink {
+            Sink::Console(s) => c.p.output(c.m, s, &chunk[..want]),
+            Sink::File(id) => {
                 let now = c.m.realtime_ns();
                 match c
                     .fs
