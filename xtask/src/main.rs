@@ -253,6 +253,12 @@ fn run(a: RunArgs) -> Result<i32> {
 
 /// Runs the self-test as `a` says; true on a full pass.
 pub fn selftest(a: &SelftestArgs) -> Result<bool> {
+    selftest_failures(a).map(|failures| failures.is_empty())
+}
+
+/// Runs the self-test as `a` says; what failed (its failed tests' lines,
+/// panics, what the run lacked and how QEMU ended), empty on a full pass.
+pub fn selftest_failures(a: &SelftestArgs) -> Result<Vec<String>> {
     let elf = kernel::build()?;
     let cmdline = format!("selftest {}", a.append).trim().to_string();
     let archive = project_root().join("target/selftest-archive.cpio");
@@ -283,10 +289,13 @@ pub fn selftest(a: &SelftestArgs) -> Result<bool> {
     let out = qemu::run(&cfg)?;
     let summary = out.selftest_summary();
     // `--cpu max`: the protections must be on, and their checks must have run.
+    let mut missing_lines = Vec::new();
     let protections = a.cpu.as_deref() != Some("max") || {
         let missing = missing_protection_checks(&out.lines);
         for m in &missing {
-            println!("xtask: -cpu max: {m}");
+            let line = format!("xtask: -cpu max: {m}");
+            println!("{line}");
+            missing_lines.push(line);
         }
         missing.is_empty()
     };
@@ -305,7 +314,9 @@ pub fn selftest(a: &SelftestArgs) -> Result<bool> {
         let want = format!("perch: cpus: {n} of {n} up", n = a.cpus);
         let seen = out.lines.iter().any(|l| l.contains(&want));
         if !seen {
-            println!("xtask: --cpus {}: no \"{want}\" line", a.cpus);
+            let line = format!("xtask: --cpus {}: no \"{want}\" line", a.cpus);
+            println!("{line}");
+            missing_lines.push(line);
         }
         seen
     };
@@ -315,20 +326,50 @@ pub fn selftest(a: &SelftestArgs) -> Result<bool> {
         && protections
         && cpus_up;
     if !archive_seen {
-        println!("xtask: the self-test did not read the boot archive it was booted with");
+        let line = "xtask: the self-test did not read the boot archive it was booted with";
+        println!("{line}");
+        missing_lines.push(line.to_string());
     }
-    match (pass, summary) {
-        (true, Some((p, _))) => println!("xtask: selftest passed ({p} tests)"),
-        (_, Some((p, f))) => println!(
+    let verdict = match (pass, summary) {
+        (true, Some((p, _))) => {
+            println!("xtask: selftest passed ({p} tests)");
+            return Ok(Vec::new());
+        }
+        (_, Some((p, f))) => format!(
             "xtask: selftest FAILED: {p} passed, {f} failed; QEMU: {}",
             out.verdict()
         ),
-        (_, None) => println!(
+        (_, None) => format!(
             "xtask: selftest FAILED: no summary line; QEMU: {}",
             out.verdict()
         ),
-    }
-    Ok(pass)
+    };
+    println!("{verdict}");
+    let mut failures: Vec<String> = out
+        .lines
+        .iter()
+        .filter(|l| is_failure_line(l))
+        .cloned()
+        .collect();
+    failures.extend(missing_lines);
+    failures.push(verdict);
+    Ok(failures)
+}
+
+/// Whether a line of a run's output says what failed: a failed self-test,
+/// the runtime's panic or exception, a failed Rust test (its header, its
+/// panic and the result line), a compiler or lint error, or a file
+/// `cargo fmt --check` would change.
+pub fn is_failure_line(line: &str) -> bool {
+    let l = line.trim_start();
+    l.contains(" ... FAILED")
+        || l.contains("panicked at")
+        || l.starts_with("---- ")
+        || l.starts_with("error")
+        || l.starts_with("test result: FAILED")
+        || l.starts_with("Diff in ")
+        || l.starts_with("RUNTIME PANIC")
+        || l.starts_with("RUNTIME EXCEPTION")
 }
 
 /// What a `-cpu max` self-test run lacks of the protection checks: the boot
@@ -355,7 +396,7 @@ fn missing_protection_checks(lines: &[String]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::missing_protection_checks;
+    use super::{is_failure_line, missing_protection_checks};
 
     #[test]
     fn protection_checks_must_all_be_there() {
@@ -374,5 +415,32 @@ mod tests {
         failed[1] = "selftest: paging_rights ... FAILED (CR0.WP off)".into();
         assert_eq!(missing_protection_checks(&failed).len(), 1);
         assert_eq!(missing_protection_checks(&[]).len(), 3);
+    }
+
+    #[test]
+    fn failure_lines_are_picked_from_a_run() {
+        let run = [
+            "selftest: preemption ... ok",
+            "selftest: preemption_on_other_cpus ... FAILED (CPU 2's task 7 was preempted 1 times)",
+            "RUNTIME PANIC: panicked at runtime/src/proc/mod.rs:12:5:",
+            "RUNTIME EXCEPTION: #PF page fault (vector 14) error=0x2",
+            "---- smp::threads_spread stdout ----",
+            "thread 'smp::threads_spread' panicked at tests/tests/smp.rs:40:9:",
+            "test result: FAILED. 10 passed; 1 failed; 0 ignored",
+            "test result: ok. 11 passed; 0 failed; 0 ignored",
+            "error[E0308]: mismatched types",
+            "Diff in /repo/xtask/src/test.rs:12:",
+            "perch: wrote out.data: 8004 samples, 0 lost",
+            "45 passed, 0 failed",
+        ];
+        let picked: Vec<&str> = run.into_iter().filter(|l| is_failure_line(l)).collect();
+        assert_eq!(
+            picked,
+            run[1..=6]
+                .iter()
+                .chain(&run[8..=9])
+                .copied()
+                .collect::<Vec<_>>()
+        );
     }
 }

@@ -5,19 +5,66 @@
 //! `N passed, M failed`.
 
 use crate::tools::{self, BUSYBOX, GCC_MULTILIB, MUSL_GCC, PROGRAM_TARGETS, RUNTIME_TARGET};
-use crate::{SelftestArgs, project_root, selftest};
+use crate::{SelftestArgs, is_failure_line, project_root, selftest_failures};
 use anyhow::Result;
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
-fn cargo(args: &[&str]) -> Result<bool> {
+/// What a step says: whether it passed, and the lines of its output that
+/// say what failed (repeated in the summary, where a long run's log ends).
+type Outcome = (bool, Vec<String>);
+
+/// Runs cargo with `args`, its output passed through as it comes.
+fn cargo(args: &[&str]) -> Result<Outcome> {
     println!("xtask: cargo {}", args.join(" "));
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let mut child = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(project_root())
         .args(args)
-        .status()?;
-    Ok(status.success())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let out = child.stdout.take().map(|o| pass_through(o, false));
+    let err = child.stderr.take().map(|e| pass_through(e, true));
+    let status = child.wait()?;
+    let mut failures = Vec::new();
+    for h in [out, err].into_iter().flatten() {
+        failures.extend(h.join().unwrap_or_default());
+    }
+    Ok((status.success(), failures))
 }
+
+/// Copies `from` line by line to this process's stdout (or stderr) on a
+/// thread of its own; the thread returns the lines that say what failed.
+fn pass_through(
+    from: impl Read + Send + 'static,
+    to_stderr: bool,
+) -> std::thread::JoinHandle<Vec<String>> {
+    std::thread::spawn(move || {
+        let mut failures = Vec::new();
+        for line in BufReader::new(from).lines() {
+            let Ok(line) = line else { break };
+            if to_stderr {
+                eprintln!("{line}");
+            } else {
+                println!("{line}");
+            }
+            if is_failure_line(&line) {
+                failures.push(line);
+            }
+        }
+        failures
+    })
+}
+
+/// Runs the self-test as `a` says.
+fn selftest(a: &SelftestArgs) -> Result<Outcome> {
+    let failures = selftest_failures(a)?;
+    Ok((failures.is_empty(), failures))
+}
+
+/// Lines of a failed step's output the summary repeats, at most.
+const SUMMARY_LINES: usize = 40;
 
 /// Runs every step; returns the process exit code. First makes sure of what
 /// the builds need: the runtime's and the test programs' rustup targets, and
@@ -30,7 +77,7 @@ pub fn run(with_iso: bool) -> Result<i32> {
     tools::require_tool(&MUSL_GCC)?;
     tools::require_tool(&GCC_MULTILIB)?;
     tools::require_tool(&BUSYBOX)?;
-    type Step = (&'static str, Box<dyn Fn() -> Result<bool>>);
+    type Step = (&'static str, Box<dyn Fn() -> Result<Outcome>>);
     let st = |icount, iso, uefi| SelftestArgs {
         icount,
         iso,
@@ -109,23 +156,29 @@ pub fn run(with_iso: bool) -> Result<i32> {
     for (name, step) in &steps {
         println!("\nxtask: ==== {name}");
         let t = Instant::now();
-        let ok = match step() {
-            Ok(ok) => ok,
-            Err(e) => {
-                println!("xtask: {name}: {e:#}");
-                false
-            }
-        };
-        results.push((*name, ok, t.elapsed()));
+        let (ok, failures) = step().unwrap_or_else(|e| {
+            let line = format!("xtask: {name}: {e:#}");
+            println!("{line}");
+            (false, vec![line])
+        });
+        results.push((*name, ok, failures, t.elapsed()));
     }
     println!("\nxtask: summary");
-    for (name, ok, t) in &results {
+    for (name, ok, failures, t) in &results {
         println!(
             "  {:<44} {} ({:.1}s)",
             name,
             if *ok { "ok" } else { "FAILED" },
             t.as_secs_f64()
         );
+        if !ok {
+            for line in failures.iter().take(SUMMARY_LINES) {
+                println!("      {line}");
+            }
+            if failures.len() > SUMMARY_LINES {
+                println!("      ... {} more", failures.len() - SUMMARY_LINES);
+            }
+        }
     }
     let passed = results.iter().filter(|r| r.1).count();
     let failed = results.len() - passed;
