@@ -122,14 +122,10 @@ fn words_frame(w: &[u64]) -> TrapFrame {
 
 /// Starts recording; stops the tasks after `want` captures in `mode`
 /// (for [`Mode::Kernel`], only captures taken inside the spin system
-/// call with a current task count).
-pub fn start(mode: Mode, want: u32, budget: u64) {
-    start_per_task(mode, want, budget, 0);
-}
-
-/// As [`start`], keeping at most `per_task` captures of any one task
-/// (0: no limit), so that one task that runs a whole time slice first
-/// cannot fill the log before another one runs.
+/// call with a current task count), keeping at most `per_task` captures
+/// of any one task (0: no limit), so that one task that runs a whole time
+/// slice first cannot fill the log before another one runs; captures over
+/// a task's quota do not count toward `want` either.
 pub fn start_per_task(mode: Mode, want: u32, budget: u64, per_task: u32) {
     RECORDING.store(false, Ordering::SeqCst);
     for k in &KEPT {
@@ -230,7 +226,10 @@ pub fn on_capture(cap: &NmiCapture) {
     } else {
         OVERFLOW.fetch_add(1, Ordering::Relaxed);
     }
-    if MATCHED.fetch_add(1, Ordering::Relaxed) + 1 >= WANT.load(Ordering::Relaxed) {
+    // A capture over its task's quota does not count toward the stop: with
+    // a quota, the recording ends when the tasks have their captures, not
+    // when the first tasks to run have had many.
+    if !over_quota && MATCHED.fetch_add(1, Ordering::Relaxed) + 1 >= WANT.load(Ordering::Relaxed) {
         crate::abi::perch::SPIN_ABORT.store(true, Ordering::Relaxed);
         user_stop().store(1, Ordering::Relaxed);
     }
