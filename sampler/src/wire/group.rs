@@ -49,7 +49,7 @@
 //!   step. The period is the CPU's step (a clock's period) or the task's
 //!   previous period (a counter's), whichever the task's previous sample
 //!   had first, else a delta. The IP is one symbol for one of the task's
-//!   8 most recent IPs or the size of a delta (and its raw bits).
+//!   4 most recent IPs or the size of a delta (and its raw bits).
 //! - Registers: which of them changed since the task's previous sample is
 //!   one of the set's 8 recent change masks (one symbol) or register by
 //!   register, with the IP register expected to hold the sample's IP in
@@ -57,11 +57,10 @@
 //!   mode; an interrupted set is first one bit for "the user set" (a
 //!   sample taken in user mode). A changed value is the sample's IP (the
 //!   IP register), the user register (the interrupted set), or one symbol
-//!   for how it is coded: one of its 4 recent values (the first 24
-//!   registers), a value another register of the set had (its slot in a
-//!   16-entry table of the values the set's registers took, each in the
-//!   slot its hash picks), or a delta of a given size (its bits below the
-//!   leading one follow raw).
+//!   of the set's value model for how it is coded: a value a register of
+//!   the set had (its slot in a 64-entry table of the values the set's
+//!   registers took, each in the slot its hash picks), or a delta of a
+//!   given size (its bits below the leading one follow raw).
 //! - A callchain's length and the number of entries it shares at its
 //!   outer end with the task's previous chain are one symbol when the
 //!   length is within 3 of the previous chain's and fewer than 8 entries
@@ -523,7 +522,7 @@ const REBUILD_MAX: u16 = 64;
 ///
 /// Coding reads the cumulative counts of the last rebuild, and seeing a
 /// symbol only adds to its own count; the cumulative counts are rebuilt
-/// from the counts after 1, 2, 4, ... up to [`REBUILD_MAX`] symbols, so
+/// from the counts after 2, 4, 8, ... up to [`REBUILD_MAX`] symbols, so
 /// the model learns fast at a group's start and then costs a few
 /// instructions a symbol whatever its size.
 #[derive(Clone, Copy)]
@@ -556,8 +555,8 @@ impl<const S: usize> Freq<S> {
             below,
             total: S as u16,
             inv: u64::MAX / S as u64,
-            left: 1,
-            wait: 2,
+            left: 2,
+            wait: 4,
         }
     };
 
@@ -616,12 +615,9 @@ impl<const S: usize> Freq<S> {
     }
 }
 
-/// A changed register's value is one of its recent values (this plus its
-/// place among them) ...
-const REG_CACHED: usize = 0;
-/// ... a recent value of its set (this plus its slot in
-/// [`RegsState::table`]) ...
-const REG_SLOT: usize = REG_CACHED + REG_CACHE;
+/// A changed register's value is a recent value of its set (this plus its
+/// slot in [`RegsState::table`]) ...
+const REG_SLOT: usize = 0;
 /// ... or a delta against its previous value: this plus the delta's
 /// [`UintModel`] symbol, so how a value is coded and how large its delta
 /// is are one step of the coder.
@@ -724,27 +720,25 @@ const fn unzigzag(z: u64) -> u64 {
     (z >> 1) ^ (z & 1).wrapping_neg()
 }
 
-/// Registers with a model of their own (by position in the sample); the
-/// rest share the last one.
-const REG_MODELS: usize = 25;
-
-/// The models of one register set (user or interrupt).
+/// The models of one register set (user or interrupt). Its registers share
+/// them: models of their own, per register, cost the drain their warm-up
+/// in every group (each one's counts are rebuilt as often as the shared
+/// model's), and bought no density on the samples measured.
 #[derive(Clone, Copy)]
 struct RegModels {
     shape_same: u16,
     /// "Equal to the same register of the sample's user set", by whether
     /// the sample was taken in the kernel.
-    alt: [[u16; REG_MODELS]; 2],
+    alt: [u16; 2],
     /// "Unchanged", by whether the register changed at the task's
     /// previous sample.
-    same: [[u16; REG_MODELS]; 2],
+    same: [u16; 2],
     /// "The sample's IP" (the IP register), by whether the sample was
     /// taken in the kernel.
     ip_eq: [u16; 2],
-    /// How a changed value is coded ([`REG_CACHED`] plus its place in the
-    /// register's recent values, [`REG_SLOT`] plus its slot in the set's,
-    /// or [`REG_DELTA`] plus the delta's size).
-    value: [RegValueModel; REG_MODELS],
+    /// How a changed value is coded ([`REG_SLOT`] plus its slot in the
+    /// set's recent values, or [`REG_DELTA`] plus the delta's size).
+    value: RegValueModel,
     /// "All the same as the alternative set", by whether the sample was
     /// taken in the kernel.
     all_alt: [u16; 2],
@@ -755,39 +749,30 @@ struct RegModels {
 impl RegModels {
     const NEW: RegModels = RegModels {
         shape_same: PROB_INIT,
-        alt: [[PROB_INIT; REG_MODELS]; 2],
-        same: [[PROB_INIT; REG_MODELS]; 2],
+        alt: [PROB_INIT; 2],
+        same: [PROB_INIT; 2],
         ip_eq: [PROB_INIT; 2],
-        value: [RegValueModel::NEW; REG_MODELS],
+        value: RegValueModel::NEW,
         all_alt: [PROB_INIT; 2],
         mask_which: MaskModel::NEW,
     };
 
     fn reset(&mut self) {
         self.shape_same = PROB_INIT;
-        for a in &mut self.alt {
-            a.fill(PROB_INIT);
-        }
-        for a in &mut self.same {
-            a.fill(PROB_INIT);
-        }
+        self.alt.fill(PROB_INIT);
+        self.same.fill(PROB_INIT);
         self.ip_eq.fill(PROB_INIT);
-        self.value = [RegValueModel::NEW; REG_MODELS];
+        self.value = RegValueModel::NEW;
         self.all_alt.fill(PROB_INIT);
         self.mask_which = MaskModel::NEW;
     }
 }
 
-/// Recent values a register's cache keeps (registers below
-/// [`CACHED_REGS`]).
-const REG_CACHE: usize = 4;
 /// Recent change masks a register set keeps.
 const MASK_CACHE: usize = 8;
-/// Registers (by position) with a cache of recent values: the GPRs.
-const CACHED_REGS: usize = 24;
 /// The set's recent values ([`RegsState::table`]): `2^REG_TABLE_BITS`
 /// slots.
-const REG_TABLE_BITS: u32 = 4;
+const REG_TABLE_BITS: u32 = 6;
 const REG_TABLE: usize = 1 << REG_TABLE_BITS;
 
 /// The slot of value `v` in a register set's recent values (Fibonacci
@@ -797,9 +782,9 @@ fn slot(v: u64) -> usize {
     (v.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - REG_TABLE_BITS)) as usize
 }
 /// Recent IPs a task's cache keeps.
-const IP_CACHE: usize = 8;
+const IP_CACHE: usize = 4;
 /// Recent callchain entries (return addresses) a task's cache keeps.
-const CHAIN_CACHE: usize = 8;
+const CHAIN_CACHE: usize = 4;
 /// Recent branches (from, to, flags) a task's cache keeps.
 const BRANCH_CACHE: usize = 16;
 
@@ -1003,9 +988,8 @@ struct RegsState {
     values: [u64; MAX_SAMPLED_REGS],
     /// Bit `i`: value `i` changed at the previous sample.
     changed: u64,
-    /// Recent earlier values of the first [`CACHED_REGS`] registers.
-    cache: [[u64; REG_CACHE]; CACHED_REGS],
-    /// Values the set's registers took, each in its [`slot`]: a value
+    /// Values the set's registers took, each in its [`slot`]: a value a
+    /// register had before (a loop's pointers and counters come back) or
     /// another register has (a copy, a return value, RCX and R11 after a
     /// system call).
     table: [u64; REG_TABLE],
@@ -1020,7 +1004,6 @@ impl RegsState {
         n: 0,
         values: [0; MAX_SAMPLED_REGS],
         changed: 0,
-        cache: [[0; REG_CACHE]; CACHED_REGS],
         table: [0; REG_TABLE],
         masks: [0; MASK_CACHE],
     };
@@ -1132,7 +1115,6 @@ impl TaskState {
             r.mask = 0;
             r.n = 0;
             r.changed = 0;
-            r.cache = [[0; REG_CACHE]; CACHED_REGS];
             r.table = [0; REG_TABLE];
             r.masks = [0; MASK_CACHE];
         }
@@ -1774,7 +1756,7 @@ fn code_regs<C: Coder>(
             for i in 0..n {
                 if st.values[i] != a.values[i] {
                     changed |= 1 << i;
-                    remember(st, i, a.values[i], None);
+                    remember(st, i, a.values[i]);
                 }
             }
             put_front(&mut st.masks, MASK_CACHE - 1, changed);
@@ -1834,9 +1816,8 @@ fn code_regs<C: Coder>(
         None => {
             let mut mask = 0u64;
             for i in 0..n {
-                let k = i.min(REG_MODELS - 1);
                 let was = usize::from(st.changed >> i & 1 != 0);
-                if !c.bit(&mut m.same[was][k], mask_in >> i & 1 == 0) {
+                if !c.bit(&mut m.same[was], mask_in >> i & 1 == 0) {
                     mask |= 1 << i;
                 }
             }
@@ -1853,32 +1834,24 @@ fn code_regs<C: Coder>(
             c.fail();
             break;
         }
-        let k = i.min(REG_MODELS - 1);
         let prev = st.values[i];
         let v = if C::DECODE { 0 } else { values[i] };
-        // The new value, and its place in the register's recent values
-        // when that is known (a delta's value is not among them).
-        let (new, place) = 'value: {
+        let new = 'value: {
             if ip_at == Some(i) && !sampled_ip && c.bit(&mut m.ip_eq[kernel], v == ip) {
-                break 'value (ip, None);
+                break 'value ip;
             }
             if let Some(a) = alt
-                && c.bit(&mut m.alt[kernel][k], v == a.values[i])
+                && c.bit(&mut m.alt[kernel], v == a.values[i])
             {
-                break 'value (a.values[i], None);
+                break 'value a.values[i];
             }
-            // The same value as another register (a copy, a return value,
-            // RCX and R11 after a system call), one of the register's
-            // recent values, or a delta: one symbol says which.
+            // A value a register of the set had (a loop's pointer or
+            // counter back at an earlier value, a copy, a return value,
+            // RCX and R11 after a system call), or a delta: one symbol
+            // says which.
             let delta_in = zigzag(v.wrapping_sub(prev));
             let sym_in = if C::DECODE {
                 0
-            } else if let Some(at) = st
-                .cache
-                .get(i)
-                .and_then(|cache| cache.iter().position(|e| *e == v))
-            {
-                REG_CACHED + at
             } else {
                 let h = slot(v);
                 if st.table[h] == v {
@@ -1887,46 +1860,24 @@ fn code_regs<C: Coder>(
                     REG_DELTA + uint_symbol(delta_in)
                 }
             };
-            match m.value[k].code(c, sym_in) {
-                s if s >= REG_DELTA => {
-                    // Remembered here, where the place is a constant (the
-                    // oldest), so the cache moves without a test.
-                    let new = delta_value(c, s - REG_DELTA, prev, delta_in, v);
-                    remember(st, i, new, Some(REG_CACHE - 1));
+            match m.value.code(c, sym_in) {
+                s if s >= REG_DELTA => delta_value(c, s - REG_DELTA, prev, delta_in, v),
+                // Already in its slot.
+                s => {
+                    st.values[i] = st.table[(s - REG_SLOT) % REG_TABLE];
                     continue 'regs;
                 }
-                s if s >= REG_SLOT => (st.table[s - REG_SLOT], None),
-                s => match st.cache.get(i).and_then(|cache| cache.get(s - REG_CACHED)) {
-                    Some(&hit) => (hit, Some(s - REG_CACHED)),
-                    None => {
-                        c.fail();
-                        (prev, None)
-                    }
-                },
             }
         };
-        remember(st, i, new, place);
+        remember(st, i, new);
     }
     st.changed = changed;
 }
 
-/// Sets value `i` of `st` to `new`: the value it leaves becomes the most
-/// recent one, in the place of the one it takes (which is no longer an
-/// earlier value), or else of the oldest, and `new` goes into its slot of
-/// the set's recent values. `place` is that place when the caller knows
-/// it (else it is searched for).
+/// Sets value `i` of `st` to `new`, which goes into its slot of the set's
+/// recent values.
 #[inline(always)]
-fn remember(st: &mut RegsState, i: usize, new: u64, place: Option<usize>) {
-    let prev = st.values[i];
-    if let Some(cache) = st.cache.get_mut(i) {
-        let at = place.unwrap_or_else(|| {
-            cache
-                .iter()
-                .position(|e| *e == new)
-                .unwrap_or(REG_CACHE - 1)
-        });
-        put_front(cache, at, prev);
-    }
+fn remember(st: &mut RegsState, i: usize, new: u64) {
     st.values[i] = new;
     st.table[slot(new)] = new;
 }

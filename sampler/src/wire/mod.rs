@@ -116,9 +116,12 @@ pub const MAGIC: [u8; 4] = *b"PRCH";
 /// version 11 codes a sample's task among the group's recent tasks and a
 /// callchain's leading context marker and IP in one bit; version 12
 /// divides the group coder's range by a symbol model's total through a
-/// multiplication by its reciprocal. A Hello of another version is
-/// recognised and refused with the version error.
-pub const PROTOCOL_VERSION: u16 = 12;
+/// multiplication by its reciprocal; version 13 codes a changed register
+/// against its set's table of recent values and one value model per set
+/// (no per-register caches and models), with caches of 4 recent IPs and
+/// return addresses. A Hello of another version is recognised and refused
+/// with the version error.
+pub const PROTOCOL_VERSION: u16 = 13;
 /// The frame delimiter. A writer should send one before its first frame
 /// (and after any reset of the line) so that noise on the line before it is
 /// not glued to that frame.
