@@ -643,19 +643,19 @@ pub fn take_unannounced(f: impl FnMut(u8, &Task)) {
 /// [`take_unannounced`] for the tasks `which` picks.
 pub fn take_unannounced_if(which: impl Fn(&Task) -> bool, mut f: impl FnMut(u8, &Task)) {
     TOLD.store(true, Ordering::Relaxed);
-    let new: heapless::Vec<(u8, Task), MAX_TASKS> = critical_section::with(|cs| {
+    // Filled in place: a list of tasks returned by value is copied whole
+    // (all its capacity), and this runs at every turn of the dispatch loop.
+    let mut new: heapless::Vec<(u8, Task), MAX_TASKS> = heapless::Vec::new();
+    critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
-        tasks
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(id, t)| {
-                let t = t.as_mut().filter(|t| !t.announced && which(t))?;
+        for (id, t) in tasks.iter_mut().enumerate() {
+            if let Some(t) = t.as_mut().filter(|t| !t.announced && which(t)) {
                 t.announced = true;
-                let told = *t;
+                // Cannot fail: one entry a task.
+                let _ = new.push((id as u8, *t));
                 t.origin = Origin::Named;
-                Some((id as u8, told))
-            })
-            .collect()
+            }
+        }
     });
     for (id, t) in &new {
         f(*id, t);
@@ -669,22 +669,23 @@ pub fn take_unannounced_if(which: impl Fn(&Task) -> bool, mut f: impl FnMut(u8, 
 /// the task, and a sample taken there until it leaves is the task's, which
 /// goes before its end.
 pub fn take_unannounced_ends(settled: bool, mut f: impl FnMut(u8, &Task)) {
-    let ended: heapless::Vec<(u8, Task), MAX_TASKS> = critical_section::with(|cs| {
+    // Filled in place, as in `take_unannounced_if`.
+    let mut ended: heapless::Vec<(u8, Task), MAX_TASKS> = heapless::Vec::new();
+    critical_section::with(|cs| {
         let mut tasks = TASKS.borrow_ref_mut(cs);
-        tasks
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(id, t)| {
-                let t = t.as_mut().filter(|t| {
-                    t.announced
-                        && !t.end_announced
-                        && t.state.ended()
-                        && (settled || running_on(id as u8).is_none())
-                })?;
+        for (id, t) in tasks.iter_mut().enumerate() {
+            let ends = |t: &&mut Task| {
+                t.announced
+                    && !t.end_announced
+                    && t.state.ended()
+                    && (settled || running_on(id as u8).is_none())
+            };
+            if let Some(t) = t.as_mut().filter(ends) {
                 t.end_announced = true;
-                Some((id as u8, *t))
-            })
-            .collect()
+                // Cannot fail: one entry a task.
+                let _ = ended.push((id as u8, *t));
+            }
+        }
     });
     for (id, t) in &ended {
         f(*id, t);
