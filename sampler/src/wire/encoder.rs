@@ -179,7 +179,7 @@ impl<const N: usize> core::fmt::Debug for Encoder<N> {
 
 impl<const N: usize> Encoder<N> {
     /// A new encoder with empty delta state. A `const fn`, so a static
-    /// encoder is built in place (it holds the group models: about 140 KiB).
+    /// encoder is built in place (it holds the group models: about 85 KiB).
     pub const fn new(config: EncoderConfig) -> Self {
         assert!(N > 0, "an encoder needs at least one task slot");
         Encoder {
