@@ -721,9 +721,9 @@ const fn unzigzag(z: u64) -> u64 {
 }
 
 /// The models of one register set (user or interrupt). Its registers share
-/// them: models of their own, per register, cost the drain their warm-up
-/// in every group (each one's counts are rebuilt as often as the shared
-/// model's), and bought no density on the samples measured.
+/// them: models of their own, per register, each paid their warm-up (the
+/// first rebuilds of their counts) in every group, and bought no density
+/// on the samples measured.
 #[derive(Clone, Copy)]
 struct RegModels {
     shape_same: u16,
