@@ -43,13 +43,56 @@ pub struct Features {
     pub rdrand: bool,
 }
 
+impl Features {
+    /// Set in [`Features::bits`]: the features were read.
+    const KNOWN: u8 = 1 << 7;
+
+    /// The features as bits, with [`Features::KNOWN`] set.
+    fn bits(self) -> u8 {
+        Self::KNOWN
+            | u8::from(self.nx)
+            | u8::from(self.smep) << 1
+            | u8::from(self.smap) << 2
+            | u8::from(self.page1g) << 3
+            | u8::from(self.rdrand) << 4
+    }
+
+    /// The features `bits` ([`Features::bits`]) hold, if they were read.
+    fn from_bits(bits: u8) -> Option<Self> {
+        (bits & Self::KNOWN != 0).then_some(Features {
+            nx: bits & 1 != 0,
+            smep: bits & 1 << 1 != 0,
+            smap: bits & 1 << 2 != 0,
+            page1g: bits & 1 << 3 != 0,
+            rdrand: bits & 1 << 4 != 0,
+        })
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod imp {
     use super::*;
     use core::arch::asm;
+    use core::sync::atomic::{AtomicU8, Ordering};
+
+    /// The features, read from CPUID once: in a virtual machine every
+    /// CPUID is an exit to the hypervisor, and the runtime asks on paths as
+    /// hot as `getrandom`. Every CPU reports the same features.
+    pub fn features() -> Features {
+        let known = FEATURES.load(Ordering::Relaxed);
+        if let Some(f) = Features::from_bits(known) {
+            return f;
+        }
+        let f = read_features();
+        FEATURES.store(f.bits(), Ordering::Relaxed);
+        f
+    }
+
+    /// [`Features::bits`] of the features once read, else 0.
+    static FEATURES: AtomicU8 = AtomicU8::new(0);
 
     /// Reads the features from CPUID.
-    pub fn features() -> Features {
+    fn read_features() -> Features {
         let id = raw_cpuid::CpuId::new();
         let ext = id.get_extended_feature_info();
         Features {
@@ -199,6 +242,22 @@ mod tests {
     #[test]
     fn table_pointer_layout() {
         assert_eq!(core::mem::size_of::<TablePointer>(), 10);
+    }
+
+    #[test]
+    fn features_round_trip_through_their_bits() {
+        assert_eq!(Features::from_bits(0), None);
+        for b in 0..32u8 {
+            let f = Features {
+                nx: b & 1 != 0,
+                smep: b & 2 != 0,
+                smap: b & 4 != 0,
+                page1g: b & 8 != 0,
+                rdrand: b & 16 != 0,
+            };
+            assert_eq!(f.bits(), b | Features::KNOWN);
+            assert_eq!(Features::from_bits(f.bits()), Some(f));
+        }
     }
 
     #[test]
