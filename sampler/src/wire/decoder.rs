@@ -12,17 +12,10 @@ use super::group::{GROUP_TAG, GroupHead, GroupModels, RcDecoder, code_sample};
 use super::{MAGIC, MAX_FRAME, MAX_GROUP, PROTOCOL_VERSION, Record, SAMPLE_TAG, WireRecord};
 use crate::sample::Sample;
 
-/// The frame CRC without `std` (the same CRC-32C as the encoder's), with
-/// slice-by-16 tables: 16 KiB of tables make checking several times faster
-/// than byte-wise.
-#[cfg(not(feature = "std"))]
-static CRC32C_TABLES: crc::Crc<u32, crc::Table<16>> =
-    crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
-
 /// The frame CRC, CRC-32C (Castagnoli, `CRC_32_ISCSI`). On the host (`std`)
 /// it is the `crc32c` crate, which uses the SSE4.2 `crc32` instruction
 /// (eight bytes per instruction) when the CPU has it, detected at run time,
-/// and tables otherwise; elsewhere the slice-by-16 tables.
+/// and tables otherwise; elsewhere the slice-by-8 tables of [`super::castagnoli`].
 #[inline]
 pub(crate) fn frame_crc(bytes: &[u8]) -> u32 {
     frame_crc_of(&[bytes])
@@ -37,11 +30,9 @@ pub(crate) fn frame_crc_of(parts: &[&[u8]]) -> u32 {
     }
     #[cfg(not(feature = "std"))]
     {
-        let mut d = CRC32C_TABLES.digest();
-        for p in parts {
-            d.update(p);
-        }
-        d.finalize()
+        parts
+            .iter()
+            .fold(0, |c, p| super::castagnoli::crc32c_append(c, p))
     }
 }
 

@@ -79,6 +79,7 @@
 //! `keyframe_interval - 1`), all counted. Lower the interval for noisy
 //! links.
 
+mod castagnoli;
 mod codec;
 mod decoder;
 mod encoder;

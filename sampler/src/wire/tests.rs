@@ -1152,10 +1152,23 @@ fn frame_crc_is_crc32c() {
             let want = BITWISE.checksum(b);
             assert_eq!(decoder::frame_crc(b), want, "len {len} start {start}");
             assert_eq!(encoder::CRC32.checksum(b), want, "len {len} start {start}");
+            assert_eq!(
+                super::castagnoli::crc32c_append(0, b),
+                want,
+                "len {len} start {start}"
+            );
+            // In two parts, split anywhere.
+            let (x, y) = b.split_at(len / 3);
+            let parts = super::castagnoli::crc32c_append(super::castagnoli::crc32c_append(0, x), y);
+            assert_eq!(parts, want, "len {len} start {start} split");
         }
     }
     assert_eq!(decoder::frame_crc(b"123456789"), 0xe306_9283);
     assert_eq!(encoder::CRC32.checksum(b"123456789"), 0xe306_9283);
+    assert_eq!(
+        super::castagnoli::crc32c_append(0, b"123456789"),
+        0xe306_9283
+    );
 }
 
 /// The CRC the encoder stores in a frame is the decoder's CRC of the
