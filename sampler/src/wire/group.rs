@@ -528,8 +528,6 @@ const REBUILD_MAX: u16 = 64;
 #[derive(Clone, Copy)]
 pub(crate) struct Freq<const S: usize> {
     count: [u16; S],
-    /// The counts' total.
-    sum: u16,
     /// The count below each symbol at the last rebuild.
     below: [u16; S],
     total: u16,
@@ -551,7 +549,6 @@ impl<const S: usize> Freq<S> {
         }
         Freq {
             count: [1; S],
-            sum: S as u16,
             below,
             total: S as u16,
             inv: u64::MAX / S as u64,
@@ -583,7 +580,6 @@ impl<const S: usize> Freq<S> {
         let s = c.symbol(self, s);
         if let Some(n) = self.count.get_mut(s) {
             *n += FREQ_STEP;
-            self.sum += FREQ_STEP;
         }
         self.left -= 1;
         if self.left == 0 {
@@ -592,26 +588,31 @@ impl<const S: usize> Freq<S> {
         s
     }
 
-    /// New cumulative counts from the counts (halved, each kept at least
-    /// 1, when their total passes [`FREQ_LIMIT`]).
+    /// New cumulative counts from the counts; when their total passes
+    /// [`FREQ_LIMIT`], the counts are halved first (each kept at least 1).
     #[cold]
     fn rebuild(&mut self) {
-        if self.sum > FREQ_LIMIT {
-            self.sum = 0;
+        if self.spread() > FREQ_LIMIT {
             for n in &mut self.count {
                 *n = n.div_ceil(2);
-                self.sum += *n;
             }
+            self.spread();
         }
+        self.inv = u64::MAX / u64::from(self.total);
+        self.left = self.wait;
+        self.wait = (self.wait * 2).min(REBUILD_MAX);
+    }
+
+    /// The cumulative counts and total of the counts as they are; the
+    /// total.
+    fn spread(&mut self) -> u16 {
         let mut below = 0u16;
         for (b, n) in self.below.iter_mut().zip(&self.count) {
             *b = below;
             below += *n;
         }
         self.total = below;
-        self.inv = u64::MAX / u64::from(below);
-        self.left = self.wait;
-        self.wait = (self.wait * 2).min(REBUILD_MAX);
+        below
     }
 }
 
@@ -1745,7 +1746,9 @@ fn code_regs<C: Coder>(
         st.masks = [0; MASK_CACHE];
     }
     let alt = alt.filter(|a| a.mask == st.mask && a.n == st.n);
-    let n = st.n;
+    // At most `MAX_SAMPLED_REGS` (a new shape is refused above it): said
+    // again so the values are read without bounds checks.
+    let n = st.n.min(MAX_SAMPLED_REGS);
     let values = inp.map_or(&[][..], |r| &r.values[..]);
     // The whole set the same as the alternative one (the interrupted
     // registers of a sample taken in user mode are its user registers).
@@ -1825,6 +1828,14 @@ fn code_regs<C: Coder>(
             mask
         }
     };
+    // The registers with a test of their own before the set's value
+    // model: all of them against the alternative set, the IP register
+    // against the sample's IP.
+    let tested = if alt.is_some() { u64::MAX } else { 0 }
+        | match ip_at {
+            Some(j) if !sampled_ip => 1 << j,
+            _ => 0,
+        };
     let mut rest = changed;
     'regs: while rest != 0 {
         let i = rest.trailing_zeros() as usize;
@@ -1837,13 +1848,15 @@ fn code_regs<C: Coder>(
         let prev = st.values[i];
         let v = if C::DECODE { 0 } else { values[i] };
         let new = 'value: {
-            if ip_at == Some(i) && !sampled_ip && c.bit(&mut m.ip_eq[kernel], v == ip) {
-                break 'value ip;
-            }
-            if let Some(a) = alt
-                && c.bit(&mut m.alt[kernel], v == a.values[i])
-            {
-                break 'value a.values[i];
+            if tested >> i & 1 != 0 {
+                if ip_at == Some(i) && !sampled_ip && c.bit(&mut m.ip_eq[kernel], v == ip) {
+                    break 'value ip;
+                }
+                if let Some(a) = alt
+                    && c.bit(&mut m.alt[kernel], v == a.values[i])
+                {
+                    break 'value a.values[i];
+                }
             }
             // A value a register of the set had (a loop's pointer or
             // counter back at an earlier value, a copy, a return value,
