@@ -649,14 +649,14 @@ impl UintModel {
         self.sym = Freq::NEW;
     }
 
-    #[inline]
+    #[inline(always)]
     fn code<C: Coder>(&mut self, c: &mut C, v: u64) -> u64 {
         let s = self.sym.code(c, uint_symbol(v));
         uint_rest(c, s, v)
     }
 
     /// Codes a wrapping difference (zigzag).
-    #[inline]
+    #[inline(always)]
     fn delta<C: Coder>(&mut self, c: &mut C, d: u64) -> u64 {
         let z = self.code(c, zigzag(d));
         if C::DECODE { unzigzag(z) } else { d }
