@@ -1490,13 +1490,13 @@ fn code_callchain<C: Coder>(
     } else {
         // The outer ends of the two chains, compared from the outside in.
         let (a, b) = (inp.callchain.as_slice(), prev.as_slice());
-        let n = a.len().min(b.len());
-        let (a, b) = (&a[a.len() - n..], &b[b.len() - n..]);
-        let mut k = n;
-        while k > 0 && a[k - 1] == b[k - 1] {
-            k -= 1;
+        let mut shared = 0;
+        for (x, y) in a.iter().rev().zip(b.iter().rev()) {
+            if x != y {
+                break;
+            }
+            shared += 1;
         }
-        let shared = n - k;
         (inp.callchain.len(), shared)
     };
     let step_in = (len_in + CC_STEP).wrapping_sub(prev.len());
@@ -1837,14 +1837,14 @@ fn code_regs<C: Coder>(
             _ => 0,
         };
     let mut rest = changed;
+    if changed >> n != 0 {
+        // Only from a damaged stream: a cached mask of another shape.
+        c.fail();
+        rest &= (1 << n) - 1;
+    }
     'regs: while rest != 0 {
         let i = rest.trailing_zeros() as usize;
         rest &= rest - 1;
-        if i >= n {
-            // Only from a damaged stream: a cached mask of another shape.
-            c.fail();
-            break;
-        }
         let prev = st.values[i];
         let v = if C::DECODE { 0 } else { values[i] };
         let new = 'value: {
