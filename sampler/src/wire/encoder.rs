@@ -13,7 +13,6 @@ use super::group::{
     bound, code_sample,
 };
 use super::{Record, WireRecordRef};
-use crate::regs::RegsSample;
 use crate::sample::Sample;
 
 /// The CRC used by every frame since protocol version 2: CRC-32C
@@ -245,19 +244,19 @@ impl<const N: usize> Encoder<N> {
             return Ok(1);
         }
         let mut frames = 0;
-        let need = bound(s);
-        if need > FRAME_CODED_MAX || !consistent(s) {
+        let need = bound(s).unwrap_or(usize::MAX);
+        if need > FRAME_CODED_MAX {
             // Too large for a group frame (a full callchain, branch stack
-            // and both register sets at once): a plain keyframe, outside
-            // the group.
+            // and both register sets at once), or a register set that is
+            // not well formed: a plain keyframe, outside the group.
             frames += self.flush(buf, write)?;
             let n = self.encode_plain_key(s, buf).map_err(PutError::Encode)?;
             write(&buf[..n]).map_err(PutError::Write)?;
             return Ok(frames + 1);
         }
         let g = &mut self.group;
-        if g.head.count > 0 && (g.rc.size() >= FRAME_TARGET || g.rc.size() + need > FRAME_CODED_MAX)
-        {
+        let size = g.rc.size();
+        if g.head.count > 0 && (size >= FRAME_TARGET || size + need > FRAME_CODED_MAX) {
             frames += self.flush(buf, write)?;
         }
         let g = &mut self.group;
@@ -379,15 +378,6 @@ impl<const N: usize> Encoder<N> {
         self.frames += 1;
         Ok(n)
     }
-}
-
-/// Whether a sample's register sets are well formed (the group coder
-/// relies on it).
-fn consistent(s: &Sample) -> bool {
-    [&s.regs_user, &s.regs_intr]
-        .into_iter()
-        .flatten()
-        .all(RegsSample::well_formed)
 }
 
 /// Writes one group frame: the tag, the head and the coded bytes, with

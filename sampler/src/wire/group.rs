@@ -514,7 +514,7 @@ const FREQ_LIMIT: u16 = 1 << 15;
 
 /// Symbols a [`Freq`] model codes between two rebuilds of its cumulative
 /// counts, at most (it starts at 1 and doubles up to this).
-const REBUILD_MAX: u16 = 64;
+const REBUILD_MAX: u16 = 256;
 
 /// An adaptive model of `S` symbols, each coded in one step of the range
 /// coder: every symbol's count starts at 1 and grows by [`FREQ_STEP`] each
@@ -1209,18 +1209,26 @@ impl GroupModels {
 
 /// An upper bound of the coded bytes of `s` whatever the models hold: a
 /// modelled bit costs at most 11 bits (its probability stays at 1/2048
-/// or more), a symbol at most 16 (its count is at least 1 of a total
-/// below 2^15 + 64 * 24), and a value takes at most three bits, two
-/// symbols and 63 raw bits: 128 bits, within the 20 bytes counted for it.
-pub(crate) fn bound(s: &Sample) -> usize {
+/// or more), a symbol at most 16 (its count is at least 1 of a total of
+/// at most 2^15 after a rebuild), and a value takes at most three bits,
+/// two symbols and 63 raw bits: 128 bits, within the 20 bytes counted
+/// for it. `None` when a register set is not well formed (the coder
+/// relies on it).
+#[inline(always)]
+pub(crate) fn bound(s: &Sample) -> Option<usize> {
     const VALUE: usize = 20;
-    let regs = |r: &Option<RegsSample>| r.as_ref().map_or(0, |r| 10 + r.values.len() * VALUE);
+    let regs = |r: &Option<RegsSample>| match r {
+        None => Some(0),
+        Some(r) => r.well_formed().then_some(10 + r.values.len() * VALUE),
+    };
     let branches = s.branches.as_ref().map_or(0, |b| 2 + b.entries.len() * 3) * VALUE;
-    32 + 12 * VALUE
-        + (s.callchain.len() + 2) * VALUE
-        + branches
-        + regs(&s.regs_user)
-        + regs(&s.regs_intr)
+    Some(
+        32 + 12 * VALUE
+            + (s.callchain.len() + 2) * VALUE
+            + branches
+            + regs(&s.regs_user)?
+            + regs(&s.regs_intr)?,
+    )
 }
 
 /// Codes one sample: `inp` when encoding, into `out` when decoding (the

@@ -120,9 +120,10 @@ pub const MAGIC: [u8; 4] = *b"PRCH";
 /// multiplication by its reciprocal; version 13 codes a changed register
 /// against its set's table of recent values and one value model per set
 /// (no per-register caches and models), with caches of 4 recent IPs and
-/// return addresses. A Hello of another version is recognised and refused
-/// with the version error.
-pub const PROTOCOL_VERSION: u16 = 13;
+/// return addresses; version 14 rebuilds a symbol model's cumulative
+/// counts every 256 symbols at most, not every 64. A Hello of another
+/// version is recognised and refused with the version error.
+pub const PROTOCOL_VERSION: u16 = 14;
 /// The frame delimiter. A writer should send one before its first frame
 /// (and after any reset of the line) so that noise on the line before it is
 /// not glued to that frame.
