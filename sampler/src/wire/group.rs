@@ -174,8 +174,9 @@ pub(crate) trait Coder {
     const DECODE: bool;
     /// Codes one bit with adaptive probability `p` (of a zero).
     fn bit(&mut self, p: &mut u16, b: bool) -> bool;
-    /// Codes the low `bits` (1 to 64) bits of `v` with no model, in the
-    /// frame's bypass stream (see [`RcEncoder`]).
+    /// Codes `v`, which is below `2^bits` (`bits` 1 to 64), as `bits`
+    /// bits with no model, in the frame's bypass stream (see
+    /// [`RcEncoder`]).
     fn bypass(&mut self, v: u64, bits: u32) -> u64;
     /// Codes symbol `s` of model `m` in one step of the range coder.
     fn symbol<const S: usize>(&mut self, m: &Freq<S>, s: usize) -> usize;
@@ -342,13 +343,14 @@ impl Coder for RcEncoder {
 
     #[inline(always)]
     fn bypass(&mut self, v: u64, bits: u32) -> u64 {
-        let v = v & (u64::MAX >> (64 - bits));
+        debug_assert!(bits == 64 || v >> bits == 0);
         // `acc_bits` is below 64, so the shift keeps the bits that fit.
         let word = self.acc | v << self.acc_bits;
         let room = 64 - self.acc_bits;
-        if bits < room {
+        let total = self.acc_bits + bits;
+        if total < 64 {
             self.acc = word;
-            self.acc_bits += bits;
+            self.acc_bits = total;
             return v;
         }
         // Reversed: the stream's next eight bytes, last first, in the
@@ -361,7 +363,7 @@ impl Coder for RcEncoder {
             _ => self.overflow = true,
         }
         self.acc = v.checked_shr(room).unwrap_or(0);
-        self.acc_bits = bits - room;
+        self.acc_bits = total - 64;
         v
     }
 
@@ -684,7 +686,8 @@ fn uint_rest<C: Coder>(c: &mut C, s: usize, v: u64) -> u64 {
         return s as u64;
     }
     let low = (s - SMALL) as u32 + SMALL_BITS;
-    let bits = c.bypass(v, low);
+    // The bits below the leading one (the encoder's `v` has it at `low`).
+    let bits = c.bypass(v ^ (1 << low), low);
     if C::DECODE { (1u64 << low) | bits } else { v }
 }
 
