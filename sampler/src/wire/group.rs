@@ -772,6 +772,8 @@ impl RegModels {
     }
 }
 
+/// Values of perf's general-purpose register set ([`crate::regs::GPR_MASK`]).
+const GPRS: usize = crate::regs::GPR_MASK.count_ones() as usize;
 /// Recent change masks a register set keeps.
 const MASK_CACHE: usize = 8;
 /// The set's recent values ([`RegsState::table`]): `2^REG_TABLE_BITS`
@@ -1793,25 +1795,38 @@ fn code_regs<C: Coder>(
     let mask_in = if C::DECODE {
         0
     } else {
-        // Four registers at a time, each a compare and a shift.
         let vals = &values[..n.min(values.len())];
         let prev = &st.values[..vals.len()];
-        let mut mask = 0u64;
-        let mut i = 0;
-        while i + 4 <= vals.len() {
-            let (v, p) = (&vals[i..i + 4], &prev[i..i + 4]);
-            mask |= (u64::from(v[0] != p[0])
-                | u64::from(v[1] != p[1]) << 1
-                | u64::from(v[2] != p[2]) << 2
-                | u64::from(v[3] != p[3]) << 3)
-                << i;
-            i += 4;
+        // The general-purpose set (perf's 20 registers, the usual one):
+        // each register a compare and a constant shift, with no loop.
+        if let (Ok(v), Ok(p)) = (
+            <&[u64; GPRS]>::try_from(vals),
+            <&[u64; GPRS]>::try_from(prev),
+        ) {
+            let mut mask = 0u64;
+            for i in 0..GPRS {
+                mask |= u64::from(v[i] != p[i]) << i;
+            }
+            mask
+        } else {
+            // Four registers at a time, each a compare and a shift.
+            let mut mask = 0u64;
+            let mut i = 0;
+            while i + 4 <= vals.len() {
+                let (v, p) = (&vals[i..i + 4], &prev[i..i + 4]);
+                mask |= (u64::from(v[0] != p[0])
+                    | u64::from(v[1] != p[1]) << 1
+                    | u64::from(v[2] != p[2]) << 2
+                    | u64::from(v[3] != p[3]) << 3)
+                    << i;
+                i += 4;
+            }
+            while i < vals.len() {
+                mask |= u64::from(vals[i] != prev[i]) << i;
+                i += 1;
+            }
+            mask
         }
-        while i < vals.len() {
-            mask |= u64::from(vals[i] != prev[i]) << i;
-            i += 1;
-        }
-        mask
     };
     let at = if C::DECODE {
         0
