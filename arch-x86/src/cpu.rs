@@ -41,6 +41,9 @@ pub struct Features {
     pub page1g: bool,
     /// RDRAND.
     pub rdrand: bool,
+    /// SSE4.2, whose `crc32` instruction computes CRC-32C
+    /// ([`crate::crc32c`]).
+    pub sse42: bool,
 }
 
 impl Features {
@@ -55,6 +58,7 @@ impl Features {
             | u8::from(self.smap) << 2
             | u8::from(self.page1g) << 3
             | u8::from(self.rdrand) << 4
+            | u8::from(self.sse42) << 5
     }
 
     /// The features `bits` ([`Features::bits`]) hold, if they were read.
@@ -65,6 +69,7 @@ impl Features {
             smap: bits & 1 << 2 != 0,
             page1g: bits & 1 << 3 != 0,
             rdrand: bits & 1 << 4 != 0,
+            sse42: bits & 1 << 5 != 0,
         })
     }
 }
@@ -105,6 +110,7 @@ mod imp {
                 .get_extended_processor_and_feature_identifiers()
                 .is_some_and(|f| f.has_1gib_pages()),
             rdrand: id.get_feature_info().is_some_and(|f| f.has_rdrand()),
+            sse42: id.get_feature_info().is_some_and(|f| f.has_sse42()),
         }
     }
 
@@ -247,13 +253,14 @@ mod tests {
     #[test]
     fn features_round_trip_through_their_bits() {
         assert_eq!(Features::from_bits(0), None);
-        for b in 0..32u8 {
+        for b in 0..64u8 {
             let f = Features {
                 nx: b & 1 != 0,
                 smep: b & 2 != 0,
                 smap: b & 4 != 0,
                 page1g: b & 8 != 0,
                 rdrand: b & 16 != 0,
+                sse42: b & 32 != 0,
             };
             assert_eq!(f.bits(), b | Features::KNOWN);
             assert_eq!(Features::from_bits(f.bits()), Some(f));

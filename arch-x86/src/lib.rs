@@ -4,6 +4,7 @@
 pub mod bootinfo;
 pub mod cpu;
 pub mod cpuid;
+pub mod crc32c;
 pub mod exit;
 pub mod frame;
 pub mod gdt;

@@ -210,6 +210,65 @@ fn simulated_tasks_come_back_exactly_and_cost_less_than_per_sample_frames() {
     }
 }
 
+/// Encodes `records` with groups of 64, the group frames checked by `crc`.
+fn encode_with_crc(records: &[Record], crc: fn(u32, &[u8]) -> u32) -> Vec<u8> {
+    let mut enc: Box<Encoder<16>> = Box::new(Encoder::new(EncoderConfig {
+        group: 64,
+        ..EncoderConfig::default()
+    }));
+    enc.set_frame_crc(crc);
+    let mut buf = [0u8; MAX_FRAME];
+    let mut out = vec![0u8];
+    let mut write = |f: &[u8]| {
+        out.extend_from_slice(f);
+        Ok::<(), ()>(())
+    };
+    for r in records {
+        enc.put(r, &mut buf, &mut write).unwrap();
+    }
+    enc.flush(&mut buf, &mut write).unwrap();
+    out
+}
+
+/// CRC-32C appended bit by bit, from its definition.
+fn crc32c_bitwise(crc: u32, data: &[u8]) -> u32 {
+    let mut c = !crc;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82f6_3b78
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+#[test]
+fn group_frames_are_checked_by_the_crc_function_given() {
+    let mut rng = Rng(11);
+    // Samples that all fit a group frame (not the full callchains, which
+    // travel as plain frames).
+    let records: Vec<Record> = (0..1000)
+        .map(|i| odd_sample(&mut rng, i))
+        .filter(|s| s.callchain.len() < MAX_CALLCHAIN)
+        .map(Record::Sample)
+        .collect();
+    // Another implementation of CRC-32C (as the runtime's CPU instruction
+    // is): the same stream, every sample back.
+    let same = encode_with_crc(&records, crc32c_bitwise);
+    assert_eq!(same, encode(&records, 64));
+    assert_eq!(decode(&same).0, records);
+    // A function that is not CRC-32C: every group frame fails its check,
+    // and its samples are counted, never decoded.
+    let wrong = encode_with_crc(&records, |c, d| crc32c_bitwise(c, d) ^ 1);
+    let (got, stats) = decode(&wrong);
+    assert!(got.is_empty(), "{} records decoded", got.len());
+    assert!(stats.bad_frames > 0, "{stats:?}");
+}
+
 /// The sample records of a decoded stream, by (tid, time).
 fn count_samples(
     bytes: &[u8],

@@ -24,15 +24,20 @@ pub(crate) fn frame_crc(bytes: &[u8]) -> u32 {
 /// [`frame_crc`] of the concatenation of `parts`.
 #[inline]
 pub(crate) fn frame_crc_of(parts: &[&[u8]]) -> u32 {
+    parts.iter().fold(0, |c, p| crc32c_append(c, p))
+}
+
+/// The CRC-32C of what `crc` was the CRC-32C of, followed by `data`
+/// ([`frame_crc`]'s implementation).
+#[inline]
+pub(crate) fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
     #[cfg(feature = "std")]
     {
-        parts.iter().fold(0, |c, p| crc32c::crc32c_append(c, p))
+        crc32c::crc32c_append(crc, data)
     }
     #[cfg(not(feature = "std"))]
     {
-        parts
-            .iter()
-            .fold(0, |c, p| super::castagnoli::crc32c_append(c, p))
+        super::castagnoli::crc32c_append(crc, data)
     }
 }
 

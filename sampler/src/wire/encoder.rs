@@ -7,7 +7,7 @@ use core::fmt;
 use postcard::ser_flavors::{Cobs, Flavor, Slice};
 
 use super::codec::{TaskRef, chain_input, encode_sample};
-use super::decoder::frame_crc_of;
+use super::decoder::crc32c_append;
 use super::group::{
     FRAME_CODED_MAX, FRAME_TARGET, GROUP_MAX_BYTES, GROUP_TAG, GroupHead, GroupModels, RcEncoder,
     bound, code_sample,
@@ -117,6 +117,8 @@ pub struct Encoder<const N: usize = 16> {
     tasks: [Option<TaskRef>; N],
     frames: u64,
     group: GroupWriter,
+    /// CRC-32C of group frames ([`Encoder::set_frame_crc`]).
+    crc: fn(u32, &[u8]) -> u32,
 }
 
 /// The encoder's group state: the models, the open frame and where the
@@ -186,6 +188,7 @@ impl<const N: usize> Encoder<N> {
             tasks: [const { None }; N],
             frames: 0,
             group: GroupWriter::NEW,
+            crc: crc32c_append,
         }
     }
 
@@ -195,6 +198,14 @@ impl<const N: usize> Encoder<N> {
         self.config = config;
         self.reset();
         self.group.head = GroupHead::default();
+    }
+
+    /// Computes the CRC-32C of group frames with `f` (`f(crc, data)`: the
+    /// CRC-32C of what `crc` was the CRC-32C of followed by `data`),
+    /// such as a CPU instruction's, instead of the crate's own; a frame
+    /// per sample is framed the crate's way whatever this says.
+    pub fn set_frame_crc(&mut self, f: fn(u32, &[u8]) -> u32) {
+        self.crc = f;
     }
 
     /// Frames written so far.
@@ -308,7 +319,8 @@ impl<const N: usize> Encoder<N> {
             g.open = false;
             return Err(PutError::Encode(EncodeError::BufferFull));
         }
-        let n = write_group_frame(&head, &g.rc.out[..g.rc.len], buf).map_err(PutError::Encode)?;
+        let n = write_group_frame(&head, &g.rc.out[..g.rc.len], buf, self.crc)
+            .map_err(PutError::Encode)?;
         self.frames += 1;
         write(&buf[..n]).map_err(PutError::Write)?;
         Ok(1)
@@ -382,7 +394,12 @@ impl<const N: usize> Encoder<N> {
 
 /// Writes one group frame: the tag, the head and the coded bytes, with
 /// its CRC, COBS-stuffed and delimited.
-fn write_group_frame(head: &GroupHead, coded: &[u8], out: &mut [u8]) -> Result<usize, EncodeError> {
+fn write_group_frame(
+    head: &GroupHead,
+    coded: &[u8],
+    out: &mut [u8],
+    crc: fn(u32, &[u8]) -> u32,
+) -> Result<usize, EncodeError> {
     let mut head_buf = [0u8; 32];
     head_buf[0] = GROUP_TAG;
     let head_len = 1 + postcard::to_slice(head, &mut head_buf[1..])
@@ -392,7 +409,7 @@ fn write_group_frame(head: &GroupHead, coded: &[u8], out: &mut [u8]) -> Result<u
     // A group frame's bytes are all in hand: CRC and COBS go a slice at a
     // time, several times cheaper than a byte at a time through postcard's
     // flavors (this runs for every group frame the drain writes).
-    let crc = frame_crc_of(&[head_bytes, coded]).to_le_bytes();
+    let crc = crc(crc(0, head_bytes), coded).to_le_bytes();
     let mut w = CobsWriter::new(out).ok_or(EncodeError::BufferFull)?;
     for part in [head_bytes, coded, &crc[..]] {
         w.push(part).ok_or(EncodeError::BufferFull)?;
