@@ -179,7 +179,7 @@ pub(crate) trait Coder {
     /// [`RcEncoder`]).
     fn bypass(&mut self, v: u64, bits: u32) -> u64;
     /// Codes symbol `s` of model `m` in one step of the range coder.
-    fn symbol<const S: usize>(&mut self, m: &Freq<S>, s: usize) -> usize;
+    fn symbol<const S: usize, const B: usize>(&mut self, m: &Freq<S, B>, s: usize) -> usize;
     /// Marks the stream as malformed (decoder only).
     fn fail(&mut self);
 }
@@ -368,7 +368,7 @@ impl Coder for RcEncoder {
     }
 
     #[inline(always)]
-    fn symbol<const S: usize>(&mut self, m: &Freq<S>, s: usize) -> usize {
+    fn symbol<const S: usize, const B: usize>(&mut self, m: &Freq<S, B>, s: usize) -> usize {
         // At least 2^17: the range is 2^32 or more, the total below 2^16.
         let (lo, hi) = m.span(s);
         let r = m.unit(self.range);
@@ -478,7 +478,7 @@ impl Coder for RcDecoder<'_> {
         v
     }
 
-    fn symbol<const S: usize>(&mut self, m: &Freq<S>, _: usize) -> usize {
+    fn symbol<const S: usize, const B: usize>(&mut self, m: &Freq<S, B>, _: usize) -> usize {
         let total = u64::from(m.total);
         // Never 0 (the range is 2^32 or more), but a division by it must
         // not be able to panic.
@@ -527,11 +527,14 @@ const REBUILD_MAX: u16 = 256;
 /// from the counts after 2, 4, 8, ... up to [`REBUILD_MAX`] symbols, so
 /// the model learns fast at a group's start and then costs a few
 /// instructions a symbol whatever its size.
+///
+/// `B` is `S + 1`: `below` ends with the total, so a symbol's span is two
+/// entries of it.
 #[derive(Clone, Copy)]
-pub(crate) struct Freq<const S: usize> {
+pub(crate) struct Freq<const S: usize, const B: usize> {
     count: [u16; S],
-    /// The count below each symbol at the last rebuild.
-    below: [u16; S],
+    /// The count below each symbol at the last rebuild, then the total.
+    below: [u16; B],
     total: u16,
     /// `floor((2^64 - 1) / total)`: the range coder's unit for a range
     /// (see [`Freq::unit`]) is a multiplication by it, not a division.
@@ -541,11 +544,12 @@ pub(crate) struct Freq<const S: usize> {
     wait: u16,
 }
 
-impl<const S: usize> Freq<S> {
+impl<const S: usize, const B: usize> Freq<S, B> {
     const NEW: Self = {
-        let mut below = [0u16; S];
+        assert!(B == S + 1);
+        let mut below = [0u16; B];
         let mut i = 0;
-        while i < S {
+        while i < B {
             below[i] = i as u16;
             i += 1;
         }
@@ -571,9 +575,7 @@ impl<const S: usize> Freq<S> {
     /// Symbol `s`'s span at the last rebuild.
     #[inline(always)]
     fn span(&self, s: usize) -> (u32, u32) {
-        let lo = self.below[s];
-        let hi = self.below.get(s + 1).copied().unwrap_or(self.total);
-        (u32::from(lo), u32::from(hi))
+        (u32::from(self.below[s]), u32::from(self.below[s + 1]))
     }
 
     /// Codes symbol `s` (the decoder's when decoding) and counts it.
@@ -613,6 +615,7 @@ impl<const S: usize> Freq<S> {
             *b = below;
             below += *n;
         }
+        self.below[S] = below;
         self.total = below;
         below
     }
@@ -626,9 +629,9 @@ const REG_SLOT: usize = 0;
 /// is are one step of the coder.
 const REG_DELTA: usize = REG_SLOT + REG_TABLE;
 /// A model of how a changed register's value is coded.
-type RegValueModel = Freq<{ REG_DELTA + UINT_SYMBOLS }>;
+type RegValueModel = Freq<{ REG_DELTA + UINT_SYMBOLS }, { REG_DELTA + UINT_SYMBOLS + 1 }>;
 /// A model of which recent change mask (or none).
-type MaskModel = Freq<{ MASK_CACHE + 1 }>;
+type MaskModel = Freq<{ MASK_CACHE + 1 }, { MASK_CACHE + 2 }>;
 
 /// Bits of the values a [`UintModel`] codes as a symbol each.
 const SMALL_BITS: u32 = 5;
@@ -641,7 +644,7 @@ const UINT_SYMBOLS: usize = (1 << SMALL_BITS) + 64 - SMALL_BITS as usize;
 /// leading one, raw.
 #[derive(Clone, Copy)]
 struct UintModel {
-    sym: Freq<UINT_SYMBOLS>,
+    sym: Freq<UINT_SYMBOLS, { UINT_SYMBOLS + 1 }>,
 }
 
 impl UintModel {
@@ -813,9 +816,9 @@ fn put_front<T: Copy, const N: usize>(cache: &mut [T; N], at: usize, v: T) {
 /// front of the cache (a delta's value was not in it: the oldest entry
 /// goes).
 #[inline(always)]
-fn code_cached_or_delta<C: Coder, const N: usize, const M: usize>(
+fn code_cached_or_delta<C: Coder, const N: usize, const M: usize, const B: usize>(
     c: &mut C,
-    model: &mut Freq<M>,
+    model: &mut Freq<M, B>,
     cache: &mut [u64; N],
     base: u64,
     v: u64,
@@ -849,7 +852,7 @@ fn code_cached_or_delta<C: Coder, const N: usize, const M: usize>(
 #[derive(Clone)]
 struct FieldModels {
     as_before: u16,
-    which_task: Freq<{ TID_CACHE + 1 }>,
+    which_task: Freq<{ TID_CACHE + 1 }, { TID_CACHE + 2 }>,
     tid: UintModel,
     task_as_before: u16,
     shape_same: u16,
@@ -864,19 +867,19 @@ struct FieldModels {
     period_first: [u16; 2],
     period_second: [u16; 2],
     period: UintModel,
-    ip: Freq<{ IP_CACHE + UINT_SYMBOLS }>,
-    cc_len: Freq<MAX_CALLCHAIN>,
-    cc_keep: Freq<{ MAX_CALLCHAIN + 1 }>,
-    cc_shape: Freq<{ CC_SHAPES + 1 }>,
+    ip: Freq<{ IP_CACHE + UINT_SYMBOLS }, { IP_CACHE + UINT_SYMBOLS + 1 }>,
+    cc_len: Freq<MAX_CALLCHAIN, { MAX_CALLCHAIN + 1 }>,
+    cc_keep: Freq<{ MAX_CALLCHAIN + 1 }, { MAX_CALLCHAIN + 2 }>,
+    cc_shape: Freq<{ CC_SHAPES + 1 }, { CC_SHAPES + 2 }>,
     cc_same: u16,
     cc_head: u16,
-    cc: Freq<{ CHAIN_CACHE + UINT_SYMBOLS }>,
+    cc: Freq<{ CHAIN_CACHE + UINT_SYMBOLS }, { CHAIN_CACHE + UINT_SYMBOLS + 1 }>,
     br_idx_same: u16,
     br_idx: UintModel,
     br_len_same: u16,
     br_len: UintModel,
     br_shift: UintModel,
-    br_which: Freq<{ BRANCH_CACHE + 1 }>,
+    br_which: Freq<{ BRANCH_CACHE + 1 }, { BRANCH_CACHE + 2 }>,
     br_from: UintModel,
     br_to: UintModel,
     br_flags_same: u16,
