@@ -230,20 +230,14 @@ fn encode_with_crc(records: &[Record], crc: fn(u32, &[u8]) -> u32) -> Vec<u8> {
     out
 }
 
-/// CRC-32C appended bit by bit, from its definition.
-fn crc32c_bitwise(crc: u32, data: &[u8]) -> u32 {
-    let mut c = !crc;
-    for &b in data {
-        c ^= u32::from(b);
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0x82f6_3b78
-            } else {
-                c >> 1
-            };
-        }
-    }
-    !c
+/// CRC-32C appended by the `crc` crate's tables (continuing from `crc`:
+/// its register is `!crc`, which the crate takes bit-reversed for a
+/// reflected CRC).
+fn crc32c_by_crate(crc: u32, data: &[u8]) -> u32 {
+    const CASTAGNOLI: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+    let mut d = CASTAGNOLI.digest_with_initial((!crc).reverse_bits());
+    d.update(data);
+    d.finalize()
 }
 
 #[test]
@@ -258,12 +252,17 @@ fn group_frames_are_checked_by_the_crc_function_given() {
         .collect();
     // Another implementation of CRC-32C (as the runtime's CPU instruction
     // is): the same stream, every sample back.
-    let same = encode_with_crc(&records, crc32c_bitwise);
+    assert_eq!(crc32c_by_crate(0, b"123456789"), 0xe306_9283);
+    assert_eq!(
+        crc32c_by_crate(crc32c_by_crate(0, b"1234"), b"56789"),
+        0xe306_9283
+    );
+    let same = encode_with_crc(&records, crc32c_by_crate);
     assert_eq!(same, encode(&records, 64));
     assert_eq!(decode(&same).0, records);
     // A function that is not CRC-32C: every group frame fails its check,
     // and its samples are counted, never decoded.
-    let wrong = encode_with_crc(&records, |c, d| crc32c_bitwise(c, d) ^ 1);
+    let wrong = encode_with_crc(&records, |c, d| crc32c_by_crate(c, d) ^ 1);
     let (got, stats) = decode(&wrong);
     assert!(got.is_empty(), "{} records decoded", got.len());
     assert!(stats.bad_frames > 0, "{stats:?}");

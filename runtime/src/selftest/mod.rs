@@ -7,7 +7,8 @@
 //! faults, preemption), `clocks` (NMI clock, throttling), `pmu_checks`,
 //! `capture` (exact registers and saved frames under NMIs), `loaded`
 //! (programs started through the ELF loader); `programs` holds their
-//! ring-3 code and `recorder` the NMI capture log.
+//! ring-3 code and `recorder` the NMI capture log. The frame CRC's CPU
+//! instruction is checked here, before them.
 // Failure reasons are formatted into a fixed-size buffer (usable from any
 // context, NMI-adjacent code included), so the error type is large by design.
 #![allow(clippy::result_large_err)]
@@ -77,6 +78,40 @@ impl Runner {
     }
 }
 
+/// The CPU's `crc32` instruction, which checks the wire's group frames
+/// where the CPU has SSE4.2, computes CRC-32C as its definition says (bit
+/// by bit here), at every length and alignment a frame can have. Without
+/// SSE4.2 the frames use the wire's own tables (tested on the host).
+fn frame_crc_instruction() -> TestResult {
+    let Some(crc) = arch_x86::crc32c::hardware() else {
+        kprintln!("selftest: no SSE4.2, group frames use the CRC tables");
+        return Ok(());
+    };
+    let bitwise = |data: &[u8]| arch_x86::crc32c::bitwise(0, data);
+    let mut data = [0u8; 300];
+    for (i, b) in data.iter_mut().enumerate() {
+        *b = (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2];
+    }
+    ensure!(
+        crc(0, b"123456789") == 0xe306_9283,
+        "check value {:#x}",
+        crc(0, b"123456789")
+    );
+    for start in 0..8 {
+        for len in 0..data.len() - start {
+            let d = &data[start..start + len];
+            let (x, y) = d.split_at(len / 2);
+            ensure!(
+                crc(0, d) == bitwise(d) && crc(crc(0, x), y) == bitwise(d),
+                "{len} bytes at {start}: {:#x}, want {:#x}",
+                crc(0, d),
+                bitwise(d)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// NMIs wanted per capture test.
 const WANT_CAPTURES: u32 = 8;
 /// Iteration budget of the user spin loops (ends them if NMIs never come).
@@ -92,6 +127,7 @@ pub fn run(cfg: &Config, archive: Option<arch_x86::bootinfo::Module>, protocol: 
     };
     r.check("boot_archive", || boot_archive(archive, protocol));
     r.check("descriptor_tables", descriptor_tables);
+    r.check("frame_crc_instruction", frame_crc_instruction);
     r.check("other_cpus_on_their_own_tables", other_cpus);
     r.check("frame_windows", frame_windows);
     r.check("paging_rights", paging_rights);
