@@ -309,6 +309,11 @@ fn group_rows(
     for (set, label, extra) in [
         ("minimal", "IP, TID, TIME, CPU, PERIOD", &[][..]),
         ("default", "the default sample", &[][..]),
+        (
+            "default",
+            "the default sample, -cpu max (SSE4.2: the frame CRC by the crc32 instruction)",
+            &["--qemu-arg", "-cpu", "--qemu-arg", "max"][..],
+        ),
         ("full", "+ REGS_INTR", &[][..]),
         ("default", "pmu=sim, PEBS + LBR (32)", &["--pmu", "sim"][..]),
     ] {

@@ -15,7 +15,9 @@ use crate::sample::Sample;
 /// The frame CRC, CRC-32C (Castagnoli, `CRC_32_ISCSI`). On the host (`std`)
 /// it is the `crc32c` crate, which uses the SSE4.2 `crc32` instruction
 /// (eight bytes per instruction) when the CPU has it, detected at run time,
-/// and tables otherwise; elsewhere the slice-by-8 tables of [`super::castagnoli`].
+/// and tables otherwise; elsewhere the slice-by-8 tables of [`super::castagnoli`]
+/// (the runtime gives its encoder the CPU's `crc32` instruction for group
+/// frames where it has one: [`super::Encoder::set_frame_crc`]).
 #[inline]
 pub(crate) fn frame_crc(bytes: &[u8]) -> u32 {
     frame_crc_of(&[bytes])
