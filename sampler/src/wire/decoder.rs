@@ -20,13 +20,7 @@ use crate::sample::Sample;
 /// frames where it has one: [`super::Encoder::set_frame_crc`]).
 #[inline]
 pub(crate) fn frame_crc(bytes: &[u8]) -> u32 {
-    frame_crc_of(&[bytes])
-}
-
-/// [`frame_crc`] of the concatenation of `parts`.
-#[inline]
-pub(crate) fn frame_crc_of(parts: &[&[u8]]) -> u32 {
-    parts.iter().fold(0, |c, p| crc32c_append(c, p))
+    crc32c_append(0, bytes)
 }
 
 /// The CRC-32C of what `crc` was the CRC-32C of, followed by `data`

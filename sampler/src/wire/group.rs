@@ -479,7 +479,7 @@ impl Coder for RcDecoder<'_> {
     }
 
     fn symbol<const S: usize, const B: usize>(&mut self, m: &Freq<S, B>, _: usize) -> usize {
-        let total = u64::from(m.total);
+        let total = u64::from(m.total());
         // Never 0 (the range is 2^32 or more), but a division by it must
         // not be able to panic.
         let r = m.unit(self.range).max(1);
@@ -535,7 +535,6 @@ pub(crate) struct Freq<const S: usize, const B: usize> {
     count: [u16; S],
     /// The count below each symbol at the last rebuild, then the total.
     below: [u16; B],
-    total: u16,
     /// `floor((2^64 - 1) / total)`: the range coder's unit for a range
     /// (see [`Freq::unit`]) is a multiplication by it, not a division.
     inv: u64,
@@ -556,7 +555,6 @@ impl<const S: usize, const B: usize> Freq<S, B> {
         Freq {
             count: [1; S],
             below,
-            total: S as u16,
             inv: u64::MAX / S as u64,
             left: 2,
             wait: 4,
@@ -570,6 +568,12 @@ impl<const S: usize, const B: usize> Freq<S, B> {
     #[inline(always)]
     fn unit(&self, range: u64) -> u64 {
         ((u128::from(range) * u128::from(self.inv)) >> 64) as u64
+    }
+
+    /// The counts' total at the last rebuild.
+    #[inline(always)]
+    fn total(&self) -> u16 {
+        self.below[S]
     }
 
     /// Symbol `s`'s span at the last rebuild.
@@ -602,13 +606,13 @@ impl<const S: usize, const B: usize> Freq<S, B> {
             }
             self.spread();
         }
-        self.inv = u64::MAX / u64::from(self.total);
+        self.inv = u64::MAX / u64::from(self.total());
         self.left = self.wait;
         self.wait = (self.wait * 2).min(REBUILD_MAX);
     }
 
-    /// The cumulative counts and total of the counts as they are; the
-    /// total.
+    /// The cumulative counts of the counts as they are, and their total
+    /// (returned).
     fn spread(&mut self) -> u16 {
         let mut below = 0u16;
         for (b, n) in self.below.iter_mut().zip(&self.count) {
@@ -616,7 +620,6 @@ impl<const S: usize, const B: usize> Freq<S, B> {
             below += *n;
         }
         self.below[S] = below;
-        self.total = below;
         below
     }
 }
