@@ -198,19 +198,32 @@ pub(crate) struct RcEncoder {
     pub(crate) len: usize,
     /// Set when `out` or `bypass` overflowed (the frame is then unusable).
     pub(crate) overflow: bool,
-    /// The bypass stream: whole bytes so far, and the bits not yet in one.
-    /// The bytes fill `bypass` from its end down, so they lie in the
-    /// reverse order the frame ends with.
-    bypass: [u8; BYPASS_MAX],
-    /// Bytes in `bypass` (at most [`BYPASS_MAX`]).
-    bypass_len: usize,
-    /// Bits not yet in a byte of `bypass` (fewer than 64).
+    /// The bypass stream: whole 64-bit words so far, and the bits not yet
+    /// in one. Each word fills the eight bytes below the previous one,
+    /// most significant byte first, from the end of `bypass` down, so
+    /// the bytes lie in the reverse order the frame ends with.
+    bypass: [u8; BYPASS_BYTES],
+    /// Words the stream filled since the frame's start. Word `k` goes to
+    /// [`bypass_at`]`(k)`, a place within `bypass` whatever `k`, so the
+    /// store needs no check; a frame that filled more than fit is refused
+    /// when it ends.
+    filled: usize,
+    /// Bits not yet in a word of `bypass` (fewer than 64).
     acc: u64,
     acc_bits: u32,
 }
 
-/// The bypass stream's room in an [`RcEncoder`].
-const BYPASS_MAX: usize = FRAME_CODED_MAX + 16;
+/// The bypass stream's room in an [`RcEncoder`]: a power of two, at least
+/// `FRAME_CODED_MAX` bytes.
+const BYPASS_BYTES: usize = FRAME_CODED_MAX.next_power_of_two();
+const _: () = assert!(BYPASS_BYTES >= FRAME_CODED_MAX);
+
+/// Where word `k` of the bypass stream goes in [`RcEncoder::bypass`]: the
+/// `k + 1`-th eight bytes from its end (modulo its size).
+#[inline(always)]
+fn bypass_at(k: usize) -> usize {
+    (!k << 3) & (BYPASS_BYTES - 8)
+}
 
 impl RcEncoder {
     pub(crate) const fn new() -> Self {
@@ -220,8 +233,8 @@ impl RcEncoder {
             out: [0; FRAME_CODED_MAX + 16],
             len: 0,
             overflow: false,
-            bypass: [0; BYPASS_MAX],
-            bypass_len: 0,
+            bypass: [0; BYPASS_BYTES],
+            filled: 0,
             acc: 0,
             acc_bits: 0,
         }
@@ -233,7 +246,7 @@ impl RcEncoder {
         self.range = u64::MAX;
         self.len = 0;
         self.overflow = false;
-        self.bypass_len = 0;
+        self.filled = 0;
         self.acc = 0;
         self.acc_bits = 0;
     }
@@ -302,14 +315,19 @@ impl RcEncoder {
         }
         let tail = self.acc.to_le_bytes();
         let tail = &tail[..self.acc_bits.div_ceil(8) as usize];
-        let n = self.bypass_len + tail.len();
+        let Some(words) = BYPASS_BYTES.checked_sub(self.filled * 8) else {
+            self.overflow = true;
+            return;
+        };
+        let words = &self.bypass[words..];
+        let n = words.len() + tail.len();
         match self.out.get_mut(self.len..self.len + n) {
             Some(dst) => {
                 let (head, rest) = dst.split_at_mut(tail.len());
                 for (d, b) in head.iter_mut().zip(tail.iter().rev()) {
                     *d = *b;
                 }
-                rest.copy_from_slice(&self.bypass[self.bypass.len() - self.bypass_len..]);
+                rest.copy_from_slice(words);
                 self.len += n;
             }
             None => self.overflow = true,
@@ -318,7 +336,7 @@ impl RcEncoder {
 
     /// Coded bytes so far, counting the ones still held back.
     pub(crate) fn size(&self) -> usize {
-        self.len + 8 + self.bypass_len + self.acc_bits.div_ceil(8) as usize
+        self.len + 8 + self.filled * 8 + self.acc_bits.div_ceil(8) as usize
     }
 }
 
@@ -353,16 +371,12 @@ impl Coder for RcEncoder {
             self.acc_bits = total;
             return v;
         }
-        // Reversed: the stream's next eight bytes, last first, in the
-        // eight bytes below those written so far.
-        match BYPASS_MAX.checked_sub(self.bypass_len) {
-            Some(end) if end >= 8 => {
-                self.bypass[end - 8..end].copy_from_slice(&word.to_be_bytes());
-                self.bypass_len += 8;
-            }
-            _ => self.overflow = true,
-        }
-        self.acc = v.checked_shr(room).unwrap_or(0);
+        let at = bypass_at(self.filled);
+        self.bypass[at..at + 8].copy_from_slice(&word.to_be_bytes());
+        self.filled += 1;
+        // The bits of `v` above the `room` that fit (`room` is 1 to 64:
+        // two shifts, so 64 gives 0).
+        self.acc = v >> 1 >> (room - 1);
         self.acc_bits = total - 64;
         v
     }
