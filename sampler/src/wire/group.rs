@@ -51,8 +51,8 @@
 //!   had first, else a delta. The IP is one symbol for one of the task's
 //!   4 most recent IPs or the size of a delta (and its raw bits).
 //! - Registers: which of them changed since the task's previous sample is
-//!   one of the set's 8 recent change masks (one symbol) or register by
-//!   register, with the IP register expected to hold the sample's IP in
+//!   one of the set's 8 recent change masks (one symbol) or the mask's
+//!   bits, raw, with the IP register expected to hold the sample's IP in
 //!   the interrupted set and in the user set of a sample taken in user
 //!   mode; an interrupted set is first one bit for "the user set" (a
 //!   sample taken in user mode). A changed value is the sample's IP (the
@@ -754,9 +754,6 @@ struct RegModels {
     /// "Equal to the same register of the sample's user set", by whether
     /// the sample was taken in the kernel.
     alt: [u16; 2],
-    /// "Unchanged", by whether the register changed at the task's
-    /// previous sample.
-    same: [u16; 2],
     /// "The sample's IP" (the IP register), by whether the sample was
     /// taken in the kernel.
     ip_eq: [u16; 2],
@@ -774,7 +771,6 @@ impl RegModels {
     const NEW: RegModels = RegModels {
         shape_same: PROB_INIT,
         alt: [PROB_INIT; 2],
-        same: [PROB_INIT; 2],
         ip_eq: [PROB_INIT; 2],
         value: RegValueModel::NEW,
         all_alt: [PROB_INIT; 2],
@@ -784,7 +780,6 @@ impl RegModels {
     fn reset(&mut self) {
         self.shape_same = PROB_INIT;
         self.alt.fill(PROB_INIT);
-        self.same.fill(PROB_INIT);
         self.ip_eq.fill(PROB_INIT);
         self.value = RegValueModel::NEW;
         self.all_alt.fill(PROB_INIT);
@@ -1012,8 +1007,6 @@ struct RegsState {
     mask: u64,
     n: usize,
     values: [u64; MAX_SAMPLED_REGS],
-    /// Bit `i`: value `i` changed at the previous sample.
-    changed: u64,
     /// Values the set's registers took, each in its [`slot`]: a value a
     /// register had before (a loop's pointers and counters come back) or
     /// another register has (a copy, a return value, RCX and R11 after a
@@ -1029,7 +1022,6 @@ impl RegsState {
         mask: 0,
         n: 0,
         values: [0; MAX_SAMPLED_REGS],
-        changed: 0,
         table: [0; REG_TABLE],
         masks: [0; MASK_CACHE],
     };
@@ -1140,7 +1132,6 @@ impl TaskState {
             r.abi = Abi::None;
             r.mask = 0;
             r.n = 0;
-            r.changed = 0;
             r.table = [0; REG_TABLE];
             r.masks = [0; MASK_CACHE];
         }
@@ -1775,7 +1766,6 @@ fn code_regs<C: Coder>(
         st.mask = mask;
         st.n = n;
         st.values[..n].fill(0);
-        st.changed = 0;
         st.masks = [0; MASK_CACHE];
     }
     let alt = alt.filter(|a| a.mask == st.mask && a.n == st.n);
@@ -1796,7 +1786,6 @@ fn code_regs<C: Coder>(
                 }
             }
             put_front(&mut st.masks, MASK_CACHE - 1, changed);
-            st.changed = changed;
             return;
         }
     }
@@ -1863,13 +1852,14 @@ fn code_regs<C: Coder>(
             mask
         }
         None => {
-            let mut mask = 0u64;
-            for i in 0..n {
-                let was = usize::from(st.changed >> i & 1 != 0);
-                if !c.bit(&mut m.same[was], mask_in >> i & 1 == 0) {
-                    mask |= 1 << i;
-                }
-            }
+            // A mask the set has not had lately: its `n` bits, raw. Coded
+            // bit by bit against the register's previous change, a miss
+            // cost the coder more than all the cached ones together, and
+            // saved a few bits only at the few samples that miss.
+            let mask = match n {
+                0 => 0,
+                n => c.bypass(mask_in, n as u32),
+            };
             put_front(&mut st.masks, MASK_CACHE - 1, mask);
             mask
         }
@@ -1930,7 +1920,6 @@ fn code_regs<C: Coder>(
         };
         remember(st, i, new);
     }
-    st.changed = changed;
 }
 
 /// Sets value `i` of `st` to `new`, which goes into its slot of the set's

@@ -121,9 +121,11 @@ pub const MAGIC: [u8; 4] = *b"PRCH";
 /// against its set's table of recent values and one value model per set
 /// (no per-register caches and models), with caches of 4 recent IPs and
 /// return addresses; version 14 rebuilds a symbol model's cumulative
-/// counts every 256 symbols at most, not every 64. A Hello of another
-/// version is recognised and refused with the version error.
-pub const PROTOCOL_VERSION: u16 = 14;
+/// counts every 256 symbols at most, not every 64; version 15 codes a
+/// register set's change mask that is none of its recent ones as raw
+/// bits. A Hello of another version is recognised and refused with the
+/// version error.
+pub const PROTOCOL_VERSION: u16 = 15;
 /// The frame delimiter. A writer should send one before its first frame
 /// (and after any reset of the line) so that noise on the line before it is
 /// not glued to that frame.

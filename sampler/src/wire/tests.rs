@@ -1259,7 +1259,7 @@ fn a_version_1_stream_gets_the_version_error() {
         found: 1,
         expected: PROTOCOL_VERSION,
     })];
-    assert_eq!(PROTOCOL_VERSION, 14);
+    assert_eq!(PROTOCOL_VERSION, 15);
     #[cfg(feature = "std")]
     let paths = [Path::Rebuilt, Path::Parts, Path::Batches];
     #[cfg(not(feature = "std"))]
