@@ -60,7 +60,9 @@
 //!   of the set's value model for how it is coded: a value a register of
 //!   the set had (its slot in a 64-entry table of the values the set's
 //!   registers took, each in the slot its hash picks), or a delta of a
-//!   given size (its bits below the leading one follow raw).
+//!   given size (its bits below the leading one follow raw). The
+//!   registers with a test of their own (the IP register, an interrupted
+//!   set's against the user set) are coded first, then the others.
 //! - A callchain's length and the number of entries it shares at its
 //!   outer end with the task's previous chain are one symbol when the
 //!   length is within 3 of the previous chain's and fewer than 8 entries
@@ -1878,47 +1880,67 @@ fn code_regs<C: Coder>(
         c.fail();
         rest &= (1 << n) - 1;
     }
-    'regs: while rest != 0 {
-        let i = rest.trailing_zeros() as usize;
-        rest &= rest - 1;
-        let prev = st.values[i];
+    // The tested registers first, then the others: a loop of their own
+    // that keeps nothing but the value model's state live.
+    let mut first = rest & tested;
+    rest &= !tested;
+    while first != 0 {
+        let i = first.trailing_zeros() as usize;
+        first &= first - 1;
         let v = if C::DECODE { 0 } else { values[i] };
-        let new = 'value: {
-            if tested >> i & 1 != 0 {
-                if ip_at == Some(i) && !sampled_ip && c.bit(&mut m.ip_eq[kernel], v == ip) {
-                    break 'value ip;
-                }
-                if let Some(a) = alt
-                    && c.bit(&mut m.alt[kernel], v == a.values[i])
-                {
-                    break 'value a.values[i];
-                }
-            }
-            // A value a register of the set had (a loop's pointer or
-            // counter back at an earlier value, a copy, a return value,
-            // RCX and R11 after a system call), or a delta: one symbol
-            // says which.
-            let delta_in = zigzag(v.wrapping_sub(prev));
-            let sym_in = if C::DECODE {
-                0
-            } else {
-                let h = slot(v);
-                if st.table[h] == v {
-                    REG_SLOT + h
-                } else {
-                    REG_DELTA + uint_symbol(delta_in)
-                }
-            };
-            match m.value.code(c, sym_in) {
-                s if s >= REG_DELTA => delta_value(c, s - REG_DELTA, prev, delta_in, v),
-                // Already in its slot.
-                s => {
-                    st.values[i] = st.table[(s - REG_SLOT) % REG_TABLE];
-                    continue 'regs;
-                }
-            }
+        let new = if ip_at == Some(i) && !sampled_ip && c.bit(&mut m.ip_eq[kernel], v == ip) {
+            ip
+        } else if let Some(a) = alt
+            && c.bit(&mut m.alt[kernel], v == a.values[i])
+        {
+            a.values[i]
+        } else {
+            code_value(c, &mut m.value, st, i, v);
+            continue;
         };
         remember(st, i, new);
+    }
+    while rest != 0 {
+        let i = rest.trailing_zeros() as usize;
+        rest &= rest - 1;
+        code_value(
+            c,
+            &mut m.value,
+            st,
+            i,
+            if C::DECODE { 0 } else { values[i] },
+        );
+    }
+}
+
+/// Codes changed value `i` of `st` (`v` when encoding) through the set's
+/// value model: a value a register of the set had (a loop's pointer or
+/// counter back at an earlier value, a copy, a return value, RCX and R11
+/// after a system call), or a delta: one symbol says which.
+#[inline(always)]
+fn code_value<C: Coder>(
+    c: &mut C,
+    model: &mut RegValueModel,
+    st: &mut RegsState,
+    i: usize,
+    v: u64,
+) {
+    let prev = st.values[i];
+    let delta_in = zigzag(v.wrapping_sub(prev));
+    let sym_in = if C::DECODE {
+        0
+    } else {
+        let h = slot(v);
+        if st.table[h] == v {
+            REG_SLOT + h
+        } else {
+            REG_DELTA + uint_symbol(delta_in)
+        }
+    };
+    match model.code(c, sym_in) {
+        s if s >= REG_DELTA => remember(st, i, delta_value(c, s - REG_DELTA, prev, delta_in, v)),
+        // Already in its slot.
+        s => st.values[i] = st.table[(s - REG_SLOT) % REG_TABLE],
     }
 }
 

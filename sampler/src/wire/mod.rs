@@ -123,7 +123,9 @@ pub const MAGIC: [u8; 4] = *b"PRCH";
 /// return addresses; version 14 rebuilds a symbol model's cumulative
 /// counts every 256 symbols at most, not every 64; version 15 codes a
 /// register set's change mask that is none of its recent ones as raw
-/// bits. A Hello of another version is recognised and refused with the
+/// bits, and the changed registers with a test of their own (the IP
+/// register, an interrupted set's against the user set) before the
+/// others. A Hello of another version is recognised and refused with the
 /// version error.
 pub const PROTOCOL_VERSION: u16 = 15;
 /// The frame delimiter. A writer should send one before its first frame
