@@ -312,7 +312,7 @@ impl RawFrame {
     /// [`fill_regs`] of [`to_regfile`](Self::to_regfile), with the
     /// common set (the GPRs without DS..GS) written straight from the
     /// frame.
-    #[inline]
+    #[inline(always)]
     pub fn fill_regs(&self, out: &mut RegsSample, mask: u64, mode: CodeMode) {
         if mask & VALID_MASK_WITH_XMM != GPR_MASK {
             return fill_regs(out, &self.to_regfile(), mask, mode);
@@ -587,6 +587,7 @@ impl RawSample {
     ///   after `PERF_CONTEXT_USER`, capped at `max_stack` by
     ///   [`CallchainWriter`]'s rule (a prefix, never ending in a marker);
     /// - BRANCH_STACK and the memory fields: the PMU data, or empty.
+    #[inline(always)]
     pub fn expand_into(&self, e: &EventConfig, s: &mut Sample) {
         let kernel = self.flags & raw_flags::KERNEL != 0;
         s.event = e.id;
