@@ -49,7 +49,7 @@
 //!   step. The period is the CPU's step (a clock's period) or the task's
 //!   previous period (a counter's), whichever the task's previous sample
 //!   had first, else a delta. The IP is one symbol for one of the task's
-//!   4 most recent IPs or the size of a delta (and its raw bits).
+//!   2 most recent IPs or the size of a delta (and its raw bits).
 //! - Registers: which of them changed since the task's previous sample is
 //!   one of the set's 8 recent change masks (one symbol) or the mask's
 //!   bits, raw, with the IP register expected to hold the sample's IP in
@@ -788,7 +788,7 @@ fn slot(v: u64) -> usize {
     (v.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - REG_TABLE_BITS)) as usize
 }
 /// Recent IPs a task's cache keeps.
-const IP_CACHE: usize = 4;
+const IP_CACHE: usize = 2;
 /// Recent callchain entries (return addresses) a task's cache keeps.
 const CHAIN_CACHE: usize = 4;
 /// Recent branches (from, to, flags) a task's cache keeps.
@@ -991,7 +991,9 @@ struct RegsState {
     abi: Abi,
     mask: u64,
     n: usize,
-    values: [u64; MAX_SAMPLED_REGS],
+    /// The values (the first `n`): as many entries as a mask has bits, so
+    /// a value's index, a bit of a mask, needs no bounds check.
+    values: [u64; 64],
     /// Values the set's registers took, each in its [`slot`]: a value a
     /// register had before (a loop's pointers and counters come back) or
     /// another register has (a copy, a return value, RCX and R11 after a
@@ -1006,7 +1008,7 @@ impl RegsState {
         abi: Abi::None,
         mask: 0,
         n: 0,
-        values: [0; MAX_SAMPLED_REGS],
+        values: [0; 64],
         table: [0; REG_TABLE],
         masks: [0; MASK_CACHE],
     };
@@ -1482,6 +1484,20 @@ pub(crate) fn code_sample<C: Coder>(
     }
 }
 
+/// How many entries `a` and `b` share at their ends, compared from the
+/// outside in: over the same length of both, so one test ends the loop.
+#[inline(always)]
+fn shared_suffix(a: &[u64], b: &[u64]) -> usize {
+    let k = a.len().min(b.len());
+    let (a, b) = (&a[a.len() - k..], &b[b.len() - k..]);
+    // `a[i..]` and `b[i..]` are the same.
+    let mut i = k;
+    while i > 0 && a[i - 1] == b[i - 1] {
+        i -= 1;
+    }
+    k - i
+}
+
 #[inline(always)]
 fn code_callchain<C: Coder>(
     c: &mut C,
@@ -1500,16 +1516,7 @@ fn code_callchain<C: Coder>(
     let (len_in, shared_in) = if C::DECODE {
         (0, 0)
     } else {
-        // The outer ends of the two chains, compared from the outside in.
-        let (a, b) = (inp.callchain.as_slice(), prev.as_slice());
-        let mut shared = 0;
-        for (x, y) in a.iter().rev().zip(b.iter().rev()) {
-            if x != y {
-                break;
-            }
-            shared += 1;
-        }
-        (inp.callchain.len(), shared)
+        (inp.callchain.len(), shared_suffix(&inp.callchain, prev))
     };
     let step_in = (len_in + CC_STEP).wrapping_sub(prev.len());
     let fresh_in = len_in - shared_in;
@@ -1911,7 +1918,7 @@ fn code_value<C: Coder>(
     i: usize,
     v: u64,
 ) {
-    let prev = st.values[i];
+    let prev = st.values[i % 64];
     let delta_in = zigzag(v.wrapping_sub(prev));
     let sym_in = if C::DECODE {
         0
@@ -1926,7 +1933,7 @@ fn code_value<C: Coder>(
     match model.code(c, sym_in) {
         s if s >= REG_DELTA => remember(st, i, delta_value(c, s - REG_DELTA, prev, delta_in, v)),
         // Already in its slot.
-        s => st.values[i] = st.table[(s - REG_SLOT) % REG_TABLE],
+        s => st.values[i % 64] = st.table[(s - REG_SLOT) % REG_TABLE],
     }
 }
 
@@ -1934,7 +1941,7 @@ fn code_value<C: Coder>(
 /// recent values.
 #[inline(always)]
 fn remember(st: &mut RegsState, i: usize, new: u64) {
-    st.values[i] = new;
+    st.values[i % 64] = new;
     st.table[slot(new)] = new;
 }
 

@@ -125,8 +125,8 @@ pub const MAGIC: [u8; 4] = *b"PRCH";
 /// register set's change mask that is none of its recent ones as raw
 /// bits, and the changed registers with a test of their own (the IP
 /// register, an interrupted set's against the user set) before the
-/// others, and moves a bit model's probability an eighth of the way at
-/// every bit. A Hello of another version is recognised and refused with the
+/// others, moves a bit model's probability an eighth of the way at
+/// every bit, and keeps 2 recent IPs a task, not 4. A Hello of another version is recognised and refused with the
 /// version error.
 pub const PROTOCOL_VERSION: u16 = 15;
 /// The frame delimiter. A writer should send one before its first frame
