@@ -1138,26 +1138,35 @@ mod shape {
 
 /// Which parts a sample has.
 fn shape_of(s: &Sample) -> u32 {
-    let mut f = 0;
+    // A test and a branch each, taken by the parts samples seldom have
+    // (cheaper than turning each test into its bit).
+    let mut f = shape::CALLCHAIN | shape::UREGS;
     if s.cpumode == CpuMode::Kernel {
+        core::hint::cold_path();
         f |= shape::KERNEL;
     }
     if s.pid != s.tid {
+        core::hint::cold_path();
         f |= shape::PID;
     }
-    if !s.callchain.is_empty() {
-        f |= shape::CALLCHAIN;
+    if s.callchain.is_empty() {
+        core::hint::cold_path();
+        f &= !shape::CALLCHAIN;
     }
     if s.branches.is_some() {
+        core::hint::cold_path();
         f |= shape::BRANCHES;
     }
-    if s.regs_user.is_some() {
-        f |= shape::UREGS;
+    if s.regs_user.is_none() {
+        core::hint::cold_path();
+        f &= !shape::UREGS;
     }
     if s.regs_intr.is_some() {
+        core::hint::cold_path();
         f |= shape::IREGS;
     }
     if s.mem.is_some() {
+        core::hint::cold_path();
         f |= shape::MEM;
     }
     f
@@ -1802,14 +1811,20 @@ fn code_regs<C: Coder>(
         let vals = &values[..n.min(values.len())];
         let prev = &st.values[..vals.len()];
         // The general-purpose set (perf's 20 registers, the usual one):
-        // each register a compare and a constant shift, with no loop.
+        // with no loop, each register a compare and a branch taken when
+        // it changed, to one more instruction (most do not change: three
+        // instructions a register, where a flag turned into its bit costs
+        // five or six).
         if let (Ok(v), Ok(p)) = (
             <&[u64; GPRS]>::try_from(vals),
             <&[u64; GPRS]>::try_from(prev),
         ) {
             let mut mask = 0u64;
             for i in 0..GPRS {
-                mask |= u64::from(v[i] != p[i]) << i;
+                if v[i] != p[i] {
+                    core::hint::cold_path();
+                    mask |= 1 << i;
+                }
             }
             mask
         } else {
