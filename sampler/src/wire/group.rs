@@ -1493,20 +1493,6 @@ pub(crate) fn code_sample<C: Coder>(
     }
 }
 
-/// How many entries `a` and `b` share at their ends, compared from the
-/// outside in: over the same length of both, so one test ends the loop.
-#[inline(always)]
-fn shared_suffix(a: &[u64], b: &[u64]) -> usize {
-    let k = a.len().min(b.len());
-    let (a, b) = (&a[a.len() - k..], &b[b.len() - k..]);
-    // `a[i..]` and `b[i..]` are the same.
-    let mut i = k;
-    while i > 0 && a[i - 1] == b[i - 1] {
-        i -= 1;
-    }
-    k - i
-}
-
 #[inline(always)]
 fn code_callchain<C: Coder>(
     c: &mut C,
@@ -1525,7 +1511,16 @@ fn code_callchain<C: Coder>(
     let (len_in, shared_in) = if C::DECODE {
         (0, 0)
     } else {
-        (inp.callchain.len(), shared_suffix(&inp.callchain, prev))
+        // The outer ends of the two chains, compared from the outside in.
+        let (a, b) = (inp.callchain.as_slice(), prev.as_slice());
+        let mut shared = 0;
+        for (x, y) in a.iter().rev().zip(b.iter().rev()) {
+            if x != y {
+                break;
+            }
+            shared += 1;
+        }
+        (inp.callchain.len(), shared)
     };
     let step_in = (len_in + CC_STEP).wrapping_sub(prev.len());
     let fresh_in = len_in - shared_in;
@@ -1548,46 +1543,10 @@ fn code_callchain<C: Coder>(
         t.callchain.clear();
         return;
     }
-    let mut fresh: heapless::Vec<u64, MAX_CALLCHAIN> = heapless::Vec::new();
-    let mut last = t.ip;
-    // A chain starts with the context marker of the sample's mode and the
-    // sample's IP (one bit for both).
-    let mut from = 0;
-    if len - keep >= 2
-        && c.bit(
-            &mut f.cc_head,
-            !C::DECODE && inp.callchain[..2] == [marker, t.ip],
-        )
-    {
-        // Cannot fail: `len <= MAX_CALLCHAIN`. Two pushes, not a call to
-        // memcpy.
-        let _ = fresh.push(marker);
-        let _ = fresh.push(t.ip);
-        from = 2;
-    }
-    for i in from..len - keep {
-        let v = if C::DECODE { 0 } else { inp.callchain[i] };
-        // Against the previous chain's entry at the same depth (its
-        // context marker, the same function), else the entry before.
-        // The entry that held the task's previous IP holds this IP.
-        let base = match prev.get(i) {
-            Some(&e) if e == old_ip => t.ip,
-            Some(&e) => e,
-            None => last,
-        };
-        // The same as that, or one of the task's recent entries (a loop
-        // calling a few functions from a few call sites), or a delta.
-        let e = if c.bit(&mut f.cc_same, v == base) {
-            base
-        } else {
-            code_cached_or_delta(c, &mut f.cc, &mut t.returns, base, v)
-        };
-        // Cannot fail: `len <= MAX_CALLCHAIN`.
-        let _ = fresh.push(e);
-        last = e;
-    }
     // The previous chain [its own entries | the kept ones] becomes [the
-    // fresh entries | the kept ones], in place: only what changed moves.
+    // fresh entries | the kept ones], in place: the kept ones move first
+    // (only above the fresh ones' places), then each fresh entry replaces
+    // the previous chain's entry at its depth, which it is coded against.
     let plen = t.callchain.len();
     let cc = &mut t.callchain;
     if len > plen {
@@ -1598,9 +1557,40 @@ fn code_callchain<C: Coder>(
         cc.copy_within(plen - keep..plen, len - keep);
         cc.truncate(len);
     }
-    // A few entries: a loop, not a call to memcpy.
-    for (d, e) in cc.iter_mut().zip(&fresh) {
-        *d = *e;
+    let fresh = len - keep;
+    let mut last = t.ip;
+    // A chain starts with the context marker of the sample's mode and the
+    // sample's IP (one bit for both).
+    let mut from = 0;
+    if fresh >= 2
+        && c.bit(
+            &mut f.cc_head,
+            !C::DECODE && inp.callchain[..2] == [marker, t.ip],
+        )
+    {
+        cc[0] = marker;
+        cc[1] = t.ip;
+        from = 2;
+    }
+    for i in from..fresh {
+        let v = if C::DECODE { 0 } else { inp.callchain[i] };
+        // Against the previous chain's entry at the same depth (its
+        // context marker, the same function), else the entry before.
+        // The entry that held the task's previous IP holds this IP.
+        let base = match cc[i] {
+            _ if i >= plen => last,
+            e if e == old_ip => t.ip,
+            e => e,
+        };
+        // The same as that, or one of the task's recent entries (a loop
+        // calling a few functions from a few call sites), or a delta.
+        let e = if c.bit(&mut f.cc_same, v == base) {
+            base
+        } else {
+            code_cached_or_delta(c, &mut f.cc, &mut t.returns, base, v)
+        };
+        cc[i] = e;
+        last = e;
     }
     if C::DECODE {
         out.callchain.clone_from(cc);
