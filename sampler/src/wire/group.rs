@@ -125,8 +125,9 @@ const PROB_INIT: u16 = 1 << (PROB_BITS - 1);
 /// A bit model is a `u16`: the probability of a zero, in [`PROB_BITS`]
 /// bits. Each bit moves it an eighth of the way toward what it saw: fast
 /// enough to learn within a group's first samples (a rate that started
-/// at a half and slowed as the model saw more bits gained 0.02 bytes a
-/// default sample, for twice the instructions of each bit coded).
+/// at a half and slowed as the model saw more bits, counted beside the
+/// probability, gained 0.02 bytes a default sample for about ten more
+/// instructions a bit).
 const RATE: u32 = 3;
 // The probability stays in [7, 2041] (an update that would move it by
 // less than one leaves it), so a bit costs at most 9 bits (within what
